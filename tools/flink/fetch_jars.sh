@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Fetch Apache Flink's jars from the apache-flink-libraries wheel on PyPI into a
+# gitignored cache, without installing anything into any Python environment.
+#
+#   tools/flink/fetch_jars.sh            -> prints the classpath (lib/*.jar)
+#   FLINK_VERSION=2.3.0 (default)        -> which wheel to use
+#
+# The wheel is only downloaded (pip download --no-deps) and unzipped; its
+# Python dependencies (which conflict with pyspark 4) are never installed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+FLINK_VERSION="${FLINK_VERSION:-2.3.0}"
+CACHE="${FLINK_CACHE:-$ROOT/.cache/flink}"
+DEST="$CACHE/$FLINK_VERSION"
+PY="${PYTHON:-python3}"
+
+if [ ! -f "$DEST/.complete" ]; then
+    mkdir -p "$DEST/wheel"
+    if ! ls "$DEST"/wheel/apache_flink_libraries-"$FLINK_VERSION"-*.whl >/dev/null 2>&1; then
+        "$PY" -m pip download --quiet --no-deps --only-binary=:all: \
+            "apache-flink-libraries==$FLINK_VERSION" -d "$DEST/wheel" >&2
+    fi
+    WHEEL="$(ls "$DEST"/wheel/apache_flink_libraries-"$FLINK_VERSION"-*.whl | head -1)"
+    rm -rf "$DEST/lib"
+    mkdir -p "$DEST/unpacked"
+    (cd "$DEST/unpacked" && unzip -q -o "$WHEEL" 'pyflink/lib/*')
+    mv "$DEST/unpacked/pyflink/lib" "$DEST/lib"
+    rm -rf "$DEST/unpacked" "$DEST/wheel"
+    touch "$DEST/.complete"
+fi
+
+# classpath: every jar in lib/ (flink-dist carries the RocksDB backend)
+ls "$DEST"/lib/*.jar | tr '\n' ':' | sed 's/:$//'
+echo
