@@ -1,0 +1,180 @@
+"""The functions users write, and the contexts the engine hands them.
+
+Modelled on Flink's DataStream API in snake_case::
+
+    class CountPerUrl(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", int))
+
+        def process_element(self, value, ctx, out):
+            n = self.count.value(0) + 1
+            self.count.update(n)
+            out.collect((ctx.get_current_key(), n))
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from ..errors import StateError
+from .state import ListStateDescriptor, MapStateDescriptor, StateDescriptor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .timers import TimerService
+
+__all__ = [
+    "BroadcastProcessFunction",
+    "Collector",
+    "KeyedBroadcastProcessFunction",
+    "KeyedProcessFunction",
+    "ProcessFunction",
+    "RuntimeContext",
+]
+
+
+class Collector:
+    """Where a function emits results: ``out.collect(value)``."""
+
+    __slots__ = ("values", "timestamps", "_ts")
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self.timestamps: list[int | None] = []
+        self._ts: int | None = None
+
+    def collect(self, value: Any) -> None:
+        self.values.append(value)
+        self.timestamps.append(self._ts)
+
+    def drain(self) -> tuple[list[Any], list[int | None]]:
+        v, t = self.values, self.timestamps
+        self.values, self.timestamps = [], []
+        return v, t
+
+
+class RuntimeContext:
+    """What ``open(ctx)`` receives: where state comes from, and who we are."""
+
+    def __init__(self, operator) -> None:
+        self._op = operator
+
+    @property
+    def task_name(self) -> str:
+        return self._op.name
+
+    @property
+    def index_of_this_subtask(self) -> int:
+        return self._op.subtask_index
+
+    @property
+    def number_of_parallel_subtasks(self) -> int:
+        return self._op.parallelism
+
+    @property
+    def max_number_of_parallel_subtasks(self) -> int:
+        return self._op.max_parallelism
+
+    def _keyed(self):
+        backend = getattr(self._op, "backend", None)
+        if backend is None:
+            raise StateError(
+                f"operator {self._op.name!r} is not keyed: keyed state needs key_by() before process(); "
+                "use get_operator_list_state() for non-keyed operators"
+            )
+        return backend
+
+    def get_state(self, descriptor: StateDescriptor):
+        """Keyed state of any kind, by its descriptor."""
+        return self._keyed().get_state(descriptor)
+
+    get_list_state = get_state
+    get_map_state = get_state
+    get_reducing_state = get_state
+    get_aggregating_state = get_state
+
+    def get_operator_list_state(self, descriptor: ListStateDescriptor):
+        """Operator list state, redistributed by even split on rescale."""
+        return self._op.operator_state.get_list_state(descriptor, union=False)
+
+    def get_union_list_state(self, descriptor: ListStateDescriptor):
+        """Operator list state that every subtask receives whole on restore."""
+        return self._op.operator_state.get_list_state(descriptor, union=True)
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor):
+        """Broadcast state (writable only in ``process_broadcast_element``)."""
+        return self._op.operator_state.get_broadcast_state(descriptor, writable=False)
+
+
+class ProcessContext:
+    """The ``ctx`` of ``process_element`` and ``on_timer``."""
+
+    __slots__ = ("_op", "_timestamp", "_domain", "_timer_service")
+
+    def __init__(self, operator, timer_service: "TimerService | None") -> None:
+        self._op = operator
+        self._timestamp: int | None = None
+        self._domain: str | None = None
+        self._timer_service = timer_service
+
+    def timestamp(self) -> int | None:
+        """The event timestamp of the current record, or the firing timer's time."""
+        return self._timestamp
+
+    def timer_service(self) -> "TimerService":
+        if self._timer_service is None:
+            raise StateError(f"operator {self._op.name!r} is not keyed: timers need key_by() before process()")
+        return self._timer_service
+
+    def get_current_key(self) -> Any:
+        backend = getattr(self._op, "backend", None)
+        return None if backend is None else backend.ctx.key
+
+    def time_domain(self) -> str | None:
+        """In ``on_timer``: ``"event_time"`` or ``"processing_time"``."""
+        return self._domain
+
+    def output(self, tag: str, value: Any) -> None:
+        """Emit to a side output named ``tag`` (collected as ``result.side_output(tag)``)."""
+        self._op.side_output(tag, value, self._timestamp)
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor):
+        """Broadcast state: read-only here, writable in ``process_broadcast_element``."""
+        return self._op.operator_state.get_broadcast_state(descriptor, writable=self._op.in_broadcast_side)
+
+
+class ProcessFunction:
+    """A function over a non-keyed stream."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        pass
+
+    def process_element(self, value: Any, ctx: ProcessContext, out: Collector) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class KeyedProcessFunction(ProcessFunction):
+    """A function over a keyed stream, with keyed state and timers."""
+
+    def on_timer(self, timestamp: int, ctx: ProcessContext, out: Collector) -> None:
+        pass
+
+
+class BroadcastProcessFunction(ProcessFunction):
+    """A non-keyed stream connected to a broadcast stream."""
+
+    def process_broadcast_element(self, value: Any, ctx: ProcessContext, out: Collector) -> None:
+        raise NotImplementedError
+
+
+class KeyedBroadcastProcessFunction(KeyedProcessFunction):
+    """A keyed stream connected to a broadcast stream (dynamic rules, say)."""
+
+    def process_broadcast_element(self, value: Any, ctx: ProcessContext, out: Collector) -> None:
+        raise NotImplementedError
+
+
+def iter_or_empty(x: Iterable[Any] | None) -> Iterable[Any]:
+    return () if x is None else x

@@ -1,0 +1,90 @@
+"""Per-key-group metrics and a heavy-hitter sketch of the hottest keys by traffic.
+
+:class:`SpaceSaving` is the Space-Saving algorithm (Metwally, Agrawal, El Abbadi,
+2005) with weighted updates: ``capacity`` counters; a key not yet counted
+replaces the smallest counter and inherits its count as its error bound.
+Every key whose true count exceeds ``total / capacity`` is guaranteed to be
+in the sketch, and ``count - error <= true count <= count``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Iterable
+
+import numpy as np
+
+
+class SpaceSaving:
+    def __init__(self, capacity: int = 64) -> None:
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, found {capacity}")
+        self.capacity = capacity
+        self.counts: dict[Any, int] = {}
+        self.errors: dict[Any, int] = {}
+        self.total = 0
+
+    def update(self, key: Any, weight: int = 1) -> None:
+        self.total += weight
+        counts = self.counts
+        if key in counts:
+            counts[key] += weight
+            return
+        if len(counts) < self.capacity:
+            counts[key] = weight
+            self.errors[key] = 0
+            return
+        victim = min(counts, key=counts.__getitem__)
+        floor = counts.pop(victim)
+        self.errors.pop(victim, None)
+        counts[key] = floor + weight
+        self.errors[key] = floor
+
+    def update_many(self, items: Iterable[tuple[Any, int]]) -> None:
+        for k, w in items:
+            self.update(k, w)
+
+    def top(self, n: int | None = None) -> list[tuple[Any, int, int]]:
+        """(key, count, error) for the ``n`` largest counters, largest first."""
+        items = heapq.nlargest(n or self.capacity, self.counts.items(), key=lambda kv: (kv[1], -self.errors[kv[0]]))
+        return [(k, c, self.errors[k]) for k, c in items]
+
+    def merge(self, other: "SpaceSaving") -> "SpaceSaving":
+        """A sketch over both streams (the merge of Agarwal et al., 2012)."""
+        out = SpaceSaving(max(self.capacity, other.capacity))
+        keys = set(self.counts) | set(other.counts)
+        min_a = min(self.counts.values()) if len(self.counts) >= self.capacity else 0
+        min_b = min(other.counts.values()) if len(other.counts) >= other.capacity else 0
+        merged = []
+        for k in keys:
+            c = self.counts.get(k, min_a) + other.counts.get(k, min_b)
+            e = self.errors.get(k, min_a) + other.errors.get(k, min_b)
+            merged.append((c, e, k))
+        merged.sort(key=lambda t: (-t[0], t[1]))
+        for c, e, k in merged[: out.capacity]:
+            out.counts[k] = c
+            out.errors[k] = e
+        out.total = self.total + other.total
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "capacity": self.capacity,
+            "total": self.total,
+            "entries": [[k, c, e] for k, c, e in self.top()],
+        }
+
+
+class KeyGroupMetrics:
+    """Records processed per key group of one subtask (entries and bytes come from the backend)."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start = start
+        self.records = np.zeros(max(0, end - start + 1), dtype=np.int64)
+
+    def add(self, key_groups: np.ndarray) -> None:
+        if len(key_groups):
+            self.records += np.bincount(key_groups - self.start, minlength=len(self.records))
+
+    def add_one(self, key_group: int) -> None:
+        self.records[key_group - self.start] += 1

@@ -1,0 +1,457 @@
+"""Operators: the logic one subtask runs for one transformation.
+
+Each operator processes whole :class:`~explorer.engine.channels.Batch` es
+(the unit that travels through channels) and reacts to watermarks, the
+clock and the end of input. Keyed operators own a keyed state backend for
+their key-group range and a timer service.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from ..errors import JobError
+from ..keygroups import key_group_range_for_operator
+from .channels import MAX_WATERMARK, MIN_WATERMARK, Batch
+from .functions import Collector, ProcessContext, RuntimeContext
+from .metrics import KeyGroupMetrics, SpaceSaving
+from .operator_state import OperatorStateStore
+from .state import ValueStateDescriptor
+from .timers import EVENT_TIME, PROCESSING_TIME, TimerQueue, TimerService
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .runtime import Subtask
+
+
+class StreamOperator:
+    """Base of every operator. ``emit`` hands results to the subtask's output."""
+
+    keyed = False
+
+    def __init__(self, spec, subtask_index: int, parallelism: int, max_parallelism: int, clock) -> None:
+        self.spec = spec
+        self.name: str = spec.name
+        self.uid: str = spec.uid
+        self.subtask_index = subtask_index
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.clock = clock
+        self.current_watermark = MIN_WATERMARK
+        self.operator_state = OperatorStateStore()
+        self.subtask: "Subtask | None" = None
+        self.records_in = 0
+        self.records_out = 0
+        self.in_broadcast_side = False
+
+    # wiring -------------------------------------------------------------------------
+    def bind(self, subtask: "Subtask") -> None:
+        self.subtask = subtask
+
+    def emit(self, values: list[Any], timestamps: list[int | None] | None = None) -> None:
+        if values:
+            self.records_out += len(values)
+            self.subtask.emit(Batch(values, timestamps))
+
+    def side_output(self, tag: str, value: Any, timestamp: int | None) -> None:
+        self.subtask.runtime.side_outputs.setdefault(tag, []).append(value)
+
+    # lifecycle ----------------------------------------------------------------------
+    def open(self) -> None:
+        pass
+
+    def process_batch(self, batch: Batch, input_index: int) -> None:
+        raise NotImplementedError
+
+    def process_watermark(self, watermark: int) -> None:
+        self.current_watermark = watermark
+
+    def on_processing_time(self, now_ms: int) -> None:
+        pass
+
+    def next_processing_timer(self) -> int | None:
+        return None
+
+    def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class MapOperator(StreamOperator):
+    def process_batch(self, batch, input_index):
+        self.records_in += len(batch.values)
+        self.emit(list(map(self.spec.fn, batch.values)), batch.timestamps)
+
+
+class FilterOperator(StreamOperator):
+    def process_batch(self, batch, input_index):
+        self.records_in += len(batch.values)
+        fn = self.spec.fn
+        if batch.timestamps is None:
+            self.emit([v for v in batch.values if fn(v)])
+        else:
+            pairs = [(v, t) for v, t in zip(batch.values, batch.timestamps) if fn(v)]
+            self.emit([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+class FlatMapOperator(StreamOperator):
+    def process_batch(self, batch, input_index):
+        self.records_in += len(batch.values)
+        fn = self.spec.fn
+        out, ts_out = [], []
+        tss = batch.timestamps or [None] * len(batch.values)
+        for v, t in zip(batch.values, tss):
+            for r in fn(v):
+                out.append(r)
+                ts_out.append(t)
+        self.emit(out, ts_out if batch.timestamps is not None else None)
+
+
+class SinkOperator(StreamOperator):
+    def open(self):
+        self.sink = self.spec.sink
+        self.writer = self.sink.create_writer(self.subtask_index, self.parallelism, self.subtask.runtime)
+
+    def process_batch(self, batch, input_index):
+        self.records_in += len(batch.values)
+        self.writer.write(batch.values, batch.timestamps)
+
+    def finish(self):
+        self.writer.finish()
+
+    def close(self):
+        self.writer.close()
+
+
+class ProcessOperator(StreamOperator):
+    """A non-keyed :class:`ProcessFunction` (operator state allowed, no keyed state or timers)."""
+
+    def open(self):
+        self.fn = self.spec.function_factory()
+        self.out = Collector()
+        self.ctx = ProcessContext(self, None)
+        self.fn.open(RuntimeContext(self))
+
+    def process_batch(self, batch, input_index):
+        self.records_in += len(batch.values)
+        fn, ctx, out = self.fn.process_element, self.ctx, self.out
+        tss = batch.timestamps or [None] * len(batch.values)
+        for v, t in zip(batch.values, tss):
+            ctx._timestamp = t
+            out._ts = t
+            fn(v, ctx, out)
+        self._flush()
+
+    def _flush(self):
+        vals, ts = self.out.drain()
+        self.emit(vals, ts)
+
+    def close(self):
+        self.fn.close()
+
+
+class KeyedOperatorBase(StreamOperator):
+    """Keyed state backend, timers, per-key-group metrics and a heavy-hitter sketch."""
+
+    keyed = True
+
+    def __init__(self, spec, subtask_index, parallelism, max_parallelism, clock) -> None:
+        super().__init__(spec, subtask_index, parallelism, max_parallelism, clock)
+        self.key_groups = key_group_range_for_operator(max_parallelism, parallelism, subtask_index)
+        self.backend = spec.backend_factory(max_parallelism, self.key_groups, clock, spec, subtask_index)
+        self.event_timers = TimerQueue()
+        self.processing_timers = TimerQueue()
+        self.timer_service = TimerService(self)
+        self.metrics = KeyGroupMetrics(self.key_groups.start, self.key_groups.end)
+        self.sketch = SpaceSaving(spec.sketch_capacity)
+        self.assigner = None  # set by the subtask when keys arrive without routing info
+
+    def keys_for(self, batch: Batch) -> tuple[list[Any], np.ndarray]:
+        if batch.keys is not None:
+            return batch.keys, batch.key_groups
+        part = self.subtask.key_partitioner
+        keys = part.keys_of(batch.values)
+        return keys, part.assigner.many(keys)
+
+    def observe(self, keys: list[Any], kgs: np.ndarray) -> None:
+        self.metrics.add(kgs)
+        self.sketch.update_many(Counter(keys).items())
+
+    def register_timer(self, domain: str, timestamp: int) -> None:
+        ctx = self.backend.ctx
+        q = self.event_timers if domain == EVENT_TIME else self.processing_timers
+        q.register(timestamp, ctx.key, ctx.namespace, ctx.key_group)
+
+    def delete_timer(self, domain: str, timestamp: int) -> None:
+        ctx = self.backend.ctx
+        q = self.event_timers if domain == EVENT_TIME else self.processing_timers
+        q.delete(timestamp, ctx.key, ctx.namespace)
+
+    def next_processing_timer(self):
+        return self.processing_timers.peek_time()
+
+    def close(self):
+        self.backend.close()
+
+
+class KeyedProcessOperator(KeyedOperatorBase):
+    """Runs a :class:`KeyedProcessFunction` (and the keyed side of a keyed broadcast function)."""
+
+    def open(self):
+        self.fn = self.spec.function_factory()
+        self.out = Collector()
+        self.ctx = ProcessContext(self, self.timer_service)
+        self.fn.open(RuntimeContext(self))
+        self._per_record_cleanup = getattr(self.backend, "run_incremental_cleanup_for_record", None)
+
+    def process_batch(self, batch, input_index):
+        if input_index == 1:
+            return self._process_broadcast(batch)
+        n = len(batch.values)
+        self.records_in += n
+        keys, kgs = self.keys_for(batch)
+        set_key = self.backend.ctx.set
+        fn, ctx, out = self.fn.process_element, self.ctx, self.out
+        tss = batch.timestamps if batch.timestamps is not None else [None] * n
+        cleanup = self._per_record_cleanup
+        for v, k, g, t in zip(batch.values, keys, kgs.tolist(), tss):
+            set_key(k, g, None)
+            ctx._timestamp = t
+            out._ts = t
+            fn(v, ctx, out)
+            if cleanup is not None:
+                cleanup()
+        self.observe(keys, kgs)
+        self._flush()
+
+    def _process_broadcast(self, batch):
+        self.in_broadcast_side = True
+        try:
+            fn, ctx, out = self.fn.process_broadcast_element, self.ctx, self.out
+            tss = batch.timestamps or [None] * len(batch.values)
+            for v, t in zip(batch.values, tss):
+                ctx._timestamp = t
+                out._ts = t
+                fn(v, ctx, out)
+        finally:
+            self.in_broadcast_side = False
+        self._flush()
+
+    def _flush(self):
+        vals, ts = self.out.drain()
+        self.emit(vals, ts)
+
+    def _fire(self, timer, domain):
+        self.backend.set_current_key(timer.key, timer.key_group, timer.namespace)
+        self.ctx._timestamp = timer.timestamp if domain == EVENT_TIME else None
+        self.ctx._domain = domain
+        self.out._ts = self.ctx._timestamp
+        try:
+            self.fn.on_timer(timer.timestamp, self.ctx, self.out)
+        finally:
+            self.ctx._domain = None
+        self.subtask.trace("timer", domain=domain, timestamp=timer.timestamp, key=timer.key, key_group=timer.key_group)
+
+    def process_watermark(self, watermark):
+        self.current_watermark = watermark
+        q = self.event_timers
+        while True:
+            t = q.pop_due(watermark)
+            if t is None:
+                break
+            self._fire(t, EVENT_TIME)
+        self._flush()
+
+    def on_processing_time(self, now_ms):
+        q = self.processing_timers
+        fired = False
+        while True:
+            t = q.pop_due(now_ms)
+            if t is None:
+                break
+            self._fire(t, PROCESSING_TIME)
+            fired = True
+        if fired:
+            self._flush()
+
+    def close(self):
+        self.fn.close()
+        super().close()
+
+
+class BroadcastProcessOperator(ProcessOperator):
+    """A non-keyed stream connected to a broadcast stream (input 1)."""
+
+    def process_batch(self, batch, input_index):
+        if input_index == 0:
+            return super().process_batch(batch, input_index)
+        self.in_broadcast_side = True
+        try:
+            fn, ctx, out = self.fn.process_broadcast_element, self.ctx, self.out
+            for v in batch.values:
+                fn(v, ctx, out)
+        finally:
+            self.in_broadcast_side = False
+        self._flush()
+
+
+class KeyedAggregateOperator(KeyedOperatorBase):
+    """``key_by(...).count() / .sum(field) / .reduce(fn)``: a rolling aggregate per key.
+
+    Like Flink's rolling aggregations it emits the updated aggregate for every
+    input record, as ``(key, aggregate)``. It works a batch at a time: each
+    key's state is read once and written once per batch, and the running
+    values are computed with NumPy (count and sum) or a dict (reduce).
+    """
+
+    def open(self):
+        spec = self.spec
+        self.state = self.backend.get_state(ValueStateDescriptor(spec.state_name, spec.state_type))
+        self.emit_records = spec.emit_every_record
+
+    def process_batch(self, batch, input_index):
+        n = len(batch.values)
+        if not n:
+            return
+        self.records_in += n
+        keys, kgs = self.keys_for(batch)
+        codes, uniques = pd.factorize(np.asarray(keys, dtype=object) if not isinstance(keys, np.ndarray) else keys)
+        kind = self.spec.aggregate
+        first_idx = _first_index(codes, len(uniques))
+        ukgs = kgs[first_idx].tolist()
+        ukeys = uniques.tolist() if hasattr(uniques, "tolist") else list(uniques)
+        set_key = self.backend.ctx.set
+        st = self.state
+        base = []
+        for k, g in zip(ukeys, ukgs):
+            set_key(k, g, None)
+            base.append(st.value())
+        if kind == "reduce":
+            out, finals = self._reduce(batch.values, codes, base)
+            for k, g, v in zip(ukeys, ukgs, finals):
+                set_key(k, g, None)
+                st.update(v)
+        else:
+            if kind == "count":
+                contrib = np.ones(n, dtype=np.int64)
+                zero = 0
+            else:
+                field = self.spec.field_getter
+                contrib = np.asarray(list(map(field, batch.values)))
+                zero = contrib.dtype.type(0)
+            base_arr = np.array([zero if b is None else b for b in base], dtype=contrib.dtype)
+            running = _segmented_cumsum(codes, contrib, len(ukeys)) + base_arr[codes]
+            totals = base_arr + np.bincount(codes, weights=contrib, minlength=len(ukeys)).astype(contrib.dtype)
+            for k, g, tot in zip(ukeys, ukgs, totals.tolist()):
+                set_key(k, g, None)
+                st.update(tot)
+            out = running.tolist()
+        self.observe(keys, kgs)
+        if self.emit_records:
+            self.emit(list(zip(keys, out)), batch.timestamps)
+
+    def _reduce(self, values, codes, base):
+        fn = self.spec.reduce_fn
+        getter = self.spec.field_getter
+        cur = list(base)
+        out = []
+        for v, c in zip(values, codes.tolist()):
+            x = getter(v) if getter is not None else v
+            prev = cur[c]
+            cur[c] = x if prev is None else fn(prev, x)
+            out.append(cur[c])
+        return out, cur
+
+
+def _first_index(codes: np.ndarray, n_unique: int) -> np.ndarray:
+    first = np.full(n_unique, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    return first
+
+
+def _segmented_cumsum(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """Running sum of ``values`` within each group of ``codes``, in record order."""
+    order = np.argsort(codes, kind="stable")
+    sv = values[order]
+    sc = codes[order]
+    cs = np.cumsum(sv)
+    starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    offsets = np.zeros(n_groups, dtype=cs.dtype)
+    offsets[sc[starts]] = cs[starts] - sv[starts]
+    out = np.empty_like(cs)
+    out[order] = cs - offsets[sc]
+    return out
+
+
+class SourceOperator(StreamOperator):
+    """Reads the splits assigned to this subtask; their offsets are operator state."""
+
+    def open(self):
+        spec = self.spec
+        self.source = spec.source
+        self.batch_size = spec.batch_size
+        st = self.operator_state.get_list_state(spec.offsets_descriptor, union=False)
+        if not st.items and not self.operator_state_restored:
+            all_splits = self.source.splits()
+            mine = [s for i, s in enumerate(all_splits) if i % self.parallelism == self.subtask_index]
+            st.update([(s, 0) for s in mine])
+        self.offsets_state = st
+        self.finished_splits: set[str] = set()
+        ws = spec.watermark_strategy
+        self.ts_fn: Callable[[Any], int] | None = ws.timestamp_assigner if ws else None
+        self.delay = ws.max_out_of_orderness_ms if ws else 0
+        self.max_ts = MIN_WATERMARK
+        self._split_cursor = 0
+
+    operator_state_restored = False
+
+    @property
+    def exhausted(self) -> bool:
+        return all(s in self.finished_splits for s, _ in self.offsets_state.items)
+
+    def read_next(self) -> int:
+        """Read one batch from the next unfinished split. Returns records read."""
+        items = self.offsets_state.items
+        if not items:
+            return 0
+        for _ in range(len(items)):
+            i = self._split_cursor % len(items)
+            self._split_cursor += 1
+            split, offset = items[i]
+            if split in self.finished_splits:
+                continue
+            records, new_offset, done = self.source.read(split, offset, self.batch_size)
+            items[i] = (split, new_offset)
+            if done:
+                self.finished_splits.add(split)
+            if records:
+                self.records_in += len(records)
+                ts = None
+                if self.ts_fn is not None:
+                    ts = list(map(self.ts_fn, records))
+                    m = max(ts)
+                    if m > self.max_ts:
+                        self.max_ts = m
+                self.emit(records, ts)
+                if self.ts_fn is not None:
+                    wm = self.max_ts - self.delay - 1
+                    if wm > self.current_watermark:
+                        self.current_watermark = wm
+                        self.subtask.emit_watermark(wm)
+                return len(records)
+        return 0
+
+    def finish(self):
+        self.current_watermark = MAX_WATERMARK
+
+
+def check_spec_parallelism(spec, parallelism: int, max_parallelism: int) -> None:
+    if parallelism > max_parallelism and spec.keyed:
+        raise JobError(
+            f"operator {spec.name!r}: parallelism {parallelism} exceeds max parallelism {max_parallelism}"
+        )

@@ -1,0 +1,475 @@
+"""Keyed state: descriptors and the state objects a process function uses.
+
+A descriptor names a state and declares what it holds. The name is the
+state's identity across restores: rename it and a restore reports the
+mismatch. The state objects below carry the semantics (TTL, reduce,
+aggregate) once, over a small storage interface (:class:`StateTable`) that
+every backend implements, so both backends behave the same by construction.
+
+=====================  ==========================================  ==================
+descriptor             object you get                              Flink counterpart
+=====================  ==========================================  ==================
+ValueStateDescriptor   :class:`ValueState` value/update/clear      ValueState
+ListStateDescriptor    :class:`ListState` get/add/add_all/update   ListState
+MapStateDescriptor     :class:`MapState` get/put/remove/items, []  MapState
+ReducingStateDescriptor :class:`ReducingState` get/add             ReducingState
+AggregatingStateDescriptor :class:`AggregatingState` get/add       AggregatingState
+=====================  ==========================================  ==================
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Iterator, TypeVar
+
+from ..errors import SerializationError, StateNotDeclaredError
+from ..format.types import TypeInfo, type_info
+from .ttl import StateTtlConfig, expires_at, is_expired
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .backends.base import KeyedStateBackend, StateTable
+
+__all__ = [
+    "AggregateFunction",
+    "AggregatingState",
+    "AggregatingStateDescriptor",
+    "ListState",
+    "ListStateDescriptor",
+    "MapState",
+    "MapStateDescriptor",
+    "ReducingState",
+    "ReducingStateDescriptor",
+    "StateDescriptor",
+    "StateKind",
+    "ValueState",
+    "ValueStateDescriptor",
+]
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+_MISSING = object()
+
+
+class StateKind(enum.Enum):
+    VALUE = "value"
+    LIST = "list"
+    MAP = "map"
+    REDUCING = "reducing"
+    AGGREGATING = "aggregating"
+
+
+class AggregateFunction(Generic[T, V]):
+    """Flink's AggregateFunction: an accumulator built up from inputs."""
+
+    def create_accumulator(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, value: T, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+    def get_result(self, accumulator: Any) -> V:
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class StateDescriptor:
+    """Common part of every descriptor: a name, and optionally a TTL."""
+
+    name: str
+
+    kind = StateKind.VALUE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"a state descriptor needs a non-empty name, found {self.name!r}")
+
+    @property
+    def value_info(self) -> TypeInfo:
+        raise NotImplementedError
+
+    @property
+    def user_key_info(self) -> TypeInfo | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """JSON description written into snapshot metadata."""
+        ttl: StateTtlConfig | None = getattr(self, "ttl", None)
+        d = {
+            "name": self.name,
+            "kind": self.kind.value,
+            "value_type": self.value_info.describe(),
+            "ttl": None if ttl is None else ttl.to_json(),
+        }
+        uk = self.user_key_info
+        if uk is not None:
+            d["user_key_type"] = uk.describe()
+        return d
+
+
+@dataclass(frozen=True)
+class ValueStateDescriptor(StateDescriptor):
+    """One value per key: ``ValueStateDescriptor("count", int)``."""
+
+    type: Any = None
+    ttl: StateTtlConfig | None = None
+    kind = StateKind.VALUE
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return type_info(self.type)
+
+
+@dataclass(frozen=True)
+class ListStateDescriptor(StateDescriptor):
+    """A list per key: ``ListStateDescriptor("events", Event)`` (the element type)."""
+
+    element_type: Any = None
+    ttl: StateTtlConfig | None = None
+    kind = StateKind.LIST
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return type_info(self.element_type)
+
+
+@dataclass(frozen=True)
+class MapStateDescriptor(StateDescriptor):
+    """A map per key: ``MapStateDescriptor("merchants", str, int)``."""
+
+    key_type: Any = None
+    value_type: Any = None
+    ttl: StateTtlConfig | None = None
+    kind = StateKind.MAP
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return type_info(self.value_type)
+
+    @property
+    def user_key_info(self) -> TypeInfo:
+        return type_info(self.key_type)
+
+
+@dataclass(frozen=True)
+class ReducingStateDescriptor(StateDescriptor):
+    """A value per key folded with ``reduce_function(old, new)``."""
+
+    reduce_function: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    type: Any = None
+    ttl: StateTtlConfig | None = None
+    kind = StateKind.REDUCING
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return type_info(self.type)
+
+
+@dataclass(frozen=True)
+class AggregatingStateDescriptor(StateDescriptor):
+    """An accumulator per key, built by an :class:`AggregateFunction`; declare the accumulator type."""
+
+    aggregate_function: AggregateFunction = None  # type: ignore[assignment]
+    accumulator_type: Any = None
+    ttl: StateTtlConfig | None = None
+    kind = StateKind.AGGREGATING
+
+    @property
+    def value_info(self) -> TypeInfo:
+        return type_info(self.accumulator_type)
+
+
+class KeyContext:
+    """The key (and namespace) a keyed operator is processing right now."""
+
+    __slots__ = ("key", "key_group", "namespace", "_set")
+
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.key_group: int = -1
+        self.namespace: Any = None
+        self._set = False
+
+    def set(self, key: Any, key_group: int, namespace: Any = None) -> None:
+        self.key = key
+        self.key_group = key_group
+        self.namespace = namespace
+        self._set = True
+
+
+class _State:
+    __slots__ = ("descriptor", "table", "ctx", "clock", "ttl_ms", "update_on_read", "return_expired", "info", "_cleanup")
+
+    def __init__(self, descriptor: StateDescriptor, table: "StateTable", ctx: KeyContext, clock, cleanup=None) -> None:
+        self.descriptor = descriptor
+        self.table = table
+        self.ctx = ctx
+        self.clock = clock
+        ttl: StateTtlConfig | None = getattr(descriptor, "ttl", None)
+        self.ttl_ms = ttl.ttl_ms if ttl else 0
+        self.update_on_read = bool(ttl and ttl.update_on_read)
+        self.return_expired = bool(ttl and ttl.return_expired)
+        self.info = descriptor.value_info
+        self._cleanup = cleanup  # incremental cleanup hook (heap backend), or None
+
+    def _where(self) -> str:
+        return f"state {self.descriptor.name!r}"
+
+    def _check_ctx(self) -> KeyContext:
+        ctx = self.ctx
+        if not ctx._set:
+            raise StateNotDeclaredError(
+                f"{self._where()} was used outside a keyed context (no current key); "
+                "keyed state is only available in process_element/on_timer of a keyed stream"
+            )
+        if self._cleanup is not None:
+            self._cleanup()
+        return ctx
+
+    # TTL helpers: entries are stored as (value, last_access_ms) when TTL is on.
+    def _now(self) -> int:
+        return self.clock.now_ms()
+
+    def clear(self) -> None:
+        ctx = self._check_ctx()
+        self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
+
+
+class ValueState(_State):
+    """One value per key (and namespace)."""
+
+    __slots__ = ()
+
+    def value(self, default: Any = None) -> Any:
+        ctx = self._check_ctx()
+        e = self.table.get(ctx.key_group, ctx.key, ctx.namespace)
+        if e is None:
+            return default
+        if not self.ttl_ms:
+            return e
+        v, ts = e
+        now = self.clock.now_ms()
+        if is_expired(ts, self.ttl_ms, now):
+            self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
+            return v if self.return_expired else default
+        if self.update_on_read:
+            self.table.put(ctx.key_group, ctx.key, ctx.namespace, (v, now))
+        return v
+
+    def update(self, value: Any) -> None:
+        ctx = self._check_ctx()
+        if value is None:
+            self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
+            return
+        self.info.check(value, self._where())
+        self.table.put(ctx.key_group, ctx.key, ctx.namespace, (value, self.clock.now_ms()) if self.ttl_ms else value)
+
+
+class ReducingState(_State):
+    """A value folded with the descriptor's reduce function."""
+
+    __slots__ = ()
+
+    def get(self, default: Any = None) -> Any:
+        return ValueState.value(self, default)  # type: ignore[arg-type]
+
+    def add(self, value: Any) -> None:
+        ctx = self._check_ctx()
+        cur = ValueState.value(self)  # type: ignore[arg-type]
+        new = value if cur is None else self.descriptor.reduce_function(cur, value)  # type: ignore[attr-defined]
+        ValueState.update(self, new)  # type: ignore[arg-type]
+        del ctx
+
+
+class AggregatingState(_State):
+    """An accumulator built by the descriptor's :class:`AggregateFunction`."""
+
+    __slots__ = ()
+
+    def get(self, default: Any = None) -> Any:
+        acc = ValueState.value(self)  # type: ignore[arg-type]
+        if acc is None:
+            return default
+        return self.descriptor.aggregate_function.get_result(acc)  # type: ignore[attr-defined]
+
+    def add(self, value: Any) -> None:
+        fn: AggregateFunction = self.descriptor.aggregate_function  # type: ignore[attr-defined]
+        acc = ValueState.value(self)  # type: ignore[arg-type]
+        if acc is None:
+            acc = fn.create_accumulator()
+        ValueState.update(self, fn.add(value, acc))  # type: ignore[arg-type]
+
+
+class ListState(_State):
+    """A list per key. With TTL every element carries its own last-access time."""
+
+    __slots__ = ()
+
+    def get(self) -> list[Any]:
+        ctx = self._check_ctx()
+        elems = self.table.get(ctx.key_group, ctx.key, ctx.namespace)
+        if not elems:
+            return []
+        if not self.ttl_ms:
+            return list(elems)
+        now = self.clock.now_ms()
+        ttl = self.ttl_ms
+        alive = [(v, ts) for v, ts in elems if not is_expired(ts, ttl, now)]
+        if len(alive) != len(elems):
+            if alive:
+                self.table.put(ctx.key_group, ctx.key, ctx.namespace, alive)
+            else:
+                self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
+            if self.return_expired:
+                out = [v for v, _ in elems]
+                return out
+        if self.update_on_read and alive:
+            alive = [(v, now) for v, _ in alive]
+            self.table.put(ctx.key_group, ctx.key, ctx.namespace, alive)
+        return [v for v, _ in alive]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.get())
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise SerializationError(f"{self._where()}: cannot add None to a list state")
+        ctx = self._check_ctx()
+        self.info.check(value, self._where())
+        self.table.append(ctx.key_group, ctx.key, ctx.namespace, [(value, self.clock.now_ms()) if self.ttl_ms else value])
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if not values:
+            return
+        ctx = self._check_ctx()
+        for v in values:
+            if v is None:
+                raise SerializationError(f"{self._where()}: cannot add None to a list state")
+            self.info.check(v, self._where())
+        if self.ttl_ms:
+            now = self.clock.now_ms()
+            values = [(v, now) for v in values]
+        self.table.append(ctx.key_group, ctx.key, ctx.namespace, values)
+
+    def update(self, values: Iterable[Any]) -> None:
+        ctx = self._check_ctx()
+        values = list(values)
+        if not values:
+            self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
+            return
+        for v in values:
+            self.info.check(v, self._where())
+        if self.ttl_ms:
+            now = self.clock.now_ms()
+            values = [(v, now) for v in values]
+        self.table.put(ctx.key_group, ctx.key, ctx.namespace, values)
+
+
+class MapState(_State):
+    """A map per key. With TTL every map entry carries its own last-access time."""
+
+    __slots__ = ()
+
+    def _read(self, ctx: KeyContext, uk: Any, e: Any) -> Any:
+        """Apply TTL to one stored map entry; _MISSING when not visible."""
+        if not self.ttl_ms:
+            return e
+        v, ts = e
+        now = self.clock.now_ms()
+        if is_expired(ts, self.ttl_ms, now):
+            self.table.map_remove(ctx.key_group, ctx.key, ctx.namespace, uk)
+            return v if self.return_expired else _MISSING
+        if self.update_on_read:
+            self.table.map_put(ctx.key_group, ctx.key, ctx.namespace, uk, (v, now))
+        return v
+
+    def get(self, user_key: Any, default: Any = None) -> Any:
+        ctx = self._check_ctx()
+        e = self.table.map_get(ctx.key_group, ctx.key, ctx.namespace, user_key)
+        if e is None:
+            return default
+        v = self._read(ctx, user_key, e)
+        return default if v is _MISSING else v
+
+    def __getitem__(self, user_key: Any) -> Any:
+        v = self.get(user_key, _MISSING)
+        if v is _MISSING:
+            raise KeyError(user_key)
+        return v
+
+    def put(self, user_key: Any, value: Any) -> None:
+        ctx = self._check_ctx()
+        if user_key is None:
+            raise SerializationError(f"{self._where()}: a map key must not be None")
+        self.descriptor.user_key_info.check(user_key, self._where() + " key")
+        if value is not None:
+            self.info.check(value, self._where())
+        self.table.map_put(
+            ctx.key_group, ctx.key, ctx.namespace, user_key, (value, self.clock.now_ms()) if self.ttl_ms else value
+        )
+
+    __setitem__ = put
+
+    def put_all(self, entries: dict[Any, Any]) -> None:
+        for k, v in entries.items():
+            self.put(k, v)
+
+    def remove(self, user_key: Any) -> None:
+        ctx = self._check_ctx()
+        self.table.map_remove(ctx.key_group, ctx.key, ctx.namespace, user_key)
+
+    def __delitem__(self, user_key: Any) -> None:
+        if not self.contains(user_key):
+            raise KeyError(user_key)
+        self.remove(user_key)
+
+    def contains(self, user_key: Any) -> bool:
+        return self.get(user_key, _MISSING) is not _MISSING
+
+    __contains__ = contains
+
+    def items(self) -> list[tuple[Any, Any]]:
+        ctx = self._check_ctx()
+        out = []
+        for uk, e in list(self.table.map_items(ctx.key_group, ctx.key, ctx.namespace)):
+            v = self._read(ctx, uk, e)
+            if v is not _MISSING:
+                out.append((uk, v))
+        return out
+
+    def keys(self) -> list[Any]:
+        return [k for k, _ in self.items()]
+
+    def values(self) -> list[Any]:
+        return [v for _, v in self.items()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.items())
+
+    def is_empty(self) -> bool:
+        return not self.items()
+
+
+STATE_CLASSES: dict[StateKind, type[_State]] = {
+    StateKind.VALUE: ValueState,
+    StateKind.LIST: ListState,
+    StateKind.MAP: MapState,
+    StateKind.REDUCING: ReducingState,
+    StateKind.AGGREGATING: AggregatingState,
+}
+
+
+def entry_expiry(descriptor: StateDescriptor, last_access_ms: int | None) -> int | None:
+    """When a stored entry expires, or None without TTL."""
+    ttl: StateTtlConfig | None = getattr(descriptor, "ttl", None)
+    if ttl is None or last_access_ms is None:
+        return None
+    return expires_at(last_access_ms, ttl.ttl_ms)

@@ -1,0 +1,84 @@
+"""The one exception tree of State Explorer.
+
+::
+
+    StateExplorerError
+    ├── KeyGroupError               parallelism / max parallelism / key-group rules broken
+    ├── KeyTypeError                a key whose Java hashCode we cannot reproduce
+    ├── StateError                  misuse of the state API at run time
+    │   ├── StateNotDeclaredError   state used outside a keyed context or before open()
+    │   └── SerializationError      a value that does not fit its declared type
+    ├── JobError                    a pipeline that cannot be built or run
+    ├── SnapshotError               anything wrong with a snapshot on disk
+    │   ├── SnapshotNotFoundError   the path holds no snapshot we know
+    │   ├── SnapshotFormatError     wrong magic number, unknown version, bad layout
+    │   ├── SnapshotCorruptError    checksum mismatch, torn or missing file
+    │   └── UnsafePathError         a path in metadata escapes the snapshot folder
+    ├── RestoreError                a snapshot that does not fit the job restoring it
+    │   └── StateMigrationError     renamed descriptor, changed kind, type or TTL
+    └── ReaderError                 a foreign format (Spark, Flink) we could not read
+
+Messages name the path or state, what was found and what was expected.
+"""
+
+from __future__ import annotations
+
+
+class StateExplorerError(Exception):
+    """Base of every error State Explorer raises on purpose."""
+
+
+class KeyGroupError(StateExplorerError, ValueError):
+    """A key-group rule was broken (for example parallelism > max parallelism)."""
+
+
+class KeyTypeError(StateExplorerError, TypeError):
+    """A key whose Java hashCode State Explorer cannot reproduce."""
+
+
+class StateError(StateExplorerError):
+    """The state API was misused at run time."""
+
+
+class StateNotDeclaredError(StateError):
+    """Keyed state was used outside a keyed context, or before open()."""
+
+
+class SerializationError(StateError, TypeError):
+    """A value does not fit the type its descriptor declares."""
+
+
+class JobError(StateExplorerError):
+    """A pipeline cannot be built or run."""
+
+
+class SnapshotError(StateExplorerError):
+    """Something is wrong with a snapshot on disk."""
+
+
+class SnapshotNotFoundError(SnapshotError, FileNotFoundError):
+    """The path holds no snapshot State Explorer knows."""
+
+
+class SnapshotFormatError(SnapshotError):
+    """Wrong magic number, unknown format version, or an unexpected layout."""
+
+
+class SnapshotCorruptError(SnapshotError):
+    """A checksum did not match, or a file is torn or missing."""
+
+
+class UnsafePathError(SnapshotError):
+    """A path named inside snapshot metadata escapes the snapshot folder."""
+
+
+class RestoreError(StateExplorerError):
+    """A snapshot does not fit the job that restores it."""
+
+
+class StateMigrationError(RestoreError):
+    """A state changed name, kind, type or TTL between snapshot and job."""
+
+
+class ReaderError(StateExplorerError):
+    """A foreign snapshot format (Spark, Flink) could not be read."""

@@ -1,0 +1,217 @@
+"""What every snapshot reader gives the explorer.
+
+A reader turns one on-disk format (our engine's checkpoints and savepoints,
+Spark checkpoints, Apache Flink savepoints and checkpoints) into the same
+model, so every analysis, chart and widget works on every format.
+
+A reader is cheap to construct: it reads metadata only. Keyed state is read
+on demand, in *pieces* (one Arrow table per operator/state/file), filtered
+as close to the files as the format allows.
+
+Every piece has the columns of the public contract, in this order
+(:data:`CONTRACT_COLUMNS`):
+
+==============  ===============================  ======================================
+column          Arrow type                       meaning
+==============  ===============================  ======================================
+operator        string                           operator name (uid when no name)
+state           string                           state descriptor name
+kind            string                           one of :data:`STATE_KINDS`
+key             any (per piece)                  the key, as a Python-native value
+key_group       int32                            Flink key group (Spark: partition id)
+subtask         int32                            owning subtask at the snapshot's parallelism
+namespace       any (per piece), nullable        window / namespace, null for the default
+user_key        any (per piece), nullable        map key (map state), list index (list)
+value           any (per piece), nullable        value, list element or map value;
+                                                 a timer's timestamp (int64 ms) for timers
+last_access     timestamp[ms, tz=UTC], nullable  TTL last-access time
+expires_at      timestamp[ms, tz=UTC], nullable  when TTL expires the entry
+size_bytes      int64                            serialized size of this entry's value
+==============  ===============================  ======================================
+
+Columns whose type is "any" may differ between pieces (string keys in one
+operator, int keys in another); :class:`explorer.snapshot.Snapshot` combines
+pieces into one pandas DataFrame.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import pandas as pd
+import pyarrow as pa
+
+CONTRACT_COLUMNS: tuple[str, ...] = (
+    "operator",
+    "state",
+    "kind",
+    "key",
+    "key_group",
+    "subtask",
+    "namespace",
+    "user_key",
+    "value",
+    "last_access",
+    "expires_at",
+    "size_bytes",
+)
+
+STATE_KINDS: tuple[str, ...] = (
+    "value",
+    "list",
+    "map",
+    "reducing",
+    "aggregating",
+    "event_timer",
+    "processing_timer",
+)
+
+TIMESTAMP = pa.timestamp("ms", tz="UTC")
+
+#: Arrow types of the columns whose type is fixed by the contract.
+FIXED_TYPES: dict[str, pa.DataType] = {
+    "operator": pa.string(),
+    "state": pa.string(),
+    "kind": pa.string(),
+    "key_group": pa.int32(),
+    "subtask": pa.int32(),
+    "last_access": TIMESTAMP,
+    "expires_at": TIMESTAMP,
+    "size_bytes": pa.int64(),
+}
+
+#: Columns of :meth:`SnapshotReader.operators` (readers may add more after these).
+OPERATOR_COLUMNS = ("operator", "operator_id", "uid", "parallelism", "max_parallelism")
+#: Columns of :meth:`SnapshotReader.states` (readers may add more after these).
+STATE_COLUMNS = ("operator", "state", "kind", "key_type", "value_type", "ttl_ms", "update_type", "visibility")
+#: Columns of :meth:`SnapshotReader.subtasks` (readers may add more after these).
+SUBTASK_COLUMNS = ("operator", "subtask", "key_group_start", "key_group_end")
+#: Columns of :meth:`SnapshotReader.operator_state`.
+OPERATOR_STATE_COLUMNS = ("operator", "state", "mode", "subtask", "user_key", "value", "size_bytes")
+
+
+@dataclass(frozen=True)
+class KeyedStateQuery:
+    """What to read. ``None`` means "all"."""
+
+    operators: frozenset[str] | None = None
+    states: frozenset[str] | None = None
+    key_groups: frozenset[int] | None = None
+    keys: tuple[Any, ...] | None = None
+    columns: tuple[str, ...] | None = None
+
+    def wants_operator(self, operator: str) -> bool:
+        return self.operators is None or operator in self.operators
+
+    def wants_state(self, state: str) -> bool:
+        return self.states is None or state in self.states
+
+
+@dataclass
+class SnapshotInfo:
+    """Metadata of one snapshot, the same for every format."""
+
+    path: Path
+    format: str  # "engine-checkpoint", "engine-savepoint", "spark-checkpoint", "flink-savepoint", "flink-checkpoint"
+    kind: str  # "checkpoint" or "savepoint"
+    checkpoint_id: int | None = None
+    created_at: pd.Timestamp | None = None
+    job_id: str | None = None
+    job_name: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SnapshotReader(ABC):
+    """One snapshot on disk, read lazily. Subclasses exist per format."""
+
+    #: short name of the format, for messages and ``Snapshot.format``
+    format_name: str = "unknown"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        #: things the user should know (an unknown serializer, a skipped file)
+        self.notes: list[str] = []
+
+    @classmethod
+    @abstractmethod
+    def detect(cls, path: Path) -> bool:
+        """Cheaply tell whether ``path`` holds this format (look at names and magic bytes)."""
+
+    @abstractmethod
+    def info(self) -> SnapshotInfo:
+        """Metadata: id, kind, times."""
+
+    @abstractmethod
+    def operators(self) -> pd.DataFrame:
+        """One row per operator: :data:`OPERATOR_COLUMNS` first."""
+
+    @abstractmethod
+    def states(self) -> pd.DataFrame:
+        """One row per (operator, state): :data:`STATE_COLUMNS` first."""
+
+    @abstractmethod
+    def subtasks(self) -> pd.DataFrame:
+        """One row per (operator, subtask): :data:`SUBTASK_COLUMNS` first."""
+
+    @abstractmethod
+    def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
+        """Keyed state as Arrow tables with :data:`CONTRACT_COLUMNS` (see module doc)."""
+
+    def estimated_rows(self, query: KeyedStateQuery) -> int | None:
+        """How many rows :meth:`keyed_pieces` will yield, if known cheaply (for progress bars)."""
+        return None
+
+    def operator_state(self) -> pd.DataFrame:
+        """Operator (list/union) and broadcast state: :data:`OPERATOR_STATE_COLUMNS`."""
+        return pd.DataFrame(columns=list(OPERATOR_STATE_COLUMNS))
+
+    def metrics(self) -> pd.DataFrame:
+        """Per key group metrics the snapshot carries (records, entries, bytes), if any."""
+        return pd.DataFrame(columns=["operator", "key_group", "records", "entries", "bytes"])
+
+    def heavy_hitters(self) -> pd.DataFrame:
+        """Hottest keys by traffic from the snapshot's sketch, if any: operator, key, count, error."""
+        return pd.DataFrame(columns=["operator", "key", "count", "error"])
+
+    def timings(self) -> dict[str, Any]:
+        """Checkpoint timing figures (sync/async duration, alignment, bytes), if any."""
+        return {}
+
+
+def empty_piece(columns: Sequence[str] = CONTRACT_COLUMNS) -> pa.Table:
+    """A zero-row piece with the contract schema (null type for the free columns)."""
+    return pa.table({c: pa.array([], type=FIXED_TYPES.get(c, pa.null())) for c in columns})
+
+
+def make_piece(data: dict[str, Any], columns: Iterable[str] | None = None) -> pa.Table:
+    """Build a contract piece from column arrays, casting fixed columns to their types.
+
+    Missing columns become nulls. ``data`` values may be lists, NumPy arrays or Arrow arrays.
+    """
+    n = None
+    for v in data.values():
+        if not isinstance(v, (str, int, type(None))):
+            n = len(v)
+            break
+    if n is None:
+        raise ValueError("make_piece needs at least one column array")
+    arrays = {}
+    for c in CONTRACT_COLUMNS:
+        v = data.get(c)
+        t = FIXED_TYPES.get(c)
+        if v is None:
+            arrays[c] = pa.nulls(n, type=t or pa.null())
+        elif isinstance(v, (str, int)):
+            arrays[c] = pa.array([v] * n, type=t) if t is not None else pa.array([v] * n)
+        else:
+            arr = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v, from_pandas=True)
+            if t is not None and arr.type != t:
+                arr = arr.cast(t)
+            arrays[c] = arr
+    table = pa.table(arrays)
+    if columns is not None:
+        table = table.select(list(columns))
+    return table
