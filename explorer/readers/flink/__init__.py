@@ -1,0 +1,15 @@
+"""Apache Flink savepoints and checkpoints, read in pure Python (no JVM).
+
+Modules, one format each: ``datainput`` (Java DataInput), ``javaser`` (a safe
+parser for the one Java-serialized object in ``_metadata``), ``metadata``
+(``_metadata``), ``handles`` (where state bytes live), ``serializers``
+(serializer snapshots and value decoders), ``statemeta`` (the keyed backend
+header), ``fullformat`` (canonical savepoints, RocksDB full snapshots),
+``heapformat`` (HashMap backend snapshots), ``sst`` and ``rocksdb`` (RocksDB
+native/incremental snapshots), ``compression`` (Snappy), ``rows`` (entries to
+contract rows), ``operatorstate`` (operator and broadcast state), ``reader``.
+"""
+
+from .reader import FlinkSnapshotReader, find_metadata
+
+__all__ = ["FlinkSnapshotReader", "find_metadata"]

@@ -1,0 +1,142 @@
+"""State handles named in Flink's ``_metadata`` and how to open them safely.
+
+A *stream state handle* says where bytes live:
+
+* ``bytes``    - inline in ``_metadata`` itself (``ByteStreamStateHandle``,
+                 small state below ``state.storage.fs.memory-threshold``);
+* ``relative`` - a file next to ``_metadata`` (``RelativeFileStateHandle``,
+                 used by savepoints, which is why they can be moved);
+* ``file``     - an absolute path or URI (``FileStateHandle``, used by
+                 checkpoints: ``.../<job-id>/chk-N/<uuid>`` for exclusive state,
+                 ``.../<job-id>/shared/<uuid>`` for incremental RocksDB files,
+                 ``.../<job-id>/taskowned/...``).
+
+Keyed state is wrapped in a *keyed state handle*: a key-group handle (one
+stream plus the offset of every key group in it) or an incremental RocksDB
+handle (a meta-data stream plus the SST and other files of one RocksDB
+instance, shared and private).
+
+Checkpoints are not relocatable in Flink, but copies of them are common (and
+our fixtures are copies), so an absolute path is mapped onto the folder the
+snapshot was opened from by its tail (``chk-N/...``, ``shared/...``,
+``taskowned/...``). Nothing outside that folder is ever opened: a path that
+does not map into it raises :class:`~explorer.errors.UnsafePathError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from ...errors import SnapshotCorruptError, UnsafePathError
+
+
+@dataclass
+class StreamHandle:
+    kind: str  # "bytes" | "file" | "relative"
+    name: str  # handle name, absolute path or relative path
+    size: int
+    data: bytes | None = None
+
+
+@dataclass
+class KeyGroupsHandle:
+    start: int
+    offsets: list[int]
+    stream: StreamHandle | None
+    savepoint: bool  # KeyGroupsSavepointStateHandle: canonical savepoint format
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.offsets) - 1
+
+
+@dataclass
+class IncrementalHandle:
+    checkpoint_id: int
+    backend_id: str
+    start: int
+    count: int
+    checkpointed_size: int | None
+    meta: StreamHandle | None
+    shared: list[tuple[str, StreamHandle]] = field(default_factory=list)
+    private: list[tuple[str, StreamHandle]] = field(default_factory=list)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count - 1
+
+
+@dataclass
+class OperatorStreamHandle:
+    states: dict[str, tuple[str, list[int]]]  # name -> (distribution mode, offsets)
+    stream: StreamHandle | None
+
+
+_ANCHORS = ("shared", "taskowned")
+
+
+class HandleResolver:
+    """Opens stream handles, confined to the snapshot's folder (see module doc)."""
+
+    def __init__(self, metadata_file: Path) -> None:
+        self.metadata_file = metadata_file
+        self.exclusive_dir = metadata_file.parent
+        # a retained checkpoint lives in <job-dir>/chk-N/; its shared files in <job-dir>/shared/
+        self.job_dir = self.exclusive_dir.parent if self.exclusive_dir.name.startswith("chk-") else self.exclusive_dir
+        self._roots = [self.exclusive_dir.resolve(), self.job_dir.resolve()]
+
+    def local_path(self, handle: StreamHandle) -> Path:
+        if handle.kind == "relative":
+            return self._confine(self.exclusive_dir / handle.name, handle.name)
+        if handle.kind != "file":
+            raise ValueError(f"a {handle.kind} handle has no file")
+        parsed = urlparse(handle.name)
+        raw = unquote(parsed.path) if parsed.scheme in ("", "file") else None
+        if raw is None:
+            raise UnsafePathError(
+                f"{self.metadata_file}: state file {handle.name!r} is on {parsed.scheme!r} storage; "
+                "expected a local file inside the snapshot folder"
+            )
+        parts = Path(raw).parts
+        # map the tail onto our folder: .../chk-N/<file>, .../shared/<file>, .../taskowned/<file>
+        for i in range(len(parts) - 1, -1, -1):
+            p = parts[i]
+            if p.startswith("chk-") and p == self.exclusive_dir.name:
+                return self._confine(self.exclusive_dir.joinpath(*parts[i + 1 :]), handle.name)
+            if p in _ANCHORS:
+                return self._confine(self.job_dir.joinpath(*parts[i:]), handle.name)
+        if len(parts) >= 1 and Path(raw).parent.name == self.exclusive_dir.name:
+            return self._confine(self.exclusive_dir / parts[-1], handle.name)
+        raise UnsafePathError(
+            f"{self.metadata_file}: state file {handle.name!r} is outside the snapshot folder "
+            f"{self.job_dir}; expected a path under chk-N/, shared/ or taskowned/"
+        )
+
+    def _confine(self, path: Path, original: str) -> Path:
+        resolved = path.resolve()
+        if not any(resolved == r or r in resolved.parents for r in self._roots):
+            raise UnsafePathError(
+                f"{self.metadata_file}: state file {original!r} resolves to {resolved}, "
+                f"outside the snapshot folder {self.job_dir}"
+            )
+        return resolved
+
+    def read(self, handle: StreamHandle) -> bytes:
+        """All bytes of ``handle``."""
+        if handle.kind == "bytes":
+            return handle.data or b""
+        path = self.local_path(handle)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise SnapshotCorruptError(
+                f"{self.metadata_file}: state file {path} named in the metadata is missing "
+                f"(expected {handle.size} bytes)"
+            ) from exc
+        if handle.size >= 0 and len(data) < handle.size:
+            raise SnapshotCorruptError(
+                f"{path}: found {len(data)} bytes, the metadata expects {handle.size} (file truncated?)"
+            )
+        return data

@@ -1,0 +1,284 @@
+"""Flink's checkpoint/savepoint ``_metadata`` file, versions 3 to 7.
+
+Layout (big-endian, Java ``DataOutput``)::
+
+    int   magic 0x4960672D
+    int   version                       (3 = Flink 1.11+, 4 adds checkpoint properties,
+                                         5 adds operator name and uid, 6 changes the
+                                         unaligned channel-state handles, 7 adds a
+                                         per-subtask reference checkpoint id)
+    long  checkpoint id
+    int   number of master states, each: int magic 0xC96B1696, int length, payload
+    int   number of operators, each:
+          [v5+] utf name, utf uid       ("" when not set)
+          long, long                    OperatorID (lower half, upper half)
+          int parallelism, int max parallelism
+          stream handle                 operator-coordinator state (or null)
+          int number of subtasks        (negative: operator fully finished)
+          each subtask: int index (negative -i-1: finished), then
+              int has-managed-operator-state, [operator state handle]
+              int has-raw-operator-state, [operator state handle]
+              keyed state handle (managed), keyed state handle (raw)
+              input-channel and result-subpartition state collections (int count, ...)
+              [v7] byte has-reference-id, [long id]
+    [v4+] CheckpointProperties, Java-serialized (parsed by javaser, never executed)
+
+Handles start with a one-byte type: 0 null, 1 inline bytes, 2 file, 3/12 key
+groups (12 adds a handle id), 4 operator state, 5/11 incremental RocksDB (11 adds
+checkpointed size and handle id), 6 relative file, 7 savepoint key groups,
+8/9/10/13/14 changelog backend (not supported).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import SnapshotCorruptError, SnapshotFormatError
+from .datainput import DataInput
+from .handles import IncrementalHandle, KeyGroupsHandle, OperatorStreamHandle, StreamHandle
+from .javaser import parse_java_object
+
+MAGIC = 0x4960672D
+MASTER_STATE_MAGIC = 0xC96B1696 - (1 << 32)
+SUPPORTED_VERSIONS = (3, 4, 5, 6, 7)
+
+NULL_HANDLE, BYTE_STREAM, FILE_STREAM, KEY_GROUPS, OPERATOR_STATE = 0, 1, 2, 3, 4
+INCREMENTAL, RELATIVE_STREAM, SAVEPOINT_KEY_GROUPS = 5, 6, 7
+CHANGELOG_HANDLES = (8, 9, 10, 13, 14)
+INCREMENTAL_V2, KEY_GROUPS_V2 = 11, 12
+OPERATOR_STATE_MODES = ("SPLIT_DISTRIBUTE", "UNION", "BROADCAST")
+
+
+@dataclass
+class SubtaskState:
+    index: int
+    finished: bool = False
+    managed_operator: OperatorStreamHandle | None = None
+    raw_operator: OperatorStreamHandle | None = None
+    managed_keyed: KeyGroupsHandle | IncrementalHandle | None = None
+    raw_keyed: KeyGroupsHandle | IncrementalHandle | None = None
+
+
+@dataclass
+class OperatorState:
+    name: str | None
+    uid: str | None
+    operator_id: str
+    parallelism: int
+    max_parallelism: int
+    subtasks: list[SubtaskState] = field(default_factory=list)
+    fully_finished: bool = False
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.uid or self.operator_id
+
+
+@dataclass
+class CheckpointMetadata:
+    path: Path
+    version: int
+    checkpoint_id: int
+    master_states: int
+    operators: list[OperatorState]
+    properties: dict[str, Any] | None
+
+    @property
+    def is_savepoint(self) -> bool | None:
+        t = (self.properties or {}).get("checkpointType")
+        if isinstance(t, dict):
+            return "SavepointType" in str(t.get("@class"))
+        return None
+
+    @property
+    def savepoint_format(self) -> str | None:
+        """"CANONICAL" or "NATIVE" for savepoints, else None."""
+        t = (self.properties or {}).get("checkpointType")
+        if isinstance(t, dict):
+            fmt = t.get("formatType")
+            if isinstance(fmt, dict):
+                return fmt.get("name")
+        return None
+
+
+class _MetadataParser:
+    def __init__(self, path: Path, data: bytes) -> None:
+        self.path = path
+        self.inp = DataInput(data)
+        self.version = 0
+
+    def fail(self, what: str, exc: Exception | None = None) -> SnapshotCorruptError:
+        return SnapshotCorruptError(f"{self.path}: {what} at byte {self.inp.pos} (metadata version {self.version})")
+
+    def parse(self) -> CheckpointMetadata:
+        inp = self.inp
+        if len(inp.buf) < 8:
+            raise SnapshotFormatError(
+                f"{self.path}: found {len(inp.buf)} bytes, expected at least 8 (magic number and version)"
+            )
+        magic = inp.read_uint()
+        if magic != MAGIC:
+            raise SnapshotFormatError(
+                f"{self.path}: found magic number {magic:#010x}, expected {MAGIC:#010x} (Flink checkpoint metadata)"
+            )
+        self.version = version = inp.read_int()
+        if version not in SUPPORTED_VERSIONS:
+            raise SnapshotFormatError(
+                f"{self.path}: found metadata version {version}, expected one of "
+                f"{', '.join(map(str, SUPPORTED_VERSIONS))} (Flink 1.11 to 2.x)"
+            )
+        try:
+            checkpoint_id = inp.read_long()
+            if checkpoint_id < 0:
+                raise SnapshotCorruptError(f"{self.path}: found checkpoint id {checkpoint_id}, expected >= 0")
+            n_master = inp.read_int()
+            if n_master < 0:
+                raise SnapshotCorruptError(f"{self.path}: found {n_master} master states, expected >= 0")
+            for _ in range(n_master):
+                if inp.read_int() != MASTER_STATE_MAGIC:
+                    raise self.fail("master state magic number 0xc96b1696 not found")
+                inp.skip(inp.read_int())
+            n_ops = inp.read_int()
+            if n_ops < 0 or n_ops > 1_000_000:
+                raise self.fail(f"implausible operator count {n_ops}")
+            operators = [self.operator() for _ in range(n_ops)]
+            properties = None
+            if version >= 4 and not inp.at_end():
+                try:
+                    properties = parse_java_object(inp)
+                except ValueError as exc:
+                    raise self.fail(f"checkpoint properties unreadable ({exc})") from exc
+        except EOFError as exc:
+            raise SnapshotCorruptError(
+                f"{self.path}: file ends early at byte {inp.pos} of {len(inp.buf)} ({exc}); truncated metadata?"
+            ) from exc
+        return CheckpointMetadata(self.path, version, checkpoint_id, n_master, operators, properties)
+
+    def operator(self) -> OperatorState:
+        inp = self.inp
+        name = uid = None
+        if self.version >= 5:
+            name = inp.read_utf() or None
+            uid = inp.read_utf() or None
+        lower, upper = inp.read_long(), inp.read_long()
+        op_id = (lower & (2**64 - 1)).to_bytes(8, "big").hex() + (upper & (2**64 - 1)).to_bytes(8, "big").hex()
+        parallelism, max_parallelism = inp.read_int(), inp.read_int()
+        self.stream_handle()  # coordinator state
+        n = inp.read_int()
+        op = OperatorState(name, uid, op_id, parallelism, max_parallelism)
+        if n < 0:
+            op.fully_finished = True
+            return op
+        for _ in range(n):
+            idx = inp.read_int()
+            if idx < 0:
+                op.subtasks.append(SubtaskState(-idx - 1, finished=True))
+                continue
+            op.subtasks.append(self.subtask(idx))
+        return op
+
+    def subtask(self, idx: int) -> SubtaskState:
+        inp = self.inp
+        st = SubtaskState(idx)
+        if inp.read_int() != 0:
+            st.managed_operator = self.operator_handle()
+        if inp.read_int() != 0:
+            st.raw_operator = self.operator_handle()
+        st.managed_keyed = self.keyed_handle()
+        st.raw_keyed = self.keyed_handle()
+        for what in ("input channel", "result subpartition"):
+            count = inp.read_int()
+            if count != 0:
+                raise SnapshotFormatError(
+                    f"{self.path}: subtask {idx} holds {count} {what} state handles (an unaligned "
+                    "checkpoint's in-flight data); State Explorer reads aligned snapshots only"
+                )
+        if self.version >= 7 and inp.read_byte() == 1:
+            inp.read_long()
+        return st
+
+    def operator_handle(self) -> OperatorStreamHandle | None:
+        inp = self.inp
+        t = inp.read_byte()
+        if t == NULL_HANDLE:
+            return None
+        if t != OPERATOR_STATE:
+            raise self.fail(f"found operator state handle type {t}, expected {OPERATOR_STATE}")
+        states = {}
+        for _ in range(inp.read_int()):
+            name = inp.read_utf()
+            mode = inp.read_byte()
+            offsets = [inp.read_long() for _ in range(inp.read_int())]
+            states[name] = (OPERATOR_STATE_MODES[mode] if 0 <= mode < 3 else f"MODE_{mode}", offsets)
+        return OperatorStreamHandle(states, self.stream_handle())
+
+    def keyed_handle(self) -> KeyGroupsHandle | IncrementalHandle | None:
+        inp = self.inp
+        t = inp.read_byte()
+        if t == NULL_HANDLE:
+            return None
+        if t in (KEY_GROUPS, KEY_GROUPS_V2, SAVEPOINT_KEY_GROUPS):
+            start, n = inp.read_int(), inp.read_int()
+            offsets = [inp.read_long() for _ in range(n)]
+            stream = self.stream_handle()
+            if t == KEY_GROUPS_V2:
+                inp.read_utf()  # state handle id
+            return KeyGroupsHandle(start, offsets, stream, savepoint=(t == SAVEPOINT_KEY_GROUPS))
+        if t in (INCREMENTAL, INCREMENTAL_V2):
+            cp_id = inp.read_long()
+            backend = inp.read_utf()
+            start, n = inp.read_int(), inp.read_int()
+            size = inp.read_long() if t == INCREMENTAL_V2 else None
+            meta = self.stream_handle()
+            shared = self.handle_list()
+            private = self.handle_list()
+            if t == INCREMENTAL_V2:
+                inp.read_utf()
+            return IncrementalHandle(cp_id, backend, start, n, size, meta, shared, private)
+        if t in CHANGELOG_HANDLES:
+            raise SnapshotFormatError(
+                f"{self.path}: found a changelog state backend handle (type {t}); State Explorer reads "
+                "heap and RocksDB snapshots without the changelog backend"
+            )
+        raise self.fail(f"found keyed state handle type {t}, expected one of 0, 3, 5, 7, 11, 12")
+
+    def handle_list(self) -> list[tuple[str, StreamHandle]]:
+        out = []
+        for _ in range(self.inp.read_int()):
+            local = self.inp.read_utf()
+            h = self.stream_handle()
+            if h is not None:
+                out.append((local, h))
+        return out
+
+    def stream_handle(self) -> StreamHandle | None:
+        inp = self.inp
+        t = inp.read_byte()
+        if t == NULL_HANDLE:
+            return None
+        if t == FILE_STREAM:
+            size = inp.read_long()
+            return StreamHandle("file", inp.read_utf(), size)
+        if t == BYTE_STREAM:
+            name = inp.read_utf()
+            n = inp.read_int()
+            return StreamHandle("bytes", name, n, inp.read_bytes(n))
+        if t == RELATIVE_STREAM:
+            rel = inp.read_utf()
+            return StreamHandle("relative", rel, inp.read_long())
+        if t == KEY_GROUPS:  # a key-groups handle used as a stream: read its delegate
+            start, n = inp.read_int(), inp.read_int()
+            inp.skip(8 * n)
+            return self.stream_handle()
+        raise self.fail(f"found stream state handle type {t}, expected one of 0, 1, 2, 6")
+
+
+def read_metadata(path: Path) -> CheckpointMetadata:
+    """Parse a ``_metadata`` file (see module doc); errors name the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SnapshotCorruptError(f"{path}: cannot read checkpoint metadata ({exc})") from exc
+    return _MetadataParser(path, data).parse()

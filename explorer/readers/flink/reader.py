@@ -1,0 +1,441 @@
+"""``FlinkSnapshotReader``: Apache Flink savepoints and retained checkpoints, no JVM.
+
+What it opens: a directory holding ``_metadata`` (a savepoint, or one ``chk-N``
+of a retained checkpoint), the ``_metadata`` file itself, or a job's checkpoint
+directory holding ``chk-N/`` folders (the newest complete one is used).
+
+How keyed state is found, per operator and subtask (see ``metadata``):
+
+==============================  ===============================  ====================
+handle in ``_metadata``         written by                       decoded by
+==============================  ===============================  ====================
+savepoint key groups (type 7)   canonical savepoints, any        ``fullformat``
+                                backend
+key groups (types 3, 12)        HashMap backend checkpoints and  ``heapformat``
+                                native savepoints; RocksDB full  (or ``fullformat``)
+                                (non-incremental) checkpoints
+incremental (types 5, 11)       RocksDB incremental checkpoints  ``rocksdb`` + ``sst``
+                                and native savepoints
+==============================  ===============================  ====================
+
+Rows follow the public contract (``explorer.readers.base``). ``key_group`` comes
+from the files; where the key's Java hash can be reproduced, it is re-computed
+with :mod:`explorer.keygroups` and disagreements are counted
+(``info().extra["key_group_mismatches"]``) and described in :attr:`notes`.
+Flink does not store TTL durations, only each entry's last-access time; pass
+``ttl={"state name": timedelta(...)}`` to get ``expires_at``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ...errors import ReaderError, SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
+from ...keygroups import assign_key_groups, key_group_range_for_operator, operator_indices_for_key_groups
+from ..base import (
+    OPERATOR_COLUMNS,
+    OPERATOR_STATE_COLUMNS,
+    STATE_COLUMNS,
+    SUBTASK_COLUMNS,
+    TIMESTAMP,
+    KeyedStateQuery,
+    SnapshotInfo,
+    SnapshotReader,
+    make_piece,
+)
+from . import fullformat, heapformat
+from .datainput import DataInput
+from .handles import HandleResolver, IncrementalHandle, KeyGroupsHandle
+from .metadata import MAGIC, CheckpointMetadata, OperatorState, SubtaskState, read_metadata
+from .operatorstate import read_operator_state
+from .rocksdb import read_instance
+from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
+from .serializers import RowDataDecoder
+from .statemeta import BackendMeta, read_backend_meta
+
+_CHK = re.compile(r"^chk-(\d+)$")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def find_metadata(path: Path) -> Path:
+    """The ``_metadata`` file ``path`` stands for (see module doc)."""
+    path = Path(path)
+    if path.is_file():
+        if path.name == "_metadata":
+            return path
+        raise SnapshotNotFoundError(f"{path}: found a file, expected a Flink '_metadata' file or snapshot folder")
+    if not path.is_dir():
+        raise SnapshotNotFoundError(f"{path}: no such file or folder")
+    if (path / "_metadata").is_file():
+        return path / "_metadata"
+    chks = sorted(
+        (int(m.group(1)), p)
+        for p in path.iterdir()
+        if (m := _CHK.match(p.name)) and (p / "_metadata").is_file()
+    )
+    if chks:
+        return chks[-1][1] / "_metadata"
+    raise SnapshotNotFoundError(
+        f"{path}: found no '_metadata' file here or in a chk-N folder; expected a Flink savepoint or checkpoint"
+    )
+
+
+class FlinkSnapshotReader(SnapshotReader):
+    """An Apache Flink savepoint or retained checkpoint (see module doc)."""
+
+    format_name = "flink"
+
+    def __init__(self, path: str | Path, ttl: dict[str, timedelta] | None = None) -> None:
+        super().__init__(path)
+        self.metadata_file = find_metadata(self.path)
+        self.meta: CheckpointMetadata = read_metadata(self.metadata_file)
+        self.resolver = HandleResolver(self.metadata_file)
+        self.ttl: dict[str, timedelta] = {}
+        for name, td in (ttl or {}).items():
+            if not isinstance(td, timedelta) or td <= timedelta(0):
+                raise ValueError(f"ttl for state {name!r}: found {td!r}, expected a positive datetime.timedelta")
+            self.ttl[name] = td
+        self._headers: dict[tuple[str, int], BackendMeta] = {}
+        self._layouts: dict[tuple[str, int], str] = {}
+        self._noted: set[str] = set()
+        self.key_group_mismatches = 0
+        self.key_group_checked_rows = 0
+
+    # -- detection and metadata ---------------------------------------------------------
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        try:
+            f = find_metadata(Path(path))
+            with open(f, "rb") as fh:
+                return int.from_bytes(fh.read(4), "big") == MAGIC
+        except (SnapshotError, OSError):
+            return False
+
+    def _note(self, text: str) -> None:
+        if text not in self._noted:
+            self._noted.add(text)
+            self.notes.append(text)
+
+    def info(self) -> SnapshotInfo:
+        m = self.meta
+        is_sp = m.is_savepoint
+        fmt = m.savepoint_format
+        job_dir = self.resolver.job_dir
+        ctype = (m.properties or {}).get("checkpointType") or {}
+        created = pd.Timestamp(self.metadata_file.stat().st_mtime, unit="s", tz="UTC")
+        extra: dict[str, Any] = {
+            "metadata_version": m.version,
+            "metadata_file": str(self.metadata_file),
+            "savepoint_format": fmt.lower() if fmt else None,
+            "checkpoint_type": ctype.get("name") if isinstance(ctype, dict) else None,
+            "created_at_source": "modification time of _metadata (Flink does not store it)",
+            "operators_with_keyed_state": sum(1 for o in m.operators if self._keyed_subtasks(o)),
+            "backends": {o.display_name: self._backend_name(o) for o in m.operators if self._keyed_subtasks(o)},
+            "key_group_mismatches": self.key_group_mismatches,
+            "key_group_checked_rows": self.key_group_checked_rows,
+        }
+        return SnapshotInfo(
+            path=self.path,
+            format="flink-savepoint" if is_sp else "flink-checkpoint",
+            kind="savepoint" if is_sp else "checkpoint",
+            checkpoint_id=m.checkpoint_id,
+            created_at=created,
+            job_id=job_dir.name if _HEX32.match(job_dir.name) else None,
+            job_name=None,
+            extra=extra,
+        )
+
+    @staticmethod
+    def _keyed_subtasks(op: OperatorState) -> list[SubtaskState]:
+        return [s for s in op.subtasks if s.managed_keyed is not None]
+
+    def _backend_name(self, op: OperatorState) -> str:
+        subs = self._keyed_subtasks(op)
+        if not subs:
+            return "none"
+        h = subs[0].managed_keyed
+        if isinstance(h, IncrementalHandle):
+            return "rocksdb (native)"
+        if h.savepoint:
+            return "canonical savepoint"
+        return {"heap": "hashmap (heap)", "full": "rocksdb (full)"}.get(self._layout(op, subs[0]), "unknown")
+
+    def operators(self) -> pd.DataFrame:
+        rows = []
+        for o in self.meta.operators:
+            keyed = self._keyed_subtasks(o)
+            rows.append(
+                {
+                    "operator": o.display_name,
+                    "operator_id": o.operator_id,
+                    "uid": o.uid,
+                    "parallelism": o.parallelism,
+                    "max_parallelism": o.max_parallelism,
+                    "name": o.name,
+                    "has_keyed_state": bool(keyed),
+                    "has_operator_state": any(s.managed_operator is not None for s in o.subtasks),
+                    "backend": self._backend_name(o),
+                    "finished": o.fully_finished,
+                }
+            )
+        df = pd.DataFrame(rows, columns=list(OPERATOR_COLUMNS) + ["name", "has_keyed_state", "has_operator_state", "backend", "finished"])
+        return df
+
+    def _header(self, op: OperatorState, st: SubtaskState) -> BackendMeta:
+        key = (op.operator_id, st.index)
+        if key not in self._headers:
+            h = st.managed_keyed
+            stream = h.meta if isinstance(h, IncrementalHandle) else h.stream
+            where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
+            if stream is None:
+                raise SnapshotCorruptError(f"{where}: keyed state handle has no stream")
+            data = self.resolver.read(stream)
+            end_hint = len(data)
+            if isinstance(h, KeyGroupsHandle):
+                present = [o for o in h.offsets if o > 0]
+                end_hint = min(present) if present else len(data)
+            header = read_backend_meta(DataInput(data), where, end_hint)
+            for n in header.notes:
+                self._note(n)
+            self._headers[key] = header
+        return self._headers[key]
+
+    def states(self) -> pd.DataFrame:
+        rows = []
+        for o in self.meta.operators:
+            subs = self._keyed_subtasks(o)
+            if not subs:
+                continue
+            header = self._header(o, subs[0])
+            for sm in header.states:
+                vdec = sm.value_decoder
+                ttl = self.ttl.get(sm.name)
+                rows.append(
+                    {
+                        "operator": o.display_name,
+                        "state": sm.name,
+                        "kind": sm.kind,
+                        "key_type": header.key_decoder.describe(),
+                        "value_type": vdec.describe() if vdec else None,
+                        "ttl_ms": int(ttl.total_seconds() * 1000) if (ttl is not None and sm.has_ttl) else None,
+                        "update_type": None,  # not stored in Flink snapshots
+                        "visibility": None,  # not stored in Flink snapshots
+                        "has_ttl": sm.has_ttl,
+                        "namespace_type": sm.namespace_decoder.describe() if sm.namespace_decoder else None,
+                        "backend_state_type": sm.backend_type,
+                    }
+                )
+        return pd.DataFrame(rows, columns=list(STATE_COLUMNS) + ["has_ttl", "namespace_type", "backend_state_type"])
+
+    def subtasks(self) -> pd.DataFrame:
+        rows = []
+        for o in self.meta.operators:
+            for s in self._keyed_subtasks(o):
+                h = s.managed_keyed
+                if isinstance(h, IncrementalHandle):
+                    start, end, kind = h.start, h.end, "incremental"
+                    size = sum(x.size for _, x in h.shared + h.private) + (h.meta.size if h.meta else 0)
+                else:
+                    start, end = h.start, h.end
+                    kind = "savepoint-key-groups" if h.savepoint else "key-groups"
+                    size = h.stream.size if h.stream else 0
+                rows.append(
+                    {"operator": o.display_name, "subtask": s.index, "key_group_start": start,
+                     "key_group_end": end, "handle": kind, "bytes": size}
+                )
+        return pd.DataFrame(rows, columns=list(SUBTASK_COLUMNS) + ["handle", "bytes"])
+
+    def estimated_rows(self, query: KeyedStateQuery) -> int | None:
+        return None
+
+    # -- keyed state ----------------------------------------------------------------------
+
+    def _layout(self, op: OperatorState, st: SubtaskState) -> str:
+        """'full' or 'heap' for a key-groups handle (a canonical savepoint is always 'full')."""
+        h = st.managed_keyed
+        if not isinstance(h, KeyGroupsHandle):
+            return "rocksdb"
+        if h.savepoint or self.meta.savepoint_format == "CANONICAL":
+            return "full"
+        key = (op.operator_id, st.index)
+        if key in self._layouts:
+            return self._layouts[key]
+        header = self._header(op, st)
+        data = self.resolver.read(h.stream)
+        spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
+        layout = "full"
+        # the heap stream writes every key group and every state; try it on the first one
+        for span in spans[:1]:
+            try:
+                heapformat.read_key_group(data, span, header, lambda sid: None)
+                layout = "heap"
+            except (EOFError, ValueError, IndexError, KeyError):
+                layout = "full"
+        self._layouts[key] = layout
+        return layout
+
+    def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
+        for op in self.meta.operators:
+            if not query.wants_operator(op.display_name):
+                continue
+            for st in self._keyed_subtasks(op):
+                yield from self._subtask_pieces(op, st, query)
+
+    def _subtask_pieces(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
+        header = self._header(op, st)
+        wanted = {sm.state_id for sm in header.states if query.wants_state(sm.name)}
+        if not wanted:
+            return
+        buffers = {sid: RowBuffer(header.states[sid]) for sid in wanted}
+        h = st.managed_keyed
+        where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
+        kgs = query.key_groups
+        try:
+            if isinstance(h, IncrementalHandle):
+                self._read_rocksdb(op, h, header, buffers, kgs, where)
+            else:
+                data = self.resolver.read(h.stream)
+                spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
+                if kgs is not None:
+                    spans = [s for s in spans if s[0] in kgs]
+                if self._layout(op, st) == "heap":
+                    for span in spans:
+                        try:
+                            heapformat.read_key_group(data, span, header, buffers.get)
+                        except Exception as exc:  # an unknown serializer stops this key group only
+                            if isinstance(exc, (MemoryError, KeyboardInterrupt)):
+                                raise
+                            self._note(f"{where}: key group {span[0]} could not be fully decoded ({exc}); "
+                                       "rows after the failure in that key group are missing")
+                else:
+                    decoders = {sid: KeyValueDecoder(header.states[sid], header.key_decoder, op.max_parallelism)
+                                for sid in wanted}
+                    for span in spans:
+                        for sid, kb, vb in fullformat.iter_entries(data, span, header.compressed):
+                            dec = decoders.get(sid)
+                            if dec is not None:
+                                dec.decode(buffers[sid], span[0], kb, vb)
+        except (EOFError, ValueError, IndexError, struct_error) as exc:
+            raise SnapshotCorruptError(f"{where}: keyed state is damaged ({exc})") from exc
+        for sid in sorted(buffers):
+            buf = buffers[sid]
+            if buf.raw_notes:
+                self._note(f"{where}: {buf.raw_notes} values of state {buf.meta.name!r} use a serializer State "
+                           "Explorer cannot decode; they are returned as raw bytes")
+            piece = self._piece(op, st, header, buf, query)
+            if piece is not None:
+                yield piece
+
+    def _read_rocksdb(self, op, h: IncrementalHandle, header: BackendMeta, buffers, kgs, where: str) -> None:
+        files = [(local, self.resolver.read(sh)) for local, sh in h.shared + h.private if local.endswith(".sst")]
+        try:
+            cfs, stats = read_instance(files)
+        except ValueError as exc:
+            raise SnapshotCorruptError(f"{where}: {exc}") from exc
+        if stats["range_deletions"]:
+            self._note(f"{where}: {stats['range_deletions']} SST files hold range deletions, which are not "
+                       "applied; deleted ranges may still show")
+        by_name = {header.states[sid].name: sid for sid in buffers}
+        prefix = 2 if op.max_parallelism > 128 else 1
+        for cf_name, cf in cfs.items():
+            sid = by_name.get(cf_name)
+            if sid is None:
+                continue
+            dec = KeyValueDecoder(header.states[sid], header.key_decoder, op.max_parallelism)
+            buf = buffers[sid]
+            for kb, vb in zip(cf.keys, cf.values):
+                kg = int.from_bytes(kb[:prefix], "big")
+                if not h.start <= kg <= h.end or (kgs is not None and kg not in kgs):
+                    continue  # outside this subtask's range (left over after rescaling) or not asked for
+                dec.decode(buf, kg, kb, vb)
+
+    def _piece(self, op: OperatorState, st: SubtaskState, header: BackendMeta, buf: RowBuffer,
+               query: KeyedStateQuery) -> pa.Table | None:
+        meta = buf.meta
+        keys = buf.keys
+        kdec = header.key_decoder
+        if isinstance(kdec, RowDataDecoder) and len(kdec.types) == 1:
+            keys = [k["f0"] if isinstance(k, dict) else k for k in keys]
+        kg = np.asarray(buf.key_groups, dtype=np.int64)
+        if len(keys):
+            self._check_key_groups(op, kdec, buf.keys, kg)
+        mask = None
+        if query.keys is not None:
+            try:
+                wanted = set(query.keys)
+                mask = np.fromiter((k in wanted for k in keys), dtype=bool, count=len(keys))
+            except TypeError:
+                mask = None
+        subtask = operator_indices_for_key_groups(op.max_parallelism, op.parallelism, kg) if len(kg) else kg
+        la = pa.array(buf.last_access, type=pa.int64())
+        ttl = self.ttl.get(meta.name)
+        if ttl is not None and meta.has_ttl:
+            ms = int(ttl.total_seconds() * 1000)
+            expires = pa.compute.add(la, ms).cast(TIMESTAMP)
+        else:
+            expires = pa.nulls(len(keys), type=TIMESTAMP)
+        data = {
+            "operator": op.display_name,
+            "state": meta.name,
+            "kind": meta.kind,
+            "key": to_arrow(keys),
+            "key_group": pa.array(kg, type=pa.int32()),
+            "subtask": pa.array(subtask, type=pa.int32()),
+            "namespace": to_arrow(buf.namespaces),
+            "user_key": to_arrow(buf.user_keys),
+            "value": to_arrow(buf.values),
+            "last_access": la.cast(TIMESTAMP),
+            "expires_at": expires,
+            "size_bytes": pa.array(buf.sizes, type=pa.int64()),
+        }
+        if not len(keys):
+            data["key"] = pa.array([], type=pa.null())
+        table = make_piece(data, columns=query.columns)
+        if mask is not None:
+            table = table.filter(pa.array(mask))
+        return table
+
+    def _check_key_groups(self, op: OperatorState, kdec, keys: list, kg: np.ndarray) -> None:
+        hk = hashable_keys(kdec, keys)
+        if hk is None:
+            self._note(f"operator {op.display_name!r}: keys are {kdec.describe()}, whose Java hash State "
+                       "Explorer does not reproduce; key groups are taken from the files unchecked")
+            return
+        expected = assign_key_groups(hk, op.max_parallelism)
+        bad = np.flatnonzero(expected != kg)
+        self.key_group_checked_rows += len(kg)
+        if len(bad):
+            self.key_group_mismatches += len(bad)
+            sample = ", ".join(f"{keys[i]!r}: file {kg[i]}, computed {expected[i]}" for i in bad[:3])
+            self._note(f"operator {op.display_name!r}: {len(bad)} rows whose key group in the files differs "
+                       f"from explorer.keygroups ({sample})")
+
+    # -- operator state -------------------------------------------------------------------
+
+    def operator_state(self) -> pd.DataFrame:
+        rows = []
+        for op in self.meta.operators:
+            for st in op.subtasks:
+                h = st.managed_operator
+                if h is None or h.stream is None:
+                    continue
+                where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
+                try:
+                    data = self.resolver.read(h.stream)
+                    for r in read_operator_state(data, h, where, self._note):
+                        r.update(operator=op.display_name, subtask=st.index)
+                        rows.append(r)
+                except ReaderError as exc:
+                    self._note(str(exc))
+        return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))
+
+
+from struct import error as struct_error  # noqa: E402  (kept next to its single use above)

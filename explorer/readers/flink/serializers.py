@@ -1,0 +1,417 @@
+"""Flink type-serializer snapshots, and decoders for the values they describe.
+
+Every state in a Flink snapshot carries a *serializer snapshot* for its key,
+namespace and value serializers, so a reader knows how the bytes were written
+without the job's classes. On the wire a snapshot is::
+
+    utf  snapshot class name          e.g. ...base.LongSerializer$LongSerializerSnapshot
+    int  snapshot version
+    ...  snapshot content             (class specific, see below)
+
+(at the top level of a state's meta info it is preceded by an ``int`` version of
+the wrapping proxy). Content of the ones we understand:
+
+* primitives, ``String``, ``byte[]``, ``VoidNamespace``, ``TimeWindow``: nothing;
+* *composite* snapshots (``List``, ``Map``, ``Tuple``, TTL, timers, ``Row``...):
+  ``int 0x000DE704``, ``int outer version``, the outer content (the tuple class
+  name for ``Tuple``), then ``int 0x001457FD``, ``int 1``, ``int n`` and ``n``
+  nested snapshots;
+* POJO (version 2): the class name, then three "optional maps" (field
+  snapshots, registered and non-registered subclasses). An optional map is
+  ``long header``, ``int size``, and per entry a ``utf`` name and two
+  *framed* parts (``bool present``, ``int length``, bytes): the field (declaring
+  class + field name) and its serializer snapshot. Fields come in Flink's
+  order, which is the order the POJO serializer writes them.
+* ``RowData`` (Flink SQL): ``int n``, ``n`` Java-serialized ``LogicalType``
+  objects (parsed by :mod:`.javaser`, never instantiated), then the nested
+  field serializer snapshots.
+
+A snapshot class we do not know cannot be skipped (most snapshots are not
+length-prefixed), so :class:`UnknownSnapshot` is raised with the position, and
+the caller resynchronises on what must come next (see ``statemeta``).
+
+The decoders read values exactly as the serializers write them (Java
+``DataOutput``): ``Long`` 8 bytes, ``String`` in ``StringValue`` format,
+``List`` as ``int n`` + elements, ``Map`` as ``int n`` + (key, ``bool isNull``,
+value), POJO as a flags byte (1 null, 2 exact class) then per field ``bool
+isNull`` + value, ``Tuple`` as its fields, TTL values as ``long
+lastAccessTimestamp`` + value, timers as ``long timestamp`` (sign bit flipped
+so that bytes sort like numbers) + key + namespace, ``RowData`` as ``int
+length`` + Flink's binary row (see :class:`RowDataDecoder`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from .datainput import DataInput
+from .javaser import parse_java_object
+
+COMPOSITE_MAGIC = 0x000DE704
+NESTED_MAGIC = 0x001457FD
+POJO_MAP_HEADER = 0x4F2C69A3D70
+
+
+class UnknownSnapshot(Exception):
+    """A serializer snapshot class we cannot parse; ``pos`` is where its content starts."""
+
+    def __init__(self, class_name: str, pos: int) -> None:
+        super().__init__(class_name)
+        self.class_name = class_name
+        self.pos = pos
+
+
+class UnknownLayout(Exception):
+    """Values of this type cannot be decoded (unknown serializer); keep them as raw bytes."""
+
+
+class Decoder:
+    """Reads one value of a type from a :class:`DataInput`."""
+
+    name = "?"
+    fixed_length = -1  # bytes per value, or -1 when variable
+    key_kind: str | None = None  # how explorer.keygroups hashes it (None: not reproducible)
+    arrow: pa.DataType | None = None
+
+    def read(self, inp: DataInput) -> Any:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.name
+
+
+class _Prim(Decoder):
+    def __init__(self, name, fixed, reader, key_kind=None, arrow=None):
+        self.name, self.fixed_length, self._reader, self.key_kind, self.arrow = name, fixed, reader, key_kind, arrow
+
+    def read(self, inp):
+        return self._reader(inp)
+
+
+def _read_bytes_array(inp: DataInput) -> bytes | None:
+    n = inp.read_int()
+    return None if n < 0 else inp.read_bytes(n)
+
+
+def _read_void(inp: DataInput) -> None:
+    inp.read_byte()
+    return None
+
+
+def _read_big_int(inp: DataInput) -> int | None:
+    n = inp.read_int()
+    if n < 4:  # 0..3 encode null, 0, 1, 10 in BigIntSerializer
+        return (None, 0, 1, 10)[n] if n >= 0 else None
+    return int.from_bytes(inp.read_bytes(n - 4), "big", signed=True)
+
+
+PRIMITIVES: dict[str, Decoder] = {
+    "StringSerializer": _Prim("String", -1, DataInput.read_flink_string, "str", pa.string()),
+    "LongSerializer": _Prim("Long", 8, DataInput.read_long, "long", pa.int64()),
+    "IntSerializer": _Prim("Integer", 4, DataInput.read_int, "int", pa.int32()),
+    "ShortSerializer": _Prim("Short", 2, DataInput.read_short, None, pa.int16()),
+    "ByteSerializer": _Prim("Byte", 1, DataInput.read_byte, None, pa.int8()),
+    "BooleanSerializer": _Prim("Boolean", 1, DataInput.read_bool, "bool", pa.bool_()),
+    "DoubleSerializer": _Prim("Double", 8, DataInput.read_double, "double", pa.float64()),
+    "FloatSerializer": _Prim("Float", 4, DataInput.read_float, None, pa.float32()),
+    "CharSerializer": _Prim("Character", 2, DataInput.read_char, None, pa.string()),
+    "BytePrimitiveArraySerializer": _Prim("byte[]", -1, _read_bytes_array, None, pa.binary()),
+    "BigIntSerializer": _Prim("BigInteger", -1, _read_big_int, None, None),
+    "VoidNamespaceSerializer": _Prim("VoidNamespace", 1, _read_void, None, pa.null()),
+    "StringDataSerializer": _Prim("STRING", -1, lambda inp: inp.read_bytes(inp.read_int()).decode("utf-8", "replace"), None, pa.string()),
+}
+
+
+class TimeWindowDecoder(Decoder):
+    name = "TimeWindow"
+    fixed_length = 16
+
+    def read(self, inp):
+        return {"start": inp.read_long(), "end": inp.read_long()}
+
+
+class ListDecoder(Decoder):
+    def __init__(self, elem: Decoder):
+        self.elem = elem
+        self.name = f"List<{elem.describe()}>"
+
+    def read(self, inp):
+        n = inp.read_int()
+        return [self.elem.read(inp) for _ in range(n)]
+
+
+class MapDecoder(Decoder):
+    def __init__(self, key: Decoder, value: Decoder):
+        self.key, self.value = key, value
+        self.name = f"Map<{key.describe()}, {value.describe()}>"
+
+    def read(self, inp):
+        out = []
+        for _ in range(inp.read_int()):
+            k = self.key.read(inp)
+            v = None if inp.read_bool() else self.value.read(inp)
+            out.append((k, v))
+        return out
+
+
+@dataclass
+class TtlValue:
+    last_access: int
+    value: Any
+
+
+class TtlDecoder(Decoder):
+    """A TTL wrapper: ``long`` last-access timestamp (ms), then the user value."""
+
+    def __init__(self, value: Decoder):
+        self.value = value
+        self.name = f"Ttl<{value.describe()}>"
+
+    def read(self, inp):
+        ts = inp.read_long()
+        return TtlValue(ts, self.value.read(inp))
+
+
+class TimerDecoder(Decoder):
+    """An internal timer: sign-flipped ``long`` timestamp, key, namespace."""
+
+    def __init__(self, key: Decoder, namespace: Decoder):
+        self.key, self.namespace = key, namespace
+        self.name = f"Timer<{key.describe()}, {namespace.describe()}>"
+
+    def read(self, inp):
+        ts = inp.read_long() ^ (-(1 << 63))
+        return ts, self.key.read(inp), self.namespace.read(inp)
+
+
+class TupleDecoder(Decoder):
+    def __init__(self, cls: str, fields: list[Decoder]):
+        self.fields = fields
+        self.name = f"{cls.rsplit('.', 1)[-1]}<{', '.join(f.describe() for f in fields)}>"
+        if fields and all(f.key_kind for f in fields):
+            self.key_kind = "tuple"
+        if all(f.fixed_length >= 0 for f in fields):
+            self.fixed_length = sum(f.fixed_length for f in fields)
+
+    def read(self, inp):
+        return {f"f{i}": f.read(inp) for i, f in enumerate(self.fields)}
+
+    def as_key(self, value: dict) -> tuple:
+        return tuple(value[f"f{i}"] for i in range(len(self.fields)))
+
+
+class PojoDecoder(Decoder):
+    def __init__(self, cls: str, fields: list[tuple[str, Decoder | None]]):
+        self.cls, self.fields = cls, fields
+        self.name = f"POJO {cls}"
+
+    def read(self, inp):
+        flags = inp.read_ubyte()
+        if flags & 1:
+            return None
+        if not flags & 2:
+            raise UnknownLayout(f"POJO {self.cls} value is a subclass instance (flags {flags})")
+        out = {}
+        for name, dec in self.fields:
+            if inp.read_bool():
+                out[name] = None
+            elif dec is None:
+                raise UnknownLayout(f"POJO {self.cls} field {name} has an unknown serializer")
+            else:
+                out[name] = dec.read(inp)
+        return out
+
+
+class NullableDecoder(Decoder):
+    """``NullableSerializer``: a ``bool isNull`` then the value."""
+
+    def __init__(self, inner: Decoder):
+        self.inner = inner
+        self.name = f"Nullable<{inner.describe()}>"
+
+    def read(self, inp):
+        return None if inp.read_bool() else self.inner.read(inp)
+
+
+_LOGICAL_NAMES = {
+    "BigIntType": "BIGINT", "IntType": "INT", "SmallIntType": "SMALLINT", "TinyIntType": "TINYINT",
+    "BooleanType": "BOOLEAN", "DoubleType": "DOUBLE", "FloatType": "FLOAT", "VarCharType": "STRING",
+    "CharType": "CHAR", "DateType": "DATE", "TimestampType": "TIMESTAMP", "LocalZonedTimestampType": "TIMESTAMP_LTZ",
+    "DecimalType": "DECIMAL", "VarBinaryType": "BYTES", "BinaryType": "BINARY",
+}
+
+
+class RowDataDecoder(Decoder):
+    """Flink SQL's ``RowData``, written as ``int length`` + a binary row.
+
+    A binary row is: a null bit set of ``((arity + 63 + 8) // 64) * 8`` bytes (the
+    first 8 bits hold the row kind, field ``i``'s null bit is bit ``i + 8``,
+    little-endian within each byte), then one 8-byte little-endian slot per
+    field, then a variable-length area. Fixed-size values live in their slot.
+    A string or binary of at most 7 bytes lives in the slot too (highest bit of
+    the slot set, its length in the 7 bits below); a longer one is at
+    ``offset = slot >> 32`` with ``length = slot & 0xFFFFFFFF``.
+    """
+
+    def __init__(self, types: list[str]):
+        self.types = types
+        self.name = f"ROW<{', '.join(types)}>"
+
+    def read(self, inp):
+        n = inp.read_int()
+        row = inp.read_bytes(n)
+        return self.decode_row(row)
+
+    def decode_row(self, row: bytes) -> dict:
+        arity = len(self.types)
+        null_bytes = ((arity + 63 + 8) // 64) * 8
+        out = {}
+        for i, t in enumerate(self.types):
+            bit = i + 8
+            name = f"f{i}"
+            if row[bit >> 3] & (1 << (bit & 7)):
+                out[name] = None
+                continue
+            off = null_bytes + 8 * i
+            slot = row[off : off + 8]
+            if t in ("BIGINT", "TIMESTAMP", "TIMESTAMP_LTZ"):
+                out[name] = struct.unpack_from("<q", slot)[0]
+            elif t in ("INT", "DATE"):
+                out[name] = struct.unpack_from("<i", slot)[0]
+            elif t == "SMALLINT":
+                out[name] = struct.unpack_from("<h", slot)[0]
+            elif t == "TINYINT":
+                out[name] = struct.unpack_from("<b", slot)[0]
+            elif t == "BOOLEAN":
+                out[name] = slot[0] != 0
+            elif t == "DOUBLE":
+                out[name] = struct.unpack_from("<d", slot)[0]
+            elif t == "FLOAT":
+                out[name] = struct.unpack_from("<f", slot)[0]
+            elif t in ("STRING", "CHAR", "BYTES", "BINARY"):
+                v = struct.unpack_from("<Q", slot)[0]
+                if v >> 63:
+                    raw = slot[: (v >> 56) & 0x7F]
+                else:
+                    o, ln = v >> 32, v & 0xFFFFFFFF
+                    raw = row[o : o + ln]
+                out[name] = raw.decode("utf-8", "replace") if t in ("STRING", "CHAR") else bytes(raw)
+            else:
+                out[name] = bytes(slot)
+        return out
+
+
+class RawDecoder(Decoder):
+    """Stands for a serializer we do not understand; reading raises :class:`UnknownLayout`."""
+
+    def __init__(self, class_name: str):
+        self.class_name = class_name
+        self.name = f"unknown ({class_name})"
+
+    def read(self, inp):
+        raise UnknownLayout(self.class_name)
+
+
+def _short(class_name: str) -> str:
+    return class_name.rsplit(".", 1)[-1]
+
+
+def read_top_level_snapshot(inp: DataInput) -> Decoder:
+    """A serializer snapshot as written in state meta info (with its proxy version)."""
+    inp.read_int()  # TypeSerializerSnapshotSerializationProxy version
+    return read_versioned_snapshot(inp)
+
+
+def read_versioned_snapshot(inp: DataInput) -> Decoder:
+    cls = inp.read_utf()
+    version = inp.read_int()
+    return _read_content(inp, cls, version)
+
+
+def _read_nested(inp: DataInput) -> list[Decoder]:
+    magic = inp.read_int()
+    if magic != NESTED_MAGIC:
+        raise ValueError(f"nested serializer snapshots: found magic {magic:#x}, expected {NESTED_MAGIC:#x}")
+    inp.read_int()  # delegate version
+    return [read_versioned_snapshot(inp) for _ in range(inp.read_int())]
+
+
+def _composite(inp: DataInput) -> int:
+    magic = inp.read_int()
+    if magic != COMPOSITE_MAGIC:
+        raise ValueError(f"composite serializer snapshot: found magic {magic:#x}, expected {COMPOSITE_MAGIC:#x}")
+    return inp.read_int()  # outer version
+
+
+def _read_content(inp: DataInput, cls: str, version: int) -> Decoder:
+    short = _short(cls)
+    base = short.split("$", 1)[0]
+    if "$" in short and base in PRIMITIVES and short.endswith("Snapshot"):
+        return PRIMITIVES[base]
+    if short in ("TimeWindow$Serializer$TimeWindowSerializerSnapshot",):
+        return TimeWindowDecoder()
+    if short == "ListSerializerSnapshot":
+        _composite(inp)
+        (elem,) = _read_nested(inp)
+        return ListDecoder(elem)
+    if short == "MapSerializerSnapshot":
+        _composite(inp)
+        k, v = _read_nested(inp)
+        return MapDecoder(k, v)
+    if short == "TtlStateFactory$TtlSerializerSnapshot":
+        _composite(inp)
+        nested = _read_nested(inp)
+        return TtlDecoder(nested[-1])
+    if short == "TimerSerializerSnapshot":
+        _composite(inp)
+        k, ns = _read_nested(inp)
+        return TimerDecoder(k, ns)
+    if short == "TupleSerializerSnapshot":
+        _composite(inp)
+        tuple_cls = inp.read_utf()
+        return TupleDecoder(tuple_cls, _read_nested(inp))
+    if short == "NullableSerializer$NullableSerializerSnapshot":
+        outer = _composite(inp)
+        if outer >= 1:
+            inp.read_int()  # null padding length
+        (inner,) = _read_nested(inp)
+        return NullableDecoder(inner)
+    if short == "PojoSerializerSnapshot" and version >= 2:
+        return _read_pojo(inp)
+    if short == "RowDataSerializer$RowDataSerializerSnapshot":
+        n = inp.read_int()
+        types = []
+        for _ in range(n):
+            obj = parse_java_object(inp)
+            t = _short(str(obj.get("@class", "?"))) if isinstance(obj, dict) else "?"
+            types.append(_LOGICAL_NAMES.get(t, t))
+        _read_nested(inp)
+        return RowDataDecoder(types)
+    raise UnknownSnapshot(cls, inp.pos)
+
+
+def _read_pojo(inp: DataInput) -> Decoder:
+    cls = inp.read_utf()
+    fields: list[tuple[str, Decoder | None]] = []
+    for map_index in range(3):
+        header = inp.read_long()
+        if header != POJO_MAP_HEADER:
+            raise ValueError(f"POJO snapshot of {cls}: found map header {header:#x}, expected {POJO_MAP_HEADER:#x}")
+        for _ in range(inp.read_int()):
+            name = inp.read_utf()
+            for part in range(2):  # the field (or class), then its serializer snapshot
+                if not inp.read_bool():
+                    if part == 1 and map_index == 0:
+                        fields.append((name, None))
+                    continue
+                frame = inp.sub(inp.read_int())
+                if part == 1 and map_index == 0:
+                    try:
+                        fields.append((name, read_versioned_snapshot(frame)))
+                    except UnknownSnapshot:
+                        fields.append((name, None))
+    return PojoDecoder(cls, fields)

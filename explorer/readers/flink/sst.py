@@ -1,0 +1,205 @@
+"""RocksDB SST files (block-based table format), read without RocksDB.
+
+File layout::
+
+    [data block 1] ... [data block N] [meta blocks: filter, properties, ...]
+    [metaindex block] [index block] [footer]
+
+Every block is followed by a 5-byte trailer: compression type (0 none, 1 Snappy,
+4/5 LZ4, 7 ZSTD) and a 4-byte checksum.
+
+*Footer* (the last 53 bytes for format versions 1 to 5): checksum type (1 byte),
+the metaindex and index *block handles* (each ``varint64 offset, varint64 size``,
+zero-padded to 40 bytes), ``uint32`` format version, ``uint64`` magic
+``0x88E241B785F4CFF7`` (little-endian).
+
+*Block*: a run of entries, then ``uint32`` restart offsets and ``uint32`` count
+(top bit: data-block hash index present). An entry is ``varint32 shared``,
+``varint32 non_shared``, ``varint32 value_length`` (omitted in index blocks
+whose values are delta-encoded, format version 4+), the key suffix, the value.
+A key shares its first ``shared`` bytes with the previous key. Index entries'
+values are block handles (at restart points) or a signed size delta.
+
+*Internal keys* (data blocks) are the user key plus an 8-byte little-endian
+trailer ``(sequence << 8) | type``: 0 deletion, 1 value, 2 merge operand,
+7 single deletion. The metaindex names the properties block
+(``rocksdb.properties``), whose entries include the column family name (Flink
+names each column family after its state) and whether index values are
+delta-encoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cramjam
+
+BLOCK_MAGIC = 0x88E241B785F4CFF7
+TYPE_DELETION, TYPE_VALUE, TYPE_MERGE, TYPE_SINGLE_DELETION = 0, 1, 2, 7
+TYPE_RANGE_DELETION = 0xF
+
+
+class SstError(ValueError):
+    """An SST file is not what we expect (the message says what was found)."""
+
+
+def _varint(buf, p: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        b = buf[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, p
+        shift += 7
+
+
+@dataclass
+class SstEntries:
+    column_family: str | None
+    keys: list[bytes]  # user keys
+    seqs: list[int]
+    types: list[int]
+    values: list[bytes]
+    properties: dict[str, bytes]
+
+
+class SstFile:
+    def __init__(self, data: bytes, name: str) -> None:
+        self.data = data
+        self.name = name
+        if len(data) < 53:
+            raise SstError(f"{name}: found {len(data)} bytes, expected an SST file of at least 53")
+        magic = int.from_bytes(data[-8:], "little")
+        if magic != BLOCK_MAGIC:
+            raise SstError(f"{name}: found table magic {magic:#x}, expected {BLOCK_MAGIC:#x} (block-based table)")
+        self.format_version = int.from_bytes(data[-12:-8], "little")
+        if not 1 <= self.format_version <= 5:
+            raise SstError(f"{name}: found SST format version {self.format_version}, expected 1 to 5")
+        p = len(data) - 53 + 1
+        mi_off, p = _varint(data, p)
+        mi_size, p = _varint(data, p)
+        ix_off, p = _varint(data, p)
+        ix_size, p = _varint(data, p)
+        self.metaindex = (mi_off, mi_size)
+        self.index = (ix_off, ix_size)
+        self.properties = self._read_properties()
+
+    def block(self, handle: tuple[int, int]) -> bytes:
+        off, size = handle
+        if off + size + 5 > len(self.data):
+            raise SstError(f"{self.name}: block at {off} (+{size}) runs past the end of the file")
+        raw = self.data[off : off + size]
+        ctype = self.data[off + size]
+        if ctype == 0:
+            return raw
+        if ctype == 1:
+            return bytes(cramjam.snappy.decompress_raw(raw))
+        if ctype in (4, 5):
+            n, q = _varint(raw, 0)  # RocksDB prefixes LZ4 blocks with the decompressed size
+            return bytes(cramjam.lz4.decompress_block(raw[q:], output_len=n))
+        if ctype == 7:
+            n, q = _varint(raw, 0)
+            return bytes(cramjam.zstd.decompress(raw[q:]))
+        raise SstError(f"{self.name}: block at {off} uses compression type {ctype}; expected 0, 1, 4, 5 or 7")
+
+    @staticmethod
+    def iter_block(block: bytes, values_have_length: bool = True):
+        """Yield (key, value) of a block (keys rebuilt from shared prefixes)."""
+        n = len(block)
+        packed = int.from_bytes(block[n - 4 :], "little")
+        num_restarts = packed & 0x7FFFFFFF
+        limit = n - 4 - 4 * num_restarts
+        if packed >> 31:  # data block hash index sits before the restarts: num buckets (uint16) etc.
+            raise SstError("data block hash index is not supported")
+        p = 0
+        key = b""
+        while p < limit:
+            shared, p = _varint(block, p)
+            non_shared, p = _varint(block, p)
+            if values_have_length:
+                vlen, p = _varint(block, p)
+                key = key[:shared] + block[p : p + non_shared]
+                p += non_shared
+                yield key, block[p : p + vlen]
+                p += vlen
+            else:
+                key = key[:shared] + block[p : p + non_shared]
+                p += non_shared
+                yield key, p  # caller decodes the handle at p
+
+    def _read_properties(self) -> dict[str, bytes]:
+        props_handle = None
+        self.has_range_deletions = False
+        for k, v in self.iter_block(self.block(self.metaindex)):
+            if k == b"rocksdb.range_del":
+                self.has_range_deletions = True
+            if k == b"rocksdb.properties":
+                off, q = _varint(v, 0)
+                size, _ = _varint(v, q)
+                props_handle = (off, size)
+        if props_handle is None:
+            return {}
+        return {k.decode("utf-8", "replace"): v for k, v in self.iter_block(self.block(props_handle))}
+
+    def prop_int(self, name: str, default: int = 0) -> int:
+        v = self.properties.get(name)
+        return _varint(v, 0)[0] if v else default
+
+    @property
+    def column_family(self) -> str | None:
+        v = self.properties.get("rocksdb.column.family.name")
+        return v.decode("utf-8", "replace") if v is not None else None
+
+    def data_handles(self) -> list[tuple[int, int]]:
+        index_type = self.prop_int("rocksdb.block.based.table.index.type", 0)
+        if index_type == 2:
+            raise SstError(f"{self.name}: partitioned (two-level) index is not supported")
+        delta = self.prop_int("rocksdb.index.value.is.delta.encoded", 0) == 1
+        block = self.block(self.index)
+        handles: list[tuple[int, int]] = []
+        if not delta:
+            for _, v in self.iter_block(block):
+                off, q = _varint(v, 0)
+                size, _ = _varint(v, q)
+                handles.append((off, size))
+            return handles
+        # delta-encoded values: a full handle at restart points, else a zigzag size delta
+        n = len(block)
+        num_restarts = int.from_bytes(block[n - 4 :], "little") & 0x7FFFFFFF
+        restarts = {
+            int.from_bytes(block[n - 4 - 4 * (num_restarts - i) : n - 4 - 4 * (num_restarts - i) + 4], "little")
+            for i in range(num_restarts)
+        }
+        limit = n - 4 - 4 * num_restarts
+        p = 0
+        while p < limit:
+            entry_start = p
+            _, p = _varint(block, p)
+            non_shared, p = _varint(block, p)
+            p += non_shared
+            if entry_start in restarts or not handles:
+                off, p = _varint(block, p)
+                size, p = _varint(block, p)
+            else:
+                z, p = _varint(block, p)
+                d = (z >> 1) ^ -(z & 1)
+                prev_off, prev_size = handles[-1]
+                off, size = prev_off + prev_size + 5, prev_size + d
+            handles.append((off, size))
+        return handles
+
+    def entries(self) -> SstEntries:
+        keys: list[bytes] = []
+        seqs: list[int] = []
+        types: list[int] = []
+        values: list[bytes] = []
+        for h in self.data_handles():
+            for ikey, value in self.iter_block(self.block(h)):
+                trailer = int.from_bytes(ikey[-8:], "little")
+                keys.append(ikey[:-8])
+                seqs.append(trailer >> 8)
+                types.append(trailer & 0xFF)
+                values.append(value)
+        return SstEntries(self.column_family, keys, seqs, types, values, self.properties)

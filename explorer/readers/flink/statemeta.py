@@ -1,0 +1,193 @@
+"""The keyed-backend header that starts every keyed state stream.
+
+Flink writes a ``KeyedBackendSerializationProxy`` before keyed state (at the
+start of a full snapshot stream, and as the whole "meta data" file of a
+RocksDB incremental/native snapshot)::
+
+    int   proxy version                 (6 in Flink 1.15 .. 2.x)
+    bool  key groups compressed         (snapshot compression: Snappy)
+    snapshot of the key serializer      (see serializers)
+    short number of states, each:
+        utf   state name
+        int   backend state type         0 key-value, 1 operator, 2 broadcast, 3 priority queue (timers)
+        int   n options, n x (utf, utf)  e.g. KEYED_STATE_TYPE -> VALUE | LIST | MAP | REDUCING | AGGREGATING
+        int   n serializers, n x (utf, snapshot)
+              VALUE_SERIALIZER, NAMESPACE_SERIALIZER (and for operator state KEY_SERIALIZER)
+
+A state's position in this list is its *state id* in the data that follows
+(and its column family order in RocksDB).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ...errors import ReaderError
+from .datainput import DataInput
+from .serializers import (
+    Decoder,
+    ListDecoder,
+    MapDecoder,
+    RawDecoder,
+    TtlDecoder,
+    UnknownSnapshot,
+    read_top_level_snapshot,
+)
+
+BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE")
+_KIND_NAMES = {"VALUE": "value", "LIST": "list", "MAP": "map", "REDUCING": "reducing", "AGGREGATING": "aggregating"}
+_SERIALIZER_KEYS = (b"VALUE_SERIALIZER", b"NAMESPACE_SERIALIZER", b"KEY_SERIALIZER")
+
+
+@dataclass
+class StateMeta:
+    state_id: int
+    name: str
+    backend_type: str
+    options: dict[str, str]
+    serializers: dict[str, Decoder] = field(default_factory=dict)
+
+    @property
+    def is_timer(self) -> bool:
+        return self.backend_type == "PRIORITY_QUEUE"
+
+    @property
+    def kind(self) -> str:
+        if self.is_timer:
+            return "event_timer" if "event" in self.name.rsplit("/", 1)[-1] else "processing_timer"
+        return _KIND_NAMES.get(self.options.get("KEYED_STATE_TYPE", "VALUE"), "value")
+
+    @property
+    def value_decoder(self) -> Decoder | None:
+        return self.serializers.get("VALUE_SERIALIZER")
+
+    @property
+    def namespace_decoder(self) -> Decoder | None:
+        return self.serializers.get("NAMESPACE_SERIALIZER")
+
+    @property
+    def element_decoder(self) -> Decoder | None:
+        """What one row's ``value`` is: the list element, the map value, or the value."""
+        v = self.value_decoder
+        if isinstance(v, ListDecoder):
+            return v.elem
+        if isinstance(v, MapDecoder):
+            return v.value
+        return v
+
+    @property
+    def user_key_decoder(self) -> Decoder | None:
+        v = self.value_decoder
+        return v.key if isinstance(v, MapDecoder) else None
+
+    @property
+    def has_ttl(self) -> bool:
+        return isinstance(self.element_decoder, TtlDecoder)
+
+
+@dataclass
+class BackendMeta:
+    version: int
+    compressed: bool
+    key_decoder: Decoder
+    states: list[StateMeta]
+    end: int  # byte offset right after the header
+    notes: list[str] = field(default_factory=list)
+
+
+def read_backend_meta(inp: DataInput, where: str, end_hint: int | None = None) -> BackendMeta:
+    """Parse the header at ``inp``'s position; ``end_hint`` is where it must end, if known."""
+    try:
+        version = inp.read_int()
+        if not 1 <= version <= 6:
+            raise ReaderError(f"{where}: found keyed backend meta version {version}, expected 1 to 6")
+        compressed = inp.read_bool() if version >= 2 else False
+        try:
+            key_decoder = read_top_level_snapshot(inp)
+        except UnknownSnapshot as exc:
+            raise ReaderError(
+                f"{where}: the key serializer {exc.class_name} is not one State Explorer can decode; "
+                "expected String, primitives, Tuple, POJO or RowData keys"
+            ) from exc
+        n_states = inp.read_short()
+        states: list[StateMeta] = []
+        notes: list[str] = []
+        i = 0
+        while i < n_states:
+            name = inp.read_utf()
+            t = inp.read_int()
+            options = {}
+            for _ in range(inp.read_int()):
+                k = inp.read_utf()
+                options[k] = inp.read_utf()
+            meta = StateMeta(i, name, BACKEND_STATE_TYPES[t] if 0 <= t < 4 else f"TYPE_{t}", options)
+            states.append(meta)
+            n_ser = inp.read_int()
+            j = 0
+            next_state = False
+            while j < n_ser:
+                key = inp.read_utf()
+                start = inp.pos
+                try:
+                    meta.serializers[key] = read_top_level_snapshot(inp)
+                    j += 1
+                    continue
+                except UnknownSnapshot as exc:
+                    meta.serializers[key] = RawDecoder(exc.class_name)
+                    notes.append(
+                        f"{where}: state {name!r} uses serializer {exc.class_name}, which State Explorer "
+                        "cannot decode; its values are returned as raw bytes"
+                    )
+                    where_next = _resync(inp, start, n_ser - j - 1 > 0, i + 1 < n_states, end_hint)
+                    if where_next is None:
+                        raise ReaderError(
+                            f"{where}: cannot find the end of serializer snapshot {exc.class_name} "
+                            f"of state {name!r}; expected a known serializer"
+                        ) from exc
+                    pos, what = where_next
+                    inp.pos = pos
+                    j += 1
+                    if what != "serializer":
+                        next_state = True
+                        break
+            if next_state:
+                # the remaining serializers of this state were inside the unknown bytes
+                pass
+            i += 1
+    except EOFError as exc:
+        raise ReaderError(f"{where}: keyed state header ends early ({exc})") from exc
+    return BackendMeta(version, compressed, key_decoder, states, inp.pos, notes)
+
+
+_NEXT_STATE = re.compile(rb"\x00\x00\x00[\x00-\x03]\x00\x00\x00[\x00-\x09]")
+
+
+def _resync(inp: DataInput, start: int, more_serializers: bool, more_states: bool, end_hint: int | None):
+    """Where parsing can go on after an unknown snapshot: next serializer key, next state, or the end."""
+    buf = bytes(inp.buf[start : inp.end])
+    candidates = []
+    if more_serializers:
+        for k in _SERIALIZER_KEYS:
+            p = buf.find(len(k).to_bytes(2, "big") + k + b"\x00\x00\x00")
+            if p >= 0:
+                candidates.append((start + p, "serializer"))
+    if more_states:
+        # a state entry: utf name, int type (0..3), int n options; try names ending right before
+        for m in re.finditer(rb"\x00\x10KEYED_STATE_TYPE|\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x00\x01\x00\x10VALUE", buf):
+            p = m.start()
+            head = p - 8 if m.group(0).startswith(b"\x00\x10KEYED") else p
+            for ln in range(1, 200):
+                q = head - ln - 2
+                if q < 0:
+                    break
+                if int.from_bytes(buf[q : q + 2], "big") == ln:
+                    candidates.append((start + q, "state"))
+                    break
+            if candidates and candidates[-1][1] == "state":
+                break
+    if not more_serializers and not more_states and end_hint is not None:
+        candidates.append((end_hint, "end"))
+    if not candidates:
+        return None
+    return min(candidates)

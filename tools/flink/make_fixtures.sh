@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Regenerate the Apache Flink fixtures under sample_data/flink/ from real Flink jobs.
+#
+#   tools/flink/make_fixtures.sh                  # the committed fixtures (small)
+#   tools/flink/make_fixtures.sh --bench DIR      # bigger snapshots for benchmarks/ into DIR
+#
+# Needs Java 17 (java, javac). Flink's jars come from the apache-flink-libraries
+# wheel on PyPI (tools/flink/fetch_jars.sh, cached in .cache/flink/). Each
+# snapshot runs StateFixtures.java on a local mini cluster and writes
+# <out>/<name>/ (the snapshot files) plus <out>/<name>/EXPECTED.json.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CP="$("$ROOT/tools/flink/fetch_jars.sh")"
+BUILD="$ROOT/.cache/flink/build/fixtures"
+mkdir -p "$BUILD"
+javac -nowarn -d "$BUILD" -cp "$CP" "$ROOT/tools/flink/src/StateFixtures.java"
+
+run() { # name backend mode events keys [compress]
+    echo "== $1" >&2
+    java -Xmx1g -XX:ActiveProcessorCount=2 -Dlog4j2.level=ERROR -cp "$BUILD:$CP" StateFixtures "$OUT" "$@" >&2
+}
+
+if [ "${1:-}" = "--bench" ]; then
+    OUT="${2:-$ROOT/.cache/flink/bench}"
+    EVENTS="${BENCH_EVENTS:-2000000}"
+    KEYS="${BENCH_KEYS:-1000000}"
+    mkdir -p "$OUT"
+    run bench-heap-canonical-savepoint hashmap canonical "$EVENTS" "$KEYS"
+    run bench-rocksdb-incremental-checkpoint rocksdb incremental "$EVENTS" "$KEYS"
+    exit 0
+fi
+
+OUT="$ROOT/sample_data/flink"
+mkdir -p "$OUT"
+EVENTS=20000
+KEYS=500
+run heap-canonical-savepoint hashmap canonical $EVENTS $KEYS
+run heap-native-savepoint hashmap native $EVENTS $KEYS
+run heap-checkpoint-compressed hashmap checkpoint $EVENTS $KEYS compress
+run rocksdb-canonical-savepoint-compressed rocksdb canonical $EVENTS $KEYS compress
+run rocksdb-native-savepoint rocksdb native $EVENTS $KEYS
+run rocksdb-incremental-checkpoint rocksdb incremental $EVENTS $KEYS
+run sql-groupby-savepoint hashmap sql $EVENTS $KEYS
+du -sh "$OUT"/* >&2
