@@ -105,8 +105,8 @@ class FlinkSnapshotReader(SnapshotReader):
         self._headers: dict[tuple[str, int], BackendMeta] = {}
         self._layouts: dict[tuple[str, int], str] = {}
         self._noted: set[str] = set()
-        self.key_group_mismatches = 0
-        self.key_group_checked_rows = 0
+        # (operator id, subtask, state id) -> (rows checked, mismatches), from whole-state reads
+        self._kg_checks: dict[tuple[str, int, int], tuple[int, int]] = {}
 
     # -- detection and metadata ---------------------------------------------------------
 
@@ -118,6 +118,11 @@ class FlinkSnapshotReader(SnapshotReader):
                 return int.from_bytes(fh.read(4), "big") == MAGIC
         except (SnapshotError, OSError):
             return False
+
+    @property
+    def key_group_mismatches(self) -> int:
+        """Rows whose key group in the files differs from :mod:`explorer.keygroups` (so far read)."""
+        return sum(m for _, m in self._kg_checks.values())
 
     def _note(self, text: str) -> None:
         if text not in self._noted:
@@ -139,8 +144,9 @@ class FlinkSnapshotReader(SnapshotReader):
             "created_at_source": "modification time of _metadata (Flink does not store it)",
             "operators_with_keyed_state": sum(1 for o in m.operators if self._keyed_subtasks(o)),
             "backends": {o.display_name: self._backend_name(o) for o in m.operators if self._keyed_subtasks(o)},
+            # over the keyed state read so far (all of it once keyed_pieces has run unfiltered)
             "key_group_mismatches": self.key_group_mismatches,
-            "key_group_checked_rows": self.key_group_checked_rows,
+            "key_group_checked_rows": sum(r for r, _ in self._kg_checks.values()),
         }
         return SnapshotInfo(
             path=self.path,
@@ -366,7 +372,9 @@ class FlinkSnapshotReader(SnapshotReader):
             keys = [k["f0"] if isinstance(k, dict) else k for k in keys]
         kg = np.asarray(buf.key_groups, dtype=np.int64)
         if len(keys):
-            self._check_key_groups(op, kdec, buf.keys, kg)
+            bad = self._check_key_groups(op, kdec, buf.keys, kg)
+            if bad is not None and query.key_groups is None:
+                self._kg_checks[(op.operator_id, st.index, meta.state_id)] = (len(kg), bad)
         mask = None
         if query.keys is not None:
             try:
@@ -403,20 +411,20 @@ class FlinkSnapshotReader(SnapshotReader):
             table = table.filter(pa.array(mask))
         return table
 
-    def _check_key_groups(self, op: OperatorState, kdec, keys: list, kg: np.ndarray) -> None:
+    def _check_key_groups(self, op: OperatorState, kdec, keys: list, kg: np.ndarray) -> int | None:
+        """Re-compute key groups; the number of mismatches, or None when keys cannot be hashed."""
         hk = hashable_keys(kdec, keys)
         if hk is None:
             self._note(f"operator {op.display_name!r}: keys are {kdec.describe()}, whose Java hash State "
                        "Explorer does not reproduce; key groups are taken from the files unchecked")
-            return
+            return None
         expected = assign_key_groups(hk, op.max_parallelism)
         bad = np.flatnonzero(expected != kg)
-        self.key_group_checked_rows += len(kg)
         if len(bad):
-            self.key_group_mismatches += len(bad)
             sample = ", ".join(f"{keys[i]!r}: file {kg[i]}, computed {expected[i]}" for i in bad[:3])
             self._note(f"operator {op.display_name!r}: {len(bad)} rows whose key group in the files differs "
                        f"from explorer.keygroups ({sample})")
+        return len(bad)
 
     # -- operator state -------------------------------------------------------------------
 

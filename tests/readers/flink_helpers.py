@@ -1,0 +1,33 @@
+"""Shared helpers for the Flink reader tests: fixtures and Flink's own expectations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from explorer.readers.base import KeyedStateQuery
+from explorer.readers.flink import FlinkSnapshotReader
+
+ROOT = Path(__file__).resolve().parents[2]
+FLINK_FIXTURES = ROOT / "sample_data" / "flink"
+FIXTURE_NAMES = sorted(p.name for p in FLINK_FIXTURES.iterdir() if (p / "EXPECTED.json").is_file()) if FLINK_FIXTURES.is_dir() else []
+DATASTREAM_FIXTURES = [n for n in FIXTURE_NAMES if not n.startswith("sql-")]
+SQL_FIXTURES = [n for n in FIXTURE_NAMES if n.startswith("sql-")]
+
+
+def expected(name: str) -> dict:
+    """What the Flink job itself wrote about this snapshot (tools/flink/src/StateFixtures.java)."""
+    return json.loads((FLINK_FIXTURES / name / "EXPECTED.json").read_text(encoding="utf-8"))
+
+
+def load(reader: FlinkSnapshotReader, query: KeyedStateQuery | None = None) -> dict[tuple[str, str], pd.DataFrame]:
+    """Every keyed piece, concatenated per (operator, state)."""
+    parts: dict[tuple[str, str], list[pd.DataFrame]] = {}
+    for piece in reader.keyed_pieces(query or KeyedStateQuery()):
+        if piece.num_rows == 0:
+            continue
+        df = piece.to_pandas()
+        parts.setdefault((df["operator"].iat[0], df["state"].iat[0]), []).append(df)
+    return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
