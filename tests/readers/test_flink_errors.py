@@ -1,0 +1,169 @@
+"""Damaged or foreign input: clear errors naming the file, what was found and what was expected."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+from explorer.errors import ReaderError, SnapshotCorruptError, SnapshotFormatError, SnapshotNotFoundError, UnsafePathError
+from explorer.readers.base import KeyedStateQuery
+from explorer.readers.flink import FlinkSnapshotReader
+from explorer.readers.flink.datainput import DataInput
+from explorer.readers.flink.handles import HandleResolver, StreamHandle
+from explorer.readers.flink.javaser import parse_java_object
+
+from .flink_helpers import FLINK_FIXTURES, expected, load
+
+CANONICAL = "heap-canonical-savepoint"
+
+
+@pytest.fixture()
+def copy(tmp_path):
+    def make(name: str) -> Path:
+        dest = tmp_path / name
+        shutil.copytree(FLINK_FIXTURES / name, dest)
+        return dest
+    return make
+
+
+def test_truncated_metadata(copy):
+    d = copy(CANONICAL)
+    data = (d / "_metadata").read_bytes()
+    (d / "_metadata").write_bytes(data[: len(data) // 2])
+    with pytest.raises(SnapshotCorruptError, match=r"_metadata: file ends early at byte \d+ of \d+"):
+        FlinkSnapshotReader(d)
+    (d / "_metadata").write_bytes(data[:5])
+    with pytest.raises(SnapshotFormatError, match="found 5 bytes, expected at least 8"):
+        FlinkSnapshotReader(d)
+
+
+def test_wrong_magic(copy):
+    d = copy(CANONICAL)
+    data = bytearray((d / "_metadata").read_bytes())
+    data[0:4] = b"\xca\xfe\xba\xbe"
+    (d / "_metadata").write_bytes(bytes(data))
+    with pytest.raises(SnapshotFormatError, match=r"_metadata: found magic number 0xcafebabe, expected 0x4960672d") as e:
+        FlinkSnapshotReader(d)
+    assert str(d) in str(e.value)
+    assert not FlinkSnapshotReader.detect(d)
+
+
+def test_unknown_version(copy):
+    d = copy(CANONICAL)
+    data = bytearray((d / "_metadata").read_bytes())
+    data[4:8] = (99).to_bytes(4, "big")
+    (d / "_metadata").write_bytes(bytes(data))
+    with pytest.raises(SnapshotFormatError, match="found metadata version 99, expected one of 3, 4, 5, 6, 7"):
+        FlinkSnapshotReader(d)
+
+
+def test_not_a_snapshot(tmp_path):
+    with pytest.raises(SnapshotNotFoundError, match="found no '_metadata' file"):
+        FlinkSnapshotReader(tmp_path)
+    with pytest.raises(SnapshotNotFoundError, match="no such file or folder"):
+        FlinkSnapshotReader(tmp_path / "missing")
+
+
+def _data_files(d: Path) -> list[Path]:
+    return [p for p in d.iterdir() if p.name not in ("_metadata", "EXPECTED.json")]
+
+
+def test_missing_and_truncated_state_files(copy):
+    d = copy(CANONICAL)
+    big = max(_data_files(d), key=lambda p: p.stat().st_size)
+    data = big.read_bytes()
+    big.write_bytes(data[: len(data) // 3])
+    reader = FlinkSnapshotReader(d)  # metadata alone is fine
+    with pytest.raises(SnapshotCorruptError, match=rf"{big.name}: found \d+ bytes, the metadata expects {len(data)}"):
+        load(reader)
+    big.unlink()
+    with pytest.raises(SnapshotCorruptError, match="named in the metadata is missing"):
+        load(FlinkSnapshotReader(d))
+
+
+def test_unknown_serializer_comes_back_as_raw_bytes(copy):
+    """Rename the Tuple2 serializer snapshot class in the real files: the rest still loads."""
+    d = copy("rocksdb-canonical-savepoint-compressed")
+    known = b"org.apache.flink.api.java.typeutils.runtime.TupleSerializerSnapshot"
+    unknown = b"com.example.acme.CustomSerializer$CustomSerializerConfigSnapshotV9"
+    unknown = unknown + b"x" * (len(known) - len(unknown))
+    assert len(unknown) == len(known)
+    patched = 0
+    for p in _data_files(d):
+        b = p.read_bytes()
+        if known in b:
+            p.write_bytes(b.replace(known, unknown))
+            patched += 1
+    assert patched >= 1
+    reader = FlinkSnapshotReader(d)
+    frames = load(reader)
+    exp = expected(d.name)
+    first = frames[("user-state", "first_event")]
+    assert set(first["key"]) == set(exp["users"])
+    assert all(isinstance(v, bytes) and v for v in first["value"])
+    assert any("CustomSerializer" in n and "raw bytes" in n for n in reader.notes)
+    st = reader.states()
+    assert st.loc[st["state"] == "first_event", "value_type"].iat[0].startswith("unknown (com.example.acme")
+    stats = frames[("user-state", "stats")].set_index("key")["value"]
+    assert {u: v["count"] for u, v in stats.items()} == {u: e["count"] for u, e in exp["users"].items()}
+
+
+def test_paths_in_metadata_stay_inside_the_snapshot(tmp_path):
+    meta = tmp_path / "snap" / "_metadata"
+    meta.parent.mkdir()
+    meta.write_bytes(b"")
+    r = HandleResolver(meta)
+    for h in (StreamHandle("file", "/etc/passwd", 10), StreamHandle("relative", "../../etc/passwd", 10),
+              StreamHandle("file", "file:/somewhere/else/chk-3/../../../etc/passwd", 10)):
+        with pytest.raises(UnsafePathError, match="outside the snapshot folder"):
+            r.read(h)
+    with pytest.raises(UnsafePathError, match="'s3' storage"):
+        r.read(StreamHandle("file", "s3://bucket/job/chk-1/x", 10))
+
+
+def test_checkpoint_properties_are_parsed_not_deserialized():
+    reader = FlinkSnapshotReader(FLINK_FIXTURES / CANONICAL)
+    props = reader.meta.properties
+
+    def plain(x):
+        if isinstance(x, dict):
+            return all(isinstance(k, str) and plain(v) for k, v in x.items())
+        if isinstance(x, list):
+            return all(plain(v) for v in x)
+        return isinstance(x, (str, int, float, bool, bytes, type(None)))
+
+    assert plain(props)
+    assert props["checkpointType"]["formatType"]["name"] == "CANONICAL"
+    with pytest.raises(ValueError, match="not a Java serialization stream"):
+        parse_java_object(DataInput(b"\x80\x04pickle"))
+
+
+def test_reader_never_imports_code_running_modules():
+    src = Path(FlinkSnapshotReader.__module__.replace(".", "/")).parent
+    root = Path(__file__).resolve().parents[2] / src
+    banned = {"pickle", "marshal", "shelve", "subprocess", "dill", "cloudpickle", "jpype", "py4j"}
+    for f in root.glob("*.py"):
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                assert not banned & {n.split(".")[0] for n in names}, f"{f.name} imports {names}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id not in ("eval", "exec", "compile", "__import__"), f.name
+
+
+def test_key_serializer_unknown_is_a_reader_error(copy):
+    d = copy(CANONICAL)
+    known = b"org.apache.flink.api.common.typeutils.base.StringSerializer$StringSerializerSnapshot"
+    unknown = b"com.example.KeySerializer$Snapshot".ljust(len(known), b"x")
+    for p in _data_files(d):
+        b = p.read_bytes()
+        i = b.find(known)
+        if 0 <= i < 64:  # the key serializer comes first in the header
+            p.write_bytes(b[:i] + unknown + b[i + len(known):])
+    reader = FlinkSnapshotReader(d)
+    with pytest.raises(ReaderError, match="key serializer com.example.KeySerializer"):
+        load(reader, KeyedStateQuery(operators=frozenset({"user-state"})))
