@@ -216,12 +216,31 @@ class StreamEnvironment:
             raise JobError("the job has no operators; add a source first")
         return Runtime(self, list(self.specs), job_name)
 
-    def execute(self, job_name: str = "job", max_rounds: int | None = None) -> JobResult:
-        """Run the job to the end of its (bounded) input and return the result."""
-        if self.checkpoint_config is not None:
-            from ..checkpointing.job import run_with_checkpoints
+    def enable_checkpointing(self, directory: str | Path, interval_ms: int | None = None, *,
+                             interval_records: int | None = None, **options: Any) -> "StreamEnvironment":
+        """Checkpoint into ``directory`` every ``interval_ms`` of processing time and/or every
+        ``interval_records`` source records; ``options`` are :class:`CheckpointConfig` fields
+        (mode, unaligned, min_pause_ms, timeout_ms, max_concurrent, retained, incremental)."""
+        from .checkpoint.config import CheckpointConfig
 
-            return run_with_checkpoints(self, job_name, max_rounds=max_rounds)
+        if interval_ms is None and interval_records is None:
+            raise JobError("enable_checkpointing needs interval_ms or interval_records")
+        self.checkpoint_config = CheckpointConfig(directory=Path(directory), interval_ms=interval_ms,
+                                                  interval_records=interval_records, **options)
+        return self
+
+    def execute(self, job_name: str = "job", max_rounds: int | None = None, restore_from: str | Path | None = None,
+                allow_non_restored_state: bool = False) -> JobResult:
+        """Run the job to the end of its (bounded) input and return the result.
+
+        ``restore_from`` names a checkpoint or savepoint folder to start from (at this
+        environment's parallelism, which may differ from the snapshot's).
+        """
+        if self.checkpoint_config is not None or restore_from is not None:
+            from .checkpoint.job import run_with_checkpoints
+
+            return run_with_checkpoints(self, job_name, max_rounds=max_rounds, restore_from=restore_from,
+                                        allow_non_restored_state=allow_non_restored_state)
         runtime = self.build_runtime(job_name)
         runtime.open()
         try:
@@ -229,6 +248,14 @@ class StreamEnvironment:
         finally:
             runtime.close()
         return JobResult(runtime)
+
+    def execute_async(self, job_name: str = "job", restore_from: str | Path | None = None,
+                      allow_non_restored_state: bool = False):
+        """Start the job and return a :class:`~explorer.engine.checkpoint.job.JobClient` to drive it
+        (``run``, ``trigger_checkpoint``, ``trigger_savepoint``, ``stop_with_savepoint``)."""
+        from .checkpoint.job import JobClient
+
+        return JobClient(self, job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state)
 
 
 class DataStream:

@@ -164,6 +164,7 @@ class KeyedOperatorBase(StreamOperator):
         super().__init__(spec, subtask_index, parallelism, max_parallelism, clock)
         self.key_groups = key_group_range_for_operator(max_parallelism, parallelism, subtask_index)
         self.backend = spec.backend_factory(max_parallelism, self.key_groups, clock, spec, subtask_index)
+        self.backend.operator_name = spec.uid
         self.event_timers = TimerQueue()
         self.processing_timers = TimerQueue()
         self.timer_service = TimerService(self)

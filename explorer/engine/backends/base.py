@@ -183,6 +183,9 @@ class KeyedStateBackend(ABC):
         self.ctx = KeyContext()
         self.tables: dict[str, StateTable] = {}
         self._states: dict[str, _State] = {}
+        #: state restored from a snapshot, loaded when the job registers its descriptor
+        self.restored: dict[str, Any] = {}
+        self.operator_name = "?"
 
     @abstractmethod
     def _create_table(self, descriptor: StateDescriptor) -> StateTable: ...
@@ -192,7 +195,12 @@ class KeyedStateBackend(ABC):
         under the same name must declare the same kind and type."""
         table = self.tables.get(descriptor.name)
         if table is None:
+            pending = self.restored.pop(descriptor.name, None)
+            if pending is not None:
+                pending.check(descriptor, self.operator_name)
             table = self.tables[descriptor.name] = self._create_table(descriptor)
+            if pending is not None:
+                table.load_rows(pending.rows(descriptor, self.operator_name))
             return table
         old = table.descriptor
         if old.kind is not descriptor.kind:

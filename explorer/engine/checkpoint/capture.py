@@ -1,0 +1,183 @@
+"""Taking one subtask's snapshot: a synchronous capture, then an asynchronous write.
+
+The *synchronous* part runs when the barrier is processed (the subtask is
+paused): it copies the subtask's keyed state rows, timers, operator and
+broadcast state and metrics into memory. The *asynchronous* part turns the
+copy into files (Parquet and JSON) while the job keeps running, and returns
+this subtask's part of the snapshot metadata with sizes and checksums.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...format.keyed import encode_keys, rows_to_table, write_parquet_by_key_group
+from ...format.snapshot import file_entry
+from ...format.types import type_info
+from ..operators import KeyedOperatorBase, SourceOperator
+from ..state import StateKind
+from ..ttl import is_expired
+
+
+@dataclass
+class StateCapture:
+    descriptor: dict[str, Any]
+    rows: list[tuple]
+    value_info: Any
+    user_key: Any
+
+
+@dataclass
+class SubtaskCapture:
+    uid: str
+    name: str
+    index: int
+    parallelism: int
+    max_parallelism: int
+    keyed: bool
+    key_group_range: tuple[int, int] | None
+    states: list[StateCapture] = field(default_factory=list)
+    timers: list[tuple] = field(default_factory=list)
+    operator_lists: dict[str, dict[str, Any]] = field(default_factory=dict)
+    broadcast: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records_per_key_group: list[int] | None = None
+    heavy_hitters: dict[str, Any] | None = None
+    inflight: list[dict[str, Any]] = field(default_factory=list)
+    sync_ms: float = 0.0
+    alignment_ms: float = 0.0
+    source_positions: list[list[Any]] | None = None
+
+
+def capture_subtask(subtask, now_ms: int) -> SubtaskCapture:
+    """Copy everything a subtask must restore (the synchronous phase)."""
+    t0 = time.perf_counter()
+    op = subtask.operator
+    spec = subtask.spec
+    cap = SubtaskCapture(
+        uid=spec.uid,
+        name=spec.name,
+        index=subtask.index,
+        parallelism=spec.parallelism,
+        max_parallelism=spec.max_parallelism,
+        keyed=spec.keyed,
+        key_group_range=(op.key_groups.start, op.key_groups.end) if isinstance(op, KeyedOperatorBase) else None,
+    )
+    if isinstance(op, KeyedOperatorBase):
+        for name, table in op.backend.tables.items():
+            desc = table.descriptor
+            ttl = getattr(desc, "ttl", None)
+            rows = list(table.rows())
+            if ttl is not None and ttl.cleanup.full_snapshot:
+                rows = [r for r in rows if not is_expired(r[5], ttl.ttl_ms, now_ms)]
+            if desc.kind is StateKind.MAP:
+                uk = desc.user_key_info
+            elif desc.kind is StateKind.LIST:
+                uk = "index"
+            else:
+                uk = None
+            cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk))
+        for domain, q in (("event_time", op.event_timers), ("processing_time", op.processing_timers)):
+            for t in q:
+                cap.timers.append((t.key_group, t.key, t.namespace, t.timestamp, domain))
+        cap.records_per_key_group = op.metrics.records.tolist()
+        cap.heavy_hitters = op.sketch.to_json()
+    store = op.operator_state
+    for name, st in store.lists.items():
+        info = st.descriptor.value_info
+        cap.operator_lists[name] = {
+            "mode": st.mode.value,
+            "value_type": info.describe(),
+            "items": [info.to_arrow(v) for v in st.items],
+        }
+    for name, bs in store.broadcast.items():
+        d = bs.descriptor
+        cap.broadcast[name] = {
+            "key_type": d.user_key_info.describe(),
+            "value_type": d.value_info.describe(),
+            "entries": [[d.user_key_info.to_arrow(k), d.value_info.to_arrow(v)] for k, v in bs.entries.items()],
+        }
+    if isinstance(op, SourceOperator):
+        cap.source_positions = [list(x) for x in op.offsets_state.items]
+    cap.sync_ms = (time.perf_counter() - t0) * 1000
+    return cap
+
+
+def _safe(name: str) -> str:
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return out or "_"
+
+
+def write_capture(cap: SubtaskCapture, folder: Path) -> dict[str, Any]:
+    """Write one subtask's capture under ``folder``; return its metadata fragment."""
+    t0 = time.perf_counter()
+    files: dict[str, dict[str, Any]] = {}
+    states_meta = []
+    uid_dir = _safe(cap.uid)
+    for sc in cap.states:
+        rel = f"keyed/{uid_dir}/{_safe(sc.descriptor['name'])}/{cap.index}.parquet"
+        table, kinds = rows_to_table(sc.rows, sc.value_info, sc.user_key)
+        path = folder / rel
+        groups = write_parquet_by_key_group(table, path)
+        files[rel] = file_entry(folder, path)
+        states_meta.append({"name": sc.descriptor["name"], "file": rel, "rows": table.num_rows,
+                            "row_groups": groups, **kinds})
+    timers_meta = None
+    if cap.timers:
+        import pyarrow as pa
+
+        kgs, keys, nss, tss, doms = zip(*sorted(cap.timers, key=lambda r: (r[0], r[3])))
+        key_col, key_kind = encode_keys(list(keys))
+        ns_col, ns_kind = encode_keys(list(nss))
+        t = pa.table({"key_group": pa.array(kgs, pa.int32()), "key": key_col, "namespace": ns_col,
+                      "timestamp": pa.array(tss, pa.int64()), "domain": pa.array(doms, pa.string())})
+        rel = f"timers/{uid_dir}/{cap.index}.parquet"
+        groups = write_parquet_by_key_group(t, folder / rel)
+        files[rel] = file_entry(folder, folder / rel)
+        timers_meta = {"file": rel, "rows": t.num_rows, "row_groups": groups, "key_kind": key_kind, "namespace_kind": ns_kind}
+    op_meta = None
+    if cap.operator_lists or cap.broadcast or cap.inflight:
+        rel = f"operator/{uid_dir}/{cap.index}.json"
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"lists": cap.operator_lists, "broadcast": cap.broadcast, "inflight": cap.inflight},
+                                   default=_json_default))
+        files[rel] = file_entry(folder, path)
+        op_meta = rel
+    async_ms = (time.perf_counter() - t0) * 1000
+    return {
+        "index": cap.index,
+        "key_group_range": list(cap.key_group_range) if cap.key_group_range else None,
+        "states": states_meta,
+        "timers": timers_meta,
+        "operator_state": op_meta,
+        "records_per_key_group": cap.records_per_key_group,
+        "heavy_hitters": cap.heavy_hitters,
+        "source_positions": cap.source_positions,
+        "sync_ms": round(cap.sync_ms, 3),
+        "async_ms": round(async_ms, 3),
+        "alignment_ms": round(cap.alignment_ms, 3),
+        "bytes": sum(f["bytes"] for f in files.values()),
+        "files": files,
+    }
+
+
+def _json_default(o):
+    if isinstance(o, bytes):
+        return {"$bytes": o.hex()}
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} cannot be stored in operator state JSON")
+
+
+def operator_value(desc_json: dict[str, Any], value: Any) -> Any:
+    """Decode an operator-state value written by :func:`write_capture`."""
+    from ...format.types import type_from_description
+
+    return type_from_description(desc_json).from_arrow(value)
+
+
+__all__ = ["SubtaskCapture", "capture_subtask", "write_capture", "operator_value", "type_info"]

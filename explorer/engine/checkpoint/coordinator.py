@@ -1,0 +1,335 @@
+"""The checkpoint coordinator: barriers, alignment, acknowledgements, completion.
+
+1. *Trigger*: every source subtask snapshots its read positions and sends a
+   :class:`~explorer.engine.channels.Barrier` down all its channels.
+2. *Align* (exactly-once): a subtask with several input channels blocks each
+   channel that delivered the barrier until all have, so no record from
+   after the barrier mixes into the snapshot. At-least-once mode does not
+   block: records behind an early barrier are processed before the snapshot
+   and will be replayed after a restore. Unaligned mode snapshots at the
+   first barrier and stores the records still in flight.
+3. *Snapshot*: the subtask captures its state synchronously, forwards the
+   barrier, and writes files asynchronously (a thread pool).
+4. *Complete*: once every subtask has acknowledged, ``_metadata`` is written
+   last, via rename; only then does the checkpoint exist. Sinks commit the
+   output staged for it. Older checkpoints beyond the retained count go.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ...errors import JobError
+from ...format.snapshot import write_metadata
+from ..channels import Barrier, Batch, Channel
+from .capture import capture_subtask, write_capture
+from .config import CheckpointConfig, CheckpointingMode
+from .storage import CheckpointStorage
+
+
+class InjectedCrash(RuntimeError):
+    """Raised by the crash-injection harness to simulate a failure."""
+
+
+@dataclass
+class _Alignment:
+    expected: set[int]
+    received: set[int] = field(default_factory=set)
+    started: float = field(default_factory=time.perf_counter)
+    inflight: list[dict[str, Any]] = field(default_factory=list)
+    snapshotted: bool = False
+
+
+@dataclass
+class PendingCheckpoint:
+    id: int
+    folder: Path
+    savepoint: bool
+    triggered_ms: int
+    started: float
+    acks: dict[str, Future] = field(default_factory=dict)
+    alignments: dict[str, _Alignment] = field(default_factory=dict)
+    expected: set[str] = field(default_factory=set)
+    on_complete: list[Callable[["PendingCheckpoint", Path], None]] = field(default_factory=list)
+
+
+class CheckpointCoordinator:
+    def __init__(self, runtime, config: CheckpointConfig, storage: CheckpointStorage, crash: Any = None) -> None:
+        self.runtime = runtime
+        self.config = config
+        self.storage = storage
+        self.clock = runtime.clock
+        self.crash = crash
+        self.pending: dict[int, PendingCheckpoint] = {}
+        self.completed: list[int] = []
+        self.history: list[dict[str, Any]] = []
+        self.next_id = storage.latest_id() + 1
+        self._last_trigger_ms = self.clock.now_ms()
+        self._last_complete_ms: int | None = None
+        self._records_at_last_trigger = 0
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="snapshot") if config.asynchronous else None
+        self.exactly_once = config.mode is CheckpointingMode.EXACTLY_ONCE
+        runtime.barrier_handler = self.on_barrier
+        runtime.after_round.append(self.tick)
+
+    # --- triggering -------------------------------------------------------------------
+    def source_records(self) -> int:
+        return sum(st.operator.records_in for st in self.runtime.subtasks if st.is_source)
+
+    def _due(self) -> bool:
+        cfg = self.config
+        if len(self.pending) >= cfg.max_concurrent:
+            return False
+        now = self.clock.now_ms()
+        if self._last_complete_ms is not None and now - self._last_complete_ms < cfg.min_pause_ms:
+            return False
+        if cfg.interval_records is not None and self.source_records() - self._records_at_last_trigger >= cfg.interval_records:
+            return True
+        if cfg.interval_ms is not None and now - self._last_trigger_ms >= cfg.interval_ms:
+            return True
+        return False
+
+    def trigger(self, savepoint: bool = False, target: Path | None = None) -> PendingCheckpoint:
+        """Start a checkpoint (or a savepoint into ``target``)."""
+        cid = self.next_id
+        self.next_id += 1
+        folder = Path(target) if target is not None else self.storage.folder_for(cid)
+        if folder.exists() and any(folder.iterdir()):
+            raise JobError(f"{folder}: the target of checkpoint {cid} already exists and is not empty")
+        folder.mkdir(parents=True, exist_ok=True)
+        now = self.clock.now_ms()
+        pc = PendingCheckpoint(cid, folder, savepoint, now, time.perf_counter())
+        self.pending[cid] = pc
+        self._last_trigger_ms = now
+        self._records_at_last_trigger = self.source_records()
+        rt = self.runtime
+        barrier = Barrier(cid, now, savepoint=savepoint, unaligned=self.config.unaligned)
+        rt.trace.add(rt.round, "checkpoint_triggered", "coordinator", -1, checkpoint=cid, savepoint=savepoint)
+        for st in rt.subtasks:
+            pc.expected.add(st.name)
+        for st in rt.subtasks:
+            if st.finished:
+                self._snapshot(pc, st, 0.0)
+            elif st.is_source:
+                self._snapshot(pc, st, 0.0)
+                self._forward(st, barrier)
+        return pc
+
+    def _forward(self, subtask, barrier: Barrier) -> None:
+        if barrier.unaligned:
+            # the barrier overtakes the records queued in our output channels; those become in-flight state
+            for _, channels in subtask.outputs:
+                for ch in channels:
+                    ch.queue.appendleft(barrier)
+        else:
+            subtask.emit_event(barrier)
+        subtask.trace("barrier_forwarded", checkpoint=barrier.checkpoint_id)
+
+    # --- barriers at non-source subtasks ------------------------------------------------------
+    def on_barrier(self, subtask, channel: Channel, barrier: Barrier) -> None:
+        pc = self.pending.get(barrier.checkpoint_id)
+        if pc is None:  # aborted or timed out: drop the barrier
+            return
+        al = pc.alignments.get(subtask.name)
+        if al is None:
+            expected = {i for i, ch in enumerate(subtask.inputs) if not ch.finished or ch is channel}
+            al = pc.alignments[subtask.name] = _Alignment(expected)
+        idx = subtask.inputs.index(channel)
+        al.received.add(idx)
+        subtask.trace("barrier_received", checkpoint=barrier.checkpoint_id, channel=channel.source,
+                      aligned=len(al.received), of=len(al.expected))
+        if barrier.unaligned:
+            if not al.snapshotted:
+                # snapshot now; records still queued on other channels before their barrier are in flight
+                for i, ch in enumerate(subtask.inputs):
+                    if i in al.expected and i != idx:
+                        for item in ch.queue:
+                            if isinstance(item, Barrier) and item.checkpoint_id == barrier.checkpoint_id:
+                                break
+                            if isinstance(item, Batch):
+                                al.inflight.append({"channel": i, "values": item.values, "timestamps": item.timestamps})
+                # records this barrier overtook on its own channel are in flight too
+                for item in channel.queue:
+                    if isinstance(item, Batch):
+                        al.inflight.append({"channel": idx, "values": item.values, "timestamps": item.timestamps})
+                self._snapshot(pc, subtask, 0.0, inflight=al.inflight)
+                al.snapshotted = True
+                self._forward(subtask, barrier)
+            return
+        if self.exactly_once:
+            channel.blocked = True
+            if self.crash is not None:
+                self.crash.at("alignment", self.runtime)
+        if al.received >= al.expected:
+            for ch in subtask.inputs:
+                ch.blocked = False
+            self._snapshot(pc, subtask, (time.perf_counter() - al.started) * 1000)
+            self._forward(subtask, barrier)
+
+    # --- snapshots and acknowledgements ---------------------------------------------------------
+    def _snapshot(self, pc: PendingCheckpoint, subtask, alignment_ms: float, inflight=None) -> None:
+        now = self.clock.now_ms()
+        cap = capture_subtask(subtask, now)
+        cap.alignment_ms = alignment_ms
+        if inflight:
+            cap.inflight = [{"channel": x["channel"], "values": _jsonable_values(subtask, x["values"]),
+                             "timestamps": x["timestamps"]} for x in inflight]
+        writer = getattr(subtask.operator, "writer", None)
+        if writer is not None and hasattr(writer, "pre_commit"):
+            writer.pre_commit(pc.id)
+        crash = self.crash
+
+        def job():
+            if crash is not None:
+                crash.at("snapshot_write", self.runtime)
+            return write_capture(cap, pc.folder)
+
+        subtask.trace("snapshot", checkpoint=pc.id, sync_ms=round(cap.sync_ms, 3))
+        if self._pool is not None:
+            pc.acks[subtask.name] = self._pool.submit(job)
+        else:
+            f: Future = Future()
+            try:
+                f.set_result(job())
+            except BaseException as exc:  # noqa: BLE001 - handed to the coordinator
+                f.set_exception(exc)
+            pc.acks[subtask.name] = f
+
+    def tick(self, runtime) -> None:
+        for cid in sorted(self.pending):
+            pc = self.pending[cid]
+            # a subtask that finished before its barrier came has its final state: snapshot it as is
+            for st in runtime.subtasks:
+                if st.finished and st.name not in pc.acks:
+                    self._snapshot(pc, st, 0.0)
+            if len(pc.acks) == len(pc.expected) and all(f.done() for f in pc.acks.values()):
+                self._complete(pc)
+            elif (self.clock.now_ms() - pc.triggered_ms) > self.config.timeout_ms:
+                self.abort(pc, f"timed out after {self.config.timeout_ms} ms")
+        if self._due() and not runtime.finished and not any(p.savepoint for p in self.pending.values()):
+            self.trigger()
+
+    def wait_for(self, pc: PendingCheckpoint) -> None:
+        """Block until all acks of ``pc`` are in, then complete it."""
+        for st in self.runtime.subtasks:
+            if st.finished and st.name not in pc.acks:
+                self._snapshot(pc, st, 0.0)
+        if len(pc.acks) < len(pc.expected):
+            raise JobError(f"checkpoint {pc.id}: subtasks {sorted(pc.expected - set(pc.acks))} never acknowledged")
+        for f in list(pc.acks.values()):
+            f.result()
+        if pc.id in self.pending:
+            self._complete(pc)
+
+    def abort(self, pc: PendingCheckpoint, why: str) -> None:
+        self.pending.pop(pc.id, None)
+        for st in self.runtime.subtasks:
+            for ch in st.inputs:
+                ch.blocked = False
+        shutil.rmtree(pc.folder, ignore_errors=True)
+        self.history.append({"checkpoint_id": pc.id, "status": "aborted", "reason": why})
+
+    def _complete(self, pc: PendingCheckpoint) -> None:
+        subtasks = {}
+        for name, f in pc.acks.items():
+            subtasks[name] = f.result()  # raises what the async write raised
+        meta = self._metadata(pc, subtasks)
+        if self.crash is not None:
+            self.crash.at("metadata_commit", self.runtime)
+        write_metadata(pc.folder, meta)
+        del self.pending[pc.id]
+        self._last_complete_ms = self.clock.now_ms()
+        self.completed.append(pc.id)
+        rt = self.runtime
+        rt.trace.add(rt.round, "checkpoint_completed", "coordinator", -1, checkpoint=pc.id, savepoint=pc.savepoint,
+                     bytes=meta["timing"]["bytes"])
+        self.history.append({"checkpoint_id": pc.id, "status": "completed", "savepoint": pc.savepoint,
+                             "path": str(pc.folder), **meta["timing"]})
+        for st in rt.subtasks:
+            writer = getattr(st.operator, "writer", None)
+            if writer is not None and hasattr(writer, "commit"):
+                writer.commit(pc.id)
+        if not pc.savepoint:
+            self.storage.retain(self.config.retained)
+        for fn in pc.on_complete:
+            fn(pc, pc.folder)
+
+    def _metadata(self, pc: PendingCheckpoint, subtasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        rt = self.runtime
+        env = rt.env
+        operators = []
+        files: dict[str, Any] = {}
+        for spec in rt.specs:
+            subs = []
+            states: dict[str, Any] = {}
+            for st in rt.tasks[spec.id]:
+                frag = dict(subtasks[st.name])
+                files.update(frag.pop("files"))
+                subs.append(frag)
+                backend = getattr(st.operator, "backend", None)
+                if backend is not None:
+                    for name, table in backend.tables.items():
+                        states.setdefault(name, table.descriptor.describe())
+            operators.append({
+                "uid": spec.uid,
+                "name": spec.name,
+                "kind": spec.operator_class.__name__,
+                "parallelism": spec.parallelism,
+                "max_parallelism": spec.max_parallelism,
+                "keyed": spec.keyed,
+                "states": [states[k] for k in sorted(states)],
+                "subtasks": sorted(subs, key=lambda s: s["index"]),
+                "description": spec.description,
+            })
+        total_bytes = sum(f["bytes"] for f in files.values())
+        return {
+            "format": "state-explorer-snapshot",
+            "checkpoint_id": pc.id,
+            "kind": "savepoint" if pc.savepoint else "checkpoint",
+            "savepoint_format": "canonical",
+            "created_at_ms": self.clock.now_ms(),
+            "job": {"name": rt.job_name},
+            "backend": _backend_name(rt),
+            "mode": self.config.mode.value,
+            "unaligned": self.config.unaligned,
+            "incremental": False,
+            "operators": operators,
+            "files": files,
+            "timing": {
+                "duration_ms": round((time.perf_counter() - pc.started) * 1000, 3),
+                "sync_ms": round(sum(s["sync_ms"] for s in subtasks.values()), 3),
+                "async_ms": round(sum(s["async_ms"] for s in subtasks.values()), 3),
+                "alignment_ms": round(max((s["alignment_ms"] for s in subtasks.values()), default=0.0), 3),
+                "bytes": total_bytes,
+                "inflight_records": 0,
+            },
+        }
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def _backend_name(rt) -> str:
+    for st in rt.subtasks:
+        b = getattr(st.operator, "backend", None)
+        if b is not None:
+            return b.name
+    return "none"
+
+
+def _jsonable_values(subtask, values):
+    import dataclasses
+
+    out = []
+    for v in values:
+        if dataclasses.is_dataclass(v):
+            out.append({"$dataclass": type(v).__qualname__, "fields": dataclasses.asdict(v)})
+        else:
+            out.append(v)
+    return out

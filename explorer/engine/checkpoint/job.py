@@ -1,0 +1,179 @@
+"""Running a job with checkpoints, savepoints, restore, and injected crashes.
+
+:class:`JobClient` is the handle of a running job: run it in rounds, trigger
+a checkpoint or savepoint, stop with a savepoint. ``env.execute()`` uses it
+when checkpointing is enabled. :class:`CrashInjector` makes a run fail at a
+chosen point (between records, during alignment, while writing a snapshot,
+while committing its metadata) so tests can prove recovery exactly-once.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from ...errors import JobError
+from ..runtime import JobResult
+from .config import CheckpointConfig
+from .coordinator import CheckpointCoordinator, InjectedCrash
+from .restore import check_after_open, restore_runtime
+from .storage import CheckpointStorage
+
+CRASH_POINTS = ("round", "alignment", "snapshot_write", "metadata_commit")
+
+
+class CrashInjector:
+    """Raise :class:`InjectedCrash` the ``after``-th time the job passes ``point``."""
+
+    def __init__(self, point: str, after: int) -> None:
+        if point not in CRASH_POINTS:
+            raise ValueError(f"unknown crash point {point!r}; expected one of {CRASH_POINTS}")
+        self.point = point
+        self.after = after
+        self.seen = 0
+        self.fired = False
+
+    def at(self, point: str, runtime: Any) -> None:
+        if point != self.point or self.fired:
+            return
+        self.seen += 1
+        if self.seen >= self.after:
+            self.fired = True
+            raise InjectedCrash(f"injected crash at {point} #{self.seen} (round {runtime.round})")
+
+
+class JobClient:
+    """A job being run by the local runtime, with checkpointing and savepoints."""
+
+    def __init__(
+        self,
+        env,
+        job_name: str = "job",
+        restore_from: str | Path | None = None,
+        allow_non_restored_state: bool = False,
+        crash: CrashInjector | None = None,
+    ) -> None:
+        self.env = env
+        self.crash = crash
+        cfg: CheckpointConfig | None = env.checkpoint_config
+        self._tmp = None
+        if cfg is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="state-explorer-savepoints-")
+            cfg = CheckpointConfig(directory=Path(self._tmp.name))
+        self.config = cfg
+        self.storage = CheckpointStorage(cfg.directory)
+        self.runtime = env.build_runtime(job_name)
+        self.runtime.checkpointing = env.checkpoint_config is not None
+        self.restored_meta = None
+        if restore_from is not None:
+            self.restored_meta = restore_runtime(self.runtime, restore_from, allow_non_restored_state)
+        self.coordinator = CheckpointCoordinator(self.runtime, cfg, self.storage, crash)
+        if self.restored_meta is not None:
+            self.coordinator.next_id = max(self.coordinator.next_id, self.restored_meta["checkpoint_id"] + 1)
+        if crash is not None:
+            self.runtime.after_round.insert(0, lambda rt: crash.at("round", rt))
+        self.runtime.open()
+        check_after_open(self.runtime)
+        if self.restored_meta is not None:
+            cid = self.restored_meta["checkpoint_id"]
+            for spec in self.runtime.specs:
+                if spec.sink is not None and hasattr(spec.sink, "recover"):
+                    spec.sink.recover(cid)
+        self.closed = False
+
+    # --- running -------------------------------------------------------------------------
+    def run(self, until: Callable[[Any], bool] | None = None, max_rounds: int | None = None) -> "JobClient":
+        self.runtime.run(until=until, max_rounds=max_rounds)
+        if self.runtime.finished:
+            # the end of input is a final commit point: settle checkpoints still in flight
+            for pc in list(self.coordinator.pending.values()):
+                self.coordinator.wait_for(pc)
+        return self
+
+    @property
+    def finished(self) -> bool:
+        return self.runtime.finished
+
+    def result(self) -> JobResult:
+        return JobResult(self.runtime)
+
+    # --- checkpoints and savepoints ---------------------------------------------------------
+    def _until_complete(self, pc) -> Path:
+        while pc.id in self.coordinator.pending:
+            if all(n in pc.acks for n in pc.expected):
+                self.coordinator.wait_for(pc)
+                break
+            if not self.runtime.run_round():
+                if all(n in pc.acks for n in pc.expected):
+                    continue
+                raise JobError(f"checkpoint {pc.id} cannot complete: the job made no progress")
+        return pc.folder
+
+    def trigger_checkpoint(self) -> Path:
+        """Take a checkpoint now and return its folder once complete."""
+        return self._until_complete(self.coordinator.trigger())
+
+    def trigger_savepoint(self, target: str | Path) -> Path:
+        """Take a savepoint into ``target`` (a new folder) and keep running."""
+        return self._until_complete(self.coordinator.trigger(savepoint=True, target=Path(target)))
+
+    def stop_with_savepoint(self, target: str | Path) -> Path:
+        """Take a savepoint, then stop the job (sources stop; nothing is drained)."""
+        self.runtime.hold_sources_open = True
+        path = self.trigger_savepoint(target)
+        self.close()
+        return path
+
+    @property
+    def checkpoint_history(self) -> list[dict[str, Any]]:
+        return list(self.coordinator.history)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.coordinator.close()
+        self.runtime.close()
+
+
+def run_with_checkpoints(env, job_name: str, max_rounds: int | None = None, restore_from=None,
+                         allow_non_restored_state: bool = False) -> JobResult:
+    client = JobClient(env, job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state)
+    try:
+        client.run(max_rounds=max_rounds)
+    finally:
+        client.close()
+    result = client.result()
+    result.checkpoints = client.checkpoint_history  # type: ignore[attr-defined]
+    return result
+
+
+def run_with_recovery(make_env: Callable[[], Any], job_name: str, crash: CrashInjector,
+                      max_restarts: int = 5) -> tuple[JobResult, int]:
+    """Run a checkpointed job that crashes at ``crash``; restore from the latest good checkpoint
+    and continue until the input ends. Returns the final result and how many restarts it took.
+
+    ``make_env`` must return an environment for the same job wired to the same sinks and the
+    same checkpoint directory each time.
+    """
+    restarts = 0
+    restore = None
+    injector: CrashInjector | None = crash
+    while True:
+        env = make_env()
+        storage = CheckpointStorage(env.checkpoint_config.directory)
+        if restarts:
+            storage.clean_incomplete()
+            restore = storage.latest_valid()
+        client = JobClient(env, job_name, restore_from=restore, crash=injector)
+        try:
+            client.run()
+            client.close()
+            return client.result(), restarts
+        except InjectedCrash:
+            client.close()
+            restarts += 1
+            injector = None  # one crash per run
+            if restarts > max_restarts:
+                raise

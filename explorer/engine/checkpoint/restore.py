@@ -1,0 +1,267 @@
+"""Restoring a job from a checkpoint or savepoint, at any parallelism up to max parallelism.
+
+Operators are matched by uid. A keyed subtask reads only the key groups it
+now owns (whole key groups move on rescale); operator list state is dealt
+out again (even split or union); broadcast state is copied to every
+subtask; sources resume at their recorded positions.
+
+State is checked when the restored job registers it (Flink's state
+migration): the same kind, a compatible type (a dataclass may gain fields
+with defaults or lose fields), and the same TTL. Anything else is a
+:class:`~explorer.errors.StateMigrationError` naming the state and both
+sides. State or operators the new job does not declare fail the restore
+unless ``allow_non_restored_state=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Iterator
+
+from ...errors import RestoreError, StateMigrationError
+from ...format.keyed import decode_keys, read_parquet_key_groups
+from ...format.snapshot import resolve, verify_snapshot
+from ...format.types import TypeInfo, type_from_description
+from ..operator_state import OperatorStateMode, redistribute_list
+from ..operators import KeyedOperatorBase, SourceOperator
+from ..state import StateDescriptor
+
+
+def _describe_type(d: dict) -> str:
+    t = d.get("type")
+    if t == "struct":
+        return f"{d['name']}({', '.join(f['name'] + ': ' + _describe_type(f['type']) for f in d['fields'])})"
+    if t in ("list", "optional"):
+        return f"{t}[{_describe_type(d['of'])}]"
+    if t == "dict":
+        return f"dict[{_describe_type(d['key'])}, {_describe_type(d['value'])}]"
+    if t == "tuple":
+        return "tuple[" + ", ".join(_describe_type(f) for f in d["fields"]) + "]"
+    return str(t)
+
+
+def _converter(old: dict, new_info: TypeInfo, where: str) -> Any:
+    """A function from the stored Arrow value (old type) to a value of the new type, or raise."""
+    new = new_info.describe()
+    if old == new:
+        return new_info.from_arrow
+    if old.get("type") == "struct" and new.get("type") == "struct":
+        old_fields = {f["name"]: f["type"] for f in old["fields"]}
+        fields = getattr(new_info, "fields")
+        plan = []
+        for name, finfo, default in fields:
+            if name in old_fields:
+                plan.append((name, _converter(old_fields[name], finfo, f"{where}.{name}"), None))
+            else:
+                if default is dataclasses.MISSING:
+                    raise StateMigrationError(
+                        f"{where}: the new type adds field {name!r} without a default; the snapshot has "
+                        f"{_describe_type(old)}, the job declares {_describe_type(new)}"
+                    )
+                plan.append((name, None, default))
+        cls = getattr(new_info, "cls", None)
+
+        def convert(v):
+            if v is None:
+                return None
+            d = {}
+            for name, conv, default in plan:
+                if conv is not None:
+                    d[name] = conv(v.get(name))
+                else:
+                    d[name] = default() if callable(default) else default
+            return cls(**d) if cls is not None else d
+
+        return convert
+    if old.get("type") == new.get("type") and old.get("type") in ("list", "optional"):
+        inner = _converter(old["of"], getattr(new_info, "element", None) or getattr(new_info, "inner"), where)
+        if old["type"] == "list":
+            return lambda v: None if v is None else [inner(x) for x in v]
+        return lambda v: None if v is None else inner(v)
+    raise StateMigrationError(
+        f"{where}: incompatible type change: the snapshot holds {_describe_type(old)}, "
+        f"the job declares {_describe_type(new)}"
+    )
+
+
+class RestoredKeyedState:
+    """Rows of one state, waiting for the job to register its descriptor."""
+
+    def __init__(self, folder: Path, desc: dict, files: list[tuple[str, dict]], key_groups: range) -> None:
+        self.folder = folder
+        self.desc = desc
+        self.files = files  # (relative path, state metadata)
+        self.key_groups = key_groups
+
+    def check(self, descriptor: StateDescriptor, operator: str) -> None:
+        new = descriptor.describe()
+        where = f"operator {operator!r}, state {self.desc['name']!r}"
+        if new["kind"] != self.desc["kind"]:
+            raise StateMigrationError(
+                f"{where}: the snapshot holds {self.desc['kind']} state, the job declares {new['kind']} state"
+            )
+        if new["ttl"] != self.desc["ttl"]:
+            raise StateMigrationError(
+                f"{where}: TTL changed: the snapshot has {self.desc['ttl']}, the job declares {new['ttl']}"
+            )
+        if self.desc.get("user_key_type") != new.get("user_key_type"):
+            raise StateMigrationError(
+                f"{where}: map key type changed from {self.desc.get('user_key_type')} to {new.get('user_key_type')}"
+            )
+
+    def rows(self, descriptor: StateDescriptor, operator: str) -> Iterator[tuple]:
+        where = f"operator {operator!r}, state {self.desc['name']!r}"
+        conv = _converter(self.desc["value_type"], descriptor.value_info, where)
+        uk_info = descriptor.user_key_info
+        kgs = list(self.key_groups)
+        for rel, smeta in self.files:
+            t = read_parquet_key_groups(resolve(self.folder, rel), smeta["row_groups"], kgs)
+            if not t.num_rows:
+                continue
+            keys = decode_keys(t.column("key"), smeta["key_kind"])
+            nss = decode_keys(t.column("namespace"), smeta["namespace_kind"])
+            uks = t.column("user_key").to_pylist()
+            if uk_info is not None:
+                uks = [uk_info.from_arrow(u) for u in uks]
+            vals = [conv(v) for v in t.column("value").to_pylist()]
+            tss = t.column("last_access").to_pylist()
+            kg = t.column("key_group").to_pylist()
+            yield from zip(kg, keys, nss, uks, vals, tss)
+
+
+def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool = False) -> dict[str, Any]:
+    """Load ``folder`` into a built (not yet opened) runtime. Returns the snapshot metadata."""
+    folder = Path(folder)
+    meta = verify_snapshot(folder)
+    old_ops = {o["uid"]: o for o in meta["operators"]}
+    new_uids = {spec.uid for spec in runtime.specs}
+    missing = sorted(set(old_ops) - new_uids)
+    if missing and not allow_non_restored_state:
+        raise RestoreError(
+            f"{folder}: the snapshot has state for operators {missing} that the job does not have "
+            f"(the job's operators: {sorted(new_uids)}); pass allow_non_restored_state=True to drop it"
+        )
+    for spec in runtime.specs:
+        old = old_ops.get(spec.uid)
+        if old is None:
+            continue
+        if spec.keyed and old["keyed"] and old["max_parallelism"] != spec.max_parallelism:
+            raise RestoreError(
+                f"{folder}: operator {spec.uid!r} was snapshotted with max parallelism {old['max_parallelism']}, "
+                f"the job has {spec.max_parallelism}; key groups cannot be remapped"
+            )
+        subtasks = runtime.tasks[spec.id]
+        _restore_operator_state(folder, old, subtasks)
+        if spec.keyed and old["keyed"]:
+            for st in subtasks:
+                _restore_keyed(folder, old, st)
+    runtime.restored_from = folder
+    runtime.restored_meta = meta
+    runtime.allow_non_restored_state = allow_non_restored_state
+    return meta
+
+
+def _restore_keyed(folder: Path, old: dict, subtask) -> None:
+    op: KeyedOperatorBase = subtask.operator
+    kgr = op.key_groups
+    wanted = range(kgr.start, kgr.end + 1)
+    by_state: dict[str, list[tuple[str, dict]]] = {}
+    for sub in old["subtasks"]:
+        lo, hi = sub["key_group_range"]
+        if hi < kgr.start or lo > kgr.end:
+            continue
+        for smeta in sub["states"]:
+            by_state.setdefault(smeta["name"], []).append((smeta["file"], smeta))
+        t = sub.get("timers")
+        if t:
+            _restore_timers(folder, t, op, wanted)
+        rec = sub.get("records_per_key_group")
+        if rec:
+            for i, n in enumerate(rec):
+                kg = lo + i
+                if kgr.start <= kg <= kgr.end:
+                    op.metrics.records[kg - kgr.start] += n
+    descs = {d["name"]: d for d in old["states"]}
+    for name, files in by_state.items():
+        op.backend.restored[name] = RestoredKeyedState(folder, descs[name], files, wanted)
+    for name, d in descs.items():  # states with no rows still exist (their declaration is checked)
+        op.backend.restored.setdefault(name, RestoredKeyedState(folder, d, [], wanted))
+
+
+def _restore_timers(folder: Path, tmeta: dict, op: KeyedOperatorBase, wanted: range) -> None:
+    t = read_parquet_key_groups(resolve(folder, tmeta["file"]), tmeta["row_groups"], list(wanted))
+    keys = decode_keys(t.column("key"), tmeta["key_kind"])
+    nss = decode_keys(t.column("namespace"), tmeta["namespace_kind"])
+    for kg, key, ns, ts, dom in zip(t.column("key_group").to_pylist(), keys, nss,
+                                     t.column("timestamp").to_pylist(), t.column("domain").to_pylist()):
+        q = op.event_timers if dom == "event_time" else op.processing_timers
+        q.register(ts, key, ns, kg)
+
+
+def _restore_operator_state(folder: Path, old: dict, subtasks: list) -> None:
+    import json
+
+    per_sub_lists: dict[str, list[list[Any]]] = {}
+    modes: dict[str, tuple[OperatorStateMode, dict]] = {}
+    broadcast: dict[str, dict[Any, Any]] = {}
+    inflight: list[list[dict]] = []
+    for sub in sorted(old["subtasks"], key=lambda s: s["index"]):
+        rel = sub.get("operator_state")
+        if not rel:
+            inflight.append([])
+            continue
+        data = json.loads(resolve(folder, rel).read_text())
+        for name, ls in data["lists"].items():
+            info = type_from_description(ls["value_type"])
+            per_sub_lists.setdefault(name, []).append([info.from_arrow(v) for v in ls["items"]])
+            modes[name] = (OperatorStateMode(ls["mode"]), ls["value_type"])
+        for name, bs in data["broadcast"].items():
+            if name not in broadcast:
+                kinfo = type_from_description(bs["key_type"])
+                vinfo = type_from_description(bs["value_type"])
+                broadcast[name] = {kinfo.from_arrow(k): vinfo.from_arrow(v) for k, v in bs["entries"]}
+        inflight.append(data.get("inflight", []))
+    p = len(subtasks)
+    for name, parts in per_sub_lists.items():
+        mode, _ = modes[name]
+        for st, items in zip(subtasks, redistribute_list(parts, mode, p)):
+            st.operator.operator_state.restored_lists[name] = items
+    for st in subtasks:
+        for name, entries in broadcast.items():
+            st.operator.operator_state.restored_broadcast[name] = dict(entries)
+        if isinstance(st.operator, SourceOperator):
+            st.operator.operator_state_restored = True
+    if any(inflight):
+        if len(inflight) != p:
+            raise RestoreError(
+                f"{folder}: operator {old['uid']!r} has in-flight records of an unaligned checkpoint at parallelism "
+                f"{len(inflight)}; restore it at the same parallelism (then take a savepoint to rescale)"
+            )
+        from ..channels import Batch
+
+        for st, recs in zip(subtasks, inflight):
+            for r in reversed(recs):
+                ch = [c for c in st.inputs if c.input_index == 0][0] if r["channel"] >= len(st.inputs) else st.inputs[r["channel"]]
+                ch.queue.appendleft(Batch(r["values"], r["timestamps"]))
+
+
+def check_after_open(runtime) -> None:
+    """After ``open()``: every restored state must have been claimed by a descriptor."""
+    if getattr(runtime, "restored_from", None) is None:
+        return
+    for spec in runtime.specs:
+        for st in runtime.tasks[spec.id]:
+            backend = getattr(st.operator, "backend", None)
+            if backend is None or not backend.restored:
+                continue
+            left = sorted(backend.restored)
+            declared = sorted(n for n in backend.tables)
+            if runtime.allow_non_restored_state:
+                backend.restored.clear()
+                continue
+            raise StateMigrationError(
+                f"{runtime.restored_from}: operator {spec.uid!r}: the snapshot has state {left} that the job never "
+                f"declares (the job declares {declared}); a renamed descriptor loses its state — rename it back, "
+                "or pass allow_non_restored_state=True to drop it"
+            )

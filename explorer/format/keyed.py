@@ -1,0 +1,157 @@
+"""Keyed state and timers as Parquet: the canonical data layout of snapshots.
+
+One file per (operator, state, subtask). Columns:
+
+============  =======================================================
+key_group     int32, ascending
+key           the key: string / int64 / float64 / bool column, or a
+              struct ``f0..fn`` for tuple keys (``key_kind`` in metadata)
+namespace     null for the default namespace, else like ``key``
+user_key      map state: the declared map-key type; list state: int32
+              position in the list; value state: null
+value         the declared value type (dataclasses as structs)
+last_access   int64 epoch ms, null without TTL
+============  =======================================================
+
+Row groups are cut at key-group boundaries; ``write_keyed`` returns, per row
+group, the key-group range it covers, so a reader can fetch just the key
+groups it needs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import SnapshotFormatError
+from .types import TypeInfo
+
+ROW_GROUP_TARGET = 1 << 16
+
+
+def _kind_of(values: Sequence[Any]) -> str:
+    kinds = set()
+    for v in values:
+        if v is None:
+            continue
+        t = type(v)
+        if t is bool:
+            kinds.add("bool")
+        elif t is int:
+            kinds.add("int")
+        elif t is float:
+            kinds.add("float")
+        elif t is str:
+            kinds.add("str")
+        elif t is tuple:
+            kinds.add("tuple")
+        else:
+            kinds.add("other:" + t.__name__)
+        if len(kinds) > 1:
+            break
+    if not kinds:
+        return "null"
+    if len(kinds) > 1:
+        raise SnapshotFormatError(f"keys of mixed types {sorted(kinds)} cannot share one snapshot column")
+    (k,) = kinds
+    if k.startswith("other:"):
+        raise SnapshotFormatError(f"keys of type {k[6:]} cannot be stored; expected str, int, float, bool or tuple")
+    return k
+
+
+def encode_keys(values: Sequence[Any]) -> tuple[pa.Array, str]:
+    """Keys (or namespaces) as an Arrow column and the kind needed to decode them."""
+    kind = _kind_of(values)
+    if kind == "null":
+        return pa.nulls(len(values)), kind
+    if kind == "tuple":
+        return pa.array([None if v is None else {f"f{i}": x for i, x in enumerate(v)} for v in values]), kind
+    typ = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "str": pa.string()}[kind]
+    return pa.array(values, type=typ), kind
+
+
+def decode_keys(column: pa.Array | pa.ChunkedArray, kind: str) -> list[Any]:
+    values = column.to_pylist()
+    if kind == "tuple":
+        return [None if v is None else tuple(v[f"f{i}"] for i in range(len(v))) for v in values]
+    return values
+
+
+def rows_to_table(rows: list[tuple], value_info: TypeInfo, user_key: str | TypeInfo | None) -> tuple[pa.Table, dict[str, str]]:
+    """Rows ``(kg, key, ns, user_key, value, last_access)`` to an Arrow table (sorted by key group)."""
+    if rows and any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
+        rows = sorted(rows, key=lambda r: r[0])
+    kgs, keys, nss, uks, vals, tss = (list(c) for c in zip(*rows)) if rows else ([], [], [], [], [], [])
+    key_col, key_kind = encode_keys(keys)
+    ns_col, ns_kind = encode_keys(nss)
+    if user_key is None:
+        uk_col = pa.nulls(len(rows))
+    elif user_key == "index":
+        uk_col = pa.array(uks, type=pa.int32())
+    else:
+        uk_info: TypeInfo = user_key  # type: ignore[assignment]
+        uk_col = pa.array([uk_info.to_arrow(u) for u in uks], type=uk_info.arrow_type)
+    to_arrow = value_info.to_arrow
+    val_col = pa.array([None if v is None else to_arrow(v) for v in vals], type=value_info.arrow_type)
+    table = pa.table(
+        {
+            "key_group": pa.array(kgs, type=pa.int32()),
+            "key": key_col,
+            "namespace": ns_col,
+            "user_key": uk_col,
+            "value": val_col,
+            "last_access": pa.array(tss, type=pa.int64()),
+        }
+    )
+    return table, {"key_kind": key_kind, "namespace_kind": ns_kind}
+
+
+def write_parquet_by_key_group(table: pa.Table, path: Path, target_rows: int = ROW_GROUP_TARGET) -> list[list[int]]:
+    """Write ``table`` (sorted by key_group) with row groups cut at key-group boundaries.
+
+    Returns ``[[kg_first, kg_last, rows], ...]`` per row group.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    groups: list[list[int]] = []
+    kg = table.column("key_group").to_numpy() if table.num_rows else []
+    with pq.ParquetWriter(path, table.schema, compression="zstd") as w:
+        n = table.num_rows
+        start = 0
+        while start < n:
+            end = min(n, start + target_rows)
+            # extend to the end of the key group at the cut
+            while end < n and kg[end] == kg[end - 1]:
+                end += 1
+            chunk = table.slice(start, end - start)
+            w.write_table(chunk, row_group_size=max(1, end - start))
+            groups.append([int(kg[start]), int(kg[end - 1]), int(end - start)])
+            start = end
+        if n == 0:
+            w.write_table(table)
+    return groups
+
+
+def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups: Iterable[int] | None,
+                            columns: Sequence[str] | None = None) -> pa.Table:
+    """Read the row groups of ``path`` that hold any of ``key_groups`` (all when None)."""
+    pf = pq.ParquetFile(path)
+    if key_groups is None:
+        return pf.read(columns=list(columns) if columns else None)
+    wanted = set(key_groups)
+    ids = [i for i, (lo, hi, _) in enumerate(row_groups) if any(lo <= k <= hi for k in wanted)]
+    if not ids:
+        return pf.schema_arrow.empty_table() if columns is None else pf.schema_arrow.empty_table().select(list(columns))
+    cols = list(columns) if columns else None
+    if cols is not None and "key_group" not in cols:
+        cols = cols + ["key_group"]
+    t = pf.read_row_groups(ids, columns=cols)
+    import pyarrow.compute as pc
+
+    mask = pc.is_in(t.column("key_group"), value_set=pa.array(sorted(wanted), type=pa.int32()))
+    t = t.filter(mask)
+    if columns is not None and "key_group" not in columns:
+        t = t.drop_columns(["key_group"])
+    return t

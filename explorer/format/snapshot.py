@@ -1,0 +1,178 @@
+"""The on-disk snapshot format shared by the engine (writer) and the explorer (reader).
+
+A snapshot (checkpoint or savepoint) is a folder::
+
+    _metadata                      header + JSON, written last (see below)
+    keyed/<uid>/<state>/<subtask>.parquet
+                                   keyed state of one state of one subtask
+    timers/<uid>/<subtask>.parquet event- and processing-time timers
+    operator/<uid>.json            operator list state and broadcast state
+    inflight/<uid>/<subtask>.jsonl in-flight records of an unaligned checkpoint
+
+``_metadata`` starts with the 8 magic bytes ``b"SXSNAP\\r\\n"``, then the format
+version (4 bytes, big-endian), the JSON length (8 bytes, big-endian), the JSON
+(UTF-8), and a CRC-32 of the JSON (4 bytes). A reader refuses an unknown
+magic or version and a CRC mismatch (a torn write). Every data file is listed
+in the JSON with its size and SHA-256. All paths in the JSON are relative to
+the snapshot folder and may not leave it, so a snapshot can be moved or
+copied anywhere (savepoints are self-contained); incremental checkpoints
+may also name files in the checkpoint directory's ``shared/`` area, one
+level up, and nowhere else.
+
+Keyed state files (:mod:`explorer.format.keyed`) are sorted by key group and
+cut into Parquet row groups at key-group boundaries; the JSON maps each key
+group to its row groups, so one key group or one subtask's range is read
+without the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import zlib
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..errors import SnapshotCorruptError, SnapshotFormatError, UnsafePathError
+
+MAGIC = b"SXSNAP\r\n"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+METADATA_FILE = "_metadata"
+_HEADER = struct.Struct(">8sIQ")
+
+
+def write_metadata(folder: Path, metadata: dict[str, Any]) -> Path:
+    """Write ``_metadata`` atomically: to a temporary name, fsync, then rename."""
+    body = json.dumps(metadata, sort_keys=True, separators=(",", ":"), default=_json_default).encode("utf-8")
+    data = _HEADER.pack(MAGIC, FORMAT_VERSION, len(body)) + body + struct.pack(">I", zlib.crc32(body))
+    tmp = folder / (METADATA_FILE + ".inprogress")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    final = folder / METADATA_FILE
+    os.replace(tmp, final)
+    _fsync_dir(folder)
+    return final
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_metadata(folder: Path) -> dict[str, Any]:
+    """Read and check ``_metadata`` of a snapshot folder."""
+    path = Path(folder) / METADATA_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise SnapshotFormatError(f"{path}: no such file; expected the _metadata of a State Explorer snapshot") from exc
+    if len(data) < _HEADER.size + 4:
+        raise SnapshotCorruptError(f"{path}: {len(data)} bytes is shorter than the {_HEADER.size + 4}-byte header and trailer")
+    magic, version, length = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise SnapshotFormatError(f"{path}: found magic bytes {magic!r}, expected {MAGIC!r} (not a State Explorer snapshot)")
+    if version not in SUPPORTED_VERSIONS:
+        raise SnapshotFormatError(
+            f"{path}: unrecognized snapshot format version {version}; this State Explorer reads versions "
+            f"{', '.join(map(str, SUPPORTED_VERSIONS))}"
+        )
+    end = _HEADER.size + length
+    if len(data) != end + 4:
+        raise SnapshotCorruptError(f"{path}: header announces {length} bytes of metadata, file holds {len(data) - _HEADER.size - 4} (torn write?)")
+    body = data[_HEADER.size:end]
+    (crc,) = struct.unpack_from(">I", data, end)
+    if zlib.crc32(body) != crc:
+        raise SnapshotCorruptError(f"{path}: metadata checksum mismatch (found {zlib.crc32(body):#010x}, expected {crc:#010x})")
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:  # pragma: no cover - CRC makes this unlikely
+        raise SnapshotCorruptError(f"{path}: metadata is not valid JSON ({exc})") from exc
+
+
+def is_snapshot_folder(folder: Path) -> bool:
+    p = Path(folder) / METADATA_FILE
+    if not p.is_file():
+        return False
+    with open(p, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
+def resolve(folder: Path, relative: str) -> Path:
+    """The file a metadata path names, refusing paths that escape the snapshot.
+
+    ``shared/...`` paths of incremental checkpoints resolve in the parent folder.
+    """
+    rel = PurePosixPath(relative)
+    parts = rel.parts
+    folder = Path(folder)
+    if rel.is_absolute() or not parts:
+        raise UnsafePathError(f"{folder}: metadata names path {relative!r}; expected a relative path inside the snapshot")
+    if parts[0] == "..":
+        if len(parts) < 3 or parts[1] != "shared" or ".." in parts[2:]:
+            raise UnsafePathError(f"{folder}: metadata names path {relative!r}, which leaves the snapshot folder")
+        base, sub = folder.parent / "shared", parts[2:]
+    else:
+        if ".." in parts:
+            raise UnsafePathError(f"{folder}: metadata names path {relative!r}, which leaves the snapshot folder")
+        base, sub = folder, parts
+    base = base.resolve()
+    target = (base / Path(*sub)).resolve()
+    if base not in target.parents:
+        raise UnsafePathError(f"{folder}: metadata names path {relative!r}, which resolves outside {base}")
+    return target
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_entry(folder: Path, path: Path) -> dict[str, Any]:
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def verify_file(folder: Path, relative: str, entry: dict[str, Any]) -> Path:
+    """Check a data file against its size and checksum; return its path."""
+    path = resolve(folder, relative)
+    if not path.is_file():
+        raise SnapshotCorruptError(f"{path}: missing; the snapshot's metadata lists it ({entry.get('bytes')} bytes)")
+    size = path.stat().st_size
+    if size != entry["bytes"]:
+        raise SnapshotCorruptError(f"{path}: found {size} bytes, expected {entry['bytes']} (truncated or replaced?)")
+    digest = sha256_file(path)
+    if digest != entry["sha256"]:
+        raise SnapshotCorruptError(f"{path}: SHA-256 {digest[:16]}… does not match the recorded {entry['sha256'][:16]}…")
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+
+
+def verify_snapshot(folder: Path) -> dict[str, Any]:
+    """Read ``_metadata`` and check every data file it lists; return the metadata."""
+    folder = Path(folder)
+    meta = read_metadata(folder)
+    for rel, entry in meta.get("files", {}).items():
+        verify_file(folder, rel, entry)
+    return meta
