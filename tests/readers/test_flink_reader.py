@@ -251,3 +251,22 @@ def test_sql_group_by(name):
     assert any("unchecked" in n for n in reader.notes)
     st = reader.states()
     assert st.loc[st["state"] == "accState", "value_type"].iat[0].startswith("ROW<")
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_operator_state_of_the_source(name):
+    """The source's split state: one split whose next index is past every event the job emitted."""
+    import struct
+
+    exp = expected(name)
+    df = FlinkSnapshotReader(FLINK_FIXTURES / name).operator_state()
+    src = df[df["state"] == "SourceReaderState"]
+    assert list(src["mode"]) == ["split"] and list(src["operator"]) == ["Source: events"]
+    raw = src["value"].iat[0]
+    # NumberSequenceSplit, as the split serializer writes it: int version, int length, utf id, long from, long to
+    (version, n) = struct.unpack_from(">ii", raw)
+    split = raw[8 : 8 + n]
+    id_len = struct.unpack_from(">H", split)[0]
+    current, to = struct.unpack_from(">qq", split, 2 + id_len)
+    assert version == 1 and current >= exp["events"] and to > current
+    assert src["size_bytes"].iat[0] == len(raw) + 4
