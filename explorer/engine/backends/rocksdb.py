@@ -1,0 +1,774 @@
+"""The embedded RocksDB backend: keyed state as bytes in a real RocksDB, through ``rocksdict``.
+
+Like Flink's ``EmbeddedRocksDBStateBackend``: one column family per state,
+raw byte keys laid out so that a key group is one contiguous byte range, and
+values stored as bytes in the state's declared schema
+(:meth:`~explorer.format.types.TypeInfo.to_bytes`), never pickled.
+
+Layout
+======
+
+Raw key (all parts from :mod:`explorer.format.keycodec`, which is prefix-free,
+so a raw key splits back into its parts)::
+
+    key-group prefix | encode_key(key) | encode_key(namespace) [| encode_key(user_key)]
+
+The key-group prefix is the key group as a big-endian unsigned integer of 1
+byte when ``max_parallelism <= 128`` and 2 bytes otherwise (Flink's
+``CompositeKeySerializationUtils.computeRequiredBytesInKeyGroupPrefix``), so
+iterating in key-group order is a plain range scan and the key groups of a
+subtask are one range ``[prefix(start), prefix(end + 1))``.
+
+Raw value (``ts`` is the 8-byte big-endian last-access time in epoch ms,
+present only when the state has TTL, placed before the value as Flink's
+``TtlSerializer`` does)::
+
+    value / reducing / aggregating   [ts] value
+    list                             [ts] element ( , [ts] element )*    (one RocksDB value per key)
+    map (one RocksDB entry per key)  [ts] null-flag(0|1) [value]
+
+Lists separate their elements with one ``,`` byte, Flink's list layout (the
+delimiter of RocksDB's StringAppend merge operator). Map values carry a null
+flag (Flink's ``RocksDBMapState`` does the same), because ``map[k] = None``
+is allowed. The default column family holds only metadata, under keys that
+start with ``0xFF`` (above every key-group prefix): the format version, the
+max parallelism, and each state's descriptor as JSON, so that a native
+checkpoint describes itself.
+
+What rocksdict (0.3.29) can and cannot do -- verified against the installed wheel
+==================================================================================
+
+* **Raw bytes**: ``Options(raw_mode=True)`` stores ``bytes -> bytes`` with no
+  Python pickling; str keys are refused. The mode is remembered in
+  ``rocksdict-config.json`` next to the database.
+* **Column families**: ``create_column_family(name, Options(raw_mode=True))``
+  returns an ``Rdict`` bound to that family; reopening a database opens
+  every existing family automatically. Each family handle keeps the database
+  open: ``db.close()`` alone leaves the LOCK held, so :meth:`close` closes
+  every family handle too. Live iterators also keep it open, so every scan
+  here reads in bounded chunks and drops its iterator before yielding.
+* **Iteration**: ``items(from_key=..., read_opt=...)`` with
+  ``ReadOptions.set_iterate_upper_bound`` gives bounded range scans.
+  ``set_iterate_lower_bound`` did *not* bound ``seek_to_first()`` in a test,
+  so scans always ``seek``/``from_key`` explicitly.
+* **Write batches**: ``WriteBatch(raw_mode=True)`` with per-family handles
+  (``get_column_family_handle``), applied atomically with ``db.write``.
+* **Delete range**: ``delete_range(begin, end)`` on a family works; used for
+  clearing whole key-group ranges (clip on restore, :meth:`clear_all`). Map
+  ``clear()`` deletes entry by entry, as Flink does, instead of piling up
+  range tombstones.
+* **Checkpoints**: ``Checkpoint(db).create_checkpoint(dir)`` is RocksDB's own
+  checkpoint: SST files are hard links (link count 2 observed), plus
+  MANIFEST, CURRENT, OPTIONS. ``live_files()`` lists SSTs per family.
+  The checkpoint opens as a normal database.
+* **Merge operators: not available.** No ``set_merge_operator`` on ``Options``
+  and no ``merge`` on ``Rdict``/``WriteBatch`` (the C++ library has them,
+  the binding does not expose them). So list ``add`` is a read-modify-write,
+  but at the byte level: the stored bytes are read and the new encoded
+  elements concatenated, without decoding the existing list.
+* **Compaction filters: not available** (no Python hook, and RocksDB's
+  built-in ``TtlCompactionFilter`` works on RocksDB's own TTL format, not
+  Flink's). TTL "compaction cleanup" is therefore a sweeper:
+  :meth:`RocksDBStateBackend.background_cleanup` scans each TTL state once
+  and deletes expired entries (expired list elements are cut out of the
+  list bytes), re-reading the clock every ``query_time_after_num_entries``
+  entries as Flink's compaction filter does. Cleanup on read is the shared
+  logic in :mod:`explorer.engine.state`.
+
+Writes skip the write-ahead log (as Flink does: checkpoints, not the WAL,
+make state durable); :meth:`flush`, :meth:`close` and
+:meth:`native_checkpoint` flush memtables to SST files first.
+
+After :meth:`close` the database is closed; the first read afterwards
+reopens it read-only, so ``JobResult.state()`` still works once a job has
+finished (call :meth:`close` again to release it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Any, Iterator
+
+from rocksdict import AccessType, Checkpoint, Options, ReadOptions, Rdict, WriteBatch, WriteOptions
+
+from ...errors import RestoreError, SerializationError, SnapshotFormatError, StateMigrationError
+from ...format.keycodec import decode_key, encode_key, prefix_successor
+from ...format.types import type_from_description
+from ...keygroups import KeyGroupRange
+from ..state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    StateKind,
+    ValueStateDescriptor,
+)
+from ..ttl import StateTtlConfig
+from .base import KeyedStateBackend, Row, StateTable
+
+__all__ = ["FORMAT_VERSION", "RocksDBStateBackend", "RocksDBStateTable"]
+
+#: version of the on-disk layout described in the module docstring
+FORMAT_VERSION = 1
+_FORMAT_NAME = "state-explorer-rocksdb"
+_META_FORMAT = b"\xffexplorer/format"
+_META_STATE = b"\xffexplorer/state/"
+
+_TS = struct.Struct(">q")
+_LIST_DELIMITER = b","
+_NULL, _PRESENT = b"\x00", b"\x01"
+_NONE_NS = b"\x01"  # encode_key(None)
+_SCAN_CHUNK = 2048
+
+
+class _KeyCache:
+    """The encoded ``key-group prefix + key`` of the key in use, shared by every table.
+
+    A keyed operator sets the current key once per record and then touches
+    several states; the key is encoded once. Identity (``is``) of the key
+    object is the cache test, so an equal key built anew is just re-encoded.
+    """
+
+    __slots__ = ("key", "kg", "prefix", "ns", "ns_bytes", "kg_bytes")
+
+    def __init__(self, kg_bytes: int) -> None:
+        self.kg_bytes = kg_bytes
+        self.key: Any = object()
+        self.kg = -1
+        self.prefix = b""
+        self.ns: Any = object()
+        self.ns_bytes = b""
+
+
+class RocksDBStateTable(StateTable):
+    """One keyed state in its own column family."""
+
+    def __init__(self, descriptor: StateDescriptor, key_groups: KeyGroupRange, backend: "RocksDBStateBackend",
+                 cf: Rdict) -> None:
+        super().__init__(descriptor, key_groups)
+        self._backend = backend
+        self._cache = backend._key_cache
+        self._kg_bytes = backend._kg_bytes
+        self._cf = cf
+        self._bind(descriptor)
+
+    def _bind(self, descriptor: StateDescriptor) -> None:
+        """(Re)bind the value codec to ``descriptor`` (its live dataclasses)."""
+        self.descriptor = descriptor
+        self._info = descriptor.value_info
+        self._uk_info = descriptor.user_key_info
+
+    # --- keys -------------------------------------------------------------------------------
+    def _kg_prefix(self, kg: int) -> bytes:
+        return kg.to_bytes(self._kg_bytes, "big")
+
+    def _address(self, kg: int, key: Any, ns: Any) -> bytes:
+        c = self._cache
+        if key is c.key and kg == c.kg:
+            p = c.prefix
+        else:
+            try:
+                p = kg.to_bytes(c.kg_bytes, "big") + encode_key(key)
+            except SerializationError as exc:
+                raise SerializationError(f"state {self.name!r}: {exc}") from exc
+            except OverflowError as exc:
+                raise SerializationError(f"state {self.name!r}: key group {kg} does not fit the prefix") from exc
+            c.key, c.kg, c.prefix = key, kg, p
+        if ns is None:
+            return p + _NONE_NS
+        if ns is not c.ns:
+            try:
+                c.ns_bytes = encode_key(ns)
+            except SerializationError as exc:
+                raise SerializationError(f"state {self.name!r} namespace: {exc}") from exc
+            c.ns = ns
+        return p + c.ns_bytes
+
+    def _user_key(self, uk: Any) -> bytes:
+        try:
+            return encode_key(uk)
+        except SerializationError as exc:
+            raise SerializationError(f"state {self.name!r} map key: {exc}") from exc
+
+    def _split_address(self, raw: bytes) -> tuple[int, Any, Any, int]:
+        """(key_group, key, namespace, position after the namespace) of a raw key."""
+        n = self._kg_bytes
+        kg = int.from_bytes(raw[:n], "big")
+        key, pos = decode_key(raw, n)
+        ns, pos = decode_key(raw, pos)
+        return kg, key, ns, pos
+
+    # --- values ---------------------------------------------------------------------------
+    def _encoding_error(self, value: Any, exc: Exception) -> SerializationError:
+        return SerializationError(
+            f"state {self.name!r}: cannot store {type(value).__name__} {value!r:.80} as {self._info.name}: {exc}"
+        )
+
+    def _encode_value(self, entry: Any) -> bytes:
+        """A value-state entry (value, or (value, ts) with TTL) as bytes."""
+        if self.has_ttl:
+            value, ts = entry
+            out = bytearray(_TS.pack(ts))
+        else:
+            value, out = entry, bytearray()
+        try:
+            self._info.encode(value, out)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            raise self._encoding_error(value, exc) from exc
+        return bytes(out)
+
+    def _decode_value(self, raw: bytes) -> Any:
+        if self.has_ttl:
+            return self._info.decode(raw, 8)[0], _TS.unpack_from(raw)[0]
+        return self._info.decode(raw, 0)[0]
+
+    def _encode_elements(self, elements: list[Any]) -> bytes:
+        out = bytearray()
+        ttl = self.has_ttl
+        enc = self._info.encode
+        for i, e in enumerate(elements):
+            if i:
+                out += _LIST_DELIMITER
+            if ttl:
+                value, ts = e
+                out += _TS.pack(ts)
+            else:
+                value = e
+            try:
+                enc(value, out)
+            except SerializationError:
+                raise
+            except Exception as exc:
+                raise self._encoding_error(value, exc) from exc
+        return bytes(out)
+
+    def _element_spans(self, raw: bytes) -> list[tuple[int, int]]:
+        """(start, end) of each element's bytes (including its ts) in a stored list."""
+        spans = []
+        pos, n = 0, len(raw)
+        dec = self._info.decode
+        skip = 8 if self.has_ttl else 0
+        while pos < n:
+            start = pos
+            _, pos = dec(raw, pos + skip)
+            spans.append((start, pos))
+            if pos < n:
+                if raw[pos : pos + 1] != _LIST_DELIMITER:
+                    raise SerializationError(f"state {self.name!r}: corrupt list bytes at {pos} (no delimiter)")
+                pos += 1
+        return spans
+
+    def _decode_elements(self, raw: bytes) -> list[Any]:
+        out = []
+        pos, n = 0, len(raw)
+        dec = self._info.decode
+        ttl = self.has_ttl
+        while pos < n:
+            if ttl:
+                ts = _TS.unpack_from(raw, pos)[0]
+                v, pos = dec(raw, pos + 8)
+                out.append((v, ts))
+            else:
+                v, pos = dec(raw, pos)
+                out.append(v)
+            pos += 1  # the delimiter (or past the end)
+        return out
+
+    def _encode_map_value(self, entry: Any) -> bytes:
+        if self.has_ttl:
+            value, ts = entry
+            out = bytearray(_TS.pack(ts))
+        else:
+            value, out = entry, bytearray()
+        if value is None:
+            out += _NULL
+        else:
+            out += _PRESENT
+            try:
+                self._info.encode(value, out)
+            except SerializationError:
+                raise
+            except Exception as exc:
+                raise self._encoding_error(value, exc) from exc
+        return bytes(out)
+
+    def _decode_map_value(self, raw: bytes) -> Any:
+        if self.has_ttl:
+            v = None if raw[8] == 0 else self._info.decode(raw, 9)[0]
+            return v, _TS.unpack_from(raw)[0]
+        return None if raw[0] == 0 else self._info.decode(raw, 1)[0]
+
+    # --- single-address operations -----------------------------------------------------------
+    def get(self, key_group, key, namespace):
+        k = self._address(key_group, key, namespace)
+        kind = self.kind
+        if kind is StateKind.MAP:
+            d = dict(self.map_items(key_group, key, namespace))
+            return d or None
+        raw = self._cf.get(k)
+        if raw is None:
+            return None
+        if kind is StateKind.LIST:
+            return self._decode_elements(raw) or None
+        return self._decode_value(raw)
+
+    def put(self, key_group, key, namespace, entry):
+        kind = self.kind
+        if kind is StateKind.MAP:
+            self.remove(key_group, key, namespace)
+            for uk, e in dict(entry).items():
+                self.map_put(key_group, key, namespace, uk, e)
+            return
+        k = self._address(key_group, key, namespace)
+        if kind is StateKind.LIST:
+            if not entry:
+                self._cf.delete(k)
+                return
+            self._cf.put(k, self._encode_elements(entry))
+        else:
+            self._cf.put(k, self._encode_value(entry))
+
+    def remove(self, key_group, key, namespace):
+        k = self._address(key_group, key, namespace)
+        if self.kind is StateKind.MAP:
+            keys = [rk for rk, _ in self._scan(k, prefix_successor(k), values=False)]
+            if keys:
+                self._backend._delete_keys(self, keys)
+        else:
+            self._cf.delete(k)
+
+    def append(self, key_group, key, namespace, elements):
+        """Byte-level read-modify-write: the stored list is not decoded (rocksdict has no merge)."""
+        if not elements:
+            return
+        k = self._address(key_group, key, namespace)
+        new = self._encode_elements(elements)
+        cf = self._cf
+        cur = cf.get(k)
+        cf.put(k, new if not cur else cur + _LIST_DELIMITER + new)
+
+    def map_get(self, key_group, key, namespace, user_key):
+        raw = self._cf.get(self._address(key_group, key, namespace) + self._user_key(user_key))
+        return None if raw is None else self._decode_map_value(raw)
+
+    def map_put(self, key_group, key, namespace, user_key, entry):
+        self._cf.put(self._address(key_group, key, namespace) + self._user_key(user_key), self._encode_map_value(entry))
+
+    def map_remove(self, key_group, key, namespace, user_key):
+        self._cf.delete(self._address(key_group, key, namespace) + self._user_key(user_key))
+
+    def map_items(self, key_group, key, namespace) -> Iterator[tuple[Any, Any]]:
+        prefix = self._address(key_group, key, namespace)
+        n = len(prefix)
+        dec = self._decode_map_value
+        items = [(decode_key(rk, n)[0], dec(rv)) for rk, rv in self._scan(prefix, prefix_successor(prefix))]
+        return iter(items)
+
+    # --- scans ---------------------------------------------------------------------------------
+    def _range(self, key_groups: KeyGroupRange | None) -> tuple[bytes, bytes] | None:
+        kgr = self.key_groups if key_groups is None else key_groups
+        start = max(kgr.start, self.key_groups.start)
+        end = min(kgr.end, self.key_groups.end)
+        if end < start:
+            return None
+        return self._kg_prefix(start), self._kg_prefix(end + 1)
+
+    def _scan(self, lo: bytes, hi: bytes | None, values: bool = True) -> Iterator[tuple[bytes, Any]]:
+        """``(raw_key, raw_value_or_None)`` for keys in ``[lo, hi)``, read in chunks; no
+        RocksDB iterator stays open between chunks (a live iterator pins the database)."""
+        while True:
+            cf = self._cf  # re-read: a closed backend swaps in the reopened handle
+            ro = ReadOptions()
+            if hi is not None:
+                ro.set_iterate_upper_bound(hi)
+            if values:
+                it = cf.items(from_key=lo, read_opt=ro)
+                chunk = list(itertools.islice(it, _SCAN_CHUNK))
+            else:
+                it = cf.keys(from_key=lo, read_opt=ro)
+                chunk = [(k, None) for k in itertools.islice(it, _SCAN_CHUNK)]
+            del it
+            yield from chunk
+            if len(chunk) < _SCAN_CHUNK:
+                return
+            lo = chunk[-1][0] + b"\x00"  # the smallest key after the last one read
+
+    def addresses(self, key_groups: KeyGroupRange | None = None) -> Iterator[tuple[int, Any, Any]]:
+        r = self._range(key_groups)
+        if r is None:
+            return
+        last = None
+        split = self._split_address
+        is_map = self.kind is StateKind.MAP
+        for rk, _ in self._scan(*r, values=False):
+            kg, key, ns, pos = split(rk)
+            if is_map:
+                addr = rk[:pos]
+                if addr == last:
+                    continue
+                last = addr
+            yield kg, key, ns
+
+    def rows(self, key_groups: KeyGroupRange | None = None) -> Iterator[Row]:
+        """Every stored entry flattened, in key-group order, from one range scan."""
+        r = self._range(key_groups)
+        if r is None:
+            return
+        split = self._split_address
+        kind = self.kind
+        ttl = self.has_ttl
+        for rk, rv in self._scan(*r):
+            kg, key, ns, pos = split(rk)
+            if kind is StateKind.MAP:
+                uk = decode_key(rk, pos)[0]
+                e = self._decode_map_value(rv)
+                yield (kg, key, ns, uk, e[0], e[1]) if ttl else (kg, key, ns, uk, e, None)
+            elif kind is StateKind.LIST:
+                for i, e in enumerate(self._decode_elements(rv)):
+                    yield (kg, key, ns, i, e[0], e[1]) if ttl else (kg, key, ns, i, e, None)
+            else:
+                e = self._decode_value(rv)
+                yield (kg, key, ns, None, e[0], e[1]) if ttl else (kg, key, ns, None, e, None)
+
+    def entries_per_key_group(self) -> dict[int, int]:
+        r = self._range(None)
+        if r is None:
+            return {}
+        n = self._kg_bytes
+        counts: dict[int, int] = {}
+        is_list = self.kind is StateKind.LIST
+        for rk, rv in self._scan(*r, values=is_list):
+            kg = int.from_bytes(rk[:n], "big")
+            counts[kg] = counts.get(kg, 0) + (len(self._element_spans(rv)) if is_list else 1)
+        return counts
+
+    def clear_all(self) -> None:
+        r = self._range(None)
+        if r is not None:
+            self._cf.delete_range(*r)
+
+    def drop_expired(self, now_ms: int, ttl_ms: int, clock=None, requery_every: int | None = None) -> int:
+        """One sweep over the whole state, deleting what has expired at ``now_ms`` (what
+        Flink's TTL compaction filter drops). With ``clock`` and ``requery_every``, the
+        time is re-read every ``requery_every`` entries, as the compaction filter does."""
+        if not self.has_ttl:
+            return 0
+        r = self._range(None)
+        if r is None:
+            return 0
+        removed = 0
+        seen = 0
+        deletes: list[bytes] = []
+        puts: list[tuple[bytes, bytes]] = []
+        is_list = self.kind is StateKind.LIST
+        unpack = _TS.unpack_from
+        for rk, rv in self._scan(*r):
+            seen += 1
+            if clock is not None and requery_every and seen % requery_every == 0:
+                now_ms = clock.now_ms()
+            if is_list:
+                spans = self._element_spans(rv)
+                alive = [(s, e) for s, e in spans if unpack(rv, s)[0] + ttl_ms > now_ms]
+                if len(alive) == len(spans):
+                    continue
+                removed += len(spans) - len(alive)
+                if alive:
+                    puts.append((rk, _LIST_DELIMITER.join(rv[s:e] for s, e in alive)))
+                else:
+                    deletes.append(rk)
+            elif unpack(rv, 0)[0] + ttl_ms <= now_ms:
+                deletes.append(rk)
+                removed += 1
+        if deletes or puts:
+            self._backend._write(self, puts, deletes)
+        return removed
+
+
+class _Closed:
+    """Stands in for a closed column family: the first use reopens the database read-only."""
+
+    __slots__ = ("_backend", "_name")
+
+    def __init__(self, backend: "RocksDBStateBackend", name: str) -> None:
+        self._backend = backend
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        self._backend._reopen_read_only()
+        return getattr(self._backend._cfs[self._name], attr)
+
+
+_DESCRIPTOR_TYPE_FIELD = {
+    StateKind.VALUE: (ValueStateDescriptor, "type"),
+    StateKind.LIST: (ListStateDescriptor, "element_type"),
+    StateKind.MAP: (MapStateDescriptor, "value_type"),
+    StateKind.REDUCING: (ReducingStateDescriptor, "type"),
+    StateKind.AGGREGATING: (AggregatingStateDescriptor, "accumulator_type"),
+}
+
+
+def _descriptor_from_json(d: dict) -> StateDescriptor:
+    """A descriptor rebuilt from stored metadata (types without user classes, no functions)."""
+    kind = StateKind(d["kind"])
+    cls, field = _DESCRIPTOR_TYPE_FIELD[kind]
+    kw: dict[str, Any] = {field: type_from_description(d["value_type"]), "ttl": StateTtlConfig.from_json(d.get("ttl"))}
+    if kind is StateKind.MAP:
+        kw["key_type"] = type_from_description(d["user_key_type"])
+    return cls(d["name"], **kw)
+
+
+class RocksDBStateBackend(KeyedStateBackend):
+    """Keyed state of one subtask in an embedded RocksDB at ``path``.
+
+    ``path`` is this backend's working directory. It is created if missing; an
+    existing RocksDB there is wiped first unless ``fresh=False`` (then it is
+    opened and its states are adopted, which is what :meth:`restore_native`
+    does after copying a checkpoint in). A directory that holds other files
+    is never wiped.
+    """
+
+    name = "rocksdb"
+
+    def __init__(self, max_parallelism: int, key_groups: KeyGroupRange, clock, path: str | os.PathLike,
+                 *, fresh: bool = True) -> None:
+        super().__init__(max_parallelism, key_groups, clock)
+        self.path = Path(path)
+        self._kg_bytes = 2 if max_parallelism > 128 else 1
+        self._key_cache = _KeyCache(self._kg_bytes)
+        self._cfs: dict[str, Rdict] = {}
+        self._read_only = False
+        self._closed = False
+        if fresh:
+            _wipe_rocksdb_dir(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._write_opts = WriteOptions()
+        self._write_opts.disable_wal = True
+        self._db = self._open(read_only=False)
+        self._check_or_write_format()
+        self._adopt_existing_states()
+
+    # --- opening -------------------------------------------------------------------------------
+    @staticmethod
+    def _options() -> Options:
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.create_missing_column_families(True)
+        return opts
+
+    def _open(self, read_only: bool) -> Rdict:
+        access = AccessType.read_only() if read_only else AccessType.read_write()
+        db = Rdict(str(self.path), self._options(), access_type=access)
+        if not read_only:
+            db.set_write_options(self._write_opts)
+        return db
+
+    def _check_or_write_format(self) -> None:
+        raw = self._db.get(_META_FORMAT)
+        if raw is None:
+            meta = {"format": _FORMAT_NAME, "version": FORMAT_VERSION, "max_parallelism": self.max_parallelism,
+                    "key_group_prefix_bytes": self._kg_bytes}
+            self._db.put(_META_FORMAT, json.dumps(meta, sort_keys=True).encode())
+            return
+        meta = json.loads(raw)
+        if meta.get("format") != _FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
+            raise SnapshotFormatError(
+                f"{self.path}: RocksDB state format {meta.get('format')!r} version {meta.get('version')!r}; "
+                f"expected {_FORMAT_NAME!r} version {FORMAT_VERSION}"
+            )
+        if meta.get("max_parallelism") != self.max_parallelism:
+            raise RestoreError(
+                f"{self.path}: RocksDB state was written with max parallelism {meta.get('max_parallelism')}, "
+                f"the job has max parallelism {self.max_parallelism}; key groups would not match"
+            )
+
+    def _stored_descriptors(self) -> dict[str, dict]:
+        out = {}
+        n = len(_META_STATE)
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(prefix_successor(_META_STATE))
+        for k, v in list(self._db.items(from_key=_META_STATE, read_opt=ro)):
+            out[k[n:].decode("utf-8")] = json.loads(v)
+        return out
+
+    def _adopt_existing_states(self) -> None:
+        """Create tables for states already in the database (a restore), from their metadata."""
+        for name, d in self._stored_descriptors().items():
+            if name not in self.tables:
+                self.tables[name] = self._make_table(_descriptor_from_json(d), create=False)
+
+    # --- tables --------------------------------------------------------------------------------
+    def _make_table(self, descriptor: StateDescriptor, create: bool) -> RocksDBStateTable:
+        name = descriptor.name
+        cf = self._cfs.get(name)
+        if cf is None:
+            existing = set(Rdict.list_cf(str(self.path), self._options()))
+            if name in existing:
+                cf = self._db.get_column_family(name)
+            elif create:
+                cf = self._db.create_column_family(name, Options(raw_mode=True))
+                self._db.put(_META_STATE + name.encode("utf-8"), json.dumps(descriptor.describe(), sort_keys=True).encode())
+            else:
+                raise RestoreError(f"{self.path}: state {name!r} is in the metadata but has no column family")
+            if not self._read_only:
+                cf.set_write_options(self._write_opts)
+            self._cfs[name] = cf
+        return RocksDBStateTable(descriptor, self.key_groups, self, cf)
+
+    def _create_table(self, descriptor: StateDescriptor) -> StateTable:
+        stored = self._stored_descriptors().get(descriptor.name)
+        if stored is not None:
+            new = descriptor.describe()
+            if stored["kind"] != new["kind"]:
+                raise StateMigrationError(
+                    f"state {descriptor.name!r} is stored as {stored['kind']} state in {self.path}, "
+                    f"the job declares {new['kind']} state"
+                )
+        return self._make_table(descriptor, create=True)
+
+    def register(self, descriptor: StateDescriptor) -> StateTable:
+        table = super().register(descriptor)
+        table._bind(descriptor)  # decode with the job's own dataclasses from now on
+        return table
+
+    def _reopen_read_only(self) -> None:
+        """After close(): reopen read-only so the state can still be read."""
+        self._db = self._open(read_only=True)
+        self._read_only = True
+        self._closed = False
+        self._cfs = {}
+        for name, table in self.tables.items():
+            cf = self._db.get_column_family(name)
+            self._cfs[name] = cf
+            table._cf = cf
+
+    def _delete_keys(self, table: RocksDBStateTable, keys: list[bytes]) -> None:
+        self._write(table, [], keys)
+
+    def _write(self, table: RocksDBStateTable, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+        handle = self._db.get_column_family_handle(table.name)
+        wb = WriteBatch(raw_mode=True)
+        for k, v in puts:
+            wb.put(k, v, handle)
+        for k in deletes:
+            wb.delete(k, handle)
+        self._db.write(wb, self._write_opts)
+
+    # --- TTL -----------------------------------------------------------------------------------
+    def background_cleanup(self, now_ms: int | None = None) -> int:
+        """Sweep every TTL state whose cleanup includes RocksDB compaction cleanup (the
+        default) and delete the expired entries; the stand-in for Flink's TTL compaction
+        filter, which rocksdict cannot install. Returns how many entries were removed."""
+        n = 0
+        for table in list(self.tables.values()):
+            ttl = getattr(table.descriptor, "ttl", None)
+            if ttl is None:
+                continue
+            rc = ttl.cleanup.rocksdb_cleanup()
+            if rc is None:
+                continue
+            if now_ms is None:
+                n += table.drop_expired(self.clock.now_ms(), ttl.ttl_ms, self.clock, rc.query_time_after_num_entries)
+            else:
+                n += table.drop_expired(now_ms, ttl.ttl_ms)
+        return n
+
+    # --- files ---------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write every memtable to SST files (state is otherwise not in files: the WAL is off)."""
+        if self._closed or self._read_only:
+            return
+        self._db.flush(True)
+        for cf in self._cfs.values():
+            cf.flush(True)
+
+    def live_sst_files(self) -> list[dict]:
+        """RocksDB's ``live_files()``: name, column family, level, size, key range per SST."""
+        return list(self._db.live_files())
+
+    def native_checkpoint(self, target_dir: str | os.PathLike) -> list[str]:
+        """A RocksDB checkpoint of the whole database in ``target_dir`` (which must not exist).
+
+        SST files are hard-linked where possible (immutable, so an incremental
+        checkpoint copies only SST names it has not uploaded before); MANIFEST,
+        CURRENT and OPTIONS are copied. Returns the file names, sorted.
+        """
+        target = Path(target_dir)
+        if target.exists():
+            raise FileExistsError(f"checkpoint target {target} already exists")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.flush()
+        Checkpoint(self._db).create_checkpoint(str(target))
+        return sorted(os.listdir(target))
+
+    @classmethod
+    def restore_native(cls, checkpoint_dir: str | os.PathLike, max_parallelism: int, key_groups: KeyGroupRange,
+                       clock, path: str | os.PathLike) -> "RocksDBStateBackend":
+        """Open a backend at ``path`` from a :meth:`native_checkpoint` directory.
+
+        The checkpoint is not modified: its files are hard-linked (SSTs) or
+        copied into ``path`` first. Key groups outside ``key_groups`` are
+        deleted (Flink clips a restored instance the same way), so a subtask
+        can restore from a checkpoint of a wider range after rescaling. States
+        come back as tables right away, decoded without user classes until the
+        job registers its descriptors again.
+        """
+        src = Path(checkpoint_dir)
+        if not (src / "CURRENT").is_file():
+            raise RestoreError(f"{src} is not a RocksDB checkpoint (no CURRENT file)")
+        dst = Path(path)
+        _wipe_rocksdb_dir(dst)
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in sorted(src.iterdir()):
+            if f.suffix == ".sst":
+                try:
+                    os.link(f, dst / f.name)
+                    continue
+                except OSError:
+                    pass
+            shutil.copy2(f, dst / f.name)
+        backend = cls(max_parallelism, key_groups, clock, dst, fresh=False)
+        backend._clip(key_groups)
+        return backend
+
+    def _clip(self, key_groups: KeyGroupRange) -> None:
+        n = self._kg_bytes
+        lo, hi = key_groups.start.to_bytes(n, "big"), (key_groups.end + 1).to_bytes(n, "big")
+        zero, top = bytes(n), self.max_parallelism.to_bytes(n, "big")
+        for table in self.tables.values():
+            if lo > zero:
+                table._cf.delete_range(zero, lo)
+            if top > hi:
+                table._cf.delete_range(hi, top)
+
+    def close(self) -> None:
+        """Flush and close the database (every column family handle, then the database)."""
+        if self._closed:
+            return
+        self.flush()
+        for cf in self._cfs.values():
+            cf.close()
+        self._db.close()
+        self._cfs = {}
+        self._closed = True
+        for table in self.tables.values():
+            table._cf = _Closed(self, table.name)
+
+
+def _wipe_rocksdb_dir(path: Path) -> None:
+    """Remove a previous RocksDB instance at ``path``; refuse to touch anything else."""
+    if not path.exists():
+        return
+    entries = list(path.iterdir())
+    if not entries:
+        return
+    if not (path / "CURRENT").is_file():
+        raise RestoreError(f"{path} exists and is not a RocksDB directory; refusing to overwrite it")
+    shutil.rmtree(path)
