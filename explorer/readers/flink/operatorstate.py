@@ -12,6 +12,10 @@ The metadata's operator-state handle gives, per state name, the distribution
 mode and the byte offset of every element of a list/union state; each element
 is written there with the state's value serializer. A broadcast state's single
 offset points at ``int n`` and ``n`` (key, value) pairs.
+
+With snapshot compression, the data after the header is Snappy-framed and
+Flink flushes the compressor before recording each offset, so every offset
+starts a run of frames that decodes to exactly what it points at.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ...errors import ReaderError
+from .compression import unframe
 from .datainput import DataInput
 from .handles import OperatorStreamHandle
 from .serializers import Decoder, RawDecoder, UnknownLayout, UnknownSnapshot, read_top_level_snapshot
@@ -69,9 +74,16 @@ def read_operator_state(
             return []
     except EOFError as exc:
         raise ReaderError(f"{where}: operator state header ends early ({exc})") from exc
+    ends: dict[int, int] = {}
     if compressed:
-        note(f"{where}: operator state is snapshot-compressed; it is not decoded")
-        return []
+        starts = sorted({o for _, offs in handle.states.values() for o in offs})
+        ends = {o: (starts[i + 1] if i + 1 < len(starts) else len(data)) for i, o in enumerate(starts)}
+
+    def at(off: int) -> DataInput:
+        if not compressed:
+            return DataInput(data, off)
+        return DataInput(unframe(data, off, ends[off]))
+
     rows: list[dict[str, Any]] = []
     for name, (mode, offsets) in handle.states.items():
         sers = infos.get(name, {})
@@ -80,7 +92,7 @@ def read_operator_state(
             if m == "broadcast":
                 kdec, vdec = sers.get("KEY_SERIALIZER"), sers.get("VALUE_SERIALIZER")
                 for off in offsets[:1]:
-                    e = DataInput(data, off)
+                    e = at(off)
                     for _ in range(e.read_int()):
                         s = e.pos
                         k = kdec.read(e)
@@ -89,9 +101,10 @@ def read_operator_state(
             else:
                 vdec = sers.get("VALUE_SERIALIZER")
                 for i, off in enumerate(offsets):
-                    e = DataInput(data, off)
+                    e = at(off)
+                    start = e.pos
                     v = vdec.read(e)
-                    rows.append({"state": name, "mode": m, "user_key": i, "value": v, "size_bytes": e.pos - off})
+                    rows.append({"state": name, "mode": m, "user_key": i, "value": v, "size_bytes": e.pos - start})
         except (UnknownLayout, AttributeError, EOFError, ValueError) as exc:
             note(f"{where}: operator state {name!r} could not be decoded ({exc}); skipped")
     return rows
