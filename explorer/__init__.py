@@ -1,3 +1,34 @@
-"""State Explorer: open stream-processing checkpoints and savepoints into pandas."""
+"""State Explorer: open stream-processing checkpoints and savepoints into pandas.
+
+>>> import explorer
+>>> snap = explorer.open("out/url_counts/heap/savepoint")
+>>> snap.keyed_state(state="count").head()
+"""
+
+from . import errors
+from .errors import (
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotFormatError,
+    SnapshotNotFoundError,
+    StateExplorerError,
+)
+from .keygroups import assign_to_key_group, compute_default_max_parallelism
+from .readers.base import CONTRACT_COLUMNS
+from .snapshot import Snapshot, open
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "CONTRACT_COLUMNS",
+    "Snapshot",
+    "SnapshotCorruptError",
+    "SnapshotError",
+    "SnapshotFormatError",
+    "SnapshotNotFoundError",
+    "StateExplorerError",
+    "assign_to_key_group",
+    "compute_default_max_parallelism",
+    "errors",
+    "open",
+]

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import copy
 import operator as _op
+import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -122,7 +124,6 @@ class StreamEnvironment:
         self.trace = trace
         self.state_backend = state_backend
         self._state_dir = Path(state_dir) if state_dir is not None else None
-        self._tmp: tempfile.TemporaryDirectory | None = None
         self.specs: list[OperatorSpec] = []
         self._names: set[str] = set()
         self.checkpoint_config = None  # set by enable_checkpointing (checkpointing layer)
@@ -157,8 +158,9 @@ class StreamEnvironment:
 
     def state_dir(self) -> Path:
         if self._state_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="state-explorer-")
-            self._state_dir = Path(self._tmp.name)
+            scratch = tempfile.mkdtemp(prefix="state-explorer-")
+            weakref.finalize(self, shutil.rmtree, scratch, ignore_errors=True)
+            self._state_dir = Path(scratch)
         return self._state_dir
 
     def _backend_factory(self) -> Callable:

@@ -9,7 +9,9 @@ while committing its metadata) so tests can prove recovery exactly-once.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,10 +59,10 @@ class JobClient:
         self.env = env
         self.crash = crash
         cfg: CheckpointConfig | None = env.checkpoint_config
-        self._tmp = None
-        if cfg is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="state-explorer-savepoints-")
-            cfg = CheckpointConfig(directory=Path(self._tmp.name))
+        if cfg is None:  # savepoints only: checkpoint ids come from a scratch folder
+            scratch = tempfile.mkdtemp(prefix="state-explorer-savepoints-")
+            weakref.finalize(self, shutil.rmtree, scratch, ignore_errors=True)
+            cfg = CheckpointConfig(directory=Path(scratch))
         self.config = cfg
         self.storage = CheckpointStorage(cfg.directory)
         self.runtime = env.build_runtime(job_name)

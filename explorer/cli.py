@@ -1,0 +1,258 @@
+"""The ``state-explorer`` command.
+
+::
+
+    state-explorer demo [--out out]                 run every example pipeline, checkpoint, savepoint, summarise
+    state-explorer run NAME [--parallelism P] [--backend heap|rocksdb] [--from-savepoint PATH] ...
+    state-explorer savepoint NAME --after-records N -o PATH   run, then stop with a savepoint
+    state-explorer inspect PATH                     summary of a checkpoint or savepoint
+    state-explorer list                             the example pipelines
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import StateExplorerError
+
+
+def _pipelines():
+    from .pipelines import PIPELINES
+
+    return PIPELINES
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def _make_env(args, backend: str, state_dir: Path | None):
+    from .engine import StreamEnvironment
+
+    return StreamEnvironment(parallelism=args.parallelism, max_parallelism=args.max_parallelism,
+                             state_backend=backend, batch_size=args.batch_size, state_dir=state_dir)
+
+
+def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: str, out: Path | None,
+                 checkpoint_every: int | None = None, from_savepoint: Path | None = None,
+                 savepoint_to: Path | None = None, stop_after: int | None = None, seed: int = 0,
+                 max_parallelism: int | None = None, batch_size: int = 1024, quiet: bool = False) -> dict[str, Any]:
+    """Run one example pipeline; optionally checkpoint, restore, and end with a savepoint."""
+    from .engine import StreamEnvironment
+
+    pipes = _pipelines()
+    if name not in pipes:
+        raise StateExplorerError(f"no pipeline named {name!r}; the pipelines are {sorted(pipes)}")
+    pipe = pipes[name]
+    n = records or pipe.default_records
+    t0 = time.perf_counter()
+    data = pipe.generate(n, seed=seed)
+    t_gen = time.perf_counter() - t0
+    state_dir = (out / "rocksdb-working") if (out is not None and backend == "rocksdb") else None
+    env = StreamEnvironment(parallelism=parallelism, max_parallelism=max_parallelism, state_backend=backend,
+                            batch_size=batch_size, state_dir=state_dir)
+    if checkpoint_every and out is not None:
+        env.enable_checkpointing(out / "checkpoints", interval_records=checkpoint_every, retained=3)
+    pipe.build(env, data)
+    if out is not None:
+        (out / "output").mkdir(parents=True, exist_ok=True)
+    t1 = time.perf_counter()
+    client = env.execute_async(name, restore_from=from_savepoint)
+    if stop_after is not None:
+        client.run(until=lambda rt: sum(s.operator.records_in for s in rt.subtasks if s.is_source) >= stop_after)
+    else:
+        client.run()
+    elapsed = time.perf_counter() - t1
+    sp = None
+    if savepoint_to is not None:
+        if savepoint_to.exists():
+            shutil.rmtree(savepoint_to)
+        sp = client.trigger_savepoint(savepoint_to)
+    client.close()
+    result = client.result()
+    summary = _summarise(name, result, n, elapsed, sp)
+    summary["generate_s"] = round(t_gen, 3)
+    summary["checkpoints"] = len([h for h in client.checkpoint_history if h["status"] == "completed" and not h.get("savepoint")])
+    if out is not None:
+        for sink_name, values in result.outputs.items():
+            with open(out / "output" / f"{sink_name}.jsonl", "w", encoding="utf-8") as f:
+                for v in values:
+                    f.write(json.dumps(v, default=_json_default) + "\n")
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    if not quiet:
+        _print_summary(summary)
+    return summary
+
+
+def _json_default(o: Any) -> Any:
+    import dataclasses
+
+    if dataclasses.is_dataclass(o):
+        return dataclasses.asdict(o)
+    return str(o)
+
+
+def _summarise(name: str, result, records: int, elapsed: float, savepoint: Path | None) -> dict[str, Any]:
+    ops = result.operators()
+    keyed = ops[ops["keyed"]]
+    state = result.state()
+    hot = []
+    for op in keyed["operator"]:
+        hh = result.heavy_hitters(op, n=5)
+        hot.extend({"operator": op, "key": str(k), "records": int(c)} for k, c in zip(hh["key"], hh["count"]))
+    summary = {
+        "pipeline": name,
+        "records": records,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(records / elapsed) if elapsed else None,
+        "keys": int(state["key"].map(repr).nunique()) if len(state) else 0,
+        "state_entries": int(len(state)),
+        "outputs": {k: len(v) for k, v in result.outputs.items()},
+        "hottest_keys": hot[:5],
+    }
+    if savepoint is not None:
+        from .format.snapshot import read_metadata
+
+        meta = read_metadata(savepoint)
+        summary["savepoint"] = str(savepoint)
+        summary["state_bytes"] = meta["timing"]["bytes"]
+    return summary
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    line = (f"{s['pipeline']:<14} {s['records']:>9,} records  {s['seconds']:>7.2f} s  "
+            f"{(s['records_per_s'] or 0):>10,} rec/s  {s['keys']:>7,} keys  {s['state_entries']:>8,} entries")
+    if "state_bytes" in s:
+        line += f"  {_human_bytes(s['state_bytes']):>9} savepoint"
+    print(line)
+    if s["hottest_keys"]:
+        tops = ", ".join(f"{h['key']} ({h['records']:,})" for h in s["hottest_keys"][:3])
+        print(f"{'':<14} hottest keys: {tops}")
+
+
+def cmd_demo(args) -> int:
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)
+    pipes = _pipelines()
+    print(f"State Explorer demo: {len(pipes)} pipelines, parallelism {args.parallelism}, backends {args.backends}")
+    print(f"writing outputs, checkpoints and savepoints under {out}/\n")
+    for backend in args.backends.split(","):
+        print(f"== {backend} backend")
+        for name, pipe in pipes.items():
+            target = out / name / backend
+            run_pipeline(name, records=args.records or None, parallelism=args.parallelism, backend=backend,
+                         out=target, checkpoint_every=max(1, (args.records or pipe.default_records) // 4),
+                         savepoint_to=target / "savepoint", seed=args.seed, max_parallelism=args.max_parallelism,
+                         batch_size=args.batch_size)
+        print()
+    print(f"Open a snapshot:  python -c \"import explorer; print(explorer.open('{out}/url_counts/heap/savepoint'))\"")
+    print(f"Or in a terminal: state-explorer inspect {out}/url_counts/heap/savepoint")
+    return 0
+
+
+def cmd_run(args) -> int:
+    run_pipeline(args.name, records=args.records, parallelism=args.parallelism, backend=args.backend,
+                 out=Path(args.out) if args.out else None, checkpoint_every=args.checkpoint_every,
+                 from_savepoint=Path(args.from_savepoint) if args.from_savepoint else None,
+                 savepoint_to=Path(args.savepoint) if args.savepoint else None, seed=args.seed,
+                 max_parallelism=args.max_parallelism, batch_size=args.batch_size)
+    return 0
+
+
+def cmd_savepoint(args) -> int:
+    s = run_pipeline(args.name, records=args.records, parallelism=args.parallelism, backend=args.backend,
+                     out=None, savepoint_to=Path(args.output), stop_after=args.after_records, seed=args.seed,
+                     max_parallelism=args.max_parallelism, batch_size=args.batch_size, quiet=True)
+    print(f"savepoint written to {s['savepoint']} ({_human_bytes(s['state_bytes'])})")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from . import open as open_snapshot
+
+    snap = open_snapshot(args.path)
+    print(f"{snap.format} #{snap.checkpoint_id} at {snap.path}  (created {snap.created_at})")
+    ops = snap.operators
+    print("\noperators:")
+    print(ops.to_string(index=False))
+    st = snap.states
+    if len(st):
+        print("\nstates:")
+        print(st.to_string(index=False))
+    hh = snap.heavy_hitters()
+    if len(hh):
+        print("\nhottest keys by traffic:")
+        print(hh.groupby("operator").head(5).to_string(index=False))
+    for n in snap.notes:
+        print(f"note: {n}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    for name, pipe in _pipelines().items():
+        print(f"{name:<14} {pipe.description}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parallelism", "-p", type=int, default=2)
+    p.add_argument("--max-parallelism", type=int, default=None)
+    p.add_argument("--records", "-n", type=int, default=None, help="input records (default: the pipeline's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=1024)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="state-explorer", description="Explore the state of stream jobs.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="run every example pipeline with checkpoints and a final savepoint")
+    _common(d)
+    d.add_argument("--out", default="out")
+    d.add_argument("--backends", default="heap,rocksdb")
+    d.set_defaults(fn=cmd_demo)
+    r = sub.add_parser("run", help="run one example pipeline")
+    r.add_argument("name")
+    _common(r)
+    r.add_argument("--backend", default="heap", choices=["heap", "rocksdb"])
+    r.add_argument("--out", default=None)
+    r.add_argument("--checkpoint-every", type=int, default=None, help="checkpoint every N source records (needs --out)")
+    r.add_argument("--from-savepoint", default=None)
+    r.add_argument("--savepoint", default=None, help="take a savepoint into this folder at the end")
+    r.set_defaults(fn=cmd_run)
+    s = sub.add_parser("savepoint", help="run a pipeline and stop it with a savepoint")
+    s.add_argument("name")
+    _common(s)
+    s.add_argument("--backend", default="heap", choices=["heap", "rocksdb"])
+    s.add_argument("--after-records", type=int, default=None)
+    s.add_argument("--output", "-o", required=True)
+    s.set_defaults(fn=cmd_savepoint)
+    i = sub.add_parser("inspect", help="summarise a checkpoint or savepoint")
+    i.add_argument("path")
+    i.set_defaults(fn=cmd_inspect)
+    lst = sub.add_parser("list", help="list the example pipelines")
+    lst.set_defaults(fn=cmd_list)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except StateExplorerError as exc:
+        print(f"state-explorer: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""Reader of the engine's own checkpoints and savepoints (:mod:`explorer.format.snapshot`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..format.keyed import decode_keys, read_parquet_key_groups
+from ..format.sizes import value_sizes
+from ..format.snapshot import is_snapshot_folder, read_metadata, resolve, verify_file
+from ..keygroups import operator_indices_for_key_groups
+from .base import (
+    TIMESTAMP,
+    KeyedStateQuery,
+    SnapshotInfo,
+    SnapshotReader,
+    make_piece,
+)
+
+
+class EngineSnapshotReader(SnapshotReader):
+    """One checkpoint (``chk-N``) or savepoint folder written by the engine."""
+
+    format_name = "engine"
+
+    def __init__(self, path: str | Path, verify: bool = False) -> None:
+        super().__init__(path)
+        self.meta = read_metadata(self.path)
+        self._ops = {o["name"]: o for o in self.meta["operators"]}
+        if verify:
+            for rel, entry in self.meta.get("files", {}).items():
+                verify_file(self.path, rel, entry)
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        return Path(path).is_dir() and is_snapshot_folder(Path(path))
+
+    def info(self) -> SnapshotInfo:
+        m = self.meta
+        return SnapshotInfo(
+            path=self.path,
+            format=f"engine-{m['kind']}",
+            kind=m["kind"],
+            checkpoint_id=m["checkpoint_id"],
+            created_at=pd.Timestamp(m["created_at_ms"], unit="ms", tz="UTC"),
+            job_name=m["job"].get("name"),
+            extra={"backend": m.get("backend"), "mode": m.get("mode"), "unaligned": m.get("unaligned"),
+                   "incremental": m.get("incremental")},
+        )
+
+    def operators(self) -> pd.DataFrame:
+        rows = []
+        for o in self.meta["operators"]:
+            rows.append({
+                "operator": o["name"], "operator_id": o["uid"], "uid": o["uid"], "parallelism": o["parallelism"],
+                "max_parallelism": o["max_parallelism"], "keyed": o["keyed"], "kind": o["kind"],
+                "states": len(o["states"]),
+                "bytes": sum(s["bytes"] for s in o["subtasks"]),
+            })
+        return pd.DataFrame(rows)
+
+    def states(self) -> pd.DataFrame:
+        rows = []
+        for o in self.meta["operators"]:
+            counts: dict[str, int] = {}
+            for sub in o["subtasks"]:
+                for s in sub["states"]:
+                    counts[s["name"]] = counts.get(s["name"], 0) + s["rows"]
+            for d in o["states"]:
+                ttl = d.get("ttl")
+                rows.append({
+                    "operator": o["name"], "state": d["name"], "kind": d["kind"], "key_type": None,
+                    "value_type": _type_name(d["value_type"]), "ttl_ms": ttl["ttl_ms"] if ttl else None,
+                    "update_type": ttl["update_type"] if ttl else None, "visibility": ttl["visibility"] if ttl else None,
+                    "entries": counts.get(d["name"], 0),
+                })
+        return pd.DataFrame(rows, columns=["operator", "state", "kind", "key_type", "value_type", "ttl_ms",
+                                           "update_type", "visibility", "entries"])
+
+    def subtasks(self) -> pd.DataFrame:
+        rows = []
+        for o in self.meta["operators"]:
+            for sub in o["subtasks"]:
+                kgr = sub.get("key_group_range") or [None, None]
+                rows.append({
+                    "operator": o["name"], "subtask": sub["index"], "key_group_start": kgr[0], "key_group_end": kgr[1],
+                    "entries": sum(s["rows"] for s in sub["states"]), "bytes": sub["bytes"],
+                    "sync_ms": sub["sync_ms"], "async_ms": sub["async_ms"], "alignment_ms": sub["alignment_ms"],
+                })
+        return pd.DataFrame(rows)
+
+    def _ttl_ms(self, op: dict, state: str) -> int | None:
+        for d in op["states"]:
+            if d["name"] == state and d.get("ttl"):
+                return d["ttl"]["ttl_ms"]
+        return None
+
+    def _kind(self, op: dict, state: str) -> str:
+        for d in op["states"]:
+            if d["name"] == state:
+                return d["kind"]
+        return "value"
+
+    def estimated_rows(self, query: KeyedStateQuery) -> int | None:
+        n = 0
+        for o in self.meta["operators"]:
+            if not query.wants_operator(o["name"]):
+                continue
+            for sub in o["subtasks"]:
+                n += sum(s["rows"] for s in sub["states"] if query.wants_state(s["name"]))
+        return n
+
+    def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
+        kgs = sorted(query.key_groups) if query.key_groups is not None else None
+        for o in self.meta["operators"]:
+            if not o["keyed"] or not query.wants_operator(o["name"]):
+                continue
+            maxp, p = o["max_parallelism"], o["parallelism"]
+            for sub in o["subtasks"]:
+                lo, hi = sub["key_group_range"]
+                if kgs is not None and not any(lo <= k <= hi for k in kgs):
+                    continue
+                for s in sub["states"]:
+                    if not query.wants_state(s["name"]):
+                        continue
+                    t = read_parquet_key_groups(resolve(self.path, s["file"]), s["row_groups"], kgs)
+                    if t.num_rows:
+                        yield self._piece(o, s["name"], self._kind(o, s["name"]), t, s, maxp, p, query)
+                tm = sub.get("timers")
+                if tm and (query.states is None or {"event_timers", "processing_timers"} & set(query.states)):
+                    t = read_parquet_key_groups(resolve(self.path, tm["file"]), tm["row_groups"], kgs)
+                    for dom, name in (("event_time", "event_timers"), ("processing_time", "processing_timers")):
+                        if not query.wants_state(name):
+                            continue
+                        part = t.filter(pc.equal(t.column("domain"), dom))
+                        if part.num_rows:
+                            yield self._timer_piece(o, name, part, tm, maxp, p)
+
+    def _keys(self, column, kind: str):
+        if kind == "tuple":
+            return decode_keys(column, kind)
+        return column
+
+    def _piece(self, o, state, kind, t: pa.Table, smeta, maxp, p, query) -> pa.Table:
+        kg = t.column("key_group").to_numpy()
+        subtask = operator_indices_for_key_groups(maxp, p, kg).astype(np.int32)
+        la = t.column("last_access")
+        ttl = self._ttl_ms(o, state)
+        expires = pc.add(la, ttl) if ttl is not None else None
+        value = t.column("value")
+        sizes = value_sizes(value)
+        return make_piece({
+            "operator": o["name"], "state": state, "kind": kind,
+            "key": self._keys(t.column("key"), smeta["key_kind"]),
+            "key_group": t.column("key_group"), "subtask": subtask,
+            "namespace": self._keys(t.column("namespace"), smeta["namespace_kind"]),
+            "user_key": t.column("user_key"), "value": value,
+            "last_access": la.cast(pa.timestamp("ms")).cast(TIMESTAMP) if la.null_count < len(la) else None,
+            "expires_at": expires.cast(pa.timestamp("ms")).cast(TIMESTAMP) if expires is not None else None,
+            "size_bytes": sizes,
+        })
+
+    def _timer_piece(self, o, name, t: pa.Table, tmeta, maxp, p) -> pa.Table:
+        kg = t.column("key_group").to_numpy()
+        subtask = operator_indices_for_key_groups(maxp, p, kg).astype(np.int32)
+        return make_piece({
+            "operator": o["name"], "state": name, "kind": "event_timer" if name == "event_timers" else "processing_timer",
+            "key": self._keys(t.column("key"), tmeta["key_kind"]), "key_group": t.column("key_group"),
+            "subtask": subtask, "namespace": self._keys(t.column("namespace"), tmeta["namespace_kind"]),
+            "value": t.column("timestamp"), "size_bytes": np.full(t.num_rows, 8, dtype=np.int64),
+        })
+
+    def operator_state(self) -> pd.DataFrame:
+        rows = []
+        for o in self.meta["operators"]:
+            for sub in o["subtasks"]:
+                rel = sub.get("operator_state")
+                if not rel:
+                    continue
+                data = json.loads(resolve(self.path, rel).read_text())
+                for name, ls in data["lists"].items():
+                    for i, v in enumerate(ls["items"]):
+                        rows.append({"operator": o["name"], "state": name, "mode": ls["mode"], "subtask": sub["index"],
+                                     "user_key": i, "value": v, "size_bytes": len(json.dumps(v, default=str))})
+                for name, bs in data["broadcast"].items():
+                    for k, v in bs["entries"]:
+                        rows.append({"operator": o["name"], "state": name, "mode": "BROADCAST", "subtask": sub["index"],
+                                     "user_key": k, "value": v, "size_bytes": len(json.dumps(v, default=str))})
+        return pd.DataFrame(rows, columns=["operator", "state", "mode", "subtask", "user_key", "value", "size_bytes"])
+
+    def metrics(self) -> pd.DataFrame:
+        frames = []
+        for o in self.meta["operators"]:
+            for sub in o["subtasks"]:
+                rec = sub.get("records_per_key_group")
+                if rec is None:
+                    continue
+                lo, _ = sub["key_group_range"]
+                frames.append(pd.DataFrame({"operator": o["name"], "subtask": sub["index"],
+                                            "key_group": np.arange(lo, lo + len(rec)), "records": rec}))
+        if not frames:
+            return pd.DataFrame(columns=["operator", "subtask", "key_group", "records"])
+        return pd.concat(frames, ignore_index=True)
+
+    def heavy_hitters(self) -> pd.DataFrame:
+        rows = []
+        for o in self.meta["operators"]:
+            merged: dict[Any, list[int]] = {}
+            for sub in o["subtasks"]:
+                hh = sub.get("heavy_hitters")
+                if not hh:
+                    continue
+                for k, c, e in hh["entries"]:
+                    key = tuple(k) if isinstance(k, list) else k
+                    cur = merged.setdefault(key, [0, 0])
+                    cur[0] += c
+                    cur[1] += e
+            for k, (c, e) in merged.items():
+                rows.append({"operator": o["name"], "key": k, "count": c, "error": e})
+        df = pd.DataFrame(rows, columns=["operator", "key", "count", "error"])
+        return df.sort_values(["operator", "count"], ascending=[True, False], ignore_index=True)
+
+    def timings(self) -> dict[str, Any]:
+        return dict(self.meta.get("timing", {}))
+
+
+def _type_name(d: dict) -> str:
+    t = d.get("type")
+    if t == "struct":
+        return d["name"]
+    if t in ("list", "optional"):
+        return f"{t}[{_type_name(d['of'])}]"
+    if t == "dict":
+        return f"dict[{_type_name(d['key'])}, {_type_name(d['value'])}]"
+    if t == "tuple":
+        return "tuple[" + ", ".join(_type_name(f) for f in d["fields"]) + "]"
+    return str(t)

@@ -1,0 +1,210 @@
+"""``explorer.open(path)`` and the :class:`Snapshot` it returns.
+
+Opening reads metadata only. ``Snapshot.keyed_state(...)`` reads keyed state
+on demand, pushing operator, state and key-group filters down to the files,
+and returns one pandas DataFrame with the columns of the public contract
+(:data:`explorer.readers.base.CONTRACT_COLUMNS`), whatever the format.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from .errors import SnapshotNotFoundError
+from .readers.base import CONTRACT_COLUMNS, KeyedStateQuery, SnapshotReader
+from .readers.engine import EngineSnapshotReader
+
+_CHK = re.compile(r"^chk-(\d+)$")
+
+#: readers tried in order by :func:`open`
+READERS: list[type[SnapshotReader]] = [EngineSnapshotReader]
+
+
+def _register_optional_readers() -> None:
+    try:  # the Flink reader (pure Python)
+        from .readers.flink import FlinkSnapshotReader  # type: ignore[attr-defined]
+
+        if FlinkSnapshotReader not in READERS:
+            READERS.append(FlinkSnapshotReader)
+    except ImportError:  # pragma: no cover - optional module not present
+        pass
+    try:  # Spark checkpoints (needs a SparkSession only when read)
+        from .readers.spark import SparkCheckpointReader  # type: ignore[attr-defined]
+
+        if SparkCheckpointReader not in READERS:
+            READERS.append(SparkCheckpointReader)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def checkpoints_in(directory: Path) -> list[Path]:
+    """Complete ``chk-N`` folders of an engine checkpoint directory, oldest first."""
+    found = []
+    for p in Path(directory).iterdir():
+        m = _CHK.match(p.name)
+        if m and EngineSnapshotReader.detect(p):
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def open(path: str | Path, **options: Any) -> "Snapshot":  # noqa: A001 - the public name
+    """Open a checkpoint, savepoint or checkpoint directory (the newest complete checkpoint)."""
+    p = Path(path)
+    if not p.exists():
+        raise SnapshotNotFoundError(f"{p}: no such file or directory; expected a checkpoint or savepoint folder")
+    _register_optional_readers()
+    for reader_cls in READERS:
+        if reader_cls.detect(p):
+            return Snapshot(reader_cls(p, **options))
+    if p.is_dir():
+        chks = checkpoints_in(p)
+        if chks:
+            return Snapshot(EngineSnapshotReader(chks[-1], **options))
+    listing = sorted(x.name for x in p.iterdir())[:10] if p.is_dir() else [p.name]
+    raise SnapshotNotFoundError(
+        f"{p}: found {listing}, which is no snapshot State Explorer knows; expected an engine checkpoint or "
+        "savepoint (_metadata starting with SXSNAP), a checkpoint directory of chk-N folders, a Spark "
+        "Structured Streaming checkpoint, or an Apache Flink savepoint/checkpoint (_metadata)"
+    )
+
+
+class Snapshot:
+    """A snapshot opened for exploration."""
+
+    def __init__(self, reader: SnapshotReader) -> None:
+        self.reader = reader
+        self._info = reader.info()
+
+    # --- metadata ---------------------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        return self.reader.path
+
+    @property
+    def format(self) -> str:
+        return self._info.format
+
+    @property
+    def kind(self) -> str:
+        return self._info.kind
+
+    @property
+    def checkpoint_id(self) -> int | None:
+        return self._info.checkpoint_id
+
+    @property
+    def created_at(self) -> pd.Timestamp | None:
+        return self._info.created_at
+
+    @property
+    def operators(self) -> pd.DataFrame:
+        return self.reader.operators()
+
+    @property
+    def states(self) -> pd.DataFrame:
+        return self.reader.states()
+
+    @property
+    def subtasks(self) -> pd.DataFrame:
+        return self.reader.subtasks()
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.reader.notes)
+
+    def parallelism(self, operator: str | None = None) -> int:
+        ops = self.operators
+        if operator is not None:
+            ops = ops[ops["operator"] == operator]
+        keyed = ops[ops.get("keyed", True) == True] if "keyed" in ops else ops  # noqa: E712
+        return int((keyed if len(keyed) else ops)["parallelism"].max())
+
+    def max_parallelism(self, operator: str | None = None) -> int:
+        ops = self.operators
+        if operator is not None:
+            ops = ops[ops["operator"] == operator]
+        return int(ops["max_parallelism"].max())
+
+    # --- data -------------------------------------------------------------------------
+    def keyed_state(
+        self,
+        operator: str | Iterable[str] | None = None,
+        state: str | Iterable[str] | None = None,
+        key: Any = None,
+        key_groups: Iterable[int] | None = None,
+        columns: Sequence[str] | None = None,
+        progress: bool | None = None,
+    ) -> pd.DataFrame:
+        """Keyed state, one row per entry, with the contract columns (filters pushed down)."""
+        q = KeyedStateQuery(
+            operators=_as_set(operator),
+            states=_as_set(state),
+            key_groups=None if key_groups is None else frozenset(int(k) for k in key_groups),
+            columns=tuple(columns) if columns else None,
+        )
+        if key is not None and q.key_groups is None:
+            q = self._key_query(q, key)
+        total = self.reader.estimated_rows(q)
+        show = progress if progress is not None else bool(total and total > 2_000_000)
+        pieces = []
+        with tqdm(total=total, unit="rows", desc="loading state", disable=not show) as bar:
+            for piece in self.reader.keyed_pieces(q):
+                if columns:
+                    piece = piece.select([c for c in CONTRACT_COLUMNS if c in columns])
+                pieces.append(piece)
+                bar.update(piece.num_rows)
+        df = _combine(pieces, columns)
+        if key is not None:
+            df = df[df["key"].map(lambda k: k == key)].reset_index(drop=True)
+        return df
+
+    def _key_query(self, q: KeyedStateQuery, key: Any) -> KeyedStateQuery:
+        from .keygroups import assign_to_key_group
+
+        try:
+            kg = assign_to_key_group(key, self.max_parallelism())
+        except Exception:  # noqa: BLE001 - foreign key types: no push-down, filter after reading
+            return q
+        return KeyedStateQuery(q.operators, q.states, frozenset([kg]), q.keys, q.columns)
+
+    def operator_state(self) -> pd.DataFrame:
+        return self.reader.operator_state()
+
+    def metrics(self) -> pd.DataFrame:
+        return self.reader.metrics()
+
+    def heavy_hitters(self) -> pd.DataFrame:
+        return self.reader.heavy_hitters()
+
+    def timings(self) -> dict[str, Any]:
+        return self.reader.timings()
+
+    def __repr__(self) -> str:
+        return (f"Snapshot({self.format}, id={self.checkpoint_id}, path={str(self.path)!r}, "
+                f"operators={len(self.operators)})")
+
+
+def _as_set(x: str | Iterable[str] | None) -> frozenset[str] | None:
+    if x is None:
+        return None
+    if isinstance(x, str):
+        return frozenset([x])
+    return frozenset(x)
+
+
+def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFrame:
+    cols = [c for c in CONTRACT_COLUMNS if not columns or c in columns]
+    if not pieces:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    try:
+        table = pa.concat_tables(pieces, promote_options="permissive")
+        df = table.to_pandas(maps_as_pydicts="strict")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        df = pd.concat([p.to_pandas(maps_as_pydicts="strict") for p in pieces], ignore_index=True)
+    return df[cols]
