@@ -55,6 +55,7 @@ __all__ = [
     "compute_default_max_parallelism",
     "java_hash_code",
     "key_group_range_for_operator",
+    "key_groups_for_hash_codes",
     "murmur_hash",
     "operator_index_for_key_group",
     "operator_indices_for_key_groups",
@@ -354,6 +355,21 @@ def _as_array(keys: Any) -> np.ndarray:
     arr = np.empty(len(keys), dtype=object)
     arr[:] = keys
     return arr
+
+
+def key_groups_for_hash_codes(codes: np.ndarray, max_parallelism: int) -> np.ndarray:
+    """Vectorised :func:`compute_key_group_for_key_hash`: key groups of known Java hashCodes.
+
+    For readers that compute ``hashCode`` in bulk straight from serialized keys.
+    """
+    if not 0 < max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+        raise KeyGroupError(
+            f"max parallelism must be in 1..{UPPER_BOUND_MAX_PARALLELISM}, found {max_parallelism!r}"
+        )
+    codes = np.asarray(codes)
+    if codes.dtype.kind == "i":
+        codes = codes.astype(np.int64) & _MASK32
+    return _murmur_np(codes.astype(np.uint32)) % max_parallelism
 
 
 def operator_indices_for_key_groups(max_parallelism: int, parallelism: int, key_groups: np.ndarray) -> np.ndarray:

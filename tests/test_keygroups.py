@@ -204,3 +204,14 @@ def test_unreproducible_keys_are_refused():
         java_hash_code(b"x")
     with pytest.raises(KeyTypeError, match="32-bit"):
         JavaInt(1 << 31)
+
+
+@pytest.mark.parametrize("max_parallelism", MAX_PARALLELISMS)
+def test_key_groups_for_hash_codes_matches_flink(max_parallelism):
+    from explorer.keygroups import key_groups_for_hash_codes
+
+    j = MAX_PARALLELISMS.index(max_parallelism)
+    codes = np.array([row["hash_code"] for _, row in KEYS], dtype=np.int64)
+    expected = np.array([row["key_groups"][j] for _, row in KEYS])
+    np.testing.assert_array_equal(key_groups_for_hash_codes(codes, max_parallelism), expected)
+    np.testing.assert_array_equal(key_groups_for_hash_codes(codes.astype(np.int32), max_parallelism), expected)

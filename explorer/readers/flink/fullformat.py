@@ -75,3 +75,55 @@ def iter_entries(
             state = nxt
         else:
             yield state, key, value
+
+
+def scan(data: bytes, spans: list[tuple[int, int, int]], compressed: bool):
+    """Byte ranges of every entry in the given key groups, for column-wise decoding.
+
+    Returns ``(buffer, state_ids, key_starts, key_ends, value_starts, value_ends)``;
+    positions index ``buffer`` (the file itself, or the decompressed key groups
+    joined). The "more follows" bit stays set in the buffer; decoders mask it.
+    """
+    from array import array
+
+    import numpy as np
+
+    if compressed:
+        parts = [unframe(data, s, e) for _, s, e in spans]
+        joined = b"".join(parts)
+        ranges, off = [], 0
+        for part in parts:
+            ranges.append((off, off + len(part)))
+            off += len(part)
+    else:
+        joined = data
+        ranges = [(s, e) for _, s, e in spans]
+    sids, kss, kes, vss, ves = array("q"), array("q"), array("q"), array("q"), array("q")
+    a_sid, a_ks, a_ke, a_vs, a_ve = sids.append, kss.append, kes.append, vss.append, ves.append
+    unpack = _INT.unpack_from
+    d = joined
+    for p, stop in ranges:
+        if p >= stop:
+            continue
+        state = (d[p] << 8) | d[p + 1]
+        p += 2
+        while p < stop:
+            k0 = p + 4
+            p = k0 + unpack(d, p)[0]
+            ke = p
+            v0 = p + 4
+            p = v0 + unpack(d, p)[0]
+            a_sid(state)
+            a_ks(k0)
+            a_ke(ke)
+            a_vs(v0)
+            a_ve(p)
+            if d[k0] & 0x80:
+                state = (d[p] << 8) | d[p + 1]
+                p += 2
+                if state == END_OF_KEY_GROUP:
+                    break
+        if p > stop:
+            raise ValueError(f"an entry runs past the end of its key group (offset {p}, end {stop})")
+    as_np = lambda a: np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)  # noqa: E731
+    return joined, as_np(sids), as_np(kss), as_np(kes), as_np(vss), as_np(ves)

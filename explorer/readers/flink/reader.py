@@ -36,9 +36,10 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ...errors import ReaderError, SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
-from ...keygroups import assign_key_groups, key_group_range_for_operator, operator_indices_for_key_groups
+from ...keygroups import assign_key_groups, key_groups_for_hash_codes, operator_indices_for_key_groups
 from ..base import (
     OPERATOR_COLUMNS,
     OPERATOR_STATE_COLUMNS,
@@ -50,7 +51,7 @@ from ..base import (
     SnapshotReader,
     make_piece,
 )
-from . import fullformat, heapformat
+from . import columnar, fullformat, heapformat
 from .datainput import DataInput
 from .handles import HandleResolver, IncrementalHandle, KeyGroupsHandle
 from .metadata import MAGIC, CheckpointMetadata, OperatorState, SubtaskState, read_metadata
@@ -306,7 +307,8 @@ class FlinkSnapshotReader(SnapshotReader):
         kgs = query.key_groups
         try:
             if isinstance(h, IncrementalHandle):
-                self._read_rocksdb(op, h, header, buffers, kgs, where)
+                yield from self._read_rocksdb(op, h, header, buffers, kgs, where, query, st)
+                buffers = {}
             else:
                 data = self.resolver.read(h.stream)
                 spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
@@ -322,13 +324,12 @@ class FlinkSnapshotReader(SnapshotReader):
                             self._note(f"{where}: key group {span[0]} could not be fully decoded ({exc}); "
                                        "rows after the failure in that key group are missing")
                 else:
-                    decoders = {sid: KeyValueDecoder(header.states[sid], header.key_decoder, op.max_parallelism)
-                                for sid in wanted}
-                    for span in spans:
-                        for sid, kb, vb in fullformat.iter_entries(data, span, header.compressed):
-                            dec = decoders.get(sid)
-                            if dec is not None:
-                                dec.decode(buffers[sid], span[0], kb, vb)
+                    joined, sids, ks, ke, vs, ve = fullformat.scan(data, spans, header.compressed)
+                    buf = columnar.Buf(joined)
+                    for sid in sorted(wanted):
+                        sel = sids == sid
+                        yield from self._kv_pieces(op, st, header, sid, buf, ks[sel], ke[sel], vs[sel], ve[sel], query)
+                    buffers = {}
         except (EOFError, ValueError, IndexError, struct_error) as exc:
             raise SnapshotCorruptError(f"{where}: keyed state is damaged ({exc})") from exc
         for sid in sorted(buffers):
@@ -340,7 +341,7 @@ class FlinkSnapshotReader(SnapshotReader):
             if piece is not None:
                 yield piece
 
-    def _read_rocksdb(self, op, h: IncrementalHandle, header: BackendMeta, buffers, kgs, where: str) -> None:
+    def _read_rocksdb(self, op, h: IncrementalHandle, header: BackendMeta, buffers, kgs, where: str, query=None, st=None):
         files = [(local, self.resolver.read(sh)) for local, sh in h.shared + h.private if local.endswith(".sst")]
         try:
             cfs, stats = read_instance(files)
@@ -353,15 +354,99 @@ class FlinkSnapshotReader(SnapshotReader):
         prefix = 2 if op.max_parallelism > 128 else 1
         for cf_name, cf in cfs.items():
             sid = by_name.get(cf_name)
-            if sid is None:
+            if sid is None or not cf.keys:
                 continue
-            dec = KeyValueDecoder(header.states[sid], header.key_decoder, op.max_parallelism)
-            buf = buffers[sid]
-            for kb, vb in zip(cf.keys, cf.values):
+            n = len(cf.keys)
+            klen = np.fromiter(map(len, cf.keys), dtype=np.int64, count=n)
+            vlen = np.fromiter(map(len, cf.values), dtype=np.int64, count=n)
+            both = np.empty(2 * n, dtype=np.int64)
+            both[0::2], both[1::2] = klen, vlen
+            offs = np.cumsum(both) - both
+            ks, vs = offs[0::2].copy(), offs[1::2].copy()
+            joined = b"".join([x for pair in zip(cf.keys, cf.values) for x in pair])
+            buf = columnar.Buf(joined)
+            head = buf.np[ks[:, None] + np.arange(prefix)].astype(np.int64)
+            kg = head[:, 0] if prefix == 1 else (head[:, 0] << 8) | head[:, 1]
+            keep = (kg >= h.start) & (kg <= h.end)  # rows outside the range are left over from rescaling
+            if kgs is not None:
+                keep &= np.isin(kg, np.fromiter(kgs, dtype=np.int64))
+            yield from self._kv_pieces(op, st, header, sid, buf, ks[keep], ks[keep] + klen[keep],
+                                       vs[keep], vs[keep] + vlen[keep], query)
+
+    def _kv_pieces(self, op, st, header: BackendMeta, sid: int, buf: "columnar.Buf", ks, ke, vs, ve,
+                   query: KeyedStateQuery) -> Iterator[pa.Table]:
+        """One piece for one state's key/value entries: column-wise, else row by row."""
+        meta = header.states[sid]
+        prefix = 2 if op.max_parallelism > 128 else 1
+        try:
+            cols = columnar.decode_state(meta, header.key_decoder, prefix, buf, ks, ke, vs, ve)
+        except columnar.Fallback:
+            cols = None
+        if cols is None:
+            rb = RowBuffer(meta)
+            dec = KeyValueDecoder(meta, header.key_decoder, op.max_parallelism)
+            d = buf.data
+            for a, b, c, e in zip(ks.tolist(), ke.tolist(), vs.tolist(), ve.tolist()):
+                kb = bytes([d[a] & 0x7F]) + d[a + 1 : b]
                 kg = int.from_bytes(kb[:prefix], "big")
-                if not h.start <= kg <= h.end or (kgs is not None and kg not in kgs):
-                    continue  # outside this subtask's range (left over after rescaling) or not asked for
-                dec.decode(buf, kg, kb, vb)
+                dec.decode(rb, kg, kb, d[c:e])
+            if rb.raw_notes:
+                self._note(f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): "
+                           f"{rb.raw_notes} values of state {meta.name!r} use a serializer State Explorer "
+                           "cannot decode; they are returned as raw bytes")
+            piece = self._piece(op, st, header, rb, query)
+        else:
+            piece = self._columns_piece(op, st, header, meta, cols, query)
+        if piece is not None:
+            yield piece
+
+    def _columns_piece(self, op, st, header: BackendMeta, meta, cols: "columnar.StateColumns",
+                       query: KeyedStateQuery) -> pa.Table:
+        kg = cols.key_group.astype(np.int64)
+        n = len(kg)
+        if cols.key.codes is not None:
+            expected = key_groups_for_hash_codes(cols.key.codes, op.max_parallelism)
+            bad = np.flatnonzero(expected != kg)
+            if len(bad):
+                keys = cols.key.values
+                sample = ", ".join(f"{keys[int(i)].as_py()!r}: file {kg[i]}, computed {expected[i]}" for i in bad[:3])
+                self._note(f"operator {op.display_name!r}: {len(bad)} rows whose key group in the files differs "
+                           f"from explorer.keygroups ({sample})")
+            if query.key_groups is None:
+                self._kg_checks[(op.operator_id, st.index, meta.state_id)] = (n, len(bad))
+        elif n:
+            bad = self._check_key_groups(op, header.key_decoder, cols.key.values.to_pylist(), kg)
+            if bad is not None and query.key_groups is None:
+                self._kg_checks[(op.operator_id, st.index, meta.state_id)] = (n, bad)
+        subtask = operator_indices_for_key_groups(op.max_parallelism, op.parallelism, kg) if n else kg
+        la = pa.array(cols.last_access, type=pa.int64()) if cols.last_access is not None else pa.nulls(n, type=pa.int64())
+        ttl = self.ttl.get(meta.name)
+        if ttl is not None and meta.has_ttl and cols.last_access is not None:
+            expires = pa.array(cols.last_access + int(ttl.total_seconds() * 1000), type=pa.int64()).cast(TIMESTAMP)
+        else:
+            expires = pa.nulls(n, type=TIMESTAMP)
+        data = {
+            "operator": op.display_name,
+            "state": meta.name,
+            "kind": meta.kind,
+            "key": cols.key.values,
+            "key_group": pa.array(kg, type=pa.int32()),
+            "subtask": pa.array(subtask, type=pa.int32()),
+            "namespace": cols.namespace,
+            "user_key": cols.user_key,
+            "value": cols.value,
+            "last_access": la.cast(TIMESTAMP),
+            "expires_at": expires,
+            "size_bytes": pa.array(cols.size, type=pa.int64()),
+        }
+        table = make_piece(data, columns=query.columns)
+        if query.keys is not None:
+            try:
+                wanted = pa.array(list(query.keys), type=cols.key.values.type)
+                table = table.filter(pc.is_in(cols.key.values, value_set=wanted))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                pass
+        return table
 
     def _piece(self, op: OperatorState, st: SubtaskState, header: BackendMeta, buf: RowBuffer,
                query: KeyedStateQuery) -> pa.Table | None:

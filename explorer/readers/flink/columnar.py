@@ -1,0 +1,332 @@
+"""Vectorised decoding of key/value-layout entries with NumPy and Arrow.
+
+The key/value layout (``rows``) stores every entry as two byte ranges. Once the
+ranges of one state are known (``fullformat.scan`` or the SST reader), most
+types can be decoded for all entries at once instead of entry by entry:
+
+* fixed-width big-endian numbers are gathered into an ``(n, width)`` byte
+  matrix and viewed as ``>i8``/``>f8``...;
+* ``StringValue`` strings whose length fits the one-byte length prefix and whose
+  characters are all ASCII are exactly their bytes, so Arrow builds the string
+  array straight from the buffer; other rows are decoded one by one;
+* POJOs, tuples and TTL wrappers decode field by field, as long as no field is
+  null (a null shifts the following bytes row by row);
+* lists of fixed-width elements split at every ``width + 1`` bytes.
+
+Java ``hashCode`` values for key-group checks are computed the same way
+(``String.hashCode`` as a dot product with powers of 31, modulo 2^32).
+
+Anything else raises :class:`Fallback`, and the caller decodes that state row by
+row with ``rows.KeyValueDecoder``: same results, just slower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .datainput import DataInput
+from .serializers import (
+    PRIMITIVES,
+    Decoder,
+    PojoDecoder,
+    TimerDecoder,
+    TtlDecoder,
+    TupleDecoder,
+)
+from .statemeta import StateMeta
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+_SIGN = np.int64(-(1 << 63))
+
+
+class Fallback(Exception):
+    """This state cannot be decoded column-wise; decode it row by row."""
+
+
+class Buf:
+    """A byte buffer viewed as NumPy, with a lazily built count of non-ASCII bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.np = np.frombuffer(data, dtype=np.uint8)
+        self._high: np.ndarray | None = None
+
+    def high_prefix(self) -> np.ndarray:
+        if self._high is None:
+            h = np.empty(len(self.np) + 1, dtype=np.int64)
+            h[0] = 0
+            np.cumsum(self.np >= 0x80, out=h[1:])
+            self._high = h
+        return self._high
+
+
+def _gather(buf: Buf, pos: np.ndarray, width: int) -> np.ndarray:
+    if len(pos) and (pos.min() < 0 or pos.max() + width > len(buf.np)):
+        raise Fallback("position out of range")
+    return buf.np[pos[:, None] + np.arange(width)]
+
+
+def _fixed(buf: Buf, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    m = _gather(buf, pos, width)
+    return np.ascontiguousarray(m).view(dtype).ravel().astype(dtype.replace(">", "="))
+
+
+@dataclass
+class Column:
+    """A decoded column: Arrow values, Java hash codes (if reproducible), TTL timestamps."""
+
+    values: pa.Array
+    codes: np.ndarray | None = None
+    ttl: np.ndarray | None = None
+
+
+def _prim_name(dec: Decoder) -> str | None:
+    for k, v in PRIMITIVES.items():
+        if v is dec:
+            return k
+    return None
+
+
+_FIXED = {
+    "LongSerializer": (8, ">i8", pa.int64()),
+    "IntSerializer": (4, ">i4", pa.int32()),
+    "ShortSerializer": (2, ">i2", pa.int16()),
+    "ByteSerializer": (1, ">i1", pa.int8()),
+    "DoubleSerializer": (8, ">f8", pa.float64()),
+    "FloatSerializer": (4, ">f4", pa.float32()),
+}
+
+
+def _long_codes(v: np.ndarray) -> np.ndarray:
+    u = v.view(np.uint64)
+    return ((u ^ (u >> np.uint64(32))) & _MASK32).astype(np.uint32)
+
+
+def read(dec: Decoder, buf: Buf, pos: np.ndarray, want_codes: bool = False) -> tuple[Column, np.ndarray]:
+    """Decode one value of ``dec`` at every position; returns the column and the positions after."""
+    n = len(pos)
+    name = _prim_name(dec)
+    if name in _FIXED:
+        width, dtype, arrow = _FIXED[name]
+        v = _fixed(buf, pos, width, dtype)
+        codes = None
+        if want_codes:
+            if name == "LongSerializer":
+                codes = _long_codes(v)
+            elif name == "IntSerializer":
+                codes = v.astype(np.int64).astype(np.uint32)
+            elif name == "DoubleSerializer":
+                bits = v.view(np.int64).copy()
+                bits[np.isnan(v)] = 0x7FF8000000000000
+                codes = _long_codes(bits)
+        return Column(pa.array(v, type=arrow), codes), pos + width
+    if name == "BooleanSerializer":
+        v = _gather(buf, pos, 1)[:, 0] != 0
+        codes = np.where(v, 1231, 1237).astype(np.uint32) if want_codes else None
+        return Column(pa.array(v, type=pa.bool_()), codes), pos + 1
+    if name == "VoidNamespaceSerializer":
+        return Column(pa.nulls(n)), pos + 1
+    if name == "StringSerializer":
+        return _strings(buf, pos, want_codes)
+    if isinstance(dec, TtlDecoder):
+        ts = _fixed(buf, pos, 8, ">i8")
+        col, end = read(dec.value, buf, pos + 8)
+        return Column(col.values, None, ts), end
+    if isinstance(dec, PojoDecoder):
+        flags = _gather(buf, pos, 1)[:, 0]
+        if n and not (flags == 2).all():
+            raise Fallback("null or subclass POJO values")
+        p = pos + 1
+        arrays, names = [], []
+        for fname, fdec in dec.fields:
+            if fdec is None:
+                raise Fallback("unknown POJO field serializer")
+            if n and _gather(buf, p, 1).any():
+                raise Fallback("null POJO fields")
+            col, p = read(fdec, buf, p + 1)
+            arrays.append(col.values)
+            names.append(fname)
+        return Column(pa.StructArray.from_arrays(arrays, names=names) if names else pa.nulls(n)), p
+    if isinstance(dec, TupleDecoder):
+        p = pos
+        arrays, codes = [], None
+        for i, f in enumerate(dec.fields):
+            col, p = read(f, buf, p, want_codes and dec.key_kind == "tuple")
+            arrays.append(col.values)
+            if want_codes and dec.key_kind == "tuple":
+                if col.codes is None:
+                    want_codes = False
+                    codes = None
+                else:
+                    c = col.codes.astype(np.uint32)
+                    codes = c if codes is None else (codes * np.uint32(31) + c)
+        names = [f"f{i}" for i in range(len(arrays))]
+        return Column(pa.StructArray.from_arrays(arrays, names=names), codes if want_codes else None), p
+    raise Fallback(f"no column decoder for {dec.describe()}")
+
+
+def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.ndarray]:
+    """``StringValue`` strings: vectorised for short ASCII ones, row by row for the rest."""
+    n = len(pos)
+    b0 = _gather(buf, pos, 1)[:, 0].astype(np.int64)
+    simple = (b0 >= 1) & (b0 < 0x80)
+    start = pos + 1
+    length = np.where(simple, b0 - 1, 0)
+    end = start + length
+    if n and end.max() > len(buf.np):
+        raise Fallback("string runs past the buffer")
+    high = buf.high_prefix()
+    simple &= (high[end] - high[start]) == 0
+    # Arrow: strings [start_i, end_i) of the buffer, via offsets (s0, e0, s1, e1, ...) and taking every other one
+    if n and not (np.all(start[1:] >= end[:-1])):
+        order_ok = False
+    else:
+        order_ok = True
+    values: pa.Array
+    codes = None
+    if order_ok and n:
+        offs = np.empty(2 * n, dtype=np.int64)
+        offs[0::2] = start
+        offs[1::2] = end
+        offs = np.append(offs, end[-1])
+        arr = pa.LargeStringArray.from_buffers(2 * n, pa.py_buffer(offs), pa.py_buffer(buf.data))
+        values = pc.take(arr, pa.array(np.arange(0, 2 * n, 2))).cast(pa.string())
+    else:
+        values = pa.array([""] * n, type=pa.string())
+    new_pos = end.copy()
+    if want_codes:
+        codes = _ascii_string_hash(buf, start, end)
+    hard = np.flatnonzero(~simple)
+    if len(hard) or not order_ok:
+        idx = np.arange(n) if not order_ok else hard
+        repl = []
+        for i in idx:
+            inp = DataInput(buf.data, int(pos[i]))
+            s = inp.read_flink_string()
+            new_pos[i] = inp.pos
+            repl.append(s)
+        mask = np.zeros(n, dtype=bool)
+        mask[idx] = True
+        values = pc.replace_with_mask(values, pa.array(mask), pa.array(repl, type=pa.string()))
+        if want_codes:
+            from ...keygroups import java_hash_code
+
+            for i, s in zip(idx, repl):
+                codes[i] = np.uint32(java_hash_code(s) & 0xFFFFFFFF) if s is not None else 0
+    return Column(values, codes), new_pos
+
+
+_POW31 = np.ones(1, dtype=np.uint32)
+
+
+def _pow31(n: int) -> np.ndarray:
+    global _POW31
+    if len(_POW31) < n:
+        p = np.empty(max(n, 2 * len(_POW31)), dtype=np.uint32)
+        p[0] = 1
+        with np.errstate(over="ignore"):
+            for i in range(1, len(p)):
+                p[i] = p[i - 1] * np.uint32(31)
+        _POW31 = p
+    return _POW31
+
+
+def _ascii_string_hash(buf: Buf, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Java ``String.hashCode`` of the byte ranges (right for ASCII; others are fixed up by the caller)."""
+    n = len(start)
+    lens = end - start
+    codes = np.zeros(n, dtype=np.uint32)
+    total = int(lens.sum()) if n else 0
+    if total == 0:
+        return codes
+    row = np.repeat(np.arange(n), lens)
+    first = np.cumsum(lens) - lens
+    j = np.arange(total) - np.repeat(first, lens)  # index within the string
+    byte = buf.np[np.repeat(start, lens) + j].astype(np.uint32)
+    weight = _pow31(int(lens.max()) + 1)[np.repeat(lens, lens) - 1 - j]
+    with np.errstate(over="ignore"):
+        prod = byte * weight
+    nonempty = lens > 0
+    sums = np.add.reduceat(prod, first[nonempty]).astype(np.uint32)
+    codes[nonempty] = sums
+    del row
+    return codes
+
+
+@dataclass
+class StateColumns:
+    key: Column
+    key_group: np.ndarray
+    namespace: pa.Array
+    user_key: pa.Array
+    value: pa.Array
+    last_access: np.ndarray | None
+    size: np.ndarray
+
+
+def decode_state(
+    meta: StateMeta, key_dec: Decoder, prefix: int, buf: Buf,
+    ks: np.ndarray, ke: np.ndarray, vs: np.ndarray, ve: np.ndarray,
+) -> StateColumns:
+    """Decode every entry of one state (key/value layout) at once; raises :class:`Fallback`."""
+    n = len(ks)
+    nsdec = meta.namespace_decoder
+    if key_dec.fixed_length < 0 and nsdec is not None and nsdec.fixed_length < 0:
+        raise Fallback("ambiguous key/namespace lengths")
+    head = _gather(buf, ks, prefix).astype(np.int64)
+    kg = (head[:, 0] & 0x7F) if prefix == 1 else (((head[:, 0] & 0x7F) << 8) | head[:, 1])
+    p = ks + prefix
+    vdec = meta.value_decoder
+    if isinstance(vdec, TimerDecoder):
+        ts = _fixed(buf, p, 8, ">i8") ^ _SIGN
+        key, p = read(vdec.key, buf, p + 8, True)
+        ns, p = read(vdec.namespace, buf, p)
+        if n and not np.array_equal(p, ke):
+            raise Fallback("timer key length mismatch")
+        return StateColumns(key, kg, ns.values, pa.nulls(n), pa.array(ts, type=pa.int64()), None, ke - ks)
+    key, p = read(key_dec, buf, p, True)
+    ns = read(nsdec, buf, p)[0].values if nsdec is not None else pa.nulls(n)
+    if nsdec is not None:
+        p = read(nsdec, buf, p)[1]
+    kind = meta.kind
+    elem = meta.element_decoder
+    if kind == "map":
+        uk, p = read(meta.user_key_decoder, buf, p)
+        if n and not np.array_equal(p, ke):
+            raise Fallback("map key length mismatch")
+        if n and _gather(buf, vs, 1).any():
+            raise Fallback("null map values")
+        v, q = read(elem, buf, vs + 1)
+        if n and not np.array_equal(q, ve):
+            raise Fallback("map value length mismatch")
+        return StateColumns(key, kg, ns, uk.values, v.values, v.ttl, ve - vs)
+    if n and not np.array_equal(p, ke):
+        raise Fallback("key length mismatch")
+    if kind == "list":
+        width = elem.fixed_length if not isinstance(elem, TtlDecoder) else (
+            8 + elem.value.fixed_length if elem.value.fixed_length >= 0 else -1)
+        if width < 0:
+            raise Fallback("variable-width list elements")
+        span = ve - vs + 1
+        if n and (span % (width + 1)).any():
+            raise Fallback("list length not a multiple of the element width")
+        counts = span // (width + 1)
+        counts[ve == vs] = 0
+        total = int(counts.sum())
+        first = np.cumsum(counts) - counts
+        within = np.arange(total) - np.repeat(first, counts)
+        epos = np.repeat(vs, counts) + within * (width + 1)
+        v, _ = read(elem, buf, epos)
+        rows = np.repeat(np.arange(n), counts)
+        take = pa.array(rows)
+        keycol = Column(key.values.take(take), key.codes[rows] if key.codes is not None else None)
+        return StateColumns(keycol, kg[rows], ns.take(take), pa.array(within, type=pa.int64()),
+                            v.values, v.ttl, np.full(total, width, dtype=np.int64))
+    v, q = read(elem, buf, vs)
+    if n and not np.array_equal(q, ve):
+        raise Fallback("value length mismatch")
+    return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)
