@@ -207,10 +207,12 @@ def build(env: StreamEnvironment, records: Sequence[str], *, variant: str = "bot
     """Wire the job onto ``env``. ``variant``: ``"count"``, ``"process"`` or ``"both"``."""
     if variant not in ("count", "process", "both"):
         raise ValueError(f"variant must be 'count', 'process' or 'both', found {variant!r}")
+    # parse at the source's parallelism: a rebalance before key_by would let one URL's
+    # lines overtake each other (as in Flink), and UrlHits would depend on parallelism
     logs = (
         env.from_source(CollectionSource(records, num_splits), name="access-log", uid="access-log")
-        .map(parse_line, name="parse", uid="parse")
-        .filter(is_valid, name="valid", uid="valid")
+        .map(parse_line, name="parse", uid="parse", parallelism=1)
+        .filter(is_valid, name="valid", uid="valid", parallelism=1)
     )
     if variant in ("count", "both"):
         logs.key_by("url").count(name="url-count", uid="url-count").collect("url_counts")
