@@ -319,18 +319,17 @@ class ListState(_State):
         now = self.clock.now_ms()
         ttl = self.ttl_ms
         alive = [(v, ts) for v, ts in elems if not is_expired(ts, ttl, now)]
-        if len(alive) != len(elems):
+        # Flink's TtlListState: unexpired elements are refreshed on read with
+        # OnReadAndWrite even when expired ones are returned alongside them.
+        out = [v for v, _ in (elems if self.return_expired else alive)]
+        if self.update_on_read and alive:
+            self.table.put(ctx.key_group, ctx.key, ctx.namespace, [(v, now) for v, _ in alive])
+        elif len(alive) != len(elems):
             if alive:
                 self.table.put(ctx.key_group, ctx.key, ctx.namespace, alive)
             else:
                 self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
-            if self.return_expired:
-                out = [v for v, _ in elems]
-                return out
-        if self.update_on_read and alive:
-            alive = [(v, now) for v, _ in alive]
-            self.table.put(ctx.key_group, ctx.key, ctx.namespace, alive)
-        return [v for v, _ in alive]
+        return out
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.get())
@@ -392,6 +391,11 @@ class MapState(_State):
         ctx = self._check_ctx()
         e = self.table.map_get(ctx.key_group, ctx.key, ctx.namespace, user_key)
         if e is None:
+            # Without TTL a stored None value (allowed, as in Flink) looks like a missing key.
+            if default is not None and not self.ttl_ms and self.table.map_contains(
+                ctx.key_group, ctx.key, ctx.namespace, user_key
+            ):
+                return None
             return default
         v = self._read(ctx, user_key, e)
         return default if v is _MISSING else v

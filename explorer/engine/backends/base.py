@@ -67,6 +67,10 @@ class StateTable(ABC):
     @abstractmethod
     def map_items(self, key_group: int, key: Any, namespace: Any) -> Iterator[tuple[Any, Any]]: ...
 
+    def map_contains(self, key_group: int, key: Any, namespace: Any, user_key: Any) -> bool:
+        """Whether ``user_key`` is stored, even with a ``None`` value (``map_get`` cannot tell)."""
+        return any(uk == user_key for uk, _ in self.map_items(key_group, key, namespace))
+
     # --- bulk operations ---------------------------------------------------------------
     @abstractmethod
     def addresses(self, key_groups: KeyGroupRange | None = None) -> Iterator[tuple[int, Any, Any]]:

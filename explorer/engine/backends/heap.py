@@ -75,6 +75,10 @@ class HeapStateTable(StateTable):
             if not d:
                 self.remove(key_group, key, namespace)
 
+    def map_contains(self, key_group, key, namespace, user_key):
+        d = self.get(key_group, key, namespace)
+        return d is not None and user_key in d
+
     def map_items(self, key_group, key, namespace) -> Iterator[tuple[Any, Any]]:
         d = self.get(key_group, key, namespace)
         return iter(()) if d is None else iter(list(d.items()))

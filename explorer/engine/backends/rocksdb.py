@@ -359,6 +359,9 @@ class RocksDBStateTable(StateTable):
         raw = self._cf.get(self._address(key_group, key, namespace) + self._user_key(user_key))
         return None if raw is None else self._decode_map_value(raw)
 
+    def map_contains(self, key_group, key, namespace, user_key):
+        return self._cf.get(self._address(key_group, key, namespace) + self._user_key(user_key)) is not None
+
     def map_put(self, key_group, key, namespace, user_key, entry):
         self._cf.put(self._address(key_group, key, namespace) + self._user_key(user_key), self._encode_map_value(entry))
 
@@ -551,6 +554,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         self.path.mkdir(parents=True, exist_ok=True)
         self._write_opts = WriteOptions()
         self._write_opts.disable_wal = True
+        self._families = set(Rdict.list_cf(str(self.path), self._options())) if (self.path / "CURRENT").exists() else set()
         self._db = self._open(read_only=False)
         self._check_or_write_format()
         self._adopt_existing_states()
@@ -609,11 +613,11 @@ class RocksDBStateBackend(KeyedStateBackend):
         name = descriptor.name
         cf = self._cfs.get(name)
         if cf is None:
-            existing = set(Rdict.list_cf(str(self.path), self._options()))
-            if name in existing:
+            if name in self._families:
                 cf = self._db.get_column_family(name)
             elif create:
                 cf = self._db.create_column_family(name, Options(raw_mode=True))
+                self._families.add(name)
                 self._db.put(_META_STATE + name.encode("utf-8"), json.dumps(descriptor.describe(), sort_keys=True).encode())
             else:
                 raise RestoreError(f"{self.path}: state {name!r} is in the metadata but has no column family")
