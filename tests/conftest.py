@@ -1,0 +1,7 @@
+"""Registers the shared factory fixtures of ``tests/fixtures.py`` for every suite.
+
+(Imported by name: ``pytest_plugins = ["fixtures"]`` would clash with pytest's
+own plugin called ``fixtures``.)
+"""
+
+from fixtures import backend, backend_kind, clock, keyed, make_backend  # noqa: F401
