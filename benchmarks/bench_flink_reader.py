@@ -1,0 +1,120 @@
+"""Throughput of the Apache Flink reader (issue 7): MB/s of snapshot files read into Arrow pieces.
+
+Two snapshots made by Flink itself (tools/flink/make_fixtures.sh --bench, about
+1 M keys and 2 M events of the fixture job), kept in the gitignored .cache/:
+
+* a canonical savepoint of the HashMap (heap) backend;
+* a retained incremental checkpoint of the RocksDB backend (SST files, Snappy).
+
+Run::
+
+    python -m benchmarks.bench_flink_reader              # uses .cache/flink/bench/*
+    python -m benchmarks.bench_flink_reader --generate   # first builds them (Java 17, a few minutes)
+
+Writes benchmarks/results/flink_reader.json: bytes, rows, seconds (best of
+``--repeat``), MB/s (10^6 bytes of snapshot files per second of wall time),
+rows/s, with the machine, its load average and the date. The whole snapshot is
+read: every operator, state and row, with key groups re-computed and checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = ROOT / ".cache" / "flink" / "bench"
+SNAPSHOTS = {
+    "heap canonical savepoint": "bench-heap-canonical-savepoint",
+    "rocksdb incremental checkpoint": "bench-rocksdb-incremental-checkpoint",
+}
+TARGET_MB_S = 50.0
+
+
+def snapshot_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.name != "EXPECTED.json")
+
+
+def read_all(path: Path) -> tuple[int, dict]:
+    from explorer.readers.base import KeyedStateQuery
+    from explorer.readers.flink import FlinkSnapshotReader
+
+    reader = FlinkSnapshotReader(path)
+    rows = sum(piece.num_rows for piece in reader.keyed_pieces(KeyedStateQuery()))
+    return rows, reader.info().extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", type=Path, default=BENCH_DIR, help="where the benchmark snapshots are")
+    ap.add_argument("--generate", action="store_true", help="build missing snapshots with Flink first")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per snapshot; the best is kept")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "flink_reader.json")
+    args = ap.parse_args(argv)
+
+    missing = [name for name in SNAPSHOTS.values() if not (args.dir / name / "EXPECTED.json").is_file()]
+    if missing and args.generate:
+        subprocess.run([str(ROOT / "tools" / "flink" / "make_fixtures.sh"), "--bench", str(args.dir)], check=True)
+        missing = [name for name in SNAPSHOTS.values() if not (args.dir / name / "EXPECTED.json").is_file()]
+    if missing:
+        print(f"missing benchmark snapshots in {args.dir}: {', '.join(missing)}; "
+              "run with --generate (needs Java 17) or tools/flink/make_fixtures.sh --bench", file=sys.stderr)
+        return 2
+
+    results = []
+    for label, name in SNAPSHOTS.items():
+        path = args.dir / name
+        size = snapshot_bytes(path)
+        expected = json.loads((path / "EXPECTED.json").read_text(encoding="utf-8"))
+        best = None
+        for _ in range(max(1, args.repeat)):
+            t0 = time.perf_counter()
+            rows, extra = read_all(path)
+            dt = time.perf_counter() - t0
+            best = dt if best is None or dt < best else best
+        mbs = size / 1e6 / best
+        results.append({
+            "snapshot": label,
+            "path": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
+            "flink_version": expected.get("flink_version"),
+            "events": expected.get("events"),
+            "distinct_keys": expected.get("distinct_users"),
+            "size": {"value": round(size / 1e6, 2), "unit": "MB"},
+            "rows": rows,
+            "seconds": {"value": round(best, 3), "unit": "s"},
+            "throughput": {"value": round(mbs, 1), "unit": "MB/s"},
+            "rows_per_second": {"value": round(rows / best), "unit": "rows/s"},
+            "key_group_mismatches": extra.get("key_group_mismatches"),
+            "key_group_checked_rows": extra.get("key_group_checked_rows"),
+        })
+        print(f"{label}: {size / 1e6:.1f} MB, {rows} rows in {best:.2f} s = {mbs:.1f} MB/s "
+              f"({rows / best:,.0f} rows/s)")
+    report = {
+        "benchmark": "benchmarks/bench_flink_reader.py",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        },
+        "target": {"value": TARGET_MB_S, "unit": "MB/s"},
+        "repeat": args.repeat,
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
