@@ -1,0 +1,133 @@
+"""sessions: summaries equal a plain split of each user's events at 30-minute gaps."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import pytest
+
+from explorer.engine import StreamEnvironment
+from explorer.pipelines import sessions
+from explorer.pipelines.sessions import Event, SessionSummary
+
+MIN = 60_000
+T0 = 1_767_258_000_000  # 2026-01-01T09:00Z
+
+
+def expected_sessions(events, gap_ms=30 * MIN):
+    by_user = defaultdict(list)
+    for e in events:
+        by_user[e.user_id].append(e)
+    out = []
+    for user, evs in by_user.items():
+        evs.sort(key=lambda e: e.ts)
+        current = [evs[0]]
+        for prev, e in zip(evs, evs[1:]):
+            if e.ts - prev.ts >= gap_ms:
+                out.append(current)
+                current = []
+            current.append(e)
+        out.append(current)
+    return Counter(
+        SessionSummary(
+            user_id=s[0].user_id,
+            session_id=f"{s[0].user_id}@{s[0].ts}",
+            start_ms=s[0].ts,
+            end_ms=s[-1].ts,
+            events=len(s),
+            purchases=sum(e.kind == "purchase" for e in s),
+        )
+        for s in out
+    )
+
+
+def run(events, parallelism=1, **kw):
+    build_kw = {k: kw.pop(k) for k in list(kw) if k in ("gap_ms",)}
+    env = StreamEnvironment(parallelism=parallelism, **kw)
+    sessions.build(env, events, **build_kw)
+    return env.execute("sessions")
+
+
+@pytest.fixture(scope="module")
+def events():
+    return sessions.generate(5000, keys=40, seed=11, duration_ms=6 * 60 * MIN)
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_sessions_split_at_30_minute_gaps(events, parallelism):
+    result = run(events, parallelism)
+    got = Counter(result.output("sessions"))
+    assert got == expected_sessions(events)
+    assert sum(s.events for s in got.elements()) == len(events)
+    # every session was closed by its timer, so no state is left
+    assert result.state("sessions").empty
+
+
+def test_independent_of_batching_and_parallelism(events):
+    a = Counter(run(events, 1).output("sessions"))
+    b = Counter(run(events, 3, batch_size=7).output("sessions"))
+    c = Counter(run(events, 2, batch_size=4096).output("sessions"))
+    assert a == b == c
+    assert len(a) > 40  # users come back: more sessions than users
+
+
+def test_seed_walkthrough():
+    # seed 000: 10:00, 10:15, 10:20 -> one session, its timer fires at 10:50
+    evs = [Event("alice", T0 + m * MIN, "view", "/") for m in (60, 75, 80)]
+    evs.append(Event("alice", T0 + 150 * MIN, "purchase", "/checkout"))  # 11:30: a new session
+    got = run(evs).output("sessions")
+    assert got == [
+        SessionSummary("alice", f"alice@{T0 + 60 * MIN}", T0 + 60 * MIN, T0 + 80 * MIN, 3, 0),
+        SessionSummary("alice", f"alice@{T0 + 150 * MIN}", T0 + 150 * MIN, T0 + 150 * MIN, 1, 1),
+    ]
+
+
+def test_gap_boundary():
+    # exactly 30 minutes of silence ends the session; one millisecond less does not
+    evs = [
+        Event("bob", T0, "view", "/"),
+        Event("bob", T0 + 30 * MIN - 1, "view", "/"),
+        Event("bob", T0 + 60 * MIN - 1, "view", "/"),
+    ]
+    got = run(evs).output("sessions")
+    assert [(s.start_ms, s.events) for s in got] == [(T0, 2), (T0 + 60 * MIN - 1, 1)]
+
+
+def test_timer_is_moved_not_added():
+    # every event deletes the old timer: at most one pending timer per user
+    from explorer.engine.testing import KeyedProcessFunctionHarness
+
+    h = KeyedProcessFunctionHarness(sessions.SessionWindowFunction(), key_selector=lambda e: e.user_id)
+    for m in (0, 5, 10):
+        h.process_element(Event("carol", T0 + m * MIN, "view", "/"), timestamp=T0 + m * MIN)
+    assert [t.timestamp for t in h.timers()] == [T0 + 40 * MIN]
+    assert h.state("sessionEnd") == T0 + 40 * MIN
+    assert len(h.state("session")) == 3
+    h.advance_watermark(T0 + 40 * MIN - 1)
+    assert h.output == []
+    h.advance_watermark(T0 + 40 * MIN)
+    assert [s.events for s in h.output] == [3]
+    assert h.state("session") == [] and h.state("sessionEnd") is None
+
+
+def test_custom_gap():
+    evs = [Event("dan", T0 + m * MIN, "view", "/") for m in (0, 6, 20)]
+    assert [s.events for s in run(evs, gap_ms=10 * MIN).output("sessions")] == [2, 1]
+    with pytest.raises(ValueError, match="gap"):
+        sessions.SessionWindowFunction(0)
+
+
+def test_generator_keeps_each_users_events_in_time_order():
+    evs = sessions.generate(3000, keys=30, seed=2)
+    last = {}
+    for e in evs:
+        assert e.ts >= last.get(e.user_id, e.ts)
+        last[e.user_id] = e.ts
+    # out of order across users, but by less than the watermark's bound
+    high = max_seen = evs[0].ts
+    for e in evs:
+        max_seen = max(max_seen, e.ts)
+        assert e.ts > max_seen - sessions.MAX_OUT_OF_ORDERNESS_MS - 1
+        high = max(high, max_seen - e.ts)
+    assert high > 0
+    assert evs == sessions.generate(3000, keys=30, seed=2)
