@@ -141,6 +141,15 @@ class ReplayClock:
     calls :meth:`follow` with each record's event time before touching its
     state makes TTL behave as it did when those events were live. The clock is
     shared, not copied, when the engine copies a function for each subtask.
+
+    It is the environment's clock, so everything else measured in processing
+    time is measured in replayed time too. That is what makes a snapshot
+    consistent (its creation time, the entries' last access and expiry are all
+    replayed time, so expired-but-not-yet-cleaned entries show as such), but a
+    batch of records can span hours of it: trigger checkpoints by record count
+    and give them a timeout of days, e.g.
+    ``env.enable_checkpointing(path, interval_records=10_000, timeout_ms=30 * DAY)``
+    (the default 10-minute timeout aborts every checkpoint, savepoints included).
     """
 
     def __init__(self, start_ms: int = 0) -> None:

@@ -21,7 +21,7 @@ minutes or more.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from ..engine import (
     WatermarkStrategy,
 )
 from ..engine.sources import CollectionSource
-from ._common import DEFAULT_START_MS, HOUR, MINUTE, arrival_order, key_names, sample_keys
+from ._common import DEFAULT_START_MS, HOUR, MINUTE, _factorize, arrival_order, key_names, sample_keys
 
 __all__ = ["Event", "SESSION_GAP_MS", "SessionSummary", "SessionWindowFunction", "build", "generate"]
 
@@ -154,7 +154,7 @@ def generate(
     rng = np.random.default_rng(seed)
     users = sample_keys(rng, n, key_names(keys, "user-"), zipf_s=zipf_s, hot_keys=hot_keys, hot_share=hot_share)
     # per user: a start in the window, then gaps; some gaps are breaks (> 30 min)
-    codes, uniq = _codes(users)
+    codes, uniq = _factorize(users)
     order = np.argsort(codes, kind="stable")
     sc = codes[order]
     first = np.r_[True, sc[1:] != sc[:-1]]
@@ -178,13 +178,6 @@ def generate(
     arrive, ts_a = arrival_order(rng, ts, users, max_out_of_orderness_ms)
     u, k, p = users[arrive].tolist(), kinds[arrive].tolist(), pages[arrive].tolist()
     return [Event(u[i], t, k[i], p[i]) for i, t in enumerate(ts_a.tolist())]
-
-
-def _codes(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:
-    import pandas as pd
-
-    codes, uniques = pd.factorize(values)
-    return codes, list(uniques)
 
 
 # --- job ---------------------------------------------------------------------------------
