@@ -16,7 +16,8 @@
     │   └── UnsafePathError         a path in metadata escapes the snapshot folder
     ├── RestoreError                a snapshot that does not fit the job restoring it
     │   └── StateMigrationError     renamed descriptor, changed kind, type or TTL
-    └── ReaderError                 a foreign format (Spark, Flink) we could not read
+    ├── ReaderError                 a foreign format (Spark, Flink) we could not read
+    └── AnalysisError               an analysis asked of data that cannot answer it
 
 Messages name the path or state, what was found and what was expected.
 """
@@ -82,3 +83,7 @@ class StateMigrationError(RestoreError):
 
 class ReaderError(StateExplorerError):
     """A foreign snapshot format (Spark, Flink) could not be read."""
+
+
+class AnalysisError(StateExplorerError, ValueError):
+    """An analysis was asked of data that cannot answer it (a missing column, an unknown operator)."""

@@ -5,3 +5,4 @@ own plugin called ``fixtures``.)
 """
 
 from fixtures import backend, backend_kind, clock, keyed, make_backend  # noqa: F401
+from fixtures import planted_job, planted_ttl, snapshot_backend  # noqa: F401

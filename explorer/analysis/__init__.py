@@ -1,0 +1,53 @@
+"""Questions answered about a snapshot, as pandas DataFrames.
+
+Every function takes a :class:`~explorer.snapshot.Snapshot` (reading only the
+columns it needs) or a keyed-state DataFrame with the contract columns, and
+returns a DataFrame. The modules, one purpose each:
+
+* :mod:`.distribution`: key groups per subtask, imbalance, rescale what-if;
+* :mod:`.hotkeys`: top keys by bytes, entries or traffic, skew, salting what-if;
+* :mod:`.ttl`: expiry timeline, expired-but-not-cleaned, unbounded growth;
+* :mod:`.history`: size, delta, duration, alignment and keys over checkpoints;
+* :mod:`.diff`: keys added, removed, changed, and growth between two snapshots.
+"""
+
+from .diff import diff, diff_summary, growth_by_key
+from .distribution import (
+    best_parallelisms,
+    imbalance,
+    key_group_aggregates,
+    key_group_distribution,
+    rescale_whatif,
+    subtask_distribution,
+    subtask_loads,
+)
+from .history import checkpoint_summary, history
+from .hotkeys import gini, hot_keys, key_skew, key_stats, lorenz_curve, salted_key, salting_whatif, top_share
+from .ttl import expired_not_cleaned, ttl_expiry, ttl_summary, unbounded_growth
+
+__all__ = [
+    "best_parallelisms",
+    "checkpoint_summary",
+    "diff",
+    "diff_summary",
+    "expired_not_cleaned",
+    "gini",
+    "growth_by_key",
+    "history",
+    "hot_keys",
+    "imbalance",
+    "key_group_aggregates",
+    "key_group_distribution",
+    "key_skew",
+    "key_stats",
+    "lorenz_curve",
+    "rescale_whatif",
+    "salted_key",
+    "salting_whatif",
+    "subtask_distribution",
+    "subtask_loads",
+    "top_share",
+    "ttl_expiry",
+    "ttl_summary",
+    "unbounded_growth",
+]

@@ -1,0 +1,223 @@
+"""What every analysis shares: taking a Snapshot or a DataFrame, operator layouts, fast key groups.
+
+Every analysis accepts either a :class:`~explorer.snapshot.Snapshot` (it then
+reads only the columns it needs, and takes parallelism and max parallelism
+from the snapshot's metadata) or a DataFrame with the contract columns (then
+``max_parallelism=`` must be given where key groups are recomputed, and the
+parallelism defaults to ``subtask.max() + 1``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, Union
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..errors import AnalysisError
+from ..keygroups import assign_key_groups, check_parallelism, key_groups_for_hash_codes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..snapshot import Snapshot
+
+Source = Union["Snapshot", pd.DataFrame]
+
+#: the columns most analyses need (never ``value``: it is the costly one to load)
+LOAD_COLUMNS = ("operator", "state", "kind", "key", "key_group", "subtask", "size_bytes")
+
+TIMER_KINDS = ("event_timer", "processing_timer")
+
+
+def is_snapshot(source: Any) -> bool:
+    return hasattr(source, "keyed_state") and hasattr(source, "operators")
+
+
+def frame(source: Source, columns: Sequence[str] = LOAD_COLUMNS, operator: str | Iterable[str] | None = None,
+          state: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """The keyed-state rows of ``source`` with at least ``columns``, filtered by operator and state."""
+    if is_snapshot(source):
+        return source.keyed_state(operator=operator, state=state, columns=list(columns))
+    if not isinstance(source, pd.DataFrame):
+        raise AnalysisError(f"expected a Snapshot or a keyed-state DataFrame, found {type(source).__name__}")
+    missing = [c for c in columns if c not in source.columns]
+    if missing:
+        raise AnalysisError(
+            f"the DataFrame lacks the columns {missing}; expected the keyed-state contract columns "
+            f"(explorer.CONTRACT_COLUMNS), found {list(source.columns)}"
+        )
+    df = source
+    if operator is not None:
+        df = df[df["operator"].isin(_as_list(operator))]
+    if state is not None:
+        df = df[df["state"].isin(_as_list(state))]
+    return df
+
+
+def _as_list(x: str | Iterable[str]) -> list[str]:
+    return [x] if isinstance(x, str) else list(x)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one keyed operator is laid out: its parallelism and max parallelism."""
+
+    operator: str
+    parallelism: int
+    max_parallelism: int
+
+
+def layouts(source: Source, df: pd.DataFrame, operator: str | Iterable[str] | None = None,
+            parallelism: int | None = None, max_parallelism: int | None = None) -> dict[str, Layout]:
+    """Layouts of the keyed operators in ``df`` (from the snapshot's metadata when there is one)."""
+    names = sorted(pd.unique(df["operator"]).tolist()) if len(df) else []
+    out: dict[str, Layout] = {}
+    if is_snapshot(source):
+        ops = source.operators
+        if "keyed" in ops:
+            ops = ops[ops["keyed"].astype(bool)]
+        if operator is not None:
+            ops = ops[ops["operator"].isin(_as_list(operator))]
+        for row in ops.itertuples(index=False):
+            out[row.operator] = Layout(row.operator, int(row.parallelism), int(row.max_parallelism))
+        if operator is not None:
+            unknown = set(_as_list(operator)) - set(out)
+            if unknown:
+                raise AnalysisError(f"{source.path}: no keyed operator named {sorted(unknown)}; "
+                                    f"the keyed operators are {sorted(out)}")
+    else:
+        for name in names:
+            sub = df.loc[df["operator"] == name, ["key_group", "subtask"]]
+            if max_parallelism is None:
+                raise AnalysisError(
+                    "max_parallelism= is needed for a DataFrame (a Snapshot knows its own); "
+                    f"the largest key group of operator {name!r} is {int(sub['key_group'].max())}"
+                )
+            out[name] = Layout(name, int(sub["subtask"].max()) + 1, int(max_parallelism))
+    if parallelism is not None or max_parallelism is not None:
+        out = {k: Layout(k, int(parallelism or v.parallelism), int(max_parallelism or v.max_parallelism))
+               for k, v in out.items()}
+    for lay in out.values():
+        check_parallelism(lay.parallelism, lay.max_parallelism)
+    return out
+
+
+def key_groups_of(keys: pd.Series | np.ndarray | pa.Array, max_parallelism: int) -> np.ndarray:
+    """Flink key groups of many keys, equal to :func:`explorer.keygroups.assign_key_groups`.
+
+    ASCII string keys (the common case) get Java's ``String.hashCode`` computed
+    column-wise in NumPy (one pass per character position); everything else goes
+    to :func:`~explorer.keygroups.assign_key_groups`.
+    """
+    arr = keys
+    if isinstance(arr, pd.Series):
+        arr = arr.to_numpy()
+    if isinstance(arr, np.ndarray) and arr.dtype == object and len(arr) and all(
+        type(x) is str for x in arr[: min(len(arr), 64)]
+    ):
+        try:
+            arr = pa.array(arr, type=pa.string())
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            arr = keys
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if isinstance(arr, pa.Array) and pa.types.is_string(arr.type) and arr.null_count == 0:
+        codes = _ascii_java_string_hashes(arr)
+        if codes is not None:
+            return key_groups_for_hash_codes(codes, max_parallelism).astype(np.int64)
+    return np.asarray(assign_key_groups(keys, max_parallelism), dtype=np.int64)
+
+
+def _ascii_java_string_hashes(arr: pa.StringArray, max_len: int = 64, chunk: int = 1 << 20) -> np.ndarray | None:
+    """Java ``String.hashCode`` of pure-ASCII strings (one UTF-16 unit per byte), or None."""
+    n = len(arr)
+    out = np.empty(n, dtype=np.uint32)
+    for lo in range(0, n, chunk):
+        part = arr.slice(lo, min(chunk, n - lo))
+        offsets = np.frombuffer(part.buffers()[1], dtype=np.int32)[part.offset: part.offset + len(part) + 1]
+        data = np.frombuffer(part.buffers()[2], dtype=np.uint8) if part.buffers()[2] is not None else np.zeros(0, np.uint8)
+        start, end = int(offsets[0]), int(offsets[-1])
+        body = data[start:end]
+        if body.size and int(body.max()) >= 0x80:
+            return None
+        lengths = np.diff(offsets).astype(np.int64)
+        width = int(lengths.max()) if len(lengths) else 0
+        if width > max_len:
+            return None
+        m = len(part)
+        padded = np.zeros((m, max(width, 1)), dtype=np.uint8)
+        if body.size:
+            row = np.repeat(np.arange(m), lengths)
+            col = np.arange(body.size) - (offsets[:-1] - start).astype(np.int64)[row]
+            padded[row, col] = body
+        h = np.zeros(m, dtype=np.uint32)
+        with np.errstate(over="ignore"):
+            for j in range(width):
+                h = np.where(lengths > j, h * np.uint32(31) + padded[:, j], h)
+        out[lo: lo + m] = h
+    return out
+
+
+def per_key(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (operator, key): key_group, subtask, entries, bytes (timers excluded).
+
+    Keys are grouped by value with :func:`pandas.factorize` and ``np.bincount``
+    (no Python loop per key).
+    """
+    rows = df[~df["kind"].isin(TIMER_KINDS)] if "kind" in df else df
+    if not len(rows):
+        return pd.DataFrame({"operator": pd.Series(dtype=object), "key": pd.Series(dtype=object),
+                             "key_group": pd.Series(dtype=np.int64), "subtask": pd.Series(dtype=np.int64),
+                             "entries": pd.Series(dtype=np.int64), "bytes": pd.Series(dtype=np.int64)})
+    codes, uniques = factorize_keys(rows["key"])
+    op_codes, op_names = pd.factorize(rows["operator"], sort=True)
+    if len(op_names) > 1:
+        group, _ = pd.factorize(op_codes.astype(np.int64) * (len(uniques) + 1) + codes, sort=False)
+    else:
+        group = codes
+    n_groups = int(group.max()) + 1 if len(group) else 0
+    first_idx = first_occurrences(group)
+    entries = np.bincount(group, minlength=n_groups).astype(np.int64)
+    nbytes = np.bincount(group, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=n_groups)
+    return pd.DataFrame({
+        "operator": np.asarray(op_names, dtype=object)[op_codes[first_idx]],
+        "key": np.asarray(uniques, dtype=object)[codes[first_idx]],
+        "key_group": rows["key_group"].to_numpy()[first_idx].astype(np.int64),
+        "subtask": rows["subtask"].to_numpy()[first_idx].astype(np.int64),
+        "entries": entries,
+        "bytes": np.rint(nbytes).astype(np.int64),
+    })
+
+
+def first_occurrences(codes: np.ndarray) -> np.ndarray:
+    """Row of the first occurrence of each code, for codes numbered in order of first appearance
+    (as :func:`pandas.factorize` numbers them)."""
+    if not len(codes):
+        return np.zeros(0, dtype=np.int64)
+    prev_max = np.maximum.accumulate(np.concatenate([[-1], codes[:-1]]))
+    return np.flatnonzero(codes > prev_max)
+
+
+def factorize_keys(keys: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes for keys (tuples and other unhashable-by-pandas keys go through ``repr``)."""
+    try:
+        codes, uniques = pd.factorize(keys, sort=False)
+        return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+    except TypeError:  # e.g. lists / dicts as keys: group by their repr, keep the first of each
+        codes, _ = pd.factorize(keys.map(repr), sort=False)
+        return codes.astype(np.int64), keys.to_numpy()[first_occurrences(codes)]
+
+
+def now_of(source: Source, df: pd.DataFrame | None, now: Any) -> pd.Timestamp:
+    """``now`` as a UTC timestamp: given, else the snapshot's creation time, else the latest last access."""
+    if now is not None:
+        if isinstance(now, (int, np.integer)):
+            return pd.Timestamp(int(now), unit="ms", tz="UTC")
+        ts = pd.Timestamp(now)
+        return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    if is_snapshot(source) and source.created_at is not None:
+        return pd.Timestamp(source.created_at).tz_convert("UTC")
+    if df is not None and "last_access" in df and df["last_access"].notna().any():
+        return pd.Timestamp(df["last_access"].max()).tz_convert("UTC")
+    raise AnalysisError("now= is needed: the data has no snapshot time and no last-access times")

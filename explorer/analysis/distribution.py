@@ -1,0 +1,278 @@
+"""Key-group distribution, imbalance, and the rescale what-if.
+
+Flink moves whole key groups when it rescales, so everything here is computed
+from *per-key-group aggregates* (entries, bytes, keys, records), never by
+looping over keys: the load of subtask ``i`` at parallelism ``p`` is the sum
+over the key groups ``kg`` with ``kg * p // max_parallelism == i``
+(``np.bincount``). Only a what-if with a *different max parallelism* needs
+the keys again, because the key groups themselves change; then the keys are
+re-hashed (vectorised) into the new key groups.
+
+Imbalance figures, per metric:
+
+* ``max_over_mean``: load of the heaviest subtask / mean load (1.0 is perfect;
+  the job runs at the speed of its heaviest subtask);
+* ``cv``: coefficient of variation, population standard deviation / mean.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import AnalysisError
+from ..keygroups import check_parallelism, operator_indices_for_key_groups
+from ._common import LOAD_COLUMNS, TIMER_KINDS, Layout, Source, factorize_keys, first_occurrences, frame, is_snapshot, \
+    key_groups_of, layouts
+
+#: the load metrics every distribution carries
+METRICS = ("entries", "bytes", "keys", "records")
+
+
+def _aggregate(df: pd.DataFrame, lay: Layout, records: pd.DataFrame | None, *,
+               key_groups: np.ndarray | None = None, max_parallelism: int | None = None) -> pd.DataFrame:
+    """Per key group ``0..M-1`` of one operator: entries, bytes, keys, records (zero filled)."""
+    m = max_parallelism or lay.max_parallelism
+    rows = df[~df["kind"].isin(TIMER_KINDS)] if "kind" in df else df
+    kg = rows["key_group"].to_numpy().astype(np.int64) if key_groups is None else key_groups
+    if len(kg) and (kg.min() < 0 or kg.max() >= m):
+        raise AnalysisError(f"operator {lay.operator!r}: key group {int(kg.max())} is outside 0..{m - 1}; "
+                            f"is max_parallelism={m} right?")
+    entries = np.bincount(kg, minlength=m)
+    nbytes = np.bincount(kg, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=m)
+    keys = np.zeros(m, dtype=np.int64)
+    if len(rows):
+        codes, _ = factorize_keys(rows["key"])
+        first = first_occurrences(codes)  # one row per distinct key; a key lives in one key group
+        keys = np.bincount(kg[first], minlength=m)
+    rec = np.zeros(m, dtype=np.int64)
+    if records is not None and len(records) and max_parallelism in (None, lay.max_parallelism):
+        r = records[records["operator"] == lay.operator]
+        if len(r):
+            rec = np.bincount(r["key_group"].to_numpy().astype(np.int64),
+                              weights=r["records"].to_numpy(dtype=np.float64), minlength=m)
+    return pd.DataFrame({
+        "operator": lay.operator,
+        "key_group": np.arange(m, dtype=np.int64),
+        "entries": entries.astype(np.int64),
+        "bytes": np.rint(nbytes).astype(np.int64),
+        "keys": keys.astype(np.int64),
+        "records": np.rint(rec).astype(np.int64),
+    })
+
+
+def _records(source: Source) -> pd.DataFrame | None:
+    if is_snapshot(source):
+        try:
+            return source.metrics()
+        except Exception:  # noqa: BLE001 - formats without per-key-group metrics
+            return None
+    return None
+
+
+def key_group_aggregates(source: Source, *, operator: str | Iterable[str] | None = None,
+                         state: str | Iterable[str] | None = None, max_parallelism: int | None = None) -> pd.DataFrame:
+    """One row per (operator, key group) for every key group: entries, bytes, keys, records.
+
+    ``records`` is the traffic per key group the engine counted (a Snapshot's
+    :meth:`~explorer.snapshot.Snapshot.metrics`), zero when unknown.
+    """
+    df = frame(source, LOAD_COLUMNS, operator, state)
+    lays = layouts(source, df, operator, None, max_parallelism)
+    rec = _records(source)
+    parts = [_aggregate(df[df["operator"] == name], lay, rec) for name, lay in sorted(lays.items())]
+    return _concat(parts, ["operator", "key_group", *METRICS])
+
+
+def key_group_distribution(source: Source, parallelism: int | None = None, *,
+                           operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
+                           max_parallelism: int | None = None) -> pd.DataFrame:
+    """Entries, bytes, keys and records per key group, with the subtask that owns it at ``parallelism``.
+
+    Columns: ``operator, key_group, subtask, entries, bytes, keys, records``.
+    ``parallelism`` defaults to the snapshot's.
+    """
+    df = frame(source, LOAD_COLUMNS, operator, state)
+    lays = layouts(source, df, operator, parallelism, max_parallelism)
+    rec = _records(source)
+    parts = []
+    for name, lay in sorted(lays.items()):
+        agg = _aggregate(df[df["operator"] == name], lay, rec)
+        agg.insert(2, "subtask", operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism,
+                                                                 agg["key_group"].to_numpy()))
+        parts.append(agg)
+    return _concat(parts, ["operator", "key_group", "subtask", *METRICS])
+
+
+def subtask_loads(distribution: pd.DataFrame, parallelism: int | None = None,
+                  max_parallelism: int | None = None) -> pd.DataFrame:
+    """Per (operator, subtask) sums of a :func:`key_group_distribution` (or of key-group aggregates
+    at another ``parallelism``).
+
+    Columns: ``operator, parallelism, subtask, key_group_start, key_group_end, key_groups,``
+    ``entries, bytes, keys, records, bytes_share``.
+    """
+    parts = []
+    for name, g in distribution.groupby("operator", sort=True):
+        m = int(max_parallelism or len(g))
+        kg = g["key_group"].to_numpy().astype(np.int64)
+        if parallelism is None:
+            if "subtask" not in g:
+                raise AnalysisError("subtask_loads needs parallelism= or a distribution with a subtask column")
+            p = int(g["subtask"].max()) + 1
+            sub = g["subtask"].to_numpy().astype(np.int64)
+        else:
+            p = int(parallelism)
+            check_parallelism(p, m)
+            sub = operator_indices_for_key_groups(m, p, kg)
+        out = {"operator": name, "parallelism": p, "subtask": np.arange(p)}
+        first = np.full(p, -1, dtype=np.int64)
+        last = np.full(p, -1, dtype=np.int64)
+        for i in range(p):  # over subtasks, not keys: key groups of subtask i are contiguous
+            sel = kg[sub == i]
+            if len(sel):
+                first[i], last[i] = sel.min(), sel.max()
+        out["key_group_start"] = first
+        out["key_group_end"] = last
+        out["key_groups"] = np.bincount(sub, minlength=p)
+        for metric in METRICS:
+            out[metric] = np.bincount(sub, weights=g[metric].to_numpy(dtype=np.float64), minlength=p).round().astype(np.int64)
+        total = out["bytes"].sum()
+        out["bytes_share"] = out["bytes"] / total if total else np.zeros(p)
+        parts.append(pd.DataFrame(out))
+    return _concat(parts, ["operator", "parallelism", "subtask", "key_group_start", "key_group_end", "key_groups",
+                           *METRICS, "bytes_share"])
+
+
+def subtask_distribution(source: Source, parallelism: int | None = None, *,
+                         operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
+                         max_parallelism: int | None = None) -> pd.DataFrame:
+    """Entries, bytes, keys and records per subtask at ``parallelism`` (default: the snapshot's)."""
+    dist = key_group_distribution(source, parallelism, operator=operator, state=state, max_parallelism=max_parallelism)
+    return subtask_loads(dist)
+
+
+def imbalance_figures(loads: np.ndarray) -> dict[str, float]:
+    """``total, mean, max, min, max_over_mean, cv`` of per-subtask loads (NaN ratios for zero load)."""
+    loads = np.asarray(loads, dtype=np.float64)
+    total = float(loads.sum())
+    mean = total / len(loads) if len(loads) else 0.0
+    mx = float(loads.max()) if len(loads) else 0.0
+    return {
+        "total": total,
+        "mean": mean,
+        "max": mx,
+        "min": float(loads.min()) if len(loads) else 0.0,
+        "max_over_mean": mx / mean if mean else np.nan,
+        "cv": float(loads.std()) / mean if mean else np.nan,
+    }
+
+
+def imbalance(source: Source | pd.DataFrame, parallelism: int | None = None, *,
+              operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
+              max_parallelism: int | None = None) -> pd.DataFrame:
+    """Imbalance figures per operator and metric at ``parallelism``.
+
+    ``source`` is a Snapshot, a keyed-state DataFrame, or a :func:`subtask_distribution`.
+    Columns: ``operator, parallelism, metric, total, mean, max, min, max_over_mean, cv, heaviest_subtask``.
+    """
+    if isinstance(source, pd.DataFrame) and "key_groups" in source.columns and "bytes_share" in source.columns:
+        loads = source
+    else:
+        loads = subtask_distribution(source, parallelism, operator=operator, state=state,
+                                     max_parallelism=max_parallelism)
+    rows = []
+    for name, g in loads.groupby("operator", sort=True):
+        for metric in METRICS:
+            v = g[metric].to_numpy()
+            rows.append({"operator": name, "parallelism": len(g), "metric": metric, **imbalance_figures(v),
+                         "heaviest_subtask": int(g["subtask"].to_numpy()[np.argmax(v)]) if len(v) else -1})
+    return pd.DataFrame(rows, columns=["operator", "parallelism", "metric", "total", "mean", "max", "min",
+                                       "max_over_mean", "cv", "heaviest_subtask"])
+
+
+def rescale_whatif(source: Source, parallelisms: int | Sequence[int] | None = None, *,
+                   max_parallelism: int | Sequence[int] | None = None,
+                   operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
+                   metrics: Sequence[str] = ("entries", "bytes", "keys", "records")) -> pd.DataFrame:
+    """Imbalance at other parallelisms ``p'`` (and optionally other max parallelisms ``M'``).
+
+    ``parallelisms`` defaults to ``1..min(M, 4 * p)``. Each ``p'`` must satisfy
+    ``0 < p' <= M'``. With the snapshot's own max parallelism the answer comes from
+    the per-key-group aggregates (exactly what Flink's rescaling moves); for another
+    ``M'`` the keys are re-hashed into ``M'`` key groups first (``records`` is then
+    unknown: the traffic counters are per key group of the old ``M``).
+
+    Columns: ``operator, max_parallelism, parallelism, metric, total, mean, max, min,``
+    ``max_over_mean, cv, heaviest_subtask, key_groups_min, key_groups_max, is_current``.
+
+    For a DataFrame ``source`` give ``max_parallelism=`` (the keys are then always re-hashed,
+    so the answer does not depend on the frame's own ``key_group`` column).
+    """
+    df = frame(source, LOAD_COLUMNS, operator, state)
+    lays = layouts(source, df, operator, None, None if is_snapshot(source) else _first(max_parallelism))
+    rec = _records(source)
+    rows = []
+    for name, lay in sorted(lays.items()):
+        odf = df[df["operator"] == name]
+        maxps = [lay.max_parallelism] if max_parallelism is None else _as_ints(max_parallelism)
+        for m in maxps:
+            if m == lay.max_parallelism and is_snapshot(source):
+                agg = _aggregate(odf, lay, rec)
+            else:
+                rows_ = odf[~odf["kind"].isin(TIMER_KINDS)]
+                agg = _aggregate(odf, lay, None, key_groups=key_groups_of(rows_["key"], m), max_parallelism=m)
+            ps = range(1, min(m, 4 * lay.parallelism) + 1) if parallelisms is None else _as_ints(parallelisms)
+            kg = agg["key_group"].to_numpy()
+            for p in ps:
+                check_parallelism(p, m)
+                sub = operator_indices_for_key_groups(m, p, kg)
+                n_kg = np.bincount(sub, minlength=p)
+                for metric in metrics:
+                    loads = np.bincount(sub, weights=agg[metric].to_numpy(dtype=np.float64), minlength=p)
+                    rows.append({"operator": name, "max_parallelism": m, "parallelism": p, "metric": metric,
+                                 **imbalance_figures(loads), "heaviest_subtask": int(np.argmax(loads)),
+                                 "key_groups_min": int(n_kg.min()), "key_groups_max": int(n_kg.max()),
+                                 "is_current": bool(p == lay.parallelism and m == lay.max_parallelism)})
+    return pd.DataFrame(rows, columns=["operator", "max_parallelism", "parallelism", "metric", "total", "mean", "max",
+                                       "min", "max_over_mean", "cv", "heaviest_subtask", "key_groups_min",
+                                       "key_groups_max", "is_current"])
+
+
+def best_parallelisms(source: Source | pd.DataFrame, parallelisms: Sequence[int] | None = None, *,
+                      metric: str = "bytes", n: int = 5, operator: str | Iterable[str] | None = None,
+                      max_parallelism: int | Sequence[int] | None = None) -> pd.DataFrame:
+    """The ``n`` parallelisms with the best balance of ``metric`` (lowest max/mean, then lowest p).
+
+    ``source`` may be a :func:`rescale_whatif` result. Rows of :func:`rescale_whatif`, best first,
+    per operator (and max parallelism), with a ``rank`` column.
+    """
+    if metric not in METRICS:
+        raise AnalysisError(f"unknown metric {metric!r}; expected one of {list(METRICS)}")
+    if isinstance(source, pd.DataFrame) and "max_over_mean" in source.columns:
+        w = source
+    else:
+        w = rescale_whatif(source, parallelisms, operator=operator, max_parallelism=max_parallelism, metrics=[metric])
+    w = w[w["metric"] == metric].sort_values(["operator", "max_parallelism", "max_over_mean", "parallelism"],
+                                            na_position="last")
+    w = w.groupby(["operator", "max_parallelism"], sort=True).head(n).copy()
+    w.insert(0, "rank", w.groupby(["operator", "max_parallelism"]).cumcount() + 1)
+    return w.reset_index(drop=True)
+
+
+def _as_ints(x: int | Sequence[int]) -> list[int]:
+    return [int(x)] if isinstance(x, (int, np.integer)) else [int(v) for v in x]
+
+
+def _first(x: int | Sequence[int] | None) -> int | None:
+    if x is None:
+        return None
+    return _as_ints(x)[0]
+
+
+def _concat(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "operator" else np.int64) for c in columns})
+    return pd.concat(parts, ignore_index=True)[columns]

@@ -1,0 +1,146 @@
+"""History: how state evolved over the checkpoints of a directory.
+
+One row per (checkpoint, operator, state) with the state's entries, file bytes
+and (optionally) number of distinct keys, and the checkpoint's own figures
+repeated on each of its rows: total bytes, the *incremental* bytes (files whose
+content, by SHA-256, the previous checkpoint did not have: what this checkpoint
+really had to write), the change in total bytes, duration, sync/async time and
+alignment time. Figures come from the snapshots' metadata; only ``keys`` reads
+the key column of the state files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import AnalysisError
+from ._common import is_snapshot
+
+HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "state", "ttl_ms", "entries", "bytes",
+                   "keys", "checkpoint_bytes", "incremental_bytes", "delta_bytes", "duration_ms", "sync_ms",
+                   "async_ms", "alignment_ms"]
+
+
+def _snapshots(source: Any) -> list[Any]:
+    from ..snapshot import Snapshot, checkpoints_in
+    from ..snapshot import open as open_snapshot
+
+    if is_snapshot(source):
+        return [source]
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        if not p.exists():
+            raise AnalysisError(f"{p}: no such checkpoint directory")
+        chks = checkpoints_in(p) if p.is_dir() else []
+        if chks:
+            return [open_snapshot(c) for c in chks]
+        return [open_snapshot(p)]
+    snaps = [s if isinstance(s, Snapshot) or is_snapshot(s) else open_snapshot(s) for s in source]
+    return sorted(snaps, key=lambda s: (s.checkpoint_id is None, s.checkpoint_id or 0))
+
+
+def _file_digests(snap: Any) -> dict[str, int] | None:
+    meta = getattr(snap.reader, "meta", None)
+    if not meta or "files" not in meta:
+        return None
+    return {e.get("sha256", rel): int(e["bytes"]) for rel, e in meta["files"].items()}
+
+
+def _state_bytes(snap: Any) -> dict[tuple[str, str], int]:
+    meta = getattr(snap.reader, "meta", None)
+    out: dict[tuple[str, str], int] = {}
+    if not meta:
+        return out
+    files = meta.get("files", {})
+    for o in meta.get("operators", []):
+        for sub in o.get("subtasks", []):
+            for s in sub.get("states", []):
+                out[(o["name"], s["name"])] = out.get((o["name"], s["name"]), 0) + int(files.get(s["file"], {}).get("bytes", 0))
+            tm = sub.get("timers")
+            if tm:
+                b = int(files.get(tm["file"], {}).get("bytes", 0))
+                out[(o["name"], "timers")] = out.get((o["name"], "timers"), 0) + b
+    return out
+
+
+def _keys_per_state(snap: Any) -> dict[tuple[str, str], int]:
+    df = snap.keyed_state(columns=["operator", "state", "kind", "key"])
+    if not len(df):
+        return {}
+    try:
+        counts = df.groupby(["operator", "state"], sort=False)["key"].nunique()
+    except TypeError:
+        counts = df.assign(key=df["key"].map(repr)).groupby(["operator", "state"], sort=False)["key"].nunique()
+    return {k: int(v) for k, v in counts.items()}
+
+
+def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True) -> pd.DataFrame:
+    """Size, incremental delta, duration, alignment and keys over all checkpoints (oldest first).
+
+    ``checkpoints`` is a checkpoint directory (its complete ``chk-N`` folders), or a list
+    of snapshots or paths. With ``per_state=False`` one row per checkpoint.
+    Columns (per state): see :data:`HISTORY_COLUMNS`.
+    """
+    snaps = _snapshots(checkpoints)
+    if not snaps:
+        raise AnalysisError(f"{checkpoints}: no complete checkpoints found")
+    rows = []
+    prev_digests: dict[str, int] | None = None
+    prev_total: int | None = None
+    for snap in snaps:
+        t = snap.timings()
+        digests = _file_digests(snap)
+        total = int(t.get("bytes", sum(digests.values()) if digests else 0))
+        if digests is not None and prev_digests is not None:
+            incremental = sum(b for d, b in digests.items() if d not in prev_digests)
+        else:
+            incremental = total
+        common = {
+            "checkpoint_id": snap.checkpoint_id, "created_at": snap.created_at, "kind": snap.kind,
+            "path": str(snap.path), "checkpoint_bytes": total, "incremental_bytes": int(incremental),
+            "delta_bytes": total - prev_total if prev_total is not None else total,
+            "duration_ms": t.get("duration_ms"), "sync_ms": t.get("sync_ms"), "async_ms": t.get("async_ms"),
+            "alignment_ms": t.get("alignment_ms"),
+        }
+        prev_digests, prev_total = digests, total
+        if not per_state:
+            states = snap.states
+            rows.append({**common, "operator": None, "state": None, "ttl_ms": None,
+                         "entries": int(states["entries"].sum()) if "entries" in states else None,
+                         "bytes": total, "keys": _total_keys(snap) if keys else None})
+            continue
+        sbytes = _state_bytes(snap)
+        nkeys = _keys_per_state(snap) if keys else {}
+        for r in snap.states.itertuples(index=False):
+            rows.append({**common, "operator": r.operator, "state": r.state,
+                         "ttl_ms": None if pd.isna(r.ttl_ms) else int(r.ttl_ms),
+                         "entries": int(getattr(r, "entries", 0) or 0), "bytes": sbytes.get((r.operator, r.state)),
+                         "keys": nkeys.get((r.operator, r.state), 0) if keys else None})
+    out = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+    out["created_at"] = pd.to_datetime(out["created_at"], utc=True)
+    return out
+
+
+def _total_keys(snap: Any) -> int:
+    df = snap.keyed_state(columns=["operator", "key"])
+    if not len(df):
+        return 0
+    try:
+        return int(df.drop_duplicates(["operator", "key"]).shape[0])
+    except TypeError:
+        return int(df.assign(key=df["key"].map(repr)).drop_duplicates(["operator", "key"]).shape[0])
+
+
+def checkpoint_summary(hist: pd.DataFrame) -> pd.DataFrame:
+    """One row per checkpoint of a per-state :func:`history` (entries and keys summed over states)."""
+    cols = ["checkpoint_id", "created_at", "kind", "path", "checkpoint_bytes", "incremental_bytes", "delta_bytes",
+            "duration_ms", "sync_ms", "async_ms", "alignment_ms"]
+    g = hist.groupby("checkpoint_id", sort=True)
+    out = g[cols[1:]].first().reset_index()
+    out["entries"] = g["entries"].sum().to_numpy()
+    out["keys"] = g["keys"].sum(min_count=1).to_numpy() if hist["keys"].notna().any() else np.nan
+    return out

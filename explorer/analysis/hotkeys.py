@@ -1,0 +1,268 @@
+"""Hot keys: the keys that hold the most state or get the most traffic, and what they do to subtasks.
+
+Three ways to rank keys (``by``):
+
+* ``"bytes"``: serialized state bytes of the key, over all its states;
+* ``"entries"``: state entries of the key (a list's length, a map's size, 1 per value);
+* ``"traffic"``: records the engine counted for the key in its heavy-hitter sketch
+  (:meth:`~explorer.snapshot.Snapshot.heavy_hitters`; counts are upper bounds with the
+  sketch's ``error``).
+
+Skew figures over all keys of an operator: the Gini coefficient (0 = every key
+equal, towards 1 = one key holds everything) and the share of the top 1 % of keys
+(at least one key).
+
+Salting what-if (:func:`salting_whatif`): a hot key ``k`` is split into ``n``
+sub-keys ``f"{k}#{i}"`` for ``i in range(n)`` (the key's ``str()``, whatever its
+type, then ``#`` and the index: the convention a job would use when it appends a
+salt to the key, e.g. ``key_by(lambda r: f"{r.user}#{r.seq % n}")``). Its entries
+and bytes are spread evenly over the sub-keys (the remainder to the first ones),
+each sub-key is hashed into its Flink key group, and the per-subtask loads are
+computed again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import AnalysisError
+from ..keygroups import assign_key_groups, operator_indices_for_key_groups
+from ._common import LOAD_COLUMNS, Layout, Source, frame, is_snapshot, layouts, per_key
+
+BY = {"bytes": "bytes", "entries": "entries", "traffic": "records"}
+
+HOT_KEY_COLUMNS = ["rank", "operator", "key", "key_group", "subtask", "entries", "bytes", "records", "share",
+                   "subtask_load", "subtask_share", "overload"]
+
+
+def _check_by(by: str) -> str:
+    if by not in BY:
+        raise AnalysisError(f"unknown ranking by={by!r}; expected one of {list(BY)}")
+    return BY[by]
+
+
+def _heavy_hitters(source: Source, heavy_hitters: pd.DataFrame | None) -> pd.DataFrame:
+    if heavy_hitters is not None:
+        return heavy_hitters
+    if is_snapshot(source):
+        return source.heavy_hitters()
+    return pd.DataFrame(columns=["operator", "key", "count", "error"])
+
+
+def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
+              parallelism: int | None = None, max_parallelism: int | None = None,
+              heavy_hitters: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (operator, key): ``key_group, subtask, entries, bytes, records``.
+
+    ``subtask`` is the owner at ``parallelism`` (default: the snapshot's). ``records`` is
+    the key's count in the heavy-hitter sketch, 0 for keys the sketch does not hold.
+    """
+    df = frame(source, LOAD_COLUMNS, operator, state)
+    lays = layouts(source, df, operator, parallelism, max_parallelism)
+    return _key_stats(df, lays, _heavy_hitters(source, heavy_hitters))
+
+
+def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame) -> pd.DataFrame:
+    ks = per_key(df)
+    ks = ks[ks["operator"].isin(list(lays))]
+    for name, lay in lays.items():
+        sel = (ks["operator"] == name).to_numpy()
+        if sel.any():
+            ks.loc[sel, "subtask"] = operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism,
+                                                                     ks.loc[sel, "key_group"].to_numpy())
+    ks["records"] = np.zeros(len(ks), dtype=np.int64)
+    if len(hh):
+        traffic = hh.groupby(["operator", "key"], sort=False)["count"].sum()
+        idx = pd.MultiIndex.from_arrays([ks["operator"], ks["key"]])
+        ks["records"] = traffic.reindex(idx).fillna(0).to_numpy().astype(np.int64)
+    return ks.reset_index(drop=True)
+
+
+def _subtask_loads(ks: pd.DataFrame, lay: Layout, metric: str, records_by_kg: pd.DataFrame | None) -> np.ndarray:
+    p = lay.parallelism
+    if metric == "records" and records_by_kg is not None and len(records_by_kg):
+        r = records_by_kg[records_by_kg["operator"] == lay.operator]
+        sub = operator_indices_for_key_groups(lay.max_parallelism, p, r["key_group"].to_numpy())
+        return np.bincount(sub, weights=r["records"].to_numpy(dtype=np.float64), minlength=p)
+    g = ks[ks["operator"] == lay.operator]
+    return np.bincount(g["subtask"].to_numpy().astype(np.int64), weights=g[metric].to_numpy(dtype=np.float64),
+                       minlength=p)
+
+
+def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | Iterable[str] | None = None,
+             state: str | Iterable[str] | None = None, parallelism: int | None = None,
+             max_parallelism: int | None = None, heavy_hitters: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The ``n`` hottest keys of each operator ``by`` bytes, entries or traffic, and the subtask each overloads.
+
+    Columns: ``rank, operator, key, key_group, subtask, entries, bytes, records, share,``
+    ``subtask_load, subtask_share, overload`` where ``share`` is the key's part of the
+    operator's total (of the ``by`` metric), ``subtask_load`` the total of its subtask,
+    ``subtask_share`` the key's part of that subtask's load and ``overload`` the subtask's
+    load over the mean subtask load (1.0 = an average subtask).
+    """
+    metric = _check_by(by)
+    df = frame(source, LOAD_COLUMNS, operator, state)
+    lays = layouts(source, df, operator, parallelism, max_parallelism)
+    hh = _heavy_hitters(source, heavy_hitters)
+    ks = _key_stats(df, lays, hh)
+    if metric == "records":
+        ks = _with_sketch_only_keys(ks, hh, lays)
+    rec_kg = source.metrics() if is_snapshot(source) else None
+    parts = []
+    for name, lay in sorted(lays.items()):
+        g = ks[ks["operator"] == name]
+        if not len(g):
+            continue
+        loads = _subtask_loads(ks, lay, metric, rec_kg)
+        total = float(loads.sum()) or float(g[metric].sum())
+        top = g.sort_values([metric, "entries"], ascending=False, kind="stable").head(n).copy()
+        top.insert(0, "rank", np.arange(1, len(top) + 1))
+        top["share"] = top[metric] / total if total else np.nan
+        sub = top["subtask"].to_numpy().astype(np.int64)
+        top["subtask_load"] = loads[sub]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            top["subtask_share"] = np.where(loads[sub] > 0, top[metric].to_numpy() / loads[sub], np.nan)
+            mean = loads.mean() if len(loads) else 0.0
+            top["overload"] = loads[sub] / mean if mean else np.nan
+        parts.append(top)
+    if not parts:
+        return pd.DataFrame(columns=HOT_KEY_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[HOT_KEY_COLUMNS]
+
+
+def _with_sketch_only_keys(ks: pd.DataFrame, hh: pd.DataFrame, lays: dict[str, Layout]) -> pd.DataFrame:
+    """Add keys the sketch counts but that hold no state (state cleared or expired)."""
+    if not len(hh):
+        return ks
+    known = pd.MultiIndex.from_arrays([ks["operator"], ks["key"]])
+    extra = hh[~pd.MultiIndex.from_arrays([hh["operator"], hh["key"]]).isin(known) & hh["operator"].isin(list(lays))]
+    if not len(extra):
+        return ks
+    rows = []
+    for name, g in extra.groupby("operator", sort=False):
+        lay = lays[name]
+        kg = assign_key_groups(list(g["key"]), lay.max_parallelism)
+        rows.append(pd.DataFrame({"operator": name, "key": g["key"].to_numpy(), "key_group": kg,
+                                  "subtask": operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism, kg),
+                                  "entries": 0, "bytes": 0, "records": g["count"].to_numpy().astype(np.int64)}))
+    return pd.concat([ks, *rows], ignore_index=True)
+
+
+def gini(values: np.ndarray | Sequence[float]) -> float:
+    """Gini coefficient of non-negative loads: 0 when all are equal, ``1 - 1/n`` when one holds all."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(x)
+    total = x.sum()
+    if n == 0 or total == 0:
+        return 0.0
+    i = np.arange(1, n + 1)
+    return float(((2 * i - n - 1) * x).sum() / (n * total))
+
+
+def top_share(values: np.ndarray | Sequence[float], fraction: float = 0.01) -> float:
+    """Share of the total held by the top ``fraction`` of values (at least one value)."""
+    x = np.asarray(values, dtype=np.float64)
+    total = x.sum()
+    if not len(x) or total == 0:
+        return 0.0
+    k = max(1, int(np.ceil(fraction * len(x))))
+    return float(np.sort(x)[::-1][:k].sum() / total)
+
+
+def lorenz_curve(values: np.ndarray | Sequence[float], points: int = 512) -> pd.DataFrame:
+    """The Lorenz curve of loads: ``key_share`` (keys from the smallest up) against ``load_share``.
+
+    At most ``points + 1`` points (evenly spaced in key share), starting at (0, 0) and ending at (1, 1).
+    """
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(x)
+    if n == 0 or x.sum() == 0:
+        return pd.DataFrame({"key_share": [0.0, 1.0], "load_share": [0.0, 1.0]})
+    cum = np.concatenate([[0.0], np.cumsum(x) / x.sum()])
+    idx = np.unique(np.linspace(0, n, min(points, n) + 1).round().astype(np.int64))
+    return pd.DataFrame({"key_share": idx / n, "load_share": cum[idx]})
+
+
+def key_skew(source: Source | pd.DataFrame, by: str = "bytes", *, operator: str | Iterable[str] | None = None,
+             state: str | Iterable[str] | None = None, max_parallelism: int | None = None) -> pd.DataFrame:
+    """Skew of keys per operator: ``operator, by, keys, total, gini, top_1pct_share, top_key, top_key_share``.
+
+    ``source`` may be a :func:`key_stats` result.
+    """
+    metric = _check_by(by)
+    if isinstance(source, pd.DataFrame) and "entries" in source.columns and "size_bytes" not in source.columns:
+        ks = source
+    else:
+        ks = key_stats(source, operator=operator, state=state, max_parallelism=max_parallelism)
+    rows = []
+    for name, g in ks.groupby("operator", sort=True):
+        v = g[metric].to_numpy()
+        total = float(v.sum())
+        top = int(np.argmax(v)) if len(v) else 0
+        rows.append({"operator": name, "by": by, "keys": len(g), "total": total, "gini": gini(v),
+                     "top_1pct_share": top_share(v, 0.01), "top_key": g["key"].iloc[top] if len(g) else None,
+                     "top_key_share": float(v[top] / total) if total else 0.0})
+    return pd.DataFrame(rows, columns=["operator", "by", "keys", "total", "gini", "top_1pct_share", "top_key",
+                                       "top_key_share"])
+
+
+def salted_key(key: Any, i: int) -> str:
+    """The ``i``-th sub-key of a salted key: ``f"{key}#{i}"`` (see the module doc)."""
+    return f"{key}#{i}"
+
+
+def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: str | None = None,
+                   state: str | Iterable[str] | None = None, parallelism: int | None = None,
+                   max_parallelism: int | None = None, by: str = "bytes") -> pd.DataFrame:
+    """Per-subtask loads before and after splitting ``keys`` into ``n`` sub-keys ``f"{k}#{i}"`` each.
+
+    ``keys`` is one key or a list of keys (default: the hottest key ``by`` bytes). Columns:
+    ``operator, scenario ("before" | "after"), parallelism, subtask, entries, bytes, keys``.
+    """
+    if n < 1:
+        raise AnalysisError(f"n must be at least 1 sub-key, found {n}")
+    df = frame(source, LOAD_COLUMNS, operator, state)
+    lays = layouts(source, df, operator, parallelism, max_parallelism)
+    if len(lays) != 1:
+        raise AnalysisError(f"salting_whatif works on one operator; choose operator= among {sorted(lays)}")
+    (lay,) = lays.values()
+    ks = _key_stats(df, lays, pd.DataFrame(columns=["operator", "key", "count", "error"]))
+    if keys is None:
+        keys = [ks.sort_values(BY[by] if by != "traffic" else "bytes", ascending=False)["key"].iloc[0]]
+    elif isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable):
+        keys = [keys]
+    keys = list(keys)
+    hot = ks["key"].isin(keys).to_numpy() if not any(isinstance(k, tuple) for k in keys) else \
+        ks["key"].map(lambda k: k in keys).to_numpy()
+    missing = set(map(repr, keys)) - set(map(repr, ks.loc[hot, "key"]))
+    if missing:
+        raise AnalysisError(f"operator {lay.operator!r} holds no state for the keys {sorted(missing)}")
+    p, m = lay.parallelism, lay.max_parallelism
+
+    def loads(frame_: pd.DataFrame) -> dict[str, np.ndarray]:
+        sub = frame_["subtask"].to_numpy().astype(np.int64)
+        return {
+            "entries": np.bincount(sub, weights=frame_["entries"].to_numpy(np.float64), minlength=p),
+            "bytes": np.bincount(sub, weights=frame_["bytes"].to_numpy(np.float64), minlength=p),
+            "keys": np.bincount(sub, minlength=p).astype(np.float64),
+        }
+
+    before = loads(ks)
+    pieces = []
+    for row in ks[hot].itertuples(index=False):  # over the few salted keys only
+        subkeys = [salted_key(row.key, i) for i in range(n)]
+        kg = assign_key_groups(subkeys, m)
+        share_e = np.full(n, row.entries // n) + (np.arange(n) < row.entries % n)
+        share_b = np.full(n, row.bytes // n) + (np.arange(n) < row.bytes % n)
+        pieces.append(pd.DataFrame({"key": subkeys, "key_group": kg,
+                                    "subtask": operator_indices_for_key_groups(m, p, kg),
+                                    "entries": share_e, "bytes": share_b}))
+    after = loads(pd.concat([ks[~hot], *pieces], ignore_index=True))
+    out = []
+    for scenario, ld in (("before", before), ("after", after)):
+        out.append(pd.DataFrame({"operator": lay.operator, "scenario": scenario, "parallelism": p,
+                                 "subtask": np.arange(p), **{k: np.rint(v).astype(np.int64) for k, v in ld.items()}}))
+    return pd.concat(out, ignore_index=True)

@@ -1,0 +1,182 @@
+"""TTL: when state expires, what has expired but is still stored, and what has no TTL at all.
+
+The rule is the engine's (:func:`explorer.engine.ttl.is_expired`): an entry is
+expired at ``now`` exactly when ``expires_at <= now`` (``expires_at`` =
+last access + TTL). Timelines bucket the entries still alive into windows
+``[now + i * freq, now + (i + 1) * freq)`` counted from the chosen ``now``
+(default: the snapshot's creation time), so "the next hour" means the hour
+after ``now``, not a clock hour.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import AnalysisError
+from ._common import TIMER_KINDS, Source, frame, is_snapshot, now_of
+
+TTL_COLUMNS = ("operator", "state", "kind", "key", "last_access", "expires_at", "size_bytes")
+
+TIMELINE_COLUMNS = ["operator", "state", "status", "window", "window_start", "window_end", "entries", "bytes",
+                    "cum_entries", "cum_bytes"]
+
+
+def _ttl_rows(df: pd.DataFrame) -> pd.DataFrame:
+    rows = df[~df["kind"].isin(TIMER_KINDS)]
+    return rows[rows["expires_at"].notna()]
+
+
+def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h", *,
+               operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
+               horizon: str | pd.Timedelta | None = None) -> pd.DataFrame:
+    """Expiry timeline of the states with TTL: entries and bytes that expire per ``freq`` after ``now``.
+
+    One row per (operator, state, window). ``status`` is ``"expired"`` for the entries
+    already expired at ``now`` but still in the snapshot (``window = -1``, the window
+    running from the oldest expiry to ``now``), ``"expiring"`` for windows ``0, 1, ...``
+    (only windows with entries are listed; ``horizon`` caps how far ahead). ``cum_*`` add
+    up the expiring windows from ``now`` on (the expired row is not in them).
+    """
+    df = frame(source, TTL_COLUMNS, operator, state)
+    t_now = now_of(source, df, now)
+    step = pd.Timedelta(freq)
+    if step <= pd.Timedelta(0):
+        raise AnalysisError(f"freq must be a positive duration, found {freq!r}")
+    rows = _ttl_rows(df)
+    parts = []
+    for (op, st), g in rows.groupby(["operator", "state"], sort=True):
+        exp = g["expires_at"]
+        size = g["size_bytes"].to_numpy(dtype=np.int64)
+        expired = (exp <= t_now).to_numpy()
+        if expired.any():
+            parts.append(pd.DataFrame({
+                "operator": [op], "state": [st], "status": ["expired"], "window": [-1],
+                "window_start": [exp[expired].min()], "window_end": [t_now],
+                "entries": [int(expired.sum())], "bytes": [int(size[expired].sum())]}))
+        alive = ~expired
+        if alive.any():
+            delta = (exp[alive] - t_now).to_numpy().astype("timedelta64[ns]").astype(np.int64)
+            window = delta // step.value
+            if horizon is not None:
+                keep = delta < pd.Timedelta(horizon).value
+                window, alive_size = window[keep], size[alive][keep]
+            else:
+                alive_size = size[alive]
+            if len(window):
+                w, inv = np.unique(window, return_inverse=True)
+                entries = np.bincount(inv)
+                nbytes = np.bincount(inv, weights=alive_size.astype(np.float64)).round().astype(np.int64)
+                parts.append(pd.DataFrame({
+                    "operator": op, "state": st, "status": "expiring", "window": w.astype(np.int64),
+                    "window_start": t_now + pd.to_timedelta(w * step.value, unit="ns"),
+                    "window_end": t_now + pd.to_timedelta((w + 1) * step.value, unit="ns"),
+                    "entries": entries.astype(np.int64), "bytes": nbytes}))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in TIMELINE_COLUMNS})
+    out = pd.concat(parts, ignore_index=True)
+    expiring = out["status"] == "expiring"
+    out["cum_entries"] = 0
+    out["cum_bytes"] = 0
+    out.loc[expiring, "cum_entries"] = out[expiring].groupby(["operator", "state"])["entries"].cumsum()
+    out.loc[expiring, "cum_bytes"] = out[expiring].groupby(["operator", "state"])["bytes"].cumsum()
+    for c in ("window_start", "window_end"):
+        out[c] = pd.to_datetime(out[c], utc=True)
+    return out[TIMELINE_COLUMNS]
+
+
+def expired_not_cleaned(source: Source, now: Any = None, *, operator: str | Iterable[str] | None = None,
+                        state: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """Per state with TTL: entries already expired at ``now`` but still stored.
+
+    Columns: ``operator, state, ttl_ms, entries, bytes, expired_entries, expired_bytes,``
+    ``expired_share, keys_with_expired, oldest_expiry``.
+    """
+    df = frame(source, TTL_COLUMNS, operator, state)
+    t_now = now_of(source, df, now)
+    rows = _ttl_rows(df)
+    ttl = _ttl_by_state(source, rows)
+    out = []
+    for (op, st), g in rows.groupby(["operator", "state"], sort=True):
+        expired = (g["expires_at"] <= t_now).to_numpy()
+        out.append({
+            "operator": op, "state": st, "ttl_ms": ttl.get((op, st)),
+            "entries": len(g), "bytes": int(g["size_bytes"].sum()),
+            "expired_entries": int(expired.sum()), "expired_bytes": int(g["size_bytes"].to_numpy()[expired].sum()),
+            "expired_share": float(expired.mean()) if len(g) else 0.0,
+            "keys_with_expired": int(pd.Series(g["key"].to_numpy()[expired]).nunique()) if expired.any() else 0,
+            "oldest_expiry": g["expires_at"][expired].min() if expired.any() else pd.NaT,
+        })
+    return pd.DataFrame(out, columns=["operator", "state", "ttl_ms", "entries", "bytes", "expired_entries",
+                                      "expired_bytes", "expired_share", "keys_with_expired", "oldest_expiry"])
+
+
+def _ttl_by_state(source: Source, rows: pd.DataFrame) -> dict[tuple[str, str], int | None]:
+    if is_snapshot(source):
+        st = source.states
+        return {(r.operator, r.state): (None if pd.isna(r.ttl_ms) else int(r.ttl_ms)) for r in st.itertuples()}
+    out = {}
+    for (op, s), g in rows.groupby(["operator", "state"]):
+        d = (g["expires_at"] - g["last_access"]).dropna()
+        out[(op, s)] = int(d.iloc[0] / pd.Timedelta(milliseconds=1)) if len(d) else None
+    return out
+
+
+def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
+    """Per state: ``operator, state, kind, ttl_ms, entries, bytes, keys, expired_entries, expired_bytes``.
+
+    States without TTL have ``ttl_ms`` null and no expired entries: nothing but the job's
+    own code ever removes them.
+    """
+    df = frame(source, ("operator", "state", "kind", "key", "expires_at", "size_bytes"))
+    t_now = now_of(source, df, now) if len(df) else None
+    df = df[~df["kind"].isin(TIMER_KINDS)]
+    ttl = _ttl_by_state(source, df.assign(last_access=df["expires_at"])) if not is_snapshot(source) else \
+        _ttl_by_state(source, df)
+    out = []
+    for (op, st), g in df.groupby(["operator", "state"], sort=True):
+        has = g["expires_at"].notna().to_numpy()
+        expired = has & (g["expires_at"] <= t_now).to_numpy() if t_now is not None else np.zeros(len(g), bool)
+        out.append({"operator": op, "state": st, "kind": g["kind"].iloc[0],
+                    "ttl_ms": ttl.get((op, st)) if has.any() or is_snapshot(source) else None,
+                    "entries": len(g), "bytes": int(g["size_bytes"].sum()), "keys": int(g["key"].nunique()),
+                    "expired_entries": int(expired.sum()),
+                    "expired_bytes": int(g["size_bytes"].to_numpy()[expired].sum())})
+    return pd.DataFrame(out, columns=["operator", "state", "kind", "ttl_ms", "entries", "bytes", "keys",
+                                      "expired_entries", "expired_bytes"])
+
+
+def unbounded_growth(snapshots: Sequence[Source] | str | Any, *, min_points: int = 2) -> pd.DataFrame:
+    """States without TTL whose size only grows over a series of snapshots (oldest first).
+
+    ``snapshots`` is a checkpoint directory (all its complete ``chk-N``) or a list of
+    snapshots or paths. Reads snapshot metadata only (entries per state and file bytes).
+    Columns: ``operator, state, ttl_ms, points, first_entries, last_entries, entries_growth,``
+    ``first_bytes, last_bytes, bytes_growth, entries_per_checkpoint, monotonic, unbounded``
+    where ``unbounded`` means no TTL and entries never shrank and grew overall.
+    """
+    from .history import history
+
+    h = history(snapshots, keys=False)
+    h = h[h["state"].notna()]
+    out = []
+    for (op, st), g in h.groupby(["operator", "state"], sort=True):
+        g = g.sort_values("checkpoint_id")
+        e = g["entries"].to_numpy()
+        b = g["bytes"].to_numpy()
+        if len(g) < min_points:
+            continue
+        steps = np.diff(e)
+        mono = bool((steps >= 0).all())
+        ttl = g["ttl_ms"].iloc[-1]
+        no_ttl = ttl is None or pd.isna(ttl)
+        out.append({"operator": op, "state": st, "ttl_ms": None if no_ttl else int(ttl), "points": len(g),
+                    "first_entries": int(e[0]), "last_entries": int(e[-1]), "entries_growth": int(e[-1] - e[0]),
+                    "first_bytes": int(b[0]), "last_bytes": int(b[-1]), "bytes_growth": int(b[-1] - b[0]),
+                    "entries_per_checkpoint": float(steps.mean()) if len(steps) else 0.0,
+                    "monotonic": mono, "unbounded": bool(no_ttl and mono and e[-1] > e[0])})
+    return pd.DataFrame(out, columns=["operator", "state", "ttl_ms", "points", "first_entries", "last_entries",
+                                      "entries_growth", "first_bytes", "last_bytes", "bytes_growth",
+                                      "entries_per_checkpoint", "monotonic", "unbounded"])
