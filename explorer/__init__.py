@@ -13,6 +13,7 @@ from .errors import (
     SnapshotNotFoundError,
     StateExplorerError,
 )
+from .analysis import diff, history
 from .keygroups import assign_to_key_group, compute_default_max_parallelism
 from .readers.base import CONTRACT_COLUMNS
 from .snapshot import Snapshot, open
@@ -29,6 +30,16 @@ __all__ = [
     "StateExplorerError",
     "assign_to_key_group",
     "compute_default_max_parallelism",
+    "diff",
     "errors",
+    "history",
+    "load_ipython_extension",
     "open",
 ]
+
+
+def load_ipython_extension(ipython):  # noqa: ANN001 - IPython's InteractiveShell
+    """``%load_ext explorer``: the ``%explore PATH`` magic and rich display of snapshots."""
+    from .ipython import load_ipython_extension as load
+
+    load(ipython)

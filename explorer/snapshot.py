@@ -185,6 +185,85 @@ class Snapshot:
     def timings(self) -> dict[str, Any]:
         return self.reader.timings()
 
+    # --- analyses (explorer.analysis) ------------------------------------------------------
+    def key_group_distribution(self, parallelism: int | None = None, **kw: Any) -> pd.DataFrame:
+        """Entries, bytes, keys and records per key group and its subtask at ``parallelism``
+        (:func:`explorer.analysis.key_group_distribution`)."""
+        from .analysis import key_group_distribution
+
+        return key_group_distribution(self, parallelism, **kw)
+
+    def subtask_distribution(self, parallelism: int | None = None, **kw: Any) -> pd.DataFrame:
+        """Loads per subtask (:func:`explorer.analysis.subtask_distribution`)."""
+        from .analysis import subtask_distribution
+
+        return subtask_distribution(self, parallelism, **kw)
+
+    def imbalance(self, parallelism: int | None = None, **kw: Any) -> pd.DataFrame:
+        """max/mean and coefficient of variation per metric (:func:`explorer.analysis.imbalance`)."""
+        from .analysis import imbalance
+
+        return imbalance(self, parallelism, **kw)
+
+    def rescale_whatif(self, parallelisms: int | Sequence[int] | None = None, **kw: Any) -> pd.DataFrame:
+        """Imbalance at other parallelisms and max parallelisms (:func:`explorer.analysis.rescale_whatif`)."""
+        from .analysis import rescale_whatif
+
+        return rescale_whatif(self, parallelisms, **kw)
+
+    def best_parallelisms(self, parallelisms: Sequence[int] | None = None, **kw: Any) -> pd.DataFrame:
+        """The parallelisms with the best balance (:func:`explorer.analysis.best_parallelisms`)."""
+        from .analysis import best_parallelisms
+
+        return best_parallelisms(self, parallelisms, **kw)
+
+    def hot_keys(self, n: int = 10, by: str = "bytes", **kw: Any) -> pd.DataFrame:
+        """Top keys by ``"bytes"``, ``"entries"`` or ``"traffic"`` (:func:`explorer.analysis.hot_keys`)."""
+        from .analysis import hot_keys
+
+        return hot_keys(self, n, by, **kw)
+
+    def key_skew(self, by: str = "bytes", **kw: Any) -> pd.DataFrame:
+        """Gini and top-1 % share of keys (:func:`explorer.analysis.key_skew`)."""
+        from .analysis import key_skew
+
+        return key_skew(self, by, **kw)
+
+    def salting_whatif(self, keys: Any = None, n: int = 4, **kw: Any) -> pd.DataFrame:
+        """Subtask loads before/after splitting keys into ``f"{k}#{i}"`` (:func:`explorer.analysis.salting_whatif`)."""
+        from .analysis import salting_whatif
+
+        return salting_whatif(self, keys, n, **kw)
+
+    def ttl_expiry(self, now: Any = None, freq: str = "1h", **kw: Any) -> pd.DataFrame:
+        """Expiry timeline of TTL state from ``now`` (:func:`explorer.analysis.ttl_expiry`)."""
+        from .analysis import ttl_expiry
+
+        return ttl_expiry(self, now, freq, **kw)
+
+    def expired_not_cleaned(self, now: Any = None, **kw: Any) -> pd.DataFrame:
+        """TTL entries expired but still stored (:func:`explorer.analysis.expired_not_cleaned`)."""
+        from .analysis import expired_not_cleaned
+
+        return expired_not_cleaned(self, now, **kw)
+
+    def ttl_summary(self, now: Any = None) -> pd.DataFrame:
+        """Per state: TTL, size, expired entries (:func:`explorer.analysis.ttl_summary`)."""
+        from .analysis import ttl_summary
+
+        return ttl_summary(self, now)
+
+    def diff(self, other: "Snapshot", **kw: Any) -> pd.DataFrame:
+        """Keys added, removed, changed from this snapshot to ``other`` (:func:`explorer.analysis.diff`)."""
+        from .analysis import diff
+
+        return diff(self, other, **kw)
+
+    def _repr_html_(self) -> str:
+        from .report import snapshot_html
+
+        return snapshot_html(self)
+
     def __repr__(self) -> str:
         return (f"Snapshot({self.format}, id={self.checkpoint_id}, path={str(self.path)!r}, "
                 f"operators={len(self.operators)})")
