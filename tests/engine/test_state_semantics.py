@@ -33,7 +33,7 @@ from explorer.engine.state import (
     ValueStateDescriptor,
 )
 from explorer.engine.ttl import CleanupStrategies, IncrementalCleanup, StateTtlConfig, StateVisibility, UpdateType
-from explorer.errors import SerializationError, StateNotDeclaredError
+from explorer.errors import SerializationError, StateMigrationError, StateNotDeclaredError
 from explorer.keygroups import KeyGroupRange, assign_to_key_group
 
 TTL = 1_000
@@ -824,3 +824,17 @@ def test_end_to_end_job_is_identical_on_both_backends(tmp_path):
         expected[e.name] = expected.get(e.name, 0) + 1
     assert counts == expected
     assert (heap.key_group_metrics()["entries"].sum() == rocks.key_group_metrics()["entries"].sum() == len(hs))
+
+
+def test_load_rows_needs_a_last_access_time_for_ttl_state(backend):
+    backend.get_state(ValueStateDescriptor("v", int, ttl=_ttl()))
+    with pytest.raises(StateMigrationError, match="'v'"):
+        backend.tables["v"].load_rows(iter([(1, "k", None, None, 5, None)]))
+
+
+def test_load_rows_appends_to_existing_lists(backend, keyed, clock):
+    st = backend.get_state(ListStateDescriptor("l", int))
+    kg = keyed(backend, "k")
+    st.add(1)
+    n = backend.tables["l"].load_rows(iter([(kg, "k", None, 0, 2, None), (kg, "k", None, 1, 3, None)]))
+    assert n == 2 and st.get() == [1, 2, 3]

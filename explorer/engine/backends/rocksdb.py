@@ -453,6 +453,39 @@ class RocksDBStateTable(StateTable):
             counts[kg] = counts.get(kg, 0) + (len(self._element_spans(rv)) if is_list else 1)
         return counts
 
+    def load_rows(self, rows: Iterator[Row]) -> int:
+        """Restore rows through write batches (one RocksDB write per few thousand rows)."""
+        ttl = self.has_ttl
+        kind = self.kind
+        n = 0
+        puts: list[tuple[bytes, bytes]] = []
+        lists: dict[bytes, list[Any]] = {}
+        for kg, key, ns, uk, value, ts in rows:
+            if ttl and ts is None:
+                raise StateMigrationError(f"state {self.name!r} has TTL but a restored entry has no last-access time")
+            entry = (value, ts) if ttl else value
+            addr = self._address(kg, key, ns)
+            if kind is StateKind.MAP:
+                puts.append((addr + self._user_key(uk), self._encode_map_value(entry)))
+            elif kind is StateKind.LIST:
+                lists.setdefault(addr, []).append(entry)
+            else:
+                puts.append((addr, self._encode_value(entry)))
+            n += 1
+            if len(puts) >= _SCAN_CHUNK:
+                self._backend._write(self, puts, [])
+                puts = []
+        for addr, elems in lists.items():
+            new = self._encode_elements(elems)
+            cur = self._cf.get(addr)
+            puts.append((addr, new if not cur else cur + _LIST_DELIMITER + new))
+            if len(puts) >= _SCAN_CHUNK:
+                self._backend._write(self, puts, [])
+                puts = []
+        if puts:
+            self._backend._write(self, puts, [])
+        return n
+
     def clear_all(self) -> None:
         r = self._range(None)
         if r is not None:
