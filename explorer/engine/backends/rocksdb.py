@@ -162,11 +162,10 @@ class RocksDBStateTable(StateTable):
         """(Re)bind the value codec to ``descriptor`` (its live dataclasses)."""
         self.descriptor = descriptor
         self._info = descriptor.value_info
-        self._uk_info = descriptor.user_key_info
 
     # --- keys -------------------------------------------------------------------------------
     def _kg_prefix(self, kg: int) -> bytes:
-        return kg.to_bytes(self._kg_bytes, "big")
+        return int(kg).to_bytes(self._kg_bytes, "big")
 
     def _address(self, kg: int, key: Any, ns: Any) -> bytes:
         c = self._cache
@@ -174,7 +173,7 @@ class RocksDBStateTable(StateTable):
             p = c.prefix
         else:
             try:
-                p = kg.to_bytes(c.kg_bytes, "big") + encode_key(key)
+                p = int(kg).to_bytes(c.kg_bytes, "big") + encode_key(key)
             except SerializationError as exc:
                 raise SerializationError(f"state {self.name!r}: {exc}") from exc
             except OverflowError as exc:
