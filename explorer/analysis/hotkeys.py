@@ -34,7 +34,8 @@ from ._common import LOAD_COLUMNS, Layout, Source, frame, is_snapshot, layouts, 
 
 BY = {"bytes": "bytes", "entries": "entries", "traffic": "records"}
 
-HOT_KEY_COLUMNS = ["rank", "operator", "key", "key_group", "subtask", "entries", "bytes", "records", "share",
+HOT_KEY_COLUMNS = ["rank", "operator", "key", "key_group", "subtask", "entries", "bytes", "records", "records_error",
+                   "share",
                    "subtask_load", "subtask_share", "overload"]
 
 
@@ -58,7 +59,8 @@ def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, st
     """One row per (operator, key): ``key_group, subtask, entries, bytes, records``.
 
     ``subtask`` is the owner at ``parallelism`` (default: the snapshot's). ``records`` is
-    the key's count in the heavy-hitter sketch, 0 for keys the sketch does not hold.
+    the key's count in the heavy-hitter sketch (an upper bound, at most ``records_error`` too
+    high), 0 for keys the sketch does not hold.
     """
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
@@ -74,10 +76,13 @@ def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame) -> p
             ks.loc[sel, "subtask"] = operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism,
                                                                      ks.loc[sel, "key_group"].to_numpy())
     ks["records"] = np.zeros(len(ks), dtype=np.int64)
+    ks["records_error"] = np.zeros(len(ks), dtype=np.int64)
     if len(hh):
-        traffic = hh.groupby(["operator", "key"], sort=False)["count"].sum()
+        traffic = hh.groupby(["operator", "key"], sort=False)[["count", "error"]].sum()
         idx = pd.MultiIndex.from_arrays([ks["operator"], ks["key"]])
-        ks["records"] = traffic.reindex(idx).fillna(0).to_numpy().astype(np.int64)
+        found = traffic.reindex(idx).fillna(0)
+        ks["records"] = found["count"].to_numpy().astype(np.int64)
+        ks["records_error"] = found["error"].to_numpy().astype(np.int64)
     return ks.reset_index(drop=True)
 
 
@@ -97,8 +102,9 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
              max_parallelism: int | None = None, heavy_hitters: pd.DataFrame | None = None) -> pd.DataFrame:
     """The ``n`` hottest keys of each operator ``by`` bytes, entries or traffic, and the subtask each overloads.
 
-    Columns: ``rank, operator, key, key_group, subtask, entries, bytes, records, share,``
-    ``subtask_load, subtask_share, overload`` where ``share`` is the key's part of the
+    Columns: ``rank, operator, key, key_group, subtask, entries, bytes, records, records_error,``
+    ``share, subtask_load, subtask_share, overload`` where ``records`` is the sketch's count
+    (an upper bound: the true count is at least ``records - records_error``),  ``share`` is the key's part of the
     operator's total (of the ``by`` metric), ``subtask_load`` the total of its subtask,
     ``subtask_share`` the key's part of that subtask's load and ``overload`` the subtask's
     load over the mean subtask load (1.0 = an average subtask).
@@ -147,7 +153,8 @@ def _with_sketch_only_keys(ks: pd.DataFrame, hh: pd.DataFrame, lays: dict[str, L
         kg = assign_key_groups(list(g["key"]), lay.max_parallelism)
         rows.append(pd.DataFrame({"operator": name, "key": g["key"].to_numpy(), "key_group": kg,
                                   "subtask": operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism, kg),
-                                  "entries": 0, "bytes": 0, "records": g["count"].to_numpy().astype(np.int64)}))
+                                  "entries": 0, "bytes": 0, "records": g["count"].to_numpy().astype(np.int64),
+                                  "records_error": g["error"].to_numpy().astype(np.int64)}))
     return pd.concat([ks, *rows], ignore_index=True)
 
 

@@ -1,0 +1,116 @@
+"""Hot keys, skew and the salting what-if: the planted hot keys must come out on top."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import explorer
+from explorer.analysis import gini, hot_keys, key_skew, key_stats, lorenz_curve, salted_key, salting_whatif, top_share
+from explorer.errors import AnalysisError
+from explorer.keygroups import assign_to_key_group
+
+from fixtures import PLANT_HOT_KEYS
+
+from .truth import bytes_per_key, entries_per_key, records_per_key, subtask_loads
+
+
+@pytest.fixture(scope="module")
+def snap(planted_job):
+    return explorer.open(planted_job.savepoint)
+
+
+@pytest.mark.parametrize("by", ["bytes", "entries", "traffic"])
+def test_planted_hot_keys_rank_first(snap, planted_job, by):
+    hk = snap.hot_keys(n=5, by=by)
+    assert set(hk["key"].iloc[:2]) == set(PLANT_HOT_KEYS)
+    assert hk["rank"].tolist() == [1, 2, 3, 4, 5]
+    truth = {"bytes": bytes_per_key, "entries": entries_per_key, "traffic": records_per_key}[by](planted_job.records)
+    col = {"bytes": "bytes", "entries": "entries", "traffic": "records"}[by]
+    for row in hk.itertuples():
+        if by == "traffic":  # Space-Saving: count - error <= true count <= count
+            assert row.records - row.records_error <= truth[row.key] <= row.records
+        else:
+            assert getattr(row, col) == truth[row.key]
+        assert row.key_group == assign_to_key_group(row.key, 128)
+        assert row.subtask == row.key_group * 2 // 128
+
+
+def test_hot_key_overloads_its_subtask(snap, planted_job):
+    hk = snap.hot_keys(n=2, by="bytes").set_index("key")
+    loads = subtask_loads(bytes_per_key(planted_job.records), 2)
+    for k in PLANT_HOT_KEYS:
+        s = hk.loc[k, "subtask"]
+        assert hk.loc[k, "subtask_load"] == loads[s]
+        assert hk.loc[k, "overload"] == pytest.approx(loads[s] / loads.mean())
+        assert hk.loc[k, "subtask_share"] == pytest.approx(hk.loc[k, "bytes"] / loads[s])
+        assert hk.loc[k, "share"] == pytest.approx(hk.loc[k, "bytes"] / loads.sum())
+
+
+def test_traffic_comes_from_the_engine_sketch(snap):
+    hk = snap.hot_keys(n=3, by="traffic")
+    assert hk["records"].iloc[:2].tolist() == [250, 250] and hk["records_error"].iloc[:2].tolist() == [0, 0]
+    assert hk["records"].iloc[2] - hk["records_error"].iloc[2] <= 5 <= hk["records"].iloc[2]
+
+
+def test_skew_figures(snap, planted_job):
+    sk = key_skew(snap, by="bytes").iloc[0]
+    values = np.array(list(bytes_per_key(planted_job.records).values()), dtype=float)
+    assert sk["keys"] == 202
+    assert sk["gini"] == pytest.approx(gini(values))
+    top3 = np.sort(values)[::-1][:3].sum() / values.sum()  # 1 % of 202 keys rounds up to 3
+    assert sk["top_1pct_share"] == pytest.approx(top3)
+    assert sk["top_key"] in PLANT_HOT_KEYS and 0.2 < sk["gini"] < 0.5
+
+
+def test_gini_and_top_share_by_hand():
+    assert gini([1, 1, 1, 1]) == 0.0
+    assert gini([0, 0, 0, 10]) == pytest.approx(0.75)
+    assert gini([]) == 0.0
+    assert top_share([1] * 99 + [101], 0.01) == pytest.approx(101 / 200)
+    lc = lorenz_curve([0, 0, 0, 10])
+    assert lc["key_share"].tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert lc["load_share"].tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_salting_splits_the_hot_key_into_known_key_groups(snap, planted_job):
+    n = 8
+    s = snap.salting_whatif("hot-a", n=n)
+    before = s[s["scenario"] == "before"].set_index("subtask")
+    after = s[s["scenario"] == "after"].set_index("subtask")
+    per_key = bytes_per_key(planted_job.records)
+    assert before["bytes"].tolist() == subtask_loads(per_key, 2).tolist()
+    salted = dict(per_key)
+    b = salted.pop("hot-a")
+    for i in range(n):
+        salted[salted_key("hot-a", i)] = b // n + (1 if i < b % n else 0)
+    assert after["bytes"].tolist() == subtask_loads(salted, 2).tolist()
+    assert after["bytes"].sum() == before["bytes"].sum()
+    assert after["keys"].sum() == before["keys"].sum() + n - 1
+
+
+def test_salting_defaults_to_the_hottest_key_and_checks_input(snap):
+    s = salting_whatif(snap, n=1)
+    a = s[s["scenario"] == "after"]["entries"].sum()
+    assert a == s[s["scenario"] == "before"]["entries"].sum()
+    with pytest.raises(AnalysisError, match="no state"):
+        snap.salting_whatif("no-such-key")
+    with pytest.raises(AnalysisError):
+        snap.salting_whatif("hot-a", n=0)
+
+
+def test_key_stats_and_dataframe_input(snap, planted_job):
+    ks = key_stats(snap)
+    assert len(ks) == 202 and dict(zip(ks["key"], ks["entries"])) == entries_per_key(planted_job.records)
+    df = snap.keyed_state()
+    hk = hot_keys(df, n=2, by="entries", max_parallelism=128)
+    assert set(hk["key"]) == set(PLANT_HOT_KEYS)
+    with pytest.raises(AnalysisError, match="by="):
+        snap.hot_keys(by="colour")
+
+
+def test_tuple_keys_work(tmp_path):
+    df = pd.DataFrame({"operator": "o", "state": "s", "kind": "value",
+                       "key": [("a", 1), ("a", 1), ("b", 2)], "key_group": 0, "subtask": 0, "size_bytes": [8, 8, 8]})
+    df["key_group"] = [assign_to_key_group(k, 128) for k in df["key"]]
+    ks = key_stats(df, max_parallelism=128)
+    assert dict(zip(ks["key"], ks["entries"])) == {("a", 1): 2, ("b", 2): 1}
