@@ -162,6 +162,8 @@ class Subtask:
         elif isinstance(item, EndOfInput):
             ch.finished = True
             ch.watermark = MAX_WATERMARK
+            if self.runtime.channel_finished_handler is not None:
+                self.runtime.channel_finished_handler(self, ch)
             self._advance_watermark()
             if all(c.finished for c in self.inputs):
                 op.finish()
@@ -197,6 +199,7 @@ class Runtime:
         self.before_source_step: Callable[[Subtask], bool] | None = None
         self.hold_sources_open = False
         self.barrier_handler: Callable[[Subtask, Channel, Barrier], None] | None = None
+        self.channel_finished_handler: Callable[[Subtask, Channel], None] | None = None
         self.after_round: list[Callable[["Runtime"], None]] = []
         self.dropped_processing_timers = 0
         self._build()

@@ -32,6 +32,10 @@ class Sink:
         raise NotImplementedError
 
 
+#: the epoch of what a checkpointed job writes after its last checkpoint, until its input ends
+FINAL_EPOCH = 1 << 62
+
+
 class _CollectWriter(SinkWriter):
     def __init__(self, target: list[Any]) -> None:
         self.target = target
@@ -59,9 +63,12 @@ class _TransactionalCollectWriter(SinkWriter):
         self.sink.commit_upto(self.index, checkpoint_id)
 
     def finish(self) -> None:
-        self.sink.commit_upto(self.index, None)
-        self.sink.results.extend(self.current)
+        # the end of input stages a last epoch; the job commits it once no checkpoint is pending
+        self.sink.staged[(self.index, FINAL_EPOCH)] = self.current
         self.current = []
+
+    def commit_final(self) -> None:
+        self.sink.commit_upto(self.index, None)
 
 
 class CollectSink(Sink):
@@ -166,6 +173,8 @@ class _TransactionalFileWriter(SinkWriter):
 
     def finish(self) -> None:
         self._stage("final")
+
+    def commit_final(self) -> None:
         self.commit(None)
 
 

@@ -75,6 +75,7 @@ class CheckpointCoordinator:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="snapshot") if config.asynchronous else None
         self.exactly_once = config.mode is CheckpointingMode.EXACTLY_ONCE
         runtime.barrier_handler = self.on_barrier
+        runtime.channel_finished_handler = self.on_channel_finished
         runtime.after_round.append(self.tick)
 
     # --- triggering -------------------------------------------------------------------
@@ -165,11 +166,27 @@ class CheckpointCoordinator:
             channel.blocked = True
             if self.crash is not None:
                 self.crash.at("alignment", self.runtime)
-        if al.received >= al.expected:
+        if al.received >= al.expected and not al.snapshotted:
             for ch in subtask.inputs:
                 ch.blocked = False
+            al.snapshotted = True
             self._snapshot(pc, subtask, (time.perf_counter() - al.started) * 1000)
             self._forward(subtask, barrier)
+
+    def on_channel_finished(self, subtask, channel: Channel) -> None:
+        """An input ended without a barrier (its producer finished first): stop waiting for it."""
+        idx = subtask.inputs.index(channel)
+        for pc in list(self.pending.values()):
+            al = pc.alignments.get(subtask.name)
+            if al is None or al.snapshotted or idx not in al.expected or idx in al.received:
+                continue
+            al.expected.discard(idx)
+            if al.received >= al.expected:
+                for ch in subtask.inputs:
+                    ch.blocked = False
+                al.snapshotted = True
+                self._snapshot(pc, subtask, (time.perf_counter() - al.started) * 1000)
+                self._forward(subtask, Barrier(pc.id, pc.triggered_ms, pc.savepoint, self.config.unaligned))
 
     # --- snapshots and acknowledgements ---------------------------------------------------------
     def _snapshot(self, pc: PendingCheckpoint, subtask, alignment_ms: float, inflight=None) -> None:

@@ -91,6 +91,10 @@ class JobClient:
             # the end of input is a final commit point: settle checkpoints still in flight
             for pc in list(self.coordinator.pending.values()):
                 self.coordinator.wait_for(pc)
+            for st in self.runtime.subtasks:
+                writer = getattr(st.operator, "writer", None)
+                if writer is not None and hasattr(writer, "commit_final"):
+                    writer.commit_final()
         return self
 
     @property
