@@ -93,3 +93,12 @@ def test_arrival_order_is_bounded_and_per_key_ordered():
 def test_run_uses_a_replay_clock_for_dedup():
     assert isinstance(PIPELINES["dedup"].make_env(2).clock, ReplayClock)
     assert not isinstance(PIPELINES["sessions"].make_env().clock, ReplayClock)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if PIPELINES[n].keyed_state])
+def test_the_engine_sees_the_planted_keys_as_heavy_hitters(name):
+    p = PIPELINES[name]
+    result = p.run(20_000, parallelism=3)
+    for op in p.keyed_state:
+        top = result.heavy_hitters(op, n=len(p.hot_keys))
+        assert set(top.key) == set(p.hot_keys), op
