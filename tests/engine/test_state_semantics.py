@@ -838,3 +838,16 @@ def test_load_rows_appends_to_existing_lists(backend, keyed, clock):
     st.add(1)
     n = backend.tables["l"].load_rows(iter([(kg, "k", None, 0, 2, None), (kg, "k", None, 1, 3, None)]))
     assert n == 2 and st.get() == [1, 2, 3]
+
+
+def test_expired_values_are_not_returned_once_cleaned_up_in_the_background(backend, keyed, clock):
+    ttl = StateTtlConfig(TTL, visibility=StateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)
+    v = backend.get_state(ValueStateDescriptor("v", int, ttl=ttl))
+    m = backend.get_state(MapStateDescriptor("m", str, int, ttl=ttl))
+    keyed(backend, "alice")
+    v.update(1)
+    m["a"] = 1
+    clock.advance(TTL)
+    assert backend.background_cleanup() == 2
+    assert list(backend.tables["v"].rows()) == [] and list(backend.tables["m"].rows()) == []
+    assert v.value() is None and m.get("a") is None
