@@ -1,0 +1,40 @@
+"""Plotly figures of the analyses, in the style of plotly express.
+
+Each function is ``fn(data_frame, *, columns..., title=None) -> go.Figure`` and
+takes the DataFrame an :mod:`explorer.analysis` function returns:
+
+==========================  ================================================
+function                    data frame
+==========================  ================================================
+:func:`key_group_bars`      ``key_group_distribution``
+:func:`subtask_bars`        ``subtask_distribution`` or ``salting_whatif``
+:func:`rescale_comparison`  ``rescale_whatif``
+:func:`hot_key_bars`        ``hot_keys``
+:func:`lorenz_curve`        ``key_stats``
+:func:`ttl_timeline`        ``ttl_expiry``
+:func:`checkpoint_history`  ``history``
+:func:`diff_waterfall`      ``diff``
+==========================  ================================================
+"""
+
+from ._charts import (
+    checkpoint_history,
+    diff_waterfall,
+    hot_key_bars,
+    key_group_bars,
+    lorenz_curve,
+    rescale_comparison,
+    subtask_bars,
+    ttl_timeline,
+)
+
+__all__ = [
+    "checkpoint_history",
+    "diff_waterfall",
+    "hot_key_bars",
+    "key_group_bars",
+    "lorenz_curve",
+    "rescale_comparison",
+    "subtask_bars",
+    "ttl_timeline",
+]
