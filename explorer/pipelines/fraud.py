@@ -5,8 +5,9 @@ that change at runtime. Per account (keyed state of operator ``fraud-detector``)
 
 * ``flag`` ``ValueState[bool]``: the last transaction was small (below the
   rule's ``small_below``, 1.00 by default);
-* ``timer`` ``ValueState[int]``: when the flag expires (an event-time timer
-  ``window_ms`` after the small transaction clears it, as in Flink's tutorial);
+* ``timer`` ``ValueState[int]``: when the flag expires (a timer ``window_ms``
+  after the small transaction clears it, as in Flink's tutorial; event time
+  by default, processing time with ``time_domain="processing_time"``);
 * ``merchants`` ``MapState[str, int]``: transactions per merchant seen so far,
   which tells a *new* merchant from a known one.
 
@@ -37,6 +38,8 @@ from typing import Sequence
 import numpy as np
 
 from ..engine import (
+    EVENT_TIME,
+    PROCESSING_TIME,
     KeyedBroadcastProcessFunction,
     MapStateDescriptor,
     StreamEnvironment,
@@ -104,30 +107,50 @@ def timestamp_of(tx: Transaction) -> int:
 
 
 class FraudDetector(KeyedBroadcastProcessFunction):
-    """Small-then-large at a new merchant within the rule's window, per account."""
+    """Small-then-large at a new merchant within the rule's window, per account.
+
+    ``time_domain`` says which clock measures the window: ``"event_time"``
+    (the transactions' timestamps; results do not depend on how fast the job
+    runs) or ``"processing_time"`` (the engine's clock, as in Flink's
+    walkthrough; results then depend on when records are processed).
+    """
 
     FLAG = ValueStateDescriptor("flag", bool)
     TIMER = ValueStateDescriptor("timer", int)
     MERCHANTS = MapStateDescriptor("merchants", str, int)
+
+    def __init__(self, time_domain: str = EVENT_TIME) -> None:
+        if time_domain not in (EVENT_TIME, PROCESSING_TIME):
+            raise ValueError(f"time_domain must be {EVENT_TIME!r} or {PROCESSING_TIME!r}, found {time_domain!r}")
+        self.time_domain = time_domain
 
     def open(self, ctx):
         self.flag = ctx.get_state(self.FLAG)
         self.timer = ctx.get_state(self.TIMER)
         self.merchants = ctx.get_map_state(self.MERCHANTS)
 
+    def _now(self, tx: Transaction, ctx) -> int:
+        if self.time_domain == EVENT_TIME:
+            return tx.ts
+        return ctx.timer_service().current_processing_time()
+
     def process_element(self, tx: Transaction, ctx, out):
         rule = ctx.get_broadcast_state(RULES).get(RULE_NAME) or DEFAULT_RULE
+        now = self._now(tx, ctx)
         seen = self.merchants.get(tx.merchant, 0)
         if self.flag.value(False):
             expires = self.timer.value()
             # compare with the flag's expiry too: its timer may not have fired yet
-            if tx.amount > rule.large_above and seen == 0 and (expires is None or tx.ts < expires):
+            if tx.amount > rule.large_above and seen == 0 and (expires is None or now < expires):
                 out.collect(Alert(tx.account_id, tx.ts, tx.amount, tx.merchant, rule.name, rule.version))
             self._clean_up(ctx)
         if tx.amount < rule.small_below:
             self.flag.update(True)
-            expires = tx.ts + rule.window_ms
-            ctx.timer_service().register_event_time_timer(expires)
+            expires = now + rule.window_ms
+            if self.time_domain == EVENT_TIME:
+                ctx.timer_service().register_event_time_timer(expires)
+            else:
+                ctx.timer_service().register_processing_time_timer(expires)
             self.timer.update(expires)
         self.merchants[tx.merchant] = seen + 1
 
@@ -145,7 +168,10 @@ class FraudDetector(KeyedBroadcastProcessFunction):
     def _clean_up(self, ctx) -> None:
         expires = self.timer.value()
         if expires is not None:
-            ctx.timer_service().delete_event_time_timer(expires)
+            if self.time_domain == EVENT_TIME:
+                ctx.timer_service().delete_event_time_timer(expires)
+            else:
+                ctx.timer_service().delete_processing_time_timer(expires)
         self.timer.clear()
         self.flag.clear()
 
@@ -222,17 +248,19 @@ def build(
     records: Sequence[Transaction],
     *,
     rules: Sequence[Rule] = (DEFAULT_RULE,),
+    time_domain: str = EVENT_TIME,
     max_out_of_orderness_ms: int = MAX_OUT_OF_ORDERNESS_MS,
     num_splits: int = 1,
 ) -> None:
-    """Wire the job onto ``env``; ``rules`` are what the broadcast stream carries."""
+    """Wire the job onto ``env``; ``rules`` are what the broadcast stream carries;
+    ``time_domain`` measures the flag's window (see :class:`FraudDetector`)."""
     wm = WatermarkStrategy.for_bounded_out_of_orderness(max_out_of_orderness_ms).with_timestamp_assigner(timestamp_of)
     txs = env.from_source(CollectionSource(records, num_splits), wm, name="transactions", uid="transactions")
     rule_stream = env.from_source(CollectionSource(list(rules)), name="rules", uid="rules").broadcast(RULES)
     (
         txs.key_by("account_id")
         .connect(rule_stream)
-        .process(FraudDetector(), name="fraud-detector", uid="fraud-detector")
+        .process(FraudDetector(time_domain), name="fraud-detector", uid="fraud-detector")
         .collect("alerts")
     )
 

@@ -148,3 +148,33 @@ def test_broadcast_state_is_read_only_on_the_data_side():
     env.from_collection([tx(0, 1.0, "m")]).key_by("account_id").connect(rules).process(Writer()).collect("x")
     with pytest.raises(StateError, match="read-only"):
         env.execute()
+
+
+def test_processing_time_variant_measures_the_window_on_the_clock():
+    from explorer.engine.testing import KeyedProcessFunctionHarness, ManualClock
+
+    clock = ManualClock(1_000_000)
+    det = fraud.FraudDetector(time_domain="processing_time")
+    with KeyedProcessFunctionHarness(det, key_selector=lambda t: t.account_id, clock=clock) as h:
+        # event timestamps are irrelevant here: only the clock counts
+        h.process_element(tx(0, 0.5, "coffee"))
+        assert [(t.domain, t.timestamp) for t in h.timers()] == [("processing_time", 1_060_000)]
+        h.advance_processing_time(59_999)
+        assert h.process_element(tx(3600, 900.0, "jeweller")) != []  # hour later in event time, 59.999 s on the clock
+        h.process_element(tx(3700, 0.5, "coffee"))
+        h.advance_processing_time(60_000)  # the processing-time timer clears the flag
+        assert h.state("flag") is None and h.timers() == []
+        assert h.process_element(tx(3710, 900.0, "watchmaker")) == []
+    with pytest.raises(ValueError, match="time_domain"):
+        fraud.FraudDetector(time_domain="wall")
+
+
+def test_processing_time_variant_runs_as_a_job():
+    # with a clock that never moves, every flagged account's next large transaction alerts
+    from explorer.engine import ManualClock
+
+    txs = [tx(0, 0.5, "coffee"), tx(3600, 900.0, "jeweller")]
+    env = StreamEnvironment(clock=ManualClock(0))
+    fraud.build(env, txs, time_domain="processing_time")
+    assert [a.merchant for a in env.execute().output("alerts")] == ["jeweller"]
+    assert alerts_of(txs) == []  # in event time the hour is far too long
