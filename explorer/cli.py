@@ -6,6 +6,7 @@
     state-explorer run NAME [--parallelism P] [--backend heap|rocksdb] [--from-savepoint PATH] ...
     state-explorer savepoint NAME --after-records N -o PATH   run, then stop with a savepoint
     state-explorer inspect PATH                     summary of a checkpoint or savepoint
+    state-explorer report PATH -o report.html       self-contained HTML report with the charts
     state-explorer list                             the example pipelines
 """
 
@@ -36,20 +37,11 @@ def _human_bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def _make_env(args, backend: str, state_dir: Path | None):
-    from .engine import StreamEnvironment
-
-    return StreamEnvironment(parallelism=args.parallelism, max_parallelism=args.max_parallelism,
-                             state_backend=backend, batch_size=args.batch_size, state_dir=state_dir)
-
-
 def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: str, out: Path | None,
                  checkpoint_every: int | None = None, from_savepoint: Path | None = None,
                  savepoint_to: Path | None = None, stop_after: int | None = None, seed: int = 0,
                  max_parallelism: int | None = None, batch_size: int = 1024, quiet: bool = False) -> dict[str, Any]:
     """Run one example pipeline; optionally checkpoint, restore, and end with a savepoint."""
-    from .engine import StreamEnvironment
-
     pipes = _pipelines()
     if name not in pipes:
         raise StateExplorerError(f"no pipeline named {name!r}; the pipelines are {sorted(pipes)}")
@@ -59,8 +51,8 @@ def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: s
     data = pipe.generate(n, seed=seed)
     t_gen = time.perf_counter() - t0
     state_dir = (out / "rocksdb-working") if (out is not None and backend == "rocksdb") else None
-    env = StreamEnvironment(parallelism=parallelism, max_parallelism=max_parallelism, state_backend=backend,
-                            batch_size=batch_size, state_dir=state_dir)
+    env = pipe.make_env(parallelism, max_parallelism=max_parallelism, state_backend=backend,
+                        batch_size=batch_size, state_dir=state_dir)
     if checkpoint_every and out is not None:
         env.enable_checkpointing(out / "checkpoints", interval_records=checkpoint_every, retained=3)
     pipe.build(env, data)
@@ -180,22 +172,22 @@ def cmd_savepoint(args) -> int:
 
 def cmd_inspect(args) -> int:
     from . import open as open_snapshot
+    from .report import summary_text
 
     snap = open_snapshot(args.path)
-    print(f"{snap.format} #{snap.checkpoint_id} at {snap.path}  (created {snap.created_at})")
-    ops = snap.operators
-    print("\noperators:")
-    print(ops.to_string(index=False))
-    st = snap.states
-    if len(st):
-        print("\nstates:")
-        print(st.to_string(index=False))
-    hh = snap.heavy_hitters()
-    if len(hh):
-        print("\nhottest keys by traffic:")
-        print(hh.groupby("operator").head(5).to_string(index=False))
-    for n in snap.notes:
-        print(f"note: {n}")
+    print(summary_text(snap, top=args.top))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from . import open as open_snapshot
+    from .report import build_report
+
+    snap = open_snapshot(args.path)
+    history_dir = Path(args.path) if Path(args.path).is_dir() and not (Path(args.path) / "_metadata").exists() else None
+    ps = [int(p) for p in args.parallelisms.split(",")] if args.parallelisms else None
+    out = build_report(snap, Path(args.output), top=args.top, history_dir=history_dir, parallelisms=ps)
+    print(f"report written to {out} ({_human_bytes(out.stat().st_size)})")
     return 0
 
 
@@ -239,7 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_savepoint)
     i = sub.add_parser("inspect", help="summarise a checkpoint or savepoint")
     i.add_argument("path")
+    i.add_argument("--top", type=int, default=5, help="how many hot keys to list")
     i.set_defaults(fn=cmd_inspect)
+    rp = sub.add_parser("report", help="write a self-contained HTML report with the charts")
+    rp.add_argument("path", help="a checkpoint, savepoint, or checkpoint directory (adds the history)")
+    rp.add_argument("--output", "-o", default="report.html")
+    rp.add_argument("--top", type=int, default=10, help="how many hot keys to chart")
+    rp.add_argument("--parallelisms", default=None, help="comma-separated candidates for the rescale what-if")
+    rp.set_defaults(fn=cmd_report)
     lst = sub.add_parser("list", help="list the example pipelines")
     lst.set_defaults(fn=cmd_list)
     return ap

@@ -1,0 +1,81 @@
+"""The IPython extension: ``%load_ext explorer``.
+
+* ``%explore PATH`` opens the snapshot at PATH and shows the dashboard
+  (``widgets.explore(snapshot)``) when the ``widgets`` package is importable,
+  else the terminal summary (:func:`explorer.report.summary_text`). The opened
+  snapshot is returned, so ``snap = %explore out/sp`` keeps it.
+* Snapshots display richly in notebooks (``Snapshot._repr_html_``), and the
+  extension registers the same for IPython's HTML formatter.
+
+The explorer never imports ``widgets`` at module level (the import direction is
+widgets -> explorer); the dashboard is looked up by name when ``%explore`` runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+from typing import Any, Callable
+
+#: how the dashboard is found: module and function name (looked up at call time)
+DASHBOARD = ("widgets", "explore")
+
+
+def find_dashboard() -> Callable[[Any], Any] | None:
+    """``widgets.explore`` if the widgets package is installed and has it, else None."""
+    module, name = DASHBOARD
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None
+    fn = getattr(mod, name, None)
+    return fn if callable(fn) else None
+
+
+def explore(line: str, display: Callable[[Any], Any] | None = None, printer: Callable[[str], Any] = print) -> Any:
+    """The body of ``%explore PATH``: open, then show the dashboard or the summary; return the snapshot."""
+    from .errors import StateExplorerError
+    from .report import summary_text
+    from .snapshot import open as open_snapshot
+
+    args = shlex.split(line)
+    if len(args) != 1:
+        printer("usage: %explore PATH  (a checkpoint, savepoint or checkpoint directory)")
+        return None
+    try:
+        snap = open_snapshot(args[0])
+    except StateExplorerError as exc:
+        printer(f"state-explorer: {exc}")
+        return None
+    dashboard = find_dashboard()
+    if dashboard is not None:
+        view = dashboard(snap)
+        if display is None:
+            from IPython.display import display as display  # noqa: PLC0414 - IPython's own display
+        display(view)
+    else:
+        printer(summary_text(snap))
+    return snap
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register ``%explore`` and the HTML display of snapshots on ``ipython`` (an InteractiveShell)."""
+    from .snapshot import Snapshot
+
+    def _explore(line: str) -> Any:
+        return explore(line)
+
+    _explore.__doc__ = explore.__doc__
+    ipython.register_magic_function(_explore, magic_kind="line", magic_name="explore")
+    formatter = ipython.display_formatter.formatters.get("text/html")
+    if formatter is not None:
+        formatter.for_type(Snapshot, lambda s: s._repr_html_())
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext explorer``: drop the HTML formatter (IPython keeps magics until restart)."""
+    from .snapshot import Snapshot
+
+    formatter = ipython.display_formatter.formatters.get("text/html")
+    if formatter is not None:
+        formatter.type_printers.pop(Snapshot, None)
