@@ -32,9 +32,6 @@ from explorer.engine.testing import (
 from explorer.errors import JobError, StateError
 from explorer.keygroups import assign_to_key_group
 
-BACKENDS = ["heap", "rocksdb"]
-
-
 # --- TestingSource ------------------------------------------------------------------------
 def collect(source, parallelism=1, batch_size=1024):
     env = StreamEnvironment(parallelism=parallelism, batch_size=batch_size)
@@ -91,14 +88,14 @@ def test_markers_survive_copies():
     assert copy.deepcopy(EOF) is EOF and repr(ABORT) == "TestingSource.ABORT"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_recovery_abort_mid_stream_and_resume_from_checkpoint(tmp_path, backend):
+def test_recovery_abort_mid_stream_and_resume_from_checkpoint(tmp_path, backend_kind):
     items = [(f"k{i % 5}", i) for i in range(400)]
     src = TestingSource(items[:250] + [ABORT] + items[250:])
     sink = CollectingSink("sums")
 
     def make():
-        env = StreamEnvironment(parallelism=2, batch_size=4, state_backend=backend, state_dir=tmp_path / "state")
+        env = StreamEnvironment(parallelism=2, batch_size=4, state_backend=backend_kind,
+                                state_dir=tmp_path / "state")
         env.enable_checkpointing(tmp_path / "chk", interval_records=16)
         env.from_source(src, name="src", uid="src").key_by(0).sum(1, name="sum", uid="sum").sink_to(sink)
         return env
@@ -142,9 +139,9 @@ class Counting(KeyedProcessFunction):
         out.collect(("timer", ctx.time_domain(), ctx.get_current_key(), timestamp))
 
 
-@pytest.fixture(params=BACKENDS)
-def harness(request):
-    with KeyedProcessFunctionHarness(Counting(), state_backend=request.param) as h:
+@pytest.fixture
+def harness(backend_kind):
+    with KeyedProcessFunctionHarness(Counting(), state_backend=backend_kind) as h:
         yield h
 
 
@@ -222,10 +219,9 @@ class Expiring(KeyedProcessFunction):
         self.last.update(value)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_harness_ttl_runs_on_its_clock(backend):
+def test_harness_ttl_runs_on_its_clock(backend_kind):
     clock = ManualClock(50_000)
-    with KeyedProcessFunctionHarness(Expiring(), state_backend=backend, clock=clock) as h:
+    with KeyedProcessFunctionHarness(Expiring(), state_backend=backend_kind, clock=clock) as h:
         h.process_element("a")
         h.advance_processing_time(999)
         assert h.state("last") == "a"
