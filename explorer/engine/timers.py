@@ -67,8 +67,11 @@ class TimerQueue:
 
     def __iter__(self) -> Iterator[Timer]:
         """Live timers in firing order."""
+        seen = set()  # a timer deleted and registered again has a stale heap entry too
         for ts, _, key, ns, kg in sorted(self._heap):
-            if self._live.get((ts, key, ns)) == kg:
+            ident = (ts, key, ns)
+            if ident not in seen and self._live.get(ident) == kg:
+                seen.add(ident)
                 yield Timer(ts, key, ns, kg)
 
     def clear(self) -> None:

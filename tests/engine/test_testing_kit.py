@@ -314,3 +314,21 @@ def test_harness_agrees_with_the_job_on_the_sessions_pipeline():
     env = StreamEnvironment(parallelism=3)
     sessions.build(env, events)
     assert Counter(env.execute().output("sessions")) == from_harness
+
+
+def test_a_timer_deleted_and_registered_again_is_listed_once():
+    class Rearm(KeyedProcessFunction):
+        def process_element(self, value, ctx, out):
+            ts = ctx.timer_service()
+            ts.register_event_time_timer(100)
+            ts.delete_event_time_timer(100)
+            ts.register_event_time_timer(100)
+
+        def on_timer(self, timestamp, ctx, out):
+            out.collect(timestamp)
+
+    with KeyedProcessFunctionHarness(Rearm()) as h:
+        h.process_element("x")
+        assert [t.timestamp for t in h.timers()] == [100]
+        assert h.advance_watermark(100) == [100]  # and it fires once
+        assert h.timers() == []
