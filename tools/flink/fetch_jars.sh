@@ -16,17 +16,23 @@ DEST="$CACHE/$FLINK_VERSION"
 PY="${PYTHON:-python3}"
 
 if [ ! -f "$DEST/.complete" ]; then
-    mkdir -p "$DEST/wheel"
-    if ! ls "$DEST"/wheel/apache_flink_libraries-"$FLINK_VERSION"-*.whl >/dev/null 2>&1; then
-        "$PY" -m pip download --quiet --no-deps --only-binary=:all: \
-            "apache-flink-libraries==$FLINK_VERSION" -d "$DEST/wheel" >&2
-    fi
-    WHEEL="$(ls "$DEST"/wheel/apache_flink_libraries-"$FLINK_VERSION"-*.whl | head -1)"
-    rm -rf "$DEST/lib"
+    mkdir -p "$DEST/dl"
+    rm -rf "$DEST/lib" "$DEST/unpacked"
     mkdir -p "$DEST/unpacked"
-    (cd "$DEST/unpacked" && unzip -q -o "$WHEEL" 'pyflink/lib/*')
-    mv "$DEST/unpacked/pyflink/lib" "$DEST/lib"
-    rm -rf "$DEST/unpacked" "$DEST/wheel"
+    # Flink 2.2+ ships a wheel (jars in pyflink/lib); older releases only an sdist (jars in deps/lib)
+    if "$PY" -m pip download --quiet --no-deps --only-binary=:all: \
+            "apache-flink-libraries==$FLINK_VERSION" -d "$DEST/dl" >&2 2>/dev/null; then
+        WHEEL="$(ls "$DEST"/dl/apache_flink_libraries-"$FLINK_VERSION"-*.whl | head -1)"
+        (cd "$DEST/unpacked" && unzip -q -o "$WHEEL" 'pyflink/lib/*')
+        mv "$DEST/unpacked/pyflink/lib" "$DEST/lib"
+    else
+        "$PY" -m pip download --quiet --no-deps --no-binary=:all: \
+            "apache-flink-libraries==$FLINK_VERSION" -d "$DEST/dl" >&2
+        SDIST="$(ls "$DEST"/dl/apache[-_]flink[-_]libraries-"$FLINK_VERSION".tar.gz | head -1)"
+        tar -xzf "$SDIST" -C "$DEST/unpacked" --wildcards '*/deps/lib/*.jar'
+        mv "$DEST"/unpacked/*/deps/lib "$DEST/lib"
+    fi
+    rm -rf "$DEST/unpacked" "$DEST/dl"
     touch "$DEST/.complete"
 fi
 

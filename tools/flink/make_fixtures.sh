@@ -10,14 +10,18 @@
 # <out>/<name>/ (the snapshot files) plus <out>/<name>/EXPECTED.json.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-CP="$("$ROOT/tools/flink/fetch_jars.sh")"
-BUILD="$ROOT/.cache/flink/build/fixtures"
-mkdir -p "$BUILD"
-javac -nowarn -d "$BUILD" -cp "$CP" "$ROOT/tools/flink/src/StateFixtures.java"
+
+use_flink() { # version: fetch its jars and compile the job against them
+    CP="$(FLINK_VERSION="$1" "$ROOT/tools/flink/fetch_jars.sh")"
+    BUILD="$ROOT/.cache/flink/build/fixtures-$1"
+    mkdir -p "$BUILD"
+    javac -nowarn -d "$BUILD" -cp "$CP" "$ROOT/tools/flink/src/StateFixtures.java"
+}
+use_flink "${FLINK_VERSION:-2.3.0}"
 
 run() { # name backend mode events keys [compress]
     echo "== $1" >&2
-    java -Xmx1g -XX:ActiveProcessorCount=2 -Dlog4j2.level=ERROR -cp "$BUILD:$CP" StateFixtures "$OUT" "$@" >&2
+    java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 -Dlog4j2.level=ERROR -cp "$BUILD:$CP" StateFixtures "$OUT" "$@" >&2
 }
 
 if [ "${1:-}" = "--bench" ]; then
@@ -25,6 +29,7 @@ if [ "${1:-}" = "--bench" ]; then
     EVENTS="${BENCH_EVENTS:-2000000}"
     KEYS="${BENCH_KEYS:-1000000}"
     mkdir -p "$OUT"
+    export JAVA_HEAP="${JAVA_HEAP:-4g}"
     run bench-heap-canonical-savepoint hashmap canonical "$EVENTS" "$KEYS"
     run bench-rocksdb-incremental-checkpoint rocksdb incremental "$EVENTS" "$KEYS"
     exit 0
@@ -41,4 +46,8 @@ run rocksdb-canonical-savepoint-compressed rocksdb canonical $EVENTS $KEYS compr
 run rocksdb-native-savepoint rocksdb native $EVENTS $KEYS
 run rocksdb-incremental-checkpoint rocksdb incremental $EVENTS $KEYS
 run sql-groupby-savepoint hashmap sql $EVENTS $KEYS
+# an older release too: Flink 1.20 writes an older _metadata version
+use_flink 1.20.3
+run flink-1.20-heap-canonical-savepoint hashmap canonical $EVENTS $KEYS
+run flink-1.20-rocksdb-incremental-checkpoint rocksdb incremental $EVENTS $KEYS
 du -sh "$OUT"/* >&2

@@ -77,12 +77,88 @@ def iter_entries(
             yield state, key, value
 
 
-def scan(data: bytes, spans: list[tuple[int, int, int]], compressed: bool):
+
+def _be32(b, pos):
+    """Big-endian int32 at each position (positions past the end read as -1)."""
+    import numpy as np
+
+    ok = (pos >= 0) & (pos + 4 <= len(b))
+    p = np.where(ok, pos, 0)
+    v = b[p].astype(np.int64) << 24
+    v |= b[p + 1].astype(np.int64) << 16
+    v |= b[p + 2].astype(np.int64) << 8
+    v |= b[p + 3]
+    v[v >= 1 << 31] -= 1 << 32
+    v[~ok] = -1
+    return v
+
+
+def _scan_span_vectorised(b, start: int, stop: int, prefix: int, kg: int):
+    """Entry key starts and state switches of one key group, or None if the shortcut does not apply.
+
+    Every entry of a key group begins with ``00 00`` (a key shorter than 64 KiB)
+    and, four bytes later, the key group's own prefix. Positions that look like
+    that are *candidates*; each candidate's lengths say where the next entry
+    would start. Following those links from the first entry visits exactly the
+    real entries (each real entry's successor is again a candidate), so only the
+    walk along the links is a Python loop, over plain integers.
+    """
+    import numpy as np
+
+    seg = b[start:stop]
+    n = len(seg)
+    m = n - 4 - prefix
+    if m <= 2:
+        return None
+    c = (seg[:m] == 0) & (seg[1 : m + 1] == 0)
+    if prefix == 1:
+        c &= (seg[4 : m + 4] & 0x7F) == kg
+    else:
+        c &= ((seg[4 : m + 4] & 0x7F) == (kg >> 8)) & (seg[5 : m + 5] == (kg & 0xFF))
+    cand = np.flatnonzero(c)
+    if not len(cand) or cand[0] > 2:
+        return None
+    kl = _be32(seg, cand)
+    vpos = cand + 4 + kl
+    vl = _be32(seg, vpos)
+    flag = (seg[cand + 4] & 0x80) != 0
+    nxt = vpos + 4 + np.maximum(vl, 0) + np.where(flag, 2, 0)
+    nidx = np.searchsorted(cand, nxt)
+    nidx_c = np.minimum(nidx, len(cand) - 1)
+    hit = (cand[nidx_c] == nxt) & (vl >= 0)
+    links = np.where(hit & ~flag, nidx_c, -1)
+    # a flagged entry is followed by a state id: the next entry comes after it (or the key group ends)
+    links = np.where(hit & flag, nidx_c, links)
+    first = int(np.searchsorted(cand, 2))
+    if first >= len(cand) or cand[first] != 2:
+        return None
+    # the walk along the links from the first entry: one list lookup per entry
+    nl = links.tolist()
+    path = []
+    append = path.append
+    i = first
+    while i >= 0:
+        append(i)
+        i = nl[i]
+    idx = np.asarray(path, dtype=np.int64)
+    last = idx[-1]
+    ks = cand[idx] + 4 + start
+    fl = np.flatnonzero(flag[idx])
+    after = nxt[idx[fl]] - 2 + start  # the state id written after each flagged entry
+    sid_after = (b[after].astype(np.int64) << 8) | b[after + 1]
+    if sid_after[-1] != END_OF_KEY_GROUP:
+        return None
+    switches = [(int(k) + 1, int(v)) for k, v in zip(fl[:-1], sid_after[:-1])]
+    return ks, switches
+
+
+def scan(data: bytes, spans: list[tuple[int, int, int]], compressed: bool, prefix: int = 1):
     """Byte ranges of every entry in the given key groups, for column-wise decoding.
 
     Returns ``(buffer, state_ids, key_starts, key_ends, value_starts, value_ends)``;
     positions index ``buffer`` (the file itself, or the decompressed key groups
     joined). The "more follows" bit stays set in the buffer; decoders mask it.
+    Each key group is walked with :func:`_scan_span_vectorised`, else entry by entry.
     """
     from array import array
 
@@ -92,38 +168,59 @@ def scan(data: bytes, spans: list[tuple[int, int, int]], compressed: bool):
         parts = [unframe(data, s, e) for _, s, e in spans]
         joined = b"".join(parts)
         ranges, off = [], 0
-        for part in parts:
-            ranges.append((off, off + len(part)))
+        for (kg, _, _), part in zip(spans, parts):
+            ranges.append((kg, off, off + len(part)))
             off += len(part)
     else:
         joined = data
-        ranges = [(s, e) for _, s, e in spans]
-    sids, kss, kes, vss, ves = array("q"), array("q"), array("q"), array("q"), array("q")
-    a_sid, a_ks, a_ke, a_vs, a_ve = sids.append, kss.append, kes.append, vss.append, ves.append
+        ranges = list(spans)
+    b = np.frombuffer(joined, dtype=np.uint8)
+    chunks: list[np.ndarray] = []
+    kss = array("q")
+    switches: list[tuple[int, int]] = []  # (entry index, state id from there on)
+    count = 0
     unpack = _INT.unpack_from
     d = joined
-    for p, stop in ranges:
+    for kg, p, stop in ranges:
         if p >= stop:
             continue
-        state = (d[p] << 8) | d[p + 1]
+        fast = _scan_span_vectorised(b, p, stop, prefix, kg)
+        if fast is not None:
+            ks, sw = fast
+            switches.append((count, (d[p] << 8) | d[p + 1]))
+            switches.extend((count + i, v) for i, v in sw)
+            chunks.append(ks)
+            count += len(ks)
+            continue
+        kss = array("q")
+        a_ks = kss.append
+        switches.append((count, (d[p] << 8) | d[p + 1]))
         p += 2
         while p < stop:
             k0 = p + 4
             p = k0 + unpack(d, p)[0]
-            ke = p
-            v0 = p + 4
-            p = v0 + unpack(d, p)[0]
-            a_sid(state)
+            p += 4 + unpack(d, p)[0]
             a_ks(k0)
-            a_ke(ke)
-            a_vs(v0)
-            a_ve(p)
             if d[k0] & 0x80:
                 state = (d[p] << 8) | d[p + 1]
                 p += 2
                 if state == END_OF_KEY_GROUP:
                     break
+                switches.append((count + len(kss), state))
         if p > stop:
-            raise ValueError(f"an entry runs past the end of its key group (offset {p}, end {stop})")
-    as_np = lambda a: np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)  # noqa: E731
-    return joined, as_np(sids), as_np(kss), as_np(kes), as_np(vss), as_np(ves)
+            raise ValueError(f"key group {kg}: an entry runs past the end of the key group (offset {p}, end {stop})")
+        chunks.append(np.frombuffer(kss, dtype=np.int64) if len(kss) else np.zeros(0, dtype=np.int64))
+        count += len(kss)
+    ks = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+    ke = ks + _be32(b, ks - 4) if len(ks) else ks
+    vs = ke + 4
+    ve = vs + _be32(b, ke) if len(ks) else ks
+    sids = np.zeros(len(ks), dtype=np.int64)
+    if switches and len(ks):
+        idx = np.array([i for i, _ in switches], dtype=np.int64)
+        val = np.array([v for _, v in switches], dtype=np.int64)
+        marks = np.zeros(len(ks) + 1, dtype=np.int64)
+        # a state id holds from its switch to the next: deltas at switch points, then a running sum
+        np.add.at(marks, idx, np.diff(np.concatenate([[0], val])))
+        sids = np.cumsum(marks)[: len(ks)]
+    return joined, sids, ks, ke, vs, ve

@@ -324,7 +324,8 @@ class FlinkSnapshotReader(SnapshotReader):
                             self._note(f"{where}: key group {span[0]} could not be fully decoded ({exc}); "
                                        "rows after the failure in that key group are missing")
                 else:
-                    joined, sids, ks, ke, vs, ve = fullformat.scan(data, spans, header.compressed)
+                    joined, sids, ks, ke, vs, ve = fullformat.scan(
+                        data, spans, header.compressed, 2 if op.max_parallelism > 128 else 1)
                     buf = columnar.Buf(joined)
                     for sid in sorted(wanted):
                         sel = sids == sid
@@ -426,9 +427,9 @@ class FlinkSnapshotReader(SnapshotReader):
         else:
             expires = pa.nulls(n, type=TIMESTAMP)
         data = {
-            "operator": op.display_name,
-            "state": meta.name,
-            "kind": meta.kind,
+            "operator": pa.repeat(pa.scalar(op.display_name), n),
+            "state": pa.repeat(pa.scalar(meta.name), n),
+            "kind": pa.repeat(pa.scalar(meta.kind), n),
             "key": cols.key.values,
             "key_group": pa.array(kg, type=pa.int32()),
             "subtask": pa.array(subtask, type=pa.int32()),
