@@ -202,7 +202,8 @@ class KeyContext:
 
 
 class _State:
-    __slots__ = ("descriptor", "table", "ctx", "clock", "ttl_ms", "update_on_read", "return_expired", "info", "_cleanup")
+    __slots__ = ("descriptor", "table", "ctx", "clock", "ttl_ms", "update_on_read", "return_expired", "info", "_cleanup",
+                 "_exact", "uk_info", "_uk_exact")
 
     def __init__(self, descriptor: StateDescriptor, table: "StateTable", ctx: KeyContext, clock, cleanup=None) -> None:
         self.descriptor = descriptor
@@ -214,6 +215,9 @@ class _State:
         self.update_on_read = bool(ttl and ttl.update_on_read)
         self.return_expired = bool(ttl and ttl.return_expired)
         self.info = descriptor.value_info
+        self._exact = self.info.exact
+        self.uk_info = descriptor.user_key_info
+        self._uk_exact = self.uk_info.exact if self.uk_info is not None else None
         self._cleanup = cleanup  # incremental cleanup hook (heap backend), or None
 
     def _where(self) -> str:
@@ -222,13 +226,20 @@ class _State:
     def _check_ctx(self) -> KeyContext:
         ctx = self.ctx
         if not ctx._set:
-            raise StateNotDeclaredError(
-                f"{self._where()} was used outside a keyed context (no current key); "
-                "keyed state is only available in process_element/on_timer of a keyed stream"
-            )
+            self._no_key()
         if self._cleanup is not None:
             self._cleanup()
         return ctx
+
+    def _no_key(self) -> None:
+        raise StateNotDeclaredError(
+            f"{self._where()} was used outside a keyed context (no current key); "
+            "keyed state is only available in process_element/on_timer of a keyed stream"
+        )
+
+    def _check_value(self, value: Any) -> None:
+        if type(value) is not self._exact:
+            self.info.check(value, self._where())
 
     # TTL helpers: entries are stored as (value, last_access_ms) when TTL is on.
     def _now(self) -> int:
@@ -245,7 +256,11 @@ class ValueState(_State):
     __slots__ = ()
 
     def value(self, default: Any = None) -> Any:
-        ctx = self._check_ctx()
+        ctx = self.ctx
+        if not ctx._set:
+            self._no_key()
+        if self._cleanup is not None:
+            self._cleanup()
         e = self.table.get(ctx.key_group, ctx.key, ctx.namespace)
         if e is None:
             return default
@@ -261,11 +276,16 @@ class ValueState(_State):
         return v
 
     def update(self, value: Any) -> None:
-        ctx = self._check_ctx()
+        ctx = self.ctx
+        if not ctx._set:
+            self._no_key()
+        if self._cleanup is not None:
+            self._cleanup()
         if value is None:
             self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
             return
-        self.info.check(value, self._where())
+        if type(value) is not self._exact:
+            self.info.check(value, self._where())
         self.table.put(ctx.key_group, ctx.key, ctx.namespace, (value, self.clock.now_ms()) if self.ttl_ms else value)
 
 
@@ -338,7 +358,7 @@ class ListState(_State):
         if value is None:
             raise SerializationError(f"{self._where()}: cannot add None to a list state")
         ctx = self._check_ctx()
-        self.info.check(value, self._where())
+        self._check_value(value)
         self.table.append(ctx.key_group, ctx.key, ctx.namespace, [(value, self.clock.now_ms()) if self.ttl_ms else value])
 
     def add_all(self, values: Iterable[Any]) -> None:
@@ -349,7 +369,7 @@ class ListState(_State):
         for v in values:
             if v is None:
                 raise SerializationError(f"{self._where()}: cannot add None to a list state")
-            self.info.check(v, self._where())
+            self._check_value(v)
         if self.ttl_ms:
             now = self.clock.now_ms()
             values = [(v, now) for v in values]
@@ -362,7 +382,7 @@ class ListState(_State):
             self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
             return
         for v in values:
-            self.info.check(v, self._where())
+            self._check_value(v)
         if self.ttl_ms:
             now = self.clock.now_ms()
             values = [(v, now) for v in values]
@@ -410,8 +430,9 @@ class MapState(_State):
         ctx = self._check_ctx()
         if user_key is None:
             raise SerializationError(f"{self._where()}: a map key must not be None")
-        self.descriptor.user_key_info.check(user_key, self._where() + " key")
-        if value is not None:
+        if type(user_key) is not self._uk_exact:
+            self.uk_info.check(user_key, self._where() + " key")
+        if value is not None and type(value) is not self._exact:
             self.info.check(value, self._where())
         self.table.map_put(
             ctx.key_group, ctx.key, ctx.namespace, user_key, (value, self.clock.now_ms()) if self.ttl_ms else value

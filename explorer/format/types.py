@@ -79,6 +79,8 @@ class TypeInfo:
     """A declared type. Subclasses per kind; build them with :func:`type_info`."""
 
     name: str = "?"
+    #: the exact Python type of a valid value, when one type covers all (a fast path for checks)
+    exact: type | None = None
     arrow_type: pa.DataType
     nullable: bool = False
 
@@ -127,6 +129,7 @@ def _bad(where: str, expected: str, value: Any) -> SerializationError:
 
 class _Int(TypeInfo):
     name = "int"
+    exact = int
     arrow_type = pa.int64()
 
     def describe(self):
@@ -145,6 +148,7 @@ class _Int(TypeInfo):
 
 class _Float(TypeInfo):
     name = "float"
+    exact = float
     arrow_type = pa.float64()
 
     def describe(self):
@@ -163,6 +167,7 @@ class _Float(TypeInfo):
 
 class _Bool(TypeInfo):
     name = "bool"
+    exact = bool
     arrow_type = pa.bool_()
 
     def describe(self):
@@ -181,6 +186,7 @@ class _Bool(TypeInfo):
 
 class _Str(TypeInfo):
     name = "str"
+    exact = str
     arrow_type = pa.string()
 
     def describe(self):
@@ -202,6 +208,7 @@ class _Str(TypeInfo):
 
 class _Bytes(TypeInfo):
     name = "bytes"
+    exact = bytes
     arrow_type = pa.binary()
 
     def describe(self):
@@ -375,6 +382,7 @@ class _Struct(TypeInfo):
         self.struct_name = name
         self.fields = fields  # (name, type, default-or-MISSING)
         self.cls = cls
+        self.exact = cls
         self.name = name
         self.arrow_type = pa.struct([pa.field(n, t.arrow_type, nullable=t.nullable) for n, t, _ in fields])
 

@@ -100,12 +100,34 @@ def parse_line(line: str) -> AccessLog | None:
     )
 
 
-@lru_cache(maxsize=4096)
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+
+
+def _days_from_civil(y: int, m: int, d: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
+    y -= m <= 2
+    era = (y if y >= 0 else y - 399) // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
 def _parse_time(text: str) -> int | None:
+    """``10/Oct/2000:13:55:36 -0700`` to epoch ms (the fixed nginx layout; strptime is 15x slower)."""
     try:
-        return int(datetime.strptime(text, _TIME_FORMAT).timestamp()) * 1000
-    except ValueError:
+        if len(text) != 26 or text[2] != "/" or text[6] != "/" or text[11] != ":" or text[20] != " ":
+            return None
+        day, mon, year = int(text[0:2]), _MONTHS[text[3:6]], int(text[7:11])
+        hh, mm, ss = int(text[12:14]), int(text[15:17]), int(text[18:20])
+        sign = -1 if text[21] == "-" else 1
+        if text[21] not in "+-" or not (1 <= day <= 31 and hh < 24 and mm < 60 and ss < 61):
+            return None
+        offset = sign * (int(text[22:24]) * 3600 + int(text[24:26]) * 60)
+    except (KeyError, ValueError):
         return None
+    seconds = _days_from_civil(year, mon, day) * 86400 + hh * 3600 + mm * 60 + ss - offset
+    return seconds * 1000
 
 
 def is_valid(log: AccessLog | None) -> bool:
