@@ -177,9 +177,6 @@ class _HarnessSubtask:
         pass
 
 
-_NO_KEY = object()
-
-
 class KeyedProcessFunctionHarness:
     """Run a keyed process function on the real operator and backend, one element at a time.
 
@@ -228,7 +225,7 @@ class KeyedProcessFunctionHarness:
         self.operator = KeyedProcessOperator(spec, 0, 1, max_parallelism, self.clock)
         self.operator.bind(self._subtask)  # type: ignore[arg-type]
         self.operator.open()
-        self.current_key: Any = _NO_KEY
+        self.current_key: Any = None  # the key of the last element processed
         self._closed = False
 
     def _backend_factory(self, state_backend: str | Callable) -> Callable:
@@ -259,14 +256,15 @@ class KeyedProcessFunctionHarness:
 
     # --- input ---------------------------------------------------------------------------
     def _key_of(self, value: Any, key: Any) -> Any:
-        if key is not _NO_KEY:
+        if key is not None:
             return key
         if self.key_selector is not None:
             return self.key_selector(value)
         return self.default_key
 
-    def process_element(self, value: Any, timestamp: int | None = None, key: Any = _NO_KEY) -> list[Any]:
-        """Process one element (under ``key``, or the selected / default key); returns what it emitted."""
+    def process_element(self, value: Any, timestamp: int | None = None, key: Any = None) -> list[Any]:
+        """Process one element at event time ``timestamp`` under ``key`` (default: the key
+        selector's, else the harness's one key); returns what it emitted."""
         self._check_open()
         k = self._key_of(value, key)
         kg = assign_to_key_group(k, self.max_parallelism)
@@ -356,7 +354,7 @@ class KeyedProcessFunctionHarness:
     def state_names(self) -> list[str]:
         return sorted(self.backend.tables)
 
-    def state(self, name: str, key: Any = _NO_KEY) -> Any:
+    def state(self, name: str, key: Any = None) -> Any:
         """What state ``name`` holds for ``key`` (default: the key of the last element).
 
         Value, reducing state: the value or None; aggregating state: the result or None;
@@ -403,9 +401,9 @@ class KeyedProcessFunctionHarness:
         return v
 
     def _peek_key(self, key: Any) -> Any:
-        if key is not _NO_KEY:
+        if key is not None:
             return key
-        if self.current_key is _NO_KEY:
+        if self.current_key is None:
             if self.key_selector is None:
                 return self.default_key
             raise StateError("no element processed yet: pass key= to say whose state to read")
