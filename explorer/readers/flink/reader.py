@@ -301,20 +301,20 @@ class FlinkSnapshotReader(SnapshotReader):
         wanted = {sm.state_id for sm in header.states if query.wants_state(sm.name)}
         if not wanted:
             return
-        buffers = {sid: RowBuffer(header.states[sid]) for sid in wanted}
+        buffers: dict[int, RowBuffer] = {}  # filled by the heap layout only
         h = st.managed_keyed
         where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
         kgs = query.key_groups
         try:
             if isinstance(h, IncrementalHandle):
-                yield from self._read_rocksdb(op, h, header, buffers, kgs, where, query, st)
-                buffers = {}
+                yield from self._rocksdb_pieces(op, st, h, header, wanted, query, where)
             else:
                 data = self.resolver.read(h.stream)
                 spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
                 if kgs is not None:
                     spans = [s for s in spans if s[0] in kgs]
                 if self._layout(op, st) == "heap":
+                    buffers = {sid: RowBuffer(header.states[sid]) for sid in wanted}
                     for span in spans:
                         try:
                             heapformat.read_key_group(data, span, header, buffers.get)
@@ -330,7 +330,6 @@ class FlinkSnapshotReader(SnapshotReader):
                     for sid in sorted(wanted):
                         sel = sids == sid
                         yield from self._kv_pieces(op, st, header, sid, buf, ks[sel], ke[sel], vs[sel], ve[sel], query)
-                    buffers = {}
         except (EOFError, ValueError, IndexError, struct_error) as exc:
             raise SnapshotCorruptError(f"{where}: keyed state is damaged ({exc})") from exc
         for sid in sorted(buffers):
@@ -342,7 +341,10 @@ class FlinkSnapshotReader(SnapshotReader):
             if piece is not None:
                 yield piece
 
-    def _read_rocksdb(self, op, h: IncrementalHandle, header: BackendMeta, buffers, kgs, where: str, query=None, st=None):
+    def _rocksdb_pieces(self, op: OperatorState, st: SubtaskState, h: IncrementalHandle, header: BackendMeta,
+                        wanted: set[int], query: KeyedStateQuery, where: str) -> Iterator[pa.Table]:
+        """Pieces of one RocksDB instance (its SST files), one per wanted state."""
+        kgs = query.key_groups
         files = [(local, self.resolver.read(sh)) for local, sh in h.shared + h.private if local.endswith(".sst")]
         try:
             cfs, stats = read_instance(files)
@@ -351,7 +353,7 @@ class FlinkSnapshotReader(SnapshotReader):
         if stats["range_deletions"]:
             self._note(f"{where}: {stats['range_deletions']} SST files hold range deletions, which are not "
                        "applied; deleted ranges may still show")
-        by_name = {header.states[sid].name: sid for sid in buffers}
+        by_name = {header.states[sid].name: sid for sid in wanted}
         prefix = 2 if op.max_parallelism > 128 else 1
         for cf_name, cf in cfs.items():
             sid = by_name.get(cf_name)
