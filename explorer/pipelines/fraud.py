@@ -195,10 +195,11 @@ def generate(
     """``n`` card transactions over ``duration_ms`` with planted fraud and near misses.
 
     Background traffic: accounts by the skew model, merchants (Zipf over
-    ``merchants``), log-normal amounts (a few cents to a few hundred).
+    ``merchants``), log-normal amounts clipped to 1.00 .. 480.00, so the
+    background alone never looks small or large.
     A share ``fraud_share`` of records starts a planted pattern: a tiny
     amount, then within 5 to 50 seconds a large one at a merchant the account
-    never used (``fraud-<i>``). ``near_miss_share`` plants the same pattern
+    never used (``fraud-<seed>-<i>``). ``near_miss_share`` plants the same pattern
     with the large one 61 s to 10 min later, or at the same merchant: these
     must not alert. Planted pairs add two records each beyond ``n``.
     """
