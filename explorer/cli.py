@@ -40,7 +40,8 @@ def _human_bytes(n: float) -> str:
 def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: str, out: Path | None,
                  checkpoint_every: int | None = None, from_savepoint: Path | None = None,
                  savepoint_to: Path | None = None, stop_after: int | None = None, seed: int = 0,
-                 max_parallelism: int | None = None, batch_size: int = 1024, quiet: bool = False) -> dict[str, Any]:
+                 max_parallelism: int | None = None, batch_size: int = 1024, quiet: bool = False,
+                 savepoint_at: float | None = None) -> dict[str, Any]:
     """Run one example pipeline; optionally checkpoint, restore, and end with a savepoint."""
     pipes = _pipelines()
     if name not in pipes:
@@ -60,15 +61,21 @@ def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: s
         (out / "output").mkdir(parents=True, exist_ok=True)
     t1 = time.perf_counter()
     client = env.execute_async(name, restore_from=from_savepoint)
+    read = lambda rt: sum(s.operator.records_in for s in rt.subtasks if s.is_source)  # noqa: E731
+    sp = None
+    if savepoint_to is not None and savepoint_to.exists():
+        shutil.rmtree(savepoint_to)
     if stop_after is not None:
-        client.run(until=lambda rt: sum(s.operator.records_in for s in rt.subtasks if s.is_source) >= stop_after)
+        client.run(until=lambda rt: read(rt) >= stop_after)
+    elif savepoint_at is not None and savepoint_to is not None:
+        # a savepoint while the job still has open sessions, pending timers and live keys
+        client.run(until=lambda rt: read(rt) >= savepoint_at * n)
+        sp = client.trigger_savepoint(savepoint_to)
+        client.run()
     else:
         client.run()
     elapsed = time.perf_counter() - t1
-    sp = None
-    if savepoint_to is not None:
-        if savepoint_to.exists():
-            shutil.rmtree(savepoint_to)
+    if savepoint_to is not None and sp is None:
         sp = client.trigger_savepoint(savepoint_to)
     client.close()
     result = client.result()
@@ -146,7 +153,7 @@ def cmd_demo(args) -> int:
             run_pipeline(name, records=args.records or None, parallelism=args.parallelism, backend=backend,
                          out=target, checkpoint_every=max(1, (args.records or pipe.default_records) // 4),
                          savepoint_to=target / "savepoint", seed=args.seed, max_parallelism=args.max_parallelism,
-                         batch_size=args.batch_size)
+                         batch_size=args.batch_size, savepoint_at=0.8)
         print()
     print(f"Open a snapshot:  python -c \"import explorer; print(explorer.open('{out}/url_counts/heap/savepoint'))\"")
     print(f"Or in a terminal: state-explorer inspect {out}/url_counts/heap/savepoint")

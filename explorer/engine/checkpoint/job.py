@@ -114,6 +114,9 @@ class JobClient:
                 if all(n in pc.acks for n in pc.expected):
                     continue
                 raise JobError(f"checkpoint {pc.id} cannot complete: the job made no progress")
+        if pc.id not in self.coordinator.completed:
+            reason = next((h.get("reason") for h in self.coordinator.history if h["checkpoint_id"] == pc.id), "unknown")
+            raise JobError(f"checkpoint {pc.id} into {pc.folder} was aborted: {reason}")
         return pc.folder
 
     def trigger_checkpoint(self) -> Path:
