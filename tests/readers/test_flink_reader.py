@@ -19,26 +19,33 @@ from explorer.readers.flink import FlinkSnapshotReader
 
 from .flink_helpers import DATASTREAM_FIXTURES, FIXTURE_NAMES, FLINK_FIXTURES, SQL_FIXTURES, expected, load
 
-KINDS = {
-    "heap-canonical-savepoint": ("savepoint", "canonical"),
-    "heap-native-savepoint": ("savepoint", "native"),
-    "heap-checkpoint-compressed": ("checkpoint", None),
-    "rocksdb-canonical-savepoint-compressed": ("savepoint", "canonical"),
-    "rocksdb-native-savepoint": ("savepoint", "native"),
-    "rocksdb-incremental-checkpoint": ("checkpoint", None),
-    "sql-groupby-savepoint": ("savepoint", "canonical"),
+REQUIRED = {
+    "heap-canonical-savepoint", "heap-native-savepoint", "heap-checkpoint-compressed",
+    "rocksdb-canonical-savepoint-compressed", "rocksdb-native-savepoint", "rocksdb-incremental-checkpoint",
+    "sql-groupby-savepoint", "flink-1.20-heap-canonical-savepoint", "flink-1.20-rocksdb-incremental-checkpoint",
 }
+# the job's operator uids (Flink < 1.20 metadata stores only their OperatorIDs)
+UIDS = ["user-state", "bucket-state", "events-source", "drop-idle", "sink-users", "sink-buckets"]
+
+
+def kind_of(exp: dict) -> tuple[str, str | None]:
+    """(checkpoint|savepoint, canonical|native|None) from what the job wrote."""
+    k = exp["kind"]
+    if k.endswith("savepoint"):
+        return "savepoint", k.split("-")[0]
+    return "checkpoint", None
 
 
 def test_every_fixture_is_present():
     # a missing fixture must fail, not silently shrink the parametrized tests
-    assert set(KINDS) <= set(FIXTURE_NAMES), f"missing fixtures under {FLINK_FIXTURES}"
+    assert REQUIRED <= set(FIXTURE_NAMES), f"missing fixtures under {FLINK_FIXTURES}"
 
 
 @pytest.fixture(scope="module", params=DATASTREAM_FIXTURES)
 def datastream(request):
     name = request.param
-    reader = FlinkSnapshotReader(FLINK_FIXTURES / name, ttl={"last_seen": timedelta(hours=1), "per_category": timedelta(days=2)})
+    reader = FlinkSnapshotReader(FLINK_FIXTURES / name, uids=UIDS,
+                                 ttl={"last_seen": timedelta(hours=1), "per_category": timedelta(days=2)})
     return name, reader, load(reader), expected(name)
 
 
@@ -48,10 +55,12 @@ def test_detect_and_info(name):
     assert FlinkSnapshotReader.detect(path)
     info = FlinkSnapshotReader(path).info()
     exp = expected(name)
-    assert info.kind == KINDS[name][0]
-    assert info.format == f"flink-{KINDS[name][0]}"
-    assert info.extra["savepoint_format"] == KINDS[name][1]
-    assert info.extra["metadata_version"] in (3, 4, 5, 6, 7)
+    kind, fmt = kind_of(exp)
+    assert info.kind == kind
+    assert info.format == f"flink-{kind}"
+    assert info.extra["savepoint_format"] == fmt
+    # Flink 1.20 writes metadata version 4, Flink 2.x version 6
+    assert info.extra["metadata_version"] == (4 if exp["flink_version"].startswith("1.") else 6)
     assert exp["kind"].endswith(info.kind)
     backends = set(info.extra["backends"].values())
     if exp["kind"] == "canonical-savepoint":
@@ -60,6 +69,22 @@ def test_detect_and_info(name):
         assert backends == {"hashmap (heap)"}
     else:
         assert backends == {"rocksdb (native)"}
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_operator_ids_are_flinks_hash_of_the_uid(name):
+    from explorer.readers.flink.operatorid import operator_id_for_uid
+
+    reader = FlinkSnapshotReader(FLINK_FIXTURES / name)
+    with_uid = [o for o in reader.meta.operators if o.uid]
+    if reader.meta.version >= 5:
+        assert with_uid  # Flink stored the uids: its OperatorIDs must be our hash of them
+        for o in with_uid:
+            assert o.operator_id == operator_id_for_uid(o.uid)
+    else:
+        assert not with_uid and any("stores no operator names" in n for n in reader.notes)
+        named = FlinkSnapshotReader(FLINK_FIXTURES / name, uids=UIDS).operators()
+        assert {"user-state", "bucket-state", "events-source"} <= set(named["operator"])
 
 
 def test_detect_refuses_other_folders(tmp_path):
@@ -166,7 +191,7 @@ def test_ttl_last_access_and_expiry(datastream):
 
 def test_ttl_is_optional_and_validated():
     name = DATASTREAM_FIXTURES[0]
-    reader = FlinkSnapshotReader(FLINK_FIXTURES / name)
+    reader = FlinkSnapshotReader(FLINK_FIXTURES / name, uids=UIDS)
     df = load(reader, KeyedStateQuery(states=frozenset({"last_seen"})))[("user-state", "last_seen")]
     assert df["last_access"].notna().all() and df["expires_at"].isna().all()
     with pytest.raises(ValueError, match="expected a positive datetime.timedelta"):
@@ -216,7 +241,7 @@ def test_queries_filter(datastream):
 def test_all_formats_give_the_same_state():
     """Heap/RocksDB, canonical/native, savepoint/checkpoint: one job, one state."""
     def canon(name):
-        frames = load(FlinkSnapshotReader(FLINK_FIXTURES / name))
+        frames = load(FlinkSnapshotReader(FLINK_FIXTURES / name, uids=UIDS))
         out = {}
         for k, df in frames.items():
             cols = ["key", "key_group", "subtask", "user_key", "value"]  # size_bytes is per format
@@ -259,9 +284,10 @@ def test_operator_state_of_the_source(name):
     import struct
 
     exp = expected(name)
-    df = FlinkSnapshotReader(FLINK_FIXTURES / name).operator_state()
+    df = FlinkSnapshotReader(FLINK_FIXTURES / name, uids=UIDS).operator_state()
     src = df[df["state"] == "SourceReaderState"]
-    assert list(src["mode"]) == ["split"] and list(src["operator"]) == ["Source: events"]
+    # named "Source: events" by Flink 2.x metadata, by its uid for Flink 1.20 (no names stored)
+    assert list(src["mode"]) == ["split"] and list(src["operator"]) in (["Source: events"], ["events-source"])
     raw = src["value"].iat[0]
     # NumberSequenceSplit, as the split serializer writes it: int version, int length, utf id, long from, long to
     (version, n) = struct.unpack_from(">ii", raw)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -55,6 +55,7 @@ from . import columnar, fullformat, heapformat
 from .datainput import DataInput
 from .handles import HandleResolver, IncrementalHandle, KeyGroupsHandle
 from .metadata import MAGIC, CheckpointMetadata, OperatorState, SubtaskState, read_metadata
+from .operatorid import operator_id_for_uid
 from .operatorstate import read_operator_state
 from .rocksdb import read_instance
 from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
@@ -93,10 +94,18 @@ class FlinkSnapshotReader(SnapshotReader):
 
     format_name = "flink"
 
-    def __init__(self, path: str | Path, ttl: dict[str, timedelta] | None = None) -> None:
+    def __init__(
+        self, path: str | Path, ttl: dict[str, timedelta] | None = None, uids: Iterable[str] | None = None
+    ) -> None:
+        """``uids``: operator uids of the job, to name operators in metadata that stores only IDs (Flink < 1.20)."""
         super().__init__(path)
         self.metadata_file = find_metadata(self.path)
         self.meta: CheckpointMetadata = read_metadata(self.metadata_file)
+        if uids:
+            by_id = {operator_id_for_uid(u): u for u in uids}
+            for op in self.meta.operators:
+                if op.uid is None and op.operator_id in by_id:
+                    op.uid = by_id[op.operator_id]
         self.resolver = HandleResolver(self.metadata_file)
         self.ttl: dict[str, timedelta] = {}
         for name, td in (ttl or {}).items():
@@ -106,6 +115,9 @@ class FlinkSnapshotReader(SnapshotReader):
         self._headers: dict[tuple[str, int], BackendMeta] = {}
         self._layouts: dict[tuple[str, int], str] = {}
         self._noted: set[str] = set()
+        if self.meta.version < 5:
+            self._note(f"{self.metadata_file}: metadata version {self.meta.version} stores no operator names or "
+                       "uids; operators are named by OperatorID unless their uids are passed (uids=[...])")
         # (operator id, subtask, state id) -> (rows checked, mismatches), from whole-state reads
         self._kg_checks: dict[tuple[str, int, int], tuple[int, int]] = {}
 
