@@ -12,8 +12,10 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from .errors import SnapshotNotFoundError
@@ -277,13 +279,49 @@ def _as_set(x: str | Iterable[str] | None) -> frozenset[str] | None:
     return frozenset(x)
 
 
+#: columns that hold one value per piece (an operator's, a state's, a kind's name)
+_PER_PIECE_COLUMNS = ("operator", "state", "kind")
+
+
+def _constant(column: pa.ChunkedArray) -> tuple[bool, Any]:
+    if len(column) == 0 or column.null_count:
+        return False, None
+    first = column[0]
+    if not pc.all(pc.equal(column, first)).as_py():
+        return False, None
+    return True, first.as_py()
+
+
 def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFrame:
+    """One DataFrame from the pieces, in contract column order.
+
+    Columns that are constant within each piece (operator, state, kind) are not converted
+    row by row through Arrow: they are filled with ``np.repeat`` of one Python string per
+    piece, which is what makes loading close to a raw ``read_table().to_pandas()``.
+    """
     cols = [c for c in CONTRACT_COLUMNS if not columns or c in columns]
     if not pieces:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    filled: dict[str, np.ndarray] = {}
+    for c in _PER_PIECE_COLUMNS:
+        if c not in cols or not all(c in p.column_names for p in pieces):
+            continue
+        values = []
+        for p in pieces:
+            ok, v = _constant(p.column(c))
+            if not ok:
+                break
+            values.append(v)
+        else:
+            filled[c] = np.repeat(np.array(values, dtype=object), [p.num_rows for p in pieces])
+    if filled:
+        pieces = [p.drop_columns(list(filled)) for p in pieces]
     try:
         table = pa.concat_tables(pieces, promote_options="permissive")
-        df = table.to_pandas(maps_as_pydicts="strict")
+        df = table.to_pandas(maps_as_pydicts="strict", split_blocks=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         df = pd.concat([p.to_pandas(maps_as_pydicts="strict") for p in pieces], ignore_index=True)
-    return df[cols]
+    for c in cols:
+        if c in filled:
+            df.insert(cols.index(c), c, filled[c])
+    return df if list(df.columns) == cols else df[cols]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -11,7 +12,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..format.keyed import decode_keys, read_parquet_key_groups
+from ..format.keyed import decode_keys, read_parquet_key_groups, rows_to_table
+from ..format.native import NATIVE_FORMAT, NativeFiles
+from ..format.types import type_from_description
 from ..format.sizes import value_sizes
 from ..format.snapshot import is_snapshot_folder, read_metadata, resolve, verify_file
 from ..keygroups import operator_indices_for_key_groups
@@ -126,7 +129,9 @@ class EngineSnapshotReader(SnapshotReader):
                 lo, hi = sub["key_group_range"]
                 if kgs is not None and not any(lo <= k <= hi for k in kgs):
                     continue
-                for s in sub["states"]:
+                if sub.get("state_format") == NATIVE_FORMAT:
+                    yield from self._native_pieces(o, sub, kgs, maxp, p, query)
+                for s in (sub["states"] if sub.get("state_format") != NATIVE_FORMAT else ()):
                     if not query.wants_state(s["name"]):
                         continue
                     t = read_parquet_key_groups(resolve(self.path, s["file"]), s["row_groups"], kgs)
@@ -142,6 +147,29 @@ class EngineSnapshotReader(SnapshotReader):
                         if part.num_rows:
                             yield self._timer_piece(o, name, part, tm, maxp, p)
 
+    def _native_pieces(self, o, sub, kgs, maxp, p, query, chunk: int = 200_000) -> Iterator[pa.Table]:
+        """Pieces of a subtask stored as RocksDB files (an incremental checkpoint): the files
+        are linked into a temporary folder and opened read-only; wanted key groups are range scans."""
+        lo, hi = sub["key_group_range"]
+        wanted = [k for k in kgs if lo <= k <= hi] if kgs is not None else range(lo, hi + 1)
+        descs = {d["name"]: d for d in o["states"]}
+        with NativeFiles(self.path, sub["native"]) as nf:
+            for s in sub["states"]:
+                name = s["name"]
+                if not query.wants_state(name) or name not in descs:
+                    continue
+                d = descs[name]
+                info = type_from_description(d["value_type"])
+                uk = "index" if d["kind"] == "list" else (
+                    type_from_description(d["user_key_type"]) if d["kind"] == "map" else None)
+                it = nf.rows(d, key_groups=wanted, value_info=info)
+                while True:
+                    rows = list(itertools.islice(it, chunk))
+                    if not rows:
+                        break
+                    t, kinds = rows_to_table(rows, info, uk)
+                    yield self._piece(o, name, d["kind"], t, kinds, maxp, p, query)
+
     def _keys(self, column, kind: str):
         if kind == "tuple":
             return decode_keys(column, kind)
@@ -155,8 +183,11 @@ class EngineSnapshotReader(SnapshotReader):
         expires = pc.add(la, ttl) if ttl is not None else None
         value = t.column("value")
         sizes = value_sizes(value)
+        n = t.num_rows
         return make_piece({
-            "operator": o["name"], "state": state, "kind": kind,
+            # constants as Arrow arrays (pa.repeat), not Python strings: make_piece would
+            # build an n-element Python list for each, the slowest step of loading
+            "operator": _repeat(o["name"], n), "state": _repeat(state, n), "kind": _repeat(kind, n),
             "key": self._keys(t.column("key"), smeta["key_kind"]),
             "key_group": t.column("key_group"), "subtask": subtask,
             "namespace": self._keys(t.column("namespace"), smeta["namespace_kind"]),
@@ -169,8 +200,10 @@ class EngineSnapshotReader(SnapshotReader):
     def _timer_piece(self, o, name, t: pa.Table, tmeta, maxp, p) -> pa.Table:
         kg = t.column("key_group").to_numpy()
         subtask = operator_indices_for_key_groups(maxp, p, kg).astype(np.int32)
+        n = t.num_rows
         return make_piece({
-            "operator": o["name"], "state": name, "kind": "event_timer" if name == "event_timers" else "processing_timer",
+            "operator": _repeat(o["name"], n), "state": _repeat(name, n),
+            "kind": _repeat("event_timer" if name == "event_timers" else "processing_timer", n),
             "key": self._keys(t.column("key"), tmeta["key_kind"]), "key_group": t.column("key_group"),
             "subtask": subtask, "namespace": self._keys(t.column("namespace"), tmeta["namespace_kind"]),
             "value": t.column("timestamp"), "size_bytes": np.full(t.num_rows, 8, dtype=np.int64),
@@ -228,6 +261,11 @@ class EngineSnapshotReader(SnapshotReader):
 
     def timings(self) -> dict[str, Any]:
         return dict(self.meta.get("timing", {}))
+
+
+def _repeat(text: str, n: int) -> pa.Array:
+    """A string column of ``n`` copies of ``text``, built in Arrow."""
+    return pa.repeat(pa.scalar(text, pa.string()), n)
 
 
 def _type_name(d: dict) -> str:
