@@ -132,7 +132,7 @@ class OperatorStateStore:
         if st is None:
             st = self.lists[descriptor.name] = OperatorListState(descriptor, mode)
             if descriptor.name in self.restored_lists:
-                st.items = list(self.restored_lists.pop(descriptor.name))
+                st.items = [_as_declared(st._info, v) for v in self.restored_lists.pop(descriptor.name)]
         elif st.mode is not mode:
             raise StateError(
                 f"operator state {descriptor.name!r} is {st.mode.value} and was asked for as {mode.value}"
@@ -144,8 +144,15 @@ class OperatorStateStore:
         if st is None:
             st = self.broadcast[descriptor.name] = BroadcastState(descriptor)
             if descriptor.name in self.restored_broadcast:
-                st.entries = dict(self.restored_broadcast.pop(descriptor.name))
+                info = descriptor.value_info
+                st.entries = {k: _as_declared(info, v) for k, v in self.restored_broadcast.pop(descriptor.name).items()}
         return st.view(writable)
+
+
+def _as_declared(info, value: Any) -> Any:
+    """A restored value as the declared type builds it: a restore reads snapshots without the
+    job's classes (dataclasses come back as dicts); the descriptor claiming them has them."""
+    return value if value is None else info.from_arrow(info.to_arrow(value))
 
 
 def redistribute_list(per_subtask: list[list[Any]], mode: OperatorStateMode, new_parallelism: int) -> list[list[Any]]:

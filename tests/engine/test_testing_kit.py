@@ -96,7 +96,7 @@ def test_recovery_abort_mid_stream_and_resume_from_checkpoint(tmp_path, backend_
     def make():
         env = StreamEnvironment(parallelism=2, batch_size=4, state_backend=backend_kind,
                                 state_dir=tmp_path / "state")
-        env.enable_checkpointing(tmp_path / "chk", interval_records=16)
+        env.enable_checkpointing(tmp_path / "chk", interval_records=16, asynchronous=False)
         env.from_source(src, name="src", uid="src").key_by(0).sum(1, name="sum", uid="sum").sink_to(sink)
         return env
 
