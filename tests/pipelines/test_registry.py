@@ -102,3 +102,16 @@ def test_the_engine_sees_the_planted_keys_as_heavy_hitters(name):
     for op in p.keyed_state:
         top = result.heavy_hitters(op, n=len(p.hot_keys))
         assert set(top.key) == set(p.hot_keys), op
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_results_on_every_backend(name, backend_kind, tmp_path):
+    p = PIPELINES[name]
+    records = p.generate(1500, seed=13)
+    reference = p.run(records=records, parallelism=1)
+    result = p.run(records=records, parallelism=3,
+                   env_options={"state_backend": backend_kind, "state_dir": tmp_path})
+    for out in p.outputs:
+        assert Counter(result.output(out)) == Counter(reference.output(out)), out
+    for tag in p.side_outputs:
+        assert Counter(result.side_output(tag)) == Counter(reference.side_output(tag)), tag
