@@ -44,3 +44,28 @@ def test_abort_and_resume_gives_the_results_of_a_clean_run(name, tmp_path, backe
         before, after = collect_sinks(first)[out].results, collect_sinks(second)[out].results
         assert Counter(before) + Counter(after) == Counter(clean.output(out)), out
     assert 0 < sum(len(s.results) for s in collect_sinks(first).values())
+
+
+@pytest.mark.parametrize("name", STATEFUL)
+@pytest.mark.parametrize("before, after", [(3, 2), (2, 4)])
+def test_stop_with_savepoint_and_resume_at_another_parallelism(name, before, after, tmp_path):
+    p = PIPELINES[name]
+    records = p.generate(2000, seed=3)
+
+    def make(parallelism):
+        env = p.make_env(parallelism, batch_size=64)
+        # checkpointing on (never due) makes the sinks transactional, so the savepoint commits them
+        env.enable_checkpointing(tmp_path / "chk", interval_records=10**9, timeout_ms=365 * DAY, asynchronous=False)
+        p.build(env, records)
+        return env
+
+    client = make(before).execute_async(name)
+    client.run(until=lambda rt: rt.round >= 15)
+    assert not client.finished
+    savepoint = client.stop_with_savepoint(tmp_path / "sp")
+    first = client.result()
+    second = make(after).execute(name, restore_from=savepoint)
+
+    clean = p.run(records=records, parallelism=1)
+    for out in p.outputs:
+        assert Counter(first.output(out)) + Counter(second.output(out)) == Counter(clean.output(out)), out
