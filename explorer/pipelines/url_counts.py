@@ -32,8 +32,7 @@ from ..engine import (
     StreamEnvironment,
     ValueStateDescriptor,
 )
-from ..engine.sources import CollectionSource
-from ._common import DEFAULT_START_MS, HOUR, sample_keys
+from ._common import DEFAULT_START_MS, HOUR, as_source, sample_keys, zipf_weights
 
 __all__ = ["AccessLog", "UrlHits", "UrlStats", "build", "generate", "parse_line", "url_names"]
 
@@ -199,28 +198,29 @@ def generate(
     rng = np.random.default_rng(seed)
     urls = sample_keys(rng, n, url_names(keys), zipf_s=zipf_s, hot_keys=hot_keys, hot_share=hot_share)
     ts = np.sort(rng.integers(start_ms, start_ms + max(1, duration_ms), n))
-    times = pd.to_datetime(ts, unit="ms", utc=True).strftime("%d/%b/%Y:%H:%M:%S +0000")
-    ips = rng.integers(1, 255, (n, 4))
-    addrs = [f"{a}.{b}.{c}.{d}" for a, b, c, d in ips.tolist()]
+    seconds, which = np.unique(ts // 1000, return_inverse=True)  # nginx logs whole seconds: format each once
+    times = pd.to_datetime(seconds, unit="s", utc=True).strftime("%d/%b/%Y:%H:%M:%S +0000")
+    times = times.to_numpy(dtype=object)[which]
+    # clients repeat: a pool of addresses, busier ones more often
+    pool = np.array([f"{a}.{b}.{c}.{d}" for a, b, c, d in rng.integers(1, 255, (max(16, n // 20), 4)).tolist()],
+                    dtype=object)
+    addrs = pool[rng.choice(len(pool), n, p=zipf_weights(len(pool), 0.8))]
     methods = rng.choice(_METHODS, n, p=_METHOD_P)
-    statuses = rng.choice(_STATUSES, n, p=_STATUS_P).tolist()
-    sizes = rng.lognormal(7.5, 1.2, n).astype(np.int64).tolist()
+    statuses = rng.choice(_STATUSES, n, p=_STATUS_P)
+    sizes = rng.lognormal(7.5, 1.2, n).astype(np.int64).astype(str).astype(object)
+    sizes[np.isin(statuses, (301, 304))] = "-"
     refs = rng.choice(_REFERERS, n)
-    agents = rng.integers(0, len(_AGENTS), n).tolist()
-    with_query = (rng.random(n) < 0.15).tolist()
-    qvals = rng.integers(0, 10_000, n).tolist()
-    bad = (rng.random(n) < malformed_share).tolist() if malformed_share > 0 else [False] * n
-    lines = []
-    for i in range(n):
-        if bad[i]:
-            lines.append(f"{addrs[i]} - - [{times[i]}] \\x16\\x03\\x01 400 0 \"-\" \"-\"")
-            continue
-        target = f"{urls[i]}?q={qvals[i]}" if with_query[i] else urls[i]
-        size = "-" if statuses[i] in (304, 301) else sizes[i]
-        lines.append(
-            f'{addrs[i]} - - [{times[i]}] "{methods[i]} {target} HTTP/1.1" {statuses[i]} {size} '
-            f'"{refs[i]}" "{_AGENTS[agents[i]]}"'
-        )
+    agents = np.array(_AGENTS, dtype=object)[rng.integers(0, len(_AGENTS), n)]
+    with_query = rng.random(n) < 0.15
+    targets = urls.copy()
+    targets[with_query] = targets[with_query] + "?q=" + rng.integers(0, 10_000, int(with_query.sum())).astype(str)
+    lines = [
+        f'{a} - - [{t}] "{m} {u} HTTP/1.1" {s} {z} "{r}" "{g}"'
+        for a, t, m, u, s, z, r, g in zip(addrs, times, methods, targets, statuses.tolist(), sizes, refs, agents)
+    ]
+    if malformed_share > 0:
+        for i in np.flatnonzero(rng.random(n) < malformed_share).tolist():
+            lines[i] = f"{addrs[i]} - - [{times[i]}] \\x16\\x03\\x01 400 0 \"-\" \"-\""
     return lines
 
 
@@ -232,7 +232,7 @@ def build(env: StreamEnvironment, records: Sequence[str], *, variant: str = "bot
     # parse at the source's parallelism: a rebalance before key_by would let one URL's
     # lines overtake each other (as in Flink), and UrlHits would depend on parallelism
     logs = (
-        env.from_source(CollectionSource(records, num_splits), name="access-log", uid="access-log")
+        env.from_source(as_source(records, num_splits), name="access-log", uid="access-log")
         .map(parse_line, name="parse", uid="parse", parallelism=1)
         .filter(is_valid, name="valid", uid="valid", parallelism=1)
     )
