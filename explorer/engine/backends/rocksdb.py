@@ -590,6 +590,11 @@ class RocksDBStateBackend(KeyedStateBackend):
         self._db = self._open(read_only=False)
         self._check_or_write_format()
         self._adopt_existing_states()
+        #: SST files of this instance already in a checkpoint's shared area: file name ->
+        #: {"path": "../shared/...", "bytes": n, "sha256": hex}; SSTs are immutable and this
+        #: instance never reuses a file number, so a name here needs no second upload
+        #: (filled by incremental checkpoints and by a restore from one)
+        self.uploaded: dict[str, dict[str, Any]] = {}
 
     # --- opening -------------------------------------------------------------------------------
     @staticmethod
@@ -773,6 +778,63 @@ class RocksDBStateBackend(KeyedStateBackend):
         backend = cls(max_parallelism, key_groups, clock, dst, fresh=False)
         backend._clip(key_groups)
         return backend
+
+    @property
+    def key_group_prefix_bytes(self) -> int:
+        return self._kg_bytes
+
+    def estimated_entries(self, name: str) -> int:
+        """RocksDB's estimate of the number of keys of state ``name`` (no scan)."""
+        try:
+            return int(self._cfs[name].property_int_value("rocksdb.estimate-num-keys") or 0)
+        except Exception:  # noqa: BLE001 - an estimate only
+            return 0
+
+    def store_descriptor(self, descriptor: StateDescriptor) -> None:
+        """Record ``descriptor`` as the state's stored description (after a state migration)."""
+        self._db.put(_META_STATE + descriptor.name.encode("utf-8"),
+                     json.dumps(descriptor.describe(), sort_keys=True).encode())
+
+    def import_key_groups(self, source: str | os.PathLike) -> int:
+        """Copy the raw entries of this backend's key groups from another native database
+        (read-only, not modified): how a rescaled subtask merges a second restored instance
+        into its first. States only ``source`` has are created. Returns the entries copied."""
+        src = Rdict(str(source), self._options(), access_type=AccessType.read_only())
+        n = 0
+        try:
+            ro = ReadOptions()
+            ro.set_iterate_upper_bound(prefix_successor(_META_STATE))
+            stored = {k[len(_META_STATE):].decode("utf-8"): json.loads(v)
+                      for k, v in list(src.items(from_key=_META_STATE, read_opt=ro))}
+            kg = self.key_groups
+            lo, hi = self._kg_prefix_of(kg.start), self._kg_prefix_of(kg.end + 1)
+            for name, d in stored.items():
+                if name not in self.tables:
+                    self.tables[name] = self._make_table(_descriptor_from_json(d), create=True)
+                table = self.tables[name]
+                scf = src.get_column_family(name)
+                try:
+                    start = lo
+                    while True:
+                        ro = ReadOptions()
+                        ro.set_iterate_upper_bound(hi)
+                        it = scf.items(from_key=start, read_opt=ro)
+                        chunk = list(itertools.islice(it, _SCAN_CHUNK))
+                        del it
+                        if chunk:
+                            self._write(table, chunk, [])
+                            n += len(chunk)
+                        if len(chunk) < _SCAN_CHUNK:
+                            break
+                        start = chunk[-1][0] + b"\x00"
+                finally:
+                    scf.close()
+        finally:
+            src.close()
+        return n
+
+    def _kg_prefix_of(self, kg: int) -> bytes:
+        return int(kg).to_bytes(self._kg_bytes, "big")
 
     def _clip(self, key_groups: KeyGroupRange) -> None:
         n = self._kg_bytes

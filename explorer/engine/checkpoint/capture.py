@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ...format.keyed import encode_keys, rows_to_table, write_parquet_by_key_group
 from ...format.snapshot import file_entry
@@ -50,10 +50,15 @@ class SubtaskCapture:
     sync_ms: float = 0.0
     alignment_ms: float = 0.0
     source_positions: list[list[Any]] | None = None
+    native: Any = None  # an incremental.NativeCapture: keyed state as RocksDB files
 
 
-def capture_subtask(subtask, now_ms: int) -> SubtaskCapture:
-    """Copy everything a subtask must restore (the synchronous phase)."""
+def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = None) -> SubtaskCapture:
+    """Copy everything a subtask must restore (the synchronous phase).
+
+    ``native``, if given, takes the keyed backend and captures it natively
+    (an incremental checkpoint, see :mod:`.incremental`); its rows are then not copied.
+    """
     t0 = time.perf_counter()
     op = subtask.operator
     spec = subtask.spec
@@ -66,8 +71,10 @@ def capture_subtask(subtask, now_ms: int) -> SubtaskCapture:
         keyed=spec.keyed,
         key_group_range=(op.key_groups.start, op.key_groups.end) if isinstance(op, KeyedOperatorBase) else None,
     )
+    if isinstance(op, KeyedOperatorBase) and native is not None:
+        cap.native = native(op.backend)
     if isinstance(op, KeyedOperatorBase):
-        for name, table in op.backend.tables.items():
+        for name, table in (op.backend.tables.items() if cap.native is None else ()):
             desc = table.descriptor
             ttl = getattr(desc, "ttl", None)
             rows = list(table.rows())
@@ -111,12 +118,22 @@ def _safe(name: str) -> str:
     return out or "_"
 
 
-def write_capture(cap: SubtaskCapture, folder: Path) -> dict[str, Any]:
-    """Write one subtask's capture under ``folder``; return its metadata fragment."""
+def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tuple] | None = None) -> dict[str, Any]:
+    """Write one subtask's capture under ``folder``; return its metadata fragment.
+
+    ``upload`` writes a native capture (``cap.native``) and returns its
+    ``native`` metadata, file entries and bytes written (:func:`.incremental.upload_native`).
+    """
     t0 = time.perf_counter()
     files: dict[str, dict[str, Any]] = {}
     states_meta = []
     uid_dir = _safe(cap.uid)
+    native_meta = None
+    written = None
+    if cap.native is not None:
+        native_meta, native_files, written = upload(cap.native)
+        files.update(native_files)
+        states_meta = list(cap.native.states)
     for sc in cap.states:
         rel = f"keyed/{uid_dir}/{_safe(sc.descriptor['name'])}/{cap.index}.parquet"
         table, kinds = rows_to_table(sc.rows, sc.value_info, sc.user_key)
@@ -138,6 +155,8 @@ def write_capture(cap: SubtaskCapture, folder: Path) -> dict[str, Any]:
         groups = write_parquet_by_key_group(t, folder / rel)
         files[rel] = file_entry(folder, folder / rel)
         timers_meta = {"file": rel, "rows": t.num_rows, "row_groups": groups, "key_kind": key_kind, "namespace_kind": ns_kind}
+        if written is not None:
+            written += files[rel]["bytes"]
     op_meta = None
     if cap.operator_lists or cap.broadcast or cap.inflight:
         rel = f"operator/{uid_dir}/{cap.index}.json"
@@ -147,8 +166,11 @@ def write_capture(cap: SubtaskCapture, folder: Path) -> dict[str, Any]:
                                    default=_json_default))
         files[rel] = file_entry(folder, path)
         op_meta = rel
+        if written is not None:
+            written += files[rel]["bytes"]
     async_ms = (time.perf_counter() - t0) * 1000
-    return {
+    total = sum(f["bytes"] for f in files.values())
+    frag = {
         "index": cap.index,
         "key_group_range": list(cap.key_group_range) if cap.key_group_range else None,
         "states": states_meta,
@@ -160,9 +182,15 @@ def write_capture(cap: SubtaskCapture, folder: Path) -> dict[str, Any]:
         "sync_ms": round(cap.sync_ms, 3),
         "async_ms": round(async_ms, 3),
         "alignment_ms": round(cap.alignment_ms, 3),
-        "bytes": sum(f["bytes"] for f in files.values()),
+        "bytes": total,
+        # what this checkpoint wrote (files it only references from shared/ are not counted)
+        "bytes_written": total if written is None else written,
         "files": files,
     }
+    if native_meta is not None:
+        frag["state_format"] = "rocksdb-native"
+        frag["native"] = native_meta
+    return frag
 
 
 def _json_default(o):

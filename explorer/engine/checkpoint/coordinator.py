@@ -9,7 +9,9 @@
    and will be replayed after a restore. Unaligned mode snapshots at the
    first barrier and stores the records still in flight.
 3. *Snapshot*: the subtask captures its state synchronously, forwards the
-   barrier, and writes files asynchronously (a thread pool).
+   barrier, and writes files asynchronously (a thread pool). In an
+   incremental checkpoint a RocksDB subtask's keyed state is captured as
+   RocksDB's own files instead, sharing unchanged ones (:mod:`.incremental`).
 4. *Complete*: once every subtask has acknowledged, ``_metadata`` is written
    last, via rename; only then does the checkpoint exist. Sinks commit the
    output staged for it. Older checkpoints beyond the retained count go.
@@ -28,6 +30,7 @@ from ...errors import JobError
 from ...format.snapshot import write_metadata
 from ..channels import Barrier, Batch, Channel
 from .capture import capture_subtask, write_capture
+from .incremental import NATIVE_FORMAT, capture_native, is_native_backend, upload_native
 from .config import CheckpointConfig, CheckpointingMode
 from .storage import CheckpointStorage
 
@@ -189,9 +192,22 @@ class CheckpointCoordinator:
                 self._forward(subtask, Barrier(pc.id, pc.triggered_ms, pc.savepoint, self.config.unaligned))
 
     # --- snapshots and acknowledgements ---------------------------------------------------------
+    def _native_capture(self, pc: PendingCheckpoint):
+        """For an incremental checkpoint: how a RocksDB backend is captured natively (else None)."""
+        if not self.config.incremental or pc.savepoint:
+            return None
+
+        def native(backend):
+            if not is_native_backend(backend):
+                return None
+            staging = backend.path.parent / f".{backend.path.name}-chk-{pc.id}"
+            return capture_native(backend, staging, self.storage, pc.id)
+
+        return native
+
     def _snapshot(self, pc: PendingCheckpoint, subtask, alignment_ms: float, inflight=None) -> None:
         now = self.clock.now_ms()
-        cap = capture_subtask(subtask, now)
+        cap = capture_subtask(subtask, now, native=self._native_capture(pc))
         cap.alignment_ms = alignment_ms
         if inflight:
             cap.inflight = [{"channel": x["channel"], "values": _jsonable_values(subtask, x["values"]),
@@ -204,7 +220,8 @@ class CheckpointCoordinator:
         def job():
             if crash is not None:
                 crash.at("snapshot_write", self.runtime)
-            return write_capture(cap, pc.folder)
+            return write_capture(cap, pc.folder,
+                                 upload=lambda nc: upload_native(nc, pc.folder, self.storage, pc.id, cap.uid, cap.index))
 
         subtask.trace("snapshot", checkpoint=pc.id, sync_ms=round(cap.sync_ms, 3))
         if self._pool is not None:
@@ -250,6 +267,7 @@ class CheckpointCoordinator:
             for ch in st.inputs:
                 ch.blocked = False
         shutil.rmtree(pc.folder, ignore_errors=True)
+        self.storage.release(pc.id)
         self.history.append({"checkpoint_id": pc.id, "status": "aborted", "reason": why})
 
     def _complete(self, pc: PendingCheckpoint) -> None:
@@ -260,6 +278,7 @@ class CheckpointCoordinator:
         if self.crash is not None:
             self.crash.at("metadata_commit", self.runtime)
         write_metadata(pc.folder, meta)
+        self.storage.release(pc.id)  # the metadata names its shared files now
         del self.pending[pc.id]
         self._last_complete_ms = self.clock.now_ms()
         self.completed.append(pc.id)
@@ -315,7 +334,7 @@ class CheckpointCoordinator:
             "backend": _backend_name(rt),
             "mode": self.config.mode.value,
             "unaligned": self.config.unaligned,
-            "incremental": False,
+            "incremental": any(s.get("state_format") == NATIVE_FORMAT for s in subtasks.values()),
             "operators": operators,
             "files": files,
             "timing": {
@@ -324,6 +343,7 @@ class CheckpointCoordinator:
                 "async_ms": round(sum(s["async_ms"] for s in subtasks.values()), 3),
                 "alignment_ms": round(max((s["alignment_ms"] for s in subtasks.values()), default=0.0), 3),
                 "bytes": total_bytes,
+                "bytes_written": sum(s.get("bytes_written", s["bytes"]) for s in subtasks.values()),
                 "inflight_records": 0,
             },
         }

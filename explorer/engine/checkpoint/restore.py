@@ -3,7 +3,10 @@
 Operators are matched by uid. A keyed subtask reads only the key groups it
 now owns (whole key groups move on rescale); operator list state is dealt
 out again (even split or union); broadcast state is copied to every
-subtask; sources resume at their recorded positions.
+subtask; sources resume at their recorded positions. Keyed state of an
+incremental checkpoint (RocksDB's own files) is restored natively into a
+RocksDB subtask, or read out row by row into any other backend
+(:mod:`.incremental`).
 
 State is checked when the restored job registers it (Flink's state
 migration): the same kind, a compatible type (a dataclass may gain fields
@@ -26,6 +29,7 @@ from ...format.types import TypeInfo, type_from_description
 from ..operator_state import OperatorStateMode, redistribute_list
 from ..operators import KeyedOperatorBase, SourceOperator
 from ..state import StateDescriptor
+from .incremental import NATIVE_FORMAT, restore_native_subtask
 
 
 def _describe_type(d: dict) -> str:
@@ -167,12 +171,16 @@ def _restore_keyed(folder: Path, old: dict, subtask) -> None:
     kgr = op.key_groups
     wanted = range(kgr.start, kgr.end + 1)
     by_state: dict[str, list[tuple[str, dict]]] = {}
+    native: list[dict] = []
     for sub in old["subtasks"]:
         lo, hi = sub["key_group_range"]
         if hi < kgr.start or lo > kgr.end:
             continue
-        for smeta in sub["states"]:
-            by_state.setdefault(smeta["name"], []).append((smeta["file"], smeta))
+        if sub.get("state_format") == NATIVE_FORMAT:
+            native.append(sub)
+        else:
+            for smeta in sub["states"]:
+                by_state.setdefault(smeta["name"], []).append((smeta["file"], smeta))
         t = sub.get("timers")
         if t:
             _restore_timers(folder, t, op, wanted)
@@ -182,6 +190,9 @@ def _restore_keyed(folder: Path, old: dict, subtask) -> None:
                 kg = lo + i
                 if kgr.start <= kg <= kgr.end:
                     op.metrics.records[kg - kgr.start] += n
+    if native:  # an incremental checkpoint of a RocksDB job
+        restore_native_subtask(folder, old, subtask, native)
+        return
     descs = {d["name"]: d for d in old["states"]}
     for name, files in by_state.items():
         op.backend.restored[name] = RestoredKeyedState(folder, descs[name], files, wanted)

@@ -4,12 +4,20 @@ A checkpoint is complete exactly when its ``_metadata`` exists (it is written
 last, via rename). Folders without it are leftovers of a crash or an abort
 and are never offered for restore. ``shared/`` holds files that incremental
 checkpoints share, reference-counted by the checkpoints that name them.
+
+Shared files are also *held* while a checkpoint that names them is still in
+flight (:meth:`CheckpointStorage.hold` / :meth:`release`): its ``_metadata``
+does not exist yet, so without the hold :meth:`retain` running for an older
+checkpoint would delete a file the newer one has just uploaded or decided to
+reuse (Flink's ``SharedStateRegistry`` plays this part).
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import threading
+from collections import Counter
 from pathlib import Path
 
 from ...errors import SnapshotError
@@ -23,6 +31,29 @@ class CheckpointStorage:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "shared").mkdir(exist_ok=True)
+        self._lock = threading.Lock()
+        self._held: Counter[str] = Counter()  # shared path (relative to shared/) -> in-flight holders
+        self._holders: dict[int, list[str]] = {}
+
+    # --- shared files held by checkpoints in flight ------------------------------------------
+    def hold(self, checkpoint_id: int, shared_rel: str) -> bool:
+        """Protect ``shared/<shared_rel>`` for checkpoint ``checkpoint_id`` until :meth:`release`.
+
+        Returns whether the file exists now (if not, the caller must upload it;
+        the hold already protects the name). Safe to call from upload threads.
+        """
+        with self._lock:
+            self._held[shared_rel] += 1
+            self._holders.setdefault(checkpoint_id, []).append(shared_rel)
+            return (self.directory / "shared" / shared_rel).is_file()
+
+    def release(self, checkpoint_id: int) -> None:
+        """Drop the holds of a checkpoint (completed: its metadata names the files now; or aborted)."""
+        with self._lock:
+            for rel in self._holders.pop(checkpoint_id, []):
+                self._held[rel] -= 1
+                if self._held[rel] <= 0:
+                    del self._held[rel]
 
     def folder_for(self, checkpoint_id: int) -> Path:
         return self.directory / f"chk-{checkpoint_id}"
@@ -69,7 +100,8 @@ class CheckpointStorage:
         return removed
 
     def _collect_shared(self, keep: set[int]) -> None:
-        """Drop shared files that no retained checkpoint names any more (reference counting)."""
+        """Drop shared files that no retained checkpoint names any more (reference counting);
+        files held by a checkpoint in flight stay."""
         shared = self.directory / "shared"
         referenced: set[str] = set()
         for cid in keep:
@@ -80,9 +112,13 @@ class CheckpointStorage:
             for rel in meta.get("files", {}):
                 if rel.startswith("../shared/"):
                     referenced.add(rel[len("../shared/"):])
-        for p in shared.rglob("*"):
-            if p.is_file() and str(p.relative_to(shared)) not in referenced:
-                p.unlink()
+        with self._lock:
+            for p in shared.rglob("*"):
+                if not p.is_file():
+                    continue
+                rel = p.relative_to(shared).as_posix()
+                if rel not in referenced and rel not in self._held:
+                    p.unlink()
 
     def clean_incomplete(self) -> list[int]:
         gone = []

@@ -1,0 +1,276 @@
+"""Incremental checkpoints of the RocksDB backend: native files, shared between checkpoints.
+
+With ``CheckpointConfig(incremental=True)`` a checkpoint (never a savepoint:
+savepoints stay canonical and self-contained) stores a RocksDB subtask's keyed
+state as the database's own files:
+
+* *synchronous phase* (:func:`capture_native`): flush the memtables and take a
+  RocksDB checkpoint into a staging folder next to the working directory (SST
+  files are hard links, so this costs no copying);
+* *asynchronous phase* (:func:`upload_native`): every SST file this backend
+  instance has not uploaded before is copied to the checkpoint directory's
+  ``shared/<uid>/<sha256[:32]>-<sst name>`` (named by content, so a name
+  always means the same bytes, and subtasks holding the same file after a
+  rescale share one copy); SSTs uploaded before are only referenced. The small
+  files (MANIFEST, CURRENT, OPTIONS, the empty WAL) go to the private
+  ``chk-N/native/<uid>/<subtask>/``.
+
+The metadata lists every file (shared ones as ``../shared/...``) with size and
+SHA-256, like any other snapshot file, and marks the subtask with
+``"state_format": "rocksdb-native"`` (see :mod:`explorer.format.native`).
+Timers, operator state and metrics still take the canonical path.
+:meth:`CheckpointStorage.retain` deletes a shared file once no retained
+checkpoint names it; files a checkpoint in flight uses are held meanwhile.
+
+Restore (:func:`restore_native_subtask`): a RocksDB subtask links the files
+of the old subtask that overlaps its key groups most into its working
+directory, drops foreign key groups, and copies the entries of its key groups
+from every other overlapping old subtask (rescaling merges whole key groups).
+A heap subtask reads the rows out (:class:`NativeRestoredKeyedState`).
+
+Flink's ``cleanupFullSnapshot`` TTL strategy does not apply to native files
+(as in Flink's incremental checkpoints): expired entries stay until read,
+swept, or compacted away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ...format.native import NATIVE_FORMAT, NativeFiles, materialize
+from ...format.snapshot import file_entry, read_metadata
+from ...format.types import type_from_description
+
+__all__ = ["NATIVE_FORMAT", "NativeCapture", "capture_native", "upload_native", "is_native_backend",
+           "restore_native_subtask", "NativeRestoredKeyedState"]
+
+_COPY_CHUNK = 4 << 20
+
+
+def is_native_backend(backend: Any) -> bool:
+    """Whether ``backend`` can take native (incremental) checkpoints."""
+    return getattr(backend, "name", None) == "rocksdb" and hasattr(backend, "native_checkpoint")
+
+
+def _safe(name: str) -> str:
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return out or "_"
+
+
+@dataclass
+class NativeCapture:
+    """What the synchronous phase leaves for the upload."""
+
+    backend: Any
+    staging: Path
+    names: list[str]
+    states: list[dict[str, Any]]
+    reused: dict[str, dict[str, Any]] = field(default_factory=dict)  # sst name -> file entry with "path"
+
+
+def capture_native(backend, staging: Path, storage, checkpoint_id: int) -> NativeCapture:
+    """Flush and hard-link a RocksDB checkpoint into ``staging``; hold the shared SSTs to reuse."""
+    staging = Path(staging)
+    if staging.exists():  # a leftover of a crashed run
+        shutil.rmtree(staging)
+    names = backend.native_checkpoint(staging)
+    states = [{"name": name, "file": None, "rows": backend.estimated_entries(name), "rows_estimated": True}
+              for name in sorted(backend.tables)]
+    nc = NativeCapture(backend, staging, names, states)
+    for name in names:
+        entry = backend.uploaded.get(name) if name.endswith(".sst") else None
+        # the hold keeps retain() of an older checkpoint from deleting it before our metadata names it;
+        # a file that is gone (uploaded for a checkpoint that was then aborted and collected) is uploaded again
+        if entry is not None and storage.hold(checkpoint_id, entry["path"][len("../shared/"):]):
+            nc.reused[name] = entry
+    return nc
+
+
+def _copy_hashing(src: Path, dst: Path) -> str:
+    h = hashlib.sha256()
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        while True:
+            chunk = fi.read(_COPY_CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+            fo.write(chunk)
+    return h.hexdigest()
+
+
+def upload_native(nc: NativeCapture, folder: Path, storage, checkpoint_id: int, uid: str, index: int
+                  ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], int]:
+    """Copy new SSTs to ``shared/`` and the small files to ``folder``.
+
+    Returns the subtask's ``native`` metadata, the file entries for the
+    snapshot's ``files`` and the bytes actually written by this checkpoint.
+    """
+    shared = storage.directory / "shared"
+    uid_dir = _safe(uid)
+    files: dict[str, dict[str, Any]] = {}
+    native_files: dict[str, str] = {}
+    written = 0
+    try:
+        for name in nc.names:
+            src = nc.staging / name
+            if name.endswith(".sst"):
+                entry = nc.reused.get(name)
+                if entry is None:
+                    tmp_rel = f"{uid_dir}/.{uuid.uuid4().hex}.inprogress"
+                    storage.hold(checkpoint_id, tmp_rel)
+                    (shared / uid_dir).mkdir(parents=True, exist_ok=True)
+                    digest = _copy_hashing(src, shared / tmp_rel)
+                    size = (shared / tmp_rel).stat().st_size
+                    rel = f"{uid_dir}/{digest[:32]}-{name}"
+                    storage.hold(checkpoint_id, rel)
+                    os.replace(shared / tmp_rel, shared / rel)  # same name means same bytes: replacing is harmless
+                    written += size
+                    entry = {"path": f"../shared/{rel}", "bytes": size, "sha256": digest}
+                    nc.backend.uploaded[name] = entry
+                native_files[name] = entry["path"]
+                files[entry["path"]] = {"bytes": entry["bytes"], "sha256": entry["sha256"]}
+            else:
+                rel = f"native/{uid_dir}/{index}/{name}"
+                dst = folder / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+                files[rel] = file_entry(folder, dst)
+                written += files[rel]["bytes"]
+                native_files[name] = rel
+    finally:
+        shutil.rmtree(nc.staging, ignore_errors=True)
+    be = nc.backend
+    native = {"files": native_files, "max_parallelism": be.max_parallelism,
+              "key_group_prefix_bytes": be.key_group_prefix_bytes,
+              "key_group_range": [be.key_groups.start, be.key_groups.end]}
+    return native, files, written
+
+
+# --- restore ------------------------------------------------------------------------------------------
+def _overlap(sub: dict, start: int, end: int) -> tuple[int, int] | None:
+    lo, hi = sub["key_group_range"]
+    lo, hi = max(lo, start), min(hi, end)
+    return (lo, hi) if lo <= hi else None
+
+
+class NativeRestoredInPlace:
+    """A state already restored into a RocksDB subtask's database, waiting for its descriptor.
+
+    Registration checks the declaration like a canonical restore; if the value
+    type changed (schema evolution) the entries are read with the old type,
+    converted, and written back in the new encoding.
+    """
+
+    def __init__(self, backend, desc: dict) -> None:
+        self.backend = backend
+        self.desc = desc
+
+    def check(self, descriptor, operator: str) -> None:
+        from .restore import RestoredKeyedState
+
+        RestoredKeyedState(Path("."), self.desc, [], range(0)).check(descriptor, operator)
+
+    def rows(self, descriptor, operator: str) -> Iterator[tuple]:
+        from ...format.native import native_rows
+        from .restore import _converter
+
+        if descriptor.describe()["value_type"] == self.desc["value_type"]:
+            return iter(())  # the bytes are already in place
+        conv = _converter(self.desc["value_type"], descriptor.value_info, f"operator {operator!r}, state {self.desc['name']!r}")
+        old = type_from_description(self.desc["value_type"])
+        be = self.backend
+        table = be.tables[self.desc["name"]]
+        kgr = be.key_groups
+        rows = list(native_rows(table._cf, self.desc, be.key_group_prefix_bytes, [(kgr.start, kgr.end)], old))
+        table.clear_all()
+        be.store_descriptor(descriptor)
+        return iter([(kg, k, ns, uk, None if v is None else conv(old.to_arrow(v)), ts) for kg, k, ns, uk, v, ts in rows])
+
+
+class NativeRestoredKeyedState:
+    """Rows of one state read out of native files, for a backend that is not RocksDB."""
+
+    def __init__(self, folder: Path, desc: dict, subs: list[dict], key_groups: range) -> None:
+        self.folder = folder
+        self.desc = desc
+        self.subs = subs
+        self.key_groups = key_groups
+
+    def check(self, descriptor, operator: str) -> None:
+        from .restore import RestoredKeyedState
+
+        RestoredKeyedState(self.folder, self.desc, [], self.key_groups).check(descriptor, operator)
+
+    def rows(self, descriptor, operator: str) -> Iterator[tuple]:
+        from .restore import _converter
+
+        conv = _converter(self.desc["value_type"], descriptor.value_info,
+                          f"operator {operator!r}, state {self.desc['name']!r}")
+        old = type_from_description(self.desc["value_type"])
+        kg = self.key_groups
+        for sub in self.subs:
+            ov = _overlap(sub, kg.start, kg.stop - 1)
+            if ov is None or not any(s["name"] == self.desc["name"] for s in sub["states"]):
+                continue
+            with NativeFiles(self.folder, sub["native"]) as nf:
+                for g, k, ns, uk, v, ts in nf.rows(self.desc, key_group_range=ov, value_info=old):
+                    yield g, k, ns, uk, None if v is None else conv(old.to_arrow(v)), ts
+
+
+def restore_native_subtask(folder: Path, old: dict, subtask, subs: list[dict]) -> None:
+    """Restore the native keyed state of ``subs`` (the old subtasks overlapping this one's key groups)."""
+    op = subtask.operator
+    kgr = op.key_groups
+    descs = {d["name"]: d for d in old["states"]}
+    wanted = range(kgr.start, kgr.end + 1)
+    backend = op.backend
+    if not is_native_backend(backend):
+        for name, d in descs.items():
+            backend.restored[name] = NativeRestoredKeyedState(folder, d, subs, wanted)
+        return
+    cls = type(backend)
+    path, clock, maxp = backend.path, backend.clock, backend.max_parallelism
+
+    def shared_groups(sub: dict) -> int:
+        ov = _overlap(sub, kgr.start, kgr.end)
+        return ov[1] - ov[0] + 1 if ov else 0
+
+    # the base: the old subtask sharing the most key groups with this one (Flink picks the same)
+    base, *others = sorted(subs, key=shared_groups, reverse=True)
+    backend.close()
+    scratch = path.parent / f".{path.name}-restore"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        src = materialize(folder, base["native"]["files"], scratch / "base")
+        new = cls.restore_native(src, maxp, kgr, clock, path)
+        for i, sub in enumerate(others):
+            other = materialize(folder, sub["native"]["files"], scratch / f"other-{i}")
+            new.import_key_groups(other)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    # the base's SSTs are still live, byte for byte (dropping foreign key groups writes range
+    # tombstones into new files): the next incremental checkpoint references them, uploading nothing
+    recorded = read_metadata(folder).get("files", {})
+    for name, rel in base["native"]["files"].items():
+        e = recorded.get(rel)
+        if name.endswith(".sst") and e is not None:
+            new.uploaded[name] = {"path": rel, "bytes": e["bytes"], "sha256": e["sha256"]}
+    new.operator_name = backend.operator_name
+    # states come back as pending declarations, so registration checks them like a canonical restore
+    for name in list(new.tables):
+        d = descs.get(name)
+        if d is None:
+            continue
+        del new.tables[name]
+        new.restored[name] = NativeRestoredInPlace(new, d)
+    for name, d in descs.items():
+        if name not in new.restored:  # declared but empty when checkpointed
+            new.restored[name] = NativeRestoredInPlace(new, d)
+    op.backend = new
+

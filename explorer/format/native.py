@@ -1,0 +1,196 @@
+"""Reading the RocksDB backend's native files (incremental checkpoints) without the engine.
+
+An incremental checkpoint stores a RocksDB subtask's keyed state as the
+database's own files, not as Parquet. Its metadata marks such a subtask with
+``"state_format": "rocksdb-native"`` and lists the files under ``"native"``::
+
+    "native": {"files": {"000012.sst": "../shared/<uid>/<sha>-000012.sst",
+                         "MANIFEST-000005": "native/<uid>/0/MANIFEST-000005", ...},
+               "max_parallelism": 128, "key_group_prefix_bytes": 1}
+
+(SST files live in the checkpoint directory's ``shared/`` area and are named
+by content, so consecutive checkpoints share them; the small files are private
+to the checkpoint.) The byte layout of keys and values is the one documented
+in :mod:`explorer.engine.backends.rocksdb` (format version 1); this module
+decodes it with :mod:`explorer.format.keycodec` and the state's declared type
+from the metadata, so a reader needs neither the job's code nor the engine.
+
+Nothing here modifies a checkpoint: :class:`NativeFiles` links (or copies)
+the files into a private temporary folder first, because RocksDB, even
+read-only, wants to own the directory it opens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ..errors import SnapshotFormatError
+from .keycodec import decode_key
+from .snapshot import resolve
+from .types import TypeInfo, type_from_description
+
+__all__ = ["NATIVE_FORMAT", "NativeFiles", "key_group_runs", "materialize", "native_rows"]
+
+#: the ``state_format`` of a subtask whose keyed state is stored as RocksDB files
+NATIVE_FORMAT = "rocksdb-native"
+
+_TS = struct.Struct(">q")
+_DELIMITER = 0x2C  # b","
+_CHUNK = 2048
+
+
+def materialize(folder: Path, files: dict[str, str], target: Path) -> Path:
+    """Put the files of one native subtask into ``target`` (a new folder) under their RocksDB names.
+
+    SST files are hard-linked (they are immutable; RocksDB never writes into
+    an existing SST), everything else is copied, so opening ``target``
+    read-write can never change the checkpoint.
+    """
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=False)
+    for name, rel in sorted(files.items()):
+        if "/" in name or name in ("", ".", ".."):
+            raise SnapshotFormatError(f"{folder}: native file name {name!r} is not a plain file name")
+        src = resolve(folder, rel)
+        dst = target / name
+        if name.endswith(".sst"):
+            try:
+                os.link(src, dst)
+                continue
+            except OSError:
+                pass
+        shutil.copyfile(src, dst)
+    if not (target / "CURRENT").is_file():
+        raise SnapshotFormatError(f"{folder}: the native files {sorted(files)} have no CURRENT file")
+    return target
+
+
+def key_group_runs(key_groups: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted key groups as inclusive ``(first, last)`` runs: one range scan each."""
+    runs: list[tuple[int, int]] = []
+    for kg in sorted(set(int(k) for k in key_groups)):
+        if runs and kg == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], kg)
+        else:
+            runs.append((kg, kg))
+    return runs
+
+
+def _scan(cf, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Raw entries in ``[lo, hi)``, read in chunks so no iterator outlives a chunk."""
+    from rocksdict import ReadOptions
+
+    while True:
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(hi)
+        it = cf.items(from_key=lo, read_opt=ro)
+        chunk = list(itertools.islice(it, _CHUNK))
+        del it
+        yield from chunk
+        if len(chunk) < _CHUNK:
+            return
+        lo = chunk[-1][0] + b"\x00"
+
+
+def native_rows(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]],
+                value_info: TypeInfo | None = None) -> Iterator[tuple]:
+    """Rows ``(key_group, key, namespace, user_key_or_index, value, last_access_ms)`` of one state.
+
+    ``cf`` is the state's column family, ``desc`` its description from the
+    snapshot metadata, ``runs`` the inclusive key-group ranges to scan.
+    Values decode with ``value_info`` (default: the described type, structs as dicts).
+    """
+    info = value_info or type_from_description(desc["value_type"])
+    dec = info.decode
+    ttl = desc.get("ttl") is not None
+    kind = desc["kind"]
+    skip = 8 if ttl else 0
+    unpack = _TS.unpack_from
+    for first, last in runs:
+        lo, hi = first.to_bytes(prefix_bytes, "big"), (last + 1).to_bytes(prefix_bytes, "big")
+        for rk, rv in _scan(cf, lo, hi):
+            kg = int.from_bytes(rk[:prefix_bytes], "big")
+            key, pos = decode_key(rk, prefix_bytes)
+            ns, pos = decode_key(rk, pos)
+            ts = unpack(rv, 0)[0] if ttl else None
+            if kind == "map":
+                uk = decode_key(rk, pos)[0]
+                v = None if rv[skip] == 0 else dec(rv, skip + 1)[0]
+                yield (kg, key, ns, uk, v, ts)
+            elif kind == "list":
+                p, n, i = 0, len(rv), 0
+                while p < n:
+                    ets = unpack(rv, p)[0] if ttl else None
+                    v, p = dec(rv, p + skip)
+                    yield (kg, key, ns, i, v, ets)
+                    i += 1
+                    if p < n and rv[p] != _DELIMITER:
+                        raise SnapshotFormatError(f"state {desc['name']!r}: corrupt list bytes at {p} (no delimiter)")
+                    p += 1
+            else:
+                yield (kg, key, ns, None, dec(rv, skip)[0], ts)
+
+
+class NativeFiles:
+    """One native subtask opened read-only from a private link farm; use as a context manager.
+
+    >>> with NativeFiles(folder, sub["native"]) as nf:
+    ...     rows = list(nf.rows(desc, key_groups=[3, 4]))
+    """
+
+    def __init__(self, folder: Path, native: dict[str, Any], scratch: Path | None = None) -> None:
+        self.folder = Path(folder)
+        self.native = native
+        self.prefix_bytes = int(native["key_group_prefix_bytes"])
+        self._tmp = tempfile.mkdtemp(prefix="state-explorer-native-", dir=scratch)
+        self.path = materialize(self.folder, native["files"], Path(self._tmp) / "db")
+        self._db = None
+        self._cfs: dict[str, Any] = {}
+
+    def __enter__(self) -> "NativeFiles":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _open(self):
+        if self._db is None:
+            from rocksdict import AccessType, Options, Rdict
+
+            self._db = Rdict(str(self.path), Options(raw_mode=True), access_type=AccessType.read_only())
+        return self._db
+
+    def column_family(self, name: str):
+        cf = self._cfs.get(name)
+        if cf is None:
+            try:
+                cf = self._cfs[name] = self._open().get_column_family(name)
+            except Exception as exc:  # rocksdict raises a bare Exception for an unknown family
+                raise SnapshotFormatError(f"{self.folder}: the native files of this subtask have no state {name!r}") from exc
+        return cf
+
+    def rows(self, desc: dict[str, Any], key_groups: Iterable[int] | None = None,
+             key_group_range: tuple[int, int] | None = None, value_info: TypeInfo | None = None) -> Iterator[tuple]:
+        """Rows of the state ``desc``, restricted to ``key_groups`` (a set) or ``key_group_range``."""
+        if key_groups is not None:
+            runs = key_group_runs(key_groups)
+        elif key_group_range is not None:
+            runs = [tuple(key_group_range)]
+        else:
+            runs = [(0, (1 << (8 * self.prefix_bytes)) - 2)]
+        return native_rows(self.column_family(desc["name"]), desc, self.prefix_bytes, runs, value_info)
+
+    def close(self) -> None:
+        for cf in self._cfs.values():
+            cf.close()
+        self._cfs = {}
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        shutil.rmtree(self._tmp, ignore_errors=True)

@@ -1,0 +1,376 @@
+"""Incremental checkpoints of the RocksDB backend: shared SST files, reference counting,
+native restore at any parallelism, exactly-once recovery, the explorer reading them, and
+the background TTL sweeper."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import explorer
+from explorer.engine import (
+    CollectSink,
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    ManualClock,
+    MapStateDescriptor,
+    StateTtlConfig,
+    StreamEnvironment,
+    ValueStateDescriptor,
+    WatermarkStrategy,
+)
+from explorer.engine.checkpoint.job import CRASH_POINTS, CrashInjector, JobClient, run_with_recovery
+from explorer.engine.checkpoint.storage import CheckpointStorage
+from explorer.errors import StateMigrationError
+from explorer.format.native import NATIVE_FORMAT
+from explorer.format.snapshot import read_metadata, verify_snapshot
+
+DATA = [(f"k{(i * 7919) % 61}", i) for i in range(5000)]
+TS = WatermarkStrategy.for_bounded_out_of_orderness(3).with_timestamp_assigner(lambda r: r[1])
+NEVER = 10**9  # interval_records that never triggers: checkpoints are taken by hand
+
+
+@dataclass
+class Stats:
+    n: int
+    last: int
+
+
+@dataclass
+class StatsV2:  # Stats with one more field (schema evolution)
+    n: int
+    last: int
+    note: str = "-"
+
+
+class Tracking(KeyedProcessFunction):
+    """Value (dataclass, with TTL), list and map state; outputs depend on per-key counts only."""
+
+    def __init__(self, value_type=Stats):
+        self.value_type = value_type
+
+    def open(self, ctx):
+        self.stats = ctx.get_state(ValueStateDescriptor("stats", self.value_type, ttl=StateTtlConfig(10**9)))
+        self.recent = ctx.get_state(ListStateDescriptor("recent", int))
+        self.by_mod = ctx.get_state(MapStateDescriptor("by_mod", int, int))
+
+    def process_element(self, value, ctx, out):
+        s = self.stats.value()
+        n = (s.n if s else 0) + 1
+        self.stats.update(self.value_type(n, value[1]))
+        self.recent.add(value[1] % 1000)
+        m = value[1] % 5
+        self.by_mod[m] = self.by_mod.get(m, 0) + 1
+        if value[1] % 10 == 0:
+            ctx.timer_service().register_event_time_timer(value[1] + 50)
+        out.collect((ctx.get_current_key(), n))
+
+    def on_timer(self, timestamp, ctx, out):
+        out.collect(("timer", ctx.get_current_key(), timestamp))
+
+
+def make_env(chk_dir, sink, parallelism=2, backend="rocksdb", incremental=True, every=NEVER, retained=3,
+             asynchronous=True, fn=None, state_dir=None):
+    env = StreamEnvironment(parallelism=parallelism, batch_size=97, clock=ManualClock(1_000), state_backend=backend,
+                            state_dir=state_dir)
+    if chk_dir is not None:
+        env.enable_checkpointing(chk_dir, interval_records=every, retained=retained, incremental=incremental,
+                                 asynchronous=asynchronous)
+    env.from_collection(DATA, TS, name="src", num_splits=2, parallelism=2).key_by(0).process(
+        fn or Tracking(), name="tracking", uid="tracking").sink_to(sink, name="sink")
+    return env
+
+
+@pytest.fixture(scope="module")
+def reference():
+    sink = CollectSink("out")
+    make_env(None, sink, backend="heap").execute()
+    return sorted(map(repr, sink.results))
+
+
+def shared_of(folder: Path) -> set[str]:
+    return {rel for rel in read_metadata(folder)["files"] if rel.startswith("../shared/")}
+
+
+def tracking_subtasks(folder: Path) -> list[dict]:
+    meta = read_metadata(folder)
+    return next(o for o in meta["operators"] if o["uid"] == "tracking")["subtasks"]
+
+
+def entries(folder: Path):
+    """The explorer's keyed-state rows of a snapshot, independent of the parallelism."""
+    df = explorer.open(folder).keyed_state(operator="tracking")
+    df = df.drop(columns=["subtask"])
+    return sorted(map(repr, df.itertuples(index=False)))
+
+
+def checkpoint_after(client: JobClient, rounds: int) -> Path:
+    client.run(max_rounds=rounds)
+    return client.trigger_checkpoint()
+
+
+# --- what an incremental checkpoint writes -------------------------------------------------------------------
+def test_consecutive_checkpoints_share_unchanged_sst_files(tmp_path):
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out"), asynchronous=False), "job")
+    try:
+        first = checkpoint_after(client, 30)
+        second = checkpoint_after(client, 2)
+        third = checkpoint_after(client, 0)
+    finally:
+        client.close()
+    m1, m2, m3 = (verify_snapshot(f) for f in (first, second, third))
+    assert m1["incremental"] and m1["kind"] == "checkpoint"
+    subs = tracking_subtasks(second)
+    assert all(s["state_format"] == NATIVE_FORMAT for s in subs)
+    assert all(s["native"]["key_group_range"] == s["key_group_range"] for s in subs)
+    for s in subs:  # every SST in shared/, the small files private to the checkpoint
+        for name, rel in s["native"]["files"].items():
+            assert rel.startswith("../shared/") == name.endswith(".sst"), (name, rel)
+        assert "CURRENT" in s["native"]["files"]
+    reused = shared_of(first) & shared_of(second)
+    assert reused, "the second checkpoint re-uploaded every SST"
+    assert m2["timing"]["bytes_written"] < m2["timing"]["bytes"]
+    new_in_third = shared_of(third) - shared_of(second)
+    written_ssts = sum(m3["files"][r]["bytes"] for r in new_in_third)
+    assert m3["timing"]["bytes_written"] - written_ssts == sum(
+        e["bytes"] for rel, e in m3["files"].items() if not rel.startswith("../shared/"))
+    # timers and the source positions still take the canonical path
+    assert any(s["timers"] for s in subs)
+
+
+def test_full_checkpoints_and_savepoints_stay_canonical(tmp_path):
+    client = JobClient(make_env(tmp_path / "full", CollectSink("out"), incremental=False), "job")
+    try:
+        full = checkpoint_after(client, 20)
+    finally:
+        client.close()
+    assert not read_metadata(full)["incremental"]
+    assert all("state_format" not in s and s["states"][0]["file"] for s in tracking_subtasks(full))
+    assert not any((tmp_path / "full" / "shared").iterdir())
+
+    client = JobClient(make_env(tmp_path / "inc", CollectSink("out")), "job")
+    try:
+        client.run(max_rounds=20)
+        sp = client.trigger_savepoint(tmp_path / "sp")
+    finally:
+        client.close()
+    meta = verify_snapshot(sp)
+    assert meta["kind"] == "savepoint" and not meta["incremental"]
+    assert not shared_of(sp) and all("native" not in s for s in tracking_subtasks(sp))
+
+
+# --- reference counting ---------------------------------------------------------------------------------------
+def test_retain_deletes_only_shared_files_no_retained_checkpoint_names(tmp_path):
+    sink = CollectSink("out")
+    shared = tmp_path / "chk" / "shared"
+    client = JobClient(make_env(tmp_path / "chk", sink, retained=1, asynchronous=False), "job")
+    kept_across = dropped = 0
+    try:
+        prev = checkpoint_after(client, 30)
+        for _ in range(8):  # enough flushes for RocksDB to compact some SSTs away
+            before = shared_of(prev)
+            cur = checkpoint_after(client, 3)
+            now = shared_of(cur)
+            assert not prev.exists()  # retained=1
+            on_disk = {"../shared/" + p.relative_to(shared).as_posix() for p in shared.rglob("*") if p.is_file()}
+            assert on_disk == now  # still-named files of the older checkpoint survive, the others are gone
+            kept_across += len(before & now)
+            dropped += len(before - now)
+            verify_snapshot(cur)
+            prev = cur
+    finally:
+        client.close()
+    assert kept_across and dropped
+
+
+def test_a_shared_file_held_by_a_checkpoint_in_flight_is_never_collected(tmp_path):
+    storage = CheckpointStorage(tmp_path)
+    f = tmp_path / "shared" / "op" / "abc-000012.sst"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"sst")
+    assert storage.hold(7, "op/abc-000012.sst")  # exists: checkpoint 7 may reference it
+    storage.retain(1)
+    assert f.exists()
+    storage.release(7)
+    storage.retain(1)
+    assert not f.exists()
+    assert not storage.hold(8, "op/abc-000012.sst")  # gone: checkpoint 8 must upload it again
+
+
+def test_files_shared_by_several_subtasks_after_a_rescale(tmp_path):
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out"), parallelism=1, asynchronous=False), "job")
+    try:
+        one = checkpoint_after(client, 30)
+    finally:
+        client.close()
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out"), parallelism=2, retained=1, asynchronous=False),
+                       "job", restore_from=one)
+    try:
+        two = client.trigger_checkpoint()  # nothing processed yet: both subtasks still hold the old SSTs
+    finally:
+        client.close()
+    subs = tracking_subtasks(two)
+    a, b = ({rel for n, rel in s["native"]["files"].items() if n.endswith(".sst")} for s in subs)
+    assert a & b, "the two new subtasks should share the SSTs they both restored"
+    assert not one.exists()  # retained=1: the old checkpoint is gone, the files its successor names are not
+    verify_snapshot(two)
+    assert entries(two) == entries_of_restored(tmp_path, two, 3)
+
+
+# --- restore and recovery ---------------------------------------------------------------------------------------
+def entries_of_restored(tmp_path: Path, folder: Path, parallelism: int, backend="rocksdb") -> list[str]:
+    """Restore ``folder`` at ``parallelism`` and read back what the restored job holds (a savepoint at once)."""
+    target = tmp_path / f"sp-{backend}-{parallelism}-{folder.name}"
+    client = JobClient(make_env(tmp_path / f"chk-{backend}-{parallelism}", CollectSink("out"), parallelism=parallelism,
+                                backend=backend), "job", restore_from=folder)
+    try:
+        client.trigger_savepoint(target)
+    finally:
+        client.close()
+    return entries(target)
+
+
+@pytest.mark.parametrize("backend", ["rocksdb", "heap"])
+def test_restore_at_any_parallelism_holds_the_same_entries(tmp_path, backend):
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out"), asynchronous=False), "job")
+    try:
+        chk = checkpoint_after(client, 30)
+    finally:
+        client.close()
+    want = entries(chk)
+    assert len(want) > 100
+    for p in (1, 2, 3, 5):
+        assert entries_of_restored(tmp_path, chk, p, backend) == want, (backend, p)
+
+
+def test_a_restored_job_registers_its_states_like_a_canonical_restore(tmp_path):
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out"), asynchronous=False), "job")
+    try:
+        chk = checkpoint_after(client, 30)
+    finally:
+        client.close()
+    want = entries(chk)
+
+    class Evolved(Tracking):  # the value type gains a field with a default
+        def __init__(self):
+            super().__init__(StatsV2)
+
+    client = JobClient(make_env(tmp_path / "b", CollectSink("out"), parallelism=3, fn=Evolved()), "job",
+                       restore_from=chk)
+    try:
+        sp = client.trigger_savepoint(tmp_path / "sp")
+    finally:
+        client.close()
+    got = explorer.open(sp).keyed_state(operator="tracking", state="stats")
+    assert len(got) == sum(1 for e in want if "'stats'" in e)
+    assert all(v["note"] == "-" for v in got["value"])
+
+    class Renamed(KeyedProcessFunction):
+        def open(self, ctx):
+            self.stats = ctx.get_state(ValueStateDescriptor("stats", Stats))  # TTL dropped
+            ctx.get_state(ListStateDescriptor("recent", int))
+            ctx.get_state(MapStateDescriptor("by_mod", int, int))
+
+    with pytest.raises(StateMigrationError, match="TTL changed"):
+        JobClient(make_env(tmp_path / "c", CollectSink("out"), fn=Renamed()), "job", restore_from=chk).close()
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_recovery_after_a_crash_is_exactly_once(tmp_path, reference, point):
+    sink = CollectSink("out")
+    _, restarts = run_with_recovery(lambda: make_env(tmp_path / "chk", sink, every=600), "job",
+                                    CrashInjector(point, 2))
+    assert restarts == 1
+    assert sorted(map(repr, sink.results)) == reference
+    latest = CheckpointStorage(tmp_path / "chk").latest_valid()
+    assert read_metadata(latest)["incremental"]
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_recovery_at_another_parallelism_is_exactly_once(tmp_path, reference, parallelism):
+    sink = CollectSink("out")
+    client = JobClient(make_env(tmp_path / "chk", sink, every=600), "job", crash=CrashInjector("round", 45))
+    with pytest.raises(Exception, match="injected crash"):
+        client.run()
+    client.close()
+    storage = CheckpointStorage(tmp_path / "chk")
+    storage.clean_incomplete()
+    latest = storage.latest_valid()
+    assert latest is not None and read_metadata(latest)["incremental"]
+    client = JobClient(make_env(tmp_path / "chk", sink, every=600, parallelism=parallelism), "job", restore_from=latest)
+    try:
+        client.run()
+    finally:
+        client.close()
+    assert sorted(map(repr, sink.results)) == reference
+
+
+# --- the explorer reads incremental checkpoints ---------------------------------------------------------------------
+def test_the_explorer_reads_the_same_rows_from_a_full_and_an_incremental_checkpoint(tmp_path):
+    folders = {}
+    for incremental in (False, True):
+        client = JobClient(make_env(tmp_path / f"chk-{incremental}", CollectSink("out"), incremental=incremental,
+                                    asynchronous=False), "job")
+        try:
+            folders[incremental] = checkpoint_after(client, 30)
+        finally:
+            client.close()
+    full, inc = (explorer.open(folders[x]) for x in (False, True))
+    a = full.keyed_state().sort_values(["state", "key_group", "key", "user_key"], ignore_index=True, key=_sortable)
+    b = inc.keyed_state().sort_values(["state", "key_group", "key", "user_key"], ignore_index=True, key=_sortable)
+    assert len(a) > 100 and set(a["kind"]) >= {"value", "list", "map", "event_timer"}
+    assert sorted(map(repr, a.itertuples(index=False))) == sorted(map(repr, b.itertuples(index=False)))
+    assert b["expires_at"].notna().any()
+    # key-group push-down: a range scan per run of wanted key groups
+    kgs = [3, 4, 5, 70, 127]
+    part = inc.keyed_state(key_groups=kgs)
+    assert len(part) and set(part["key_group"]) <= set(kgs)
+    assert sorted(map(repr, part.itertuples(index=False))) == sorted(
+        map(repr, b[b["key_group"].isin(kgs)].itertuples(index=False)))
+    # the explorer never modifies the checkpoint
+    verify_snapshot(folders[True])
+
+
+def _sortable(col):
+    return col.map(repr)
+
+
+# --- background TTL cleanup -------------------------------------------------------------------------------------
+class Touch(KeyedProcessFunction):
+    def open(self, ctx):
+        self.seen = ctx.get_state(ValueStateDescriptor("seen", int, ttl=StateTtlConfig(5_000)))
+
+    def process_element(self, value, ctx, out):
+        self.seen.update(value[1])
+
+
+@pytest.mark.parametrize("rounds", [5, None])
+def test_the_background_sweeper_drops_expired_entries_nobody_reads(tmp_path, rounds):
+    clock = ManualClock(1_000)
+    old = [(f"old-{i}", i) for i in range(300)]
+    new = [(f"new-{i % 50}", i) for i in range(3000)]
+    env = StreamEnvironment(parallelism=1, batch_size=10, clock=clock, state_backend="rocksdb",
+                            background_cleanup_rounds=rounds, state_dir=tmp_path / "state")
+    env.from_collection(old + new, name="src").key_by(0).process(Touch(), name="touch")
+    client = JobClient(env, "job")
+
+    def stored_keys():
+        backend = client.runtime.subtasks_of("touch")[0].operator.backend
+        return {row[1] for row in backend.tables["seen"].rows()}  # raw storage, no TTL filtering
+
+    try:
+        client.run(until=lambda rt: rt.subtasks_of("touch")[0].operator.records_in >= 400)
+        assert sum(k.startswith("old-") for k in stored_keys()) == 300
+        clock.advance(10_000)  # the old keys expire; the job never touches them again
+        client.run()
+        left = stored_keys()
+    finally:
+        client.close()
+    assert {k for k in left if k.startswith("new-")} == {f"new-{i}" for i in range(50)}
+    if rounds is None:
+        assert sum(k.startswith("old-") for k in left) == 300
+    else:
+        assert not any(k.startswith("old-") for k in left)
