@@ -54,6 +54,7 @@ __all__ = [
     "check_parallelism",
     "compute_default_max_parallelism",
     "java_hash_code",
+    "java_string_hash_codes",
     "key_group_range_for_operator",
     "key_groups_for_hash_codes",
     "murmur_hash",
@@ -281,6 +282,44 @@ def _murmur_np(codes: np.ndarray) -> np.ndarray:
     return s
 
 
+_POW31: np.ndarray = np.ones(1, dtype=np.uint64)
+
+
+def _pow31(n: int) -> np.ndarray:
+    """31**i mod 2**32 for i in 0..n-1 (grown on demand)."""
+    global _POW31
+    if len(_POW31) < n:
+        size = max(n, 2 * len(_POW31))
+        out = np.empty(size, dtype=np.uint64)
+        out[0] = 1
+        for i in range(1, size):  # a few thousand steps at most, once
+            out[i] = (int(out[i - 1]) * 31) & _MASK32
+        _POW31 = out
+    return _POW31[:n]
+
+
+def java_string_hash_codes(strings: list[str]) -> np.ndarray:
+    """``String.hashCode()`` of many strings at once (as uint32), equal to :func:`java_hash_code`."""
+    n = len(strings)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint32)
+    encoded = [s.encode("utf-16-le", "surrogatepass") for s in strings]
+    lens = np.fromiter(map(len, encoded), dtype=np.int64, count=n) // 2
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(n, dtype=np.uint32)
+    units = np.frombuffer(b"".join(encoded), dtype="<u2").astype(np.uint64)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    owner = np.repeat(np.arange(n), lens)
+    position = np.arange(total, dtype=np.int64) - starts[owner]
+    exponent = lens[owner] - 1 - position
+    contrib = (units * _pow31(int(lens.max()))[exponent]) & np.uint64(_MASK32)
+    nonempty = lens > 0
+    sums = np.zeros(n, dtype=np.uint64)
+    sums[nonempty] = np.add.reduceat(contrib, starts[nonempty])
+    return (sums & np.uint64(_MASK32)).astype(np.uint32)
+
+
 def _long_hash_np(values: np.ndarray) -> np.ndarray:
     u = values.astype(np.int64).view(np.uint64)
     return ((u ^ (u >> np.uint64(32))) & np.uint64(_MASK32)).astype(np.uint32)
@@ -306,6 +345,10 @@ def assign_key_groups(keys: Iterable[Any] | np.ndarray, max_parallelism: int) ->
         bits = f.view(np.int64).copy()
         bits[np.isnan(f)] = 0x7FF8000000000000
         codes = _long_hash_np(bits)
+    elif len(arr) and all(type(v) is str for v in arr):
+        uniques, inverse = np.unique(arr.astype(object), return_inverse=True)
+        codes = java_string_hash_codes(list(uniques))
+        return (_murmur_np(codes) % max_parallelism)[inverse.reshape(-1)]
     else:
         values = list(arr)
         cache: dict[Any, int] = {}

@@ -41,20 +41,46 @@ class SpaceSaving:
         self.errors[key] = floor
 
     def update_many(self, items: Iterable[tuple[Any, int]]) -> None:
-        for k, w in items:
-            self.update(k, w)
+        """Add a batch of (key, weight) pairs.
+
+        The batch is summarised exactly (its ``capacity`` largest weights; every other key of
+        the batch weighs at most the smallest of those) and merged in, which keeps the
+        Space-Saving guarantees at a cost per batch, not per record.
+        """
+        items = list(items)
+        if len(items) <= 8:
+            for k, w in items:
+                self.update(k, w)
+            return
+        top = heapq.nlargest(self.capacity, items, key=lambda kv: kv[1])
+        batch = SpaceSaving(self.capacity)
+        batch.total = sum(w for _, w in items)
+        for k, w in top:
+            batch.counts[k] = w
+            batch.errors[k] = 0
+        if len(items) > self.capacity:
+            # keys left out weigh at most the smallest kept weight: an exact floor for the merge
+            floor = top[-1][1]
+            merged = self.merge(batch, other_floor=floor)
+        else:
+            merged = self.merge(batch, other_floor=0)
+        self.counts, self.errors, self.total = merged.counts, merged.errors, merged.total
 
     def top(self, n: int | None = None) -> list[tuple[Any, int, int]]:
         """(key, count, error) for the ``n`` largest counters, largest first."""
         items = heapq.nlargest(n or self.capacity, self.counts.items(), key=lambda kv: (kv[1], -self.errors[kv[0]]))
         return [(k, c, self.errors[k]) for k, c in items]
 
-    def merge(self, other: "SpaceSaving") -> "SpaceSaving":
+    def floor(self) -> int:
+        """An upper bound of the count of any key not in the sketch."""
+        return min(self.counts.values()) if len(self.counts) >= self.capacity else 0
+
+    def merge(self, other: "SpaceSaving", other_floor: int | None = None) -> "SpaceSaving":
         """A sketch over both streams (the merge of Agarwal et al., 2012)."""
         out = SpaceSaving(max(self.capacity, other.capacity))
         keys = set(self.counts) | set(other.counts)
-        min_a = min(self.counts.values()) if len(self.counts) >= self.capacity else 0
-        min_b = min(other.counts.values()) if len(other.counts) >= other.capacity else 0
+        min_a = self.floor()
+        min_b = other.floor() if other_floor is None else other_floor
         merged = []
         for k in keys:
             c = self.counts.get(k, min_a) + other.counts.get(k, min_b)

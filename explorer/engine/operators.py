@@ -326,17 +326,16 @@ class KeyedAggregateOperator(KeyedOperatorBase):
         first_idx = _first_index(codes, len(uniques))
         ukgs = kgs[first_idx].tolist()
         ukeys = uniques.tolist() if hasattr(uniques, "tolist") else list(uniques)
-        set_key = self.backend.ctx.set
         st = self.state
-        base = []
-        for k, g in zip(ukeys, ukgs):
-            set_key(k, g, None)
-            base.append(st.value())
+        # no TTL here: read and write the table directly, once per distinct key of the batch
+        table = st.table
+        base = table.get_many(ukgs, ukeys)
         if kind == "reduce":
             out, finals = self._reduce(batch.values, codes, base)
-            for k, g, v in zip(ukeys, ukgs, finals):
-                set_key(k, g, None)
-                st.update(v)
+            for v in finals:
+                if type(v) is not st._exact:
+                    st.info.check(v, f"state {st.descriptor.name!r}")
+            table.put_many(ukgs, ukeys, finals)
         else:
             if kind == "count":
                 contrib = np.ones(n, dtype=np.int64)
@@ -348,11 +347,10 @@ class KeyedAggregateOperator(KeyedOperatorBase):
             base_arr = np.array([zero if b is None else b for b in base], dtype=contrib.dtype)
             running = _segmented_cumsum(codes, contrib, len(ukeys)) + base_arr[codes]
             totals = base_arr + np.bincount(codes, weights=contrib, minlength=len(ukeys)).astype(contrib.dtype)
-            for k, g, tot in zip(ukeys, ukgs, totals.tolist()):
-                set_key(k, g, None)
-                st.update(tot)
+            table.put_many(ukgs, ukeys, totals.tolist())
             out = running.tolist()
-        self.observe(keys, kgs)
+        self.metrics.add(kgs)
+        self.sketch.update_many(zip(ukeys, np.bincount(codes, minlength=len(ukeys)).tolist()))
         if self.emit_records:
             self.emit(list(zip(keys, out)), batch.timestamps)
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import JobError, KeyTypeError
-from ..keygroups import java_hash_code, murmur_hash
+from ..keygroups import assign_key_groups, java_hash_code, murmur_hash
 from .channels import Batch, Channel
 
 
@@ -76,8 +76,19 @@ class KeyGroupAssigner:
             pass
         except TypeError as exc:
             raise KeyTypeError(f"a key in {keys[:3]!r}... is not hashable") from exc
-        one = self.one
-        return np.fromiter(map(one, keys), dtype=np.int64, count=len(keys))
+        missing = set(keys).difference(memo)
+        if len(memo) + len(missing) > self.memo_size:
+            memo.clear()
+            missing = set(keys)
+        maxp = self.max_parallelism
+        if len(missing) > 64 and all(type(k) is str for k in missing):
+            ordered = list(missing)
+            kgs = assign_key_groups(np.array(ordered, dtype=object), maxp)
+            memo.update(zip(ordered, kgs.tolist()))
+        else:
+            for k in missing:
+                memo[k] = murmur_hash(java_hash_code(k)) % maxp
+        return np.fromiter(map(memo.__getitem__, keys), dtype=np.int64, count=len(keys))
 
 
 class Partitioner:

@@ -51,6 +51,17 @@ class StateTable(ABC):
     @abstractmethod
     def remove(self, key_group: int, key: Any, namespace: Any) -> None: ...
 
+    def get_many(self, key_groups: list[int], keys: list[Any], namespace: Any = None) -> list[Any]:
+        """``get`` for many keys of one namespace (backends may do it in bulk)."""
+        get = self.get
+        return [get(g, k, namespace) for g, k in zip(key_groups, keys)]
+
+    def put_many(self, key_groups: list[int], keys: list[Any], entries: list[Any], namespace: Any = None) -> None:
+        """``put`` for many keys of one namespace (backends may do it in bulk)."""
+        put = self.put
+        for g, k, e in zip(key_groups, keys, entries):
+            put(g, k, namespace, e)
+
     def append(self, key_group: int, key: Any, namespace: Any, elements: list[Any]) -> None:
         cur = self.get(key_group, key, namespace)
         self.put(key_group, key, namespace, (list(cur) if cur else []) + list(elements))

@@ -46,6 +46,19 @@ class HeapStateTable(StateTable):
             if not m:
                 del g[namespace]
 
+    def get_many(self, key_groups, keys, namespace=None):
+        groups, start, empty = self._groups, self._start, {}
+        return [groups[g - start].get(namespace, empty).get(k) for g, k in zip(key_groups, keys)]
+
+    def put_many(self, key_groups, keys, entries, namespace=None):
+        groups, start = self._groups, self._start
+        for g, k, e in zip(key_groups, keys, entries):
+            grp = groups[g - start]
+            m = grp.get(namespace)
+            if m is None:
+                m = grp[namespace] = {}
+            m[k] = e
+
     def append(self, key_group, key, namespace, elements):
         g = self._groups[key_group - self._start]
         m = g.get(namespace)
