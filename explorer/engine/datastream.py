@@ -98,6 +98,9 @@ class StreamEnvironment:
     ``state_backend`` is ``"heap"`` (Python objects per key group) or
     ``"rocksdb"`` (embedded RocksDB, values as bytes). ``clock`` gives
     processing time (use :class:`~explorer.engine.clock.ManualClock` in tests).
+    ``background_cleanup_rounds``: every that many scheduler rounds, RocksDB
+    subtasks sweep expired TTL entries (Flink's compaction-filter cleanup);
+    ``None`` turns the sweeper off.
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class StreamEnvironment:
         channel_capacity: int = 4,
         trace: bool = False,
         state_dir: str | Path | None = None,
+        background_cleanup_rounds: int | None = 100,
     ) -> None:
         if max_parallelism is None:
             max_parallelism = compute_default_max_parallelism(parallelism)
@@ -123,6 +127,9 @@ class StreamEnvironment:
         self.channel_capacity = max(1, channel_capacity)
         self.trace = trace
         self.state_backend = state_backend
+        if background_cleanup_rounds is not None and background_cleanup_rounds <= 0:
+            raise JobError(f"background_cleanup_rounds must be positive or None, found {background_cleanup_rounds}")
+        self.background_cleanup_rounds = background_cleanup_rounds
         self._state_dir = Path(state_dir) if state_dir is not None else None
         self.specs: list[OperatorSpec] = []
         self._names: set[str] = set()

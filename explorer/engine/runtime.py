@@ -253,6 +253,9 @@ class Runtime:
     def open(self) -> None:
         for st in self.subtasks:
             st.operator.open()
+        every = getattr(self.env, "background_cleanup_rounds", None)
+        if every:
+            self.after_round.append(BackgroundCleanup(every))
 
     # --- running ----------------------------------------------------------------------------
     @property
@@ -401,6 +404,34 @@ class JobResult:
             rows,
             columns=["operator", "state", "kind", "key", "key_group", "subtask", "namespace", "user_key", "value", "last_access"],
         )
+
+
+class BackgroundCleanup:
+    """Runs the RocksDB TTL sweeper every ``every_rounds`` rounds, without any state being read.
+
+    The stand-in for Flink's TTL compaction filter (rocksdict cannot install
+    one): each running RocksDB subtask with a TTL state whose cleanup includes
+    compaction cleanup (the default) gets
+    :meth:`~explorer.engine.backends.rocksdb.RocksDBStateBackend.background_cleanup`.
+    The heap backend has its own incremental cleanup and is left alone.
+    """
+
+    def __init__(self, every_rounds: int) -> None:
+        if every_rounds <= 0:
+            raise ValueError(f"background_cleanup_rounds must be positive, found {every_rounds}")
+        self.every_rounds = every_rounds
+        self.removed = 0
+
+    def __call__(self, runtime: "Runtime") -> None:
+        if runtime.round % self.every_rounds:
+            return
+        for st in runtime.subtasks:
+            backend = getattr(st.operator, "backend", None)
+            if backend is None or st.finished or backend.name != "rocksdb":
+                continue
+            if any(getattr(t.descriptor, "ttl", None) is not None and t.descriptor.ttl.cleanup.rocksdb_cleanup()
+                   for t in backend.tables.values()):
+                self.removed += backend.background_cleanup()
 
 
 def iter_specs_topological(specs: Iterable) -> list:
