@@ -1,0 +1,91 @@
+"""What every view shares: the model in traitlets, children built once, errors shown, close() closes all.
+
+A view is an ``ipywidgets.VBox`` whose model is its own traitlets (a
+parallelism, a metric, a page...). Controls are linked to the model, the
+model's observers recompute and update the figures *in place*
+(``FigureWidget.batch_update``), and every observer runs under the shared
+:class:`~widgets._errors.ErrorArea`. ``close()`` closes every widget the view
+made, figures included, so re-running a notebook cell leaves no comms behind.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, TypeVar
+
+import ipywidgets as w
+import plotly.graph_objects as go
+
+from explorer.plots._charts import PALETTE
+
+from ._errors import ErrorArea
+
+W = TypeVar("W", bound=w.Widget)
+
+#: one colour per subtask, the same in every view and chart
+SUBTASK_COLOURS = PALETTE
+TEMPLATE = "plotly_white"
+
+
+def subtask_colour(subtask: int) -> str:
+    return SUBTASK_COLOURS[int(subtask) % len(SUBTASK_COLOURS)]
+
+
+def figure(height: int = 320, **layout: Any) -> go.FigureWidget:
+    """An empty FigureWidget with the dashboards' common look."""
+    fig = go.FigureWidget()
+    fig.update_layout(template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=50, b=50),
+                      title=dict(font=dict(size=15)), **layout)
+    return fig
+
+
+def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
+    """Make ``target`` show ``source`` (traces and layout), keeping the same widget."""
+    height = target.layout.height
+    with target.batch_update():
+        target.data = ()
+        target.layout.shapes = ()
+        target.layout.annotations = ()
+        target.add_traces(list(source.data))
+        target.update_layout(source.layout.to_plotly_json())
+        target.update_layout(height=height, margin=dict(l=60, r=20, t=50, b=50))
+
+
+def html_table(df, max_rows: int = 20, **kw: Any) -> str:
+    """A compact HTML table of a DataFrame."""
+    return ('<div style="max-height:360px;overflow:auto;font-size:12px">'
+            + df.head(max_rows).to_html(index=False, border=0, classes="sx-table", na_rep="", **kw) + "</div>")
+
+
+class View(w.VBox):
+    """Base of the tabs and teaching views."""
+
+    def __init__(self, errors: ErrorArea | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.errors = errors if errors is not None else ErrorArea()
+        self._owns_errors = errors is None
+        self._owned: list[w.Widget] = []
+
+    def own(self, widget: W) -> W:
+        """Remember ``widget`` to close it with the view."""
+        self._owned.append(widget)
+        return widget
+
+    def owned(self) -> list[w.Widget]:
+        return list(self._owned)
+
+    def guarded(self, fn: Callable[..., Any], where: str) -> Callable[..., Any]:
+        return self.errors.guard(where)(fn)
+
+    def on_change(self, names: Iterable[str], fn: Callable[[], Any], where: str) -> None:
+        """Run ``fn()`` (guarded) when any of the model traits ``names`` change."""
+        run = self.guarded(fn, where)
+        self.observe(lambda _change: run(), names=list(names))
+
+    def close(self) -> None:
+        owned = getattr(self, "_owned", [])
+        for widget in reversed(owned):
+            widget.close()
+        owned.clear()
+        if getattr(self, "_owns_errors", False):
+            self.errors.close()
+        super().close()

@@ -1,0 +1,78 @@
+"""The History tab: checkpoint sizes, deltas and durations over a checkpoint directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as w
+import traitlets as t
+
+from explorer.analysis import checkpoint_summary, history
+from explorer.plots import checkpoint_history
+
+from ._base import View, figure, html_table, replace_figure
+from ._data import SnapshotData
+from ._errors import ErrorArea
+
+
+class HistoryTab(View):
+    """Size (stacked by state), incremental and total deltas, and durations of every checkpoint."""
+
+    metric = t.Enum(("bytes", "entries", "keys"), default_value="bytes")
+
+    def __init__(self, data: SnapshotData, errors: ErrorArea | None = None, **kwargs: Any) -> None:
+        super().__init__(errors, **kwargs)
+        self.data = data
+        self.directory: Path | None = data.checkpoint_dir
+        self.metric_select = self.own(w.ToggleButtons(options=["bytes", "entries", "keys"], value="bytes",
+                                                      description="size as", style={"button_width": "80px"}))
+        self.size_figure = self.own(figure(340))
+        self.delta_figure = self.own(figure(300, barmode="group", width=560))
+        self.duration_figure = self.own(figure(300, width=560))
+        self.table = self.own(w.HTML())
+        t.link((self.metric_select, "value"), (self, "metric"))
+        if self.directory is None:
+            self.history = None
+            self.children = [self.own(w.HTML(
+                "<i>History needs a checkpoint directory (a folder of chk-N): open one with "
+                "<code>widgets.explore('path/to/checkpoints')</code>.</i>"))]
+            return
+        self.history = history(self.directory)
+        self.summary = checkpoint_summary(self.history)
+        self.on_change(["metric"], self.update, "drawing the checkpoint history")
+        self._draw_static()
+        self.update()
+        self.children = [self.own(w.HTML(f"<b>{len(self.summary)}</b> checkpoints in <code>{self.directory}</code>")),
+                         self.metric_select, self.size_figure,
+                         self.own(w.HBox([self.delta_figure, self.duration_figure])), self.table]
+
+    def _draw_static(self) -> None:
+        s = self.summary
+        x = s["checkpoint_id"].astype(str).to_numpy()
+        with self.delta_figure.batch_update():
+            self.delta_figure.add_bar(x=x, y=s["incremental_bytes"].to_numpy(), name="new files (incremental)",
+                                      marker_color="#636EFA")
+            self.delta_figure.add_bar(x=x, y=s["delta_bytes"].to_numpy(), name="change in total size",
+                                      marker_color="#FFA15A")
+            self.delta_figure.update_layout(title_text="Bytes each checkpoint added", xaxis_title="checkpoint",
+                                            yaxis_title="bytes", legend=dict(orientation="h", y=-0.3))
+        with self.duration_figure.batch_update():
+            for col, colour in (("duration_ms", "#EF553B"), ("sync_ms", "#00CC96"), ("async_ms", "#AB63FA"),
+                                ("alignment_ms", "#19D3F3")):
+                if col in s and s[col].notna().any():
+                    self.duration_figure.add_scatter(x=x, y=s[col].to_numpy(), mode="lines+markers",
+                                                     name=col.replace("_ms", ""), line_color=colour)
+            self.duration_figure.update_layout(title_text="Checkpoint durations", xaxis_title="checkpoint",
+                                               yaxis_title="milliseconds", legend=dict(orientation="h", y=-0.3))
+        self.table.value = html_table(s.drop(columns=["path"]))
+
+    def update(self) -> None:
+        h = self.history
+        metric = self.metric
+        if metric == "keys" and h["keys"].isna().all():
+            raise ValueError("this history has no key counts (history(..., keys=False))")
+        fig = checkpoint_history(h.assign(**{metric: h[metric].fillna(0)}), y=metric,
+                                 title=f"State {metric} per checkpoint, stacked by operator / state")
+        replace_figure(self.size_figure, fig)
+        self.size_figure.update_layout(legend=dict(orientation="h", y=-0.25))
