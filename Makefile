@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: venv demo test test-fast lab sample-data bench bench-smoke flink-fixtures clean
+.PHONY: venv demo test test-fast lab sample-data bench bench-smoke flink-fixtures browser-deps chaos clean
 
 venv: $(STAMP)
 
@@ -24,8 +24,19 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/state-explorer demo --out out
 
-test: $(STAMP)
+test: $(STAMP) browser-deps
 	$(BIN)/python -m pytest
+
+# The browser tests drive Debian's chromium (a test tool's own browser download does not work here).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "the browser tests need Debian's chromium: sudo apt-get install chromium" >&2; fi; }
+
+# 1,000 injected crashes, recovered; the report counts lost and duplicated records.
+chaos: $(STAMP)
+	$(BIN)/python -m explorer.engine.checkpoint.chaos --trials 1000 --report benchmarks/results/recovery.json
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not spark and not browser and not slow"
