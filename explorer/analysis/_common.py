@@ -36,8 +36,16 @@ def is_snapshot(source: Any) -> bool:
 
 def frame(source: Source, columns: Sequence[str] = LOAD_COLUMNS, operator: str | Iterable[str] | None = None,
           state: str | Iterable[str] | None = None) -> pd.DataFrame:
-    """The keyed-state rows of ``source`` with at least ``columns``, filtered by operator and state."""
+    """The keyed-state rows of ``source`` with at least ``columns``, filtered by operator and state.
+
+    For a Snapshot and columns among :data:`._columns.CACHED_COLUMNS` this is the cached
+    analysis frame (keys as integer codes: use :func:`._columns.key_codes`).
+    """
     if is_snapshot(source):
+        from ._columns import CACHED_COLUMNS, cached_frame
+
+        if set(columns) <= CACHED_COLUMNS and hasattr(source, "reader"):
+            return cached_frame(source, operator, state)
         return source.keyed_state(operator=operator, state=state, columns=list(columns))
     if not isinstance(source, pd.DataFrame):
         raise AnalysisError(f"expected a Snapshot or a keyed-state DataFrame, found {type(source).__name__}")
@@ -71,7 +79,7 @@ class Layout:
 def layouts(source: Source, df: pd.DataFrame, operator: str | Iterable[str] | None = None,
             parallelism: int | None = None, max_parallelism: int | None = None) -> dict[str, Layout]:
     """Layouts of the keyed operators in ``df`` (from the snapshot's metadata when there is one)."""
-    names = sorted(pd.unique(df["operator"]).tolist()) if len(df) else []
+    names = sorted(str(x) for x in pd.unique(df["operator"])) if len(df) else []
     out: dict[str, Layout] = {}
     if is_snapshot(source):
         ops = source.operators
@@ -159,35 +167,61 @@ def _ascii_java_string_hashes(arr: pa.StringArray, max_len: int = 64, chunk: int
     return out
 
 
-def per_key(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (operator, key): key_group, subtask, entries, bytes (timers excluded).
+def non_timer(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` without timer rows (the same frame, uncopied, when it has none)."""
+    if "kind" not in df or not len(df):
+        return df
+    mask = df["kind"].isin(TIMER_KINDS).to_numpy()
+    return df[~mask] if mask.any() else df
 
-    Keys are grouped by value with :func:`pandas.factorize` and ``np.bincount``
-    (no Python loop per key).
+
+def only_operator(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows of operator ``name`` (the same frame, uncopied, when it holds nothing else)."""
+    ops = pd.unique(df["operator"])
+    if len(ops) == 1 and ops[0] == name:
+        return df
+    return df[(df["operator"] == name).to_numpy()]
+
+
+def per_key_codes(df: pd.DataFrame) -> tuple[pd.DataFrame, Any]:
+    """One row per (operator, key) with the key as its integer code, and the :class:`KeyValues`.
+
+    Columns: ``operator, key (code), key_group, subtask, entries, bytes`` (timers excluded).
+    Sums are ``np.bincount`` over the code space: no Python loop and no hashing per key.
     """
-    rows = df[~df["kind"].isin(TIMER_KINDS)] if "kind" in df else df
-    if not len(rows):
-        return pd.DataFrame({"operator": pd.Series(dtype=object), "key": pd.Series(dtype=object),
-                             "key_group": pd.Series(dtype=np.int64), "subtask": pd.Series(dtype=np.int64),
-                             "entries": pd.Series(dtype=np.int64), "bytes": pd.Series(dtype=np.int64)})
-    codes, uniques = factorize_keys(rows["key"])
+    from ._columns import key_codes
+
+    rows = non_timer(df)
+    codes, kv = key_codes(rows)
+    k = max(len(kv), 1)
     op_codes, op_names = pd.factorize(rows["operator"], sort=True)
-    if len(op_names) > 1:
-        group, _ = pd.factorize(op_codes.astype(np.int64) * (len(uniques) + 1) + codes, sort=False)
-    else:
-        group = codes
-    n_groups = int(group.max()) + 1 if len(group) else 0
-    first_idx = first_occurrences(group)
-    entries = np.bincount(group, minlength=n_groups).astype(np.int64)
-    nbytes = np.bincount(group, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=n_groups)
-    return pd.DataFrame({
-        "operator": np.asarray(op_names, dtype=object)[op_codes[first_idx]],
-        "key": np.asarray(uniques, dtype=object)[codes[first_idx]],
-        "key_group": rows["key_group"].to_numpy()[first_idx].astype(np.int64),
-        "subtask": rows["subtask"].to_numpy()[first_idx].astype(np.int64),
-        "entries": entries,
-        "bytes": np.rint(nbytes).astype(np.int64),
+    op_names = np.asarray(op_names, dtype=object)
+    combined = op_codes.astype(np.int64) * k + codes if len(op_names) > 1 else codes
+    size = len(op_names) * k
+    entries = np.bincount(combined, minlength=size)
+    present = np.flatnonzero(entries)
+    nbytes = np.bincount(combined, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=size)
+    kg_of = np.zeros(size, dtype=np.int64)
+    kg_of[combined] = rows["key_group"].to_numpy()
+    sub_of = np.zeros(size, dtype=np.int64)
+    sub_of[combined] = rows["subtask"].to_numpy()
+    out = pd.DataFrame({
+        "operator": pd.Categorical.from_codes((present // k).astype(np.int32), categories=list(op_names)),
+        "key": present % k,
+        "key_group": kg_of[present],
+        "subtask": sub_of[present],
+        "entries": entries[present].astype(np.int64),
+        "bytes": np.rint(nbytes[present]).astype(np.int64),
     })
+    return out, kv
+
+
+def per_key(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (operator, key): key_group, subtask, entries, bytes (timers excluded), keys as values."""
+    out, kv = per_key_codes(df)
+    out["key"] = kv.take(out["key"].to_numpy())
+    out["operator"] = out["operator"].astype(object)
+    return out
 
 
 def first_occurrences(codes: np.ndarray) -> np.ndarray:

@@ -107,7 +107,7 @@ def diff_summary(d: pd.DataFrame) -> pd.DataFrame:
     """
     counts = pd.crosstab([d["operator"], d["state"]], d["status"]).reindex(columns=list(STATUSES), fill_value=0)
     counts.columns = [f"keys_{c}" for c in counts.columns]
-    sums = d.groupby(["operator", "state"])[["entries_a", "entries_b", "bytes_a", "bytes_b"]].sum()
+    sums = d.groupby(["operator", "state"], observed=True)[["entries_a", "entries_b", "bytes_a", "bytes_b"]].sum()
     out = counts.join(sums).reset_index()
     out["entries_growth"] = out["entries_b"] - out["entries_a"]
     out["bytes_growth"] = out["bytes_b"] - out["bytes_a"]
@@ -123,7 +123,7 @@ def growth_by_key(d: pd.DataFrame, n: int | None = 10) -> pd.DataFrame:
     Columns: ``operator, key, entries_a, entries_b, entries_delta, bytes_a, bytes_b, bytes_delta``.
     """
     codes, keys = factorize_keys(d["key"])
-    g = d.assign(_k=codes).groupby(["operator", "_k"], sort=False)[
+    g = d.assign(_k=codes).groupby(["operator", "_k"], sort=False, observed=True)[
         ["entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"]].sum().reset_index()
     g.insert(1, "key", keys[g.pop("_k").to_numpy()])
     g = g.sort_values(["bytes_delta", "entries_delta"], ascending=False, kind="stable").reset_index(drop=True)

@@ -24,8 +24,8 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, operator_indices_for_key_groups
-from ._common import LOAD_COLUMNS, TIMER_KINDS, Layout, Source, factorize_keys, first_occurrences, frame, is_snapshot, \
-    key_groups_of, layouts
+from ._columns import key_codes
+from ._common import LOAD_COLUMNS, Layout, Source, frame, is_snapshot, layouts, non_timer, only_operator
 
 #: the load metrics every distribution carries
 METRICS = ("entries", "bytes", "keys", "records")
@@ -35,7 +35,7 @@ def _aggregate(df: pd.DataFrame, lay: Layout, records: pd.DataFrame | None, *,
                key_groups: np.ndarray | None = None, max_parallelism: int | None = None) -> pd.DataFrame:
     """Per key group ``0..M-1`` of one operator: entries, bytes, keys, records (zero filled)."""
     m = max_parallelism or lay.max_parallelism
-    rows = df[~df["kind"].isin(TIMER_KINDS)] if "kind" in df else df
+    rows = non_timer(df)
     kg = rows["key_group"].to_numpy().astype(np.int64) if key_groups is None else key_groups
     if len(kg) and (kg.min() < 0 or kg.max() >= m):
         raise AnalysisError(f"operator {lay.operator!r}: key group {int(kg.max())} is outside 0..{m - 1}; "
@@ -44,9 +44,12 @@ def _aggregate(df: pd.DataFrame, lay: Layout, records: pd.DataFrame | None, *,
     nbytes = np.bincount(kg, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=m)
     keys = np.zeros(m, dtype=np.int64)
     if len(rows):
-        codes, _ = factorize_keys(rows["key"])
-        first = first_occurrences(codes)  # one row per distinct key; a key lives in one key group
-        keys = np.bincount(kg[first], minlength=m)
+        codes, kv = key_codes(rows)
+        seen = np.zeros(max(len(kv), 1), dtype=bool)
+        seen[codes] = True
+        kg_of = np.zeros(len(seen), dtype=np.int64)
+        kg_of[codes] = kg  # a key lives in one key group: any of its rows tells which
+        keys = np.bincount(kg_of[seen], minlength=m)
     rec = np.zeros(m, dtype=np.int64)
     if records is not None and len(records) and max_parallelism in (None, lay.max_parallelism):
         r = records[records["operator"] == lay.operator]
@@ -82,7 +85,7 @@ def key_group_aggregates(source: Source, *, operator: str | Iterable[str] | None
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, None, max_parallelism)
     rec = _records(source)
-    parts = [_aggregate(df[df["operator"] == name], lay, rec) for name, lay in sorted(lays.items())]
+    parts = [_aggregate(only_operator(df, name), lay, rec) for name, lay in sorted(lays.items())]
     return _concat(parts, ["operator", "key_group", *METRICS])
 
 
@@ -99,7 +102,7 @@ def key_group_distribution(source: Source, parallelism: int | None = None, *,
     rec = _records(source)
     parts = []
     for name, lay in sorted(lays.items()):
-        agg = _aggregate(df[df["operator"] == name], lay, rec)
+        agg = _aggregate(only_operator(df, name), lay, rec)
         agg.insert(2, "subtask", operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism,
                                                                  agg["key_group"].to_numpy()))
         parts.append(agg)
@@ -115,7 +118,7 @@ def subtask_loads(distribution: pd.DataFrame, parallelism: int | None = None,
     ``entries, bytes, keys, records, bytes_share``.
     """
     parts = []
-    for name, g in distribution.groupby("operator", sort=True):
+    for name, g in distribution.groupby("operator", sort=True, observed=True):
         m = int(max_parallelism or len(g))
         kg = g["key_group"].to_numpy().astype(np.int64)
         if parallelism is None:
@@ -184,7 +187,7 @@ def imbalance(source: Source | pd.DataFrame, parallelism: int | None = None, *,
         loads = subtask_distribution(source, parallelism, operator=operator, state=state,
                                      max_parallelism=max_parallelism)
     rows = []
-    for name, g in loads.groupby("operator", sort=True):
+    for name, g in loads.groupby("operator", sort=True, observed=True):
         for metric in METRICS:
             v = g[metric].to_numpy()
             rows.append({"operator": name, "parallelism": len(g), "metric": metric, **imbalance_figures(v),
@@ -216,14 +219,14 @@ def rescale_whatif(source: Source, parallelisms: int | Sequence[int] | None = No
     rec = _records(source)
     rows = []
     for name, lay in sorted(lays.items()):
-        odf = df[df["operator"] == name]
+        odf = only_operator(df, name)
         maxps = [lay.max_parallelism] if max_parallelism is None else _as_ints(max_parallelism)
         for m in maxps:
             if m == lay.max_parallelism and is_snapshot(source):
                 agg = _aggregate(odf, lay, rec)
             else:
-                rows_ = odf[~odf["kind"].isin(TIMER_KINDS)]
-                agg = _aggregate(odf, lay, None, key_groups=key_groups_of(rows_["key"], m), max_parallelism=m)
+                codes, kv = key_codes(non_timer(odf))
+                agg = _aggregate(odf, lay, None, key_groups=kv.key_groups(m)[codes], max_parallelism=m)
             ps = range(1, min(m, 4 * lay.parallelism) + 1) if parallelisms is None else _as_ints(parallelisms)
             kg = agg["key_group"].to_numpy()
             for p in ps:
@@ -257,8 +260,8 @@ def best_parallelisms(source: Source | pd.DataFrame, parallelisms: Sequence[int]
         w = rescale_whatif(source, parallelisms, operator=operator, max_parallelism=max_parallelism, metrics=[metric])
     w = w[w["metric"] == metric].sort_values(["operator", "max_parallelism", "max_over_mean", "parallelism"],
                                             na_position="last")
-    w = w.groupby(["operator", "max_parallelism"], sort=True).head(n).copy()
-    w.insert(0, "rank", w.groupby(["operator", "max_parallelism"]).cumcount() + 1)
+    w = w.groupby(["operator", "max_parallelism"], sort=True, observed=True).head(n).copy()
+    w.insert(0, "rank", w.groupby(["operator", "max_parallelism"], observed=True).cumcount() + 1)
     return w.reset_index(drop=True)
 
 

@@ -68,14 +68,14 @@ def _state_bytes(snap: Any) -> dict[tuple[str, str], int]:
 
 
 def _keys_per_state(snap: Any) -> dict[tuple[str, str], int]:
-    df = snap.keyed_state(columns=["operator", "state", "kind", "key"])
+    from ._columns import cached_frame, key_codes
+
+    df = cached_frame(snap) if hasattr(snap, "reader") else snap.keyed_state(columns=["operator", "state", "key"])
     if not len(df):
         return {}
-    try:
-        counts = df.groupby(["operator", "state"], sort=False)["key"].nunique()
-    except TypeError:
-        counts = df.assign(key=df["key"].map(repr)).groupby(["operator", "state"], sort=False)["key"].nunique()
-    return {k: int(v) for k, v in counts.items()}
+    codes, _ = key_codes(df)
+    counts = df.assign(key=codes).groupby(["operator", "state"], sort=False, observed=True)["key"].nunique()
+    return {(str(o), str(s)): int(v) for (o, s), v in counts.items()}
 
 
 def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True) -> pd.DataFrame:
@@ -126,20 +126,21 @@ def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True) -> p
 
 
 def _total_keys(snap: Any) -> int:
-    df = snap.keyed_state(columns=["operator", "key"])
+    from ._columns import cached_frame, key_codes
+
+    df = cached_frame(snap) if hasattr(snap, "reader") else snap.keyed_state(columns=["operator", "key"])
     if not len(df):
         return 0
-    try:
-        return int(df.drop_duplicates(["operator", "key"]).shape[0])
-    except TypeError:
-        return int(df.assign(key=df["key"].map(repr)).drop_duplicates(["operator", "key"]).shape[0])
+    codes, kv = key_codes(df)
+    op_codes, _ = pd.factorize(df["operator"])
+    return int(len(np.unique(op_codes.astype(np.int64) * max(len(kv), 1) + codes)))
 
 
 def checkpoint_summary(hist: pd.DataFrame) -> pd.DataFrame:
     """One row per checkpoint of a per-state :func:`history` (entries and keys summed over states)."""
     cols = ["checkpoint_id", "created_at", "kind", "path", "checkpoint_bytes", "incremental_bytes", "delta_bytes",
             "duration_ms", "sync_ms", "async_ms", "alignment_ms"]
-    g = hist.groupby("checkpoint_id", sort=True)
+    g = hist.groupby("checkpoint_id", sort=True, observed=True)
     out = g[cols[1:]].first().reset_index()
     out["entries"] = g["entries"].sum().to_numpy()
     out["keys"] = g["keys"].sum(min_count=1).to_numpy() if hist["keys"].notna().any() else np.nan

@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..keygroups import assign_key_groups, operator_indices_for_key_groups
-from ._common import LOAD_COLUMNS, Layout, Source, frame, is_snapshot, layouts, per_key
+from ._common import LOAD_COLUMNS, Layout, Source, frame, is_snapshot, layouts, per_key_codes
 
 BY = {"bytes": "bytes", "entries": "entries", "traffic": "records"}
 
@@ -56,7 +56,7 @@ def _heavy_hitters(source: Source, heavy_hitters: pd.DataFrame | None) -> pd.Dat
 def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
               parallelism: int | None = None, max_parallelism: int | None = None,
               heavy_hitters: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per (operator, key): ``key_group, subtask, entries, bytes, records``.
+    """One row per (operator, key): ``key_group, subtask, entries, bytes, records, records_error``.
 
     ``subtask`` is the owner at ``parallelism`` (default: the snapshot's). ``records`` is
     the key's count in the heavy-hitter sketch (an upper bound, at most ``records_error`` too
@@ -64,26 +64,58 @@ def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, st
     """
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
-    return _key_stats(df, lays, _heavy_hitters(source, heavy_hitters))
+    ks, kv = _key_stats(df, lays, _heavy_hitters(source, heavy_hitters))
+    ks["key"] = kv.take(ks["key"].to_numpy())
+    ks["operator"] = ks["operator"].astype(object)
+    return ks.drop(columns="_slot")
 
 
-def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame) -> pd.DataFrame:
-    ks = per_key(df)
-    ks = ks[ks["operator"].isin(list(lays))]
+def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame) -> tuple[pd.DataFrame, Any]:
+    """Per-key stats with keys as codes (column ``key``), sorted by ``_slot`` (operator, code)."""
+    ks, kv = per_key_codes(df)
+    k = max(len(kv), 1)
+    op_codes = ks["operator"].cat.codes.to_numpy()
+    op_names = list(ks["operator"].cat.categories)
+    ks["_slot"] = op_codes.astype(np.int64) * k + ks["key"].to_numpy()
+    if set(op_names) - set(lays):
+        ks = ks[ks["operator"].isin(list(lays)).to_numpy()].reset_index(drop=True)
+    sub = ks["subtask"].to_numpy().copy()
     for name, lay in lays.items():
-        sel = (ks["operator"] == name).to_numpy()
-        if sel.any():
-            ks.loc[sel, "subtask"] = operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism,
-                                                                     ks.loc[sel, "key_group"].to_numpy())
-    ks["records"] = np.zeros(len(ks), dtype=np.int64)
-    ks["records_error"] = np.zeros(len(ks), dtype=np.int64)
-    if len(hh):
-        traffic = hh.groupby(["operator", "key"], sort=False)[["count", "error"]].sum()
-        idx = pd.MultiIndex.from_arrays([ks["operator"], ks["key"]])
-        found = traffic.reindex(idx).fillna(0)
-        ks["records"] = found["count"].to_numpy().astype(np.int64)
-        ks["records_error"] = found["error"].to_numpy().astype(np.int64)
-    return ks.reset_index(drop=True)
+        sel = _select(ks, name)
+        sub[sel] = operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism,
+                                                   ks["key_group"].to_numpy()[sel])
+    ks["subtask"] = sub
+    records = np.zeros(len(ks), dtype=np.int64)
+    errors = np.zeros(len(ks), dtype=np.int64)
+    if len(hh) and len(ks):
+        names = list(op_names)
+        slots = ks["_slot"].to_numpy()
+        for name, g in hh.groupby("operator", sort=False, observed=True):
+            if name not in names:
+                continue
+            codes = kv.codes_of(list(g["key"]))
+            want = names.index(name) * k + codes
+            pos = np.searchsorted(slots, want)
+            ok = (codes >= 0) & (pos < len(slots))
+            ok[ok] &= slots[pos[ok]] == want[ok]
+            np.add.at(records, pos[ok], g["count"].to_numpy()[ok].astype(np.int64))
+            np.add.at(errors, pos[ok], g["error"].to_numpy()[ok].astype(np.int64))
+    ks["records"] = records
+    ks["records_error"] = errors
+    return ks, kv
+
+
+def _select(ks: pd.DataFrame, name: str) -> np.ndarray | slice:
+    ops = ks["operator"]
+    if isinstance(ops.dtype, pd.CategoricalDtype) and list(ops.cat.categories) == [name]:
+        return slice(None)
+    return (ops == name).to_numpy()
+
+
+def _rows(ks: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows of operator ``name`` (uncopied when there is no other)."""
+    sel = _select(ks, name)
+    return ks if isinstance(sel, slice) else ks[sel]
 
 
 def _subtask_loads(ks: pd.DataFrame, lay: Layout, metric: str, records_by_kg: pd.DataFrame | None) -> np.ndarray:
@@ -92,9 +124,18 @@ def _subtask_loads(ks: pd.DataFrame, lay: Layout, metric: str, records_by_kg: pd
         r = records_by_kg[records_by_kg["operator"] == lay.operator]
         sub = operator_indices_for_key_groups(lay.max_parallelism, p, r["key_group"].to_numpy())
         return np.bincount(sub, weights=r["records"].to_numpy(dtype=np.float64), minlength=p)
-    g = ks[ks["operator"] == lay.operator]
+    g = _rows(ks, lay.operator)
     return np.bincount(g["subtask"].to_numpy().astype(np.int64), weights=g[metric].to_numpy(dtype=np.float64),
                        minlength=p)
+
+
+def _top(g: pd.DataFrame, metric: str, n: int) -> pd.DataFrame:
+    """The ``n`` rows with the largest ``metric`` (ties by entries), without sorting all rows."""
+    v = g[metric].to_numpy()
+    if len(v) > 4 * n:
+        cut = np.partition(v, len(v) - n)[len(v) - n]
+        g = g[v >= cut]
+    return g.sort_values([metric, "entries"], ascending=False, kind="stable").head(n)
 
 
 def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | Iterable[str] | None = None,
@@ -104,27 +145,30 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
 
     Columns: ``rank, operator, key, key_group, subtask, entries, bytes, records, records_error,``
     ``share, subtask_load, subtask_share, overload`` where ``records`` is the sketch's count
-    (an upper bound: the true count is at least ``records - records_error``),  ``share`` is the key's part of the
-    operator's total (of the ``by`` metric), ``subtask_load`` the total of its subtask,
-    ``subtask_share`` the key's part of that subtask's load and ``overload`` the subtask's
-    load over the mean subtask load (1.0 = an average subtask).
+    (an upper bound: the true count is at least ``records - records_error``), ``share`` is the
+    key's part of the operator's total (of the ``by`` metric), ``subtask_load`` the total of
+    its subtask, ``subtask_share`` the key's part of that subtask's load and ``overload`` the
+    subtask's load over the mean subtask load (1.0 = an average subtask).
     """
     metric = _check_by(by)
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
     hh = _heavy_hitters(source, heavy_hitters)
-    ks = _key_stats(df, lays, hh)
-    if metric == "records":
-        ks = _with_sketch_only_keys(ks, hh, lays)
+    ks, kv = _key_stats(df, lays, hh)
     rec_kg = source.metrics() if is_snapshot(source) else None
     parts = []
     for name, lay in sorted(lays.items()):
-        g = ks[ks["operator"] == name]
-        if not len(g):
-            continue
+        g = _rows(ks, name)
         loads = _subtask_loads(ks, lay, metric, rec_kg)
+        top = _top(g, metric, n).copy()
+        top["key"] = kv.take(top["key"].to_numpy())
+        top["operator"] = name
+        if metric == "records":
+            top = _with_sketch_only_keys(top, g, kv, hh, lay).sort_values(
+                [metric, "entries"], ascending=False, kind="stable").head(n)
+        if not len(top):
+            continue
         total = float(loads.sum()) or float(g[metric].sum())
-        top = g.sort_values([metric, "entries"], ascending=False, kind="stable").head(n).copy()
         top.insert(0, "rank", np.arange(1, len(top) + 1))
         top["share"] = top[metric] / total if total else np.nan
         sub = top["subtask"].to_numpy().astype(np.int64)
@@ -139,23 +183,22 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
     return pd.concat(parts, ignore_index=True)[HOT_KEY_COLUMNS]
 
 
-def _with_sketch_only_keys(ks: pd.DataFrame, hh: pd.DataFrame, lays: dict[str, Layout]) -> pd.DataFrame:
-    """Add keys the sketch counts but that hold no state (state cleared or expired)."""
-    if not len(hh):
-        return ks
-    known = pd.MultiIndex.from_arrays([ks["operator"], ks["key"]])
-    extra = hh[~pd.MultiIndex.from_arrays([hh["operator"], hh["key"]]).isin(known) & hh["operator"].isin(list(lays))]
+def _with_sketch_only_keys(top: pd.DataFrame, g: pd.DataFrame, kv: Any, hh: pd.DataFrame, lay: Layout) -> pd.DataFrame:
+    """Add the keys the sketch counts but that hold no state (state cleared or expired)."""
+    mine = hh[hh["operator"] == lay.operator]
+    if not len(mine):
+        return top
+    codes = kv.codes_of(list(mine["key"]))
+    held = np.isin(codes, g["key"].to_numpy()) & (codes >= 0)
+    extra = mine[~held]
     if not len(extra):
-        return ks
-    rows = []
-    for name, g in extra.groupby("operator", sort=False):
-        lay = lays[name]
-        kg = assign_key_groups(list(g["key"]), lay.max_parallelism)
-        rows.append(pd.DataFrame({"operator": name, "key": g["key"].to_numpy(), "key_group": kg,
-                                  "subtask": operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism, kg),
-                                  "entries": 0, "bytes": 0, "records": g["count"].to_numpy().astype(np.int64),
-                                  "records_error": g["error"].to_numpy().astype(np.int64)}))
-    return pd.concat([ks, *rows], ignore_index=True)
+        return top
+    kg = assign_key_groups(list(extra["key"]), lay.max_parallelism)
+    rows = pd.DataFrame({"operator": lay.operator, "key": extra["key"].to_numpy(), "key_group": kg,
+                         "subtask": operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism, kg),
+                         "entries": 0, "bytes": 0, "records": extra["count"].to_numpy().astype(np.int64),
+                         "records_error": extra["error"].to_numpy().astype(np.int64)})
+    return pd.concat([top, rows], ignore_index=True)
 
 
 def gini(values: np.ndarray | Sequence[float]) -> float:
@@ -201,16 +244,22 @@ def key_skew(source: Source | pd.DataFrame, by: str = "bytes", *, operator: str 
     """
     metric = _check_by(by)
     if isinstance(source, pd.DataFrame) and "entries" in source.columns and "size_bytes" not in source.columns:
-        ks = source
+        ks, kv = source, None
     else:
-        ks = key_stats(source, operator=operator, state=state, max_parallelism=max_parallelism)
+        df = frame(source, LOAD_COLUMNS, operator, state)
+        lays = layouts(source, df, operator, None, max_parallelism)
+        ks, kv = _key_stats(df, lays, _heavy_hitters(source, None))
     rows = []
-    for name, g in ks.groupby("operator", sort=True):
+    for name in sorted(str(x) for x in pd.unique(ks["operator"])):
+        g = _rows(ks, name)
         v = g[metric].to_numpy()
         total = float(v.sum())
         top = int(np.argmax(v)) if len(v) else 0
+        top_key = g["key"].iloc[top] if len(g) else None
+        if kv is not None and len(g):
+            top_key = kv.take([top_key])[0]
         rows.append({"operator": name, "by": by, "keys": len(g), "total": total, "gini": gini(v),
-                     "top_1pct_share": top_share(v, 0.01), "top_key": g["key"].iloc[top] if len(g) else None,
+                     "top_1pct_share": top_share(v, 0.01), "top_key": top_key,
                      "top_key_share": float(v[top] / total) if total else 0.0})
     return pd.DataFrame(rows, columns=["operator", "by", "keys", "total", "gini", "top_1pct_share", "top_key",
                                        "top_key_share"])
@@ -236,15 +285,16 @@ def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: st
     if len(lays) != 1:
         raise AnalysisError(f"salting_whatif works on one operator; choose operator= among {sorted(lays)}")
     (lay,) = lays.values()
-    ks = _key_stats(df, lays, pd.DataFrame(columns=["operator", "key", "count", "error"]))
+    ks, kv = _key_stats(df, lays, pd.DataFrame(columns=["operator", "key", "count", "error"]))
     if keys is None:
-        keys = [ks.sort_values(BY[by] if by != "traffic" else "bytes", ascending=False)["key"].iloc[0]]
+        col = BY[by] if by != "traffic" else "bytes"
+        keys = [kv.take([_top(ks, col, 1)["key"].iloc[0]])[0]]
     elif isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable):
         keys = [keys]
     keys = list(keys)
-    hot = ks["key"].isin(keys).to_numpy() if not any(isinstance(k, tuple) for k in keys) else \
-        ks["key"].map(lambda k: k in keys).to_numpy()
-    missing = set(map(repr, keys)) - set(map(repr, ks.loc[hot, "key"]))
+    codes = kv.codes_of(keys)
+    hot = np.isin(ks["key"].to_numpy(), codes[codes >= 0])
+    missing = [repr(k) for k, c in zip(keys, codes) if c < 0 or c not in set(ks["key"].to_numpy()[hot])]
     if missing:
         raise AnalysisError(f"operator {lay.operator!r} holds no state for the keys {sorted(missing)}")
     p, m = lay.parallelism, lay.max_parallelism
@@ -258,16 +308,18 @@ def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: st
         }
 
     before = loads(ks)
+    salted = ks[hot]
     pieces = []
-    for row in ks[hot].itertuples(index=False):  # over the few salted keys only
-        subkeys = [salted_key(row.key, i) for i in range(n)]
+    for row, key in zip(salted.itertuples(index=False), kv.take(salted["key"].to_numpy())):  # the few salted keys
+        subkeys = [salted_key(key, i) for i in range(n)]
         kg = assign_key_groups(subkeys, m)
         share_e = np.full(n, row.entries // n) + (np.arange(n) < row.entries % n)
         share_b = np.full(n, row.bytes // n) + (np.arange(n) < row.bytes % n)
         pieces.append(pd.DataFrame({"key": subkeys, "key_group": kg,
                                     "subtask": operator_indices_for_key_groups(m, p, kg),
                                     "entries": share_e, "bytes": share_b}))
-    after = loads(pd.concat([ks[~hot], *pieces], ignore_index=True))
+    removed, added = loads(salted), loads(pd.concat(pieces, ignore_index=True))
+    after = {k: before[k] - removed[k] + added[k] for k in before}
     out = []
     for scenario, ld in (("before", before), ("after", after)):
         out.append(pd.DataFrame({"operator": lay.operator, "scenario": scenario, "parallelism": p,

@@ -47,7 +47,7 @@ def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h",
         raise AnalysisError(f"freq must be a positive duration, found {freq!r}")
     rows = _ttl_rows(df)
     parts = []
-    for (op, st), g in rows.groupby(["operator", "state"], sort=True):
+    for (op, st), g in rows.groupby(["operator", "state"], sort=True, observed=True):
         exp = g["expires_at"]
         size = g["size_bytes"].to_numpy(dtype=np.int64)
         expired = (exp <= t_now).to_numpy()
@@ -80,8 +80,8 @@ def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h",
     expiring = out["status"] == "expiring"
     out["cum_entries"] = 0
     out["cum_bytes"] = 0
-    out.loc[expiring, "cum_entries"] = out[expiring].groupby(["operator", "state"])["entries"].cumsum()
-    out.loc[expiring, "cum_bytes"] = out[expiring].groupby(["operator", "state"])["bytes"].cumsum()
+    out.loc[expiring, "cum_entries"] = out[expiring].groupby(["operator", "state"], observed=True)["entries"].cumsum()
+    out.loc[expiring, "cum_bytes"] = out[expiring].groupby(["operator", "state"], observed=True)["bytes"].cumsum()
     for c in ("window_start", "window_end"):
         out[c] = pd.to_datetime(out[c], utc=True)
     return out[TIMELINE_COLUMNS]
@@ -99,7 +99,7 @@ def expired_not_cleaned(source: Source, now: Any = None, *, operator: str | Iter
     rows = _ttl_rows(df)
     ttl = _ttl_by_state(source, rows)
     out = []
-    for (op, st), g in rows.groupby(["operator", "state"], sort=True):
+    for (op, st), g in rows.groupby(["operator", "state"], sort=True, observed=True):
         expired = (g["expires_at"] <= t_now).to_numpy()
         out.append({
             "operator": op, "state": st, "ttl_ms": ttl.get((op, st)),
@@ -118,7 +118,7 @@ def _ttl_by_state(source: Source, rows: pd.DataFrame) -> dict[tuple[str, str], i
         st = source.states
         return {(r.operator, r.state): (None if pd.isna(r.ttl_ms) else int(r.ttl_ms)) for r in st.itertuples()}
     out = {}
-    for (op, s), g in rows.groupby(["operator", "state"]):
+    for (op, s), g in rows.groupby(["operator", "state"], observed=True):
         d = (g["expires_at"] - g["last_access"]).dropna()
         out[(op, s)] = int(d.iloc[0] / pd.Timedelta(milliseconds=1)) if len(d) else None
     return out
@@ -136,7 +136,7 @@ def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
     ttl = _ttl_by_state(source, df.assign(last_access=df["expires_at"])) if not is_snapshot(source) else \
         _ttl_by_state(source, df)
     out = []
-    for (op, st), g in df.groupby(["operator", "state"], sort=True):
+    for (op, st), g in df.groupby(["operator", "state"], sort=True, observed=True):
         has = g["expires_at"].notna().to_numpy()
         expired = has & (g["expires_at"] <= t_now).to_numpy() if t_now is not None else np.zeros(len(g), bool)
         out.append({"operator": op, "state": st, "kind": g["kind"].iloc[0],
@@ -162,7 +162,7 @@ def unbounded_growth(snapshots: Sequence[Source] | str | Any, *, min_points: int
     h = history(snapshots, keys=False)
     h = h[h["state"].notna()]
     out = []
-    for (op, st), g in h.groupby(["operator", "state"], sort=True):
+    for (op, st), g in h.groupby(["operator", "state"], sort=True, observed=True):
         g = g.sort_values("checkpoint_id")
         e = g["entries"].to_numpy()
         b = g["bytes"].to_numpy()

@@ -1,0 +1,228 @@
+"""The columns analyses work on, with keys as integer codes, loaded once per Snapshot.
+
+Most questions (key groups, rescaling, TTL, hot keys) need only ``operator,
+state, kind, key, key_group, subtask, size_bytes, last_access, expires_at``,
+and need the key only to tell keys apart. So for a Snapshot they are read
+straight from the reader's Arrow pieces, once, and kept on the Snapshot
+(snapshots on disk do not change):
+
+* ``key`` holds integer *codes* (``pyarrow.compute.dictionary_encode``, a C++ hash,
+  instead of one Python object per row); :class:`KeyValues` turns the few codes an
+  answer reports back into keys;
+* ``operator``, ``state``, ``kind`` are Categoricals built from one name per piece;
+* the ``value`` column is never converted to Python (sizes are already computed).
+
+A frame of this kind carries its :class:`KeyValues` in ``DataFrame.attrs["key_values"]``;
+a user's own DataFrame (Python keys) gets the same interface through
+:func:`key_codes`, which factorizes its keys with pandas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: columns the cached frame holds
+CACHED_COLUMNS = frozenset({"operator", "state", "kind", "key", "key_group", "subtask", "size_bytes", "last_access",
+                            "expires_at"})
+_CACHE_ATTR = "_analysis_cache"
+
+
+class KeyValues:
+    """Codes 0..n-1 and the keys they stand for (Arrow arrays, or a NumPy object array)."""
+
+    def __init__(self, segments: Sequence[Any]) -> None:
+        self.segments = list(segments)
+        self.offsets = np.cumsum([0] + [len(s) for s in self.segments])
+
+    @classmethod
+    def from_objects(cls, uniques: np.ndarray) -> "KeyValues":
+        return cls([np.asarray(uniques, dtype=object)])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __deepcopy__(self, memo: dict) -> "KeyValues":
+        # immutable; pandas deep-copies DataFrame.attrs into every derived frame
+        return self
+
+    def __copy__(self) -> "KeyValues":
+        return self
+
+    def take(self, codes: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The keys of ``codes`` as Python objects (only these are materialised)."""
+        codes = np.asarray(codes, dtype=np.int64)
+        out = np.empty(len(codes), dtype=object)
+        for off, seg in zip(self.offsets[:-1], self.segments):
+            sel = (codes >= off) & (codes < off + len(seg))
+            if not sel.any():
+                continue
+            idx = codes[sel] - off
+            if isinstance(seg, np.ndarray):
+                vals = seg[idx]
+            else:
+                vals = seg.take(pa.array(idx)).to_pylist()
+            sub = np.empty(len(vals), dtype=object)
+            sub[:] = vals
+            out[sel] = sub
+        return out
+
+    def codes_of(self, keys: Iterable[Any]) -> np.ndarray:
+        """Codes of ``keys`` (-1 for keys not present)."""
+        keys = list(keys)
+        out = np.full(len(keys), -1, dtype=np.int64)
+        for off, seg in zip(self.offsets[:-1], self.segments):
+            if isinstance(seg, np.ndarray):
+                where = {}
+                for i, v in enumerate(seg):
+                    where.setdefault(_typed(v), i)
+                for j, k in enumerate(keys):
+                    i = where.get(_typed(k))
+                    if i is not None and out[j] < 0:
+                        out[j] = off + i
+                continue
+            todo = [j for j in range(len(keys)) if out[j] < 0]
+            try:
+                probe = pa.array([keys[j] for j in todo], type=seg.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                probe = None
+            if probe is not None:  # hash the few keys asked, scan the dictionary once
+                where = pc.index_in(seg, value_set=probe)
+                hit = np.flatnonzero(where.is_valid().to_numpy(zero_copy_only=False))
+                for code, j in zip(hit, where.filter(where.is_valid()).to_numpy(zero_copy_only=False)):
+                    out[todo[int(j)]] = off + int(code)
+                continue
+            for j in todo:  # keys of mixed types: one at a time
+                try:
+                    f = pc.index(seg, pa.scalar(keys[j], type=seg.type)).as_py()
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):
+                    continue
+                if f >= 0:
+                    out[j] = off + f
+        return out
+
+    def key_groups(self, max_parallelism: int) -> np.ndarray:
+        """The Flink key group of every code's key at ``max_parallelism`` (hashed once per key)."""
+        from ._common import key_groups_of
+
+        parts = [key_groups_of(seg, max_parallelism) for seg in self.segments]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _typed(v: Any) -> Any:
+    try:
+        hash(v)
+    except TypeError:
+        return ("repr", repr(v))
+    return (type(v).__name__, v)
+
+
+def key_codes(df: pd.DataFrame) -> tuple[np.ndarray, KeyValues]:
+    """Integer codes of ``df["key"]`` and the keys they stand for."""
+    kv = df.attrs.get("key_values")
+    if isinstance(kv, KeyValues):
+        return df["key"].to_numpy(dtype=np.int64), kv
+    from ._common import factorize_keys
+
+    codes, uniques = factorize_keys(df["key"])
+    return codes, KeyValues.from_objects(uniques)
+
+
+def cached_frame(snap: Any, operator: str | Iterable[str] | None = None,
+                 state: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """The analysis columns of ``snap`` (see the module doc), filtered by operator and state."""
+    cache = snap.__dict__.setdefault(_CACHE_ATTR, {})
+    if "frame" not in cache:
+        cache["frame"], cache["pieces"] = _load(snap)
+    df, pieces = cache["frame"], cache["pieces"]
+    ops = None if operator is None else ({operator} if isinstance(operator, str) else set(operator))
+    sts = None if state is None else ({state} if isinstance(state, str) else set(state))
+    if ops is None and sts is None:
+        return df
+    keep = [(lo, hi) for (op, st, lo, hi) in pieces if (ops is None or op in ops) and (sts is None or st in sts)]
+    if len(keep) == len(pieces):
+        return df
+    idx = np.concatenate([np.arange(lo, hi) for lo, hi in keep]) if keep else np.zeros(0, dtype=np.int64)
+    out = df.iloc[idx].reset_index(drop=True)
+    out.attrs["key_values"] = df.attrs["key_values"]
+    return out
+
+
+def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]]]:
+    from ..readers.base import KeyedStateQuery
+
+    pieces = [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS))))
+              if p.num_rows]
+    names: dict[str, list[Any]] = {"operator": [], "state": [], "kind": []}
+    spans = []
+    lo = 0
+    for p in pieces:
+        for c in names:
+            col = p.column(c)
+            names[c].append(col[0].as_py() if len(col) else None)
+        spans.append((names["operator"][-1], names["state"][-1], lo, lo + p.num_rows))
+        lo += p.num_rows
+    lengths = [p.num_rows for p in pieces]
+    numeric = ["key_group", "subtask", "size_bytes", "last_access", "expires_at"]
+    if pieces:
+        table = pa.concat_tables([p.select(numeric) for p in pieces], promote_options="permissive")
+        df = table.to_pandas(split_blocks=True)
+    else:
+        df = pd.DataFrame({c: pd.Series(dtype=np.int64) for c in numeric})
+    for i, c in enumerate(("operator", "state", "kind")):
+        per_piece = _constant_per_piece(pieces, c, names[c])
+        if per_piece:
+            cats, codes = np.unique(np.array(names[c], dtype=object), return_inverse=True) if names[c] else ([], [])
+            df.insert(i, c, pd.Categorical.from_codes(np.repeat(np.asarray(codes, dtype=np.int32), lengths),
+                                                      categories=list(cats)))
+        else:  # a reader whose pieces mix names: convert row by row
+            df.insert(i, c, pd.Categorical(pa.chunked_array([p.column(c) for p in pieces]).to_pandas()))
+    codes, values = _encode_keys([p.column("key") for p in pieces])
+    df.insert(3, "key", codes)
+    df.attrs["key_values"] = values
+    return df, spans
+
+
+def _constant_per_piece(pieces: list[pa.Table], column: str, firsts: list[Any]) -> bool:
+    for p, v in zip(pieces, firsts):
+        col = p.column(column)
+        if col.null_count or not pc.all(pc.equal(col, pa.scalar(v, col.type))).as_py():
+            return False
+    return True
+
+
+def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]:
+    """Codes for keys of every piece: one Arrow dictionary per key type, codes offset between types."""
+    by_type: dict[str, list[int]] = {}
+    for i, c in enumerate(columns):
+        by_type.setdefault(str(c.type), []).append(i)
+    out = [None] * len(columns)
+    segments: list[Any] = []
+    offset = 0
+    for _, idx in by_type.items():
+        chunks = [ch for i in idx for ch in columns[i].chunks]
+        try:
+            enc = pc.dictionary_encode(pa.chunked_array(chunks, type=columns[idx[0]].type))
+            dictionary = enc.chunk(0).dictionary if enc.num_chunks else pa.array([], type=columns[idx[0]].type)
+            codes_all = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+                                        for c in enc.chunks]) if enc.num_chunks else np.zeros(0, np.int64)
+            seg: Any = dictionary
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            from ._common import factorize_keys
+
+            values = pd.Series(pa.chunked_array(chunks).to_pylist(), dtype=object)
+            values = values.map(lambda v: tuple(v) if isinstance(v, list) else v)
+            codes_all, seg = factorize_keys(values)
+        pos = 0
+        for i in idx:
+            n = len(columns[i])
+            out[i] = codes_all[pos: pos + n] + offset
+            pos += n
+        segments.append(seg)
+        offset += len(seg)
+    codes = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    return codes, KeyValues(segments)
