@@ -1,0 +1,487 @@
+"""Spark Structured Streaming checkpoints, read through Spark's own state data source.
+
+A streaming checkpoint directory holds ``metadata`` (the query id),
+``offsets/<batch>`` (what each micro-batch read, with the batch's timestamp,
+watermark and the SQL settings frozen at the first batch), ``commits/<batch>``
+(batches that finished) and ``state/<operator>/<partition>/`` (the state
+stores). This reader does not decode RocksDB files itself: it asks Spark
+(``format("state-metadata")`` and ``format("statestore")``) and maps the
+answer onto the explorer's contract:
+
+=======================  ===================================================
+contract                 Spark
+=======================  ===================================================
+operator                 the stateful operator (``transformWithStateInPySparkExec``,
+                         ``stateStoreSave`` ...), suffixed ``-<id>`` if two share a name
+state                    the state variable (``transformWithState``) or the
+                         state store name (``default`` for aggregations)
+key_group                the state store partition (``partition_id``)
+subtask                  the same partition id: Spark has no separate subtask,
+                         each shuffle partition is one task and one store
+max_parallelism          ``spark.sql.shuffle.partitions`` of the checkpoint
+                         (frozen at its first batch)
+checkpoint_id            the micro-batch id (``batch_id=`` reads an older one)
+expires_at               ``ttlExpirationMs`` of TTL-enabled state variables
+value of a timer         its ``expiration_timestamp_ms`` (``readRegisteredTimers``)
+size_bytes               an estimate: the bytes of the key's and value's fields
+=======================  ===================================================
+
+Gaps of Spark's state reader in PySpark 4.3, worked around here:
+
+* an unflattened MapState cannot go to pandas through Arrow (its map keys are
+  structs): collections are always read flattened, and through ``toArrow()``;
+* internal column families (``$ttl_*``, ``$procTimers_*``, ``$eventTimers_*``)
+  cannot be read by name: timers are read with ``readRegisteredTimers``, TTL from
+  the values' ``ttlExpirationMs``;
+* the change feed of registered timers throws inside Spark: :meth:`changes`
+  refuses it with a message (compare two batches' timers instead);
+* ``snapshotStartBatchId`` works only for batches whose snapshot (``<v>.zip``)
+  exists: :meth:`snapshot_batches` lists them and other ids are refused clearly.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
+from .base import (
+    OPERATOR_COLUMNS,
+    STATE_COLUMNS,
+    SUBTASK_COLUMNS,
+    TIMESTAMP,
+    KeyedStateQuery,
+    SnapshotInfo,
+    SnapshotReader,
+    make_piece,
+)
+
+__all__ = ["SparkCheckpointReader"]
+
+_KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map"}
+_TIMER_PREFIXES = ("$eventTimers", "$procTimers")
+
+
+def _batch_ids(directory: Path) -> list[int]:
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:400]
+
+
+class SparkCheckpointReader(SnapshotReader):
+    """One micro-batch of a Spark Structured Streaming checkpoint (the latest committed by default)."""
+
+    format_name = "spark-checkpoint"
+
+    def __init__(self, path: str | Path, batch_id: int | None = None, spark=None) -> None:
+        super().__init__(path)
+        if not self.detect(self.path):
+            raise SnapshotNotFoundError(
+                f"{self.path} is not a Spark Structured Streaming checkpoint: expected a 'metadata' file and "
+                "'offsets/' and 'commits/' folders"
+            )
+        self._spark = spark
+        self.committed = _batch_ids(self.path / "commits")
+        if not self.committed:
+            raise SnapshotFormatError(f"{self.path}: the checkpoint has no committed micro-batch (commits/ is empty)")
+        if batch_id is None:
+            batch_id = self.committed[-1]
+        elif batch_id not in self.committed:
+            raise SnapshotFormatError(
+                f"{self.path}: batch {batch_id} is not committed; committed batches are "
+                f"{self.committed[0]}..{self.committed[-1]}"
+            )
+        self.batch_id = int(batch_id)
+
+    # --- cheap metadata (files only) ------------------------------------------------------
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        path = Path(path)
+        return (path / "metadata").is_file() and (path / "offsets").is_dir() and (path / "commits").is_dir()
+
+    @cached_property
+    def _offset_metadata(self) -> dict[str, Any]:
+        f = self.path / "offsets" / str(self.batch_id)
+        try:
+            lines = f.read_text().splitlines()
+        except OSError as exc:
+            raise SnapshotFormatError(f"{f}: cannot read the offset log of batch {self.batch_id}") from exc
+        if not lines or not lines[0].startswith("v"):
+            raise SnapshotFormatError(f"{f}: expected an offset log starting with a version line like 'v1'")
+        if lines[0] not in ("v1", "v2"):
+            raise SnapshotFormatError(f"{f}: unknown offset log version {lines[0]!r} (known: v1, v2)")
+        try:
+            return json.loads(lines[1])
+        except (IndexError, json.JSONDecodeError) as exc:
+            raise SnapshotFormatError(f"{f}: the offset log's metadata line is not JSON") from exc
+
+    @property
+    def sql_conf(self) -> dict[str, str]:
+        """The SQL settings the checkpoint froze at its first batch."""
+        return dict(self._offset_metadata.get("conf", {}))
+
+    @property
+    def num_partitions(self) -> int:
+        """``spark.sql.shuffle.partitions`` of this checkpoint: Spark's maximum parallelism."""
+        return int(self.sql_conf.get("spark.sql.shuffle.partitions", 200))
+
+    def checkpoint_ids(self) -> list[int]:
+        """Committed micro-batch ids, oldest first."""
+        return list(self.committed)
+
+    def at_batch(self, batch_id: int) -> "SparkCheckpointReader":
+        """The same checkpoint as of another committed micro-batch."""
+        return SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark)
+
+    def info(self) -> SnapshotInfo:
+        meta = self._offset_metadata
+        try:
+            query_id = json.loads((self.path / "metadata").read_text()).get("id")
+        except (OSError, json.JSONDecodeError):
+            query_id = None
+        ts = meta.get("batchTimestampMs")
+        return SnapshotInfo(
+            path=self.path,
+            format=self.format_name,
+            kind="checkpoint",
+            checkpoint_id=self.batch_id,
+            created_at=None if ts is None else pd.Timestamp(int(ts), unit="ms", tz="UTC"),
+            job_id=query_id,
+            extra={
+                "watermark_ms": meta.get("batchWatermarkMs"),
+                "shuffle_partitions": self.num_partitions,
+                "committed_batches": list(self.committed),
+                "state_store_provider": self.sql_conf.get("spark.sql.streaming.stateStore.providerClass"),
+            },
+        )
+
+    def snapshot_batches(self, operator_id: int = 0, partition: int = 0) -> list[int]:
+        """Batches whose full snapshot (``<batch + 1>.zip``) exists for one store partition."""
+        d = self.path / "state" / str(operator_id) / str(partition)
+        out = []
+        if d.is_dir():
+            for f in d.glob("*.zip"):
+                v = f.name.split(".")[0].split("_")[0]
+                if v.isdigit():
+                    out.append(int(v) - 1)
+        return sorted(out)
+
+    # --- Spark ----------------------------------------------------------------------------
+    @property
+    def spark(self):
+        if self._spark is None:
+            from ..spark.session import get_spark
+
+            self._spark = get_spark()
+        return self._spark
+
+    @cached_property
+    def _metadata_rows(self) -> list[dict[str, Any]]:
+        if not (self.path / "state").is_dir():
+            return []
+        try:
+            rows = self.spark.read.format("state-metadata").load(str(self.path)).collect()
+        except Exception as exc:  # pyspark raises many types; name the path and the cause
+            raise ReaderError(f"{self.path}: Spark's state-metadata source could not read it: {_short(exc)}") from exc
+        return [r.asDict() for r in rows]
+
+    @cached_property
+    def _operators(self) -> list[dict[str, Any]]:
+        """One dict per stateful operator: id, name, partitions, stores, state variables."""
+        by_id: dict[int, dict[str, Any]] = {}
+        for r in self._metadata_rows:
+            op = by_id.setdefault(int(r["operatorId"]), {
+                "operator_id": int(r["operatorId"]),
+                "spark_operator": r["operatorName"],
+                "num_partitions": int(r["numPartitions"]),
+                "min_batch_id": r["minBatchId"],
+                "max_batch_id": r["maxBatchId"],
+                "stores": [],
+                "variables": [],
+                "time_mode": None,
+            })
+            op["stores"].append(r["stateStoreName"])
+            props = r.get("operatorProperties")
+            if props:
+                try:
+                    p = json.loads(props)
+                except json.JSONDecodeError:
+                    p = {}
+                op["time_mode"] = p.get("timeMode", op["time_mode"])
+                for v in p.get("stateVariables", []):
+                    op["variables"].append(v)
+        names = [o["spark_operator"] for o in by_id.values()]
+        for o in by_id.values():
+            n = o["spark_operator"]
+            o["operator"] = n if names.count(n) == 1 else f"{n}-{o['operator_id']}"
+        return [by_id[k] for k in sorted(by_id)]
+
+    def _states_of(self, op: dict[str, Any]) -> list[dict[str, Any]]:
+        """(state, kind, how to read it) for one operator."""
+        out = []
+        if op["variables"]:  # transformWithState
+            for v in op["variables"]:
+                name, vtype = v["stateName"], v["stateVariableType"]
+                if vtype == "TimerState" or name.startswith(_TIMER_PREFIXES):
+                    kind = "processing_timer" if name.startswith("$procTimers") else "event_timer"
+                    out.append({"state": name, "kind": kind, "ttl": False, "options": {"readRegisteredTimers": "true"}})
+                elif name.startswith("$"):
+                    continue  # other internal column families cannot be read by name
+                else:
+                    out.append({"state": name, "kind": _KINDS.get(vtype, "value"), "ttl": bool(v.get("ttlEnabled")),
+                                "options": {"stateVarName": name}})
+        else:  # built-in operators: one state per store
+            for store in op["stores"]:
+                out.append({"state": store, "kind": "value", "ttl": False, "options": {"storeName": store}})
+        return out
+
+    def operators(self) -> pd.DataFrame:
+        rows = [{
+            "operator": o["operator"], "operator_id": o["operator_id"], "uid": str(o["operator_id"]),
+            "parallelism": o["num_partitions"], "max_parallelism": o["num_partitions"],
+            "spark_operator": o["spark_operator"], "time_mode": o["time_mode"],
+            "min_batch_id": o["min_batch_id"], "max_batch_id": o["max_batch_id"],
+        } for o in self._operators]
+        return pd.DataFrame(rows, columns=list(OPERATOR_COLUMNS) + ["spark_operator", "time_mode", "min_batch_id",
+                                                                     "max_batch_id"])
+
+    def states(self) -> pd.DataFrame:
+        rows = []
+        for o in self._operators:
+            for s in self._states_of(o):
+                rows.append({
+                    "operator": o["operator"], "state": s["state"], "kind": s["kind"],
+                    "key_type": None, "value_type": None, "ttl_ms": None,
+                    "update_type": "ON_CREATE_AND_WRITE" if s["ttl"] else None,
+                    "visibility": "NEVER_RETURN_EXPIRED" if s["ttl"] else None,
+                    "ttl_enabled": s["ttl"],
+                })
+        return pd.DataFrame(rows, columns=list(STATE_COLUMNS) + ["ttl_enabled"])
+
+    def subtasks(self) -> pd.DataFrame:
+        rows = [{"operator": o["operator"], "subtask": p, "key_group_start": p, "key_group_end": p}
+                for o in self._operators for p in range(o["num_partitions"])]
+        return pd.DataFrame(rows, columns=list(SUBTASK_COLUMNS))
+
+    # --- keyed state ----------------------------------------------------------------------
+    def _frame(self, op: dict[str, Any], options: dict[str, str], extra: dict[str, Any] | None = None):
+        r = self.spark.read.format("statestore").option("path", str(self.path)).option("operatorId", op["operator_id"])
+        if not (extra and "readChangeFeed" in extra):  # Spark refuses batchId together with the change feed
+            r = r.option("batchId", self.batch_id)
+        for k, v in {**options, **(extra or {})}.items():
+            r = r.option(k, v)
+        return r.load()
+
+    def _read(self, op, st, query: KeyedStateQuery, extra=None) -> pa.Table:
+        from pyspark.sql import functions as F
+
+        where = f"state {st['state']!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
+        try:
+            df = self._frame(op, st["options"], extra)
+            if query.key_groups is not None:
+                df = df.where(F.col("partition_id").isin([int(k) for k in query.key_groups]))
+            if query.keys is not None:
+                key_fields = df.schema["key"].dataType.names
+                if len(key_fields) == 1:
+                    df = df.where(F.col("key." + key_fields[0]).isin(list(query.keys)))
+            return df.toArrow()
+        except ReaderError:
+            raise
+        except Exception as exc:
+            raise ReaderError(f"reading {where} through Spark's state data source failed: {_short(exc)}") from exc
+
+    def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
+        for op in self._operators:
+            if not query.wants_operator(op["operator"]):
+                continue
+            for st in self._states_of(op):
+                if not query.wants_state(st["state"]):
+                    continue
+                table = self._read(op, st, query)
+                yield self._to_contract(op, st, table, query)
+
+    def _to_contract(self, op, st, t: pa.Table, query: KeyedStateQuery) -> pa.Table:
+        kind = st["kind"]
+        key_col = t.column("key").combine_chunks()
+        key = _unwrap(key_col)
+        part = t.column("partition_id").combine_chunks().cast(pa.int32())
+        user_key = None
+        expires = None
+        if kind in ("event_timer", "processing_timer"):
+            value = t.column("expiration_timestamp_ms").combine_chunks()
+            size = _row_bytes(key_col) + 8
+        elif kind == "map":
+            uk = t.column("user_map_key").combine_chunks()
+            user_key = _unwrap(uk)
+            value, expires, vraw = _value_and_ttl(t.column("user_map_value").combine_chunks())
+            size = _row_bytes(key_col) + _row_bytes(uk) + _row_bytes(vraw)
+        elif kind == "list":
+            value, expires, vraw = _value_and_ttl(t.column("list_element").combine_chunks())
+            user_key = pa.array(_run_index(key_col), pa.int64())
+            size = _row_bytes(key_col) + _row_bytes(vraw)
+        else:
+            value, expires, vraw = _value_and_ttl(t.column("value").combine_chunks())
+            size = _row_bytes(key_col) + _row_bytes(vraw)
+        data = {
+            "operator": op["operator"],
+            "state": st["state"],
+            "kind": kind,
+            "key": key,
+            "key_group": part,
+            "subtask": part,
+            "user_key": user_key,
+            "value": value,
+            "expires_at": None if expires is None else expires.cast(pa.int64()).cast(TIMESTAMP),
+            "size_bytes": pa.array(size, pa.int64()),
+        }
+        if len(key) == 0:
+            data["operator"] = pa.array([], pa.string())  # make_piece needs one array to size the piece
+        return make_piece(data, query.columns)
+
+    # --- history ---------------------------------------------------------------------------
+    def changes(self, state: str, start_batch_id: int, end_batch_id: int | None = None,
+                operator: str | None = None) -> pd.DataFrame:
+        """What changed in ``state`` between two batches (Spark's change feed): one row per change.
+
+        Columns: ``batch_id, change_type, key, key_group, user_key, value, expires_at``.
+        Needs changelog checkpointing (on in :func:`explorer.spark.get_spark`).
+        """
+        op, st = self._find(state, operator)
+        if st["kind"] in ("event_timer", "processing_timer"):
+            raise ReaderError(
+                f"{self.path}: the change feed of registered timers ({state!r}) cannot be read with PySpark 4.3 "
+                "(Spark's reader throws a ClassCastException); compare the timers of two batches instead: "
+                "reader.at_batch(a) and reader.at_batch(b)"
+            )
+        end = self.batch_id if end_batch_id is None else int(end_batch_id)
+        extra = {"readChangeFeed": "true", "changeStartBatchId": int(start_batch_id), "changeEndBatchId": end}
+        opts = {k: v for k, v in st["options"].items()}
+        where = f"the change feed of {state!r} ({start_batch_id}..{end}) in {self.path}"
+        try:
+            df = self._frame(op, opts, extra)
+            t = df.toArrow()
+        except Exception as exc:
+            hint = ""
+            if "changelog" in str(exc).lower():
+                hint = " (the change feed needs changelog checkpointing, which was off for this query)"
+            raise ReaderError(f"reading {where} failed: {_short(exc)}{hint}") from exc
+        out = {"batch_id": t.column("batch_id").to_numpy(), "change_type": t.column("change_type").to_pylist(),
+               "key": _unwrap(t.column("key").combine_chunks()).to_pylist(),
+               "key_group": t.column("partition_id").to_numpy()}
+        vcol = {"map": "user_map_value", "list": "list_element"}.get(st["kind"], "value")
+        value, expires, _ = _value_and_ttl(t.column(vcol).combine_chunks())
+        out["user_key"] = (_unwrap(t.column("user_map_key").combine_chunks()).to_pylist()
+                           if st["kind"] == "map" else [None] * t.num_rows)
+        out["value"] = value.to_pylist()
+        out["expires_at"] = (pd.to_datetime(expires.to_numpy(zero_copy_only=False), unit="ms", utc=True)
+                             if expires is not None else pd.NaT)
+        return pd.DataFrame(out).sort_values(["batch_id", "key_group"], kind="stable").reset_index(drop=True)
+
+    def read_snapshot(self, state: str, snapshot_start_batch_id: int, partition: int,
+                      operator: str | None = None) -> pa.Table:
+        """One partition of ``state`` rebuilt from the snapshot of ``snapshot_start_batch_id`` plus changelogs."""
+        op, st = self._find(state, operator)
+        have = self.snapshot_batches(op["operator_id"], partition)
+        if snapshot_start_batch_id not in have:
+            raise ReaderError(
+                f"{self.path}: partition {partition} of operator {op['operator']!r} has no snapshot for batch "
+                f"{snapshot_start_batch_id} (Spark's snapshotStartBatchId needs a '<batch + 1>.zip'); snapshots "
+                f"exist for batches {have or 'none'}"
+            )
+        extra = {"snapshotStartBatchId": int(snapshot_start_batch_id), "snapshotPartitionId": int(partition)}
+        t = self._read(op, st, KeyedStateQuery(), extra)
+        return self._to_contract(op, st, t, KeyedStateQuery())
+
+    def _find(self, state: str, operator: str | None):
+        if state.startswith("$ttl") or (state.startswith("$") and not state.startswith(_TIMER_PREFIXES)):
+            raise ReaderError(
+                f"{self.path}: {state!r} is an internal column family of transformWithState, which Spark's "
+                "state reader cannot read by name; TTL expirations are in the 'expires_at' column of the state "
+                "itself, timers are read as states '$eventTimers_keyToTimestamp' / '$procTimers_keyToTimestamp'"
+            )
+        for op in self._operators:
+            if operator is not None and op["operator"] != operator:
+                continue
+            for st in self._states_of(op):
+                if st["state"] == state:
+                    return op, st
+        known = [(o["operator"], s["state"]) for o in self._operators for s in self._states_of(o)]
+        raise ReaderError(f"{self.path}: no state {state!r}" + (f" in operator {operator!r}" if operator else "")
+                          + f"; the checkpoint has {known}")
+
+    def estimated_rows(self, query: KeyedStateQuery) -> int | None:
+        return None
+
+
+# --- Arrow helpers -------------------------------------------------------------------------
+def _unwrap(arr: pa.Array) -> pa.Array:
+    """A one-field struct (how Spark wraps keys and values) as its field; others unchanged."""
+    if pa.types.is_struct(arr.type) and arr.type.num_fields == 1:
+        child = arr.field(0)
+        if arr.null_count:
+            child = pc.if_else(arr.is_valid(), child, pa.nulls(len(arr), child.type))
+        return child
+    return arr
+
+
+def _value_and_ttl(arr: pa.Array) -> tuple[pa.Array, pa.Array | None, pa.Array]:
+    """(value, expiry ms or None, the raw stored value) of a state value column."""
+    if pa.types.is_struct(arr.type) and arr.type.get_field_index("ttlExpirationMs") >= 0:
+        raw = arr.field(arr.type.get_field_index("value"))
+        expires = arr.field(arr.type.get_field_index("ttlExpirationMs"))
+        return _unwrap(raw), expires, raw
+    return _unwrap(arr), None, arr
+
+
+def _row_bytes(arr: pa.Array) -> np.ndarray:
+    """Bytes of each row's fields (strings by length, numbers by width): a size estimate."""
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_struct(t):
+        total = np.zeros(n, np.int64)
+        for i in range(t.num_fields):
+            total += _row_bytes(arr.field(i))
+        return total
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        return np.asarray(pc.binary_length(arr).fill_null(0), dtype=np.int64)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        flat = arr.flatten() if not pa.types.is_map(t) else pa.StructArray.from_arrays(
+            [arr.keys, arr.items], ["k", "v"])
+        sizes = _row_bytes(flat)
+        offsets = np.asarray(arr.offsets)
+        csum = np.concatenate([[0], np.cumsum(sizes)])
+        return (csum[offsets[1:]] - csum[offsets[:-1]]).astype(np.int64) + 4
+    if pa.types.is_null(t):
+        return np.zeros(n, np.int64)
+    try:
+        return np.full(n, max(1, t.bit_width // 8), np.int64)
+    except ValueError:
+        return np.zeros(n, np.int64)
+
+
+def _run_index(key: pa.Array) -> np.ndarray:
+    """Position of each row within its run of equal keys (list element index)."""
+    vals = key.to_pylist()
+    out = np.zeros(len(vals), np.int64)
+    prev = object()
+    i = 0
+    for j, v in enumerate(vals):
+        if v != prev:
+            i = 0
+            prev = v
+        out[j] = i
+        i += 1
+    return out

@@ -1,0 +1,623 @@
+"""Run an engine :class:`~explorer.engine.KeyedProcessFunction` on Spark Structured Streaming.
+
+The same class that runs on our engine runs on Spark, unchanged::
+
+    from explorer.spark import run_on_spark
+    run = run_on_spark(CountPerUrl(), "in/", key="url", output_schema="url string, n long",
+                       checkpoint_dir="ckpt/")
+    run.output()            # pandas DataFrame of everything the function emitted
+    explorer.open("ckpt/")  # its state, read back through Spark's state data source
+
+How the engine's API maps onto Spark's ``transformWithState`` (arbitrary state API v2):
+
+======================================  ===============================================
+engine                                  Spark
+======================================  ===============================================
+``key_by("url")``                       ``groupBy("url")``
+``open(ctx)`` / ``ctx.get_state(d)``    ``StatefulProcessor.init(handle)`` / a state
+                                        variable per descriptor (:mod:`.statemap`)
+``process_element(value, ctx, out)``    ``handleInputRows(key, rows, timerValues)``,
+                                        once per record of the key
+``on_timer(ts, ctx, out)``              ``handleExpiredTimer``
+``register_event_time_timer``           ``registerTimer`` with ``time_mode="event"``
+``register_processing_time_timer``      ``registerTimer`` with ``time_mode="processing"``
+``current_watermark()``                 ``timerValues.getCurrentWatermarkInMs()``
+``current_processing_time()``           ``timerValues.getCurrentProcessingTimeInMs()``
+                                        (the micro-batch timestamp)
+``StateTtlConfig(ttl)``                 ``ttlDurationMs`` (see :mod:`.statemap` for the
+                                        update-type and visibility differences)
+``out.collect(x)``                      output rows of ``output_schema``
+======================================  ===============================================
+
+Spark keeps one time domain per query (``timeMode``), so a function that uses
+both event-time and processing-time timers cannot run here; registering a
+timer of the other domain raises :class:`~explorer.errors.JobError`. Side
+outputs and broadcast state have no counterpart in ``transformWithState`` and
+raise too.
+
+Two Spark operators can carry the function: the row-based
+``transformWithState`` (PySpark 4.1+, ``variant="row"``, the default and the
+faster one) and ``transformWithStateInPandas`` (``variant="pandas"``). Either
+way the adapter reads each key's state once per micro-batch and writes it once
+(:mod:`.statemap`), which is where most of the speed comes from.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime as _dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import pandas as pd
+
+from ..engine.functions import Collector, KeyedProcessFunction
+from ..errors import JobError
+from .statemap import StateBinding
+
+__all__ = ["SparkRun", "keyed_process", "run_on_spark", "write_input"]
+
+#: the timestamp column added for watermarks when the event time is given as epoch milliseconds
+EVENT_TIME_COLUMN = "__event_time"
+
+TIME_MODES = {"none": "None", "processing": "ProcessingTime", "event": "EventTime"}
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def _to_ms(ts: Any) -> int | None:
+    if ts is None:
+        return None
+    if isinstance(ts, _dt.datetime):
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=_dt.timezone.utc)
+        d = ts - _EPOCH
+        return (d.days * 86_400_000) + (d.seconds * 1000) + (d.microseconds // 1000)
+    if isinstance(ts, pd.Timestamp):
+        return int(ts.value // 1_000_000)
+    return int(ts)
+
+
+# --- what the function sees ------------------------------------------------------------------
+class _TimerService:
+    """``ctx.timer_service()`` on Spark: one time domain, timers written when the key is done."""
+
+    __slots__ = ("_handle", "_mode", "_pending", "_tv")
+
+    def __init__(self, handle, mode: str) -> None:
+        self._handle = handle
+        self._mode = mode
+        self._pending: dict[int, bool] = {}
+        self._tv = None
+
+    def _check(self, domain: str) -> None:
+        if self._mode != domain:
+            other = "event" if domain == "processing" else "processing"
+            raise JobError(
+                f"the function registers a {domain}-time timer but the Spark query runs with "
+                f"time_mode={self._mode!r}; Spark keeps one time domain per query: run it with "
+                f"time_mode={domain!r}" + (f" (and no {other}-time timers)" if self._mode != "none" else "")
+            )
+
+    def current_processing_time(self) -> int:
+        t = -1 if self._tv is None else self._tv.getCurrentProcessingTimeInMs()
+        return t if t >= 0 else int(time.time() * 1000)
+
+    def current_watermark(self) -> int:
+        w = -1 if self._tv is None else self._tv.getCurrentWatermarkInMs()
+        return w if w >= 0 else -(2**63)
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self._check("event")
+        self._pending[int(timestamp)] = True
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._check("processing")
+        self._pending[int(timestamp)] = True
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self._check("event")
+        self._pending[int(timestamp)] = False
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self._check("processing")
+        self._pending[int(timestamp)] = False
+
+    def flush(self) -> None:
+        if self._pending:
+            h = self._handle
+            for ts, register in self._pending.items():
+                if register:
+                    h.registerTimer(ts)
+                else:
+                    h.deleteTimer(ts)
+            self._pending = {}
+
+
+class _ProcessContext:
+    """The ``ctx`` of ``process_element`` / ``on_timer`` on Spark."""
+
+    __slots__ = ("_key", "_timestamp", "_domain", "_timers")
+
+    def __init__(self, timers: _TimerService) -> None:
+        self._key = None
+        self._timestamp: int | None = None
+        self._domain: str | None = None
+        self._timers = timers
+
+    def timestamp(self) -> int | None:
+        return self._timestamp
+
+    def timer_service(self) -> _TimerService:
+        return self._timers
+
+    def get_current_key(self) -> Any:
+        return self._key
+
+    def time_domain(self) -> str | None:
+        return self._domain
+
+    def output(self, tag: str, value: Any) -> None:
+        raise JobError(f"side output {tag!r}: side outputs have no counterpart in Spark's transformWithState; "
+                       "emit a tagged row with out.collect() instead")
+
+    def get_broadcast_state(self, descriptor) -> Any:
+        raise JobError(f"broadcast state {descriptor.name!r} has no counterpart in Spark's transformWithState; "
+                       "join the rules as a static DataFrame, or run this function on the engine")
+
+
+class _RuntimeContext:
+    """What ``open(ctx)`` receives on Spark."""
+
+    def __init__(self, binding: StateBinding, name: str, num_partitions: int) -> None:
+        self._binding = binding
+        self._name = name
+        self._num_partitions = num_partitions
+
+    @property
+    def task_name(self) -> str:
+        return self._name
+
+    @property
+    def index_of_this_subtask(self) -> int:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        return -1 if tc is None else tc.partitionId()
+
+    @property
+    def number_of_parallel_subtasks(self) -> int:
+        return self._num_partitions
+
+    max_number_of_parallel_subtasks = number_of_parallel_subtasks
+
+    def get_state(self, descriptor):
+        return self._binding.get_state(descriptor)
+
+    get_list_state = get_state
+    get_map_state = get_state
+    get_reducing_state = get_state
+    get_aggregating_state = get_state
+
+    def get_operator_list_state(self, descriptor):
+        raise JobError(f"operator state {descriptor.name!r} has no counterpart in Spark's transformWithState")
+
+    get_union_list_state = get_operator_list_state
+    get_broadcast_state = get_operator_list_state
+
+
+# --- outputs -----------------------------------------------------------------------------------
+def _plain(v: Any) -> Any:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, tuple) and not hasattr(v, "_fields"):
+        return tuple(_plain(x) for x in v)
+    return v
+
+
+def _output_tuple(names: Sequence[str]) -> Callable[[Any], tuple]:
+    n = len(names)
+
+    def convert(v: Any) -> tuple:
+        if isinstance(v, tuple):
+            if len(v) != n:
+                raise JobError(f"the function emitted {v!r:.80} ({len(v)} fields) but output_schema has {n}: {list(names)}")
+            return tuple(_plain(x) for x in v)
+        if isinstance(v, dict):
+            return tuple(_plain(v.get(k)) for k in names)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return tuple(_plain(getattr(v, k)) for k in names)
+        if n == 1:
+            return (_plain(v),)
+        raise JobError(f"cannot turn the emitted {type(v).__name__} {v!r:.80} into a row of {list(names)}")
+
+    return convert
+
+
+# --- the Spark stateful processors --------------------------------------------------------------
+def _processor_base():
+    from pyspark.sql.streaming import StatefulProcessor
+
+    return StatefulProcessor
+
+
+class _FunctionProcessorMixin:
+    """Shared by the row and pandas processors: runs one engine function per Spark task."""
+
+    def __init__(self, function: KeyedProcessFunction, *, time_mode: str, key_columns: Sequence[str],
+                 input_columns: Sequence[str], output_columns: Sequence[str], record: Any,
+                 event_time_column: str | None, num_partitions: int, name: str) -> None:
+        self._template = function
+        self._time_mode = time_mode
+        self._single_key = len(key_columns) == 1
+        self._input_columns = list(input_columns)
+        self._output_columns = list(output_columns)
+        self._record = record
+        self._event_idx = None if event_time_column is None else self._input_columns.index(event_time_column)
+        self._num_partitions = num_partitions
+        self._name = name
+
+    def init(self, handle) -> None:
+        self.fn = copy.deepcopy(self._template)
+        self.binding = StateBinding(handle, ttl_allowed=self._time_mode != "none")
+        self.timers = _TimerService(handle, self._time_mode)
+        self.ctx = _ProcessContext(self.timers)
+        self.out = Collector()
+        self.to_tuple = _output_tuple(self._output_columns)
+        self.make_record = _record_maker(self._record, self._input_columns)
+        self.fn.open(_RuntimeContext(self.binding, self._name, self._num_partitions))
+
+    def _key_of(self, key: Any) -> Any:
+        if self._single_key:
+            k = key[0]
+            return k.item() if hasattr(k, "item") else k
+        return tuple(k.item() if hasattr(k, "item") else k for k in key)
+
+    def _run_records(self, key, records: Iterator[Any], timer_values) -> list[tuple]:
+        """Feed one key's records of this micro-batch to process_element; write state once."""
+        ctx, out, b = self.ctx, self.out, self.binding
+        ctx._key = self._key_of(key)
+        ctx._domain = None
+        self.timers._tv = timer_values
+        fn = self.fn.process_element
+        make = self.make_record
+        eidx = self._event_idx
+        b.in_key = True
+        try:
+            if eidx is None:
+                for r in records:
+                    fn(make(r), ctx, out)
+            else:
+                for r in records:
+                    ts = _to_ms(r[eidx])
+                    ctx._timestamp = out._ts = ts
+                    fn(make(r), ctx, out)
+            b.flush()
+            self.timers.flush()
+        finally:
+            b.in_key = False
+        values = out.values
+        if not values:
+            return []
+        out.values, out.timestamps = [], []
+        conv = self.to_tuple
+        return [conv(v) for v in values]
+
+    def _run_timer(self, key, timer_values, expired_info) -> list[tuple]:
+        ctx, out, b = self.ctx, self.out, self.binding
+        ctx._key = self._key_of(key)
+        self.timers._tv = timer_values
+        ts = expired_info.getExpiryTimeInMs()
+        ctx._domain = "event_time" if self._time_mode == "event" else "processing_time"
+        ctx._timestamp = out._ts = ts if self._time_mode == "event" else None
+        b.in_key = True
+        try:
+            self.fn.on_timer(ts, ctx, out)
+            b.flush()
+            self.timers.flush()
+        finally:
+            b.in_key = False
+            ctx._domain = None
+        values, _ = out.drain()
+        conv = self.to_tuple
+        return [conv(v) for v in values]
+
+    def close(self) -> None:
+        fn = getattr(self, "fn", None)
+        if fn is not None:
+            fn.close()
+
+
+def _record_maker(record: Any, columns: Sequence[str]) -> Callable[[Any], Any]:
+    """How one input row (a pyspark Row, or a plain tuple in the pandas variant) becomes a record."""
+    if record is None:
+        from pyspark.sql import Row
+
+        R = Row(*columns)
+        return lambda r: r if isinstance(r, Row) else R(*r)
+    if isinstance(record, type) and dataclasses.is_dataclass(record):
+        names = [f.name for f in dataclasses.fields(record)]
+        if names == list(columns):
+            return lambda r: record(*r)
+        idx = [list(columns).index(n) for n in names]
+        return lambda r: record(*(r[i] for i in idx))
+    if record is dict:
+        cols = list(columns)
+        return lambda r: dict(zip(cols, r))
+    if record is tuple:
+        return tuple
+    if callable(record):
+        return record
+    raise JobError(f"record must be a dataclass, dict, tuple or a callable, found {record!r}")
+
+
+def _make_row_processor(**kw):
+    from pyspark.sql import Row
+
+    base = _processor_base()
+
+    class FunctionProcessor(_FunctionProcessorMixin, base):  # type: ignore[misc, valid-type]
+        """Row-based ``transformWithState`` processor around an engine function."""
+
+        def init(self, handle) -> None:
+            _FunctionProcessorMixin.init(self, handle)
+            self._Row = Row(*self._output_columns)
+
+        def handleInputRows(self, key, rows, timerValues):
+            R = self._Row
+            for t in self._run_records(key, rows, timerValues):
+                yield R(*t)
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            R = self._Row
+            for t in self._run_timer(key, timerValues, expiredTimerInfo):
+                yield R(*t)
+
+        def close(self) -> None:
+            _FunctionProcessorMixin.close(self)
+
+    return FunctionProcessor(**kw)
+
+
+def _make_pandas_processor(**kw):
+    base = _processor_base()
+
+    class FunctionPandasProcessor(_FunctionProcessorMixin, base):  # type: ignore[misc, valid-type]
+        """``transformWithStateInPandas`` processor around an engine function."""
+
+        def handleInputRows(self, key, rows, timerValues):
+            def records():
+                for pdf in rows:
+                    yield from pdf.itertuples(index=False, name=None)
+
+            out = self._run_records(key, records(), timerValues)
+            if out:
+                yield pd.DataFrame.from_records(out, columns=self._output_columns)
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            out = self._run_timer(key, timerValues, expiredTimerInfo)
+            if out:
+                yield pd.DataFrame.from_records(out, columns=self._output_columns)
+
+        def close(self) -> None:
+            _FunctionProcessorMixin.close(self)
+
+    return FunctionPandasProcessor(**kw)
+
+
+def _as_struct(schema):
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return schema
+    from .session import get_spark
+
+    return get_spark()._parse_ddl(schema) if isinstance(schema, str) else StructType.fromJson(schema)
+
+
+def keyed_process(df, function: KeyedProcessFunction, key: str | Sequence[str], output_schema, *,
+                  time_mode: str = "none", variant: str = "row", record: Any = None,
+                  event_time_column: str | None = None, name: str | None = None):
+    """``df.groupBy(key)`` + the engine function as a Spark stateful operator; returns a DataFrame.
+
+    ``record`` says what ``process_element`` receives for each input row: ``None``
+    (a pyspark ``Row``, with attribute access like a dataclass), a dataclass type
+    (built from the columns of the same names), ``dict``, ``tuple`` or a callable
+    taking the row.
+    """
+    if not isinstance(function, KeyedProcessFunction):
+        raise JobError(f"{type(function).__name__} is not a KeyedProcessFunction")
+    if time_mode not in TIME_MODES:
+        raise JobError(f"time_mode must be one of {sorted(TIME_MODES)}, found {time_mode!r}")
+    if variant not in ("row", "pandas"):
+        raise JobError(f"variant must be 'row' (transformWithState) or 'pandas' (transformWithStateInPandas), "
+                       f"found {variant!r}")
+    keys = [key] if isinstance(key, str) else list(key)
+    missing = [k for k in keys + ([event_time_column] if event_time_column else []) if k not in df.columns]
+    if missing:
+        raise JobError(f"columns {missing} are not in the input; it has {df.columns}")
+    schema = _as_struct(output_schema)
+    if time_mode == "event" and event_time_column is None:
+        raise JobError("time_mode='event' needs event_time_column (and a watermark on the input)")
+    num_partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    kw = dict(function=function, time_mode=time_mode, key_columns=keys, input_columns=df.columns, output_columns=schema.names,
+              record=record, event_time_column=event_time_column, num_partitions=num_partitions,
+              name=name or type(function).__name__)
+    grouped = df.groupBy(*keys)
+    if variant == "row":
+        return grouped.transformWithState(_make_row_processor(**kw), schema, "Append", TIME_MODES[time_mode])
+    return grouped.transformWithStateInPandas(_make_pandas_processor(**kw), schema, "Append", TIME_MODES[time_mode])
+
+
+# --- inputs, queries, results -----------------------------------------------------------------
+def write_input(records: Sequence[Any], directory: str | Path, files: int = 4, record_type: Any = None) -> Path:
+    """Write records (dataclasses, dicts or a DataFrame) as ``files`` Parquet files, for a streaming file source.
+
+    Each file becomes (up to) one micro-batch with ``max_files_per_trigger=1``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if isinstance(records, pd.DataFrame):
+        table = pa.Table.from_pandas(records, preserve_index=False)
+    else:
+        records = list(records)
+        if not records:
+            raise JobError("write_input needs at least one record")
+        first = records[0]
+        rtype = record_type or (type(first) if dataclasses.is_dataclass(first) else None)
+        if rtype is not None:
+            from ..format.types import type_info
+
+            info = type_info(rtype)
+            rows = [info.to_arrow(r) for r in records]
+            table = pa.Table.from_pylist(rows, schema=pa.schema(list(info.arrow_type)))
+        else:
+            table = pa.Table.from_pylist(records)
+    files = max(1, min(files, table.num_rows))
+    step = -(-table.num_rows // files)
+    for i in range(files):
+        pq.write_table(table.slice(i * step, step), directory / f"part-{i:05d}.parquet")
+    return directory
+
+
+def _spark_schema_of(path: Path):
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    files = sorted(p for p in path.glob("*.parquet"))
+    if not files:
+        raise JobError(f"no Parquet files in {path}")
+    schema = pq.read_schema(files[0])
+    return StructType([StructField(f.name, from_arrow_type(f.type, prefer_timestamp_ntz=False), True) for f in schema])
+
+
+class _WorkerStartTimeout(Exception):
+    """Spark's Python worker did not connect back in time (a busy machine); the query can be retried."""
+
+
+def _await(query, checkpoint_dir: Path, deadline: float, stop_after_batches: int | None) -> None:
+    while query.isActive:
+        if stop_after_batches is not None and query.lastProgress is not None \
+                and query.lastProgress["batchId"] + 1 >= stop_after_batches:
+            query.stop()
+            break
+        if time.perf_counter() > deadline:
+            query.stop()
+            raise JobError(f"the Spark query on {checkpoint_dir} did not finish in time; it was stopped")
+        try:
+            query.awaitTermination(0.2)
+        except Exception:  # the query failed: its exception() says why
+            break
+    exc = query.exception()
+    if exc is not None:
+        text = str(exc)
+        if "failed to connect back" in text:
+            raise _WorkerStartTimeout(text)
+        raise JobError(f"the Spark query on {checkpoint_dir} failed: {text[:2000]}") from exc
+
+
+@dataclass
+class SparkRun:
+    """A finished (or stopped) streaming query of :func:`run_on_spark`."""
+
+    checkpoint_dir: Path
+    output_dir: Path
+    batches: int
+    input_rows: int
+    seconds: float
+    progress: list[dict] = field(default_factory=list)
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.input_rows / self.seconds if self.seconds > 0 else float("nan")
+
+    def output(self) -> pd.DataFrame:
+        """Everything the function emitted, as pandas (read from the query's Parquet sink)."""
+        import pyarrow.dataset as ds
+
+        files = list(self.output_dir.glob("*.parquet"))
+        if not files:
+            return pd.DataFrame()
+        return ds.dataset([str(f) for f in sorted(files)], format="parquet").to_table().to_pandas()
+
+
+def run_on_spark(function: KeyedProcessFunction, source: str | Path | Sequence[Any], key: str | Sequence[str],
+                 output_schema, checkpoint_dir: str | Path, *, output_dir: str | Path | None = None,
+                 time_mode: str = "none", variant: str = "row", record: Any = None,
+                 event_time_column: str | None = None, watermark_delay: str = "0 seconds",
+                 max_files_per_trigger: int | None = 1, spark=None, timeout_s: float = 900,
+                 stop_after_batches: int | None = None) -> SparkRun:
+    """Run ``function`` as a Spark streaming query over Parquet files, to the end of the input.
+
+    ``source`` is a directory of Parquet files, or records (written with :func:`write_input`
+    next to the checkpoint). The query uses the ``availableNow`` trigger, checkpoints to
+    ``checkpoint_dir`` (RocksDB state store with changelog checkpointing) and writes what
+    the function emits as Parquet to ``output_dir`` (default: ``<checkpoint_dir>-output``).
+
+    With processing-time timers an ``availableNow`` query in PySpark 4.3 never ends (Spark
+    keeps planning batches for timers that might fire); no-data micro-batches are switched
+    off for such queries, so processing-time timers fire only in batches that carry data.
+    """
+    from .session import get_spark
+
+    spark = spark or get_spark()
+    checkpoint_dir = Path(checkpoint_dir)
+    output_dir = Path(output_dir) if output_dir is not None else checkpoint_dir.with_name(checkpoint_dir.name + "-output")
+    if isinstance(source, (str, Path)):
+        in_dir = Path(source)
+    else:
+        in_dir = write_input(source, checkpoint_dir.with_name(checkpoint_dir.name + "-input"))
+        if record is None and source and dataclasses.is_dataclass(source[0]):
+            record = type(source[0])
+    reader = spark.readStream.schema(_spark_schema_of(in_dir))
+    if max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
+    df = reader.parquet(str(in_dir))
+    if event_time_column is not None:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import TimestampType
+
+        if not isinstance(df.schema[event_time_column].dataType, TimestampType):
+            # epoch milliseconds (the engine's time unit): Spark watermarks need a timestamp column
+            df = df.withColumn(EVENT_TIME_COLUMN, F.timestamp_millis(F.col(event_time_column)))
+            event_time_column = EVENT_TIME_COLUMN
+        df = df.withWatermark(event_time_column, watermark_delay)
+    result = keyed_process(df, function, key, output_schema, time_mode=time_mode, variant=variant,
+                           record=record, event_time_column=event_time_column)
+    conf_key = "spark.sql.streaming.noDataMicroBatches.enabled"
+    for attempt in range(3):
+        previous = spark.conf.get(conf_key)
+        if time_mode == "processing":
+            spark.conf.set(conf_key, "false")
+        try:
+            writer = (result.writeStream.format("parquet").option("path", str(output_dir))
+                      .option("checkpointLocation", str(checkpoint_dir)).outputMode("append")
+                      .trigger(availableNow=True))
+            t0 = time.perf_counter()
+            query = writer.start()
+        finally:
+            spark.conf.set(conf_key, previous)
+        try:
+            _await(query, checkpoint_dir, t0 + timeout_s, stop_after_batches)
+            seconds = time.perf_counter() - t0
+            progress = [dict(p) for p in query.recentProgress]
+            break
+        except _WorkerStartTimeout:
+            if attempt == 2:
+                raise JobError(
+                    f"the Spark query on {checkpoint_dir} failed three times with 'Python worker failed to "
+                    "connect back': Spark gives a new Python worker 10 s to start, which an overloaded "
+                    "machine misses; retry when the machine is less busy"
+                ) from None
+        finally:
+            if query.isActive:
+                query.stop()
+    rows = sum(int(p.get("numInputRows", 0)) for p in progress)
+    batches = len({p["batchId"] for p in progress})
+    return SparkRun(checkpoint_dir, output_dir, batches, rows, seconds, progress)

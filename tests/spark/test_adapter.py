@@ -1,0 +1,260 @@
+"""The same KeyedProcessFunction on our engine and on Spark (transformWithState) gives the same outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from explorer.engine import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    StateTtlConfig,
+    UpdateType,
+    ValueStateDescriptor,
+)
+from explorer.errors import JobError, StateNotDeclaredError
+from explorer.pipelines import sessions
+from explorer.spark.adapter import _ProcessContext, _TimerService
+from explorer.spark.statemap import StateBinding, state_schema
+
+pytestmark = pytest.mark.spark
+
+
+def _rows(df):
+    return sorted(map(tuple, df.itertuples(index=False, name=None)))
+
+
+def test_url_stats_same_output_on_engine_and_spark(url_stats_run):
+    engine = sorted(dataclasses.astuple(h) for h in url_stats_run.engine_output)
+    spark = _rows(url_stats_run.spark.output())
+    assert len(engine) == len(url_stats_run.records) > 1000
+    assert spark == engine
+    assert url_stats_run.spark.batches == 3
+
+
+def test_dedup_with_ttl_same_output_on_engine_and_spark(dedup_run):
+    engine = sorted(dataclasses.astuple(e) for e in dedup_run.engine_output)
+    assert _rows(dedup_run.spark.output()) == engine
+    assert len(engine) < len(dedup_run.records)  # duplicates were dropped
+
+
+def test_sessions_event_time_timers_on_spark(sessions_run):
+    """Spark closes exactly the sessions whose timer its final watermark passed; the engine closes all at the end."""
+    from explorer.readers.spark import SparkCheckpointReader
+
+    engine = {dataclasses.astuple(s) for s in sessions_run.engine_output}
+    spark = set(_rows(sessions_run.spark.output()))
+    watermark = SparkCheckpointReader(sessions_run.spark.checkpoint_dir).info().extra["watermark_ms"]
+    due = {s for s in engine if s[3] + sessions.SESSION_GAP_MS <= watermark}
+    assert spark <= engine
+    assert due <= spark
+    assert len(spark) > 10 and len(engine) > len(spark)  # the open sessions stay in state on Spark
+
+
+# --- the state proxies, without Spark: read once, write once --------------------------------------------
+class FakeValue:
+    def __init__(self, log, name, store):
+        self.log, self.name, self.store = log, name, store
+
+    def get(self):
+        self.log.append(("get", self.name))
+        return self.store.get(self.name)
+
+    def update(self, v):
+        self.log.append(("update", self.name, v))
+        self.store[self.name] = v
+
+    def clear(self):
+        self.log.append(("clear", self.name))
+        self.store.pop(self.name, None)
+
+
+class FakeList(FakeValue):
+    def get(self):
+        self.log.append(("get", self.name))
+        return iter(self.store.get(self.name, []))
+
+    def put(self, items):
+        self.log.append(("put", self.name, list(items)))
+        self.store[self.name] = list(items)
+
+    def appendList(self, items):
+        self.log.append(("appendList", self.name, list(items)))
+        self.store.setdefault(self.name, []).extend(items)
+
+
+class FakeMap(FakeValue):
+    def _m(self):
+        return self.store.setdefault(self.name, {})
+
+    def getValue(self, k):
+        self.log.append(("getValue", self.name, k))
+        return self._m().get(k)
+
+    def iterator(self):
+        self.log.append(("iterator", self.name))
+        return iter(list(self._m().items()))
+
+    def updateValue(self, k, v):
+        self.log.append(("updateValue", self.name, k, v))
+        self._m()[k] = v
+
+    def removeKey(self, k):
+        self.log.append(("removeKey", self.name, k))
+        self._m().pop(k, None)
+
+
+class FakeHandle:
+    def __init__(self):
+        self.log, self.store, self.declared = [], {}, {}
+
+    def getValueState(self, name, schema, ttl=None):
+        self.declared[name] = ("value", schema, ttl)
+        return FakeValue(self.log, name, self.store)
+
+    def getListState(self, name, schema, ttl=None):
+        self.declared[name] = ("list", schema, ttl)
+        return FakeList(self.log, name, self.store)
+
+    def getMapState(self, name, kschema, vschema, ttl=None):
+        self.declared[name] = ("map", kschema, vschema, ttl)
+        return FakeMap(self.log, name, self.store)
+
+    def registerTimer(self, ts):
+        self.log.append(("registerTimer", ts))
+
+    def deleteTimer(self, ts):
+        self.log.append(("deleteTimer", ts))
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    label: str
+
+
+def _bind(ttl_allowed=True):
+    h = FakeHandle()
+    return h, StateBinding(h, ttl_allowed=ttl_allowed)
+
+
+def test_value_state_is_read_once_and_written_once_per_key():
+    h, b = _bind()
+    count = b.get_state(ValueStateDescriptor("count", int))
+    b.in_key = True
+    for _ in range(5):
+        count.update(count.value(0) + 1)
+    b.flush()
+    assert h.log == [("get", "count"), ("update", "count", (5,))]
+    h.log.clear()
+    for _ in range(3):
+        count.update(count.value(0) + 1)
+    b.flush()
+    assert h.log == [("get", "count"), ("update", "count", (8,))]
+
+
+def test_value_state_struct_values_round_trip():
+    h, b = _bind()
+    p = b.get_state(ValueStateDescriptor("p", Point))
+    b.in_key = True
+    p.update(Point(3, "a"))
+    b.flush()
+    assert h.store["p"] == ((3, "a"),)
+    assert p.value() == Point(3, "a")
+    p.clear()
+    b.flush()
+    assert "p" not in h.store
+
+
+def test_list_appends_without_reading_become_one_append_list():
+    h, b = _bind()
+    lst = b.get_state(ListStateDescriptor("events", str))
+    b.in_key = True
+    lst.add("a")
+    lst.add_all(["b", "c"])
+    b.flush()
+    assert h.log == [("appendList", "events", [("a",), ("b",), ("c",)])]
+    h.log.clear()
+    assert lst.get() == ["a", "b", "c"]
+    lst.add("d")
+    assert lst.get() == ["a", "b", "c", "d"]
+    b.flush()
+    assert h.log == [("get", "events"), ("appendList", "events", [("d",)])]
+    h.log.clear()
+    lst.update(["z"])
+    b.flush()
+    lst.clear()
+    b.flush()
+    assert h.log == [("put", "events", [("z",)]), ("clear", "events")]
+
+
+def test_map_state_caches_reads_and_writes_changes_once():
+    h, b = _bind()
+    m = b.get_state(MapStateDescriptor("codes", str, int))
+    b.in_key = True
+    for code in ["200", "200", "404", "200"]:
+        m[code] = m.get(code, 0) + 1
+    assert dict(m.items()) == {"200": 3, "404": 1}
+    b.flush()
+    gets = [e for e in h.log if e[0] == "getValue"]
+    assert gets == [("getValue", "codes", ("200",)), ("getValue", "codes", ("404",))]
+    assert ("updateValue", "codes", ("200",), (3,)) in h.log
+    h.log.clear()
+    assert m.contains("404") and "500" not in m
+    m.remove("404")
+    del m["200"]
+    assert m.is_empty()
+    b.flush()
+    assert ("removeKey", "codes", ("404",)) in h.log and ("removeKey", "codes", ("200",)) in h.log
+
+
+def test_ttl_maps_to_spark_ttl_and_read_refreshes_when_asked():
+    h, b = _bind()
+    seen = b.get_state(ValueStateDescriptor("seen", bool, ttl=StateTtlConfig(60_000)))
+    touched = b.get_state(ValueStateDescriptor(
+        "touched", int, ttl=StateTtlConfig(5_000, update_type=UpdateType.ON_READ_AND_WRITE)))
+    assert h.declared["seen"][2] == 60_000 and h.declared["touched"][2] == 5_000
+    h.store["touched"] = (7,)
+    b.in_key = True
+    assert seen.value() is None and touched.value() == 7
+    b.flush()
+    # ON_READ_AND_WRITE: Spark refreshes TTL on writes only, so a read is written back
+    assert ("update", "touched", (7,)) in h.log
+    assert not any(e[0] == "update" and e[1] == "seen" for e in h.log)
+
+
+def test_ttl_needs_a_time_mode():
+    _, b = _bind(ttl_allowed=False)
+    with pytest.raises(JobError, match="time_mode='processing'"):
+        b.get_state(ValueStateDescriptor("seen", bool, ttl=StateTtlConfig(1000)))
+
+
+def test_state_outside_a_key_raises():
+    _, b = _bind()
+    v = b.get_state(ValueStateDescriptor("v", int))
+    with pytest.raises(StateNotDeclaredError):
+        v.value()
+
+
+def test_timers_are_deduplicated_and_checked_for_their_domain():
+    h = FakeHandle()
+    t = _TimerService(h, "event")
+    t.register_event_time_timer(10)
+    t.register_event_time_timer(10)
+    t.register_event_time_timer(20)
+    t.delete_event_time_timer(20)
+    t.flush()
+    assert h.log == [("registerTimer", 10), ("deleteTimer", 20)]
+    with pytest.raises(JobError, match="time_mode='processing'"):
+        t.register_processing_time_timer(5)
+    ctx = _ProcessContext(t)
+    with pytest.raises(JobError, match="side outputs"):
+        ctx.output("late", 1)
+
+
+def test_state_schemas_follow_declared_types():
+    assert state_schema(int).simpleString() == "struct<value:bigint>"
+    assert state_schema(Point).simpleString() == "struct<value:struct<x:bigint,label:string>>"
+    assert state_schema(dict[str, int], "key").simpleString() == "struct<key:map<string,bigint>>"
+
