@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_START_MS",
     "ReplayClock",
     "arrival_order",
+    "as_source",
     "key_names",
     "planted_keys_dominate",
     "sample_keys",
@@ -44,6 +45,14 @@ DEFAULT_START_MS = 1_767_225_600_000
 MINUTE = 60_000
 HOUR = 60 * MINUTE
 DAY = 24 * HOUR
+
+
+def as_source(records: Any, num_splits: int = 1):
+    """The source a pipeline reads: ``records`` itself if it is a Source (a TestingSource with
+    an ABORT marker, say), else a CollectionSource over the list."""
+    from ..engine.sources import CollectionSource, Source
+
+    return records if isinstance(records, Source) else CollectionSource(records, num_splits)
 
 
 def key_names(keys: int | Sequence[Any], prefix: str, width: int = 5) -> list[Any]:

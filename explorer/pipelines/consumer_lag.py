@@ -21,8 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ..engine import StreamEnvironment
-from ..engine.sources import CollectionSource
-from ._common import DEFAULT_START_MS, key_names, sample_keys
+from ._common import DEFAULT_START_MS, as_source, key_names, sample_keys
 
 __all__ = ["ConsumerLag", "OffsetReport", "build", "compute_lag", "generate"]
 
@@ -104,7 +103,7 @@ def generate(
 def build(env: StreamEnvironment, records: Sequence[OffsetReport], *, threshold: int = DEFAULT_THRESHOLD,
           num_splits: int = 1) -> None:
     """Wire the job onto ``env``: every lag to ``lag``, lags of ``threshold`` or more to ``lagging``."""
-    lags = env.from_source(CollectionSource(records, num_splits), name="offset-reports", uid="offset-reports").map(
+    lags = env.from_source(as_source(records, num_splits), name="offset-reports", uid="offset-reports").map(
         compute_lag, name="lag", uid="lag"
     )
     lags.collect("lag")

@@ -44,8 +44,7 @@ from ..engine import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from ..engine.sources import CollectionSource
-from ._common import DAY, DEFAULT_START_MS, ReplayClock, arrival_order, sample_keys
+from ._common import DAY, DEFAULT_START_MS, ReplayClock, arrival_order, as_source, sample_keys
 
 __all__ = ["Deduplicator", "Event", "SEEN", "TTL", "build", "generate"]
 
@@ -148,7 +147,7 @@ def build(
         replay_clock = env.clock
     wm = WatermarkStrategy.for_bounded_out_of_orderness(max_out_of_orderness_ms).with_timestamp_assigner(timestamp_of)
     (
-        env.from_source(CollectionSource(records, num_splits), wm, name="events", uid="events")
+        env.from_source(as_source(records, num_splits), wm, name="events", uid="events")
         .key_by("event_id")
         .process(Deduplicator(replay_clock), name="dedup", uid="dedup")
         .collect("unique")

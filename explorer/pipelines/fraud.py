@@ -47,7 +47,7 @@ from ..engine import (
     WatermarkStrategy,
 )
 from ..engine.sources import CollectionSource
-from ._common import DEFAULT_START_MS, HOUR, MINUTE, arrival_order, key_names, sample_keys
+from ._common import DEFAULT_START_MS, HOUR, MINUTE, arrival_order, as_source, key_names, sample_keys
 
 __all__ = [
     "Alert",
@@ -256,7 +256,7 @@ def build(
     """Wire the job onto ``env``; ``rules`` are what the broadcast stream carries;
     ``time_domain`` measures the flag's window (see :class:`FraudDetector`)."""
     wm = WatermarkStrategy.for_bounded_out_of_orderness(max_out_of_orderness_ms).with_timestamp_assigner(timestamp_of)
-    txs = env.from_source(CollectionSource(records, num_splits), wm, name="transactions", uid="transactions")
+    txs = env.from_source(as_source(records, num_splits), wm, name="transactions", uid="transactions")
     rule_stream = env.from_source(CollectionSource(list(rules)), name="rules", uid="rules").broadcast(RULES)
     (
         txs.key_by("account_id")

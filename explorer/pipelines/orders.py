@@ -34,8 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from ..engine import KeyedProcessFunction, StreamEnvironment, ValueStateDescriptor, WatermarkStrategy
-from ..engine.sources import CollectionSource
-from ._common import DAY, DEFAULT_START_MS, HOUR, MINUTE, arrival_order, sample_keys
+from ._common import DAY, DEFAULT_START_MS, HOUR, MINUTE, arrival_order, as_source, sample_keys
 
 __all__ = [
     "FINAL",
@@ -275,7 +274,7 @@ def build(
     """Wire the job onto ``env``; results in ``orders`` and side outputs ``illegal`` and ``stuck``."""
     wm = WatermarkStrategy.for_bounded_out_of_orderness(max_out_of_orderness_ms).with_timestamp_assigner(timestamp_of)
     (
-        env.from_source(CollectionSource(records, num_splits), wm, name="order-events", uid="order-events")
+        env.from_source(as_source(records, num_splits), wm, name="order-events", uid="order-events")
         .key_by("order_id")
         .process(OrderStateMachine(stuck_after_ms), name="order-state-machine", uid="order-state-machine")
         .collect("orders")

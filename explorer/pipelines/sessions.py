@@ -32,8 +32,7 @@ from ..engine import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from ..engine.sources import CollectionSource
-from ._common import DEFAULT_START_MS, HOUR, MINUTE, _factorize, arrival_order, key_names, sample_keys
+from ._common import DEFAULT_START_MS, HOUR, MINUTE, _factorize, arrival_order, as_source, key_names, sample_keys
 
 __all__ = ["Event", "SESSION_GAP_MS", "SessionSummary", "SessionWindowFunction", "build", "generate"]
 
@@ -192,7 +191,7 @@ def build(
     """Wire the job onto ``env``: event time from ``Event.ts`` with bounded out-of-orderness."""
     wm = WatermarkStrategy.for_bounded_out_of_orderness(max_out_of_orderness_ms).with_timestamp_assigner(timestamp_of)
     (
-        env.from_source(CollectionSource(records, num_splits), wm, name="events", uid="events")
+        env.from_source(as_source(records, num_splits), wm, name="events", uid="events")
         .key_by("user_id")
         .process(SessionWindowFunction(gap_ms), name="sessions", uid="sessions")
         .collect("sessions")
