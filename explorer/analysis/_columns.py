@@ -38,6 +38,7 @@ class KeyValues:
     def __init__(self, segments: Sequence[Any]) -> None:
         self.segments = list(segments)
         self.offsets = np.cumsum([0] + [len(s) for s in self.segments])
+        self._key_groups: dict[int, np.ndarray] = {}
 
     @classmethod
     def from_objects(cls, uniques: np.ndarray) -> "KeyValues":
@@ -109,8 +110,10 @@ class KeyValues:
         """The Flink key group of every code's key at ``max_parallelism`` (hashed once per key)."""
         from ._common import key_groups_of
 
-        parts = [key_groups_of(seg, max_parallelism) for seg in self.segments]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if max_parallelism not in self._key_groups:  # keys do not change: hash them once per M
+            parts = [key_groups_of(seg, max_parallelism) for seg in self.segments]
+            self._key_groups[max_parallelism] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return self._key_groups[max_parallelism]
 
 
 def _typed(v: Any) -> Any:

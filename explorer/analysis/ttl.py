@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
+from ._columns import key_codes
 from ._common import TIMER_KINDS, Source, frame, is_snapshot, now_of
 
 TTL_COLUMNS = ("operator", "state", "kind", "key", "last_access", "expires_at", "size_bytes")
@@ -27,6 +28,27 @@ TIMELINE_COLUMNS = ["operator", "state", "status", "window", "window_start", "wi
 def _ttl_rows(df: pd.DataFrame) -> pd.DataFrame:
     rows = df[~df["kind"].isin(TIMER_KINDS)]
     return rows[rows["expires_at"].notna()]
+
+
+def _ms(series: pd.Series) -> np.ndarray:
+    """UTC timestamps as int64 epoch milliseconds (NaT as the smallest int64)."""
+    values = series.to_numpy(dtype="datetime64[ms]") if len(series) else np.zeros(0, "datetime64[ms]")
+    return values.view(np.int64)
+
+
+def _ttl_groups(df: pd.DataFrame):
+    """``(operator, state, rows)`` of the entries with an expiry, rows as positions (no groupby copies)."""
+    if not len(df):
+        return
+    op_codes, ops = pd.factorize(df["operator"], sort=True)
+    st_codes, sts = pd.factorize(df["state"], sort=True)
+    has = df["expires_at"].notna().to_numpy()
+    if "kind" in df:
+        has &= ~df["kind"].isin(TIMER_KINDS).to_numpy()
+    pair = op_codes.astype(np.int64) * len(sts) + st_codes
+    counts = np.bincount(pair[has], minlength=len(ops) * len(sts))
+    for c in np.flatnonzero(counts):
+        yield str(ops[c // len(sts)]), str(sts[c % len(sts)]), np.flatnonzero(has & (pair == c))
 
 
 def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h", *,
@@ -45,35 +67,42 @@ def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h",
     step = pd.Timedelta(freq)
     if step <= pd.Timedelta(0):
         raise AnalysisError(f"freq must be a positive duration, found {freq!r}")
-    rows = _ttl_rows(df)
+    now_ms = int(t_now.value // 1_000_000)
+    step_ms = max(1, int(step.value // 1_000_000))
+    horizon_ms = None if horizon is None else int(pd.Timedelta(horizon).value // 1_000_000)
+    exp_all = _ms(df["expires_at"])
+    size_all = df["size_bytes"].to_numpy(dtype=np.int64)
     parts = []
-    for (op, st), g in rows.groupby(["operator", "state"], sort=True, observed=True):
-        exp = g["expires_at"]
-        size = g["size_bytes"].to_numpy(dtype=np.int64)
-        expired = (exp <= t_now).to_numpy()
+    for op, st, idx in _ttl_groups(df):
+        exp, size = exp_all[idx], size_all[idx]
+        expired = exp <= now_ms
         if expired.any():
             parts.append(pd.DataFrame({
                 "operator": [op], "state": [st], "status": ["expired"], "window": [-1],
-                "window_start": [exp[expired].min()], "window_end": [t_now],
+                "window_start": [pd.Timestamp(int(exp[expired].min()), unit="ms", tz="UTC")], "window_end": [t_now],
                 "entries": [int(expired.sum())], "bytes": [int(size[expired].sum())]}))
         alive = ~expired
-        if alive.any():
-            delta = (exp[alive] - t_now).to_numpy().astype("timedelta64[ns]").astype(np.int64)
-            window = delta // step.value
-            if horizon is not None:
-                keep = delta < pd.Timedelta(horizon).value
-                window, alive_size = window[keep], size[alive][keep]
-            else:
-                alive_size = size[alive]
-            if len(window):
+        delta = exp[alive] - now_ms
+        alive_size = size[alive]
+        if horizon_ms is not None:
+            keep = delta < horizon_ms
+            delta, alive_size = delta[keep], alive_size[keep]
+        if len(delta):
+            window = delta // step_ms
+            if window.max() < 10_000_000:
+                entries = np.bincount(window)
+                w = np.flatnonzero(entries)
+                nbytes = np.bincount(window, weights=alive_size.astype(np.float64))[w]
+                entries = entries[w]
+            else:  # a very fine freq far ahead: only the windows that occur
                 w, inv = np.unique(window, return_inverse=True)
                 entries = np.bincount(inv)
-                nbytes = np.bincount(inv, weights=alive_size.astype(np.float64)).round().astype(np.int64)
-                parts.append(pd.DataFrame({
-                    "operator": op, "state": st, "status": "expiring", "window": w.astype(np.int64),
-                    "window_start": t_now + pd.to_timedelta(w * step.value, unit="ns"),
-                    "window_end": t_now + pd.to_timedelta((w + 1) * step.value, unit="ns"),
-                    "entries": entries.astype(np.int64), "bytes": nbytes}))
+                nbytes = np.bincount(inv, weights=alive_size.astype(np.float64))
+            parts.append(pd.DataFrame({
+                "operator": op, "state": st, "status": "expiring", "window": w.astype(np.int64),
+                "window_start": t_now + pd.to_timedelta(w * step_ms, unit="ms"),
+                "window_end": t_now + pd.to_timedelta((w + 1) * step_ms, unit="ms"),
+                "entries": entries.astype(np.int64), "bytes": np.rint(nbytes).astype(np.int64)}))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in TIMELINE_COLUMNS})
     out = pd.concat(parts, ignore_index=True)
@@ -96,18 +125,27 @@ def expired_not_cleaned(source: Source, now: Any = None, *, operator: str | Iter
     """
     df = frame(source, TTL_COLUMNS, operator, state)
     t_now = now_of(source, df, now)
-    rows = _ttl_rows(df)
-    ttl = _ttl_by_state(source, rows)
+    ttl = _ttl_by_state(source, df)
+    now_ms = int(t_now.value // 1_000_000)
+    exp_all = _ms(df["expires_at"])
+    size_all = df["size_bytes"].to_numpy(dtype=np.int64)
+    codes_all = None
     out = []
-    for (op, st), g in rows.groupby(["operator", "state"], sort=True, observed=True):
-        expired = (g["expires_at"] <= t_now).to_numpy()
+    for op, st, idx in _ttl_groups(df):
+        exp, size = exp_all[idx], size_all[idx]
+        expired = exp <= now_ms
+        keys_with = 0
+        if expired.any():
+            if codes_all is None:
+                codes_all, _ = key_codes(df)
+            keys_with = len(np.unique(codes_all[idx][expired]))
         out.append({
             "operator": op, "state": st, "ttl_ms": ttl.get((op, st)),
-            "entries": len(g), "bytes": int(g["size_bytes"].sum()),
-            "expired_entries": int(expired.sum()), "expired_bytes": int(g["size_bytes"].to_numpy()[expired].sum()),
-            "expired_share": float(expired.mean()) if len(g) else 0.0,
-            "keys_with_expired": int(pd.Series(g["key"].to_numpy()[expired]).nunique()) if expired.any() else 0,
-            "oldest_expiry": g["expires_at"][expired].min() if expired.any() else pd.NaT,
+            "entries": len(idx), "bytes": int(size.sum()),
+            "expired_entries": int(expired.sum()), "expired_bytes": int(size[expired].sum()),
+            "expired_share": float(expired.mean()) if len(idx) else 0.0,
+            "keys_with_expired": int(keys_with),
+            "oldest_expiry": pd.Timestamp(int(exp[expired].min()), unit="ms", tz="UTC") if expired.any() else pd.NaT,
         })
     return pd.DataFrame(out, columns=["operator", "state", "ttl_ms", "entries", "bytes", "expired_entries",
                                       "expired_bytes", "expired_share", "keys_with_expired", "oldest_expiry"])
@@ -130,11 +168,10 @@ def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
     States without TTL have ``ttl_ms`` null and no expired entries: nothing but the job's
     own code ever removes them.
     """
-    df = frame(source, ("operator", "state", "kind", "key", "expires_at", "size_bytes"))
+    df = frame(source, TTL_COLUMNS)
     t_now = now_of(source, df, now) if len(df) else None
     df = df[~df["kind"].isin(TIMER_KINDS)]
-    ttl = _ttl_by_state(source, df.assign(last_access=df["expires_at"])) if not is_snapshot(source) else \
-        _ttl_by_state(source, df)
+    ttl = _ttl_by_state(source, df)
     out = []
     for (op, st), g in df.groupby(["operator", "state"], sort=True, observed=True):
         has = g["expires_at"].notna().to_numpy()
