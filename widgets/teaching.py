@@ -114,8 +114,10 @@ def build_steps(events: pd.DataFrame, nodes: Sequence[str], channels: Sequence[t
             for c in outs.get(name, []):
                 if chan[c] == "idle":
                     chan[c] = "barrier in flight"
-            add(row, name, f"<b>{name}</b> sends the barrier downstream into all {len(outs.get(name, []))} of its "
-                           "output channels. Records it emits from now on belong to the next checkpoint.")
+            n_out = len(outs.get(name, []))
+            add(row, name, f"<b>{name}</b> sends the barrier downstream into all {n_out} of its output channels. "
+                           "Records it emits from now on belong to the next checkpoint." if n_out else
+                           f"<b>{name}</b> has no downstream channels: its part of the checkpoint is done.")
         elif kind == "barrier_received":
             c = (str(row.get("channel")), name)
             aligned, of = int(row.get("aligned") or 0), int(row.get("of") or 0)

@@ -1,0 +1,124 @@
+"""Each tab without a browser: set a control's ``.value``, check the model and the figure data."""
+
+from __future__ import annotations
+
+import explorer
+import numpy as np
+import pytest
+import traitlets
+import widgets
+from explorer.analysis import subtask_distribution
+from fixtures import PLANT_HOT_KEYS
+
+
+@pytest.fixture(scope="module")
+def dash(planted_heap):
+    d = widgets.explore(planted_heap.checkpoint_dir)
+    yield d
+    d.close()
+
+
+def test_parallelism_slider_reassigns_key_groups_like_flink(dash):
+    tab = dash.key_groups_tab
+    assert (tab.operator, tab.metric, tab.parallelism, tab.max_parallelism) == ("planted", "bytes", 2, 128)
+    colours_before = list(tab.key_group_figure.data[0].marker.color)
+    total = tab.subtask_loads.sum()
+    tab.parallelism_slider.value = 5
+    assert tab.parallelism == 5
+    expected = subtask_distribution(dash.data.snapshot, 5)["bytes"].to_numpy()
+    np.testing.assert_array_equal(tab.subtask_loads, expected)
+    assert tab.subtask_loads.sum() == total
+    assert list(tab.subtask_figure.data[0].x) == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(tab.subtask_figure.data[0].y, expected)
+    assert list(tab.key_group_figure.data[0].customdata) == [kg * 5 // 128 for kg in range(128)]
+    assert list(tab.key_group_figure.data[0].marker.color) != colours_before
+    assert "5 subtasks" in tab.key_group_figure.layout.title.text
+    assert list(tab.whatif_figure.data[2].x) == [5]
+    assert tab.imbalance == pytest.approx(expected.max() / expected.mean())
+
+
+def test_parallelism_is_validated(dash):
+    tab = dash.key_groups_tab
+    for bad in (0, 129):
+        with pytest.raises(traitlets.TraitError, match=r"parallelism must be in 1\.\.128"):
+            tab.parallelism = bad
+
+
+def test_metric_toggle_redraws_with_that_metric(dash):
+    tab = dash.key_groups_tab
+    tab.metric_select.value = "keys"
+    agg = dash.data.key_group_aggregates("planted")
+    np.testing.assert_array_equal(tab.key_group_figure.data[0].y, agg["keys"].to_numpy())
+    assert tab.subtask_loads.sum() == 202  # 200 ordinary keys and two hot ones
+    tab.metric_select.value = "bytes"
+
+
+def test_keys_search_page_and_pick(dash):
+    tab = dash.keys_tab
+    assert tab.matches == 202 and len(tab.page_keys) == tab.page_size
+    assert set(tab.page_keys[:2]) == set(PLANT_HOT_KEYS)  # sorted by bytes, largest first
+    tab.next_button.click()
+    assert tab.page == 1 and len(tab.page_keys) == tab.page_size
+    with pytest.raises(traitlets.TraitError, match="page must be in"):
+        tab.page = 99
+    tab.search.value = "HOT-"
+    assert tab.matches == 2 and tab.page == 0 and sorted(tab.page_keys) == sorted(PLANT_HOT_KEYS)
+    tab.key_list.value = 0
+    key = tab.page_keys[0]
+    assert tab.key == key
+    states = set(tab.key_state["state"])
+    assert states == {"last_seen", "events", "buckets"}
+    kg = explorer.assign_to_key_group(key, 128)
+    assert f"key group <b>{kg}</b>" in tab.detail.value and f"subtask {kg * 2 // 128}" in tab.detail.value
+    tab.search.value = ""
+
+
+def test_hot_keys_rank_and_salting(dash):
+    tab = dash.hot_keys_tab
+    assert set(tab.top["key"][:2]) == set(PLANT_HOT_KEYS)
+    assert list(tab.hot_figure.data[0].x[:2]) == list(tab.top["key"][:2])
+    tab.n_slider.value = 5
+    assert len(tab.hot_figure.data[0].x) == 5
+    tab.by_select.value = "traffic"
+    assert set(tab.top["key"][:2]) == set(PLANT_HOT_KEYS)
+    assert tab.hot_figure.layout.yaxis.title.text == "records"
+    tab.by_select.value = "bytes"
+    before = tab.salted_loads.copy()
+    tab.salt_slider.value = 16
+    assert tab.salted_loads.sum() == pytest.approx(tab.subtask_loads.sum())
+    assert not np.allclose(before, tab.salted_loads) or tab.imbalance_after <= tab.imbalance_before
+    np.testing.assert_allclose(tab.salt_figure.data[1].y, tab.salted_loads)
+    assert "16 sub-keys" in tab.salt_figure.layout.title.text
+
+
+def test_history_metric_and_diff_pick(dash):
+    hist = dash.history_tab
+    hist.metric_select.value = "entries"
+    ys = np.concatenate([np.asarray(tr.y, dtype=float) for tr in hist.size_figure.data if tr.type == "bar"])
+    assert ys.sum() == hist.history["entries"].sum()
+    diff = dash.diff_tab
+    first = diff.a_select.options[0][1]
+    before = diff.result["status"].value_counts().to_dict()
+    diff.a_select.value = first
+    assert diff.a == first
+    after = diff.result["status"].value_counts().to_dict()
+    assert after != before and after.get("added", 0) > before.get("added", 0)
+    assert diff.waterfall.data[0].type == "waterfall"
+    assert dash.errors.last_error is None
+
+
+def test_ttl_now_control_moves_expiry(planted_ttl_heap):
+    dash = widgets.explore(planted_ttl_heap.savepoint, tab="TTL")
+    try:
+        tab = dash.ttl_tab
+        at_snapshot = tab.expired_entries
+        tab.now_slider.value = tab.now_slider.max
+        assert tab.expired_entries == len(tab.ttl_rows) > at_snapshot  # every value expires within the range
+        tab.now_slider.value = tab.now_slider.min
+        assert tab.expired_entries == 0
+        assert any(tr.type == "bar" for tr in tab.timeline_figure.data)
+        tab.freq_select.value = "10min"
+        assert "per 10min" in tab.timeline_figure.layout.title.text
+        assert dash.errors.last_error is None
+    finally:
+        dash.close()
