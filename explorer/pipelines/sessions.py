@@ -151,6 +151,8 @@ def generate(
     session ids (user @ start) form an unbounded key space downstream.
     """
     rng = np.random.default_rng(seed)
+    if n <= 0:
+        return []
     users = sample_keys(rng, n, key_names(keys, "user-"), zipf_s=zipf_s, hot_keys=hot_keys, hot_share=hot_share)
     # per user: a start in the window, then gaps; some gaps are breaks (> 30 min)
     codes, uniq = _factorize(users)
