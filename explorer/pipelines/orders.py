@@ -208,6 +208,8 @@ def generate(
     (``HOT_KEYS``): after its first PENDING_PAYMENT every replay is illegal.
     """
     rng = np.random.default_rng(seed)
+    if n <= 0:
+        return []
     n_hot = int(round(n * hot_share)) if hot_keys else 0
     n_noise = int(round(n * noise_share))
     n_life = max(0, n - n_hot - n_noise)

@@ -122,6 +122,7 @@ def test_same_results_on_every_backend(name, backend_kind, tmp_path):
 def test_tiny_inputs(name, n):
     p = PIPELINES[name]
     records = p.generate(n)
-    assert len(records) <= n + 2  # fraud may plant a pair
+    assert len(records) <= n + 4  # fraud may plant a pair, orders make one whole order
+    assert n > 0 or records == []
     result = p.run(records=records, parallelism=2)
     assert set(result.outputs) == set(p.outputs)
