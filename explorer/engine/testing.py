@@ -6,6 +6,9 @@
   there with :class:`TestingAbort`. Each marker takes effect once per source
   object, so a job restored from a checkpoint with the same source object goes
   on past the marker (a recovery test: abort mid-stream, resume, compare).
+  These are the semantics of bytewax's ``TestingSource`` ("each abort will
+  only trigger once"; after an EOF "the next execution will continue from
+  the item after this").
 * :data:`CollectingSink`: keeps results in memory (``sink.results``);
   transactional when the job checkpoints, so a resumed job delivers each
   result once. Share one sink object between the failed and the resumed job.
