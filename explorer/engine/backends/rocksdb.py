@@ -730,6 +730,15 @@ class RocksDBStateBackend(KeyedStateBackend):
         for cf in self._cfs.values():
             cf.flush(True)
 
+    def compact(self) -> None:
+        """A full manual compaction of every state (RocksDB's ``CompactRange``): the LSM tree of a
+        long-running job in its settled shape, e.g. after a bulk load."""
+        if self._closed or self._read_only:
+            return
+        self.flush()
+        for cf in self._cfs.values():
+            cf.compact_range(None, None)
+
     def live_sst_files(self) -> list[dict]:
         """RocksDB's ``live_files()``: name, column family, level, size, key range per SST."""
         return list(self._db.live_files())

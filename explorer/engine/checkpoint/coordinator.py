@@ -219,7 +219,12 @@ class CheckpointCoordinator:
 
         def job():
             if crash is not None:
-                crash.at("snapshot_write", self.runtime)
+                try:
+                    crash.at("snapshot_write", self.runtime)
+                except BaseException:
+                    if cap.native is not None:  # the hard-linked RocksDB checkpoint nobody will upload
+                        shutil.rmtree(cap.native.staging, ignore_errors=True)
+                    raise
             return write_capture(cap, pc.folder,
                                  upload=lambda nc: upload_native(nc, pc.folder, self.storage, pc.id, cap.uid, cap.index))
 
