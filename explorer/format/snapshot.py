@@ -8,6 +8,9 @@ A snapshot (checkpoint or savepoint) is a folder::
     timers/<uid>/<subtask>.parquet event- and processing-time timers
     operator/<uid>.json            operator list state and broadcast state
     inflight/<uid>/<subtask>.jsonl in-flight records of an unaligned checkpoint
+    native/<uid>/<subtask>/...     incremental checkpoints of the RocksDB backend: a
+                                   subtask's MANIFEST, CURRENT, OPTIONS; its SST files
+                                   are in ``../shared/<uid>/`` (:mod:`explorer.format.native`)
 
 ``_metadata`` starts with the 8 magic bytes ``b"SXSNAP\\r\\n"``, then the format
 version (4 bytes, big-endian), the JSON length (8 bytes, big-endian), the JSON
