@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
-from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
@@ -199,7 +197,7 @@ def generate(
     urls = sample_keys(rng, n, url_names(keys), zipf_s=zipf_s, hot_keys=hot_keys, hot_share=hot_share)
     ts = np.sort(rng.integers(start_ms, start_ms + max(1, duration_ms), n))
     seconds, which = np.unique(ts // 1000, return_inverse=True)  # nginx logs whole seconds: format each once
-    times = pd.to_datetime(seconds, unit="s", utc=True).strftime("%d/%b/%Y:%H:%M:%S +0000")
+    times = pd.to_datetime(seconds, unit="s", utc=True).strftime(_TIME_FORMAT)
     times = times.to_numpy(dtype=object)[which]
     # clients repeat: a pool of addresses, busier ones more often
     pool = np.array([f"{a}.{b}.{c}.{d}" for a, b, c, d in rng.integers(1, 255, (max(16, n // 20), 4)).tolist()],
