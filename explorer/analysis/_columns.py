@@ -135,24 +135,94 @@ def key_codes(df: pd.DataFrame) -> tuple[np.ndarray, KeyValues]:
     return codes, KeyValues.from_objects(uniques)
 
 
-def cached_frame(snap: Any, operator: str | Iterable[str] | None = None,
-                 state: str | Iterable[str] | None = None) -> pd.DataFrame:
-    """The analysis columns of ``snap`` (see the module doc), filtered by operator and state."""
+def _cache(snap: Any) -> dict:
     cache = snap.__dict__.setdefault(_CACHE_ATTR, {})
     if "frame" not in cache:
         cache["frame"], cache["pieces"] = _load(snap)
-    df, pieces = cache["frame"], cache["pieces"]
+    return cache
+
+
+def positions(snap: Any, operator: str | Iterable[str] | None = None,
+              state: str | Iterable[str] | None = None) -> np.ndarray | None:
+    """Rows of the cached frame of ``snap`` for these operators and states (None: all rows)."""
+    pieces = _cache(snap)["pieces"]
     ops = None if operator is None else ({operator} if isinstance(operator, str) else set(operator))
     sts = None if state is None else ({state} if isinstance(state, str) else set(state))
     if ops is None and sts is None:
-        return df
+        return None
     keep = [(lo, hi) for (op, st, lo, hi) in pieces if (ops is None or op in ops) and (sts is None or st in sts)]
     if len(keep) == len(pieces):
+        return None
+    return np.concatenate([np.arange(lo, hi) for lo, hi in keep]) if keep else np.zeros(0, dtype=np.int64)
+
+
+def cached_frame(snap: Any, operator: str | Iterable[str] | None = None,
+                 state: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """The analysis columns of ``snap`` (see the module doc), filtered by operator and state."""
+    df = _cache(snap)["frame"]
+    idx = positions(snap, operator, state)
+    if idx is None:
         return df
-    idx = np.concatenate([np.arange(lo, hi) for lo, hi in keep]) if keep else np.zeros(0, dtype=np.int64)
     out = df.iloc[idx].reset_index(drop=True)
     out.attrs["key_values"] = df.attrs["key_values"]
     return out
+
+
+def row_hashes(snap: Any) -> np.ndarray:
+    """A uint64 hash of each cached row's ``(namespace, user_key, value)``, computed in Arrow (cached)."""
+    from ..readers.base import KeyedStateQuery
+
+    cache = _cache(snap)
+    if "row_hashes" not in cache:
+        parts = []
+        for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS)))):
+            if not p.num_rows:
+                continue
+            with np.errstate(over="ignore"):
+                parts.append(arrow_hash(p.column("value")) * _M1 + arrow_hash(p.column("user_key")) * _M2
+                             + arrow_hash(p.column("namespace")))
+        h = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+        if len(h) != len(cache["frame"]):  # pragma: no cover - a reader that is not deterministic
+            raise RuntimeError(f"{snap.path}: keyed state changed between two reads ({len(h)} vs "
+                               f"{len(cache['frame'])} rows)")
+        cache["row_hashes"] = h
+    return cache["row_hashes"]
+
+
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_NULL = np.uint64(0x5851F42D4C957F2D)
+
+
+def arrow_hash(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A uint64 hash per value of an Arrow column, equal for equal values of the same type."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    n = len(col)
+    t = col.type
+    if pa.types.is_null(t) or n == 0:
+        return np.full(n, _NULL, dtype=np.uint64)
+    nulls = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
+    if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t) or pa.types.is_floating(t):
+        filled = col.fill_null(pa.scalar(0, t) if not pa.types.is_boolean(t) else False) if nulls is not None else col
+        h = pd.util.hash_array(filled.to_numpy(zero_copy_only=False))
+    elif pa.types.is_struct(t):
+        h = np.zeros(n, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for i in range(t.num_fields):
+                h = h * _M1 + arrow_hash(col.field(i))
+    else:
+        try:
+            enc = pc.dictionary_encode(col)
+            uniques = enc.dictionary.to_pandas().to_numpy(dtype=object)
+            hu = pd.util.hash_array(uniques, categorize=False)
+            idx = enc.indices.fill_null(0).to_numpy(zero_copy_only=False)
+            h = hu[idx] if len(hu) else np.zeros(n, dtype=np.uint64)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            h = pd.util.hash_array(np.array([repr(v) for v in col.to_pylist()], dtype=object), categorize=False)
+    if nulls is not None:
+        h = np.where(nulls, _NULL, h)
+    return h.astype(np.uint64, copy=False)
 
 
 def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]]]:

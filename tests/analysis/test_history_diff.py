@@ -1,5 +1,6 @@
 """History over checkpoints and diff between snapshots of one job: growth known from its input."""
 
+import pandas as pd
 import pytest
 
 import explorer
@@ -86,3 +87,14 @@ def test_snapshot_diff_method(planted_job):
 def test_history_of_a_missing_directory(tmp_path):
     with pytest.raises(explorer.errors.AnalysisError, match="no such"):
         explorer.history(tmp_path / "nope")
+
+
+def test_frames_and_snapshots_give_the_same_diff(planted_job):
+    a = explorer.open(checkpoints_in(planted_job.checkpoint_dir)[0])
+    b = explorer.open(planted_job.savepoint)
+    fast = explorer.diff(a, b)  # cached Arrow columns and hashes
+    slow = explorer.diff(a.keyed_state(), b.keyed_state())  # plain DataFrames, pandas hashes
+    cols = ["operator", "state", "key"]
+    pd.testing.assert_frame_equal(fast.sort_values(cols).reset_index(drop=True),
+                                  slow.sort_values(cols).reset_index(drop=True))
+    assert set(fast["status"]) == {"added", "changed", "unchanged"}
