@@ -374,3 +374,34 @@ def test_the_background_sweeper_drops_expired_entries_nobody_reads(tmp_path, rou
         assert sum(k.startswith("old-") for k in left) == 300
     else:
         assert not any(k.startswith("old-") for k in left)
+
+
+def test_state_dropped_on_restore_is_gone_from_the_next_checkpoint(tmp_path):
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out"), asynchronous=False), "job")
+    try:
+        chk = checkpoint_after(client, 30)
+    finally:
+        client.close()
+
+    class Fewer(KeyedProcessFunction):  # no longer declares "by_mod"
+        def open(self, ctx):
+            ctx.get_state(ValueStateDescriptor("stats", Stats, ttl=StateTtlConfig(10**9)))
+            ctx.get_state(ListStateDescriptor("recent", int))
+
+        def process_element(self, value, ctx, out):
+            pass
+
+    with pytest.raises(StateMigrationError, match="by_mod"):
+        JobClient(make_env(tmp_path / "a", CollectSink("out"), fn=Fewer()), "job", restore_from=chk)
+    client = JobClient(make_env(tmp_path / "b", CollectSink("out"), fn=Fewer()), "job", restore_from=chk,
+                       allow_non_restored_state=True)
+    try:
+        backend = client.runtime.subtasks_of("tracking")[0].operator.backend
+        assert set(backend.tables) == {"stats", "recent"}
+        nxt = client.trigger_checkpoint()
+    finally:
+        client.close()
+    assert {s["name"] for s in tracking_subtasks(nxt)[0]["states"]} == {"stats", "recent"}
+    assert set(explorer.open(nxt).keyed_state(operator="tracking")["state"]) == {"stats", "recent", "event_timers"}
+    client = JobClient(make_env(tmp_path / "c", CollectSink("out"), fn=Fewer()), "job", restore_from=nxt)
+    client.close()  # nothing undeclared left to complain about

@@ -804,6 +804,19 @@ class RocksDBStateBackend(KeyedStateBackend):
         self._db.put(_META_STATE + descriptor.name.encode("utf-8"),
                      json.dumps(descriptor.describe(), sort_keys=True).encode())
 
+    def drop_state(self, name: str) -> None:
+        """Delete a state entirely: its table, column family and stored description
+        (restored state the job does not declare, dropped with ``allow_non_restored_state``)."""
+        self.tables.pop(name, None)
+        self._states.pop(name, None)
+        cf = self._cfs.pop(name, None)
+        if cf is not None:
+            cf.close()
+        if name in self._families:
+            self._db.drop_column_family(name)
+            self._families.discard(name)
+        self._db.delete(_META_STATE + name.encode("utf-8"))
+
     def import_key_groups(self, source: str | os.PathLike) -> int:
         """Copy the raw entries of this backend's key groups from another native database
         (read-only, not modified): how a rescaled subtask merges a second restored instance

@@ -176,6 +176,10 @@ class NativeRestoredInPlace:
 
         RestoredKeyedState(Path("."), self.desc, [], range(0)).check(descriptor, operator)
 
+    def discard(self) -> None:
+        """The job does not declare this state (``allow_non_restored_state``): delete its entries."""
+        self.backend.drop_state(self.desc["name"])
+
     def rows(self, descriptor, operator: str) -> Iterator[tuple]:
         from ...format.native import native_rows
         from .restore import _converter
@@ -265,7 +269,8 @@ def restore_native_subtask(folder: Path, old: dict, subtask, subs: list[dict]) -
     # states come back as pending declarations, so registration checks them like a canonical restore
     for name in list(new.tables):
         d = descs.get(name)
-        if d is None:
+        if d is None:  # in the files but not in the snapshot's metadata: dropped before, drop it for good
+            new.drop_state(name)
             continue
         del new.tables[name]
         new.restored[name] = NativeRestoredInPlace(new, d)

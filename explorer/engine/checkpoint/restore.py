@@ -269,6 +269,10 @@ def check_after_open(runtime) -> None:
             left = sorted(backend.restored)
             declared = sorted(n for n in backend.tables)
             if runtime.allow_non_restored_state:
+                for pending in backend.restored.values():
+                    discard = getattr(pending, "discard", None)  # state restored in place (RocksDB files)
+                    if discard is not None:
+                        discard()
                 backend.restored.clear()
                 continue
             raise StateMigrationError(
