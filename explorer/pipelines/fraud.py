@@ -21,7 +21,10 @@ Rules come from a second, broadcast stream into broadcast state
 ``KeyedBroadcastProcessFunction`` that reads the rule named
 ``small-then-large`` (falling back to :data:`DEFAULT_RULE`) for every
 transaction. As in Flink, a rule applies to the transactions processed after
-it arrived.
+it arrived. The rules source has no watermarks: the operator's event time is
+the minimum over its inputs, so the rules hold it back until their (bounded)
+source ends, which here is at once; an endless rules stream would stall the
+flag timers, as it does in Flink unless the rules input is marked idle.
 
 ::
 
