@@ -100,6 +100,12 @@ def parse_line(line: str) -> AccessLog | None:
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
 
+def _month_days(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if (year % 4 == 0 and year % 100 != 0) or year % 400 == 0 else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
 def _days_from_civil(y: int, m: int, d: int) -> int:
     """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
     y -= m <= 2
@@ -118,7 +124,7 @@ def _parse_time(text: str) -> int | None:
         day, mon, year = int(text[0:2]), _MONTHS[text[3:6]], int(text[7:11])
         hh, mm, ss = int(text[12:14]), int(text[15:17]), int(text[18:20])
         sign = -1 if text[21] == "-" else 1
-        if text[21] not in "+-" or not (1 <= day <= 31 and hh < 24 and mm < 60 and ss < 61):
+        if text[21] not in "+-" or not (1 <= day <= _month_days(year, mon) and hh < 24 and mm < 60 and ss < 61):
             return None
         offset = sign * (int(text[22:24]) * 3600 + int(text[24:26]) * 60)
     except (KeyError, ValueError):

@@ -99,3 +99,16 @@ def test_variants():
 def test_generate_is_deterministic_per_seed():
     assert url_counts.generate(300, seed=3) == url_counts.generate(300, seed=3)
     assert url_counts.generate(300, seed=3) != url_counts.generate(300, seed=4)
+
+
+def test_access_log_times_parse_like_strptime_and_refuse_impossible_dates():
+    from datetime import datetime
+
+    from explorer.pipelines.url_counts import _parse_time
+
+    for text in ["10/Oct/2000:13:55:36 -0700", "29/Feb/2024:00:00:00 +0000", "31/Dec/1999:23:59:59 +0530",
+                 "01/Jan/1970:00:00:00 +0000", "28/Feb/2100:12:00:00 -1200"]:
+        assert _parse_time(text) == int(datetime.strptime(text, "%d/%b/%Y:%H:%M:%S %z").timestamp()) * 1000
+    for bad in ["31/Feb/2024:00:00:00 +0000", "29/Feb/2023:00:00:00 +0000", "31/Apr/2024:00:00:00 +0000",
+                "10/Foo/2000:13:55:36 -0700", "10/Oct/2000:25:55:36 -0700", "garbage"]:
+        assert _parse_time(bad) is None
