@@ -56,6 +56,7 @@ class Edge:
     spec: "OperatorSpec"
     kind: str  # forward | hash | broadcast | rebalance
     key_selector: Callable[[Any], Any] | None = None
+    side_tag: str | None = None  # read the upstream's side output of this tag, not its main output
 
 
 @dataclass
@@ -270,14 +271,25 @@ class StreamEnvironment:
 class DataStream:
     """A stream of records between two operators."""
 
-    def __init__(self, env: StreamEnvironment, spec: OperatorSpec) -> None:
+    def __init__(self, env: StreamEnvironment, spec: OperatorSpec, side_tag: str | None = None) -> None:
         self.env = env
         self.spec = spec
+        self.side_tag = side_tag
 
     def _one_input(self, name, operator_class, edge_kind="forward", parallelism=None, uid=None, selector=None, **kw):
         spec = self.env._add(name, operator_class, parallelism, uid, **kw)
-        spec.inputs.append(Edge(self.spec, edge_kind, selector))
+        spec.inputs.append(Edge(self.spec, edge_kind, selector, self.side_tag))
         return spec
+
+    def get_side_output(self, tag: str) -> "DataStream":
+        """The records this operator emits with ``ctx.output(tag, value)``, as a stream of their own.
+
+        Without a consumer, side outputs are collected as ``result.side_output(tag)``; with one,
+        they travel through channels like any stream (and so are exactly-once into a sink).
+        """
+        if self.side_tag is not None:
+            raise JobError("a side output has no side outputs of its own")
+        return DataStream(self.env, self.spec, side_tag=tag)
 
     def map(self, fn: Callable[[Any], Any], name: str = "map", parallelism: int | None = None, uid: str | None = None) -> "DataStream":
         return DataStream(self.env, self._one_input(name, MapOperator, fn=fn, parallelism=parallelism, uid=uid))
@@ -290,7 +302,7 @@ class DataStream:
         return DataStream(self.env, self._one_input(name, FlatMapOperator, fn=fn, parallelism=parallelism, uid=uid))
 
     def rebalance(self) -> "DataStream":
-        return _Repartitioned(self.env, self.spec, "rebalance")
+        return _Repartitioned(self.env, self.spec, "rebalance", self.side_tag)
 
     def process(self, function: ProcessFunction, name: str | None = None, parallelism: int | None = None,
                 uid: str | None = None) -> "DataStream":
@@ -305,7 +317,7 @@ class DataStream:
 
     def key_by(self, key: str | int | Callable[[Any], Any]) -> "KeyedStream":
         """Partition by key: records go to the subtask that owns their key group."""
-        return KeyedStream(self.env, self.spec, key_selector(key))
+        return KeyedStream(self.env, self.spec, key_selector(key), self.side_tag)
 
     def broadcast(self, *descriptors: MapStateDescriptor) -> "BroadcastStream":
         return BroadcastStream(self.env, self.spec, descriptors)
@@ -328,8 +340,8 @@ class DataStream:
 
 
 class _Repartitioned(DataStream):
-    def __init__(self, env, spec, kind):
-        super().__init__(env, spec)
+    def __init__(self, env, spec, kind, side_tag=None):
+        super().__init__(env, spec, side_tag)
         self._kind = kind
 
     def _one_input(self, name, operator_class, edge_kind="forward", **kw):
@@ -342,8 +354,9 @@ class _Repartitioned(DataStream):
 class KeyedStream(DataStream):
     """A stream partitioned by key; keyed state and timers live downstream of it."""
 
-    def __init__(self, env: StreamEnvironment, spec: OperatorSpec, selector: Callable[[Any], Any]) -> None:
-        super().__init__(env, spec)
+    def __init__(self, env: StreamEnvironment, spec: OperatorSpec, selector: Callable[[Any], Any],
+                 side_tag: str | None = None) -> None:
+        super().__init__(env, spec, side_tag)
         self.selector = selector
 
     def _one_input(self, name, operator_class, edge_kind="hash", parallelism=None, uid=None, selector=None, **kw):
@@ -422,7 +435,7 @@ class BroadcastConnectedStream:
         spec = env._add(name or type(function).__name__, KeyedProcessOperator if keyed else BroadcastProcessOperator,
                         parallelism, uid, function=function, keyed=keyed)
         spec.inputs.append(Edge(self.data.spec, "hash" if keyed else "forward",
-                                self.data.selector if keyed else None))  # type: ignore[attr-defined]
+                                self.data.selector if keyed else None, self.data.side_tag))  # type: ignore[attr-defined]
         spec.inputs.append(Edge(self.broadcast.spec, "broadcast"))
         spec.description["broadcast_states"] = [d.name for d in self.broadcast.descriptors]
         return DataStream(env, spec)

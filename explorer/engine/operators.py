@@ -57,7 +57,9 @@ class StreamOperator:
             self.subtask.emit(Batch(values, timestamps))
 
     def side_output(self, tag: str, value: Any, timestamp: int | None) -> None:
-        self.subtask.runtime.side_outputs.setdefault(tag, []).append(value)
+        sub = self.subtask
+        if not sub.emit_side(tag, Batch([value], None if timestamp is None else [timestamp])):
+            sub.runtime.side_outputs.setdefault(tag, []).append(value)
 
     # lifecycle ----------------------------------------------------------------------
     def open(self) -> None:

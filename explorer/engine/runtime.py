@@ -81,6 +81,8 @@ class Subtask:
         self.operator = operator
         self.inputs: list[Channel] = []
         self.outputs: list[tuple[Partitioner, list[Channel]]] = []
+        #: side-output tag -> its consumers' channels (a tag without consumers is collected)
+        self.side_outputs: dict[str, list[tuple[Partitioner, list[Channel]]]] = {}
         self.key_partitioner: KeyGroupPartitioner | None = None
         self.finished = False
         self.is_source = isinstance(operator, SourceOperator)
@@ -97,8 +99,23 @@ class Subtask:
                     self.trace("route", to=ch.target, records=len(b.values),
                                key_groups=sorted(set(b.key_groups.tolist())) if b.key_groups is not None else None)
 
+    def emit_side(self, tag: str, batch: Batch) -> bool:
+        """Send a side-output batch to its consumers; False when the tag has none."""
+        consumers = self.side_outputs.get(tag)
+        if not consumers:
+            return False
+        for partitioner, channels in consumers:
+            for ch, b in partitioner.route(batch, channels, self.index):
+                ch.put(b)
+        return True
+
+    def all_outputs(self):
+        yield from self.outputs
+        for consumers in self.side_outputs.values():
+            yield from consumers
+
     def emit_event(self, event: Any) -> None:
-        for _, channels in self.outputs:
+        for _, channels in self.all_outputs():
             for ch in channels:
                 ch.put(event)
 
@@ -109,7 +126,7 @@ class Subtask:
         self.runtime.trace.add(self.runtime.round, kind, self.spec.name, self.index, **detail)
 
     def outputs_have_room(self) -> bool:
-        for _, channels in self.outputs:
+        for _, channels in self.all_outputs():
             for ch in channels:
                 if not ch.has_room():
                     return False
@@ -224,7 +241,11 @@ class Runtime:
                         ch = Channel(up.name, down.name, input_index=input_index, capacity=env.channel_capacity)
                         down.inputs.append(ch)
                         channels.append(ch)
-                    up.outputs.append((self._partitioner(edge, spec, len(upstream)), channels))
+                    route = (self._partitioner(edge, spec, len(upstream)), channels)
+                    if edge.side_tag is None:
+                        up.outputs.append(route)
+                    else:
+                        up.side_outputs.setdefault(edge.side_tag, []).append(route)
                 if edge.kind == "hash":
                     for down in downstream:
                         down.key_partitioner = KeyGroupPartitioner(edge.key_selector, spec.max_parallelism, spec.parallelism)

@@ -127,7 +127,7 @@ class CheckpointCoordinator:
     def _forward(self, subtask, barrier: Barrier) -> None:
         if barrier.unaligned:
             # the barrier overtakes the records queued in our output channels; those become in-flight state
-            for _, channels in subtask.outputs:
+            for _, channels in subtask.all_outputs():
                 for ch in channels:
                     ch.queue.appendleft(barrier)
         else:
