@@ -21,7 +21,8 @@ use_flink "${FLINK_VERSION:-2.3.0}"
 
 run() { # name backend mode events keys [compress]
     echo "== $1" >&2
-    java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 -Dlog4j2.level=ERROR -cp "$BUILD:$CP" StateFixtures "$OUT" "$@" >&2
+    java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 -Dlog4j2.level=ERROR \
+        -Dfixtures.checkpoint.ms="${CHECKPOINT_MS:-300}" -cp "$BUILD:$CP" StateFixtures "$OUT" "$@" >&2
 }
 
 if [ "${1:-}" = "--bench" ]; then
@@ -29,7 +30,7 @@ if [ "${1:-}" = "--bench" ]; then
     EVENTS="${BENCH_EVENTS:-2000000}"
     KEYS="${BENCH_KEYS:-1000000}"
     mkdir -p "$OUT"
-    export JAVA_HEAP="${JAVA_HEAP:-4g}"
+    export JAVA_HEAP="${JAVA_HEAP:-4g}" CHECKPOINT_MS="${CHECKPOINT_MS:-3000}"
     run bench-heap-canonical-savepoint hashmap canonical "$EVENTS" "$KEYS"
     run bench-rocksdb-incremental-checkpoint rocksdb incremental "$EVENTS" "$KEYS"
     exit 0

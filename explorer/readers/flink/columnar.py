@@ -34,6 +34,7 @@ from .serializers import (
     Decoder,
     PojoDecoder,
     TimerDecoder,
+    TimeWindowDecoder,
     TtlDecoder,
     TupleDecoder,
 )
@@ -48,20 +49,11 @@ class Fallback(Exception):
 
 
 class Buf:
-    """A byte buffer viewed as NumPy, with a lazily built count of non-ASCII bytes."""
+    """A byte buffer viewed as NumPy."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.np = np.frombuffer(data, dtype=np.uint8)
-        self._high: np.ndarray | None = None
-
-    def high_prefix(self) -> np.ndarray:
-        if self._high is None:
-            h = np.empty(len(self.np) + 1, dtype=np.int64)
-            h[0] = 0
-            np.cumsum(self.np >= 0x80, out=h[1:])
-            self._high = h
-        return self._high
 
 
 def _gather(buf: Buf, pos: np.ndarray, width: int) -> np.ndarray:
@@ -132,6 +124,10 @@ def read(dec: Decoder, buf: Buf, pos: np.ndarray, want_codes: bool = False) -> t
         return Column(pa.nulls(n)), pos + 1
     if name == "StringSerializer":
         return _strings(buf, pos, want_codes)
+    if isinstance(dec, TimeWindowDecoder):
+        start, end = _fixed(buf, pos, 8, ">i8"), _fixed(buf, pos + 8, 8, ">i8")
+        arr = pa.StructArray.from_arrays([pa.array(start), pa.array(end)], names=["start", "end"])
+        return Column(arr), pos + 16
     if isinstance(dec, TtlDecoder):
         ts = _fixed(buf, pos, 8, ">i8")
         col, end = read(dec.value, buf, pos + 8)
@@ -169,54 +165,65 @@ def read(dec: Decoder, buf: Buf, pos: np.ndarray, want_codes: bool = False) -> t
     raise Fallback(f"no column decoder for {dec.describe()}")
 
 
+def _ranges(buf: Buf, start: np.ndarray, lens: np.ndarray):
+    """The bytes of many ranges, concatenated, plus each byte's index within its range."""
+    total = int(lens.sum()) if len(lens) else 0
+    first = np.cumsum(lens) - lens
+    j = np.arange(total, dtype=np.int64) - np.repeat(first, lens)
+    return buf.np[np.repeat(start, lens) + j], j, first
+
+
 def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.ndarray]:
     """``StringValue`` strings: vectorised for short ASCII ones, row by row for the rest."""
     n = len(pos)
     b0 = _gather(buf, pos, 1)[:, 0].astype(np.int64)
     simple = (b0 >= 1) & (b0 < 0x80)
     start = pos + 1
-    length = np.where(simple, b0 - 1, 0)
-    end = start + length
+    lens = np.where(simple, b0 - 1, 0)
+    end = start + lens
     if n and end.max() > len(buf.np):
         raise Fallback("string runs past the buffer")
-    high = buf.high_prefix()
-    simple &= (high[end] - high[start]) == 0
-    # Arrow: strings [start_i, end_i) of the buffer, via offsets (s0, e0, s1, e1, ...) and taking every other one
-    if n and not (np.all(start[1:] >= end[:-1])):
-        order_ok = False
-    else:
-        order_ok = True
-    values: pa.Array
+    byte, j, first = _ranges(buf, start, lens)
+    nonempty = lens > 0
+    if len(byte):
+        high = np.zeros(n, dtype=bool)
+        high[nonempty] = np.maximum.reduceat(byte, first[nonempty]) >= 0x80
+        simple &= ~high
     codes = None
+    if want_codes:
+        codes = np.zeros(n, dtype=np.uint32)
+        if len(byte):
+            weight = _pow31(int(lens.max()) + 1)[np.repeat(lens, lens) - 1 - j]
+            with np.errstate(over="ignore"):
+                prod = byte.astype(np.uint32) * weight
+            codes[nonempty] = np.add.reduceat(prod, first[nonempty])
+    order_ok = not n or bool(np.all(start[1:] >= end[:-1]))
     if order_ok and n:
-        offs = np.empty(2 * n, dtype=np.int64)
-        offs[0::2] = start
+        # Arrow strings [start_i, end_i) of the buffer: offsets (s0, e0, s1, e1, ...), keep every other one
+        offs = np.empty(2 * n + 1, dtype=np.int64)
+        offs[0:-1:2] = start
         offs[1::2] = end
-        offs = np.append(offs, end[-1])
+        offs[-1] = end[-1]
         arr = pa.LargeStringArray.from_buffers(2 * n, pa.py_buffer(offs), pa.py_buffer(buf.data))
         values = pc.take(arr, pa.array(np.arange(0, 2 * n, 2))).cast(pa.string())
     else:
         values = pa.array([""] * n, type=pa.string())
     new_pos = end.copy()
-    if want_codes:
-        codes = _ascii_string_hash(buf, start, end)
-    hard = np.flatnonzero(~simple)
-    if len(hard) or not order_ok:
-        idx = np.arange(n) if not order_ok else hard
+    idx = np.flatnonzero(~simple) if order_ok else np.arange(n)
+    if len(idx):
+        from ...keygroups import java_hash_code
+
         repl = []
-        for i in idx:
+        for i in idx.tolist():
             inp = DataInput(buf.data, int(pos[i]))
             s = inp.read_flink_string()
             new_pos[i] = inp.pos
             repl.append(s)
+            if codes is not None:
+                codes[i] = (java_hash_code(s) & 0xFFFFFFFF) if s is not None else 0
         mask = np.zeros(n, dtype=bool)
         mask[idx] = True
         values = pc.replace_with_mask(values, pa.array(mask), pa.array(repl, type=pa.string()))
-        if want_codes:
-            from ...keygroups import java_hash_code
-
-            for i, s in zip(idx, repl):
-                codes[i] = np.uint32(java_hash_code(s) & 0xFFFFFFFF) if s is not None else 0
     return Column(values, codes), new_pos
 
 
@@ -233,28 +240,6 @@ def _pow31(n: int) -> np.ndarray:
                 p[i] = p[i - 1] * np.uint32(31)
         _POW31 = p
     return _POW31
-
-
-def _ascii_string_hash(buf: Buf, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Java ``String.hashCode`` of the byte ranges (right for ASCII; others are fixed up by the caller)."""
-    n = len(start)
-    lens = end - start
-    codes = np.zeros(n, dtype=np.uint32)
-    total = int(lens.sum()) if n else 0
-    if total == 0:
-        return codes
-    row = np.repeat(np.arange(n), lens)
-    first = np.cumsum(lens) - lens
-    j = np.arange(total) - np.repeat(first, lens)  # index within the string
-    byte = buf.np[np.repeat(start, lens) + j].astype(np.uint32)
-    weight = _pow31(int(lens.max()) + 1)[np.repeat(lens, lens) - 1 - j]
-    with np.errstate(over="ignore"):
-        prod = byte * weight
-    nonempty = lens > 0
-    sums = np.add.reduceat(prod, first[nonempty]).astype(np.uint32)
-    codes[nonempty] = sums
-    del row
-    return codes
 
 
 @dataclass

@@ -59,7 +59,7 @@ from .operatorid import operator_id_for_uid
 from .operatorstate import read_operator_state
 from .rocksdb import read_instance
 from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
-from .serializers import RowDataDecoder
+from .serializers import RowDataDecoder, UnknownLayout
 from .statemeta import BackendMeta, read_backend_meta
 
 _CHK = re.compile(r"^chk-(\d+)$")
@@ -296,6 +296,8 @@ class FlinkSnapshotReader(SnapshotReader):
             try:
                 heapformat.read_key_group(data, span, header, lambda sid: None)
                 layout = "heap"
+            except UnknownLayout:  # cannot finish the trial: the heap stream starts with its key group id
+                layout = "heap" if int.from_bytes(data[span[1] : span[1] + 4], "big") == span[0] else "full"
             except (EOFError, ValueError, IndexError, KeyError):
                 layout = "full"
         self._layouts[key] = layout
@@ -330,11 +332,9 @@ class FlinkSnapshotReader(SnapshotReader):
                     for span in spans:
                         try:
                             heapformat.read_key_group(data, span, header, buffers.get)
-                        except Exception as exc:  # an unknown serializer stops this key group only
-                            if isinstance(exc, (MemoryError, KeyboardInterrupt)):
-                                raise
-                            self._note(f"{where}: key group {span[0]} could not be fully decoded ({exc}); "
-                                       "rows after the failure in that key group are missing")
+                        except UnknownLayout as exc:  # an unknown serializer stops this key group only
+                            self._note(f"{where}: key group {span[0]} holds values of a serializer State "
+                                       f"Explorer cannot decode ({exc}); the rest of that key group is skipped")
                 else:
                     joined, sids, ks, ke, vs, ve = fullformat.scan(
                         data, spans, header.compressed, 2 if op.max_parallelism > 128 else 1)

@@ -192,14 +192,56 @@ class SstFile:
 
     def entries(self) -> SstEntries:
         keys: list[bytes] = []
-        seqs: list[int] = []
-        types: list[int] = []
         values: list[bytes] = []
         for h in self.data_handles():
-            for ikey, value in self.iter_block(self.block(h)):
-                trailer = int.from_bytes(ikey[-8:], "little")
-                keys.append(ikey[:-8])
-                seqs.append(trailer >> 8)
-                types.append(trailer & 0xFF)
-                values.append(value)
+            _data_block_entries(self.block(h), keys, values)
+        # each internal key ends in 8 bytes: (sequence << 8) | type, little-endian; split them off in bulk
+        import numpy as np
+
+        n = len(keys)
+        if n:
+            lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+            if lens.min() < 8:
+                raise SstError(f"{self.name}: an internal key is shorter than its 8-byte trailer")
+            joined = np.frombuffer(b"".join(keys), dtype=np.uint8)
+            ends = np.cumsum(lens)
+            trailer = joined[(ends - 8)[:, None] + np.arange(8)].copy().view("<u8").ravel()
+            seqs = (trailer >> np.uint64(8)).tolist()
+            types = (trailer & np.uint64(0xFF)).astype(np.int64).tolist()
+            keys = [k[:-8] for k in keys]
+        else:
+            seqs, types = [], []
         return SstEntries(self.column_family, keys, seqs, types, values, self.properties)
+
+
+def _data_block_entries(block: bytes, keys: list[bytes], values: list[bytes]) -> None:
+    """Append the (internal key, value) entries of one data block; one-byte varints take a short cut."""
+    n = len(block)
+    packed = int.from_bytes(block[n - 4 :], "little")
+    if packed >> 31:
+        raise SstError("data block hash index is not supported")
+    limit = n - 4 - 4 * (packed & 0x7FFFFFFF)
+    ka, va = keys.append, values.append
+    p = 0
+    key = b""
+    while p < limit:
+        shared = block[p]
+        if shared < 0x80:
+            p += 1
+        else:
+            shared, p = _varint(block, p)
+        non_shared = block[p]
+        if non_shared < 0x80:
+            p += 1
+        else:
+            non_shared, p = _varint(block, p)
+        vlen = block[p]
+        if vlen < 0x80:
+            p += 1
+        else:
+            vlen, p = _varint(block, p)
+        q = p + non_shared
+        key = key[:shared] + block[p:q] if shared else block[p:q]
+        ka(key)
+        p = q + vlen
+        va(block[q:p])

@@ -30,7 +30,10 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.functions.AggregateFunction;
 import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.functions.RichMapFunction;
+import org.apache.flink.api.common.state.BroadcastState;
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.state.MapState;
@@ -52,7 +55,11 @@ import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
+import org.apache.flink.runtime.state.FunctionInitializationContext;
+import org.apache.flink.runtime.state.FunctionSnapshotContext;
+import org.apache.flink.streaming.api.checkpoint.CheckpointedFunction;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
+import org.apache.flink.streaming.api.windowing.assigners.TumblingEventTimeWindows;
 import org.apache.flink.table.api.Table;
 import org.apache.flink.table.api.TableResult;
 import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
@@ -168,6 +175,43 @@ public class StateFixtures {
         }
     }
 
+    /** Counts records per subtask into union list state and broadcast state (operator state). */
+    public static class CountingMap extends RichMapFunction<Event, Event> implements CheckpointedFunction {
+        transient ListState<Long> perSubtask;
+        transient BroadcastState<String, Long> bySubtask;
+        long count;
+
+        @Override
+        public Event map(Event e) {
+            count++;
+            return e;
+        }
+
+        @Override
+        public void snapshotState(FunctionSnapshotContext ctx) throws Exception {
+            perSubtask.update(java.util.Collections.singletonList(count));
+            bySubtask.put("records@" + getRuntimeContext().getTaskInfo().getIndexOfThisSubtask(), count);
+        }
+
+        @Override
+        public void initializeState(FunctionInitializationContext ctx) throws Exception {
+            perSubtask = ctx.getOperatorStateStore().getUnionListState(
+                    new ListStateDescriptor<>("records_per_subtask", Types.LONG));
+            bySubtask = ctx.getOperatorStateStore().getBroadcastState(
+                    new MapStateDescriptor<>("records_by_subtask", Types.STRING, Types.LONG));
+        }
+    }
+
+    /** Counts events per user and 30 s event-time window (AggregatingState in a TimeWindow namespace). */
+    public static class CountAgg implements AggregateFunction<Event, Long, Long> {
+        public Long createAccumulator() { return 0L; }
+        public Long add(Event e, Long acc) { PROCESSED.incrementAndGet(); return acc + 1; }
+        public Long getResult(Long acc) { return acc; }
+        public Long merge(Long a, Long b) { return a + b; }
+    }
+
+    static final long WINDOW_MS = 30_000;
+
     static long bucketOf(Event e) {
         return (e.amount * 7919L) % 50 - 25; // negative and positive Long keys
     }
@@ -209,7 +253,8 @@ public class StateFixtures {
                 StreamExecutionEnvironment.getExecutionEnvironment(Configuration.fromMap(conf));
         env.setParallelism(parallelism);
         env.setMaxParallelism(maxParallelism);
-        if (checkpointMode) env.enableCheckpointing(300);
+        // frequent checkpoints for the small fixtures; -Dfixtures.checkpoint.ms=2000 for big ones
+        if (checkpointMode) env.enableCheckpointing(Long.getLong("fixtures.checkpoint.ms", 300));
 
         final long n = events;
         final int k = keys;
@@ -241,11 +286,19 @@ public class StateFixtures {
                     + "FROM events GROUP BY `user`");
             perEventOps = 0;
         } else {
-            stream.keyBy(e -> e.user, Types.STRING).process(new UserState()).uid("user-state").name("user-state")
+            // partitioned by user, so every user's events stay in order (first/last values are deterministic)
+            DataStream<Event> counted = stream
+                    .partitionCustom((String user, int parts) -> Math.floorMod(user.hashCode(), parts), (Event e) -> e.user)
+                    .map(new CountingMap()).uid("counting-map").name("counting-map");
+            counted.keyBy(e -> e.user, Types.STRING).process(new UserState()).uid("user-state").name("user-state")
                     .sinkTo(new DiscardingSink<>()).uid("sink-users").name("sink-users");
-            stream.keyBy(StateFixtures::bucketOf, Types.LONG).process(new BucketSum()).uid("bucket-state")
+            counted.keyBy(StateFixtures::bucketOf, Types.LONG).process(new BucketSum()).uid("bucket-state")
                     .name("bucket-state").sinkTo(new DiscardingSink<>()).uid("sink-buckets").name("sink-buckets");
-            perEventOps = 2;
+            counted.keyBy(e -> e.user, Types.STRING)
+                    .window(TumblingEventTimeWindows.of(Duration.ofMillis(WINDOW_MS)))
+                    .aggregate(new CountAgg()).uid("user-windows").name("user-windows")
+                    .sinkTo(new DiscardingSink<>()).uid("sink-windows").name("sink-windows");
+            perEventOps = 3;
         }
 
         JobClient client = sqlResult != null ? sqlResult.getJobClient().get() : env.executeAsync("state-fixtures-" + name);
@@ -259,6 +312,7 @@ public class StateFixtures {
             while (EMITTED.get() < events) Thread.sleep(50);
             Thread.sleep(3000); // the GROUP BY runs right behind the source (no mini-batch)
         }
+        Thread.sleep(1000); // let the last periodic watermark close every window it can
         Path dest = outRoot.resolve(name);
         deleteTree(dest);
         Files.createDirectories(dest.getParent());
@@ -292,6 +346,8 @@ public class StateFixtures {
         TreeMap<String, TreeSet<Long>> timers = new TreeMap<>();
         TreeMap<String, Double> maxPrice = new TreeMap<>();
         TreeMap<Long, Long> bucketSums = new TreeMap<>();
+        TreeMap<String, TreeMap<Long, Long>> openWindows = new TreeMap<>(); // user -> window start -> count
+        long maxTs = BASE_TS + (events - 1) * 10;
         for (long i = 0; i < events; i++) {
             Event e = event(i, keys);
             long[] a = perUser.computeIfAbsent(e.user, u -> new long[2]);
@@ -301,6 +357,10 @@ public class StateFixtures {
             timers.computeIfAbsent(e.user, u -> new TreeSet<>()).add(eventTimer(e.ts));
             maxPrice.merge(e.user, e.price, Math::max);
             bucketSums.merge(bucketOf(e), e.amount, Long::sum);
+            long start = e.ts - Math.floorMod(e.ts, WINDOW_MS);
+            if (start + WINDOW_MS > maxTs) { // the final watermark (maxTs - 1) has not closed this window
+                openWindows.computeIfAbsent(e.user, u -> new TreeMap<>()).merge(start, 1L, Long::sum);
+            }
         }
         List<Map.Entry<String, long[]>> byCount = new ArrayList<>(perUser.entrySet());
         byCount.sort(Comparator.comparingLong((Map.Entry<String, long[]> x) -> -x.getValue()[0])
@@ -321,7 +381,7 @@ public class StateFixtures {
         }
         b.append("],\n \"operators\": ");
         b.append(mode.equals("sql") ? "[\"GroupAggregate\"]" : "{\"user-state\": [\"stats\", \"last_seen\", \"first_event\", "
-                + "\"amounts\", \"per_category\"], \"bucket-state\": [\"amount_sum\"]}");
+                + "\"amounts\", \"per_category\"], \"bucket-state\": [\"amount_sum\"], \"user-windows\": [\"window-contents\"]}");
         b.append(",\n \"ttl_ms\": {\"last_seen\": 3600000, \"per_category\": 172800000},\n");
         b.append(" \"processing_timer\": ").append(FAR_PROCESSING_TIMER).append(",\n");
         b.append(" \"users\": {\n");
@@ -343,6 +403,14 @@ public class StateFixtures {
             }
             b.append("}}");
             first = false;
+        }
+        b.append("\n },\n \"window_ms\": ").append(WINDOW_MS).append(",\n \"open_windows\": {");
+        first = true;
+        for (Map.Entry<String, TreeMap<Long, Long>> e : perUserDetail ? openWindows.entrySet() : new TreeMap<String, TreeMap<Long, Long>>().entrySet()) {
+            for (Map.Entry<Long, Long> w : e.getValue().entrySet()) {
+                b.append(first ? "\n  " : ",\n  ").append(json(e.getKey() + "@" + w.getKey())).append(": ").append(w.getValue());
+                first = false;
+            }
         }
         b.append("\n },\n \"bucket_sums\": {");
         first = true;
