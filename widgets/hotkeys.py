@@ -88,6 +88,14 @@ class HotKeysTab(View):
             raise t.TraitError(f"salt must be at least 1 sub-key, found {proposal['value']}")
         return int(proposal["value"])
 
+    def _skew(self, col: str, values: np.ndarray) -> tuple[Any, float, float]:
+        """Lorenz curve, Gini and top-1 % share of ``col`` (each sorts every key: cached)."""
+        k = (self.operator, col)
+        cache = self.__dict__.setdefault("_skew_cache", {})
+        if k not in cache:
+            cache[k] = (lorenz_curve(values), gini(values), top_share(values, 0.01))
+        return cache[k]
+
     def update(self) -> None:
         if not self.operator:
             return
@@ -96,7 +104,11 @@ class HotKeysTab(View):
         p, m = self.data.layout(self.operator)
         values = ks[col].to_numpy(np.float64)
         n = min(self.n, len(ks))
-        top_idx = np.argsort(-values, kind="stable")[:n]
+        if n < len(values):  # the top n without sorting a million values
+            part = np.argpartition(-values, n - 1)[:n]
+            top_idx = part[np.lexsort((part, -values[part]))]
+        else:
+            top_idx = np.lexsort((np.arange(len(values)), -values))
         top = ks.iloc[top_idx]
         self.top = top.reset_index(drop=True)
         sub_all = ks["subtask"].to_numpy(np.int64)
@@ -113,8 +125,7 @@ class HotKeysTab(View):
                                                  "(colour: the subtask holding the key)")
             self.hot_figure.layout.yaxis.title.text = col
             self.hot_figure.layout.xaxis.type = "category"
-        lc = lorenz_curve(values)
-        g = gini(values)
+        lc, g, t1 = self._skew(col, values)
         with self.lorenz_figure.batch_update():
             self.lorenz_figure.data[1].x = lc["key_share"].to_numpy()
             self.lorenz_figure.data[1].y = lc["load_share"].to_numpy()
@@ -149,7 +160,7 @@ class HotKeysTab(View):
             self.salt_figure.layout.yaxis.title.text = f"{col} per subtask"
         top1 = float(values[top_idx[0]] / total) if len(top_idx) and total else 0.0
         self.stats.value = (
-            f"{len(ks):,} keys · Gini <b>{g:.2f}</b> · top 1 % of keys hold <b>{top_share(values, 0.01):.0%}</b> · "
+            f"{len(ks):,} keys · Gini <b>{g:.2f}</b> · top 1 % of keys hold <b>{t1:.0%}</b> · "
             f"hottest key <b>{html.escape(str(hot_key))}</b> holds <b>{top1:.1%}</b> of {col}"
             + (" <i>(traffic: counts of the engine's heavy-hitter sketch)</i>" if self.by == "traffic" else ""))
         shown = top[["key", "key_group", "subtask", "entries", "bytes", "records"]].copy()

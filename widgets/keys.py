@@ -8,6 +8,8 @@ from typing import Any
 import ipywidgets as w
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import traitlets as t
 
 from ._base import View, html_table, subtask_colour
@@ -32,7 +34,7 @@ class KeysTab(View):
     def __init__(self, data: SnapshotData, errors: ErrorArea | None = None, **kwargs: Any) -> None:
         super().__init__(errors, **kwargs)
         self.data = data
-        self._strings: dict[str, np.ndarray] = {}
+        self._strings: dict[str, pa.Array] = {}
         self._orders: dict[tuple[str, str], np.ndarray] = {}
         self._selected_rows = np.zeros(0, dtype=np.int64)
         self._page_rows = np.zeros(0, dtype=np.int64)
@@ -85,9 +87,15 @@ class KeysTab(View):
         """The keys on the current page, in order."""
         return self.keys_frame["key"].to_numpy()[self._page_rows].tolist()
 
-    def _key_strings(self) -> np.ndarray:
+    def _key_strings(self) -> pa.Array:
+        """The keys as lower-case Arrow strings (searched with Arrow kernels: fast on a million keys)."""
         if self.operator not in self._strings:
-            self._strings[self.operator] = self.keys_frame["key"].astype(str).str.lower().to_numpy(dtype=object)
+            keys = self.keys_frame["key"]
+            try:
+                arr = pa.array(keys.to_numpy(dtype=object), type=pa.string())
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # non-string keys: search their str()
+                arr = pa.array(keys.map(str).to_numpy(dtype=object), type=pa.string())
+            self._strings[self.operator] = pc.utf8_lower(arr)
         return self._strings[self.operator]
 
     def _sorted(self) -> np.ndarray:
@@ -95,7 +103,7 @@ class KeysTab(View):
         if k not in self._orders:
             ks = self.keys_frame
             if self.order == "key":
-                idx = np.argsort(self._key_strings(), kind="stable")
+                idx = pc.sort_indices(self._key_strings()).to_numpy()
             else:
                 idx = np.argsort(-ks[self.order].to_numpy(), kind="stable")
             self._orders[k] = idx
@@ -105,7 +113,7 @@ class KeysTab(View):
         order = self._sorted()
         q = self.query.strip().lower()
         if q:
-            hit = pd.Series(self._key_strings()).str.contains(q, regex=False).to_numpy()
+            hit = pc.match_substring(self._key_strings(), q).to_numpy(zero_copy_only=False)
             order = order[hit[order]]
         self._selected_rows = order
         self.set_trait("matches", len(order))

@@ -294,7 +294,7 @@ DEFAULT_KEYS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heid
 class KeyRouting(View):
     """Keys -> key groups -> subtasks, for a max parallelism and a parallelism you choose."""
 
-    keys = t.List(t.Any(), help="the keys routed")
+    key_names = t.List(t.Any(), help="the keys routed (not ``keys``: that name is the widget's synced-state list)")
     max_parallelism = t.Int(16, help="the number of key groups")
     parallelism = t.Int(2, help="the number of subtasks")
 
@@ -311,11 +311,11 @@ class KeyRouting(View):
         self.table = self.own(w.HTML())
         self.max_parallelism = max_parallelism
         self.parallelism = parallelism
-        self.keys = list(keys)
+        self.key_names = list(keys)
         t.link((self.max_select, "value"), (self, "max_parallelism"))
         t.link((self.slider, "value"), (self, "parallelism"))
         self.keys_text.observe(self.guarded(self._keys_typed, "reading the keys"), names="value")
-        self.on_change(["keys", "max_parallelism", "parallelism"], self.update, "routing the keys")
+        self.on_change(["key_names", "max_parallelism", "parallelism"], self.update, "routing the keys")
         self.children = [self.keys_text, self.own(w.HBox([self.max_select, self.slider])), self.figure, self.table]
         self.update()
 
@@ -339,13 +339,13 @@ class KeyRouting(View):
         return p
 
     def _keys_typed(self, change: dict) -> None:
-        self.keys = [k.strip() for k in change["new"].split(",") if k.strip()]
+        self.key_names = [k.strip() for k in change["new"].split(",") if k.strip()]
 
     def routes(self) -> pd.DataFrame:
         """``key, java_hash, key_group, subtask`` of every key."""
         m, p = self.max_parallelism, self.parallelism
         rows = []
-        for k in self.keys:
+        for k in self.key_names:
             kg = assign_to_key_group(k, m)
             rows.append({"key": k, "java_hash": java_hash_code(k), "murmur": murmur_hash(java_hash_code(k)),
                          "key_group": kg, "subtask": operator_index_for_key_group(m, p, kg)})

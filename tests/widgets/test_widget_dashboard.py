@@ -28,7 +28,9 @@ def test_explore_a_checkpoint_directory_builds_every_tab(planted_heap):
         assert sorted(dash.history_tab.summary["checkpoint_id"]) == [int(p.name[4:]) for p in chks]
         assert (dash.diff_tab.a, dash.diff_tab.b) == (str(chks[-2]), str(chks[-1]))
         assert dash.errors.last_error is None
-        figures = [x for x in all_widgets(dash) if isinstance(x, go.FigureWidget)]
+        made = all_widgets(dash)
+        assert all("_model_module" in x.get_state() for x in made)  # no model trait shadows a widget's own
+        figures = [x for x in made if isinstance(x, go.FigureWidget)]
         assert len(figures) >= 8 and all(len(f.data) for f in figures)
     finally:
         dash.close()

@@ -104,6 +104,7 @@ def test_a_job_without_trace_or_checkpoint_is_refused(tmp_path):
 def test_key_routing_follows_the_parallelism():
     view = KeyRouting(keys=["alice", "bob", "carol"], max_parallelism=16, parallelism=2)
     try:
+        assert view.get_state()["_model_module"] == "@jupyter-widgets/controls"  # no trait shadows the widget's own
         kgs = [assign_to_key_group(k, 16) for k in ["alice", "bob", "carol"]]
         assert view.result["key_group"].tolist() == kgs
         view.slider.value = 4
