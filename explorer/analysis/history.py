@@ -59,7 +59,9 @@ def _state_bytes(snap: Any) -> dict[tuple[str, str], int]:
     for o in meta.get("operators", []):
         for sub in o.get("subtasks", []):
             for s in sub.get("states", []):
-                out[(o["name"], s["name"])] = out.get((o["name"], s["name"]), 0) + int(files.get(s["file"], {}).get("bytes", 0))
+                # an incremental checkpoint's RocksDB state has no file of its own, only its SST bytes
+                b = files.get(s["file"], {}).get("bytes", 0) if s.get("file") else s.get("bytes", 0)
+                out[(o["name"], s["name"])] = out.get((o["name"], s["name"]), 0) + int(b)
             tm = sub.get("timers")
             if tm:
                 b = int(files.get(tm["file"], {}).get("bytes", 0))

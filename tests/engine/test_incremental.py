@@ -405,3 +405,17 @@ def test_state_dropped_on_restore_is_gone_from_the_next_checkpoint(tmp_path):
     assert set(explorer.open(nxt).keyed_state(operator="tracking")["state"]) == {"stats", "recent", "event_timers"}
     client = JobClient(make_env(tmp_path / "c", CollectSink("out"), fn=Fewer()), "job", restore_from=nxt)
     client.close()  # nothing undeclared left to complain about
+
+
+def test_history_reports_state_bytes_and_shared_files_of_incremental_checkpoints(tmp_path):
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out"), asynchronous=False), "job")
+    try:
+        checkpoint_after(client, 20)
+        checkpoint_after(client, 2)
+    finally:
+        client.close()
+    hist = explorer.history(tmp_path / "chk")
+    per = hist[hist["operator"] == "tracking"]
+    assert (per["bytes"] > 0).all()
+    by_chk = hist.groupby("checkpoint_id")[["checkpoint_bytes", "incremental_bytes"]].first()
+    assert by_chk["incremental_bytes"].iloc[-1] < by_chk["checkpoint_bytes"].iloc[-1]  # shared SSTs not counted again

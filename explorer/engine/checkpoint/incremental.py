@@ -80,8 +80,9 @@ def capture_native(backend, staging: Path, storage, checkpoint_id: int) -> Nativ
     if staging.exists():  # a leftover of a crashed run
         shutil.rmtree(staging)
     names = backend.native_checkpoint(staging)
-    states = [{"name": name, "file": None, "rows": backend.estimated_entries(name), "rows_estimated": True}
-              for name in sorted(backend.tables)]
+    # per state: RocksDB's key estimate (no scan) and the size of its column family's SSTs
+    states = [{"name": name, "file": None, "rows": backend.estimated_entries(name), "rows_estimated": True,
+               "bytes": backend.sst_bytes(name)} for name in sorted(backend.tables)]
     nc = NativeCapture(backend, staging, names, states)
     for name in names:
         entry = backend.uploaded.get(name) if name.endswith(".sst") else None
