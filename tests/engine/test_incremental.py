@@ -4,7 +4,7 @@ the background TTL sweeper."""
 
 from __future__ import annotations
 
-import shutil
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,12 +73,12 @@ class Tracking(KeyedProcessFunction):
 
 
 def make_env(chk_dir, sink, parallelism=2, backend="rocksdb", incremental=True, every=NEVER, retained=3,
-             asynchronous=True, fn=None, state_dir=None):
+             asynchronous=True, fn=None, state_dir=None, max_concurrent=1):
     env = StreamEnvironment(parallelism=parallelism, batch_size=97, clock=ManualClock(1_000), state_backend=backend,
                             state_dir=state_dir)
     if chk_dir is not None:
         env.enable_checkpointing(chk_dir, interval_records=every, retained=retained, incremental=incremental,
-                                 asynchronous=asynchronous)
+                                 asynchronous=asynchronous, max_concurrent=max_concurrent)
     env.from_collection(DATA, TS, name="src", num_splits=2, parallelism=2).key_by(0).process(
         fn or Tracking(), name="tracking", uid="tracking").sink_to(sink, name="sink")
     return env
@@ -186,6 +186,34 @@ def test_retain_deletes_only_shared_files_no_retained_checkpoint_names(tmp_path)
     assert kept_across and dropped
 
 
+def test_concurrent_checkpoints_with_retained_1_never_lose_a_shared_file(tmp_path, reference):
+    sink = CollectSink("out")
+    completed = []
+
+    env = make_env(tmp_path / "chk", sink, every=250, retained=1, max_concurrent=2)
+    client = JobClient(env, "job")
+    # check every checkpoint the moment it completes, while others may still be in flight
+    orig = client.coordinator._complete
+
+    def complete(pc):
+        orig(pc)
+        if not pc.savepoint:
+            verify_snapshot(pc.folder)
+            completed.append(pc.id)
+
+    client.coordinator._complete = complete
+    try:
+        client.run()
+    finally:
+        client.close()
+    assert len(completed) >= 5
+    assert sorted(map(repr, sink.results)) == reference
+    shared = tmp_path / "chk" / "shared"
+    last = CheckpointStorage(tmp_path / "chk").latest_valid()
+    on_disk = {"../shared/" + p.relative_to(shared).as_posix() for p in shared.rglob("*") if p.is_file()}
+    assert on_disk == shared_of(last)
+
+
 def test_a_shared_file_held_by_a_checkpoint_in_flight_is_never_collected(tmp_path):
     storage = CheckpointStorage(tmp_path)
     f = tmp_path / "shared" / "op" / "abc-000012.sst"
@@ -287,6 +315,19 @@ def test_recovery_after_a_crash_is_exactly_once(tmp_path, reference, point):
     assert sorted(map(repr, sink.results)) == reference
     latest = CheckpointStorage(tmp_path / "chk").latest_valid()
     assert read_metadata(latest)["incremental"]
+
+
+def test_a_seeded_sample_of_crash_points_loses_and_duplicates_nothing(tmp_path, reference):
+    rng = random.Random(20261122)
+    for trial in range(4):
+        point = rng.choice(CRASH_POINTS)
+        after = rng.randint(1, 12 if point == "round" else 4)
+        every = rng.choice([300, 700, 1500])
+        d = tmp_path / f"chk-{trial}"
+        sink = CollectSink("out")
+        run_with_recovery(lambda: make_env(d, sink, every=every, retained=1, max_concurrent=2), "job",
+                          CrashInjector(point, after))
+        assert sorted(map(repr, sink.results)) == reference, (point, after, every)
 
 
 @pytest.mark.parametrize("parallelism", [1, 3])
