@@ -261,6 +261,10 @@ class Snapshot:
 
         return diff(self, other, **kw)
 
+    def drop_analysis_cache(self) -> None:
+        """Forget the columns the analyses loaded and kept on this Snapshot (to free memory)."""
+        self.__dict__.pop("_analysis_cache", None)
+
     def _repr_html_(self) -> str:
         from .report import snapshot_html
 

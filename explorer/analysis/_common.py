@@ -183,10 +183,65 @@ def only_operator(df: pd.DataFrame, name: str) -> pd.DataFrame:
     return df[(df["operator"] == name).to_numpy()]
 
 
-def per_key_codes(df: pd.DataFrame) -> tuple[pd.DataFrame, Any]:
-    """One row per (operator, key) with the key as its integer code, and the :class:`KeyValues`.
+@dataclass
+class KeyTable:
+    """One row per (operator, key), as NumPy arrays (a DataFrame of 10 M rows costs copies).
 
-    Columns: ``operator, key (code), key_group, subtask, entries, bytes`` (timers excluded).
+    ``key`` holds codes into ``values`` (:class:`._columns.KeyValues`); rows are sorted by
+    ``slot = op * len(values) + key``.
+    """
+
+    op: np.ndarray
+    op_names: list
+    key: np.ndarray
+    key_group: np.ndarray
+    subtask: np.ndarray
+    entries: np.ndarray
+    bytes: np.ndarray
+    values: Any
+    records: np.ndarray | None = None
+    records_error: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    @property
+    def slot(self) -> np.ndarray:
+        return self.op.astype(np.int64) * max(len(self.values), 1) + self.key
+
+    def column(self, name: str) -> np.ndarray:
+        return getattr(self, name)
+
+    def take(self, idx: np.ndarray | slice) -> "KeyTable":
+        pick = (lambda a: None if a is None else a[idx])
+        return KeyTable(self.op[idx], self.op_names, self.key[idx], self.key_group[idx], self.subtask[idx],
+                        self.entries[idx], self.bytes[idx], self.values, pick(self.records),
+                        pick(self.records_error))
+
+    def of_operator(self, name: str) -> "KeyTable":
+        if name not in self.op_names:
+            return self.take(np.zeros(0, dtype=np.int64))
+        if self.op_names == [name]:
+            return self
+        return self.take(self.op == self.op_names.index(name))
+
+    def to_frame(self, idx: np.ndarray | slice | None = None) -> pd.DataFrame:
+        """A DataFrame of these rows (all, or ``idx``) with keys turned back into values."""
+        t = self if idx is None else self.take(idx)
+        out = pd.DataFrame({
+            "operator": np.asarray(t.op_names, dtype=object)[t.op] if len(t.op_names) else np.zeros(0, dtype=object),
+            "key": t.values.take(t.key), "key_group": t.key_group, "subtask": t.subtask,
+            "entries": t.entries, "bytes": t.bytes,
+        })
+        if t.records is not None:
+            out["records"] = t.records
+            out["records_error"] = t.records_error
+        return out
+
+
+def per_key_codes(df: pd.DataFrame) -> KeyTable:
+    """One row per (operator, key) of ``df`` (timers excluded), keys as codes.
+
     Sums are ``np.bincount`` over the code space: no Python loop and no hashing per key.
     """
     from ._columns import key_codes
@@ -195,7 +250,7 @@ def per_key_codes(df: pd.DataFrame) -> tuple[pd.DataFrame, Any]:
     codes, kv = key_codes(rows)
     k = max(len(kv), 1)
     op_codes, op_names = pd.factorize(rows["operator"], sort=True)
-    op_names = np.asarray(op_names, dtype=object)
+    op_names = [str(x) for x in op_names]
     combined = op_codes.astype(np.int64) * k + codes if len(op_names) > 1 else codes
     size = len(op_names) * k
     entries = np.bincount(combined, minlength=size)
@@ -205,23 +260,14 @@ def per_key_codes(df: pd.DataFrame) -> tuple[pd.DataFrame, Any]:
     kg_of[combined] = rows["key_group"].to_numpy()
     sub_of = np.zeros(size, dtype=np.int64)
     sub_of[combined] = rows["subtask"].to_numpy()
-    out = pd.DataFrame({
-        "operator": pd.Categorical.from_codes((present // k).astype(np.int32), categories=list(op_names)),
-        "key": present % k,
-        "key_group": kg_of[present],
-        "subtask": sub_of[present],
-        "entries": entries[present].astype(np.int64),
-        "bytes": np.rint(nbytes[present]).astype(np.int64),
-    })
-    return out, kv
+    return KeyTable(op=(present // k).astype(np.int32), op_names=op_names, key=present % k,
+                    key_group=kg_of[present], subtask=sub_of[present], entries=entries[present].astype(np.int64),
+                    bytes=np.rint(nbytes[present]).astype(np.int64), values=kv)
 
 
 def per_key(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (operator, key): key_group, subtask, entries, bytes (timers excluded), keys as values."""
-    out, kv = per_key_codes(df)
-    out["key"] = kv.take(out["key"].to_numpy())
-    out["operator"] = out["operator"].astype(object)
-    return out
+    return per_key_codes(df).to_frame()
 
 
 def first_occurrences(codes: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..keygroups import assign_key_groups, operator_indices_for_key_groups
-from ._common import LOAD_COLUMNS, Layout, Source, frame, is_snapshot, layouts, per_key_codes
+from ._common import LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, per_key_codes
 
 BY = {"bytes": "bytes", "entries": "entries", "traffic": "records"}
 
@@ -64,78 +64,57 @@ def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, st
     """
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
-    ks, kv = _key_stats(df, lays, _heavy_hitters(source, heavy_hitters))
-    ks["key"] = kv.take(ks["key"].to_numpy())
-    ks["operator"] = ks["operator"].astype(object)
-    return ks.drop(columns="_slot")
+    return _key_stats(df, lays, _heavy_hitters(source, heavy_hitters)).to_frame()
 
 
-def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame) -> tuple[pd.DataFrame, Any]:
-    """Per-key stats with keys as codes (column ``key``), sorted by ``_slot`` (operator, code)."""
-    ks, kv = per_key_codes(df)
-    k = max(len(kv), 1)
-    op_codes = ks["operator"].cat.codes.to_numpy()
-    op_names = list(ks["operator"].cat.categories)
-    ks["_slot"] = op_codes.astype(np.int64) * k + ks["key"].to_numpy()
-    if set(op_names) - set(lays):
-        ks = ks[ks["operator"].isin(list(lays)).to_numpy()].reset_index(drop=True)
-    sub = ks["subtask"].to_numpy().copy()
+def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame) -> KeyTable:
+    """Per-key stats of the operators in ``lays`` (keys as codes), with the sketch's counts."""
+    kt = per_key_codes(df)
+    if set(kt.op_names) - set(lays):
+        kt = kt.take(np.isin(kt.op, [i for i, n in enumerate(kt.op_names) if n in lays]))
+    sub = kt.subtask.copy()
     for name, lay in lays.items():
-        sel = _select(ks, name)
-        sub[sel] = operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism,
-                                                   ks["key_group"].to_numpy()[sel])
-    ks["subtask"] = sub
-    records = np.zeros(len(ks), dtype=np.int64)
-    errors = np.zeros(len(ks), dtype=np.int64)
-    if len(hh) and len(ks):
-        names = list(op_names)
-        slots = ks["_slot"].to_numpy()
+        if name not in kt.op_names:
+            continue
+        sel = slice(None) if kt.op_names == [name] else kt.op == kt.op_names.index(name)
+        sub[sel] = operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism, kt.key_group[sel])
+    kt.subtask = sub
+    kt.records = np.zeros(len(kt), dtype=np.int64)
+    kt.records_error = np.zeros(len(kt), dtype=np.int64)
+    if len(hh) and len(kt):
+        k = max(len(kt.values), 1)
+        slots = kt.slot
         for name, g in hh.groupby("operator", sort=False, observed=True):
-            if name not in names:
+            if name not in kt.op_names:
                 continue
-            codes = kv.codes_of(list(g["key"]))
-            want = names.index(name) * k + codes
-            pos = np.searchsorted(slots, want)
-            ok = (codes >= 0) & (pos < len(slots))
-            ok[ok] &= slots[pos[ok]] == want[ok]
-            np.add.at(records, pos[ok], g["count"].to_numpy()[ok].astype(np.int64))
-            np.add.at(errors, pos[ok], g["error"].to_numpy()[ok].astype(np.int64))
-    ks["records"] = records
-    ks["records_error"] = errors
-    return ks, kv
+            codes = kt.values.codes_of(list(g["key"]))
+            want = kt.op_names.index(name) * k + codes
+            pos = np.minimum(np.searchsorted(slots, want), len(slots) - 1)
+            ok = (codes >= 0) & (slots[pos] == want)
+            np.add.at(kt.records, pos[ok], g["count"].to_numpy()[ok].astype(np.int64))
+            np.add.at(kt.records_error, pos[ok], g["error"].to_numpy()[ok].astype(np.int64))
+    return kt
 
 
-def _select(ks: pd.DataFrame, name: str) -> np.ndarray | slice:
-    ops = ks["operator"]
-    if isinstance(ops.dtype, pd.CategoricalDtype) and list(ops.cat.categories) == [name]:
-        return slice(None)
-    return (ops == name).to_numpy()
-
-
-def _rows(ks: pd.DataFrame, name: str) -> pd.DataFrame:
-    """The rows of operator ``name`` (uncopied when there is no other)."""
-    sel = _select(ks, name)
-    return ks if isinstance(sel, slice) else ks[sel]
-
-
-def _subtask_loads(ks: pd.DataFrame, lay: Layout, metric: str, records_by_kg: pd.DataFrame | None) -> np.ndarray:
+def _subtask_loads(kt: KeyTable, lay: Layout, metric: str, records_by_kg: pd.DataFrame | None) -> np.ndarray:
     p = lay.parallelism
     if metric == "records" and records_by_kg is not None and len(records_by_kg):
         r = records_by_kg[records_by_kg["operator"] == lay.operator]
         sub = operator_indices_for_key_groups(lay.max_parallelism, p, r["key_group"].to_numpy())
         return np.bincount(sub, weights=r["records"].to_numpy(dtype=np.float64), minlength=p)
-    g = _rows(ks, lay.operator)
-    return np.bincount(g["subtask"].to_numpy().astype(np.int64), weights=g[metric].to_numpy(dtype=np.float64),
-                       minlength=p)
+    g = kt.of_operator(lay.operator)
+    return np.bincount(g.subtask, weights=g.column(metric).astype(np.float64), minlength=p)
 
 
-def _top(g: pd.DataFrame, metric: str, n: int) -> pd.DataFrame:
-    """The ``n`` rows with the largest ``metric`` (ties by entries), without sorting all rows."""
-    v = g[metric].to_numpy()
+def _top(kt: KeyTable, metric: str, n: int) -> np.ndarray:
+    """Rows of the ``n`` largest ``metric`` (ties: more entries first, then table order), largest first."""
+    v = kt.column(metric)
+    idx = np.arange(len(v))
     if len(v) > 4 * n:
         cut = np.partition(v, len(v) - n)[len(v) - n]
-        g = g[v >= cut]
-    return g.sort_values([metric, "entries"], ascending=False, kind="stable").head(n)
+        idx = np.flatnonzero(v >= cut)
+    order = np.lexsort((idx, -kt.entries[idx], -v[idx]))
+    return idx[order][:n]
 
 
 def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | Iterable[str] | None = None,
@@ -154,21 +133,19 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
     hh = _heavy_hitters(source, heavy_hitters)
-    ks, kv = _key_stats(df, lays, hh)
+    kt = _key_stats(df, lays, hh)
     rec_kg = source.metrics() if is_snapshot(source) else None
     parts = []
     for name, lay in sorted(lays.items()):
-        g = _rows(ks, name)
-        loads = _subtask_loads(ks, lay, metric, rec_kg)
-        top = _top(g, metric, n).copy()
-        top["key"] = kv.take(top["key"].to_numpy())
-        top["operator"] = name
+        g = kt.of_operator(name)
+        loads = _subtask_loads(kt, lay, metric, rec_kg)
+        top = g.to_frame(_top(g, metric, n))
         if metric == "records":
-            top = _with_sketch_only_keys(top, g, kv, hh, lay).sort_values(
+            top = _with_sketch_only_keys(top, g, hh, lay).sort_values(
                 [metric, "entries"], ascending=False, kind="stable").head(n)
         if not len(top):
             continue
-        total = float(loads.sum()) or float(g[metric].sum())
+        total = float(loads.sum()) or float(g.column(metric).sum())
         top.insert(0, "rank", np.arange(1, len(top) + 1))
         top["share"] = top[metric] / total if total else np.nan
         sub = top["subtask"].to_numpy().astype(np.int64)
@@ -183,13 +160,13 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
     return pd.concat(parts, ignore_index=True)[HOT_KEY_COLUMNS]
 
 
-def _with_sketch_only_keys(top: pd.DataFrame, g: pd.DataFrame, kv: Any, hh: pd.DataFrame, lay: Layout) -> pd.DataFrame:
+def _with_sketch_only_keys(top: pd.DataFrame, g: KeyTable, hh: pd.DataFrame, lay: Layout) -> pd.DataFrame:
     """Add the keys the sketch counts but that hold no state (state cleared or expired)."""
     mine = hh[hh["operator"] == lay.operator]
     if not len(mine):
         return top
-    codes = kv.codes_of(list(mine["key"]))
-    held = np.isin(codes, g["key"].to_numpy()) & (codes >= 0)
+    codes = g.values.codes_of(list(mine["key"]))
+    held = np.isin(codes, g.key) & (codes >= 0)
     extra = mine[~held]
     if not len(extra):
         return top
@@ -203,7 +180,10 @@ def _with_sketch_only_keys(top: pd.DataFrame, g: pd.DataFrame, kv: Any, hh: pd.D
 
 def gini(values: np.ndarray | Sequence[float]) -> float:
     """Gini coefficient of non-negative loads: 0 when all are equal, ``1 - 1/n`` when one holds all."""
-    x = np.sort(np.asarray(values, dtype=np.float64))
+    return _gini_sorted(np.sort(np.asarray(values, dtype=np.float64)))
+
+
+def _gini_sorted(x: np.ndarray) -> float:
     n = len(x)
     total = x.sum()
     if n == 0 or total == 0:
@@ -243,23 +223,26 @@ def key_skew(source: Source | pd.DataFrame, by: str = "bytes", *, operator: str 
     ``source`` may be a :func:`key_stats` result.
     """
     metric = _check_by(by)
+    groups: list[tuple[str, np.ndarray, Any]] = []
     if isinstance(source, pd.DataFrame) and "entries" in source.columns and "size_bytes" not in source.columns:
-        ks, kv = source, None
+        for name, g in source.groupby("operator", sort=True, observed=True):
+            groups.append((str(name), g[metric].to_numpy(), lambda i, g=g: g["key"].iloc[i]))
     else:
         df = frame(source, LOAD_COLUMNS, operator, state)
         lays = layouts(source, df, operator, None, max_parallelism)
-        ks, kv = _key_stats(df, lays, _heavy_hitters(source, None))
+        kt = _key_stats(df, lays, _heavy_hitters(source, None))
+        for name in sorted(kt.op_names):
+            g = kt.of_operator(name)
+            groups.append((name, g.column(metric), lambda i, g=g: g.values.take([g.key[i]])[0]))
     rows = []
-    for name in sorted(str(x) for x in pd.unique(ks["operator"])):
-        g = _rows(ks, name)
-        v = g[metric].to_numpy()
+    for name, v, key_at in groups:
         total = float(v.sum())
+        desc = np.sort(v)[::-1].astype(np.float64)
         top = int(np.argmax(v)) if len(v) else 0
-        top_key = g["key"].iloc[top] if len(g) else None
-        if kv is not None and len(g):
-            top_key = kv.take([top_key])[0]
-        rows.append({"operator": name, "by": by, "keys": len(g), "total": total, "gini": gini(v),
-                     "top_1pct_share": top_share(v, 0.01), "top_key": top_key,
+        k = max(1, int(np.ceil(0.01 * len(v))))
+        rows.append({"operator": name, "by": by, "keys": len(v), "total": total, "gini": _gini_sorted(desc[::-1]),
+                     "top_1pct_share": float(desc[:k].sum() / total) if total else 0.0,
+                     "top_key": key_at(top) if len(v) else None,
                      "top_key_share": float(v[top] / total) if total else 0.0})
     return pd.DataFrame(rows, columns=["operator", "by", "keys", "total", "gini", "top_1pct_share", "top_key",
                                        "top_key_share"])
@@ -285,40 +268,40 @@ def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: st
     if len(lays) != 1:
         raise AnalysisError(f"salting_whatif works on one operator; choose operator= among {sorted(lays)}")
     (lay,) = lays.values()
-    ks, kv = _key_stats(df, lays, pd.DataFrame(columns=["operator", "key", "count", "error"]))
+    kt = _key_stats(df, lays, pd.DataFrame(columns=["operator", "key", "count", "error"]))
+    kv = kt.values
     if keys is None:
         col = BY[by] if by != "traffic" else "bytes"
-        keys = [kv.take([_top(ks, col, 1)["key"].iloc[0]])[0]]
+        keys = [kv.take(kt.key[_top(kt, col, 1)])[0]]
     elif isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable):
         keys = [keys]
     keys = list(keys)
     codes = kv.codes_of(keys)
-    hot = np.isin(ks["key"].to_numpy(), codes[codes >= 0])
-    missing = [repr(k) for k, c in zip(keys, codes) if c < 0 or c not in set(ks["key"].to_numpy()[hot])]
+    hot = np.isin(kt.key, codes[codes >= 0])
+    held = set(kt.key[hot].tolist())
+    missing = [repr(k) for k, c in zip(keys, codes) if c < 0 or int(c) not in held]
     if missing:
         raise AnalysisError(f"operator {lay.operator!r} holds no state for the keys {sorted(missing)}")
     p, m = lay.parallelism, lay.max_parallelism
 
-    def loads(frame_: pd.DataFrame) -> dict[str, np.ndarray]:
-        sub = frame_["subtask"].to_numpy().astype(np.int64)
+    def loads(sub: np.ndarray, entries: np.ndarray, nbytes: np.ndarray) -> dict[str, np.ndarray]:
+        sub = np.asarray(sub, dtype=np.int64)
         return {
-            "entries": np.bincount(sub, weights=frame_["entries"].to_numpy(np.float64), minlength=p),
-            "bytes": np.bincount(sub, weights=frame_["bytes"].to_numpy(np.float64), minlength=p),
+            "entries": np.bincount(sub, weights=np.asarray(entries, np.float64), minlength=p),
+            "bytes": np.bincount(sub, weights=np.asarray(nbytes, np.float64), minlength=p),
             "keys": np.bincount(sub, minlength=p).astype(np.float64),
         }
 
-    before = loads(ks)
-    salted = ks[hot]
-    pieces = []
-    for row, key in zip(salted.itertuples(index=False), kv.take(salted["key"].to_numpy())):  # the few salted keys
-        subkeys = [salted_key(key, i) for i in range(n)]
-        kg = assign_key_groups(subkeys, m)
-        share_e = np.full(n, row.entries // n) + (np.arange(n) < row.entries % n)
-        share_b = np.full(n, row.bytes // n) + (np.arange(n) < row.bytes % n)
-        pieces.append(pd.DataFrame({"key": subkeys, "key_group": kg,
-                                    "subtask": operator_indices_for_key_groups(m, p, kg),
-                                    "entries": share_e, "bytes": share_b}))
-    removed, added = loads(salted), loads(pd.concat(pieces, ignore_index=True))
+    before = loads(kt.subtask, kt.entries, kt.bytes)
+    salted = kt.take(hot)
+    subs, ents, byts = [], [], []
+    for key, e, b in zip(kv.take(salted.key), salted.entries, salted.bytes):  # the few salted keys
+        kg = assign_key_groups([salted_key(key, i) for i in range(n)], m)
+        subs.append(operator_indices_for_key_groups(m, p, kg))
+        ents.append(np.full(n, e // n) + (np.arange(n) < e % n))
+        byts.append(np.full(n, b // n) + (np.arange(n) < b % n))
+    removed = loads(salted.subtask, salted.entries, salted.bytes)
+    added = loads(np.concatenate(subs), np.concatenate(ents), np.concatenate(byts))
     after = {k: before[k] - removed[k] + added[k] for k in before}
     out = []
     for scenario, ld in (("before", before), ("after", after)):
