@@ -5,7 +5,8 @@ ranges of one state are known (``fullformat.scan`` or the SST reader), most
 types can be decoded for all entries at once instead of entry by entry:
 
 * fixed-width big-endian numbers are gathered into an ``(n, width)`` byte
-  matrix and viewed as ``>i8``/``>f8``...;
+  matrix (a zero-copy sliding-window view of the buffer) and viewed as
+  ``>i8``/``>f8``...;
 * ``StringValue`` strings whose length fits the one-byte length prefix and whose
   characters are all ASCII are exactly their bytes, so Arrow builds the string
   array straight from the buffer; other rows are decoded one by one;
@@ -14,7 +15,7 @@ types can be decoded for all entries at once instead of entry by entry:
 * lists of fixed-width elements split at every ``width + 1`` bytes.
 
 Java ``hashCode`` values for key-group checks are computed the same way
-(``String.hashCode`` as a dot product with powers of 31, modulo 2^32).
+(``String.hashCode`` by Horner's rule in wrapping uint32 arithmetic).
 
 Anything else raises :class:`Fallback`, and the caller decodes that state row by
 row with ``rows.KeyValueDecoder``: same results, just slower.
@@ -54,12 +55,25 @@ class Buf:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.np = np.frombuffer(data, dtype=np.uint8)
+        self._windows: dict[int, np.ndarray] = {}
+
+    def windows(self, width: int) -> np.ndarray:
+        """A zero-copy ``(len - width + 1, width)`` view: row ``i`` is ``buf[i : i + width]``."""
+        w = self._windows.get(width)
+        if w is None:
+            n = max(len(self.np) - width + 1, 0)
+            w = np.lib.stride_tricks.as_strided(self.np, shape=(n, width), strides=(1, 1), writeable=False)
+            self._windows[width] = w
+        return w
 
 
 def _gather(buf: Buf, pos: np.ndarray, width: int) -> np.ndarray:
+    """``(n, width)`` bytes starting at each position."""
     if len(pos) and (pos.min() < 0 or pos.max() + width > len(buf.np)):
         raise Fallback("position out of range")
-    return buf.np[pos[:, None] + np.arange(width)]
+    if width == 1:
+        return buf.np[pos][:, None]
+    return buf.windows(width)[pos]
 
 
 def _fixed(buf: Buf, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
@@ -165,14 +179,6 @@ def read(dec: Decoder, buf: Buf, pos: np.ndarray, want_codes: bool = False) -> t
     raise Fallback(f"no column decoder for {dec.describe()}")
 
 
-def _ranges(buf: Buf, start: np.ndarray, lens: np.ndarray):
-    """The bytes of many ranges, concatenated, plus each byte's index within its range."""
-    total = int(lens.sum()) if len(lens) else 0
-    first = np.cumsum(lens) - lens
-    j = np.arange(total, dtype=np.int64) - np.repeat(first, lens)
-    return buf.np[np.repeat(start, lens) + j], j, first
-
-
 def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.ndarray]:
     """``StringValue`` strings: vectorised for short ASCII ones, row by row for the rest."""
     n = len(pos)
@@ -183,20 +189,9 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
     end = start + lens
     if n and end.max() > len(buf.np):
         raise Fallback("string runs past the buffer")
-    byte, j, first = _ranges(buf, start, lens)
-    nonempty = lens > 0
-    if len(byte):
-        high = np.zeros(n, dtype=bool)
-        high[nonempty] = np.maximum.reduceat(byte, first[nonempty]) >= 0x80
-        simple &= ~high
-    codes = None
-    if want_codes:
-        codes = np.zeros(n, dtype=np.uint32)
-        if len(byte):
-            weight = _pow31(int(lens.max()) + 1)[np.repeat(lens, lens) - 1 - j]
-            with np.errstate(over="ignore"):
-                prod = byte.astype(np.uint32) * weight
-            codes[nonempty] = np.add.reduceat(prod, first[nonempty])
+    hashed, ascii_ok = _ascii_string_hash(buf, start, lens)
+    simple &= ascii_ok
+    codes = hashed if want_codes else None
     order_ok = not n or bool(np.all(start[1:] >= end[:-1]))
     if order_ok and n:
         # Arrow strings [start_i, end_i) of the buffer: offsets (s0, e0, s1, e1, ...), keep every other one
@@ -227,19 +222,42 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
     return Column(values, codes), new_pos
 
 
-_POW31 = np.ones(1, dtype=np.uint32)
+def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Java ``String.hashCode`` of byte ranges, and whether each range is all ASCII.
 
-
-def _pow31(n: int) -> np.ndarray:
-    global _POW31
-    if len(_POW31) < n:
-        p = np.empty(max(n, 2 * len(_POW31)), dtype=np.uint32)
-        p[0] = 1
+    The hash is right for ASCII ranges (the caller re-does the others): Horner's
+    rule over the strings right-aligned in a zero-padded matrix (leading zeros do
+    not change ``h = 31 * h + c``), one column at a time, in uint32 arithmetic
+    that wraps like Java's ``int``. Ranges longer than 64 bytes are checked
+    against the buffer's non-ASCII positions and left unhashed (not ASCII-simple).
+    """
+    n = len(start)
+    codes = np.zeros(n, dtype=np.uint32)
+    ascii_ok = np.ones(n, dtype=bool)
+    if not n:
+        return codes, ascii_ok
+    long_rows = lens > 64
+    if long_rows.any():
+        ascii_ok[long_rows] = False  # decoded (and hashed) one by one by the caller
+    short = np.where(long_rows, 0, lens)
+    width = int(short.max())
+    if width == 0:
+        return codes, ascii_ok
+    end = start + short
+    for lo in range(0, n, 1 << 16):  # in slices, to bound the matrix size
+        sl = slice(lo, lo + (1 << 16))
+        e, ln = end[sl], short[sl]
+        cols = e[:, None] - width + np.arange(width)
+        valid = cols >= (e - ln)[:, None]
+        m = np.where(valid, buf.np[np.where(valid, cols, 0)], 0)
+        ascii_ok[sl] &= m.max(axis=1) < 0x80
+        m = m.astype(np.uint32)
+        h = np.zeros(len(e), dtype=np.uint32)
         with np.errstate(over="ignore"):
-            for i in range(1, len(p)):
-                p[i] = p[i - 1] * np.uint32(31)
-        _POW31 = p
-    return _POW31
+            for j in range(width):
+                h = h * np.uint32(31) + m[:, j]
+        codes[sl] = h
+    return codes, ascii_ok
 
 
 @dataclass
