@@ -46,7 +46,9 @@ def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
         target.layout.shapes = ()
         target.layout.annotations = ()
         target.add_traces(list(source.data))
-        target.update_layout(source.layout.to_plotly_json())
+        layout = source.layout.to_plotly_json()
+        layout.pop("template", None)  # the target has the dashboards' template; validating one costs seconds
+        target.update_layout(layout)
         target.update_layout(height=height, margin=dict(l=60, r=20, t=50, b=50))
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import traitlets
 import widgets
-from explorer.analysis import subtask_distribution
+import pandas as pd
+from explorer.analysis import expired_not_cleaned, subtask_distribution, ttl_expiry
 from fixtures import PLANT_HOT_KEYS
 
 
@@ -111,12 +112,23 @@ def test_ttl_now_control_moves_expiry(planted_ttl_heap):
     dash = widgets.explore(planted_ttl_heap.savepoint, tab="TTL")
     try:
         tab = dash.ttl_tab
+        for hours, freq in ((0.0, "1h"), (3.5, "10min"), (-1.0, "6h")):  # the fast path answers as the analysis does
+            tab.freq_select.value = freq
+            tab.now_slider.value = hours
+            expected = ttl_expiry(dash.data.snapshot, now=tab.now, freq=freq)
+            pd.testing.assert_frame_equal(tab.timeline.reset_index(drop=True), expected.reset_index(drop=True),
+                                          check_dtype=False)
+            pd.testing.assert_frame_equal(tab.expired, expired_not_cleaned(dash.data.snapshot, now=tab.now),
+                                          check_dtype=False)
+        tab.freq_select.value = "1h"
+        tab.now_slider.value = 0.0
         at_snapshot = tab.expired_entries
         tab.now_slider.value = tab.now_slider.max
         assert tab.expired_entries == len(tab.ttl_rows) > at_snapshot  # every value expires within the range
         tab.now_slider.value = tab.now_slider.min
         assert tab.expired_entries == 0
-        assert any(tr.type == "bar" for tr in tab.timeline_figure.data)
+        shown = sum(float(np.sum(tr.y)) for tr in tab.timeline_figure.data[:-1] if tr.y is not None)
+        assert shown == tab.timeline.loc[tab.timeline["status"] == "expiring", "bytes"].sum() > 0
         tab.freq_select.value = "10min"
         assert "per 10min" in tab.timeline_figure.layout.title.text
         assert dash.errors.last_error is None

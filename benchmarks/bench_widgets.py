@@ -1,0 +1,134 @@
+"""Dashboard responsiveness: latency from a control change to updated figures, at 1 M keys.
+
+Builds an engine savepoint of 1 M keys (``--smoke``: 50 k) with the explorer benchmark's builder
+(:func:`benchmarks.bench_explorer.build_savepoint`: parallelism 4, max parallelism 128, a
+ValueState with TTL for every key and a ListState for the 1 % hot keys), opens
+``widgets.explore`` on it, then changes controls the way a user does and times each change
+from setting the control's ``.value`` to the return of its observer: by then the model is
+recomputed, every figure is updated in place and the widget messages are serialized (what the
+kernel then sends; the browser's drawing time is not included).
+
+Controls exercised, round robin: the key-groups parallelism slider and metric toggle, the hot-keys
+ranking, top-N and salting sliders, the TTL "now" slider and window, and a key search.
+
+Run::
+
+    python -m benchmarks.bench_widgets            # 1 M keys
+    python -m benchmarks.bench_widgets --smoke    # 50 k keys
+
+Writes ``benchmarks/results/widgets.json``: p50/p95/max latency in milliseconds per control and
+over all changes, the dashboard's build time, the machine and the date. Target: p95 < 150 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ._machine import machine, result_path
+
+TARGET_P95_MS = 150.0
+
+
+def changes(dash) -> list[tuple[str, Callable[[int], Any]]]:
+    """``(control, set(i))``: one user action per call, each a different value than the last."""
+    kg, hot, ttl, keys = dash.key_groups_tab, dash.hot_keys_tab, dash.ttl_tab, dash.keys_tab
+    metrics = ["bytes", "entries", "keys", "records"]
+    ranks = ["bytes", "entries", "traffic"]
+    lo, hi = ttl.now_slider.min, ttl.now_slider.max
+    words = ["user-00001", "user-0002", "user-1", "9", "user-000042", ""]
+    return [
+        ("key groups: parallelism slider", lambda i: setattr(kg.parallelism_slider, "value", 1 + (i * 7) % 32)),
+        ("key groups: metric toggle", lambda i: setattr(kg.metric_select, "value", metrics[i % 4])),
+        ("hot keys: rank by", lambda i: setattr(hot.by_select, "value", ranks[i % 3])),
+        ("hot keys: top N slider", lambda i: setattr(hot.n_slider, "value", 5 + (i * 11) % 45)),
+        ("hot keys: salting slider", lambda i: setattr(hot.salt_slider, "value", 2 + (i * 5) % 30)),
+        ("ttl: now slider", lambda i: setattr(ttl.now_slider, "value", round(lo + (hi - lo) * ((i * 0.37) % 1), 1))),
+        ("ttl: window", lambda i: setattr(ttl.freq_select, "value", ["1h", "6h", "10min", "1D"][i % 4])),
+        ("keys: search", lambda i: setattr(keys.search, "value", words[i % len(words)])),
+    ]
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def run(n_keys: int, rounds: int, workdir: Path) -> dict[str, Any]:
+    from .bench_explorer import build_savepoint
+
+    import widgets
+
+    t0 = time.perf_counter()
+    sp = build_savepoint(workdir / f"sp-{n_keys}", n_keys)
+    build_s = time.perf_counter() - t0
+    gc.collect()
+    t0 = time.perf_counter()
+    dash = widgets.explore(sp)
+    open_s = time.perf_counter() - t0
+    per: dict[str, list[float]] = {}
+    try:
+        acts = changes(dash)
+        for _, act in acts:  # warm-up: first use of each code path
+            act(0)
+        for i in range(1, rounds + 1):
+            for name, act in acts:
+                t = time.perf_counter()
+                act(i)
+                per.setdefault(name, []).append((time.perf_counter() - t) * 1000)
+        if dash.errors.last_error is not None:
+            raise RuntimeError(f"a control raised: {dash.errors.last_error!r}")
+    finally:
+        dash.close()
+    every = [x for v in per.values() for x in v]
+    results: dict[str, Any] = {
+        "keys": {"value": n_keys, "unit": "keys"},
+        "savepoint build": {"value": round(build_s, 2), "unit": "s"},
+        "dashboard open (read + all tabs)": {"value": round(open_s, 2), "unit": "s"},
+        "all changes p50": {"value": round(percentile(every, 50), 1), "unit": "ms"},
+        "all changes p95": {"value": round(percentile(every, 95), 1), "unit": "ms"},
+        "all changes max": {"value": round(max(every), 1), "unit": "ms"},
+        "changes timed": {"value": len(every), "unit": "changes"},
+    }
+    for name, v in per.items():
+        results[f"{name} p50"] = {"value": round(percentile(v, 50), 1), "unit": "ms"}
+        results[f"{name} p95"] = {"value": round(percentile(v, 95), 1), "unit": "ms"}
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_widgets", description=__doc__.split("\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="50 k keys instead of 1 M")
+    ap.add_argument("--keys", type=int, default=None, help="number of keys (overrides --smoke)")
+    ap.add_argument("--rounds", type=int, default=None, help="changes per control (default 20; smoke 5)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    n = args.keys or (50_000 if args.smoke else 1_000_000)
+    rounds = args.rounds or (5 if args.smoke else 20)
+    with tempfile.TemporaryDirectory(prefix="bench-widgets-") as tmp:
+        results = run(n, rounds, Path(tmp))
+    p95 = results["all changes p95"]["value"]
+    out = {
+        "benchmark": "widgets",
+        "command": "python -m benchmarks.bench_widgets" + (" --smoke" if args.smoke else ""),
+        "results": results,
+        "targets": {"p95 control change to updated figures (ms)": TARGET_P95_MS, "met": bool(p95 < TARGET_P95_MS)},
+        "machine": machine(),
+    }
+    path = args.out or result_path("widgets")
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    for k, v in results.items():
+        print(f"{k:<45} {v['value']:>12,} {v['unit']}")
+    print(f"target p95 < {TARGET_P95_MS:.0f} ms: {'met' if p95 < TARGET_P95_MS else 'NOT met'}; wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
