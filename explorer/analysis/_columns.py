@@ -159,13 +159,49 @@ def positions(snap: Any, operator: str | Iterable[str] | None = None,
 def cached_frame(snap: Any, operator: str | Iterable[str] | None = None,
                  state: str | Iterable[str] | None = None) -> pd.DataFrame:
     """The analysis columns of ``snap`` (see the module doc), filtered by operator and state."""
-    df = _cache(snap)["frame"]
+    cache = _cache(snap)
+    df = cache["frame"]
     idx = positions(snap, operator, state)
     if idx is None:
+        df.attrs["spans"] = (len(df), tuple((op, st, lo, hi) for op, st, lo, hi in cache["pieces"]))
         return df
     out = df.iloc[idx].reset_index(drop=True)
     out.attrs["key_values"] = df.attrs["key_values"]
+    ops = None if operator is None else ({operator} if isinstance(operator, str) else set(operator))
+    sts = None if state is None else ({state} if isinstance(state, str) else set(state))
+    spans, at = [], 0
+    for op, st, lo, hi in cache["pieces"]:
+        if (ops is None or op in ops) and (sts is None or st in sts):
+            spans.append((op, st, at, at + hi - lo))
+            at += hi - lo
+    out.attrs["spans"] = (len(out), tuple(spans))
     return out
+
+
+def state_rows(df: pd.DataFrame) -> list[tuple[str, str, np.ndarray | slice]]:
+    """``(operator, state, rows)`` for each state in ``df``, sorted; rows as a slice or positions.
+
+    Uses the piece spans of a cached frame (no pass over the rows) when ``df`` is one;
+    factorizes the operator and state columns otherwise.
+    """
+    spans = df.attrs.get("spans")
+    if spans is not None and spans[0] == len(df):
+        by: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for op, st, lo, hi in spans[1]:
+            by.setdefault((str(op), str(st)), []).append((lo, hi))
+        out = []
+        for (op, st), rs in sorted(by.items()):
+            rows = slice(rs[0][0], rs[0][1]) if len(rs) == 1 else np.concatenate([np.arange(a, b) for a, b in rs])
+            out.append((op, st, rows))
+        return out
+    if not len(df):
+        return []
+    op_codes, ops = pd.factorize(df["operator"], sort=True)
+    st_codes, sts = pd.factorize(df["state"], sort=True)
+    pair = op_codes.astype(np.int64) * len(sts) + st_codes
+    counts = np.bincount(pair, minlength=len(ops) * len(sts))
+    return [(str(ops[c // len(sts)]), str(sts[c % len(sts)]), np.flatnonzero(pair == c))
+            for c in np.flatnonzero(counts)]
 
 
 def row_hashes(snap: Any) -> np.ndarray:

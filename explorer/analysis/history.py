@@ -70,14 +70,20 @@ def _state_bytes(snap: Any) -> dict[tuple[str, str], int]:
 
 
 def _keys_per_state(snap: Any) -> dict[tuple[str, str], int]:
-    from ._columns import cached_frame, key_codes
+    from ._columns import cached_frame, key_codes, state_rows
 
     df = cached_frame(snap) if hasattr(snap, "reader") else snap.keyed_state(columns=["operator", "state", "key"])
     if not len(df):
         return {}
-    codes, _ = key_codes(df)
-    counts = df.assign(key=codes).groupby(["operator", "state"], sort=False, observed=True)["key"].nunique()
-    return {(str(o), str(s)): int(v) for (o, s), v in counts.items()}
+    codes, kv = key_codes(df)
+    seen = np.zeros(max(len(kv), 1), dtype=bool)
+    out = {}
+    for op, st, rows in state_rows(df):  # distinct keys of a state: mark its codes, count the marks
+        c = codes[rows]
+        seen[c] = True
+        out[(op, st)] = int(seen.sum())
+        seen[c] = False
+    return out
 
 
 def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True) -> pd.DataFrame:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
-from ._columns import key_codes
+from ._columns import key_codes, state_rows
 from ._common import TIMER_KINDS, Source, frame, is_snapshot, now_of
 
 TTL_COLUMNS = ("operator", "state", "kind", "key", "last_access", "expires_at", "size_bytes")
@@ -37,18 +37,17 @@ def _ms(series: pd.Series) -> np.ndarray:
 
 
 def _ttl_groups(df: pd.DataFrame):
-    """``(operator, state, rows)`` of the entries with an expiry, rows as positions (no groupby copies)."""
-    if not len(df):
-        return
-    op_codes, ops = pd.factorize(df["operator"], sort=True)
-    st_codes, sts = pd.factorize(df["state"], sort=True)
-    has = df["expires_at"].notna().to_numpy()
-    if "kind" in df:
-        has &= ~df["kind"].isin(TIMER_KINDS).to_numpy()
-    pair = op_codes.astype(np.int64) * len(sts) + st_codes
-    counts = np.bincount(pair[has], minlength=len(ops) * len(sts))
-    for c in np.flatnonzero(counts):
-        yield str(ops[c // len(sts)]), str(sts[c % len(sts)]), np.flatnonzero(has & (pair == c))
+    """``(operator, state, rows)`` of the entries with an expiry, rows as positions."""
+    exp = _ms(df["expires_at"]) if len(df) else np.zeros(0, np.int64)
+    for op, st, rows in state_rows(df):
+        e = exp[rows]
+        has = e != np.iinfo(np.int64).min
+        if not has.any():
+            continue
+        idx = np.arange(len(df))[rows] if isinstance(rows, slice) else rows
+        if "kind" in df and str(df["kind"].iloc[idx[0]]) in TIMER_KINDS:
+            continue
+        yield op, st, idx if has.all() else idx[has]
 
 
 def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h", *,

@@ -1,0 +1,1 @@
+"""Benchmarks, runnable as ``python -m benchmarks.<name>``."""
