@@ -142,6 +142,8 @@ def _scan_span_vectorised(b, start: int, stop: int, prefix: int, kg: int):
         i = nl[i]
     idx = np.asarray(path, dtype=np.int64)
     last = idx[-1]
+    if nxt[last] != n or not flag[last]:
+        return None  # the walk stopped early (a key of 64 KiB or more?): use the plain loop
     ks = cand[idx] + 4 + start
     fl = np.flatnonzero(flag[idx])
     after = nxt[idx[fl]] - 2 + start  # the state id written after each flagged entry

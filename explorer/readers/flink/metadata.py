@@ -269,8 +269,8 @@ class _MetadataParser:
             rel = inp.read_utf()
             return StreamHandle("relative", rel, inp.read_long())
         if t == KEY_GROUPS:  # a key-groups handle used as a stream: read its delegate
-            start, n = inp.read_int(), inp.read_int()
-            inp.skip(8 * n)
+            inp.read_int()  # first key group
+            inp.skip(8 * inp.read_int())  # offsets
             return self.stream_handle()
         raise self.fail(f"found stream state handle type {t}, expected one of 0, 1, 2, 6")
 

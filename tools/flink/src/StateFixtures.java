@@ -302,7 +302,7 @@ public class StateFixtures {
         }
 
         JobClient client = sqlResult != null ? sqlResult.getJobClient().get() : env.executeAsync("state-fixtures-" + name);
-        long deadline = System.currentTimeMillis() + 600_000;
+        long deadline = System.currentTimeMillis() + 1000 * Long.getLong("fixtures.deadline.s", 1800);
         if (perEventOps > 0) {
             while (PROCESSED.get() < perEventOps * events) {
                 if (System.currentTimeMillis() > deadline) throw new IllegalStateException("job too slow");
