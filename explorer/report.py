@@ -68,12 +68,12 @@ def summary_text(snap: Any, top: int = 5) -> str:
         sub = analysis.subtask_distribution(snap)
         im = analysis.imbalance(sub)
         out += ["", "balance across subtasks (max/mean, 1.0 is perfect):"]
-        for name, g in im.groupby("operator", sort=True):
+        for name, g in im.groupby("operator", sort=True, observed=True):
             figs = ", ".join(f"{r.metric} {r.max_over_mean:.2f} (cv {r.cv:.2f})" for r in g.itertuples()
                              if r.total > 0)
             out.append(f"  {name} at parallelism {int(g['parallelism'].iloc[0])}: {figs}")
         best = analysis.best_parallelisms(snap, metric="bytes", n=3)
-        for name, g in best.groupby("operator", sort=True):
+        for name, g in best.groupby("operator", sort=True, observed=True):
             out.append(f"  {name}: best parallelisms for bytes " +
                        ", ".join(f"{int(r.parallelism)} ({r.max_over_mean:.2f})" for r in g.itertuples()))
         hk = analysis.hot_keys(snap, n=top, by="bytes")
@@ -183,9 +183,9 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
         tr = analysis.hot_keys(snap, n=top, by="traffic", operator=op)
         if len(tr) and tr["records"].sum() > 0:
             fig(plots.hot_key_bars(tr, y="records", title=f"Hottest keys of {op} by traffic"))
-        ks = analysis.key_stats(snap, operator=op)
+        ks = analysis.key_stats(snap, operator=op, keys=False)
         fig(plots.lorenz_curve(ks))
-        body.append(_table(analysis.key_skew(ks)))
+        body.append(_table(analysis.key_skew(snap, operator=op)))
         if len(hk):
             body.append("<h3>Salting the hottest key into 4 sub-keys</h3>")
             fig(plots.subtask_bars(analysis.salting_whatif(snap, hk["key"].iloc[0], 4, operator=op)))

@@ -55,16 +55,23 @@ def _heavy_hitters(source: Source, heavy_hitters: pd.DataFrame | None) -> pd.Dat
 
 def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
               parallelism: int | None = None, max_parallelism: int | None = None,
-              heavy_hitters: pd.DataFrame | None = None) -> pd.DataFrame:
+              heavy_hitters: pd.DataFrame | None = None, keys: bool = True) -> pd.DataFrame:
     """One row per (operator, key): ``key_group, subtask, entries, bytes, records, records_error``.
 
     ``subtask`` is the owner at ``parallelism`` (default: the snapshot's). ``records`` is
     the key's count in the heavy-hitter sketch (an upper bound, at most ``records_error`` too
-    high), 0 for keys the sketch does not hold.
+    high), 0 for keys the sketch does not hold. ``keys=False`` leaves the ``key`` column out,
+    which saves turning every key into a Python object (enough for a Lorenz curve).
     """
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
-    return _key_stats(df, lays, _heavy_hitters(source, heavy_hitters)).to_frame()
+    kt = _key_stats(df, lays, _heavy_hitters(source, heavy_hitters))
+    if keys:
+        return kt.to_frame()
+    return pd.DataFrame({"operator": np.asarray(kt.op_names, dtype=object)[kt.op] if len(kt.op_names) else
+                         np.zeros(0, dtype=object), "key_group": kt.key_group, "subtask": kt.subtask,
+                         "entries": kt.entries, "bytes": kt.bytes, "records": kt.records,
+                         "records_error": kt.records_error})
 
 
 def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame) -> KeyTable:

@@ -114,3 +114,10 @@ def test_tuple_keys_work(tmp_path):
     df["key_group"] = [assign_to_key_group(k, 128) for k in df["key"]]
     ks = key_stats(df, max_parallelism=128)
     assert dict(zip(ks["key"], ks["entries"])) == {("a", 1): 2, ("b", 2): 1}
+
+
+def test_key_stats_without_keys(snap):
+    full = key_stats(snap)
+    lean = key_stats(snap, keys=False)
+    assert "key" not in lean.columns and len(lean) == len(full)
+    assert lean["bytes"].sum() == full["bytes"].sum()
