@@ -190,6 +190,7 @@ def reference_schemas(tmp: Path) -> dict[str, pa.Schema]:
     env.from_collection([("user-00000001", 1), ("user-00000002", 2)]).key_by(0).process(Fn(), name="process")
     client = env.execute_async("reference")
     client.run()
+    shutil.rmtree(tmp / "reference", ignore_errors=True)
     sp = client.trigger_savepoint(tmp / "reference")
     client.close()
     return {d: pq.read_schema(sp / f"keyed/process/{d}/0.parquet") for d in ("count", "recent")}
