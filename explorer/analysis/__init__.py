@@ -1,8 +1,16 @@
 """Questions answered about a snapshot, as pandas DataFrames.
 
-Every function takes a :class:`~explorer.snapshot.Snapshot` (reading only the
-columns it needs) or a keyed-state DataFrame with the contract columns, and
-returns a DataFrame. The modules, one purpose each:
+Every function takes a :class:`~explorer.snapshot.Snapshot` or a keyed-state
+DataFrame with the contract columns, and returns a DataFrame.
+
+With a Snapshot, the first analysis reads the columns analyses need once
+(operator, state, kind, key, key group, subtask, size, last access, expiry;
+never the values), with keys as Arrow dictionary codes, and keeps them on the
+Snapshot (:mod:`._columns`; ``snap.drop_analysis_cache()`` frees them). Loads
+per subtask are ``np.bincount`` over key groups, per-key sums ``np.bincount``
+over key codes; only the keys an answer reports become Python objects.
+
+The modules, one purpose each:
 
 * :mod:`.distribution`: key groups per subtask, imbalance, rescale what-if;
 * :mod:`.hotkeys`: top keys by bytes, entries or traffic, skew, salting what-if;
