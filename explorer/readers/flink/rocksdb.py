@@ -34,7 +34,15 @@ class ColumnFamilyData:
 
 
 def resolve(entries: list[tuple[list[bytes], list[int], list[int], list[bytes]]]) -> tuple[list[bytes], list[bytes], int]:
-    """Visible (key, value) pairs of one column family across SST files; also the count of merged keys."""
+    """Visible (key, value) pairs of one column family across SST files; also the count of merged keys.
+
+    The newest version of each key (highest sequence number) decides: a value is
+    taken as is, a deletion hides the key, a merge operand is combined with the
+    older versions down to the next value or deletion (only these keys are
+    walked one by one).
+    """
+    import numpy as np
+
     keys: list[bytes] = []
     seqs: list[int] = []
     types: list[int] = []
@@ -44,37 +52,47 @@ def resolve(entries: list[tuple[list[bytes], list[int], list[int], list[bytes]]]
         seqs.extend(s)
         types.extend(t)
         values.extend(v)
-    simple = len(set(keys)) == len(keys) and all(t == TYPE_VALUE for t in types)
-    if simple:
-        return keys, values, 0
-    versions: dict[bytes, list[tuple[int, int, bytes]]] = defaultdict(list)
-    for k, s, t, v in zip(keys, seqs, types, values):
-        versions[k].append((s, t, v))
+    n = len(keys)
+    if not n:
+        return [], [], 0
+    t_arr = np.asarray(types, dtype=np.int64)
+    if len(entries) == 1 and (t_arr == TYPE_VALUE).all():
+        return keys, values, 0  # one file, only values: keys are already unique and sorted
+    k_arr = np.empty(n, dtype=object)
+    k_arr[:] = keys
+    uniq, inv = np.unique(k_arr, return_inverse=True)
+    s_arr = np.asarray(seqs, dtype=np.int64)
+    order = np.lexsort((-s_arr, inv))  # by key, newest first
+    inv_o = inv[order]
+    starts = np.flatnonzero(np.r_[True, inv_o[1:] != inv_o[:-1]])
+    ends = np.r_[starts[1:], n]
+    newest = order[starts]
+    t_new = t_arr[newest]
     out_k: list[bytes] = []
     out_v: list[bytes] = []
     merged = 0
-    for k in sorted(versions):
-        vs = sorted(versions[k], key=lambda x: -x[0])
+    for g in np.flatnonzero((t_new == TYPE_VALUE) | (t_new == TYPE_MERGE)).tolist():
+        i = int(newest[g])
+        if t_new[g] == TYPE_VALUE:
+            out_k.append(keys[i])
+            out_v.append(values[i])
+            continue
         operands: list[bytes] = []
         base: bytes | None = None
-        for _, t, v in vs:
+        for j in order[starts[g] : ends[g]].tolist():
+            t = types[j]
             if t == TYPE_MERGE:
-                operands.append(v)
+                operands.append(values[j])
                 continue
             if t == TYPE_VALUE:
-                base = v
+                base = values[j]
             elif t not in (TYPE_DELETION, TYPE_SINGLE_DELETION):
                 continue
             break
-        if base is None and not operands:
-            continue
-        if operands:
-            merged += 1
-            parts = ([base] if base is not None else []) + operands[::-1]
-            out_v.append(DELIMITER.join(parts))
-        else:
-            out_v.append(base)
-        out_k.append(k)
+        merged += 1
+        parts = ([base] if base is not None else []) + operands[::-1]
+        out_k.append(keys[i])
+        out_v.append(DELIMITER.join(parts))
     return out_k, out_v, merged
 
 
