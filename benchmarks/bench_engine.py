@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from benchmarks._inputs import make_input
 from benchmarks._machine import machine, result_path
 from explorer.engine import KeyedProcessFunction, StreamEnvironment, ValueStateDescriptor
 from explorer.engine.sinks import Sink, SinkWriter
@@ -58,15 +59,6 @@ class CountFn(KeyedProcessFunction):
 
     def process_element(self, value, ctx, out):
         self.count.update(self.count.value(0) + 1)
-
-
-def make_input(n: int, keys: int = 100_000, seed: int = 7) -> list[tuple[str, int]]:
-    rng = np.random.default_rng(seed)
-    ranks = rng.zipf(1.2, n) % keys
-    hot = rng.random(n) < 0.05  # planted hot keys take 5 % of the traffic
-    ranks[hot] = rng.integers(0, 3, int(hot.sum())) + keys
-    names = [f"user-{r}" for r in range(keys + 3)]
-    return [(names[r], i) for i, r in enumerate(ranks.tolist())]
 
 
 def best(fn: Callable[[], Any], repeat: int) -> float:
