@@ -1,0 +1,381 @@
+"""Our engine against what users would otherwise pick: Bytewax and Apache Flink, same input, same logic.
+
+Two workloads on one generated input file (``benchmarks/_inputs.py``: Zipf
+users, planted hot keys, 30-minute breaks between visits, written once to
+``.cache/bench-input/``):
+
+``count``
+    per record: add one to the key's count and emit (key, count).
+``sessions``
+    per user, sessions closed by 30 minutes of inactivity (event-time timers),
+    a summary per session - ``explorer.pipelines.sessions``' logic.
+
+Each run is its own process (so its peak memory is its own, read with
+``os.wait4``), at parallelism 1, the input loaded into memory before timing:
+
+* our engine (``benchmarks/_run_engine.py``): heap and RocksDB backends, with
+  and without a checkpoint every second; for count also the same count written
+  as a KeyedProcessFunction with a ValueState (the code Flink's job runs);
+* Bytewax (``benchmarks/_run_bytewax.py``) from PyPI in its own venv
+  ``.cache/bench-venvs/bytewax``: ``stateful_map`` and ``collect_window`` with a
+  ``SessionWindower``, with and without recovery snapshots every second;
+* Apache Flink (``benchmarks/flink/PeerBench.java``) compiled with javac
+  against the jars of the apache-flink-libraries wheel
+  (``tools/flink/fetch_jars.sh``), on a local mini cluster: HashMap and
+  embedded RocksDB backends, with and without checkpoints every second;
+* the bare Python loop doing the same per-record work on a dict, in this
+  process: the physical limit of per-record work in CPython.
+
+The rate compared is **records per CPU-second** ("records/s per core"): the
+records over the CPU time every thread of the process spent while the job ran
+(for Flink: from the first record read to the keyed operator's close, so the
+JVM and mini-cluster start-up are left out and reported apart). Wall-clock rates
+and start-up times are recorded too; on a loaded machine wall time mostly
+measures the load.
+
+Run::
+
+    python -m benchmarks.bench_peers                 # 1 M records, every peer (sets up Bytewax and Flink)
+    python -m benchmarks.bench_peers --smoke         # 20 k records, three runs of our engine and the bare loops
+    python -m benchmarks.bench_peers --peers engine,bytewax --records 200000
+
+Writes ``benchmarks/results/peers.json``. The Bytewax venv and the Flink jars
+are created on first use (PyPI must be reachable; Flink needs a JDK 17).
+Spark is measured by ``bench_spark`` on its own input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._inputs import PEER_INPUT_DESCRIPTION, ROOT, peer_events_file, read_events
+from benchmarks._machine import machine, result_path
+
+CACHE = ROOT / ".cache"
+BYTEWAX_VERSION = os.environ.get("BYTEWAX_VERSION", "0.21.1")
+BYTEWAX_VENV = CACHE / "bench-venvs" / "bytewax"
+FLINK_VERSION = os.environ.get("FLINK_VERSION", "2.3.0")
+FLINK_BUILD = CACHE / "flink" / "build" / f"peers-{FLINK_VERSION}"
+FLINK_SRC = Path(__file__).resolve().parent / "flink" / "PeerBench.java"
+WORK = CACHE / "bench-work"
+SESSION_GAP_MS = 30 * 60 * 1000
+PEERS = ("engine", "bytewax", "flink")
+RUN_TIMEOUT_S = 1800
+
+
+# --- setting up the peers' throwaway environments ------------------------------------------
+def setup_bytewax() -> Path:
+    """Bytewax's own venv under .cache/ (created once); returns its python."""
+    python = BYTEWAX_VENV / "bin" / "python"
+    stamp = BYTEWAX_VENV / f".installed-{BYTEWAX_VERSION}"
+    if not stamp.is_file():
+        print(f"   setting up Bytewax {BYTEWAX_VERSION} in {BYTEWAX_VENV}", flush=True)
+        shutil.rmtree(BYTEWAX_VENV, ignore_errors=True)
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", str(BYTEWAX_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"bytewax=={BYTEWAX_VERSION}"], check=True)
+        stamp.touch()
+    return python
+
+
+def setup_flink() -> str:
+    """Flink's jars (from the wheel, tools/flink/fetch_jars.sh) and PeerBench compiled; returns the classpath."""
+    for tool in ("java", "javac"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"{tool} not found on PATH: the Flink peer needs a JDK 17")
+    env = {**os.environ, "FLINK_VERSION": FLINK_VERSION, "PYTHON": sys.executable}
+    jars = subprocess.run(["bash", str(ROOT / "tools" / "flink" / "fetch_jars.sh")], check=True, env=env,
+                          capture_output=True, text=True).stdout.strip()
+    cls = FLINK_BUILD / "PeerBench.class"
+    if not cls.is_file() or cls.stat().st_mtime < FLINK_SRC.stat().st_mtime:
+        FLINK_BUILD.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["javac", "-nowarn", "-d", str(FLINK_BUILD), "-cp", jars, str(FLINK_SRC)], check=True)
+    return f"{FLINK_BUILD}:{jars}"
+
+
+def java_version() -> str | None:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    except OSError:
+        return None
+    return out.splitlines()[0] if out else None
+
+
+# --- one run in a child process ------------------------------------------------------------
+def run_child(cmd: list[str], timeout_s: float = RUN_TIMEOUT_S) -> dict[str, Any]:
+    """Run ``cmd``; its last JSON line (optionally after ``RESULT ``) plus peak RSS and wall time."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    out_path = WORK / f"stdout-{os.getpid()}.txt"
+    err_path = WORK / f"stderr-{os.getpid()}.txt"
+    t0 = time.perf_counter()
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                pid, status, usage = os.wait4(proc.pid, 0)
+                raise RuntimeError(f"{cmd[:3]}... did not finish in {timeout_s:.0f} s")
+            time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    stdout, stderr = out_path.read_text(), err_path.read_text()
+    out_path.unlink(missing_ok=True)
+    err_path.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... exited with {proc.returncode}: {stderr[-2000:]}")
+    lines = [ln.removeprefix("RESULT ").strip() for ln in stdout.splitlines() if ln.strip().startswith(("{", "RESULT {"))]
+    if not lines:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... printed no result: {stdout[-1000:]} {stderr[-1000:]}")
+    report = json.loads(lines[-1])
+    report["peak_rss_mb"] = round(usage.ru_maxrss / 1024, 1)
+    report["process_wall_seconds"] = round(wall, 3)
+    report["process_cpu_seconds"] = round(usage.ru_utime + usage.ru_stime, 3)
+    return report
+
+
+def summarize(report: dict[str, Any]) -> dict[str, Any]:
+    """The figures compared: records per CPU-second while the job ran, and per wall second."""
+    n = report["records"]
+    seconds = report.get("processing_seconds", report["seconds"])
+    cpu = report.get("processing_cpu_seconds", report["cpu_seconds"])
+    row = {"value": round(n / cpu) if cpu > 0 else None, "unit": "records/s per core",
+           "records_per_wall_s": round(n / seconds) if seconds > 0 else None,
+           "seconds": round(seconds, 4), "cpu_seconds": round(cpu, 4)}
+    row.update({k: v for k, v in report.items() if k not in row})
+    return row
+
+
+# --- the physical limit: bare Python loops on the same records -----------------------------
+def bare_count(users: list[str]) -> int:
+    d: dict[str, int] = {}
+    out = []
+    get, app = d.get, out.append
+    for k in users:
+        c = d[k] = get(k, 0) + 1
+        app((k, c))
+    return len(out)
+
+
+def bare_sessions(users: list[str], ts: list[int]) -> tuple[int, int]:
+    """Per user, split at gaps of 30 minutes or more; (sessions, events in them)."""
+    last: dict[str, int] = {}
+    count: dict[str, int] = {}
+    sessions = events = 0
+    for user, t in zip(users, ts):
+        prev = last.get(user)
+        if prev is not None and t - prev >= SESSION_GAP_MS:
+            sessions += 1
+            events += count[user]
+            count[user] = 0
+        if prev is None or t > prev:
+            last[user] = t
+        count[user] = count.get(user, 0) + 1
+    return sessions + len(count), events + sum(count.values())
+
+
+def time_bare(fn, repeat: int) -> tuple[Any, float, float]:
+    best_wall = best_cpu = float("inf")
+    result = None
+    for _ in range(repeat):
+        gc.collect()
+        c, t = time.process_time(), time.perf_counter()
+        result = fn()
+        best_wall = min(best_wall, time.perf_counter() - t)
+        best_cpu = min(best_cpu, time.process_time() - c)
+    return result, best_wall, best_cpu
+
+
+# --- the matrix ----------------------------------------------------------------------------
+SMOKE_RUNS = ("count/engine/heap", "count/engine/rocksdb/checkpoint_1s", "sessions/engine/heap")
+
+
+def runs_for(peers: list[str], workload: str, smoke: bool = False) -> list[dict[str, Any]]:
+    """(name, system, backend, checkpoint) of every run of ``workload`` (a few of our engine's when ``smoke``)."""
+    runs = []
+    if "engine" in peers:
+        for backend in ("heap", "rocksdb"):
+            for chk in (False, True):
+                runs.append({"system": "engine", "backend": backend, "checkpoint": chk, "variant": workload})
+        if workload == "count":
+            runs.append({"system": "engine", "backend": "heap", "checkpoint": False, "variant": "count_process"})
+    if "bytewax" in peers:
+        for chk in (False, True):
+            runs.append({"system": "bytewax", "backend": "memory" if not chk else "memory+sqlite", "checkpoint": chk,
+                         "variant": workload})
+    if "flink" in peers:
+        for backend in ("hashmap", "rocksdb"):
+            for chk in (False, True):
+                runs.append({"system": "flink", "backend": backend, "checkpoint": chk, "variant": workload})
+    for r in runs:
+        r["workload"] = workload
+        r["name"] = "/".join([workload, r["system"], r["backend"]] + (["process_fn"] if r["variant"] == "count_process" else [])
+                             + (["checkpoint_1s"] if r["checkpoint"] else []))
+    return [r for r in runs if r["name"] in SMOKE_RUNS] if smoke else runs
+
+
+def command(run: dict[str, Any], input_path: Path, work: Path, tools: dict[str, Any]) -> list[str]:
+    if run["system"] == "engine":
+        cmd = [sys.executable, "-m", "benchmarks._run_engine", str(input_path), run["variant"], run["backend"]]
+        return cmd + (["--checkpoint-dir", str(work / "chk")] if run["checkpoint"] else [])
+    if run["system"] == "bytewax":
+        cmd = [str(tools["bytewax"]), str(Path(__file__).resolve().parent / "_run_bytewax.py"), str(input_path),
+               run["workload"]]
+        return cmd + (["--recovery-dir", str(work / "recovery")] if run["checkpoint"] else [])
+    heap = os.environ.get("FLINK_BENCH_HEAP", "1g")
+    return ["java", f"-Xmx{heap}", "-Dlog4j2.level=ERROR", "-cp", tools["flink"], "PeerBench", str(input_path),
+            run["workload"], run["backend"], "1000" if run["checkpoint"] else "0", str(work)]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+def compute_ratios(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """ours / peer for the per-core rate (> 1: ours is faster), and peak memory ours / peer."""
+    out: dict[str, Any] = {}
+    pairs = [("engine/heap", "bytewax/memory"), ("engine/heap", "flink/hashmap"), ("engine/rocksdb", "flink/rocksdb"),
+             ("engine/heap/checkpoint_1s", "bytewax/memory+sqlite/checkpoint_1s"),
+             ("engine/heap/checkpoint_1s", "flink/hashmap/checkpoint_1s"),
+             ("engine/rocksdb/checkpoint_1s", "flink/rocksdb/checkpoint_1s")]
+    for wl in ("count", "sessions"):
+        for ours, peer in pairs:
+            a, b = results.get(f"{wl}/{ours}"), results.get(f"{wl}/{peer}")
+            if a and b:
+                key = f"{wl}: {ours} / {peer}"
+                out[key] = {"throughput": ratio(a["value"], b["value"]),
+                            "peak_memory": ratio(a.get("peak_rss_mb"), b.get("peak_rss_mb"))}
+        bare, ours = results.get(f"{wl}/bare_python"), results.get(f"{wl}/engine/heap")
+        if bare and ours:
+            out[f"{wl}: bare_python / engine/heap"] = {"throughput": ratio(bare["value"], ours["value"])}
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="20 k records, three runs of our engine and the bare loops")
+    ap.add_argument("--records", type=int, default=None)
+    ap.add_argument("--peers", default=None, help=f"comma-separated subset of {','.join(PEERS)}")
+    ap.add_argument("--workloads", default="count,sessions")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    n = args.records or (20_000 if args.smoke else 1_000_000)
+    peers = [p for p in (args.peers or ("engine" if args.smoke else ",".join(PEERS))).split(",") if p]
+    workloads = [w for w in args.workloads.split(",") if w]
+
+    t = time.perf_counter()
+    input_path = peer_events_file(n)
+    print(f"   input {input_path.name} ({time.perf_counter() - t:.1f} s)", flush=True)
+
+    tools: dict[str, Any] = {}
+    not_measured: dict[str, str] = {}
+    versions: dict[str, Any] = {"python": platform.python_version(), "state_explorer": _our_version()}
+    if "bytewax" in peers:
+        try:
+            tools["bytewax"] = setup_bytewax()
+            versions["bytewax"] = BYTEWAX_VERSION
+        except Exception as exc:  # noqa: BLE001 - record why, run the rest
+            not_measured["bytewax"] = f"setup failed: {exc}"
+    if "flink" in peers:
+        try:
+            tools["flink"] = setup_flink()
+            versions["flink"] = FLINK_VERSION
+            versions["java"] = java_version()
+        except Exception as exc:  # noqa: BLE001
+            not_measured["flink"] = f"setup failed: {exc}"
+    not_measured["spark"] = ("not run here: bench_spark measures Spark Structured Streaming "
+                             "(transformWithStateInPandas) keyed count on its own generated input")
+
+    users, ts, _ = read_events(input_path)
+    results: dict[str, dict[str, Any]] = {}
+    repeat = 1 if args.smoke else 3
+    if "count" in workloads:
+        got, wall, cpu = time_bare(lambda: bare_count(users), repeat)
+        results["count/bare_python"] = summarize({"records": n, "seconds": wall, "cpu_seconds": cpu,
+                                                  "output_records": got, "checksum": got})
+    if "sessions" in workloads:
+        (sess, events), wall, cpu = time_bare(lambda: bare_sessions(users, ts), repeat)
+        results["sessions/bare_python"] = summarize({"records": n, "seconds": wall, "cpu_seconds": cpu,
+                                                     "output_records": sess, "checksum": events})
+    del users, ts
+
+    for wl in workloads:
+        for run in runs_for(peers, wl, smoke=args.smoke):
+            if run["system"] != "engine" and run["system"] not in tools:
+                continue
+            work = WORK / run["name"].replace("/", "-")
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            load = os.getloadavg()[0]
+            try:
+                report = run_child(command(run, input_path, work, tools))
+            except Exception as exc:  # noqa: BLE001 - record the failure, run the rest
+                not_measured[run["name"]] = str(exc)[:500]
+                print(f"   {run['name']:<44} FAILED {str(exc)[:200]}", flush=True)
+                continue
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            row = summarize(report)
+            row.update({k: run[k] for k in ("workload", "system", "backend", "checkpoint")})
+            row["load_average_1min_at_start"] = round(load, 2)
+            results[run["name"]] = row
+            print(f"   {run['name']:<44} {row['value']:>10,} records/s per core  {row['records_per_wall_s']:>10,}/s wall  "
+                  f"peak {row['peak_rss_mb']:>7,.0f} MB  out {row['output_records']:,}", flush=True)
+
+    checks = {}
+    for wl in workloads:
+        sums = {name: r.get("checksum") for name, r in results.items() if name.startswith(wl + "/")}
+        outs = {name: r.get("output_records") for name, r in results.items() if name.startswith(wl + "/")}
+        checks[wl] = {"same_output_records_everywhere": len(set(outs.values())) <= 1,
+                      "every_record_accounted": all(v == n for v in sums.values()), "output_records": outs}
+    result = {
+        "benchmark": "peers",
+        "records": n,
+        "input": PEER_INPUT_DESCRIPTION,
+        "input_file": input_path.name,
+        "rate_definition": ("records/s per core = records / CPU-seconds of all the process's threads while the "
+                            "job ran (input loaded before; JVM and mini-cluster start-up excluded for Flink); "
+                            "records_per_wall_s = records / wall seconds of the same span; peak_rss_mb = the "
+                            "child process's maximum resident set (os.wait4), including the loaded input"),
+        "workloads": {"count": "per record: count += 1 for the key, emit (key, count)",
+                      "sessions": "per user: sessions closed by 30 min of inactivity (event-time timers), "
+                                  "one summary per session"},
+        "results": results,
+        "ratios": compute_ratios(results),
+        "checks": checks,
+        "versions": versions,
+        "not_measured": not_measured,
+        "physical_limit": "bare Python loop on a dict over the same records, in one process (per-record work in CPython)",
+        "machine": machine(),
+    }
+    out = Path(args.out) if args.out else result_path("peers")
+    out.write_text(json.dumps(result, indent=2))
+    print(f"   -> {out}", flush=True)
+    return result
+
+
+def _our_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("state-explorer")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+if __name__ == "__main__":
+    main()
