@@ -1,0 +1,534 @@
+"""Render ``benchmarks/results/*.json`` into ``RESULTS.md`` with charts.
+
+Every figure on the page is read from a result JSON written by a run; nothing
+is typed in by hand. The page opens with the headline ratios (computed here
+from the JSONs: our engine against the bare loop, Bytewax and Flink;
+incremental against full checkpoints; snapshot loading against a raw Parquet
+read; dashboard latency), then one section per benchmark: the machine, load,
+date and versions it ran with, its tables and its ratios.
+
+Charts: an SVG written by this module (no plotting dependency; renders on
+GitHub and in any Markdown viewer without a browser engine), and the same
+chart as an interactive plotly HTML file next to it (``include_plotlyjs="cdn"``).
+plotly's static export needs kaleido and a browser, which the suite does not
+require, so a PNG is written only when ``fig.write_image`` works.
+
+A benchmark whose JSON has a shape this module does not know is still shown:
+every ``{"value": ..., "unit": ...}`` leaf becomes a table row.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+TITLES = {
+    "engine": "Engine throughput against a bare Python loop",
+    "peers": "Keyed count and sessions: our engine, Bytewax, Apache Flink",
+    "checkpoints": "Checkpoints: full against incremental",
+    "explorer": "Loading snapshots into pandas",
+    "widgets": "Dashboard interaction latency",
+    "flink_reader": "Reading real Apache Flink snapshots",
+    "spark": "Spark Structured Streaming keyed count",
+}
+TEXT_FIELDS = ("description", "input", "workload", "peer", "target", "physical_limit", "rate_definition", "notes",
+               "command")
+
+
+# --- small helpers ---------------------------------------------------------------------------
+def fmt(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if v != v:  # NaN
+            return "n/a"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        if abs(v) >= 10:
+            return f"{v:.1f}"
+        return f"{v:.3g}"
+    if isinstance(v, list):
+        return ", ".join(fmt(x) for x in v)
+    return str(v)
+
+
+def times(r: float | None) -> str:
+    """A ratio ours/peer as words: '2.3x faster' or '4.1x slower'."""
+    if not r:
+        return "n/a"
+    return f"{r:.2g}x faster" if r >= 1 else f"{1 / r:.2g}x slower"
+
+
+def get(d: Any, *path: Any, default: Any = None) -> Any:
+    for p in path:
+        try:
+            d = d[p]
+        except (KeyError, IndexError, TypeError):
+            return default
+    return d
+
+
+def val(d: Any, *path: Any) -> Any:
+    """``d[path]``, unwrapping ``{"value": ...}``."""
+    v = get(d, *path)
+    return v.get("value") if isinstance(v, dict) else v
+
+
+def machine_line(res: dict) -> str:
+    m = res.get("machine") or {}
+    date = m.get("date") or res.get("date") or "?"
+    cpus = m.get("cpus") or m.get("cpu_count") or "?"
+    load = m.get("load_average") or m.get("load_average_1m_at_start")
+    if isinstance(load, list):
+        load = " / ".join(f"{x:.1f}" for x in load) + " (1/5/15 min)"
+    extra = m.get("load_average_1m_at_end")
+    load_s = f"load average {load}" + (f" → {extra} at the end" if extra is not None else "")
+    parts = [date, m.get("platform", "?"), f"{cpus} CPUs", f"Python {m.get('python', '?')}", load_s]
+    if m.get("memory_mb"):
+        parts.insert(3, f"{m['memory_mb']:,} MB RAM")
+    if m.get("pyspark"):
+        parts.append(f"PySpark {m['pyspark']}")
+    return "_" + " · ".join(str(p) for p in parts) + "_"
+
+
+def table(header: list[str], rows: Iterable[list[Any]], align: str | None = None) -> list[str]:
+    rows = list(rows)
+    if not rows:
+        return []
+    align = align or ("l" + "r" * (len(header) - 1))
+    sep = ["---:" if a == "r" else "---" for a in align]
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    out += ["| " + " | ".join(c if isinstance(c, str) else ("" if c is None else fmt(c)) for c in r) + " |"
+            for r in rows]
+    return out
+
+
+# --- charts ----------------------------------------------------------------------------------
+PALETTE = {"ours": "#1f77b4", "peer": "#ff7f0e", "limit": "#7f7f7f", "other": "#2ca02c"}
+
+
+DEFAULT_LEGEND = {"ours": "State Explorer engine", "peer": "peer", "limit": "physical limit"}
+
+
+def svg_bars(title: str, bars: list[tuple[str, float, str]], unit: str, log: bool = False,
+             legend: dict[str, str] | None = None) -> str:
+    """A horizontal bar chart as standalone SVG: (label, value, group) per bar."""
+    bars = [b for b in bars if b[1] is not None and b[1] > 0]
+    width, label_w, bar_h, gap, top = 860, 330, 18, 6, 40
+    plot_w = width - label_w - 120
+    height = top + len(bars) * (bar_h + gap) + 30
+    vmax = max((b[1] for b in bars), default=1)
+    vmin = min((b[1] for b in bars), default=1)
+    lo = 10 ** math.floor(math.log10(vmin)) if log else 0
+
+    def scale(v: float) -> float:
+        if log:
+            return plot_w * (math.log10(v) - math.log10(lo)) / max(1e-9, math.log10(vmax) - math.log10(lo))
+        return plot_w * v / vmax
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="Helvetica,Arial,sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="10" y="20" font-size="14" font-weight="bold">{html.escape(title)}</text>',
+           f'<text x="{width - 10}" y="20" text-anchor="end" fill="#555">{html.escape(unit)}'
+           f'{" (log scale)" if log else ""}</text>']
+    for i, (label, v, group) in enumerate(bars):
+        y = top + i * (bar_h + gap)
+        w = max(1.0, scale(v))
+        out.append(f'<text x="{label_w - 6}" y="{y + bar_h - 5}" text-anchor="end">{html.escape(label)}</text>')
+        out.append(f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" '
+                   f'fill="{PALETTE.get(group, PALETTE["other"])}"/>')
+        out.append(f'<text x="{label_w + w + 4:.1f}" y="{y + bar_h - 5}">{html.escape(fmt(v))}</text>')
+    legend_y = height - 10
+    used = {b[2] for b in bars}
+    for j, (group, name) in enumerate((g, n) for g, n in (legend or DEFAULT_LEGEND).items() if g in used):
+        x = label_w + j * 170
+        out.append(f'<rect x="{x}" y="{legend_y - 10}" width="10" height="10" fill="{PALETTE[group]}"/>')
+        out.append(f'<text x="{x + 14}" y="{legend_y}">{name}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def write_chart(charts: Path, name: str, title: str, bars: list[tuple[str, float, str]], unit: str,
+                log: bool = False, legend: dict[str, str] | None = None) -> list[str]:
+    """SVG (always), plotly HTML (when plotly imports) and PNG (when plotly's static export works)."""
+    bars = [b for b in bars if b[1] is not None and b[1] > 0]
+    if not bars:
+        return []
+    charts.mkdir(parents=True, exist_ok=True)
+    (charts / f"{name}.svg").write_text(svg_bars(title, bars, unit, log, legend))
+    links = [f"![{title}](charts/{name}.svg)"]
+    try:
+        import plotly.graph_objects as go
+
+        fig = go.Figure(go.Bar(x=[b[1] for b in bars], y=[b[0] for b in bars], orientation="h",
+                               marker_color=[PALETTE.get(b[2], PALETTE["other"]) for b in bars],
+                               text=[fmt(b[1]) for b in bars], textposition="outside"))
+        fig.update_layout(title=title, xaxis_title=unit, yaxis_autorange="reversed", template="plotly_white",
+                          height=120 + 28 * len(bars), margin=dict(l=320))
+        if log:
+            fig.update_xaxes(type="log")
+        fig.write_html(charts / f"{name}.html", include_plotlyjs="cdn", full_html=True)
+        extra = f"[interactive plotly chart](charts/{name}.html)"
+        try:
+            fig.write_image(charts / f"{name}.png")
+            extra += f" · [PNG](charts/{name}.png)"
+        except Exception:  # noqa: BLE001 - kaleido missing or no browser: the SVG is the static chart
+            pass
+        links.append("")
+        links.append(extra)
+    except ImportError:
+        pass
+    return links
+
+
+# --- generic section -------------------------------------------------------------------------
+def leaves(obj: Any, path: str = "") -> Iterable[tuple[str, Any, str]]:
+    """Every ``{"value": x, "unit": u}`` leaf (and plain numbers) with its path."""
+    if isinstance(obj, dict):
+        if "value" in obj and not isinstance(obj["value"], (dict, list)):
+            yield path, obj["value"], str(obj.get("unit", ""))
+            return
+        for k, v in obj.items():
+            if k in ("machine",) or k.endswith("_each"):
+                continue
+            yield from leaves(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            label = None
+            if isinstance(v, dict):
+                label = v.get("snapshot") or v.get("name") or (f"{v['state_mb']} MB" if "state_mb" in v else None) \
+                    or (f"{v['keys']:,} keys" if isinstance(v.get("keys"), int) else None)
+            yield from leaves(v, f"{path}[{label or i}]")
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield path, obj, ""
+
+
+def generic_section(res: dict) -> list[str]:
+    lines: list[str] = []
+    skip = {"machine", "date", "benchmark"} | set(TEXT_FIELDS)
+    rows = [[p, fmt(v), u] for k, sub in res.items() if k not in skip for p, v, u in leaves(sub, k)]
+    lines += table(["measure", "value", "unit"], rows, "lrl")
+    return lines
+
+
+def text_fields(res: dict) -> list[str]:
+    out = []
+    for k in TEXT_FIELDS:
+        v = res.get(k)
+        if isinstance(v, str):
+            out.append(f"- **{k.replace('_', ' ')}**: {v}")
+        elif isinstance(v, dict) and k in ("workload",):
+            out.append(f"- **{k}**: " + ", ".join(f"{a} {fmt(b)}" for a, b in v.items()))
+    return out + ([""] if out else [])
+
+
+# --- per-benchmark sections ------------------------------------------------------------------
+PEER_LABEL = {"engine": "State Explorer engine", "bytewax": "Bytewax", "flink": "Apache Flink"}
+
+
+def peers_section(res: dict, charts: Path) -> list[str]:
+    lines: list[str] = []
+    results = res.get("results", {})
+    v = res.get("versions", {})
+    lines.append("Versions: " + ", ".join(f"{k} {x}" for k, x in v.items() if x) + ".")
+    lines.append("")
+    for wl, desc in (res.get("workloads") or {}).items():
+        rows_wl = {k: r for k, r in results.items() if k.startswith(wl + "/")}
+        if not rows_wl:
+            continue
+        lines += [f"### {wl}: {desc}", ""]
+        ours = rows_wl.get(f"{wl}/engine/heap", {}).get("value")
+        body = []
+        bars = []
+        for name, r in rows_wl.items():
+            system = r.get("system", "bare_python")
+            label = name.split("/", 1)[1]
+            rel = ""
+            if ours and r.get("value") and name != f"{wl}/engine/heap":
+                rel = f"{ours / r['value']:.2f}"
+            startup = r.get("jvm_uptime_seconds")
+            if startup is not None:
+                startup = round(startup - r.get("seconds", 0), 1)
+            body.append([label, r.get("value"), r.get("records_per_wall_s"), r.get("peak_rss_mb"),
+                         r.get("rss_after_load_mb"), r.get("output_records"),
+                         fmt(startup) if startup is not None else "", rel,
+                         fmt(r.get("load_average_1min_at_start")) if r.get("load_average_1min_at_start") is not None else ""])
+            group = "limit" if system == "bare_python" else ("ours" if system == "engine" else "peer")
+            bars.append((f"{PEER_LABEL.get(system, 'bare Python loop')}: {label.split('/', 1)[-1]}"
+                         if system != "bare_python" else "bare Python loop (limit)", r.get("value"), group))
+        lines += table(["run", "records/s per core", "records/s wall", "peak RSS MB", "RSS after input loaded MB",
+                        "outputs", "start-up s (JVM + mini cluster)", "engine/heap ÷ this", "load (1 min)"], body)
+        lines.append("")
+        lines += write_chart(charts, f"peers-{wl}", f"{wl}: records/s per core (parallelism 1)", bars,
+                             "records per CPU-second", log=True)
+        lines.append("")
+        chk = get(res, "checks", wl)
+        if chk:
+            lines.append(f"Same outputs in every run: **{chk.get('same_output_records_everywhere')}**; "
+                         f"every input record accounted for: **{chk.get('every_record_accounted')}**.")
+            lines.append("")
+    ratios = res.get("ratios") or {}
+    if ratios:
+        lines += ["### Ratios (ours ÷ peer; above 1: ours is faster / uses more memory)", ""]
+        lines += table(["pair", "throughput", "peak memory"],
+                       [[k, fmt(r.get("throughput")), fmt(r.get("peak_memory")) if r.get("peak_memory") else ""]
+                        for k, r in ratios.items()])
+        lines.append("")
+    nm = res.get("not_measured") or {}
+    if nm:
+        lines += ["Not measured in this run:", ""] + [f"- **{k}**: {r}" for k, r in nm.items()] + [""]
+    return lines
+
+
+def engine_section(res: dict, charts: Path) -> list[str]:
+    rows = res.get("results", {})
+    lines = table(["measure", "records/s", "seconds"],
+                  [[k, r.get("value"), r.get("seconds")] for k, r in rows.items()])
+    lines.append("")
+    bars = [(k, r.get("value"), "limit" if k.startswith("bare") else "ours") for k, r in rows.items()]
+    lines += write_chart(charts, "engine", "engine vs bare Python loop (one core)", bars, "records/s", log=True)
+    lines.append("")
+    if res.get("ratios"):
+        lines += table(["ratio", "value"], [[k, v] for k, v in res["ratios"].items()]) + [""]
+    if res.get("targets"):
+        lines += [f"Targets: {json.dumps(res['targets'])}", ""]
+    return lines
+
+
+def checkpoints_section(res: dict, charts: Path) -> list[str]:
+    lines = []
+    disk = val(res, "disk_sequential_write", "with_fsync")
+    if disk:
+        lines += [f"Physical limit: sequential disk write with fsync {fmt(disk)} MB/s "
+                  f"(page cache {fmt(val(res, 'disk_sequential_write', 'page_cache'))} MB/s), measured in the same run.", ""]
+    body, bars = [], []
+    for s in res.get("sizes", []):
+        fd, idur = val(s, "full", "duration"), val(s, "incremental", "duration")
+        fb, ib = val(s, "full", "bytes_written"), val(s, "incremental", "bytes_written")
+        mbps = (fb / 1e6 / fd) if fb and fd else None
+        body.append([f"{s.get('state_mb')} MB", fd, idur, val(s, "speedup_full_over_incremental", "median"),
+                     (fb or 0) / 1e6, (ib or 0) / 1e6, val(s, "written_ratio_full_over_incremental_mean"),
+                     mbps, f"{100 * mbps / disk:.0f} %" if mbps and disk else "",
+                     val(s, "recovery", "full", "restore"), val(s, "recovery", "incremental", "restore")])
+        bars += [(f"{s.get('state_mb')} MB full", fd, "peer"), (f"{s.get('state_mb')} MB incremental", idur, "ours")]
+    lines += table(["state", "full s", "incremental s", "full ÷ incremental", "full MB written",
+                    "incremental MB written", "bytes full ÷ incr.", "full write MB/s", "of disk bandwidth",
+                    "recovery full s", "recovery incremental s"], body)
+    lines.append("")
+    lines += write_chart(charts, "checkpoints", "checkpoint duration (median)", bars, "seconds", log=True,
+                         legend={"ours": "incremental", "peer": "full"})
+    lines.append("")
+    return lines
+
+
+def explorer_section(res: dict, charts: Path) -> list[str]:
+    body, bars, analyses = [], [], []
+    for s in res.get("sizes", []):
+        ld = s.get("load", {})
+        ex, raw = ld.get("explorer_keyed_state", {}), ld.get("raw_pyarrow_read_table_to_pandas", {})
+        body.append([f"{s.get('keys'):,}", s.get("rows"), (s.get("parquet_bytes") or 0) / 1e6, ex.get("seconds"),
+                     raw.get("seconds"), ex.get("rows_per_second"), raw.get("rows_per_second"),
+                     ld.get("speed_ratio_explorer_over_raw")])
+        bars += [(f"{s.get('keys'):,} keys explorer.open().keyed_state()", ex.get("rows_per_second"), "ours"),
+                 (f"{s.get('keys'):,} keys raw pyarrow read + to_pandas", raw.get("rows_per_second"), "limit")]
+        for name, a in (s.get("analyses") or {}).items():
+            analyses.append([f"{s.get('keys'):,}", name, a.get("seconds")])
+    lines = table(["keys", "rows", "Parquet MB", "explorer s", "raw Parquet s", "explorer rows/s", "raw rows/s",
+                   "raw time ÷ explorer time"], body)
+    lines.append("")
+    lines += write_chart(charts, "explorer-load", "snapshot → pandas", bars, "rows/s",
+                         legend={"ours": "explorer", "limit": "raw Parquet read (limit)"})
+    lines.append("")
+    if analyses:
+        lines += ["Analyses on the loaded snapshot:", ""] + table(["keys", "analysis", "seconds"], analyses) + [""]
+    return lines
+
+
+def widgets_section(res: dict, charts: Path) -> list[str]:
+    rows = res.get("results", {})
+    lines = table(["measure", "value", "unit"], [[k, r.get("value"), r.get("unit", "")] for k, r in rows.items()],
+                  "lrl")
+    lines.append("")
+    bars = [(k[:-4], r.get("value"), "ours") for k, r in rows.items() if k.endswith(" p95")]
+    lines += write_chart(charts, "widgets", "control change → updated figures, p95", bars, "ms", legend={"ours": "p95"})
+    lines.append("")
+    if res.get("targets"):
+        lines += [f"Targets: {json.dumps(res['targets'])}", ""]
+    return lines
+
+
+def flink_reader_section(res: dict, charts: Path) -> list[str]:
+    body, bars = [], []
+    for r in res.get("results", []):
+        body.append([r.get("snapshot"), r.get("flink_version"), val(r, "size"), r.get("rows"), val(r, "seconds"),
+                     val(r, "throughput"), val(r, "throughput_per_cpu_second"), val(r, "rows_per_second")])
+        bars.append((str(r.get("snapshot")), val(r, "throughput"), "ours"))
+    lines = table(["snapshot", "Flink", "MB", "rows", "seconds", "MB/s", "MB per CPU-s", "rows/s"], body)
+    lines.append("")
+    lines += write_chart(charts, "flink-reader", "real Flink snapshot → pandas", bars, "MB/s", legend={"ours": "explorer"})
+    lines.append("")
+    if res.get("target"):
+        lines += [f"Target: {fmt(val(res, 'target'))} {get(res, 'target', 'unit', default='')}", ""]
+    return lines
+
+
+def spark_section(res: dict, charts: Path) -> list[str]:
+    body, bars = [], []
+    for name, r in (res.get("results") or {}).items():
+        body.append([name, val(r, "total_rows_per_s"), val(r, "steady_rows_per_s"), val(r, "wall_s")])
+        bars.append((name, val(r, "steady_rows_per_s") or val(r, "total_rows_per_s"), "peer"))
+    lines = table(["path", "rows/s total", "rows/s steady", "wall s"], body)
+    lines.append("")
+    lines += write_chart(charts, "spark", "Spark keyed count (steady micro-batches)", bars, "rows/s", log=True,
+                         legend={"peer": "Spark path"})
+    lines.append("")
+    if res.get("speedups"):
+        lines += table(["speed-up", "x"], [[k, v] for k, v in res["speedups"].items()]) + [""]
+    if res.get("spark_conf"):
+        lines += ["Spark configuration: " + ", ".join(f"`{k}={v}`" for k, v in res["spark_conf"].items()), ""]
+    return lines
+
+
+SECTIONS: dict[str, Callable[[dict, Path], list[str]]] = {
+    "engine": engine_section, "peers": peers_section, "checkpoints": checkpoints_section,
+    "explorer": explorer_section, "widgets": widgets_section, "flink_reader": flink_reader_section,
+    "spark": spark_section,
+}
+
+
+# --- headline ratios -------------------------------------------------------------------------
+def headline(results: dict[str, dict]) -> list[str]:
+    out: list[str] = []
+
+    def add(fn: Callable[[], list[str]]) -> None:
+        try:
+            out.extend(fn())
+        except Exception as exc:  # noqa: BLE001 - one malformed JSON must not hide the others
+            out.append(f"- ({fn.__name__}: could not read the result: {exc!r})")
+
+    def engine() -> list[str]:
+        r = results.get("engine")
+        if not r:
+            return []
+        rows = r["results"]
+        return [f"- **Engine vs bare Python loop** (keyed count, one core): the engine runs at "
+                f"{fmt(rows['engine_heap_count_rolling']['value'])} records/s (rolling count) against the bare "
+                f"loop's {fmt(rows['bare_python_rolling_count']['value'])}: the loop is "
+                f"{fmt(r['ratios']['bare_loop_over_engine_count_rolling'])}x faster "
+                f"({fmt(r['ratios']['bare_loop_over_engine_sessions'])}x for sessions)."]
+
+    def peers() -> list[str]:
+        r = results.get("peers")
+        if not r:
+            return []
+        res, lines = r["results"], []
+        for wl in ("count", "sessions"):
+            ours = res.get(f"{wl}/engine/heap")
+            if not ours:
+                continue
+            parts = []
+            for peer, label in (("bytewax/memory", "Bytewax"), ("flink/hashmap", "Flink (HashMap)"),
+                                ("flink/rocksdb", "Flink (RocksDB)")):
+                p = res.get(f"{wl}/{peer}")
+                if p and p.get("value"):
+                    ref = ours if peer != "flink/rocksdb" else res.get(f"{wl}/engine/rocksdb", ours)
+                    which = "heap" if ref is ours else "RocksDB"
+                    parts.append(f"{times(ref['value'] / p['value'])} than {label} (ours on {which}: "
+                                 f"{fmt(ref['value'])} vs {fmt(p['value'])} records/s per core; peak memory "
+                                 f"{fmt(ref.get('peak_rss_mb'))} vs {fmt(p.get('peak_rss_mb'))} MB)")
+            bare = res.get(f"{wl}/bare_python")
+            text = f"- **{wl}** ({r['records']:,} records, parallelism 1, {fmt(ours['value'])} records/s per core on the heap)"
+            if parts:
+                text += ": our engine is " + "; ".join(parts)
+            if bare:
+                text += (f"{'; ' if parts else ': '}the bare Python loop (the limit of per-record work) is "
+                         f"{fmt(bare['value'] / ours['value'])}x faster than our engine")
+            lines.append(text + ".")
+        return lines
+
+    def checkpoints() -> list[str]:
+        r = results.get("checkpoints")
+        if not r or not r.get("sizes"):
+            return []
+        s = r["sizes"][-1]
+        disk = val(r, "disk_sequential_write", "with_fsync")
+        fd, fb = val(s, "full", "duration"), val(s, "full", "bytes_written")
+        limit = (f"; a full checkpoint writes at {fmt(fb / 1e6 / fd)} MB/s against the disk's {fmt(disk)} MB/s"
+                 if disk and fd and fb else "")
+        return [f"- **Checkpoints** at {s['state_mb']} MB of state, 1 % churn: incremental "
+                f"{fmt(val(s, 'incremental', 'duration'))} s vs full {fmt(fd)} s "
+                f"({fmt(val(s, 'speedup_full_over_incremental', 'median'))}x faster, "
+                f"{fmt(val(s, 'written_ratio_full_over_incremental_mean'))}x fewer bytes){limit}; recovery "
+                f"{fmt(val(s, 'recovery', 'incremental', 'restore'))} s (incremental) vs "
+                f"{fmt(val(s, 'recovery', 'full', 'restore'))} s (full)."]
+
+    def explorer() -> list[str]:
+        r = results.get("explorer")
+        if not r or not r.get("sizes"):
+            return []
+        parts = []
+        for s in r["sizes"]:
+            ld = s["load"]
+            q = ld["speed_ratio_explorer_over_raw"]
+            parts.append(f"{s['keys']:,} keys in {fmt(ld['explorer_keyed_state']['seconds'])} s vs "
+                         f"{fmt(ld['raw_pyarrow_read_table_to_pandas']['seconds'])} s for a raw pyarrow read "
+                         f"({'%.2f' % q}x the raw read's speed)")
+        return ["- **Loading** a snapshot into pandas (the limit: a raw Parquet read of the same files): "
+                + "; ".join(parts) + "."]
+
+    def flink_reader() -> list[str]:
+        r = results.get("flink_reader")
+        if not r or not r.get("results"):
+            return []
+        return ["- **Real Flink snapshots** read at " + "; ".join(
+            f"{fmt(val(x, 'throughput'))} MB/s ({x['snapshot']}, {fmt(val(x, 'size'))} MB)" for x in r["results"]) + "."]
+
+    def spark() -> list[str]:
+        r = results.get("spark")
+        if not r or not r.get("results"):
+            return []
+        parts = [f"{k} {fmt(val(v, 'steady_rows_per_s'))} rows/s steady" for k, v in r["results"].items()]
+        return ["- **Spark** keyed count (local[2], its own input): " + "; ".join(parts) + "."]
+
+    def widgets() -> list[str]:
+        r = results.get("widgets")
+        if not r:
+            return []
+        rows = r["results"]
+        return [f"- **Dashboard** at {fmt(val(rows, 'keys'))} keys: a control change updates the figures in "
+                f"{fmt(val(rows, 'all changes p50'))} ms p50, {fmt(val(rows, 'all changes p95'))} ms p95."]
+
+    for fn in (engine, peers, checkpoints, explorer, flink_reader, spark, widgets):
+        add(fn)
+    return out
+
+
+# --- the page --------------------------------------------------------------------------------
+def render(results: dict[str, dict], charts: Path, runlog: dict[str, Any] | None = None) -> str:
+    lines = ["# Benchmark results", "",
+             "Written by `make bench` (`python -m benchmarks`) from `benchmarks/results/*.json`; every figure "
+             "below comes from a run on the machine named in its section. Ratios are measured in one run "
+             "against the peer named beside them. The machine is shared, so each section states its load average.",
+             "", "## Headline ratios", ""]
+    lines += headline(results) or ["- (no results yet)"]
+    lines.append("")
+    if runlog:
+        lines += ["## This run", ""]
+        lines += table(["benchmark", "status", "seconds", "finished (UTC)"],
+                       [[k, v.get("status", "?"), v.get("seconds"), v.get("finished", "")] for k, v in runlog.items()])
+        lines.append("")
+    for name, res in results.items():
+        lines += [f"## {TITLES.get(name, name)}", "", f"`benchmarks/results/{name}.json` · " + machine_line(res), ""]
+        lines += text_fields(res)
+        try:
+            lines += SECTIONS.get(name, lambda r, c: generic_section(r))(res, charts)
+        except Exception as exc:  # noqa: BLE001 - fall back to the generic table
+            lines += [f"(section renderer failed: {exc!r}; raw figures follow)", ""] + generic_section(res)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
