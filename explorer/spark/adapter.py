@@ -209,31 +209,79 @@ class _RuntimeContext:
 
 
 # --- outputs -----------------------------------------------------------------------------------
+_PRIMITIVES = frozenset({int, float, str, bool, bytes, type(None)})
+
+
 def _plain(v: Any) -> Any:
+    """A value Arrow can take from a Python row: dataclasses become dicts, recursively."""
+    if type(v) in _PRIMITIVES:
+        return v
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
     if isinstance(v, tuple) and not hasattr(v, "_fields"):
         return tuple(_plain(x) for x in v)
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
     return v
 
 
 def _output_tuple(names: Sequence[str]) -> Callable[[Any], tuple]:
+    """How an emitted value becomes a tuple in ``names`` order (cached per emitted type)."""
     n = len(names)
+    getters: dict[type, Callable[[Any], tuple]] = {}
 
     def convert(v: Any) -> tuple:
-        if isinstance(v, tuple):
+        if type(v) is tuple:
             if len(v) != n:
-                raise JobError(f"the function emitted {v!r:.80} ({len(v)} fields) but output_schema has {n}: {list(names)}")
-            return tuple(_plain(x) for x in v)
+                raise JobError(f"the function emitted {v!r:.80} ({len(v)} fields) but output_schema has {n}: "
+                               f"{list(names)}")
+            for x in v:
+                if type(x) not in _PRIMITIVES:
+                    return tuple(_plain(x) for x in v)
+            return v
+        g = getters.get(type(v))
+        if g is not None:
+            return g(v)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            import operator
+
+            get = operator.attrgetter(*names) if n > 1 else (lambda x, a=operator.attrgetter(names[0]): (a(x),))
+            prims = all(f.type in (int, float, str, bool, bytes, "int", "float", "str", "bool", "bytes")
+                        for f in dataclasses.fields(v))
+            g = get if prims else (lambda x: tuple(_plain(y) for y in get(x)))
+            getters[type(v)] = g
+            return g(v)
         if isinstance(v, dict):
             return tuple(_plain(v.get(k)) for k in names)
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return tuple(_plain(getattr(v, k)) for k in names)
+        if isinstance(v, tuple):  # a namedtuple or a Row
+            return tuple(_plain(x) for x in v)
         if n == 1:
             return (_plain(v),)
         raise JobError(f"cannot turn the emitted {type(v).__name__} {v!r:.80} into a row of {list(names)}")
 
     return convert
+
+
+def _row_class(names: Sequence[str]):
+    """A pyspark Row subclass for our outputs: field names on the class, and a flat ``asDict``.
+
+    PySpark's row-based worker turns every output row into a dict with ``asDict(True)``, which
+    walks each value looking for nested Rows; our values never hold Rows, so the flat version
+    gives the same dict for a fraction of the cost.
+    """
+    from pyspark.sql import Row
+
+    fields = list(names)
+
+    class OutputRow(Row):
+        __fields__ = fields
+
+        def asDict(self, recursive: bool = False) -> dict[str, Any]:
+            return dict(zip(fields, self))
+
+    return OutputRow
 
 
 # --- the Spark stateful processors --------------------------------------------------------------
@@ -354,8 +402,6 @@ def _record_maker(record: Any, columns: Sequence[str]) -> Callable[[Any], Any]:
 
 
 def _make_row_processor(**kw):
-    from pyspark.sql import Row
-
     base = _processor_base()
 
     class FunctionProcessor(_FunctionProcessorMixin, base):  # type: ignore[misc, valid-type]
@@ -363,17 +409,15 @@ def _make_row_processor(**kw):
 
         def init(self, handle) -> None:
             _FunctionProcessorMixin.init(self, handle)
-            self._Row = Row(*self._output_columns)
+            self._Row = _row_class(self._output_columns)
 
         def handleInputRows(self, key, rows, timerValues):
-            R = self._Row
-            for t in self._run_records(key, rows, timerValues):
-                yield R(*t)
+            R, new = self._Row, tuple.__new__
+            return [new(R, t) for t in self._run_records(key, rows, timerValues)]
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-            R = self._Row
-            for t in self._run_timer(key, timerValues, expiredTimerInfo):
-                yield R(*t)
+            R, new = self._Row, tuple.__new__
+            return [new(R, t) for t in self._run_timer(key, timerValues, expiredTimerInfo)]
 
         def close(self) -> None:
             _FunctionProcessorMixin.close(self)
@@ -591,7 +635,8 @@ def run_on_spark(function: KeyedProcessFunction, source: str | Path | Sequence[A
     result = keyed_process(df, function, key, output_schema, time_mode=time_mode, variant=variant,
                            record=record, event_time_column=event_time_column)
     conf_key = "spark.sql.streaming.noDataMicroBatches.enabled"
-    for attempt in range(3):
+    attempts = 5
+    for attempt in range(attempts):
         previous = spark.conf.get(conf_key)
         if time_mode == "processing":
             spark.conf.set(conf_key, "false")
@@ -609,9 +654,10 @@ def run_on_spark(function: KeyedProcessFunction, source: str | Path | Sequence[A
             progress = [dict(p) for p in query.recentProgress]
             break
         except _WorkerStartTimeout:
-            if attempt == 2:
+            time.sleep(2 * (attempt + 1))
+            if attempt == attempts - 1:
                 raise JobError(
-                    f"the Spark query on {checkpoint_dir} failed three times with 'Python worker failed to "
+                    f"the Spark query on {checkpoint_dir} failed {attempts} times with 'Python worker failed to "
                     "connect back': Spark gives a new Python worker 10 s to start, which an overloaded "
                     "machine misses; retry when the machine is less busy"
                 ) from None

@@ -118,7 +118,7 @@ class _Proxy:
     """One state variable of the current key: cached reads, buffered writes."""
 
     __slots__ = ("descriptor", "name", "handle", "info", "check", "to_spark", "from_spark", "update_on_read",
-                 "_binding")
+                 "_binding", "where")
 
     def __init__(self, descriptor, handle, binding: "StateBinding") -> None:
         self.descriptor = descriptor
@@ -130,9 +130,10 @@ class _Proxy:
         ttl = getattr(descriptor, "ttl", None)
         self.update_on_read = bool(ttl is not None and ttl.update_on_read)
         self._binding = binding
+        self.where = f"state {self.name!r}"  # for messages; built once, not per call
 
     def _where(self) -> str:
-        return f"state {self.name!r}"
+        return self.where
 
     def _touch(self) -> None:
         if not self._binding.in_key:
@@ -180,7 +181,7 @@ class ValueStateProxy(_Proxy):
         if value is None:
             self.clear()
             return
-        self.check(value, self._where())
+        self.check(value, self.where)
         if not self._loaded and not self._dirty:
             self._touch()
         self._value = value
@@ -263,7 +264,7 @@ class ListStateProxy(_Proxy):
     def add(self, value: Any) -> None:
         if value is None:
             raise SerializationError(f"{self._where()}: cannot add None to a list state")
-        self.check(value, self._where())
+        self.check(value, self.where)
         self._activate()
         self._appended.append(value)
 
@@ -276,7 +277,7 @@ class ListStateProxy(_Proxy):
         for v in values:
             if v is None:
                 raise SerializationError(f"{self._where()}: cannot add None to a list state")
-            self.check(v, self._where())
+            self.check(v, self.where)
         self._activate()
         self._base = values
         self._appended = []
@@ -357,7 +358,7 @@ class MapStateProxy(_Proxy):
             raise SerializationError(f"{self._where()}: a map key must not be None")
         self.key_check(user_key, self._where() + " key")
         if value is not None:
-            self.check(value, self._where())
+            self.check(value, self.where)
         self._activate()
         self._writes[user_key] = value
         self._removes.discard(user_key)
