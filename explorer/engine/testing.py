@@ -176,6 +176,10 @@ class _HarnessSubtask:
         self.values.extend(batch.values)
         self.timestamps.extend(batch.timestamps if batch.timestamps is not None else [None] * len(batch.values))
 
+    def emit_side(self, tag: str, batch: Batch) -> bool:
+        """Side outputs have no downstream here: the operator collects them (``side_output(tag)``)."""
+        return False
+
     def trace(self, kind: str, **detail: Any) -> None:
         pass
 
