@@ -23,6 +23,12 @@ Each run is its own process (so its peak memory is its own, read with
   against the jars of the apache-flink-libraries wheel
   (``tools/flink/fetch_jars.sh``), on a local mini cluster: HashMap and
   embedded RocksDB backends, with and without checkpoints every second;
+* Spark Structured Streaming (``benchmarks/_run_spark.py``): the engine's own
+  count and session functions on ``transformWithStateInPandas`` through
+  ``explorer.spark.run_on_spark`` (local[2], RocksDB state store, a checkpoint
+  per micro-batch). Its per-key cost is so high that it runs on the first
+  ``--spark-records`` records (20 k) of the same file, beside our engine on
+  the same prefix for the ratio;
 * the bare Python loop doing the same per-record work on a dict, in this
   process: the physical limit of per-record work in CPython.
 
@@ -41,7 +47,7 @@ Run::
 
 Writes ``benchmarks/results/peers.json``. The Bytewax venv and the Flink jars
 are created on first use (PyPI must be reachable; Flink needs a JDK 17).
-Spark is measured by ``bench_spark`` on its own input.
+``bench_spark`` compares Spark's own stateful paths with each other.
 """
 
 from __future__ import annotations
@@ -70,7 +76,8 @@ FLINK_BUILD = CACHE / "flink" / "build" / f"peers-{FLINK_VERSION}"
 FLINK_SRC = Path(__file__).resolve().parent / "flink" / "PeerBench.java"
 WORK = CACHE / "bench-work"
 SESSION_GAP_MS = 30 * 60 * 1000
-PEERS = ("engine", "bytewax", "flink")
+PEERS = ("engine", "bytewax", "flink", "spark")
+SPARK_RECORDS = 20_000
 RUN_TIMEOUT_S = 1800
 
 
@@ -142,7 +149,7 @@ def run_child(cmd: list[str], timeout_s: float = RUN_TIMEOUT_S) -> dict[str, Any
     if not lines:
         raise RuntimeError(f"{' '.join(cmd[:4])}... printed no result: {stdout[-1000:]} {stderr[-1000:]}")
     report = json.loads(lines[-1])
-    report["peak_rss_mb"] = round(usage.ru_maxrss / 1024, 1)
+    report["peak_rss_mb"] = max(round(usage.ru_maxrss / 1024, 1), report.get("tree_peak_rss_mb", 0))
     report["process_wall_seconds"] = round(wall, 3)
     report["process_cpu_seconds"] = round(usage.ru_utime + usage.ru_stime, 3)
     return report
@@ -158,6 +165,19 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
            "seconds": round(seconds, 4), "cpu_seconds": round(cpu, 4)}
     row.update({k: v for k, v in report.items() if k not in row})
     return row
+
+
+def head_file(path: Path, m: int) -> Path:
+    """The first ``m`` records of the input file (same header), written once next to it."""
+    head = path.with_name(f"{path.stem}-head{m}.csv")
+    if not head.is_file():
+        with open(path) as src, open(head.with_suffix(".tmp"), "w") as dst:
+            for i, line in enumerate(src):
+                if i > m:
+                    break
+                dst.write(line)
+        head.with_suffix(".tmp").replace(head)
+    return head
 
 
 # --- the physical limit: bare Python loops on the same records -----------------------------
@@ -221,10 +241,15 @@ def runs_for(peers: list[str], workload: str, smoke: bool = False) -> list[dict[
         for backend in ("hashmap", "rocksdb"):
             for chk in (False, True):
                 runs.append({"system": "flink", "backend": backend, "checkpoint": chk, "variant": workload})
+    if "spark" in peers:  # on a prefix of the input; our engine beside it on the same prefix
+        runs.append({"system": "engine", "backend": "heap", "checkpoint": False, "variant": workload, "head": True})
+        runs.append({"system": "spark", "backend": "rocksdb", "checkpoint": True, "variant": workload, "head": True})
     for r in runs:
         r["workload"] = workload
         r["name"] = "/".join([workload, r["system"], r["backend"]] + (["process_fn"] if r["variant"] == "count_process" else [])
-                             + (["checkpoint_1s"] if r["checkpoint"] else []))
+                             + (["checkpoint_1s"] if r["checkpoint"] and r["system"] != "spark" else [])
+                             + (["checkpoint_per_microbatch"] if r["system"] == "spark" else [])
+                             + (["head"] if r.get("head") else []))
     return [r for r in runs if r["name"] in SMOKE_RUNS] if smoke else runs
 
 
@@ -236,6 +261,8 @@ def command(run: dict[str, Any], input_path: Path, work: Path, tools: dict[str, 
         cmd = [str(tools["bytewax"]), str(Path(__file__).resolve().parent / "_run_bytewax.py"), str(input_path),
                run["workload"]]
         return cmd + (["--recovery-dir", str(work / "recovery")] if run["checkpoint"] else [])
+    if run["system"] == "spark":
+        return [sys.executable, "-m", "benchmarks._run_spark", str(input_path), run["workload"], str(work)]
     heap = os.environ.get("FLINK_BENCH_HEAP", "1g")
     return ["java", f"-Xmx{heap}", "-Dlog4j2.level=ERROR", "-cp", tools["flink"], "PeerBench", str(input_path),
             run["workload"], run["backend"], "1000" if run["checkpoint"] else "0", str(work)]
@@ -259,6 +286,10 @@ def compute_ratios(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 key = f"{wl}: {ours} / {peer}"
                 out[key] = {"throughput": ratio(a["value"], b["value"]),
                             "peak_memory": ratio(a.get("peak_rss_mb"), b.get("peak_rss_mb"))}
+        a, b = results.get(f"{wl}/engine/heap/head"), results.get(f"{wl}/spark/rocksdb/checkpoint_per_microbatch/head")
+        if a and b:
+            out[f"{wl}: engine/heap / spark (first {b['records']:,} records)"] = {
+                "throughput": ratio(a["value"], b["value"]), "peak_memory": ratio(a.get("peak_rss_mb"), b.get("peak_rss_mb"))}
         bare, ours = results.get(f"{wl}/bare_python"), results.get(f"{wl}/engine/heap")
         if bare and ours:
             out[f"{wl}: bare_python / engine/heap"] = {"throughput": ratio(bare["value"], ours["value"])}
@@ -271,6 +302,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--records", type=int, default=None)
     ap.add_argument("--peers", default=None, help=f"comma-separated subset of {','.join(PEERS)}")
     ap.add_argument("--workloads", default="count,sessions")
+    ap.add_argument("--spark-records", type=int, default=SPARK_RECORDS,
+                    help="Spark (and our engine beside it) run on this many first records of the input")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     n = args.records or (20_000 if args.smoke else 1_000_000)
@@ -297,8 +330,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             versions["java"] = java_version()
         except Exception as exc:  # noqa: BLE001
             not_measured["flink"] = f"setup failed: {exc}"
-    not_measured["spark"] = ("not run here: bench_spark measures Spark Structured Streaming "
-                             "(transformWithStateInPandas) keyed count on its own generated input")
+    head_path = None
+    if "spark" in peers:
+        try:
+            import pyspark
+
+            versions["pyspark"] = pyspark.__version__
+            head_path = head_file(input_path, min(n, args.spark_records))
+        except ImportError as exc:
+            not_measured["spark"] = f"pyspark not importable: {exc}"
 
     users, ts, _ = read_events(input_path)
     results: dict[str, dict[str, Any]] = {}
@@ -315,14 +355,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     for wl in workloads:
         for run in runs_for(peers, wl, smoke=args.smoke):
-            if run["system"] != "engine" and run["system"] not in tools:
+            if run["system"] in ("bytewax", "flink") and run["system"] not in tools:
+                continue
+            if run.get("head") and head_path is None:
                 continue
             work = WORK / run["name"].replace("/", "-")
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir(parents=True)
             load = os.getloadavg()[0]
             try:
-                report = run_child(command(run, input_path, work, tools))
+                report = run_child(command(run, head_path if run.get("head") else input_path, work, tools))
             except Exception as exc:  # noqa: BLE001 - record the failure, run the rest
                 not_measured[run["name"]] = str(exc)[:500]
                 print(f"   {run['name']:<44} FAILED {str(exc)[:200]}", flush=True)
@@ -338,10 +380,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     checks = {}
     for wl in workloads:
-        sums = {name: r.get("checksum") for name, r in results.items() if name.startswith(wl + "/")}
-        outs = {name: r.get("output_records") for name, r in results.items() if name.startswith(wl + "/")}
+        full = {name: r for name, r in results.items() if name.startswith(wl + "/") and not name.endswith("/head")}
+        outs = {name: r.get("output_records") for name, r in full.items()}
         checks[wl] = {"same_output_records_everywhere": len(set(outs.values())) <= 1,
-                      "every_record_accounted": all(v == n for v in sums.values()), "output_records": outs}
+                      "every_record_accounted": all(r.get("checksum") == n for r in full.values()),
+                      "output_records": outs,
+                      "on_the_first_records": {name: r.get("output_records") for name, r in results.items()
+                                               if name.startswith(wl + "/") and name.endswith("/head")}}
     result = {
         "benchmark": "peers",
         "records": n,

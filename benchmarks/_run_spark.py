@@ -1,0 +1,124 @@
+"""Spark side of bench_peers: the same count and sessions functions on Spark Structured Streaming.
+
+``python -m benchmarks._run_spark INPUT.csv {count,sessions} WORKDIR [--files N]``
+
+Our engine's KeyedProcessFunctions (the ValueState count of ``_run_engine`` and
+``explorer.pipelines.sessions.SessionWindowFunction``) run unchanged through
+``explorer.spark.run_on_spark`` on ``transformWithStateInPandas`` (local[2],
+RocksDB state store, a checkpoint per micro-batch: Spark's model), over the
+input written as N Parquet files, one file per micro-batch, ``availableNow``
+trigger. Writing the Parquet files and starting the session are not timed.
+
+Spark has no end of input for a streaming query: the watermark stops 5 s
+behind the last event, so sessions still open at the end are not emitted (the
+other systems close them at end of input); the output count says how many.
+
+CPU time is summed over this process and all its descendants (the Spark JVM
+and the Python workers) from /proc, before and after the query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from benchmarks._inputs import read_events
+from benchmarks._run_engine import CountFn, vm_hwm_mb
+
+SESSION_SCHEMA = "user_id string, session_id string, start_ms long, end_ms long, events long, purchases long"
+COUNT_SCHEMA = "user_id string, count long"
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            tree.setdefault(ppid, []).append(int(d))
+    return tree
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """utime + stime of ``root`` and every descendant alive now (and their reaped children)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    tree, todo, total = _children(), [root or os.getpid()], 0
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (OSError, ValueError):
+            pass
+        todo += tree.get(pid, [])
+    return total / tick
+
+
+def tree_rss_mb(root: int | None = None) -> float:
+    tree, todo, total = _children(), [root or os.getpid()], 0
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+        todo += tree.get(pid, [])
+    return total / 1024
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("input", type=Path)
+    ap.add_argument("workload", choices=("count", "sessions"))
+    ap.add_argument("work", type=Path)
+    ap.add_argument("--files", type=int, default=8, help="Parquet files = micro-batches")
+    args = ap.parse_args(argv)
+
+    from pyspark import cloudpickle
+
+    from explorer.pipelines import sessions
+    from explorer.spark import get_spark
+    from explorer.spark.adapter import run_on_spark, write_input
+
+    cloudpickle.register_pickle_by_value(sys.modules["benchmarks._run_engine"])  # workers cannot import benchmarks/
+    users, ts, kinds = read_events(args.input)
+    records = [sessions.Event(u, t, k, "") for u, t, k in zip(users, ts, kinds)]
+    n = len(records)
+    del users, ts, kinds
+    src = write_input(records, args.work / "input", files=args.files)
+    del records
+    spark = get_spark()
+    loaded = vm_hwm_mb()
+    cpu0, t0 = tree_cpu_seconds(), time.perf_counter()
+    if args.workload == "sessions":
+        run = run_on_spark(sessions.SessionWindowFunction(), src, "user_id", SESSION_SCHEMA, args.work / "ckpt",
+                           record=sessions.Event, time_mode="event", event_time_column="ts",
+                           watermark_delay="5 seconds", variant="pandas", spark=spark)
+    else:
+        run = run_on_spark(CountFn(), src, "user_id", COUNT_SCHEMA, args.work / "ckpt", record=tuple,
+                           variant="pandas", spark=spark)
+    seconds, cpu = time.perf_counter() - t0, tree_cpu_seconds() - cpu0
+    rss = tree_rss_mb()
+    out = run.output()
+    checksum = int(out["events"].sum()) if args.workload == "sessions" and len(out) else len(out)
+    report = {"records": n, "output_records": len(out), "checksum": checksum, "seconds": seconds,
+              "cpu_seconds": cpu, "rss_after_load_mb": round(loaded, 1), "tree_peak_rss_mb": round(rss, 1),
+              "micro_batches": args.files, "pyspark_version": spark.version,
+              "spark_master": spark.sparkContext.master}
+    print(json.dumps(report), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()
