@@ -249,7 +249,11 @@ def per_key_codes(df: pd.DataFrame) -> KeyTable:
     rows = non_timer(df)
     codes, kv = key_codes(rows)
     k = max(len(kv), 1)
-    op_codes, op_names = pd.factorize(rows["operator"], sort=True)
+    ops = rows["operator"]
+    if isinstance(ops.dtype, pd.CategoricalDtype) and ops.cat.categories.is_monotonic_increasing:
+        op_codes, op_names = ops.cat.codes.to_numpy(), list(ops.cat.categories)  # no pass over the rows
+    else:
+        op_codes, op_names = pd.factorize(ops, sort=True)
     op_names = [str(x) for x in op_names]
     combined = op_codes.astype(np.int64) * k + codes if len(op_names) > 1 else codes
     size = len(op_names) * k

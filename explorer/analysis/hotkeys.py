@@ -118,7 +118,12 @@ def _top(kt: KeyTable, metric: str, n: int) -> np.ndarray:
     v = kt.column(metric)
     idx = np.arange(len(v))
     if len(v) > 4 * n:
-        cut = np.partition(v, len(v) - n)[len(v) - n]
+        top = int(v.max())
+        if 0 <= int(v.min()) and top < 4 * len(v):  # small counts: the cut from a histogram
+            above = np.cumsum(np.bincount(v, minlength=top + 1)[::-1])
+            cut = top - int(np.searchsorted(above, n))
+        else:
+            cut = np.partition(v, len(v) - n)[len(v) - n]
         idx = np.flatnonzero(v >= cut)
     order = np.lexsort((idx, -kt.entries[idx], -v[idx]))
     return idx[order][:n]
@@ -190,6 +195,29 @@ def gini(values: np.ndarray | Sequence[float]) -> float:
     return _gini_sorted(np.sort(np.asarray(values, dtype=np.float64)))
 
 
+def _skew(v: np.ndarray, fraction: float = 0.01) -> tuple[float, float]:
+    """Gini and the top ``fraction``'s share of non-negative loads; from a histogram when they are
+    small integers (no sort of millions of values), else from a sort."""
+    n = len(v)
+    if n == 0:
+        return 0.0, 0.0
+    total = float(v.sum())
+    if total == 0:
+        return 0.0, 0.0
+    k = max(1, int(np.ceil(fraction * n)))
+    if v.dtype.kind in "iu" and int(v.min()) >= 0 and int(v.max()) < 4 * n:
+        counts = np.bincount(v).astype(np.float64)
+        values = np.arange(len(counts), dtype=np.float64)
+        before = np.concatenate([[0.0], np.cumsum(counts)[:-1]])  # ranks below each value
+        rank_sum = counts * before + counts * (counts + 1) / 2  # sum of the 1-based ranks of each value
+        g_ = float((2 * (values * rank_sum).sum()) / (n * total) - (n + 1) / n)
+        desc_counts, desc_values = counts[::-1], values[::-1]
+        taken = np.minimum(desc_counts, np.maximum(0, k - np.concatenate([[0.0], np.cumsum(desc_counts)[:-1]])))
+        return g_, float((taken * desc_values).sum() / total)
+    x = np.sort(np.asarray(v, dtype=np.float64))
+    return _gini_sorted(x), float(x[::-1][:k].sum() / total)
+
+
 def _gini_sorted(x: np.ndarray) -> float:
     n = len(x)
     total = x.sum()
@@ -244,11 +272,10 @@ def key_skew(source: Source | pd.DataFrame, by: str = "bytes", *, operator: str 
     rows = []
     for name, v, key_at in groups:
         total = float(v.sum())
-        desc = np.sort(v)[::-1].astype(np.float64)
         top = int(np.argmax(v)) if len(v) else 0
-        k = max(1, int(np.ceil(0.01 * len(v))))
-        rows.append({"operator": name, "by": by, "keys": len(v), "total": total, "gini": _gini_sorted(desc[::-1]),
-                     "top_1pct_share": float(desc[:k].sum() / total) if total else 0.0,
+        g_, share = _skew(v)
+        rows.append({"operator": name, "by": by, "keys": len(v), "total": total, "gini": g_,
+                     "top_1pct_share": share,
                      "top_key": key_at(top) if len(v) else None,
                      "top_key_share": float(v[top] / total) if total else 0.0})
     return pd.DataFrame(rows, columns=["operator", "by", "keys", "total", "gini", "top_1pct_share", "top_key",
