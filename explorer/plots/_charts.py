@@ -59,7 +59,7 @@ def key_group_bars(data_frame: pd.DataFrame, *, x: str = "key_group", y: str = "
     _need(data_frame, x, y, color)
     df, op = _one_operator(data_frame, operator)
     fig = go.Figure()
-    for i, (c, g) in enumerate(df.groupby(color, sort=True)):
+    for i, (c, g) in enumerate(df.groupby(color, sort=True, observed=True)):
         fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].to_numpy(), name=f"{color} {c}", marker_color=_colour(i),
                              hovertemplate=f"{x} %{{x}}<br>{y} %{{y:,}}<extra>{color} {c}</extra>"))
     fig.update_xaxes(title_text=x.replace("_", " "))
@@ -77,7 +77,7 @@ def subtask_bars(data_frame: pd.DataFrame, *, x: str = "subtask", y: str = "byte
     _need(data_frame, x, y, *([color] if color else []))
     df, op = _one_operator(data_frame, operator)
     fig = go.Figure()
-    groups = df.groupby(color, sort=False) if color else [(y, df)]
+    groups = df.groupby(color, sort=False, observed=True) if color else [(y, df)]
     for i, (c, g) in enumerate(groups):
         fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].to_numpy(), name=str(c), marker_color=_colour(i)))
         mean = float(g[y].mean()) if len(g) else 0.0
@@ -102,7 +102,7 @@ def rescale_comparison(data_frame: pd.DataFrame, *, x: str = "parallelism", y: s
         max_parallelism = int(cur["max_parallelism"].iloc[0]) if len(cur) else int(df["max_parallelism"].iloc[0])
     df = df[df["max_parallelism"] == max_parallelism]
     fig = go.Figure()
-    for i, (c, g) in enumerate(df.groupby(color, sort=False)):
+    for i, (c, g) in enumerate(df.groupby(color, sort=False, observed=True)):
         g = g.sort_values(x)
         fig.add_trace(go.Scatter(x=g[x].to_numpy(), y=g[y].to_numpy(), mode="lines+markers", name=str(c),
                                  line_color=_colour(i)))
@@ -125,7 +125,7 @@ def hot_key_bars(data_frame: pd.DataFrame, *, x: str = "key", y: str = "bytes", 
     df = df.sort_values(y, ascending=False, kind="stable")
     fig = go.Figure()
     order = [_label(k) for k in df[x]]
-    for i, (c, g) in enumerate(df.groupby(color, sort=True)):
+    for i, (c, g) in enumerate(df.groupby(color, sort=True, observed=True)):
         fig.add_trace(go.Bar(x=[_label(k) for k in g[x]], y=g[y].to_numpy(), name=f"{color} {c}",
                              marker_color=_colour(i)))
     fig.update_xaxes(title_text=x, categoryorder="array", categoryarray=order)
@@ -144,7 +144,7 @@ def lorenz_curve(data_frame: pd.DataFrame, *, value: str = "bytes", color: str =
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="equality", line=dict(color="lightgray",
                                                                                           dash="dash")))
-    groups = data_frame.groupby(color, sort=True) if color in data_frame.columns else [("keys", data_frame)]
+    groups = data_frame.groupby(color, sort=True, observed=True) if color in data_frame.columns else [("keys", data_frame)]
     for i, (c, g) in enumerate(groups):
         lc = _lorenz(g[value].to_numpy())
         fig.add_trace(go.Scatter(x=lc["key_share"].to_numpy(), y=lc["load_share"].to_numpy(), mode="lines",
@@ -162,7 +162,7 @@ def ttl_timeline(data_frame: pd.DataFrame, *, x: str = "window_start", y: str = 
     _need(data_frame, x, y, color, "status")
     df, op = _one_operator(data_frame, operator) if len(data_frame) else (data_frame, operator)
     fig = go.Figure()
-    for i, (c, g) in enumerate(df[df["status"] == "expiring"].groupby(color, sort=True)):
+    for i, (c, g) in enumerate(df[df["status"] == "expiring"].groupby(color, sort=True, observed=True)):
         fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].to_numpy(), name=str(c), marker_color=_colour(i),
                              offsetgroup="expiring"))
     expired = df[df["status"] == "expired"]
@@ -186,7 +186,7 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
     fig = go.Figure()
     if color in df.columns and df[color].notna().any():
         labels = df["operator"].astype(str) + "/" + df[color].astype(str) if "operator" in df.columns else df[color]
-        for i, (c, g) in enumerate(df.assign(_label=labels).groupby("_label", sort=True)):
+        for i, (c, g) in enumerate(df.assign(_label=labels).groupby("_label", sort=True, observed=True)):
             fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].fillna(0).to_numpy(), name=str(c), marker_color=_colour(i)))
     else:
         fig.add_trace(go.Bar(x=df[x].to_numpy(), y=df[y].to_numpy(), name=y, marker_color=_colour(0)))
@@ -212,7 +212,7 @@ def diff_waterfall(data_frame: pd.DataFrame, *, value: str = "bytes", by: str = 
     df = data_frame
     start = int(df[f"{value}_a"].sum())
     labels, measures, ys = ["a"], ["absolute"], [start]
-    for name, g in df.groupby(by, sort=True):
+    for name, g in df.groupby(by, sort=True, observed=True):
         for status in ("added", "removed", "changed"):
             d = int(g.loc[g["status"] == status, f"{value}_delta"].sum())
             if d:
