@@ -22,6 +22,7 @@ REQUIRED = {
     "heap-canonical-savepoint", "heap-native-savepoint", "heap-checkpoint-compressed",
     "rocksdb-canonical-savepoint-compressed", "rocksdb-native-savepoint", "rocksdb-incremental-checkpoint",
     "sql-groupby-savepoint", "flink-1.20-heap-canonical-savepoint", "flink-1.20-rocksdb-incremental-checkpoint",
+    "maxp1000-heap-canonical-savepoint", "maxp1000-rocksdb-native-savepoint",
 }
 # the job's operator uids (Flink < 1.20 metadata stores only their OperatorIDs)
 UIDS = ["user-state", "bucket-state", "user-windows", "counting-map", "events-source", "drop-idle",
@@ -239,22 +240,33 @@ def test_queries_filter(datastream):
 
 
 def test_all_formats_give_the_same_state():
-    """Heap/RocksDB, canonical/native, savepoint/checkpoint: one job, one state."""
-    def canon(name):
+    """Heap/RocksDB, canonical/native, savepoint/checkpoint, Flink 1.20/2.3: one job, one state.
+
+    Key groups and subtasks are compared between snapshots of the same max parallelism only.
+    """
+    def canon(name, with_key_groups):
         frames = load(FlinkSnapshotReader(FLINK_FIXTURES / name, uids=UIDS))
         out = {}
         for k, df in frames.items():
-            cols = ["key", "key_group", "subtask", "user_key", "value"]  # size_bytes is per format
-            if k[1] == "last_seen":  # value is the event time, the same everywhere
-                cols = ["key", "key_group", "value"]
+            cols = ["key", "namespace", "user_key", "value"]  # size_bytes is per format
+            if with_key_groups:
+                cols += ["key_group", "subtask"]
             d = df[cols].copy()
-            d["value"] = d["value"].map(repr)
-            d["user_key"] = d["user_key"].map(repr) if "user_key" in d else None
+            for c in ("namespace", "user_key", "value"):
+                d[c] = d[c].map(repr)
             out[k] = sorted(map(tuple, d.astype(str).values.tolist()))
         return out
-    base = canon(DATASTREAM_FIXTURES[0])
-    for name in DATASTREAM_FIXTURES[1:]:
-        assert canon(name) == base, name
+
+    by_maxp: dict[int, list[str]] = {}
+    for name in DATASTREAM_FIXTURES:
+        by_maxp.setdefault(expected(name)["max_parallelism"], []).append(name)
+    assert len(by_maxp) >= 2 and all(len(v) >= 2 for v in by_maxp.values())
+    base = canon(DATASTREAM_FIXTURES[0], False)
+    for names in by_maxp.values():
+        first = canon(names[0], True)
+        for name in names[1:]:
+            assert canon(name, True) == first, name
+        assert canon(names[0], False) == base, names[0]
 
 
 @pytest.mark.parametrize("name", SQL_FIXTURES)
@@ -315,12 +327,13 @@ def test_vectorised_scan_equals_the_plain_walk(name, monkeypatch):
             header = reader._header(op, st)
             data = reader.resolver.read(h.stream)
             spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
-            fast = fullformat.scan(data, spans, header.compressed, 1)
-            used = [fullformat._scan_span_vectorised(np.frombuffer(fast[0], dtype=np.uint8), s, e, 1, kg)
+            prefix = 2 if op.max_parallelism > 128 else 1
+            fast = fullformat.scan(data, spans, header.compressed, prefix)
+            used = [fullformat._scan_span_vectorised(np.frombuffer(fast[0], dtype=np.uint8), s, e, prefix, kg)
                     for kg, s, e in spans] if not header.compressed else [True]
             with monkeypatch.context() as m:
                 m.setattr(fullformat, "_scan_span_vectorised", lambda *a: None)
-                slow = fullformat.scan(data, spans, header.compressed, 1)
+                slow = fullformat.scan(data, spans, header.compressed, prefix)
             for a, b in zip(fast[1:], slow[1:]):
                 np.testing.assert_array_equal(a, b)
             assert any(u is not None for u in used)
@@ -328,7 +341,7 @@ def test_vectorised_scan_equals_the_plain_walk(name, monkeypatch):
                 # a walk that cannot reach the end of its key group must give up, never drop entries
                 b = np.frombuffer(data, dtype=np.uint8)
                 for kg, s, e in spans[:5]:
-                    assert fullformat._scan_span_vectorised(b, s, e - 1, 1, kg) is None
+                    assert fullformat._scan_span_vectorised(b, s, e - 1, prefix, kg) is None
             checked += len(fast[2])
     assert checked > 0
 

@@ -22,7 +22,7 @@ use_flink "${FLINK_VERSION:-2.3.0}"
 run() { # name backend mode events keys [compress]
     echo "== $1" >&2
     java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 -Dlog4j2.level=ERROR \
-        -Dfixtures.checkpoint.ms="${CHECKPOINT_MS:-300}" -cp "$BUILD:$CP" StateFixtures "$OUT" "$@" >&2
+        -Dfixtures.checkpoint.ms="${CHECKPOINT_MS:-300}" -Dfixtures.max.parallelism="${MAX_PARALLELISM:-128}" -cp "$BUILD:$CP" StateFixtures "$OUT" "$@" >&2
 }
 
 if [ "${1:-}" = "--bench" ]; then
@@ -49,6 +49,9 @@ run rocksdb-canonical-savepoint-compressed rocksdb canonical $EVENTS $KEYS compr
 run rocksdb-native-savepoint rocksdb native $EVENTS $KEYS
 run rocksdb-incremental-checkpoint rocksdb incremental $EVENTS $KEYS
 run sql-groupby-savepoint hashmap sql $EVENTS $KEYS
+# max parallelism above 128: keys carry a 2-byte key-group prefix (1000: not a power of two)
+MAX_PARALLELISM=1000 run maxp1000-heap-canonical-savepoint hashmap canonical $EVENTS $KEYS
+MAX_PARALLELISM=1000 run maxp1000-rocksdb-native-savepoint rocksdb native $EVENTS $KEYS
 # an older release too: Flink 1.20 writes an older _metadata version
 use_flink 1.20.3
 run flink-1.20-heap-canonical-savepoint hashmap canonical $EVENTS $KEYS

@@ -225,7 +225,8 @@ public class StateFixtures {
         int keys = Integer.parseInt(args[5]);
         boolean compress = args.length > 6 && args[6].equals("compress");
         int parallelism = 2;
-        int maxParallelism = 128;
+        // 128 keeps a 1-byte key-group prefix in keys; more than 128 needs 2 bytes
+        int maxParallelism = Integer.getInteger("fixtures.max.parallelism", 128);
 
         Path work = Files.createTempDirectory("flink-fixture-" + name);
         boolean checkpointMode = mode.equals("checkpoint") || mode.equals("incremental");
