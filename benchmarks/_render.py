@@ -257,14 +257,15 @@ def peers_section(res: dict, charts: Path) -> list[str]:
             startup = r.get("execute_seconds")
             if startup is not None:
                 startup = round(startup - r.get("seconds", 0), 1)
-            body.append([label, r.get("records"), r.get("value"), r.get("records_per_wall_s"), r.get("peak_rss_mb"),
+            body.append([label, r.get("records"), r.get("value"), r.get("records_per_wall_s"),
+                         r.get("steady_records_per_wall_s"), r.get("peak_rss_mb"),
                          r.get("rss_after_load_mb"), r.get("output_records"), r.get("checkpoints_completed"),
                          fmt(startup) if startup is not None else "", r.get("process_wall_seconds"), rel,
                          fmt(r.get("load_average_1min_at_start")) if r.get("load_average_1min_at_start") is not None else ""])
             group = "limit" if system == "bare_python" else ("ours" if system == "engine" else "peer")
             bars.append((f"{PEER_LABEL.get(system, 'bare Python loop')}: {label.split('/', 1)[-1]}"
                          if system != "bare_python" else "bare Python loop (limit)", r.get("value"), group))
-        lines += table(["run", "records", "records/s per core", "records/s wall", "peak RSS MB",
+        lines += table(["run", "records", "records/s per core", "records/s wall", "Spark steady records/s wall", "peak RSS MB",
                         "RSS after input loaded MB", "outputs", "checkpoints taken", "mini cluster start-up + teardown s",
                         "whole process wall s",
                         "engine/heap ÷ this", "load (1 min)"], body)

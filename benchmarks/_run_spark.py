@@ -13,7 +13,8 @@ Spark has no end of input for a streaming query: the watermark stops 5 s
 behind the last event, so sessions still open at the end are not emitted (the
 other systems close them at end of input); the output count says how many.
 
-CPU time is summed over this process and all its descendants (the Spark JVM
+The steady rate leaves out the first micro-batch (query planning, Python
+worker start-up). CPU time is summed over this process and all its descendants (the Spark JVM
 and the Python workers) from /proc, before and after the query.
 """
 
@@ -112,7 +113,12 @@ def main(argv: list[str] | None = None) -> dict:
     rss = tree_rss_mb()
     out = run.output()
     checksum = int(out["events"].sum()) if args.workload == "sessions" and len(out) else len(out)
+    data = [p for p in run.progress if int(p.get("numInputRows", 0)) > 0]
+    steady_rows = sum(int(p["numInputRows"]) for p in data[1:])
+    steady_s = sum(int(dict(p["durationMs"]).get("triggerExecution", 0)) for p in data[1:]) / 1000
     report = {"records": n, "output_records": len(out), "checksum": checksum, "seconds": seconds,
+              "steady_records_per_wall_s": round(steady_rows / steady_s) if steady_s else None,
+              "batch_ms": [int(dict(p["durationMs"]).get("triggerExecution", 0)) for p in data],
               "cpu_seconds": cpu, "rss_after_load_mb": round(loaded, 1), "tree_peak_rss_mb": round(rss, 1),
               "micro_batches": args.files, "pyspark_version": spark.version,
               "spark_master": spark.sparkContext.master}

@@ -27,7 +27,7 @@ Each run is its own process (so its peak memory is its own, read with
   count and session functions on ``transformWithStateInPandas`` through
   ``explorer.spark.run_on_spark`` (local[2], RocksDB state store, a checkpoint
   per micro-batch). Its per-key cost is so high that it runs on the first
-  ``--spark-records`` records (20 k) of the same file, beside our engine on
+  ``--spark-records`` records (10 k) of the same file, beside our engine on
   the same prefix for the ratio;
 * the bare Python loop doing the same per-record work on a dict, in this
   process: the physical limit of per-record work in CPython.
@@ -77,7 +77,7 @@ FLINK_SRC = Path(__file__).resolve().parent / "flink" / "PeerBench.java"
 WORK = CACHE / "bench-work"
 SESSION_GAP_MS = 30 * 60 * 1000
 PEERS = ("engine", "bytewax", "flink", "spark")
-SPARK_RECORDS = 20_000
+SPARK_RECORDS = 10_000
 RUN_TIMEOUT_S = 1800
 
 
