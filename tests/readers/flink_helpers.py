@@ -13,13 +13,18 @@ from explorer.readers.flink import FlinkSnapshotReader
 ROOT = Path(__file__).resolve().parents[2]
 FLINK_FIXTURES = ROOT / "sample_data" / "flink"
 FIXTURE_NAMES = sorted(p.name for p in FLINK_FIXTURES.iterdir() if (p / "EXPECTED.json").is_file()) if FLINK_FIXTURES.is_dir() else []
-DATASTREAM_FIXTURES = [n for n in FIXTURE_NAMES if not n.startswith("sql-")]
-SQL_FIXTURES = [n for n in FIXTURE_NAMES if n.startswith("sql-")]
 
 
 def expected(name: str) -> dict:
     """What the Flink job itself wrote about this snapshot (tools/flink/src/StateFixtures.java)."""
     return json.loads((FLINK_FIXTURES / name / "EXPECTED.json").read_text(encoding="utf-8"))
+
+
+# snapshots of the whole input (EXPECTED.json describes their state exactly)...
+DATASTREAM_FIXTURES = [n for n in FIXTURE_NAMES if not n.startswith("sql-") and expected(n).get("complete", True)]
+# ...and ones cut mid-stream (an unaligned checkpoint under back-pressure): invariants only
+PARTIAL_FIXTURES = [n for n in FIXTURE_NAMES if not expected(n).get("complete", True)]
+SQL_FIXTURES = [n for n in FIXTURE_NAMES if n.startswith("sql-")]
 
 
 def load(reader: FlinkSnapshotReader, query: KeyedStateQuery | None = None) -> dict[tuple[str, str], pd.DataFrame]:

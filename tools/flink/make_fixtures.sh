@@ -49,6 +49,8 @@ run rocksdb-canonical-savepoint-compressed rocksdb canonical $EVENTS $KEYS compr
 run rocksdb-native-savepoint rocksdb native $EVENTS $KEYS
 run rocksdb-incremental-checkpoint rocksdb incremental $EVENTS $KEYS
 run sql-groupby-savepoint hashmap sql $EVENTS $KEYS
+# an unaligned checkpoint taken under back-pressure: records in flight, state cut mid-stream
+CHECKPOINT_MS=500 run heap-unaligned-checkpoint hashmap unaligned $EVENTS $KEYS
 # max parallelism above 128: keys carry a 2-byte key-group prefix (1000: not a power of two)
 MAX_PARALLELISM=1000 run maxp1000-heap-canonical-savepoint hashmap canonical $EVENTS $KEYS
 MAX_PARALLELISM=1000 run maxp1000-rocksdb-native-savepoint rocksdb native $EVENTS $KEYS

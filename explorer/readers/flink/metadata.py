@@ -19,7 +19,12 @@ Layout (big-endian, Java ``DataOutput``)::
               int has-managed-operator-state, [operator state handle]
               int has-raw-operator-state, [operator state handle]
               keyed state handle (managed), keyed state handle (raw)
-              input-channel and result-subpartition state collections (int count, ...)
+              input-channel and result-subpartition state collections: int count, then
+              per handle [v5+: byte type, 1/2 plain, 3/4 merged] a plain handle (int
+              subtask, int gate/partition, int channel, int n + n x long offsets,
+              long size, stream handle) or a merged one (int subtask, long size,
+              stream handle, int n + n bytes of offsets): in-flight records of an
+              unaligned checkpoint, which are counted and skipped
               [v7] byte has-reference-id, [long id]
     [v4+] CheckpointProperties, Java-serialized (parsed by javaser, never executed)
 
@@ -59,6 +64,7 @@ class SubtaskState:
     raw_operator: OperatorStreamHandle | None = None
     managed_keyed: KeyGroupsHandle | IncrementalHandle | None = None
     raw_keyed: KeyGroupsHandle | IncrementalHandle | None = None
+    channel_state_handles: int = 0  # in-flight data of an unaligned checkpoint (skipped)
 
 
 @dataclass
@@ -188,16 +194,36 @@ class _MetadataParser:
             st.raw_operator = self.operator_handle()
         st.managed_keyed = self.keyed_handle()
         st.raw_keyed = self.keyed_handle()
-        for what in ("input channel", "result subpartition"):
+        for _ in ("input channels", "result subpartitions"):
             count = inp.read_int()
-            if count != 0:
-                raise SnapshotFormatError(
-                    f"{self.path}: subtask {idx} holds {count} {what} state handles (an unaligned "
-                    "checkpoint's in-flight data); State Explorer reads aligned snapshots only"
-                )
+            if count < 0:
+                raise self.fail(f"found {count} channel state handles, expected >= 0")
+            for _ in range(count):
+                self.channel_handle()
+            st.channel_state_handles += count
         if self.version >= 7 and inp.read_byte() == 1:
             inp.read_long()
         return st
+
+    def channel_handle(self) -> None:
+        """Skip one channel state handle (see module doc)."""
+        inp = self.inp
+        typed = self.version >= 6 or (self.version == 5 and inp.buf[inp.pos] != 0)
+        kind = inp.read_ubyte() if typed else 1
+        if kind in (1, 2):
+            inp.read_int()  # subtask
+            inp.read_int()  # gate or partition index
+            inp.read_int()  # channel or subpartition index
+            inp.skip(8 * inp.read_int())  # offsets
+            inp.read_long()  # size
+            self.stream_handle()
+        elif kind in (3, 4):
+            inp.read_int()  # subtask
+            inp.read_long()  # size
+            self.stream_handle()
+            inp.skip(inp.read_int())  # serialized channel offsets
+        else:
+            raise self.fail(f"found channel state handle type {kind}, expected 1 to 4")
 
     def operator_handle(self) -> OperatorStreamHandle | None:
         inp = self.inp

@@ -118,6 +118,10 @@ class FlinkSnapshotReader(SnapshotReader):
         if self.meta.version < 5:
             self._note(f"{self.metadata_file}: metadata version {self.meta.version} stores no operator names or "
                        "uids; operators are named by OperatorID unless their uids are passed (uids=[...])")
+        inflight = sum(st.channel_state_handles for op in self.meta.operators for st in op.subtasks)
+        if inflight:
+            self._note(f"{self.metadata_file}: an unaligned checkpoint with {inflight} channel state handles "
+                       "(records in flight between operators); they are not state and are not read")
         # (operator id, subtask, state id) -> (rows checked, mismatches), from whole-state reads
         self._kg_checks: dict[tuple[str, int, int], tuple[int, int]] = {}
 
@@ -158,6 +162,7 @@ class FlinkSnapshotReader(SnapshotReader):
             "operators_with_keyed_state": sum(1 for o in m.operators if self._keyed_subtasks(o)),
             "backends": {o.display_name: self._backend_name(o) for o in m.operators if self._keyed_subtasks(o)},
             # over the keyed state read so far (all of it once keyed_pieces has run unfiltered)
+            "channel_state_handles": sum(st.channel_state_handles for o in m.operators for st in o.subtasks),
             "key_group_mismatches": self.key_group_mismatches,
             "key_group_checked_rows": sum(r for r, _ in self._kg_checks.values()),
         }

@@ -134,8 +134,15 @@ public class StateFixtures {
             perCategory = getRuntimeContext().getMapState(pc);
         }
 
+        final boolean slow;
+
+        UserState(boolean slow) {
+            this.slow = slow;
+        }
+
         @Override
         public void processElement(Event e, Context ctx, Collector<String> out) throws Exception {
+            if (slow) Thread.sleep(2); // back-pressure, so unaligned checkpoints catch records in flight
             UserStats s = stats.value();
             if (s == null) s = new UserStats();
             s.count++;
@@ -229,7 +236,9 @@ public class StateFixtures {
         int maxParallelism = Integer.getInteger("fixtures.max.parallelism", 128);
 
         Path work = Files.createTempDirectory("flink-fixture-" + name);
-        boolean checkpointMode = mode.equals("checkpoint") || mode.equals("incremental");
+        // "unaligned": a slowed-down job whose retained unaligned checkpoint holds in-flight records
+        boolean unaligned = mode.equals("unaligned");
+        boolean checkpointMode = mode.equals("checkpoint") || mode.equals("incremental") || unaligned;
 
         Map<String, String> conf = new HashMap<>();
         conf.put("state.backend.type", backend);
@@ -245,6 +254,9 @@ public class StateFixtures {
         conf.put("state.backend.incremental", Boolean.toString(mode.equals("incremental")));
         conf.put("state.checkpoints.num-retained", "1");
         conf.put("taskmanager.numberOfTaskSlots", "4");
+        conf.put("execution.checkpointing.unaligned.enabled", Boolean.toString(unaligned));
+        conf.put("execution.checkpointing.unaligned", Boolean.toString(unaligned));
+        conf.put("execution.checkpointing.aligned-checkpoint-timeout", "0 ms");
         conf.put("rest.bind-port", "0");
         conf.put("pipeline.max-parallelism", Integer.toString(maxParallelism));
         // keep RocksDB small and quick
@@ -288,10 +300,11 @@ public class StateFixtures {
             perEventOps = 0;
         } else {
             // partitioned by user, so every user's events stay in order (first/last values are deterministic)
-            DataStream<Event> counted = stream
-                    .partitionCustom((String user, int parts) -> Math.floorMod(user.hashCode(), parts), (Event e) -> e.user)
-                    .map(new CountingMap()).uid("counting-map").name("counting-map");
-            counted.keyBy(e -> e.user, Types.STRING).process(new UserState()).uid("user-state").name("user-state")
+            // (unaligned checkpoints refuse custom partitioners: that fixture is cut mid-stream anyway)
+            DataStream<Event> parted = unaligned ? stream.rebalance() : stream
+                    .partitionCustom((String user, int parts) -> Math.floorMod(user.hashCode(), parts), (Event e) -> e.user);
+            DataStream<Event> counted = parted.map(new CountingMap()).uid("counting-map").name("counting-map");
+            counted.keyBy(e -> e.user, Types.STRING).process(new UserState(unaligned)).uid("user-state").name("user-state")
                     .sinkTo(new DiscardingSink<>()).uid("sink-users").name("sink-users");
             counted.keyBy(StateFixtures::bucketOf, Types.LONG).process(new BucketSum()).uid("bucket-state")
                     .name("bucket-state").sinkTo(new DiscardingSink<>()).uid("sink-buckets").name("sink-buckets");
@@ -304,7 +317,9 @@ public class StateFixtures {
 
         JobClient client = sqlResult != null ? sqlResult.getJobClient().get() : env.executeAsync("state-fixtures-" + name);
         long deadline = System.currentTimeMillis() + 1000 * Long.getLong("fixtures.deadline.s", 1800);
-        if (perEventOps > 0) {
+        if (unaligned) {
+            Thread.sleep(6000); // several unaligned checkpoints while the job is back-pressured
+        } else if (perEventOps > 0) {
             while (PROCESSED.get() < perEventOps * events) {
                 if (System.currentTimeMillis() > deadline) throw new IllegalStateException("job too slow");
                 Thread.sleep(50);
@@ -320,11 +335,11 @@ public class StateFixtures {
         String kind;
         if (checkpointMode) {
             // a few more checkpoints so the retained one holds the final state
-            Thread.sleep(2500);
+            if (!unaligned) Thread.sleep(2500);
             client.cancel().get();
             Path jobDir = work.resolve("checkpoints").resolve(client.getJobID().toString());
             Files.move(jobDir, dest, StandardCopyOption.ATOMIC_MOVE);
-            kind = mode.equals("incremental") ? "incremental-checkpoint" : "checkpoint";
+            kind = mode.equals("incremental") ? "incremental-checkpoint" : unaligned ? "unaligned-checkpoint" : "checkpoint";
         } else {
             SavepointFormatType fmt = mode.equals("native") ? SavepointFormatType.NATIVE : SavepointFormatType.CANONICAL;
             String sp = client.triggerSavepoint(work.resolve("savepoints").toUri().toString(), fmt).get();
@@ -375,6 +390,8 @@ public class StateFixtures {
         b.append(" \"events\": ").append(events).append(", \"parallelism\": ").append(parallelism)
                 .append(", \"max_parallelism\": ").append(maxParallelism).append(",\n");
         b.append(" \"processed_records\": ").append(PROCESSED.get()).append(",\n");
+        // an unaligned fixture is cut mid-stream: only invariants that hold at every checkpoint apply
+        b.append(" \"complete\": ").append(!mode.equals("unaligned")).append(",\n");
         b.append(" \"hot_keys\": [");
         for (int i = 0; i < 3; i++) {
             b.append(i > 0 ? ", " : "").append("[").append(json(byCount.get(i).getKey())).append(", ")
