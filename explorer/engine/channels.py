@@ -62,6 +62,8 @@ class Barrier:
     timestamp: int
     savepoint: bool = False
     unaligned: bool = False
+    #: unaligned: how many queued items this barrier jumped ahead of in its channel
+    overtaken: int = 0
 
 
 @dataclass
@@ -76,6 +78,7 @@ class Channel:
     watermark: int = MIN_WATERMARK
     finished: bool = False
     blocked: bool = False  # held back during barrier alignment
+    recording: list | None = None  # unaligned: batches processed here are in-flight state
     records_in: int = 0
 
     def has_room(self) -> bool:

@@ -135,6 +135,8 @@ class StreamEnvironment:
         self.specs: list[OperatorSpec] = []
         self._names: set[str] = set()
         self.checkpoint_config = None  # set by enable_checkpointing (checkpointing layer)
+        #: dataclasses that in-flight records of unaligned checkpoints may be rebuilt as
+        self.record_types: dict[str, type] = {}
 
     # --- graph building ---------------------------------------------------------------
     def _unique(self, name: str) -> str:
@@ -225,6 +227,13 @@ class StreamEnvironment:
         if not self.specs:
             raise JobError("the job has no operators; add a source first")
         return Runtime(self, list(self.specs), job_name)
+
+    def register_record_type(self, *classes: type) -> "StreamEnvironment":
+        """Declare the dataclasses records may be, so unaligned checkpoints can store and restore
+        them in flight (the snapshot names them; only registered classes are rebuilt)."""
+        for cls in classes:
+            self.record_types[cls.__qualname__] = cls
+        return self
 
     def enable_checkpointing(self, directory: str | Path, interval_ms: int | None = None, *,
                              interval_records: int | None = None, **options: Any) -> "StreamEnvironment":

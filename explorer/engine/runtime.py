@@ -172,6 +172,8 @@ class Subtask:
     def _handle(self, ch: Channel, item: Any) -> None:
         op = self.operator
         if isinstance(item, Batch):
+            if ch.recording is not None:
+                ch.recording.append(item)
             op.process_batch(item, ch.input_index)
         elif isinstance(item, Watermark):
             ch.watermark = max(ch.watermark, item.timestamp)

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import JobError
+from ...format.records import encode_record
 from ...format.snapshot import write_metadata
 from ..channels import Barrier, Batch, Channel
 from .capture import capture_subtask, write_capture
@@ -44,8 +46,10 @@ class _Alignment:
     expected: set[int]
     received: set[int] = field(default_factory=set)
     started: float = field(default_factory=time.perf_counter)
-    inflight: list[dict[str, Any]] = field(default_factory=list)
     snapshotted: bool = False
+    capture: Any = None  # unaligned: the state copied at the first barrier, written when all arrived
+    recorded: dict[int, list] = field(default_factory=dict)  # unaligned: in-flight batches per channel
+    submitted: bool = False
 
 
 @dataclass
@@ -129,7 +133,7 @@ class CheckpointCoordinator:
             # the barrier overtakes the records queued in our output channels; those become in-flight state
             for _, channels in subtask.all_outputs():
                 for ch in channels:
-                    ch.queue.appendleft(barrier)
+                    ch.queue.appendleft(dataclasses.replace(barrier, overtaken=len(ch.queue)))
         else:
             subtask.emit_event(barrier)
         subtask.trace("barrier_forwarded", checkpoint=barrier.checkpoint_id)
@@ -148,22 +152,7 @@ class CheckpointCoordinator:
         subtask.trace("barrier_received", checkpoint=barrier.checkpoint_id, channel=channel.source,
                       aligned=len(al.received), of=len(al.expected))
         if barrier.unaligned:
-            if not al.snapshotted:
-                # snapshot now; records still queued on other channels before their barrier are in flight
-                for i, ch in enumerate(subtask.inputs):
-                    if i in al.expected and i != idx:
-                        for item in ch.queue:
-                            if isinstance(item, Barrier) and item.checkpoint_id == barrier.checkpoint_id:
-                                break
-                            if isinstance(item, Batch):
-                                al.inflight.append({"channel": i, "values": item.values, "timestamps": item.timestamps})
-                # records this barrier overtook on its own channel are in flight too
-                for item in channel.queue:
-                    if isinstance(item, Batch):
-                        al.inflight.append({"channel": idx, "values": item.values, "timestamps": item.timestamps})
-                self._snapshot(pc, subtask, 0.0, inflight=al.inflight)
-                al.snapshotted = True
-                self._forward(subtask, barrier)
+            self._on_unaligned_barrier(pc, subtask, al, idx, channel, barrier)
             return
         if self.exactly_once:
             channel.blocked = True
@@ -176,11 +165,44 @@ class CheckpointCoordinator:
             self._snapshot(pc, subtask, (time.perf_counter() - al.started) * 1000)
             self._forward(subtask, barrier)
 
+    def _on_unaligned_barrier(self, pc, subtask, al, idx: int, channel: Channel, barrier: Barrier) -> None:
+        """Unaligned: snapshot at the first barrier and forward it at once; what was in flight is state.
+
+        In flight are (a) the items each barrier jumped ahead of in its channel, and (b) what the
+        subtask processes from a channel after its snapshot and before that channel's barrier.
+        """
+        if not al.snapshotted:
+            al.snapshotted = True
+            al.capture = self._capture(pc, subtask, 0.0)
+            for i, ch in enumerate(subtask.inputs):
+                if i in al.expected and i != idx:
+                    ch.recording = al.recorded.setdefault(i, [])
+            self._forward(subtask, barrier)
+        channel.recording = None
+        overtaken = [item for _, item in zip(range(barrier.overtaken), channel.queue) if isinstance(item, Batch)]
+        al.recorded.setdefault(idx, []).extend(overtaken)
+        self._maybe_submit_unaligned(pc, subtask, al)
+
+    def _maybe_submit_unaligned(self, pc, subtask, al) -> None:
+        if al.capture is None or al.submitted or not al.received >= al.expected:
+            return
+        al.submitted = True
+        for ch in subtask.inputs:
+            ch.recording = None
+        inflight = [{"channel": i, "values": b.values, "timestamps": b.timestamps}
+                    for i in sorted(al.recorded) for b in al.recorded[i]]
+        self._submit(pc, subtask, al.capture, inflight)
+
     def on_channel_finished(self, subtask, channel: Channel) -> None:
         """An input ended without a barrier (its producer finished first): stop waiting for it."""
         idx = subtask.inputs.index(channel)
         for pc in list(self.pending.values()):
             al = pc.alignments.get(subtask.name)
+            if al is not None and al.capture is not None and not al.submitted:
+                al.expected.discard(idx)
+                channel.recording = None
+                self._maybe_submit_unaligned(pc, subtask, al)
+                continue
             if al is None or al.snapshotted or idx not in al.expected or idx in al.received:
                 continue
             al.expected.discard(idx)
@@ -206,15 +228,25 @@ class CheckpointCoordinator:
         return native
 
     def _snapshot(self, pc: PendingCheckpoint, subtask, alignment_ms: float, inflight=None) -> None:
+        self._submit(pc, subtask, self._capture(pc, subtask, alignment_ms), inflight)
+
+    def _capture(self, pc: PendingCheckpoint, subtask, alignment_ms: float):
+        """The synchronous part: copy the subtask's state, and stage its sink output."""
         now = self.clock.now_ms()
         cap = capture_subtask(subtask, now, native=self._native_capture(pc))
         cap.alignment_ms = alignment_ms
-        if inflight:
-            cap.inflight = [{"channel": x["channel"], "values": _jsonable_values(subtask, x["values"]),
-                             "timestamps": x["timestamps"]} for x in inflight]
         writer = getattr(subtask.operator, "writer", None)
         if writer is not None and hasattr(writer, "pre_commit"):
             writer.pre_commit(pc.id)
+        subtask.trace("snapshot", checkpoint=pc.id, sync_ms=round(cap.sync_ms, 3))
+        return cap
+
+    def _submit(self, pc: PendingCheckpoint, subtask, cap, inflight=None) -> None:
+        """The asynchronous part: write the capture's files (in the pool)."""
+        if inflight:
+            registry = self.runtime.env.record_types
+            cap.inflight = [{"channel": x["channel"], "values": [encode_record(v, registry) for v in x["values"]],
+                             "timestamps": x["timestamps"]} for x in inflight]
         crash = self.crash
 
         def job():
@@ -228,7 +260,6 @@ class CheckpointCoordinator:
             return write_capture(cap, pc.folder,
                                  upload=lambda nc: upload_native(nc, pc.folder, self.storage, pc.id, cap.uid, cap.index))
 
-        subtask.trace("snapshot", checkpoint=pc.id, sync_ms=round(cap.sync_ms, 3))
         if self._pool is not None:
             pc.acks[subtask.name] = self._pool.submit(job)
         else:
@@ -239,12 +270,17 @@ class CheckpointCoordinator:
                 f.set_exception(exc)
             pc.acks[subtask.name] = f
 
+    @staticmethod
+    def _capture_pending(pc: PendingCheckpoint, subtask) -> bool:
+        al = pc.alignments.get(subtask.name)
+        return al is not None and al.capture is not None and not al.submitted
+
     def tick(self, runtime) -> None:
         for cid in sorted(self.pending):
             pc = self.pending[cid]
             # a subtask that finished before its barrier came has its final state: snapshot it as is
             for st in runtime.subtasks:
-                if st.finished and st.name not in pc.acks:
+                if st.finished and st.name not in pc.acks and not self._capture_pending(pc, st):
                     self._snapshot(pc, st, 0.0)
             if len(pc.acks) == len(pc.expected) and all(f.done() for f in pc.acks.values()):
                 self._complete(pc)
@@ -257,7 +293,7 @@ class CheckpointCoordinator:
     def wait_for(self, pc: PendingCheckpoint) -> None:
         """Block until all acks of ``pc`` are in, then complete it."""
         for st in self.runtime.subtasks:
-            if st.finished and st.name not in pc.acks:
+            if st.finished and st.name not in pc.acks and not self._capture_pending(pc, st):
                 self._snapshot(pc, st, 0.0)
         if len(pc.acks) < len(pc.expected):
             raise JobError(f"checkpoint {pc.id}: subtasks {sorted(pc.expected - set(pc.acks))} never acknowledged")
@@ -297,7 +333,7 @@ class CheckpointCoordinator:
             if writer is not None and hasattr(writer, "commit"):
                 writer.commit(pc.id)
         if not pc.savepoint:
-            self.storage.retain(self.config.retained)
+            self.storage.retain(self.config.retained, in_flight=set(self.pending))
         for fn in pc.on_complete:
             fn(pc, pc.folder)
 
@@ -364,15 +400,3 @@ def _backend_name(rt) -> str:
         if b is not None:
             return b.name
     return "none"
-
-
-def _jsonable_values(subtask, values):
-    import dataclasses
-
-    out = []
-    for v in values:
-        if dataclasses.is_dataclass(v):
-            out.append({"$dataclass": type(v).__qualname__, "fields": dataclasses.asdict(v)})
-        else:
-            out.append(v)
-    return out

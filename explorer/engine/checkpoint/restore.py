@@ -156,7 +156,7 @@ def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool 
                 f"the job has {spec.max_parallelism}; key groups cannot be remapped"
             )
         subtasks = runtime.tasks[spec.id]
-        _restore_operator_state(folder, old, subtasks)
+        _restore_operator_state(folder, old, subtasks, runtime.env.record_types)
         if spec.keyed and old["keyed"]:
             for st in subtasks:
                 _restore_keyed(folder, old, st)
@@ -210,7 +210,7 @@ def _restore_timers(folder: Path, tmeta: dict, op: KeyedOperatorBase, wanted: ra
         q.register(ts, key, ns, kg)
 
 
-def _restore_operator_state(folder: Path, old: dict, subtasks: list) -> None:
+def _restore_operator_state(folder: Path, old: dict, subtasks: list, registry: dict[str, type]) -> None:
     import json
 
     per_sub_lists: dict[str, list[list[Any]]] = {}
@@ -249,12 +249,14 @@ def _restore_operator_state(folder: Path, old: dict, subtasks: list) -> None:
                 f"{folder}: operator {old['uid']!r} has in-flight records of an unaligned checkpoint at parallelism "
                 f"{len(inflight)}; restore it at the same parallelism (then take a savepoint to rescale)"
             )
+        from ...format.records import decode_record
         from ..channels import Batch
 
         for st, recs in zip(subtasks, inflight):
             for r in reversed(recs):
                 ch = [c for c in st.inputs if c.input_index == 0][0] if r["channel"] >= len(st.inputs) else st.inputs[r["channel"]]
-                ch.queue.appendleft(Batch(r["values"], r["timestamps"]))
+                values = [decode_record(v, registry, str(folder)) for v in r["values"]]
+                ch.queue.appendleft(Batch(values, r["timestamps"]))
 
 
 def check_after_open(runtime) -> None:

@@ -84,14 +84,18 @@ class CheckpointStorage:
             return folder
         return None
 
-    def retain(self, count: int) -> list[int]:
-        """Delete complete checkpoints beyond the newest ``count`` and incomplete leftovers older than them."""
+    def retain(self, count: int, in_flight: set[int] | frozenset[int] = frozenset()) -> list[int]:
+        """Delete complete checkpoints beyond the newest ``count`` and incomplete leftovers older than them.
+
+        ``in_flight`` names checkpoints still being written (with max_concurrent > 1 an older one
+        can still be in flight when a newer one completes): their folders stay.
+        """
         done = self.completed_ids()
         keep = set(done[-count:])
         removed = []
         newest_kept = max(keep) if keep else 0
         for cid in self.all_ids():
-            if cid in keep:
+            if cid in keep or cid in in_flight:
                 continue
             if cid in done or cid < newest_kept:
                 shutil.rmtree(self.folder_for(cid), ignore_errors=True)
