@@ -125,7 +125,7 @@ def main(argv=None) -> dict:
     run_main(flow, **options)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     report = {"records": len(records), "output_records": COUNTS["outputs"][0], "checksum": COUNTS["outputs"][1],
-              "late_records": COUNTS["late"][0],
+              "late_records": COUNTS["late"][0], "vm_hwm_mb": round(vm_hwm_mb(), 1),
               "seconds": seconds, "cpu_seconds": cpu, "rss_after_load_mb": round(loaded, 1),
               "bytewax_version": version("bytewax"), "python": sys.version.split()[0]}
     print(json.dumps(report), flush=True)

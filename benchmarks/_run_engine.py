@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
         out_records, checksum = sink.box[0], sink.box[0]
     report = {"records": len(records), "output_records": out_records, "checksum": checksum,
               "seconds": seconds, "cpu_seconds": cpu, "rss_after_load_mb": round(loaded, 1)}
+    report["vm_hwm_mb"] = round(vm_hwm_mb(), 1)  # this process's own peak (the new image's, after exec)
     if args.checkpoint_dir is not None:
         report["checkpoints_completed"] = len(getattr(result, "checkpoints", None) or [])
     print(json.dumps(report), flush=True)

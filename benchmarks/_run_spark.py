@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"records": n, "output_records": len(out), "checksum": checksum, "seconds": seconds,
               "steady_records_per_wall_s": round(steady_rows / steady_s) if steady_s else None,
               "batch_ms": [int(dict(p["durationMs"]).get("triggerExecution", 0)) for p in data],
-              "cpu_seconds": cpu, "rss_after_load_mb": round(loaded, 1), "tree_peak_rss_mb": round(rss, 1),
+              "cpu_seconds": cpu, "rss_after_load_mb": round(loaded, 1), "tree_peak_rss_mb": round(rss, 1), "vm_hwm_mb": round(rss, 1),
               "micro_batches": args.files, "pyspark_version": spark.version,
               "spark_master": spark.sparkContext.master}
     print(json.dumps(report), flush=True)

@@ -265,7 +265,7 @@ public class PeerBench {
                 + ", \"processing_cpu_seconds\": " + processingCpuSeconds + ", \"output_records\": " + OUTPUTS.get()
                 + ", \"checksum\": " + CHECKSUM.get() + ", \"seconds\": " + netSeconds
                 + ", \"execute_seconds\": " + executeSeconds + ", \"cpu_seconds\": " + cpuSeconds
-                + ", \"jvm_uptime_seconds\": " + jvmUpSeconds + ", \"rss_after_load_mb\": " + (loadedKb / 1024.0)
+                + ", \"jvm_uptime_seconds\": " + jvmUpSeconds + ", \"rss_after_load_mb\": " + (loadedKb / 1024.0) + ", \"vm_hwm_mb\": " + (vmHwmKb() / 1024.0)
                 + ", \"flink_version\": \"" + org.apache.flink.runtime.util.EnvironmentInformation.getVersion() + "\"}");
         System.exit(0);
     }
