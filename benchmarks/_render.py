@@ -79,20 +79,24 @@ def val(d: Any, *path: Any) -> Any:
     return v.get("value") if isinstance(v, dict) else v
 
 
+VERSION_KEYS = ("pandas", "pyarrow", "numpy", "pyspark", "plotly", "ipywidgets", "rocksdict", "flink", "java")
+
+
 def machine_line(res: dict) -> str:
     m = res.get("machine") or {}
     date = m.get("date") or res.get("date") or "?"
     cpus = m.get("cpus") or m.get("cpu_count") or "?"
-    load = m.get("load_average") or m.get("load_average_1m_at_start")
+    load = next((m[k] for k in ("load_average", "load_average_1_5_15", "load_average_1m_at_start") if m.get(k)), None)
     if isinstance(load, list):
         load = " / ".join(f"{x:.1f}" for x in load) + " (1/5/15 min)"
     extra = m.get("load_average_1m_at_end")
-    load_s = f"load average {load}" + (f" → {extra} at the end" if extra is not None else "")
+    load_s = (f"load average {load}" + (f" → {extra} at the end" if extra is not None else "")
+              if load is not None else "load average not recorded")
     parts = [date, m.get("platform", "?"), f"{cpus} CPUs", f"Python {m.get('python', '?')}", load_s]
-    if m.get("memory_mb"):
-        parts.insert(3, f"{m['memory_mb']:,} MB RAM")
-    if m.get("pyspark"):
-        parts.append(f"PySpark {m['pyspark']}")
+    mem = m.get("memory_mb") or (m.get("memory_gb") and int(m["memory_gb"] * 1024))
+    if mem:
+        parts.insert(3, f"{mem:,} MB RAM")
+    parts += [f"{k} {m[k]}" for k in VERSION_KEYS if m.get(k)]
     return "_" + " · ".join(str(p) for p in parts) + "_"
 
 
@@ -532,7 +536,9 @@ def render(results: dict[str, dict], charts: Path, runlog: dict[str, Any] | None
     lines += headline(results) or ["- (no results yet)"]
     lines.append("")
     if runlog:
-        lines += ["## This run", ""]
+        lines += ["## Runs of `python -m benchmarks` behind this page", "",
+                  "A section whose benchmark is not listed here shows that benchmark's latest own run "
+                  "(its date and load are in the section).", ""]
         lines += table(["benchmark", "status", "seconds", "finished (UTC)"],
                        [[k, v.get("status", "?"), v.get("seconds"), v.get("finished", "")] for k, v in runlog.items()])
         lines.append("")
