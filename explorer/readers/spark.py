@@ -311,7 +311,14 @@ class SparkCheckpointReader(SnapshotReader):
                 if not query.wants_state(st["state"]):
                     continue
                 table = self._read(op, st, query)
-                yield self._to_contract(op, st, table, query)
+                piece = self._to_contract(op, st, table, query)
+                if query.keys is not None and "key" in piece.column_names \
+                        and pa.types.is_struct(piece.schema.field("key").type):
+                    # multi-column keys are structs: match them as tuples of their fields, in order
+                    wanted = {tuple(k) if isinstance(k, (tuple, list)) else (k,) for k in query.keys}
+                    mask = [tuple(d.values()) in wanted for d in piece.column("key").to_pylist()]
+                    piece = piece.filter(pa.array(mask, pa.bool_()))
+                yield piece
 
     def _to_contract(self, op, st, t: pa.Table, query: KeyedStateQuery) -> pa.Table:
         kind = st["kind"]

@@ -86,7 +86,7 @@ def dedup_run(spark, tmp_path_factory) -> Run:
     env = StreamEnvironment(parallelism=1)
     dedup.build(env, events)
     result = env.execute("dedup")
-    engine_out = result.output(next(iter(result.outputs())))
+    engine_out = result.output("unique")
     base = tmp_path_factory.mktemp("dedup")
     src = write_input(events, base / "input", files=2)
     run = run_on_spark(dedup.Deduplicator(), src, "event_id", DEDUP_SCHEMA, base / "ckpt", record=dedup.Event,

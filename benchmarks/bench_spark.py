@@ -1,0 +1,292 @@
+"""Keyed count on Spark Structured Streaming: which stateful path is how fast.
+
+Run: ``python -m benchmarks.bench_spark`` (full) or ``--smoke`` (a few seconds of data).
+Writes ``benchmarks/results/spark.json`` (``--out`` to change).
+
+Every path counts records per key over the same generated skewed input
+(Parquet files, one file per micro-batch via ``maxFilesPerTrigger=1``, the
+``availableNow`` trigger, a ``noop`` sink), on the session of
+:func:`explorer.spark.get_spark` (local[2], RocksDB state store with changelog
+checkpointing, 4 shuffle partitions), each into its own fresh checkpoint:
+
+``builtin_groupby_count``
+    ``groupBy("key").count()``, Spark's native stateful aggregation.
+``apply_in_pandas_with_state``
+    ``applyInPandasWithState``: one count per key in a ``GroupState``.
+``tws_pandas_per_record``
+    a straightforward ``transformWithStateInPandas`` processor: reads and writes
+    its ``ValueState`` for every record (as a port of a Flink function would).
+``tws_pandas_per_key``
+    the same operator, state read once and written once per key and micro-batch.
+``tws_row_per_key``
+    the row-based ``transformWithState`` (PySpark 4.1+), state once per key.
+``adapter_pandas`` / ``adapter_row``
+    our adapter running the engine :class:`KeyedCount` function (``value()`` and
+    ``update()`` per record, as on the engine) on each operator; it also emits one
+    output row per input record, more output than the processors above (one row
+    per key and batch).
+
+Throughput is input rows over the wall time from ``start()`` to the end of the
+query ("total", includes planning and Python worker start-up) and over the
+micro-batches after the first ("steady").
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+from explorer.engine import KeyedProcessFunction, ValueStateDescriptor
+
+RESULTS = Path(__file__).resolve().parent / "results" / "spark.json"
+
+
+# --- the workload ------------------------------------------------------------------------
+def generate_input(directory: Path, rows: int, keys: int, batches: int, seed: int = 0) -> dict:
+    """Skewed keys (one planted hot key with 20 %, Zipf 1.1 over the rest) in ``batches`` Parquet files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from explorer.pipelines._common import key_names, sample_keys
+
+    rng = np.random.default_rng(seed)
+    names = key_names(keys, "key-")
+    ks = np.asarray(sample_keys(rng, rows, names, zipf_s=1.1, hot_keys=("key-hot",), hot_share=0.2), dtype=object)
+    values = rng.integers(0, 1000, rows)
+    directory.mkdir(parents=True, exist_ok=True)
+    step = -(-rows // batches)
+    distinct = []
+    for i in range(batches):
+        sl = slice(i * step, (i + 1) * step)
+        t = pa.table({"key": pa.array(ks[sl].tolist(), pa.string()), "value": pa.array(values[sl], pa.int64())})
+        pq.write_table(t, directory / f"part-{i:05d}.parquet")
+        distinct.append(len(set(ks[sl].tolist())))
+    return {"rows": rows, "keys": keys, "batches": batches, "distinct_keys_per_batch": int(np.mean(distinct)),
+            "rows_per_batch": step, "skew": "planted hot key 20 %, Zipf s=1.1 over the rest"}
+
+
+class KeyedCount(KeyedProcessFunction):
+    """The engine function: a running count per key, emitted per record."""
+
+    COUNT = ValueStateDescriptor("count", int)
+
+    def open(self, ctx):
+        self.count = ctx.get_state(self.COUNT)
+
+    def process_element(self, value, ctx, out):
+        n = self.count.value(0) + 1
+        self.count.update(n)
+        out.collect((ctx.get_current_key(), n))
+
+
+# --- the straightforward Spark processors -------------------------------------------------------
+def _processors():
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class PandasPerRecord(StatefulProcessor):
+        def init(self, handle):
+            self.count = handle.getValueState("count", "value long")
+
+        def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+            n = 0
+            for pdf in rows:
+                for _ in range(len(pdf)):
+                    cur = self.count.get()
+                    n = (0 if cur is None else cur[0]) + 1
+                    self.count.update((n,))
+            yield pd.DataFrame({"key": [key[0]], "count": [n]})
+
+        def close(self):
+            pass
+
+    class PandasPerKey(StatefulProcessor):
+        def init(self, handle):
+            self.count = handle.getValueState("count", "value long")
+
+        def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+            cur = self.count.get()
+            n = (0 if cur is None else cur[0]) + sum(len(pdf) for pdf in rows)
+            self.count.update((n,))
+            yield pd.DataFrame({"key": [key[0]], "count": [n]})
+
+        def close(self):
+            pass
+
+    class RowPerKey(StatefulProcessor):
+        def init(self, handle):
+            self.count = handle.getValueState("count", "value long")
+
+        def handleInputRows(self, key, rows, timerValues):
+            cur = self.count.get()
+            n = (0 if cur is None else cur[0]) + sum(1 for _ in rows)
+            self.count.update((n,))
+            yield Row(key=key[0], count=n)
+
+        def close(self):
+            pass
+
+    return PandasPerRecord, PandasPerKey, RowPerKey
+
+
+def _apply_in_pandas_with_state(key, pdfs, state):
+    n = (state.get[0] if state.exists else 0) + sum(len(p) for p in pdfs)
+    state.update((n,))
+    yield pd.DataFrame({"key": [key[0]], "count": [n]})
+
+
+OUT = "key string, count long"
+
+
+def build_query(path: str, spark, df):
+    from explorer.spark.adapter import keyed_process
+
+    PandasPerRecord, PandasPerKey, RowPerKey = _processors()
+    g = df.groupBy("key")
+    if path == "builtin_groupby_count":
+        return g.count(), "update"
+    if path == "apply_in_pandas_with_state":
+        return g.applyInPandasWithState(_apply_in_pandas_with_state, OUT, "count long", "Update", "NoTimeout"), "update"
+    if path == "tws_pandas_per_record":
+        return g.transformWithStateInPandas(PandasPerRecord(), OUT, "Append", "None"), "append"
+    if path == "tws_pandas_per_key":
+        return g.transformWithStateInPandas(PandasPerKey(), OUT, "Append", "None"), "append"
+    if path == "tws_row_per_key":
+        return g.transformWithState(RowPerKey(), OUT, "Append", "None"), "append"
+    if path == "adapter_pandas":
+        return keyed_process(df, KeyedCount(), "key", OUT, variant="pandas", record=tuple), "append"
+    if path == "adapter_row":
+        return keyed_process(df, KeyedCount(), "key", OUT, variant="row", record=tuple), "append"
+    raise SystemExit(f"unknown path {path!r}")
+
+
+PATHS = ("builtin_groupby_count", "apply_in_pandas_with_state", "tws_pandas_per_record", "tws_pandas_per_key",
+         "tws_row_per_key", "adapter_pandas", "adapter_row")
+
+
+def run_path(spark, path: str, in_dir: Path, work: Path, timeout_s: float) -> dict:
+    """Run one path; retried (fresh checkpoint) when Spark's Python worker misses its 10 s start-up window."""
+    for attempt in range(6):
+        try:
+            return _run_path(spark, path, in_dir, work, timeout_s)
+        except RuntimeError as exc:
+            if "failed to connect back" not in str(exc) or attempt == 5:
+                raise
+            print(f"{path}: Python worker did not connect back in time (busy machine); retrying", flush=True)
+            time.sleep(5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _run_path(spark, path: str, in_dir: Path, work: Path, timeout_s: float) -> dict:
+    ckpt = work / f"ckpt-{path}"
+    shutil.rmtree(ckpt, ignore_errors=True)
+    df = spark.readStream.schema("key string, value long").option("maxFilesPerTrigger", 1).parquet(str(in_dir))
+    result, mode = build_query(path, spark, df)
+    t0 = time.perf_counter()
+    q = (result.writeStream.format("noop").option("checkpointLocation", str(ckpt)).outputMode(mode)
+         .trigger(availableNow=True).start())
+    try:
+        finished = q.awaitTermination(timeout_s)
+    except Exception as exc:  # pyspark's StreamingQueryException
+        raise RuntimeError(f"{path} failed: {exc}") from exc
+    wall = time.perf_counter() - t0
+    if not finished:
+        q.stop()
+    exc = q.exception()
+    if exc is not None:
+        raise RuntimeError(f"{path} failed: {exc}")
+    progress = [dict(p) for p in q.recentProgress]
+    rows = sum(int(p["numInputRows"]) for p in progress)
+    batch_ms = [int(p["durationMs"].get("triggerExecution", 0)) for p in progress if int(p["numInputRows"]) > 0]
+    steady_rows = sum(int(p["numInputRows"]) for p in progress[1:] if int(p["numInputRows"]) > 0)
+    steady_s = sum(batch_ms[1:]) / 1000
+    ckpt_bytes = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    out = {
+        "rows": rows,
+        "finished": bool(finished),
+        "wall_s": {"value": round(wall, 2), "unit": "s"},
+        "total_rows_per_s": {"value": round(rows / wall, 1), "unit": "rows/s"},
+        "steady_rows_per_s": {"value": round(steady_rows / steady_s, 1) if steady_s else None, "unit": "rows/s"},
+        "batches": len(batch_ms),
+        "batch_ms": batch_ms,
+        "checkpoint_bytes": {"value": ckpt_bytes, "unit": "bytes"},
+    }
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny input, for CI")
+    ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--keys", type=int, default=None)
+    ap.add_argument("--batches", type=int, default=None)
+    ap.add_argument("--paths", nargs="*", default=list(PATHS))
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per path before it is stopped")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    rows = args.rows or (20_000 if args.smoke else 400_000)
+    keys = args.keys or (2_000 if args.smoke else 100_000)
+    batches = args.batches or (2 if args.smoke else 4)
+
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import benchmarks/
+    from explorer.spark import get_spark
+
+    spark = get_spark()
+    conf = {k: spark.conf.get(k) for k in ("spark.master", "spark.sql.shuffle.partitions",
+                                           "spark.sql.streaming.stateStore.providerClass",
+                                           "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+                                           "spark.sql.execution.arrow.maxRecordsPerBatch")}
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    try:
+        workload = generate_input(work / "input", rows, keys, batches)
+        print(f"workload: {workload}", flush=True)
+        results = {}
+        for path in args.paths:
+            r = run_path(spark, path, work / "input", work, args.timeout)
+            results[path] = r
+            print(f"{path:28s} total {r['total_rows_per_s']['value']:>10} rows/s   steady "
+                  f"{r['steady_rows_per_s']['value']} rows/s   ({r['wall_s']['value']} s)", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ratios = {}
+    base = results.get("tws_pandas_per_record")
+    for p in ("adapter_row", "adapter_pandas", "tws_row_per_key", "tws_pandas_per_key"):
+        if base and p in results:
+            ratios[f"{p}_vs_tws_pandas_per_record"] = round(
+                results[p]["total_rows_per_s"]["value"] / base["total_rows_per_s"]["value"], 2)
+    doc = {
+        "benchmark": "keyed count on Spark Structured Streaming",
+        "command": "python -m benchmarks.bench_spark" + (" --smoke" if args.smoke else ""),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpu_count": os.cpu_count(), "pyspark": spark.version},
+        "spark_conf": conf,
+        "workload": workload,
+        "results": results,
+        "speedups": ratios,
+        "notes": "All figures from this one run on a machine shared with other jobs; first batch includes query "
+                 "planning and Python worker start-up. Adapter paths emit one row per input record.",
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
