@@ -115,8 +115,7 @@ def build(out: Path, samples: Sequence[Sample] = SAMPLES, quiet: bool = False) -
                 if not quiet:
                     for p in paths:
                         print(f"{p.relative_to(out)}  {_size(p) / 1024:,.0f} KB")
-    readme = Path(__file__).with_name("sample_data.py")
-    (out / "README.md").write_text(_readme(readme), encoding="utf-8")
+    (out / "README.md").write_text(_readme(), encoding="utf-8")
     return written
 
 
@@ -124,9 +123,9 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _readme(_: Path) -> str:
-    table = __doc__.split("::", 1)[1].split("Reproducible:", 1)[0]
-    body = table.split("\n", 3)[3]
+def _readme() -> str:
+    table = __doc__.split("use it):", 1)[1].split("Reproducible:", 1)[0]
+    body = table.strip("\n")
     return (
         "# sample_data\n\n"
         "Small, reproducible snapshots made by the engine for the notebooks and tests. Rebuild with\n"

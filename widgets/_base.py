@@ -52,9 +52,15 @@ def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
         target.update_layout(height=height, margin=dict(l=60, r=20, t=50, b=50))
 
 
+#: CSS for the views' HTML tables (included once per dashboard, in its header)
+TABLE_CSS = ("<style>.sx-table{border-collapse:collapse;font-size:12px;margin:4px 0}"
+             ".sx-table th{background:#f5f5f5;text-align:left;padding:3px 8px;border-bottom:1px solid #ccc}"
+             ".sx-table td{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}</style>")
+
+
 def html_table(df, max_rows: int = 20, **kw: Any) -> str:
     """A compact HTML table of a DataFrame."""
-    return ('<div style="max-height:360px;overflow:auto;font-size:12px">'
+    return (TABLE_CSS + '<div style="max-height:360px;overflow:auto;font-size:12px">'
             + df.head(max_rows).to_html(index=False, border=0, classes="sx-table", na_rep="", **kw) + "</div>")
 
 

@@ -4,6 +4,11 @@
 own traitlets model (see :mod:`widgets._base`); the dashboard shares one
 loaded copy of the keyed state between them (:class:`widgets._data.SnapshotData`)
 and one error area under the tabs.
+
+A tab is built the first time it is shown (or asked for, e.g. ``dash.ttl_tab``), once.
+Every plotly ``FigureWidget`` carries the plotly.js bundle in its model (about 5 MB with
+plotly 6+ and anywidget), so building all seven tabs up front would send some 60 MB to
+the browser before anything could be seen.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ TABS = (
 class Dashboard(View):
     """All tabs over one snapshot; ``close()`` closes every widget in them."""
 
-    def __init__(self, source: Snapshot | str | Path | SnapshotData, **kwargs: Any) -> None:
+    def __init__(self, source: Snapshot | str | Path | SnapshotData, tab: str = "Overview", **kwargs: Any) -> None:
         errors = ErrorArea()
         super().__init__(errors, **kwargs)
         self._owns_errors = True
@@ -54,53 +59,70 @@ class Dashboard(View):
             f"<span style='color:#555'>{html.escape(snap.format)} {html.escape(snap.kind)}"
             f"{'' if snap.checkpoint_id is None else f' {snap.checkpoint_id}'} · "
             f"<code>{html.escape(str(snap.path))}</code></span></div>"))
+        self.titles = [title for title, _ in TABS]
+        if tab not in self.titles:
+            raise ValueError(f"no tab {tab!r}; the tabs are {self.titles}")
+        #: the tabs built so far, by title
         self.tabs: dict[str, View] = {}
-        for title, cls in TABS:
-            self.tabs[title] = self.own(cls(self.data, errors))
-        self.tab = self.own(w.Tab(children=list(self.tabs.values()), titles=list(self.tabs)))
+        self._panes = {title: self.own(w.VBox()) for title in self.titles}
+        self.tab = self.own(w.Tab(children=list(self._panes.values()), titles=self.titles))
+        self.view(tab)
+        self.tab.selected_index = self.titles.index(tab)
+        self.tab.observe(self.guarded(self._selected, "opening a tab"), names="selected_index")
         self.children = [self.header, self.tab, errors]
+
+    def view(self, title: str) -> View:
+        """The tab called ``title``, built now if it was not yet."""
+        if title not in self.tabs:
+            cls = dict(TABS)[title]
+            built = self.own(cls(self.data, self.errors))
+            self.tabs[title] = built
+            self._panes[title].children = [built]
+        return self.tabs[title]
+
+    def _selected(self, change: dict) -> None:
+        if change["new"] is not None:
+            self.view(self.titles[change["new"]])
 
     @property
     def overview_tab(self) -> OverviewTab:
-        return self.tabs["Overview"]  # type: ignore[return-value]
+        return self.view("Overview")  # type: ignore[return-value]
 
     @property
     def keys_tab(self) -> KeysTab:
-        return self.tabs["Keys"]  # type: ignore[return-value]
+        return self.view("Keys")  # type: ignore[return-value]
 
     @property
     def key_groups_tab(self) -> KeyGroupsTab:
-        return self.tabs["Key groups"]  # type: ignore[return-value]
+        return self.view("Key groups")  # type: ignore[return-value]
 
     @property
     def hot_keys_tab(self) -> HotKeysTab:
-        return self.tabs["Hot keys"]  # type: ignore[return-value]
+        return self.view("Hot keys")  # type: ignore[return-value]
 
     @property
     def ttl_tab(self) -> TTLTab:
-        return self.tabs["TTL"]  # type: ignore[return-value]
+        return self.view("TTL")  # type: ignore[return-value]
 
     @property
     def history_tab(self) -> HistoryTab:
-        return self.tabs["History"]  # type: ignore[return-value]
+        return self.view("History")  # type: ignore[return-value]
 
     @property
     def diff_tab(self) -> DiffTab:
-        return self.tabs["Diff"]  # type: ignore[return-value]
+        return self.view("Diff")  # type: ignore[return-value]
 
     def select(self, title: str) -> "Dashboard":
-        """Show the tab called ``title``."""
-        self.tab.selected_index = list(self.tabs).index(title)
+        """Show the tab called ``title`` (building it if needed)."""
+        self.view(title)
+        self.tab.selected_index = self.titles.index(title)
         return self
 
 
-def explore(source: Snapshot | str | Path, *, tab: str | None = None) -> Dashboard:
+def explore(source: Snapshot | str | Path, *, tab: str = "Overview") -> Dashboard:
     """A dashboard over a snapshot, or a path to a checkpoint, savepoint or checkpoint directory.
 
     For a checkpoint directory (a folder of ``chk-N``) the newest checkpoint is shown and the
     History and Diff tabs cover all of them.
     """
-    dash = Dashboard(source)
-    if tab is not None:
-        dash.select(tab)
-    return dash
+    return Dashboard(source, tab=tab)

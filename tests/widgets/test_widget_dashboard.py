@@ -21,17 +21,35 @@ def test_explore_a_checkpoint_directory_builds_every_tab(planted_heap):
     dash = widgets.explore(planted_heap.checkpoint_dir)
     try:
         assert isinstance(dash, widgets.Dashboard)
-        assert list(dash.tabs) == ["Overview", "Keys", "Key groups", "Hot keys", "TTL", "History", "Diff"]
-        assert dash.tab.titles == tuple(dash.tabs)
+        assert dash.titles == ["Overview", "Keys", "Key groups", "Hot keys", "TTL", "History", "Diff"]
+        assert dash.tab.titles == tuple(dash.titles)
         chks = checkpoints_in(planted_heap.checkpoint_dir)
         assert dash.data.snapshot.path == chks[-1]  # the newest checkpoint
         assert sorted(dash.history_tab.summary["checkpoint_id"]) == [int(p.name[4:]) for p in chks]
         assert (dash.diff_tab.a, dash.diff_tab.b) == (str(chks[-2]), str(chks[-1]))
         assert dash.errors.last_error is None
+        for title in dash.titles:
+            dash.view(title)
         made = all_widgets(dash)
         assert all("_model_module" in x.get_state() for x in made)  # no model trait shadows a widget's own
         figures = [x for x in made if isinstance(x, go.FigureWidget)]
         assert len(figures) >= 8 and all(len(f.data) for f in figures)
+    finally:
+        dash.close()
+
+
+def test_tabs_are_built_when_first_shown(planted_heap):
+    dash = widgets.explore(planted_heap.savepoint)
+    try:
+        assert list(dash.tabs) == ["Overview"]  # each figure carries plotly.js: build only what is seen
+        dash.tab.selected_index = 3
+        assert list(dash.tabs) == ["Overview", "Hot keys"]
+        assert dash._panes["Hot keys"].children == (dash.hot_keys_tab,)
+        dash.tab.selected_index = 0
+        dash.tab.selected_index = 3
+        assert list(dash.tabs) == ["Overview", "Hot keys"]  # built once
+        with pytest.raises(ValueError, match="no tab 'Nope'"):
+            widgets.explore(planted_heap.savepoint, tab="Nope")
     finally:
         dash.close()
 
@@ -48,6 +66,8 @@ def test_explore_a_snapshot_without_history(planted_heap):
 
 def test_close_closes_every_widget_and_figure(planted_heap):
     dash = widgets.explore(planted_heap.checkpoint_dir)
+    for title in dash.titles:
+        dash.view(title)
     made = all_widgets(dash)
     assert len(made) > 50 and all(x.comm is not None for x in made)
     dash.close()
