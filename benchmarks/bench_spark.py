@@ -236,10 +236,12 @@ def main(argv=None) -> int:
     ap.add_argument("--paths", nargs="*", default=list(PATHS))
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per path before it is stopped")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark SQL setting for every path, e.g. spark.sql.shuffle.partitions=2")
     args = ap.parse_args(argv)
-    rows = args.rows or (20_000 if args.smoke else 400_000)
-    keys = args.keys or (2_000 if args.smoke else 100_000)
-    batches = args.batches or (2 if args.smoke else 4)
+    rows = args.rows or (20_000 if args.smoke else 200_000)
+    keys = args.keys or (2_000 if args.smoke else 20_000)
+    batches = args.batches or 2
 
     from pyspark import cloudpickle
 
@@ -247,6 +249,9 @@ def main(argv=None) -> int:
     from explorer.spark import get_spark
 
     spark = get_spark()
+    for kv in args.conf:
+        k, _, v = kv.partition("=")
+        spark.conf.set(k, v)
     conf = {k: spark.conf.get(k) for k in ("spark.master", "spark.sql.shuffle.partitions",
                                            "spark.sql.streaming.stateStore.providerClass",
                                            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
@@ -271,7 +276,7 @@ def main(argv=None) -> int:
                 results[p]["total_rows_per_s"]["value"] / base["total_rows_per_s"]["value"], 2)
     doc = {
         "benchmark": "keyed count on Spark Structured Streaming",
-        "command": "python -m benchmarks.bench_spark" + (" --smoke" if args.smoke else ""),
+        "command": "python -m benchmarks.bench_spark " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpu_count": os.cpu_count(), "pyspark": spark.version},

@@ -1,0 +1,34 @@
+"""The shared local SparkSession has the settings the Spark side relies on."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from explorer.errors import JobError
+from explorer.spark import get_spark
+from explorer.spark.session import ROCKSDB_PROVIDER
+
+pytestmark = pytest.mark.spark
+
+
+def test_defaults(spark):
+    c = spark.conf
+    assert spark.sparkContext.master == "local[2]"
+    assert c.get("spark.sql.shuffle.partitions") == "4"
+    assert c.get("spark.sql.streaming.stateStore.providerClass") == ROCKSDB_PROVIDER
+    assert c.get("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled") == "true"
+    assert c.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+    assert c.get("spark.sql.session.timeZone") == "UTC"
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_running_session_is_reused_and_guarded(spark):
+    assert get_spark() is spark
+    assert get_spark(**{"spark.sql.shuffle.partitions": "4"}) is spark  # SQL settings apply at run time
+    with pytest.raises(JobError, match="already running"):
+        get_spark("local[1]")
+    with pytest.raises(JobError, match="cannot change"):
+        get_spark(**{"spark.driver.memory": "3g"})
