@@ -105,6 +105,8 @@ class HandleResolver:
             p = parts[i]
             if p.startswith("chk-") and p == self.exclusive_dir.name:
                 return self._confine(self.exclusive_dir.joinpath(*parts[i + 1 :]), handle.name)
+            if p.startswith("chk-") and self.job_dir != self.exclusive_dir:
+                return self._confine(self.job_dir.joinpath(*parts[i:]), handle.name)  # another chk-N of the job
             if p in _ANCHORS:
                 return self._confine(self.job_dir.joinpath(*parts[i:]), handle.name)
         if len(parts) >= 1 and Path(raw).parent.name == self.exclusive_dir.name:
