@@ -10,6 +10,7 @@ made, figures included, so re-running a notebook cell leaves no comms behind.
 
 from __future__ import annotations
 
+from copy import deepcopy
 from typing import Any, Callable, Iterable, TypeVar
 
 import ipywidgets as w
@@ -28,6 +29,19 @@ TEMPLATE = "plotly_white"
 
 def subtask_colour(subtask: int) -> str:
     return SUBTASK_COLOURS[int(subtask) % len(SUBTASK_COLOURS)]
+
+
+def sync_figure(fig: go.FigureWidget) -> None:
+    """Copy a FigureWidget's current data and layout into its synced model state.
+
+    plotly's FigureWidget sends later changes as one-off messages and refreshes the
+    state a new view starts from only when the figure itself is displayed. A figure
+    inside a container is displayed by its container, so a view created after an
+    update (a tab opened later, a notebook re-rendered) would start from the empty
+    figure the constructor made. The views call this after every update.
+    """
+    fig._widget_layout = deepcopy(fig._layout_obj._props)
+    fig._widget_data = deepcopy(fig._data)
 
 
 def figure(height: int = 320, **layout: Any) -> go.FigureWidget:
@@ -73,6 +87,22 @@ class View(w.VBox):
         self._owns_errors = errors is None
         self._owned: list[w.Widget] = []
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every view's constructor ends with :meth:`sync_figures`, whatever path it returns by."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        def __init__(self: "View", *args: Any, **kw: Any) -> None:
+            init(self, *args, **kw)
+            if type(self) is cls:
+                self.sync_figures()
+
+        __init__.__doc__ = init.__doc__
+        __init__.__wrapped__ = init  # type: ignore[attr-defined]
+        cls.__init__ = __init__  # type: ignore[method-assign]
+
     def own(self, widget: W) -> W:
         """Remember ``widget`` to close it with the view."""
         self._owned.append(widget)
@@ -81,12 +111,22 @@ class View(w.VBox):
     def owned(self) -> list[w.Widget]:
         return list(self._owned)
 
+    def sync_figures(self) -> None:
+        """Make every figure's synced state current (see :func:`sync_figure`)."""
+        for widget in self._owned:
+            if isinstance(widget, go.FigureWidget):
+                sync_figure(widget)
+
     def guarded(self, fn: Callable[..., Any], where: str) -> Callable[..., Any]:
         return self.errors.guard(where)(fn)
 
     def on_change(self, names: Iterable[str], fn: Callable[[], Any], where: str) -> None:
         """Run ``fn()`` (guarded) when any of the model traits ``names`` change."""
-        run = self.guarded(fn, where)
+        def run_and_sync() -> None:
+            fn()
+            self.sync_figures()
+
+        run = self.guarded(run_and_sync, where)
         self.observe(lambda _change: run(), names=list(names))
 
     def close(self) -> None:

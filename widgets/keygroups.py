@@ -44,9 +44,8 @@ class KeyGroupsTab(View):
                                                        layout=w.Layout(width="480px")))
         self.summary = self.own(w.HTML())
         self.key_group_figure = self.own(figure(340, bargap=0, showlegend=False))
-        # stable hooks for the browser tests (and for user CSS)
+        # a stable hook for the browser tests and user CSS (plotly's FigureWidget ignores DOM classes)
         self.parallelism_slider.add_class("sx-parallelism")
-        self.key_group_figure.add_class("sx-key-group-figure")
         self.subtask_figure = self.own(figure(300, showlegend=False))
         self.whatif_figure = self.own(figure(300, showlegend=True))
         self.key_group_figure.add_bar(x=[], y=[], name="key groups",

@@ -38,6 +38,21 @@ def test_explore_a_checkpoint_directory_builds_every_tab(planted_heap):
         dash.close()
 
 
+def test_figures_sync_their_current_state_for_views_made_later(planted_heap):
+    # FigureWidget sends updates as one-off messages; a browser view made after them starts from the
+    # synced _widget_data/_widget_layout, which must therefore follow every update
+    dash = widgets.explore(planted_heap.savepoint, tab="Key groups")
+    try:
+        fig = dash.key_groups_tab.key_group_figure
+        assert len(fig._widget_data) == 1 and len(fig._widget_data[0]["x"]) == 128
+        assert "2 subtasks" in fig._widget_layout["title"]["text"]
+        dash.key_groups_tab.parallelism_slider.value = 5
+        assert "5 subtasks" in fig._widget_layout["title"]["text"]
+        assert list(fig._widget_data[0]["customdata"]) == [kg * 5 // 128 for kg in range(128)]
+    finally:
+        dash.close()
+
+
 def test_tabs_are_built_when_first_shown(planted_heap):
     dash = widgets.explore(planted_heap.savepoint)
     try:
