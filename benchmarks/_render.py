@@ -267,7 +267,10 @@ def peers_section(res: dict, charts: Path) -> list[str]:
                          fmt(startup) if startup is not None else "", r.get("process_wall_seconds"), rel,
                          fmt(r.get("load_average_1min_at_start")) if r.get("load_average_1min_at_start") is not None else ""])
             group = "limit" if system == "bare_python" else ("ours" if system == "engine" else "peer")
-            bars.append((f"{PEER_LABEL.get(system, 'bare Python loop')}: {label.split('/', 1)[-1]}"
+            short = label.split("/", 1)[-1]
+            if short.endswith("/head") or short == "head":
+                short = short.removesuffix("head").rstrip("/") + f" (first {r.get('records', 0):,} records)"
+            bars.append((f"{PEER_LABEL.get(system, 'bare Python loop')}: {short}"
                          if system != "bare_python" else "bare Python loop (limit)", r.get("value"), group))
         lines += table(["run", "records", "records/s per core", "records/s wall", "Spark steady records/s wall", "peak RSS MB",
                         "RSS after input loaded MB", "outputs", "checkpoints taken", "mini cluster start-up + teardown s",
