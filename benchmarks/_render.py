@@ -61,7 +61,9 @@ def times(r: float | None) -> str:
     """A ratio ours/peer as words: '2.3x faster' or '4.1x slower'."""
     if not r:
         return "n/a"
-    return f"{r:.2g}x faster" if r >= 1 else f"{1 / r:.2g}x slower"
+    x = r if r >= 1 else 1 / r
+    x_s = f"{x:,.0f}" if x >= 100 else f"{x:.2g}" if x < 10 else f"{x:.0f}"
+    return f"{x_s}x {'faster' if r >= 1 else 'slower'}"
 
 
 def get(d: Any, *path: Any, default: Any = None) -> Any:
@@ -239,6 +241,8 @@ PEER_LABEL = {"engine": "State Explorer engine", "bytewax": "Bytewax", "flink": 
 
 def peers_section(res: dict, charts: Path) -> list[str]:
     lines: list[str] = []
+    if res.get("complete") is False:
+        lines += ["**This run was interrupted: the runs below finished; the others are missing.**", ""]
     results = res.get("results", {})
     v = res.get("versions", {})
     lines.append("Versions: " + ", ".join(f"{k} {x}" for k, x in v.items() if x) + ".")
@@ -448,12 +452,15 @@ def headline(results: dict[str, dict]) -> list[str]:
             if not ours:
                 continue
             parts = []
+            # like for like: for count, the ValueState process function (the code Flink's job runs)
+            heap = res.get(f"{wl}/engine/heap/process_fn") or ours
+            rocks = res.get(f"{wl}/engine/rocksdb/process_fn") or res.get(f"{wl}/engine/rocksdb") or heap
             for peer, label in (("bytewax/memory", "Bytewax"), ("flink/hashmap", "Flink (HashMap)"),
                                 ("flink/rocksdb", "Flink (RocksDB)")):
                 p = res.get(f"{wl}/{peer}")
                 if p and p.get("value"):
-                    ref = ours if peer != "flink/rocksdb" else res.get(f"{wl}/engine/rocksdb", ours)
-                    which = "heap" if ref is ours else "RocksDB"
+                    ref = rocks if peer == "flink/rocksdb" else heap
+                    which = "heap" if ref is heap else "RocksDB"
                     parts.append(f"{times(ref['value'] / p['value'])} than {label} (ours on {which}: "
                                  f"{fmt(ref['value'])} vs {fmt(p['value'])} records/s per core; peak memory "
                                  f"{fmt(ref.get('peak_rss_mb'))} vs {fmt(p.get('peak_rss_mb'))} MB)")
@@ -462,8 +469,19 @@ def headline(results: dict[str, dict]) -> list[str]:
                 parts.append(f"{times(oh['value'] / sp['value'])} than Spark transformWithStateInPandas (first "
                              f"{sp['records']:,} records: {fmt(oh['value'])} vs {fmt(sp['value'])} records/s per core; "
                              f"peak memory {fmt(oh.get('peak_rss_mb'))} vs {fmt(sp.get('peak_rss_mb'))} MB)")
+            ck = [(label, res.get(f"{wl}/{k}")) for label, k in (
+                ("ours heap", "engine/heap/checkpoint_1s"), ("ours RocksDB", "engine/rocksdb/checkpoint_1s"),
+                ("Bytewax", "bytewax/memory+sqlite/checkpoint_1s"), ("Flink HashMap", "flink/hashmap/checkpoint_1s"),
+                ("Flink RocksDB", "flink/rocksdb/checkpoint_1s"))]
+            ck = [f"{label} {fmt(x['value'])}" for label, x in ck if x and x.get("value")]
+            if len(ck) > 1:
+                parts.append("with a checkpoint every second (records/s per core): " + ", ".join(ck))
             bare = res.get(f"{wl}/bare_python")
-            text = f"- **{wl}** ({r['records']:,} records, parallelism 1, {fmt(ours['value'])} records/s per core on the heap)"
+            text = f"- **{wl}** ({r['records']:,} records, parallelism 1, {fmt(ours['value'])} records/s per core on the heap"
+            if heap is not ours:
+                text += (f" with the built-in `count()`; the same count as a ValueState process function, the code "
+                         f"Flink's job runs, {fmt(heap['value'])}")
+            text += ")"
             if parts:
                 text += ": our engine is " + "; ".join(parts)
             if bare:

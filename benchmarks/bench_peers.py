@@ -359,6 +359,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                      "output_records": sess, "checksum": events})
     del users, ts
 
+    out = Path(args.out) if args.out else result_path("peers")
     for wl in workloads:
         for run in runs_for(peers, wl, smoke=args.smoke):
             if run["system"] in ("bytewax", "flink") and run["system"] not in tools:
@@ -383,7 +384,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results[run["name"]] = row
             print(f"   {run['name']:<44} {row['value']:>10,} records/s per core  {row['records_per_wall_s']:>10,}/s wall  "
                   f"peak {row['peak_rss_mb']:>7,.0f} MB  out {row['output_records']:,}", flush=True)
+            # written after every run, so an interrupted run still leaves its figures (marked incomplete)
+            out.write_text(json.dumps(document(n, input_path, workloads, results, versions, not_measured,
+                                               complete=False), indent=2))
 
+    result = document(n, input_path, workloads, results, versions, not_measured, complete=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"   -> {out}", flush=True)
+    return result
+
+
+def document(n: int, input_path: Path, workloads: list[str], results: dict[str, dict[str, Any]],
+             versions: dict[str, Any], not_measured: dict[str, str], complete: bool) -> dict[str, Any]:
+    """peers.json: every figure, the checks, ratios, versions and the machine (``complete``: all runs done)."""
     checks = {}
     for wl in workloads:
         full = {name: r for name, r in results.items() if name.startswith(wl + "/") and not name.endswith("/head")}
@@ -393,7 +406,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                       "output_records": outs,
                       "on_the_first_records": {name: r.get("output_records") for name, r in results.items()
                                                if name.startswith(wl + "/") and name.endswith("/head")}}
-    result = {
+    return {
+        "complete": complete,
         "benchmark": "peers",
         "records": n,
         "input": PEER_INPUT_DESCRIPTION,
@@ -414,10 +428,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "physical_limit": "bare Python loop on a dict over the same records, in one process (per-record work in CPython)",
         "machine": machine(),
     }
-    out = Path(args.out) if args.out else result_path("peers")
-    out.write_text(json.dumps(result, indent=2))
-    print(f"   -> {out}", flush=True)
-    return result
 
 
 def _our_version() -> str | None:
