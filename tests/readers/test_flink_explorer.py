@@ -12,13 +12,17 @@ from explorer.readers.base import CONTRACT_COLUMNS
 from .flink_helpers import DATASTREAM_FIXTURES, FLINK_FIXTURES, SQL_FIXTURES, expected
 from .test_flink_reader import UIDS
 
-TTL = {"last_seen": timedelta(hours=1), "per_category": timedelta(days=2)}
+
+
+def ttl_of(exp: dict) -> dict[str, timedelta]:
+    """Flink does not store TTL durations: the job's own, from EXPECTED.json."""
+    return {state: timedelta(milliseconds=ms) for state, ms in exp["ttl_ms"].items()}
 
 
 @pytest.mark.parametrize("name", DATASTREAM_FIXTURES)
 def test_open_detects_flink_and_finds_the_planted_hot_keys(name):
     exp = expected(name)
-    snap = explorer.open(FLINK_FIXTURES / name, uids=UIDS, ttl=TTL)
+    snap = explorer.open(FLINK_FIXTURES / name, uids=UIDS, ttl=ttl_of(exp))
     assert snap.format.startswith("flink-")
     df = snap.keyed_state()
     assert list(df.columns[: len(CONTRACT_COLUMNS)]) == list(CONTRACT_COLUMNS)
@@ -41,7 +45,7 @@ def test_open_reads_flink_sql_state(name):
 @pytest.mark.parametrize("name", DATASTREAM_FIXTURES[:3])
 def test_analyses_run_on_flink_state(name):
     exp = expected(name)
-    snap = explorer.open(FLINK_FIXTURES / name, uids=UIDS, ttl=TTL)
+    snap = explorer.open(FLINK_FIXTURES / name, uids=UIDS, ttl=ttl_of(exp))
     kg = snap.key_group_distribution()
     user_kg = kg[kg["operator"] == "user-state"]
     assert user_kg["key_group"].nunique() == exp["max_parallelism"]

@@ -116,6 +116,7 @@ public class StateFixtures {
         transient ValueState<Long> lastSeen;
         transient ValueState<Tuple2<String, Integer>> first;
         transient ListState<Long> amounts;
+        transient ListState<Long> recentAmounts;
         transient MapState<String, Long> perCategory;
 
         @Override
@@ -128,6 +129,10 @@ public class StateFixtures {
             first = getRuntimeContext().getState(new ValueStateDescriptor<>("first_event",
                     TypeInformation.of(new TypeHint<Tuple2<String, Integer>>() {})));
             amounts = getRuntimeContext().getListState(new ListStateDescriptor<>("amounts", Types.LONG));
+            ListStateDescriptor<Long> ra = new ListStateDescriptor<>("recent_amounts", Types.LONG);
+            ra.enableTimeToLive(StateTtlConfig.newBuilder(Duration.ofMinutes(30)).updateTtlOnCreateAndWrite()
+                    .neverReturnExpired().build());
+            recentAmounts = getRuntimeContext().getListState(ra);
             MapStateDescriptor<String, Long> pc = new MapStateDescriptor<>("per_category", Types.STRING, Types.LONG);
             pc.enableTimeToLive(StateTtlConfig.newBuilder(Duration.ofDays(2)).updateTtlOnReadAndWrite()
                     .returnExpiredIfNotCleanedUp().build());
@@ -153,6 +158,7 @@ public class StateFixtures {
             lastSeen.update(e.ts);
             if (first.value() == null) first.update(Tuple2.of(e.category, (int) (e.ts % 1000)));
             amounts.add(e.amount);
+            if (e.amount > 90) recentAmounts.add(e.amount); // a TTL'd list: each element has its own timestamp
             Long c = perCategory.get(e.category);
             perCategory.put(e.category, c == null ? 1L : c + 1);
             ctx.timerService().registerEventTimeTimer(eventTimer(e.ts));
@@ -399,8 +405,8 @@ public class StateFixtures {
         }
         b.append("],\n \"operators\": ");
         b.append(mode.equals("sql") ? "[\"GroupAggregate\"]" : "{\"user-state\": [\"stats\", \"last_seen\", \"first_event\", "
-                + "\"amounts\", \"per_category\"], \"bucket-state\": [\"amount_sum\"], \"user-windows\": [\"window-contents\"]}");
-        b.append(",\n \"ttl_ms\": {\"last_seen\": 3600000, \"per_category\": 172800000},\n");
+                + "\"amounts\", \"recent_amounts\", \"per_category\"], \"bucket-state\": [\"amount_sum\"], \"user-windows\": [\"window-contents\"]}");
+        b.append(",\n \"ttl_ms\": {\"last_seen\": 3600000, \"per_category\": 172800000, \"recent_amounts\": 1800000},\n");
         b.append(" \"processing_timer\": ").append(FAR_PROCESSING_TIMER).append(",\n");
         b.append(" \"users\": {\n");
         boolean first = true;
