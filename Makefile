@@ -53,5 +53,9 @@ bench: $(STAMP)
 bench-smoke: $(STAMP)
 	$(BIN)/python -m benchmarks --smoke
 
+# Real Apache Flink savepoints and checkpoints under sample_data/flink (needs Java 17; fetches Flink's jars from PyPI).
+flink-fixtures:
+	tools/flink/make_fixtures.sh
+
 clean:
 	rm -rf out .pytest_cache build *.egg-info
