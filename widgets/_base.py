@@ -48,7 +48,8 @@ def figure(height: int = 320, **layout: Any) -> go.FigureWidget:
     """An empty FigureWidget with the dashboards' common look."""
     fig = go.FigureWidget()
     fig.update_layout(template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=50, b=50),
-                      title=dict(font=dict(size=15)), **layout)
+                      title=dict(font=dict(size=15)))
+    fig.update_layout(**layout)
     return fig
 
 

@@ -46,15 +46,17 @@ class KeyGroupsTab(View):
         self.key_group_figure = self.own(figure(340, bargap=0, showlegend=False))
         # a stable hook for the browser tests and user CSS (plotly's FigureWidget ignores DOM classes)
         self.parallelism_slider.add_class("sx-parallelism")
-        self.subtask_figure = self.own(figure(300, showlegend=False))
-        self.whatif_figure = self.own(figure(300, showlegend=True))
+        self.subtask_figure = self.own(figure(330, showlegend=False))
+        self.whatif_figure = self.own(figure(330, showlegend=True, legend=dict(orientation="h", y=-0.28),
+                                             margin=dict(l=60, r=20, t=50, b=90)))
         self.key_group_figure.add_bar(x=[], y=[], name="key groups",
                                       hovertemplate="key group %{x}<br>%{y:,}<br>subtask %{customdata}<extra></extra>")
         self.key_group_figure.update_xaxes(title_text="key group")
         self.subtask_figure.add_bar(x=[], y=[], name="subtasks",
                                     hovertemplate="subtask %{x}<br>%{y:,}<extra></extra>")
         self.subtask_figure.update_xaxes(title_text="subtask", dtick=1)
-        self.whatif_figure.add_scatter(x=[], y=[], mode="lines+markers", name="max / mean", line_color="#636EFA")
+        self.whatif_figure.add_scatter(x=[], y=[], mode="lines+markers", name="max / mean", line_color="#636EFA",
+                                       marker=dict(size=4))
         self.whatif_figure.add_scatter(x=[], y=[], mode="markers", name="snapshot's parallelism",
                                        marker=dict(size=13, symbol="star", color="black"))
         self.whatif_figure.add_scatter(x=[], y=[], mode="markers", name="chosen", marker=dict(size=13, color="#EF553B"))
@@ -79,8 +81,8 @@ class KeyGroupsTab(View):
         for child in self.children:
             if isinstance(child, w.HBox):
                 self.own(child)
-        self.subtask_figure.layout.width = 520
-        self.whatif_figure.layout.width = 560
+        self.subtask_figure.layout.width = 480
+        self.whatif_figure.layout.width = 500
 
     @t.validate("parallelism")
     def _check_parallelism(self, proposal: Any) -> int:

@@ -117,9 +117,12 @@ def _outputs_with_errors(page) -> list[str]:
     }""")
 
 
-#: finds the key-group chart: the plotly plot whose title says "per key group of"
-KEY_GROUP_PLOT = """() => [...document.querySelectorAll('.js-plotly-plot')].find(
-    p => (p.querySelector('.gtitle')?.textContent || '').includes('per key group of'))"""
+#: finds the key-group chart: in the dashboard with the parallelism slider, the plot titled "... per key group of ..."
+KEY_GROUP_PLOT = """() => {
+    const dash = [...document.querySelectorAll('.state-explorer-dashboard')].find(d => d.querySelector('.sx-parallelism'));
+    return dash && [...dash.querySelectorAll('.js-plotly-plot')].find(
+        p => (p.querySelector('.gtitle')?.textContent || '').includes('per key group of'));
+}"""
 
 
 def _title(page) -> str | None:
