@@ -1,10 +1,11 @@
 """What every analysis shares: taking a Snapshot or a DataFrame, operator layouts, fast key groups.
 
 Every analysis accepts either a :class:`~explorer.snapshot.Snapshot` (it then
-reads only the columns it needs, and takes parallelism and max parallelism
-from the snapshot's metadata) or a DataFrame with the contract columns (then
-``max_parallelism=`` must be given where key groups are recomputed, and the
-parallelism defaults to ``subtask.max() + 1``).
+works on the analysis columns cached on the snapshot, see :mod:`._columns`, and
+takes parallelism and max parallelism from the snapshot's metadata) or a
+DataFrame with the contract columns (then ``max_parallelism=`` must be given
+where key groups are recomputed, and the parallelism defaults to
+``subtask.max() + 1``).
 """
 
 from __future__ import annotations
