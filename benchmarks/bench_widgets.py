@@ -75,6 +75,10 @@ def run(n_keys: int, rounds: int, workdir: Path) -> dict[str, Any]:
     open_s = time.perf_counter() - t0
     per: dict[str, list[float]] = {}
     try:
+        t0 = time.perf_counter()
+        for title in dash.titles:  # built when first shown; here all at once
+            dash.view(title)
+        tabs_s = time.perf_counter() - t0
         acts = changes(dash)
         for _, act in acts:  # warm-up: first use of each code path
             act(0)
@@ -91,7 +95,8 @@ def run(n_keys: int, rounds: int, workdir: Path) -> dict[str, Any]:
     results: dict[str, Any] = {
         "keys": {"value": n_keys, "unit": "keys"},
         "savepoint build": {"value": round(build_s, 2), "unit": "s"},
-        "dashboard open (read + all tabs)": {"value": round(open_s, 2), "unit": "s"},
+        "dashboard open (read state + Overview tab)": {"value": round(open_s, 2), "unit": "s"},
+        "other six tabs built (first shown)": {"value": round(tabs_s, 2), "unit": "s"},
         "all changes p50": {"value": round(percentile(every, 50), 1), "unit": "ms"},
         "all changes p95": {"value": round(percentile(every, 95), 1), "unit": "ms"},
         "all changes max": {"value": round(max(every), 1), "unit": "ms"},

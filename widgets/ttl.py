@@ -99,8 +99,12 @@ class TTLTab(View):
             exp = exp.astype(np.int64)
             order = np.argsort(exp, kind="stable")
             size = g["size_bytes"].to_numpy(np.int64)[order]
-            out.append({"operator": op, "state": st, "ttl_ms": ttl.get((op, st)), "exp": exp[order],
-                        "cum": np.concatenate([[0], np.cumsum(size)]), "keys": g["key"].to_numpy()[order]})
+            exp = exp[order]
+            # each key's earliest expiry, sorted: how many keys have something expired is one binary search
+            codes, _ = pd.factorize(g["key"].to_numpy()[order])
+            first = np.flatnonzero(np.concatenate([[True], np.maximum.accumulate(codes)[:-1] < codes[1:]]))
+            out.append({"operator": op, "state": st, "ttl_ms": ttl.get((op, st)), "exp": exp,
+                        "cum": np.concatenate([[0], np.cumsum(size)]), "key_first_expiry": exp[first]})
         return out
 
     def _timeline(self, now: pd.Timestamp, step: pd.Timedelta) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -131,7 +135,7 @@ class TTLTab(View):
                 "operator": g["operator"], "state": g["state"], "ttl_ms": g["ttl_ms"], "entries": n,
                 "bytes": int(cum[n]), "expired_entries": k, "expired_bytes": int(cum[k]),
                 "expired_share": k / n if n else 0.0,
-                "keys_with_expired": int(pd.unique(g["keys"][:k]).size) if k else 0,
+                "keys_with_expired": int(np.searchsorted(g["key_first_expiry"], t, side="right")),
                 "oldest_expiry": pd.Timestamp(int(exp[0]), tz="UTC") if k else pd.NaT})
         expired = pd.DataFrame(expired_rows, columns=["operator", "state", "ttl_ms", "entries", "bytes",
                                                       "expired_entries", "expired_bytes", "expired_share",
