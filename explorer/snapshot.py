@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from .errors import SnapshotNotFoundError
-from .readers.base import CONTRACT_COLUMNS, KeyedStateQuery, SnapshotReader
+from .readers.base import CONTRACT_COLUMNS, TUPLE_COLUMNS, KeyedStateQuery, SnapshotReader, struct_to_tuple
 from .readers.engine import EngineSnapshotReader
 
 _CHK = re.compile(r"^chk-(\d+)$")
@@ -296,6 +296,15 @@ def _constant(column: pa.ChunkedArray) -> tuple[bool, Any]:
     return True, first.as_py()
 
 
+def _piece_to_pandas(piece: pa.Table) -> pd.DataFrame:
+    df = piece.to_pandas(maps_as_pydicts="strict")
+    meta = piece.schema.metadata or {}
+    for c in meta.get(TUPLE_COLUMNS, b"").decode().split(","):
+        if c and c in df.columns:
+            df[c] = pd.Series([struct_to_tuple(v) for v in df[c]], index=df.index, dtype=object)
+    return df
+
+
 def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFrame:
     """One DataFrame from the pieces, in contract column order.
 
@@ -320,6 +329,12 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
             filled[c] = np.repeat(np.array(values, dtype=object), [p.num_rows for p in pieces])
     if filled:
         pieces = [p.drop_columns(list(filled)) for p in pieces]
+    if any(p.schema.metadata and TUPLE_COLUMNS in p.schema.metadata for p in pieces):
+        df = pd.concat([_piece_to_pandas(p) for p in pieces], ignore_index=True)
+        for c in cols:
+            if c in filled:
+                df.insert(cols.index(c), c, filled[c])
+        return df if list(df.columns) == cols else df[cols]
     try:
         table = pa.concat_tables(pieces, promote_options="permissive")
         df = table.to_pandas(maps_as_pydicts="strict", split_blocks=True)

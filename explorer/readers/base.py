@@ -71,6 +71,16 @@ STATE_KINDS: tuple[str, ...] = (
 
 TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
+#: piece schema metadata naming struct columns (``f0, f1, ...``) that stand for tuple keys
+TUPLE_COLUMNS = b"explorer.tuple_columns"
+
+
+def struct_to_tuple(value):
+    """``{"f0": a, "f1": b}`` (a tuple key as Arrow stores it) back to ``(a, b)``, recursively."""
+    if isinstance(value, dict) and value and all(k == f"f{i}" for i, k in enumerate(value)):
+        return tuple(struct_to_tuple(v) for v in value.values())
+    return value
+
 #: Arrow types of the columns whose type is fixed by the contract.
 FIXED_TYPES: dict[str, pa.DataType] = {
     "operator": pa.string(),

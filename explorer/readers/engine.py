@@ -12,13 +12,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..format.keyed import decode_keys, read_parquet_key_groups, rows_to_table
+from ..format.keyed import read_parquet_key_groups, rows_to_table
 from ..format.native import NATIVE_FORMAT, NativeFiles
 from ..format.types import type_from_description
 from ..format.sizes import value_sizes
 from ..format.snapshot import is_snapshot_folder, read_metadata, resolve, verify_file
 from ..keygroups import operator_indices_for_key_groups
 from .base import (
+    TUPLE_COLUMNS,
     TIMESTAMP,
     KeyedStateQuery,
     SnapshotInfo,
@@ -171,8 +172,7 @@ class EngineSnapshotReader(SnapshotReader):
                     yield self._piece(o, name, d["kind"], t, kinds, maxp, p, query)
 
     def _keys(self, column, kind: str):
-        if kind == "tuple":
-            return decode_keys(column, kind)
+        # tuple keys stay a struct column (f0, f1, ...) here; Snapshot turns them back into tuples
         return column
 
     def _piece(self, o, state, kind, t: pa.Table, smeta, maxp, p, query) -> pa.Table:
@@ -184,7 +184,7 @@ class EngineSnapshotReader(SnapshotReader):
         value = t.column("value")
         sizes = value_sizes(value)
         n = t.num_rows
-        return make_piece({
+        return _mark_tuples(make_piece({
             # constants as Arrow arrays (pa.repeat), not Python strings: make_piece would
             # build an n-element Python list for each, the slowest step of loading
             "operator": _repeat(o["name"], n), "state": _repeat(state, n), "kind": _repeat(kind, n),
@@ -195,19 +195,19 @@ class EngineSnapshotReader(SnapshotReader):
             "last_access": la.cast(pa.timestamp("ms")).cast(TIMESTAMP) if la.null_count < len(la) else None,
             "expires_at": expires.cast(pa.timestamp("ms")).cast(TIMESTAMP) if expires is not None else None,
             "size_bytes": sizes,
-        })
+        }), smeta)
 
     def _timer_piece(self, o, name, t: pa.Table, tmeta, maxp, p) -> pa.Table:
         kg = t.column("key_group").to_numpy()
         subtask = operator_indices_for_key_groups(maxp, p, kg).astype(np.int32)
         n = t.num_rows
-        return make_piece({
+        return _mark_tuples(make_piece({
             "operator": _repeat(o["name"], n), "state": _repeat(name, n),
             "kind": _repeat("event_timer" if name == "event_timers" else "processing_timer", n),
             "key": self._keys(t.column("key"), tmeta["key_kind"]), "key_group": t.column("key_group"),
             "subtask": subtask, "namespace": self._keys(t.column("namespace"), tmeta["namespace_kind"]),
             "value": t.column("timestamp"), "size_bytes": np.full(t.num_rows, 8, dtype=np.int64),
-        })
+        }), tmeta)
 
     def operator_state(self) -> pd.DataFrame:
         rows = []
@@ -266,6 +266,14 @@ class EngineSnapshotReader(SnapshotReader):
 def _repeat(text: str, n: int) -> pa.Array:
     """A string column of ``n`` copies of ``text``, built in Arrow."""
     return pa.repeat(pa.scalar(text, pa.string()), n)
+
+
+def _mark_tuples(piece: pa.Table, smeta: dict) -> pa.Table:
+    """Tell :class:`~explorer.snapshot.Snapshot` which struct columns hold tuple keys."""
+    cols = [c for c, k in (("key", smeta.get("key_kind")), ("namespace", smeta.get("namespace_kind"))) if k == "tuple"]
+    if not cols:
+        return piece
+    return piece.replace_schema_metadata({**(piece.schema.metadata or {}), TUPLE_COLUMNS: ",".join(cols).encode()})
 
 
 def _type_name(d: dict) -> str:

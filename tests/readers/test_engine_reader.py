@@ -118,3 +118,29 @@ def test_unknown_paths_get_a_clear_error(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(SnapshotNotFoundError, match=r"found \['notes.txt'\].*expected an engine checkpoint"):
         explorer.open(tmp_path)
+
+
+class ByTuple(KeyedProcessFunction):
+    def open(self, ctx):
+        self.n = ctx.get_state(ValueStateDescriptor("n", int))
+
+    def process_element(self, value, ctx, out):
+        self.n.update(self.n.value(0) + 1)
+
+
+def test_tuple_keys_come_back_as_tuples_and_analyses_work(tmp_path):
+    records = [((f"k{i % 5}", i % 3), i) for i in range(300)]
+    env = StreamEnvironment(parallelism=2, max_parallelism=64)
+    env.from_collection(records, name="src").key_by(0).process(ByTuple(), name="pairs")
+    client = env.execute_async("job")
+    client.run()
+    sp = client.trigger_savepoint(tmp_path / "sp")
+    client.close()
+    snap = explorer.open(sp)
+    df = snap.keyed_state(state="n")
+    assert sorted(df["key"]) == sorted({k for k, _ in records})
+    assert all(isinstance(k, tuple) for k in df["key"])
+    for key, kg in df[["key", "key_group"]].itertuples(index=False):
+        assert kg == assign_to_key_group(key, 64)
+    top = snap.hot_keys(3, by="entries")
+    assert len(top) == 3
