@@ -96,13 +96,23 @@ class HotKeysTab(View):
             cache[k] = (lorenz_curve(values), gini(values), top_share(values, 0.01))
         return cache[k]
 
+    def _loads(self, col: str, p: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-key values of ``col`` and their sums per subtask (cached: a million keys each)."""
+        k = (self.operator, col)
+        cache = self.__dict__.setdefault("_loads_cache", {})
+        if k not in cache:
+            ks = self.data.key_stats(self.operator)
+            values = ks[col].to_numpy(np.float64)
+            cache[k] = (values, np.bincount(ks["subtask"].to_numpy(np.int64), weights=values, minlength=p))
+        return cache[k]
+
     def update(self) -> None:
         if not self.operator:
             return
         col = BY[self.by]
         ks = self.data.key_stats(self.operator)
         p, m = self.data.layout(self.operator)
-        values = ks[col].to_numpy(np.float64)
+        values, loads = self._loads(col, p)
         n = min(self.n, len(ks))
         if n < len(values):  # the top n without sorting a million values
             part = np.argpartition(-values, n - 1)[:n]
@@ -111,9 +121,7 @@ class HotKeysTab(View):
             top_idx = np.lexsort((np.arange(len(values)), -values))
         top = ks.iloc[top_idx]
         self.top = top.reset_index(drop=True)
-        sub_all = ks["subtask"].to_numpy(np.int64)
-        loads = np.bincount(sub_all, weights=values, minlength=p)
-        total = float(values.sum())
+        total = float(loads.sum())
         labels = [str(k) for k in top["key"]]
         with self.hot_figure.batch_update():
             bar = self.hot_figure.data[0]
