@@ -28,8 +28,8 @@ class HistoryTab(View):
         self.metric_select = self.own(w.ToggleButtons(options=["bytes", "entries", "keys"], value="bytes",
                                                       description="size as", style={"button_width": "80px"}))
         self.size_figure = self.own(figure(340))
-        self.delta_figure = self.own(figure(300, barmode="group", width=560))
-        self.duration_figure = self.own(figure(300, width=560))
+        self.delta_figure = self.own(figure(300, barmode="group", width=470))
+        self.duration_figure = self.own(figure(300, width=470))
         self.table = self.own(w.HTML())
         t.link((self.metric_select, "value"), (self, "metric"))
         if self.directory is None:

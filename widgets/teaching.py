@@ -29,7 +29,7 @@ import traitlets as t
 from explorer.keygroups import assign_to_key_group, check_parallelism, java_hash_code, murmur_hash
 from explorer.keygroups import operator_index_for_key_group
 
-from ._base import TEMPLATE, View, figure, replace_figure, subtask_colour
+from ._base import TABLE_CSS, TEMPLATE, View, figure, replace_figure, subtask_colour
 from ._errors import ErrorArea
 
 # --- checkpoint step-through ------------------------------------------------------------------
@@ -397,4 +397,4 @@ class KeyRouting(View):
         ranges = ", ".join(f"<span style='color:{subtask_colour(s)}'>subtask {s}: key groups "
                            f"{owner.index(s)}–{m - 1 - owner[::-1].index(s)}</span>" for s in range(p) if per[s])
         self.table.value = (f"<div style='font-size:13px'>{ranges}</div>"
-                            + r.to_html(index=False, border=0))
+                            + TABLE_CSS + r.to_html(index=False, border=0, classes="sx-table"))

@@ -77,7 +77,7 @@ class TTLTab(View):
             fig.add_bar(x=[], y=[], name="expired, not cleaned", marker_color=EXPIRED_COLOR,
                         hovertemplate="%{text}<br>%{y:,} bytes expired<extra></extra>")
             fig.update_layout(barmode="stack", legend_title_text="state", xaxis_title="expiry time (UTC)",
-                              yaxis_title="bytes")
+                              yaxis_title="bytes", xaxis_type="date")
 
     def _base_time(self, rows: pd.DataFrame) -> pd.Timestamp:
         created = self.data.snapshot.created_at
@@ -164,13 +164,13 @@ class TTLTab(View):
         with fig.batch_update():
             for i, g in enumerate(self._sorted):
                 sel = expiring[(expiring["operator"] == g["operator"]) & (expiring["state"] == g["state"])]
-                fig.data[i].x = sel["window_start"].dt.tz_localize(None).to_numpy()
+                fig.data[i].x = sel["window_start"].dt.strftime("%Y-%m-%d %H:%M:%S").tolist()  # ISO: drawn as dates
                 fig.data[i].y = sel["bytes"].to_numpy()
             last = fig.data[len(self._sorted)]
-            last.x = gone["window_end"].dt.tz_localize(None).to_numpy()
+            last.x = gone["window_end"].dt.strftime("%Y-%m-%d %H:%M:%S").tolist()
             last.y = gone["bytes"].to_numpy()
             last.text = (gone["operator"].astype(str) + " / " + gone["state"].astype(str)).tolist()
-            stamp = now.tz_localize(None)
+            stamp = now.strftime("%Y-%m-%d %H:%M:%S")
             fig.layout.shapes = [dict(type="line", x0=stamp, x1=stamp, yref="paper", y0=0, y1=1,
                                       line=dict(dash="dot", color="black"))]
             fig.layout.annotations = [dict(x=stamp, y=1, yref="paper", text="now", showarrow=False, yanchor="bottom")]
