@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p95 = results["all changes p95"]["value"]
     out = {
         "benchmark": "widgets",
-        "command": "python -m benchmarks.bench_widgets" + (" --smoke" if args.smoke else ""),
+        "command": " ".join(["python -m benchmarks.bench_widgets", *(argv if argv is not None else sys.argv[1:])]),
         "results": results,
         "targets": {"p95 control change to updated figures (ms)": TARGET_P95_MS, "met": bool(p95 < TARGET_P95_MS)},
         "machine": machine(),
