@@ -199,7 +199,7 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
                                  name="duration (ms)", yaxis="y2", line=dict(color="#FF6692")))
         fig.update_layout(yaxis2=dict(title="duration (ms)", overlaying="y", side="right", showgrid=False))
     fig.update_xaxes(title_text="checkpoint", type="category")
-    fig.update_yaxes(title_text=y)
+    fig.update_layout(yaxis_title_text=y)  # the left axis only: the right one is the duration
     return _layout(fig, title or "Checkpoint history", height, barmode="stack")
 
 

@@ -96,7 +96,9 @@ def test_checkpoint_history(planted_job):
     assert "duration (ms)" in names and "incremental bytes" in names
     events = fig.data[names.index("planted/events")]
     assert list(events.x) == sorted(h["checkpoint_id"].unique())
-    assert fig.to_plotly_json()["layout"]["yaxis2"]["overlaying"] == "y"
+    layout = fig.to_plotly_json()["layout"]
+    assert layout["yaxis2"]["overlaying"] == "y"
+    assert layout["yaxis2"]["title"]["text"] == "duration (ms)" and layout["yaxis"]["title"]["text"] == "bytes"
 
 
 def test_diff_waterfall(planted_job):
