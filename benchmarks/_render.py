@@ -301,7 +301,13 @@ def peers_section(res: dict, charts: Path) -> list[str]:
         lines.append("")
     nm = res.get("not_measured") or {}
     if nm:
-        lines += ["Not measured in this run:", ""] + [f"- **{k}**: {r}" for k, r in nm.items()] + [""]
+        def why(reason: str) -> str:
+            for code, sig in (("-15", "SIGTERM"), ("-9", "SIGKILL")):
+                if f"exited with {code}:" in reason:
+                    return f"stopped with {sig} before it finished (`{reason.split('...')[0][-80:]}`)"
+            return reason
+
+        lines += ["Not measured in this run:", ""] + [f"- **{k}**: {why(r)}" for k, r in nm.items()] + [""]
     return lines
 
 
@@ -469,6 +475,9 @@ def headline(results: dict[str, dict]) -> list[str]:
                 parts.append(f"{times(oh['value'] / sp['value'])} than Spark transformWithStateInPandas (first "
                              f"{sp['records']:,} records: {fmt(oh['value'])} vs {fmt(sp['value'])} records/s per core; "
                              f"peak memory {fmt(oh.get('peak_rss_mb'))} vs {fmt(sp.get('peak_rss_mb'))} MB)")
+            missing = [k.split("/", 1)[1] for k in (r.get("not_measured") or {}) if k.startswith(wl + "/")]
+            if missing:
+                parts.append("not measured in this run (see the section): " + ", ".join(missing))
             ck = [(label, res.get(f"{wl}/{k}")) for label, k in (
                 ("ours heap", "engine/heap/checkpoint_1s"), ("ours RocksDB", "engine/rocksdb/checkpoint_1s"),
                 ("Bytewax", "bytewax/memory+sqlite/checkpoint_1s"), ("Flink HashMap", "flink/hashmap/checkpoint_1s"),
