@@ -125,7 +125,7 @@ def svg_bars(title: str, bars: list[tuple[str, float, str]], unit: str, log: boo
              legend: dict[str, str] | None = None) -> str:
     """A horizontal bar chart as standalone SVG: (label, value, group) per bar."""
     bars = [b for b in bars if b[1] is not None and b[1] > 0]
-    width, label_w, bar_h, gap, top = 860, 330, 18, 6, 40
+    width, label_w, bar_h, gap, top = 1000, 470, 18, 6, 40
     plot_w = width - label_w - 120
     height = top + len(bars) * (bar_h + gap) + 30
     vmax = max((b[1] for b in bars), default=1)
