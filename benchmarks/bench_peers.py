@@ -311,7 +311,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--spark-records", type=int, default=SPARK_RECORDS,
                     help="Spark (and our engine beside it) run on this many first records of the input")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--runs", default=None, help="only the runs whose names start with one of these (comma-separated)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other runs' figures from the existing JSON (re-measure some runs, e.g. at lower load)")
     args = ap.parse_args(argv)
+    prefixes = tuple(x for x in (args.runs or "").split(",") if x)
     n = args.records or (20_000 if args.smoke else 1_000_000)
     peers = [p for p in (args.peers or ("engine" if args.smoke else ",".join(PEERS))).split(",") if p]
     workloads = [w for w in args.workloads.split(",") if w]
@@ -360,12 +364,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     del users, ts
 
     out = Path(args.out) if args.out else result_path("peers")
+    if args.merge and out.is_file():
+        prev = json.loads(out.read_text())
+        if prev.get("records") != n:
+            raise SystemExit(f"--merge: {out} holds a run on {prev.get('records')} records, not {n}")
+        results = {**prev.get("results", {}), **results}
+        not_measured = {**prev.get("not_measured", {}), **not_measured}
+        versions = {**prev.get("versions", {}), **versions}
     for wl in workloads:
         for run in runs_for(peers, wl, smoke=args.smoke):
             if run["system"] in ("bytewax", "flink") and run["system"] not in tools:
                 continue
             if run.get("head") and head_path is None:
                 continue
+            if prefixes and not run["name"].startswith(prefixes):
+                continue
+            not_measured.pop(run["name"], None)
             work = WORK / run["name"].replace("/", "-")
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir(parents=True)
