@@ -347,12 +347,17 @@ class KeyedAggregateOperator(KeyedOperatorBase):
                 contrib = np.asarray(list(map(field, batch.values)))
                 zero = contrib.dtype.type(0)
             base_arr = np.array([zero if b is None else b for b in base], dtype=contrib.dtype)
-            running = _segmented_cumsum(codes, contrib, len(ukeys)) + base_arr[codes]
-            totals = base_arr + np.bincount(codes, weights=contrib, minlength=len(ukeys)).astype(contrib.dtype)
+            per_key = np.bincount(codes, minlength=len(ukeys))
+            if kind == "count":
+                totals = base_arr + per_key
+            else:
+                totals = base_arr + np.bincount(codes, weights=contrib, minlength=len(ukeys)).astype(contrib.dtype)
             table.put_many(ukgs, ukeys, totals.tolist())
-            out = running.tolist()
+            if self.emit_records:  # running values only when they are emitted
+                out = (_segmented_cumsum(codes, contrib, len(ukeys)) + base_arr[codes]).tolist()
         self.metrics.add(kgs)
-        self.sketch.update_many(zip(ukeys, np.bincount(codes, minlength=len(ukeys)).tolist()))
+        counts = per_key if kind != "reduce" else np.bincount(codes, minlength=len(ukeys))
+        self.sketch.update_many(zip(ukeys, counts.tolist()))
         if self.emit_records:
             self.emit(list(zip(keys, out)), batch.timestamps)
 
@@ -370,8 +375,9 @@ class KeyedAggregateOperator(KeyedOperatorBase):
 
 
 def _first_index(codes: np.ndarray, n_unique: int) -> np.ndarray:
-    first = np.full(n_unique, len(codes), dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes)))
+    """Position of each code's first occurrence (a reversed scatter: the last write, the first seen, wins)."""
+    first = np.empty(n_unique, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1, dtype=np.int64)
     return first
 
 
