@@ -17,7 +17,7 @@ from .functions import (
 )
 from .runtime import JobResult, Trace
 from .sinks import CollectSink, FileSink, Sink
-from .sources import CollectionSource, FileSource, GeneratorSource, Source, WatermarkStrategy
+from .sources import CollectionSource, ColumnSource, FileSource, GeneratorSource, Source, WatermarkStrategy
 from .state import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -48,6 +48,7 @@ __all__ = [
     "CollectSink",
     "CollectionSource",
     "Collector",
+    "ColumnSource",
     "DataStream",
     "EVENT_TIME",
     "FileSink",

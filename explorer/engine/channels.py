@@ -21,9 +21,15 @@ MIN_WATERMARK = -(1 << 63)
 
 
 class Batch:
-    """Records with (optional) event timestamps; after a hash edge also their keys and key groups."""
+    """Records with (optional) event timestamps; after a hash edge also their keys and key groups.
 
-    __slots__ = ("values", "timestamps", "keys", "key_groups")
+    A hash edge also factorises the keys once per batch: ``codes[i]`` is the
+    position of record ``i``'s key in ``uniques`` (the batch's distinct keys in
+    order of first appearance) and ``ukgs[j]`` the key group of ``uniques[j]``,
+    so keyed operators can work per distinct key without hashing again.
+    """
+
+    __slots__ = ("values", "timestamps", "keys", "key_groups", "codes", "uniques", "ukgs")
 
     def __init__(
         self,
@@ -31,17 +37,99 @@ class Batch:
         timestamps: list[int | None] | None = None,
         keys: list[Any] | None = None,
         key_groups: np.ndarray | None = None,
+        codes: np.ndarray | None = None,
+        uniques: list[Any] | None = None,
+        ukgs: np.ndarray | None = None,
     ) -> None:
         self.values = values
         self.timestamps = timestamps
         self.keys = keys
         self.key_groups = key_groups
+        self.codes = codes
+        self.uniques = uniques
+        self.ukgs = ukgs
 
     def __len__(self) -> int:
         return len(self.values)
 
     def __repr__(self) -> str:
-        return f"Batch({len(self.values)} records)"
+        return f"Batch({len(self)} records)"
+
+
+def pylist(column: Any) -> list[Any]:
+    """A column (NumPy array, Arrow array or list) as a list of Python scalars."""
+    if isinstance(column, np.ndarray):
+        return column.tolist()
+    if hasattr(column, "to_pylist"):
+        return column.to_pylist()
+    return column if isinstance(column, list) else list(column)
+
+
+class ColumnBatch(Batch):
+    """A batch held as columns (NumPy arrays or Python lists), one per record field.
+
+    Operators that understand columns (hash routing, built-in keyed aggregates,
+    sinks with ``write_batch``) read ``columns`` directly and never build
+    per-record objects. Everything else reads ``values`` as usual: the records
+    are then built once, as tuples of Python scalars in column order, and kept.
+    ``keys`` likewise is built from ``codes``/``uniques`` only when asked for.
+    """
+
+    __slots__ = ("columns", "n", "names", "_values", "_keys")
+
+    def __init__(
+        self,
+        columns: list[Any],
+        n: int,
+        names: list[str] | None = None,
+        timestamps: list[int | None] | None = None,
+        key_groups: np.ndarray | None = None,
+        codes: np.ndarray | None = None,
+        uniques: list[Any] | None = None,
+        ukgs: np.ndarray | None = None,
+    ) -> None:
+        self.columns = columns
+        self.n = n
+        self.names = names
+        self._values = None
+        self._keys = None
+        self.timestamps = timestamps
+        self.key_groups = key_groups
+        self.codes = codes
+        self.uniques = uniques
+        self.ukgs = ukgs
+
+    @property
+    def values(self) -> list[Any]:  # type: ignore[override]
+        if self._values is None:
+            cols = [pylist(c) for c in self.columns]
+            self._values = list(zip(*cols)) if cols else [()] * self.n
+        return self._values
+
+    @property
+    def keys(self) -> list[Any] | None:  # type: ignore[override]
+        if self._keys is None and self.codes is not None:
+            u = self.uniques
+            self._keys = [u[c] for c in self.codes.tolist()]
+        return self._keys
+
+    def take(self, idx: np.ndarray) -> list[Any]:
+        """The columns restricted to the rows ``idx`` (in order)."""
+        out = []
+        for c in self.columns:
+            if isinstance(c, np.ndarray):
+                out.append(c[idx])
+            elif hasattr(c, "take"):  # an Arrow array
+                out.append(c.take(idx))
+            else:
+                out.append([c[i] for i in idx.tolist()])
+        return out
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"ColumnBatch({self.n} records, {len(self.columns)} columns)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +175,7 @@ class Channel:
     def put(self, item: Any) -> None:
         self.queue.append(item)
         if isinstance(item, Batch):
-            self.records_in += len(item.values)
+            self.records_in += len(item)
 
     def __len__(self) -> int:
         return len(self.queue)

@@ -42,7 +42,7 @@ from .operators import (
 from .routing import key_selector
 from .runtime import JobResult, Runtime
 from .sinks import CollectSink, FileSink, Sink
-from .sources import CollectionSource, FileSource, GeneratorSource, Source, WatermarkStrategy
+from .sources import CollectionSource, ColumnSource, FileSource, GeneratorSource, Source, WatermarkStrategy
 from .state import ListStateDescriptor, MapStateDescriptor
 
 __all__ = ["BroadcastStream", "DataStream", "KeyedStream", "StreamEnvironment"]
@@ -57,6 +57,7 @@ class Edge:
     kind: str  # forward | hash | broadcast | rebalance
     key_selector: Callable[[Any], Any] | None = None
     side_tag: str | None = None  # read the upstream's side output of this tag, not its main output
+    key_field: int | str | None = None  # key_by(position or name): the key column of columnar batches
 
 
 @dataclass
@@ -87,6 +88,7 @@ class OperatorSpec:
     field_getter: Callable | None = None
     reduce_fn: Callable | None = None
     emit_every_record: bool = True
+    columnar_state: bool = True
     description: dict = field(default_factory=dict)
 
     def function_factory(self):
@@ -101,7 +103,9 @@ class StreamEnvironment:
     processing time (use :class:`~explorer.engine.clock.ManualClock` in tests).
     ``background_cleanup_rounds``: every that many scheduler rounds, RocksDB
     subtasks sweep expired TTL entries (Flink's compaction-filter cleanup);
-    ``None`` turns the sweeper off.
+    ``None`` turns the sweeper off. ``columnar_state``: the built-in count on the
+    heap backend keeps its state in NumPy columns (the same state, snapshots and
+    outputs as the ordinary table; ``False`` uses the ordinary table).
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class StreamEnvironment:
         trace: bool = False,
         state_dir: str | Path | None = None,
         background_cleanup_rounds: int | None = 100,
+        columnar_state: bool = True,
     ) -> None:
         if max_parallelism is None:
             max_parallelism = compute_default_max_parallelism(parallelism)
@@ -131,6 +136,7 @@ class StreamEnvironment:
         if background_cleanup_rounds is not None and background_cleanup_rounds <= 0:
             raise JobError(f"background_cleanup_rounds must be positive or None, found {background_cleanup_rounds}")
         self.background_cleanup_rounds = background_cleanup_rounds
+        self.columnar_state = columnar_state
         self._state_dir = Path(state_dir) if state_dir is not None else None
         self.specs: list[OperatorSpec] = []
         self._names: set[str] = set()
@@ -212,6 +218,13 @@ class StreamEnvironment:
                         name: str | None = None, num_splits: int = 1, parallelism: int | None = None) -> "DataStream":
         return self.from_source(CollectionSource(items, num_splits), watermark_strategy, name or "collection", parallelism)
 
+    def from_columns(self, data: Any, name: str | None = None, num_splits: int = 1,
+                     parallelism: int | None = None) -> "DataStream":
+        """Records held as columns (a pyarrow Table, a pandas DataFrame, or a dict of equal-length
+        sequences); records are tuples in column order. Batches stay columnar through ``key_by`` (a
+        column position or name) into the built-in aggregates (see :class:`ColumnSource`)."""
+        return self.from_source(ColumnSource(data, num_splits), None, name or "columns", parallelism)
+
     def from_generator(self, batch_fn: Callable[[int, int, int], list[Any]], records_per_split: int | None,
                        num_splits: int = 1, watermark_strategy: WatermarkStrategy | None = None,
                        name: str | None = None, parallelism: int | None = None) -> "DataStream":
@@ -285,9 +298,10 @@ class DataStream:
         self.spec = spec
         self.side_tag = side_tag
 
-    def _one_input(self, name, operator_class, edge_kind="forward", parallelism=None, uid=None, selector=None, **kw):
+    def _one_input(self, name, operator_class, edge_kind="forward", parallelism=None, uid=None, selector=None,
+                   key_field=None, **kw):
         spec = self.env._add(name, operator_class, parallelism, uid, **kw)
-        spec.inputs.append(Edge(self.spec, edge_kind, selector, self.side_tag))
+        spec.inputs.append(Edge(self.spec, edge_kind, selector, self.side_tag, key_field))
         return spec
 
     def get_side_output(self, tag: str) -> "DataStream":
@@ -326,7 +340,8 @@ class DataStream:
 
     def key_by(self, key: str | int | Callable[[Any], Any]) -> "KeyedStream":
         """Partition by key: records go to the subtask that owns their key group."""
-        return KeyedStream(self.env, self.spec, key_selector(key), self.side_tag)
+        return KeyedStream(self.env, self.spec, key_selector(key), self.side_tag,
+                           key if isinstance(key, (int, str)) and not isinstance(key, bool) else None)
 
     def broadcast(self, *descriptors: MapStateDescriptor) -> "BroadcastStream":
         return BroadcastStream(self.env, self.spec, descriptors)
@@ -364,12 +379,14 @@ class KeyedStream(DataStream):
     """A stream partitioned by key; keyed state and timers live downstream of it."""
 
     def __init__(self, env: StreamEnvironment, spec: OperatorSpec, selector: Callable[[Any], Any],
-                 side_tag: str | None = None) -> None:
+                 side_tag: str | None = None, key_field: int | str | None = None) -> None:
         super().__init__(env, spec, side_tag)
         self.selector = selector
+        self.key_field = key_field
 
-    def _one_input(self, name, operator_class, edge_kind="hash", parallelism=None, uid=None, selector=None, **kw):
-        return super()._one_input(name, operator_class, "hash", parallelism, uid, self.selector, **kw)
+    def _one_input(self, name, operator_class, edge_kind="hash", parallelism=None, uid=None, selector=None,
+                   key_field=None, **kw):
+        return super()._one_input(name, operator_class, "hash", parallelism, uid, self.selector, self.key_field, **kw)
 
     def _edge_kind(self):
         return "hash"
@@ -385,7 +402,7 @@ class KeyedStream(DataStream):
     def _aggregate(self, kind: str, name: str, state_type: Any, parallelism, uid, emit_every_record, **kw) -> DataStream:
         spec = self._one_input(name, KeyedAggregateOperator, parallelism=parallelism, uid=uid, keyed=True,
                                aggregate=kind, state_name=kw.pop("state_name", kind), state_type=state_type,
-                               emit_every_record=emit_every_record, **kw)
+                               emit_every_record=emit_every_record, columnar_state=self.env.columnar_state, **kw)
         return DataStream(self.env, spec)
 
     def count(self, name: str = "count", parallelism: int | None = None, uid: str | None = None,
@@ -444,7 +461,8 @@ class BroadcastConnectedStream:
         spec = env._add(name or type(function).__name__, KeyedProcessOperator if keyed else BroadcastProcessOperator,
                         parallelism, uid, function=function, keyed=keyed)
         spec.inputs.append(Edge(self.data.spec, "hash" if keyed else "forward",
-                                self.data.selector if keyed else None, self.data.side_tag))  # type: ignore[attr-defined]
+                                self.data.selector if keyed else None, self.data.side_tag,  # type: ignore[attr-defined]
+                                self.data.key_field if keyed else None))  # type: ignore[attr-defined]
         spec.inputs.append(Edge(self.broadcast.spec, "broadcast"))
         spec.description["broadcast_states"] = [d.name for d in self.broadcast.descriptors]
         return DataStream(env, spec)

@@ -53,12 +53,35 @@ class SpaceSaving:
                 self.update(k, w)
             return
         top = heapq.nlargest(self.capacity, items, key=lambda kv: kv[1])
+        self._merge_batch(top, sum(w for _, w in items), len(items))
+
+    def update_counts(self, keys: list[Any], weights: np.ndarray) -> None:
+        """``update_many(zip(keys, weights))`` with NumPy weights, choosing the batch's largest
+        weights without a Python loop over every key; the resulting sketch is the same."""
+        n = len(keys)
+        if n <= 8:
+            for k, w in zip(keys, weights.tolist()):
+                self.update(k, w)
+            return
+        cap = self.capacity
+        if n > cap:
+            # heapq.nlargest is a stable descending sort cut at ``cap``: candidates are every weight
+            # at least the cap-th largest, in their original order, then stably sorted
+            kth = np.partition(weights, n - cap)[n - cap]
+            cand = np.flatnonzero(weights >= kth)
+        else:
+            cand = np.arange(n)
+        order = cand[np.argsort(-weights[cand], kind="stable")][:cap]
+        top = list(zip([keys[i] for i in order.tolist()], weights[order].tolist()))
+        self._merge_batch(top, int(weights.sum()), n)
+
+    def _merge_batch(self, top: list[tuple[Any, int]], total: int, n_items: int) -> None:
         batch = SpaceSaving(self.capacity)
-        batch.total = sum(w for _, w in items)
+        batch.total = total
         for k, w in top:
             batch.counts[k] = w
             batch.errors[k] = 0
-        if len(items) > self.capacity:
+        if n_items > self.capacity:
             # keys left out weigh at most the smallest kept weight: an exact floor for the merge
             floor = top[-1][1]
             merged = self.merge(batch, other_floor=floor)

@@ -16,10 +16,11 @@ import pandas as pd
 
 from ..errors import JobError
 from ..keygroups import key_group_range_for_operator
-from .channels import MAX_WATERMARK, MIN_WATERMARK, Batch
+from .channels import MAX_WATERMARK, MIN_WATERMARK, Batch, ColumnBatch
 from .functions import Collector, ProcessContext, RuntimeContext
 from .metrics import KeyGroupMetrics, SpaceSaving
 from .operator_state import OperatorStateStore
+from .routing import factorize_keys
 from .state import ValueStateDescriptor
 from .timers import EVENT_TIME, PROCESSING_TIME, TimerQueue, TimerService
 
@@ -56,6 +57,11 @@ class StreamOperator:
             self.records_out += len(values)
             self.subtask.emit(Batch(values, timestamps))
 
+    def emit_batch(self, batch: Batch) -> None:
+        if len(batch):
+            self.records_out += len(batch)
+            self.subtask.emit(batch)
+
     def side_output(self, tag: str, value: Any, timestamp: int | None) -> None:
         sub = self.subtask
         if not sub.emit_side(tag, Batch([value], None if timestamp is None else [timestamp])):
@@ -86,7 +92,7 @@ class StreamOperator:
 
 class MapOperator(StreamOperator):
     def process_batch(self, batch, input_index):
-        self.records_in += len(batch.values)
+        self.records_in += len(batch)
         self.emit(list(map(self.spec.fn, batch.values)), batch.timestamps)
 
 
@@ -120,8 +126,12 @@ class SinkOperator(StreamOperator):
         self.writer = self.sink.create_writer(self.subtask_index, self.parallelism, self.subtask.runtime)
 
     def process_batch(self, batch, input_index):
-        self.records_in += len(batch.values)
-        self.writer.write(batch.values, batch.timestamps)
+        self.records_in += len(batch)
+        write_batch = getattr(self.writer, "write_batch", None)
+        if write_batch is not None:
+            write_batch(batch)
+        else:
+            self.writer.write(batch.values, batch.timestamps)
 
     def finish(self):
         self.writer.finish()
@@ -307,32 +317,48 @@ class KeyedAggregateOperator(KeyedOperatorBase):
     """``key_by(...).count() / .sum(field) / .reduce(fn)``: a rolling aggregate per key.
 
     Like Flink's rolling aggregations it emits the updated aggregate for every
-    input record, as ``(key, aggregate)``. It works a batch at a time: each
-    key's state is read once and written once per batch, and the running
-    values are computed with NumPy (count and sum) or a dict (reduce).
+    input record, as ``(key, aggregate)``. It works a batch at a time on the
+    batch's factorised keys (``codes``/``uniques`` from the hash edge): each
+    distinct key's state is read once and written once per batch, and the
+    running values are computed with NumPy (count and sum) or a dict (reduce).
+
+    On the heap backend, count keeps its state in a
+    :class:`~explorer.engine.backends.heap.ColumnarValueTable` (key -> slot,
+    values in a NumPy array), so a batch costs one dict lookup per distinct key
+    and NumPy arithmetic. Count and sum emit columnar batches. Other backends, sum,
+    ``reduce``, and ``StreamEnvironment(columnar_state=False)`` use the ordinary
+    table through ``get_many``/``put_many``; state, snapshots and outputs are the same.
     """
 
     def open(self):
         spec = self.spec
-        self.state = self.backend.get_state(ValueStateDescriptor(spec.state_name, spec.state_type))
+        dtype = np.int64 if spec.columnar_state and spec.aggregate == "count" else None
+        self.state = self.backend.get_state(ValueStateDescriptor(spec.state_name, spec.state_type), columnar=dtype)
+        self.columnar = hasattr(self.state.table, "slots_for")
         self.emit_records = spec.emit_every_record
 
+    def _factorized(self, batch: Batch) -> tuple[np.ndarray, list[Any], np.ndarray, np.ndarray]:
+        """``(codes, uniques, ukgs, kgs)`` of a batch (from its hash edge, or computed here)."""
+        if batch.codes is not None:
+            return batch.codes, batch.uniques, batch.ukgs, batch.key_groups
+        keys, kgs = self.keys_for(batch)
+        codes, uniques = factorize_keys(keys)
+        return codes, uniques, kgs[_first_index(codes, len(uniques))], kgs
+
     def process_batch(self, batch, input_index):
-        n = len(batch.values)
+        n = len(batch)
         if not n:
             return
         self.records_in += n
-        keys, kgs = self.keys_for(batch)
-        codes, uniques = pd.factorize(np.asarray(keys, dtype=object) if not isinstance(keys, np.ndarray) else keys)
+        codes, ukeys, ukgs_arr, kgs = self._factorized(batch)
+        nu = len(ukeys)
         kind = self.spec.aggregate
-        first_idx = _first_index(codes, len(uniques))
-        ukgs = kgs[first_idx].tolist()
-        ukeys = uniques.tolist() if hasattr(uniques, "tolist") else list(uniques)
         st = self.state
-        # no TTL here: read and write the table directly, once per distinct key of the batch
         table = st.table
-        base = table.get_many(ukgs, ukeys)
+        per_key = np.bincount(codes, minlength=nu)
         if kind == "reduce":
+            ukgs = ukgs_arr.tolist()
+            base = table.get_many(ukgs, ukeys)
             out, finals = self._reduce(batch.values, codes, base)
             for v in finals:
                 if type(v) is not st._exact:
@@ -340,26 +366,41 @@ class KeyedAggregateOperator(KeyedOperatorBase):
             table.put_many(ukgs, ukeys, finals)
         else:
             if kind == "count":
-                contrib = np.ones(n, dtype=np.int64)
-                zero = 0
+                contrib = None
+                dtype = np.dtype(np.int64)
             else:
                 field = self.spec.field_getter
                 contrib = np.asarray(list(map(field, batch.values)))
-                zero = contrib.dtype.type(0)
-            base_arr = np.array([zero if b is None else b for b in base], dtype=contrib.dtype)
-            per_key = np.bincount(codes, minlength=len(ukeys))
-            if kind == "count":
+                dtype = contrib.dtype
+            if self.columnar:
+                # no TTL, default namespace: the values of this batch's distinct keys, in place
+                slots = table.slots_for(ukeys, ukgs_arr)
+                base_arr = table.values[slots].astype(dtype, copy=False)
+            else:
+                ukgs = ukgs_arr.tolist()
+                base = table.get_many(ukgs, ukeys)
+                zero = dtype.type(0)
+                base_arr = np.array([zero if b is None else b for b in base], dtype=dtype)
+            if contrib is None:
                 totals = base_arr + per_key
             else:
-                totals = base_arr + np.bincount(codes, weights=contrib, minlength=len(ukeys)).astype(contrib.dtype)
-            table.put_many(ukgs, ukeys, totals.tolist())
+                totals = base_arr + np.bincount(codes, weights=contrib, minlength=nu).astype(dtype)
+            if self.columnar:
+                table.values[slots] = totals
+            else:
+                table.put_many(ukgs, ukeys, totals.tolist())
             if self.emit_records:  # running values only when they are emitted
-                out = (_segmented_cumsum(codes, contrib, len(ukeys)) + base_arr[codes]).tolist()
+                ones = np.ones(n, dtype=np.int64) if contrib is None else contrib
+                out = _segmented_cumsum(codes, ones, nu) + base_arr[codes]
         self.metrics.add(kgs)
-        counts = per_key if kind != "reduce" else np.bincount(codes, minlength=len(ukeys))
-        self.sketch.update_many(zip(ukeys, counts.tolist()))
+        self.sketch.update_counts(ukeys, per_key)
         if self.emit_records:
-            self.emit(list(zip(keys, out)), batch.timestamps)
+            if kind == "reduce":
+                keys = batch.keys if batch.keys is not None else [ukeys[c] for c in codes.tolist()]
+                self.emit(list(zip(keys, out)), batch.timestamps)
+            else:
+                key_col = np.fromiter(ukeys, dtype=object, count=nu)[codes]
+                self.emit_batch(ColumnBatch([key_col, out], n, None, batch.timestamps))
 
     def _reduce(self, values, codes, base):
         fn = self.spec.reduce_fn
@@ -436,15 +477,19 @@ class SourceOperator(StreamOperator):
             items[i] = (split, new_offset)
             if done:
                 self.finished_splits.add(split)
-            if records:
+            if len(records):
                 self.records_in += len(records)
                 ts = None
                 if self.ts_fn is not None:
-                    ts = list(map(self.ts_fn, records))
+                    ts = list(map(self.ts_fn, records.values if isinstance(records, ColumnBatch) else records))
                     m = max(ts)
                     if m > self.max_ts:
                         self.max_ts = m
-                self.emit(records, ts)
+                if isinstance(records, ColumnBatch):
+                    records.timestamps = ts
+                    self.emit_batch(records)
+                else:
+                    self.emit(records, ts)
                 if self.ts_fn is not None:
                     wm = self.max_ts - self.delay - 1
                     if wm > self.current_watermark:

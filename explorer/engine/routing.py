@@ -12,10 +12,56 @@ import operator
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 
 from ..errors import JobError, KeyTypeError
-from ..keygroups import assign_key_groups, java_hash_code, murmur_hash
-from .channels import Batch, Channel
+from ..keygroups import (
+    assign_key_groups,
+    java_hash_code,
+    java_string_hash_codes,
+    key_groups_for_hash_codes,
+    murmur_hash,
+)
+from .channels import Batch, Channel, ColumnBatch
+
+
+def factorize_keys(keys: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """``(codes, uniques)``: the distinct keys in order of first appearance, and each key's position among them.
+
+    Keys compare as Python compares them (as the dicts of the heap backend do).
+    ``None`` and NaN are not keys (Flink rejects null keys).
+    """
+    n = len(keys)
+    arr = None
+    try:
+        arr = np.array(keys, dtype=object)
+    except ValueError:  # ragged sequences as keys
+        pass
+    if arr is None or arr.shape != (n,):
+        arr = np.fromiter(keys, dtype=object, count=n)  # tuples as keys stay whole
+    try:
+        codes, uniques = pd.factorize(arr)
+    except TypeError as exc:
+        raise KeyTypeError(f"a key in {keys[:3]!r}... is not hashable") from exc
+    if n and codes.min() < 0:
+        bad = keys[int(np.flatnonzero(codes < 0)[0])]
+        raise KeyTypeError(f"key {bad!r} is not usable as a key (null keys are not allowed); expected a value")
+    return codes, uniques.tolist()
+
+
+def factorize_column(column: Any) -> tuple[np.ndarray, list[Any]]:
+    """:func:`factorize_keys` for a column (NumPy array, Arrow array or list), without per-record objects."""
+    if isinstance(column, np.ndarray):
+        if column.dtype.kind == "f" and np.isnan(column).any():
+            raise KeyTypeError("a key column holds NaN; NaN is not a usable key")
+        codes, uniques = pd.factorize(column)
+        return codes, uniques.tolist()
+    if hasattr(column, "dictionary_encode"):  # an Arrow array
+        if column.null_count:
+            raise KeyTypeError(f"the key column holds {column.null_count} nulls; a key must not be null")
+        enc = column.dictionary_encode()
+        return enc.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False), enc.dictionary.to_pylist()
+    return factorize_keys(list(column))
 
 
 def key_selector(key: str | int | Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -91,6 +137,29 @@ class KeyGroupAssigner:
         return np.fromiter(map(memo.__getitem__, keys), dtype=np.int64, count=len(keys))
 
 
+    def distinct(self, uniques: list[Any]) -> np.ndarray:
+        """Key groups of distinct keys (a batch's ``uniques``); new strings are hashed in one vectorised pass."""
+        memo = self.memo
+        try:
+            got = list(map(memo.get, uniques))
+        except TypeError as exc:
+            raise KeyTypeError(f"a key in {uniques[:3]!r}... is not hashable") from exc
+        if None in got:
+            idx = [i for i, g in enumerate(got) if g is None]
+            miss = [uniques[i] for i in idx]
+            maxp = self.max_parallelism
+            if len(miss) > 16 and all(type(k) is str for k in miss):
+                kgs = key_groups_for_hash_codes(java_string_hash_codes(miss), maxp).tolist()
+            else:
+                kgs = [murmur_hash(java_hash_code(k)) % maxp for k in miss]
+            if len(memo) + len(miss) > self.memo_size:
+                memo.clear()
+            memo.update(zip(miss, kgs))
+            for i, g in zip(idx, kgs):
+                got[i] = g
+        return np.array(got, dtype=np.int64)
+
+
 class Partitioner:
     """Splits one batch among the channels of an edge."""
 
@@ -118,6 +187,8 @@ class RebalancePartitioner(Partitioner):
     def route(self, batch, channels, sender_index):
         p = len(channels)
         if p == 1:
+            if isinstance(batch, ColumnBatch):
+                return [(channels[0], ColumnBatch(batch.columns, len(batch), batch.names, batch.timestamps))]
             return [(channels[0], Batch(batch.values, batch.timestamps))]
         out = []
         start = self._next
@@ -127,7 +198,7 @@ class RebalancePartitioner(Partitioner):
             if vals:
                 ts = batch.timestamps[j::p] if batch.timestamps is not None else None
                 out.append((channels[c], Batch(vals, ts)))
-        self._next = (start + len(batch.values)) % p
+        self._next = (start + len(batch)) % p
         return out
 
 
@@ -139,12 +210,21 @@ class BroadcastPartitioner(Partitioner):
 
 
 class KeyGroupPartitioner(Partitioner):
-    """``key_by``: each record to the subtask owning its key group."""
+    """``key_by``: each record to the subtask owning its key group.
+
+    The keys of a batch are factorised once (``codes``/``uniques``, see
+    :class:`~explorer.engine.channels.Batch`) and hashed once per distinct key.
+    A :class:`~explorer.engine.channels.ColumnBatch` keyed by a column
+    (``key_field``, a position or a column name) is factorised on that column
+    directly and stays columnar.
+    """
 
     name = "hash"
 
-    def __init__(self, selector: Callable[[Any], Any], max_parallelism: int, parallelism: int) -> None:
+    def __init__(self, selector: Callable[[Any], Any], max_parallelism: int, parallelism: int,
+                 key_field: int | str | None = None) -> None:
         self.selector = selector
+        self.key_field = key_field
         self.assigner = KeyGroupAssigner(max_parallelism)
         self.max_parallelism = max_parallelism
         self.parallelism = parallelism
@@ -154,32 +234,75 @@ class KeyGroupPartitioner(Partitioner):
     def keys_of(self, values: list[Any]) -> list[Any]:
         return list(map(self.selector, values))
 
-    def route(self, batch, channels, sender_index):
+    def _key_column(self, batch: ColumnBatch) -> int | None:
+        f = self.key_field
+        if f is None:
+            return None
+        if isinstance(f, int):
+            return f if -len(batch.columns) <= f < len(batch.columns) else None
+        names = batch.names or ()
+        return names.index(f) if f in names else None
+
+    def factorize(self, batch: Batch) -> tuple[np.ndarray, list[Any], list[Any] | None]:
+        """``(codes, uniques, keys)`` of a batch; ``keys`` is None when the batch stays columnar."""
+        if isinstance(batch, ColumnBatch):
+            col = self._key_column(batch)
+            if col is not None:
+                codes, uniques = factorize_column(batch.columns[col])
+                return codes, uniques, None
         keys = self.keys_of(batch.values)
-        kgs = self.assigner.many(keys)
+        codes, uniques = factorize_keys(keys)
+        return codes, uniques, keys
+
+    def route(self, batch, channels, sender_index):
+        codes, uniques, keys = self.factorize(batch)
+        ukgs = self.assigner.distinct(uniques)
+        kgs = ukgs[codes]
+        columnar = keys is None
         p = self.parallelism
         if p == 1:
-            return [(channels[0], Batch(batch.values, batch.timestamps, keys, kgs))]
-        targets = self.owner[kgs]
+            return [(channels[0], _keyed(batch, columnar, batch.values if not columnar else None, batch.timestamps,
+                                         keys, kgs, codes, uniques, ukgs))]
+        owner_u = self.owner[ukgs]
+        targets = owner_u[codes]
         out = []
-        values, ts = batch.values, batch.timestamps
+        values = None if columnar else batch.values
+        ts = batch.timestamps
+        n, nu = len(codes), len(uniques)
         for s in range(p):
+            uidx = np.flatnonzero(owner_u == s)
+            if not len(uidx):
+                continue
+            if len(uidx) == nu:
+                out.append((channels[s], _keyed(batch, columnar, values, ts, keys, kgs, codes, uniques, ukgs)))
+                continue
             idx = np.flatnonzero(targets == s)
-            if not len(idx):
-                continue
-            if len(idx) == len(values):
-                out.append((channels[s], Batch(values, ts, keys, kgs)))
-                continue
+            remap = np.empty(nu, dtype=codes.dtype)
+            remap[uidx] = np.arange(len(uidx), dtype=codes.dtype)
+            sub_codes = remap[codes[idx]]
+            ul = uidx.tolist()
+            sub_uniques = [uniques[ul[0]]] if len(ul) == 1 else list(operator.itemgetter(*ul)(uniques))
             il = idx.tolist()
             if len(il) == 1:
                 i = il[0]
-                out.append((channels[s], Batch([values[i]], None if ts is None else [ts[i]], [keys[i]], kgs[idx])))
-                continue
-            get = operator.itemgetter(*il)
-            out.append(
-                (
-                    channels[s],
-                    Batch(list(get(values)), None if ts is None else list(get(ts)), list(get(keys)), kgs[idx]),
-                )
-            )
+                sub_ts = None if ts is None else [ts[i]]
+                sub_vals = None if columnar else [values[i]]
+                sub_keys = None if columnar else [keys[i]]
+            else:
+                get = operator.itemgetter(*il)
+                sub_ts = None if ts is None else list(get(ts))
+                sub_vals = None if columnar else list(get(values))
+                sub_keys = None if columnar else list(get(keys))
+            if columnar:
+                sub = ColumnBatch(batch.take(idx), len(il), batch.names, sub_ts, kgs[idx], sub_codes, sub_uniques,
+                                  ukgs[uidx])
+            else:
+                sub = Batch(sub_vals, sub_ts, sub_keys, kgs[idx], sub_codes, sub_uniques, ukgs[uidx])
+            out.append((channels[s], sub))
         return out
+
+
+def _keyed(batch, columnar, values, ts, keys, kgs, codes, uniques, ukgs) -> Batch:
+    if columnar:
+        return ColumnBatch(batch.columns, len(batch), batch.names, ts, kgs, codes, uniques, ukgs)
+    return Batch(values, ts, keys, kgs, codes, uniques, ukgs)

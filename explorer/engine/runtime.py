@@ -96,7 +96,7 @@ class Subtask:
             for ch, b in partitioner.route(batch, channels, self.index):
                 ch.put(b)
                 if self.runtime.trace.enabled:
-                    self.trace("route", to=ch.target, records=len(b.values),
+                    self.trace("route", to=ch.target, records=len(b),
                                key_groups=sorted(set(b.key_groups.tolist())) if b.key_groups is not None else None)
 
     def emit_side(self, tag: str, batch: Batch) -> bool:
@@ -250,11 +250,12 @@ class Runtime:
                         up.side_outputs.setdefault(edge.side_tag, []).append(route)
                 if edge.kind == "hash":
                     for down in downstream:
-                        down.key_partitioner = KeyGroupPartitioner(edge.key_selector, spec.max_parallelism, spec.parallelism)
+                        down.key_partitioner = KeyGroupPartitioner(edge.key_selector, spec.max_parallelism,
+                                                                   spec.parallelism, edge.key_field)
 
     def _partitioner(self, edge, spec, upstream_parallelism: int) -> Partitioner:
         if edge.kind == "hash":
-            return KeyGroupPartitioner(edge.key_selector, spec.max_parallelism, spec.parallelism)
+            return KeyGroupPartitioner(edge.key_selector, spec.max_parallelism, spec.parallelism, edge.key_field)
         if edge.kind == "broadcast":
             return BroadcastPartitioner()
         if edge.kind == "forward":

@@ -18,6 +18,11 @@ class SinkWriter:
     def write(self, values: list[Any], timestamps: list[int | None] | None) -> None:
         raise NotImplementedError
 
+    def write_batch(self, batch) -> None:
+        """Write one :class:`~explorer.engine.channels.Batch`; writers that can use a
+        columnar batch's ``columns`` override this, the rest get its records."""
+        self.write(batch.values, batch.timestamps)
+
     def finish(self) -> None:
         pass
 

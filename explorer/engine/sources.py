@@ -10,10 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from ..errors import JobError
+from .channels import ColumnBatch
 
 __all__ = [
     "CollectionSource",
+    "ColumnSource",
     "FileSource",
     "GeneratorSource",
     "Source",
@@ -56,10 +60,99 @@ class CollectionSource(Source):
         lo, hi = self._bounds[int(split)]
         start = lo + offset
         end = min(hi, start + max_records)
-        return list(self.items[start:end]), offset + (end - start), end >= hi
+        items = self.items
+        chunk = items[start:end] if type(items) is list else list(items[start:end])  # a list slice is a copy already
+        return chunk, offset + (end - start), end >= hi
 
     def describe(self):
         return {"type": "collection", "records": len(self.items), "splits": len(self._bounds)}
+
+
+class ColumnSource(Source):
+    """Records held as columns (a pyarrow Table, a pandas DataFrame, or a dict of equal-length
+    sequences), cut into ``num_splits`` contiguous splits.
+
+    Batches travel as :class:`~explorer.engine.channels.ColumnBatch` es: hash
+    routing and the built-in keyed aggregates work on the columns directly
+    (``key_by`` a column position or name), and every other operator sees the
+    records as tuples of Python scalars in column order, exactly as if the same
+    tuples had been given to :class:`CollectionSource`. String columns stay
+    Arrow arrays (dictionary-encoded per batch when they are the key); numeric
+    columns become NumPy arrays.
+    """
+
+    name = "columns"
+
+    def __init__(self, data: Any, num_splits: int = 1) -> None:
+        import pyarrow as pa
+
+        if num_splits <= 0:
+            raise JobError(f"num_splits must be positive, found {num_splits}")
+        if isinstance(data, pa.Table):
+            names, cols = list(data.column_names), [data.column(i).combine_chunks() for i in range(data.num_columns)]
+        elif hasattr(data, "columns") and hasattr(data, "iloc"):  # a pandas DataFrame
+            names = [str(c) for c in data.columns]
+            cols = [data[c].to_numpy() for c in data.columns]
+        elif isinstance(data, dict):
+            names, cols = [str(k) for k in data], list(data.values())
+        else:
+            raise JobError(f"column source: expected a pyarrow Table, a pandas DataFrame or a dict of columns, "
+                           f"found {type(data).__name__}")
+        if not cols:
+            raise JobError("column source: no columns")
+        self.names = names
+        self.columns = [_as_column(c, name) for c, name in zip(cols, names)]
+        lengths = {len(c) for c in self.columns}
+        if len(lengths) != 1:
+            raise JobError(f"column source: columns {names} have different lengths {sorted(lengths)}; expected one length")
+        n = self.num_rows = lengths.pop()
+        self._bounds = [(n * i // num_splits, n * (i + 1) // num_splits) for i in range(num_splits)]
+
+    def column_index(self, name: str | int) -> int:
+        if isinstance(name, int):
+            if not -len(self.columns) <= name < len(self.columns):
+                raise JobError(f"column source has {len(self.columns)} columns; position {name} does not exist")
+            return name % len(self.columns)
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise JobError(f"column source has columns {self.names}; no column named {name!r}") from None
+
+    def splits(self) -> list[str]:
+        return [str(i) for i in range(len(self._bounds))]
+
+    def read(self, split, offset, max_records):
+        lo, hi = self._bounds[int(split)]
+        start = lo + offset
+        end = min(hi, start + max_records)
+        batch = ColumnBatch([c[start:end] for c in self.columns], end - start, self.names)
+        return batch, offset + (end - start), end >= hi
+
+    def describe(self):
+        return {"type": "columns", "records": self.num_rows, "splits": len(self._bounds), "columns": self.names}
+
+
+def _as_column(col: Any, name: str) -> Any:
+    """A column as a NumPy array (numbers, booleans) or an Arrow array (strings and the rest)."""
+    import pyarrow as pa
+
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if isinstance(col, pa.Array):
+        if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type):
+            if col.null_count:
+                raise JobError(f"column source: column {name!r} has {col.null_count} nulls; expected none")
+            return col.to_numpy(zero_copy_only=False)
+        return col
+    if isinstance(col, np.ndarray) and col.dtype.kind in "biuf":
+        return col
+    arr = np.asarray(col) if not isinstance(col, np.ndarray) else col
+    if arr.ndim == 1 and arr.dtype.kind in "biuf":
+        return arr
+    try:
+        return pa.array(list(col) if not isinstance(col, list) else col)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise JobError(f"column source: column {name!r} is neither numbers nor one Arrow type ({exc})") from exc
 
 
 class GeneratorSource(Source):

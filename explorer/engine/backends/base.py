@@ -205,15 +205,22 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def _create_table(self, descriptor: StateDescriptor) -> StateTable: ...
 
-    def register(self, descriptor: StateDescriptor) -> StateTable:
+    def _create_columnar_table(self, descriptor: StateDescriptor, dtype: Any) -> StateTable | None:
+        """A table keeping numbers of ``dtype`` in columns for the built-in aggregates, or None when
+        this backend has none (the aggregate then uses the ordinary table)."""
+        return None
+
+    def register(self, descriptor: StateDescriptor, columnar: Any = None) -> StateTable:
         """The table of ``descriptor``, created on first use; a second registration
-        under the same name must declare the same kind and type."""
+        under the same name must declare the same kind and type. ``columnar`` (a NumPy
+        dtype) asks for a columnar table when the backend has one."""
         table = self.tables.get(descriptor.name)
         if table is None:
             pending = self.restored.pop(descriptor.name, None)
             if pending is not None:
                 pending.check(descriptor, self.operator_name)
-            table = self.tables[descriptor.name] = self._create_table(descriptor)
+            made = self._create_columnar_table(descriptor, columnar) if columnar is not None else None
+            table = self.tables[descriptor.name] = made if made is not None else self._create_table(descriptor)
             if pending is not None:
                 table.load_rows(pending.rows(descriptor, self.operator_name))
             return table
@@ -232,11 +239,11 @@ class KeyedStateBackend(ABC):
         table.descriptor = descriptor  # keep the live functions (reduce / aggregate)
         return table
 
-    def get_state(self, descriptor: StateDescriptor) -> _State:
+    def get_state(self, descriptor: StateDescriptor, columnar: Any = None) -> _State:
         st = self._states.get(descriptor.name)
         if st is not None and st.descriptor == descriptor:
             return st
-        table = self.register(descriptor)
+        table = self.register(descriptor, columnar)
         cls = STATE_CLASSES[descriptor.kind]
         st = cls(descriptor, table, self.ctx, self.clock, self._cleanup_hook(descriptor, table))
         self._states[descriptor.name] = st

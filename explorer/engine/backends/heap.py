@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import numpy as np
+
+from ...errors import StateError
 from ...keygroups import KeyGroupRange
 from ..state import StateDescriptor, StateKind
 from .base import KeyedStateBackend, StateTable
@@ -124,6 +127,125 @@ class HeapStateTable(StateTable):
         return sum(len(m) for g in self._groups for m in g.values())
 
 
+class ColumnarValueTable(StateTable):
+    """A value state of plain numbers kept in columns: the heap table of the built-in aggregates.
+
+    ``key -> slot`` is one dict; per slot a key group, a value (a NumPy array of
+    ``dtype``) and whether it is live. A batch reads and writes the values of its
+    distinct keys with one dict lookup each and NumPy arithmetic, never a Python
+    object per entry. To everything else it is an ordinary table: ``get``/``put``
+    hold Python numbers, and ``addresses``/``rows`` list entries in key-group
+    order and, within a key group, in insertion order, exactly as
+    :class:`HeapStateTable` does, so snapshots are the same. Only the default
+    namespace and no TTL (what the aggregates use).
+    """
+
+    def __init__(self, descriptor: StateDescriptor, key_groups: KeyGroupRange, dtype: Any) -> None:
+        super().__init__(descriptor, key_groups)
+        if self.has_ttl or descriptor.kind is not StateKind.VALUE:
+            raise StateError(f"state {descriptor.name!r}: a columnar table holds value state without TTL only")
+        self.dtype = np.dtype(dtype)
+        self.slot: dict[Any, int] = {}
+        self._keys: list[Any] = []
+        self._kg = np.zeros(1024, dtype=np.int64)
+        self.values = np.zeros(1024, dtype=self.dtype)
+        self._live = np.zeros(1024, dtype=bool)
+        self._n = 0
+
+    def _grow(self, need: int) -> None:
+        cap = len(self._kg)
+        if need <= cap:
+            return
+        while cap < need:
+            cap *= 2
+        for name in ("_kg", "values", "_live"):
+            old = getattr(self, name)
+            new = np.zeros(cap, dtype=old.dtype)
+            new[: self._n] = old[: self._n]
+            setattr(self, name, new)
+
+    def _check_ns(self, namespace: Any) -> None:
+        if namespace is not None:
+            raise StateError(f"state {self.name!r}: a columnar table holds the default namespace only, "
+                             f"found namespace {namespace!r}")
+
+    def slots_for(self, keys: list[Any], key_groups: np.ndarray) -> np.ndarray:
+        """The slots of distinct ``keys``; keys not stored yet get new zeroed slots, in the given order."""
+        slot = self.slot
+        slots = list(map(slot.get, keys))
+        if None in slots:
+            missing = [i for i, s in enumerate(slots) if s is None]
+            new_keys = [keys[i] for i in missing]
+            start = self._n
+            end = start + len(missing)
+            self._grow(end)
+            slot.update(zip(new_keys, range(start, end)))
+            self._keys.extend(new_keys)
+            self._kg[start:end] = key_groups[missing]
+            self.values[start:end] = 0
+            self._live[start:end] = True
+            self._n = end
+            slots = list(map(slot.__getitem__, keys))
+        return np.array(slots, dtype=np.int64)
+
+    def get(self, key_group, key, namespace):
+        self._check_ns(namespace)
+        s = self.slot.get(key)
+        return None if s is None else self.values[s].item()
+
+    def put(self, key_group, key, namespace, entry):
+        self._check_ns(namespace)
+        s = self.slot.get(key)
+        if s is None:
+            s = int(self.slots_for([key], np.array([key_group], dtype=np.int64))[0])
+        self.values[s] = entry
+
+    def remove(self, key_group, key, namespace):
+        self._check_ns(namespace)
+        s = self.slot.pop(key, None)
+        if s is not None:
+            self._live[s] = False
+            self._keys[s] = None
+
+    def map_get(self, key_group, key, namespace, user_key):
+        raise StateError(f"state {self.name!r} is value state, not map state")
+
+    map_put = map_remove = map_items = map_get
+
+    def _order(self, key_groups: KeyGroupRange | None = None) -> np.ndarray:
+        n = self._n
+        live = np.flatnonzero(self._live[:n])
+        kg = self._kg[live]
+        if key_groups is not None:
+            keep = (kg >= key_groups.start) & (kg <= key_groups.end)
+            live, kg = live[keep], kg[keep]
+        return live[np.argsort(kg, kind="stable")]
+
+    def addresses(self, key_groups: KeyGroupRange | None = None):
+        order = self._order(key_groups)
+        keys = self._keys
+        for s, kg in zip(order.tolist(), self._kg[order].tolist()):
+            yield kg, keys[s], None
+
+    def rows(self, key_groups: KeyGroupRange | None = None):
+        order = self._order(key_groups)
+        keys = self._keys
+        for s, kg, v in zip(order.tolist(), self._kg[order].tolist(), self.values[order].tolist()):
+            yield (kg, keys[s], None, None, v, None)
+
+    def entries_per_key_group(self) -> dict[int, int]:
+        n = self._n
+        kg = self._kg[:n][self._live[:n]]
+        if not len(kg):
+            return {}
+        counts = np.bincount(kg - self.key_groups.start)
+        nz = np.flatnonzero(counts)
+        return dict(zip((nz + self.key_groups.start).tolist(), counts[nz].tolist()))
+
+    def __len__(self) -> int:
+        return int(self._live[: self._n].sum())
+
+
 class _IncrementalCleanup:
     """Flink's incremental cleanup for the heap: each state access checks a few more entries."""
 
@@ -154,6 +276,11 @@ class HeapStateBackend(KeyedStateBackend):
 
     def _create_table(self, descriptor: StateDescriptor) -> StateTable:
         return HeapStateTable(descriptor, self.key_groups)
+
+    def _create_columnar_table(self, descriptor: StateDescriptor, dtype: Any) -> StateTable | None:
+        if getattr(descriptor, "ttl", None) is not None or descriptor.kind is not StateKind.VALUE:
+            return None
+        return ColumnarValueTable(descriptor, self.key_groups, dtype)
 
     def _cleanup_hook(self, descriptor, table):
         ttl = getattr(descriptor, "ttl", None)

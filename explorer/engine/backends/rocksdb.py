@@ -674,8 +674,8 @@ class RocksDBStateBackend(KeyedStateBackend):
                 )
         return self._make_table(descriptor, create=True)
 
-    def register(self, descriptor: StateDescriptor) -> StateTable:
-        table = super().register(descriptor)
+    def register(self, descriptor: StateDescriptor, columnar: Any = None) -> StateTable:
+        table = super().register(descriptor, columnar)  # no columnar tables here: values live in RocksDB
         table._bind(descriptor)  # decode with the job's own dataclasses from now on
         return table
 
