@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..errors import AnalysisError
 from ..keygroups import assign_key_groups, check_parallelism, key_groups_for_hash_codes
+from ._hashing import java_string_hashes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..snapshot import Snapshot
@@ -116,8 +117,8 @@ def key_groups_of(keys: pd.Series | np.ndarray | pa.Array, max_parallelism: int)
     """Flink key groups of many keys, equal to :func:`explorer.keygroups.assign_key_groups`.
 
     ASCII string keys (the common case) get Java's ``String.hashCode`` computed
-    column-wise in NumPy (one pass per character position); everything else goes
-    to :func:`~explorer.keygroups.assign_key_groups`.
+    from the Arrow buffers in NumPy (:func:`._hashing.java_string_hashes`); everything
+    else goes to :func:`~explorer.keygroups.assign_key_groups`.
     """
     arr = keys
     if isinstance(arr, pd.Series):
@@ -131,41 +132,12 @@ def key_groups_of(keys: pd.Series | np.ndarray | pa.Array, max_parallelism: int)
             arr = keys
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    if isinstance(arr, pa.Array) and pa.types.is_string(arr.type) and arr.null_count == 0:
-        codes = _ascii_java_string_hashes(arr)
+    if isinstance(arr, pa.Array) and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)) \
+            and arr.null_count == 0:
+        codes = java_string_hashes(arr)
         if codes is not None:
             return key_groups_for_hash_codes(codes, max_parallelism).astype(np.int64)
     return np.asarray(assign_key_groups(keys, max_parallelism), dtype=np.int64)
-
-
-def _ascii_java_string_hashes(arr: pa.StringArray, max_len: int = 64, chunk: int = 1 << 20) -> np.ndarray | None:
-    """Java ``String.hashCode`` of pure-ASCII strings (one UTF-16 unit per byte), or None."""
-    n = len(arr)
-    out = np.empty(n, dtype=np.uint32)
-    for lo in range(0, n, chunk):
-        part = arr.slice(lo, min(chunk, n - lo))
-        offsets = np.frombuffer(part.buffers()[1], dtype=np.int32)[part.offset: part.offset + len(part) + 1]
-        data = np.frombuffer(part.buffers()[2], dtype=np.uint8) if part.buffers()[2] is not None else np.zeros(0, np.uint8)
-        start, end = int(offsets[0]), int(offsets[-1])
-        body = data[start:end]
-        if body.size and int(body.max()) >= 0x80:
-            return None
-        lengths = np.diff(offsets).astype(np.int64)
-        width = int(lengths.max()) if len(lengths) else 0
-        if width > max_len:
-            return None
-        m = len(part)
-        padded = np.zeros((m, max(width, 1)), dtype=np.uint8)
-        if body.size:
-            row = np.repeat(np.arange(m), lengths)
-            col = np.arange(body.size) - (offsets[:-1] - start).astype(np.int64)[row]
-            padded[row, col] = body
-        h = np.zeros(m, dtype=np.uint32)
-        with np.errstate(over="ignore"):
-            for j in range(width):
-                h = np.where(lengths > j, h * np.uint32(31) + padded[:, j], h)
-        out[lo: lo + m] = h
-    return out
 
 
 def non_timer(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,178 @@
+"""Vectorised hashes of Arrow string columns, straight from their offset and data buffers.
+
+A polynomial hash ``H(s) = sum(s[t] * B**(len(s) - 1 - t)) mod 2**64`` of every string
+of a column costs three NumPy passes over the data buffer, whatever the string lengths,
+through prefix sums (``B`` odd, hence invertible mod ``2**64``)::
+
+    G[i] = sum(c[t] * B**-t for t < i)              (one cumulative sum over all bytes)
+    H(data[a:b]) = (G[b] - G[a]) * B**(b - 1)
+
+With ``B = 31`` over pure-ASCII strings the low 32 bits are Java's ``String.hashCode``
+(one UTF-16 unit per byte, arithmetic mod ``2**32``). With a large odd ``B``, the length
+mixed in and a SplitMix64 finalizer it is the 64-bit key hash :func:`string_hash64` that
+:func:`explorer.analysis.diff` joins snapshots on (and then checks: equal hashes are
+only candidates, see there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+_CHUNK = 1 << 18
+_B64 = 0x100000001B3  # the FNV-1 64-bit prime (odd)
+
+
+def _inverse(b: int) -> int:
+    return pow(b, -1, 1 << 64)
+
+
+def _powers(base: int, n: int) -> np.ndarray:
+    """``base**t mod 2**64`` for ``t = 0..n-1``."""
+    out = np.empty(max(n, 1), dtype=np.uint64)
+    out[0] = 1
+    if n > 1:
+        out[1:] = np.uint64(base)
+        np.multiply.accumulate(out, out=out)
+    return out[:n]
+
+
+def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets of the array's own strings, the data buffer as uint8) without copies."""
+    off_type = np.int64 if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else np.int32
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=off_type)[arr.offset: arr.offset + len(arr) + 1]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    return offsets, data
+
+
+def polynomial_hashes(arr: pa.Array | pa.ChunkedArray, base: int) -> np.ndarray:
+    """``sum(byte[t] * base**(len - 1 - t)) mod 2**64`` of every string (bytes) of ``arr`` (uint64).
+
+    ``base`` must be odd. Nulls hash like empty strings (callers check nulls). Strings of
+    one length (the usual keys: ids, zero-padded numbers) are a matrix view of the data
+    buffer hashed column by column (Horner); a few distinct lengths are gathered into one
+    matrix per length; anything else goes through the prefix sums of the module doc.
+    """
+    if base % 2 == 0:
+        raise ValueError(f"the base must be odd (invertible mod 2**64), found {base}")
+    if isinstance(arr, pa.ChunkedArray):
+        parts = [polynomial_hashes(c, base) for c in arr.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+    n = len(arr)
+    out = np.zeros(n, dtype=np.uint64)
+    if n == 0:
+        return out
+    offsets, data = _buffers(arr)
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        off = offsets[lo: hi + 1].astype(np.int64)
+        body = data[int(off[0]): int(off[-1])]
+        rel = off - off[0]
+        lengths = np.diff(rel)
+        widths = np.bincount(lengths) if len(lengths) and int(lengths.max()) <= _MAX_WIDTH else None
+        if widths is not None and np.count_nonzero(widths) <= _MAX_WIDTHS:
+            _by_length(body, rel, lengths, widths, base, out[lo:hi])
+        else:
+            out[lo:hi] = _by_prefix_sums(body, rel, base)
+    return out
+
+
+_MAX_WIDTH = 256
+_MAX_WIDTHS = 48
+
+
+def _horner(matrix: np.ndarray, base: int) -> np.ndarray:
+    h = np.zeros(len(matrix), dtype=np.uint64)
+    b = np.uint64(base)
+    for j in range(matrix.shape[1]):
+        h *= b
+        h += matrix[:, j]
+    return h
+
+
+def _by_length(body: np.ndarray, rel: np.ndarray, lengths: np.ndarray, widths: np.ndarray, base: int,
+               out: np.ndarray) -> None:
+    present = np.flatnonzero(widths)
+    if len(present) == 1:  # one length: the buffer is the matrix
+        width = int(present[0])
+        if width:
+            out[:] = _horner(body.reshape(len(lengths), width), base)
+        return
+    starts = rel[:-1]
+    for width in present:
+        if width == 0:
+            continue
+        idx = np.flatnonzero(lengths == width)
+        out[idx] = _horner(body[starts[idx, None] + np.arange(width)], base)
+
+
+_POWERS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _powers_cached(base: int, size: int) -> np.ndarray:
+    key = (base, size)
+    if key not in _POWERS:
+        if len(_POWERS) > 4:
+            _POWERS.clear()
+        block = 1 << 12
+        small = _powers(base, block)
+        big = _powers(pow(base, block, 1 << 64), max(1, -(-size // block)))
+        _POWERS[key] = np.multiply.outer(big, small).ravel()[:size]
+    return _POWERS[key]
+
+
+def _by_prefix_sums(body: np.ndarray, rel: np.ndarray, base: int) -> np.ndarray:
+    m = len(body)
+    size = 1 << max(int(m).bit_length(), 12)
+    winv, wpow = _powers_cached(_inverse(base), size), _powers_cached(base, size)
+    g = np.zeros(m + 1, dtype=np.uint64)
+    np.multiply(body, winv[:m], out=g[1:], dtype=np.uint64)
+    np.cumsum(g, out=g)
+    ends = rel[1:]
+    return (g[ends] - g[rel[:-1]]) * wpow[np.maximum(ends - 1, 0)]
+
+
+def is_ascii(arr: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether every byte of the strings of ``arr`` is below 0x80."""
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    for c in chunks:
+        if not len(c):
+            continue
+        offsets, data = _buffers(c)
+        body = data[int(offsets[0]): int(offsets[-1])]
+        if body.size and int(body.max()) >= 0x80:
+            return False
+    return True
+
+
+def java_string_hashes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
+    """Java ``String.hashCode`` (as uint32) of pure-ASCII strings, or None if any is not ASCII."""
+    if not is_ascii(arr):
+        return None
+    return (polynomial_hashes(arr, 31) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer: a bijection of uint64 that spreads every input bit (wrapping)."""
+    z = np.asarray(x, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def string_hash64(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit hash of each string (or binary) value: polynomial, length mixed in, finalized."""
+    lengths = _lengths(arr)
+    with np.errstate(over="ignore"):
+        return splitmix64(polynomial_hashes(arr, _B64) ^ (lengths * np.uint64(0xD6E8FEB86659FD93)))
+
+
+def _lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    parts = []
+    for c in chunks:
+        if len(c):
+            offsets, _ = _buffers(c)
+            parts.append(np.diff(offsets).astype(np.uint64))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
