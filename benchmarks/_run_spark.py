@@ -9,9 +9,16 @@ RocksDB state store, a checkpoint per micro-batch: Spark's model), over the
 input written as N Parquet files, one file per micro-batch, ``availableNow``
 trigger. Writing the Parquet files and starting the session are not timed.
 
-Spark has no end of input for a streaming query: the watermark stops 5 s
-behind the last event, so sessions still open at the end are not emitted (the
-other systems close them at end of input); the output count says how many.
+Spark has no end of input for a streaming query: its watermark stops 5 s
+behind the last event, so the timers of the sessions still open at the end
+never fire, while our engine and Flink advance the watermark to the end of
+time when a bounded input ends and close them. For ``sessions`` the input
+therefore ends with two end-of-input marker files (one record each, for the
+key ``END_KEY``, far later than the last event): the first advances the
+watermark past every open session's timer, the second is a data batch run
+with that watermark, in which Spark fires the timers. The marker's own session
+stays open (its timer lies beyond the watermark), it is not counted as an
+input record, and any output for it would be dropped (none is emitted).
 
 The steady rate leaves out the first micro-batch (query planning, Python
 worker start-up). CPU time is summed over this process and all its descendants (the Spark JVM
@@ -30,6 +37,7 @@ from pathlib import Path
 from benchmarks._inputs import read_events
 from benchmarks._run_engine import CountFn, vm_hwm_mb
 
+END_KEY = "~end-of-input"
 SESSION_SCHEMA = "user_id string, session_id string, start_ms long, end_ms long, events long, purchases long"
 COUNT_SCHEMA = "user_id string, count long"
 
@@ -78,6 +86,22 @@ def tree_rss_mb(root: int | None = None) -> float:
     return total / 1024
 
 
+def end_of_input_markers(src: Path, last_ts: int, work: Path) -> None:
+    """Two one-record Parquet files after the input's (see the module's doc): Spark's end of input."""
+    from explorer.pipelines import sessions
+    from explorer.spark.adapter import write_input
+
+    files = sorted(src.glob("*.parquet"))
+    newest = max(f.stat().st_mtime for f in files)
+    marker_ts = last_ts + sessions.SESSION_GAP_MS + 60_000  # watermark (5 s behind it) past every timer
+    for i, ts in enumerate((marker_ts, marker_ts + 1)):
+        tmp = write_input([sessions.Event(END_KEY, ts, "end", "")], work / f"end-of-input-{i}", files=1)
+        dst = src / f"part-{len(files) + i:05d}.parquet"
+        (tmp / "part-00000.parquet").replace(dst)
+        # the file source takes files oldest first: the markers come last, in this order
+        os.utime(dst, (newest + 10 + i, newest + 10 + i))
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("input", type=Path)
@@ -98,6 +122,8 @@ def main(argv: list[str] | None = None) -> dict:
     n = len(records)
     del users, ts, kinds
     src = write_input(records, args.work / "input", files=args.files)
+    if args.workload == "sessions":
+        end_of_input_markers(src, max(r.ts for r in records), args.work)
     del records
     spark = get_spark()
     loaded = vm_hwm_mb()
@@ -112,6 +138,8 @@ def main(argv: list[str] | None = None) -> dict:
     seconds, cpu = time.perf_counter() - t0, tree_cpu_seconds() - cpu0
     rss = tree_rss_mb()
     out = run.output()
+    if args.workload == "sessions" and len(out):
+        out = out[out["user_id"] != END_KEY]
     checksum = int(out["events"].sum()) if args.workload == "sessions" and len(out) else len(out)
     data = [p for p in run.progress if int(p.get("numInputRows", 0)) > 0]
     steady_rows = sum(int(p["numInputRows"]) for p in data[1:])
