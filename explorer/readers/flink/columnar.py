@@ -192,15 +192,25 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
     hashed, ascii_ok = _ascii_string_hash(buf, start, lens)
     simple &= ascii_ok
     codes = hashed if want_codes else None
+    perm = None
     order_ok = not n or bool(np.all(start[1:] >= end[:-1]))
+    if not order_ok:  # ranges out of buffer order (entries merged from several SST files): sort them first
+        perm = np.argsort(start, kind="stable")
+        order_ok = bool(np.all(start[perm][1:] >= end[perm][:-1]))
     if order_ok and n:
         # Arrow strings [start_i, end_i) of the buffer: offsets (s0, e0, s1, e1, ...), keep every other one
+        s_, e_ = (start, end) if perm is None else (start[perm], end[perm])
         offs = np.empty(2 * n + 1, dtype=np.int64)
-        offs[0:-1:2] = start
-        offs[1::2] = end
-        offs[-1] = end[-1]
+        offs[0:-1:2] = s_
+        offs[1::2] = e_
+        offs[-1] = e_[-1]
         arr = pa.LargeStringArray.from_buffers(2 * n, pa.py_buffer(offs), pa.py_buffer(buf.data))
-        values = pc.take(arr, pa.array(np.arange(0, 2 * n, 2))).cast(pa.string())
+        pick = np.arange(0, 2 * n, 2)
+        if perm is not None:
+            inv = np.empty(n, dtype=np.int64)
+            inv[perm] = np.arange(n)
+            pick = pick[inv]
+        values = pc.take(arr, pa.array(pick)).cast(pa.string())
     else:
         values = pa.array([""] * n, type=pa.string())
     new_pos = end.copy()

@@ -51,13 +51,13 @@ from ..base import (
     SnapshotReader,
     make_piece,
 )
-from . import columnar, fullformat, heapformat
+from . import columnar, fullformat, heapformat, sstvec
 from .datainput import DataInput
 from .handles import HandleResolver, IncrementalHandle, KeyGroupsHandle
 from .metadata import MAGIC, CheckpointMetadata, OperatorState, SubtaskState, read_metadata
 from .operatorid import operator_id_for_uid
 from .operatorstate import read_operator_state
-from .rocksdb import read_instance
+from .rocksdb import resolve
 from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
 from .serializers import RowDataDecoder, UnknownLayout
 from .statemeta import BackendMeta, read_backend_meta
@@ -360,11 +360,16 @@ class FlinkSnapshotReader(SnapshotReader):
 
     def _rocksdb_pieces(self, op: OperatorState, st: SubtaskState, h: IncrementalHandle, header: BackendMeta,
                         wanted: set[int], query: KeyedStateQuery, where: str) -> Iterator[pa.Table]:
-        """Pieces of one RocksDB instance (its SST files), one per wanted state."""
+        """Pieces of one RocksDB instance (its SST files), one per wanted state.
+
+        Flink keeps each state in its own column family, so only the SST files of
+        the wanted states are parsed: column-wise (``sstvec``), or entry by entry
+        (``sst`` and ``rocksdb.resolve``) where ``sstvec`` does not apply.
+        """
         kgs = query.key_groups
         files = [(local, self.resolver.read(sh)) for local, sh in h.shared + h.private if local.endswith(".sst")]
         try:
-            cfs, stats = read_instance(files)
+            by_cf, stats = sstvec.column_families(files)
         except ValueError as exc:
             raise SnapshotCorruptError(f"{where}: {exc}") from exc
         if stats["range_deletions"]:
@@ -372,26 +377,39 @@ class FlinkSnapshotReader(SnapshotReader):
                        "applied; deleted ranges may still show")
         by_name = {header.states[sid].name: sid for sid in wanted}
         prefix = 2 if op.max_parallelism > 128 else 1
-        for cf_name, cf in cfs.items():
+        for cf_name, cf_files in by_cf.items():
             sid = by_name.get(cf_name)
-            if sid is None or not cf.keys:
+            if sid is None:
                 continue
-            n = len(cf.keys)
-            klen = np.fromiter(map(len, cf.keys), dtype=np.int64, count=n)
-            vlen = np.fromiter(map(len, cf.values), dtype=np.int64, count=n)
-            both = np.empty(2 * n, dtype=np.int64)
-            both[0::2], both[1::2] = klen, vlen
-            offs = np.cumsum(both) - both
-            ks, vs = offs[0::2].copy(), offs[1::2].copy()
-            joined = b"".join([x for pair in zip(cf.keys, cf.values) for x in pair])
+            try:
+                cols = self._column_family(cf_files) if self.columnar_sst else None
+                if cols is None:
+                    cols = _column_family_by_entries(cf_files)
+            except ValueError as exc:
+                raise SnapshotCorruptError(f"{where}: {exc}") from exc
+            joined, ks, ke, vs, ve = cols
+            if not len(ks):
+                continue
             buf = columnar.Buf(joined)
             head = buf.np[ks[:, None] + np.arange(prefix)].astype(np.int64)
             kg = head[:, 0] if prefix == 1 else (head[:, 0] << 8) | head[:, 1]
             keep = (kg >= h.start) & (kg <= h.end)  # rows outside the range are left over from rescaling
             if kgs is not None:
                 keep &= np.isin(kg, np.fromiter(kgs, dtype=np.int64))
-            yield from self._kv_pieces(op, st, header, sid, buf, ks[keep], ks[keep] + klen[keep],
-                                       vs[keep], vs[keep] + vlen[keep], query)
+            if not keep.all():
+                ks, ke, vs, ve = ks[keep], ke[keep], vs[keep], ve[keep]
+            yield from self._kv_pieces(op, st, header, sid, buf, ks, ke, vs, ve, query)
+
+    #: parse SST files column-wise (``sstvec``); False forces the entry-by-entry reader (tests compare both)
+    columnar_sst = True
+
+    @staticmethod
+    def _column_family(cf_files):
+        try:
+            buf, ks, ke, vs, ve, _ = sstvec.read_column_family(cf_files)
+        except sstvec.Unsupported:
+            return None
+        return buf, ks, ke, vs, ve
 
     def _kv_pieces(self, op, st, header: BackendMeta, sid: int, buf: "columnar.Buf", ks, ke, vs, ve,
                    query: KeyedStateQuery) -> Iterator[pa.Table]:
@@ -549,6 +567,21 @@ class FlinkSnapshotReader(SnapshotReader):
                 except ReaderError as exc:
                     self._note(str(exc))
         return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))
+
+
+def _column_family_by_entries(cf_files) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One column family's visible entries read entry by entry (``sst``), as byte ranges of one buffer."""
+    entries = [(e.keys, e.seqs, e.types, e.values) for e in (f.entries() for f in cf_files)]
+    keys, values, _ = resolve(entries)
+    n = len(keys)
+    klen = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    vlen = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    both = np.empty(2 * n, dtype=np.int64)
+    both[0::2], both[1::2] = klen, vlen
+    offs = np.cumsum(both) - both
+    ks, vs = offs[0::2].copy(), offs[1::2].copy()
+    joined = b"".join([x for pair in zip(keys, values) for x in pair])
+    return joined, ks, ks + klen, vs, vs + vlen
 
 
 from struct import error as struct_error  # noqa: E402  (kept next to its single use above)

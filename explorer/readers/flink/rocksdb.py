@@ -77,23 +77,30 @@ def resolve(entries: list[tuple[list[bytes], list[int], list[int], list[bytes]]]
             out_k.append(keys[i])
             out_v.append(values[i])
             continue
-        operands: list[bytes] = []
-        base: bytes | None = None
-        for j in order[starts[g] : ends[g]].tolist():
-            t = types[j]
-            if t == TYPE_MERGE:
-                operands.append(values[j])
-                continue
-            if t == TYPE_VALUE:
-                base = values[j]
-            elif t not in (TYPE_DELETION, TYPE_SINGLE_DELETION):
-                continue
-            break
         merged += 1
-        parts = ([base] if base is not None else []) + operands[::-1]
         out_k.append(keys[i])
-        out_v.append(DELIMITER.join(parts))
+        out_v.append(combine([(types[j], values[j]) for j in order[starts[g] : ends[g]].tolist()]))
     return out_k, out_v, merged
+
+
+def combine(versions: list[tuple[int, bytes]]) -> bytes:
+    """The visible value of a key whose newest version is a merge operand; ``versions`` newest first.
+
+    The operands down to the next value (the list's base) or deletion, oldest
+    first, joined with ``,`` after the base.
+    """
+    operands: list[bytes] = []
+    base: bytes | None = None
+    for t, v in versions:
+        if t == TYPE_MERGE:
+            operands.append(v)
+            continue
+        if t == TYPE_VALUE:
+            base = v
+        elif t not in (TYPE_DELETION, TYPE_SINGLE_DELETION):
+            continue
+        break
+    return DELIMITER.join(([base] if base is not None else []) + operands[::-1])
 
 
 def read_instance(sst_files: list[tuple[str, bytes]]) -> tuple[dict[str, ColumnFamilyData], dict[str, int]]:

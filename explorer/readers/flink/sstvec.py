@@ -1,0 +1,323 @@
+"""The data blocks of a column family's SST files parsed at once with NumPy.
+
+``sst`` reads a data block entry by entry in Python; this module reads the same
+bytes column-wise and gives the same visible key/value pairs as
+``rocksdb.resolve`` (a test checks it on every fixture), as byte ranges of one
+buffer, ready for ``columnar`` decoding. Flink keeps one column family per
+state, so only the files of the states asked for are read at all.
+
+1. every data block is decompressed (``cramjam``) and the blocks are joined
+   into one buffer; each block's trailer gives its *restart points*, the
+   offsets of the entries whose keys are stored whole;
+2. the entries of all restart intervals are walked in step: step ``j`` decodes
+   the three varints (shared, non-shared, value length) of the ``j``-th entry of
+   every interval at once (intervals are ``restart_interval`` entries, 16 by
+   default), so Python loops once per step, not once per entry;
+3. keys are rebuilt as rows of a zero-padded ``(entries, longest key)`` byte
+   matrix: a row takes the previous key's bytes within its shared prefix and
+   the block's bytes after it, one step at a time;
+4. values stay where they are in the joined blocks. When the column family has
+   several files (levels), or several versions of a key, the rows are sorted by
+   their big-endian 8-byte words (``numpy.lexsort``), newest sequence number
+   first, and the first version of each user key decides as in
+   ``rocksdb.resolve``, whose code combines the few keys whose newest version is
+   a merge operand (Flink's list appends).
+
+What this module does not handle (a data-block hash index, a key matrix much
+larger than the data) raises :class:`Unsupported`; the caller then uses the
+entry-by-entry reader.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import cramjam
+import numpy as np
+
+from .sst import TYPE_MERGE, TYPE_VALUE, SstError, SstFile
+
+_PAD = 16
+
+
+class Unsupported(Exception):
+    """These SST files need the entry-by-entry reader."""
+
+
+def _u32le(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    v = b[pos].astype(np.int64)
+    v |= b[pos + 1].astype(np.int64) << 8
+    v |= b[pos + 2].astype(np.int64) << 16
+    v |= b[pos + 3].astype(np.int64) << 24
+    return v
+
+
+def _varints(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varint32 at every position; returns values and the positions after them."""
+    v = b[pos].astype(np.int64)
+    more = np.flatnonzero(v >= 0x80)
+    if not len(more):
+        return v, pos + 1
+    end = pos + 1
+    v[more] &= 0x7F
+    for k in range(1, 5):
+        y = b[pos[more] + k].astype(np.int64)
+        v[more] |= (y & 0x7F) << (7 * k)
+        end[more] += 1
+        more = more[y >= 0x80]
+        if not len(more):
+            return v, end
+    raise SstError(f"a varint32 at offset {int(pos[more[0]])} of the joined data blocks runs over 5 bytes")
+
+
+def _decompress(f: SstFile, handles: list[tuple[int, int]], parts: list) -> list[int]:
+    data, name = f.data, f.name
+    mv = memoryview(data)
+    lens = []
+    snappy = cramjam.snappy.decompress_raw
+    for off, size in handles:
+        if off + size + 5 > len(data):
+            raise SstError(f"{name}: block at {off} (+{size}) runs past the end of the file")
+        ctype = data[off + size]
+        if ctype == 1:
+            block = snappy(mv[off : off + size])
+        elif ctype == 0:
+            block = mv[off : off + size]
+        else:
+            block = f.block((off, size))
+        parts.append(block)
+        lens.append(len(block))
+    return lens
+
+
+def _blocks(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Every data block of ``files`` decompressed and joined; each block's start and length."""
+    parts: list = []
+    block_lens: list[int] = []
+    block_file: list[int] = []
+    for i, f in enumerate(files):
+        lens = _decompress(f, f.data_handles(), parts)
+        block_lens.extend(lens)
+        block_file.extend([i] * len(lens))
+    parts.append(b"\0" * _PAD)
+    joined = b"".join(parts)
+    blen = np.asarray(block_lens, dtype=np.int64)
+    return joined, blen, np.asarray(block_file, dtype=np.int64)
+
+
+def _entries(files: list[SstFile]):
+    """Walk every data block of ``files``; returns the joined blocks, the key matrix and entry columns.
+
+    Keys are rebuilt as rows of a ``(n, width)`` byte matrix (``width``: the
+    longest key): step ``j`` takes, per column, the previous key's byte where
+    the column is within the shared prefix and the block's byte otherwise.
+    """
+    joined, blen, bfile = _blocks(files)
+    b = np.frombuffer(joined, dtype=np.uint8)
+    names = [f.name for f in files]
+    if len(blen) and blen.min() < 4:
+        raise SstError(f"{names[int(bfile[np.argmin(blen)])]}: a data block of {int(blen.min())} bytes")
+    base = np.cumsum(blen) - blen
+    packed = _u32le(b, base + blen - 4)
+    if (packed >> 31).any():
+        raise Unsupported("data block hash index")
+    nr = packed & 0x7FFFFFFF
+    limit = blen - 4 - 4 * nr
+    if len(blen) and ((limit < 0) | (nr < 1)).any():
+        bad = int(np.flatnonzero((limit < 0) | (nr < 1))[0])
+        raise SstError(f"{names[int(bfile[bad])]}: a data block of {int(blen[bad])} bytes claims "
+                       f"{int(nr[bad])} restart points")
+    # restart points -> restart intervals [gstart, gend) of the joined buffer
+    rfirst = np.cumsum(nr) - nr
+    within = np.arange(int(nr.sum())) - np.repeat(rfirst, nr)
+    gblock = np.repeat(np.arange(len(blen)), nr)
+    gstart = base[gblock] + _u32le(b, (base + limit)[gblock] + 4 * within)
+    gend = np.empty_like(gstart)
+    gend[:-1] = gstart[1:]
+    gend[rfirst + nr - 1] = base + limit
+    wrong = (gstart > gend) | (gstart < base[gblock])
+    if wrong.any():
+        bad = int(gblock[np.flatnonzero(wrong)[0]])
+        raise SstError(f"{names[int(bfile[bad])]}: a data block's restart points are out of order")
+    # walk all intervals in step, the j-th entry of every interval at once; rows stay in step order
+    width = 8
+    steps = []
+    g = np.flatnonzero(gstart < gend)
+    pos = gstart[g]
+    while len(g):
+        shared, p = _varints(b, pos)
+        nonshared, p = _varints(b, p)
+        vlen, kpos = _varints(b, p)
+        nxt = kpos + nonshared + vlen
+        over = nxt > gend[g]
+        if over.any():
+            bad = int(gblock[g[np.flatnonzero(over)[0]]])
+            raise SstError(f"{names[int(bfile[bad])]}: a data block entry runs past its block")
+        go = np.flatnonzero(nxt < gend[g])
+        steps.append((g, shared, nonshared, kpos, vlen, go))
+        width = max(width, int((shared + nonshared).max()))
+        g, pos = g[go], nxt[go]
+    if steps and steps[0][1].any():
+        raise SstError(f"{names[0]}: a key at a restart point of a data block shares bytes with the previous key")
+    width = -(-width // 8) * 8
+    words = width // 8
+    n = sum(len(st[0]) for st in steps)
+    if n * width > max(1 << 26, 8 * len(joined)):
+        raise Unsupported(f"keys of up to {width} bytes")
+    counts = np.zeros(len(gstart), dtype=np.int64)
+    for st in steps:
+        counts[st[0]] += 1
+    gfirst = np.cumsum(counts) - counts
+    keys = np.empty((n, width), dtype=np.uint8)
+    kw = keys.view("<u8")
+    klen = np.empty(n, dtype=np.int64)
+    vpos = np.empty(n, dtype=np.int64)
+    vlen = np.empty(n, dtype=np.int64)
+    slot = np.empty(n, dtype=np.int64)
+    # every key's `width` bytes from its own start (less the shared prefix): one memcpy per row
+    padded = np.concatenate([np.zeros(width, dtype=np.uint8), b, np.zeros(width, dtype=np.uint8)])
+    rows_at = np.ndarray((len(padded) - width + 1,), dtype=np.dtype((np.void, width)), buffer=padded, strides=(1,))
+    word0 = 8 * np.arange(words)
+    off = 0
+    prev = None
+    for j, (g, sh, ns, kp, vl, go) in enumerate(steps):
+        m = len(g)
+        rows = kw[off : off + m]
+        rows.view(np.dtype((np.void, width))).ravel()[:] = rows_at[kp - sh + width]
+        if prev is not None:
+            if (sh > prev[1]).any():
+                raise SstError(f"{names[0]}: a data block key shares more bytes than the previous key has")
+            # the shared prefix from the previous key of the interval, a word at a time
+            mask = _PREFIX[np.clip(sh[:, None] - word0, 0, 8)]
+            rows[:] = (kw[prev[0]] & mask) | (rows & ~mask)
+        klen[off : off + m] = sh + ns
+        vpos[off : off + m] = kp + ns
+        vlen[off : off + m] = vl
+        slot[off : off + m] = gfirst[g] + j
+        prev = (off + go, klen[off + go])
+        off += m
+    order = np.empty(n, dtype=np.int64)
+    order[slot] = np.arange(n)  # file order -> row
+    efile = np.repeat(bfile[gblock], counts)
+    return joined, keys, klen, vpos, vlen, order, efile
+
+
+# _PREFIX[k]: the first k bytes of a little-endian uint64 word
+_PREFIX = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
+def _hash_rows(kw: np.ndarray, ulen: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each zero-padded key row and its length (equal keys, equal hashes)."""
+    with np.errstate(over="ignore"):
+        h = ulen.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        for i in range(kw.shape[1]):
+            h = (h ^ kw[:, i]) * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(31)
+    return h
+
+
+def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Visible entries of one column family spread over ``files``: ``(buffer, ks, ke, vs, ve, merged keys)``.
+
+    Ranges index the returned buffer. Entries come in key order for one file
+    holding one version per key; otherwise in key-group order, and within a key
+    group by file (``rocksdb.resolve`` sorts fully: compare them as sets).
+    """
+    from .rocksdb import combine
+
+    joined, keys, klen, vpos, vlen, order, efile = _entries(files)
+    n, width = keys.shape
+    kw = keys.view("<u8")
+    if n and klen.min() < 8:
+        raise SstError(f"{files[int(efile[np.argmin(klen)])].name}: an internal key is shorter than its "
+                       "8-byte trailer")
+    ulen = klen - 8
+    flat = keys.reshape(-1)
+    tail = np.ndarray((max(len(flat) - 7, 0),), dtype=np.dtype((np.void, 8)), buffer=flat, strides=(1,))
+    trailer = tail[np.arange(n) * width + ulen].view("<u8") if n else np.zeros(0, dtype=np.uint64)
+    seq = (trailer >> np.uint64(8)).astype(np.int64)
+    typ = (trailer & np.uint64(0xFF)).astype(np.int64)
+    kw &= _PREFIX[np.clip(ulen[:, None] - 8 * np.arange(width // 8), 0, 8)]  # user keys, zero-padded
+    merged = 0
+    extra: list[bytes] = []
+    if len(files) == 1 and (typ == TYPE_VALUE).all() and not _adjacent_equal(kw, ulen, order):
+        keep = order  # one file of values, one version per key: already sorted and visible
+        vs, ve = vpos[keep], vpos[keep] + vlen[keep]
+    else:
+        h = _hash_rows(kw, ulen)
+        by_hash = np.argsort(h)
+        hs = h[by_hash]
+        first = np.flatnonzero(np.concatenate([[True], hs[1:] != hs[:-1]]))
+        size = np.diff(np.append(first, n))
+        single = by_hash[first[size == 1]]  # keys with one version
+        win = single[typ[single] == TYPE_VALUE]
+        merges = [[e] for e in single[typ[single] == TYPE_MERGE].tolist()]
+        multi = first[size > 1]
+        if len(multi):
+            # several versions: newest first; the hash must not have joined different keys
+            rows = np.concatenate([by_hash[a : a + c] for a, c in zip(multi.tolist(), size[size > 1].tolist())])
+            grp = np.repeat(np.arange(len(multi)), size[size > 1])
+            o = np.lexsort((-seq[rows], grp))
+            rows, grp = rows[o], grp[o]
+            heads = np.flatnonzero(np.concatenate([[True], grp[1:] != grp[:-1]]))
+            lead = np.repeat(rows[heads], np.diff(np.append(heads, len(rows))))
+            if not ((kw[rows] == kw[lead]).all(axis=1) & (ulen[rows] == ulen[lead])).all():
+                raise Unsupported("a 64-bit hash collision between different keys")
+            newest = rows[heads]
+            tn = typ[newest]
+            win = np.concatenate([win, newest[tn == TYPE_VALUE]])
+            ends = np.append(heads[1:], len(rows))
+            merges += [rows[heads[gi] : ends[gi]].tolist() for gi in np.flatnonzero(tn == TYPE_MERGE).tolist()]
+        mk, ms, me = [], [], []
+        off = len(joined)  # merged lists go after the blocks, before the keys
+        merged = len(merges)
+        for idx in merges:  # newest version a merge operand: combined exactly as rocksdb.resolve does
+            value = combine([(int(typ[e]), joined[vpos[e] : vpos[e] + vlen[e]]) for e in idx])
+            mk.append(idx[0])
+            ms.append(off)
+            extra.append(value)
+            off += len(value)
+            me.append(off)
+        # back into file order (a mask over it, no sort), then key-group order (a radix sort of 16-bit ints)
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n)
+        vs_row, ve_row = vpos.copy(), vpos + vlen
+        if mk:
+            vs_row[mk], ve_row[mk] = ms, me
+        visible = np.zeros(n, dtype=bool)
+        visible[rank[win]] = True
+        visible[rank[np.asarray(mk, dtype=np.int64)]] = True
+        keep = order[visible]
+        kg = (keys[keep, 0].astype(np.uint16) << 8) | keys[keep, 1]
+        keep = keep[np.argsort(kg, kind="stable")]
+        vs, ve = vs_row[keep], ve_row[keep]
+    # the visible keys' rows in output order, so that key ranges ascend through the buffer
+    rows = keys.view(np.dtype((np.void, width))).ravel()[keep]
+    buf = b"".join([joined, *extra, rows])
+    kbase = len(buf) - len(rows) * width
+    ks = kbase + np.arange(len(keep), dtype=np.int64) * width
+    return buf, ks, ks + ulen[keep], vs, ve, merged
+
+
+def _adjacent_equal(kw: np.ndarray, ulen: np.ndarray, order: np.ndarray) -> bool:
+    """Whether two neighbouring entries of one sorted file have the same user key (several versions)."""
+    a, b = order[:-1], order[1:]
+    cand = np.flatnonzero(ulen[a] == ulen[b])
+    if not len(cand):
+        return False
+    return bool((kw[a[cand]] == kw[b[cand]]).all(axis=1).any())
+
+
+def column_families(sst_files: list[tuple[str, bytes]]) -> tuple[dict[str, list[SstFile]], dict[str, int]]:
+    """The SST files of one RocksDB instance by column family (footers and properties only); stats."""
+    by_cf: dict[str, list[SstFile]] = defaultdict(list)
+    stats = {"sst_files": 0, "merged_keys": 0, "range_deletions": 0}
+    for name, data in sst_files:
+        f = SstFile(data, name)
+        stats["sst_files"] += 1
+        stats["range_deletions"] += int(f.has_range_deletions)
+        by_cf[f.column_family or "default"].append(f)
+    return dict(by_cf), stats
+
+
+__all__ = ["Unsupported", "column_families", "read_column_family"]
