@@ -6,9 +6,15 @@ imports nothing from this project (standard library and bytewax only)::
     .cache/bench-venvs/bytewax/bin/python benchmarks/_run_bytewax.py INPUT.csv {count,sessions} [--recovery-dir DIR]
 
 * count: ``key_on(user)`` -> ``stateful_map`` keeping the count, (user, count) out per record.
-* sessions: ``collect_window`` with a ``SessionWindower(gap=30 min)`` and an
+* sessions: ``fold_window`` with a ``SessionWindower(gap=30 min)`` keeping a
+  running summary (start, end, events, purchases) per session, and an
   ``EventClock`` on the event's timestamp waiting 5 s for late events (the
-  5 s bounded out-of-orderness of the input), then a summary per session.
+  5 s bounded out-of-orderness of the input) whose ``to_system_utc`` returns
+  None: a session closes on the key's next event past the gap or at EOF.
+  Bytewax's clocks are per key, so this is its event-time model; the default
+  (wake up at the close time read as a system time) wakes every key with an
+  open session on every activation when replaying past events (see
+  ``_no_wake_up``). ``--collect`` keeps every event (``collect_window``) instead.
 
 The input CSV is read into memory before the flow runs (not timed); the flow
 runs single-worker with ``run_main``; ``--recovery-dir`` turns on Bytewax's
@@ -151,6 +157,7 @@ def main(argv=None) -> dict:
     ap.add_argument("input", type=Path)
     ap.add_argument("workload", choices=("count", "sessions"))
     ap.add_argument("--recovery-dir", type=Path, default=None)
+    ap.add_argument("--collect", action="store_true", help="sessions with collect_window instead of fold_window")
     args = ap.parse_args(argv)
 
     with open(args.input, newline="") as f:
@@ -158,7 +165,7 @@ def main(argv=None) -> dict:
         next(r)
         records = [(u, int(t), k) for u, t, k in r]
     loaded = vm_hwm_mb()
-    flow = count_flow(records) if args.workload == "count" else sessions_flow(records)
+    flow = count_flow(records) if args.workload == "count" else sessions_flow(records, collect=args.collect)
     options = {}
     if args.recovery_dir is not None:
         from bytewax.recovery import RecoveryConfig, init_db_dir

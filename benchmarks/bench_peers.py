@@ -19,8 +19,10 @@ at exit (for Spark: summed over the driver, the JVM and the Python workers):
   as a KeyedProcessFunction with a ValueState on both backends (the code
   Flink's job runs; the built-in ``count()`` updates state once per key and batch);
 * Bytewax (``benchmarks/_run_bytewax.py``) from PyPI in its own venv
-  ``.cache/bench-venvs/bytewax``: ``stateful_map`` and ``collect_window`` with a
-  ``SessionWindower``, with and without recovery snapshots every second;
+  ``.cache/bench-venvs/bytewax``: ``stateful_map``, and ``fold_window`` with a
+  ``SessionWindower`` on an ``EventClock`` that closes sessions on the key's
+  next event or at EOF (not on the system clock: replayed event times lie in
+  the past), with and without recovery snapshots every second;
 * Apache Flink (``benchmarks/flink/PeerBench.java``) compiled with javac
   against the jars of the apache-flink-libraries wheel
   (``tools/flink/fetch_jars.sh``), on a local mini cluster: HashMap and
@@ -99,17 +101,19 @@ def setup_bytewax() -> Path:
 
 
 def setup_flink() -> str:
-    """Flink's jars (from the wheel, tools/flink/fetch_jars.sh) and PeerBench compiled; returns the classpath."""
+    """Flink's jars (from the wheel, tools/flink/fetch_jars.sh) and benchmarks/flink/*.java compiled; returns the classpath."""
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} not found on PATH: the Flink peer needs a JDK 17")
     env = {**os.environ, "FLINK_VERSION": FLINK_VERSION, "PYTHON": sys.executable}
     jars = subprocess.run(["bash", str(ROOT / "tools" / "flink" / "fetch_jars.sh")], check=True, env=env,
                           capture_output=True, text=True).stdout.strip()
-    cls = FLINK_BUILD / "PeerBench.class"
-    if not cls.is_file() or cls.stat().st_mtime < FLINK_SRC.stat().st_mtime:
+    sources = sorted(FLINK_SRC.parent.glob("*.java"))  # PeerBench, CheckpointBench (bench_checkpoints)
+    stale = [src for src in sources if not (FLINK_BUILD / f"{src.stem}.class").is_file()
+             or (FLINK_BUILD / f"{src.stem}.class").stat().st_mtime < src.stat().st_mtime]
+    if stale:
         FLINK_BUILD.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["javac", "-nowarn", "-d", str(FLINK_BUILD), "-cp", jars, str(FLINK_SRC)], check=True)
+        subprocess.run(["javac", "-nowarn", "-d", str(FLINK_BUILD), "-cp", jars, *map(str, sources)], check=True)
     return f"{FLINK_BUILD}:{jars}"
 
 
