@@ -303,12 +303,18 @@ def java_string_hash_codes(strings: list[str]) -> np.ndarray:
     n = len(strings)
     if n == 0:
         return np.zeros(0, dtype=np.uint32)
-    encoded = [s.encode("utf-16-le", "surrogatepass") for s in strings]
-    lens = np.fromiter(map(len, encoded), dtype=np.int64, count=n) // 2
+    # one encode of all strings joined: without characters outside the BMP (two UTF-16 units
+    # each) every string's UTF-16 length is its length in code points
+    joined = "".join(strings).encode("utf-16-le", "surrogatepass")
+    lens = np.fromiter(map(len, strings), dtype=np.int64, count=n)
+    if int(lens.sum()) * 2 != len(joined):
+        encoded = [s.encode("utf-16-le", "surrogatepass") for s in strings]
+        lens = np.fromiter(map(len, encoded), dtype=np.int64, count=n) // 2
+        joined = b"".join(encoded)
     total = int(lens.sum())
     if total == 0:
         return np.zeros(n, dtype=np.uint32)
-    units = np.frombuffer(b"".join(encoded), dtype="<u2").astype(np.uint64)
+    units = np.frombuffer(joined, dtype="<u2").astype(np.uint64)
     starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
     owner = np.repeat(np.arange(n), lens)
     position = np.arange(total, dtype=np.int64) - starts[owner]

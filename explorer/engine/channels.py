@@ -29,7 +29,7 @@ class Batch:
     so keyed operators can work per distinct key without hashing again.
     """
 
-    __slots__ = ("values", "timestamps", "keys", "key_groups", "codes", "uniques", "ukgs")
+    __slots__ = ("values", "timestamps", "keys", "key_groups", "codes", "uniques", "ukgs", "ucodes", "dictionary")
 
     def __init__(
         self,
@@ -48,6 +48,9 @@ class Batch:
         self.codes = codes
         self.uniques = uniques
         self.ukgs = ukgs
+        #: keys from a dictionary-encoded column: ``uniques[j] is dictionary.values[ucodes[j]]``
+        self.ucodes: np.ndarray | None = None
+        self.dictionary: KeyDictionary | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -56,8 +59,96 @@ class Batch:
         return f"Batch({len(self)} records)"
 
 
+class KeyDictionary:
+    """The distinct values of a dictionary-encoded column, shared by every batch cut from it.
+
+    Values are Python objects, made once. Key groups of all values are computed
+    once per max parallelism (vectorised), so a batch of this column finds the
+    key group of each of its keys by NumPy indexing; keyed state may likewise
+    cache where each dictionary value is stored (see ``ColumnarValueTable``).
+    """
+
+    _ids = iter(range(1 << 62))
+
+    def __init__(self, values: list[Any]) -> None:
+        self.values = values
+        self.id = next(KeyDictionary._ids)
+        self._key_groups: dict[int, np.ndarray] = {}
+
+    def key_groups(self, max_parallelism: int) -> np.ndarray:
+        kgs = self._key_groups.get(max_parallelism)
+        if kgs is None:
+            from ..keygroups import assign_key_groups, java_string_hash_codes, key_groups_for_hash_codes
+
+            vals = self.values
+            if vals and all(type(v) is str for v in vals):
+                kgs = key_groups_for_hash_codes(java_string_hash_codes(vals), max_parallelism).astype(np.int64)
+            else:
+                kgs = np.asarray(assign_key_groups(np.fromiter(vals, dtype=object, count=len(vals)), max_parallelism),
+                                 dtype=np.int64)
+            self._key_groups[max_parallelism] = kgs
+        return kgs
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+class DictUniques:
+    """A batch's distinct keys as codes into a :class:`KeyDictionary`, made into objects only when read."""
+
+    __slots__ = ("dictionary", "codes", "_list")
+
+    def __init__(self, dictionary: KeyDictionary, codes: np.ndarray) -> None:
+        self.dictionary = dictionary
+        self.codes = codes
+        self._list: list[Any] | None = None
+
+    def tolist(self) -> list[Any]:
+        if self._list is None:
+            vals = self.dictionary.values
+            self._list = [vals[i] for i in self.codes.tolist()]
+        return self._list
+
+    def __getitem__(self, i: int) -> Any:
+        return self.dictionary.values[self.codes[i]]
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __eq__(self, other: Any) -> bool:
+        return self.tolist() == (other.tolist() if isinstance(other, DictUniques) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class DictColumn:
+    """A dictionary-encoded column: ``indices`` (NumPy) into a :class:`KeyDictionary`."""
+
+    __slots__ = ("indices", "dictionary")
+
+    def __init__(self, indices: np.ndarray, dictionary: KeyDictionary) -> None:
+        self.indices = indices
+        self.dictionary = dictionary
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, s: slice) -> "DictColumn":
+        return DictColumn(self.indices[s], self.dictionary)
+
+    def take(self, idx: np.ndarray) -> "DictColumn":
+        return DictColumn(self.indices[idx], self.dictionary)
+
+    def to_pylist(self) -> list[Any]:
+        vals = self.dictionary.values
+        return [vals[i] for i in self.indices.tolist()]
+
+
 def pylist(column: Any) -> list[Any]:
-    """A column (NumPy array, Arrow array or list) as a list of Python scalars."""
+    """A column (NumPy array, Arrow array, dictionary column or list) as a list of Python scalars."""
     if isinstance(column, np.ndarray):
         return column.tolist()
     if hasattr(column, "to_pylist"):
@@ -98,6 +189,8 @@ class ColumnBatch(Batch):
         self.codes = codes
         self.uniques = uniques
         self.ukgs = ukgs
+        self.ucodes = None
+        self.dictionary = None
 
     @property
     def values(self) -> list[Any]:  # type: ignore[override]
@@ -109,8 +202,12 @@ class ColumnBatch(Batch):
     @property
     def keys(self) -> list[Any] | None:  # type: ignore[override]
         if self._keys is None and self.codes is not None:
-            u = self.uniques
-            self._keys = [u[c] for c in self.codes.tolist()]
+            if self.dictionary is not None:
+                vals = self.dictionary.values
+                self._keys = [vals[i] for i in self.ucodes[self.codes].tolist()]
+            else:
+                u = self.uniques
+                self._keys = [u[c] for c in self.codes.tolist()]
         return self._keys
 
     def take(self, idx: np.ndarray) -> list[Any]:
@@ -119,7 +216,7 @@ class ColumnBatch(Batch):
         for c in self.columns:
             if isinstance(c, np.ndarray):
                 out.append(c[idx])
-            elif hasattr(c, "take"):  # an Arrow array
+            elif hasattr(c, "take"):  # an Arrow array or a dictionary column
                 out.append(c.take(idx))
             else:
                 out.append([c[i] for i in idx.tolist()])

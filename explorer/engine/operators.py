@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..errors import JobError
 from ..keygroups import key_group_range_for_operator
-from .channels import MAX_WATERMARK, MIN_WATERMARK, Batch, ColumnBatch
+from .channels import MAX_WATERMARK, MIN_WATERMARK, Batch, ColumnBatch, DictColumn
 from .functions import Collector, ProcessContext, RuntimeContext
 from .metrics import KeyGroupMetrics, SpaceSaving
 from .operator_state import OperatorStateStore
@@ -358,6 +358,7 @@ class KeyedAggregateOperator(KeyedOperatorBase):
         per_key = np.bincount(codes, minlength=nu)
         if kind == "reduce":
             ukgs = ukgs_arr.tolist()
+            ukeys = list(ukeys)
             base = table.get_many(ukgs, ukeys)
             out, finals = self._reduce(batch.values, codes, base)
             for v in finals:
@@ -374,10 +375,14 @@ class KeyedAggregateOperator(KeyedOperatorBase):
                 dtype = contrib.dtype
             if self.columnar:
                 # no TTL, default namespace: the values of this batch's distinct keys, in place
-                slots = table.slots_for(ukeys, ukgs_arr)
+                if batch.dictionary is not None:
+                    slots = table.slots_for_codes(batch.dictionary, batch.ucodes, ukeys, ukgs_arr)
+                else:
+                    slots = table.slots_for(ukeys, ukgs_arr)
                 base_arr = table.values[slots].astype(dtype, copy=False)
             else:
                 ukgs = ukgs_arr.tolist()
+                ukeys = list(ukeys)
                 base = table.get_many(ukgs, ukeys)
                 zero = dtype.type(0)
                 base_arr = np.array([zero if b is None else b for b in base], dtype=dtype)
@@ -399,7 +404,10 @@ class KeyedAggregateOperator(KeyedOperatorBase):
                 keys = batch.keys if batch.keys is not None else [ukeys[c] for c in codes.tolist()]
                 self.emit(list(zip(keys, out)), batch.timestamps)
             else:
-                key_col = np.fromiter(ukeys, dtype=object, count=nu)[codes]
+                if batch.dictionary is not None:
+                    key_col = DictColumn(batch.ucodes[codes], batch.dictionary)
+                else:
+                    key_col = np.fromiter(ukeys, dtype=object, count=nu)[codes]
                 self.emit_batch(ColumnBatch([key_col, out], n, None, batch.timestamps))
 
     def _reduce(self, values, codes, base):

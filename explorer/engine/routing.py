@@ -9,6 +9,7 @@ not compute them again.
 from __future__ import annotations
 
 import operator
+from itertools import repeat
 from typing import Any, Callable
 
 import numpy as np
@@ -22,7 +23,7 @@ from ..keygroups import (
     key_groups_for_hash_codes,
     murmur_hash,
 )
-from .channels import Batch, Channel, ColumnBatch
+from .channels import Batch, Channel, ColumnBatch, DictColumn, DictUniques
 
 
 def factorize_keys(keys: list[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -50,7 +51,11 @@ def factorize_keys(keys: list[Any]) -> tuple[np.ndarray, list[Any]]:
 
 
 def factorize_column(column: Any) -> tuple[np.ndarray, list[Any]]:
-    """:func:`factorize_keys` for a column (NumPy array, Arrow array or list), without per-record objects."""
+    """:func:`factorize_keys` for a column (NumPy array, Arrow array, dictionary column or list),
+    without per-record objects."""
+    if isinstance(column, DictColumn):
+        codes, ucodes = pd.factorize(column.indices)
+        return codes, _pick(column.dictionary.values, ucodes)
     if isinstance(column, np.ndarray):
         if column.dtype.kind == "f" and np.isnan(column).any():
             raise KeyTypeError("a key column holds NaN; NaN is not a usable key")
@@ -62,6 +67,15 @@ def factorize_column(column: Any) -> tuple[np.ndarray, list[Any]]:
         enc = column.dictionary_encode()
         return enc.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False), enc.dictionary.to_pylist()
     return factorize_keys(list(column))
+
+
+def _pick(values: Any, idx: np.ndarray) -> Any:
+    if isinstance(values, DictUniques):
+        return DictUniques(values.dictionary, values.codes[idx])
+    il = idx.tolist()
+    if len(il) == 1:
+        return [values[il[0]]]
+    return list(operator.itemgetter(*il)(values)) if il else []
 
 
 def key_selector(key: str | int | Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -141,23 +155,23 @@ class KeyGroupAssigner:
         """Key groups of distinct keys (a batch's ``uniques``); new strings are hashed in one vectorised pass."""
         memo = self.memo
         try:
-            got = list(map(memo.get, uniques))
+            got = np.array(list(map(memo.get, uniques, repeat(-1))), dtype=np.int64)
         except TypeError as exc:
             raise KeyTypeError(f"a key in {uniques[:3]!r}... is not hashable") from exc
-        if None in got:
-            idx = [i for i, g in enumerate(got) if g is None]
-            miss = [uniques[i] for i in idx]
+        missing = np.flatnonzero(got < 0)
+        if len(missing):
+            ml = missing.tolist()
+            miss = [uniques[ml[0]]] if len(ml) == 1 else list(operator.itemgetter(*ml)(uniques))
             maxp = self.max_parallelism
             if len(miss) > 16 and all(type(k) is str for k in miss):
-                kgs = key_groups_for_hash_codes(java_string_hash_codes(miss), maxp).tolist()
+                kgs = key_groups_for_hash_codes(java_string_hash_codes(miss), maxp)
             else:
-                kgs = [murmur_hash(java_hash_code(k)) % maxp for k in miss]
+                kgs = np.array([murmur_hash(java_hash_code(k)) % maxp for k in miss], dtype=np.int64)
             if len(memo) + len(miss) > self.memo_size:
                 memo.clear()
-            memo.update(zip(miss, kgs))
-            for i, g in zip(idx, kgs):
-                got[i] = g
-        return np.array(got, dtype=np.int64)
+            memo.update(zip(miss, kgs.tolist()))
+            got[missing] = kgs
+        return got
 
 
 class Partitioner:
@@ -243,45 +257,54 @@ class KeyGroupPartitioner(Partitioner):
         names = batch.names or ()
         return names.index(f) if f in names else None
 
-    def factorize(self, batch: Batch) -> tuple[np.ndarray, list[Any], list[Any] | None]:
-        """``(codes, uniques, keys)`` of a batch; ``keys`` is None when the batch stays columnar."""
+    def factorize(self, batch: Batch):
+        """``(codes, uniques, keys, ukgs, ucodes, dictionary)`` of a batch: ``keys`` is None when the
+        batch stays columnar; ``ucodes``/``dictionary`` are set for a dictionary-encoded key column,
+        whose key groups come from the dictionary (``ukgs``); otherwise ``ukgs`` is None."""
         if isinstance(batch, ColumnBatch):
             col = self._key_column(batch)
             if col is not None:
-                codes, uniques = factorize_column(batch.columns[col])
-                return codes, uniques, None
+                column = batch.columns[col]
+                if isinstance(column, DictColumn):
+                    codes, ucodes = pd.factorize(column.indices)
+                    d = column.dictionary
+                    return (codes, DictUniques(d, ucodes), None, d.key_groups(self.max_parallelism)[ucodes],
+                            ucodes, d)
+                codes, uniques = factorize_column(column)
+                return codes, uniques, None, None, None, None
         keys = self.keys_of(batch.values)
         codes, uniques = factorize_keys(keys)
-        return codes, uniques, keys
+        return codes, uniques, keys, None, None, None
 
     def route(self, batch, channels, sender_index):
-        codes, uniques, keys = self.factorize(batch)
-        ukgs = self.assigner.distinct(uniques)
+        codes, uniques, keys, ukgs, ucodes, dictionary = self.factorize(batch)
+        if ukgs is None:
+            ukgs = self.assigner.distinct(uniques)
         kgs = ukgs[codes]
         columnar = keys is None
         p = self.parallelism
         if p == 1:
             return [(channels[0], _keyed(batch, columnar, batch.values if not columnar else None, batch.timestamps,
-                                         keys, kgs, codes, uniques, ukgs))]
+                                         keys, kgs, codes, uniques, ukgs, ucodes, dictionary))]
         owner_u = self.owner[ukgs]
         targets = owner_u[codes]
         out = []
         values = None if columnar else batch.values
         ts = batch.timestamps
-        n, nu = len(codes), len(uniques)
+        nu = len(uniques)
         for s in range(p):
             uidx = np.flatnonzero(owner_u == s)
             if not len(uidx):
                 continue
             if len(uidx) == nu:
-                out.append((channels[s], _keyed(batch, columnar, values, ts, keys, kgs, codes, uniques, ukgs)))
+                out.append((channels[s], _keyed(batch, columnar, values, ts, keys, kgs, codes, uniques, ukgs,
+                                                ucodes, dictionary)))
                 continue
             idx = np.flatnonzero(targets == s)
             remap = np.empty(nu, dtype=codes.dtype)
             remap[uidx] = np.arange(len(uidx), dtype=codes.dtype)
             sub_codes = remap[codes[idx]]
-            ul = uidx.tolist()
-            sub_uniques = [uniques[ul[0]]] if len(ul) == 1 else list(operator.itemgetter(*ul)(uniques))
+            sub_uniques = _pick(uniques, uidx)
             il = idx.tolist()
             if len(il) == 1:
                 i = il[0]
@@ -298,11 +321,16 @@ class KeyGroupPartitioner(Partitioner):
                                   ukgs[uidx])
             else:
                 sub = Batch(sub_vals, sub_ts, sub_keys, kgs[idx], sub_codes, sub_uniques, ukgs[uidx])
+            if ucodes is not None:
+                sub.ucodes, sub.dictionary = ucodes[uidx], dictionary
             out.append((channels[s], sub))
         return out
 
 
-def _keyed(batch, columnar, values, ts, keys, kgs, codes, uniques, ukgs) -> Batch:
+def _keyed(batch, columnar, values, ts, keys, kgs, codes, uniques, ukgs, ucodes=None, dictionary=None) -> Batch:
     if columnar:
-        return ColumnBatch(batch.columns, len(batch), batch.names, ts, kgs, codes, uniques, ukgs)
-    return Batch(values, ts, keys, kgs, codes, uniques, ukgs)
+        out = ColumnBatch(batch.columns, len(batch), batch.names, ts, kgs, codes, uniques, ukgs)
+    else:
+        out = Batch(values, ts, keys, kgs, codes, uniques, ukgs)
+    out.ucodes, out.dictionary = ucodes, dictionary
+    return out

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import JobError
-from .channels import ColumnBatch
+from .channels import ColumnBatch, DictColumn, KeyDictionary
 
 __all__ = [
     "CollectionSource",
@@ -76,9 +76,11 @@ class ColumnSource(Source):
     routing and the built-in keyed aggregates work on the columns directly
     (``key_by`` a column position or name), and every other operator sees the
     records as tuples of Python scalars in column order, exactly as if the same
-    tuples had been given to :class:`CollectionSource`. String columns stay
-    Arrow arrays (dictionary-encoded per batch when they are the key); numeric
-    columns become NumPy arrays.
+    tuples had been given to :class:`CollectionSource`. Numeric columns become
+    NumPy arrays; strings (and other Arrow types) are dictionary-encoded once
+    here (:class:`~explorer.engine.channels.DictColumn`), as a Parquet or Arrow
+    dictionary column would be, so a batch's keys are integer codes into one
+    shared dictionary. Nulls are refused.
     """
 
     name = "columns"
@@ -136,6 +138,8 @@ def _as_column(col: Any, name: str) -> Any:
     """A column as a NumPy array (numbers, booleans) or an Arrow array (strings and the rest)."""
     import pyarrow as pa
 
+    if isinstance(col, DictColumn):
+        return col
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     if isinstance(col, pa.Array):
@@ -143,16 +147,28 @@ def _as_column(col: Any, name: str) -> Any:
             if col.null_count:
                 raise JobError(f"column source: column {name!r} has {col.null_count} nulls; expected none")
             return col.to_numpy(zero_copy_only=False)
-        return col
-    if isinstance(col, np.ndarray) and col.dtype.kind in "biuf":
-        return col
-    arr = np.asarray(col) if not isinstance(col, np.ndarray) else col
-    if arr.ndim == 1 and arr.dtype.kind in "biuf":
-        return arr
+        if col.null_count:
+            raise JobError(f"column source: column {name!r} has {col.null_count} nulls; expected none")
+        # strings and the rest: dictionary-encoded once, so batches carry integer codes
+        if pa.types.is_dictionary(col.type):
+            # a dictionary column (say, read from Parquet) is used as it is when its values are
+            # distinct (unused values do no harm); one that repeats values is encoded afresh
+            if len(col.dictionary.unique()) == len(col.dictionary) and not col.dictionary.null_count:
+                indices = col.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+                return DictColumn(indices, KeyDictionary(col.dictionary.to_pylist()))
+            col = col.dictionary_decode()
+        enc = col.dictionary_encode()
+        indices = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return DictColumn(indices, KeyDictionary(enc.dictionary.to_pylist()))
+    if isinstance(col, np.ndarray):
+        if col.ndim == 1 and col.dtype.kind in "biuf":
+            return col
+        col = col.tolist()
     try:
-        return pa.array(list(col) if not isinstance(col, list) else col)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        arr = pa.array(col if isinstance(col, list) else list(col))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise JobError(f"column source: column {name!r} is neither numbers nor one Arrow type ({exc})") from exc
+    return _as_column(arr, name)
 
 
 class GeneratorSource(Source):

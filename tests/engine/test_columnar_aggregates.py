@@ -293,3 +293,24 @@ def test_column_batches_materialise_records_once_and_only_when_read():
     b = ColumnBatch([pa.array(["a", "b"]), np.array([1, 2])], 2, ["k", "v"])
     assert b._values is None and len(b) == 2
     assert b.values == [("a", 1), ("b", 2)] and b.values is b.values
+
+
+def test_a_dictionary_column_is_used_as_given_unless_its_values_repeat():
+    keys = [k for k, _ in DATA[:300]]
+    plain = pa.array(keys)
+    given = plain.dictionary_encode()
+    repeating = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 1, 0], pa.int32()), pa.array(["a", "b", "a"]))
+    for col in (plain, given):
+        src = ColumnSource({"user": col})
+        assert src.read("0", 0, 300)[0].values == [(k,) for k in keys]
+    env = StreamEnvironment(batch_size=2)
+    env.from_columns({"user": repeating}).key_by(0).count().collect("out")
+    assert env.execute("job").output("out") == [("a", 1), ("b", 1), ("a", 2), ("b", 2), ("a", 3)]
+
+
+def test_string_hash_codes_agree_with_the_scalar_hash_with_and_without_astral_characters():
+    from explorer.keygroups import java_hash_code, java_string_hash_codes
+
+    for strings in (["abc", "", "ünï"], ["a😀b", "", "x", "😀😀"]):
+        got = java_string_hash_codes(strings).tolist()
+        assert got == [java_hash_code(s) & 0xFFFFFFFF for s in strings]

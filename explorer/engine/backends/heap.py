@@ -7,6 +7,8 @@ they are serialized (never pickled) only when a snapshot is written.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, Iterator
 
 import numpy as np
@@ -151,6 +153,8 @@ class ColumnarValueTable(StateTable):
         self.values = np.zeros(1024, dtype=self.dtype)
         self._live = np.zeros(1024, dtype=bool)
         self._n = 0
+        #: per key dictionary of a columnar source: the slot of each dictionary value (-1: not known yet)
+        self._dict_slots: dict[int, tuple[Any, np.ndarray]] = {}
 
     def _grow(self, need: int) -> None:
         cap = len(self._kg)
@@ -172,12 +176,13 @@ class ColumnarValueTable(StateTable):
     def slots_for(self, keys: list[Any], key_groups: np.ndarray) -> np.ndarray:
         """The slots of distinct ``keys``; keys not stored yet get new zeroed slots, in the given order."""
         slot = self.slot
-        slots = list(map(slot.get, keys))
-        if None in slots:
-            missing = [i for i, s in enumerate(slots) if s is None]
-            new_keys = [keys[i] for i in missing]
+        slots = np.array(list(map(slot.get, keys, repeat(-1))), dtype=np.int64)
+        missing = np.flatnonzero(slots < 0)
+        if len(missing):
+            ml = missing.tolist()
+            new_keys = [keys[ml[0]]] if len(ml) == 1 else list(itemgetter(*ml)(keys))
             start = self._n
-            end = start + len(missing)
+            end = start + len(ml)
             self._grow(end)
             slot.update(zip(new_keys, range(start, end)))
             self._keys.extend(new_keys)
@@ -185,8 +190,25 @@ class ColumnarValueTable(StateTable):
             self.values[start:end] = 0
             self._live[start:end] = True
             self._n = end
-            slots = list(map(slot.__getitem__, keys))
-        return np.array(slots, dtype=np.int64)
+            slots[missing] = np.arange(start, end, dtype=np.int64)
+        return slots
+
+    def slots_for_codes(self, dictionary: Any, codes: np.ndarray, keys: list[Any], key_groups: np.ndarray) -> np.ndarray:
+        """:meth:`slots_for` for keys given as codes into a shared ``KeyDictionary`` (``keys[j]`` is
+        ``dictionary.values[codes[j]]``): slots found once per dictionary value are remembered, so
+        later batches find theirs by NumPy indexing alone."""
+        entry = self._dict_slots.get(dictionary.id)
+        if entry is None:
+            entry = self._dict_slots[dictionary.id] = (dictionary, np.full(len(dictionary), -1, dtype=np.int64))
+        cache = entry[1]
+        slots = cache[codes]
+        missing = np.flatnonzero(slots < 0)
+        if len(missing):
+            vals = dictionary.values
+            found = self.slots_for([vals[c] for c in codes[missing].tolist()], key_groups[missing])
+            slots[missing] = found
+            cache[codes[missing]] = found
+        return slots
 
     def get(self, key_group, key, namespace):
         self._check_ns(namespace)
@@ -206,6 +228,7 @@ class ColumnarValueTable(StateTable):
         if s is not None:
             self._live[s] = False
             self._keys[s] = None
+            self._dict_slots.clear()  # remembered slots may point at this one
 
     def map_get(self, key_group, key, namespace, user_key):
         raise StateError(f"state {self.name!r} is value state, not map state")
