@@ -349,6 +349,50 @@ def checkpoints_section(res: dict, charts: Path) -> list[str]:
     lines += write_chart(charts, "checkpoints", "checkpoint duration (median)", bars, "seconds", log=True,
                          legend={"ours": "incremental", "peer": "full"})
     lines.append("")
+    lines += flink_checkpoints(res, disk)
+    return lines
+
+
+def flink_checkpoints(res: dict, disk: float | None) -> list[str]:
+    """Apache Flink's checkpoints of the same state beside ours, or why they are missing."""
+    fl = res.get("flink")
+    if not fl:
+        return ["Apache Flink beside it: not measured in this run (`--no-flink` or `--smoke`).", ""]
+    lines = [f"### Apache Flink {fl.get('version', '')} on the same state ({fl.get('job', '')})", "",
+             "Full = `execution.checkpointing.incremental=false` (Flink's default for RocksDB: every entry "
+             "written); FULL (all SST) = `CheckpointType.FULL` on the incremental backend (every SST file "
+             "uploaded again); incremental = `CheckpointType.INCREMENTAL` (new SST files only), median of the "
+             "rounds. Durations are Flink's own end-to-end checkpoint statistics; MB written = files new in the "
+             "checkpoint folder. Recovery = job submission to the keyed operator's `open()` with the state "
+             "restored (task deployment included; the same span for a job without state is given beside it).", ""]
+    body = []
+    for s in fl.get("sizes", []):
+        fd, fb = val(s, "full", "duration"), val(s, "full", "bytes_written")
+        mbps = (fb / 1e6 / fd) if fb and fd else None
+        body.append([f"{s.get('state_mb')} MB", fd, val(s, "full_all_sst", "duration"), val(s, "incremental", "duration"),
+                     val(s, "speedup_full_over_incremental", "median"), (fb or 0) / 1e6,
+                     (val(s, "incremental", "bytes_written") or 0) / 1e6, mbps,
+                     f"{100 * mbps / disk:.0f} %" if mbps and disk else "",
+                     val(s, "recovery", "full", "restore"), val(s, "recovery", "full_all_sst", "restore"),
+                     val(s, "recovery", "incremental", "restore"), val(s, "recovery", "job_start_without_state"),
+                     f"{get(s, 'recovery', 'incremental', 'probed_keys_found')}/{get(s, 'recovery', 'probed_keys')}",
+                     val(s, "load")])
+    if body:
+        lines += table(["state", "full s", "FULL (all SST) s", "incremental s", "full ÷ incremental", "full MB written",
+                        "incremental MB written", "full write MB/s", "of disk bandwidth", "recovery full s",
+                        "recovery FULL (all SST) s", "recovery incremental s", "job start without state s",
+                        "keys read back", "load s"], body)
+        lines.append("")
+    ratios = fl.get("ratios_ours_over_flink") or {}
+    if ratios:
+        kinds = list(next(iter(ratios.values())).keys())
+        lines += ["Flink's time ÷ ours (above 1: ours is faster):", ""]
+        lines += table(["state"] + kinds, [[k] + [fmt(r.get(x)) if r.get(x) else "" for x in kinds]
+                                           for k, r in ratios.items()])
+        lines.append("")
+    nm = fl.get("not_measured") or {}
+    if nm:
+        lines += ["Flink not measured:", ""] + [f"- **{k}**: {r}" for k, r in nm.items()] + [""]
     return lines
 
 
@@ -508,12 +552,26 @@ def headline(results: dict[str, dict]) -> list[str]:
         fd, fb = val(s, "full", "duration"), val(s, "full", "bytes_written")
         limit = (f"; a full checkpoint writes at {fmt(fb / 1e6 / fd)} MB/s against the disk's {fmt(disk)} MB/s"
                  if disk and fd and fb else "")
-        return [f"- **Checkpoints** at {s['state_mb']} MB of state, 1 % churn: incremental "
+        text = (f"- **Checkpoints** at {s['state_mb']} MB of state, 1 % churn: incremental "
                 f"{fmt(val(s, 'incremental', 'duration'))} s vs full {fmt(fd)} s "
                 f"({fmt(val(s, 'speedup_full_over_incremental', 'median'))}x faster, "
                 f"{fmt(val(s, 'written_ratio_full_over_incremental_mean'))}x fewer bytes){limit}; recovery "
                 f"{fmt(val(s, 'recovery', 'incremental', 'restore'))} s (incremental) vs "
-                f"{fmt(val(s, 'recovery', 'full', 'restore'))} s (full)."]
+                f"{fmt(val(s, 'recovery', 'full', 'restore'))} s (full)")
+        fl = r.get("flink") or {}
+        f = next((x for x in fl.get("sizes", []) if x.get("state_mb") == s["state_mb"]), None)
+        if f:
+            text += (f". Apache Flink on the same state: incremental {fmt(val(f, 'incremental', 'duration'))} s "
+                     f"(ours {times(val(f, 'incremental', 'duration') / val(s, 'incremental', 'duration'))}), "
+                     f"full {fmt(val(f, 'full', 'duration'))} s "
+                     f"(ours {times(val(f, 'full', 'duration') / fd)}), recovery "
+                     f"{fmt(val(f, 'recovery', 'incremental', 'restore'))} s (incremental) and "
+                     f"{fmt(val(f, 'recovery', 'full', 'restore'))} s (full)")
+        elif fl.get("not_measured"):
+            text += f". Apache Flink: not measured ({'; '.join(f'{k}: {v[:120]}' for k, v in fl['not_measured'].items())})"
+        elif not fl:
+            text += ". Apache Flink: not measured in this run"
+        return [text + "."]
 
     def explorer() -> list[str]:
         r = results.get("explorer")

@@ -38,10 +38,33 @@ registering its state), plus the verification alone. Disk: sequential write of
 any checkpoint; without fsync it is the page cache, which is what checkpoint
 writes here hit too: no data file is fsynced, only ``_metadata``).
 
+Apache Flink beside it (``--flink``, on by default except in ``--smoke``):
+``benchmarks/flink/CheckpointBench.java`` (compiled like bench_peers' job,
+against the jars of the apache-flink-libraries wheel) runs the same experiment
+on a MiniCluster with the embedded RocksDB backend: the same keys, 1,000-byte
+random values, 1 % churn per round, checkpoints triggered by hand once the
+operator has processed every record sent. Two jobs per size:
+
+* ``incremental=true``: an INCREMENTAL checkpoint per round (only new SST
+  files) and a FULL one (``CheckpointType.FULL``: every SST file) in the first
+  and the last round;
+* ``incremental=false`` (Flink's default for RocksDB): every checkpoint
+  iterates the database and writes every entry - the counterpart of our full
+  (canonical) checkpoint.
+
+Flink's figures are its own checkpoint statistics (end-to-end duration,
+checkpointed size) and the bytes that appeared in the checkpoint folder; its
+recovery is a new job from the last checkpoint, timed from submission to the
+keyed operator's ``open()`` (state restored; task deployment included, so the
+same span of a job without state is reported beside it), with 1,000 keys read
+back. The state is loaded record by record through the job (Flink has no bulk
+load); RocksDB's compactions after that load are left to RocksDB.
+
 Run::
 
-    python -m benchmarks.bench_checkpoints            # 10 MB, 100 MB, 1 GB (a few minutes, ~6 GB of disk)
-    python -m benchmarks.bench_checkpoints --smoke    # 1 MB, 10 MB
+    python -m benchmarks.bench_checkpoints            # 10 MB, 100 MB, 1 GB, ours and Flink's (minutes, ~8 GB of disk)
+    python -m benchmarks.bench_checkpoints --smoke    # 1 MB, 10 MB, ours only
+    python -m benchmarks.bench_checkpoints --no-flink # ours only
 
 Writes ``benchmarks/results/checkpoints.json`` (``--out``). Target: an
 incremental checkpoint at 1 GB with 1 % churn at least 20x faster than a full one.
@@ -242,6 +265,122 @@ def run_size(size_mb: int, value_bytes: int, rounds: int, work: Path, seed: int)
     return result
 
 
+def _median(runs: list[dict[str, Any]], field: str) -> float | None:
+    xs = [r[field] for r in runs if r.get(field) is not None]
+    return statistics.median(xs) if xs else None
+
+
+def flink_size(size_mb: int, value_bytes: int, rounds: int, work: Path, classpath: str,
+               timeout_s: float) -> dict[str, Any]:
+    """Flink's two jobs (incremental=true, incremental=false) at one state size, summarized like ours."""
+    from benchmarks.bench_peers import run_child
+
+    heap = os.environ.get("FLINK_BENCH_HEAP", "1g")
+    out: dict[str, Any] = {"state_mb": size_mb}
+    raw = {}
+    for mode, n_rounds in (("incremental", rounds), ("full", 2)):
+        folder = work / f"flink-{mode}-{size_mb}"
+        shutil.rmtree(folder, ignore_errors=True)
+        cmd = ["java", f"-Xmx{heap}", "-Dlog4j2.level=ERROR", "-cp", classpath, "CheckpointBench", mode,
+               str(size_mb), str(value_bytes), str(n_rounds), str(folder)]
+        try:
+            raw[mode] = run_child(cmd, timeout_s=timeout_s)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    inc, full = raw["incremental"], raw["full"]
+    out.update({"keys": inc["keys"], "value_bytes": value_bytes, "churned_keys_per_round": inc["churned_keys_per_round"],
+                "rounds": inc["rounds"], "load": _v(inc["load_s"], "s", 2)})
+
+    def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"checkpoints": len(runs),
+                "duration": _v(_median(runs, "duration_s"), "s"),
+                "duration_each": {"value": [r["duration_s"] for r in runs], "unit": "s"},
+                "trigger_wall": _v(_median(runs, "trigger_wall_s"), "s"),
+                "checkpointed_size": _v(_median(runs, "checkpointed_size_bytes"), "B", 0),
+                "state_size": _v(_median(runs, "state_size_bytes"), "B", 0),
+                "bytes_written": _v(_median(runs, "bytes_written"), "B", 0),
+                "bytes_written_each": {"value": [r["bytes_written"] for r in runs], "unit": "B"}}
+
+    out["full"] = summary(full["full"])  # incremental=false: Flink's full checkpoint
+    out["full_all_sst"] = summary(inc["full"])  # CheckpointType.FULL on the incremental backend
+    out["incremental"] = summary(inc["incremental"])
+    out["incremental_first"] = summary([inc["incremental_first"]])
+    fd, idur = out["full"]["duration"]["value"], out["incremental"]["duration"]["value"]
+    out["speedup_full_over_incremental"] = {"median": _v(fd / idur, "x", 1) if fd and idur else None}
+    fb, ib = out["full"]["bytes_written"]["value"], out["incremental"]["bytes_written"]["value"]
+    out["written_ratio_full_over_incremental"] = _v(fb / max(1, ib), "x", 1) if fb else None
+    out["recovery"] = {
+        "full": {"restore": _v(full["recovery"]["full"]["restore_s"], "s"),
+                 "probed_keys_found": full["recovery"]["full"]["probed_keys_found"]},
+        "full_all_sst": {"restore": _v(inc["recovery"]["full"]["restore_s"], "s"),
+                         "probed_keys_found": inc["recovery"]["full"]["probed_keys_found"]},
+        "incremental": {"restore": _v(inc["recovery"]["incremental"]["restore_s"], "s"),
+                        "probed_keys_found": inc["recovery"]["incremental"]["probed_keys_found"]},
+        "job_start_without_state": _v(min(inc["warm_start_s"], full["warm_start_s"]), "s"),
+        "first_job_start": _v(min(inc["fresh_start_s"], full["fresh_start_s"]), "s"),
+        "probed_keys": inc["recovery"]["incremental"]["probed_keys"],
+    }
+    out["peak_rss_mb"] = {"value": max(inc["peak_rss_mb"], full["peak_rss_mb"]), "unit": "MB"}
+    out["process_wall"] = _v(inc["process_wall_seconds"] + full["process_wall_seconds"], "s", 1)
+    return out
+
+
+def flink_ratios(ours: list[dict[str, Any]], flink: dict[str, Any]) -> dict[str, Any]:
+    """Flink's time ÷ ours per size (above 1: ours is faster): full, incremental, recovery."""
+    out: dict[str, Any] = {}
+    by_size = {s["state_mb"]: s for s in flink.get("sizes", [])}
+    for s in ours:
+        f = by_size.get(s["state_mb"])
+        if not f:
+            continue
+        pairs = {"full checkpoint": (val(f, "full", "duration"), val(s, "full", "duration")),
+                 "incremental checkpoint": (val(f, "incremental", "duration"), val(s, "incremental", "duration")),
+                 "recovery from full": (val(f, "recovery", "full", "restore"), val(s, "recovery", "full", "restore")),
+                 "recovery from incremental": (val(f, "recovery", "incremental", "restore"),
+                                               val(s, "recovery", "incremental", "restore"))}
+        out[f"{s['state_mb']} MB"] = {k: round(a / b, 2) if a and b else None for k, (a, b) in pairs.items()}
+    return out
+
+
+def val(d: Any, *path: str) -> Any:
+    for p in path:
+        d = d.get(p) if isinstance(d, dict) else None
+    return d.get("value") if isinstance(d, dict) else d
+
+
+def run_flink(sizes: list[int], value_bytes: int, rounds: int, work: Path) -> dict[str, Any]:
+    """Flink's side at every size; a size that fails or runs out of time is listed with the reason."""
+    from benchmarks.bench_peers import FLINK_VERSION, java_version, setup_flink
+
+    timeout_s = float(os.environ.get("BENCH_RUN_TIMEOUT_S", "600"))
+    doc: dict[str, Any] = {"version": FLINK_VERSION, "java": java_version(), "sizes": [], "not_measured": {},
+                           "job": "benchmarks/flink/CheckpointBench.java on a MiniCluster, embedded RocksDB, "
+                                  "parallelism 1"}
+    try:
+        classpath = setup_flink()
+    except Exception as exc:  # noqa: BLE001 - ours is still measured; say why Flink is not
+        doc["not_measured"]["all sizes"] = f"Flink setup failed: {str(exc)[:300]}"
+        return doc
+    for size in sizes:
+        t0 = time.perf_counter()
+        try:
+            r = flink_size(size, value_bytes, rounds, work, classpath, timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            doc["not_measured"][f"{size} MB"] = str(exc)[:500]
+            print(f"flink {size:>5} MB: FAILED {str(exc)[:200]}", flush=True)
+            continue
+        doc["sizes"].append(r)
+        print(f"flink {size:>5} MB: full {r['full']['duration']['value']:.3f} s / "
+              f"{r['full']['bytes_written']['value'] / MB:.1f} MB, FULL (all SST) {r['full_all_sst']['duration']['value']:.3f} s, "
+              f"incremental median {r['incremental']['duration']['value']:.3f} s / "
+              f"{r['incremental']['bytes_written']['value'] / MB:.2f} MB; recovery full "
+              f"{r['recovery']['full']['restore']['value']:.2f} s, incremental "
+              f"{r['recovery']['incremental']['restore']['value']:.2f} s (job start without state "
+              f"{r['recovery']['job_start_without_state']['value']:.2f} s)  [{time.perf_counter() - t0:.0f} s]",
+              flush=True)
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="1 MB and 10 MB only")
@@ -251,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(full checkpoints in the first and the last)")
     ap.add_argument("--disk-mb", type=int, default=None, help="size of the sequential-write test (default 500; smoke 200)")
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp folder)")
+    ap.add_argument("--flink", action=argparse.BooleanOptionalAction, default=None,
+                    help="run Apache Flink's checkpoints beside ours (default: on, off with --smoke)")
+    ap.add_argument("--flink-rounds", type=int, default=3, help="churn rounds of Flink's incremental job")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "checkpoints.json")
     args = ap.parse_args(argv)
     sizes = args.sizes or ([1, 10] if args.smoke else [10, 100, 1000])
@@ -262,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     results = []
+    flink: dict[str, Any] | None = None
+    with_flink = args.flink if args.flink is not None else not args.smoke
     try:
         disk = disk_bandwidth(work, args.disk_mb or (200 if args.smoke else 500))
         print(f"disk: {disk['page_cache']['value']} MB/s (page cache), {disk['with_fsync']['value']} MB/s (fsync)")
@@ -279,22 +423,29 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['recovery']['full']['restore']['value']:.2f} s, incremental "
                   f"{r['recovery']['incremental']['restore']['value']:.2f} s  [{time.perf_counter() - t0:.0f} s]",
                   flush=True)
+        if with_flink:
+            flink = run_flink(sizes, args.value_bytes, max(2, args.flink_rounds), work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if flink is not None:
+        flink["ratios_ours_over_flink"] = flink_ratios(results, flink)
     doc = {
         "benchmark": "checkpoints",
         "description": "RocksDB backend, parallelism 1, ValueState[bytes] of random values; 1 % of keys changed "
                        "between checkpoints; full (canonical Parquet) vs incremental (shared SST files) checkpoints "
                        "taken by the job's coordinator on the same state; recovery = JobClient(restore_from=...) "
                        "including checksum verification of every file",
-        "command": "python -m benchmarks.bench_checkpoints" + (" --smoke" if args.smoke else ""),
-        "peer": "full checkpoint (incremental=False) of the same state",
+        "command": "python -m benchmarks.bench_checkpoints" + (" --smoke" if args.smoke else "")
+                   + (f" --sizes {' '.join(map(str, sizes))}" if args.sizes else "") + ("" if with_flink else " --no-flink"),
+        "peer": "full checkpoint (incremental=False) of the same state; Apache Flink's full and incremental "
+                "checkpoints and recovery of the same state (RocksDB backend) when measured (see 'flink')",
         "target": "incremental at least 20x faster than full at 1 GB with 1 % churn",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                     "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
         "disk_sequential_write": disk,
         "sizes": results,
+        "flink": flink,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")

@@ -88,3 +88,69 @@ def test_committed_results_render(tmp_path):
     assert "section renderer failed" not in page
     for name in results:
         assert f"`benchmarks/results/{name}.json`" in page
+
+
+def _checkpoint_doc(flink: dict | None) -> dict:
+    def size(mb: int, full: float, inc: float) -> dict:
+        return {"state_mb": mb, "full": {"duration": {"value": full}, "bytes_written": {"value": mb * 1e6}},
+                "incremental": {"duration": {"value": inc}, "bytes_written": {"value": mb * 1e4}},
+                "speedup_full_over_incremental": {"median": {"value": full / inc}},
+                "written_ratio_full_over_incremental_mean": {"value": 100.0},
+                "recovery": {"full": {"restore": {"value": full * 2}}, "incremental": {"restore": {"value": inc * 2}}}}
+
+    return {"benchmark": "checkpoints", "machine": {"load_average": [1.0, 1.0, 1.0]},
+            "disk_sequential_write": {"with_fsync": {"value": 500.0}, "page_cache": {"value": 900.0}},
+            "sizes": [size(10, 0.5, 0.05), size(1000, 40.0, 0.4)], "flink": flink}
+
+
+def test_checkpoint_page_puts_flink_beside_ours_or_says_why_not(tmp_path):
+    from benchmarks._render import render
+    from benchmarks.bench_checkpoints import flink_ratios
+
+    doc = _checkpoint_doc(None)
+    flink_size = {"state_mb": 1000, "full": {"duration": {"value": 20.0}, "bytes_written": {"value": 1.0e9}},
+                  "full_all_sst": {"duration": {"value": 3.0}}, "incremental": {"duration": {"value": 0.2},
+                                                                                "bytes_written": {"value": 1e7}},
+                  "recovery": {"full": {"restore": {"value": 30.0}}, "full_all_sst": {"restore": {"value": 2.0}},
+                               "incremental": {"restore": {"value": 2.0}, "probed_keys_found": 1000},
+                               "job_start_without_state": {"value": 0.3}, "probed_keys": 1000}}
+    ratios = flink_ratios(doc["sizes"], {"sizes": [flink_size]})
+    # only the size Flink measured is compared; Flink's time over ours
+    assert set(ratios) == {"1000 MB"}
+    assert ratios["1000 MB"]["full checkpoint"] == 0.5 and ratios["1000 MB"]["incremental checkpoint"] == 0.5
+    assert ratios["1000 MB"]["recovery from full"] == 0.38
+
+    without = render({"checkpoints": doc}, tmp_path / "a")
+    assert "Apache Flink beside it: not measured in this run" in without
+    assert "Apache Flink: not measured in this run" in without  # the headline says so too
+
+    doc["flink"] = {"version": "2.3.0", "sizes": [flink_size], "ratios_ours_over_flink": ratios,
+                    "not_measured": {"10 MB": "did not finish in 600 s"}}
+    page = render({"checkpoints": doc}, tmp_path / "b")
+    assert "section renderer failed" not in page
+    assert "### Apache Flink 2.3.0 on the same state" in page
+    assert "| 1000 MB | 20.0 | 3 | 0.2 |" in page
+    assert "- **10 MB**: did not finish in 600 s" in page
+    assert "Apache Flink on the same state: incremental 0.2 s (ours 2x slower)" in page
+
+
+def test_spark_end_of_input_markers_come_last_and_close_every_session(tmp_path):
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from benchmarks._run_spark import END_KEY, end_of_input_markers
+    from explorer.pipelines import sessions
+    from explorer.spark.adapter import write_input
+
+    events = [sessions.Event(f"u{i % 3}", 1_000 + 7_000 * i, "view", "") for i in range(9)]
+    src = write_input(events, tmp_path / "input", files=3)
+    end_of_input_markers(src, max(e.ts for e in events), tmp_path)
+    files = sorted(src.glob("*.parquet"), key=lambda f: f.stat().st_mtime)  # the file source's order
+    assert len(files) == 5
+    tail = [pq.read_table(f).to_pylist() for f in files[-2:]]
+    assert [len(t) for t in tail] == [1, 1] and {t[0]["user_id"] for t in tail} == {END_KEY}
+    first_marker = tail[0][0]["ts"]
+    # the watermark (5 s behind the marker) lies past every session's timer (last event + 30 min)
+    assert first_marker - sessions.MAX_OUT_OF_ORDERNESS_MS > max(e.ts for e in events) + sessions.SESSION_GAP_MS
+    assert tail[1][0]["ts"] > first_marker
+    assert all(r["user_id"] != END_KEY for f in files[:-2] for r in pq.read_table(f).to_pylist())
