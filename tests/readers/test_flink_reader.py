@@ -498,3 +498,31 @@ def test_columnar_sst_resolves_versions_merges_and_deletions_like_resolve():
                     merged += m
                     multi_file += len(files) > 1
     assert merged > 0 and multi_file > 0
+
+
+def test_reachable_candidates_are_exactly_the_chain_from_the_first():
+    """fullformat._reachable: false candidates (chains of any length, merging into the real chain or not)
+    are dropped; a chain too long to prune gives None (the caller then walks the links)."""
+    import numpy as np
+
+    from explorer.readers.flink import fullformat
+
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n = int(rng.integers(2, 60))
+        links = np.full(n, -1, dtype=np.int64)
+        for i in range(n - 1):  # random forward links, some missing
+            if rng.random() < 0.8:
+                links[i] = int(rng.integers(i + 1, n))
+        walk, i = [], 0
+        while i >= 0:
+            walk.append(i)
+            i = int(links[i])
+        got = fullformat._reachable(links, 0)
+        assert got is not None and got.tolist() == walk, trial
+    # a false chain longer than the pruning rounds: no answer rather than a wrong one
+    k = fullformat._MAX_PRUNING_ROUNDS + 5
+    links = np.full(2 * k + 2, -1, dtype=np.int64)
+    links[0] = 2 * k + 1  # the real chain: 0 -> last
+    links[1 : 2 * k] = np.arange(2, 2 * k + 1)  # 1 -> 2 -> ... a long false chain, into the last node
+    assert fullformat._reachable(links, 0) is None

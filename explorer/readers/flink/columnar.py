@@ -238,8 +238,11 @@ def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[n
     The hash is right for ASCII ranges (the caller re-does the others): Horner's
     rule over the strings right-aligned in a zero-padded matrix (leading zeros do
     not change ``h = 31 * h + c``), one column at a time, in uint32 arithmetic
-    that wraps like Java's ``int``. Ranges longer than 64 bytes are checked
-    against the buffer's non-ASCII positions and left unhashed (not ASCII-simple).
+    that wraps like Java's ``int``. The matrix rows are the ``width`` bytes that
+    end where each string ends (one memcpy per row from a strided view of the
+    buffer), with the bytes before the string zeroed. Ranges longer than 64
+    bytes, or too close to the buffer's start for a full row, are left unhashed
+    (not ASCII-simple).
     """
     n = len(start)
     codes = np.zeros(n, dtype=np.uint32)
@@ -247,25 +250,27 @@ def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[n
     if not n:
         return codes, ascii_ok
     long_rows = lens > 64
-    if long_rows.any():
-        ascii_ok[long_rows] = False  # decoded (and hashed) one by one by the caller
     short = np.where(long_rows, 0, lens)
     width = int(short.max())
+    end = start + short
+    long_rows |= end < width  # a full row would start before the buffer
+    ascii_ok[long_rows] = False  # decoded (and hashed) one by one by the caller
     if width == 0:
         return codes, ascii_ok
-    end = start + short
-    for lo in range(0, n, 1 << 16):  # in slices, to bound the matrix size
-        sl = slice(lo, lo + (1 << 16))
-        e, ln = end[sl], short[sl]
-        cols = e[:, None] - width + np.arange(width)
-        valid = cols >= (e - ln)[:, None]
-        m = np.where(valid, buf.np[np.where(valid, cols, 0)], 0)
+    rows_at = np.ndarray((len(buf.np) - width + 1,), dtype=np.dtype((np.void, width)), buffer=buf.np,
+                         strides=(1,))
+    cols = np.arange(width, dtype=np.int64)
+    for lo in range(0, n, 1 << 18):  # in slices, to bound the matrix size
+        sl = slice(lo, lo + (1 << 18))
+        e = np.where(long_rows[sl], width, end[sl])
+        m = rows_at[e - width].view(np.uint8).reshape(-1, width)
+        m = np.where(cols >= (width - short[sl])[:, None], m, np.uint8(0))
         ascii_ok[sl] &= m.max(axis=1) < 0x80
-        m = m.astype(np.uint32)
         h = np.zeros(len(e), dtype=np.uint32)
         with np.errstate(over="ignore"):
             for j in range(width):
-                h = h * np.uint32(31) + m[:, j]
+                h *= np.uint32(31)
+                h += m[:, j]
         codes[sl] = h
     return codes, ascii_ok
 

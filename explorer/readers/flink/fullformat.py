@@ -82,13 +82,11 @@ def _be32(b, pos):
     """Big-endian int32 at each position (positions past the end read as -1)."""
     import numpy as np
 
+    view = np.ndarray((max(len(b) - 3, 0),), dtype=">i4", buffer=b, strides=(1,))  # unaligned, no copy
     ok = (pos >= 0) & (pos + 4 <= len(b))
-    p = np.where(ok, pos, 0)
-    v = b[p].astype(np.int64) << 24
-    v |= b[p + 1].astype(np.int64) << 16
-    v |= b[p + 2].astype(np.int64) << 8
-    v |= b[p + 3]
-    v[v >= 1 << 31] -= 1 << 32
+    if ok.all():
+        return view[pos].astype(np.int64)
+    v = view[np.where(ok, pos, 0)].astype(np.int64) if len(view) else np.zeros(len(pos), dtype=np.int64)
     v[~ok] = -1
     return v
 
@@ -100,8 +98,8 @@ def _scan_span_vectorised(b, start: int, stop: int, prefix: int, kg: int):
     and, four bytes later, the key group's own prefix. Positions that look like
     that are *candidates*; each candidate's lengths say where the next entry
     would start. Following those links from the first entry visits exactly the
-    real entries (each real entry's successor is again a candidate), so only the
-    walk along the links is a Python loop, over plain integers.
+    real entries (each real entry's successor is again a candidate); see
+    :func:`_reachable` for how they are found without a walk.
     """
     import numpy as np
 
@@ -132,15 +130,16 @@ def _scan_span_vectorised(b, start: int, stop: int, prefix: int, kg: int):
     first = int(np.searchsorted(cand, 2))
     if first >= len(cand) or cand[first] != 2:
         return None
-    # the walk along the links from the first entry: one list lookup per entry
-    nl = links.tolist()
-    path = []
-    append = path.append
-    i = first
-    while i >= 0:
-        append(i)
-        i = nl[i]
-    idx = np.asarray(path, dtype=np.int64)
+    idx = _reachable(links, first)
+    if idx is None:  # long chains of false candidates (runs of zero bytes): walk the links one by one
+        nl = links.tolist()
+        path = []
+        append = path.append
+        i = first
+        while i >= 0:
+            append(i)
+            i = nl[i]
+        idx = np.asarray(path, dtype=np.int64)
     last = idx[-1]
     if nxt[last] != n or not flag[last]:
         return None  # the walk stopped early (a key of 64 KiB or more?): use the plain loop
@@ -152,6 +151,43 @@ def _scan_span_vectorised(b, start: int, stop: int, prefix: int, kg: int):
         return None
     switches = [(int(k) + 1, int(v)) for k, v in zip(fl[:-1], sid_after[:-1])]
     return ks, switches
+
+
+_MAX_PRUNING_ROUNDS = 64
+
+
+def _reachable(links, first: int):
+    """Candidates reachable from ``first`` along ``links`` (-1: none), ascending; None if too costly.
+
+    Links only point forward. A candidate nothing links to cannot be reached
+    unless it is ``first``: drop it, which may leave its target with nothing
+    linking to it, and so on. What survives is exactly the chain from ``first``:
+    each survivor has a surviving predecessor, and following predecessors back
+    (always to smaller positions) can only end at ``first``. False candidates
+    form short chains, so this takes a few vectorised rounds; past
+    :data:`_MAX_PRUNING_ROUNDS` the caller walks the links one by one instead.
+    """
+    import numpy as np
+
+    n = len(links)
+    has = links >= 0
+    indeg = np.bincount(links[has], minlength=n)
+    alive = np.ones(n, dtype=bool)
+    drop = np.flatnonzero(indeg == 0)
+    drop = drop[drop != first]
+    for _ in range(_MAX_PRUNING_ROUNDS):
+        if not len(drop):
+            idx = np.flatnonzero(alive)
+            if len(idx) > 1 and not (links[idx[:-1]] == idx[1:]).all():
+                return None  # cannot happen for forward links; never return a broken chain
+            return idx
+        alive[drop] = False
+        t = links[drop]
+        t = t[t >= 0]
+        np.subtract.at(indeg, t, 1)
+        t = np.unique(t)
+        drop = t[(indeg[t] == 0) & alive[t] & (t != first)]
+    return None
 
 
 def scan(data: bytes, spans: list[tuple[int, int, int]], compressed: bool, prefix: int = 1):
