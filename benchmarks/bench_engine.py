@@ -9,7 +9,16 @@ The same generated input (Zipf-skewed string keys with planted hot keys) is fed 
   ValueState (the per-record path user code takes), on the heap backend, on
   the RocksDB backend, and with checkpoints every second;
 * the session pipeline (30-minute inactivity timers) on the engine, against a
-  bare loop that sessionises the same events.
+  bare loop that sessionises the same events;
+* the same keyed count with the input as columns (``env.from_columns``): an
+  Arrow table made once, before timing, from the same Python list (how long
+  that takes is reported too). With a plain string key column the timed run
+  dictionary-encodes it; with a dictionary-encoded key column (as Parquet
+  stores strings) it does not. Batches then stay columnar through the hash
+  edge into the count, whose heap state is NumPy columns. The bare loop always
+  runs over the Python list, its natural form.
+
+Every row says what form its input is in (``input``).
 
 Run::
 
@@ -37,6 +46,10 @@ from benchmarks._machine import machine, result_path
 from explorer.engine import KeyedProcessFunction, StreamEnvironment, ValueStateDescriptor
 from explorer.engine.sinks import Sink, SinkWriter
 
+LIST = "Python list of (key, i) tuples"
+ARROW = "Arrow table (key: string column, i: int64), built from the Python list before timing"
+ARROW_DICT = "Arrow table (key: dictionary-encoded string column, i: int64), built from the Python list before timing"
+
 
 class _Discard(SinkWriter):
     def __init__(self) -> None:
@@ -47,10 +60,32 @@ class _Discard(SinkWriter):
 
 
 class DiscardSink(Sink):
+    """Takes records (a columnar batch is turned into (key, count) tuples first)."""
+
     name = "discard"
 
     def create_writer(self, subtask_index, parallelism, runtime):
         return _Discard()
+
+
+class _DiscardBatches(SinkWriter):
+    def __init__(self) -> None:
+        self.n = 0
+
+    def write(self, values, timestamps):
+        self.n += len(values)
+
+    def write_batch(self, batch):
+        self.n += len(batch)
+
+
+class DiscardBatchSink(Sink):
+    """Takes batches as they come: a columnar batch's counts are never made into tuples."""
+
+    name = "discard-batches"
+
+    def create_writer(self, subtask_index, parallelism, runtime):
+        return _DiscardBatches()
 
 
 class CountFn(KeyedProcessFunction):
@@ -89,14 +124,25 @@ def bare_rolling(data):
     return out
 
 
-def engine_count(data, emit: bool, backend: str = "heap", checkpoint_dir: Path | None = None, batch: int = 16384):
-    env = StreamEnvironment(parallelism=1, batch_size=batch, state_backend=backend)
+def engine_count(data, emit: bool, backend: str = "heap", checkpoint_dir: Path | None = None, batch: int = 16384,
+                 columnar_state: bool = True, sink: Sink | None = None):
+    """Keyed count; ``data`` is a Python list (records) or an Arrow table (columns)."""
+    env = StreamEnvironment(parallelism=1, batch_size=batch, state_backend=backend, columnar_state=columnar_state)
     if checkpoint_dir is not None:
         env.enable_checkpointing(checkpoint_dir, interval_ms=1000)
-    s = env.from_collection(data).key_by(0).count(emit_every_record=emit)
+    src = env.from_collection(data) if isinstance(data, list) else env.from_columns(data)
+    s = src.key_by(0).count(emit_every_record=emit)
     if emit:
-        s.sink_to(DiscardSink())
+        s.sink_to(sink or DiscardSink())
     return env.execute("count")
+
+
+def to_arrow(data, dictionary: bool):
+    import pyarrow as pa
+
+    keys = pa.array([k for k, _ in data], type=pa.string())
+    return pa.table({"key": keys.dictionary_encode() if dictionary else keys,
+                     "i": pa.array([i for _, i in data], type=pa.int64())})
 
 
 def engine_process(data, backend: str = "heap"):
@@ -138,18 +184,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     def rate(seconds: float, records: int = n) -> dict[str, Any]:
         return {"value": round(records / seconds), "unit": "records/s", "seconds": round(seconds, 4)}
 
-    bare = best(lambda: bare_count(data), repeat)
-    rows["bare_python_count"] = rate(bare)
-    rows["bare_python_rolling_count"] = rate(best(lambda: bare_rolling(data), repeat))
-    rows["engine_heap_count_final"] = rate(best(lambda: engine_count(data, emit=False), repeat))
-    rows["engine_heap_count_rolling"] = rate(best(lambda: engine_count(data, emit=True), repeat))
-    rows["engine_heap_process_valuestate"] = rate(best(lambda: engine_process(data), repeat))
+    def timed(name: str, fn: Callable[[], Any], times: int, input_form: str, records: int = n) -> None:
+        rows[name] = {**rate(best(fn, times), records), "input": input_form}
+
+    timed("bare_python_count", lambda: bare_count(data), repeat, LIST)
+    timed("bare_python_rolling_count", lambda: bare_rolling(data), repeat, LIST)
+    timed("engine_heap_count_final", lambda: engine_count(data, emit=False), repeat, LIST)
+    timed("engine_heap_count_rolling", lambda: engine_count(data, emit=True), repeat, LIST)
+    timed("engine_heap_count_final_generic_table",
+          lambda: engine_count(data, emit=False, columnar_state=False), repeat, LIST)
+    t0 = time.perf_counter()
+    table = to_arrow(data, dictionary=False)
+    to_arrow_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    dict_table = to_arrow(data, dictionary=True)
+    to_arrow_dict_s = time.perf_counter() - t0
+    timed("engine_heap_count_final_columns", lambda: engine_count(table, emit=False), repeat, ARROW)
+    timed("engine_heap_count_final_columns_dict", lambda: engine_count(dict_table, emit=False), repeat, ARROW_DICT)
+    timed("engine_heap_count_rolling_columns", lambda: engine_count(table, emit=True, sink=DiscardBatchSink()),
+          repeat, ARROW + "; output batches to a sink that takes columns")
+    timed("engine_heap_count_rolling_columns_records", lambda: engine_count(table, emit=True), repeat,
+          ARROW + "; output made into (key, count) tuples for the sink")
+    timed("engine_heap_process_valuestate", lambda: engine_process(data), repeat, LIST)
     small = data[: max(1, n // 10)]
-    rows["engine_rocksdb_process_valuestate"] = rate(best(lambda: engine_process(small, "rocksdb"), 1), len(small))
-    rows["engine_rocksdb_count_final"] = rate(best(lambda: engine_count(small, emit=False, backend="rocksdb"), 1), len(small))
+    timed("engine_rocksdb_process_valuestate", lambda: engine_process(small, "rocksdb"), 1, LIST, len(small))
+    timed("engine_rocksdb_count_final", lambda: engine_count(small, emit=False, backend="rocksdb"), 1, LIST, len(small))
+    small_table = to_arrow(small, dictionary=False)
+    timed("engine_rocksdb_count_final_columns", lambda: engine_count(small_table, emit=False, backend="rocksdb"), 1,
+          ARROW, len(small))
     with tempfile.TemporaryDirectory() as tmp:
-        rows["engine_heap_count_final_checkpoint_1s"] = rate(
-            best(lambda: engine_count(data, emit=False, checkpoint_dir=Path(tmp) / f"chk-{time.time_ns()}"), 1))
+        timed("engine_heap_count_final_checkpoint_1s",
+              lambda: engine_count(data, emit=False, checkpoint_dir=Path(tmp) / f"chk-{time.time_ns()}"), 1, LIST)
+        timed("engine_heap_count_final_columns_checkpoint_1s",
+              lambda: engine_count(table, emit=False, checkpoint_dir=Path(tmp) / f"chk-{time.time_ns()}"), 1, ARROW)
 
     from explorer.pipelines import PIPELINES
 
@@ -162,18 +229,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sessions.build(env, events)
         env.execute("sessions")
 
-    rows["bare_python_sessions"] = rate(best(lambda: bare_sessions(pairs), repeat), len(events))
-    rows["engine_heap_sessions"] = rate(best(run_sessions, 1), len(events))
+    timed("bare_python_sessions", lambda: bare_sessions(pairs), repeat, "Python list of (user, ts) pairs, time-ordered",
+          len(events))
+    timed("engine_heap_sessions", run_sessions, 1, "Python list of event dataclasses", len(events))
+    # the bare loop again at the end: on a shared machine the load may have changed during the run
+    timed("bare_python_count_at_end", lambda: bare_count(data), repeat, LIST)
 
     ratio = rows["bare_python_count"]["value"] / rows["engine_heap_count_final"]["value"]
     result = {
         "benchmark": "engine",
         "records": n,
         "input": "Zipf(1.2) over 100k string keys, 3 planted hot keys with 5% of the traffic",
+        "input_forms": {"list": LIST, "columns": ARROW, "columns_dict": ARROW_DICT,
+                        "note": "the bare loops always run over the Python list; every row names its input"},
         "results": rows,
         "peer": {"name": "bare Python dict loop, same input, same process", **rows["bare_python_count"]},
+        "input_preparation_seconds": {"python_list_to_arrow": round(to_arrow_s, 4),
+                                      "python_list_to_arrow_dictionary": round(to_arrow_dict_s, 4)},
         "ratios": {
             "bare_loop_over_engine_count_final": round(ratio, 2),
+            "bare_loop_over_engine_count_final_columns": round(rows["bare_python_count"]["value"]
+                                                               / rows["engine_heap_count_final_columns"]["value"], 2),
+            "bare_loop_over_engine_count_final_columns_dict": round(
+                rows["bare_python_count"]["value"] / rows["engine_heap_count_final_columns_dict"]["value"], 2),
+            "bare_loop_over_engine_count_rolling_columns": round(
+                rows["bare_python_rolling_count"]["value"] / rows["engine_heap_count_rolling_columns"]["value"], 2),
             "bare_loop_over_engine_count_rolling": round(rows["bare_python_rolling_count"]["value"]
                                                          / rows["engine_heap_count_rolling"]["value"], 2),
             "bare_loop_over_engine_sessions": round(rows["bare_python_sessions"]["value"]

@@ -10,6 +10,7 @@ control), so memory stays bounded whatever the input size.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +61,9 @@ class Batch:
 
 
 class KeyDictionary:
-    """The distinct values of a dictionary-encoded column, shared by every batch cut from it.
+    """The distinct values of a dictionary-encoded column, shared by every batch cut from it
+    (or the keys a hash edge has seen so far, in order of first appearance; values are only
+    ever appended).
 
     Values are Python objects, made once. Key groups of all values are computed
     once per max parallelism (vectorised), so a batch of this column finds the
@@ -76,16 +79,20 @@ class KeyDictionary:
         self._key_groups: dict[int, np.ndarray] = {}
 
     def key_groups(self, max_parallelism: int) -> np.ndarray:
+        """Key group of every value (values appended since the last call are hashed now)."""
         kgs = self._key_groups.get(max_parallelism)
-        if kgs is None:
+        n = len(self.values)
+        if kgs is None or len(kgs) < n:
             from ..keygroups import assign_key_groups, java_string_hash_codes, key_groups_for_hash_codes
 
-            vals = self.values
+            done = 0 if kgs is None else len(kgs)
+            vals = self.values[done:n]
             if vals and all(type(v) is str for v in vals):
-                kgs = key_groups_for_hash_codes(java_string_hash_codes(vals), max_parallelism).astype(np.int64)
+                new = key_groups_for_hash_codes(java_string_hash_codes(vals), max_parallelism).astype(np.int64)
             else:
-                kgs = np.asarray(assign_key_groups(np.fromiter(vals, dtype=object, count=len(vals)), max_parallelism),
+                new = np.asarray(assign_key_groups(np.fromiter(vals, dtype=object, count=len(vals)), max_parallelism),
                                  dtype=np.int64)
+            kgs = new if kgs is None else np.concatenate([kgs, new])
             self._key_groups[max_parallelism] = kgs
         return kgs
 
@@ -105,8 +112,7 @@ class DictUniques:
 
     def tolist(self) -> list[Any]:
         if self._list is None:
-            vals = self.dictionary.values
-            self._list = [vals[i] for i in self.codes.tolist()]
+            self._list = DictColumn(self.codes, self.dictionary).to_pylist()
         return self._list
 
     def __getitem__(self, i: int) -> Any:
@@ -143,8 +149,10 @@ class DictColumn:
         return DictColumn(self.indices[idx], self.dictionary)
 
     def to_pylist(self) -> list[Any]:
-        vals = self.dictionary.values
-        return [vals[i] for i in self.indices.tolist()]
+        idx = self.indices.tolist()
+        if len(idx) < 2:
+            return [self.dictionary.values[i] for i in idx]
+        return list(operator.itemgetter(*idx)(self.dictionary.values))
 
 
 def pylist(column: Any) -> list[Any]:

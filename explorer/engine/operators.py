@@ -404,7 +404,9 @@ class KeyedAggregateOperator(KeyedOperatorBase):
                 keys = batch.keys if batch.keys is not None else [ukeys[c] for c in codes.tolist()]
                 self.emit(list(zip(keys, out)), batch.timestamps)
             else:
-                if batch.dictionary is not None:
+                if not isinstance(batch, ColumnBatch) and batch.keys is not None:
+                    key_col = batch.keys  # the records' own keys, already objects
+                elif batch.dictionary is not None:
                     key_col = DictColumn(batch.ucodes[codes], batch.dictionary)
                 else:
                     key_col = np.fromiter(ukeys, dtype=object, count=nu)[codes]

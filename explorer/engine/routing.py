@@ -23,7 +23,7 @@ from ..keygroups import (
     key_groups_for_hash_codes,
     murmur_hash,
 )
-from .channels import Batch, Channel, ColumnBatch, DictColumn, DictUniques
+from .channels import Batch, Channel, ColumnBatch, DictColumn, DictUniques, KeyDictionary
 
 
 def factorize_keys(keys: list[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -240,6 +240,10 @@ class KeyGroupPartitioner(Partitioner):
         self.selector = selector
         self.key_field = key_field
         self.assigner = KeyGroupAssigner(max_parallelism)
+        #: keys of record batches seen so far -> their code in ``self.dictionary``
+        self.intern: dict[Any, int] = {}
+        self.dictionary = KeyDictionary([])
+        self.intern_size = 1 << 20
         self.max_parallelism = max_parallelism
         self.parallelism = parallelism
         # owner of each key group, computed once
@@ -273,8 +277,39 @@ class KeyGroupPartitioner(Partitioner):
                 codes, uniques = factorize_column(column)
                 return codes, uniques, None, None, None, None
         keys = self.keys_of(batch.values)
-        codes, uniques = factorize_keys(keys)
-        return codes, uniques, keys, None, None, None
+        codes, uniques = factorize_keys(keys)  # a small hash table per batch
+        ucodes = self.encode(uniques)  # one lookup per distinct key in the big one
+        d = self.dictionary
+        return codes, uniques, keys, d.key_groups(self.max_parallelism)[ucodes], ucodes, d
+
+    def encode(self, keys: list[Any]) -> np.ndarray:
+        """Each key's code in :attr:`dictionary`, adding keys not seen before (in order of appearance).
+
+        The dictionary starts afresh when it reaches ``intern_size`` keys.
+        """
+        intern = self.intern
+        try:
+            g = np.array(list(map(intern.get, keys, repeat(-1))), dtype=np.int64)
+        except TypeError as exc:
+            raise KeyTypeError(f"a key in {keys[:3]!r}... is not hashable") from exc
+        missing = np.flatnonzero(g < 0)
+        if len(missing):
+            if len(intern) + len(missing) > self.intern_size:
+                intern = self.intern = {}
+                self.dictionary = KeyDictionary([])
+                g = np.full(len(keys), -1, dtype=np.int64)
+                missing = np.arange(len(keys))
+            values = self.dictionary.values
+            for i in missing.tolist():
+                k = keys[i]
+                c = intern.get(k)
+                if c is None:
+                    if k is None:
+                        raise KeyTypeError("a key is None; null keys are not allowed")
+                    c = intern[k] = len(values)
+                    values.append(k)
+                g[i] = c
+        return g
 
     def route(self, batch, channels, sender_index):
         codes, uniques, keys, ukgs, ucodes, dictionary = self.factorize(batch)
