@@ -292,6 +292,7 @@ def peers_section(res: dict, charts: Path) -> list[str]:
             lines.append(f"Same outputs in every run: **{chk.get('same_output_records_everywhere')}**; "
                          f"every input record accounted for: **{chk.get('every_record_accounted')}**.")
             lines.append("")
+    lines += spark_state_read(results)
     ratios = res.get("ratios") or {}
     if ratios:
         lines += ["### Ratios (ours ÷ peer; above 1: ours is faster / uses more memory)", ""]
@@ -309,6 +310,31 @@ def peers_section(res: dict, charts: Path) -> list[str]:
 
         lines += ["Not measured in this run:", ""] + [f"- **{k}**: {why(r)}" for k, r in nm.items()] + [""]
     return lines
+
+
+def spark_state_read(results: dict[str, Any]) -> list[str]:
+    """Each Spark run's final state read into pandas: Spark's state data source, and explorer.open on it."""
+    body = []
+    for name, r in results.items():
+        sr = r.get("state_read") if r.get("system") == "spark" else None
+        if not sr:
+            continue
+        if sr.get("error"):
+            body.append([name, "", "", "", "", "", "", f"not measured: {sr['error'][:150]}"])
+            continue
+        ratio = (sr["explorer_seconds"] / sr["raw_seconds"]) if sr.get("raw_seconds") else None
+        body.append([name, ", ".join(sr.get("state_variables") or []), sr.get("raw_rows"), sr.get("raw_seconds"),
+                     sr.get("raw_rows_per_s"), sr.get("explorer_rows"), sr.get("explorer_seconds"),
+                     fmt(ratio) if ratio else ""])
+    if not body:
+        return []
+    return ["### Spark state data source → pandas", "",
+            "The final state of each Spark run above, read after its query: Spark's own state data source "
+            "(`format(\"statestore\")` per state variable, `toPandas()`: the limit for any reader built on it) "
+            "and `explorer.open(checkpoint).keyed_state()` on the same checkpoint. The sessions state is nearly "
+            "empty at the end (every session closed), so those rows time fixed costs.", ""] + table(
+        ["run", "state variables", "rows (state source)", "state source s", "state source rows/s",
+         "rows (explorer)", "explorer s", "explorer ÷ state source (time)"], body) + [""]
 
 
 def engine_section(res: dict, charts: Path) -> list[str]:
@@ -514,11 +540,15 @@ def headline(results: dict[str, dict]) -> list[str]:
                     parts.append(f"{times(ref['value'] / p['value'])} than {label} (ours on {which}: "
                                  f"{fmt(ref['value'])} vs {fmt(p['value'])} records/s per core; peak memory "
                                  f"{fmt(ref.get('peak_rss_mb'))} vs {fmt(p.get('peak_rss_mb'))} MB)")
-            oh, sp = res.get(f"{wl}/engine/heap/head"), res.get(f"{wl}/spark/rocksdb/checkpoint_per_microbatch/head")
-            if oh and sp and sp.get("value"):
-                parts.append(f"{times(oh['value'] / sp['value'])} than Spark transformWithStateInPandas (first "
-                             f"{sp['records']:,} records: {fmt(oh['value'])} vs {fmt(sp['value'])} records/s per core; "
-                             f"peak memory {fmt(oh.get('peak_rss_mb'))} vs {fmt(sp.get('peak_rss_mb'))} MB)")
+            oh = res.get(f"{wl}/engine/heap/head")
+            for suffix, label in (("head", "Spark transformWithStateInPandas"),
+                                  ("bucket_layout/head", "Spark transformWithStateInPandas with the adapter's "
+                                                         "key-group bucket layout")):
+                sp = res.get(f"{wl}/spark/rocksdb/checkpoint_per_microbatch/{suffix}")
+                if oh and sp and sp.get("value"):
+                    parts.append(f"{times(oh['value'] / sp['value'])} than {label} (first {sp['records']:,} records: "
+                                 f"{fmt(oh['value'])} vs {fmt(sp['value'])} records/s per core; peak memory "
+                                 f"{fmt(oh.get('peak_rss_mb'))} vs {fmt(sp.get('peak_rss_mb'))} MB)")
             missing = [k.split("/", 1)[1] for k in (r.get("not_measured") or {}) if k.startswith(wl + "/")]
             if missing:
                 parts.append("not measured in this run (see the section): " + ", ".join(missing))
@@ -614,6 +644,87 @@ def headline(results: dict[str, dict]) -> list[str]:
     return out
 
 
+# --- which of issue 8's rows the page holds -------------------------------------------------
+def _peer_rows() -> list[tuple[str, str]]:
+    rows = []
+    for wl in ("count", "sessions"):
+        for backend in ("heap", "rocksdb"):
+            for suffix, what in (("", ""), ("/checkpoint_1s", ", checkpoint every second")):
+                rows.append((f"{wl}/engine/{backend}{suffix}", f"{wl}: our engine, {backend}{what}"))
+        for suffix, what in (("memory", ""), ("memory+sqlite/checkpoint_1s", ", recovery every second")):
+            rows.append((f"{wl}/bytewax/{suffix}", f"{wl}: Bytewax{what}"))
+        for backend in ("hashmap", "rocksdb"):
+            for suffix, what in (("", ""), ("/checkpoint_1s", ", checkpoint every second")):
+                rows.append((f"{wl}/flink/{backend}{suffix}", f"{wl}: Apache Flink, {backend}{what}"))
+        rows.append((f"{wl}/spark/rocksdb/checkpoint_per_microbatch/head",
+                     f"{wl}: Spark transformWithStateInPandas (a prefix of the input)"))
+        rows.append((f"{wl}/bare_python", f"{wl}: the limit, a bare Python loop"))
+    return rows
+
+
+def coverage(results: dict[str, dict]) -> list[str]:
+    """Every row the issue asks for: measured (with the run's load) or missing, and why."""
+    body: list[list[Any]] = []
+
+    def load_of(res: dict | None) -> str:
+        la = get(res or {}, "machine", "load_average")
+        return fmt(la[0]) if isinstance(la, list) and la else ""
+
+    peers = results.get("peers")
+    pres = (peers or {}).get("results", {})
+    nm = (peers or {}).get("not_measured", {})
+    for name, label in _peer_rows():
+        r = pres.get(name)
+        if r:
+            extra = f" (first {r['records']:,} records)" if name.endswith("/head") else ""
+            body.append([label, f"measured{extra}", fmt(r.get("load_average_1min_at_start")) if
+                         r.get("load_average_1min_at_start") is not None else load_of(peers)])
+        elif name in nm:
+            body.append([label, f"**missing**: {nm[name][:160]}", ""])
+        else:
+            sysname = name.split("/")[1]
+            why = nm.get(sysname) or ("no peers result" if not peers else "not run in the latest peers run")
+            body.append([label, f"**missing**: {why[:160]}", ""])
+    ck = results.get("checkpoints")
+    ours_sizes = {s.get("state_mb") for s in (ck or {}).get("sizes", [])}
+    fl = (ck or {}).get("flink") or {}
+    fl_sizes = {s.get("state_mb") for s in fl.get("sizes", [])}
+    for mb in (10, 100, 1000):
+        body.append([f"checkpoints at {mb} MB: ours full vs incremental, recovery",
+                     "measured" if mb in ours_sizes else "**missing**: not in the latest bench_checkpoints run",
+                     load_of(ck) if mb in ours_sizes else ""])
+        why = (fl.get("not_measured") or {}).get(f"{mb} MB") or (fl.get("not_measured") or {}).get("all sizes")
+        body.append([f"checkpoints at {mb} MB: Apache Flink full vs incremental, recovery",
+                     "measured" if mb in fl_sizes else f"**missing**: {why or 'Flink not run (--no-flink or --smoke)'}",
+                     load_of(ck) if mb in fl_sizes else ""])
+    body.append(["checkpoints: the limit, disk bandwidth",
+                 "measured" if val(ck or {}, "disk_sequential_write", "with_fsync") else "**missing**: no checkpoints result",
+                 load_of(ck)])
+    ex = results.get("explorer")
+    ex_keys = {s.get("keys") for s in (ex or {}).get("sizes", [])}
+    for keys in (1_000_000, 10_000_000):
+        body.append([f"loading {keys:,} keys: snapshot → pandas vs raw Parquet read (the limit)",
+                     "measured" if keys in ex_keys else "**missing**: not in the latest bench_explorer run", load_of(ex)])
+    reads = [r.get("state_read") for r in pres.values() if r.get("system") == "spark" and r.get("state_read")]
+    ok = [x for x in reads if not x.get("error")]
+    body.append(["loading: Spark state data source → pandas",
+                 "measured (final state of the Spark runs)" if ok else
+                 f"**missing**: {reads[0]['error'][:160]}" if reads else
+                 "**missing**: no Spark run in the latest peers run recorded its state read", ""])
+    fr = results.get("flink_reader")
+    body.append(["loading: real Flink savepoints and checkpoints, MB/s",
+                 f"measured ({len(fr['results'])} snapshots)" if fr and fr.get("results") else
+                 "**missing**: no flink_reader result", load_of(fr)])
+    w = results.get("widgets")
+    body.append(["interaction: dashboard update latency p50/p95 at 1 M keys",
+                 "measured" if w and val(w.get("results", {}), "all changes p95") else "**missing**: no widgets result",
+                 load_of(w)])
+    return ["## Every row of the issue", "",
+            "Each row the benchmark issue asks for, and whether this page holds a real run of it (with the run's "
+            "1-minute load average when recorded); a missing row says why.", ""] + table(
+        ["row", "status", "load (1 min)"], body) + [""]
+
+
 # --- the page --------------------------------------------------------------------------------
 def render(results: dict[str, dict], charts: Path, runlog: dict[str, Any] | None = None) -> str:
     lines = ["# Benchmark results", "",
@@ -623,6 +734,10 @@ def render(results: dict[str, dict], charts: Path, runlog: dict[str, Any] | None
              "", "## Headline ratios", ""]
     lines += headline(results) or ["- (no results yet)"]
     lines.append("")
+    try:
+        lines += coverage(results)
+    except Exception as exc:  # noqa: BLE001 - a malformed JSON must not hide the page
+        lines += [f"(coverage table failed: {exc!r})", ""]
     if runlog:
         lines += ["## Runs of `python -m benchmarks` behind this page", "",
                   "A section whose benchmark is not listed here shows that benchmark's latest own run "

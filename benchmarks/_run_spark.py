@@ -21,8 +21,14 @@ stays open (its timer lies beyond the watermark), it is not counted as an
 input record, and any output for it would be dropped (none is emitted).
 
 The steady rate leaves out the first micro-batch (query planning, Python
-worker start-up). CPU time is summed over this process and all its descendants (the Spark JVM
+worker start-up); for sessions it includes the end-of-input batches, in which
+the timers of every open session fire. ``--layout bucket`` runs the adapter's
+key-group bucket layout (``explorer.spark.buckets``: one Spark state value per
+bucket of keys) instead of Spark state per key. CPU time is summed over this process and all its descendants (the Spark JVM
 and the Python workers) from /proc, before and after the query.
+
+After the query, its final state is read to pandas through Spark's state data
+source, and through ``explorer.open`` (``state_read`` in the report).
 """
 
 from __future__ import annotations
@@ -102,12 +108,47 @@ def end_of_input_markers(src: Path, last_ts: int, work: Path) -> None:
         os.utime(dst, (newest + 10 + i, newest + 10 + i))
 
 
+def read_state(ckpt: Path, spark) -> dict:
+    """The query's final state to pandas: Spark's state data source alone, and ``explorer.open`` on it.
+
+    Raw: for every state variable of every stateful operator (``state-metadata``),
+    ``spark.read.format("statestore")...toPandas()``. Ours: ``explorer.open(ckpt)``
+    then ``keyed_state()`` (the same reads plus the mapping onto the explorer's
+    columns). Timed after the query, outside its figures.
+    """
+    import explorer
+
+    meta = [r.asDict() for r in spark.read.format("state-metadata").load(str(ckpt)).collect()]
+    variables = []
+    for r in meta:
+        props = json.loads(r.get("operatorProperties") or "{}")
+        for v in props.get("stateVariables", []):
+            name = v["stateName"]
+            if v.get("stateVariableType") != "TimerState" and not name.startswith("$"):
+                variables.append((int(r["operatorId"]), name))
+    rows = 0
+    t0 = time.perf_counter()
+    for op_id, name in sorted(set(variables)):
+        rows += len(spark.read.format("statestore").option("path", str(ckpt)).option("operatorId", op_id)
+                    .option("stateVarName", name).load().toPandas())
+    raw_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ours = explorer.open(ckpt, spark=spark).keyed_state()
+    ours_s = time.perf_counter() - t0
+    return {"state_variables": [n for _, n in sorted(set(variables))], "raw_rows": rows, "raw_seconds": raw_s,
+            "raw_rows_per_s": round(rows / raw_s) if raw_s > 0 else None, "explorer_rows": len(ours),
+            "explorer_seconds": ours_s, "explorer_rows_per_s": round(len(ours) / ours_s) if ours_s > 0 else None}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("input", type=Path)
     ap.add_argument("workload", choices=("count", "sessions"))
     ap.add_argument("work", type=Path)
     ap.add_argument("--files", type=int, default=8, help="Parquet files = micro-batches")
+    ap.add_argument("--layout", choices=("key", "bucket"), default="key",
+                    help="the adapter's state layout: Spark state per key (transformWithStateInPandas per user) "
+                         "or per key-group bucket (explorer.spark.buckets)")
     args = ap.parse_args(argv)
 
     from pyspark import cloudpickle
@@ -128,19 +169,24 @@ def main(argv: list[str] | None = None) -> dict:
     spark = get_spark()
     loaded = vm_hwm_mb()
     cpu0, t0 = tree_cpu_seconds(), time.perf_counter()
+    layout = {} if args.layout == "key" else {"layout": args.layout}  # the default layout needs no argument
     if args.workload == "sessions":
         run = run_on_spark(sessions.SessionWindowFunction(), src, "user_id", SESSION_SCHEMA, args.work / "ckpt",
                            record=sessions.Event, time_mode="event", event_time_column="ts",
-                           watermark_delay="5 seconds", variant="pandas", spark=spark)
+                           watermark_delay="5 seconds", variant="pandas", spark=spark, **layout)
     else:
         run = run_on_spark(CountFn(), src, "user_id", COUNT_SCHEMA, args.work / "ckpt", record=tuple,
-                           variant="pandas", spark=spark)
+                           variant="pandas", spark=spark, **layout)
     seconds, cpu = time.perf_counter() - t0, tree_cpu_seconds() - cpu0
     rss = tree_rss_mb()
     out = run.output()
     if args.workload == "sessions" and len(out):
         out = out[out["user_id"] != END_KEY]
     checksum = int(out["events"].sum()) if args.workload == "sessions" and len(out) else len(out)
+    try:
+        state_read = read_state(args.work / "ckpt", spark)
+    except Exception as exc:  # noqa: BLE001 - the run's figures stand; say why this one is missing
+        state_read = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     data = [p for p in run.progress if int(p.get("numInputRows", 0)) > 0]
     steady_rows = sum(int(p["numInputRows"]) for p in data[1:])
     steady_s = sum(int(dict(p["durationMs"]).get("triggerExecution", 0)) for p in data[1:]) / 1000
@@ -148,7 +194,8 @@ def main(argv: list[str] | None = None) -> dict:
               "steady_records_per_wall_s": round(steady_rows / steady_s) if steady_s else None,
               "batch_ms": [int(dict(p["durationMs"]).get("triggerExecution", 0)) for p in data],
               "cpu_seconds": cpu, "rss_after_load_mb": round(loaded, 1), "tree_peak_rss_mb": round(rss, 1), "vm_hwm_mb": round(rss, 1),
-              "micro_batches": args.files, "pyspark_version": spark.version,
+              "micro_batches": args.files, "layout": args.layout, "state_read": state_read,
+              "pyspark_version": spark.version,
               "spark_master": spark.sparkContext.master}
     print(json.dumps(report), flush=True)
     return report

@@ -30,9 +30,13 @@ at exit (for Spark: summed over the driver, the JVM and the Python workers):
 * Spark Structured Streaming (``benchmarks/_run_spark.py``): the engine's own
   count and session functions on ``transformWithStateInPandas`` through
   ``explorer.spark.run_on_spark`` (local[2], RocksDB state store, a checkpoint
-  per micro-batch). Its per-key cost is so high that it runs on the first
-  ``--spark-records`` records (10 k) of the same file, beside our engine on
-  the same prefix for the ratio;
+  per micro-batch; for sessions the input ends with end-of-input marker
+  files, Spark's counterpart of the final watermark that closes the last
+  sessions). Its per-key cost is so high that it runs on the first
+  ``--spark-records`` records (20 k, a few minutes per run here) of the same
+  file, beside our engine on the same prefix for the ratio; when the adapter
+  has the key-group bucket layout (``explorer.spark.buckets``), that layout
+  runs on the same prefix too;
 * the bare Python loop doing the same per-record work on a dict, in this
   process: the physical limit of per-record work in CPython.
 
@@ -81,7 +85,7 @@ FLINK_SRC = Path(__file__).resolve().parent / "flink" / "PeerBench.java"
 WORK = CACHE / "bench-work"
 SESSION_GAP_MS = 30 * 60 * 1000
 PEERS = ("engine", "bytewax", "flink", "spark")
-SPARK_RECORDS = 10_000
+SPARK_RECORDS = 20_000  # what the per-key layout gets through in a few minutes here
 RUN_TIMEOUT_S = int(os.environ.get("BENCH_RUN_TIMEOUT_S", "600"))  # a run still going after this is recorded as not measured
 
 
@@ -233,7 +237,8 @@ def time_bare(fn, repeat: int) -> tuple[Any, float, float]:
 SMOKE_RUNS = ("count/engine/heap", "count/engine/rocksdb/checkpoint_1s", "sessions/engine/heap")
 
 
-def runs_for(peers: list[str], workload: str, smoke: bool = False) -> list[dict[str, Any]]:
+def runs_for(peers: list[str], workload: str, smoke: bool = False,
+             spark_layouts: tuple[str, ...] = ("key", "bucket")) -> list[dict[str, Any]]:
     """(name, system, backend, checkpoint) of every run of ``workload`` (a few of our engine's when ``smoke``)."""
     runs = []
     if "engine" in peers:
@@ -253,14 +258,30 @@ def runs_for(peers: list[str], workload: str, smoke: bool = False) -> list[dict[
                 runs.append({"system": "flink", "backend": backend, "checkpoint": chk, "variant": workload})
     if "spark" in peers:  # on a prefix of the input; our engine beside it on the same prefix
         runs.append({"system": "engine", "backend": "heap", "checkpoint": False, "variant": workload, "head": True})
-        runs.append({"system": "spark", "backend": "rocksdb", "checkpoint": True, "variant": workload, "head": True})
+        if "key" in spark_layouts:
+            runs.append({"system": "spark", "backend": "rocksdb", "checkpoint": True, "variant": workload, "head": True})
+        if "bucket" in spark_layouts and spark_bucket_layout():  # the adapter's key-group layout (issue 6), beside the per-key one
+            runs.append({"system": "spark", "backend": "rocksdb", "checkpoint": True, "variant": workload,
+                         "head": True, "layout": "bucket"})
     for r in runs:
         r["workload"] = workload
         r["name"] = "/".join([workload, r["system"], r["backend"]] + (["process_fn"] if r["variant"] == "count_process" else [])
                              + (["checkpoint_1s"] if r["checkpoint"] and r["system"] != "spark" else [])
                              + (["checkpoint_per_microbatch"] if r["system"] == "spark" else [])
+                             + (["bucket_layout"] if r.get("layout") == "bucket" else [])
                              + (["head"] if r.get("head") else []))
     return [r for r in runs if r["name"] in SMOKE_RUNS] if smoke else runs
+
+
+def spark_bucket_layout() -> bool:
+    """Whether the Spark adapter has the key-group bucket layout (``run_on_spark(layout="bucket")``)."""
+    try:
+        import inspect
+
+        from explorer.spark.adapter import run_on_spark
+    except ImportError:
+        return False
+    return "layout" in inspect.signature(run_on_spark).parameters
 
 
 def command(run: dict[str, Any], input_path: Path, work: Path, tools: dict[str, Any]) -> list[str]:
@@ -272,7 +293,8 @@ def command(run: dict[str, Any], input_path: Path, work: Path, tools: dict[str, 
                run["workload"]]
         return cmd + (["--recovery-dir", str(work / "recovery")] if run["checkpoint"] else [])
     if run["system"] == "spark":
-        return [sys.executable, "-m", "benchmarks._run_spark", str(input_path), run["workload"], str(work)]
+        return [sys.executable, "-m", "benchmarks._run_spark", str(input_path), run["workload"], str(work),
+                "--layout", run.get("layout", "key")]
     heap = os.environ.get("FLINK_BENCH_HEAP", "1g")
     return ["java", f"-Xmx{heap}", "-Dlog4j2.level=ERROR", "-cp", tools["flink"], "PeerBench", str(input_path),
             run["workload"], run["backend"], "1000" if run["checkpoint"] else "0", str(work)]
@@ -296,10 +318,13 @@ def compute_ratios(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 key = f"{wl}: {ours} / {peer}"
                 out[key] = {"throughput": ratio(a["value"], b["value"]),
                             "peak_memory": ratio(a.get("peak_rss_mb"), b.get("peak_rss_mb"))}
-        a, b = results.get(f"{wl}/engine/heap/head"), results.get(f"{wl}/spark/rocksdb/checkpoint_per_microbatch/head")
-        if a and b:
-            out[f"{wl}: engine/heap / spark (first {b['records']:,} records)"] = {
-                "throughput": ratio(a["value"], b["value"]), "peak_memory": ratio(a.get("peak_rss_mb"), b.get("peak_rss_mb"))}
+        a = results.get(f"{wl}/engine/heap/head")
+        for suffix, label in (("head", "spark"), ("bucket_layout/head", "spark bucket layout")):
+            b = results.get(f"{wl}/spark/rocksdb/checkpoint_per_microbatch/{suffix}")
+            if a and b:
+                out[f"{wl}: engine/heap / {label} (first {b['records']:,} records)"] = {
+                    "throughput": ratio(a["value"], b["value"]),
+                    "peak_memory": ratio(a.get("peak_rss_mb"), b.get("peak_rss_mb"))}
         bare, ours = results.get(f"{wl}/bare_python"), results.get(f"{wl}/engine/heap")
         if bare and ours:
             out[f"{wl}: bare_python / engine/heap"] = {"throughput": ratio(bare["value"], ours["value"])}
@@ -314,6 +339,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--workloads", default="count,sessions")
     ap.add_argument("--spark-records", type=int, default=SPARK_RECORDS,
                     help="Spark (and our engine beside it) run on this many first records of the input")
+    ap.add_argument("--spark-layouts", default="key,bucket",
+                    help="the Spark adapter's state layouts to run: key (Spark state per key, the named peer), "
+                         "bucket (key-group buckets, when the adapter has them)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--runs", default=None, help="only the runs whose names start with one of these (comma-separated)")
     ap.add_argument("--merge", action="store_true",
@@ -376,7 +404,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         not_measured = {**prev.get("not_measured", {}), **not_measured}
         versions = {**prev.get("versions", {}), **versions}
     for wl in workloads:
-        for run in runs_for(peers, wl, smoke=args.smoke):
+        for run in runs_for(peers, wl, smoke=args.smoke, spark_layouts=tuple(args.spark_layouts.split(","))):
             if run["system"] in ("bytewax", "flink") and run["system"] not in tools:
                 continue
             if run.get("head") and head_path is None:

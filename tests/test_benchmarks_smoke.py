@@ -154,3 +154,22 @@ def test_spark_end_of_input_markers_come_last_and_close_every_session(tmp_path):
     assert first_marker - sessions.MAX_OUT_OF_ORDERNESS_MS > max(e.ts for e in events) + sessions.SESSION_GAP_MS
     assert tail[1][0]["ts"] > first_marker
     assert all(r["user_id"] != END_KEY for f in files[:-2] for r in pq.read_table(f).to_pylist())
+
+
+def test_every_row_of_the_issue_is_listed_measured_or_with_the_reason_it_is_missing():
+    from benchmarks._render import coverage
+
+    peers = {"results": {"count/engine/heap": {"records": 10, "load_average_1min_at_start": 1.5},
+                         "count/spark/rocksdb/checkpoint_per_microbatch/head": {
+                             "records": 5, "system": "spark", "state_read": {"error": "no state folder"}}},
+             "not_measured": {"count/bytewax/memory": "stopped with SIGTERM", "flink": "setup failed: no javac"}}
+    lines = "\n".join(coverage({"peers": peers, "checkpoints": _checkpoint_doc(None)}))
+    assert "| count: our engine, heap | measured | 1.5 |" in lines
+    assert "| count: Spark transformWithStateInPandas (a prefix of the input) | measured (first 5 records) |" in lines
+    assert "| count: Bytewax | **missing**: stopped with SIGTERM |" in lines
+    assert "| count: Apache Flink, hashmap | **missing**: setup failed: no javac |" in lines
+    assert "| sessions: our engine, heap | **missing**: not run in the latest peers run |" in lines
+    assert "| loading: Spark state data source → pandas | **missing**: no state folder |" in lines
+    assert "| checkpoints at 100 MB: ours full vs incremental, recovery | **missing**" in lines
+    assert "Apache Flink full vs incremental, recovery | **missing**: Flink not run" in lines
+    assert "| interaction: dashboard update latency p50/p95 at 1 M keys | **missing**: no widgets result |" in lines
