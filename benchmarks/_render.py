@@ -667,8 +667,11 @@ def coverage(results: dict[str, dict]) -> list[str]:
     body: list[list[Any]] = []
 
     def load_of(res: dict | None) -> str:
-        la = get(res or {}, "machine", "load_average")
-        return fmt(la[0]) if isinstance(la, list) and la else ""
+        m = (res or {}).get("machine") or {}
+        la = m.get("load_average") or m.get("load_average_1_5_15") or m.get("load_average_1m_at_start")
+        if isinstance(la, list):
+            la = la[0] if la else None
+        return fmt(round(la, 2)) if isinstance(la, (int, float)) else ""
 
     peers = results.get("peers")
     pres = (peers or {}).get("results", {})

@@ -406,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     flink: dict[str, Any] | None = None
     with_flink = args.flink if args.flink is not None else not args.smoke
+    load_at_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     try:
         disk = disk_bandwidth(work, args.disk_mb or (200 if args.smoke else 500))
         print(f"disk: {disk['page_cache']['value']} MB/s (page cache), {disk['with_fsync']['value']} MB/s (fsync)")
@@ -442,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         "target": "incremental at least 20x faster than full at 1 GB with 1 % churn",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-                    "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+                    "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+                    "load_average_at_start": load_at_start},
         "disk_sequential_write": disk,
         "sizes": results,
         "flink": flink,
