@@ -490,6 +490,8 @@ def test_columnar_sst_resolves_versions_merges_and_deletions_like_resolve():
                 ssts = [(local, reader.resolver.read(x)) for local, x in h.shared + h.private if local.endswith(".sst")]
                 by_cf, _ = sstvec.column_families(ssts)
                 for cf, files in by_cf.items():
+                    for f in files:
+                        assert sstvec._data_handles(f) == f.data_handles(), f.name
                     buf, ks, ke, vs, ve, m = sstvec.read_column_family(files)
                     got = sorted((buf[a:b], buf[c:d]) for a, b, c, d in zip(ks.tolist(), ke.tolist(), vs.tolist(), ve.tolist()))
                     keys, values, m_ref = resolve([(e.keys, e.seqs, e.types, e.values) for e in (f.entries() for f in files)])
@@ -526,3 +528,30 @@ def test_reachable_candidates_are_exactly_the_chain_from_the_first():
     links[0] = 2 * k + 1  # the real chain: 0 -> last
     links[1 : 2 * k] = np.arange(2, 2 * k + 1)  # 1 -> 2 -> ... a long false chain, into the last node
     assert fullformat._reachable(links, 0) is None
+
+
+def test_column_string_hashes_are_javas():
+    """columnar._ascii_string_hash: Java String.hashCode for ASCII ranges anywhere in the buffer
+    (also at its very start), and non-ASCII or long ranges flagged for the row-by-row decoder."""
+    import numpy as np
+
+    from explorer.keygroups import java_hash_code
+    from explorer.readers.flink import columnar
+
+    rng = np.random.default_rng(3)
+    words = ["", "a", "user-1", "x" * 7, "y" * 8, "z" * 9, "hot-key-00017", "q" * 64, "r" * 65, "é", "ab\u20acc"]
+    words += ["".join(chr(int(c)) for c in rng.integers(32, 127, int(rng.integers(0, 40)))) for _ in range(300)]
+    data, starts, lens = b"", [], []
+    for w in words:
+        raw = w.encode("utf-8")
+        starts.append(len(data))
+        lens.append(len(raw))
+        data += raw + bytes(int(rng.integers(0, 3)))
+    codes, ok = columnar._ascii_string_hash(columnar.Buf(data), np.array(starts), np.array(lens))
+    for w, s, c, good in zip(words, starts, codes.tolist(), ok.tolist()):
+        simple = w.isascii() and len(w) <= 64
+        if good:
+            assert simple and c == java_hash_code(w) & 0xFFFFFFFF, w
+        else:  # non-ASCII, longer than 64 bytes, or a row that would start before the buffer
+            assert not simple or s + len(w) < 72, w
+    assert sum(ok.tolist()) > 250

@@ -42,6 +42,9 @@ from .serializers import (
 from .statemeta import StateMeta
 
 _MASK32 = np.uint64(0xFFFFFFFF)
+# _SUFFIX[k]: the top k bytes of a little-endian uint64 word (the last k of its 8 bytes in memory)
+_SUFFIX = np.array([0] + [((1 << 64) - 1) ^ ((1 << (8 * (8 - k))) - 1) for k in range(1, 9)], dtype=np.uint64)
+_HIGH_BITS = np.uint64(0x8080808080808080)
 _SIGN = np.int64(-(1 << 63))
 
 
@@ -253,22 +256,28 @@ def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[n
     short = np.where(long_rows, 0, lens)
     width = int(short.max())
     end = start + short
-    long_rows |= end < width  # a full row would start before the buffer
-    ascii_ok[long_rows] = False  # decoded (and hashed) one by one by the caller
     if width == 0:
+        ascii_ok[long_rows] = False  # decoded (and hashed) one by one by the caller
+        return codes, ascii_ok
+    width = -(-width // 8) * 8  # whole little-endian words per row
+    long_rows |= end < width  # a full row would start before the buffer
+    ascii_ok[long_rows] = False
+    if len(buf.np) < width:
         return codes, ascii_ok
     rows_at = np.ndarray((len(buf.np) - width + 1,), dtype=np.dtype((np.void, width)), buffer=buf.np,
                          strides=(1,))
-    cols = np.arange(width, dtype=np.int64)
+    word_end = 8 * np.arange(1, width // 8 + 1, dtype=np.int64)
     for lo in range(0, n, 1 << 18):  # in slices, to bound the matrix size
         sl = slice(lo, lo + (1 << 18))
         e = np.where(long_rows[sl], width, end[sl])
-        m = rows_at[e - width].view(np.uint8).reshape(-1, width)
-        m = np.where(cols >= (width - short[sl])[:, None], m, np.uint8(0))
-        ascii_ok[sl] &= m.max(axis=1) < 0x80
+        words = rows_at[e - width].view("<u8").reshape(len(e), -1)
+        # keep each word's bytes at columns >= width - len: its top `k` bytes
+        words &= _SUFFIX[np.clip(word_end - (width - short[sl])[:, None], 0, 8)]
+        ascii_ok[sl] &= (np.bitwise_or.reduce(words, axis=1) & _HIGH_BITS) == 0
+        m = words.view(np.uint8)
         h = np.zeros(len(e), dtype=np.uint32)
         with np.errstate(over="ignore"):
-            for j in range(width):
+            for j in range(width - int(short[sl].max()), width):  # leading zero columns leave h at 0
                 h *= np.uint32(31)
                 h += m[:, j]
         codes[sl] = h

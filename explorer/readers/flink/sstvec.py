@@ -90,13 +90,45 @@ def _decompress(f: SstFile, handles: list[tuple[int, int]], parts: list) -> list
     return lens
 
 
+def _data_handles(f: SstFile) -> list[tuple[int, int]]:
+    """The data block handles of ``f``'s index, all at once when every index entry is a restart point.
+
+    That is RocksDB's default (``index_block_restart_interval`` 1): each entry is
+    ``varint shared (0), varint non_shared, [varint value length], key, varint
+    offset, varint size``. Otherwise ``SstFile.data_handles`` reads it entry by entry.
+    """
+    if f.prop_int("rocksdb.block.based.table.index.type", 0) != 0:
+        return f.data_handles()
+    delta = f.prop_int("rocksdb.index.value.is.delta.encoded", 0) == 1
+    block = f.block(f.index)
+    n = len(block)
+    b = np.frombuffer(block + b"\0" * _PAD, dtype=np.uint8)
+    packed = int.from_bytes(block[n - 4 :], "little")
+    nr = packed & 0x7FFFFFFF
+    limit = n - 4 - 4 * nr
+    if packed >> 31 or nr < 1 or limit < 0:
+        return f.data_handles()
+    starts = _u32le(b, limit + 4 * np.arange(nr))
+    if (starts >= limit).any():
+        return f.data_handles()
+    shared, p = _varints(b, starts)
+    nonshared, p = _varints(b, p)
+    if not delta:
+        _, p = _varints(b, p)
+    off, p = _varints(b, p + nonshared)
+    size, p = _varints(b, p)
+    if shared.any() or not (p == np.append(starts[1:], limit)).all():
+        return f.data_handles()  # entries between restart points: the entry-by-entry reader
+    return list(zip(off.tolist(), size.tolist()))
+
+
 def _blocks(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndarray]:
     """Every data block of ``files`` decompressed and joined; each block's start and length."""
     parts: list = []
     block_lens: list[int] = []
     block_file: list[int] = []
     for i, f in enumerate(files):
-        lens = _decompress(f, f.data_handles(), parts)
+        lens = _decompress(f, _data_handles(f), parts)
         block_lens.extend(lens)
         block_file.extend([i] * len(lens))
     parts.append(b"\0" * _PAD)
