@@ -212,6 +212,13 @@ class KeyedOperatorBase(StreamOperator):
         self.backend.close()
 
 
+class _NoCleanup:
+    per_record_cleanup = False
+
+
+_NO_CLEANUP = _NoCleanup()
+
+
 class KeyedProcessOperator(KeyedOperatorBase):
     """Runs a :class:`KeyedProcessFunction` (and the keyed side of a keyed broadcast function)."""
 
@@ -225,20 +232,35 @@ class KeyedProcessOperator(KeyedOperatorBase):
     def process_batch(self, batch, input_index):
         if input_index == 1:
             return self._process_broadcast(batch)
-        n = len(batch.values)
+        values = batch.values
+        n = len(values)
         self.records_in += n
         keys, kgs = self.keys_for(batch)
-        set_key = self.backend.ctx.set
+        kctx = self.backend.ctx
         fn, ctx, out = self.fn.process_element, self.ctx, self.out
-        tss = batch.timestamps if batch.timestamps is not None else [None] * n
         cleanup = self._per_record_cleanup
-        for v, k, g, t in zip(batch.values, keys, kgs.tolist(), tss):
-            set_key(k, g, None)
-            ctx._timestamp = t
-            out._ts = t
-            fn(v, ctx, out)
-            if cleanup is not None:
-                cleanup()
+        backend = self.backend if cleanup is not None else _NO_CLEANUP
+        kctx._set = True
+        if batch.timestamps is not None:
+            for v, k, g, t in zip(values, keys, kgs.tolist(), batch.timestamps):
+                kctx.key = k
+                kctx.key_group = g
+                kctx.namespace = None
+                ctx._timestamp = t
+                out._ts = t
+                fn(v, ctx, out)
+                if backend.per_record_cleanup:
+                    cleanup()
+        else:
+            ctx._timestamp = None
+            out._ts = None
+            for v, k, g in zip(values, keys, kgs.tolist()):
+                kctx.key = k
+                kctx.key_group = g
+                kctx.namespace = None
+                fn(v, ctx, out)
+                if backend.per_record_cleanup:
+                    cleanup()
         self.observe(keys, kgs)
         self._flush()
 

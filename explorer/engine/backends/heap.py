@@ -201,6 +201,9 @@ class ColumnarValueTable(StateTable):
         if entry is None:
             entry = self._dict_slots[dictionary.id] = (dictionary, np.full(len(dictionary), -1, dtype=np.int64))
         cache = entry[1]
+        if len(cache) < len(dictionary):  # the dictionary grew
+            cache = np.concatenate([cache, np.full(len(dictionary) - len(cache), -1, dtype=np.int64)])
+            self._dict_slots[dictionary.id] = (dictionary, cache)
         slots = cache[codes]
         missing = np.flatnonzero(slots < 0)
         if len(missing):
@@ -314,6 +317,24 @@ class HeapStateBackend(KeyedStateBackend):
             return None
         return _IncrementalCleanup(table, ttl.ttl_ms, inc.cleanup_size, self.clock)
 
+    def get_state(self, descriptor, columnar=None):
+        st = super().get_state(descriptor, columnar)
+        self.per_record_cleanup = self._needs_per_record_cleanup()
+        return st
+
+    per_record_cleanup = False
+    """Whether some registered state asks for incremental cleanup on every record (checked per
+    record by the keyed operator, so records pay for it only when it is configured)."""
+
+    def _needs_per_record_cleanup(self) -> bool:
+        for st in self._states.values():
+            ttl = getattr(st.descriptor, "ttl", None)
+            if ttl is not None:
+                inc = ttl.cleanup.heap_incremental()
+                if inc is not None and inc.run_cleanup_for_every_record and st._cleanup is not None:
+                    return True
+        return False
+
     def run_incremental_cleanup_for_record(self) -> None:
         """Called once per record for states whose cleanup asks for it."""
         for st in self._states.values():
@@ -322,4 +343,3 @@ class HeapStateBackend(KeyedStateBackend):
                 inc = ttl.cleanup.heap_incremental()
                 if inc is not None and inc.run_cleanup_for_every_record and st._cleanup is not None:
                     st._cleanup()
-
