@@ -266,13 +266,14 @@ def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[n
         return codes, ascii_ok
     rows_at = np.ndarray((len(buf.np) - width + 1,), dtype=np.dtype((np.void, width)), buffer=buf.np,
                          strides=(1,))
-    word_end = 8 * np.arange(1, width // 8 + 1, dtype=np.int64)
+    # row k: the words of a row that keep its last k bytes
+    suffix_masks = _SUFFIX[np.clip(np.arange(width + 1)[:, None] - (width - 8 * np.arange(1, width // 8 + 1)), 0, 8)]
     for lo in range(0, n, 1 << 18):  # in slices, to bound the matrix size
         sl = slice(lo, lo + (1 << 18))
         e = np.where(long_rows[sl], width, end[sl])
         words = rows_at[e - width].view("<u8").reshape(len(e), -1)
         # keep each word's bytes at columns >= width - len: its top `k` bytes
-        words &= _SUFFIX[np.clip(word_end - (width - short[sl])[:, None], 0, 8)]
+        words &= suffix_masks[short[sl]]
         ascii_ok[sl] &= (np.bitwise_or.reduce(words, axis=1) & _HIGH_BITS) == 0
         m = words.view(np.uint8)
         h = np.zeros(len(e), dtype=np.uint32)

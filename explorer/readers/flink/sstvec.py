@@ -17,14 +17,14 @@ state, so only the files of the states asked for are read at all.
    matrix: a row takes the previous key's bytes within its shared prefix and
    the block's bytes after it, one step at a time;
 4. values stay where they are in the joined blocks. When the column family has
-   several files (levels), or several versions of a key, the rows are sorted by
-   their big-endian 8-byte words (``numpy.lexsort``), newest sequence number
-   first, and the first version of each user key decides as in
-   ``rocksdb.resolve``, whose code combines the few keys whose newest version is
-   a merge operand (Flink's list appends).
+   several files (levels), or several versions of a key, rows are grouped by a
+   64-bit hash of the zero-padded user key (equal keys checked byte for byte),
+   the newest sequence number of each key decides as in ``rocksdb.resolve``,
+   and ``rocksdb.combine`` joins the few keys whose newest version is a merge
+   operand (Flink's list appends). Output comes in key-group order.
 
 What this module does not handle (a data-block hash index, a key matrix much
-larger than the data) raises :class:`Unsupported`; the caller then uses the
+larger than the data, a hash collision) raises :class:`Unsupported`; the caller then uses the
 entry-by-entry reader.
 """
 
@@ -192,7 +192,6 @@ def _entries(files: list[SstFile]):
     if steps and steps[0][1].any():
         raise SstError(f"{names[0]}: a key at a restart point of a data block shares bytes with the previous key")
     width = -(-width // 8) * 8
-    words = width // 8
     n = sum(len(st[0]) for st in steps)
     if n * width > max(1 << 26, 8 * len(joined)):
         raise Unsupported(f"keys of up to {width} bytes")
@@ -209,7 +208,7 @@ def _entries(files: list[SstFile]):
     # every key's `width` bytes from its own start (less the shared prefix): one memcpy per row
     padded = np.concatenate([np.zeros(width, dtype=np.uint8), b, np.zeros(width, dtype=np.uint8)])
     rows_at = np.ndarray((len(padded) - width + 1,), dtype=np.dtype((np.void, width)), buffer=padded, strides=(1,))
-    word0 = 8 * np.arange(words)
+    prefix_masks = _prefix_masks(width)
     off = 0
     prev = None
     for j, (g, sh, ns, kp, vl, go) in enumerate(steps):
@@ -220,7 +219,7 @@ def _entries(files: list[SstFile]):
             if (sh > prev[1]).any():
                 raise SstError(f"{names[0]}: a data block key shares more bytes than the previous key has")
             # the shared prefix from the previous key of the interval, a word at a time
-            mask = _PREFIX[np.clip(sh[:, None] - word0, 0, 8)]
+            mask = prefix_masks[sh]
             rows[:] = (kw[prev[0]] & mask) | (rows & ~mask)
         klen[off : off + m] = sh + ns
         vpos[off : off + m] = kp + ns
@@ -236,6 +235,11 @@ def _entries(files: list[SstFile]):
 
 # _PREFIX[k]: the first k bytes of a little-endian uint64 word
 _PREFIX = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
+def _prefix_masks(width: int) -> np.ndarray:
+    """Row ``k``: the words of a ``width``-byte row that keep its first ``k`` bytes (``k`` up to ``width``)."""
+    return _PREFIX[np.clip(np.arange(width + 1)[:, None] - 8 * np.arange(width // 8), 0, 8)]
 
 
 def _hash_rows(kw: np.ndarray, ulen: np.ndarray) -> np.ndarray:
@@ -269,7 +273,7 @@ def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndar
     trailer = tail[np.arange(n) * width + ulen].view("<u8") if n else np.zeros(0, dtype=np.uint64)
     seq = (trailer >> np.uint64(8)).astype(np.int64)
     typ = (trailer & np.uint64(0xFF)).astype(np.int64)
-    kw &= _PREFIX[np.clip(ulen[:, None] - 8 * np.arange(width // 8), 0, 8)]  # user keys, zero-padded
+    kw &= _prefix_masks(width)[ulen]  # user keys, zero-padded
     merged = 0
     extra: list[bytes] = []
     if len(files) == 1 and (typ == TYPE_VALUE).all() and not _adjacent_equal(kw, ulen, order):
