@@ -203,17 +203,21 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
     if order_ok and n:
         # Arrow strings [start_i, end_i) of the buffer: offsets (s0, e0, s1, e1, ...), keep every other one
         s_, e_ = (start, end) if perm is None else (start[perm], end[perm])
-        offs = np.empty(2 * n + 1, dtype=np.int64)
+        small = len(buf.np) < (1 << 31)
+        offs = np.empty(2 * n + 1, dtype=np.int32 if small else np.int64)
         offs[0:-1:2] = s_
         offs[1::2] = e_
         offs[-1] = e_[-1]
-        arr = pa.LargeStringArray.from_buffers(2 * n, pa.py_buffer(offs), pa.py_buffer(buf.data))
+        kind = pa.StringArray if small else pa.LargeStringArray
+        arr = kind.from_buffers(2 * n, pa.py_buffer(offs), pa.py_buffer(buf.data))
         pick = np.arange(0, 2 * n, 2)
         if perm is not None:
             inv = np.empty(n, dtype=np.int64)
             inv[perm] = np.arange(n)
             pick = pick[inv]
-        values = pc.take(arr, pa.array(pick)).cast(pa.string())
+        values = pc.take(arr, pa.array(pick))
+        if not small:
+            values = values.cast(pa.string())
     else:
         values = pa.array([""] * n, type=pa.string())
     new_pos = end.copy()
@@ -274,7 +278,10 @@ def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[n
         words = rows_at[e - width].view("<u8").reshape(len(e), -1)
         # keep each word's bytes at columns >= width - len: its top `k` bytes
         words &= suffix_masks[short[sl]]
-        ascii_ok[sl] &= (np.bitwise_or.reduce(words, axis=1) & _HIGH_BITS) == 0
+        high = words[:, 0] & _HIGH_BITS
+        for k in range(1, words.shape[1]):
+            high |= words[:, k] & _HIGH_BITS
+        ascii_ok[sl] &= high == 0
         m = words.view(np.uint8)
         h = np.zeros(len(e), dtype=np.uint32)
         with np.errstate(over="ignore"):
