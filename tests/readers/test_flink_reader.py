@@ -555,3 +555,19 @@ def test_column_string_hashes_are_javas():
         else:  # non-ASCII, longer than 64 bytes, or a row that would start before the buffer
             assert not simple or s + len(w) < 72, w
     assert sum(ok.tolist()) > 250
+
+
+@pytest.mark.parametrize("name", ["heap-canonical-savepoint", "rocksdb-incremental-checkpoint"])
+def test_threads_give_the_same_pieces_in_the_same_order(name, monkeypatch):
+    def pieces(workers):
+        with monkeypatch.context() as m:
+            m.setattr(FlinkSnapshotReader, "workers", workers)
+            reader = FlinkSnapshotReader(FLINK_FIXTURES / name)
+            out = list(reader.keyed_pieces(KeyedStateQuery()))
+            return out, reader.info().extra["key_group_checked_rows"]
+
+    one, checked_one = pieces(1)
+    two, checked_two = pieces(2)
+    assert len(one) == len(two) > 1 and checked_one == checked_two > 0
+    for a, b in zip(one, two):
+        assert a.equals(b)

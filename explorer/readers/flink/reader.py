@@ -28,7 +28,10 @@ Flink does not store TTL durations, only each entry's last-access time; pass
 
 from __future__ import annotations
 
+import os
 import re
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -308,12 +311,30 @@ class FlinkSnapshotReader(SnapshotReader):
         self._layouts[key] = layout
         return layout
 
+    #: threads reading subtasks' keyed state side by side (NumPy, Arrow and cramjam do most of the work
+    #: without holding the GIL); 1 reads them one after the other
+    workers: int = min(2, os.cpu_count() or 1)
+
     def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
-        for op in self.meta.operators:
-            if not query.wants_operator(op.display_name):
-                continue
-            for st in self._keyed_subtasks(op):
+        units = [(op, st) for op in self.meta.operators if query.wants_operator(op.display_name)
+                 for st in self._keyed_subtasks(op)]
+        if self.workers <= 1 or len(units) <= 1:
+            for op, st in units:
                 yield from self._subtask_pieces(op, st, query)
+            return
+        # in order, at most `workers` subtasks in flight (their pieces are held until yielded)
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="flink-reader") as pool:
+            pending: deque = deque()
+            try:
+                for op, st in units:
+                    pending.append(pool.submit(lambda o=op, s=st: list(self._subtask_pieces(o, s, query))))
+                    if len(pending) >= self.workers:
+                        yield from pending.popleft().result()
+                while pending:
+                    yield from pending.popleft().result()
+            finally:
+                for f in pending:
+                    f.cancel()
 
     def _subtask_pieces(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
         header = self._header(op, st)
