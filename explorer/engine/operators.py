@@ -191,9 +191,12 @@ class KeyedOperatorBase(StreamOperator):
         keys = part.keys_of(batch.values)
         return keys, part.assigner.many(keys)
 
-    def observe(self, keys: list[Any], kgs: np.ndarray) -> None:
+    def observe(self, keys: list[Any], kgs: np.ndarray, batch: Batch | None = None) -> None:
         self.metrics.add(kgs)
-        self.sketch.update_many(Counter(keys).items())
+        if batch is not None and batch.codes is not None:  # the hash edge counted the keys already
+            self.sketch.update_counts(batch.uniques, np.bincount(batch.codes, minlength=len(batch.uniques)))
+        else:
+            self.sketch.update_many(Counter(keys).items())
 
     def register_timer(self, domain: str, timestamp: int) -> None:
         ctx = self.backend.ctx
@@ -261,7 +264,7 @@ class KeyedProcessOperator(KeyedOperatorBase):
                 fn(v, ctx, out)
                 if backend.per_record_cleanup:
                     cleanup()
-        self.observe(keys, kgs)
+        self.observe(keys, kgs, batch)
         self._flush()
 
     def _process_broadcast(self, batch):
