@@ -15,9 +15,11 @@ Run::
 
 Writes benchmarks/results/flink_reader.json: bytes, rows, seconds (best of
 ``--repeat``), MB/s (10^6 bytes of snapshot files per second of wall time),
-rows/s, and the same per CPU-second of this process (the fairer figure on a
-shared machine), with the machine, its load average and the date. The whole snapshot is
-read: every operator, state and row, with key groups re-computed and checked.
+rows/s, and the same per CPU-second of this process, all threads (the fairer
+figure on a shared machine), with the machine, its load average and the date
+(``benchmarks._machine``). The whole snapshot is read: every operator, state and
+row, with key groups re-computed and checked. ``--workers`` sets the reader's
+threads (``FlinkSnapshotReader.workers``, subtasks read side by side; default 2).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks._machine import machine, result_path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / ".cache" / "flink" / "bench"
@@ -45,11 +48,13 @@ def snapshot_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.name != "EXPECTED.json")
 
 
-def read_all(path: Path, warm_up: bool = False) -> tuple[int, dict]:
+def read_all(path: Path, warm_up: bool = False, workers: int | None = None) -> tuple[int, dict]:
     from explorer.readers.base import KeyedStateQuery
     from explorer.readers.flink import FlinkSnapshotReader
 
     reader = FlinkSnapshotReader(path)
+    if workers is not None:
+        reader.workers = workers
     if warm_up:
         return 0, reader.info().extra
     rows = sum(piece.num_rows for piece in reader.keyed_pieces(KeyedStateQuery()))
@@ -61,9 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=BENCH_DIR, help="where the benchmark snapshots are")
     ap.add_argument("--generate", action="store_true", help="build missing snapshots with Flink first")
     ap.add_argument("--repeat", type=int, default=2, help="runs per snapshot; the best is kept")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "flink_reader.json")
+    ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/flink_reader.json")
     ap.add_argument("--smoke", action="store_true", help="read the small committed fixtures once (no Java needed)")
+    ap.add_argument("--workers", type=int, default=None, help="reader threads (default: the reader's own, 2)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = result_path("flink_reader")
     snapshots = SNAPSHOTS
     if args.smoke:
         args.dir = ROOT / "sample_data" / "flink"
@@ -90,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         best = best_cpu = None
         for _ in range(max(1, args.repeat)):
             t0, c0 = time.perf_counter(), time.process_time()
-            rows, extra = read_all(path)
+            rows, extra = read_all(path, workers=args.workers)
             dt, cpu = time.perf_counter() - t0, time.process_time() - c0
             best = dt if best is None or dt < best else best
             best_cpu = cpu if best_cpu is None or cpu < best_cpu else best_cpu
@@ -113,17 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         })
         print(f"{label}: {size / 1e6:.1f} MB, {rows} rows in {best:.2f} s = {mbs:.1f} MB/s "
               f"({rows / best:,.0f} rows/s); {best_cpu:.2f} CPU-s = {size / 1e6 / best_cpu:.1f} MB/s per CPU-second")
+    from explorer.readers.flink import FlinkSnapshotReader
+
     report = {
         "benchmark": "benchmarks/bench_flink_reader.py",
+        "command": "python -m benchmarks.bench_flink_reader " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
+            **machine(),
             "load_average_1m_at_start": load_start,
             "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         },
+        "workers": args.workers if args.workers is not None else FlinkSnapshotReader.workers,
         "target": {"value": TARGET_MB_S, "unit": "MB/s"},
         "repeat": args.repeat,
         "smoke": args.smoke,
