@@ -114,7 +114,7 @@ def read_state(ckpt: Path, spark) -> dict:
     Raw: for every state variable of every stateful operator (``state-metadata``),
     ``spark.read.format("statestore")...toPandas()``. Ours: ``explorer.open(ckpt)``
     then ``keyed_state()`` (the same reads plus the mapping onto the explorer's
-    columns). Timed after the query, outside its figures.
+    columns). Timed after the query, outside its figures, best of two alternating reads.
     """
     import explorer
 
@@ -126,18 +126,24 @@ def read_state(ckpt: Path, spark) -> dict:
             name = v["stateName"]
             if v.get("stateVariableType") != "TimerState" and not name.startswith("$"):
                 variables.append((int(r["operatorId"]), name))
-    rows = 0
-    t0 = time.perf_counter()
-    for op_id, name in sorted(set(variables)):
-        rows += len(spark.read.format("statestore").option("path", str(ckpt)).option("operatorId", op_id)
-                    .option("stateVarName", name).load().toPandas())
-    raw_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ours = explorer.open(ckpt, spark=spark).keyed_state()
-    ours_s = time.perf_counter() - t0
+    def raw() -> int:
+        return sum(len(spark.read.format("statestore").option("path", str(ckpt)).option("operatorId", op_id)
+                       .option("stateVarName", name).load().toPandas()) for op_id, name in sorted(set(variables)))
+
+    def ours() -> int:
+        return len(explorer.open(ckpt, spark=spark).keyed_state())
+
+    best = {"raw": (float("inf"), 0), "explorer": (float("inf"), 0)}
+    for _ in range(2):  # alternating, best of two: the first read of either warms Spark's JVM for both
+        for name, fn in (("raw", raw), ("explorer", ours)):
+            t0 = time.perf_counter()
+            rows = fn()
+            best[name] = min(best[name], (time.perf_counter() - t0, rows))
+    (raw_s, rows), (ours_s, ours_rows) = best["raw"], best["explorer"]
     return {"state_variables": [n for _, n in sorted(set(variables))], "raw_rows": rows, "raw_seconds": raw_s,
-            "raw_rows_per_s": round(rows / raw_s) if raw_s > 0 else None, "explorer_rows": len(ours),
-            "explorer_seconds": ours_s, "explorer_rows_per_s": round(len(ours) / ours_s) if ours_s > 0 else None}
+            "raw_rows_per_s": round(rows / raw_s) if raw_s > 0 else None, "explorer_rows": ours_rows,
+            "explorer_seconds": ours_s, "explorer_rows_per_s": round(ours_rows / ours_s) if ours_s > 0 else None,
+            "timing": "best of two, alternating"}
 
 
 def main(argv: list[str] | None = None) -> dict:

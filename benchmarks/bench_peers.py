@@ -444,7 +444,8 @@ def document(n: int, input_path: Path, workloads: list[str], results: dict[str, 
              versions: dict[str, Any], not_measured: dict[str, str], complete: bool) -> dict[str, Any]:
     """peers.json: every figure, the checks, ratios, versions and the machine (``complete``: all runs done)."""
     checks = {}
-    for wl in workloads:
+    # every workload with results (with --merge, also those kept from the earlier run)
+    for wl in [w for w in ("count", "sessions") if w in workloads or any(k.startswith(w + "/") for k in results)]:
         full = {name: r for name, r in results.items() if name.startswith(wl + "/") and not name.endswith("/head")}
         outs = {name: r.get("output_records") for name, r in full.items()}
         checks[wl] = {"same_output_records_everywhere": len(set(outs.values())) <= 1,
