@@ -591,12 +591,19 @@ def headline(results: dict[str, dict]) -> list[str]:
         fl = r.get("flink") or {}
         f = next((x for x in fl.get("sizes", []) if x.get("state_mb") == s["state_mb"]), None)
         if f:
+            def ours(flink_s: float | None, ours_s: float | None) -> str:
+                if not flink_s or not ours_s:
+                    return "n/a"
+                r = flink_s / ours_s
+                return "ours on par, within 10 %" if 0.9 <= r <= 1 / 0.9 else f"ours {times(r)}"
+
             text += (f". Apache Flink on the same state: incremental {fmt(val(f, 'incremental', 'duration'))} s "
-                     f"(ours {times(val(f, 'incremental', 'duration') / val(s, 'incremental', 'duration'))}), "
-                     f"full {fmt(val(f, 'full', 'duration'))} s "
-                     f"(ours {times(val(f, 'full', 'duration') / fd)}), recovery "
-                     f"{fmt(val(f, 'recovery', 'incremental', 'restore'))} s (incremental) and "
-                     f"{fmt(val(f, 'recovery', 'full', 'restore'))} s (full)")
+                     f"({ours(val(f, 'incremental', 'duration'), val(s, 'incremental', 'duration'))}), "
+                     f"full {fmt(val(f, 'full', 'duration'))} s ({ours(val(f, 'full', 'duration'), fd)}), recovery "
+                     f"{fmt(val(f, 'recovery', 'incremental', 'restore'))} s from incremental "
+                     f"({ours(val(f, 'recovery', 'incremental', 'restore'), val(s, 'recovery', 'incremental', 'restore'))}) "
+                     f"and {fmt(val(f, 'recovery', 'full', 'restore'))} s from full "
+                     f"({ours(val(f, 'recovery', 'full', 'restore'), val(s, 'recovery', 'full', 'restore'))})")
         elif fl.get("not_measured"):
             text += f". Apache Flink: not measured ({'; '.join(f'{k}: {v[:120]}' for k, v in fl['not_measured'].items())})"
         elif not fl:
@@ -616,6 +623,20 @@ def headline(results: dict[str, dict]) -> list[str]:
                          f"({'%.2f' % q}x the raw read's speed)")
         return ["- **Loading** a snapshot into pandas (the limit: a raw Parquet read of the same files): "
                 + "; ".join(parts) + "."]
+
+    def spark_state() -> list[str]:
+        r = results.get("peers")
+        if not r:
+            return []
+        out = []
+        for name, x in r.get("results", {}).items():
+            sr = x.get("state_read") if x.get("system") == "spark" else None
+            if sr and not sr.get("error") and sr.get("raw_rows", 0) > 100:
+                out.append(f"{sr['raw_rows']:,} rows ({name.split('/')[0]}, {', '.join(sr['state_variables'])}) in "
+                           f"{fmt(sr['raw_seconds'])} s through Spark's state data source "
+                           f"({fmt(sr['raw_rows_per_s'])} rows/s) vs {fmt(sr['explorer_seconds'])} s through "
+                           f"`explorer.open` on the same checkpoint")
+        return ["- **Spark state data source → pandas**: " + "; ".join(out) + "."] if out else []
 
     def flink_reader() -> list[str]:
         r = results.get("flink_reader")
@@ -639,7 +660,7 @@ def headline(results: dict[str, dict]) -> list[str]:
         return [f"- **Dashboard** at {fmt(val(rows, 'keys'))} keys: a control change updates the figures in "
                 f"{fmt(val(rows, 'all changes p50'))} ms p50, {fmt(val(rows, 'all changes p95'))} ms p95."]
 
-    for fn in (engine, peers, checkpoints, explorer, flink_reader, spark, widgets):
+    for fn in (engine, peers, checkpoints, explorer, spark_state, flink_reader, spark, widgets):
         add(fn)
     return out
 
