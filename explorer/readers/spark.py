@@ -26,6 +26,14 @@ value of a timer         its ``expiration_timestamp_ms`` (``readRegisteredTimers
 size_bytes               an estimate: the bytes of the key's and value's fields
 =======================  ===================================================
 
+Queries of the adapter's bucket layout (:mod:`explorer.spark.buckets`) keep all
+keys' state in one Spark value per bucket (``__explorer_buckets``); this reader
+decodes those values (Arrow IPC tables, format name and version checked) into
+the same per-key rows: one state per descriptor, with the descriptor's kind,
+``last_access`` and ``expires_at`` from the adapter's own TTL, and timers as
+``event_timers`` / ``processing_timers``. ``key_group`` is the partition of the
+key's bucket, where Spark keeps it.
+
 Gaps of Spark's state reader in PySpark 4.3, worked around here:
 
 * an unflattened MapState cannot go to pandas through Arrow (its map keys are
@@ -53,6 +61,7 @@ import pyarrow.compute as pc
 
 from ..errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
 from .base import (
+    CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
     STATE_COLUMNS,
     SUBTASK_COLUMNS,
@@ -229,9 +238,48 @@ class SparkCheckpointReader(SnapshotReader):
             o["operator"] = n if names.count(n) == 1 else f"{n}-{o['operator_id']}"
         return [by_id[k] for k in sorted(by_id)]
 
+    def _is_bucket_layout(self, op: dict[str, Any]) -> bool:
+        from ..spark.buckets import STATE_NAME
+
+        return any(v.get("stateName") == STATE_NAME for v in op["variables"])
+
+    def _bucket_tables(self, op: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The adapter's bucket values of one operator, decoded: ``state -> {kind, ttl_ms, pieces}``."""
+        cache = self.__dict__.setdefault("_bucket_cache", {})
+        if op["operator_id"] in cache:
+            return cache[op["operator_id"]]
+        from ..spark.buckets import STATE_NAME, TIMERS, decode_tables
+
+        where = f"state {STATE_NAME!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
+        try:
+            t = self._frame(op, {"stateVarName": STATE_NAME}).toArrow()
+        except Exception as exc:
+            raise ReaderError(f"reading {where} through Spark's state data source failed: {_short(exc)}") from exc
+        out: dict[str, dict[str, Any]] = {}
+        parts = t.column("partition_id").to_pylist()
+        buckets = _unwrap(t.column("key").combine_chunks()).to_pylist()
+        values = t.column("value").to_pylist()
+        for part, bucket, value in zip(parts, buckets, values):
+            if value is None:
+                continue
+            row = (value.get("format"), value.get("version"),
+                   [(x["name"], x["kind"], x["ttl_ms"], x["data"]) for x in value.get("tables") or []])
+            for name, (kind, ttl_ms, table) in decode_tables(row, f"{where}, bucket {bucket}").items():
+                if name == TIMERS:
+                    name = "event_timers" if kind == "event_timer" else "processing_timers"
+                e = out.setdefault(name, {"kind": kind, "ttl_ms": ttl_ms, "pieces": []})
+                e["pieces"].append((int(part), table))
+        cache[op["operator_id"]] = out
+        return out
+
     def _states_of(self, op: dict[str, Any]) -> list[dict[str, Any]]:
         """(state, kind, how to read it) for one operator."""
         out = []
+        if op["variables"] and self._is_bucket_layout(op):  # the adapter's bucket layout
+            for name, e in self._bucket_tables(op).items():
+                out.append({"state": name, "kind": e["kind"], "ttl": e["ttl_ms"] is not None, "ttl_ms": e["ttl_ms"],
+                            "bucket": True, "options": {}})
+            return out
         if op["variables"]:  # transformWithState
             for v in op["variables"]:
                 name, vtype = v["stateName"], v["stateVariableType"]
@@ -264,9 +312,9 @@ class SparkCheckpointReader(SnapshotReader):
             for s in self._states_of(o):
                 rows.append({
                     "operator": o["operator"], "state": s["state"], "kind": s["kind"],
-                    "key_type": None, "value_type": None, "ttl_ms": None,
-                    "update_type": "ON_CREATE_AND_WRITE" if s["ttl"] else None,
-                    "visibility": "NEVER_RETURN_EXPIRED" if s["ttl"] else None,
+                    "key_type": None, "value_type": None, "ttl_ms": s.get("ttl_ms"),
+                    "update_type": "ON_CREATE_AND_WRITE" if s["ttl"] and not s.get("bucket") else None,
+                    "visibility": "NEVER_RETURN_EXPIRED" if s["ttl"] and not s.get("bucket") else None,
                     "ttl_enabled": s["ttl"],
                 })
         return pd.DataFrame(rows, columns=list(STATE_COLUMNS) + ["ttl_enabled"])
@@ -310,8 +358,11 @@ class SparkCheckpointReader(SnapshotReader):
             for st in self._states_of(op):
                 if not query.wants_state(st["state"]):
                     continue
-                table = self._read(op, st, query)
-                piece = self._to_contract(op, st, table, query)
+                if st.get("bucket"):
+                    piece = self._bucket_piece(op, st, query)
+                else:
+                    table = self._read(op, st, query)
+                    piece = self._to_contract(op, st, table, query)
                 if query.keys is not None and "key" in piece.column_names \
                         and pa.types.is_struct(piece.schema.field("key").type):
                     # multi-column keys are structs: match them as tuples of their fields, in order
@@ -357,6 +408,47 @@ class SparkCheckpointReader(SnapshotReader):
         if len(key) == 0:
             data["operator"] = pa.array([], pa.string())  # make_piece needs one array to size the piece
         return make_piece(data, query.columns)
+
+    def _bucket_piece(self, op, st, query: KeyedStateQuery) -> pa.Table:
+        """One state of the bucket layout as contract rows (one per value, list element, map entry, timer)."""
+        pieces = []
+        for part, t in self._bucket_tables(op)[st["state"]]["pieces"]:
+            if query.key_groups is not None and part not in query.key_groups:
+                continue
+            key = t.column("key").combine_chunks()
+            n = len(key)
+            kind = st["kind"]
+            user_key = last = expires = None
+            if kind in ("event_timer", "processing_timer"):
+                value = t.column("timestamp").combine_chunks()
+                size = _row_bytes(key) + 8
+            else:
+                value = t.column("value").combine_chunks()
+                size = _row_bytes(key) + _row_bytes(value)
+                if kind == "map":
+                    user_key = t.column("user_key").combine_chunks()
+                    size = size + _row_bytes(user_key)
+                elif kind == "list":
+                    user_key = pa.array(_run_index(key), pa.int64())
+                if "last_access" in t.column_names:
+                    la = t.column("last_access").combine_chunks()
+                    last = la.cast(pa.timestamp("ms")).cast(TIMESTAMP)
+                    expires = pc.add(la, int(st["ttl_ms"])).cast(pa.timestamp("ms")).cast(TIMESTAMP)
+            pieces.append(make_piece({
+                "operator": pa.array([op["operator"]] * n, pa.string()), "state": st["state"], "kind": kind,
+                "key": key, "key_group": pa.array([part] * n, pa.int32()), "subtask": pa.array([part] * n, pa.int32()),
+                "user_key": user_key, "value": value, "last_access": last, "expires_at": expires,
+                "size_bytes": pa.array(size, pa.int64()),
+            }, query.columns))
+        if not pieces:
+            from .base import empty_piece
+
+            return empty_piece(query.columns or CONTRACT_COLUMNS)
+        piece = pa.concat_tables(pieces, promote_options="permissive")
+        if query.keys is not None and "key" in piece.column_names \
+                and not pa.types.is_struct(piece.schema.field("key").type):
+            piece = piece.filter(pc.is_in(piece.column("key"), pa.array(list(query.keys))))
+        return piece
 
     # --- history ---------------------------------------------------------------------------
     def changes(self, state: str, start_batch_id: int, end_batch_id: int | None = None,
@@ -424,6 +516,12 @@ class SparkCheckpointReader(SnapshotReader):
                 continue
             for st in self._states_of(op):
                 if st["state"] == state:
+                    if st.get("bucket"):
+                        raise ReaderError(
+                            f"{self.path}: state {state!r} of operator {op['operator']!r} was written by the adapter's "
+                            "bucket layout, where Spark's change feed and snapshots see whole buckets, not keys; "
+                            "compare two batches instead: reader.at_batch(a) and reader.at_batch(b)"
+                        )
                     return op, st
         known = [(o["operator"], s["state"]) for o in self._operators for s in self._states_of(o)]
         raise ReaderError(f"{self.path}: no state {state!r}" + (f" in operator {operator!r}" if operator else "")

@@ -92,3 +92,44 @@ def dedup_run(spark, tmp_path_factory) -> Run:
     run = run_on_spark(dedup.Deduplicator(), src, "event_id", DEDUP_SCHEMA, base / "ckpt", record=dedup.Event,
                        time_mode="processing")
     return Run(events, engine_out, run)
+
+
+# --- the same pipelines in the adapter's bucket layout (explorer.spark.buckets) ------------------------
+@pytest.fixture(scope="session")
+def url_stats_bucket_run(spark, url_stats_run, tmp_path_factory) -> Run:
+    """UrlStats in the bucket layout, over the same input files as url_stats_run."""
+    from explorer.pipelines import url_counts
+    from explorer.spark.adapter import run_on_spark
+
+    base = tmp_path_factory.mktemp("url-stats-bucket")
+    src = url_stats_run.spark.checkpoint_dir.with_name("input")
+    run = run_on_spark(url_counts.UrlStats(), src, "url", URL_HITS_SCHEMA, base / "ckpt", record=url_counts.AccessLog,
+                       layout="bucket", buckets=8)
+    return Run(url_stats_run.records, url_stats_run.engine_output, run)
+
+
+@pytest.fixture(scope="session")
+def sessions_bucket_run(spark, sessions_run, tmp_path_factory) -> Run:
+    """SessionWindowFunction (ListState, ValueState, event-time timers) in the bucket layout."""
+    from explorer.pipelines import sessions
+    from explorer.spark.adapter import run_on_spark
+
+    base = tmp_path_factory.mktemp("sessions-bucket")
+    src = sessions_run.spark.checkpoint_dir.with_name("input")
+    run = run_on_spark(sessions.SessionWindowFunction(), src, "user_id", SESSION_SCHEMA, base / "ckpt",
+                       record=sessions.Event, time_mode="event", event_time_column="ts",
+                       watermark_delay="10 minutes", layout="bucket", buckets=8)
+    return Run(sessions_run.records, sessions_run.engine_output, run)
+
+
+@pytest.fixture(scope="session")
+def dedup_bucket_run(spark, dedup_run, tmp_path_factory) -> Run:
+    """Deduplicator (ValueState with a 24 h TTL, applied by the adapter) in the bucket layout."""
+    from explorer.pipelines import dedup
+    from explorer.spark.adapter import run_on_spark
+
+    base = tmp_path_factory.mktemp("dedup-bucket")
+    src = dedup_run.spark.checkpoint_dir.with_name("input")
+    run = run_on_spark(dedup.Deduplicator(), src, "event_id", DEDUP_SCHEMA, base / "ckpt", record=dedup.Event,
+                       time_mode="processing", layout="bucket", buckets=8)
+    return Run(dedup_run.records, dedup_run.engine_output, run)

@@ -1,0 +1,666 @@
+"""The key-group ("bucket") layout of the Spark adapter: few grouping keys, state in bulk.
+
+With the per-key layout (:mod:`.statemap`) Spark calls Python once per user key
+and micro-batch, and every state variable of that key costs round trips from
+the Python worker to the JVM. That per-key cost is what keeps PySpark's
+``transformWithState*`` operators slow, however little the function does.
+
+The bucket layout mirrors Flink's own design, where keyed state lives in key
+groups: the stream is grouped by a bucket column, Spark's Murmur3 hash of the
+key columns modulo ``buckets`` (``pmod(hash(key...), buckets)``), so a
+micro-batch has at most ``buckets`` grouping keys instead of tens of thousands.
+For each bucket the adapter
+
+1. reads the bucket's whole state with **one** ``get()`` of one Spark
+   ``ValueState`` (:data:`STATE_NAME`),
+2. groups the bucket's rows by the user key (input order kept per key) and runs
+   the function's ``process_element`` per record against the engine's own state
+   objects (:mod:`explorer.engine.state`) over in-memory tables,
+3. writes the state back with **one** ``update()`` (only if something changed),
+4. keeps per-key timers in the bucket's state and **one** Spark timer per bucket,
+   at the earliest per-key timer; when it fires, every per-key timer due by the
+   watermark (event time) or the batch timestamp (processing time) fires, in
+   timestamp order, as on the engine.
+
+Stored value (versioned; nothing pickled, nothing executed on read)::
+
+    struct<format: string = "explorer-spark-buckets", version: int = 1,
+           tables: array<struct<name: string, kind: string, ttl_ms: bigint, data: binary>>>
+
+``data`` is an Arrow IPC stream. State tables have the columns ``key`` (the
+key column, or a struct of the key columns), ``user_key`` (map state),
+``value`` (the declared type's Arrow type) and ``last_access`` (epoch ms, TTL
+only); list elements are rows in list order. The timer table (kind
+``event_timer`` / ``processing_timer``, name :data:`TIMERS`) has ``key`` and
+``timestamp`` in firing order. The schema metadata holds the descriptor's JSON
+description. :mod:`explorer.readers.spark` decodes it, so ``explorer.open()``
+shows one row per key and state entry, as for the per-key layout.
+
+TTL follows **our engine's** semantics (:mod:`explorer.engine.ttl`: update type,
+visibility, the one expiry rule), with the batch timestamp as the clock
+(the wall clock with ``time_mode="none"``). Spark's per-key TTL cannot be used
+here: Spark's TTL expires whole grouping keys' values, and the grouping key is
+the bucket. Expired entries are dropped whenever a bucket is written (like the
+engine's full-snapshot cleanup at every micro-batch that touches the bucket),
+so ``RETURN_EXPIRED_IF_NOT_CLEANED_UP`` returns an expired entry only within
+the micro-batch in which it expired.
+
+When to use which layout:
+
+* ``layout="bucket"``: many keys, a few records per key and micro-batch (the
+  usual case); several times faster. Each touched bucket's state is rewritten
+  whole every micro-batch, so the cost grows with the state of the touched
+  buckets; raise ``buckets`` when a bucket holds more than some thousands of
+  keys. The number of buckets is frozen into the checkpoint like Spark's
+  shuffle partitions: restart a query with the same value.
+* ``layout="key"``: huge state of mostly idle keys (each micro-batch touches
+  only a small fraction), or when Spark's own state variables, TTL and
+  timers should be what Spark's tools see.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import time
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+import pyarrow as pa
+
+from ..engine.backends.base import StateTable
+from ..engine.functions import Collector, KeyedProcessFunction
+from ..engine.state import STATE_CLASSES, KeyContext, StateKind
+from ..engine.timers import TimerQueue
+from ..engine.ttl import is_expired
+from ..errors import JobError, SnapshotFormatError
+from ..keygroups import KeyGroupRange
+
+__all__ = ["BUCKET_COLUMN", "DEFAULT_BUCKETS", "FORMAT", "STATE_NAME", "TIMERS", "VERSION", "decode_tables",
+           "encode_tables", "key_codec"]
+
+#: the grouping column the adapter adds: ``pmod(hash(key...), buckets)``
+BUCKET_COLUMN = "__explorer_bucket"
+#: the one Spark state variable of the bucket layout
+STATE_NAME = "__explorer_buckets"
+FORMAT = "explorer-spark-buckets"
+VERSION = 1
+#: the name of the per-key timer table in a bucket
+TIMERS = "timers"
+DEFAULT_BUCKETS = 64
+
+_ONE_GROUP = KeyGroupRange(0, 0)
+_PRIMS = (pa.int64(), pa.float64(), pa.string(), pa.bool_(), pa.binary())
+
+
+def value_schema():
+    """The Spark schema of a bucket's stored value."""
+    from pyspark.sql.types import (
+        ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+    )
+
+    table = StructType([StructField("name", StringType()), StructField("kind", StringType()),
+                        StructField("ttl_ms", LongType()), StructField("data", BinaryType())])
+    return StructType([StructField("format", StringType()), StructField("version", IntegerType()),
+                       StructField("tables", ArrayType(table))])
+
+
+# --- in-memory state of one bucket -----------------------------------------------------------------
+class BucketTable(StateTable):
+    """One state of one bucket in memory: ``key -> entry`` (entries as the engine's backends hold them).
+
+    Key groups and namespaces are not used (a keyed process function has no namespaces).
+    """
+
+    def __init__(self, descriptor) -> None:
+        super().__init__(descriptor, _ONE_GROUP)
+        self.data: dict[Any, Any] = {}
+        self.dirty = False
+
+    def get(self, key_group, key, namespace):
+        return self.data.get(key)
+
+    def put(self, key_group, key, namespace, entry):
+        self.data[key] = entry
+        self.dirty = True
+
+    def remove(self, key_group, key, namespace):
+        if self.data.pop(key, None) is not None:
+            self.dirty = True
+
+    def append(self, key_group, key, namespace, elements):
+        cur = self.data.get(key)
+        if cur is None:
+            self.data[key] = list(elements)
+        else:
+            cur.extend(elements)
+        self.dirty = True
+
+    def map_get(self, key_group, key, namespace, user_key):
+        d = self.data.get(key)
+        return None if d is None else d.get(user_key)
+
+    def map_put(self, key_group, key, namespace, user_key, entry):
+        d = self.data.get(key)
+        if d is None:
+            self.data[key] = {user_key: entry}
+        else:
+            d[user_key] = entry
+        self.dirty = True
+
+    def map_remove(self, key_group, key, namespace, user_key):
+        d = self.data.get(key)
+        if d is not None and user_key in d:
+            del d[user_key]
+            if not d:
+                del self.data[key]
+            self.dirty = True
+
+    def map_contains(self, key_group, key, namespace, user_key):
+        d = self.data.get(key)
+        return d is not None and user_key in d
+
+    def map_items(self, key_group, key, namespace):
+        d = self.data.get(key)
+        return iter(()) if d is None else iter(list(d.items()))
+
+    def addresses(self, key_groups=None):
+        for key in list(self.data):
+            yield 0, key, None
+
+
+# --- the stored form -----------------------------------------------------------------------------
+def _ipc(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
+
+
+def _from_ipc(data: bytes, where: str) -> pa.Table:
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(bytes(data))).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SnapshotFormatError(f"{where}: a bucket table is not a readable Arrow IPC stream ({exc})") from exc
+
+
+def _to_arrow_values(info, values: list, arrow_type: pa.DataType) -> pa.Array:
+    if arrow_type in _PRIMS:
+        return pa.array(values, arrow_type)
+    conv = info.to_arrow
+    return pa.array([None if v is None else conv(v) for v in values], arrow_type)
+
+
+def _from_arrow_values(info, arr) -> list:
+    vals = arr.to_pylist()
+    if arr.type in _PRIMS:
+        return vals
+    conv = info.from_arrow
+    return [None if v is None else conv(v) for v in vals]
+
+
+def key_codec(key_type: pa.DataType):
+    """(Arrow column -> keys, keys -> Arrow array): multi-column keys are tuples here, structs when stored."""
+    if pa.types.is_struct(key_type):
+        names = [key_type.field(i).name for i in range(key_type.num_fields)]
+        return ((lambda col: [tuple(d.values()) for d in col.to_pylist()]),
+                (lambda keys: pa.array([dict(zip(names, k)) for k in keys], key_type)))
+    return (lambda col: col.to_pylist()), (lambda keys: pa.array(keys, key_type))
+
+
+def encode_tables(tables: Sequence[BucketTable], timers: TimerQueue | None, timer_kind: str,
+                  key_array, now_ms: int) -> list[tuple]:
+    """The ``tables`` field of a bucket's stored value (expired entries at ``now_ms`` left out)."""
+    out = []
+    for t in tables:
+        if not t.data:
+            continue
+        d = t.descriptor
+        info = d.value_info
+        ttl = getattr(d, "ttl", None)
+        ttl_ms = None if ttl is None else ttl.ttl_ms
+        keys: list = []
+        uks: list = []
+        vals: list = []
+        last: list = []
+        kind = d.kind
+        if kind is StateKind.MAP:
+            for k, m in t.data.items():
+                for uk, e in m.items():
+                    if ttl_ms is not None:
+                        if is_expired(e[1], ttl_ms, now_ms):
+                            continue
+                        vals.append(e[0])
+                        last.append(e[1])
+                    else:
+                        vals.append(e)
+                    keys.append(k)
+                    uks.append(uk)
+        elif kind is StateKind.LIST:
+            for k, elems in t.data.items():
+                for e in elems:
+                    if ttl_ms is not None:
+                        if is_expired(e[1], ttl_ms, now_ms):
+                            continue
+                        vals.append(e[0])
+                        last.append(e[1])
+                    else:
+                        vals.append(e)
+                    keys.append(k)
+        else:
+            if ttl_ms is None:
+                keys = list(t.data.keys())
+                vals = list(t.data.values())
+            else:
+                for k, e in t.data.items():
+                    if not is_expired(e[1], ttl_ms, now_ms):
+                        keys.append(k)
+                        vals.append(e[0])
+                        last.append(e[1])
+        if not keys:
+            continue
+        cols = {"key": key_array(keys)}
+        if kind is StateKind.MAP:
+            uinfo = d.user_key_info
+            cols["user_key"] = _to_arrow_values(uinfo, uks, uinfo.arrow_type)
+        cols["value"] = _to_arrow_values(info, vals, info.arrow_type)
+        if ttl_ms is not None:
+            cols["last_access"] = pa.array(last, pa.int64())
+        table = pa.table(cols).replace_schema_metadata({"explorer.descriptor": _describe(d)})
+        out.append((d.name, kind.value, ttl_ms, _ipc(table)))
+    if timers is not None and len(timers):
+        live = list(timers)
+        table = pa.table({"key": key_array([x.key for x in live]),
+                          "timestamp": pa.array([x.timestamp for x in live], pa.int64())})
+        out.append((TIMERS, timer_kind, None, _ipc(table)))
+    return out
+
+
+_DESCRIBED: dict[int, str] = {}
+
+
+def _describe(d) -> str:
+    s = _DESCRIBED.get(id(d))
+    if s is None:
+        s = _DESCRIBED[id(d)] = json.dumps(d.describe())
+    return s
+
+
+def check_value(row: Any, where: str) -> list:
+    """The ``tables`` of a stored bucket value, after checking its format name and version."""
+    fmt, version, tables = row[0], row[1], row[2]
+    if fmt != FORMAT:
+        raise SnapshotFormatError(f"{where}: expected a bucket value of format {FORMAT!r}, found {fmt!r}")
+    if version != VERSION:
+        raise SnapshotFormatError(f"{where}: unknown bucket format version {version!r} (known: {VERSION})")
+    return list(tables or [])
+
+
+def decode_tables(row: Any, where: str) -> dict[str, tuple[str, int | None, pa.Table]]:
+    """``name -> (kind, ttl_ms, Arrow table)`` of one stored bucket value (for readers)."""
+    out = {}
+    for name, kind, ttl_ms, data in check_value(row, where):
+        out[name] = (kind, ttl_ms, _from_ipc(data, f"{where}, table {name!r}"))
+    return out
+
+
+def _load_table(t: BucketTable, table: pa.Table, key_of) -> None:
+    d = t.descriptor
+    keys = key_of(table.column("key"))
+    vals = _from_arrow_values(d.value_info, table.column("value").combine_chunks())
+    ttl = "last_access" in table.column_names
+    if ttl:
+        vals = list(zip(vals, table.column("last_access").to_pylist()))
+    data = t.data
+    kind = d.kind
+    if kind is StateKind.MAP:
+        uks = _from_arrow_values(d.user_key_info, table.column("user_key").combine_chunks())
+        for k, uk, e in zip(keys, uks, vals):
+            m = data.get(k)
+            if m is None:
+                data[k] = {uk: e}
+            else:
+                m[uk] = e
+    elif kind is StateKind.LIST:
+        for k, e in zip(keys, vals):
+            lst = data.get(k)
+            if lst is None:
+                data[k] = [e]
+            else:
+                lst.append(e)
+    else:
+        data.update(zip(keys, vals))
+
+
+# --- what the function sees ----------------------------------------------------------------------
+class _Clock:
+    """The engine clock interface over Spark's batch timestamp (TTL's notion of now)."""
+
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+class _Binding:
+    """``ctx.get_state(descriptor)``: the engine's state objects over the bucket's in-memory tables."""
+
+    def __init__(self, kctx: KeyContext, clock: _Clock) -> None:
+        self.kctx = kctx
+        self.clock = clock
+        self.tables: dict[str, BucketTable] = {}
+        self.states: dict[str, Any] = {}
+
+    def get_state(self, descriptor):
+        name = descriptor.name
+        s = self.states.get(name)
+        if s is not None:
+            if s.descriptor != descriptor:
+                raise JobError(f"state {name!r} is declared twice with different descriptors")
+            return s
+        if name == TIMERS:
+            raise JobError(f"state name {TIMERS!r} is reserved by the bucket layout for its timers; rename the state")
+        table = BucketTable(descriptor)
+        s = STATE_CLASSES[descriptor.kind](descriptor, table, self.kctx, self.clock)
+        self.tables[name] = table
+        self.states[name] = s
+        return s
+
+
+def _make_timer_service(mode: str, kctx: KeyContext):
+    from .adapter import _TimerService
+
+    class BucketTimerService(_TimerService):
+        """Per-key timers kept in the bucket's state (the engine's deduplicating timer queue)."""
+
+        __slots__ = ("queue", "kctx", "dirty")
+
+        def __init__(self) -> None:
+            super().__init__(None, mode)
+            self.queue = TimerQueue()
+            self.kctx = kctx
+            self.dirty = False
+
+        def register_event_time_timer(self, timestamp: int) -> None:
+            self._check("event")
+            self.dirty |= self.queue.register(int(timestamp), self.kctx.key, None, 0)
+
+        def register_processing_time_timer(self, timestamp: int) -> None:
+            self._check("processing")
+            self.dirty |= self.queue.register(int(timestamp), self.kctx.key, None, 0)
+
+        def delete_event_time_timer(self, timestamp: int) -> None:
+            self._check("event")
+            self.dirty |= self.queue.delete(int(timestamp), self.kctx.key, None)
+
+        def delete_processing_time_timer(self, timestamp: int) -> None:
+            self._check("processing")
+            self.dirty |= self.queue.delete(int(timestamp), self.kctx.key, None)
+
+        def flush(self) -> None:  # timers are written with the bucket
+            pass
+
+    return BucketTimerService()
+
+
+# --- the processors -------------------------------------------------------------------------------
+class _BucketMixin:
+    """Runs one engine function per Spark task over whole buckets."""
+
+    def __init__(self, function: KeyedProcessFunction, *, time_mode: str, key_columns: Sequence[str],
+                 input_columns: Sequence[str], output_columns: Sequence[str], record: Any,
+                 event_time_column: str | None, num_partitions: int, name: str, key_arrow_type) -> None:
+        self._template = function
+        self._time_mode = time_mode
+        self._key_columns = list(key_columns)
+        self._input_columns = list(input_columns)
+        self._output_columns = list(output_columns)
+        self._record = record
+        self._event_column = event_time_column
+        self._num_partitions = num_partitions
+        self._name = name
+        self._key_arrow_type = key_arrow_type
+
+    def init(self, handle) -> None:
+        from .adapter import _output_tuple, _ProcessContext, _record_maker, _RuntimeContext
+
+        self.handle = handle
+        self.store = handle.getValueState(STATE_NAME, value_schema())
+        self.kctx = KeyContext()
+        self.clock = _Clock()
+        self.binding = _Binding(self.kctx, self.clock)
+        self.timers = _make_timer_service(self._time_mode, self.kctx)
+        self.ctx = _ProcessContext(self.timers)
+        self.out = Collector()
+        self.to_tuple = _output_tuple(self._output_columns)
+        self.make_record = _record_maker(self._record, self._input_columns)
+        self.fn = copy.deepcopy(self._template)
+        self.fn.open(_RuntimeContext(self.binding, self._name, self._num_partitions))
+        self._timer_kind = "event_timer" if self._time_mode == "event" else "processing_timer"
+        self._key_of, self._key_array = key_codec(self._key_arrow_type)
+
+    # --- one bucket: load, run, store ------------------------------------------------------
+    def _begin(self, timer_values) -> int | None:
+        """Load the current bucket's state; returns the earliest per-key timer (the registered Spark timer)."""
+        self.timers._tv = timer_values
+        now = timer_values.getCurrentProcessingTimeInMs() if timer_values is not None else -1
+        self.clock.now = now if now >= 0 else time.time_ns() // 1_000_000
+        tables = self.binding.tables
+        for t in tables.values():
+            t.data = {}
+            t.dirty = False
+        self.timers.queue = TimerQueue()
+        self.timers.dirty = False
+        row = self.store.get()
+        if row is None:
+            return None
+        where = f"the bucket state {STATE_NAME!r} of {self._name}"
+        for name, kind, _ttl, data in check_value(row, where):
+            table = _from_ipc(data, f"{where}, table {name!r}")
+            if name == TIMERS:
+                q = self.timers.queue
+                for k, ts in zip(self._key_of(table.column("key")), table.column("timestamp").to_pylist()):
+                    q.register(ts, k, None, 0)
+                continue
+            t = tables.get(name)
+            if t is None:
+                raise JobError(f"{where}: the stored state {name!r} ({kind}) is not declared by the function; "
+                               f"it declares {sorted(tables)}")
+            _load_table(t, table, self._key_of)
+        return self.timers.queue.peek_time()
+
+    def _end(self, before: int | None, fired: int | None = None) -> None:
+        """Write the bucket back (if it changed) and keep one Spark timer at its earliest per-key timer."""
+        tables = list(self.binding.tables.values())
+        timers = self.timers
+        if timers.dirty or any(t.dirty for t in tables):
+            encoded = encode_tables(tables, timers.queue, self._timer_kind, self._key_array, self.clock.now)
+            if encoded:
+                self.store.update((FORMAT, VERSION, encoded))
+            else:
+                self.store.clear()
+        after = timers.queue.peek_time()
+        registered = None if fired is not None else before  # Spark deletes a fired timer itself
+        if after != registered:
+            if registered is not None:
+                self.handle.deleteTimer(registered)
+            if after is not None:
+                self.handle.registerTimer(after)
+
+    def _process(self, keys: list, records: list, stamps: list | None, timer_values) -> list[tuple]:
+        before = self._begin(timer_values)
+        groups: dict[Any, list[int]] = {}
+        for i, k in enumerate(keys):
+            g = groups.get(k)
+            if g is None:
+                groups[k] = [i]
+            else:
+                g.append(i)
+        ctx, out, kctx = self.ctx, self.out, self.kctx
+        fn = self.fn.process_element
+        make = self.make_record
+        ctx._domain = None
+        for k, idx in groups.items():
+            kctx.set(k, 0, None)
+            ctx._key = k
+            if stamps is None:
+                for i in idx:
+                    fn(make(records[i]), ctx, out)
+            else:
+                for i in idx:
+                    ctx._timestamp = out._ts = stamps[i]
+                    fn(make(records[i]), ctx, out)
+        self._end(before)
+        values, _ = out.drain()
+        conv = self.to_tuple
+        return [conv(v) for v in values]
+
+    def _fire(self, timer_values, expired_info) -> list[tuple]:
+        fired = expired_info.getExpiryTimeInMs()
+        self._begin(timer_values)
+        if self._time_mode == "event":
+            bound = timer_values.getCurrentWatermarkInMs()
+            domain = "event_time"
+        else:
+            bound = timer_values.getCurrentProcessingTimeInMs()
+            domain = "processing_time"
+        bound = max(bound, fired)
+        ctx, out, kctx, q = self.ctx, self.out, self.kctx, self.timers.queue
+        on_timer = self.fn.on_timer
+        ctx._domain = domain
+        try:
+            while True:
+                t = q.pop_due(bound)
+                if t is None:
+                    break
+                self.timers.dirty = True
+                kctx.set(t.key, 0, None)
+                ctx._key = t.key
+                ctx._timestamp = out._ts = t.timestamp if domain == "event_time" else None
+                on_timer(t.timestamp, ctx, out)
+        finally:
+            ctx._domain = None
+        self._end(None, fired)
+        values, _ = out.drain()
+        conv = self.to_tuple
+        return [conv(v) for v in values]
+
+    def close(self) -> None:
+        fn = getattr(self, "fn", None)
+        if fn is not None:
+            fn.close()
+
+
+def _event_ms(series: pd.Series) -> list:
+    """Epoch milliseconds of a timestamp (or epoch-ms integer) column, vectorised."""
+    import pyarrow.compute as pc
+
+    arr = pa.array(series, from_pandas=True)
+    if pa.types.is_timestamp(arr.type):
+        arr = pc.cast(arr, pa.timestamp("ms", tz=arr.type.tz)).cast(pa.int64())
+    return arr.to_pylist()
+
+
+def make_processor(variant: str, **kw):
+    from pyspark.sql.streaming import StatefulProcessor
+
+    if variant == "pandas":
+        class BucketPandasProcessor(_BucketMixin, StatefulProcessor):  # type: ignore[misc, valid-type]
+            """``transformWithStateInPandas`` over buckets: one call, one state read and write per bucket."""
+
+            def handleInputRows(self, key, rows, timerValues):
+                pdfs = [p for p in rows if len(p)]
+                if not pdfs:
+                    return
+                pdf = pdfs[0] if len(pdfs) == 1 else pd.concat(pdfs, ignore_index=True)
+                names = self._input_columns
+                cols = [pdf[c].tolist() for c in data_columns(len(names))]
+                records = list(zip(*cols))
+                kidx = [names.index(c) for c in self._key_columns]
+                keys = cols[kidx[0]] if len(kidx) == 1 else list(zip(*(cols[i] for i in kidx)))
+                stamps = None
+                if self._event_column is not None:
+                    stamps = _event_ms(pdf[data_columns(len(names))[names.index(self._event_column)]])
+                out = self._process(keys, records, stamps, timerValues)
+                if out:
+                    yield pd.DataFrame.from_records(out, columns=self._output_columns)
+
+            def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+                out = self._fire(timerValues, expiredTimerInfo)
+                if out:
+                    yield pd.DataFrame.from_records(out, columns=self._output_columns)
+
+            def close(self) -> None:
+                _BucketMixin.close(self)
+
+        return BucketPandasProcessor(**kw)
+
+    from .adapter import _row_class, _to_ms
+
+    class BucketRowProcessor(_BucketMixin, StatefulProcessor):  # type: ignore[misc, valid-type]
+        """Row-based ``transformWithState`` over buckets."""
+
+        def handleInputRows(self, key, rows, timerValues):
+            import operator
+
+            rows = list(rows)
+            if not rows:
+                return []
+            names = self._input_columns
+            fields = list(rows[0].__fields__)
+            idx = [fields.index(c) for c in data_columns(len(names))]
+            if len(idx) == 1:
+                records = [(r[idx[0]],) for r in rows]
+            else:
+                get = operator.itemgetter(*idx)
+                records = [get(r) for r in rows]
+            kidx = [names.index(c) for c in self._key_columns]
+            if len(kidx) == 1:
+                i0 = kidx[0]
+                keys = [r[i0] for r in records]
+            else:
+                keys = [tuple(r[i] for i in kidx) for r in records]
+            stamps = None
+            if self._event_column is not None:
+                e = names.index(self._event_column)
+                stamps = [_to_ms(r[e]) for r in records]
+            R, new = _row_class(self._output_columns), tuple.__new__
+            return [new(R, t) for t in self._process(keys, records, stamps, timerValues)]
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            R, new = _row_class(self._output_columns), tuple.__new__
+            return [new(R, t) for t in self._fire(timerValues, expiredTimerInfo)]
+
+        def close(self) -> None:
+            _BucketMixin.close(self)
+
+    return BucketRowProcessor(**kw)
+
+
+def data_columns(n: int) -> list[str]:
+    """What the bucket layout renames the ``n`` input columns to on their way to Python.
+
+    PySpark 4.3 hands the operators' input over with its columns in an order of its own, and
+    the pandas variant rebuilds its frames from namedtuples, which rename columns starting
+    with ``_``; plain names found by name avoid both.
+    """
+    return [f"c{i}" for i in range(n)]
+
+
+def bucket_input(df, keys: Sequence[str], buckets: int):
+    """``df`` with its columns renamed (:func:`data_columns`) and the bucket column added."""
+    from pyspark.sql import functions as F
+
+    cols = [F.col(f"`{c}`").alias(s) for c, s in zip(df.columns, data_columns(len(df.columns)))]
+    return df.select(*cols, bucket_column(keys, buckets).alias(BUCKET_COLUMN))
+
+
+def bucket_column(keys: Iterable[str], buckets: int):
+    """``pmod(hash(key...), buckets)``: Spark's Murmur3 (seed 42) of the key columns into ``buckets`` buckets."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.hash(*[F.col(f"`{k}`") for k in keys]), F.lit(int(buckets)))
