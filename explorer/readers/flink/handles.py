@@ -125,12 +125,19 @@ class HandleResolver:
             )
         return resolved
 
-    def read(self, handle: StreamHandle) -> bytes:
-        """All bytes of ``handle``."""
+    def read(self, handle: StreamHandle, limit: int | None = None) -> bytes:
+        """All bytes of ``handle``, or its first ``limit`` bytes (a header)."""
         if handle.kind == "bytes":
-            return handle.data or b""
+            return (handle.data or b"")[:limit]
         path = self.local_path(handle)
         try:
+            if limit is not None:
+                with open(path, "rb") as f:
+                    data = f.read(limit)
+                if len(data) < limit:
+                    raise SnapshotCorruptError(f"{path}: found {len(data)} bytes, expected at least {limit} "
+                                               "(file truncated?)")
+                return data
             data = path.read_bytes()
         except FileNotFoundError as exc:
             raise SnapshotCorruptError(

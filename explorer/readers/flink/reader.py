@@ -224,12 +224,10 @@ class FlinkSnapshotReader(SnapshotReader):
             where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
             if stream is None:
                 raise SnapshotCorruptError(f"{where}: keyed state handle has no stream")
-            data = self.resolver.read(stream)
-            end_hint = len(data)
-            if isinstance(h, KeyGroupsHandle):
-                present = [o for o in h.offsets if o > 0]
-                end_hint = min(present) if present else len(data)
-            header = read_backend_meta(DataInput(data), where, end_hint)
+            present = [o for o in h.offsets if o > 0] if isinstance(h, KeyGroupsHandle) else []
+            # the header ends where the first key group starts: read no further
+            data = self.resolver.read(stream, min(present) if present else None)
+            header = read_backend_meta(DataInput(data), where, len(data))
             for n in header.notes:
                 self._note(n)
             self._headers[key] = header
