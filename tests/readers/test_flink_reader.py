@@ -571,3 +571,19 @@ def test_threads_give_the_same_pieces_in_the_same_order(name, monkeypatch):
     assert len(one) == len(two) > 1 and checked_one == checked_two > 0
     for a, b in zip(one, two):
         assert a.equals(b)
+
+
+@pytest.mark.parametrize("name", ["heap-canonical-savepoint", "rocksdb-incremental-checkpoint",
+                                  "rocksdb-canonical-savepoint-compressed"])
+@pytest.mark.parametrize("columns", [("key", "key_group", "subtask", "size_bytes"),
+                                     ("state", "key", "last_access", "expires_at", "namespace")])
+def test_columns_not_asked_for_are_not_decoded_and_the_rest_is_the_same(name, columns):
+    exp = expected(name)
+    ttl = {state: timedelta(milliseconds=ms) for state, ms in exp["ttl_ms"].items()}
+    full = load(FlinkSnapshotReader(FLINK_FIXTURES / name, uids=UIDS, ttl=ttl))
+    some = load(FlinkSnapshotReader(FLINK_FIXTURES / name, uids=UIDS, ttl=ttl),
+                KeyedStateQuery(columns=("operator", "state") + tuple(c for c in columns if c != "state")))
+    assert some.keys() == full.keys()
+    for k, df in some.items():
+        assert list(df.columns) == ["operator", "state"] + [c for c in columns if c != "state"]
+        pd.testing.assert_frame_equal(df, full[k][list(df.columns)], check_dtype=False)

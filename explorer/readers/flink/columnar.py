@@ -303,11 +303,26 @@ class StateColumns:
     size: np.ndarray
 
 
+def _skip(dec: Decoder, buf: Buf, pos: np.ndarray, want_ttl: bool) -> Column:
+    """An undecoded column of ``dec`` values at ``pos``: nulls, with TTL timestamps if wanted and stored."""
+    ttl = _fixed(buf, pos, 8, ">i8") if want_ttl and isinstance(dec, TtlDecoder) else None
+    return Column(pa.nulls(len(pos)), None, ttl)
+
+
 def decode_state(
     meta: StateMeta, key_dec: Decoder, prefix: int, buf: Buf,
     ks: np.ndarray, ke: np.ndarray, vs: np.ndarray, ve: np.ndarray,
+    columns: frozenset[str] | None = None,
 ) -> StateColumns:
-    """Decode every entry of one state (key/value layout) at once; raises :class:`Fallback`."""
+    """Decode every entry of one state (key/value layout) at once; raises :class:`Fallback`.
+
+    ``columns``: the contract columns wanted (None: all). Values and map keys
+    not wanted are not decoded (they come back as nulls); keys, key groups,
+    namespaces and sizes always are.
+    """
+    want_value = columns is None or "value" in columns
+    want_user_key = columns is None or "user_key" in columns
+    want_ttl = columns is None or "last_access" in columns or "expires_at" in columns
     n = len(ks)
     nsdec = meta.namespace_decoder
     if key_dec.fixed_length < 0 and nsdec is not None and nsdec.fixed_length < 0:
@@ -324,20 +339,28 @@ def decode_state(
             raise Fallback("timer key length mismatch")
         return StateColumns(key, kg, ns.values, pa.nulls(n), pa.array(ts, type=pa.int64()), None, ke - ks)
     key, p = read(key_dec, buf, p, True)
-    ns = read(nsdec, buf, p)[0].values if nsdec is not None else pa.nulls(n)
     if nsdec is not None:
-        p = read(nsdec, buf, p)[1]
+        nscol, p = read(nsdec, buf, p)
+        ns = nscol.values
+    else:
+        ns = pa.nulls(n)
     kind = meta.kind
     elem = meta.element_decoder
     if kind == "map":
-        uk, p = read(meta.user_key_decoder, buf, p)
-        if n and not np.array_equal(p, ke):
-            raise Fallback("map key length mismatch")
+        if want_user_key:
+            uk, p = read(meta.user_key_decoder, buf, p)
+            if n and not np.array_equal(p, ke):
+                raise Fallback("map key length mismatch")
+        else:
+            uk = Column(pa.nulls(n))
         if n and _gather(buf, vs, 1).any():
             raise Fallback("null map values")
-        v, q = read(elem, buf, vs + 1)
-        if n and not np.array_equal(q, ve):
-            raise Fallback("map value length mismatch")
+        if want_value:
+            v, q = read(elem, buf, vs + 1)
+            if n and not np.array_equal(q, ve):
+                raise Fallback("map value length mismatch")
+        else:
+            v = _skip(elem, buf, vs + 1, want_ttl)
         return StateColumns(key, kg, ns, uk.values, v.values, v.ttl, ve - vs)
     if n and not np.array_equal(p, ke):
         raise Fallback("key length mismatch")
@@ -355,12 +378,15 @@ def decode_state(
         first = np.cumsum(counts) - counts
         within = np.arange(total) - np.repeat(first, counts)
         epos = np.repeat(vs, counts) + within * (width + 1)
-        v, _ = read(elem, buf, epos)
+        v = read(elem, buf, epos)[0] if want_value else _skip(elem, buf, epos, want_ttl)
         rows = np.repeat(np.arange(n), counts)
         take = pa.array(rows)
         keycol = Column(key.values.take(take), key.codes[rows] if key.codes is not None else None)
         return StateColumns(keycol, kg[rows], ns.take(take), pa.array(within, type=pa.int64()),
                             v.values, v.ttl, np.full(total, width, dtype=np.int64))
+    if not want_value:
+        v = _skip(elem, buf, vs, want_ttl)
+        return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)
     v, q = read(elem, buf, vs)
     if n and not np.array_equal(q, ve):
         raise Fallback("value length mismatch")

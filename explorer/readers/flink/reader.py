@@ -436,7 +436,8 @@ class FlinkSnapshotReader(SnapshotReader):
         meta = header.states[sid]
         prefix = 2 if op.max_parallelism > 128 else 1
         try:
-            cols = columnar.decode_state(meta, header.key_decoder, prefix, buf, ks, ke, vs, ve)
+            cols = columnar.decode_state(meta, header.key_decoder, prefix, buf, ks, ke, vs, ve,
+                                         frozenset(query.columns) if query.columns is not None else None)
         except columnar.Fallback:
             cols = None
         if cols is None:
