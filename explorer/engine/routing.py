@@ -283,10 +283,9 @@ class KeyGroupPartitioner(Partitioner):
         return codes, uniques, keys, d.key_groups(self.max_parallelism)[ucodes], ucodes, d
 
     def encode(self, keys: list[Any]) -> np.ndarray:
-        """Each key's code in :attr:`dictionary`, adding keys not seen before (in order of appearance).
-
-        The dictionary starts afresh when it reaches ``intern_size`` keys.
-        """
+        """The code in :attr:`dictionary` of each of these *distinct* keys (a batch's ``uniques``),
+        adding keys not seen before in the given order. The dictionary starts afresh when it
+        reaches ``intern_size`` keys."""
         intern = self.intern
         try:
             g = np.array(list(map(intern.get, keys, repeat(-1))), dtype=np.int64)
@@ -297,18 +296,15 @@ class KeyGroupPartitioner(Partitioner):
             if len(intern) + len(missing) > self.intern_size:
                 intern = self.intern = {}
                 self.dictionary = KeyDictionary([])
-                g = np.full(len(keys), -1, dtype=np.int64)
                 missing = np.arange(len(keys))
+            new_keys = _pick(keys, missing)
+            if None in new_keys:
+                raise KeyTypeError("a key is None; null keys are not allowed")
             values = self.dictionary.values
-            for i in missing.tolist():
-                k = keys[i]
-                c = intern.get(k)
-                if c is None:
-                    if k is None:
-                        raise KeyTypeError("a key is None; null keys are not allowed")
-                    c = intern[k] = len(values)
-                    values.append(k)
-                g[i] = c
+            start = len(values)
+            intern.update(zip(new_keys, range(start, start + len(new_keys))))
+            values.extend(new_keys)
+            g[missing] = np.arange(start, start + len(new_keys), dtype=np.int64)
         return g
 
     def route(self, batch, channels, sender_index):

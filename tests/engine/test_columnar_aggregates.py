@@ -326,3 +326,26 @@ def test_string_hash_codes_agree_with_the_scalar_hash_with_and_without_astral_ch
     for strings in (["abc", "", "ünï"], ["a😀b", "", "x", "😀😀"]):
         got = java_string_hash_codes(strings).tolist()
         assert got == [java_hash_code(s) & 0xFFFFFFFF for s in strings]
+
+
+@pytest.mark.parametrize("intern_size", [5, 1 << 20])
+def test_hash_edges_code_keys_consistently_even_when_their_dictionary_starts_afresh(intern_size):
+    import operator
+
+    from explorer.engine.channels import Batch, Channel
+    from explorer.engine.routing import KeyGroupPartitioner
+
+    part = KeyGroupPartitioner(operator.itemgetter(0), 128, 3)
+    part.intern_size = intern_size
+    chans = [Channel("src[0]", f"count[{i}]") for i in range(3)]
+    seen = 0
+    for lo in range(0, 600, 50):
+        for ch, b in part.route(Batch(DATA[lo:lo + 50]), chans, 0):
+            seen += len(b)
+            owner = chans.index(ch)
+            assert b.keys == [b.uniques[c] for c in b.codes.tolist()]
+            assert [b.dictionary.values[c] for c in b.ucodes.tolist()] == list(b.uniques)
+            assert b.key_groups.tolist() == [assign_to_key_group(k, 128) for k in b.keys]
+            assert b.ukgs.tolist() == [assign_to_key_group(k, 128) for k in b.uniques]
+            assert all(kg * 3 // 128 == owner for kg in b.key_groups.tolist())
+    assert seen == 600
