@@ -587,3 +587,30 @@ def test_columns_not_asked_for_are_not_decoded_and_the_rest_is_the_same(name, co
     for k, df in some.items():
         assert list(df.columns) == ["operator", "state"] + [c for c in columns if c != "state"]
         pd.testing.assert_frame_equal(df, full[k][list(df.columns)], check_dtype=False)
+
+
+def test_columnar_sst_finds_several_versions_of_a_key_in_one_file():
+    """sstvec._adjacent_equal (shared prefixes, bytes at restart points) against the entries' own user keys."""
+    from explorer.readers.flink import sstvec
+    from explorer.readers.flink.sst import SstFile
+
+    seen = {True: 0, False: 0}
+    for name in ROCKSDB_NATIVE:
+        reader = FlinkSnapshotReader(FLINK_FIXTURES / name)
+        for op in reader.meta.operators:
+            for st in op.subtasks:
+                h = st.managed_keyed
+                if h is None:
+                    continue
+                for local, x in h.shared + h.private:
+                    if not local.endswith(".sst"):
+                        continue
+                    f = SstFile(reader.resolver.read(x), local)
+                    keys = f.entries().keys
+                    truth = any(a == b for a, b in zip(keys, keys[1:]))
+                    _, rows, klen, _, _, order, _, shared, restarts = sstvec._entries([f])
+                    ulen = klen - 8
+                    kw = rows.view("<u8") & sstvec._prefix_masks(rows.shape[1])[ulen]
+                    assert sstvec._adjacent_equal(kw, ulen, order, shared, restarts) == truth, local
+                    seen[truth] += 1
+    assert seen[True] > 0 and seen[False] > 0

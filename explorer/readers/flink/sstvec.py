@@ -205,6 +205,7 @@ def _entries(files: list[SstFile]):
     vpos = np.empty(n, dtype=np.int64)
     vlen = np.empty(n, dtype=np.int64)
     slot = np.empty(n, dtype=np.int64)
+    shared = np.empty(n, dtype=np.int64)
     # every key's `width` bytes from its own start (less the shared prefix): one memcpy per row
     padded = np.concatenate([np.zeros(width, dtype=np.uint8), b, np.zeros(width, dtype=np.uint8)])
     rows_at = np.ndarray((len(padded) - width + 1,), dtype=np.dtype((np.void, width)), buffer=padded, strides=(1,))
@@ -225,12 +226,13 @@ def _entries(files: list[SstFile]):
         vpos[off : off + m] = kp + ns
         vlen[off : off + m] = vl
         slot[off : off + m] = gfirst[g] + j
+        shared[off : off + m] = sh
         prev = (off + go, klen[off + go])
         off += m
     order = np.empty(n, dtype=np.int64)
     order[slot] = np.arange(n)  # file order -> row
     efile = np.repeat(bfile[gblock], counts)
-    return joined, keys, klen, vpos, vlen, order, efile
+    return joined, keys, klen, vpos, vlen, order, efile, shared, len(steps[0][0]) if steps else 0
 
 
 # _PREFIX[k]: the first k bytes of a little-endian uint64 word
@@ -261,7 +263,7 @@ def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndar
     """
     from .rocksdb import combine
 
-    joined, keys, klen, vpos, vlen, order, efile = _entries(files)
+    joined, keys, klen, vpos, vlen, order, efile, shared, restarts = _entries(files)
     n, width = keys.shape
     kw = keys.view("<u8")
     if n and klen.min() < 8:
@@ -276,7 +278,7 @@ def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndar
     kw &= _prefix_masks(width)[ulen]  # user keys, zero-padded
     merged = 0
     extra: list[bytes] = []
-    if len(files) == 1 and (typ == TYPE_VALUE).all() and not _adjacent_equal(kw, ulen, order):
+    if len(files) == 1 and (typ == TYPE_VALUE).all() and not _adjacent_equal(kw, ulen, order, shared, restarts):
         keep = order  # one file of values, one version per key: already sorted and visible
         vs, ve = vpos[keep], vpos[keep] + vlen[keep]
     else:
@@ -291,8 +293,9 @@ def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndar
         multi = first[size > 1]
         if len(multi):
             # several versions: newest first; the hash must not have joined different keys
-            rows = np.concatenate([by_hash[a : a + c] for a, c in zip(multi.tolist(), size[size > 1].tolist())])
-            grp = np.repeat(np.arange(len(multi)), size[size > 1])
+            msize = size[size > 1]
+            grp = np.repeat(np.arange(len(multi)), msize)
+            rows = by_hash[np.repeat(multi - (np.cumsum(msize) - msize), msize) + np.arange(len(grp))]
             o = np.lexsort((-seq[rows], grp))
             rows, grp = rows[o], grp[o]
             heads = np.flatnonzero(np.concatenate([[True], grp[1:] != grp[:-1]]))
@@ -335,13 +338,20 @@ def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndar
     return buf, ks, ks + ulen[keep], vs, ve, merged
 
 
-def _adjacent_equal(kw: np.ndarray, ulen: np.ndarray, order: np.ndarray) -> bool:
-    """Whether two neighbouring entries of one sorted file have the same user key (several versions)."""
+def _adjacent_equal(kw: np.ndarray, ulen: np.ndarray, order: np.ndarray, shared: np.ndarray,
+                    restarts: int) -> bool:
+    """Whether two neighbouring entries of one sorted file have the same user key (several versions).
+
+    Within a restart interval a key's ``shared`` count is its exact common
+    prefix with the previous key, so equal user keys share at least the user
+    key; only keys at restart points (rows ``< restarts``) are compared bytewise.
+    """
     a, b = order[:-1], order[1:]
-    cand = np.flatnonzero(ulen[a] == ulen[b])
-    if not len(cand):
-        return False
-    return bool((kw[a[cand]] == kw[b[cand]]).all(axis=1).any())
+    same_len = ulen[a] == ulen[b]
+    if (same_len & (b >= restarts) & (shared[b] >= ulen[b])).any():
+        return True
+    cand = np.flatnonzero(same_len & (b < restarts))
+    return bool(len(cand)) and bool((kw[a[cand]] == kw[b[cand]]).all(axis=1).any())
 
 
 def column_families(sst_files: list[tuple[str, bytes]]) -> tuple[dict[str, list[SstFile]], dict[str, int]]:
