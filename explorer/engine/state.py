@@ -357,8 +357,13 @@ class ListState(_State):
     def add(self, value: Any) -> None:
         if value is None:
             raise SerializationError(f"{self._where()}: cannot add None to a list state")
-        ctx = self._check_ctx()
-        self._check_value(value)
+        ctx = self.ctx  # _check_ctx and _check_value inlined: add is called once per record in many jobs
+        if not ctx._set:
+            self._no_key()
+        if self._cleanup is not None:
+            self._cleanup()
+        if type(value) is not self._exact:
+            self.info.check(value, self._where())
         self.table.append(ctx.key_group, ctx.key, ctx.namespace, [(value, self.clock.now_ms()) if self.ttl_ms else value])
 
     def add_all(self, values: Iterable[Any]) -> None:
