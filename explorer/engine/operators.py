@@ -12,7 +12,6 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import pandas as pd
 
 from ..errors import JobError
 from ..keygroups import key_group_range_for_operator
