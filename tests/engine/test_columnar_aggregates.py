@@ -282,8 +282,11 @@ def test_column_sources_look_like_the_same_tuples_to_every_other_operator(data):
         src.map(lambda r: (r[0].upper(), r[1] * 2)).key_by(0).sum(1, name="sum").collect("sum")
         src.filter(lambda r: r[1] % 3 == 0).key_by(0).reduce(
             lambda a, b: a + b, int, field=1, name="reduce").collect("reduce")
+        counted = src.key_by(0).count(name="count")  # columnar output batches, keyed again by their key column
+        counted.key_by(0).process(Echo(), name="echo-counts").collect("counts")
+        counted.key_by(lambda r: r[1] % 5).count(name="by-count").collect("by-count")
         res = env.execute("job")
-        return {name: res.output(name) for name in ("echo", "sum", "reduce")}
+        return {name: res.output(name) for name in ("echo", "sum", "reduce", "counts", "by-count")}
 
     got, want = run(True), run(False)
     assert got == want and len(got["echo"]) == 500
