@@ -38,7 +38,8 @@ class KeyValues:
     def __init__(self, segments: Sequence[Any]) -> None:
         self.segments = list(segments)
         self.offsets = np.cumsum([0] + [len(s) for s in self.segments])
-        self._key_groups: dict[int, np.ndarray] = {}
+        self._key_groups: dict[Any, Any] = {}
+        self._codes: dict[tuple, np.ndarray] = {}
 
     @classmethod
     def from_objects(cls, uniques: np.ndarray) -> "KeyValues":
@@ -65,6 +66,8 @@ class KeyValues:
             idx = codes[sel] - off
             if isinstance(seg, np.ndarray):
                 vals = seg[idx]
+            elif pa.types.is_string(seg.type) or pa.types.is_large_string(seg.type):
+                vals = seg.take(pa.array(idx)).to_numpy(zero_copy_only=False)  # str objects, built in C++
             else:
                 vals = seg.take(pa.array(idx)).to_pylist()
             sub = np.empty(len(vals), dtype=object)
@@ -73,8 +76,16 @@ class KeyValues:
         return out
 
     def codes_of(self, keys: Iterable[Any]) -> np.ndarray:
-        """Codes of ``keys`` (-1 for keys not present)."""
+        """Codes of ``keys`` (-1 for keys not present); remembered for the last few key lists."""
         keys = list(keys)
+        memo_key = tuple(_typed(k) for k in keys)
+        if memo_key not in self._codes:
+            if len(self._codes) >= 16:
+                self._codes.clear()
+            self._codes[memo_key] = self._codes_of(keys)
+        return self._codes[memo_key].copy()
+
+    def _codes_of(self, keys: list[Any]) -> np.ndarray:
         out = np.full(len(keys), -1, dtype=np.int64)
         for off, seg in zip(self.offsets[:-1], self.segments):
             if isinstance(seg, np.ndarray):
@@ -106,14 +117,44 @@ class KeyValues:
                     out[j] = off + f
         return out
 
-    def key_groups(self, max_parallelism: int) -> np.ndarray:
-        """The Flink key group of every code's key at ``max_parallelism`` (hashed once per key)."""
-        from ._common import key_groups_of
+    def hash64(self) -> np.ndarray | None:
+        """A 64-bit hash of every code's key (kept), or None when the keys are not one Arrow
+        array of strings, binaries or integers. Equal keys hash equal; a diff checks the
+        keys of equal hashes before it matches them (:func:`explorer.analysis.diff.diff`)."""
+        if "hash64" not in self._key_groups:
+            self._key_groups["hash64"] = _key_hash64(self.segments)
+        return self._key_groups["hash64"]
 
-        if max_parallelism not in self._key_groups:  # keys do not change: hash them once per M
-            parts = [key_groups_of(seg, max_parallelism) for seg in self.segments]
-            self._key_groups[max_parallelism] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return self._key_groups[max_parallelism]
+    def key_groups(self, max_parallelism: int, scheme: str = "flink") -> np.ndarray:
+        """The key group of every code's key at ``max_parallelism`` (hashed once per key and M).
+
+        ``scheme="flink"``: Flink's key group (murmur of the Java hashCode, mod M);
+        ``"spark"``: Spark's shuffle partition with M partitions (:func:`._common.spark_partitions_of`).
+        """
+        from ._common import key_groups_of, spark_partitions_of
+
+        k = (max_parallelism, scheme)
+        if k not in self._key_groups:  # keys do not change: hash them once per M
+            fn = spark_partitions_of if scheme == "spark" else key_groups_of
+            parts = [fn(seg, max_parallelism) for seg in self.segments]
+            self._key_groups[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return self._key_groups[k]
+
+
+def _key_hash64(segments: list[Any]) -> np.ndarray | None:
+    from ._hashing import splitmix64, string_hash64
+
+    if len(segments) != 1 or isinstance(segments[0], np.ndarray):
+        return None
+    seg = segments[0]
+    t = seg.type
+    if seg.null_count:
+        return None
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return string_hash64(seg)
+    if pa.types.is_integer(t):
+        return splitmix64(seg.cast(pa.int64()).to_numpy(zero_copy_only=False).view(np.uint64))
+    return None
 
 
 def _typed(v: Any) -> Any:
@@ -138,8 +179,43 @@ def key_codes(df: pd.DataFrame) -> tuple[np.ndarray, KeyValues]:
 def _cache(snap: Any) -> dict:
     cache = snap.__dict__.setdefault(_CACHE_ATTR, {})
     if "frame" not in cache:
-        cache["frame"], cache["pieces"] = _load(snap)
+        cache["frame"], cache["pieces"], hashes = _load(snap)
+        if hashes is not None:  # not in DataFrame.attrs: pandas deep-copies those into derived frames
+            cache["row_hashes"] = hashes
     return cache
+
+
+def _filter_key(operator: Any, state: Any) -> tuple:
+    def norm(x: Any) -> Any:
+        return None if x is None else (frozenset([x]) if isinstance(x, str) else frozenset(x))
+    return norm(operator), norm(state)
+
+
+def memo(source: Any, key: tuple, build: Any) -> Any:
+    """``build()`` once per Snapshot and ``key``: arrays derived from the cached columns (per-key
+    totals, key hashes), kept beside them so a second analysis does not redo the first's work.
+
+    ``key`` names what was built and from which rows (:func:`_filter_key`). For a DataFrame
+    source (no cache) ``build()`` runs every time. Snapshots on disk do not change; the
+    cache goes with :meth:`~explorer.snapshot.Snapshot.drop_analysis_cache`.
+    """
+    cache = getattr(source, "__dict__", {}).get(_CACHE_ATTR) if not isinstance(source, pd.DataFrame) else None
+    if cache is None or "frame" not in cache:
+        return build()
+    derived = cache.setdefault("derived", {})
+    if key not in derived:
+        derived[key] = build()
+    return derived[key]
+
+
+def drop_derived(snap: Any) -> None:
+    """Forget what :func:`memo` kept for ``snap`` (the loaded columns stay): the next analysis runs cold."""
+    cache = getattr(snap, "__dict__", {}).get(_CACHE_ATTR, {})
+    cache.pop("derived", None)
+    kv = cache["frame"].attrs.get("key_values") if "frame" in cache else None
+    if isinstance(kv, KeyValues):
+        kv._key_groups.clear()
+        kv._codes.clear()
 
 
 def positions(snap: Any, operator: str | Iterable[str] | None = None,
@@ -210,19 +286,20 @@ def row_hashes(snap: Any) -> np.ndarray:
 
     cache = _cache(snap)
     if "row_hashes" not in cache:
-        parts = []
-        for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS)))):
-            if not p.num_rows:
-                continue
-            with np.errstate(over="ignore"):
-                parts.append(arrow_hash(p.column("value")) * _M1 + arrow_hash(p.column("user_key")) * _M2
-                             + arrow_hash(p.column("namespace")))
+        parts = [_entry_hashes(p) for p in
+                 snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS)))) if p.num_rows]
         h = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
         if len(h) != len(cache["frame"]):  # pragma: no cover - a reader that is not deterministic
             raise RuntimeError(f"{snap.path}: keyed state changed between two reads ({len(h)} vs "
                                f"{len(cache['frame'])} rows)")
         cache["row_hashes"] = h
     return cache["row_hashes"]
+
+
+def _entry_hashes(p: pa.Table) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return (arrow_hash(p.column("value")) * _M1 + arrow_hash(p.column("user_key")) * _M2
+                + arrow_hash(p.column("namespace")))
 
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
@@ -261,7 +338,7 @@ def arrow_hash(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return h.astype(np.uint64, copy=False)
 
 
-def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]]]:
+def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]], np.ndarray | None]:
     from ..readers.base import KeyedStateQuery
 
     pieces = [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS))))
@@ -276,6 +353,11 @@ def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]]]:
         spans.append((names["operator"][-1], names["state"][-1], lo, lo + p.num_rows))
         lo += p.num_rows
     lengths = [p.num_rows for p in pieces]
+    entry_columns = ("namespace", "user_key", "value")
+    hashes = None
+    if pieces and all(c in p.column_names for p in pieces for c in entry_columns):
+        # the reader handed over the entries anyway: hash them now rather than read the files again for a diff
+        hashes = np.concatenate([_entry_hashes(p) for p in pieces])
     numeric = ["key_group", "subtask", "size_bytes", "last_access", "expires_at"]
     if pieces:
         table = pa.concat_tables([p.select(numeric) for p in pieces], promote_options="permissive")
@@ -293,7 +375,7 @@ def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]]]:
     codes, values = _encode_keys([p.column("key") for p in pieces])
     df.insert(3, "key", codes)
     df.attrs["key_values"] = values
-    return df, spans
+    return df, spans, hashes
 
 
 def _constant_per_piece(pieces: list[pa.Table], column: str, firsts: list[Any]) -> bool:

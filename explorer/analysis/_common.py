@@ -10,7 +10,7 @@ where key groups are recomputed, and the parallelism defaults to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence, Union
 
 import numpy as np
@@ -81,7 +81,7 @@ class Layout:
 def layouts(source: Source, df: pd.DataFrame, operator: str | Iterable[str] | None = None,
             parallelism: int | None = None, max_parallelism: int | None = None) -> dict[str, Layout]:
     """Layouts of the keyed operators in ``df`` (from the snapshot's metadata when there is one)."""
-    names = sorted(str(x) for x in pd.unique(df["operator"])) if len(df) else []
+    names = operator_names(df)
     out: dict[str, Layout] = {}
     if is_snapshot(source):
         ops = source.operators
@@ -140,18 +140,75 @@ def key_groups_of(keys: pd.Series | np.ndarray | pa.Array, max_parallelism: int)
     return np.asarray(assign_key_groups(keys, max_parallelism), dtype=np.int64)
 
 
+def partitioner(source: Any) -> str:
+    """How keys map to key groups in ``source``: ``"spark"`` (Spark's shuffle partitions: Murmur3
+    over Spark's encoding of the grouping columns) for Spark checkpoints, else ``"flink"``."""
+    fmt = getattr(source, "format", None) if is_snapshot(source) else None
+    return "spark" if isinstance(fmt, str) and fmt.startswith("spark") else "flink"
+
+
+def spark_partitions_of(keys: Any, num_partitions: int) -> np.ndarray:
+    """Spark's shuffle partition of each key with ``num_partitions`` partitions (int64).
+
+    A key of several grouping columns is a tuple (or an Arrow struct); its fields are hashed
+    column by column, as Spark's ``hash(col1, col2, ...)`` does.
+    """
+    from ..spark.partitioning import partition_ids
+
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if isinstance(keys, pa.Array) and pa.types.is_struct(keys.type):
+        columns: list[Any] = [keys.field(i) for i in range(keys.type.num_fields)]
+    elif isinstance(keys, pa.Array):
+        columns = [keys]
+    else:
+        seq = list(keys)
+        columns = [list(c) for c in zip(*seq)] if seq and all(isinstance(v, tuple) for v in seq) else [seq]
+    if not columns or not len(columns[0]):
+        return np.zeros(0, dtype=np.int64)
+    return partition_ids(columns, num_partitions).astype(np.int64)
+
+
+def key_groups_for(keys: Sequence[Any], max_parallelism: int, scheme: str = "flink") -> np.ndarray:
+    """Key groups of a few Python keys under ``scheme`` (see :func:`partitioner`)."""
+    if scheme == "spark":
+        return spark_partitions_of(list(keys), max_parallelism)
+    return np.asarray(assign_key_groups(list(keys), max_parallelism), dtype=np.int64)
+
+
 def non_timer(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` without timer rows (the same frame, uncopied, when it has none)."""
     if "kind" not in df or not len(df):
         return df
-    mask = df["kind"].isin(TIMER_KINDS).to_numpy()
+    kind = df["kind"]
+    if isinstance(kind.dtype, pd.CategoricalDtype):  # the cached frame: look at the categories, not the rows
+        timer_codes = [i for i, c in enumerate(kind.cat.categories) if c in TIMER_KINDS]
+        if not timer_codes:
+            return df
+        mask = np.isin(kind.cat.codes.to_numpy(), timer_codes)
+    else:
+        mask = kind.isin(TIMER_KINDS).to_numpy()
     return df[~mask] if mask.any() else df
+
+
+def operator_names(df: pd.DataFrame) -> list[str]:
+    """The operators with rows in ``df``, sorted (from the piece spans or the category codes of a
+    cached frame: no hashing of 10 M names)."""
+    if not len(df):
+        return []
+    spans = df.attrs.get("spans")
+    if spans is not None and spans[0] == len(df):
+        return sorted({str(op) for op, _, lo, hi in spans[1] if hi > lo})
+    ops = df["operator"]
+    if isinstance(ops.dtype, pd.CategoricalDtype):
+        used = np.flatnonzero(np.bincount(ops.cat.codes.to_numpy(), minlength=len(ops.cat.categories)))
+        return sorted(str(ops.cat.categories[i]) for i in used)
+    return sorted(str(x) for x in pd.unique(ops))
 
 
 def only_operator(df: pd.DataFrame, name: str) -> pd.DataFrame:
     """The rows of operator ``name`` (the same frame, uncopied, when it holds nothing else)."""
-    ops = pd.unique(df["operator"])
-    if len(ops) == 1 and ops[0] == name:
+    if operator_names(df) == [name]:
         return df
     return df[(df["operator"] == name).to_numpy()]
 
@@ -174,9 +231,19 @@ class KeyTable:
     values: Any
     records: np.ndarray | None = None
     records_error: np.ndarray | None = None
+    #: per-subtask loads and top rows already computed on this table (it is not changed after)
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.key)
+
+    def subtask_loads(self, metric: str, parallelism: int) -> np.ndarray:
+        """``metric`` (or ``"keys"``) summed per subtask ``0..parallelism-1`` (float64; kept on the table)."""
+        k = ("loads", metric, parallelism)
+        if k not in self.memo:
+            w = None if metric == "keys" else self.column(metric).astype(np.float64)
+            self.memo[k] = np.bincount(self.subtask, weights=w, minlength=parallelism).astype(np.float64)
+        return self.memo[k]
 
     @property
     def slot(self) -> np.ndarray:
@@ -186,6 +253,8 @@ class KeyTable:
         return getattr(self, name)
 
     def take(self, idx: np.ndarray | slice) -> "KeyTable":
+        if isinstance(idx, np.ndarray) and idx.dtype == bool:
+            idx = np.flatnonzero(idx)  # one pass over the mask, not one per column
         pick = (lambda a: None if a is None else a[idx])
         return KeyTable(self.op[idx], self.op_names, self.key[idx], self.key_group[idx], self.subtask[idx],
                         self.entries[idx], self.bytes[idx], self.values, pick(self.records),
@@ -212,10 +281,11 @@ class KeyTable:
         return out
 
 
-def per_key_codes(df: pd.DataFrame) -> KeyTable:
+def per_key_codes(df: pd.DataFrame, subtasks: bool = True) -> KeyTable:
     """One row per (operator, key) of ``df`` (timers excluded), keys as codes.
 
     Sums are ``np.bincount`` over the code space: no Python loop and no hashing per key.
+    ``subtasks=False`` leaves ``subtask`` zero (for callers that derive it from the key group).
     """
     from ._columns import key_codes
 
@@ -224,21 +294,41 @@ def per_key_codes(df: pd.DataFrame) -> KeyTable:
     k = max(len(kv), 1)
     ops = rows["operator"]
     if isinstance(ops.dtype, pd.CategoricalDtype) and ops.cat.categories.is_monotonic_increasing:
-        op_codes, op_names = ops.cat.codes.to_numpy(), list(ops.cat.categories)  # no pass over the rows
+        op_names = [str(x) for x in ops.cat.categories]
+        used = np.flatnonzero(np.bincount(ops.cat.codes.to_numpy(), minlength=len(op_names))) if len(op_names) > 1 \
+            else np.arange(len(op_names))
+        if len(used) == 1:  # one operator (the usual case): no combined code
+            op_codes, op_names = None, [op_names[int(used[0])]]
+        else:  # only the operators with rows (a filtered frame keeps every category)
+            remap = np.full(len(op_names), -1, dtype=np.int64)
+            remap[used] = np.arange(len(used))
+            op_codes, op_names = remap[ops.cat.codes.to_numpy()], [op_names[int(i)] for i in used]
     else:
         op_codes, op_names = pd.factorize(ops, sort=True)
-    op_names = [str(x) for x in op_names]
-    combined = op_codes.astype(np.int64) * k + codes if len(op_names) > 1 else codes
+        op_names = [str(x) for x in op_names]
+        if len(op_names) == 1:
+            op_codes = None
+    combined = codes if op_codes is None else op_codes.astype(np.int64) * k + codes
     size = len(op_names) * k
     entries = np.bincount(combined, minlength=size)
     present = np.flatnonzero(entries)
     nbytes = np.bincount(combined, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=size)
-    kg_of = np.zeros(size, dtype=np.int64)
-    kg_of[combined] = rows["key_group"].to_numpy()
-    sub_of = np.zeros(size, dtype=np.int64)
-    sub_of[combined] = rows["subtask"].to_numpy()
-    return KeyTable(op=(present // k).astype(np.int32), op_names=op_names, key=present % k,
-                    key_group=kg_of[present], subtask=sub_of[present], entries=entries[present].astype(np.int64),
+    kg = rows["key_group"].to_numpy()
+    kg_of = np.zeros(size, dtype=kg.dtype if kg.dtype.kind == "i" else np.int64)
+    kg_of[combined] = kg
+    if subtasks:
+        sub = rows["subtask"].to_numpy()
+        sub_of = np.zeros(size, dtype=sub.dtype if sub.dtype.kind == "i" else np.int64)
+        sub_of[combined] = sub
+        sub_present = sub_of[present].astype(np.int64)
+    else:
+        sub_present = np.zeros(len(present), dtype=np.int64)
+    if op_codes is None:
+        op, key = np.zeros(len(present), dtype=np.int32), present
+    else:
+        op, key = (present // k).astype(np.int32), present % k
+    return KeyTable(op=op, op_names=op_names, key=key, key_group=kg_of[present].astype(np.int64),
+                    subtask=sub_present, entries=entries[present].astype(np.int64),
                     bytes=np.rint(nbytes[present]).astype(np.int64), values=kv)
 
 

@@ -155,17 +155,21 @@ def java_string_hashes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64's finalizer: a bijection of uint64 that spreads every input bit (wrapping)."""
-    z = np.asarray(x, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    z = np.asarray(x, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)  # a new array: the rest is in place
+    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        z ^= z >> np.uint64(shift)
+        z *= np.uint64(mult)
+    z ^= z >> np.uint64(31)
+    return z
 
 
 def string_hash64(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A 64-bit hash of each string (or binary) value: polynomial, length mixed in, finalized."""
+    h = polynomial_hashes(arr, _B64)
     lengths = _lengths(arr)
-    with np.errstate(over="ignore"):
-        return splitmix64(polynomial_hashes(arr, _B64) ^ (lengths * np.uint64(0xD6E8FEB86659FD93)))
+    lengths *= np.uint64(0xD6E8FEB86659FD93)
+    h ^= lengths
+    return splitmix64(h)
 
 
 def _lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:

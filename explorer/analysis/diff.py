@@ -20,9 +20,10 @@ from typing import Iterable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._columns import KeyValues, cached_frame, positions, row_hashes
+from ._columns import KeyValues, cached_frame, positions, row_hashes, state_rows
 from ._common import Source, factorize_keys, first_occurrences, frame, is_snapshot
 
 DIFF_COLUMNS = ["operator", "state", "key", "status", "entries_a", "entries_b", "entries_delta", "bytes_a",
@@ -101,6 +102,16 @@ def _joint_codes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray, np.ndarray
     Returns ``(translation, new_from_b)``: ``translation[code_b]`` is the joint code and
     ``new_from_b[j]`` the b code of joint code ``len(kva) + j``.
     """
+    tr = _joint_by_hash(kva, kvb)
+    if tr is None:
+        tr = _joint_by_lookup(kva, kvb)
+    new = np.flatnonzero(tr < 0)
+    tr[new] = len(kva) + np.arange(len(new))
+    return tr, new
+
+
+def _joint_by_lookup(kva: KeyValues, kvb: KeyValues) -> np.ndarray:
+    """b code -> a code (-1: not in a), looking b's keys up in a's (Arrow hash tables)."""
     tr = np.full(len(kvb), -1, dtype=np.int64)
     for off_b, seg_b in zip(kvb.offsets[:-1], kvb.segments):
         for off_a, seg_a in zip(kva.offsets[:-1], kva.segments):
@@ -117,9 +128,97 @@ def _joint_codes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray, np.ndarray
             hit = found >= 0
             sl = tr[off_b: off_b + len(seg_b)]
             sl[hit & (sl < 0)] = off_a + found[hit & (sl < 0)]
-    new = np.flatnonzero(tr < 0)
-    tr[new] = len(kva) + np.arange(len(new))
-    return tr, new
+    return tr
+
+
+def _joint_by_hash(kva: KeyValues, kvb: KeyValues) -> np.ndarray | None:
+    """b code -> a code (-1: not in a) by one sort of both sides' 64-bit key hashes.
+
+    Each side's hash is packed with its row number (the hash's low bits give way to it) and
+    the packed values of both sides are sorted together: a key in both sides is a run of two
+    equal hash prefixes, one from each side. Such a pair is matched only if the full 64-bit
+    hashes are equal *and* the two keys compare equal (``pyarrow.compute.equal``): a hash
+    collision never matches two different keys. The rare runs of three or more (prefix
+    collisions) are matched by exact lookup. None when the keys are not one Arrow array of
+    strings or integers of the same type on both sides (then :func:`_joint_by_lookup`).
+    """
+    if len(kva.segments) != 1 or len(kvb.segments) != 1:
+        return None
+    seg_a, seg_b = kva.segments[0], kvb.segments[0]
+    if isinstance(seg_a, np.ndarray) or isinstance(seg_b, np.ndarray) or seg_a.type != seg_b.type:
+        return None
+    ha, hb = kva.hash64(), kvb.hash64()
+    if ha is None or hb is None:
+        return None
+    na, nb = len(ha), len(hb)
+    tr = np.full(nb, -1, dtype=np.int64)
+    if not na or not nb:
+        return tr
+    bits = int(na + nb - 1).bit_length()
+    if bits > 40:  # fewer than 24 hash bits left in the packed values
+        return None
+    low = np.uint64((1 << bits) - 1)
+    packed = np.concatenate([ha, hb])
+    packed &= ~low
+    packed |= np.arange(na + nb, dtype=np.uint64)
+    packed.sort()
+    same = packed[1:] ^ packed[:-1]
+    same = same <= low  # neighbours with the same hash prefix
+    in_run = np.zeros(len(packed) + 1, dtype=bool)  # in_run[i + 1]: packed[i] and packed[i + 1] share it
+    in_run[1:-1] = same
+    clean = same & ~in_run[:-2] & ~in_run[2:]  # runs of exactly two
+    i = np.flatnonzero(clean)
+    x, y = (packed[i] & low).astype(np.int64), (packed[i + 1] & low).astype(np.int64)
+    ia, ib = np.minimum(x, y), np.maximum(x, y) - na
+    pair = (ia < na) & (ib >= 0)
+    ia, ib = ia[pair], ib[pair]
+    if len(ia):
+        cand = np.full(nb, -1, dtype=np.int64)  # b in order, a nearly so: the takes below read memory in order
+        cand[ib] = ia
+        ib = np.flatnonzero(cand >= 0)
+        ia = cand[ib]
+        del cand
+        equal = pc.equal(seg_a.take(pa.array(ia)), seg_b.take(pa.array(ib))).to_numpy(zero_copy_only=False)
+        tr[ib[equal]] = ia[equal]
+    multi = np.flatnonzero(same & (in_run[:-2] | in_run[2:]))
+    if len(multi):  # prefixes shared by three or more keys: exact lookup of just those keys
+        r = (packed[np.unique(np.concatenate([multi, multi + 1]))] & low).astype(np.int64)
+        sa_, sb_ = r[r < na], r[r >= na] - na
+        if len(sa_) and len(sb_):
+            found = pc.index_in(seg_b.take(pa.array(sb_)), value_set=seg_a.take(pa.array(sa_)))
+            f = found.fill_null(-1).to_numpy(zero_copy_only=False)
+            tr[sb_[f >= 0]] = sa_[f[f >= 0]]
+    return tr
+
+
+def _side_keys(codes: np.ndarray, rows: np.ndarray | slice, h: np.ndarray, size: np.ndarray,
+               n_codes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per key of one state on one side: ``(codes, entries, bytes, fingerprint)``.
+
+    The fingerprint is the wrapping uint64 sum of the key's entry hashes (summed as its 32-bit
+    halves in float64, exact below 2**21 entries per key). A state with one entry per key
+    (a value state without namespaces) needs no sums: its rows are its keys.
+    """
+    c = codes[rows]
+    hr = h[rows]
+    sz = size[rows]
+    counts = np.bincount(c, minlength=n_codes)
+    if not len(c) or int(counts.max()) <= 1:
+        return c, np.ones(len(c), dtype=np.int64), sz.astype(np.int64), hr
+    present = np.flatnonzero(counts)
+    lo = np.bincount(c, weights=(hr & np.uint64(0xFFFFFFFF)).astype(np.float64), minlength=n_codes)[present]
+    hi = np.bincount(c, weights=(hr >> np.uint64(32)).astype(np.float64), minlength=n_codes)[present]
+    fp = lo.astype(np.uint64) + (hi.astype(np.uint64) << np.uint64(32))
+    return (present, counts[present].astype(np.int64),
+            np.rint(np.bincount(c, weights=sz.astype(np.float64), minlength=n_codes)[present]).astype(np.int64), fp)
+
+
+def _falling(delta: np.ndarray) -> np.ndarray:
+    """``np.argsort(-delta, kind="stable")`` without sorting the zeros (most keys of a diff)."""
+    pos = np.flatnonzero(delta > 0)
+    neg = np.flatnonzero(delta < 0)
+    return np.concatenate([pos[np.argsort(-delta[pos], kind="stable")], np.flatnonzero(delta == 0),
+                           neg[np.argsort(-delta[neg], kind="stable")]])
 
 
 def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
@@ -132,50 +231,41 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     kva, kvb = fa.attrs["key_values"], fb.attrs["key_values"]
     tr, new_from_b = _joint_codes(kva, kvb)
     codes_a = fa["key"].to_numpy(dtype=np.int64)
-    codes_b = tr[fb["key"].to_numpy(dtype=np.int64)] if len(fb) else np.zeros(0, dtype=np.int64)
+    codes_b = fb["key"].to_numpy(dtype=np.int64)
     k = len(kva) + len(new_from_b)
-
-    def pairs(f: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str]]]:
-        if not len(f):
-            return np.zeros(0, dtype=np.int64), []
-        oc, sc = f["operator"].cat.codes.to_numpy(), f["state"].cat.codes.to_numpy()
-        ops, sts = list(f["operator"].cat.categories), list(f["state"].cat.categories)
-        combo = oc.astype(np.int64) * len(sts) + sc
-        present = np.flatnonzero(np.bincount(combo, minlength=len(ops) * len(sts)))
-        names = {int(c): (str(ops[c // len(sts)]), str(sts[c % len(sts)])) for c in present}
-        return combo, names
-
-    combo_a, names_a = pairs(fa)
-    combo_b, names_b = pairs(fb)
-    all_pairs = sorted(set(names_a.values()) | set(names_b.values()))
+    rows_a = {(op, st): rows for op, st, rows in state_rows(fa)}
+    rows_b = {(op, st): rows for op, st, rows in state_rows(fb)}
+    size_a, size_b = fa["size_bytes"].to_numpy(), fb["size_bytes"].to_numpy()
+    empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0, dtype=np.uint64),)
     parts = []
-    for op, st in all_pairs:
-        ia = [c for c, n in names_a.items() if n == (op, st)]
-        ib = [c for c, n in names_b.items() if n == (op, st)]
-        rows_a = np.flatnonzero(combo_a == ia[0]) if ia else np.zeros(0, dtype=np.int64)
-        rows_b = np.flatnonzero(combo_b == ib[0]) if ib else np.zeros(0, dtype=np.int64)
-        ent, byt, lo, hi = [], [], [], []
-        for rows, codes, f, h in ((rows_a, codes_a, fa, ha), (rows_b, codes_b, fb, hb)):
-            c = codes[rows]
-            ent.append(np.bincount(c, minlength=k).astype(np.int64))
-            byt.append(np.rint(np.bincount(c, weights=f["size_bytes"].to_numpy(np.float64)[rows], minlength=k))
-                       .astype(np.int64))
-            # the fingerprint: sums of the 32-bit halves of the entry hashes, exact in float64
-            # for keys of fewer than 2**21 entries
-            hr = h[rows]
-            lo.append(np.bincount(c, weights=(hr & np.uint64(0xFFFFFFFF)).astype(np.float64), minlength=k))
-            hi.append(np.bincount(c, weights=(hr >> np.uint64(32)).astype(np.float64), minlength=k))
-        in_a, in_b = ent[0] > 0, ent[1] > 0
-        present = np.flatnonzero(in_a | in_b)
-        same = (lo[0][present] == lo[1][present]) & (hi[0][present] == hi[1][present]) & \
-            (ent[0][present] == ent[1][present])
-        code = np.where(~in_a[present], 0, np.where(~in_b[present], 1, np.where(same, 3, 2))).astype(np.int8)
+    for op, st in sorted(set(rows_a) | set(rows_b)):
+        sa = _side_keys(codes_a, rows_a[(op, st)], ha, size_a, len(kva)) if (op, st) in rows_a else empty
+        sb = _side_keys(codes_b, rows_b[(op, st)], hb, size_b, len(kvb)) if (op, st) in rows_b else empty
+        ja, jb = sa[0], tr[sb[0]]
+        ent_a = np.zeros(k, dtype=np.int64)
+        ent_a[ja] = sa[1]
+        ent_b = np.zeros(k, dtype=np.int64)
+        ent_b[jb] = sb[1]
+        in_a, in_b = ent_a > 0, ent_b > 0
+        present = np.flatnonzero(in_a | in_b)  # joint codes in order
+        if len(present) < k:
+            ent_a, ent_b, in_a, in_b = ent_a[present], ent_b[present], in_a[present], in_b[present]
+
+        def col(side: tuple, j: int, joint: np.ndarray) -> np.ndarray:
+            out = np.zeros(k, dtype=side[j].dtype)
+            out[joint] = side[j]
+            return out if len(present) == k else out[present]
+
+        byt_a, byt_b = col(sa, 2, ja), col(sb, 2, jb)
+        same = (col(sa, 3, ja) == col(sb, 3, jb)) & (ent_a == ent_b)
+        code = np.where(~in_a, 0, np.where(~in_b, 1, np.where(same, 3, 2))).astype(np.int8)
         if not unchanged:
-            keep = code != 3
-            present, code = present[keep], code[keep]
-        delta = byt[1][present] - byt[0][present]
-        order = np.argsort(-delta, kind="stable")
+            keep = np.flatnonzero(code != 3)
+            present, code, ent_a, ent_b, byt_a, byt_b = (x[keep] for x in (present, code, ent_a, ent_b, byt_a, byt_b))
+        delta = byt_b - byt_a
+        order = _falling(delta)
         present, code, delta = present[order], code[order], delta[order]
+        ent_a, ent_b, byt_a, byt_b = ent_a[order], ent_b[order], byt_a[order], byt_b[order]
         keys = np.empty(len(present), dtype=object)
         from_a = present < len(kva)
         keys[from_a] = kva.take(present[from_a])
@@ -183,22 +273,14 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
         parts.append(pd.DataFrame({
             "operator": op, "state": st, "key": keys,
             "status": pd.Categorical.from_codes(code, categories=list(STATUSES)),
-            "entries_a": ent[0][present], "entries_b": ent[1][present],
-            "entries_delta": ent[1][present] - ent[0][present],
-            "bytes_a": byt[0][present], "bytes_b": byt[1][present], "bytes_delta": delta,
+            "entries_a": ent_a, "entries_b": ent_b, "entries_delta": ent_b - ent_a,
+            "bytes_a": byt_a, "bytes_b": byt_b, "bytes_delta": delta,
         }))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
     out = pd.concat(parts, ignore_index=True)  # pairs are in sorted order, each by falling bytes_delta
     out["status"] = out["status"].astype(pd.CategoricalDtype(list(STATUSES)))
     return out[DIFF_COLUMNS]
-
-
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
-    out = pd.concat(parts, ignore_index=True)
-    out = out.sort_values(["operator", "state", "bytes_delta"], ascending=[True, True, False], kind="stable")
-    return out.reset_index(drop=True)[DIFF_COLUMNS]
 
 
 def _group_sums(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

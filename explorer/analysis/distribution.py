@@ -24,32 +24,30 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, operator_indices_for_key_groups
-from ._columns import key_codes
-from ._common import LOAD_COLUMNS, Layout, Source, frame, is_snapshot, layouts, non_timer, only_operator
+from ._columns import _filter_key, memo
+from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
+                      per_key_codes)
 
 #: the load metrics every distribution carries
 METRICS = ("entries", "bytes", "keys", "records")
 
 
-def _aggregate(df: pd.DataFrame, lay: Layout, records: pd.DataFrame | None, *,
+def _aggregate(kt: KeyTable, lay: Layout, records: pd.DataFrame | None, *,
                key_groups: np.ndarray | None = None, max_parallelism: int | None = None) -> pd.DataFrame:
-    """Per key group ``0..M-1`` of one operator: entries, bytes, keys, records (zero filled)."""
+    """Per key group ``0..M-1`` of one operator: entries, bytes, keys, records (zero filled).
+
+    ``kt`` holds the operator's keys (:func:`._common.per_key_codes`; timers excluded):
+    every key lives in one key group, so the sums over its keys are the sums over its rows.
+    """
     m = max_parallelism or lay.max_parallelism
-    rows = non_timer(df)
-    kg = rows["key_group"].to_numpy().astype(np.int64) if key_groups is None else key_groups
+    kg = kt.key_group if key_groups is None else key_groups
+    kg = np.asarray(kg, dtype=np.int64)
     if len(kg) and (kg.min() < 0 or kg.max() >= m):
         raise AnalysisError(f"operator {lay.operator!r}: key group {int(kg.max())} is outside 0..{m - 1}; "
                             f"is max_parallelism={m} right?")
-    entries = np.bincount(kg, minlength=m)
-    nbytes = np.bincount(kg, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=m)
-    keys = np.zeros(m, dtype=np.int64)
-    if len(rows):
-        codes, kv = key_codes(rows)
-        seen = np.zeros(max(len(kv), 1), dtype=bool)
-        seen[codes] = True
-        kg_of = np.zeros(len(seen), dtype=np.int64)
-        kg_of[codes] = kg  # a key lives in one key group: any of its rows tells which
-        keys = np.bincount(kg_of[seen], minlength=m)
+    entries = np.bincount(kg, weights=kt.entries.astype(np.float64), minlength=m)
+    nbytes = np.bincount(kg, weights=kt.bytes.astype(np.float64), minlength=m)
+    keys = np.bincount(kg, minlength=m)
     rec = np.zeros(m, dtype=np.int64)
     if records is not None and len(records) and max_parallelism in (None, lay.max_parallelism):
         r = records[records["operator"] == lay.operator]
@@ -59,11 +57,26 @@ def _aggregate(df: pd.DataFrame, lay: Layout, records: pd.DataFrame | None, *,
     return pd.DataFrame({
         "operator": lay.operator,
         "key_group": np.arange(m, dtype=np.int64),
-        "entries": entries.astype(np.int64),
+        "entries": np.rint(entries).astype(np.int64),
         "bytes": np.rint(nbytes).astype(np.int64),
         "keys": keys.astype(np.int64),
         "records": np.rint(rec).astype(np.int64),
     })
+
+
+def _keys_of(source: Source, df: pd.DataFrame, operator, state) -> KeyTable:
+    """The per-key sums of ``df`` (kept on a Snapshot, shared with the hot-key analyses)."""
+    return memo(source, ("per_key", _filter_key(operator, state)), lambda: per_key_codes(df, subtasks=False))
+
+
+def _aggregates(source: Source, df: pd.DataFrame, operator, state, lay: Layout,
+                records: pd.DataFrame | None) -> pd.DataFrame:
+    """:func:`_aggregate` of one operator at its own max parallelism (kept on a Snapshot)."""
+    def build() -> pd.DataFrame:
+        return _aggregate(_keys_of(source, df, operator, state).of_operator(lay.operator), lay, records)
+
+    return memo(source, ("kg_aggregates", _filter_key(operator, state), lay.operator, lay.max_parallelism),
+                build).copy()
 
 
 def _records(source: Source) -> pd.DataFrame | None:
@@ -85,7 +98,7 @@ def key_group_aggregates(source: Source, *, operator: str | Iterable[str] | None
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, None, max_parallelism)
     rec = _records(source)
-    parts = [_aggregate(only_operator(df, name), lay, rec) for name, lay in sorted(lays.items())]
+    parts = [_aggregates(source, df, operator, state, lay, rec) for name, lay in sorted(lays.items())]
     return _concat(parts, ["operator", "key_group", *METRICS])
 
 
@@ -102,7 +115,7 @@ def key_group_distribution(source: Source, parallelism: int | None = None, *,
     rec = _records(source)
     parts = []
     for name, lay in sorted(lays.items()):
-        agg = _aggregate(only_operator(df, name), lay, rec)
+        agg = _aggregates(source, df, operator, state, lay, rec)
         agg.insert(2, "subtask", operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism,
                                                                  agg["key_group"].to_numpy()))
         parts.append(agg)
@@ -218,15 +231,15 @@ def rescale_whatif(source: Source, parallelisms: int | Sequence[int] | None = No
     lays = layouts(source, df, operator, None, None if is_snapshot(source) else _first(max_parallelism))
     rec = _records(source)
     rows = []
+    scheme = partitioner(source)
     for name, lay in sorted(lays.items()):
-        odf = only_operator(df, name)
         maxps = [lay.max_parallelism] if max_parallelism is None else _as_ints(max_parallelism)
         for m in maxps:
             if m == lay.max_parallelism and is_snapshot(source):
-                agg = _aggregate(odf, lay, rec)
+                agg = _aggregates(source, df, operator, state, lay, rec)
             else:
-                codes, kv = key_codes(non_timer(odf))
-                agg = _aggregate(odf, lay, None, key_groups=kv.key_groups(m)[codes], max_parallelism=m)
+                kt = _keys_of(source, df, operator, state).of_operator(name)
+                agg = _aggregate(kt, lay, None, key_groups=kt.values.key_groups(m, scheme)[kt.key], max_parallelism=m)
             ps = range(1, min(m, 4 * lay.parallelism) + 1) if parallelisms is None else _as_ints(parallelisms)
             kg = agg["key_group"].to_numpy()
             for p in ps:

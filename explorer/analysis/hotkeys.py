@@ -23,14 +23,17 @@ computed again.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
-from ..keygroups import assign_key_groups, operator_indices_for_key_groups
-from ._common import LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, per_key_codes
+from ..keygroups import operator_indices_for_key_groups
+from ._columns import _filter_key, memo
+from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, key_groups_for, layouts,
+                      partitioner, per_key_codes)
 
 BY = {"bytes": "bytes", "entries": "entries", "traffic": "records"}
 
@@ -49,7 +52,7 @@ def _heavy_hitters(source: Source, heavy_hitters: pd.DataFrame | None) -> pd.Dat
     if heavy_hitters is not None:
         return heavy_hitters
     if is_snapshot(source):
-        return source.heavy_hitters()
+        return _snapshot_sketch(source)
     return pd.DataFrame(columns=["operator", "key", "count", "error"])
 
 
@@ -65,7 +68,7 @@ def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, st
     """
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
-    kt = _key_stats(df, lays, _heavy_hitters(source, heavy_hitters))
+    kt = _key_stats(df, lays, _heavy_hitters(source, heavy_hitters), source, operator, state)
     if keys:
         return kt.to_frame()
     return pd.DataFrame({"operator": np.asarray(kt.op_names, dtype=object)[kt.op] if len(kt.op_names) else
@@ -74,12 +77,34 @@ def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, st
                          "records_error": kt.records_error})
 
 
-def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame) -> KeyTable:
-    """Per-key stats of the operators in ``lays`` (keys as codes), with the sketch's counts."""
-    kt = per_key_codes(df)
+def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame, source: Source | None = None,
+               operator: Any = None, state: Any = None) -> KeyTable:
+    """Per-key stats of the operators in ``lays`` (keys as codes), with the sketch's counts.
+
+    For a Snapshot and its own sketch the table is built once per (rows, layouts) and kept
+    on the Snapshot (:func:`._columns.memo`); the per-key sums under it are kept per rows, so
+    another parallelism only recomputes the owners.
+    """
+    if source is None or hh is not _snapshot_sketch(source):
+        return _build_key_stats(per_key_codes(df, subtasks=False), lays, hh)
+    rows = _filter_key(operator, state)
+    base = memo(source, ("per_key", rows), lambda: per_key_codes(df, subtasks=False))
+    lay_key = tuple(sorted((n, l.parallelism, l.max_parallelism) for n, l in lays.items()))
+    return memo(source, ("key_stats", rows, lay_key), lambda: _build_key_stats(base, lays, hh))
+
+
+def _snapshot_sketch(source: Source) -> pd.DataFrame | None:
+    if not is_snapshot(source):
+        return None
+    return memo(source, ("heavy_hitters",), source.heavy_hitters)
+
+
+def _build_key_stats(kt: KeyTable, lays: dict[str, Layout], hh: pd.DataFrame) -> KeyTable:
     if set(kt.op_names) - set(lays):
         kt = kt.take(np.isin(kt.op, [i for i, n in enumerate(kt.op_names) if n in lays]))
-    sub = kt.subtask.copy()
+    else:
+        kt = dataclasses.replace(kt)
+    sub = np.zeros(len(kt), dtype=np.int64)
     for name, lay in lays.items():
         if name not in kt.op_names:
             continue
@@ -90,12 +115,15 @@ def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame) -> K
     kt.records_error = np.zeros(len(kt), dtype=np.int64)
     if len(hh) and len(kt):
         k = max(len(kt.values), 1)
-        slots = kt.slot
         for name, g in hh.groupby("operator", sort=False, observed=True):
             if name not in kt.op_names:
                 continue
             codes = kt.values.codes_of(list(g["key"]))
-            want = kt.op_names.index(name) * k + codes
+            i = kt.op_names.index(name)
+            if kt.op_names == [name]:  # rows sorted by key code
+                slots, want = kt.key, codes
+            else:
+                slots, want = kt.slot, i * k + codes
             pos = np.minimum(np.searchsorted(slots, want), len(slots) - 1)
             ok = (codes >= 0) & (slots[pos] == want)
             np.add.at(kt.records, pos[ok], g["count"].to_numpy()[ok].astype(np.int64))
@@ -109,12 +137,18 @@ def _subtask_loads(kt: KeyTable, lay: Layout, metric: str, records_by_kg: pd.Dat
         r = records_by_kg[records_by_kg["operator"] == lay.operator]
         sub = operator_indices_for_key_groups(lay.max_parallelism, p, r["key_group"].to_numpy())
         return np.bincount(sub, weights=r["records"].to_numpy(dtype=np.float64), minlength=p)
-    g = kt.of_operator(lay.operator)
-    return np.bincount(g.subtask, weights=g.column(metric).astype(np.float64), minlength=p)
+    return kt.of_operator(lay.operator).subtask_loads(metric, p)
 
 
 def _top(kt: KeyTable, metric: str, n: int) -> np.ndarray:
     """Rows of the ``n`` largest ``metric`` (ties: more entries first, then table order), largest first."""
+    memo_key = ("top", metric, n)
+    if memo_key not in kt.memo:
+        kt.memo[memo_key] = _top_rows(kt, metric, n)
+    return kt.memo[memo_key]
+
+
+def _top_rows(kt: KeyTable, metric: str, n: int) -> np.ndarray:
     v = kt.column(metric)
     idx = np.arange(len(v))
     if len(v) > 4 * n:
@@ -145,7 +179,7 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
     hh = _heavy_hitters(source, heavy_hitters)
-    kt = _key_stats(df, lays, hh)
+    kt = _key_stats(df, lays, hh, source, operator, state)
     rec_kg = source.metrics() if is_snapshot(source) else None
     parts = []
     for name, lay in sorted(lays.items()):
@@ -153,7 +187,7 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
         loads = _subtask_loads(kt, lay, metric, rec_kg)
         top = g.to_frame(_top(g, metric, n))
         if metric == "records":
-            top = _with_sketch_only_keys(top, g, hh, lay).sort_values(
+            top = _with_sketch_only_keys(top, g, hh, lay, partitioner(source)).sort_values(
                 [metric, "entries"], ascending=False, kind="stable").head(n)
         if not len(top):
             continue
@@ -172,7 +206,8 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
     return pd.concat(parts, ignore_index=True)[HOT_KEY_COLUMNS]
 
 
-def _with_sketch_only_keys(top: pd.DataFrame, g: KeyTable, hh: pd.DataFrame, lay: Layout) -> pd.DataFrame:
+def _with_sketch_only_keys(top: pd.DataFrame, g: KeyTable, hh: pd.DataFrame, lay: Layout,
+                           scheme: str = "flink") -> pd.DataFrame:
     """Add the keys the sketch counts but that hold no state (state cleared or expired)."""
     mine = hh[hh["operator"] == lay.operator]
     if not len(mine):
@@ -182,7 +217,7 @@ def _with_sketch_only_keys(top: pd.DataFrame, g: KeyTable, hh: pd.DataFrame, lay
     extra = mine[~held]
     if not len(extra):
         return top
-    kg = assign_key_groups(list(extra["key"]), lay.max_parallelism)
+    kg = key_groups_for(list(extra["key"]), lay.max_parallelism, scheme)
     rows = pd.DataFrame({"operator": lay.operator, "key": extra["key"].to_numpy(), "key_group": kg,
                          "subtask": operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism, kg),
                          "entries": 0, "bytes": 0, "records": extra["count"].to_numpy().astype(np.int64),
@@ -265,8 +300,8 @@ def key_skew(source: Source | pd.DataFrame, by: str = "bytes", *, operator: str 
     else:
         df = frame(source, LOAD_COLUMNS, operator, state)
         lays = layouts(source, df, operator, None, max_parallelism)
-        kt = _key_stats(df, lays, _heavy_hitters(source, None))
-        for name in sorted(kt.op_names):
+        kt = _key_stats(df, lays, _heavy_hitters(source, None), source, operator, state)
+        for name in sorted(n for n in kt.op_names if n in lays):
             g = kt.of_operator(name)
             groups.append((name, g.column(metric), lambda i, g=g: g.values.take([g.key[i]])[0]))
     rows = []
@@ -302,21 +337,26 @@ def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: st
     if len(lays) != 1:
         raise AnalysisError(f"salting_whatif works on one operator; choose operator= among {sorted(lays)}")
     (lay,) = lays.values()
-    kt = _key_stats(df, lays, pd.DataFrame(columns=["operator", "key", "count", "error"]))
+    kt = _key_stats(df, lays, _heavy_hitters(source, None), source, operator, state)
     kv = kt.values
-    if keys is None:
+    if keys is None:  # the hottest key: its code is known, no lookup
         col = BY[by] if by != "traffic" else "bytes"
-        keys = [kv.take(kt.key[_top(kt, col, 1)])[0]]
-    elif isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable):
-        keys = [keys]
-    keys = list(keys)
-    codes = kv.codes_of(keys)
-    hot = np.isin(kt.key, codes[codes >= 0])
+        codes = kt.key[_top(kt, col, 1)]
+        keys = list(kv.take(codes))
+    else:
+        if isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable):
+            keys = [keys]
+        keys = list(keys)
+        codes = kv.codes_of(keys)
+    wanted = np.unique(codes[codes >= 0])
+    pos = np.minimum(np.searchsorted(kt.key, wanted), max(len(kt) - 1, 0))  # rows are sorted by key code
+    hot = pos[(kt.key[pos] == wanted)] if len(kt) else np.zeros(0, dtype=np.int64)
     held = set(kt.key[hot].tolist())
     missing = [repr(k) for k, c in zip(keys, codes) if c < 0 or int(c) not in held]
     if missing:
         raise AnalysisError(f"operator {lay.operator!r} holds no state for the keys {sorted(missing)}")
     p, m = lay.parallelism, lay.max_parallelism
+    scheme = partitioner(source)
 
     def loads(sub: np.ndarray, entries: np.ndarray, nbytes: np.ndarray) -> dict[str, np.ndarray]:
         sub = np.asarray(sub, dtype=np.int64)
@@ -326,11 +366,11 @@ def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: st
             "keys": np.bincount(sub, minlength=p).astype(np.float64),
         }
 
-    before = loads(kt.subtask, kt.entries, kt.bytes)
+    before = {m_: kt.subtask_loads(m_, p) for m_ in ("entries", "bytes", "keys")}
     salted = kt.take(hot)
     subs, ents, byts = [], [], []
     for key, e, b in zip(kv.take(salted.key), salted.entries, salted.bytes):  # the few salted keys
-        kg = assign_key_groups([salted_key(key, i) for i in range(n)], m)
+        kg = key_groups_for([salted_key(key, i) for i in range(n)], m, scheme)
         subs.append(operator_indices_for_key_groups(m, p, kg))
         ents.append(np.full(n, e // n) + (np.arange(n) < e % n))
         byts.append(np.full(n, b // n) + (np.arange(n) < b % n))
