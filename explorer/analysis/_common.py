@@ -69,6 +69,20 @@ def _as_list(x: str | Iterable[str]) -> list[str]:
     return [x] if isinstance(x, str) else list(x)
 
 
+def keyed_operators(source: Any) -> pd.DataFrame:
+    """The rows of ``source.operators`` that hold keyed state: flagged ``keyed`` (engine) or
+    ``has_keyed_state`` (Flink); for a format without either flag, the operators with states."""
+    ops = source.operators
+    for flag in ("keyed", "has_keyed_state"):
+        if flag in ops:
+            return ops[ops[flag].fillna(False).astype(bool)]
+    try:
+        with_states = set(source.states["operator"])
+    except Exception:  # noqa: BLE001 - a format without a states table: keep every operator
+        return ops
+    return ops[ops["operator"].isin(with_states)]
+
+
 @dataclass(frozen=True)
 class Layout:
     """How one keyed operator is laid out: its parallelism and max parallelism."""
@@ -84,9 +98,7 @@ def layouts(source: Source, df: pd.DataFrame, operator: str | Iterable[str] | No
     names = operator_names(df)
     out: dict[str, Layout] = {}
     if is_snapshot(source):
-        ops = source.operators
-        if "keyed" in ops:
-            ops = ops[ops["keyed"].astype(bool)]
+        ops = keyed_operators(source)
         if operator is not None:
             ops = ops[ops["operator"].isin(_as_list(operator))]
         for row in ops.itertuples(index=False):

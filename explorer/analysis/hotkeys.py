@@ -174,6 +174,9 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
     key's part of the operator's total (of the ``by`` metric), ``subtask_load`` the total of
     its subtask, ``subtask_share`` the key's part of that subtask's load and ``overload`` the
     subtask's load over the mean subtask load (1.0 = an average subtask).
+
+    Ties (keys of equal bytes, as when every entry has the same size) are ranked by entries,
+    then by key code (the order keys first appear in the snapshot).
     """
     metric = _check_by(by)
     df = frame(source, LOAD_COLUMNS, operator, state)
