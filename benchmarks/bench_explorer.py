@@ -22,9 +22,11 @@ Timed, best of ``--repeat`` runs, in the same process:
 * ``explorer``: ``explorer.open(path).keyed_state()`` (the contract frame:
   subtask, sizes, expiry and timestamps computed, pieces combined);
 * ``analysis columns``: the first analysis of a Snapshot reads the columns analyses
-  need once, keys as Arrow dictionary codes, and keeps them on the Snapshot (timed
-  on its own, as are the Arrow row hashes the first diff computes);
-* each analysis after that, as a notebook calls it (``snap.hot_keys()``, ...).
+  need once, keys as Arrow dictionary codes, with a hash of each entry for diff, and
+  keeps them on the Snapshot (timed on its own);
+* each analysis after that, as a notebook calls it (``snap.hot_keys()``, ...), *cold*
+  (what analyses keep on the Snapshot, such as per-key sums and key hashes, dropped
+  before each run: the target figure) and *warm* (called again).
 
 Run::
 
@@ -43,7 +45,6 @@ import datetime as _dt
 import gc
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -257,22 +258,12 @@ def analysis_diff_counts(a, b) -> dict[str, int]:
 
 
 def machine() -> dict[str, Any]:
-    try:
-        load = os.getloadavg()
-    except OSError:  # pragma: no cover
-        load = None
-    mem = None
-    try:
-        with open("/proc/meminfo") as f:
-            mem = f.readline().split()[1]
-            mem = round(int(mem) / 1024 / 1024, 1)
-    except OSError:  # pragma: no cover
-        pass
+    """Where it ran (benchmarks/_machine.py: load average and date) plus the library versions."""
     import pandas
-    return {"platform": platform.platform(), "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "memory_gb": mem,
-            "load_average_1_5_15": load, "pandas": pandas.__version__, "pyarrow": pa.__version__,
-            "numpy": np.__version__}
+
+    from benchmarks._machine import machine as _machine
+
+    return {**_machine(), "pandas": pandas.__version__, "pyarrow": pa.__version__, "numpy": np.__version__}
 
 
 def run(sizes: list[int], repeat: int, key_type: str, workdir: Path, skip_analyses_above: int | None) -> dict:
@@ -307,32 +298,49 @@ def run(sizes: list[int], repeat: int, key_type: str, workdir: Path, skip_analys
         print(f"{n:>11,} keys {rows:>11,} rows  raw {t_raw:6.2f} s  explorer {t_exp:6.2f} s  "
               f"ratio {t_raw / t_exp:.2f} (target >= {TARGET_LOAD_RATIO})", flush=True)
         if skip_analyses_above is None or n <= skip_analyses_above:
-            from explorer.analysis._columns import cached_frame, row_hashes
+            from explorer.analysis._columns import cached_frame, drop_derived
 
             other_folder = workdir / f"savepoint-{n}-variant"
             build_savepoint(other_folder, n, key_type, variant=True)
             snap, other = explorer.open(folder), explorer.open(other_folder)
+            gc.collect()
             t = time.perf_counter()
             cached_frame(snap)
             t_cols = time.perf_counter() - t
-            t = time.perf_counter()
-            row_hashes(snap)
-            t_hash = time.perf_counter() - t
             cached_frame(other)
-            row_hashes(other)
             entry["analysis_columns_once_per_snapshot"] = {
                 "load_columns_keys_as_codes": {"seconds": round(t_cols, 3)},
-                "row_hashes_for_diff": {"seconds": round(t_hash, 3)},
-                "note": "paid by the first analysis of a Snapshot (and the first diff), then kept on it",
+                "note": "read once per Snapshot by its first analysis and kept on it: the analysis columns, keys as "
+                        "Arrow dictionary codes, and a 64-bit hash of each entry for diff (hashed while the "
+                        "entries are in memory anyway). Every analysis figure below excludes it.",
             }
-            print(f"    {'(once) analysis columns':<44} {t_cols:7.3f} s", flush=True)
-            print(f"    {'(once) row hashes for diff':<44} {t_hash:7.3f} s", flush=True)
+            print(f"    {'(once) analysis columns + entry hashes':<44} {t_cols:7.3f} s", flush=True)
+
+            def cold_run(fn: Callable[[], Any]) -> float:
+                best = float("inf")
+                for _ in range(repeat):
+                    drop_derived(snap)
+                    drop_derived(other)
+                    gc.collect()
+                    t0 = time.perf_counter()
+                    fn()
+                    best = min(best, time.perf_counter() - t0)
+                return best
+
             times = {}
             for name, fn in analyses(snap, other).items():
-                t, _ = best_of(fn, repeat)
-                times[name] = {"seconds": round(t, 3), "meets_target_2s": bool(t < TARGET_ANALYSIS_S)}
-                print(f"    {name:<44} {t:7.3f} s", flush=True)
+                t_cold = cold_run(fn)
+                fn()  # what an analysis keeps is there now (the kept per-key sums, key hashes)
+                t_warm, _ = best_of(fn, repeat)
+                times[name] = {"seconds": round(t_cold, 3), "warm_seconds": round(t_warm, 3),
+                               "meets_target_2s": bool(t_cold < TARGET_ANALYSIS_S)}
+                print(f"    {name:<44} cold {t_cold:7.3f} s  warm {t_warm:7.3f} s", flush=True)
             entry["analyses"] = times
+            entry["analyses_note"] = (
+                "seconds: cold, the first call on a Snapshot whose analysis columns are loaded (everything "
+                "analyses keep on it dropped before each run: per-key sums, key hashes, key groups at other "
+                "max parallelisms); warm_seconds: the same call again, reusing what the first call kept. "
+                "Target: cold < 2 s at 10 M keys.")
             d = analysis_diff_counts(snap, other)
             entry["diff_statuses"] = d
             print(f"    diff statuses: {d}", flush=True)
@@ -351,8 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="runs per measurement; the best is kept")
     ap.add_argument("--key-type", choices=["str", "int"], default="str")
     ap.add_argument("--workdir", type=Path, default=None, help="where to build the savepoints (default: a temp dir)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "explorer.json")
+    ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/explorer.json")
     args = ap.parse_args(argv)
+    if args.out is None:
+        from benchmarks._machine import result_path
+
+        args.out = result_path("explorer")
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([1_000_000] if args.smoke else
                                                                           [1_000_000, 10_000_000])
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-explorer-"))
@@ -374,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         **result,
     }
+    report["machine_at_end"] = {"load_average": list(os.getloadavg())}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
