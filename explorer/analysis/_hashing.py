@@ -164,12 +164,60 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def string_hash64(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A 64-bit hash of each string (or binary) value: polynomial, length mixed in, finalized."""
-    h = polynomial_hashes(arr, _B64)
-    lengths = _lengths(arr)
-    lengths *= np.uint64(0xD6E8FEB86659FD93)
-    h ^= lengths
-    return splitmix64(h)
+    """A 64-bit hash of each string (or binary) value.
+
+    Strings of a few lengths up to 64 bytes are read as little-endian 8-byte words (zero
+    padded) and the words mixed with SplitMix64 (a bijection: keys of at most 8 bytes never
+    collide); anything else is the polynomial hash with the length mixed in, finalized.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        parts = [string_hash64(c) for c in arr.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+    n = len(arr)
+    out = np.zeros(n, dtype=np.uint64)
+    if n == 0:
+        return out
+    offsets, data = _buffers(arr)
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        off = offsets[lo: hi + 1].astype(np.int64)
+        body = data[int(off[0]): int(off[-1])]
+        rel = off - off[0]
+        lengths = np.diff(rel)
+        widths = np.bincount(lengths) if int(lengths.max()) <= 64 else None
+        if widths is not None and np.count_nonzero(widths) <= _MAX_WIDTHS:
+            _words_by_length(body, rel, lengths, widths, out[lo:hi])
+        else:
+            h = _by_prefix_sums(body, rel, _B64)
+            h ^= lengths.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+            out[lo:hi] = splitmix64(h)
+    return out
+
+
+def _mix_words(matrix: np.ndarray, width: int) -> np.ndarray:
+    """SplitMix64 over the 8-byte words of zero-padded rows of ``width`` bytes (length as the seed)."""
+    m = len(matrix)
+    padded = np.zeros((m, -(-max(width, 1) // 8) * 8), dtype=np.uint8)
+    padded[:, :width] = matrix
+    words = padded.view("<u8")
+    h = splitmix64(np.full(m, width, dtype=np.uint64))
+    for j in range(words.shape[1]):
+        h ^= words[:, j]
+        h = splitmix64(h)
+    return h
+
+
+def _words_by_length(body: np.ndarray, rel: np.ndarray, lengths: np.ndarray, widths: np.ndarray,
+                     out: np.ndarray) -> None:
+    present = np.flatnonzero(widths)
+    if len(present) == 1:
+        width = int(present[0])
+        out[:] = _mix_words(body.reshape(len(lengths), width), width)
+        return
+    starts = rel[:-1]
+    for width in present:
+        idx = np.flatnonzero(lengths == width)
+        out[idx] = _mix_words(body[starts[idx, None] + np.arange(width)], int(width))
 
 
 def _lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
