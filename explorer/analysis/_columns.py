@@ -58,6 +58,9 @@ class KeyValues:
     def take(self, codes: np.ndarray | Sequence[int]) -> np.ndarray:
         """The keys of ``codes`` as Python objects (only these are materialised)."""
         codes = np.asarray(codes, dtype=np.int64)
+        if len(self.segments) == 1 and not isinstance(self.segments[0], np.ndarray) and \
+                pa.types.is_string(self.segments[0].type):  # one Arrow segment of strings: no masks, no copies
+            return self.segments[0].take(pa.array(codes)).to_numpy(zero_copy_only=False)
         out = np.empty(len(codes), dtype=object)
         for off, seg in zip(self.offsets[:-1], self.segments):
             sel = (codes >= off) & (codes < off + len(seg))

@@ -168,9 +168,9 @@ def _joint_by_hash(kva: KeyValues, kvb: KeyValues) -> np.ndarray | None:
     in_run[1:-1] = same
     clean = same & ~in_run[:-2] & ~in_run[2:]  # runs of exactly two
     i = np.flatnonzero(clean)
-    x, y = (packed[i] & low).astype(np.int64), (packed[i + 1] & low).astype(np.int64)
-    ia, ib = np.minimum(x, y), np.maximum(x, y) - na
-    pair = (ia < na) & (ib >= 0)
+    # within a run the low bits (row numbers) sort a's row before b's
+    ia, ib = (packed[i] & low).astype(np.int64), (packed[i + 1] & low).astype(np.int64) - na
+    pair = np.flatnonzero((ia < na) & (ib >= 0))
     ia, ib = ia[pair], ib[pair]
     if len(ia):
         cand = np.full(nb, -1, dtype=np.int64)  # b in order, a nearly so: the takes below read memory in order
@@ -266,10 +266,15 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
         order = _falling(delta)
         present, code, delta = present[order], code[order], delta[order]
         ent_a, ent_b, byt_a, byt_b = ent_a[order], ent_b[order], byt_a[order], byt_b[order]
-        keys = np.empty(len(present), dtype=object)
         from_a = present < len(kva)
-        keys[from_a] = kva.take(present[from_a])
-        keys[~from_a] = kvb.take(new_from_b[present[~from_a] - len(kva)])
+        keys = np.empty(len(present), dtype=object)
+        ka = np.flatnonzero(from_a)
+        if len(ka) == len(present):
+            keys = kva.take(present)
+        else:
+            keys[ka] = kva.take(present[ka])
+            kb = np.flatnonzero(~from_a)
+            keys[kb] = kvb.take(new_from_b[present[kb] - len(kva)])
         parts.append(pd.DataFrame({
             "operator": op, "state": st, "key": keys,
             "status": pd.Categorical.from_codes(code, categories=list(STATUSES)),
