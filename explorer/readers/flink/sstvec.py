@@ -38,6 +38,7 @@ import numpy as np
 from .sst import TYPE_MERGE, TYPE_VALUE, SstError, SstFile
 
 _PAD = 16
+_MARGIN = 128  # zero bytes around the joined blocks
 
 
 class Unsupported(Exception):
@@ -68,26 +69,6 @@ def _varints(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not len(more):
             return v, end
     raise SstError(f"a varint32 at offset {int(pos[more[0]])} of the joined data blocks runs over 5 bytes")
-
-
-def _decompress(f: SstFile, handles: list[tuple[int, int]], parts: list) -> list[int]:
-    data, name = f.data, f.name
-    mv = memoryview(data)
-    lens = []
-    snappy = cramjam.snappy.decompress_raw
-    for off, size in handles:
-        if off + size + 5 > len(data):
-            raise SstError(f"{name}: block at {off} (+{size}) runs past the end of the file")
-        ctype = data[off + size]
-        if ctype == 1:
-            block = snappy(mv[off : off + size])
-        elif ctype == 0:
-            block = mv[off : off + size]
-        else:
-            block = f.block((off, size))
-        parts.append(block)
-        lens.append(len(block))
-    return lens
 
 
 def _data_handles(f: SstFile) -> list[tuple[int, int]]:
@@ -122,19 +103,42 @@ def _data_handles(f: SstFile) -> list[tuple[int, int]]:
     return list(zip(off.tolist(), size.tolist()))
 
 
-def _blocks(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """Every data block of ``files`` decompressed and joined; each block's start and length."""
-    parts: list = []
-    block_lens: list[int] = []
+def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every data block of ``files`` decompressed into one zero-margined buffer; each block's start and length.
+
+    Snappy blocks are decompressed straight into place (``cramjam``'s
+    ``decompress_raw_into``); :data:`_MARGIN` zero bytes before and after let
+    fixed-width rows be read at any key without running off the buffer.
+    """
+    todo: list[tuple] = []  # (source, length, how)
     block_file: list[int] = []
+    length_of = cramjam.snappy.decompress_raw_len
     for i, f in enumerate(files):
-        lens = _decompress(f, _data_handles(f), parts)
-        block_lens.extend(lens)
-        block_file.extend([i] * len(lens))
-    parts.append(b"\0" * _PAD)
-    joined = b"".join(parts)
-    blen = np.asarray(block_lens, dtype=np.int64)
-    return joined, blen, np.asarray(block_file, dtype=np.int64)
+        data, mv = f.data, memoryview(f.data)
+        for off, size in _data_handles(f):
+            if off + size + 5 > len(data):
+                raise SstError(f"{f.name}: block at {off} (+{size}) runs past the end of the file")
+            ctype = data[off + size]
+            if ctype == 1:
+                src = mv[off : off + size]
+                todo.append((src, length_of(src), True))
+            elif ctype == 0:
+                todo.append((mv[off : off + size], size, False))
+            else:
+                block = f.block((off, size))  # LZ4, ZSTD: whole, then copied
+                todo.append((block, len(block), False))
+            block_file.append(i)
+    blen = np.fromiter((t[1] for t in todo), dtype=np.int64, count=len(todo))
+    starts = _MARGIN + np.cumsum(blen) - blen
+    out = np.zeros(_MARGIN + int(blen.sum()) + _MARGIN, dtype=np.uint8)
+    into = cramjam.snappy.decompress_raw_into
+    for (src, n, snappy), o in zip(todo, starts.tolist()):
+        if snappy:
+            if into(src, out[o : o + n]) != n:
+                raise SstError(f"a Snappy block of {files[0].name} and its siblings decompressed short")
+        else:
+            out[o : o + n] = np.frombuffer(src, dtype=np.uint8)
+    return out, starts, np.asarray(block_file, dtype=np.int64)
 
 
 def _entries(files: list[SstFile]):
@@ -144,12 +148,12 @@ def _entries(files: list[SstFile]):
     longest key): step ``j`` takes, per column, the previous key's byte where
     the column is within the shared prefix and the block's byte otherwise.
     """
-    joined, blen, bfile = _blocks(files)
-    b = np.frombuffer(joined, dtype=np.uint8)
+    joined, base, bfile = _blocks(files)
+    b = joined
+    blen = np.diff(np.append(base, len(b) - _MARGIN))
     names = [f.name for f in files]
     if len(blen) and blen.min() < 4:
         raise SstError(f"{names[int(bfile[np.argmin(blen)])]}: a data block of {int(blen.min())} bytes")
-    base = np.cumsum(blen) - blen
     packed = _u32le(b, base + blen - 4)
     if (packed >> 31).any():
         raise Unsupported("data block hash index")
@@ -207,7 +211,10 @@ def _entries(files: list[SstFile]):
     slot = np.empty(n, dtype=np.int64)
     shared = np.empty(n, dtype=np.int64)
     # every key's `width` bytes from its own start (less the shared prefix): one memcpy per row
-    padded = np.concatenate([np.zeros(width, dtype=np.uint8), b, np.zeros(width, dtype=np.uint8)])
+    # row i: the `width` bytes from the start of key i's shared prefix, were it in the block (the margins
+    # cover rows that start before the buffer's first block or end after its last)
+    shift = 0 if width <= _MARGIN else width
+    padded = b if not shift else np.concatenate([np.zeros(width, dtype=np.uint8), b, np.zeros(width, dtype=np.uint8)])
     rows_at = np.ndarray((len(padded) - width + 1,), dtype=np.dtype((np.void, width)), buffer=padded, strides=(1,))
     prefix_masks = _prefix_masks(width)
     off = 0
@@ -215,7 +222,7 @@ def _entries(files: list[SstFile]):
     for j, (g, sh, ns, kp, vl, go) in enumerate(steps):
         m = len(g)
         rows = kw[off : off + m]
-        rows.view(np.dtype((np.void, width))).ravel()[:] = rows_at[kp - sh + width]
+        rows.view(np.dtype((np.void, width))).ravel()[:] = rows_at[kp - sh + shift]
         if prev is not None:
             if (sh > prev[1]).any():
                 raise SstError(f"{names[0]}: a data block key shares more bytes than the previous key has")
@@ -311,7 +318,7 @@ def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndar
         off = len(joined)  # merged lists go after the blocks, before the keys
         merged = len(merges)
         for idx in merges:  # newest version a merge operand: combined exactly as rocksdb.resolve does
-            value = combine([(int(typ[e]), joined[vpos[e] : vpos[e] + vlen[e]]) for e in idx])
+            value = combine([(int(typ[e]), joined[vpos[e] : vpos[e] + vlen[e]].tobytes()) for e in idx])
             mk.append(idx[0])
             ms.append(off)
             extra.append(value)
