@@ -61,6 +61,18 @@ def read_all(path: Path, warm_up: bool = False, workers: int | None = None) -> t
     return rows, reader.info().extra
 
 
+def _measure(path: Path, repeat: int, workers: int | None) -> tuple[float, float, int, dict]:
+    """Best wall seconds and best CPU seconds (all threads) of ``repeat`` whole reads; rows; reader extras."""
+    best = best_cpu = None
+    for _ in range(max(1, repeat)):
+        t0, c0 = time.perf_counter(), time.process_time()
+        rows, extra = read_all(path, workers=workers)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        best = dt if best is None or dt < best else best
+        best_cpu = cpu if best_cpu is None or cpu < best_cpu else best_cpu
+    return best, best_cpu, rows, extra
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", type=Path, default=BENCH_DIR, help="where the benchmark snapshots are")
@@ -69,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/flink_reader.json")
     ap.add_argument("--smoke", action="store_true", help="read the small committed fixtures once (no Java needed)")
     ap.add_argument("--workers", type=int, default=None, help="reader threads (default: the reader's own, 2)")
+    ap.add_argument("--single-thread-too", action="store_true",
+                    help="also measure each snapshot with one reader thread (recorded under one_thread)")
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = result_path("flink_reader")
@@ -95,13 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.dir / name
         size = snapshot_bytes(path)
         expected = json.loads((path / "EXPECTED.json").read_text(encoding="utf-8"))
-        best = best_cpu = None
-        for _ in range(max(1, args.repeat)):
-            t0, c0 = time.perf_counter(), time.process_time()
-            rows, extra = read_all(path, workers=args.workers)
-            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-            best = dt if best is None or dt < best else best
-            best_cpu = cpu if best_cpu is None or cpu < best_cpu else best_cpu
+        best, best_cpu, rows, extra = _measure(path, args.repeat, args.workers)
         mbs = size / 1e6 / best
         results.append({
             "snapshot": label,
@@ -121,6 +129,16 @@ def main(argv: list[str] | None = None) -> int:
         })
         print(f"{label}: {size / 1e6:.1f} MB, {rows} rows in {best:.2f} s = {mbs:.1f} MB/s "
               f"({rows / best:,.0f} rows/s); {best_cpu:.2f} CPU-s = {size / 1e6 / best_cpu:.1f} MB/s per CPU-second")
+        if args.single_thread_too:
+            one, one_cpu, _, _ = _measure(path, args.repeat, 1)
+            results[-1]["one_thread"] = {
+                "seconds": {"value": round(one, 3), "unit": "s"},
+                "throughput": {"value": round(size / 1e6 / one, 1), "unit": "MB/s"},
+                "cpu_seconds": {"value": round(one_cpu, 3), "unit": "s"},
+                "throughput_per_cpu_second": {"value": round(size / 1e6 / one_cpu, 1), "unit": "MB/s"},
+            }
+            print(f"  one thread: {one:.2f} s = {size / 1e6 / one:.1f} MB/s; "
+                  f"{one_cpu:.2f} CPU-s = {size / 1e6 / one_cpu:.1f} MB/s per CPU-second")
     from explorer.readers.flink import FlinkSnapshotReader
 
     report = {
