@@ -22,9 +22,17 @@ checkpointing, 4 shuffle partitions), each into its own fresh checkpoint:
     the row-based ``transformWithState`` (PySpark 4.1+), state once per key.
 ``adapter_pandas`` / ``adapter_row``
     our adapter running the engine :class:`KeyedCount` function (``value()`` and
-    ``update()`` per record, as on the engine) on each operator; it also emits one
-    output row per input record, more output than the processors above (one row
-    per key and batch).
+    ``update()`` per record, as on the engine) on each operator, in its per-key
+    layout (Spark state variables per key); it also emits one output row per
+    input record, more output than the processors above (one row per key and batch).
+``adapter_bucket_pandas`` / ``adapter_bucket_row``
+    the same function in the adapter's bucket layout (``layout="bucket"``,
+    ``--buckets`` buckets, :mod:`explorer.spark.buckets`): one Python call and one
+    state read and write per bucket and micro-batch.
+
+The target of issue 6 is our adapter at least 10x the straightforward
+``tws_pandas_per_record`` processor; ``target`` in the JSON says whether the
+fastest adapter path met it, on steady rows/s of this one run.
 
 Throughput is input rows over the wall time from ``start()`` to the end of the
 query ("total", includes planning and Python worker start-up) and over the
@@ -169,11 +177,19 @@ def build_query(path: str, spark, df):
         return keyed_process(df, KeyedCount(), "key", OUT, variant="pandas", record=tuple), "append"
     if path == "adapter_row":
         return keyed_process(df, KeyedCount(), "key", OUT, variant="row", record=tuple), "append"
+    if path == "adapter_bucket_pandas":
+        return keyed_process(df, KeyedCount(), "key", OUT, variant="pandas", record=tuple, layout="bucket",
+                             buckets=BUCKETS), "append"
+    if path == "adapter_bucket_row":
+        return keyed_process(df, KeyedCount(), "key", OUT, variant="row", record=tuple, layout="bucket",
+                             buckets=BUCKETS), "append"
     raise SystemExit(f"unknown path {path!r}")
 
 
 PATHS = ("builtin_groupby_count", "apply_in_pandas_with_state", "tws_pandas_per_record", "tws_pandas_per_key",
-         "tws_row_per_key", "adapter_pandas", "adapter_row")
+         "tws_row_per_key", "adapter_pandas", "adapter_row", "adapter_bucket_pandas", "adapter_bucket_row")
+#: buckets of the adapter's bucket layout (``--buckets``)
+BUCKETS = 64
 
 
 def run_path(spark, path: str, in_dir: Path, work: Path, timeout_s: float) -> dict:
@@ -236,6 +252,7 @@ def main(argv=None) -> int:
     ap.add_argument("--paths", nargs="*", default=list(PATHS))
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per path before it is stopped")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--buckets", type=int, default=BUCKETS, help="buckets of the adapter's bucket layout")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark SQL setting for every path, e.g. spark.sql.shuffle.partitions=2")
     args = ap.parse_args(argv)
@@ -243,11 +260,14 @@ def main(argv=None) -> int:
     keys = args.keys or (2_000 if args.smoke else 20_000)
     batches = args.batches or 2
 
+    global BUCKETS
+    BUCKETS = args.buckets
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import benchmarks/
     from explorer.spark import get_spark
 
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     spark = get_spark()
     for kv in args.conf:
         k, _, v = kv.partition("=")
@@ -268,23 +288,45 @@ def main(argv=None) -> int:
                   f"{r['steady_rows_per_s']['value']} rows/s   ({r['wall_s']['value']} s)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ratios = {}
+    ratios, steady_ratios = {}, {}
     base = results.get("tws_pandas_per_record")
-    for p in ("adapter_row", "adapter_pandas", "tws_row_per_key", "tws_pandas_per_key"):
+    adapters = ("adapter_row", "adapter_pandas", "adapter_bucket_pandas", "adapter_bucket_row")
+    for p in adapters + ("tws_row_per_key", "tws_pandas_per_key"):
         if base and p in results:
             ratios[f"{p}_vs_tws_pandas_per_record"] = round(
                 results[p]["total_rows_per_s"]["value"] / base["total_rows_per_s"]["value"], 2)
+            b, v = base["steady_rows_per_s"]["value"], results[p]["steady_rows_per_s"]["value"]
+            if b and v:
+                steady_ratios[f"{p}_vs_tws_pandas_per_record"] = round(v / b, 2)
+    target = None
+    measured = {p: steady_ratios.get(f"{p}_vs_tws_pandas_per_record") for p in adapters}
+    measured = {p: r for p, r in measured.items() if r is not None}
+    if measured:
+        best = max(measured, key=measured.get)
+        target = {
+            "goal": "our adapter at least 10x a straightforward transformWithStateInPandas processor "
+                    "(tws_pandas_per_record), steady rows/s, same workload, same run",
+            "required_ratio": 10.0,
+            "best_path": best,
+            "best_ratio": measured[best],
+            "met": measured[best] >= 10.0,
+            "ratios": measured,
+        }
     doc = {
         "benchmark": "keyed count on Spark Structured Streaming",
         "command": "python -m benchmarks.bench_spark " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpu_count": os.cpu_count(), "pyspark": spark.version,
+                    "load_average_at_start": load_at_start,
                     "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
         "spark_conf": conf,
         "workload": workload,
         "results": results,
         "speedups": ratios,
+        "steady_speedups": steady_ratios,
+        "target": target,
+        "buckets": BUCKETS,
         "notes": "All figures from this one run on a machine shared with other jobs; first batch includes query "
                  "planning and Python worker start-up. Adapter paths emit one row per input record.",
     }

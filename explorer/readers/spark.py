@@ -262,7 +262,7 @@ class SparkCheckpointReader(SnapshotReader):
         for part, bucket, value in zip(parts, buckets, values):
             if value is None:
                 continue
-            row = (value.get("format"), value.get("version"),
+            row = (value.get("format"), value.get("version"), value.get("buckets"),
                    [(x["name"], x["kind"], x["ttl_ms"], x["data"]) for x in value.get("tables") or []])
             for name, (kind, ttl_ms, table) in decode_tables(row, f"{where}, bucket {bucket}").items():
                 if name == TIMERS:

@@ -35,11 +35,24 @@ timer of the other domain raises :class:`~explorer.errors.JobError`. Side
 outputs and broadcast state have no counterpart in ``transformWithState`` and
 raise too.
 
-Two Spark operators can carry the function: the row-based
-``transformWithState`` (PySpark 4.1+, ``variant="row"``, the default and the
-faster one) and ``transformWithStateInPandas`` (``variant="pandas"``). Either
-way the adapter reads each key's state once per micro-batch and writes it once
-(:mod:`.statemap`), which is where most of the speed comes from.
+Two layouts of the state (``layout=``):
+
+* ``"key"`` (default): ``groupBy(key)``, one Spark state variable per
+  descriptor, Spark's TTL and Spark's timers, as in the table above. Spark calls
+  Python once per key and micro-batch; the adapter reads each key's state once
+  and writes it once (:mod:`.statemap`). Use it when each micro-batch touches a
+  small part of a large state, or when Spark's own tools should see the state
+  variables.
+* ``"bucket"``: ``groupBy(pmod(hash(key), buckets))``, Flink's key-group design:
+  one Python call and one state read and write per bucket and micro-batch, the
+  function run per key against the engine's own state objects, per-key timers
+  and TTL kept by the adapter with the engine's semantics (:mod:`.buckets`;
+  Spark's per-key TTL cannot apply there). Several times faster with many keys;
+  ``explorer.open()`` still shows one row per key.
+
+Two Spark operators can carry either layout: the row-based ``transformWithState``
+(PySpark 4.1+, ``variant="row"``) and ``transformWithStateInPandas``
+(``variant="pandas"``); see :func:`keyed_process` for the defaults.
 """
 
 from __future__ import annotations
@@ -480,9 +493,11 @@ def keyed_process(df, function: KeyedProcessFunction, key: str | Sequence[str], 
     ``pmod(hash(key), buckets)`` and keeps every key's state, TTL and timers in one
     state value per bucket (:mod:`.buckets`): one Python call and one state read and
     write per bucket and micro-batch, several times faster with many keys; see
-    :mod:`.buckets` for when to use which. ``variant`` defaults to ``"row"``, the faster
-    operator in both layouts (PySpark 4.3's pandas variant turns every input row into a
-    namedtuple and back into a DataFrame before the processor sees it).
+    :mod:`.buckets` for when to use which. ``variant`` defaults to the faster operator of
+    each layout: ``"row"`` for the key layout (less work per call; most calls carry one or
+    two rows) and ``"pandas"`` for the bucket layout, whose calls carry thousands of rows:
+    PySpark 4.3's row worker converts every input cell with ``as_py()``, about 5x slower
+    than the pandas worker's columnar conversion.
     """
     if not isinstance(function, KeyedProcessFunction):
         raise JobError(f"{type(function).__name__} is not a KeyedProcessFunction")
@@ -492,7 +507,7 @@ def keyed_process(df, function: KeyedProcessFunction, key: str | Sequence[str], 
         raise JobError(f"layout must be 'key' (Spark state per key) or 'bucket' (state per key-group bucket), "
                        f"found {layout!r}")
     if variant is None:
-        variant = "row"
+        variant = "pandas" if layout == "bucket" else "row"
     if variant not in ("row", "pandas"):
         raise JobError(f"variant must be 'row' (transformWithState) or 'pandas' (transformWithStateInPandas), "
                        f"found {variant!r}")
@@ -531,7 +546,7 @@ def _bucket_process(df, keys, schema, kw, variant, time_mode, buckets):
     types = [to_arrow_type(df.schema[k].dataType) for k in keys]
     key_type = types[0] if len(keys) == 1 else pa.struct([pa.field(k, t) for k, t in zip(keys, types)])
     grouped = bk.bucket_input(df, keys, n).groupBy(bk.BUCKET_COLUMN)
-    proc = bk.make_processor(variant, key_arrow_type=key_type, **kw)
+    proc = bk.make_processor(variant, key_arrow_type=key_type, buckets=n, **kw)
     if variant == "row":
         return grouped.transformWithState(proc, schema, "Append", TIME_MODES[time_mode])
     return grouped.transformWithStateInPandas(proc, schema, "Append", TIME_MODES[time_mode])
@@ -650,6 +665,9 @@ def run_on_spark(function: KeyedProcessFunction, source: str | Path | Sequence[A
     With processing-time timers an ``availableNow`` query in PySpark 4.3 never ends (Spark
     keeps planning batches for timers that might fire); no-data micro-batches are switched
     off for such queries, so processing-time timers fire only in batches that carry data.
+
+    ``layout`` and ``buckets`` choose how state is kept (see :func:`keyed_process`); a
+    checkpoint must be resumed with the layout and bucket count it was started with.
     """
     from .session import get_spark
 

@@ -24,8 +24,10 @@ For each bucket the adapter
 
 Stored value (versioned; nothing pickled, nothing executed on read)::
 
-    struct<format: string = "explorer-spark-buckets", version: int = 1,
+    struct<format: string = "explorer-spark-buckets", version: int = 1, buckets: int,
            tables: array<struct<name: string, kind: string, ttl_ms: bigint, data: binary>>>
+
+(``buckets`` is checked on restart: another bucket count would lose keys' state).
 
 ``data`` is an Arrow IPC stream. State tables have the columns ``key`` (the
 key column, or a struct of the key columns), ``user_key`` (map state),
@@ -103,7 +105,7 @@ def value_schema():
     table = StructType([StructField("name", StringType()), StructField("kind", StringType()),
                         StructField("ttl_ms", LongType()), StructField("data", BinaryType())])
     return StructType([StructField("format", StringType()), StructField("version", IntegerType()),
-                       StructField("tables", ArrayType(table))])
+                       StructField("buckets", IntegerType()), StructField("tables", ArrayType(table))])
 
 
 # --- in-memory state of one bucket -----------------------------------------------------------------
@@ -287,13 +289,17 @@ def _describe(d) -> str:
     return s
 
 
-def check_value(row: Any, where: str) -> list:
-    """The ``tables`` of a stored bucket value, after checking its format name and version."""
-    fmt, version, tables = row[0], row[1], row[2]
+def check_value(row: Any, where: str, buckets: int | None = None) -> list:
+    """The ``tables`` of a stored bucket value, after checking its format name, version and bucket count."""
+    fmt, version, stored_buckets, tables = row[0], row[1], row[2], row[3]
     if fmt != FORMAT:
         raise SnapshotFormatError(f"{where}: expected a bucket value of format {FORMAT!r}, found {fmt!r}")
     if version != VERSION:
         raise SnapshotFormatError(f"{where}: unknown bucket format version {version!r} (known: {VERSION})")
+    if buckets is not None and stored_buckets != buckets:
+        raise JobError(f"{where}: the checkpoint was written with buckets={stored_buckets}, this query runs with "
+                       f"buckets={buckets}; keys would land in other buckets and lose their state: run it with "
+                       f"buckets={stored_buckets}")
     return list(tables or [])
 
 
@@ -413,7 +419,8 @@ class _BucketMixin:
 
     def __init__(self, function: KeyedProcessFunction, *, time_mode: str, key_columns: Sequence[str],
                  input_columns: Sequence[str], output_columns: Sequence[str], record: Any,
-                 event_time_column: str | None, num_partitions: int, name: str, key_arrow_type) -> None:
+                 event_time_column: str | None, num_partitions: int, name: str, key_arrow_type,
+                 buckets: int) -> None:
         self._template = function
         self._time_mode = time_mode
         self._key_columns = list(key_columns)
@@ -424,6 +431,7 @@ class _BucketMixin:
         self._num_partitions = num_partitions
         self._name = name
         self._key_arrow_type = key_arrow_type
+        self._buckets = buckets
 
     def init(self, handle) -> None:
         from .adapter import _output_tuple, _ProcessContext, _record_maker, _RuntimeContext
@@ -459,7 +467,7 @@ class _BucketMixin:
         if row is None:
             return None
         where = f"the bucket state {STATE_NAME!r} of {self._name}"
-        for name, kind, _ttl, data in check_value(row, where):
+        for name, kind, _ttl, data in check_value(row, where, self._buckets):
             table = _from_ipc(data, f"{where}, table {name!r}")
             if name == TIMERS:
                 q = self.timers.queue
@@ -480,7 +488,7 @@ class _BucketMixin:
         if timers.dirty or any(t.dirty for t in tables):
             encoded = encode_tables(tables, timers.queue, self._timer_kind, self._key_array, self.clock.now)
             if encoded:
-                self.store.update((FORMAT, VERSION, encoded))
+                self.store.update((FORMAT, VERSION, self._buckets, encoded))
             else:
                 self.store.clear()
         after = timers.queue.peek_time()
@@ -504,6 +512,7 @@ class _BucketMixin:
         fn = self.fn.process_element
         make = self.make_record
         ctx._domain = None
+        ctx._timestamp = out._ts = None
         for k, idx in groups.items():
             kctx.set(k, 0, None)
             ctx._key = k

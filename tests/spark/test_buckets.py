@@ -107,7 +107,7 @@ def _processor(fn, *, time_mode="event", key_columns=("user",), columns=("user",
     p = bk.make_processor(variant, function=fn, time_mode=time_mode, key_columns=list(key_columns),
                           input_columns=list(columns), output_columns=["k", "n", "what"], record=record,
                           event_time_column=event_time_column, num_partitions=4, name="test",
-                          key_arrow_type=key_type)
+                          key_arrow_type=key_type, buckets=8)
     store = FakeStore()
     p.init(store)
     return p, store
@@ -239,11 +239,21 @@ def test_row_variant_runs_the_same_function():
 
 def test_stored_values_name_their_format_and_version():
     with pytest.raises(SnapshotFormatError, match="format 'explorer-spark-buckets'"):
-        bk.decode_tables(("something-else", 1, []), "ckpt/state")
+        bk.decode_tables(("something-else", 1, 8, []), "ckpt/state")
     with pytest.raises(SnapshotFormatError, match="unknown bucket format version 7"):
-        bk.decode_tables((bk.FORMAT, 7, []), "ckpt/state")
+        bk.decode_tables((bk.FORMAT, 7, 8, []), "ckpt/state")
     with pytest.raises(SnapshotFormatError, match="not a readable Arrow IPC stream"):
-        bk.decode_tables((bk.FORMAT, bk.VERSION, [("count", "value", None, b"garbage")]), "ckpt/state")
+        bk.decode_tables((bk.FORMAT, bk.VERSION, 8, [("count", "value", None, b"garbage")]), "ckpt/state")
+
+
+def test_a_different_bucket_count_is_refused():
+    p, store = _processor(Pages())
+    _feed(p, [("a", "/x", 1)])
+    q, store2 = _processor(Pages())
+    q._buckets = 16
+    store2.values = store.values
+    with pytest.raises(JobError, match="buckets=8, this query runs with buckets=16"):
+        _feed(q, [("a", "/x", 1)])
 
 
 def test_a_stored_state_the_function_does_not_declare_is_reported():
