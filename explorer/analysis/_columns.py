@@ -40,6 +40,8 @@ class KeyValues:
         self.offsets = np.cumsum([0] + [len(s) for s in self.segments])
         self._key_groups: dict[Any, Any] = {}
         self._codes: dict[tuple, np.ndarray] = {}
+        #: key joins with other snapshots' keys (:func:`explorer.analysis.diff.diff`), by their id
+        self.joins: dict[int, tuple[Any, Any]] = {}
 
     @classmethod
     def from_objects(cls, uniques: np.ndarray) -> "KeyValues":
@@ -219,6 +221,7 @@ def drop_derived(snap: Any) -> None:
     if isinstance(kv, KeyValues):
         kv._key_groups.clear()
         kv._codes.clear()
+        kv.joins.clear()
 
 
 def positions(snap: Any, operator: str | Iterable[str] | None = None,

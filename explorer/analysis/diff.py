@@ -16,6 +16,7 @@ column-wise in Arrow (:func:`._columns.arrow_hash`). A key is
 
 from __future__ import annotations
 
+import weakref
 from typing import Iterable
 
 import numpy as np
@@ -100,8 +101,19 @@ def _joint_codes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray, np.ndarray
     """Map b's key codes into a's code space; b-only keys get codes after a's.
 
     Returns ``(translation, new_from_b)``: ``translation[code_b]`` is the joint code and
-    ``new_from_b[j]`` the b code of joint code ``len(kva) + j``.
+    ``new_from_b[j]`` the b code of joint code ``len(kva) + j``. Kept on ``kva`` for as long
+    as ``kvb`` lives (a second diff of the same snapshots, filtered, does not join again).
     """
+    kept = kva.joins.get(id(kvb))
+    if kept is not None and kept[0]() is kvb:
+        return kept[1]
+    out = _joint_codes_of(kva, kvb)
+    kva.joins = {k: v for k, v in kva.joins.items() if v[0]() is not None}
+    kva.joins[id(kvb)] = (weakref.ref(kvb), out)
+    return out
+
+
+def _joint_codes_of(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray, np.ndarray]:
     tr = _joint_by_hash(kva, kvb)
     if tr is None:
         tr = _joint_by_lookup(kva, kvb)

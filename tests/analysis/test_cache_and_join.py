@@ -132,3 +132,14 @@ def test_spark_snapshots_salt_with_spark_partitioning(planted_job):
     added = np.bincount(partition_ids([[f"hot-a#{i}" for i in range(8)]], m).astype(np.int64) * p // m, minlength=p)
     removed = np.bincount([own], minlength=p)
     assert (after - before == added - removed).all()
+
+
+def test_kept_key_join_gives_the_answer_of_a_fresh_diff(planted_job):
+    a, b = _pair(planted_job)
+    whole = diff(a, b)
+    for st in sorted(set(whole["state"])):
+        kept = diff(a, b, state=st)  # the key join of the first diff, reused
+        fa, fb = _pair(planted_job)
+        pd.testing.assert_frame_equal(kept, diff(fa, fb, state=st))
+        pd.testing.assert_frame_equal(kept.reset_index(drop=True),
+                                      whole[whole["state"] == st].reset_index(drop=True))
