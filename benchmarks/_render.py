@@ -179,7 +179,8 @@ def write_chart(charts: Path, name: str, title: str, bars: list[tuple[str, float
                           height=120 + 28 * len(bars), margin=dict(l=320))
         if log:
             fig.update_xaxes(type="log")
-        fig.write_html(charts / f"{name}.html", include_plotlyjs="cdn", full_html=True)
+        # a fixed div id: re-rendering the same figures leaves the file unchanged
+        fig.write_html(charts / f"{name}.html", include_plotlyjs="cdn", full_html=True, div_id=f"chart-{name}")
         extra = f"[interactive plotly chart](charts/{name}.html)"
         try:
             fig.write_image(charts / f"{name}.png")
