@@ -245,6 +245,14 @@ def peers_section(res: dict, charts: Path) -> list[str]:
     if res.get("complete") is False:
         lines += ["**This run was interrupted: the runs below finished; the others are missing.**", ""]
     results = res.get("results", {})
+    if results:
+        lines += ["Rows can come from different invocations (`bench_peers --merge` re-measures some runs and keeps "
+                  "the others), so each row states the load at its own start; the header's date and load are the "
+                  "last invocation's.", ""]
+        for m in res.get("merged_runs") or []:
+            lines.append(f"- `{m.get('command')}` finished {m.get('finished_utc')}, load {fmt(get(m, 'load_average', 0))}")
+        if res.get("merged_runs"):
+            lines.append("")
     v = res.get("versions", {})
     lines.append("Versions: " + ", ".join(f"{k} {x}" for k, x in v.items() if x) + ".")
     lines.append("")

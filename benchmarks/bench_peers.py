@@ -396,11 +396,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     del users, ts
 
     out = Path(args.out) if args.out else result_path("peers")
+    merged_runs: list[dict[str, Any]] = []
     if args.merge and out.is_file():
         prev = json.loads(out.read_text())
         if prev.get("records") != n:
             raise SystemExit(f"--merge: {out} holds a run on {prev.get('records')} records, not {n}")
         results = {**prev.get("results", {}), **results}
+        merged_runs = prev.get("merged_runs", [])
         not_measured = {**prev.get("not_measured", {}), **not_measured}
         versions = {**prev.get("versions", {}), **versions}
     for wl in workloads:
@@ -427,6 +429,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             row = summarize(report)
             row.update({k: run[k] for k in ("workload", "system", "backend", "checkpoint")})
             row["load_average_1min_at_start"] = round(load, 2)
+            row["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             results[run["name"]] = row
             print(f"   {run['name']:<44} {row['value']:>10,} records/s per core  {row['records_per_wall_s']:>10,}/s wall  "
                   f"peak {row['peak_rss_mb']:>7,.0f} MB  out {row['output_records']:,}", flush=True)
@@ -435,6 +438,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                complete=False), indent=2))
 
     result = document(n, input_path, workloads, results, versions, not_measured, complete=True)
+    if args.merge:  # which invocations the figures come from (each row also has its own load and finish time)
+        result["merged_runs"] = merged_runs + [{
+            "command": "python -m benchmarks.bench_peers " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}]
     out.write_text(json.dumps(result, indent=2))
     print(f"   -> {out}", flush=True)
     return result
