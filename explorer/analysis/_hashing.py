@@ -82,9 +82,9 @@ _MAX_WIDTH = 256
 _MAX_WIDTHS = 48
 
 
-def _horner(matrix: np.ndarray, base: int) -> np.ndarray:
-    h = np.zeros(len(matrix), dtype=np.uint64)
-    b = np.uint64(base)
+def _horner(matrix: np.ndarray, base: int, dtype: type = np.uint64) -> np.ndarray:
+    h = np.zeros(len(matrix), dtype=dtype)
+    b = dtype(base)
     for j in range(matrix.shape[1]):
         h *= b
         h += matrix[:, j]
@@ -150,6 +150,14 @@ def java_string_hashes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
     """Java ``String.hashCode`` (as uint32) of pure-ASCII strings, or None if any is not ASCII."""
     if not is_ascii(arr):
         return None
+    if isinstance(arr, pa.Array) and len(arr):
+        offsets, data = _buffers(arr)
+        lengths = np.diff(offsets)
+        width = int(lengths[0])
+        if (lengths == width).all():  # one length: Horner in uint32 over the buffer as a matrix
+            body = data[int(offsets[0]): int(offsets[-1])]
+            return _horner(body.reshape(len(arr), width), 31, np.uint32) if width else \
+                np.zeros(len(arr), dtype=np.uint32)
     return (polynomial_hashes(arr, 31) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 

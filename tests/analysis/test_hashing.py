@@ -48,3 +48,10 @@ def test_hash64_separates_distinct_strings():
 def test_even_base_is_refused():
     with pytest.raises(ValueError, match="odd"):
         polynomial_hashes(pa.array(["a"]), 32)
+
+
+@pytest.mark.parametrize("width", [0, 1, 13, 70])
+def test_java_hashes_of_one_length(width):
+    strs = [s.ljust(width, "x")[:width] for s in _strings(width, 500, width + 1)]
+    got = java_string_hashes(pa.array(strs).slice(3))
+    assert got.tolist() == [java_hash_code(s) & 0xFFFFFFFF for s in strs[3:]]
