@@ -302,6 +302,15 @@ def row_hashes(snap: Any) -> np.ndarray:
     return cache["row_hashes"]
 
 
+def _hashed_in_arrow(t: pa.DataType) -> bool:
+    """Whether :func:`arrow_hash` hashes this type without a Python loop (lists and maps go through
+    ``repr`` per value: not worth paying while loading, for a diff that may never come)."""
+    if pa.types.is_struct(t):
+        return all(_hashed_in_arrow(t.field(i).type) for i in range(t.num_fields))
+    return not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
+                or pa.types.is_fixed_size_list(t) or pa.types.is_union(t) or pa.types.is_dictionary(t))
+
+
 def _entry_hashes(p: pa.Table) -> np.ndarray:
     with np.errstate(over="ignore"):
         return (arrow_hash(p.column("value")) * _M1 + arrow_hash(p.column("user_key")) * _M2
@@ -361,7 +370,8 @@ def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]], np.
     lengths = [p.num_rows for p in pieces]
     entry_columns = ("namespace", "user_key", "value")
     hashes = None
-    if pieces and all(c in p.column_names for p in pieces for c in entry_columns):
+    if pieces and all(c in p.column_names and _hashed_in_arrow(p.schema.field(c).type)
+                      for p in pieces for c in entry_columns):
         # the reader handed over the entries anyway: hash them now rather than read the files again for a diff
         hashes = np.concatenate([_entry_hashes(p) for p in pieces])
     numeric = ["key_group", "subtask", "size_bytes", "last_access", "expires_at"]

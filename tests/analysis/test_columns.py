@@ -67,3 +67,17 @@ def test_cached_frame_matches_keyed_state(planted_job):
     assert len(row_hashes(snap)) == len(cf)
     snap.drop_analysis_cache()
     assert cached_frame(snap) is not cf
+
+
+def test_entries_are_hashed_while_loading_only_when_arrow_can(planted_job):
+    from explorer.analysis._columns import _hashed_in_arrow
+
+    assert _hashed_in_arrow(pa.int64()) and _hashed_in_arrow(pa.string())
+    assert _hashed_in_arrow(pa.struct([("a", pa.int64()), ("b", pa.string())]))
+    assert not _hashed_in_arrow(pa.list_(pa.int64()))
+    assert not _hashed_in_arrow(pa.struct([("a", pa.map_(pa.string(), pa.int64()))]))
+    snap = explorer.open(planted_job.savepoint)
+    cached_frame(snap)
+    kept = snap.__dict__["_analysis_cache"]["row_hashes"]  # hashed while loading
+    snap.__dict__["_analysis_cache"].pop("row_hashes")
+    assert (row_hashes(snap) == kept).all()  # the same as reading the entries again
