@@ -244,6 +244,7 @@ def _run_path(spark, path: str, in_dir: Path, work: Path, timeout_s: float) -> d
 
 
 def main(argv=None) -> int:
+    global BUCKETS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny input, for CI")
     ap.add_argument("--rows", type=int, default=None)
@@ -260,7 +261,6 @@ def main(argv=None) -> int:
     keys = args.keys or (2_000 if args.smoke else 20_000)
     batches = args.batches or 2
 
-    global BUCKETS
     BUCKETS = args.buckets
     from pyspark import cloudpickle
 

@@ -545,8 +545,11 @@ def _bucket_process(df, keys, schema, kw, variant, time_mode, buckets):
         raise JobError(f"the input already has a column {bk.BUCKET_COLUMN!r}, which the bucket layout adds")
     types = [to_arrow_type(df.schema[k].dataType) for k in keys]
     key_type = types[0] if len(keys) == 1 else pa.struct([pa.field(k, t) for k, t in zip(keys, types)])
-    grouped = bk.bucket_input(df, keys, n).groupBy(bk.BUCKET_COLUMN)
-    proc = bk.make_processor(variant, key_arrow_type=key_type, buckets=n, **kw)
+    # rows are packed per bucket before the shuffle (pandas operator, no event time: the
+    # watermark must see the event-time column, which packing would hide)
+    packed = variant == "pandas" and time_mode != "event"
+    grouped = bk.bucket_input(df, keys, n, pack=packed).groupBy(bk.BUCKET_COLUMN)
+    proc = bk.make_processor(variant, key_arrow_type=key_type, buckets=n, packed=packed, **kw)
     if variant == "row":
         return grouped.transformWithState(proc, schema, "Append", TIME_MODES[time_mode])
     return grouped.transformWithStateInPandas(proc, schema, "Append", TIME_MODES[time_mode])

@@ -9,7 +9,13 @@ The bucket layout mirrors Flink's own design, where keyed state lives in key
 groups: the stream is grouped by a bucket column, Spark's Murmur3 hash of the
 key columns modulo ``buckets`` (``pmod(hash(key...), buckets)``), so a
 micro-batch has at most ``buckets`` grouping keys instead of tens of thousands.
-For each bucket the adapter
+With the pandas operator (the default here) and no event time, a stateless
+``mapInArrow`` before the shuffle also packs each Arrow batch's rows of one
+bucket into one row (:func:`bucket_input`), so Spark's shuffle and PySpark's
+per-row conversion into the stateful operator handle one row per bucket and
+input batch rather than one per record (with event time the rows stay
+unpacked: the watermark needs the event-time column). For each bucket the
+adapter
 
 1. reads the bucket's whole state with **one** ``get()`` of one Spark
    ``ValueState`` (:data:`STATE_NAME`),
@@ -420,7 +426,7 @@ class _BucketMixin:
     def __init__(self, function: KeyedProcessFunction, *, time_mode: str, key_columns: Sequence[str],
                  input_columns: Sequence[str], output_columns: Sequence[str], record: Any,
                  event_time_column: str | None, num_partitions: int, name: str, key_arrow_type,
-                 buckets: int) -> None:
+                 buckets: int, packed: bool = False) -> None:
         self._template = function
         self._time_mode = time_mode
         self._key_columns = list(key_columns)
@@ -432,6 +438,7 @@ class _BucketMixin:
         self._name = name
         self._key_arrow_type = key_arrow_type
         self._buckets = buckets
+        self._packed = packed
 
     def init(self, handle) -> None:
         from .adapter import _output_tuple, _ProcessContext, _record_maker, _RuntimeContext
@@ -587,12 +594,16 @@ def make_processor(variant: str, **kw):
                     return
                 pdf = pdfs[0] if len(pdfs) == 1 else pd.concat(pdfs, ignore_index=True)
                 names = self._input_columns
-                cols = [pdf[c].tolist() for c in data_columns(len(names))]
+                if self._packed:
+                    table = unpack(pdf[PACKED_COLUMN].tolist())
+                    cols = [table.column(c).to_pylist() for c in data_columns(len(names))]
+                else:
+                    cols = [pdf[c].tolist() for c in data_columns(len(names))]
                 records = list(zip(*cols))
                 kidx = [names.index(c) for c in self._key_columns]
                 keys = cols[kidx[0]] if len(kidx) == 1 else list(zip(*(cols[i] for i in kidx)))
                 stamps = None
-                if self._event_column is not None:
+                if self._event_column is not None:  # never packed (see keyed_process)
                     stamps = _event_ms(pdf[data_columns(len(names))[names.index(self._event_column)]])
                 out = self._process(keys, records, stamps, timerValues)
                 if out:
@@ -660,12 +671,58 @@ def data_columns(n: int) -> list[str]:
     return [f"c{i}" for i in range(n)]
 
 
-def bucket_input(df, keys: Sequence[str], buckets: int):
-    """``df`` with its columns renamed (:func:`data_columns`) and the bucket column added."""
+#: the packed rows column (see :func:`bucket_input`)
+PACKED_COLUMN = "rows"
+
+
+def bucket_input(df, keys: Sequence[str], buckets: int, pack: bool = False):
+    """``df`` with its columns renamed (:func:`data_columns`) and the bucket column added.
+
+    With ``pack``, a stateless ``mapInArrow`` before the shuffle packs each Arrow batch's rows
+    of one bucket into one row ``(bucket, rows)``, ``rows`` an Arrow IPC stream of the data
+    columns in input order: the shuffle and PySpark's per-row conversion into the stateful
+    operator then handle one row per bucket and input batch instead of one per record.
+    """
     from pyspark.sql import functions as F
 
     cols = [F.col(f"`{c}`").alias(s) for c, s in zip(df.columns, data_columns(len(df.columns)))]
-    return df.select(*cols, bucket_column(keys, buckets).alias(BUCKET_COLUMN))
+    out = df.select(*cols, bucket_column(keys, buckets).alias(BUCKET_COLUMN))
+    if pack:
+        out = out.mapInArrow(pack_batches, f"{BUCKET_COLUMN} int, {PACKED_COLUMN} binary")
+    return out
+
+
+def pack_batches(batches):
+    """``mapInArrow`` function: rows of one bucket per Arrow batch -> one ``(bucket, IPC rows)`` row."""
+    import pyarrow.compute as pc
+
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        b = batch.column(batch.schema.get_field_index(BUCKET_COLUMN))
+        data = batch.drop_columns([BUCKET_COLUMN]) if hasattr(batch, "drop_columns") else \
+            pa.RecordBatch.from_arrays([batch.column(i) for i, f in enumerate(batch.schema) if f.name != BUCKET_COLUMN],
+                                       [f.name for f in batch.schema if f.name != BUCKET_COLUMN])
+        order = pc.sort_indices(b)  # stable: input order kept within a bucket
+        sorted_b = b.take(order).to_numpy(zero_copy_only=False)
+        data = data.take(order)
+        starts = [0] + [i for i in range(1, len(sorted_b)) if sorted_b[i] != sorted_b[i - 1]]
+        ends = starts[1:] + [len(sorted_b)]
+        ids, blobs = [], []
+        for s0, e0 in zip(starts, ends):
+            sink = io.BytesIO()
+            with pa.ipc.new_stream(sink, data.schema) as w:
+                w.write_batch(data.slice(s0, e0 - s0))
+            ids.append(int(sorted_b[s0]))
+            blobs.append(sink.getvalue())
+        yield pa.RecordBatch.from_arrays([pa.array(ids, pa.int32()), pa.array(blobs, pa.binary())],
+                                         [BUCKET_COLUMN, PACKED_COLUMN])
+
+
+def unpack(blobs: Iterable[bytes]) -> pa.Table:
+    """The data rows of packed ``rows`` values, in order."""
+    tables = [pa.ipc.open_stream(pa.py_buffer(bytes(x))).read_all() for x in blobs]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
 def bucket_column(keys: Iterable[str], buckets: int):

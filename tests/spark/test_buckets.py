@@ -272,3 +272,36 @@ def test_the_timer_table_name_is_reserved():
 
     with pytest.raises(JobError, match="reserved"):
         _processor(Bad())
+
+
+def test_packing_keeps_each_buckets_rows_in_input_order():
+    batch = pa.record_batch({"c0": ["a", "b", "c", "d", "e"], "c1": [1, 2, 3, 4, 5],
+                             bk.BUCKET_COLUMN: pa.array([3, 1, 3, 1, 0], pa.int32())})
+    packed = list(bk.pack_batches([batch, batch.slice(0, 0)]))
+    assert len(packed) == 1
+    out = packed[0]
+    assert out.schema.names == [bk.BUCKET_COLUMN, bk.PACKED_COLUMN]
+    rows = {b: bk.unpack([blob]).to_pylist() for b, blob in zip(out.column(0).to_pylist(), out.column(1).to_pylist())}
+    assert rows == {0: [{"c0": "e", "c1": 5}], 1: [{"c0": "b", "c1": 2}, {"c0": "d", "c1": 4}],
+                    3: [{"c0": "a", "c1": 1}, {"c0": "c", "c1": 3}]}
+    # several packed rows of one bucket are concatenated in order
+    assert bk.unpack([out.column(1)[2].as_py(), out.column(1)[1].as_py()]).column("c0").to_pylist() == ["a", "c", "b", "d"]
+
+
+def test_the_processor_reads_packed_rows():
+    class Count(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", int))
+
+        def process_element(self, v, ctx, out):
+            self.count.update(self.count.value(0) + 1)
+            out.collect((ctx.get_current_key(), self.count.value(), v.page))
+
+    p, store = _processor(Count(), time_mode="none", event_time_column=None)
+    p._packed = True
+    batch = pa.record_batch({"c0": ["a", "b", "a"], "c1": ["/x", "/y", "/z"], "c2": [1, 2, 3],
+                             bk.BUCKET_COLUMN: pa.array([0, 0, 0], pa.int32())})
+    packed = next(bk.pack_batches([batch]))
+    out = list(p.handleInputRows((0,), iter([packed.to_pandas()]), TV()))
+    assert list(out[0].itertuples(index=False, name=None)) == [("a", 1, "/x"), ("a", 2, "/z"), ("b", 1, "/y")]
+    assert store.log == ["get", "update"]
