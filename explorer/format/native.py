@@ -35,7 +35,7 @@ from .keycodec import decode_key
 from .snapshot import resolve
 from .types import TypeInfo, type_from_description
 
-__all__ = ["NATIVE_FORMAT", "NativeFiles", "key_group_runs", "materialize", "native_rows"]
+__all__ = ["NATIVE_FORMAT", "NativeFiles", "key_group_runs", "materialize", "native_rows", "native_table"]
 
 #: the ``state_format`` of a subtask whose keyed state is stored as RocksDB files
 NATIVE_FORMAT = "rocksdb-native"
@@ -107,34 +107,125 @@ def native_rows(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[in
     Values decode with ``value_info`` (default: the described type, structs as dicts).
     """
     info = value_info or type_from_description(desc["value_type"])
+    for first, last in runs:
+        lo, hi = first.to_bytes(prefix_bytes, "big"), (last + 1).to_bytes(prefix_bytes, "big")
+        yield from _raw_rows(_scan(cf, lo, hi), desc, prefix_bytes, info)
+
+
+def _raw_rows(entries: Iterable[tuple[bytes, bytes]], desc: dict[str, Any], prefix_bytes: int,
+              info: TypeInfo) -> Iterator[tuple]:
+    """Raw ``(key, value)`` entries of one state decoded one by one into rows (see :func:`native_rows`)."""
     dec = info.decode
     ttl = desc.get("ttl") is not None
     kind = desc["kind"]
     skip = 8 if ttl else 0
     unpack = _TS.unpack_from
+    for rk, rv in entries:
+        kg = int.from_bytes(rk[:prefix_bytes], "big")
+        key, pos = decode_key(rk, prefix_bytes)
+        ns, pos = decode_key(rk, pos)
+        ts = unpack(rv, 0)[0] if ttl else None
+        if kind == "map":
+            uk = decode_key(rk, pos)[0]
+            v = None if rv[skip] == 0 else dec(rv, skip + 1)[0]
+            yield (kg, key, ns, uk, v, ts)
+        elif kind == "list":
+            p, n, i = 0, len(rv), 0
+            while p < n:
+                ets = unpack(rv, p)[0] if ttl else None
+                v, p = dec(rv, p + skip)
+                yield (kg, key, ns, i, v, ets)
+                i += 1
+                if p < n and rv[p] != _DELIMITER:
+                    raise SnapshotFormatError(f"state {desc['name']!r}: corrupt list bytes at {p} (no delimiter)")
+                p += 1
+        else:
+            yield (kg, key, ns, None, dec(rv, skip)[0], ts)
+
+
+#: raw entries decoded together by :func:`native_table`
+TABLE_BATCH = 1 << 16
+
+
+def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
+                 user_key: Any, expire: tuple[int, int] | None = None, columnar: bool = True
+                 ) -> tuple[Any, dict[str, str]]:
+    """One state's entries in ``runs`` as the canonical keyed-state table
+    (:func:`explorer.format.keyed.rows_to_table` of :func:`native_rows`, with its kinds).
+
+    Batches of raw entries are decoded column-wise where their shape allows
+    (:mod:`.native_columns`), the others row by row; ``columnar=False`` decodes
+    everything row by row. ``expire`` = ``(ttl_ms, now_ms)`` drops entries that
+    have expired at ``now_ms`` (a full-snapshot TTL cleanup). ``cf`` is only
+    iterated, so it should be a private, read-only view (its iterator stays open).
+    """
+    import pyarrow as pa
+
+    from .keyed import rows_to_table
+    from .native_columns import decode_batch, supported
+
+    ttl = desc.get("ttl") is not None
+    kind = desc["kind"]
+
+    def decoded_rows(entries):
+        rows = _raw_rows(entries, desc, prefix_bytes, value_info)
+        if expire is not None and ttl:
+            ttl_ms, now_ms = expire
+            rows = (r for r in rows if not _is_expired(r[5], ttl_ms, now_ms))
+        return rows
+
+    def all_rows():
+        return rows_to_table(list(native_rows(cf, desc, prefix_bytes, runs, value_info) if expire is None or not ttl
+                                  else decoded_rows(_entries(cf, prefix_bytes, runs))), value_info, user_key)
+
+    if not columnar or not supported(kind, value_info, user_key):
+        return all_rows()
+    tables: list[pa.Table] = []
+    kinds: dict[str, str] | None = None
+    for keys, values in _raw_batches(cf, prefix_bytes, runs, TABLE_BATCH):
+        got = decode_batch(keys, values, kind, prefix_bytes, ttl, value_info, user_key, expire)
+        if got is None:
+            rows = list(decoded_rows(zip(keys, values)))
+            if not rows:
+                continue
+            got = rows_to_table(rows, value_info, user_key)
+        table, k = got
+        if kinds is not None and (k != kinds or table.schema != tables[0].schema):
+            return all_rows()  # e.g. keys of two types: the row path reports it (or a namespace kind differs)
+        kinds = k
+        tables.append(table)
+    if not tables:
+        return rows_to_table([], value_info, user_key)
+    return pa.concat_tables(tables).combine_chunks(), kinds
+
+
+def _is_expired(ts: int, ttl_ms: int, now_ms: int) -> bool:
+    # the engine's rule (explorer.engine.ttl.is_expired): min(ts + ttl, 2**63 - 1) <= now
+    return min(ts + ttl_ms, (1 << 63) - 1) <= now_ms
+
+
+def _entries(cf, prefix_bytes: int, runs: list[tuple[int, int]]) -> Iterator[tuple[bytes, bytes]]:
     for first, last in runs:
-        lo, hi = first.to_bytes(prefix_bytes, "big"), (last + 1).to_bytes(prefix_bytes, "big")
-        for rk, rv in _scan(cf, lo, hi):
-            kg = int.from_bytes(rk[:prefix_bytes], "big")
-            key, pos = decode_key(rk, prefix_bytes)
-            ns, pos = decode_key(rk, pos)
-            ts = unpack(rv, 0)[0] if ttl else None
-            if kind == "map":
-                uk = decode_key(rk, pos)[0]
-                v = None if rv[skip] == 0 else dec(rv, skip + 1)[0]
-                yield (kg, key, ns, uk, v, ts)
-            elif kind == "list":
-                p, n, i = 0, len(rv), 0
-                while p < n:
-                    ets = unpack(rv, p)[0] if ttl else None
-                    v, p = dec(rv, p + skip)
-                    yield (kg, key, ns, i, v, ets)
-                    i += 1
-                    if p < n and rv[p] != _DELIMITER:
-                        raise SnapshotFormatError(f"state {desc['name']!r}: corrupt list bytes at {p} (no delimiter)")
-                    p += 1
-            else:
-                yield (kg, key, ns, None, dec(rv, skip)[0], ts)
+        yield from _scan(cf, first.to_bytes(prefix_bytes, "big"), (last + 1).to_bytes(prefix_bytes, "big"))
+
+
+def _raw_batches(cf, prefix_bytes: int, runs: list[tuple[int, int]], size: int
+                 ) -> Iterator[tuple[list[bytes], list[bytes]]]:
+    """Raw keys and values in ``runs``, ``size`` entries at a time, from one live iterator per run."""
+    from rocksdict import ReadOptions
+
+    for first, last in runs:
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound((last + 1).to_bytes(prefix_bytes, "big"))
+        it = cf.items(from_key=first.to_bytes(prefix_bytes, "big"), read_opt=ro)
+        while True:
+            chunk = list(itertools.islice(it, size))
+            if chunk:
+                keys, values = zip(*chunk)
+                yield list(keys), list(values)
+            if len(chunk) < size:
+                break
+        del it
 
 
 class NativeFiles:

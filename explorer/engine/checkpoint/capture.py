@@ -5,17 +5,30 @@ paused): it copies the subtask's keyed state rows, timers, operator and
 broadcast state and metrics into memory. The *asynchronous* part turns the
 copy into files (Parquet and JSON) while the job keeps running, and returns
 this subtask's part of the snapshot metadata with sizes and checksums.
+
+A RocksDB backend's keyed state is not copied row by row in the synchronous
+part: a full checkpoint or savepoint pins a consistent view instead (a RocksDB
+checkpoint, hard-linked SST files, taken at the barrier, as Flink's full
+snapshot pins a RocksDB snapshot), and the asynchronous part reads that view,
+decoding it column-wise where the types allow
+(:func:`explorer.format.native.native_table`), and writes the same Parquet
+files the row copy would have. The view's folder is removed when the write is
+done, or when the capture is dropped unwritten (an aborted checkpoint).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
+import uuid
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from ...format.keyed import encode_keys, rows_to_table, write_parquet_by_key_group
+from ...format.native import native_table
 from ...format.snapshot import file_entry
 from ...format.types import type_info
 from ..operators import KeyedOperatorBase, SourceOperator
@@ -26,9 +39,46 @@ from ..ttl import is_expired
 @dataclass
 class StateCapture:
     descriptor: dict[str, Any]
-    rows: list[tuple]
+    rows: list[tuple] | None  # None: the rows are read from the capture's pinned view when written
     value_info: Any
     user_key: Any
+    expire: tuple[int, int] | None = None  # (ttl_ms, now_ms): drop expired rows when reading the view
+
+
+class PinnedView:
+    """A RocksDB backend's state at the barrier: a RocksDB checkpoint (SSTs hard-linked) in ``staging``.
+
+    Taken in the synchronous phase (a memtable flush and a few links), read in
+    the asynchronous one. ``staging`` is removed by :meth:`release`, or when the
+    view is garbage-collected without being released (an aborted checkpoint).
+    """
+
+    def __init__(self, backend) -> None:
+        self.staging = backend.path.parent / f".{backend.path.name}-full-{uuid.uuid4().hex[:12]}"
+        backend.native_checkpoint(self.staging)
+        self.prefix_bytes = backend.key_group_prefix_bytes
+        self.key_group_range = (backend.key_groups.start, backend.key_groups.end)
+        self._db = None
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.staging), True)
+
+    def column_family(self, name: str):
+        if self._db is None:
+            from rocksdict import AccessType, Options, Rdict
+
+            self._db = Rdict(str(self.staging), Options(raw_mode=True), access_type=AccessType.read_only())
+        return self._db.get_column_family(name)
+
+    def release(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self._finalizer()
+
+
+def _can_pin(backend) -> bool:
+    """Whether ``backend`` is a RocksDB backend whose live database can take a RocksDB checkpoint."""
+    return (getattr(backend, "name", None) == "rocksdb" and hasattr(backend, "native_checkpoint")
+            and not getattr(backend, "_closed", True) and not getattr(backend, "_read_only", True))
 
 
 @dataclass
@@ -51,13 +101,18 @@ class SubtaskCapture:
     alignment_ms: float = 0.0
     source_positions: list[list[Any]] | None = None
     native: Any = None  # an incremental.NativeCapture: keyed state as RocksDB files
+    view: PinnedView | None = None  # a full snapshot of a RocksDB backend: states read from here when written
 
 
-def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = None) -> SubtaskCapture:
+def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = None,
+                    pin_views: bool = True) -> SubtaskCapture:
     """Copy everything a subtask must restore (the synchronous phase).
 
     ``native``, if given, takes the keyed backend and captures it natively
     (an incremental checkpoint, see :mod:`.incremental`); its rows are then not copied.
+    Otherwise a RocksDB backend is pinned as a :class:`PinnedView` (its rows are
+    read in :func:`write_capture`) unless ``pin_views`` is False (then they are
+    copied here, the row-by-row path).
     """
     t0 = time.perf_counter()
     op = subtask.operator
@@ -73,20 +128,26 @@ def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = 
     )
     if isinstance(op, KeyedOperatorBase) and native is not None:
         cap.native = native(op.backend)
+    if isinstance(op, KeyedOperatorBase) and cap.native is None and pin_views and _can_pin(op.backend):
+        cap.view = PinnedView(op.backend)
     if isinstance(op, KeyedOperatorBase):
         for name, table in (op.backend.tables.items() if cap.native is None else ()):
             desc = table.descriptor
             ttl = getattr(desc, "ttl", None)
-            rows = list(table.rows())
-            if ttl is not None and ttl.cleanup.full_snapshot:
-                rows = [r for r in rows if not is_expired(r[5], ttl.ttl_ms, now_ms)]
+            expire = (ttl.ttl_ms, now_ms) if ttl is not None and ttl.cleanup.full_snapshot else None
+            if cap.view is not None:
+                rows = None
+            else:
+                rows = list(table.rows())
+                if expire is not None:
+                    rows = [r for r in rows if not is_expired(r[5], ttl.ttl_ms, now_ms)]
             if desc.kind is StateKind.MAP:
                 uk = desc.user_key_info
             elif desc.kind is StateKind.LIST:
                 uk = "index"
             else:
                 uk = None
-            cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk))
+            cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk, expire))
         for domain, q in (("event_time", op.event_timers), ("processing_time", op.processing_timers)):
             for t in q:
                 cap.timers.append((t.key_group, t.key, t.namespace, t.timestamp, domain))
@@ -134,14 +195,21 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
         native_meta, native_files, written = upload(cap.native)
         files.update(native_files)
         states_meta = list(cap.native.states)
-    for sc in cap.states:
-        rel = f"keyed/{uid_dir}/{_safe(sc.descriptor['name'])}/{cap.index}.parquet"
-        table, kinds = rows_to_table(sc.rows, sc.value_info, sc.user_key)
-        path = folder / rel
-        groups = write_parquet_by_key_group(table, path)
-        files[rel] = file_entry(folder, path)
-        states_meta.append({"name": sc.descriptor["name"], "file": rel, "rows": table.num_rows,
-                            "row_groups": groups, **kinds})
+    try:
+        for sc in cap.states:
+            rel = f"keyed/{uid_dir}/{_safe(sc.descriptor['name'])}/{cap.index}.parquet"
+            if sc.rows is None:
+                table, kinds = _view_table(cap.view, sc)
+            else:
+                table, kinds = rows_to_table(sc.rows, sc.value_info, sc.user_key)
+            path = folder / rel
+            groups = write_parquet_by_key_group(table, path)
+            files[rel] = file_entry(folder, path)
+            states_meta.append({"name": sc.descriptor["name"], "file": rel, "rows": table.num_rows,
+                                "row_groups": groups, **kinds})
+    finally:
+        if cap.view is not None:
+            cap.view.release()
     timers_meta = None
     if cap.timers:
         import pyarrow as pa
@@ -191,6 +259,16 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
         frag["state_format"] = "rocksdb-native"
         frag["native"] = native_meta
     return frag
+
+
+def _view_table(view: PinnedView, sc: StateCapture):
+    """One state's table read from a pinned view (the asynchronous half of a RocksDB full snapshot)."""
+    cf = view.column_family(sc.descriptor["name"])
+    try:
+        return native_table(cf, sc.descriptor, view.prefix_bytes, [view.key_group_range],
+                            sc.value_info, sc.user_key, expire=sc.expire)
+    finally:
+        cf.close()
 
 
 def _json_default(o):
