@@ -85,8 +85,9 @@ from ..engine.ttl import is_expired
 from ..errors import JobError, SnapshotFormatError
 from ..keygroups import KeyGroupRange
 
-__all__ = ["BUCKET_COLUMN", "DEFAULT_BUCKETS", "FORMAT", "STATE_NAME", "TIMERS", "VERSION", "decode_tables",
-           "encode_tables", "key_codec"]
+__all__ = ["BUCKET_COLUMN", "DEFAULT_BUCKETS", "FORMAT", "PACKED_COLUMN", "STATE_NAME", "TIMERS", "VERSION",
+           "bucket_column", "bucket_input", "data_columns", "decode_tables", "encode_tables", "key_codec",
+           "make_processor", "pack_batches", "unpack"]
 
 #: the grouping column the adapter adds: ``pmod(hash(key...), buckets)``
 BUCKET_COLUMN = "__explorer_bucket"
