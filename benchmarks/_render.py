@@ -608,8 +608,13 @@ def headline(results: dict[str, dict]) -> list[str]:
                 r = flink_s / ours_s
                 return "ours on par, within 10 %" if 0.9 <= r <= 1 / 0.9 else f"ours {times(r)}"
 
-            text += (f". Apache Flink on the same state: incremental {fmt(val(f, 'incremental', 'duration'))} s "
-                     f"({ours(val(f, 'incremental', 'duration'), val(s, 'incremental', 'duration'))}), "
+            each = get(f, "incremental", "duration_each", "value") or []
+            spread = (f"; Flink's rounds {fmt(min(each))}-{fmt(max(each))} s, ours "
+                      f"{fmt(min(get(s, 'incremental', 'duration_each', 'value') or [0]))}-"
+                      f"{fmt(max(get(s, 'incremental', 'duration_each', 'value') or [0]))} s"
+                      if len(each) > 1 else "")
+            text += (f". Apache Flink on the same state: incremental {fmt(val(f, 'incremental', 'duration'))} s median "
+                     f"({ours(val(f, 'incremental', 'duration'), val(s, 'incremental', 'duration'))}{spread}), "
                      f"full {fmt(val(f, 'full', 'duration'))} s ({ours(val(f, 'full', 'duration'), fd)}), recovery "
                      f"{fmt(val(f, 'recovery', 'incremental', 'restore'))} s from incremental "
                      f"({ours(val(f, 'recovery', 'incremental', 'restore'), val(s, 'recovery', 'incremental', 'restore'))}) "
@@ -643,7 +648,8 @@ def headline(results: dict[str, dict]) -> list[str]:
         for name, x in r.get("results", {}).items():
             sr = x.get("state_read") if x.get("system") == "spark" else None
             if sr and not sr.get("error") and sr.get("raw_rows", 0) > 100:
-                out.append(f"{sr['raw_rows']:,} rows ({name.split('/')[0]}, {', '.join(sr['state_variables'])}) in "
+                out.append(f"{sr['raw_rows']:,} rows (the {name.split('/')[0]} run's state "
+                           f"{', '.join(sr['state_variables'])}, {'bucket' if 'bucket' in name else 'per-key'} layout) in "
                            f"{fmt(sr['raw_seconds'])} s through Spark's state data source "
                            f"({fmt(sr['raw_rows_per_s'])} rows/s) vs {fmt(sr['explorer_seconds'])} s through "
                            f"`explorer.open` on the same checkpoint")

@@ -131,7 +131,7 @@ def test_checkpoint_page_puts_flink_beside_ours_or_says_why_not(tmp_path):
     assert "### Apache Flink 2.3.0 on the same state" in page
     assert "| 1000 MB | 20.0 | 3 | 0.2 |" in page
     assert "- **10 MB**: did not finish in 600 s" in page
-    assert "Apache Flink on the same state: incremental 0.2 s (ours 2x slower)" in page
+    assert "Apache Flink on the same state: incremental 0.2 s median (ours 2x slower)" in page
 
 
 def test_spark_end_of_input_markers_come_last_and_close_every_session(tmp_path):
