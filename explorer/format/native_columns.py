@@ -75,15 +75,37 @@ def _be_int64(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(_gather(buf, pos, 8)).view(">i8").reshape(-1).astype(np.int64)
 
 
+def _spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Every byte position of the (start, length) spans, in order."""
+    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+
+
 def _segments(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The bytes of each (start, length) segment concatenated, and Arrow int32 offsets."""
+    """The bytes of each (start, length) segment concatenated, and Arrow int32 offsets.
+
+    Segments are in buffer order and do not overlap (one per row). Short segments
+    are gathered by index; long ones (values) by masking out the short gaps
+    between them, so no index array is ever as long as the data.
+    """
     offsets = np.zeros(len(starts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     total = int(offsets[-1])
     if total == 0:
         return np.zeros(0, dtype=np.uint8), offsets.astype(np.int32)
-    idx = np.repeat(starts - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
-    return buf[idx], offsets.astype(np.int32)
+    ends = starts + lengths
+    gap_starts = np.concatenate(([0], ends))
+    gap_lens = np.concatenate((starts, [len(buf)])) - gap_starts
+    if bool(np.any(gap_lens < 0)):
+        raise _Unsupported  # overlapping segments: not a shape decoded here
+    if total <= len(buf) - total:
+        data = buf[_spans(starts, lengths)]
+    else:
+        mask = np.ones(len(buf), dtype=bool)
+        mask[_spans(gap_starts, gap_lens)] = False
+        data = buf[mask]
+    return data, offsets.astype(np.int32)
 
 
 def _string_array(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray | None = None,
@@ -95,7 +117,7 @@ def _string_array(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray | Non
         bitmap = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
         nulls = int(n - valid.sum())
     arr = pa.Array.from_buffers(pa.binary() if binary else pa.string(), n,
-                                [bitmap, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data.tobytes())], null_count=nulls)
+                                [bitmap, pa.py_buffer(np.ascontiguousarray(offsets)), pa.py_buffer(np.ascontiguousarray(data))], null_count=nulls)
     if not binary:
         arr.validate(full=True)  # UTF-8
     return arr
@@ -208,7 +230,7 @@ def _decode(keys: list[bytes], values: list[bytes], kind: str, prefix_bytes: int
         start = p + hdr
         _need((start + length == vend)[ok])
         length = np.where(ok, length, 0)
-        data, offsets = _segments(vbuf, np.where(ok, start, 0), length)
+        data, offsets = _segments(vbuf, np.where(ok, start, vend), length)  # a null: empty, in place
         vals = _string_array(data, offsets, valid, binary=vname == "bytes")
     cols = {
         "key_group": pa.array(kg, type=pa.int32()),
