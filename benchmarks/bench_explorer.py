@@ -370,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-explorer-"))
     workdir.mkdir(parents=True, exist_ok=True)
     started = _dt.datetime.now(_dt.timezone.utc)
+    at_start = machine()  # the load average when the run began (the end's is recorded too)
     try:
         result = run(sizes, args.repeat, args.key_type, workdir, None)
     finally:
@@ -383,10 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         "peer": "pyarrow.parquet.read_table(file).to_pandas() over the same state files, same process",
         "targets": {"load_speed_ratio_at_least": TARGET_LOAD_RATIO, "analysis_seconds_below": TARGET_ANALYSIS_S},
         "repeat": args.repeat,
-        "machine": machine(),
+        "machine": at_start,
         **result,
     }
-    report["machine_at_end"] = {"load_average": list(os.getloadavg())}
+    report["machine_at_end"] = {"load_average": list(os.getloadavg()),
+                                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
