@@ -196,7 +196,7 @@ def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[i
         tables.append(table)
     if not tables:
         return rows_to_table([], value_info, user_key)
-    return pa.concat_tables(tables).combine_chunks(), kinds
+    return pa.concat_tables(tables), kinds  # one chunk per batch: the Parquet writer takes them as they are
 
 
 def _is_expired(ts: int, ttl_ms: int, now_ms: int) -> bool:
@@ -217,6 +217,8 @@ def _raw_batches(cf, prefix_bytes: int, runs: list[tuple[int, int]], size: int
     for first, last in runs:
         ro = ReadOptions()
         ro.set_iterate_upper_bound((last + 1).to_bytes(prefix_bytes, "big"))
+        ro.fill_cache(False)  # one pass over everything: keep the block cache for the job
+        ro.set_readahead_size(4 << 20)
         it = cf.items(from_key=first.to_bytes(prefix_bytes, "big"), read_opt=ro)
         while True:
             chunk = list(itertools.islice(it, size))
