@@ -46,18 +46,16 @@ def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offsets, data
 
 
-def polynomial_hashes(arr: pa.Array | pa.ChunkedArray, base: int) -> np.ndarray:
-    """``sum(byte[t] * base**(len - 1 - t)) mod 2**64`` of every string (bytes) of ``arr`` (uint64).
+def _hash_chunks(arr: pa.Array | pa.ChunkedArray, max_width: int, hash_chunk) -> np.ndarray:
+    """uint64 hashes of every string of ``arr``, a chunk of at most ``_CHUNK`` strings at a time.
 
-    ``base`` must be odd. Nulls hash like empty strings (callers check nulls). Strings of
-    one length (the usual keys: ids, zero-padded numbers) are a matrix view of the data
-    buffer hashed column by column (Horner); a few distinct lengths are gathered into one
-    matrix per length; anything else goes through the prefix sums of the module doc.
+    ``hash_chunk(body, rel, lengths, widths, out)`` fills ``out`` for one chunk: ``body`` is
+    the chunk's bytes, ``rel`` its string offsets from 0, ``lengths`` their lengths and
+    ``widths`` the count of strings per length, or None when a string is longer than
+    ``max_width`` or there are more than ``_MAX_WIDTHS`` lengths.
     """
-    if base % 2 == 0:
-        raise ValueError(f"the base must be odd (invertible mod 2**64), found {base}")
     if isinstance(arr, pa.ChunkedArray):
-        parts = [polynomial_hashes(c, base) for c in arr.chunks]
+        parts = [_hash_chunks(c, max_width, hash_chunk) for c in arr.chunks]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
     n = len(arr)
     out = np.zeros(n, dtype=np.uint64)
@@ -70,12 +68,31 @@ def polynomial_hashes(arr: pa.Array | pa.ChunkedArray, base: int) -> np.ndarray:
         body = data[int(off[0]): int(off[-1])]
         rel = off - off[0]
         lengths = np.diff(rel)
-        widths = np.bincount(lengths) if len(lengths) and int(lengths.max()) <= _MAX_WIDTH else None
-        if widths is not None and np.count_nonzero(widths) <= _MAX_WIDTHS:
-            _by_length(body, rel, lengths, widths, base, out[lo:hi])
-        else:
-            out[lo:hi] = _by_prefix_sums(body, rel, base)
+        widths = np.bincount(lengths) if int(lengths.max()) <= max_width else None
+        if widths is not None and np.count_nonzero(widths) > _MAX_WIDTHS:
+            widths = None
+        hash_chunk(body, rel, lengths, widths, out[lo:hi])
     return out
+
+
+def polynomial_hashes(arr: pa.Array | pa.ChunkedArray, base: int) -> np.ndarray:
+    """``sum(byte[t] * base**(len - 1 - t)) mod 2**64`` of every string (bytes) of ``arr`` (uint64).
+
+    ``base`` must be odd. Nulls hash like empty strings (callers check nulls). Strings of
+    one length (the usual keys: ids, zero-padded numbers) are a matrix view of the data
+    buffer hashed column by column (Horner); a few distinct lengths are gathered into one
+    matrix per length; anything else goes through the prefix sums of the module doc.
+    """
+    if base % 2 == 0:
+        raise ValueError(f"the base must be odd (invertible mod 2**64), found {base}")
+
+    def chunk(body, rel, lengths, widths, out):
+        if widths is not None:
+            _by_length(body, rel, lengths, widths, base, out)
+        else:
+            out[:] = _by_prefix_sums(body, rel, base)
+
+    return _hash_chunks(arr, _MAX_WIDTH, chunk)
 
 
 _MAX_WIDTH = 256
@@ -178,28 +195,15 @@ def string_hash64(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     padded) and the words mixed with SplitMix64 (a bijection: keys of at most 8 bytes never
     collide); anything else is the polynomial hash with the length mixed in, finalized.
     """
-    if isinstance(arr, pa.ChunkedArray):
-        parts = [string_hash64(c) for c in arr.chunks]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
-    n = len(arr)
-    out = np.zeros(n, dtype=np.uint64)
-    if n == 0:
-        return out
-    offsets, data = _buffers(arr)
-    for lo in range(0, n, _CHUNK):
-        hi = min(n, lo + _CHUNK)
-        off = offsets[lo: hi + 1].astype(np.int64)
-        body = data[int(off[0]): int(off[-1])]
-        rel = off - off[0]
-        lengths = np.diff(rel)
-        widths = np.bincount(lengths) if int(lengths.max()) <= 64 else None
-        if widths is not None and np.count_nonzero(widths) <= _MAX_WIDTHS:
-            _words_by_length(body, rel, lengths, widths, out[lo:hi])
+    def chunk(body, rel, lengths, widths, out):
+        if widths is not None:
+            _words_by_length(body, rel, lengths, widths, out)
         else:
             h = _by_prefix_sums(body, rel, _B64)
             h ^= lengths.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
-            out[lo:hi] = splitmix64(h)
-    return out
+            out[:] = splitmix64(h)
+
+    return _hash_chunks(arr, 64, chunk)
 
 
 def _mix_words(matrix: np.ndarray, width: int) -> np.ndarray:
