@@ -399,6 +399,18 @@ def test_union_and_broadcast_operator_state(name):
     assert per_key == {f"records@{s}": v for s, v in zip(union["subtask"], union["value"])}
 
 
+def _subtask_sst_files(names):
+    """(fixture name, [(local file name, bytes)] of one subtask's SST files) for every RocksDB subtask."""
+    for name in names:
+        reader = FlinkSnapshotReader(FLINK_FIXTURES / name)
+        for op in reader.meta.operators:
+            for st in op.subtasks:
+                h = st.managed_keyed
+                if h is not None:
+                    yield name, [(local, reader.resolver.read(x)) for local, x in h.shared + h.private
+                                 if local.endswith(".sst")]
+
+
 def test_rocksdb_levels_merges_and_deletions_are_resolved():
     """Flink's RocksDB files hold list appends as merge operands, fired windows as deletions,
     spread over several SST files; the list and window checks above pass only if they are resolved.
@@ -409,21 +421,14 @@ def test_rocksdb_levels_merges_and_deletions_are_resolved():
     names = [n for n in DATASTREAM_FIXTURES if expected(n)["backend"] == "rocksdb" and "canonical" not in expected(n)["kind"]]
     assert len(names) >= 3
     merged = files = deletions = merges = 0
-    for name in names:
-        reader = FlinkSnapshotReader(FLINK_FIXTURES / name)
-        for op in reader.meta.operators:
-            for st in op.subtasks:
-                h = st.managed_keyed
-                if h is None:
-                    continue
-                ssts = [(local, reader.resolver.read(x)) for local, x in h.shared + h.private if local.endswith(".sst")]
-                for local, data in ssts:
-                    types = SstFile(data, local).entries().types
-                    merges += types.count(TYPE_MERGE)
-                    deletions += types.count(TYPE_DELETION)
-                _, stats = read_instance(ssts)
-                merged += stats["merged_keys"]
-                files += stats["sst_files"]
+    for _, ssts in _subtask_sst_files(names):
+        for local, data in ssts:
+            types = SstFile(data, local).entries().types
+            merges += types.count(TYPE_MERGE)
+            deletions += types.count(TYPE_DELETION)
+        _, stats = read_instance(ssts)
+        merged += stats["merged_keys"]
+        files += stats["sst_files"]
     assert merges > 0 and merged > 0 and deletions > 0 and files > 4
 
 
@@ -480,25 +485,18 @@ def test_columnar_sst_resolves_versions_merges_and_deletions_like_resolve():
     from explorer.readers.flink.rocksdb import resolve
 
     merged = multi_file = 0
-    for name in ROCKSDB_NATIVE:
-        reader = FlinkSnapshotReader(FLINK_FIXTURES / name)
-        for op in reader.meta.operators:
-            for st in op.subtasks:
-                h = st.managed_keyed
-                if h is None:
-                    continue
-                ssts = [(local, reader.resolver.read(x)) for local, x in h.shared + h.private if local.endswith(".sst")]
-                by_cf, _ = sstvec.column_families(ssts)
-                for cf, files in by_cf.items():
-                    for f in files:
-                        assert sstvec._data_handles(f) == f.data_handles(), f.name
-                    buf, ks, ke, vs, ve, m = sstvec.read_column_family(files)
-                    got = sorted((buf[a:b], buf[c:d]) for a, b, c, d in zip(ks.tolist(), ke.tolist(), vs.tolist(), ve.tolist()))
-                    keys, values, m_ref = resolve([(e.keys, e.seqs, e.types, e.values) for e in (f.entries() for f in files)])
-                    assert got == list(zip(keys, values)), (name, cf)
-                    assert m == m_ref
-                    merged += m
-                    multi_file += len(files) > 1
+    for name, ssts in _subtask_sst_files(ROCKSDB_NATIVE):
+        by_cf, _ = sstvec.column_families(ssts)
+        for cf, files in by_cf.items():
+            for f in files:
+                assert sstvec._data_handles(f) == f.data_handles(), f.name
+            buf, ks, ke, vs, ve, m = sstvec.read_column_family(files)
+            got = sorted((buf[a:b], buf[c:d]) for a, b, c, d in zip(ks.tolist(), ke.tolist(), vs.tolist(), ve.tolist()))
+            keys, values, m_ref = resolve([(e.keys, e.seqs, e.types, e.values) for e in (f.entries() for f in files)])
+            assert got == list(zip(keys, values)), (name, cf)
+            assert m == m_ref
+            merged += m
+            multi_file += len(files) > 1
     assert merged > 0 and multi_file > 0
 
 
