@@ -394,7 +394,56 @@ class ListState(_State):
         self.table.put(ctx.key_group, ctx.key, ctx.namespace, values)
 
 
-class MapState(_State):
+class MapMethods:
+    """The MapState methods that follow from ``get``, ``put``, ``remove`` and ``items``.
+
+    Shared by the engine's :class:`MapState` and the Spark adapter's map proxy, so the
+    two agree on what ``in``, ``len``, ``del`` and iteration mean.
+    """
+
+    __slots__ = ()
+
+    def __getitem__(self, user_key: Any) -> Any:
+        v = self.get(user_key, _MISSING)
+        if v is _MISSING:
+            raise KeyError(user_key)
+        return v
+
+    def __setitem__(self, user_key: Any, value: Any) -> None:
+        self.put(user_key, value)
+
+    def put_all(self, entries: dict[Any, Any]) -> None:
+        for k, v in entries.items():
+            self.put(k, v)
+
+    def __delitem__(self, user_key: Any) -> None:
+        if not self.contains(user_key):
+            raise KeyError(user_key)
+        self.remove(user_key)
+
+    def contains(self, user_key: Any) -> bool:
+        return self.get(user_key, _MISSING) is not _MISSING
+
+    def __contains__(self, user_key: Any) -> bool:
+        return self.contains(user_key)
+
+    def keys(self) -> list[Any]:
+        return [k for k, _ in self.items()]
+
+    def values(self) -> list[Any]:
+        return [v for _, v in self.items()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.items())
+
+    def is_empty(self) -> bool:
+        return not self.items()
+
+
+class MapState(MapMethods, _State):
     """A map per key. With TTL every map entry carries its own last-access time."""
 
     __slots__ = ()
@@ -425,12 +474,6 @@ class MapState(_State):
         v = self._read(ctx, user_key, e)
         return default if v is _MISSING else v
 
-    def __getitem__(self, user_key: Any) -> Any:
-        v = self.get(user_key, _MISSING)
-        if v is _MISSING:
-            raise KeyError(user_key)
-        return v
-
     def put(self, user_key: Any, value: Any) -> None:
         ctx = self._check_ctx()
         if user_key is None:
@@ -443,25 +486,9 @@ class MapState(_State):
             ctx.key_group, ctx.key, ctx.namespace, user_key, (value, self.clock.now_ms()) if self.ttl_ms else value
         )
 
-    __setitem__ = put
-
-    def put_all(self, entries: dict[Any, Any]) -> None:
-        for k, v in entries.items():
-            self.put(k, v)
-
     def remove(self, user_key: Any) -> None:
         ctx = self._check_ctx()
         self.table.map_remove(ctx.key_group, ctx.key, ctx.namespace, user_key)
-
-    def __delitem__(self, user_key: Any) -> None:
-        if not self.contains(user_key):
-            raise KeyError(user_key)
-        self.remove(user_key)
-
-    def contains(self, user_key: Any) -> bool:
-        return self.get(user_key, _MISSING) is not _MISSING
-
-    __contains__ = contains
 
     def items(self) -> list[tuple[Any, Any]]:
         ctx = self._check_ctx()
@@ -471,21 +498,6 @@ class MapState(_State):
             if v is not _MISSING:
                 out.append((uk, v))
         return out
-
-    def keys(self) -> list[Any]:
-        return [k for k, _ in self.items()]
-
-    def values(self) -> list[Any]:
-        return [v for _, v in self.items()]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.keys())
-
-    def __len__(self) -> int:
-        return len(self.items())
-
-    def is_empty(self) -> bool:
-        return not self.items()
 
 
 STATE_CLASSES: dict[StateKind, type[_State]] = {

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator
 
+from ..engine.state import MapMethods
 from ..errors import JobError, SerializationError
 from ..format import types as ft
 
@@ -299,7 +300,7 @@ class ListStateProxy(_Proxy):
         self._reset()
 
 
-class MapStateProxy(_Proxy):
+class MapStateProxy(MapMethods, _Proxy):
     __slots__ = ("_cache", "_all", "_writes", "_removes", "_cleared", "_active", "key_to", "key_from", "key_check")
 
     def __init__(self, descriptor, handle, binding) -> None:
@@ -347,12 +348,6 @@ class MapStateProxy(_Proxy):
         v = self._stored(user_key)
         return default if v is _ABSENT else v
 
-    def __getitem__(self, user_key: Any) -> Any:
-        v = self.get(user_key, _ABSENT)
-        if v is _ABSENT:
-            raise KeyError(user_key)
-        return v
-
     def put(self, user_key: Any, value: Any) -> None:
         if user_key is None:
             raise SerializationError(f"{self._where()}: a map key must not be None")
@@ -363,26 +358,10 @@ class MapStateProxy(_Proxy):
         self._writes[user_key] = value
         self._removes.discard(user_key)
 
-    __setitem__ = put
-
-    def put_all(self, entries: dict[Any, Any]) -> None:
-        for k, v in entries.items():
-            self.put(k, v)
-
     def remove(self, user_key: Any) -> None:
         self._activate()
         self._writes.pop(user_key, None)
         self._removes.add(user_key)
-
-    def __delitem__(self, user_key: Any) -> None:
-        if not self.contains(user_key):
-            raise KeyError(user_key)
-        self.remove(user_key)
-
-    def contains(self, user_key: Any) -> bool:
-        return self.get(user_key, _ABSENT) is not _ABSENT
-
-    __contains__ = contains
 
     def items(self) -> list[tuple[Any, Any]]:
         self._activate()
@@ -398,21 +377,6 @@ class MapStateProxy(_Proxy):
             merged.pop(k, None)
         merged.update(self._writes)
         return list(merged.items())
-
-    def keys(self) -> list[Any]:
-        return [k for k, _ in self.items()]
-
-    def values(self) -> list[Any]:
-        return [v for _, v in self.items()]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.keys())
-
-    def __len__(self) -> int:
-        return len(self.items())
-
-    def is_empty(self) -> bool:
-        return not self.items()
 
     def clear(self) -> None:
         self._activate()
