@@ -234,29 +234,19 @@ def encode_tables(tables: Sequence[BucketTable], timers: TimerQueue | None, time
         vals: list = []
         last: list = []
         kind = d.kind
-        if kind is StateKind.MAP:
-            for k, m in t.data.items():
-                for uk, e in m.items():
-                    if ttl_ms is not None:
-                        if is_expired(e[1], ttl_ms, now_ms):
-                            continue
-                        vals.append(e[0])
-                        last.append(e[1])
-                    else:
-                        vals.append(e)
-                    keys.append(k)
+        if kind is StateKind.MAP or kind is StateKind.LIST:
+            is_map = kind is StateKind.MAP
+            for k, uk, e in _elements(is_map, t.data):
+                if ttl_ms is not None:
+                    if is_expired(e[1], ttl_ms, now_ms):
+                        continue
+                    vals.append(e[0])
+                    last.append(e[1])
+                else:
+                    vals.append(e)
+                keys.append(k)
+                if is_map:
                     uks.append(uk)
-        elif kind is StateKind.LIST:
-            for k, elems in t.data.items():
-                for e in elems:
-                    if ttl_ms is not None:
-                        if is_expired(e[1], ttl_ms, now_ms):
-                            continue
-                        vals.append(e[0])
-                        last.append(e[1])
-                    else:
-                        vals.append(e)
-                    keys.append(k)
         else:
             if ttl_ms is None:
                 keys = list(t.data.keys())
@@ -285,6 +275,14 @@ def encode_tables(tables: Sequence[BucketTable], timers: TimerQueue | None, time
         out.append((TIMERS, timer_kind, None, _ipc(table)))
     return out
 
+
+
+def _elements(is_map: bool, data: dict) -> Iterable[tuple[Any, Any, Any]]:
+    """``(key, user key, stored entry)`` of every map entry, or ``(key, None, stored element)``
+    of every list element, of one bucket table's data."""
+    if is_map:
+        return ((k, uk, e) for k, m in data.items() for uk, e in m.items())
+    return ((k, None, e) for k, elems in data.items() for e in elems)
 
 _DESCRIBED: dict[int, str] = {}
 
