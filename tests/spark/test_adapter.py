@@ -7,7 +7,6 @@ import dataclasses
 import pytest
 
 from explorer.engine import (
-    KeyedProcessFunction,
     ListStateDescriptor,
     MapStateDescriptor,
     StateTtlConfig,
@@ -17,6 +16,8 @@ from explorer.engine import (
 from explorer.errors import JobError, StateNotDeclaredError
 from explorer.spark.adapter import _ProcessContext, _TimerService
 from explorer.spark.statemap import StateBinding, state_schema
+
+from .functions import RemindLater, by_value, one_file_per_batch
 
 pytestmark = pytest.mark.spark
 
@@ -274,35 +275,12 @@ def test_state_schemas_follow_declared_types():
 
 
 
-class RemindLater(KeyedProcessFunction):
-    """Registers a processing-time timer at the batch's time: due at once, so Spark fires it after the batch's data."""
-
-    def open(self, ctx):
-        self.seen = ctx.get_state(ValueStateDescriptor("seen", int))
-
-    def process_element(self, value, ctx, out):
-        self.seen.update(self.seen.value(0) + 1)
-        ctx.timer_service().register_processing_time_timer(ctx.timer_service().current_processing_time())
-
-    def on_timer(self, timestamp, ctx, out):
-        out.collect((ctx.get_current_key(), self.seen.value(0), ctx.time_domain()))
-
-
 def test_processing_time_timers_fire_and_the_query_ends(spark, tmp_path):
     """With processing-time timers an availableNow query of PySpark 4.3 would never end; run_on_spark's does."""
-    import sys
+    from explorer.spark.adapter import run_on_spark
 
-    from pyspark import cloudpickle
-
-    from explorer.spark.adapter import run_on_spark, write_input
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Spark's workers cannot import tests/
-    batches = [[{"k": "a"}, {"k": "b"}], [{"k": "a"}, {"k": "c"}], [{"k": "d"}]]
-    src = tmp_path / "in"
-    for i, b in enumerate(batches):
-        write_input(b, tmp_path / f"b{i}", files=1)
-        src.mkdir(exist_ok=True)
-        (tmp_path / f"b{i}" / "part-00000.parquet").rename(src / f"part-{i:05d}.parquet")
+    by_value()
+    src = one_file_per_batch(tmp_path, [[{"k": "a"}, {"k": "b"}], [{"k": "a"}, {"k": "c"}], [{"k": "d"}]])
     run = run_on_spark(RemindLater(), src, "k", "k string, seen long, domain string", tmp_path / "ckpt",
                        time_mode="processing", record=dict, timeout_s=600)
     assert run.batches == 3

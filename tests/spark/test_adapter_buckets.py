@@ -16,6 +16,8 @@ from explorer.readers.spark import SparkCheckpointReader
 from explorer.spark import buckets as bk
 from explorer.spark.partitioning import partition_ids
 
+from .functions import RemindLater, by_value, one_file_per_batch
+
 pytestmark = pytest.mark.spark
 
 
@@ -95,20 +97,6 @@ def test_explorer_reads_adapter_ttl_and_timers(dedup_bucket_run, sessions_bucket
     assert timers.value.notna().all()
 
 
-class RemindLater(KeyedProcessFunction):
-    """A processing-time timer at the batch's time: Spark fires the bucket's timer after the batch's data."""
-
-    def open(self, ctx):
-        self.seen = ctx.get_state(ValueStateDescriptor("seen", int))
-
-    def process_element(self, value, ctx, out):
-        self.seen.update(self.seen.value(0) + 1)
-        ctx.timer_service().register_processing_time_timer(ctx.timer_service().current_processing_time())
-
-    def on_timer(self, timestamp, ctx, out):
-        out.collect((ctx.get_current_key(), self.seen.value(0), ctx.time_domain()))
-
-
 class ForgetFast(KeyedProcessFunction):
     """Says whether the key is remembered; a 1 ms TTL forgets it by the next micro-batch."""
 
@@ -122,24 +110,14 @@ class ForgetFast(KeyedProcessFunction):
         self.kept.update(True)
 
 
-def _batches(tmp_path, batches):
-    from explorer.spark.adapter import write_input
-
-    src = tmp_path / "in"
-    for i, b in enumerate(batches):
-        write_input(b, tmp_path / f"b{i}", files=1)
-        src.mkdir(exist_ok=True)
-        (tmp_path / f"b{i}" / "part-00000.parquet").rename(src / f"part-{i:05d}.parquet")
-    return src
-
-
 def test_processing_time_timers_and_adapter_ttl_in_the_bucket_layout(spark, tmp_path):
     from pyspark import cloudpickle
 
     from explorer.spark.adapter import run_on_spark
 
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Spark's workers cannot import tests/
-    src = _batches(tmp_path, [[{"k": "a"}, {"k": "b"}], [{"k": "a"}, {"k": "c"}], [{"k": "d"}]])
+    by_value()
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # for ForgetFast: Spark's workers cannot import tests/
+    src = one_file_per_batch(tmp_path, [[{"k": "a"}, {"k": "b"}], [{"k": "a"}, {"k": "c"}], [{"k": "d"}]])
     run = run_on_spark(RemindLater(), src, "k", "k string, seen long, domain string", tmp_path / "ckpt",
                        time_mode="processing", record=dict, timeout_s=600, layout="bucket", buckets=4)
     assert run.batches == 3
