@@ -180,18 +180,29 @@ def _entries(files: list[SstFile]):
     steps = []
     g = np.flatnonzero(gstart < gend)
     pos = gstart[g]
+    # the three varints' first bytes, read as one little-endian word (the margin covers the last entry)
+    heads = np.ndarray((len(b) - 3,), dtype="<u4", buffer=b, strides=(1,))
     while len(g):
-        shared, p = _varints(b, pos)
-        nonshared, p = _varints(b, p)
-        vlen, kpos = _varints(b, p)
+        w = heads[pos]
+        if not (w & 0x808080).any():  # all three varints one byte long: the usual case
+            w = w.astype(np.int64)
+            shared = w & 0xFF
+            nonshared = (w >> 8) & 0xFF
+            vlen = (w >> 16) & 0xFF
+            kpos = pos + 3
+        else:
+            shared, p = _varints(b, pos)
+            nonshared, p = _varints(b, p)
+            vlen, kpos = _varints(b, p)
         nxt = kpos + nonshared + vlen
-        over = nxt > gend[g]
-        if over.any():
-            bad = int(gblock[g[np.flatnonzero(over)[0]]])
+        end = gend[g]
+        if (nxt > end).any():
+            bad = int(gblock[g[np.flatnonzero(nxt > end)[0]]])
             raise SstError(f"{names[int(bfile[bad])]}: a data block entry runs past its block")
-        go = np.flatnonzero(nxt < gend[g])
-        steps.append((g, shared, nonshared, kpos, vlen, go))
-        width = max(width, int((shared + nonshared).max()))
+        go = np.flatnonzero(nxt < end)
+        klen = shared + nonshared
+        steps.append((g, shared, klen, kpos, nonshared, vlen, go))
+        width = max(width, int(klen.max()))
         g, pos = g[go], nxt[go]
     if steps and steps[0][1].any():
         raise SstError(f"{names[0]}: a key at a restart point of a data block shares bytes with the previous key")
@@ -205,37 +216,37 @@ def _entries(files: list[SstFile]):
     gfirst = np.cumsum(counts) - counts
     keys = np.empty((n, width), dtype=np.uint8)
     kw = keys.view("<u8")
-    klen = np.empty(n, dtype=np.int64)
-    vpos = np.empty(n, dtype=np.int64)
-    vlen = np.empty(n, dtype=np.int64)
-    slot = np.empty(n, dtype=np.int64)
-    shared = np.empty(n, dtype=np.int64)
-    # every key's `width` bytes from its own start (less the shared prefix): one memcpy per row
+    kv = keys.view(np.dtype((np.void, width))).ravel()
     # row i: the `width` bytes from the start of key i's shared prefix, were it in the block (the margins
-    # cover rows that start before the buffer's first block or end after its last)
+    # cover rows that start before the buffer's first block or end after its last); one memcpy per row
     shift = 0 if width <= _MARGIN else width
     padded = b if not shift else np.concatenate([np.zeros(width, dtype=np.uint8), b, np.zeros(width, dtype=np.uint8)])
     rows_at = np.ndarray((len(padded) - width + 1,), dtype=np.dtype((np.void, width)), buffer=padded, strides=(1,))
     prefix_masks = _prefix_masks(width)
     off = 0
-    prev = None
-    for j, (g, sh, ns, kp, vl, go) in enumerate(steps):
+    prev = None  # the previous step's rows of the intervals still going: a slice, or row numbers
+    prev_klen = None
+    for g, sh, kl, kp, _, _, go in steps:
         m = len(g)
-        rows = kw[off : off + m]
-        rows.view(np.dtype((np.void, width))).ravel()[:] = rows_at[kp - sh + shift]
+        kv[off : off + m] = rows_at[kp - sh + shift]  # (np.take would copy all of rows_at first)
         if prev is not None:
-            if (sh > prev[1]).any():
+            if (sh > prev_klen).any():
                 raise SstError(f"{names[0]}: a data block key shares more bytes than the previous key has")
-            # the shared prefix from the previous key of the interval, a word at a time
-            mask = prefix_masks[sh]
-            rows[:] = (kw[prev[0]] & mask) | (rows & ~mask)
-        klen[off : off + m] = sh + ns
-        vpos[off : off + m] = kp + ns
-        vlen[off : off + m] = vl
-        slot[off : off + m] = gfirst[g] + j
-        shared[off : off + m] = sh
-        prev = (off + go, klen[off + go])
+            # the shared prefix from the previous key of the interval, a word at a time:
+            # row ^= (row ^ previous) & mask (np.take: row gathers of a contiguous matrix, ~10x fancy indexing)
+            rows = kw[off : off + m]
+            t = np.bitwise_xor(kw[prev] if isinstance(prev, slice) else np.take(kw, prev, axis=0), rows)
+            t &= np.take(prefix_masks, sh, axis=0)
+            rows ^= t
+        prev = slice(off, off + m) if len(go) == m else off + go
+        prev_klen = kl if len(go) == m else kl[go]
         off += m
+    cat = np.concatenate
+    klen = cat([st[2] for st in steps]) if steps else np.zeros(0, dtype=np.int64)
+    vpos = cat([st[3] + st[4] for st in steps]) if steps else np.zeros(0, dtype=np.int64)
+    vlen = cat([st[5] for st in steps]) if steps else np.zeros(0, dtype=np.int64)
+    slot = cat([gfirst[st[0]] + j for j, st in enumerate(steps)]) if steps else np.zeros(0, dtype=np.int64)
+    shared = cat([st[1] for st in steps]) if steps else np.zeros(0, dtype=np.int64)
     order = np.empty(n, dtype=np.int64)
     order[slot] = np.arange(n)  # file order -> row
     efile = np.repeat(bfile[gblock], counts)
@@ -266,10 +277,9 @@ def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndar
 
     Ranges index the returned buffer. Entries come in key order for one file
     holding one version per key; otherwise in key-group order, and within a key
-    group by file (``rocksdb.resolve`` sorts fully: compare them as sets).
+    group in the order of a hash of the key (``rocksdb.resolve`` sorts fully:
+    compare them as sets).
     """
-    from .rocksdb import combine
-
     joined, keys, klen, vpos, vlen, order, efile, shared, restarts = _entries(files)
     n, width = keys.shape
     kw = keys.view("<u8")
@@ -282,67 +292,83 @@ def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndar
     trailer = tail[np.arange(n) * width + ulen].view("<u8") if n else np.zeros(0, dtype=np.uint64)
     seq = (trailer >> np.uint64(8)).astype(np.int64)
     typ = (trailer & np.uint64(0xFF)).astype(np.int64)
-    kw &= _prefix_masks(width)[ulen]  # user keys, zero-padded
     merged = 0
-    extra: list[bytes] = []
+    extra: list[bytes] = []  # merged list values, stored after the blocks
     if len(files) == 1 and (typ == TYPE_VALUE).all() and not _adjacent_equal(kw, ulen, order, shared, restarts):
         keep = order  # one file of values, one version per key: already sorted and visible
         vs, ve = vpos[keep], vpos[keep] + vlen[keep]
     else:
-        h = _hash_rows(kw, ulen)
-        by_hash = np.argsort(h)
-        hs = h[by_hash]
-        first = np.flatnonzero(np.concatenate([[True], hs[1:] != hs[:-1]]))
-        size = np.diff(np.append(first, n))
-        single = by_hash[first[size == 1]]  # keys with one version
-        win = single[typ[single] == TYPE_VALUE]
-        merges = [[e] for e in single[typ[single] == TYPE_MERGE].tolist()]
-        multi = first[size > 1]
-        if len(multi):
-            # several versions: newest first; the hash must not have joined different keys
-            msize = size[size > 1]
-            grp = np.repeat(np.arange(len(multi)), msize)
-            rows = by_hash[np.repeat(multi - (np.cumsum(msize) - msize), msize) + np.arange(len(grp))]
-            o = np.lexsort((-seq[rows], grp))
-            rows, grp = rows[o], grp[o]
-            heads = np.flatnonzero(np.concatenate([[True], grp[1:] != grp[:-1]]))
-            lead = np.repeat(rows[heads], np.diff(np.append(heads, len(rows))))
-            if not ((kw[rows] == kw[lead]).all(axis=1) & (ulen[rows] == ulen[lead])).all():
-                raise Unsupported("a 64-bit hash collision between different keys")
-            newest = rows[heads]
-            tn = typ[newest]
-            win = np.concatenate([win, newest[tn == TYPE_VALUE]])
-            ends = np.append(heads[1:], len(rows))
-            merges += [rows[heads[gi] : ends[gi]].tolist() for gi in np.flatnonzero(tn == TYPE_MERGE).tolist()]
-        mk, ms, me = [], [], []
-        off = len(joined)  # merged lists go after the blocks, before the keys
-        merged = len(merges)
-        for idx in merges:  # newest version a merge operand: combined exactly as rocksdb.resolve does
-            value = combine([(int(typ[e]), joined[vpos[e] : vpos[e] + vlen[e]].tobytes()) for e in idx])
-            mk.append(idx[0])
-            ms.append(off)
-            extra.append(value)
-            off += len(value)
-            me.append(off)
-        # back into file order (a mask over it, no sort), then key-group order (a radix sort of 16-bit ints)
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(n)
-        vs_row, ve_row = vpos.copy(), vpos + vlen
-        if mk:
-            vs_row[mk], ve_row[mk] = ms, me
-        visible = np.zeros(n, dtype=bool)
-        visible[rank[win]] = True
-        visible[rank[np.asarray(mk, dtype=np.int64)]] = True
-        keep = order[visible]
-        kg = (keys[keep, 0].astype(np.uint16) << 8) | keys[keep, 1]
-        keep = keep[np.argsort(kg, kind="stable")]
-        vs, ve = vs_row[keep], ve_row[keep]
+        keep, vs, ve, extra = _resolve(joined, keys, ulen, vpos, vlen, seq, typ)
+        merged = len(extra)
     # the visible keys' rows in output order, so that key ranges ascend through the buffer
     rows = keys.view(np.dtype((np.void, width))).ravel()[keep]
     buf = b"".join([joined, *extra, rows])
     kbase = len(buf) - len(rows) * width
     ks = kbase + np.arange(len(keep), dtype=np.int64) * width
     return buf, ks, ks + ulen[keep], vs, ve, merged
+
+
+def _resolve(joined, keys, ulen, vpos, vlen, seq, typ):
+    """The visible version of every user key, in key-group order: ``(rows, value starts, value ends, merged)``.
+
+    ``merged``: the combined values of the keys whose newest version is a merge
+    operand, in the order their value ranges point to (from ``len(joined)`` on).
+
+    Rows are sorted once by key group (the first two key bytes) and a 64-bit
+    hash of the user key (the key group in the top 16 bits, 48 bits of the hash
+    below); rows with equal sort keys are one user key's versions (checked byte
+    for byte), of which the newest decides as in ``rocksdb.resolve``. Merged
+    values (keys whose newest version is a merge operand) are placed after
+    ``joined``, in the order of the returned list.
+    """
+    from .rocksdb import combine
+
+    n, width = keys.shape
+    kw = keys.view("<u8")
+    kw &= np.take(_prefix_masks(width), ulen, axis=0)  # user keys, zero-padded
+    h = _hash_rows(kw, ulen)
+    kg = (keys[:, 0].astype(np.uint64) << np.uint64(8)) | keys[:, 1]
+    sort_key = (kg << np.uint64(48)) | (h >> np.uint64(16))
+    by_key = np.argsort(sort_key)
+    sk = sort_key[by_key]
+    first = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
+    size = np.diff(np.append(first, n))
+    rep = by_key[first]  # each key's newest version (so far: its only one)
+    multi = np.flatnonzero(size > 1)
+    if len(multi):
+        # several versions: newest first; the hash must not have joined different keys
+        msize = size[multi]
+        grp = np.repeat(np.arange(len(multi)), msize)
+        rows = by_key[np.repeat(first[multi] - (np.cumsum(msize) - msize), msize) + np.arange(len(grp))]
+        o = np.lexsort((-seq[rows], grp))
+        rows, grp = rows[o], grp[o]
+        heads = np.flatnonzero(np.concatenate([[True], grp[1:] != grp[:-1]]))
+        lead = np.repeat(rows[heads], np.diff(np.append(heads, len(rows))))
+        if not ((np.take(kw, rows, axis=0) == np.take(kw, lead, axis=0)).all(axis=1)
+                & (ulen[rows] == ulen[lead])).all():
+            raise Unsupported("a 64-bit hash collision between different keys")
+        rep[multi] = rows[heads]
+        ends = np.append(heads[1:], len(rows))
+        multi_at = dict(zip(multi.tolist(), range(len(multi))))
+    tr = typ[rep]
+    keep_g = np.flatnonzero((tr == TYPE_VALUE) | (tr == TYPE_MERGE))  # deletions hide their keys
+    keep = rep[keep_g]
+    vs = vpos[keep]
+    ve = vs + vlen[keep]
+    extra: list[bytes] = []
+    off = len(joined)
+    for k in np.flatnonzero(tr[keep_g] == TYPE_MERGE).tolist():  # combined exactly as rocksdb.resolve does
+        gi = int(keep_g[k])
+        if size[gi] > 1:
+            m = multi_at[gi]
+            idx = rows[heads[m] : ends[m]].tolist()
+        else:
+            idx = [int(rep[gi])]
+        value = combine([(int(typ[e]), joined[vpos[e] : vpos[e] + vlen[e]].tobytes()) for e in idx])
+        vs[k], ve[k] = off, off + len(value)
+        extra.append(value)
+        off += len(value)
+    return keep, vs, ve, extra
 
 
 def _adjacent_equal(kw: np.ndarray, ulen: np.ndarray, order: np.ndarray, shared: np.ndarray,
@@ -358,7 +384,11 @@ def _adjacent_equal(kw: np.ndarray, ulen: np.ndarray, order: np.ndarray, shared:
     if (same_len & (b >= restarts) & (shared[b] >= ulen[b])).any():
         return True
     cand = np.flatnonzero(same_len & (b < restarts))
-    return bool(len(cand)) and bool((kw[a[cand]] == kw[b[cand]]).all(axis=1).any())
+    if not len(cand):
+        return False
+    a, b = a[cand], b[cand]
+    mask = np.take(_prefix_masks(8 * kw.shape[1]), ulen[a], axis=0)  # the user keys' bytes only
+    return bool(((np.take(kw, a, axis=0) & mask) == (np.take(kw, b, axis=0) & mask)).all(axis=1).any())
 
 
 def column_families(sst_files: list[tuple[str, bytes]]) -> tuple[dict[str, list[SstFile]], dict[str, int]]:
