@@ -118,6 +118,11 @@ class StateTable(ABC):
                 else:
                     yield (kg, key, ns, None, e, None)
 
+    def load_restored(self, pending: Any, descriptor: StateDescriptor, operator: str) -> int:
+        """Load a restored state (``pending.rows(descriptor, operator)``) into this empty table;
+        a backend with a faster bulk path for the pending kind overrides this."""
+        return self.load_rows(pending.rows(descriptor, operator))
+
     def load_rows(self, rows: Iterator[Row]) -> int:
         """Put rows back (restore). Returns how many were loaded."""
         n = 0
@@ -222,7 +227,7 @@ class KeyedStateBackend(ABC):
             made = self._create_columnar_table(descriptor, columnar) if columnar is not None else None
             table = self.tables[descriptor.name] = made if made is not None else self._create_table(descriptor)
             if pending is not None:
-                table.load_rows(pending.rows(descriptor, self.operator_name))
+                table.load_restored(pending, descriptor, self.operator_name)
             return table
         old = table.descriptor
         if old.kind is not descriptor.kind:

@@ -61,6 +61,13 @@ What rocksdict (0.3.29) can and cannot do -- verified against the installed whee
   checkpoint: SST files are hard links (link count 2 observed), plus
   MANIFEST, CURRENT, OPTIONS. ``live_files()`` lists SSTs per family.
   The checkpoint opens as a normal database.
+* **Bulk load**: ``SstFileWriter(Options(raw_mode=True))`` writes sorted raw
+  entries to an SST file and ``ingest_external_file(paths, opts)`` (with
+  ``IngestExternalFileOptions.set_move_files(True)``) on a family handle adds
+  it to the database (into the bottom level when the family is empty). A
+  canonical restore loads its rows this way (:meth:`RocksDBStateBackend.ingest_sorted`),
+  about 3x faster than write batches for 1 KB values, and the state lands
+  as one sorted run instead of memtables waiting for flushes and compactions.
 * **Merge operators: not available.** No ``set_merge_operator`` on ``Options``
   and no ``merge`` on ``Rdict``/``WriteBatch`` (the C++ library has them,
   the binding does not expose them). So list ``add`` is a read-modify-write,
@@ -91,10 +98,21 @@ import json
 import os
 import shutil
 import struct
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from rocksdict import AccessType, Checkpoint, Options, ReadOptions, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    Checkpoint,
+    IngestExternalFileOptions,
+    Options,
+    ReadOptions,
+    Rdict,
+    SstFileWriter,
+    WriteBatch,
+    WriteOptions,
+)
 
 from ...errors import RestoreError, SerializationError, SnapshotFormatError, StateMigrationError
 from ...format.keycodec import decode_key, encode_key, prefix_successor
@@ -125,6 +143,8 @@ _LIST_DELIMITER = b","
 _NULL, _PRESENT = b"\x00", b"\x01"
 _NONE_NS = b"\x01"  # encode_key(None)
 _SCAN_CHUNK = 2048
+#: size at which a restore's bulk load starts a new SST file (RocksDB's default target file size)
+INGEST_FILE_BYTES = 64 << 20
 
 
 class _KeyCache:
@@ -485,6 +505,29 @@ class RocksDBStateTable(StateTable):
             self._backend._write(self, puts, [])
         return n
 
+    def load_restored(self, pending: Any, descriptor: StateDescriptor, operator: str) -> int:
+        """Load a restored state into this (empty) state.
+
+        A canonical restore (:class:`explorer.engine.checkpoint.restore.RestoredKeyedState`)
+        hands over its rows in batches that carry, where the types allow, their raw
+        entries already encoded column-wise and sorted
+        (:func:`explorer.format.native_encode.encode_batch`); those are written into
+        SST files and ingested (:meth:`RocksDBStateBackend.ingest_sorted`), the
+        usual RocksDB bulk load. From the first batch without raw entries, or whose
+        keys do not come after the previous batch's, the rest goes the row way
+        (:meth:`load_rows`), so the result is the same either way.
+        """
+        chunks = getattr(pending, "chunks", None)
+        if chunks is None or not self._is_empty():
+            return self.load_rows(pending.rows(descriptor, operator))
+        return self._backend.ingest_sorted(self, chunks(descriptor, operator, self._kg_bytes))
+
+    def _is_empty(self) -> bool:
+        it = self._cf.keys()
+        first = list(itertools.islice(it, 1))
+        del it
+        return not first
+
     def clear_all(self) -> None:
         r = self._range(None)
         if r is not None:
@@ -701,6 +744,69 @@ class RocksDBStateBackend(KeyedStateBackend):
         for k in deletes:
             wb.delete(k, handle)
         self._db.write(wb, self._write_opts)
+
+    def ingest_sorted(self, table: RocksDBStateTable, chunks: Iterator[Any]) -> int:
+        """Bulk-load batches of a restored state into ``table`` (empty) through SST files.
+
+        Each batch has ``raw`` (``(keys, values)`` binary arrays, keys strictly
+        ascending, or None), ``num_rows`` and ``rows()``. Raw batches whose keys
+        ascend from one batch to the next are written with an ``SstFileWriter``
+        (files cut at :data:`INGEST_FILE_BYTES`) in a folder next to the database
+        and ingested in one ``IngestExternalFile`` call (moved, not copied; they
+        land in the bottom level as one sorted run). From the first other batch
+        on, the files written so far are ingested and the rest is loaded with
+        :meth:`RocksDBStateTable.load_rows`. Returns the rows loaded.
+        """
+        tmp = self.path.parent / f".{self.path.name}-ingest-{uuid.uuid4().hex[:12]}"
+        files: list[str] = []
+        writer = None
+        in_file = 0
+        last: bytes | None = None
+        by_rows = False
+        n = 0
+
+        def ingest() -> None:
+            nonlocal writer
+            if writer is not None:
+                writer.finish()
+                writer = None
+            if files:
+                opts = IngestExternalFileOptions()
+                opts.set_move_files(True)
+                table._cf.ingest_external_file(list(files), opts)
+                files.clear()
+
+        try:
+            for chunk in chunks:
+                raw = None if by_rows else chunk.raw
+                if raw is not None and last is not None and raw[0][0].as_py() <= last:
+                    raw = None  # not after the previous batch: cannot extend the sorted run
+                if raw is None:
+                    if not by_rows:
+                        ingest()
+                        by_rows = True
+                    n += table.load_rows(chunk.rows())
+                    continue
+                keys, values = raw
+                if writer is None:
+                    tmp.mkdir(parents=True, exist_ok=True)
+                    files.append(str(tmp / f"{len(files):06d}.sst"))
+                    writer = SstFileWriter(Options(raw_mode=True))
+                    writer.open(files[-1])
+                    in_file = 0
+                for k, v in zip(keys.to_pylist(), values.to_pylist()):
+                    writer[k] = v
+                last = keys[-1].as_py()
+                n += chunk.num_rows
+                in_file += keys.nbytes + values.nbytes
+                if in_file >= INGEST_FILE_BYTES:
+                    writer.finish()
+                    writer = None
+            ingest()
+        finally:
+            writer = None
+            shutil.rmtree(tmp, ignore_errors=True)
+        return n
 
     # --- TTL -----------------------------------------------------------------------------------
     def background_cleanup(self, now_ms: int | None = None) -> int:

@@ -6,7 +6,11 @@ out again (even split or union); broadcast state is copied to every
 subtask; sources resume at their recorded positions. Keyed state of an
 incremental checkpoint (RocksDB's own files) is restored natively into a
 RocksDB subtask, or read out row by row into any other backend
-(:mod:`.incremental`).
+(:mod:`.incremental`). Canonical (Parquet) keyed state is read one row group
+at a time (the next one read and encoded in a thread while the current one is
+written); a RocksDB subtask gets each row group's raw entries encoded
+column-wise (:mod:`explorer.format.native_encode`) and bulk-loads them as SST
+files, other backends (and shapes not encoded column-wise) get rows.
 
 State is checked when the restored job registers it (Flink's state
 migration): the same kind, a compatible type (a dataclass may gain fields
@@ -22,8 +26,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Iterator
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from ...errors import RestoreError, StateMigrationError
 from ...format.keyed import decode_keys, read_parquet_key_groups
+from ...format.native_encode import encode_batch
+from ...format.prefetch import prefetch
 from ...format.snapshot import resolve, verify_snapshot
 from ...format.types import TypeInfo, type_from_description
 from ..operator_state import OperatorStateMode, redistribute_list
@@ -114,24 +124,78 @@ class RestoredKeyedState:
                 f"{where}: map key type changed from {self.desc.get('user_key_type')} to {new.get('user_key_type')}"
             )
 
-    def rows(self, descriptor: StateDescriptor, operator: str) -> Iterator[tuple]:
+    def _decoders(self, descriptor: StateDescriptor, operator: str) -> tuple[Any, TypeInfo | None]:
         where = f"operator {operator!r}, state {self.desc['name']!r}"
-        conv = _converter(self.desc["value_type"], descriptor.value_info, where)
-        uk_info = descriptor.user_key_info
-        kgs = list(self.key_groups)
+        return _converter(self.desc["value_type"], descriptor.value_info, where), descriptor.user_key_info
+
+    def _tables(self) -> Iterator[tuple[pa.Table, dict]]:
+        """Each Parquet row group holding wanted key groups, cut to them, in file order."""
+        lo, hi = self.key_groups.start, self.key_groups.stop - 1
         for rel, smeta in self.files:
-            t = read_parquet_key_groups(resolve(self.folder, rel), smeta["row_groups"], kgs)
-            if not t.num_rows:
+            groups = smeta["row_groups"]
+            ids = [i for i, (first, last, _) in enumerate(groups) if first <= hi and last >= lo]
+            if not ids:
                 continue
-            keys = decode_keys(t.column("key"), smeta["key_kind"])
-            nss = decode_keys(t.column("namespace"), smeta["namespace_kind"])
-            uks = t.column("user_key").to_pylist()
-            if uk_info is not None:
-                uks = [uk_info.from_arrow(u) for u in uks]
-            vals = [conv(v) for v in t.column("value").to_pylist()]
-            tss = t.column("last_access").to_pylist()
-            kg = t.column("key_group").to_pylist()
-            yield from zip(kg, keys, nss, uks, vals, tss)
+            pf = pq.ParquetFile(resolve(self.folder, rel))
+            for i in ids:
+                t = pf.read_row_group(i)
+                first, last, _ = groups[i]
+                if first < lo or last > hi:
+                    kg = t.column("key_group")
+                    t = t.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
+                if t.num_rows:
+                    yield t, smeta
+
+    @staticmethod
+    def _rows_of(t: pa.Table, smeta: dict, conv: Any, uk_info: TypeInfo | None) -> Iterator[tuple]:
+        keys = decode_keys(t.column("key"), smeta["key_kind"])
+        nss = decode_keys(t.column("namespace"), smeta["namespace_kind"])
+        uks = t.column("user_key").to_pylist()
+        if uk_info is not None:
+            uks = [uk_info.from_arrow(u) for u in uks]
+        vals = [conv(v) for v in t.column("value").to_pylist()]
+        tss = t.column("last_access").to_pylist()
+        kg = t.column("key_group").to_pylist()
+        return zip(kg, keys, nss, uks, vals, tss)
+
+    def rows(self, descriptor: StateDescriptor, operator: str) -> Iterator[tuple]:
+        conv, uk_info = self._decoders(descriptor, operator)
+        for t, smeta in self._tables():
+            yield from self._rows_of(t, smeta, conv, uk_info)
+
+    def chunks(self, descriptor: StateDescriptor, operator: str, prefix_bytes: int) -> Iterator["RestoredChunk"]:
+        """The rows batch by batch (one Parquet row group each), for a RocksDB state with a
+        ``prefix_bytes`` key-group prefix; each batch also carries its raw RocksDB entries when
+        its types encode column-wise and the declared value type is unchanged (no conversion)."""
+        conv, uk_info = self._decoders(descriptor, operator)
+        d = self.desc
+        same_type = descriptor.describe()["value_type"] == d["value_type"]
+        ttl = d.get("ttl") is not None
+
+        def chunk(t: pa.Table, smeta: dict) -> RestoredChunk:
+            raw = None
+            if same_type:
+                raw = encode_batch(t, d["kind"], prefix_bytes, ttl, d["value_type"], d.get("user_key_type"),
+                                   smeta["key_kind"], smeta["namespace_kind"])
+            return RestoredChunk(raw, t.num_rows, lambda: self._rows_of(t, smeta, conv, uk_info))
+
+        # the next batch is read and encoded (Arrow and NumPy, which release the GIL) in a
+        # thread while the caller writes the current one
+        yield from prefetch((chunk(t, smeta) for t, smeta in self._tables()), "restore-read")
+
+
+class RestoredChunk:
+    """One batch of a restored state: ``rows()``, and ``raw`` = the RocksDB ``(keys, values)`` or None."""
+
+    __slots__ = ("raw", "num_rows", "_rows")
+
+    def __init__(self, raw: tuple[pa.Array, pa.Array] | None, num_rows: int, rows: Any) -> None:
+        self.raw = raw
+        self.num_rows = num_rows
+        self._rows = rows
+
+    def rows(self) -> Iterator[tuple]:
+        return self._rows()
 
 
 def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool = False) -> dict[str, Any]:
