@@ -490,8 +490,9 @@ def test_columnar_sst_resolves_versions_merges_and_deletions_like_resolve():
         for cf, files in by_cf.items():
             for f in files:
                 assert sstvec._data_handles(f) == f.data_handles(), f.name
-            buf, ks, ke, vs, ve, m = sstvec.read_column_family(files)
-            got = sorted((buf[a:b], buf[c:d]) for a, b, c, d in zip(ks.tolist(), ke.tolist(), vs.tolist(), ve.tolist()))
+            values, keys, ks, ke, vs, ve, m = sstvec.read_column_family(files)
+            kb, vb = keys.tobytes(), values.tobytes()
+            got = sorted((kb[a:b], vb[c:d]) for a, b, c, d in zip(ks.tolist(), ke.tolist(), vs.tolist(), ve.tolist()))
             keys, values, m_ref = resolve([(e.keys, e.seqs, e.types, e.values) for e in (f.entries() for f in files)])
             assert got == list(zip(keys, values)), (name, cf)
             assert m == m_ref

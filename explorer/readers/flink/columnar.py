@@ -55,33 +55,55 @@ class Fallback(Exception):
 class Buf:
     """A byte buffer viewed as NumPy."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.np = np.frombuffer(data, dtype=np.uint8)
-        self._windows: dict[int, np.ndarray] = {}
+    def __init__(self, data: bytes | np.ndarray) -> None:
+        """``data``: bytes, or a uint8 NumPy array (used in place; ``data`` is then a memoryview of it)."""
+        if isinstance(data, np.ndarray):
+            self.np = data.view(np.uint8).reshape(-1)
+            self.data = memoryview(self.np)
+        else:
+            self.data = data
+            self.np = np.frombuffer(data, dtype=np.uint8)
+        self._windows: dict[int | str, np.ndarray] = {}
 
     def windows(self, width: int) -> np.ndarray:
-        """A zero-copy ``(len - width + 1, width)`` view: row ``i`` is ``buf[i : i + width]``."""
+        """A zero-copy view of ``width``-byte rows, one starting at every byte: row ``i`` is ``buf[i : i + width]``.
+
+        A 1-D array of ``width``-byte void items (fancy indexing copies each row
+        with one memcpy; a 2-D ``(len, width)`` strided view is several times slower).
+        """
         w = self._windows.get(width)
         if w is None:
             n = max(len(self.np) - width + 1, 0)
-            w = np.lib.stride_tricks.as_strided(self.np, shape=(n, width), strides=(1, 1), writeable=False)
+            w = np.ndarray((n,), dtype=np.dtype((np.void, width)), buffer=self.np, strides=(1,))
             self._windows[width] = w
         return w
+
+    def numbers(self, dtype: str) -> np.ndarray:
+        """A zero-copy view of ``dtype`` numbers (such as ``>i8``), one starting at every byte."""
+        w = self._windows.get(dtype)
+        if w is None:
+            size = np.dtype(dtype).itemsize
+            w = np.ndarray((max(len(self.np) - size + 1, 0),), dtype=dtype, buffer=self.np, strides=(1,))
+            self._windows[dtype] = w
+        return w
+
+
+def _check(buf: Buf, pos: np.ndarray, width: int) -> None:
+    if len(pos) and (pos.min() < 0 or pos.max() + width > len(buf.np)):
+        raise Fallback("position out of range")
 
 
 def _gather(buf: Buf, pos: np.ndarray, width: int) -> np.ndarray:
     """``(n, width)`` bytes starting at each position."""
-    if len(pos) and (pos.min() < 0 or pos.max() + width > len(buf.np)):
-        raise Fallback("position out of range")
+    _check(buf, pos, width)
     if width == 1:
         return buf.np[pos][:, None]
-    return buf.windows(width)[pos]
+    return buf.windows(width)[pos].view(np.uint8).reshape(len(pos), width)
 
 
 def _fixed(buf: Buf, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
-    m = _gather(buf, pos, width)
-    return np.ascontiguousarray(m).view(dtype).ravel().astype(dtype.replace(">", "="))
+    _check(buf, pos, width)
+    return buf.numbers(dtype)[pos].astype(dtype.replace(">", "="))
 
 
 @dataclass
@@ -277,7 +299,7 @@ def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[n
         e = np.where(long_rows[sl], width, end[sl])
         words = rows_at[e - width].view("<u8").reshape(len(e), -1)
         # keep each word's bytes at columns >= width - len: its top `k` bytes
-        words &= suffix_masks[short[sl]]
+        words &= np.take(suffix_masks, short[sl], axis=0)  # (np.take: ~10x a 2-D fancy index)
         high = words[:, 0] & _HIGH_BITS
         for k in range(1, words.shape[1]):
             high |= words[:, k] & _HIGH_BITS
@@ -312,14 +334,16 @@ def _skip(dec: Decoder, buf: Buf, pos: np.ndarray, want_ttl: bool) -> Column:
 def decode_state(
     meta: StateMeta, key_dec: Decoder, prefix: int, buf: Buf,
     ks: np.ndarray, ke: np.ndarray, vs: np.ndarray, ve: np.ndarray,
-    columns: frozenset[str] | None = None,
+    columns: frozenset[str] | None = None, vbuf: Buf | None = None,
 ) -> StateColumns:
     """Decode every entry of one state (key/value layout) at once; raises :class:`Fallback`.
 
     ``columns``: the contract columns wanted (None: all). Values and map keys
     not wanted are not decoded (they come back as nulls); keys, key groups,
-    namespaces and sizes always are.
+    namespaces and sizes always are. ``vbuf``: the buffer ``vs``/``ve`` index,
+    if not ``buf`` (which ``ks``/``ke`` index).
     """
+    vbuf = buf if vbuf is None else vbuf
     want_value = columns is None or "value" in columns
     want_user_key = columns is None or "user_key" in columns
     want_ttl = columns is None or "last_access" in columns or "expires_at" in columns
@@ -353,14 +377,14 @@ def decode_state(
                 raise Fallback("map key length mismatch")
         else:
             uk = Column(pa.nulls(n))
-        if n and _gather(buf, vs, 1).any():
+        if n and _gather(vbuf, vs, 1).any():
             raise Fallback("null map values")
         if want_value:
-            v, q = read(elem, buf, vs + 1)
+            v, q = read(elem, vbuf, vs + 1)
             if n and not np.array_equal(q, ve):
                 raise Fallback("map value length mismatch")
         else:
-            v = _skip(elem, buf, vs + 1, want_ttl)
+            v = _skip(elem, vbuf, vs + 1, want_ttl)
         return StateColumns(key, kg, ns, uk.values, v.values, v.ttl, ve - vs)
     if n and not np.array_equal(p, ke):
         raise Fallback("key length mismatch")
@@ -378,16 +402,16 @@ def decode_state(
         first = np.cumsum(counts) - counts
         within = np.arange(total) - np.repeat(first, counts)
         epos = np.repeat(vs, counts) + within * (width + 1)
-        v = read(elem, buf, epos)[0] if want_value else _skip(elem, buf, epos, want_ttl)
+        v = read(elem, vbuf, epos)[0] if want_value else _skip(elem, vbuf, epos, want_ttl)
         rows = np.repeat(np.arange(n), counts)
         take = pa.array(rows)
         keycol = Column(key.values.take(take), key.codes[rows] if key.codes is not None else None)
         return StateColumns(keycol, kg[rows], ns.take(take), pa.array(within, type=pa.int64()),
                             v.values, v.ttl, np.full(total, width, dtype=np.int64))
     if not want_value:
-        v = _skip(elem, buf, vs, want_ttl)
+        v = _skip(elem, vbuf, vs, want_ttl)
         return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)
-    v, q = read(elem, buf, vs)
+    v, q = read(elem, vbuf, vs)
     if n and not np.array_equal(q, ve):
         raise Fallback("value length mismatch")
     return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)

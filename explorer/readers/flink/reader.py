@@ -406,10 +406,11 @@ class FlinkSnapshotReader(SnapshotReader):
                     cols = _column_family_by_entries(cf_files)
             except ValueError as exc:
                 raise SnapshotCorruptError(f"{where}: {exc}") from exc
-            joined, ks, ke, vs, ve = cols
+            values, keys, ks, ke, vs, ve = cols
             if not len(ks):
                 continue
-            buf = columnar.Buf(joined)
+            buf = columnar.Buf(keys)
+            vbuf = buf if values is keys else columnar.Buf(values)
             head = buf.np[ks[:, None] + np.arange(prefix)].astype(np.int64)
             kg = head[:, 0] if prefix == 1 else (head[:, 0] << 8) | head[:, 1]
             keep = (kg >= h.start) & (kg <= h.end)  # rows outside the range are left over from rescaling
@@ -417,7 +418,7 @@ class FlinkSnapshotReader(SnapshotReader):
                 keep &= np.isin(kg, np.fromiter(kgs, dtype=np.int64))
             if not keep.all():
                 ks, ke, vs, ve = ks[keep], ke[keep], vs[keep], ve[keep]
-            yield from self._kv_pieces(op, st, header, sid, buf, ks, ke, vs, ve, query)
+            yield from self._kv_pieces(op, st, header, sid, buf, ks, ke, vs, ve, query, vbuf)
 
     #: parse SST files column-wise (``sstvec``); False forces the entry-by-entry reader (tests compare both)
     columnar_sst = True
@@ -425,29 +426,33 @@ class FlinkSnapshotReader(SnapshotReader):
     @staticmethod
     def _column_family(cf_files):
         try:
-            buf, ks, ke, vs, ve, _ = sstvec.read_column_family(cf_files)
+            values, keys, ks, ke, vs, ve, _ = sstvec.read_column_family(cf_files)
         except sstvec.Unsupported:
             return None
-        return buf, ks, ke, vs, ve
+        return values, keys, ks, ke, vs, ve
 
     def _kv_pieces(self, op, st, header: BackendMeta, sid: int, buf: "columnar.Buf", ks, ke, vs, ve,
-                   query: KeyedStateQuery) -> Iterator[pa.Table]:
-        """One piece for one state's key/value entries: column-wise, else row by row."""
+                   query: KeyedStateQuery, vbuf: "columnar.Buf | None" = None) -> Iterator[pa.Table]:
+        """One piece for one state's key/value entries: column-wise, else row by row.
+
+        ``ks``/``ke`` index ``buf``; ``vs``/``ve`` index ``vbuf`` (default: ``buf``).
+        """
+        vbuf = buf if vbuf is None else vbuf
         meta = header.states[sid]
         prefix = 2 if op.max_parallelism > 128 else 1
         try:
             cols = columnar.decode_state(meta, header.key_decoder, prefix, buf, ks, ke, vs, ve,
-                                         frozenset(query.columns) if query.columns is not None else None)
+                                         frozenset(query.columns) if query.columns is not None else None, vbuf)
         except columnar.Fallback:
             cols = None
         if cols is None:
             rb = RowBuffer(meta)
             dec = KeyValueDecoder(meta, header.key_decoder, op.max_parallelism)
-            d = buf.data
+            d, vd = bytes(buf.data), bytes(vbuf.data)  # (bytes, not views of arrays, for the row decoders)
             for a, b, c, e in zip(ks.tolist(), ke.tolist(), vs.tolist(), ve.tolist()):
                 kb = bytes([d[a] & 0x7F]) + d[a + 1 : b]
                 kg = int.from_bytes(kb[:prefix], "big")
-                dec.decode(rb, kg, kb, d[c:e])
+                dec.decode(rb, kg, kb, vd[c:e])
             if rb.raw_notes:
                 self._note(f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): "
                            f"{rb.raw_notes} values of state {meta.name!r} use a serializer State Explorer "
@@ -589,8 +594,9 @@ class FlinkSnapshotReader(SnapshotReader):
         return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))
 
 
-def _column_family_by_entries(cf_files) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One column family's visible entries read entry by entry (``sst``), as byte ranges of one buffer."""
+def _column_family_by_entries(cf_files) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One column family's visible entries read entry by entry (``sst``), as byte ranges of one buffer
+    (returned twice: as the values' buffer and the keys')."""
     entries = [(e.keys, e.seqs, e.types, e.values) for e in (f.entries() for f in cf_files)]
     keys, values, _ = resolve(entries)
     n = len(keys)
@@ -601,7 +607,7 @@ def _column_family_by_entries(cf_files) -> tuple[bytes, np.ndarray, np.ndarray, 
     offs = np.cumsum(both) - both
     ks, vs = offs[0::2].copy(), offs[1::2].copy()
     joined = b"".join([x for pair in zip(keys, values) for x in pair])
-    return joined, ks, ks + klen, vs, vs + vlen
+    return joined, joined, ks, ks + klen, vs, vs + vlen
 
 
 from struct import error as struct_error  # noqa: E402  (kept next to its single use above)

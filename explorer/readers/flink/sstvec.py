@@ -272,11 +272,14 @@ def _hash_rows(kw: np.ndarray, ulen: np.ndarray) -> np.ndarray:
     return h
 
 
-def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """Visible entries of one column family spread over ``files``: ``(buffer, ks, ke, vs, ve, merged keys)``.
+def read_column_family(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                      np.ndarray, int]:
+    """Visible entries of one column family spread over ``files``: ``(values, keys, ks, ke, vs, ve, merged keys)``.
 
-    Ranges index the returned buffer. Entries come in key order for one file
-    holding one version per key; otherwise in key-group order, and within a key
+    ``vs``/``ve`` index ``values`` (the joined blocks, then any merged lists),
+    ``ks``/``ke`` index ``keys`` (one row per key), both uint8 arrays (two
+    buffers: joining them would copy every block once more). Entries come in
+    key order for one file holding one version per key; otherwise in key-group order, and within a key
     group in the order of a hash of the key (``rocksdb.resolve`` sorts fully:
     compare them as sets).
     """
@@ -300,13 +303,13 @@ def read_column_family(files: list[SstFile]) -> tuple[bytes, np.ndarray, np.ndar
     else:
         keep, vs, ve, extra = _resolve(joined, keys, ulen, vpos, vlen, seq, typ)
         merged = len(extra)
-    # the visible keys' rows in output order, so that key ranges ascend through the buffer
-    rows = keys.view(np.dtype((np.void, width))).ravel()[keep]
-    buf = b"".join([joined, *extra, rows])
-    kbase = len(buf) - len(rows) * width
-    ks = kbase + np.arange(len(keep), dtype=np.int64) * width
-    return buf, ks, ks + ulen[keep], vs, ve, merged
-
+    # the visible keys' rows in output order (key ranges ascend through their buffer), after a margin of
+    # zeros (columnar hashes strings by reading the `width` bytes that end where each ends)
+    kbuf = np.zeros(_MARGIN + len(keep) * width, dtype=np.uint8)
+    kbuf[_MARGIN:].view(np.dtype((np.void, width)))[:] = keys.view(np.dtype((np.void, width))).ravel()[keep]
+    values = joined if not extra else np.frombuffer(b"".join([joined, *extra]), dtype=np.uint8)
+    ks = _MARGIN + np.arange(len(keep), dtype=np.int64) * width
+    return values, kbuf, ks, ks + ulen[keep], vs, ve, merged
 
 def _resolve(joined, keys, ulen, vpos, vlen, seq, typ):
     """The visible version of every user key, in key-group order: ``(rows, value starts, value ends, merged)``.
