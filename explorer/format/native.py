@@ -32,6 +32,7 @@ from typing import Any, Iterable, Iterator
 
 from ..errors import SnapshotFormatError
 from .keycodec import decode_key
+from .prefetch import prefetch
 from .snapshot import resolve
 from .types import TypeInfo, type_from_description
 
@@ -182,7 +183,8 @@ def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[i
         return all_rows()
     tables: list[pa.Table] = []
     kinds: dict[str, str] | None = None
-    for keys, values in _raw_batches(cf, prefix_bytes, runs, TABLE_BATCH):
+    # the next batch is read from RocksDB in a thread while this one is decoded
+    for keys, values in prefetch(_raw_batches(cf, prefix_bytes, runs, TABLE_BATCH), "snapshot-scan"):
         got = decode_batch(keys, values, kind, prefix_bytes, ttl, value_info, user_key, expire)
         if got is None:
             rows = list(decoded_rows(zip(keys, values)))
