@@ -130,6 +130,10 @@ class KeyValues:
             self._key_groups["hash64"] = _key_hash64(self.segments)
         return self._key_groups["hash64"]
 
+    def has_hash64(self) -> bool:
+        """Whether :meth:`hash64` is computed already."""
+        return "hash64" in self._key_groups
+
     def key_groups(self, max_parallelism: int, scheme: str = "flink") -> np.ndarray:
         """The key group of every code's key at ``max_parallelism`` (hashed once per key and M).
 

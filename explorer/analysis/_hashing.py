@@ -37,7 +37,7 @@ def _powers(base: int, n: int) -> np.ndarray:
     return out[:n]
 
 
-def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(offsets of the array's own strings, the data buffer as uint8) without copies."""
     off_type = np.int64 if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else np.int32
     bufs = arr.buffers()
@@ -61,7 +61,7 @@ def _hash_chunks(arr: pa.Array | pa.ChunkedArray, max_width: int, hash_chunk) ->
     out = np.zeros(n, dtype=np.uint64)
     if n == 0:
         return out
-    offsets, data = _buffers(arr)
+    offsets, data = string_buffers(arr)
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
         off = offsets[lo: hi + 1].astype(np.int64)
@@ -156,7 +156,7 @@ def is_ascii(arr: pa.Array | pa.ChunkedArray) -> bool:
     for c in chunks:
         if not len(c):
             continue
-        offsets, data = _buffers(c)
+        offsets, data = string_buffers(c)
         body = data[int(offsets[0]): int(offsets[-1])]
         if body.size and int(body.max()) >= 0x80:
             return False
@@ -168,7 +168,7 @@ def java_string_hashes(arr: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
     if not is_ascii(arr):
         return None
     if isinstance(arr, pa.Array) and len(arr):
-        offsets, data = _buffers(arr)
+        offsets, data = string_buffers(arr)
         lengths = np.diff(offsets)
         width = int(lengths[0])
         if (lengths == width).all():  # one length: Horner in uint32 over the buffer as a matrix
@@ -191,9 +191,13 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 def string_hash64(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A 64-bit hash of each string (or binary) value.
 
-    Strings of a few lengths up to 64 bytes are read as little-endian 8-byte words (zero
-    padded) and the words mixed with SplitMix64 (a bijection: keys of at most 8 bytes never
-    collide); anything else is the polynomial hash with the length mixed in, finalized.
+    Strings of a few lengths up to 64 bytes are read as little-endian 8-byte words (the
+    last word of a string overlaps the one before it instead of being padded, so a string
+    of one length is read in place from the data buffer) and the words are mixed by a
+    multiply and xor-shift each, the length as the seed (:func:`_mix_words`); anything else
+    is the polynomial hash with the length mixed in, finalized. The hash only has to spread
+    keys: :func:`explorer.analysis.diff.diff` compares the keys of equal hashes before it
+    matches them, so a collision costs time, never a wrong match.
     """
     def chunk(body, rel, lengths, widths, out):
         if widths is not None:
@@ -206,16 +210,47 @@ def string_hash64(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return _hash_chunks(arr, 64, chunk)
 
 
+_W1 = np.uint64(0x9E3779B97F4A7C15)
+_W2 = np.uint64(0xBF58476D1CE4E5B9)
+_W3 = np.uint64(0x94D049BB133111EB)
+
+
+def word_views(rows: np.ndarray, width: int) -> list[np.ndarray]:
+    """The 8-byte little-endian words covering each row of ``rows`` (a C-contiguous ``(m, width)``
+    uint8 matrix, ``width >= 8``), as strided views without copies: words at bytes 0, 8, ...
+    and a last one ending at the row's last byte (it may overlap the one before). Rows are
+    equal exactly when all their words are."""
+    m = len(rows)
+    starts = list(range(0, width - 7, 8))
+    if starts[-1] != width - 8:
+        starts.append(width - 8)
+    buf = rows.reshape(-1)
+    return [np.ndarray((m,), dtype="<u8", buffer=buf, offset=s, strides=(width,)) for s in starts]
+
+
 def _mix_words(matrix: np.ndarray, width: int) -> np.ndarray:
-    """SplitMix64 over the 8-byte words of zero-padded rows of ``width`` bytes (length as the seed)."""
+    """Hash of each row of a C-contiguous ``(m, width)`` uint8 matrix: per 8-byte word
+    ``h = (h ^ word) * W; h ^= h >> 29`` from a seed of the width, then a finalizer."""
     m = len(matrix)
-    padded = np.zeros((m, -(-max(width, 1) // 8) * 8), dtype=np.uint8)
-    padded[:, :width] = matrix
-    words = padded.view("<u8")
-    h = splitmix64(np.full(m, width, dtype=np.uint64))
-    for j in range(words.shape[1]):
-        h ^= words[:, j]
-        h = splitmix64(h)
+    seed = np.uint64(((width + 1) * 0xD6E8FEB86659FD93) & 0xFFFFFFFFFFFFFFFF)
+    if width < 8:  # too short for a word: zero-pad (a copy of at most 8 bytes per row)
+        padded = np.zeros((m, 8), dtype=np.uint8)
+        padded[:, :width] = matrix
+        matrix, width = padded, 8
+    words = word_views(np.ascontiguousarray(matrix), width)
+    h = words[0] ^ seed
+    h *= _W1
+    tmp = np.empty_like(h)
+    for w in words[1:]:
+        np.right_shift(h, np.uint64(29), out=tmp)
+        h ^= tmp
+        h ^= w
+        h *= _W2
+    np.right_shift(h, np.uint64(32), out=tmp)
+    h ^= tmp
+    h *= _W3
+    np.right_shift(h, np.uint64(29), out=tmp)
+    h ^= tmp
     return h
 
 
@@ -237,6 +272,6 @@ def _lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     parts = []
     for c in chunks:
         if len(c):
-            offsets, _ = _buffers(c)
+            offsets, _ = string_buffers(c)
             parts.append(np.diff(offsets).astype(np.uint64))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)

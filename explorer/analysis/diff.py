@@ -16,7 +16,9 @@ column-wise in Arrow (:func:`._columns.arrow_hash`). A key is
 
 from __future__ import annotations
 
+import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 import numpy as np
@@ -26,6 +28,7 @@ import pyarrow.compute as pc
 
 from ._columns import KeyValues, cached_frame, positions, row_hashes, state_rows
 from ._common import Source, factorize_keys, first_occurrences, frame, is_snapshot
+from ._hashing import string_buffers, word_views
 
 DIFF_COLUMNS = ["operator", "state", "key", "status", "entries_a", "entries_b", "entries_delta", "bytes_a",
                 "bytes_b", "bytes_delta"]
@@ -97,7 +100,8 @@ def diff(a: Source, b: Source, *, operator: str | Iterable[str] | None = None,
     return out.reset_index(drop=True)[DIFF_COLUMNS]
 
 
-def _joint_codes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray, np.ndarray]:
+def _joint_codes(kva: KeyValues, kvb: KeyValues, groups_a: np.ndarray | None = None,
+                 groups_b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Map b's key codes into a's code space; b-only keys get codes after a's.
 
     Returns ``(translation, new_from_b)``: ``translation[code_b]`` is the joint code and
@@ -107,14 +111,15 @@ def _joint_codes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray, np.ndarray
     kept = kva.joins.get(id(kvb))
     if kept is not None and kept[0]() is kvb:
         return kept[1]
-    out = _joint_codes_of(kva, kvb)
+    out = _joint_codes_of(kva, kvb, groups_a, groups_b)
     kva.joins = {k: v for k, v in kva.joins.items() if v[0]() is not None}
     kva.joins[id(kvb)] = (weakref.ref(kvb), out)
     return out
 
 
-def _joint_codes_of(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray, np.ndarray]:
-    tr = _joint_by_hash(kva, kvb)
+def _joint_codes_of(kva: KeyValues, kvb: KeyValues, groups_a: np.ndarray | None = None,
+                    groups_b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    tr = _joint_by_hash(kva, kvb, groups_a, groups_b)
     if tr is None:
         tr = _joint_by_lookup(kva, kvb)
     new = np.flatnonzero(tr < 0)
@@ -143,80 +148,218 @@ def _joint_by_lookup(kva: KeyValues, kvb: KeyValues) -> np.ndarray:
     return tr
 
 
-def _joint_by_hash(kva: KeyValues, kvb: KeyValues) -> np.ndarray | None:
-    """b code -> a code (-1: not in a) by one sort of both sides' 64-bit key hashes.
+def _joint_by_hash(kva: KeyValues, kvb: KeyValues, groups_a: np.ndarray | None = None,
+                   groups_b: np.ndarray | None = None) -> np.ndarray | None:
+    """b code -> a code (-1: not in a) by sorting both sides' 64-bit key hashes (:func:`_sort_join`).
 
-    Each side's hash is packed with its row number (the hash's low bits give way to it) and
-    the packed values of both sides are sorted together: a key in both sides is a run of two
-    equal hash prefixes, one from each side. Such a pair is matched only if the full 64-bit
-    hashes are equal *and* the two keys compare equal (``pyarrow.compute.equal``): a hash
-    collision never matches two different keys. The rare runs of three or more (prefix
-    collisions) are matched by exact lookup. None when the keys are not one Arrow array of
-    strings or integers of the same type on both sides (then :func:`_joint_by_lookup`).
+    None when the keys are not one Arrow array of strings or integers of the same type on
+    both sides (then :func:`_joint_by_lookup`).
+
+    ``groups_a``/``groups_b``, when given, hold a group number per code (the key group of
+    the key's rows): if both rise with the codes (keys are coded in the order rows are
+    written, key group by key group), the codes are cut into slices of whole groups and each
+    slice of a is joined with b's slice of the same groups. A slice fits in the CPU cache,
+    where its sort and its scatters are several times faster than over 10 M keys at once.
+    Keys left unmatched on both sides are then joined again all together, so a key whose
+    group differs between the sides (another max parallelism) is still found: the groups
+    decide only how fast the join is, never its answer.
     """
     if len(kva.segments) != 1 or len(kvb.segments) != 1:
         return None
     seg_a, seg_b = kva.segments[0], kvb.segments[0]
     if isinstance(seg_a, np.ndarray) or isinstance(seg_b, np.ndarray) or seg_a.type != seg_b.type:
         return None
-    ha, hb = kva.hash64(), kvb.hash64()
+    ha, hb = _both_hashes(kva, kvb)
     if ha is None or hb is None:
         return None
     na, nb = len(ha), len(hb)
+    if int(na + nb - 1).bit_length() > 40:  # fewer than 24 hash bits left in the packed values
+        return None
     tr = np.full(nb, -1, dtype=np.int64)
     if not na or not nb:
         return tr
+    slices = _slices(groups_a, groups_b, na, nb)
+    words = _fixed_width_words(seg_a, seg_b)
+    for a0, a1, b0, b1 in slices:
+        if a1 > a0 and b1 > b0:
+            _sort_join(ha[a0:a1], hb[b0:b1], seg_a, seg_b, a0, b0, tr[b0:b1], words)
+    if len(slices) > 1:  # keys whose groups differ between the sides: join what is left, all together
+        lb = np.flatnonzero(tr < 0)
+        found_a = np.zeros(na, dtype=bool)
+        found_a[tr[tr >= 0]] = True
+        la = np.flatnonzero(~found_a)
+        if len(la) and len(lb):
+            sub = np.full(len(lb), -1, dtype=np.int64)
+            _sort_join(ha[la], hb[lb], seg_a.take(pa.array(la)), seg_b.take(pa.array(lb)), 0, 0, sub)
+            hit = np.flatnonzero(sub >= 0)
+            tr[lb[hit]] = la[sub[hit]]
+    return tr
+
+
+_SLICE_KEYS = 1 << 17
+
+
+def _slices(groups_a: np.ndarray | None, groups_b: np.ndarray | None, na: int,
+            nb: int) -> list[tuple[int, int, int, int]]:
+    """``(a0, a1, b0, b1)`` code ranges of whole groups, about ``_SLICE_KEYS`` codes of a each
+    (one range of everything when the groups are not given or do not rise with the codes)."""
+    whole = [(0, na, 0, nb)]
+    if groups_a is None or groups_b is None or na <= _SLICE_KEYS:
+        return whole
+    if not (bool((groups_a[1:] >= groups_a[:-1]).all()) and bool((groups_b[1:] >= groups_b[:-1]).all())):
+        return whole
+    cuts = np.unique(groups_a[np.arange(_SLICE_KEYS, na, _SLICE_KEYS)])
+    cuts = cuts[cuts > groups_a[0]]
+    ea = np.concatenate([[0], np.searchsorted(groups_a, cuts), [na]])
+    eb = np.concatenate([[0], np.searchsorted(groups_b, cuts), [nb]])
+    return [(int(ea[i]), int(ea[i + 1]), int(eb[i]), int(eb[i + 1])) for i in range(len(ea) - 1)]
+
+
+def _sort_join(ha: np.ndarray, hb: np.ndarray, seg_a: pa.Array, seg_b: pa.Array, a0: int, b0: int,
+               out: np.ndarray, words: tuple | None = None) -> None:
+    """``out[j] = a0 + i`` where key ``seg_b[b0 + j]`` equals ``seg_a[a0 + i]`` (``ha``, ``hb``
+    their hashes), by one sort of both sides' hashes.
+
+    Each side's hash is packed with its row number (the hash's low bits give way to it) and
+    the packed values of both sides are sorted together: a key in both sides is a run of two
+    equal hash prefixes, one from each side. Such a pair is matched only if the two keys
+    compare equal (:func:`_equal_keys`): a hash collision never matches two different keys.
+    The rare runs of three or more (prefix collisions) are matched by exact lookup.
+    """
+    na, nb = len(ha), len(hb)
     bits = int(na + nb - 1).bit_length()
-    if bits > 40:  # fewer than 24 hash bits left in the packed values
-        return None
     low = np.uint64((1 << bits) - 1)
-    packed = np.concatenate([ha, hb])
-    packed &= ~low
+    packed = np.empty(na + nb, dtype=np.uint64)
+    np.bitwise_and(ha, ~low, out=packed[:na])
+    np.bitwise_and(hb, ~low, out=packed[na:])
     packed |= np.arange(na + nb, dtype=np.uint64)
     packed.sort()
     same = packed[1:] ^ packed[:-1]
     same = same <= low  # neighbours with the same hash prefix
-    in_run = np.zeros(len(packed) + 1, dtype=bool)  # in_run[i + 1]: packed[i] and packed[i + 1] share it
-    in_run[1:-1] = same
-    clean = same & ~in_run[:-2] & ~in_run[2:]  # runs of exactly two
+    clean = same.copy()  # runs of exactly two
+    clean[1:] &= ~same[:-1]
+    clean[:-1] &= ~same[1:]
     i = np.flatnonzero(clean)
+    np.logical_not(clean, out=clean)
+    clean &= same
+    multi = np.flatnonzero(clean)  # prefixes shared by three or more keys
+    del clean, same
     # within a run the low bits (row numbers) sort a's row before b's
-    ia, ib = (packed[i] & low).astype(np.int64), (packed[i + 1] & low).astype(np.int64) - na
-    pair = np.flatnonzero((ia < na) & (ib >= 0))
-    ia, ib = ia[pair], ib[pair]
+    first, second = packed[i], packed[i + 1]
+    first &= low
+    second &= low
+    cross = first < np.uint64(na)
+    cross &= second >= np.uint64(na)
+    ia = first[cross].astype(np.int64)
+    ib = second[cross].astype(np.int64)
+    ib -= na
+    del first, second, cross, i
     if len(ia):
         cand = np.full(nb, -1, dtype=np.int64)  # b in order, a nearly so: the takes below read memory in order
         cand[ib] = ia
         ib = np.flatnonzero(cand >= 0)
         ia = cand[ib]
         del cand
-        equal = pc.equal(seg_a.take(pa.array(ia)), seg_b.take(pa.array(ib))).to_numpy(zero_copy_only=False)
-        tr[ib[equal]] = ia[equal]
-    multi = np.flatnonzero(same & (in_run[:-2] | in_run[2:]))
-    if len(multi):  # prefixes shared by three or more keys: exact lookup of just those keys
+        if words is not None:  # this slice's words, contiguous (the views' strided, unaligned reads are slow)
+            local = ([np.ascontiguousarray(w[a0: a0 + na]) for w in words[0]],
+                     [np.ascontiguousarray(w[b0: b0 + nb]) for w in words[1]])
+            equal = _equal_keys(seg_a, seg_b, ia, ib, local)
+            ia += a0
+        else:
+            ia += a0
+            equal = _equal_keys(seg_a, seg_b, ia, ib + b0)
+        out[ib[equal]] = ia[equal]
+    if len(multi):  # exact lookup of just those keys
         r = (packed[np.unique(np.concatenate([multi, multi + 1]))] & low).astype(np.int64)
-        sa_, sb_ = r[r < na], r[r >= na] - na
+        sa_, sb_ = r[r < na] + a0, r[r >= na] - na
         if len(sa_) and len(sb_):
-            found = pc.index_in(seg_b.take(pa.array(sb_)), value_set=seg_a.take(pa.array(sa_)))
+            found = pc.index_in(seg_b.take(pa.array(sb_ + b0)), value_set=seg_a.take(pa.array(sa_)))
             f = found.fill_null(-1).to_numpy(zero_copy_only=False)
-            tr[sb_[f >= 0]] = sa_[f[f >= 0]]
-    return tr
+            out[sb_[f >= 0]] = sa_[f[f >= 0]]
+
+
+def _both_hashes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Both sides' key hashes, b's on a second thread when neither is kept yet (NumPy releases
+    the GIL, so the two run side by side on two cores)."""
+    if kva.has_hash64() or kvb.has_hash64():
+        return kva.hash64(), kvb.hash64()
+    with ThreadPoolExecutor(1, thread_name_prefix="diff-hash") as pool:
+        fb = pool.submit(kvb.hash64)
+        ha = kva.hash64()
+        return ha, fb.result()
+
+
+def _equal_keys(seg_a: pa.Array, seg_b: pa.Array, ia: np.ndarray, ib: np.ndarray,
+                words: tuple | None = None) -> np.ndarray:
+    """``seg_a[ia] == seg_b[ib]`` elementwise (bool array), exactly.
+
+    ``words``: both sides' :func:`_fixed_width_words` (strings of one width, the same on both
+    sides): then the keys are equal exactly when all their 8-byte words are, compared in NumPy
+    without copying any string; otherwise Arrow takes both sides' keys and compares them.
+    """
+    if words is not None:
+        wa, wb = words
+        eq = wa[0][ia] == wb[0][ib]
+        for x, y in zip(wa[1:], wb[1:]):
+            eq &= x[ia] == y[ib]
+        return eq
+    return pc.equal(seg_a.take(pa.array(ia)), seg_b.take(pa.array(ib))).to_numpy(zero_copy_only=False)
+
+
+def _fixed_width_words(seg_a: pa.Array, seg_b: pa.Array) -> tuple | None:
+    """Both sides' strings as 8-byte word views (:func:`._hashing.word_views`) when every
+    string of both has one width of at least 8 bytes and there are no nulls; else None."""
+    views = []
+    width = None
+    for seg in (seg_a, seg_b):
+        t = seg.type
+        if seg.null_count or not (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
+                                  or pa.types.is_large_binary(t)) or not len(seg):
+            return None
+        offsets, data = string_buffers(seg)
+        w = int(offsets[1] - offsets[0])
+        if w < 8 or (width is not None and w != width) or int(offsets[-1] - offsets[0]) != w * len(seg):
+            return None
+        if not bool((np.diff(offsets) == w).all()):
+            return None
+        width = w
+        views.append(word_views(data[int(offsets[0]): int(offsets[-1])].reshape(len(seg), w), w))
+    return views[0], views[1]
 
 
 def _side_keys(codes: np.ndarray, rows: np.ndarray | slice, h: np.ndarray, size: np.ndarray,
                n_codes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per key of one state on one side: ``(codes, entries, bytes, fingerprint)``.
 
-    The fingerprint is the wrapping uint64 sum of the key's entry hashes (summed as its 32-bit
-    halves in float64, exact below 2**21 entries per key). A state with one entry per key
-    (a value state without namespaces) needs no sums: its rows are its keys.
+    The fingerprint is the wrapping uint64 sum of the key's entry hashes. The usual
+    layouts need no per-key scatter: a state with one entry per key whose codes rise
+    (a value state: keys are coded in the order they first appear) is its own answer, and
+    a state whose keys' entries are consecutive rows with rising codes (a list or map
+    state, written key by key) is summed run by run (``np.add.reduceat``). Anything else
+    is summed per code (``np.bincount``; 32-bit halves in float64, exact below 2**21
+    entries per key).
     """
     c = codes[rows]
     hr = h[rows]
     sz = size[rows]
+    if not len(c):
+        return c, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), hr
+    if len(c) == 1 or bool((c[1:] > c[:-1]).all()):
+        return c, np.ones(len(c), dtype=np.int64), _int64(sz), hr
+    starts = np.flatnonzero(c[1:] != c[:-1])
+    starts += 1
+    starts = np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
+    run_keys = c[starts]
+    if len(run_keys) == 1 or bool((run_keys[1:] > run_keys[:-1]).all()):
+        entries = np.diff(np.append(starts, len(c))).astype(np.int64)
+        if np.issubdtype(sz.dtype, np.integer):
+            byt = np.add.reduceat(sz.astype(np.int64, copy=False), starts)
+        else:
+            byt = np.rint(np.add.reduceat(sz.astype(np.float64), starts)).astype(np.int64)
+        with np.errstate(over="ignore"):
+            fp = np.add.reduceat(hr, starts)
+        return run_keys, entries, byt, fp
     counts = np.bincount(c, minlength=n_codes)
-    if not len(c) or int(counts.max()) <= 1:
-        return c, np.ones(len(c), dtype=np.int64), sz.astype(np.int64), hr
     present = np.flatnonzero(counts)
     lo = np.bincount(c, weights=(hr & np.uint64(0xFFFFFFFF)).astype(np.float64), minlength=n_codes)[present]
     hi = np.bincount(c, weights=(hr >> np.uint64(32)).astype(np.float64), minlength=n_codes)[present]
@@ -225,79 +368,221 @@ def _side_keys(codes: np.ndarray, rows: np.ndarray | slice, h: np.ndarray, size:
             np.rint(np.bincount(c, weights=sz.astype(np.float64), minlength=n_codes)[present]).astype(np.int64), fp)
 
 
+def _int64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64, copy=False) if np.issubdtype(x.dtype, np.integer) else np.rint(x).astype(np.int64)
+
+
 def _falling(delta: np.ndarray) -> np.ndarray:
     """``np.argsort(-delta, kind="stable")`` without sorting the zeros (most keys of a diff)."""
     pos = np.flatnonzero(delta > 0)
     neg = np.flatnonzero(delta < 0)
+    if not len(pos) and not len(neg):
+        return np.arange(len(delta))
     return np.concatenate([pos[np.argsort(-delta[pos], kind="stable")], np.flatnonzero(delta == 0),
                            neg[np.argsort(-delta[neg], kind="stable")]])
 
 
-def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
-    """:func:`diff` of two Snapshots over their cached analysis columns and Arrow row hashes."""
-    fa, fb = cached_frame(a, operator, state), cached_frame(b, operator, state)
-    ha, hb = row_hashes(a), row_hashes(b)
-    pa_, pb_ = positions(a, operator, state), positions(b, operator, state)
-    ha = ha if pa_ is None else ha[pa_]
-    hb = hb if pb_ is None else hb[pb_]
-    kva, kvb = fa.attrs["key_values"], fb.attrs["key_values"]
-    tr, new_from_b = _joint_codes(kva, kvb)
-    codes_a = fa["key"].to_numpy(dtype=np.int64)
-    codes_b = fb["key"].to_numpy(dtype=np.int64)
-    k = len(kva) + len(new_from_b)
-    rows_a = {(op, st): rows for op, st, rows in state_rows(fa)}
-    rows_b = {(op, st): rows for op, st, rows in state_rows(fb)}
-    size_a, size_b = fa["size_bytes"].to_numpy(), fb["size_bytes"].to_numpy()
-    empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0, dtype=np.uint64),)
-    parts = []
-    for op, st in sorted(set(rows_a) | set(rows_b)):
-        sa = _side_keys(codes_a, rows_a[(op, st)], ha, size_a, len(kva)) if (op, st) in rows_a else empty
-        sb = _side_keys(codes_b, rows_b[(op, st)], hb, size_b, len(kvb)) if (op, st) in rows_b else empty
-        ja, jb = sa[0], tr[sb[0]]
-        ent_a = np.zeros(k, dtype=np.int64)
-        ent_a[ja] = sa[1]
-        ent_b = np.zeros(k, dtype=np.int64)
-        ent_b[jb] = sb[1]
-        in_a, in_b = ent_a > 0, ent_b > 0
-        present = np.flatnonzero(in_a | in_b)  # joint codes in order
-        if len(present) < k:
-            ent_a, ent_b, in_a, in_b = ent_a[present], ent_b[present], in_a[present], in_b[present]
+def _state_diff(sa: tuple, sb: tuple, tr: np.ndarray, k: int, unchanged: bool) -> tuple[np.ndarray, ...]:
+    """One state's rows of the diff, in output order: ``(joint codes, status codes, entries_a,
+    entries_b, bytes_a, bytes_b)``, from each side's :func:`_side_keys` and the key join ``tr``.
 
-        def col(side: tuple, j: int, joint: np.ndarray) -> np.ndarray:
-            out = np.zeros(k, dtype=side[j].dtype)
-            out[joint] = side[j]
-            return out if len(present) == k else out[present]
-
-        byt_a, byt_b = col(sa, 2, ja), col(sb, 2, jb)
-        same = (col(sa, 3, ja) == col(sb, 3, jb)) & (ent_a == ent_b)
-        code = np.where(~in_a, 0, np.where(~in_b, 1, np.where(same, 3, 2))).astype(np.int8)
-        if not unchanged:
-            keep = np.flatnonzero(code != 3)
-            present, code, ent_a, ent_b, byt_a, byt_b = (x[keep] for x in (present, code, ent_a, ent_b, byt_a, byt_b))
-        delta = byt_b - byt_a
-        order = _falling(delta)
-        present, code, delta = present[order], code[order], delta[order]
-        ent_a, ent_b, byt_a, byt_b = ent_a[order], ent_b[order], byt_a[order], byt_b[order]
-        from_a = present < len(kva)
-        keys = np.empty(len(present), dtype=object)
-        ka = np.flatnonzero(from_a)
-        if len(ka) == len(present):
-            keys = kva.take(present)
+    The keys of the state (either side) are numbered in joint-code order: all ``k`` joint
+    codes when the state holds nearly every key (no renumbering), else by a sort of its few
+    keys. Each output column is then one scatter per side and one gather in output order.
+    """
+    ja, jb = sa[0], tr[sb[0]]
+    if len(ja) + len(jb) < k // 8:  # a state of few keys: number just them
+        present = np.unique(np.concatenate([ja, jb]))
+        ia, ib = np.searchsorted(present, ja), np.searchsorted(present, jb)
+    else:
+        mask = np.zeros(k, dtype=bool)
+        mask[ja] = True
+        mask[jb] = True
+        if bool(mask.all()):
+            present, ia, ib = None, ja, jb
         else:
-            keys[ka] = kva.take(present[ka])
-            kb = np.flatnonzero(~from_a)
-            keys[kb] = kvb.take(new_from_b[present[kb] - len(kva)])
-        parts.append(pd.DataFrame({
-            "operator": op, "state": st, "key": keys,
-            "status": pd.Categorical.from_codes(code, categories=list(STATUSES)),
-            "entries_a": ent_a, "entries_b": ent_b, "entries_delta": ent_b - ent_a,
-            "bytes_a": byt_a, "bytes_b": byt_b, "bytes_delta": delta,
-        }))
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
-    out = pd.concat(parts, ignore_index=True)  # pairs are in sorted order, each by falling bytes_delta
-    out["status"] = out["status"].astype(pd.CategoricalDtype(list(STATUSES)))
-    return out[DIFF_COLUMNS]
+            present = np.flatnonzero(mask)
+            rank = np.cumsum(mask, dtype=np.int64)
+            rank -= 1
+            ia, ib = rank[ja], rank[jb]
+            del rank
+        del mask
+    n = k if present is None else len(present)
+    ent_a = np.zeros(n, dtype=np.int64)
+    ent_a[ia] = sa[1]
+    ent_b = np.zeros(n, dtype=np.int64)
+    ent_b[ib] = sb[1]
+    byt_a = np.zeros(n, dtype=np.int64)
+    byt_a[ia] = sa[2]
+    byt_b = np.zeros(n, dtype=np.int64)
+    byt_b[ib] = sb[2]
+    fpx = np.zeros(n, dtype=np.uint64)  # a's fingerprint xor b's: 0 when they agree
+    fpx[ia] = sa[3]
+    fpx[ib] ^= sb[3]
+    same = fpx == 0
+    del fpx
+    same &= ent_a == ent_b  # never true for a key on one side only (0 entries on the other)
+    code = same.view(np.int8)
+    code += 2  # changed 2, unchanged 3
+    code[ent_b == 0] = 1  # removed
+    code[ent_a == 0] = 0  # added
+    delta = byt_b - byt_a
+    if unchanged:
+        order = _falling(delta)
+    else:
+        keep = np.flatnonzero(code != 3)
+        order = keep[_falling(delta[keep])]
+    joint = order if present is None else present[order]
+    return (joint, code[order], ent_a[order], ent_b[order], byt_a[order], byt_b[order])
+
+
+_INT_COLUMNS = ["entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"]
+
+
+def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
+    """:func:`diff` of two Snapshots over their cached analysis columns and Arrow row hashes.
+
+    With ``unchanged=True`` and no filter every key of ``a`` is listed: its Python key
+    objects are made on a second thread (:class:`_KeyObjects`) while this one joins the keys
+    and sums the states (NumPy's work there runs without the GIL).
+    """
+    fa, fb = cached_frame(a, operator, state), cached_frame(b, operator, state)
+    kva, kvb = fa.attrs["key_values"], fb.attrs["key_values"]
+    pa_, pb_ = positions(a, operator, state), positions(b, operator, state)
+    objects = _KeyObjects(kva) if unchanged and pa_ is None and len(kva) >= _PREFETCH_KEYS else None
+    try:
+        ha, hb = row_hashes(a), row_hashes(b)
+        ha = ha if pa_ is None else ha[pa_]
+        hb = hb if pb_ is None else hb[pb_]
+        tr, new_from_b = _joint_codes(kva, kvb, *_key_group_per_code(a, b, kva, kvb))
+        codes_a = fa["key"].to_numpy(dtype=np.int64)
+        codes_b = fb["key"].to_numpy(dtype=np.int64)
+        na = len(kva)
+        k = na + len(new_from_b)
+        rows_a = {(op, st): rows for op, st, rows in state_rows(fa)}
+        rows_b = {(op, st): rows for op, st, rows in state_rows(fb)}
+        size_a, size_b = fa["size_bytes"].to_numpy(), fb["size_bytes"].to_numpy()
+        empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0, dtype=np.uint64),)
+        parts = []
+        for op, st in sorted(set(rows_a) | set(rows_b)):
+            sa = _side_keys(codes_a, rows_a[(op, st)], ha, size_a, na) if (op, st) in rows_a else empty
+            sb = _side_keys(codes_b, rows_b[(op, st)], hb, size_b, len(kvb)) if (op, st) in rows_b else empty
+            parts.append((op, st) + _state_diff(sa, sb, tr, k, unchanged))
+        if not parts:
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
+        total = sum(len(p[2]) for p in parts)
+        block = np.empty((len(_INT_COLUMNS), total), dtype=np.int64)  # the six int columns, one pandas block
+        status = np.empty(total, dtype=np.int8)
+        ops = np.empty(total, dtype=object)
+        sts = np.empty(total, dtype=object)
+        at = 0
+        for op, st, joint, code, ent_a, ent_b, byt_a, byt_b in parts:
+            sl = slice(at, at + len(joint))
+            ops[sl] = op
+            sts[sl] = st
+            status[sl] = code
+            block[0, sl], block[1, sl], block[3, sl], block[4, sl] = ent_a, ent_b, byt_a, byt_b
+            at += len(joint)
+        np.subtract(block[1], block[0], out=block[2])
+        np.subtract(block[4], block[3], out=block[5])
+        keys = np.empty(total, dtype=object)
+        at = 0
+        all_a = objects.result() if objects is not None else None
+        for p in parts:
+            joint = p[2]
+            _keys_into(keys[at: at + len(joint)], joint, kva, kvb, new_from_b, all_a)
+            at += len(joint)
+    finally:
+        if objects is not None:
+            objects.close()
+    out = pd.DataFrame(block.T, columns=_INT_COLUMNS, copy=False)
+    out.insert(0, "status", pd.Categorical.from_codes(status, categories=list(STATUSES)))
+    out.insert(0, "key", keys)
+    out.insert(0, "state", sts)
+    out.insert(0, "operator", ops)
+    return out
+
+
+def _key_group_per_code(a, b, kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The key group of each key code's rows on each side (for :func:`_slices`; None without
+    a key group column). A key whose rows disagree gets one of their groups: the join's answer
+    does not depend on them."""
+    out = []
+    for snap, kv in ((a, kva), (b, kvb)):
+        f = cached_frame(snap)
+        if "key_group" not in f.columns or not len(kv):
+            return None, None
+        g = np.zeros(len(kv), dtype=np.int32)
+        g[f["key"].to_numpy(dtype=np.int64)] = f["key_group"].to_numpy()
+        out.append(g)
+    return out[0], out[1]
+
+
+def _keys_into(out: np.ndarray, joint: np.ndarray, kva: KeyValues, kvb: KeyValues, new_from_b: np.ndarray,
+               all_a: np.ndarray | None) -> None:
+    """The keys of joint codes ``joint`` into the object array ``out`` (a's keys from ``all_a``
+    when given, the keys of b only from b)."""
+    na = len(kva)
+    from_a = joint < na
+    if bool(from_a.all()):
+        if all_a is not None:
+            np.take(all_a, joint, out=out)
+        else:
+            out[:] = kva.take(joint)
+        return
+    ia = np.flatnonzero(from_a)
+    out[ia] = all_a[joint[ia]] if all_a is not None else kva.take(joint[ia])
+    ib = np.flatnonzero(~from_a)
+    out[ib] = kvb.take(new_from_b[joint[ib] - na])
+
+
+_PREFETCH_KEYS = 1 << 16
+_OBJECT_CHUNK = 1 << 15
+
+
+class _KeyObjects:
+    """Every key of ``kv`` as a Python object, made on a worker thread.
+
+    Arrow makes the Python strings holding the GIL, so the work is cut into chunks of
+    ``_OBJECT_CHUNK`` keys: between chunks the calling thread gets the GIL back for its
+    NumPy calls, which then run beside the next chunk. ``close()`` stops it early.
+    """
+
+    def __init__(self, kv: KeyValues) -> None:
+        self._kv = kv
+        self._out = np.empty(len(kv), dtype=object)
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="diff-key-objects", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for off, seg in zip(self._kv.offsets[:-1], self._kv.segments):
+                strings = not isinstance(seg, np.ndarray) and (pa.types.is_string(seg.type)
+                                                              or pa.types.is_large_string(seg.type))
+                for lo in range(0, len(seg), _OBJECT_CHUNK):
+                    if self._stop.is_set():
+                        return
+                    hi = min(len(seg), lo + _OBJECT_CHUNK)
+                    if isinstance(seg, np.ndarray):
+                        self._out[off + lo: off + hi] = seg[lo:hi]
+                    elif strings:  # str objects made by Arrow in C++, no copy of the strings first
+                        self._out[off + lo: off + hi] = seg.slice(lo, hi - lo).to_numpy(zero_copy_only=False)
+                    else:
+                        self._out[off + lo: off + hi] = self._kv.take(np.arange(off + lo, off + hi))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller in result()
+            self._error = exc
+
+    def result(self) -> np.ndarray:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._out
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _group_sums(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
