@@ -100,18 +100,19 @@ def diff(a: Source, b: Source, *, operator: str | Iterable[str] | None = None,
     return out.reset_index(drop=True)[DIFF_COLUMNS]
 
 
-def _joint_codes(kva: KeyValues, kvb: KeyValues, groups_a: np.ndarray | None = None,
-                 groups_b: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _joint_codes(kva: KeyValues, kvb: KeyValues, groups=None) -> tuple[np.ndarray, np.ndarray]:
     """Map b's key codes into a's code space; b-only keys get codes after a's.
 
     Returns ``(translation, new_from_b)``: ``translation[code_b]`` is the joint code and
     ``new_from_b[j]`` the b code of joint code ``len(kva) + j``. Kept on ``kva`` for as long
     as ``kvb`` lives (a second diff of the same snapshots, filtered, does not join again).
+    ``groups``: called (only when the join is computed) for each side's key group per code,
+    which makes the join faster (:func:`_joint_by_hash`).
     """
     kept = kva.joins.get(id(kvb))
     if kept is not None and kept[0]() is kvb:
         return kept[1]
-    out = _joint_codes_of(kva, kvb, groups_a, groups_b)
+    out = _joint_codes_of(kva, kvb, *(groups() if groups is not None else (None, None)))
     kva.joins = {k: v for k, v in kva.joins.items() if v[0]() is not None}
     kva.joins[id(kvb)] = (weakref.ref(kvb), out)
     return out
@@ -180,9 +181,16 @@ def _joint_by_hash(kva: KeyValues, kvb: KeyValues, groups_a: np.ndarray | None =
         return tr
     slices = _slices(groups_a, groups_b, na, nb)
     words = _fixed_width_words(seg_a, seg_b)
-    for a0, a1, b0, b1 in slices:
-        if a1 > a0 and b1 > b0:
-            _sort_join(ha[a0:a1], hb[b0:b1], seg_a, seg_b, a0, b0, tr[b0:b1], words)
+
+    def join(some: list[tuple[int, int, int, int]]) -> None:
+        for a0, a1, b0, b1 in some:
+            if a1 > a0 and b1 > b0:
+                _sort_join(ha[a0:a1], hb[b0:b1], seg_a, seg_b, a0, b0, tr[b0:b1], words)
+
+    if len(slices) > 1:  # slices write to their own parts of tr: half of them on a second thread
+        _both(lambda: join(slices[0::2]), lambda: join(slices[1::2]))
+    else:
+        join(slices)
     if len(slices) > 1:  # keys whose groups differ between the sides: join what is left, all together
         lb = np.flatnonzero(tr < 0)
         found_a = np.zeros(na, dtype=bool)
@@ -279,14 +287,18 @@ def _sort_join(ha: np.ndarray, hb: np.ndarray, seg_a: pa.Array, seg_b: pa.Array,
 
 
 def _both_hashes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Both sides' key hashes, b's on a second thread when neither is kept yet (NumPy releases
-    the GIL, so the two run side by side on two cores)."""
+    """Both sides' key hashes, b's on a second thread when neither is kept yet."""
     if kva.has_hash64() or kvb.has_hash64():
         return kva.hash64(), kvb.hash64()
-    with ThreadPoolExecutor(1, thread_name_prefix="diff-hash") as pool:
-        fb = pool.submit(kvb.hash64)
-        ha = kva.hash64()
-        return ha, fb.result()
+    return _both(kva.hash64, kvb.hash64)
+
+
+def _both(f, g) -> tuple:
+    """``(f(), g())``, ``g`` on a second thread: NumPy and Arrow release the GIL in their loops,
+    so two halves of the work run side by side on two cores."""
+    with ThreadPoolExecutor(1, thread_name_prefix="diff") as pool:
+        later = pool.submit(g)
+        return f(), later.result()
 
 
 def _equal_keys(seg_a: pa.Array, seg_b: pa.Array, ia: np.ndarray, ib: np.ndarray,
@@ -382,7 +394,12 @@ def _falling(delta: np.ndarray) -> np.ndarray:
                            neg[np.argsort(-delta[neg], kind="stable")]])
 
 
-def _state_diff(sa: tuple, sb: tuple, tr: np.ndarray, k: int, unchanged: bool) -> tuple[np.ndarray, ...]:
+def _is_range(x: np.ndarray, n: int) -> bool:
+    """Whether ``x`` is ``0, 1, ..., n - 1``."""
+    return len(x) == n and (n == 0 or (int(x[0]) == 0 and int(x[-1]) == n - 1 and bool((x[1:] > x[:-1]).all())))
+
+
+def _state_diff(sa: tuple, sb: tuple, tr: np.ndarray, k: int, n_a: int, unchanged: bool) -> tuple[np.ndarray, ...]:
     """One state's rows of the diff, in output order: ``(joint codes, status codes, entries_a,
     entries_b, bytes_a, bytes_b)``, from each side's :func:`_side_keys` and the key join ``tr``.
 
@@ -394,6 +411,8 @@ def _state_diff(sa: tuple, sb: tuple, tr: np.ndarray, k: int, unchanged: bool) -
     if len(ja) + len(jb) < k // 8:  # a state of few keys: number just them
         present = np.unique(np.concatenate([ja, jb]))
         ia, ib = np.searchsorted(present, ja), np.searchsorted(present, jb)
+    elif _is_range(ja, n_a) and int(np.count_nonzero(jb >= n_a)) == k - n_a:
+        present, ia, ib = None, slice(0, n_a), jb  # a's keys in order, then b's new ones: all k
     else:
         mask = np.zeros(k, dtype=bool)
         mask[ja] = True
@@ -454,7 +473,7 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
         ha, hb = row_hashes(a), row_hashes(b)
         ha = ha if pa_ is None else ha[pa_]
         hb = hb if pb_ is None else hb[pb_]
-        tr, new_from_b = _joint_codes(kva, kvb, *_key_group_per_code(a, b, kva, kvb))
+        tr, new_from_b = _joint_codes(kva, kvb, lambda: _key_group_per_code(a, b, kva, kvb))
         codes_a = fa["key"].to_numpy(dtype=np.int64)
         codes_b = fb["key"].to_numpy(dtype=np.int64)
         na = len(kva)
@@ -463,11 +482,13 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
         rows_b = {(op, st): rows for op, st, rows in state_rows(fb)}
         size_a, size_b = fa["size_bytes"].to_numpy(), fb["size_bytes"].to_numpy()
         empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0, dtype=np.uint64),)
+        names = sorted(set(rows_a) | set(rows_b))
+        sides_a, sides_b = _both(  # each side's per-key sums, the two sides side by side
+            lambda: [_side_keys(codes_a, rows_a[n], ha, size_a, na) if n in rows_a else empty for n in names],
+            lambda: [_side_keys(codes_b, rows_b[n], hb, size_b, len(kvb)) if n in rows_b else empty for n in names])
         parts = []
-        for op, st in sorted(set(rows_a) | set(rows_b)):
-            sa = _side_keys(codes_a, rows_a[(op, st)], ha, size_a, na) if (op, st) in rows_a else empty
-            sb = _side_keys(codes_b, rows_b[(op, st)], hb, size_b, len(kvb)) if (op, st) in rows_b else empty
-            parts.append((op, st) + _state_diff(sa, sb, tr, k, unchanged))
+        for (op, st), sa, sb in zip(names, sides_a, sides_b):
+            parts.append((op, st) + _state_diff(sa, sb, tr, k, na, unchanged))
         if not parts:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
         total = sum(len(p[2]) for p in parts)
@@ -512,10 +533,14 @@ def _key_group_per_code(a, b, kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarra
         f = cached_frame(snap)
         if "key_group" not in f.columns or not len(kv):
             return None, None
-        g = np.zeros(len(kv), dtype=np.int32)
-        g[f["key"].to_numpy(dtype=np.int64)] = f["key_group"].to_numpy()
-        out.append(g)
-    return out[0], out[1]
+        out.append((f["key"].to_numpy(dtype=np.int64), f["key_group"].to_numpy(), len(kv)))
+
+    def per_code(codes: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
+        g = np.zeros(n, dtype=np.int32)
+        g[codes] = groups
+        return g
+
+    return _both(lambda: per_code(*out[0]), lambda: per_code(*out[1]))
 
 
 def _keys_into(out: np.ndarray, joint: np.ndarray, kva: KeyValues, kvb: KeyValues, new_from_b: np.ndarray,
