@@ -72,14 +72,24 @@ def _varints(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _data_handles(f: SstFile) -> list[tuple[int, int]]:
-    """The data block handles of ``f``'s index, all at once when every index entry is a restart point.
+    """The data block handles of ``f``'s index (as ``SstFile.data_handles`` gives them)."""
+    off, size = _handle_arrays(f)
+    return list(zip(off.tolist(), size.tolist()))
+
+
+def _handle_arrays(f: SstFile) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and sizes of ``f``'s data blocks, all at once when every index entry is a restart point.
 
     That is RocksDB's default (``index_block_restart_interval`` 1): each entry is
     ``varint shared (0), varint non_shared, [varint value length], key, varint
     offset, varint size``. Otherwise ``SstFile.data_handles`` reads it entry by entry.
     """
+    def by_entries() -> tuple[np.ndarray, np.ndarray]:
+        handles = f.data_handles()
+        return (np.array([h[0] for h in handles], dtype=np.int64), np.array([h[1] for h in handles], dtype=np.int64))
+
     if f.prop_int("rocksdb.block.based.table.index.type", 0) != 0:
-        return f.data_handles()
+        return by_entries()
     delta = f.prop_int("rocksdb.index.value.is.delta.encoded", 0) == 1
     block = f.block(f.index)
     n = len(block)
@@ -88,10 +98,10 @@ def _data_handles(f: SstFile) -> list[tuple[int, int]]:
     nr = packed & 0x7FFFFFFF
     limit = n - 4 - 4 * nr
     if packed >> 31 or nr < 1 or limit < 0:
-        return f.data_handles()
+        return by_entries()
     starts = _u32le(b, limit + 4 * np.arange(nr))
     if (starts >= limit).any():
-        return f.data_handles()
+        return by_entries()
     shared, p = _varints(b, starts)
     nonshared, p = _varints(b, p)
     if not delta:
@@ -99,46 +109,58 @@ def _data_handles(f: SstFile) -> list[tuple[int, int]]:
     off, p = _varints(b, p + nonshared)
     size, p = _varints(b, p)
     if shared.any() or not (p == np.append(starts[1:], limit)).all():
-        return f.data_handles()  # entries between restart points: the entry-by-entry reader
-    return list(zip(off.tolist(), size.tolist()))
+        return by_entries()  # entries between restart points: the entry-by-entry reader
+    return off, size
 
 
 def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every data block of ``files`` decompressed into one zero-margined buffer; each block's start and length.
 
     Snappy blocks are decompressed straight into place (``cramjam``'s
-    ``decompress_raw_into``); :data:`_MARGIN` zero bytes before and after let
-    fixed-width rows be read at any key without running off the buffer.
+    ``decompress_raw_into``), their lengths read from their headers all at
+    once; :data:`_MARGIN` zero bytes before and after let fixed-width rows be
+    read at any key without running off the buffer.
     """
-    todo: list[tuple] = []  # (source, length, how)
-    block_file: list[int] = []
-    length_of = cramjam.snappy.decompress_raw_len
-    for i, f in enumerate(files):
-        data, mv = f.data, memoryview(f.data)
-        for off, size in _data_handles(f):
-            if off + size + 5 > len(data):
-                raise SstError(f"{f.name}: block at {off} (+{size}) runs past the end of the file")
-            ctype = data[off + size]
-            if ctype == 1:
-                src = mv[off : off + size]
-                todo.append((src, length_of(src), True))
-            elif ctype == 0:
-                todo.append((mv[off : off + size], size, False))
-            else:
-                block = f.block((off, size))  # LZ4, ZSTD: whole, then copied
-                todo.append((block, len(block), False))
-            block_file.append(i)
-    blen = np.fromiter((t[1] for t in todo), dtype=np.int64, count=len(todo))
+    plans = []  # per file: (file, block offsets, sizes, compression types, decompressed lengths, other blocks)
+    for f in files:
+        off, size = _handle_arrays(f)
+        fb = np.frombuffer(f.data, dtype=np.uint8)
+        over = off + size + 5 > len(fb)
+        if over.any():
+            i = int(np.flatnonzero(over)[0])
+            raise SstError(f"{f.name}: block at {int(off[i])} (+{int(size[i])}) runs past the end of the file")
+        ctype = fb[off + size]
+        length = size.copy()
+        snappy = np.flatnonzero(ctype == 1)
+        if len(snappy):
+            # a raw Snappy block starts with its decompressed length, a varint32 (within the block's trailer)
+            length[snappy] = _varints(fb, off[snappy])[0]
+        other = {}
+        for i in np.flatnonzero(ctype > 1).tolist():  # LZ4, ZSTD: whole, then copied
+            other[i] = f.block((int(off[i]), int(size[i])))
+            length[i] = len(other[i])
+        plans.append((f, off, size, ctype, length, other))
+    blen = np.concatenate([p[4] for p in plans]) if plans else np.zeros(0, dtype=np.int64)
     starts = _MARGIN + np.cumsum(blen) - blen
     out = np.zeros(_MARGIN + int(blen.sum()) + _MARGIN, dtype=np.uint8)
     into = cramjam.snappy.decompress_raw_into
-    for (src, n, snappy), o in zip(todo, starts.tolist()):
-        if snappy:
-            if into(src, out[o : o + n]) != n:
-                raise SstError(f"a Snappy block of {files[0].name} and its siblings decompressed short")
-        else:
-            out[o : o + n] = np.frombuffer(src, dtype=np.uint8)
-    return out, starts, np.asarray(block_file, dtype=np.int64)
+    om = memoryview(out)
+    first = 0
+    for f, off, size, ctype, length, other in plans:
+        mv = memoryview(f.data)
+        where = starts[first : first + len(off)]
+        for i, (o, z, c, d, n) in enumerate(zip(off.tolist(), size.tolist(), ctype.tolist(), where.tolist(),
+                                                length.tolist())):
+            if c == 1:
+                if into(mv[o : o + z], om[d : d + n]) != n:
+                    raise SstError(f"{f.name}: the Snappy block at {o} decompressed short of its stated {n} bytes")
+            elif c == 0:
+                om[d : d + n] = mv[o : o + z]
+            else:
+                om[d : d + n] = other[i]
+        first += len(off)
+    block_file = np.repeat(np.arange(len(plans)), [len(p[1]) for p in plans]).astype(np.int64)
+    return out, starts, block_file
 
 
 def _entries(files: list[SstFile]):
