@@ -20,9 +20,12 @@ groups it needs.
 
 from __future__ import annotations
 
+import hashlib
+import io
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -132,6 +135,102 @@ def write_parquet_by_key_group(table: pa.Table, path: Path, target_rows: int = R
         if n == 0:
             w.write_table(table)
     return groups
+
+
+class KeyGroupParquetWriter:
+    """:func:`write_parquet_by_key_group` for a table that arrives in batches (sorted by key group
+    across them): the same row groups, written as soon as each one's end is known.
+
+    >>> w = KeyGroupParquetWriter(path, schema)
+    >>> for batch in batches:
+    ...     w.write(batch)
+    >>> groups = w.close()
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema, target_rows: int = ROW_GROUP_TARGET) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = _HashingFile(path)
+        self._writer = pq.ParquetWriter(self._file, schema, compression="zstd")
+        self.schema = schema
+        self._target = target_rows
+        self._pending: pa.Table = schema.empty_table()
+        self._kg = np.zeros(0, dtype=np.int32)
+        self.groups: list[list[int]] = []
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        self._pending = pa.concat_tables([self._pending, table]) if self._pending.num_rows else table
+        self._kg = np.concatenate([self._kg, table.column("key_group").to_numpy()])
+        self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        n = self._pending.num_rows
+        start = 0
+        while start < n:
+            end = min(n, start + self._target)
+            if end == n and not final:
+                break  # the cut may still move: a full row group, or the end of its key group, is not here yet
+            while end < n and self._kg[end] == self._kg[end - 1]:
+                end += 1
+            if end == n and not final:
+                break
+            chunk = self._pending.slice(start, end - start)
+            self._writer.write_table(chunk, row_group_size=max(1, end - start))
+            self.groups.append([int(self._kg[start]), int(self._kg[end - 1]), int(end - start)])
+            self.rows += end - start
+            start = end
+        if start:
+            self._pending = self._pending.slice(start)
+            self._kg = self._kg[start:]
+
+    def close(self) -> list[list[int]]:
+        """Write what is left; returns ``[[kg_first, kg_last, rows], ...]`` per row group."""
+        self._flush(final=True)
+        if not self.groups:
+            self._writer.write_table(self.schema.empty_table())
+        self._writer.close()
+        self._file.close()
+        return self.groups
+
+    @property
+    def sha256(self) -> str:
+        """The SHA-256 of the file written (after :meth:`close`), computed as it was written."""
+        return self._file.hash.hexdigest()
+
+    def abort(self) -> None:
+        """Close without writing what is left (the caller replaces the file)."""
+        self._writer.close()
+        self._file.close()
+
+
+class _HashingFile(io.RawIOBase):
+    """A file opened for writing that hashes what goes through it (SHA-256)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._f = open(path, "wb")
+        self.hash = hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.hash.update(data)
+        return self._f.write(data)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def flush(self) -> None:
+        if not self._f.closed:
+            self._f.flush()
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+        super().close()
 
 
 def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups: Iterable[int] | None,

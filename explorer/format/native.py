@@ -36,7 +36,7 @@ from .prefetch import prefetch
 from .snapshot import resolve
 from .types import TypeInfo, type_from_description
 
-__all__ = ["NATIVE_FORMAT", "NativeFiles", "key_group_runs", "materialize", "native_rows", "native_table"]
+__all__ = ["NATIVE_FORMAT", "NativeFiles", "key_group_runs", "materialize", "native_rows", "native_table", "write_native_table"]
 
 #: the ``state_format`` of a subtask whose keyed state is stored as RocksDB files
 NATIVE_FORMAT = "rocksdb-native"
@@ -148,6 +148,47 @@ def _raw_rows(entries: Iterable[tuple[bytes, bytes]], desc: dict[str, Any], pref
 TABLE_BATCH = 1 << 16
 
 
+def _decoded_tables(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
+                    user_key: Any, expire: tuple[int, int] | None) -> Iterator[tuple[Any, dict[str, str]]]:
+    """Non-empty tables of TABLE_BATCH raw entries each, decoded column-wise where their shape
+    allows and row by row otherwise, with their kinds."""
+    from .keyed import rows_to_table
+    from .native_columns import decode_batch
+
+    ttl = desc.get("ttl") is not None
+    kind = desc["kind"]
+    # the next batch is read from RocksDB in a thread while this one is decoded
+    for keys, values in prefetch(_raw_batches(cf, prefix_bytes, runs, TABLE_BATCH), "snapshot-scan"):
+        got = decode_batch(keys, values, kind, prefix_bytes, ttl, value_info, user_key, expire)
+        if got is None:
+            rows = list(_decoded_rows(zip(keys, values), desc, prefix_bytes, value_info, expire))
+            if not rows:
+                continue
+            got = rows_to_table(rows, value_info, user_key)
+        yield got
+
+
+def _decoded_rows(entries, desc: dict[str, Any], prefix_bytes: int, value_info: TypeInfo,
+                  expire: tuple[int, int] | None) -> Iterator[tuple]:
+    rows = _raw_rows(entries, desc, prefix_bytes, value_info)
+    if expire is not None and desc.get("ttl") is not None:
+        ttl_ms, now_ms = expire
+        rows = (r for r in rows if not _is_expired(r[5], ttl_ms, now_ms))
+    return rows
+
+
+def _row_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
+               user_key: Any, expire: tuple[int, int] | None) -> tuple[Any, dict[str, str]]:
+    """The whole table decoded row by row (the reference path)."""
+    from .keyed import rows_to_table
+
+    if expire is None or desc.get("ttl") is None:
+        rows = native_rows(cf, desc, prefix_bytes, runs, value_info)
+    else:
+        rows = _decoded_rows(_entries(cf, prefix_bytes, runs), desc, prefix_bytes, value_info, expire)
+    return rows_to_table(list(rows), value_info, user_key)
+
+
 def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
                  user_key: Any, expire: tuple[int, int] | None = None, columnar: bool = True
                  ) -> tuple[Any, dict[str, str]]:
@@ -163,42 +204,61 @@ def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[i
     import pyarrow as pa
 
     from .keyed import rows_to_table
-    from .native_columns import decode_batch, supported
+    from .native_columns import supported
 
-    ttl = desc.get("ttl") is not None
-    kind = desc["kind"]
-
-    def decoded_rows(entries):
-        rows = _raw_rows(entries, desc, prefix_bytes, value_info)
-        if expire is not None and ttl:
-            ttl_ms, now_ms = expire
-            rows = (r for r in rows if not _is_expired(r[5], ttl_ms, now_ms))
-        return rows
-
-    def all_rows():
-        return rows_to_table(list(native_rows(cf, desc, prefix_bytes, runs, value_info) if expire is None or not ttl
-                                  else decoded_rows(_entries(cf, prefix_bytes, runs))), value_info, user_key)
-
-    if not columnar or not supported(kind, value_info, user_key):
-        return all_rows()
+    if not columnar or not supported(desc["kind"], value_info, user_key):
+        return _row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire)
     tables: list[pa.Table] = []
     kinds: dict[str, str] | None = None
-    # the next batch is read from RocksDB in a thread while this one is decoded
-    for keys, values in prefetch(_raw_batches(cf, prefix_bytes, runs, TABLE_BATCH), "snapshot-scan"):
-        got = decode_batch(keys, values, kind, prefix_bytes, ttl, value_info, user_key, expire)
-        if got is None:
-            rows = list(decoded_rows(zip(keys, values)))
-            if not rows:
-                continue
-            got = rows_to_table(rows, value_info, user_key)
-        table, k = got
+    for table, k in _decoded_tables(cf, desc, prefix_bytes, runs, value_info, user_key, expire):
         if kinds is not None and (k != kinds or table.schema != tables[0].schema):
-            return all_rows()  # e.g. keys of two types: the row path reports it (or a namespace kind differs)
+            # e.g. keys of two types: the row path reports it (or a namespace kind differs)
+            return _row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire)
         kinds = k
         tables.append(table)
     if not tables:
         return rows_to_table([], value_info, user_key)
     return pa.concat_tables(tables), kinds  # one chunk per batch: the Parquet writer takes them as they are
+
+
+def write_native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]],
+                       value_info: TypeInfo, user_key: Any, path: Path, expire: tuple[int, int] | None = None
+                       ) -> tuple[list[list[int]], int, dict[str, str], str | None]:
+    """:func:`native_table` written to ``path`` as :func:`explorer.format.keyed.write_parquet_by_key_group`
+    writes it (the same file), each batch as soon as it is decoded, so the Parquet encoding
+    overlaps the scan. Returns the row groups, the row count, the kinds, and the file's
+    SHA-256 when it was computed while writing (else None)."""
+    from .keyed import KeyGroupParquetWriter, write_parquet_by_key_group
+    from .native_columns import supported
+
+    def whole(table_kinds):
+        table, kinds = table_kinds
+        return write_parquet_by_key_group(table, path), table.num_rows, kinds, None
+
+    if not supported(desc["kind"], value_info, user_key):
+        return whole(_row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire))
+    writer: KeyGroupParquetWriter | None = None
+    kinds: dict[str, str] | None = None
+    try:
+        for table, k in _decoded_tables(cf, desc, prefix_bytes, runs, value_info, user_key, expire):
+            if writer is None:
+                writer = KeyGroupParquetWriter(path, table.schema)
+                kinds = k
+            elif k != kinds or table.schema != writer.schema:
+                writer.abort()
+                writer = None
+                return whole(_row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire))
+            writer.write(table)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if writer is None:
+        from .keyed import rows_to_table
+
+        return whole(rows_to_table([], value_info, user_key))
+    groups = writer.close()
+    return groups, writer.rows, kinds, writer.sha256
 
 
 def _is_expired(ts: int, ttl_ms: int, now_ms: int) -> bool:

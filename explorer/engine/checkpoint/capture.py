@@ -11,9 +11,10 @@ part: a full checkpoint or savepoint pins a consistent view instead (a RocksDB
 checkpoint, hard-linked SST files, taken at the barrier, as Flink's full
 snapshot pins a RocksDB snapshot), and the asynchronous part reads that view,
 decoding it column-wise where the types allow
-(:func:`explorer.format.native.native_table`), and writes the same Parquet
-files the row copy would have. The view's folder is removed when the write is
-done, or when the capture is dropped unwritten (an aborted checkpoint).
+(:func:`explorer.format.native.write_native_table`), and writes the same Parquet
+files the row copy would have, each batch as soon as it is decoded. The view's
+folder is removed when the write is done, or when the capture is dropped
+unwritten (an aborted checkpoint).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...format.keyed import encode_keys, rows_to_table, write_parquet_by_key_group
-from ...format.native import native_table
+from ...format.native import write_native_table
 from ...format.snapshot import file_entry
 from ...format.types import type_info
 from ..operators import KeyedOperatorBase, SourceOperator
@@ -198,14 +199,16 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
     try:
         for sc in cap.states:
             rel = f"keyed/{uid_dir}/{_safe(sc.descriptor['name'])}/{cap.index}.parquet"
+            path = folder / rel
+            digest = None
             if sc.rows is None:
-                table, kinds = _view_table(cap.view, sc)
+                groups, rows, kinds, digest = _write_view_state(cap.view, sc, path)
             else:
                 table, kinds = rows_to_table(sc.rows, sc.value_info, sc.user_key)
-            path = folder / rel
-            groups = write_parquet_by_key_group(table, path)
-            files[rel] = file_entry(folder, path)
-            states_meta.append({"name": sc.descriptor["name"], "file": rel, "rows": table.num_rows,
+                groups, rows = write_parquet_by_key_group(table, path), table.num_rows
+            # the SHA-256 of a file written batch by batch was computed as it was written
+            files[rel] = file_entry(folder, path) if digest is None else {"bytes": path.stat().st_size, "sha256": digest}
+            states_meta.append({"name": sc.descriptor["name"], "file": rel, "rows": rows,
                                 "row_groups": groups, **kinds})
     finally:
         if cap.view is not None:
@@ -261,12 +264,13 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
     return frag
 
 
-def _view_table(view: PinnedView, sc: StateCapture):
-    """One state's table read from a pinned view (the asynchronous half of a RocksDB full snapshot)."""
+def _write_view_state(view: PinnedView, sc: StateCapture, path: Path):
+    """One state read from a pinned view and written to ``path`` batch by batch (the asynchronous
+    half of a RocksDB full snapshot): its row groups, row count, kinds and SHA-256 (or None)."""
     cf = view.column_family(sc.descriptor["name"])
     try:
-        return native_table(cf, sc.descriptor, view.prefix_bytes, [view.key_group_range],
-                            sc.value_info, sc.user_key, expire=sc.expire)
+        return write_native_table(cf, sc.descriptor, view.prefix_bytes, [view.key_group_range],
+                                  sc.value_info, sc.user_key, path, expire=sc.expire)
     finally:
         cf.close()
 

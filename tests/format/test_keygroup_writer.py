@@ -1,0 +1,45 @@
+"""The batch-by-batch key-group Parquet writer writes the very file the whole-table writer writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from explorer.format.keyed import KeyGroupParquetWriter, write_parquet_by_key_group
+from explorer.format.snapshot import sha256_file
+
+
+def _table(kgs):
+    n = len(kgs)
+    return pa.table({
+        "key_group": pa.array(kgs, pa.int32()),
+        "key": pa.array([f"k{i}" for i in range(n)]),
+        "value": pa.array(np.arange(n, dtype=np.int64) * 3),
+    })
+
+
+@pytest.mark.parametrize("cuts", [[], [1], [5, 6, 7], [13, 40, 41, 99], list(range(0, 120, 9))])
+@pytest.mark.parametrize("target", [1, 4, 10, 1000])
+def test_same_file_and_row_groups_for_any_batching(tmp_path, cuts, target):
+    rng = np.random.default_rng(len(cuts) * 100 + target)
+    kgs = np.sort(rng.integers(0, 30, 120)).tolist()  # long and short key groups
+    table = _table(kgs)
+    want = write_parquet_by_key_group(table, tmp_path / "whole.parquet", target_rows=target)
+    w = KeyGroupParquetWriter(tmp_path / "batches.parquet", table.schema, target_rows=target)
+    bounds = [0, *cuts, table.num_rows]
+    for a, b in zip(bounds, bounds[1:]):
+        w.write(table.slice(a, b - a))
+    assert w.close() == want
+    assert w.rows == table.num_rows
+    assert w.sha256 == sha256_file(tmp_path / "whole.parquet")
+    assert (tmp_path / "batches.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+
+
+def test_empty(tmp_path):
+    table = _table([])
+    want = write_parquet_by_key_group(table, tmp_path / "whole.parquet")
+    w = KeyGroupParquetWriter(tmp_path / "batches.parquet", table.schema)
+    w.write(table)
+    assert w.close() == want == []
+    assert (tmp_path / "batches.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
