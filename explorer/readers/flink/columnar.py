@@ -222,8 +222,23 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
     if not order_ok:  # ranges out of buffer order (entries merged from several SST files): sort them first
         perm = np.argsort(start, kind="stable")
         order_ok = bool(np.all(start[perm][1:] >= end[perm][:-1]))
+    # the rest (null, long, non-ASCII, or all rows when ranges overlap) one by one
+    new_pos = end.copy()
+    idx = np.flatnonzero(~simple) if order_ok else np.arange(n)
+    repl = []
+    if len(idx):
+        from ...keygroups import java_hash_code
+
+        for i in idx.tolist():
+            inp = DataInput(buf.data, int(pos[i]))
+            s = inp.read_flink_string()
+            new_pos[i] = inp.pos
+            repl.append(s)
+            if codes is not None:
+                codes[i] = (java_hash_code(s) & 0xFFFFFFFF) if s is not None else 0
     if order_ok and n:
-        # Arrow strings [start_i, end_i) of the buffer: offsets (s0, e0, s1, e1, ...), keep every other one
+        # Arrow strings [start_i, end_i) of the buffer: offsets (s0, e0, s1, e1, ...), keep every other one;
+        # rows decoded one by one are taken from a second chunk holding them
         s_, e_ = (start, end) if perm is None else (start[perm], end[perm])
         small = len(buf.np) < (1 << 31)
         offs = np.empty(2 * n + 1, dtype=np.int32 if small else np.int64)
@@ -237,27 +252,16 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
             inv = np.empty(n, dtype=np.int64)
             inv[perm] = np.arange(n)
             pick = pick[inv]
-        values = pc.take(arr, pa.array(pick))
+        if len(idx):
+            pick[idx] = 2 * n + np.arange(len(idx))
+            taken = pc.take(pa.chunked_array([arr, pa.array(repl, type=arr.type)]), pa.array(pick))
+            values = taken.chunk(0) if taken.num_chunks == 1 else taken.combine_chunks()
+        else:
+            values = pc.take(arr, pa.array(pick))
         if not small:
             values = values.cast(pa.string())
     else:
-        values = pa.array([""] * n, type=pa.string())
-    new_pos = end.copy()
-    idx = np.flatnonzero(~simple) if order_ok else np.arange(n)
-    if len(idx):
-        from ...keygroups import java_hash_code
-
-        repl = []
-        for i in idx.tolist():
-            inp = DataInput(buf.data, int(pos[i]))
-            s = inp.read_flink_string()
-            new_pos[i] = inp.pos
-            repl.append(s)
-            if codes is not None:
-                codes[i] = (java_hash_code(s) & 0xFFFFFFFF) if s is not None else 0
-        mask = np.zeros(n, dtype=bool)
-        mask[idx] = True
-        values = pc.replace_with_mask(values, pa.array(mask), pa.array(repl, type=pa.string()))
+        values = pa.array(repl, type=pa.string())
     return Column(values, codes), new_pos
 
 
