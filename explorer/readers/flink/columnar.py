@@ -214,7 +214,7 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
     end = start + lens
     if n and end.max() > len(buf.np):
         raise Fallback("string runs past the buffer")
-    hashed, ascii_ok = _ascii_string_hash(buf, start, lens)
+    hashed, ascii_ok = _ascii_string_hash(buf, start, lens, want_codes)
     simple &= ascii_ok
     codes = hashed if want_codes else None
     perm = None
@@ -265,7 +265,8 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
     return Column(values, codes), new_pos
 
 
-def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray,
+                       want_hash: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Java ``String.hashCode`` of byte ranges, and whether each range is all ASCII.
 
     The hash is right for ASCII ranges (the caller re-does the others): Horner's
@@ -275,7 +276,7 @@ def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[n
     end where each string ends (one memcpy per row from a strided view of the
     buffer), with the bytes before the string zeroed. Ranges longer than 64
     bytes, or too close to the buffer's start for a full row, are left unhashed
-    (not ASCII-simple).
+    (not ASCII-simple). ``want_hash`` False: only the ASCII check (codes stay 0).
     """
     n = len(start)
     codes = np.zeros(n, dtype=np.uint32)
@@ -308,6 +309,8 @@ def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray) -> tuple[n
         for k in range(1, words.shape[1]):
             high |= words[:, k] & _HIGH_BITS
         ascii_ok[sl] &= high == 0
+        if not want_hash:
+            continue
         m = words.view(np.uint8)
         h = np.zeros(len(e), dtype=np.uint32)
         with np.errstate(over="ignore"):

@@ -288,9 +288,12 @@ def _hash_rows(kw: np.ndarray, ulen: np.ndarray) -> np.ndarray:
     """A 64-bit hash of each zero-padded key row and its length (equal keys, equal hashes)."""
     with np.errstate(over="ignore"):
         h = ulen.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-        for i in range(kw.shape[1]):
-            h = (h ^ kw[:, i]) * np.uint64(0xBF58476D1CE4E5B9)
-            h ^= h >> np.uint64(31)
+        t = np.empty_like(h)
+        for i in range(kw.shape[1]):  # in place: h = (h ^ word) * K; h ^= h >> 31
+            h ^= kw[:, i]
+            h *= np.uint64(0xBF58476D1CE4E5B9)
+            np.right_shift(h, np.uint64(31), out=t)
+            h ^= t
     return h
 
 
