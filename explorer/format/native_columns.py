@@ -123,6 +123,44 @@ def _string_array(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray | Non
     return arr
 
 
+def _viewed_array(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None,
+                  binary: bool) -> pa.Array:
+    """The (start, length) segments of ``buf`` as a binary / UTF-8 string array.
+
+    The segments are first described as an Arrow binary-view array over ``buf``
+    itself (16 bytes per row: the length, then the bytes inline when at most
+    12, else a 4-byte prefix, buffer 0 and the offset), which Arrow then casts
+    to a plain binary array with one copy per segment: faster than cutting the
+    gaps out of ``buf`` with a mask when segments are long (values).
+    """
+    n = len(starts)
+    views = np.zeros((n, 16), dtype=np.uint8)
+    views[:, :4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
+    last = max(len(buf) - 1, 0)
+    width = np.arange(12, dtype=np.int64)
+    short = lengths <= 12
+    if len(buf):
+        s = starts[short]
+        inline = buf[np.minimum(s[:, None] + width, last)]
+        inline[width[None, :] >= lengths[short][:, None]] = 0
+        views[short, 4:] = inline
+        lng = ~short
+        views[lng, 4:8] = buf[np.minimum(starts[lng][:, None] + width[:4], last)]
+        views[lng, 12:16] = starts[lng].astype("<i4").view(np.uint8).reshape(-1, 4)
+    bitmap = None
+    nulls = 0
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
+        nulls = int(n - valid.sum())
+    arr = pa.Array.from_buffers(pa.binary_view(), n, [bitmap, pa.py_buffer(views), pa.py_buffer(buf)],
+                                null_count=nulls).cast(pa.binary())
+    if binary:
+        return arr
+    out = pa.Array.from_buffers(pa.string(), n, arr.buffers(), null_count=arr.null_count)
+    out.validate(full=True)  # UTF-8
+    return out
+
+
 class _Unsupported(Exception):
     pass
 
@@ -230,8 +268,11 @@ def _decode(keys: list[bytes], values: list[bytes], kind: str, prefix_bytes: int
         start = p + hdr
         _need((start + length == vend)[ok])
         length = np.where(ok, length, 0)
-        data, offsets = _segments(vbuf, np.where(ok, start, vend), length)  # a null: empty, in place
-        vals = _string_array(data, offsets, valid, binary=vname == "bytes")
+        if len(vbuf) < 1 << 31:
+            vals = _viewed_array(vbuf, np.where(ok, start, 0), length, valid, binary=vname == "bytes")
+        else:
+            data, offsets = _segments(vbuf, np.where(ok, start, vend), length)  # a null: empty, in place
+            vals = _string_array(data, offsets, valid, binary=vname == "bytes")
     cols = {
         "key_group": pa.array(kg, type=pa.int32()),
         "key": key_col,
