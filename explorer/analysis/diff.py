@@ -16,7 +16,6 @@ column-wise in Arrow (:func:`._columns.arrow_hash`). A key is
 
 from __future__ import annotations
 
-import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
@@ -400,8 +399,9 @@ def _is_range(x: np.ndarray, n: int) -> bool:
 
 
 def _state_diff(sa: tuple, sb: tuple, tr: np.ndarray, k: int, n_a: int, unchanged: bool) -> tuple[np.ndarray, ...]:
-    """One state's rows of the diff, in output order: ``(joint codes, status codes, entries_a,
-    entries_b, bytes_a, bytes_b)``, from each side's :func:`_side_keys` and the key join ``tr``.
+    """One state's rows of the diff: ``(joint codes, order, status codes, entries_a, entries_b,
+    bytes_a, bytes_b)`` from each side's :func:`_side_keys` and the key join ``tr``; the joint
+    codes are in output order, the other columns are listed in output order by ``order``.
 
     The keys of the state (either side) are numbered in joint-code order: all ``k`` joint
     codes when the state holds nearly every key (no renumbering), else by a sort of its few
@@ -452,7 +452,7 @@ def _state_diff(sa: tuple, sb: tuple, tr: np.ndarray, k: int, n_a: int, unchange
         keep = np.flatnonzero(code != 3)
         order = keep[_falling(delta[keep])]
     joint = order if present is None else present[order]
-    return (joint, code[order], ent_a[order], ent_b[order], byt_a[order], byt_b[order])
+    return joint, order, code, ent_a, ent_b, byt_a, byt_b
 
 
 _INT_COLUMNS = ["entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"]
@@ -461,61 +461,52 @@ _INT_COLUMNS = ["entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b",
 def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     """:func:`diff` of two Snapshots over their cached analysis columns and Arrow row hashes.
 
-    With ``unchanged=True`` and no filter every key of ``a`` is listed: its Python key
-    objects are made on a second thread (:class:`_KeyObjects`) while this one joins the keys
-    and sums the states (NumPy's work there runs without the GIL).
+    The ``key`` column holds Python objects, as in :meth:`~explorer.snapshot.Snapshot.keyed_state`
+    and in the diff of two DataFrames (the two paths give equal frames); they are made only
+    for the rows listed, in Arrow. At 10 M keys listed that is most of the time of a diff
+    with ``unchanged=True``.
     """
     fa, fb = cached_frame(a, operator, state), cached_frame(b, operator, state)
     kva, kvb = fa.attrs["key_values"], fb.attrs["key_values"]
     pa_, pb_ = positions(a, operator, state), positions(b, operator, state)
-    objects = _KeyObjects(kva) if unchanged and pa_ is None and len(kva) >= _PREFETCH_KEYS else None
-    try:
-        ha, hb = row_hashes(a), row_hashes(b)
-        ha = ha if pa_ is None else ha[pa_]
-        hb = hb if pb_ is None else hb[pb_]
-        tr, new_from_b = _joint_codes(kva, kvb, lambda: _key_group_per_code(a, b, kva, kvb))
-        codes_a = fa["key"].to_numpy(dtype=np.int64)
-        codes_b = fb["key"].to_numpy(dtype=np.int64)
-        na = len(kva)
-        k = na + len(new_from_b)
-        rows_a = {(op, st): rows for op, st, rows in state_rows(fa)}
-        rows_b = {(op, st): rows for op, st, rows in state_rows(fb)}
-        size_a, size_b = fa["size_bytes"].to_numpy(), fb["size_bytes"].to_numpy()
-        empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0, dtype=np.uint64),)
-        names = sorted(set(rows_a) | set(rows_b))
-        sides_a, sides_b = _both(  # each side's per-key sums, the two sides side by side
-            lambda: [_side_keys(codes_a, rows_a[n], ha, size_a, na) if n in rows_a else empty for n in names],
-            lambda: [_side_keys(codes_b, rows_b[n], hb, size_b, len(kvb)) if n in rows_b else empty for n in names])
-        parts = []
-        for (op, st), sa, sb in zip(names, sides_a, sides_b):
-            parts.append((op, st) + _state_diff(sa, sb, tr, k, na, unchanged))
-        if not parts:
-            return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
-        total = sum(len(p[2]) for p in parts)
-        block = np.empty((len(_INT_COLUMNS), total), dtype=np.int64)  # the six int columns, one pandas block
-        status = np.empty(total, dtype=np.int8)
-        ops = np.empty(total, dtype=object)
-        sts = np.empty(total, dtype=object)
-        at = 0
-        for op, st, joint, code, ent_a, ent_b, byt_a, byt_b in parts:
-            sl = slice(at, at + len(joint))
-            ops[sl] = op
-            sts[sl] = st
-            status[sl] = code
-            block[0, sl], block[1, sl], block[3, sl], block[4, sl] = ent_a, ent_b, byt_a, byt_b
-            at += len(joint)
-        np.subtract(block[1], block[0], out=block[2])
-        np.subtract(block[4], block[3], out=block[5])
-        keys = np.empty(total, dtype=object)
-        at = 0
-        all_a = objects.result() if objects is not None else None
-        for p in parts:
-            joint = p[2]
-            _keys_into(keys[at: at + len(joint)], joint, kva, kvb, new_from_b, all_a)
-            at += len(joint)
-    finally:
-        if objects is not None:
-            objects.close()
+    ha, hb = row_hashes(a), row_hashes(b)
+    ha = ha if pa_ is None else ha[pa_]
+    hb = hb if pb_ is None else hb[pb_]
+    tr, new_from_b = _joint_codes(kva, kvb, lambda: _key_group_per_code(a, b, kva, kvb))
+    codes_a = fa["key"].to_numpy(dtype=np.int64)
+    codes_b = fb["key"].to_numpy(dtype=np.int64)
+    na = len(kva)
+    k = na + len(new_from_b)
+    rows_a = {(op, st): rows for op, st, rows in state_rows(fa)}
+    rows_b = {(op, st): rows for op, st, rows in state_rows(fb)}
+    size_a, size_b = fa["size_bytes"].to_numpy(), fb["size_bytes"].to_numpy()
+    empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0, dtype=np.uint64),)
+    names = sorted(set(rows_a) | set(rows_b))
+    sides_a, sides_b = _both(  # each side's per-key sums, the two sides side by side
+        lambda: [_side_keys(codes_a, rows_a[n], ha, size_a, na) if n in rows_a else empty for n in names],
+        lambda: [_side_keys(codes_b, rows_b[n], hb, size_b, len(kvb)) if n in rows_b else empty for n in names])
+    parts = []
+    for (op, st), sa, sb in zip(names, sides_a, sides_b):
+        parts.append((op, st) + _state_diff(sa, sb, tr, k, na, unchanged))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
+    total = sum(len(p[2]) for p in parts)
+    block = np.empty((len(_INT_COLUMNS), total), dtype=np.int64)  # the six int columns, one pandas block
+    status = np.empty(total, dtype=np.int8)
+    ops = np.empty(total, dtype=object)
+    sts = np.empty(total, dtype=object)
+    at = 0
+    for op, st, joint, order, code, ent_a, ent_b, byt_a, byt_b in parts:
+        sl = slice(at, at + len(joint))
+        ops[sl] = op
+        sts[sl] = st
+        np.take(code, order, out=status[sl])
+        for row, col in ((0, ent_a), (1, ent_b), (3, byt_a), (4, byt_b)):
+            np.take(col, order, out=block[row, sl])  # straight into the block: one pass per column
+        at += len(joint)
+    np.subtract(block[1], block[0], out=block[2])
+    np.subtract(block[4], block[3], out=block[5])
+    keys = _keys_of(np.concatenate([p[2] for p in parts]), kva, kvb, new_from_b)
     out = pd.DataFrame(block.T, columns=_INT_COLUMNS, copy=False)
     out.insert(0, "status", pd.Categorical.from_codes(status, categories=list(STATUSES)))
     out.insert(0, "key", keys)
@@ -543,71 +534,26 @@ def _key_group_per_code(a, b, kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarra
     return _both(lambda: per_code(*out[0]), lambda: per_code(*out[1]))
 
 
-def _keys_into(out: np.ndarray, joint: np.ndarray, kva: KeyValues, kvb: KeyValues, new_from_b: np.ndarray,
-               all_a: np.ndarray | None) -> None:
-    """The keys of joint codes ``joint`` into the object array ``out`` (a's keys from ``all_a``
-    when given, the keys of b only from b)."""
+def _keys_of(joint: np.ndarray, kva: KeyValues, kvb: KeyValues, new_from_b: np.ndarray) -> np.ndarray:
+    """The keys of joint codes ``joint`` as an object array, in that order.
+
+    When both sides' keys are one Arrow array of strings of one type, a's keys followed by
+    b's new ones are the joint dictionary and Arrow makes each Python str once, straight
+    into the array returned (no second pass over millions of objects to copy them in place).
+    """
     na = len(kva)
+    segs = kva.segments + kvb.segments
+    if len(segs) == 2 and not any(isinstance(x, np.ndarray) for x in segs) and segs[0].type == segs[1].type \
+            and (pa.types.is_string(segs[0].type) or pa.types.is_large_string(segs[0].type)):
+        joint_dict = pa.concat_arrays([segs[0], segs[1].take(pa.array(new_from_b, type=pa.int64()))])
+        return joint_dict.take(pa.array(joint, type=pa.int64())).to_numpy(zero_copy_only=False)
+    out = np.empty(len(joint), dtype=object)
     from_a = joint < na
-    if bool(from_a.all()):
-        if all_a is not None:
-            np.take(all_a, joint, out=out)
-        else:
-            out[:] = kva.take(joint)
-        return
     ia = np.flatnonzero(from_a)
-    out[ia] = all_a[joint[ia]] if all_a is not None else kva.take(joint[ia])
+    out[ia] = kva.take(joint[ia])
     ib = np.flatnonzero(~from_a)
     out[ib] = kvb.take(new_from_b[joint[ib] - na])
-
-
-_PREFETCH_KEYS = 1 << 16
-_OBJECT_CHUNK = 1 << 15
-
-
-class _KeyObjects:
-    """Every key of ``kv`` as a Python object, made on a worker thread.
-
-    Arrow makes the Python strings holding the GIL, so the work is cut into chunks of
-    ``_OBJECT_CHUNK`` keys: between chunks the calling thread gets the GIL back for its
-    NumPy calls, which then run beside the next chunk. ``close()`` stops it early.
-    """
-
-    def __init__(self, kv: KeyValues) -> None:
-        self._kv = kv
-        self._out = np.empty(len(kv), dtype=object)
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="diff-key-objects", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            for off, seg in zip(self._kv.offsets[:-1], self._kv.segments):
-                strings = not isinstance(seg, np.ndarray) and (pa.types.is_string(seg.type)
-                                                              or pa.types.is_large_string(seg.type))
-                for lo in range(0, len(seg), _OBJECT_CHUNK):
-                    if self._stop.is_set():
-                        return
-                    hi = min(len(seg), lo + _OBJECT_CHUNK)
-                    if isinstance(seg, np.ndarray):
-                        self._out[off + lo: off + hi] = seg[lo:hi]
-                    elif strings:  # str objects made by Arrow in C++, no copy of the strings first
-                        self._out[off + lo: off + hi] = seg.slice(lo, hi - lo).to_numpy(zero_copy_only=False)
-                    else:
-                        self._out[off + lo: off + hi] = self._kv.take(np.arange(off + lo, off + hi))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller in result()
-            self._error = exc
-
-    def result(self) -> np.ndarray:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._out
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
+    return out
 
 
 def _group_sums(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
