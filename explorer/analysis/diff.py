@@ -338,7 +338,7 @@ def _fixed_width_words(seg_a: pa.Array, seg_b: pa.Array) -> tuple | None:
     return views[0], views[1]
 
 
-def _side_keys(codes: np.ndarray, rows: np.ndarray | slice, h: np.ndarray, size: np.ndarray,
+def _side_keys(codes: np.ndarray, rows: np.ndarray | slice | list, h: np.ndarray, size: np.ndarray,
                n_codes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per key of one state on one side: ``(codes, entries, bytes, fingerprint)``.
 
@@ -350,13 +350,11 @@ def _side_keys(codes: np.ndarray, rows: np.ndarray | slice, h: np.ndarray, size:
     is summed per code (``np.bincount``; 32-bit halves in float64, exact below 2**21
     entries per key).
     """
-    c = codes[rows]
-    hr = h[rows]
-    sz = size[rows]
+    c, hr, sz = (_rows_of(x, rows) for x in (codes, h, size))
     if not len(c):
         return c, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), hr
-    if len(c) == 1 or bool((c[1:] > c[:-1]).all()):
-        return c, np.ones(len(c), dtype=np.int64), _int64(sz), hr
+    if len(c) == 1 or bool((c[1:] > c[:-1]).all()):  # one entry per key (a read-only run of ones)
+        return c, np.broadcast_to(np.int64(1), (len(c),)), _int64(sz), hr
     starts = np.flatnonzero(c[1:] != c[:-1])
     starts += 1
     starts = np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
@@ -377,6 +375,14 @@ def _side_keys(codes: np.ndarray, rows: np.ndarray | slice, h: np.ndarray, size:
     fp = lo.astype(np.uint64) + (hi.astype(np.uint64) << np.uint64(32))
     return (present, counts[present].astype(np.int64),
             np.rint(np.bincount(c, weights=sz.astype(np.float64), minlength=n_codes)[present]).astype(np.int64), fp)
+
+
+def _rows_of(x: np.ndarray, rows: np.ndarray | slice | list) -> np.ndarray:
+    """``x[rows]``; ``rows`` may be a list of ``(lo, hi)`` spans (copied slice by slice, much
+    faster than gathering 10 M positions)."""
+    if isinstance(rows, list):
+        return x[rows[0][0]: rows[0][1]] if len(rows) == 1 else np.concatenate([x[lo:hi] for lo, hi in rows])
+    return x[rows]
 
 
 def _int64(x: np.ndarray) -> np.ndarray:
@@ -477,8 +483,7 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     codes_b = fb["key"].to_numpy(dtype=np.int64)
     na = len(kva)
     k = na + len(new_from_b)
-    rows_a = {(op, st): rows for op, st, rows in state_rows(fa)}
-    rows_b = {(op, st): rows for op, st, rows in state_rows(fb)}
+    rows_a, rows_b = _spans_by_state(fa), _spans_by_state(fb)
     size_a, size_b = fa["size_bytes"].to_numpy(), fb["size_bytes"].to_numpy()
     empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0, dtype=np.uint64),)
     names = sorted(set(rows_a) | set(rows_b))
@@ -515,6 +520,18 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     return out
 
 
+def _spans_by_state(df: pd.DataFrame) -> dict[tuple[str, str], list[tuple[int, int]] | np.ndarray | slice]:
+    """Rows of each ``(operator, state)`` of a cached frame: its pieces' ``(lo, hi)`` spans
+    (:func:`._columns.state_rows` positions for any other frame)."""
+    spans = df.attrs.get("spans")
+    if spans is None or spans[0] != len(df):
+        return {(op, st): rows for op, st, rows in state_rows(df)}
+    out: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for op, st, lo, hi in spans[1]:
+        out.setdefault((str(op), str(st)), []).append((lo, hi))
+    return out
+
+
 def _key_group_per_code(a, b, kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The key group of each key code's rows on each side (for :func:`_slices`; None without
     a key group column). A key whose rows disagree gets one of their groups: the join's answer
@@ -522,7 +539,7 @@ def _key_group_per_code(a, b, kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarra
     out = []
     for snap, kv in ((a, kva), (b, kvb)):
         f = cached_frame(snap)
-        if "key_group" not in f.columns or not len(kv):
+        if "key_group" not in f.columns or not len(kv) or not np.issubdtype(f["key_group"].dtype, np.integer):
             return None, None
         out.append((f["key"].to_numpy(dtype=np.int64), f["key_group"].to_numpy(), len(kv)))
 
@@ -537,14 +554,16 @@ def _key_group_per_code(a, b, kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarra
 def _keys_of(joint: np.ndarray, kva: KeyValues, kvb: KeyValues, new_from_b: np.ndarray) -> np.ndarray:
     """The keys of joint codes ``joint`` as an object array, in that order.
 
-    When both sides' keys are one Arrow array of strings of one type, a's keys followed by
-    b's new ones are the joint dictionary and Arrow makes each Python str once, straight
-    into the array returned (no second pass over millions of objects to copy them in place).
+    When most keys are listed and both sides' keys are one Arrow array of strings of one
+    type, a's keys followed by b's new ones are the joint dictionary and Arrow makes each
+    Python str once, straight into the array returned (no second pass over millions of
+    objects to copy them in place).
     """
     na = len(kva)
     segs = kva.segments + kvb.segments
-    if len(segs) == 2 and not any(isinstance(x, np.ndarray) for x in segs) and segs[0].type == segs[1].type \
-            and (pa.types.is_string(segs[0].type) or pa.types.is_large_string(segs[0].type)):
+    if len(joint) > na // 4 and len(segs) == 2 and not any(isinstance(x, np.ndarray) for x in segs) \
+            and segs[0].type == segs[1].type and (pa.types.is_string(segs[0].type)
+                                                  or pa.types.is_large_string(segs[0].type)):
         joint_dict = pa.concat_arrays([segs[0], segs[1].take(pa.array(new_from_b, type=pa.int64()))])
         return joint_dict.take(pa.array(joint, type=pa.int64())).to_numpy(zero_copy_only=False)
     out = np.empty(len(joint), dtype=object)
