@@ -55,3 +55,12 @@ def test_java_hashes_of_one_length(width):
     strs = [s.ljust(width, "x")[:width] for s in _strings(width, 500, width + 1)]
     got = java_string_hashes(pa.array(strs).slice(3))
     assert got.tolist() == [java_hash_code(s) & 0xFFFFFFFF for s in strs[3:]]
+
+
+@pytest.mark.parametrize("width", [3, 8, 13, 40])
+def test_hash64_of_one_width_equals_the_hash_among_other_widths(width):
+    """A key hashes alike whether its array holds one width (read in place) or several."""
+    same = [s.ljust(width, "y")[:width] for s in _strings(width, 300, width + 1)]
+    mixed = same + ["", "ab", "z" * (width + 5)]
+    assert (string_hash64(pa.array(same)) == string_hash64(pa.array(mixed))[: len(same)]).all()
+    assert (string_hash64(pa.array(same).slice(7)) == string_hash64(pa.array(same))[7:]).all()
