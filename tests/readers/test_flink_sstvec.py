@@ -90,3 +90,59 @@ def test_repeated_strings_equal_pa_repeat(text, n):
     got = _repeat_string(text, n)
     got.validate(full=True)
     assert got.equals(pa.repeat(pa.scalar(text, pa.string()), n))
+
+
+def test_states_with_the_same_keys_share_one_decoded_key_column(monkeypatch):
+    """columnar.KeyCache: value states of one operator holding the same keys decode them once, and the
+    pieces equal those read with every key column decoded anew (cache of size 0)."""
+    from explorer.readers.base import KeyedStateQuery
+    from explorer.readers.flink import FlinkSnapshotReader, columnar
+
+    from .flink_helpers import FLINK_FIXTURES
+
+    caches = []
+    real_init = columnar.KeyCache.__init__
+
+    def pieces(size):
+        def init(self, size_=size):
+            real_init(self, size_)
+            caches.append(self)
+
+        with monkeypatch.context() as m:
+            m.setattr(columnar.KeyCache, "__init__", init)
+            reader = FlinkSnapshotReader(FLINK_FIXTURES / "rocksdb-incremental-checkpoint")
+            return list(reader.keyed_pieces(KeyedStateQuery()))
+
+    shared = pieces(4)
+    hits = sum(c.hits for c in caches)
+    caches.clear()
+    alone = pieces(0)
+    assert hits > 0 and sum(c.hits for c in caches) == 0
+    assert len(shared) == len(alone) > 1
+    for a, b in zip(shared, alone):
+        assert a.equals(b)
+
+
+def test_key_cache_decodes_again_when_any_key_byte_differs():
+    from explorer.readers.flink import columnar
+    from explorer.readers.flink.serializers import PRIMITIVES
+
+    dec = PRIMITIVES["StringSerializer"]
+    width, margin = 16, 128
+
+    def key_buffer(words):
+        buf = np.zeros(margin + width * len(words), dtype=np.uint8)
+        for i, w in enumerate(words):
+            raw = bytes([5, len(w) + 1]) + w.encode()  # key group 5, then StringValue: length + 1, chars
+            buf[margin + i * width : margin + i * width + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        ks = margin + width * np.arange(len(words))
+        return columnar.Buf(buf), ks, ks + np.array([2 + len(w) for w in words])
+
+    cache = columnar.KeyCache()
+    a = key_buffer(["user-1", "user-2", "user-3"])
+    first, _ = cache.read(dec, 1, *a)
+    again, _ = cache.read(dec, 1, *key_buffer(["user-1", "user-2", "user-3"]))
+    other, _ = cache.read(dec, 1, *key_buffer(["user-1", "user-9", "user-3"]))
+    assert cache.hits == 1 and again is first
+    assert first.values.to_pylist() == ["user-1", "user-2", "user-3"]
+    assert other.values.to_pylist() == ["user-1", "user-9", "user-3"]

@@ -321,6 +321,33 @@ def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray,
     return codes, ascii_ok
 
 
+class KeyCache:
+    """The key column last decoded from a key buffer, reused when the next state's keys are the same bytes.
+
+    The value states of one operator (one column family each) often hold the
+    same keys in the same order; their key buffers (``sstvec`` rows, zero past
+    each key) are then equal, and so are their key columns and hash codes. The
+    check is exact: the same decoder and key-group prefix, equal key ranges and
+    an equal buffer, byte for byte.
+    """
+
+    def __init__(self, size: int = 4) -> None:
+        self._size = size
+        self._entries: list[tuple] = []  # newest last
+        self.hits = 0
+
+    def read(self, key_dec: Decoder, prefix: int, buf: Buf, ks: np.ndarray, ke: np.ndarray) -> tuple[Column, np.ndarray]:
+        for e in self._entries:
+            if (e[0] is key_dec and e[1] == prefix and np.array_equal(e[2], ks) and np.array_equal(e[3], ke)
+                    and np.array_equal(e[4], buf.np)):
+                self.hits += 1
+                return e[5], e[6]
+        key, p = read(key_dec, buf, ks + prefix, True)
+        if self._size > 0:
+            self._entries = (self._entries + [(key_dec, prefix, ks, ke, buf.np, key, p)])[-self._size :]
+        return key, p
+
+
 @dataclass
 class StateColumns:
     key: Column
@@ -341,14 +368,14 @@ def _skip(dec: Decoder, buf: Buf, pos: np.ndarray, want_ttl: bool) -> Column:
 def decode_state(
     meta: StateMeta, key_dec: Decoder, prefix: int, buf: Buf,
     ks: np.ndarray, ke: np.ndarray, vs: np.ndarray, ve: np.ndarray,
-    columns: frozenset[str] | None = None, vbuf: Buf | None = None,
+    columns: frozenset[str] | None = None, vbuf: Buf | None = None, key_cache: KeyCache | None = None,
 ) -> StateColumns:
     """Decode every entry of one state (key/value layout) at once; raises :class:`Fallback`.
 
     ``columns``: the contract columns wanted (None: all). Values and map keys
     not wanted are not decoded (they come back as nulls); keys, key groups,
     namespaces and sizes always are. ``vbuf``: the buffer ``vs``/``ve`` index,
-    if not ``buf`` (which ``ks``/``ke`` index).
+    if not ``buf`` (which ``ks``/``ke`` index). ``key_cache``: see :class:`KeyCache`.
     """
     vbuf = buf if vbuf is None else vbuf
     want_value = columns is None or "value" in columns
@@ -369,7 +396,10 @@ def decode_state(
         if n and not np.array_equal(p, ke):
             raise Fallback("timer key length mismatch")
         return StateColumns(key, kg, ns.values, pa.nulls(n), pa.array(ts, type=pa.int64()), None, ke - ks)
-    key, p = read(key_dec, buf, p, True)
+    if key_cache is not None:
+        key, p = key_cache.read(key_dec, prefix, buf, ks, ke)
+    else:
+        key, p = read(key_dec, buf, p, True)
     if nsdec is not None:
         nscol, p = read(nsdec, buf, p)
         ns = nscol.values

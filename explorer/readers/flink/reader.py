@@ -396,6 +396,7 @@ class FlinkSnapshotReader(SnapshotReader):
                        "applied; deleted ranges may still show")
         by_name = {header.states[sid].name: sid for sid in wanted}
         prefix = 2 if op.max_parallelism > 128 else 1
+        key_cache = columnar.KeyCache()  # states with the same keys decode them once
         for cf_name, cf_files in by_cf.items():
             sid = by_name.get(cf_name)
             if sid is None:
@@ -418,7 +419,8 @@ class FlinkSnapshotReader(SnapshotReader):
                 keep &= np.isin(kg, np.fromiter(kgs, dtype=np.int64))
             if not keep.all():
                 ks, ke, vs, ve = ks[keep], ke[keep], vs[keep], ve[keep]
-            yield from self._kv_pieces(op, st, header, sid, buf, ks, ke, vs, ve, query, vbuf)
+            yield from self._kv_pieces(op, st, header, sid, buf, ks, ke, vs, ve, query, vbuf,
+                                       key_cache if values is not keys else None)
 
     #: parse SST files column-wise (``sstvec``); False forces the entry-by-entry reader (tests compare both)
     columnar_sst = True
@@ -432,17 +434,20 @@ class FlinkSnapshotReader(SnapshotReader):
         return values, keys, ks, ke, vs, ve
 
     def _kv_pieces(self, op, st, header: BackendMeta, sid: int, buf: "columnar.Buf", ks, ke, vs, ve,
-                   query: KeyedStateQuery, vbuf: "columnar.Buf | None" = None) -> Iterator[pa.Table]:
+                   query: KeyedStateQuery, vbuf: "columnar.Buf | None" = None,
+                   key_cache: "columnar.KeyCache | None" = None) -> Iterator[pa.Table]:
         """One piece for one state's key/value entries: column-wise, else row by row.
 
-        ``ks``/``ke`` index ``buf``; ``vs``/``ve`` index ``vbuf`` (default: ``buf``).
+        ``ks``/``ke`` index ``buf``; ``vs``/``ve`` index ``vbuf`` (default: ``buf``). ``key_cache``: only for
+        key buffers zero past each key (``sstvec``'s).
         """
         vbuf = buf if vbuf is None else vbuf
         meta = header.states[sid]
         prefix = 2 if op.max_parallelism > 128 else 1
         try:
             cols = columnar.decode_state(meta, header.key_decoder, prefix, buf, ks, ke, vs, ve,
-                                         frozenset(query.columns) if query.columns is not None else None, vbuf)
+                                         frozenset(query.columns) if query.columns is not None else None, vbuf,
+                                         key_cache)
         except columnar.Fallback:
             cols = None
         if cols is None:

@@ -325,15 +325,20 @@ def read_column_family(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np
     if len(files) == 1 and (typ == TYPE_VALUE).all() and not _adjacent_equal(kw, ulen, order, shared, restarts):
         keep = order  # one file of values, one version per key: already sorted and visible
         vs, ve = vpos[keep], vpos[keep] + vlen[keep]
+        masked = None
     else:
+        masked = True  # _resolve zeroes the rows past each user key
         keep, vs, ve, extra = _resolve(joined, keys, ulen, vpos, vlen, seq, typ)
         merged = len(extra)
-    # the visible keys' rows in output order (key ranges ascend through their buffer), after a margin of
-    # zeros (columnar hashes strings by reading the `width` bytes that end where each ends)
+    # the visible keys' rows in output order (key ranges ascend through their buffer), zero past each key,
+    # after a margin of zeros (columnar hashes strings by reading the `width` bytes that end where each ends)
     kbuf = np.zeros(_MARGIN + len(keep) * width, dtype=np.uint8)
     # (np.take with out= and mode="clip" copies in place, unbuffered: ~8x assigning a fancy-indexed copy)
     np.take(keys.view(np.dtype((np.void, width))).ravel(), keep, out=kbuf[_MARGIN:].view(np.dtype((np.void, width))),
             mode="clip")
+    if masked is None:  # zero past each user key (not yet done for one file): equal keys, equal rows
+        kout = kbuf[_MARGIN:].view("<u8").reshape(len(keep), width // 8)
+        kout &= np.take(_prefix_masks(width), ulen[keep], axis=0)
     values = joined if not extra else np.frombuffer(b"".join([joined, *extra]), dtype=np.uint8)
     ks = _MARGIN + np.arange(len(keep), dtype=np.int64) * width
     return values, kbuf, ks, ks + ulen[keep], vs, ve, merged
