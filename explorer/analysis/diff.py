@@ -433,25 +433,31 @@ def _state_diff(sa: tuple, sb: tuple, tr: np.ndarray, k: int, n_a: int, unchange
             del rank
         del mask
     n = k if present is None else len(present)
-    ent_a = np.zeros(n, dtype=np.int64)
-    ent_a[ia] = sa[1]
-    ent_b = np.zeros(n, dtype=np.int64)
-    ent_b[ib] = sb[1]
-    byt_a = np.zeros(n, dtype=np.int64)
-    byt_a[ia] = sa[2]
-    byt_b = np.zeros(n, dtype=np.int64)
-    byt_b[ib] = sb[2]
-    fpx = np.zeros(n, dtype=np.uint64)  # a's fingerprint xor b's: 0 when they agree
-    fpx[ia] = sa[3]
-    fpx[ib] ^= sb[3]
-    same = fpx == 0
-    del fpx
-    same &= ent_a == ent_b  # never true for a key on one side only (0 entries on the other)
-    code = same.view(np.int8)
-    code += 2  # changed 2, unchanged 3
-    code[ent_b == 0] = 1  # removed
-    code[ent_a == 0] = 0  # added
-    delta = byt_b - byt_a
+
+    def dense(side: tuple, at: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ent, byt, fp = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint64)
+        ent[at], byt[at], fp[at] = side[1], side[2], side[3]
+        return ent, byt, fp
+
+    (ent_a, byt_a, fp_a), (ent_b, byt_b, fp_b) = _both(lambda: dense(sa, ia), lambda: dense(sb, ib))
+    code = np.empty(n, dtype=np.int8)
+    delta = np.empty(n, dtype=np.int64)
+
+    def status(lo: int, hi: int) -> None:  # elementwise: each half of the keys on its own thread
+        same = fp_a[lo:hi] == fp_b[lo:hi]
+        same &= ent_a[lo:hi] == ent_b[lo:hi]  # never true for a key on one side only (0 entries on the other)
+        c = code[lo:hi]
+        np.add(same.view(np.int8), np.int8(2), out=c)  # changed 2, unchanged 3
+        c[ent_b[lo:hi] == 0] = 1  # removed
+        c[ent_a[lo:hi] == 0] = 0  # added
+        np.subtract(byt_b[lo:hi], byt_a[lo:hi], out=delta[lo:hi])
+
+    half = n // 2
+    if n >= _THREAD_ROWS:
+        _both(lambda: status(0, half), lambda: status(half, n))
+    else:
+        status(0, n)
+    del fp_a, fp_b
     if unchanged:
         order = _falling(delta)
     else:
@@ -461,6 +467,7 @@ def _state_diff(sa: tuple, sb: tuple, tr: np.ndarray, k: int, n_a: int, unchange
     return joint, order, code, ent_a, ent_b, byt_a, byt_b
 
 
+_THREAD_ROWS = 1 << 18
 _INT_COLUMNS = ["entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"]
 
 
@@ -505,9 +512,10 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
         sl = slice(at, at + len(joint))
         ops[sl] = op
         sts[sl] = st
-        np.take(code, order, out=status[sl])
+        # straight into the block: one pass per column (mode="clip": with out=, "raise" buffers a copy)
+        np.take(code, order, out=status[sl], mode="clip")
         for row, col in ((0, ent_a), (1, ent_b), (3, byt_a), (4, byt_b)):
-            np.take(col, order, out=block[row, sl])  # straight into the block: one pass per column
+            np.take(col, order, out=block[row, sl], mode="clip")
         at += len(joint)
     np.subtract(block[1], block[0], out=block[2])
     np.subtract(block[4], block[3], out=block[5])
