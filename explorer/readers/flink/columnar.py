@@ -23,7 +23,7 @@ row with ``rows.KeyValueDecoder``: same results, just slower.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -113,6 +113,8 @@ class Column:
     values: pa.Array
     codes: np.ndarray | None = None
     ttl: np.ndarray | None = None
+    #: results computed from this column, kept for states sharing it (``KeyCache``): max parallelism -> key groups
+    key_groups: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def _prim_name(dec: Decoder) -> str | None:

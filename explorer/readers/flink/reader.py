@@ -473,7 +473,10 @@ class FlinkSnapshotReader(SnapshotReader):
         kg = cols.key_group.astype(np.int64)
         n = len(kg)
         if cols.key.codes is not None:
-            expected = key_groups_for_hash_codes(cols.key.codes, op.max_parallelism)
+            expected = cols.key.key_groups.get(op.max_parallelism)
+            if expected is None:  # (computed once for a key column that several states share)
+                expected = cols.key.key_groups[op.max_parallelism] = key_groups_for_hash_codes(
+                    cols.key.codes, op.max_parallelism)
             bad = np.flatnonzero(expected != kg)
             if len(bad):
                 keys = cols.key.values
