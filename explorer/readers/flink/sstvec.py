@@ -2,9 +2,9 @@
 
 ``sst`` reads a data block entry by entry in Python; this module reads the same
 bytes column-wise and gives the same visible key/value pairs as
-``rocksdb.resolve`` (a test checks it on every fixture), as byte ranges of one
-buffer, ready for ``columnar`` decoding. Flink keeps one column family per
-state, so only the files of the states asked for are read at all.
+``rocksdb.resolve`` (a test checks it on every fixture), as byte ranges of two
+buffers (keys, values), ready for ``columnar`` decoding. Flink keeps one column
+family per state, so only the files of the states asked for are read at all.
 
 1. every data block is decompressed (``cramjam``) and the blocks are joined
    into one buffer; each block's trailer gives its *restart points*, the
@@ -12,16 +12,25 @@ state, so only the files of the states asked for are read at all.
 2. the entries of all restart intervals are walked in step: step ``j`` decodes
    the three varints (shared, non-shared, value length) of the ``j``-th entry of
    every interval at once (intervals are ``restart_interval`` entries, 16 by
-   default), so Python loops once per step, not once per entry;
-3. keys are rebuilt as rows of a zero-padded ``(entries, longest key)`` byte
-   matrix: a row takes the previous key's bytes within its shared prefix and
-   the block's bytes after it, one step at a time;
+   default), so Python loops once per step, not once per entry; when all three
+   are one byte long, as usual, they are read as one word;
+3. keys are rebuilt as rows of an ``(entries, longest key)`` byte matrix: a row
+   takes the block's bytes from where its key would start, then the previous
+   key's bytes within its shared prefix (``row ^= (row ^ previous) & mask``),
+   one step at a time;
 4. values stay where they are in the joined blocks. When the column family has
-   several files (levels), or several versions of a key, rows are grouped by a
-   64-bit hash of the zero-padded user key (equal keys checked byte for byte),
-   the newest sequence number of each key decides as in ``rocksdb.resolve``,
-   and ``rocksdb.combine`` joins the few keys whose newest version is a merge
-   operand (Flink's list appends). Output comes in key-group order.
+   several files (levels), or several versions of a key, rows are sorted by key
+   group and a 64-bit hash of the zero-padded user key (equal keys checked byte
+   for byte), the newest sequence number of each key decides as in
+   ``rocksdb.resolve``, and ``rocksdb.combine`` joins the few keys whose newest
+   version is a merge operand (Flink's list appends). Output comes in key-group
+   order; the visible keys' rows are copied into their own buffer, zero past
+   each key.
+
+NumPy notes that matter here: rows of a contiguous matrix are gathered with
+``np.take(axis=0)`` (fancy indexing of a 2-D array is ~10x slower); rows at
+arbitrary byte offsets through 1-D strided views of void or number items
+(``np.take`` would first copy the whole strided source).
 
 What this module does not handle (a data-block hash index, a key matrix much
 larger than the data, a hash collision) raises :class:`Unsupported`; the caller then uses the
