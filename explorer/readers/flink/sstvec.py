@@ -325,10 +325,8 @@ def read_column_family(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np
                        "8-byte trailer")
     ulen = klen - 8
     flat = keys.reshape(-1)
-    tail = np.ndarray((max(len(flat) - 7, 0),), dtype=np.dtype((np.void, 8)), buffer=flat, strides=(1,))
-    trailer = tail[np.arange(n) * width + ulen].view("<u8") if n else np.zeros(0, dtype=np.uint64)
-    seq = (trailer >> np.uint64(8)).astype(np.int64)
-    typ = (trailer & np.uint64(0xFF)).astype(np.int64)
+    at = np.arange(n) * width + ulen  # each key's 8-byte trailer: (sequence << 8) | type, little-endian
+    typ = flat[at]  # the type byte (the sequence numbers only where versions are compared)
     merged = 0
     extra: list[bytes] = []  # merged list values, stored after the blocks
     if len(files) == 1 and (typ == TYPE_VALUE).all() and not _adjacent_equal(kw, ulen, order, shared, restarts):
@@ -337,7 +335,9 @@ def read_column_family(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np
         masked = None
     else:
         masked = True  # _resolve zeroes the rows past each user key
-        keep, vs, ve, extra = _resolve(joined, keys, ulen, vpos, vlen, seq, typ)
+        tail = np.ndarray((max(len(flat) - 7, 0),), dtype="<u8", buffer=flat, strides=(1,))
+        seq = (tail[at] >> np.uint64(8)).astype(np.int64)
+        keep, vs, ve, extra = _resolve(joined, keys, ulen, vpos, vlen, seq, typ.astype(np.int64))
         merged = len(extra)
     # the visible keys' rows in output order (key ranges ascend through their buffer), zero past each key,
     # after a margin of zeros (columnar hashes strings by reading the `width` bytes that end where each ends)
