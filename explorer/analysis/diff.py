@@ -5,9 +5,11 @@ value)``; each entry is hashed (``pandas.util.hash_array``; values that are
 dicts or lists hash through ``str``) and a key's fingerprint is the wrapping
 sum of its entries' hashes. Two snapshots' keys are matched by value after a
 joint :func:`pandas.factorize`, so no Python loop runs per key. For two
-Snapshots the same runs over their cached analysis columns: keys matched by
-looking b's Arrow key dictionary up in a's (``pc.index_in``), entries hashed
-column-wise in Arrow (:func:`._columns.arrow_hash`). A key is
+Snapshots the same runs over their cached analysis columns: entries hashed
+column-wise in Arrow (:func:`._columns.arrow_hash`), the two Arrow key
+dictionaries joined by sorting 64-bit key hashes slice by slice of key groups
+and checking every match exactly (:func:`_joint_by_hash`), per-key sums run
+by run (:func:`_side_keys`), NumPy's loops split over two threads. A key is
 
 * ``added``: in ``b`` only; ``removed``: in ``a`` only;
 * ``changed``: in both with a different fingerprint or entry count;
@@ -181,25 +183,30 @@ def _joint_by_hash(kva: KeyValues, kvb: KeyValues, groups_a: np.ndarray | None =
     slices = _slices(groups_a, groups_b, na, nb)
     words = _fixed_width_words(seg_a, seg_b)
 
-    def join(some: list[tuple[int, int, int, int]]) -> None:
+    def join(some: list[tuple[int, int, int, int]]) -> list[np.ndarray]:
+        """Join these slices; a's codes left unmatched in each."""
+        left = []
         for a0, a1, b0, b1 in some:
             if a1 > a0 and b1 > b0:
                 _sort_join(ha[a0:a1], hb[b0:b1], seg_a, seg_b, a0, b0, tr[b0:b1], words)
+            t = tr[b0:b1]
+            found = np.zeros(a1 - a0, dtype=bool)
+            found[t[t >= 0] - a0] = True
+            left.append(np.flatnonzero(~found) + a0)
+        return left
 
     if len(slices) > 1:  # slices write to their own parts of tr: half of them on a second thread
-        _both(lambda: join(slices[0::2]), lambda: join(slices[1::2]))
-    else:
-        join(slices)
-    if len(slices) > 1:  # keys whose groups differ between the sides: join what is left, all together
+        left = [x for half in _both(lambda: join(slices[0::2]), lambda: join(slices[1::2])) for x in half]
+        # keys whose groups differ between the sides: join what is left, all together
         lb = np.flatnonzero(tr < 0)
-        found_a = np.zeros(na, dtype=bool)
-        found_a[tr[tr >= 0]] = True
-        la = np.flatnonzero(~found_a)
+        la = np.sort(np.concatenate(left))
         if len(la) and len(lb):
             sub = np.full(len(lb), -1, dtype=np.int64)
             _sort_join(ha[la], hb[lb], seg_a.take(pa.array(la)), seg_b.take(pa.array(lb)), 0, 0, sub)
             hit = np.flatnonzero(sub >= 0)
             tr[lb[hit]] = la[sub[hit]]
+    else:
+        join(slices)
     return tr
 
 
