@@ -211,6 +211,7 @@ def _joint_by_hash(kva: KeyValues, kvb: KeyValues, groups_a: np.ndarray | None =
 
 
 _SLICE_KEYS = 1 << 17
+_IN_ORDER_KEYS = 1 << 20
 
 
 def _slices(groups_a: np.ndarray | None, groups_b: np.ndarray | None, na: int,
@@ -254,26 +255,31 @@ def _sort_join(ha: np.ndarray, hb: np.ndarray, seg_a: pa.Array, seg_b: pa.Array,
     clean[1:] &= ~same[:-1]
     clean[:-1] &= ~same[1:]
     i = np.flatnonzero(clean)
-    np.logical_not(clean, out=clean)
-    clean &= same
-    multi = np.flatnonzero(clean)  # prefixes shared by three or more keys
+    multi = np.zeros(0, dtype=np.int64)
+    if int(np.count_nonzero(same)) != len(i):  # prefixes shared by three or more keys
+        np.logical_not(clean, out=clean)
+        clean &= same
+        multi = np.flatnonzero(clean)
     del clean, same
     # within a run the low bits (row numbers) sort a's row before b's
-    first, second = packed[i], packed[i + 1]
+    first, second = packed[i], packed[1:][i]
     first &= low
     second &= low
     cross = first < np.uint64(na)
     cross &= second >= np.uint64(na)
-    ia = first[cross].astype(np.int64)
-    ib = second[cross].astype(np.int64)
+    if not bool(cross.all()):  # two keys of one side in a run (a collision): not a pair
+        first, second = first[cross], second[cross]
+    ia = first.astype(np.int64)
+    ib = second.astype(np.int64)
     ib -= na
     del first, second, cross, i
     if len(ia):
-        cand = np.full(nb, -1, dtype=np.int64)  # b in order, a nearly so: the takes below read memory in order
-        cand[ib] = ia
-        ib = np.flatnonzero(cand >= 0)
-        ia = cand[ib]
-        del cand
+        if nb > _IN_ORDER_KEYS:  # b in order, a nearly so: the takes below read memory in order
+            cand = np.full(nb, -1, dtype=np.int64)
+            cand[ib] = ia
+            ib = np.flatnonzero(cand >= 0)
+            ia = cand[ib]
+            del cand
         if words is not None:  # this slice's words, contiguous (the views' strided, unaligned reads are slow)
             local = ([np.ascontiguousarray(w[a0: a0 + na]) for w in words[0]],
                      [np.ascontiguousarray(w[b0: b0 + nb]) for w in words[1]])
@@ -282,7 +288,10 @@ def _sort_join(ha: np.ndarray, hb: np.ndarray, seg_a: pa.Array, seg_b: pa.Array,
         else:
             ia += a0
             equal = _equal_keys(seg_a, seg_b, ia, ib + b0)
-        out[ib[equal]] = ia[equal]
+        if bool(equal.all()):
+            out[ib] = ia
+        else:
+            out[ib[equal]] = ia[equal]
     if len(multi):  # exact lookup of just those keys
         r = (packed[np.unique(np.concatenate([multi, multi + 1]))] & low).astype(np.int64)
         sa_, sb_ = r[r < na] + a0, r[r >= na] - na
