@@ -303,7 +303,7 @@ def _sort_join(ha: np.ndarray, hb: np.ndarray, seg_a: pa.Array, seg_b: pa.Array,
 
 def _both_hashes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Both sides' key hashes, b's on a second thread when neither is kept yet."""
-    if kva.has_hash64() or kvb.has_hash64():
+    if kva is kvb or kva.has_hash64() or kvb.has_hash64():
         return kva.hash64(), kvb.hash64()
     return _both(kva.hash64, kvb.hash64)
 
