@@ -142,7 +142,8 @@ def test_engine_savepoints_diff_like_their_frames(bench_pair, unchanged):
     fast = diff(a, b, unchanged=unchanged)  # fixed-width keys, key groups in order: sliced join, word compare
     slow = diff(a.keyed_state(), b.keyed_state(), unchanged=unchanged)
     pd.testing.assert_frame_equal(fast, slow)
-    count = fast[fast["state"] == "count"]  # the variant: ids 0..14 gone, 3000..3014 new, ids ending in 07 counted once more
+    # the variant: ids 0..14 gone, 3000..3014 new, ids ending in 07 counted once more
+    count = fast[fast["state"] == "count"]
     by = {s: set(count.loc[count["status"] == s, "key"]) for s in ("added", "removed", "changed")}
     assert by["removed"] == {f"user-{i:08d}" for i in range(15)}
     assert by["added"] == {f"user-{i:08d}" for i in range(3000, 3015)}
