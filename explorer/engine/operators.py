@@ -280,6 +280,7 @@ class KeyedProcessOperator(KeyedOperatorBase):
         self._flush()
 
     def _flush(self):
+        self.backend.end_batch()
         vals, ts = self.out.drain()
         self.emit(vals, ts)
 
@@ -423,6 +424,7 @@ class KeyedAggregateOperator(KeyedOperatorBase):
                 out = _segmented_cumsum(codes, ones, nu) + base_arr[codes]
         self.metrics.add(kgs)
         self.sketch.update_counts(ukeys, per_key)
+        self.backend.end_batch()
         if self.emit_records:
             if kind == "reduce":
                 keys = batch.keys if batch.keys is not None else [ukeys[c] for c in codes.tolist()]

@@ -260,6 +260,10 @@ class KeyedStateBackend(ABC):
     def set_current_key(self, key: Any, key_group: int, namespace: Any = None) -> None:
         self.ctx.set(key, key_group, namespace)
 
+    def end_batch(self) -> None:
+        """The operator finished a batch of work (records, or the timers of a watermark or of
+        processing time); a backend that buffers writes applies them here."""
+
     def background_cleanup(self, now_ms: int | None = None) -> int:
         """Drop expired entries of every TTL state (RocksDB: what compaction would drop)."""
         now = self.clock.now_ms() if now_ms is None else now_ms

@@ -82,6 +82,40 @@ What rocksdict (0.3.29) can and cannot do -- verified against the installed whee
   entries as Flink's compaction filter does. Cleanup on read is the shared
   logic in :mod:`explorer.engine.state`.
 
+The per-batch write buffer
+=========================
+
+rocksdict costs several microseconds per ``get``/``put`` call, and without a
+merge operator every list ``add`` is a read plus a write of the whole list. So
+each state table buffers the writes of the current batch: a dict from raw key
+to the stored bytes (None for a delete; a ``bytearray`` that later appends in
+the batch extend in place, so a hot key's list is read once and written once
+per batch instead of once per record), consulted before RocksDB by every read,
+next to a cache of the batch's reads of unwritten keys. Values in the buffer
+are already encoded, so what a read returns is decoded from the bytes as it
+would be from RocksDB (a returned object mutated without ``update`` changes
+nothing, as in Flink's RocksDB backend). The buffer is applied in one atomic
+``WriteBatch`` across all states (:meth:`RocksDBStateBackend.flush_buffers`)
+and the read cache dropped:
+
+* at the end of every batch of the operator (records, the timers fired by a
+  watermark or by processing time: :meth:`RocksDBStateBackend.end_batch`), so
+  at most one batch's touched keys wait in memory; also early when a buffer
+  reaches :data:`BUFFER_ENTRIES` entries;
+* before anything that reads or writes RocksDB directly: every access to a
+  table's ``_cf`` (scans, ``rows``/``addresses``/``map_items``, range deletes,
+  bulk loads, the checkpoint code that reads a family), the backend's
+  ``_write`` (TTL sweeps, map clears), :meth:`RocksDBStateBackend.flush`,
+  :meth:`~RocksDBStateBackend.native_checkpoint` (so full, incremental and
+  savepoint captures see every write), :meth:`~RocksDBStateBackend.close`,
+  size estimates and state drops.
+
+RocksDB stays the store of record and nothing is cached across batches;
+Flink's backend has no such buffer (it calls RocksDB per access through JNI,
+which is cheaper than a Python binding call). Durability is unchanged: with
+the WAL off, unflushed memtables and the buffer are both lost in a crash, and
+recovery comes from the last checkpoint, which always includes the buffer.
+
 Writes skip the write-ahead log (as Flink does: checkpoints, not the WAL,
 make state durable); :meth:`flush`, :meth:`close` and
 :meth:`native_checkpoint` flush memtables to SST files first.
@@ -143,6 +177,10 @@ _LIST_DELIMITER = b","
 _NULL, _PRESENT = b"\x00", b"\x01"
 _NONE_NS = b"\x01"  # encode_key(None)
 _SCAN_CHUNK = 2048
+#: writes (and, separately, cached reads) a state table buffers before applying them early
+#: (otherwise they are applied at the end of each batch)
+BUFFER_ENTRIES = 65536
+_MISS = object()
 #: size at which a restore's bulk load starts a new SST file (RocksDB's default target file size)
 INGEST_FILE_BYTES = 64 << 20
 
@@ -155,13 +193,14 @@ class _KeyCache:
     object is the cache test, so an equal key built anew is just re-encoded.
     """
 
-    __slots__ = ("key", "kg", "prefix", "ns", "ns_bytes", "kg_bytes")
+    __slots__ = ("key", "kg", "prefix", "none_addr", "ns", "ns_bytes", "kg_bytes")
 
     def __init__(self, kg_bytes: int) -> None:
         self.kg_bytes = kg_bytes
         self.key: Any = object()
         self.kg = -1
         self.prefix = b""
+        self.none_addr = b""  # prefix + encode_key(None): the address of the default namespace
         self.ns: Any = object()
         self.ns_bytes = b""
 
@@ -175,8 +214,59 @@ class RocksDBStateTable(StateTable):
         self._backend = backend
         self._cache = backend._key_cache
         self._kg_bytes = backend._kg_bytes
-        self._cf = cf
+        self._raw = cf
+        #: this batch's writes: raw key -> stored bytes (a bytearray for a list being appended
+        #: to), or None for a delete; applied by :meth:`RocksDBStateBackend.flush_buffers`
+        self._w: dict[bytes, Any] = {}
+        #: this batch's reads of keys not written: raw key -> stored bytes or None
+        self._r: dict[bytes, Any] = {}
         self._bind(descriptor)
+
+    @property
+    def _cf(self) -> Rdict:
+        """The column family, for anything that reads or writes RocksDB directly (scans,
+        range deletes, bulk loads, the checkpoint code): the batch's buffered writes are
+        applied first, so such readers see every write, and the read cache is dropped."""
+        self._backend.flush_buffers()
+        return self._raw
+
+    @_cf.setter
+    def _cf(self, cf: Any) -> None:
+        self._raw = cf
+
+    def _read(self, k: bytes) -> Any:
+        """Stored bytes at ``k`` (None if absent): this batch's write, else a cached read, else RocksDB."""
+        v = self._w.get(k, _MISS)
+        if v is not _MISS:
+            return v
+        r = self._r
+        v = r.get(k, _MISS)
+        if v is not _MISS:
+            return v
+        v = self._raw.get(k)
+        if len(r) >= BUFFER_ENTRIES:
+            self._backend.flush_buffers()
+            r = self._r
+        r[k] = v
+        self._backend._buffered.add(self)
+        return v
+
+    def _store(self, k: bytes, v: Any) -> None:
+        """Buffer a write (``v`` bytes) or a delete (``v`` None) of ``k``."""
+        w = self._w
+        if k not in w:
+            b = self._backend
+            if b._read_only or b._closed:  # nothing to buffer for: write through (RocksDB refuses)
+                if v is None:
+                    self._raw.delete(k)
+                else:
+                    self._raw.put(k, bytes(v))
+                return
+            if len(w) >= BUFFER_ENTRIES:
+                self._backend.flush_buffers()
+                w = self._w
+            self._backend._buffered.add(self)
+        w[k] = v
 
     def _bind(self, descriptor: StateDescriptor) -> None:
         """(Re)bind the value codec to ``descriptor`` (its live dataclasses)."""
@@ -190,6 +280,8 @@ class RocksDBStateTable(StateTable):
     def _address(self, kg: int, key: Any, ns: Any) -> bytes:
         c = self._cache
         if key is c.key and kg == c.kg:
+            if ns is None:
+                return c.none_addr
             p = c.prefix
         else:
             try:
@@ -199,8 +291,9 @@ class RocksDBStateTable(StateTable):
             except OverflowError as exc:
                 raise SerializationError(f"state {self.name!r}: key group {kg} does not fit the prefix") from exc
             c.key, c.kg, c.prefix = key, kg, p
+            c.none_addr = p + _NONE_NS
         if ns is None:
-            return p + _NONE_NS
+            return c.none_addr
         if ns is not c.ns:
             try:
                 c.ns_bytes = encode_key(ns)
@@ -332,10 +425,12 @@ class RocksDBStateTable(StateTable):
         if kind is StateKind.MAP:
             d = dict(self.map_items(key_group, key, namespace))
             return d or None
-        raw = self._cf.get(k)
+        raw = self._read(k)
         if raw is None:
             return None
         if kind is StateKind.LIST:
+            if raw.__class__ is bytearray:
+                raw = bytes(raw)  # decoded bytes elements must be bytes, not bytearray slices
             return self._decode_elements(raw) or None
         return self._decode_value(raw)
 
@@ -348,12 +443,9 @@ class RocksDBStateTable(StateTable):
             return
         k = self._address(key_group, key, namespace)
         if kind is StateKind.LIST:
-            if not entry:
-                self._cf.delete(k)
-                return
-            self._cf.put(k, self._encode_elements(entry))
+            self._store(k, self._encode_elements(entry) if entry else None)
         else:
-            self._cf.put(k, self._encode_value(entry))
+            self._store(k, self._encode_value(entry))
 
     def remove(self, key_group, key, namespace):
         k = self._address(key_group, key, namespace)
@@ -362,30 +454,46 @@ class RocksDBStateTable(StateTable):
             if keys:
                 self._backend._delete_keys(self, keys)
         else:
-            self._cf.delete(k)
+            self._store(k, None)
 
     def append(self, key_group, key, namespace, elements):
-        """Byte-level read-modify-write: the stored list is not decoded (rocksdict has no merge)."""
+        """Byte-level read-modify-write: the stored list is not decoded (rocksdict has no merge).
+
+        The first append to a list in a batch reads its bytes once into a ``bytearray`` in
+        the write buffer; later appends in the batch extend it in place."""
         if not elements:
             return
         k = self._address(key_group, key, namespace)
         new = self._encode_elements(elements)
-        cf = self._cf
-        cur = cf.get(k)
-        cf.put(k, new if not cur else cur + _LIST_DELIMITER + new)
+        cur = self._w.get(k, _MISS)
+        if cur.__class__ is bytearray:
+            cur += _LIST_DELIMITER
+            cur += new
+            return
+        if cur is _MISS:
+            cur = self._r.get(k, _MISS)
+            if cur is _MISS:
+                cur = self._raw.get(k)
+        if cur:
+            buf = bytearray(cur)
+            buf += _LIST_DELIMITER
+            buf += new
+        else:
+            buf = bytearray(new)
+        self._store(k, buf)
 
     def map_get(self, key_group, key, namespace, user_key):
-        raw = self._cf.get(self._address(key_group, key, namespace) + self._user_key(user_key))
+        raw = self._read(self._address(key_group, key, namespace) + self._user_key(user_key))
         return None if raw is None else self._decode_map_value(raw)
 
     def map_contains(self, key_group, key, namespace, user_key):
-        return self._cf.get(self._address(key_group, key, namespace) + self._user_key(user_key)) is not None
+        return self._read(self._address(key_group, key, namespace) + self._user_key(user_key)) is not None
 
     def map_put(self, key_group, key, namespace, user_key, entry):
-        self._cf.put(self._address(key_group, key, namespace) + self._user_key(user_key), self._encode_map_value(entry))
+        self._store(self._address(key_group, key, namespace) + self._user_key(user_key), self._encode_map_value(entry))
 
     def map_remove(self, key_group, key, namespace, user_key):
-        self._cf.delete(self._address(key_group, key, namespace) + self._user_key(user_key))
+        self._store(self._address(key_group, key, namespace) + self._user_key(user_key), None)
 
     def map_items(self, key_group, key, namespace) -> Iterator[tuple[Any, Any]]:
         prefix = self._address(key_group, key, namespace)
@@ -621,6 +729,8 @@ class RocksDBStateBackend(KeyedStateBackend):
         self.path = Path(path)
         self._kg_bytes = 2 if max_parallelism > 128 else 1
         self._key_cache = _KeyCache(self._kg_bytes)
+        #: tables holding buffered writes or cached reads (see :meth:`flush_buffers`)
+        self._buffered: set[RocksDBStateTable] = set()
         self._cfs: dict[str, Rdict] = {}
         self._read_only = False
         self._closed = False
@@ -722,6 +832,12 @@ class RocksDBStateBackend(KeyedStateBackend):
         table._bind(descriptor)  # decode with the job's own dataclasses from now on
         return table
 
+    def _drop_read_cache(self) -> None:
+        """Forget cached reads (a read-only or closed database has no buffered writes)."""
+        for t in self._buffered:
+            t._r = {}
+        self._buffered = set()
+
     def _reopen_read_only(self) -> None:
         """After close(): reopen read-only so the state can still be read."""
         self._db = self._open(read_only=True)
@@ -733,10 +849,43 @@ class RocksDBStateBackend(KeyedStateBackend):
             self._cfs[name] = cf
             table._cf = cf
 
+    # --- the per-batch write buffer --------------------------------------------------------------
+    def flush_buffers(self) -> None:
+        """Apply every table's buffered writes to RocksDB in one atomic ``WriteBatch`` and
+        drop the cached reads. Called at the end of each batch (:meth:`end_batch`), before
+        anything reads or writes RocksDB directly, and when a buffer is full."""
+        tables = self._buffered
+        if not tables:
+            return
+        self._buffered = set()
+        wb = None
+        for t in tables:
+            w = t._w
+            if w:
+                if wb is None:
+                    wb = WriteBatch(raw_mode=True)
+                handle = self._db.get_column_family_handle(t.name)
+                for k, v in w.items():
+                    if v is None:
+                        wb.delete(k, handle)
+                    else:
+                        wb.put(k, v if v.__class__ is bytes else bytes(v), handle)
+                t._w = {}
+            t._r = {}
+        if wb is not None:
+            self._db.write(wb, self._write_opts)
+
+    def end_batch(self) -> None:
+        """The operator finished a batch (records, a watermark's timers, processing-time
+        timers): apply its writes, so no more than one batch's touched keys wait in memory."""
+        if self._buffered:
+            self.flush_buffers()
+
     def _delete_keys(self, table: RocksDBStateTable, keys: list[bytes]) -> None:
         self._write(table, [], keys)
 
     def _write(self, table: RocksDBStateTable, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+        self.flush_buffers()  # earlier buffered writes first, and no cached read outlives this write
         handle = self._db.get_column_family_handle(table.name)
         wb = WriteBatch(raw_mode=True)
         for k, v in puts:
@@ -829,9 +978,12 @@ class RocksDBStateBackend(KeyedStateBackend):
 
     # --- files ---------------------------------------------------------------------------------
     def flush(self) -> None:
-        """Write every memtable to SST files (state is otherwise not in files: the WAL is off)."""
+        """Apply the write buffer, then write every memtable to SST files (state is otherwise
+        not in files: the WAL is off)."""
         if self._closed or self._read_only:
+            self._drop_read_cache()
             return
+        self.flush_buffers()
         self._db.flush(True)
         for cf in self._cfs.values():
             cf.flush(True)
@@ -847,6 +999,7 @@ class RocksDBStateBackend(KeyedStateBackend):
 
     def live_sst_files(self) -> list[dict]:
         """RocksDB's ``live_files()``: name, column family, level, size, key range per SST."""
+        self.flush_buffers()
         return list(self._db.live_files())
 
     def native_checkpoint(self, target_dir: str | os.PathLike) -> list[str]:
@@ -900,6 +1053,7 @@ class RocksDBStateBackend(KeyedStateBackend):
 
     def estimated_entries(self, name: str) -> int:
         """RocksDB's estimate of the number of keys of state ``name`` (no scan)."""
+        self.flush_buffers()
         try:
             return int(self._cfs[name].property_int_value("rocksdb.estimate-num-keys") or 0)
         except Exception:  # noqa: BLE001 - an estimate only
@@ -907,6 +1061,7 @@ class RocksDBStateBackend(KeyedStateBackend):
 
     def sst_bytes(self, name: str) -> int:
         """Bytes of the live SST files of state ``name`` (its column family)."""
+        self.flush_buffers()
         try:
             return int(self._cfs[name].property_int_value("rocksdb.live-sst-files-size") or 0)
         except Exception:  # noqa: BLE001 - a size report only
@@ -920,6 +1075,7 @@ class RocksDBStateBackend(KeyedStateBackend):
     def drop_state(self, name: str) -> None:
         """Delete a state entirely: its table, column family and stored description
         (restored state the job does not declare, dropped with ``allow_non_restored_state``)."""
+        self.flush_buffers()
         self.tables.pop(name, None)
         self._states.pop(name, None)
         cf = self._cfs.pop(name, None)
@@ -934,6 +1090,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         """Copy the raw entries of this backend's key groups from another native database
         (read-only, not modified): how a rescaled subtask merges a second restored instance
         into its first. States only ``source`` has are created. Returns the entries copied."""
+        self.flush_buffers()
         src = Rdict(str(source), self._options(), access_type=AccessType.read_only())
         n = 0
         try:
