@@ -75,14 +75,31 @@ class SstFile:
         if magic != BLOCK_MAGIC:
             raise SstError(f"{name}: found table magic {magic:#x}, expected {BLOCK_MAGIC:#x} (block-based table)")
         self.format_version = int.from_bytes(data[-12:-8], "little")
-        if not 1 <= self.format_version <= 5:
-            raise SstError(f"{name}: found SST format version {self.format_version}, expected 1 to 5")
-        p = len(data) - 53 + 1
-        mi_off, p = _varint(data, p)
-        mi_size, p = _varint(data, p)
-        ix_off, p = _varint(data, p)
-        ix_size, p = _varint(data, p)
-        self.metaindex = (mi_off, mi_size)
+        if not 1 <= self.format_version <= 6:
+            raise SstError(f"{name}: found SST format version {self.format_version}, expected 1 to 6")
+        footer = len(data) - 53
+        if self.format_version >= 6:
+            # checksum type, the extended magic 3E 00 7A 00, footer and base context checksums, the
+            # metaindex block's size (it ends right before the footer); the index handle is in the metaindex
+            if bytes(data[footer + 1 : footer + 5]) != b"\x3e\x00\x7a\x00":
+                raise SstError(f"{name}: found footer bytes {bytes(data[footer + 1 : footer + 5]).hex()} of a "
+                               "format version 6 table, expected the extended magic 3e007a00")
+            mi_size = int.from_bytes(data[footer + 13 : footer + 17], "little")
+            self.metaindex = (footer - 5 - mi_size, mi_size)
+            if self.metaindex[0] < 0:
+                raise SstError(f"{name}: found a metaindex block of {mi_size} bytes, more than the file holds")
+            index = [v for k, v in self.iter_block(self.block(self.metaindex)) if k == b"rocksdb.index"]
+            if not index:
+                raise SstError(f"{name}: found no 'rocksdb.index' entry in the metaindex of a format version 6 table")
+            ix_off, q = _varint(index[0], 0)
+            ix_size, _ = _varint(index[0], q)
+        else:
+            p = footer + 1
+            mi_off, p = _varint(data, p)
+            mi_size, p = _varint(data, p)
+            ix_off, p = _varint(data, p)
+            ix_size, p = _varint(data, p)
+            self.metaindex = (mi_off, mi_size)
         self.index = (ix_off, ix_size)
         self.properties = self._read_properties()
 
