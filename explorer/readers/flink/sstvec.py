@@ -306,10 +306,12 @@ def _hash_rows(kw: np.ndarray, ulen: np.ndarray) -> np.ndarray:
     return h
 
 
-def read_column_family(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                      np.ndarray, int]:
+def read_column_family(files: list[SstFile], types: tuple[int, ...] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Visible entries of one column family spread over ``files``: ``(values, keys, ks, ke, vs, ve, merged keys)``.
 
+    ``types``, if given, are the only entry types accepted (anything else raises
+    :class:`Unsupported`, as do two versions of a key with one sequence number).
     ``vs``/``ve`` index ``values`` (the joined blocks, then any merged lists),
     ``ks``/``ke`` index ``keys`` (one row per key), both uint8 arrays (two
     buffers: joining them would copy every block once more). Entries come in
@@ -327,6 +329,10 @@ def read_column_family(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np
     flat = keys.reshape(-1)
     at = np.arange(n) * width + ulen  # each key's 8-byte trailer: (sequence << 8) | type, little-endian
     typ = flat[at]  # the type byte (the sequence numbers only where versions are compared)
+    strict = types is not None
+    if strict and n and not np.isin(typ, np.array(types, dtype=np.uint8)).all():
+        bad = int(typ[~np.isin(typ, np.array(types, dtype=np.uint8))][0])
+        raise Unsupported(f"an entry of type {bad} (expected one of {list(types)})")
     merged = 0
     extra: list[bytes] = []  # merged list values, stored after the blocks
     if len(files) == 1 and (typ == TYPE_VALUE).all() and not _adjacent_equal(kw, ulen, order, shared, restarts):
@@ -337,7 +343,7 @@ def read_column_family(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np
         masked = True  # _resolve zeroes the rows past each user key
         tail = np.ndarray((max(len(flat) - 7, 0),), dtype="<u8", buffer=flat, strides=(1,))
         seq = (tail[at] >> np.uint64(8)).astype(np.int64)
-        keep, vs, ve, extra = _resolve(joined, keys, ulen, vpos, vlen, seq, typ.astype(np.int64))
+        keep, vs, ve, extra = _resolve(joined, keys, ulen, vpos, vlen, seq, typ.astype(np.int64), strict)
         merged = len(extra)
     # the visible keys' rows in output order (key ranges ascend through their buffer), zero past each key,
     # after a margin of zeros (columnar hashes strings by reading the `width` bytes that end where each ends)
@@ -352,7 +358,7 @@ def read_column_family(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np
     ks = _MARGIN + np.arange(len(keep), dtype=np.int64) * width
     return values, kbuf, ks, ks + ulen[keep], vs, ve, merged
 
-def _resolve(joined, keys, ulen, vpos, vlen, seq, typ):
+def _resolve(joined, keys, ulen, vpos, vlen, seq, typ, strict=False):
     """The visible version of every user key, in key-group order: ``(rows, value starts, value ends, merged)``.
 
     ``merged``: the combined values of the keys whose newest version is a merge
@@ -391,6 +397,10 @@ def _resolve(joined, keys, ulen, vpos, vlen, seq, typ):
         if not ((np.take(kw, rows, axis=0) == np.take(kw, lead, axis=0)).all(axis=1)
                 & (ulen[rows] == ulen[lead])).all():
             raise Unsupported("a 64-bit hash collision between different keys")
+        if strict:  # two versions of a key with one sequence number: which is newer is not known here
+            second = heads[np.diff(np.append(heads, len(rows))) > 1] + 1
+            if (seq[rows[second]] == seq[rows[second - 1]]).any():
+                raise Unsupported("two versions of a key with the same sequence number")
         rep[multi] = rows[heads]
         ends = np.append(heads[1:], len(rows))
         multi_at = dict(zip(multi.tolist(), range(len(multi))))
