@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from .keycodec import INT, NONE, STR
 
-__all__ = ["decode_batch", "supported"]
+__all__ = ["decode_batch", "decode_flat", "supported"]
 
 _FIXED = {"int": (8, pa.int64(), ">i8"), "float": (8, pa.float64(), ">f8"), "bool": (1, pa.bool_(), None)}
 _SIGN = np.uint64(1 << 63)
@@ -188,10 +188,10 @@ def _key_part(buf: np.ndarray, pos: np.ndarray, zeros: np.ndarray) -> tuple[str,
     raise _Unsupported
 
 
-def _decode(keys: list[bytes], values: list[bytes], kind: str, prefix_bytes: int, ttl: bool,
+def _decode(kflat, vflat, kind: str, prefix_bytes: int, ttl: bool,
             value_info: Any, user_key: Any) -> tuple[dict[str, Any], str, np.ndarray | None]:
-    n = len(keys)
-    kbuf, kstart, klen = _flat(keys)
+    kbuf, kstart, klen = kflat
+    n = len(kstart)
     kend = kstart + klen
     kzeros = np.flatnonzero(kbuf == 0)
     _need(klen > prefix_bytes + 1)
@@ -210,7 +210,7 @@ def _decode(keys: list[bytes], values: list[bytes], kind: str, prefix_bytes: int
             raise _Unsupported
     _need(pos == kend)
 
-    vbuf, vstart, vlen = _flat(values)
+    vbuf, vstart, vlen = vflat
     vname = _type_name(value_info)
     skip = 8 if ttl else 0
     if kind == "list":
@@ -306,8 +306,19 @@ def decode_batch(keys: list[bytes], values: list[bytes], kind: str, prefix_bytes
     """
     if not keys or not supported(kind, value_info, user_key):
         return None
+    return decode_flat(_flat(keys), _flat(values), kind, prefix_bytes, ttl, value_info, user_key, expire)
+
+
+def decode_flat(kflat: tuple[np.ndarray, np.ndarray, np.ndarray], vflat: tuple[np.ndarray, np.ndarray, np.ndarray],
+                kind: str, prefix_bytes: int, ttl: bool, value_info: Any, user_key: Any,
+                expire: tuple[int, int] | None = None) -> tuple[pa.Table, dict[str, str]] | None:
+    """:func:`decode_batch` of entries given as ``(buffer, starts, lengths)`` of uint8 keys and values
+    (no Python object per entry). Keys must lie in buffer order, without overlapping; values may
+    lie anywhere in theirs (a buffer of 2 GiB or more then needs them in order)."""
+    if not len(kflat[1]) or not supported(kind, value_info, user_key):
+        return None
     try:
-        cols, key_kind, ts = _decode(keys, values, kind, prefix_bytes, ttl, value_info, user_key)
+        cols, key_kind, ts = _decode(kflat, vflat, kind, prefix_bytes, ttl, value_info, user_key)
     except (_Unsupported, pa.ArrowInvalid, IndexError):
         return None
     rows = len(cols["key_group"])
