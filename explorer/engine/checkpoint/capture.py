@@ -14,7 +14,9 @@ decoding it column-wise where the types allow
 (:func:`explorer.format.native.write_native_table`), and writes the same Parquet
 files the row copy would have, each batch as soon as it is decoded. The view's
 folder is removed when the write is done, or when the capture is dropped
-unwritten (an aborted checkpoint).
+unwritten (an aborted checkpoint). Where the view's files allow it, a state is
+read straight from its SST files, column-wise (:mod:`.sst_view`); rocksdict
+iterates the view otherwise.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class PinnedView:
         self.prefix_bytes = backend.key_group_prefix_bytes
         self.key_group_range = (backend.key_groups.start, backend.key_groups.end)
         self._db = None
+        self._sst: Any = False  # not yet listed
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.staging), True)
 
     def column_family(self, name: str):
@@ -69,10 +72,22 @@ class PinnedView:
             self._db = Rdict(str(self.staging), Options(raw_mode=True), access_type=AccessType.read_only())
         return self._db.get_column_family(name)
 
+    def sst_files(self, name: str) -> list | None:
+        """The SST files of state ``name`` (parsed footers), or None when the view must be read with rocksdict."""
+        if self._sst is False:
+            from .sst_view import column_family_files
+
+            self._sst = column_family_files(self.staging)
+        if self._sst is None or name == "default":
+            return None
+        return self._sst.get(name, [])  # None: this state's files need rocksdict
+
     def release(self) -> None:
         if self._db is not None:
             self._db.close()
             self._db = None
+        self._sst: Any = False  # not yet listed
+        self._sst = None
         self._finalizer()
 
 
@@ -264,9 +279,22 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
     return frag
 
 
+#: read a pinned view's states from its SST files where they allow it (:mod:`.sst_view`); else with rocksdict
+READ_SST_FILES = True
+
+
 def _write_view_state(view: PinnedView, sc: StateCapture, path: Path):
     """One state read from a pinned view and written to ``path`` batch by batch (the asynchronous
     half of a RocksDB full snapshot): its row groups, row count, kinds and SHA-256 (or None)."""
+    if READ_SST_FILES:
+        files = view.sst_files(sc.descriptor["name"])
+        if files is not None:
+            from .sst_view import write_view_state_sst
+
+            got = write_view_state_sst(files, sc.descriptor, view.prefix_bytes, view.key_group_range,
+                                       sc.value_info, sc.user_key, path, expire=sc.expire)
+            if got is not None:
+                return got
     cf = view.column_family(sc.descriptor["name"])
     try:
         return write_native_table(cf, sc.descriptor, view.prefix_bytes, [view.key_group_range],
