@@ -35,6 +35,8 @@ Optional    1 byte null flag (0 null, 1 present), then the value
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import operator
 import struct
 import types
 import typing
@@ -198,12 +200,22 @@ class _Str(TypeInfo):
 
     def encode(self, value, out):
         b = value.encode("utf-8")
-        encode_varint(len(b), out)
+        n = len(b)
+        if n < 0x80:
+            out.append(n)
+        else:
+            encode_varint(n, out)
         out += b
 
     def decode(self, buf, pos):
-        n, pos = decode_varint(buf, pos)
-        return bytes(buf[pos : pos + n]).decode("utf-8"), pos + n
+        n = buf[pos]
+        if n < 0x80:
+            pos += 1
+        else:
+            n, pos = decode_varint(buf, pos)
+        if buf.__class__ is memoryview:
+            return str(buf[pos : pos + n], "utf-8"), pos + n
+        return buf[pos : pos + n].decode("utf-8"), pos + n
 
 
 class _Bytes(TypeInfo):
@@ -385,6 +397,7 @@ class _Struct(TypeInfo):
         self.exact = cls
         self.name = name
         self.arrow_type = pa.struct([pa.field(n, t.arrow_type, nullable=t.nullable) for n, t, _ in fields])
+        self._prepare()
 
     def describe(self):
         return {
@@ -412,15 +425,92 @@ class _Struct(TypeInfo):
         d = {n: t.from_arrow(value.get(n)) for n, t, _ in self.fields}
         return self.cls(**d) if self.cls is not None else d
 
+    def _prepare(self) -> None:
+        """Precompute what encode/decode need per value: one getter for all fields, a
+        (kind, codec) plan whose common primitives are handled inline, and whether the
+        class can be called with the decoded fields positionally."""
+        names = tuple(n for n, _, _ in self.fields)
+        self._names = names
+        if len(names) > 1:
+            attrs, items = operator.attrgetter(*names), operator.itemgetter(*names)
+        elif names:
+            a1, i1 = operator.attrgetter(names[0]), operator.itemgetter(names[0])
+            attrs, items = (lambda v: (a1(v),)), (lambda v: (i1(v),))
+        else:
+            attrs = items = lambda v: ()
+        self._attrs, self._items = attrs, items
+        self._enc_plan = tuple((_KIND.get(type(t), _OTHER), t.encode) for _, t, _ in self.fields)
+        self._dec_plan = tuple((_KIND.get(type(t), _OTHER), t.decode) for _, t, _ in self.fields)
+        self._positional = self.cls is not None and _takes_fields_in_order(self.cls, names)
+
     def encode(self, value, out):
-        for n, t, _ in self.fields:
-            t.encode(self._get(value, n), out)
+        # same bytes and same errors as each field type's own encode, minus a call per primitive
+        vals = self._items(value) if isinstance(value, dict) else self._attrs(value)
+        for (kind, enc), v in zip(self._enc_plan, vals):
+            if kind is _STR:
+                b = v.encode("utf-8")
+                n = len(b)
+                if n < 0x80:
+                    out.append(n)
+                else:
+                    encode_varint(n, out)
+                out += b
+            elif kind is _INT:
+                out += _I64.pack(v)
+            elif kind is _FLOAT:
+                out += _F64.pack(v)
+            elif kind is _BOOL:
+                out.append(1 if v else 0)
+            else:
+                enc(v, out)
 
     def decode(self, buf, pos):
-        d = {}
-        for n, t, _ in self.fields:
-            d[n], pos = t.decode(buf, pos)
+        vals = []
+        add = vals.append
+        view = buf.__class__ is memoryview  # bytes and bytearray slices decode themselves
+        for kind, dec in self._dec_plan:
+            if kind is _STR:
+                n = buf[pos]
+                if n < 0x80:
+                    pos += 1
+                else:
+                    n, pos = decode_varint(buf, pos)
+                end = pos + n
+                add(str(buf[pos:end], "utf-8") if view else buf[pos:end].decode("utf-8"))
+                pos = end
+            elif kind is _INT:
+                add(_I64.unpack_from(buf, pos)[0])
+                pos += 8
+            elif kind is _FLOAT:
+                add(_F64.unpack_from(buf, pos)[0])
+                pos += 8
+            elif kind is _BOOL:
+                add(buf[pos] != 0)
+                pos += 1
+            else:
+                v, pos = dec(buf, pos)
+                add(v)
+        if self._positional:
+            return self.cls(*vals), pos
+        d = dict(zip(self._names, vals))
         return (self.cls(**d) if self.cls is not None else d), pos
+
+
+def _takes_fields_in_order(cls: type, names: tuple[str, ...]) -> bool:
+    """Whether ``cls(*values)`` means ``cls(**dict(zip(names, values)))``: its constructor's
+    parameters are exactly ``names``, in order, each positional-or-keyword."""
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return tuple(p.name for p in params) == names and all(
+        p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params
+    )
+
+
+# field kinds a struct encodes/decodes inline (identity-compared small ints)
+_OTHER, _STR, _INT, _FLOAT, _BOOL = 0, 1, 2, 3, 4
+_KIND = {_Str: _STR, _Int: _INT, _Float: _FLOAT, _Bool: _BOOL}
 
 
 _PRIMS: dict[Any, TypeInfo] = {int: _Int(), float: _Float(), bool: _Bool(), str: _Str(), bytes: _Bytes()}
