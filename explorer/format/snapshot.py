@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import struct
+import threading
 import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -148,18 +149,81 @@ def file_entry(folder: Path, path: Path) -> dict[str, Any]:
     return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def verify_file(folder: Path, relative: str, entry: dict[str, Any]) -> Path:
-    """Check a data file against its size and checksum; return its path."""
+def check_file_size(folder: Path, relative: str, entry: dict[str, Any]) -> Path:
+    """Check that a data file exists with its recorded size (cheap: no read); return its path."""
     path = resolve(folder, relative)
     if not path.is_file():
         raise SnapshotCorruptError(f"{path}: missing; the snapshot's metadata lists it ({entry.get('bytes')} bytes)")
     size = path.stat().st_size
     if size != entry["bytes"]:
         raise SnapshotCorruptError(f"{path}: found {size} bytes, expected {entry['bytes']} (truncated or replaced?)")
+    return path
+
+
+def check_file_digest(path: Path, entry: dict[str, Any]) -> None:
+    """Check a data file's SHA-256 against its entry."""
     digest = sha256_file(path)
     if digest != entry["sha256"]:
         raise SnapshotCorruptError(f"{path}: SHA-256 {digest[:16]}… does not match the recorded {entry['sha256'][:16]}…")
+
+
+def verify_file(folder: Path, relative: str, entry: dict[str, Any]) -> Path:
+    """Check a data file against its size and checksum; return its path."""
+    path = check_file_size(folder, relative, entry)
+    check_file_digest(path, entry)
     return path
+
+
+class BackgroundVerification:
+    """SHA-256 checks of data files run in a thread (hashlib releases the GIL on large
+    buffers) while the restore loads them; :meth:`wait` joins it and raises the first
+    mismatch (the same :class:`SnapshotCorruptError` as :func:`verify_file`).
+
+    Sizes are checked by the caller before (no read needed); this only hashes. The
+    restore must call :meth:`wait` before any restored state is used, and treat a
+    load error as a verification failure when :meth:`failed` after ``wait``.
+    """
+
+    def __init__(self, files: list[tuple[Path, dict[str, Any]]]) -> None:
+        self.files = files
+        self.error: SnapshotCorruptError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="snapshot-verify", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        for path, entry in self.files:
+            if self._stop.is_set():
+                return
+            try:
+                check_file_digest(path, entry)
+            except SnapshotCorruptError as e:
+                self.error = e
+                return
+            except OSError as e:
+                self.error = SnapshotCorruptError(f"{path}: unreadable while checking its SHA-256 ({e})")
+                return
+
+    @property
+    def failed(self) -> bool:
+        """Whether a mismatch has been found so far (no waiting)."""
+        return self.error is not None
+
+    def wait(self) -> None:
+        """Wait until every file is checked; raise the mismatch if one was found."""
+        error = self.finish()
+        if error is not None:
+            raise error
+
+    def finish(self) -> SnapshotCorruptError | None:
+        """Wait until every file is checked; return the mismatch found, if any."""
+        self._thread.join()
+        return self.error
+
+    def cancel(self) -> None:
+        """Stop after the file being hashed (the restore failed for another reason)."""
+        self._stop.set()
+        self._thread.join()
 
 
 def _json_default(o: Any) -> Any:

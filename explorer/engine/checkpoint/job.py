@@ -15,11 +15,11 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-from ...errors import JobError
+from ...errors import JobError, SnapshotCorruptError
 from ..runtime import JobResult
 from .config import CheckpointConfig
 from .coordinator import CheckpointCoordinator, InjectedCrash
-from .restore import check_after_open, restore_runtime
+from .restore import abort_restore, check_after_open, restore_runtime
 from .storage import CheckpointStorage
 
 CRASH_POINTS = ("round", "alignment", "snapshot_write", "metadata_commit")
@@ -68,15 +68,31 @@ class JobClient:
         self.runtime = env.build_runtime(job_name)
         self.runtime.checkpointing = env.checkpoint_config is not None
         self.restored_meta = None
-        if restore_from is not None:
-            self.restored_meta = restore_runtime(self.runtime, restore_from, allow_non_restored_state)
-        self.coordinator = CheckpointCoordinator(self.runtime, cfg, self.storage, crash)
-        if self.restored_meta is not None:
-            self.coordinator.next_id = max(self.coordinator.next_id, self.restored_meta["checkpoint_id"] + 1)
-        if crash is not None:
-            self.runtime.after_round.insert(0, lambda rt: crash.at("round", rt))
-        self.runtime.open()
-        check_after_open(self.runtime)
+        try:
+            if restore_from is not None:
+                self.restored_meta = restore_runtime(self.runtime, restore_from, allow_non_restored_state)
+            self.coordinator = CheckpointCoordinator(self.runtime, cfg, self.storage, crash)
+            if self.restored_meta is not None:
+                self.coordinator.next_id = max(self.coordinator.next_id, self.restored_meta["checkpoint_id"] + 1)
+            if crash is not None:
+                self.runtime.after_round.insert(0, lambda rt: crash.at("round", rt))
+            self.runtime.open()
+            check_after_open(self.runtime)
+        except BaseException as e:
+            # a damaged data file can surface as any error of the load (Parquet, RocksDB):
+            # the checksum result, awaited here, decides and is the error reported
+            corrupt = e if isinstance(e, SnapshotCorruptError) else None
+            verification = getattr(self.runtime, "restore_verification", None)
+            if corrupt is None and verification is not None:
+                if isinstance(e, Exception):
+                    corrupt = verification.finish()
+                else:  # interrupted: stop hashing
+                    verification.cancel()
+            if restore_from is not None and corrupt is not None:
+                abort_restore(self.runtime)  # no state of a snapshot that did not check out remains
+                if corrupt is not e:
+                    raise corrupt from e
+            raise
         if self.restored_meta is not None:
             cid = self.restored_meta["checkpoint_id"]
             for spec in self.runtime.specs:

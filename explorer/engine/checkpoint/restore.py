@@ -34,7 +34,7 @@ from ...errors import RestoreError, StateMigrationError
 from ...format.keyed import decode_keys, read_parquet_key_groups
 from ...format.native_encode import encode_batch
 from ...format.prefetch import prefetch
-from ...format.snapshot import resolve, verify_snapshot
+from ...format.snapshot import BackgroundVerification, check_file_size, read_metadata, resolve, verify_file
 from ...format.types import TypeInfo, type_from_description
 from ..operator_state import OperatorStateMode, redistribute_list
 from ..operators import KeyedOperatorBase, SourceOperator
@@ -102,11 +102,32 @@ def _converter(old: dict, new_info: TypeInfo, where: str) -> Any:
 class RestoredKeyedState:
     """Rows of one state, waiting for the job to register its descriptor."""
 
-    def __init__(self, folder: Path, desc: dict, files: list[tuple[str, dict]], key_groups: range) -> None:
+    def __init__(self, folder: Path, desc: dict, files: list[tuple[str, dict]], key_groups: range,
+                 verification: BackgroundVerification | None = None) -> None:
         self.folder = folder
         self.desc = desc
         self.files = files  # (relative path, state metadata)
         self.key_groups = key_groups
+        #: the SHA-256 checks of these files, running while they load (see :func:`restore_runtime`)
+        self.verification = verification
+
+    def _checked(self, items: Iterator[Any]) -> Iterator[Any]:
+        """``items``, stopped with the checksum error as soon as the background verification
+        finds a mismatch; a load error (a damaged file Parquet cannot read) becomes the
+        checksum error when the verification finds one."""
+        v = self.verification
+        if v is None:
+            yield from items
+            return
+        try:
+            for item in items:
+                if v.failed:
+                    v.wait()
+                yield item
+        except BaseException as e:
+            if not isinstance(e, GeneratorExit):
+                v.wait()  # raises the clearer error when a file is damaged
+            raise
 
     def check(self, descriptor: StateDescriptor, operator: str) -> None:
         new = descriptor.describe()
@@ -160,7 +181,7 @@ class RestoredKeyedState:
 
     def rows(self, descriptor: StateDescriptor, operator: str) -> Iterator[tuple]:
         conv, uk_info = self._decoders(descriptor, operator)
-        for t, smeta in self._tables():
+        for t, smeta in self._checked(self._tables()):
             yield from self._rows_of(t, smeta, conv, uk_info)
 
     def chunks(self, descriptor: StateDescriptor, operator: str, prefix_bytes: int) -> Iterator["RestoredChunk"]:
@@ -181,7 +202,7 @@ class RestoredKeyedState:
 
         # the next batch is read and encoded (Arrow and NumPy, which release the GIL) in a
         # thread while the caller writes the current one
-        yield from prefetch((chunk(t, smeta) for t, smeta in self._tables()), "restore-read")
+        yield from self._checked(prefetch((chunk(t, smeta) for t, smeta in self._tables()), "restore-read"))
 
 
 class RestoredChunk:
@@ -199,9 +220,40 @@ class RestoredChunk:
 
 
 def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool = False) -> dict[str, Any]:
-    """Load ``folder`` into a built (not yet opened) runtime. Returns the snapshot metadata."""
+    """Load ``folder`` into a built (not yet opened) runtime. Returns the snapshot metadata.
+
+    Every data file's size is checked first, and every file read here (operator state,
+    timers, RocksDB files of an incremental checkpoint) is hashed before use. The
+    canonical keyed-state Parquet files, the bulk of a full snapshot, are loaded
+    when the job registers its states in ``open()``; their SHA-256 checks run in a
+    thread meanwhile (:class:`BackgroundVerification`), and :func:`check_after_open`
+    waits for them: on a mismatch the restore fails with the checksum error
+    and :func:`abort_restore` removes the state built so far.
+    """
     folder = Path(folder)
-    meta = verify_snapshot(folder)
+    meta = read_metadata(folder)
+    files = meta.get("files", {})
+    deferred = {smeta["file"] for o in meta.get("operators", []) if o.get("keyed")
+                for sub in o.get("subtasks", []) if sub.get("state_format") != NATIVE_FORMAT
+                for smeta in sub.get("states", [])}
+    background: list[tuple[Path, dict]] = []
+    for rel, entry in files.items():
+        if rel in deferred:
+            background.append((check_file_size(folder, rel, entry), entry))
+        else:
+            verify_file(folder, rel, entry)
+    verification = BackgroundVerification(background) if background else None
+    runtime.restore_verification = verification
+    try:
+        return _restore_into(runtime, folder, meta, allow_non_restored_state, verification)
+    except BaseException:
+        if verification is not None:
+            verification.cancel()
+        raise
+
+
+def _restore_into(runtime, folder: Path, meta: dict[str, Any], allow_non_restored_state: bool,
+                  verification: BackgroundVerification | None) -> dict[str, Any]:
     old_ops = {o["uid"]: o for o in meta["operators"]}
     new_uids = {spec.uid for spec in runtime.specs}
     missing = sorted(set(old_ops) - new_uids)
@@ -223,14 +275,14 @@ def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool 
         _restore_operator_state(folder, old, subtasks, runtime.env.record_types)
         if spec.keyed and old["keyed"]:
             for st in subtasks:
-                _restore_keyed(folder, old, st)
+                _restore_keyed(folder, old, st, verification)
     runtime.restored_from = folder
     runtime.restored_meta = meta
     runtime.allow_non_restored_state = allow_non_restored_state
     return meta
 
 
-def _restore_keyed(folder: Path, old: dict, subtask) -> None:
+def _restore_keyed(folder: Path, old: dict, subtask, verification: BackgroundVerification | None) -> None:
     op: KeyedOperatorBase = subtask.operator
     kgr = op.key_groups
     wanted = range(kgr.start, kgr.end + 1)
@@ -259,7 +311,7 @@ def _restore_keyed(folder: Path, old: dict, subtask) -> None:
         return
     descs = {d["name"]: d for d in old["states"]}
     for name, files in by_state.items():
-        op.backend.restored[name] = RestoredKeyedState(folder, descs[name], files, wanted)
+        op.backend.restored[name] = RestoredKeyedState(folder, descs[name], files, wanted, verification)
     for name, d in descs.items():  # states with no rows still exist (their declaration is checked)
         op.backend.restored.setdefault(name, RestoredKeyedState(folder, d, [], wanted))
 
@@ -324,9 +376,13 @@ def _restore_operator_state(folder: Path, old: dict, subtasks: list, registry: d
 
 
 def check_after_open(runtime) -> None:
-    """After ``open()``: every restored state must have been claimed by a descriptor."""
+    """After ``open()``: every data file checked out (waiting for the background SHA-256
+    checks), and every restored state has been claimed by a descriptor."""
     if getattr(runtime, "restored_from", None) is None:
         return
+    verification = getattr(runtime, "restore_verification", None)
+    if verification is not None:
+        verification.wait()
     for spec in runtime.specs:
         for st in runtime.tasks[spec.id]:
             backend = getattr(st.operator, "backend", None)
@@ -346,3 +402,22 @@ def check_after_open(runtime) -> None:
                 f"declares (the job declares {declared}); a renamed descriptor loses its state — rename it back, "
                 "or pass allow_non_restored_state=True to drop it"
             )
+
+
+def abort_restore(runtime) -> None:
+    """A restore failed in ``open()`` or after: stop the background checks, close the
+    subtasks' state backends and remove the RocksDB directories built for them (the
+    ingest staging folders are removed by the load itself), so that no state of a
+    snapshot that did not check out remains."""
+    from ..backends.rocksdb import RocksDBStateBackend, _wipe_rocksdb_dir
+
+    verification = getattr(runtime, "restore_verification", None)
+    if verification is not None:
+        verification.cancel()
+    for st in runtime.subtasks:
+        backend = getattr(st.operator, "backend", None)
+        if isinstance(backend, RocksDBStateBackend):
+            backend.close()
+            _wipe_rocksdb_dir(backend.path)
+            if backend.path.is_dir() and not any(backend.path.iterdir()):
+                backend.path.rmdir()

@@ -1,0 +1,109 @@
+"""Restoring a full checkpoint while its data files' SHA-256 checks run in a thread.
+
+A damaged keyed-state file must still fail the restore with the checksum error
+(naming the file, found vs recorded), leave no RocksDB directory and no ingest
+staging folder, and never hand the job partially checked state; a good
+checkpoint restores the same entries as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from explorer.engine import KeyedProcessFunction, ManualClock, StreamEnvironment, ValueStateDescriptor
+from explorer.engine.checkpoint.job import JobClient
+from explorer.errors import SnapshotCorruptError
+from explorer.format.snapshot import read_metadata
+from explorer.keygroups import assign_to_key_group
+
+MAXP = 128
+
+
+class Payload(KeyedProcessFunction):
+    def open(self, ctx):
+        self.payload = ctx.get_state(ValueStateDescriptor("payload", bytes))
+
+    def process_element(self, value, ctx, out):  # pragma: no cover - the state is loaded directly
+        self.payload.update(value[1])
+
+
+def _env(tmp: Path, backend: str, state: str) -> StreamEnvironment:
+    kw = {"state_backend": backend}
+    if backend == "rocksdb":
+        kw["state_dir"] = tmp / state
+    env = StreamEnvironment(parallelism=1, max_parallelism=MAXP, clock=ManualClock(1_000), **kw)
+    env.enable_checkpointing(tmp / "chk", interval_records=10**12, incremental=False, retained=2)
+    env.from_collection([], name="src").key_by(0).process(Payload(), name="payload", uid="payload")
+    return env
+
+
+def _table(client: JobClient):
+    return client.runtime.subtasks_of("payload")[0].operator.backend.tables["payload"]
+
+
+def _snapshot(tmp: Path, backend: str, n: int = 3000) -> tuple[Path, dict]:
+    client = JobClient(_env(tmp, backend, "state-a"), "job")
+    client.runtime.hold_sources_open = True
+    keys = [f"key-{i}" for i in range(n)]
+    _table(client).load_rows(
+        (assign_to_key_group(k, MAXP), k, None, None, (f"v{i}-".encode() * 30)[: 40 + i % 50], None)
+        for i, k in enumerate(keys))
+    folder = client.trigger_checkpoint()
+    before = {k: _get(client, k) for k in keys}
+    client.close()
+    return folder, before
+
+
+def _get(client: JobClient, key: str):
+    return _table(client).get(assign_to_key_group(key, MAXP), key, None)
+
+
+def _damage(folder: Path) -> Path:
+    meta = read_metadata(folder)
+    rel = next(s["file"] for o in meta["operators"] if o["keyed"] for sub in o["subtasks"] for s in sub["states"])
+    victim = folder / rel
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size: only the SHA-256 (checked in the background) can tell
+    victim.write_bytes(bytes(data))
+    return victim
+
+
+def _no_state_left(state_dir: Path) -> None:
+    """No RocksDB directory of the subtask, no ingest staging folder, no file at all."""
+    assert not (state_dir / "rocksdb" / "payload-0").exists()
+    assert not [p for p in state_dir.rglob("*") if p.is_file() or "-ingest-" in p.name]
+
+
+@pytest.mark.parametrize("backend", ["rocksdb", "heap"])
+def test_a_good_checkpoint_restores_the_same_state(tmp_path, backend):
+    folder, before = _snapshot(tmp_path, backend)
+    client = JobClient(_env(tmp_path, backend, "state-b"), "job", restore_from=folder)
+    try:
+        assert client.runtime.restore_verification is not None  # the checks ran beside the load
+        assert {k: _get(client, k) for k in before} == before
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("backend", ["rocksdb", "heap"])
+def test_a_damaged_file_found_during_the_load_aborts_the_restore(tmp_path, backend):
+    folder, _ = _snapshot(tmp_path, backend)
+    victim = _damage(folder)
+    with pytest.raises(SnapshotCorruptError, match="SHA-256") as err:
+        JobClient(_env(tmp_path, backend, "state-b"), "job", restore_from=folder)
+    assert str(victim.resolve()) in str(err.value) and "does not match the recorded" in str(err.value)
+    _no_state_left(tmp_path / "state-b")  # no ingest staging folder left
+
+
+def test_a_truncated_file_fails_before_anything_is_loaded(tmp_path):
+    folder, _ = _snapshot(tmp_path, "rocksdb")
+    meta = read_metadata(folder)
+    rel = next(s["file"] for o in meta["operators"] if o["keyed"] for sub in o["subtasks"] for s in sub["states"])
+    victim = folder / rel
+    size = victim.stat().st_size
+    victim.write_bytes(victim.read_bytes()[: size // 2])
+    with pytest.raises(SnapshotCorruptError, match=f"found {size // 2} bytes, expected {size}"):
+        JobClient(_env(tmp_path, "rocksdb", "state-b"), "job", restore_from=folder)
+    _no_state_left(tmp_path / "state-b")
