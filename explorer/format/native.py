@@ -28,7 +28,7 @@ import shutil
 import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import SnapshotFormatError
 from .keycodec import decode_key
@@ -228,7 +228,7 @@ def write_native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[t
     writes it (the same file), each batch as soon as it is decoded, so the Parquet encoding
     overlaps the scan. Returns the row groups, the row count, the kinds, and the file's
     SHA-256 when it was computed while writing (else None)."""
-    from .keyed import KeyGroupParquetWriter, write_parquet_by_key_group
+    from .keyed import rows_to_table, write_parquet_by_key_group
     from .native_columns import supported
 
     def whole(table_kinds):
@@ -237,26 +237,38 @@ def write_native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[t
 
     if not supported(desc["kind"], value_info, user_key):
         return whole(_row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire))
+    got = write_decoded(path, _decoded_tables(cf, desc, prefix_bytes, runs, value_info, user_key, expire),
+                        lambda: rows_to_table([], value_info, user_key))
+    return whole(_row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire)) if got is None else got
+
+
+def write_decoded(path: Path, pieces: Iterable[tuple[Any, dict[str, str]]], empty: Callable[[], tuple[Any, dict]]
+                  ) -> tuple[list[list[int]], int, dict[str, str], str | None] | None:
+    """Write decoded ``(table, kinds)`` pieces of one state to ``path`` as they come, as one
+    key-group Parquet file: ``(row groups, rows, kinds, SHA-256)``. None, with the file
+    aborted, when a piece's kinds or schema differ from the first's (the caller takes the
+    row path, which reports or reconciles it); without pieces, ``empty()`` written whole."""
+    from .keyed import KeyGroupParquetWriter, write_parquet_by_key_group
+
     writer: KeyGroupParquetWriter | None = None
     kinds: dict[str, str] | None = None
     try:
-        for table, k in _decoded_tables(cf, desc, prefix_bytes, runs, value_info, user_key, expire):
+        for table, k in pieces:
             if writer is None:
                 writer = KeyGroupParquetWriter(path, table.schema)
                 kinds = k
             elif k != kinds or table.schema != writer.schema:
                 writer.abort()
                 writer = None
-                return whole(_row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire))
+                return None
             writer.write(table)
     except BaseException:
         if writer is not None:
             writer.abort()
         raise
     if writer is None:
-        from .keyed import rows_to_table
-
-        return whole(rows_to_table([], value_info, user_key))
+        table, kinds = empty()
+        return write_parquet_by_key_group(table, path), table.num_rows, kinds, None
     groups = writer.close()
     return groups, writer.rows, kinds, writer.sha256
 

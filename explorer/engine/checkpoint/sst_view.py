@@ -108,8 +108,8 @@ def write_view_state_sst(files: list, desc: dict[str, Any], prefix_bytes: int, k
                          value_info: Any, user_key: Any, path: Path, expire: tuple[int, int] | None = None):
     """:func:`explorer.format.native.write_native_table` of one state from its SST ``files``:
     ``(row groups, rows, kinds, SHA-256)``, or None (nothing written) where this path does not apply."""
-    from ...format.keyed import KeyGroupParquetWriter, rows_to_table, write_parquet_by_key_group
-    from ...format.native import TABLE_BATCH, _decoded_rows
+    from ...format.keyed import rows_to_table
+    from ...format.native import TABLE_BATCH, _decoded_rows, write_decoded
     from ...format.native_columns import decode_flat, supported
 
     if not supported(desc["kind"], value_info, user_key):
@@ -121,9 +121,8 @@ def write_view_state_sst(files: list, desc: dict[str, Any], prefix_bytes: int, k
     ttl = desc.get("ttl") is not None
     kind = desc["kind"]
     n, width = keys.shape
-    writer: KeyGroupParquetWriter | None = None
-    kinds: dict[str, str] | None = None
-    try:
+
+    def pieces():
         for i in range(0, n, TABLE_BATCH):
             j = min(n, i + TABLE_BATCH)
             kb = keys[i:j].reshape(-1)
@@ -141,24 +140,10 @@ def write_view_state_sst(files: list, desc: dict[str, Any], prefix_bytes: int, k
                 if not rows:
                     continue
                 got = rows_to_table(rows, value_info, user_key)
-            table, k = got
-            if writer is None:
-                writer = KeyGroupParquetWriter(path, table.schema)
-                kinds = k
-            elif k != kinds or table.schema != writer.schema:
-                writer.abort()
-                writer = None
-                return None  # the rocksdict path reports or reconciles it
-            writer.write(table)
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
-    if writer is None:
-        table, kinds = rows_to_table([], value_info, user_key)
-        return write_parquet_by_key_group(table, path), table.num_rows, kinds, None
-    groups = writer.close()
-    return groups, writer.rows, kinds, writer.sha256
+            yield got
+
+    # None where kinds or schemas differ between batches: the rocksdict path reports or reconciles it
+    return write_decoded(path, pieces(), lambda: rows_to_table([], value_info, user_key))
 
 
 __all__ = ["column_family_files", "write_view_state_sst"]
