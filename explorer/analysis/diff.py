@@ -7,9 +7,10 @@ sum of its entries' hashes. Two snapshots' keys are matched by value after a
 joint :func:`pandas.factorize`, so no Python loop runs per key. For two
 Snapshots the same runs over their cached analysis columns: entries hashed
 column-wise in Arrow (:func:`._columns.arrow_hash`), the two Arrow key
-dictionaries joined by sorting 64-bit key hashes slice by slice of key groups
-and checking every match exactly (:func:`_joint_by_hash`), per-key sums run
-by run (:func:`_side_keys`), NumPy's loops split over two threads. A key is
+dictionaries joined through hash tables of 64-bit key hashes slice by slice of
+key groups, every match checked byte by byte (:func:`_joint_by_hash`), per-key
+sums run by run (:func:`_side_keys`) and the two sides merged per state, in
+numba kernels (:mod:`._diff_kernels`, imported on first use) on two threads. A key is
 
 * ``added``: in ``b`` only; ``removed``: in ``a`` only;
 * ``changed``: in both with a different fingerprint or entry count;
@@ -29,7 +30,8 @@ import pyarrow.compute as pc
 
 from ._columns import KeyValues, cached_frame, positions, row_hashes, state_rows
 from ._common import Source, factorize_keys, first_occurrences, frame, is_snapshot
-from ._hashing import string_buffers, word_views
+from ..errors import AnalysisError
+from ._hashing import string_buffers
 
 DIFF_COLUMNS = ["operator", "state", "key", "status", "entries_a", "entries_b", "entries_delta", "bytes_a",
                 "bytes_b", "bytes_delta"]
@@ -59,8 +61,9 @@ def diff(a: Source, b: Source, *, operator: str | Iterable[str] | None = None,
 
     Columns: ``operator, state, key, status, entries_a, entries_b, entries_delta,``
     ``bytes_a, bytes_b, bytes_delta``; sorted by operator, state and falling ``bytes_delta``;
-    ``status`` is a Categorical of :data:`STATUSES`.
-    ``unchanged=False`` leaves the unchanged keys out.
+    ``status`` is a Categorical of :data:`STATUSES`; ``key`` is the Arrow-backed string dtype
+    :data:`KEY_STRINGS` (pandas 3's default for strings) when every key is a str, Python objects
+    otherwise. ``unchanged=False`` leaves the unchanged keys out.
     """
     if is_snapshot(a) and is_snapshot(b) and hasattr(a, "reader") and hasattr(b, "reader"):
         return _diff_snapshots(a, b, operator, state, unchanged)
@@ -89,6 +92,7 @@ def diff(a: Source, b: Source, *, operator: str | Iterable[str] | None = None,
                       np.where((fp[0] != fp[1]) | (ent[0] != ent[1]), "changed", "unchanged")))
     ops = np.array([t[0] for t in os_uniques], dtype=object)
     sts = np.array([t[1] for t in os_uniques], dtype=object)
+    strings = pd.api.types.infer_dtype(keys, skipna=False) == "string"  # every key a str: KEY_STRINGS
     out = pd.DataFrame({
         "operator": ops[os_codes[first]], "state": sts[os_codes[first]], "key": keys[key_codes[first]],
         "status": status, "entries_a": ent[0], "entries_b": ent[1], "entries_delta": ent[1] - ent[0],
@@ -98,7 +102,10 @@ def diff(a: Source, b: Source, *, operator: str | Iterable[str] | None = None,
         out = out[out["status"] != "unchanged"]
     out = out.sort_values(["operator", "state", "bytes_delta"], ascending=[True, True, False], kind="stable")
     out["status"] = pd.Categorical(out["status"], categories=list(STATUSES))
-    return out.reset_index(drop=True)[DIFF_COLUMNS]
+    out = out.reset_index(drop=True)[DIFF_COLUMNS]
+    if strings:
+        out["key"] = pd.array(out["key"].to_numpy(dtype=object), dtype=KEY_STRINGS)
+    return out
 
 
 def _joint_codes(kva: KeyValues, kvb: KeyValues, groups=None) -> tuple[np.ndarray, np.ndarray]:
@@ -152,66 +159,82 @@ def _joint_by_lookup(kva: KeyValues, kvb: KeyValues) -> np.ndarray:
 
 def _joint_by_hash(kva: KeyValues, kvb: KeyValues, groups_a: np.ndarray | None = None,
                    groups_b: np.ndarray | None = None) -> np.ndarray | None:
-    """b code -> a code (-1: not in a) by sorting both sides' 64-bit key hashes (:func:`_sort_join`).
+    """b code -> a code (-1: not in a) through hash tables of 64-bit key hashes, each match
+    confirmed by comparing the two keys' bytes (:mod:`._diff_kernels`).
 
-    None when the keys are not one Arrow array of strings or integers of the same type on
-    both sides (then :func:`_joint_by_lookup`).
+    None when the keys are not one Arrow array of strings, binaries or integers of the same
+    type on both sides, or when the hashes do not spread the keys (probe chains past a budget
+    of :data:`_PROBE_BUDGET` steps per key): then :func:`_joint_by_lookup`. A hash collision
+    costs probe steps, never a wrong match.
 
     ``groups_a``/``groups_b``, when given, hold a group number per code (the key group of
     the key's rows): if both rise with the codes (keys are coded in the order rows are
     written, key group by key group), the codes are cut into slices of whole groups and each
-    slice of a is joined with b's slice of the same groups. A slice fits in the CPU cache,
-    where its sort and its scatters are several times faster than over 10 M keys at once.
-    Keys left unmatched on both sides are then joined again all together, so a key whose
-    group differs between the sides (another max parallelism) is still found: the groups
-    decide only how fast the join is, never its answer.
+    slice of a is joined with b's slice of the same groups, through a hash table that fits in
+    the CPU cache; half of the slices on a second thread. Keys left unmatched on both sides
+    are then joined again all together, so a key whose group differs between the sides
+    (another max parallelism) is still found: the groups decide only how fast the join is,
+    never its answer.
     """
     if len(kva.segments) != 1 or len(kvb.segments) != 1:
         return None
     seg_a, seg_b = kva.segments[0], kvb.segments[0]
     if isinstance(seg_a, np.ndarray) or isinstance(seg_b, np.ndarray) or seg_a.type != seg_b.type:
         return None
+    bytes_a, bytes_b = _key_bytes(seg_a), _key_bytes(seg_b)
+    if bytes_a is None or bytes_b is None:
+        return None
     ha, hb = _both_hashes(kva, kvb)
     if ha is None or hb is None:
         return None
     na, nb = len(ha), len(hb)
-    if int(na + nb - 1).bit_length() > 40:  # fewer than 24 hash bits left in the packed values
-        return None
     tr = np.full(nb, -1, dtype=np.int64)
     if not na or not nb:
         return tr
-    slices = _slices(groups_a, groups_b, na, nb)
-    words = _fixed_width_words(seg_a, seg_b)
+    from . import _diff_kernels as kernels
 
-    def join(some: list[tuple[int, int, int, int]]) -> list[np.ndarray]:
-        """Join these slices; a's codes left unmatched in each."""
-        left = []
-        for a0, a1, b0, b1 in some:
-            if a1 > a0 and b1 > b0:
-                _sort_join(ha[a0:a1], hb[b0:b1], seg_a, seg_b, a0, b0, tr[b0:b1], words)
-            t = tr[b0:b1]
-            found = np.zeros(a1 - a0, dtype=bool)
-            found[t[t >= 0] - a0] = True
-            left.append(np.flatnonzero(~found) + a0)
-        return left
+    found = np.zeros(na, dtype=bool)
+    slices = np.array(_slices(groups_a, groups_b, na, nb), dtype=np.int64).reshape(-1, 4)
+    budget = _PROBE_BUDGET * (na + nb) + (1 << 16)
 
-    if len(slices) > 1:  # slices write to their own parts of tr: half of them on a second thread
-        left = [x for half in _both(lambda: join(slices[0::2]), lambda: join(slices[1::2])) for x in half]
-        # keys whose groups differ between the sides: join what is left, all together
-        lb = np.flatnonzero(tr < 0)
-        la = np.sort(np.concatenate(left))
-        if len(la) and len(lb):
-            sub = np.full(len(lb), -1, dtype=np.int64)
-            _sort_join(ha[la], hb[lb], seg_a.take(pa.array(la)), seg_b.take(pa.array(lb)), 0, 0, sub)
-            hit = np.flatnonzero(sub >= 0)
-            tr[lb[hit]] = la[sub[hit]]
+    def join(some: np.ndarray) -> int:
+        return kernels.join_slices(ha, hb, *bytes_a, *bytes_b, some, tr, found, budget)
+
+    if len(slices) > 1:  # slices write to their own parts of tr and found: half of them on a second thread
+        rc = min(_both(lambda: join(slices[0::2]), lambda: join(slices[1::2])))
+        if rc == kernels.OK:  # keys whose groups differ between the sides: join what is left, all together
+            la, lb = np.flatnonzero(~found), np.flatnonzero(tr < 0)
+            if len(la) and len(lb):
+                rc = kernels.join_rows(ha, hb, *bytes_a, *bytes_b, la, lb, tr, found, budget)
     else:
-        join(slices)
+        rc = join(slices)
+    if rc == kernels.OVER_BUDGET:
+        return None
+    if rc != kernels.OK:
+        raise AnalysisError(f"key dictionaries of {len(seg_a)} and {len(seg_b)} {seg_a.type} keys: offsets or "
+                            "codes out of range (expected rising offsets within the data buffer)")
     return tr
 
 
+#: probe steps per key a key join may take before it looks the keys up another way
+_PROBE_BUDGET = 64
+
+
+def _key_bytes(seg: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(offsets, data)``: key ``i`` is ``data[offsets[i]:offsets[i + 1]]``; strings and binaries
+    as in their Arrow buffers, integers as 8 little-endian bytes (None for other types or nulls)."""
+    t = seg.type
+    if seg.null_count:
+        return None
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return string_buffers(seg)
+    if pa.types.is_integer(t):
+        values = np.ascontiguousarray(seg.cast(pa.int64()).to_numpy(zero_copy_only=False))
+        return np.arange(0, 8 * len(values) + 1, 8, dtype=np.int64), values.view(np.uint8)
+    return None
+
+
 _SLICE_KEYS = 1 << 17
-_IN_ORDER_KEYS = 1 << 20
 
 
 def _slices(groups_a: np.ndarray | None, groups_b: np.ndarray | None, na: int,
@@ -230,77 +253,6 @@ def _slices(groups_a: np.ndarray | None, groups_b: np.ndarray | None, na: int,
     return [(int(ea[i]), int(ea[i + 1]), int(eb[i]), int(eb[i + 1])) for i in range(len(ea) - 1)]
 
 
-def _sort_join(ha: np.ndarray, hb: np.ndarray, seg_a: pa.Array, seg_b: pa.Array, a0: int, b0: int,
-               out: np.ndarray, words: tuple | None = None) -> None:
-    """``out[j] = a0 + i`` where key ``seg_b[b0 + j]`` equals ``seg_a[a0 + i]`` (``ha``, ``hb``
-    their hashes), by one sort of both sides' hashes.
-
-    Each side's hash is packed with its row number (the hash's low bits give way to it) and
-    the packed values of both sides are sorted together: a key in both sides is a run of two
-    equal hash prefixes, one from each side. Such a pair is matched only if the two keys
-    compare equal (:func:`_equal_keys`): a hash collision never matches two different keys.
-    The rare runs of three or more (prefix collisions) are matched by exact lookup.
-    """
-    na, nb = len(ha), len(hb)
-    bits = int(na + nb - 1).bit_length()
-    low = np.uint64((1 << bits) - 1)
-    packed = np.empty(na + nb, dtype=np.uint64)
-    np.bitwise_and(ha, ~low, out=packed[:na])
-    np.bitwise_and(hb, ~low, out=packed[na:])
-    packed |= np.arange(na + nb, dtype=np.uint64)
-    packed.sort()
-    same = packed[1:] ^ packed[:-1]
-    same = same <= low  # neighbours with the same hash prefix
-    clean = same.copy()  # runs of exactly two
-    clean[1:] &= ~same[:-1]
-    clean[:-1] &= ~same[1:]
-    i = np.flatnonzero(clean)
-    multi = np.zeros(0, dtype=np.int64)
-    if int(np.count_nonzero(same)) != len(i):  # prefixes shared by three or more keys
-        np.logical_not(clean, out=clean)
-        clean &= same
-        multi = np.flatnonzero(clean)
-    del clean, same
-    # within a run the low bits (row numbers) sort a's row before b's
-    first, second = packed[i], packed[1:][i]
-    first &= low
-    second &= low
-    cross = first < np.uint64(na)
-    cross &= second >= np.uint64(na)
-    if not bool(cross.all()):  # two keys of one side in a run (a collision): not a pair
-        first, second = first[cross], second[cross]
-    ia = first.astype(np.int64)
-    ib = second.astype(np.int64)
-    ib -= na
-    del first, second, cross, i
-    if len(ia):
-        if nb > _IN_ORDER_KEYS:  # b in order, a nearly so: the takes below read memory in order
-            cand = np.full(nb, -1, dtype=np.int64)
-            cand[ib] = ia
-            ib = np.flatnonzero(cand >= 0)
-            ia = cand[ib]
-            del cand
-        if words is not None:  # this slice's words, contiguous (the views' strided, unaligned reads are slow)
-            local = ([np.ascontiguousarray(w[a0: a0 + na]) for w in words[0]],
-                     [np.ascontiguousarray(w[b0: b0 + nb]) for w in words[1]])
-            equal = _equal_keys(seg_a, seg_b, ia, ib, local)
-            ia += a0
-        else:
-            ia += a0
-            equal = _equal_keys(seg_a, seg_b, ia, ib + b0)
-        if bool(equal.all()):
-            out[ib] = ia
-        else:
-            out[ib[equal]] = ia[equal]
-    if len(multi):  # exact lookup of just those keys
-        r = (packed[np.unique(np.concatenate([multi, multi + 1]))] & low).astype(np.int64)
-        sa_, sb_ = r[r < na] + a0, r[r >= na] - na
-        if len(sa_) and len(sb_):
-            found = pc.index_in(seg_b.take(pa.array(sb_ + b0)), value_set=seg_a.take(pa.array(sa_)))
-            f = found.fill_null(-1).to_numpy(zero_copy_only=False)
-            out[sb_[f >= 0]] = sa_[f[f >= 0]]
-
-
 def _both_hashes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Both sides' key hashes, b's on a second thread when neither is kept yet."""
     if kva is kvb or kva.has_hash64() or kvb.has_hash64():
@@ -316,185 +268,86 @@ def _both(f, g) -> tuple:
         return f(), later.result()
 
 
-def _equal_keys(seg_a: pa.Array, seg_b: pa.Array, ia: np.ndarray, ib: np.ndarray,
-                words: tuple | None = None) -> np.ndarray:
-    """``seg_a[ia] == seg_b[ib]`` elementwise (bool array), exactly.
-
-    ``words``: both sides' :func:`_fixed_width_words` (strings of one width, the same on both
-    sides): then the keys are equal exactly when all their 8-byte words are, compared in NumPy
-    without copying any string; otherwise Arrow takes both sides' keys and compares them.
-    """
-    if words is not None:
-        wa, wb = words
-        eq = wa[0][ia] == wb[0][ib]
-        for x, y in zip(wa[1:], wb[1:]):
-            eq &= x[ia] == y[ib]
-        return eq
-    return pc.equal(seg_a.take(pa.array(ia)), seg_b.take(pa.array(ib))).to_numpy(zero_copy_only=False)
-
-
-def _fixed_width_words(seg_a: pa.Array, seg_b: pa.Array) -> tuple | None:
-    """Both sides' strings as 8-byte word views (:func:`._hashing.word_views`) when every
-    string of both has one width of at least 8 bytes and there are no nulls; else None."""
-    views = []
-    width = None
-    for seg in (seg_a, seg_b):
-        t = seg.type
-        if seg.null_count or not (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
-                                  or pa.types.is_large_binary(t)) or not len(seg):
-            return None
-        offsets, data = string_buffers(seg)
-        w = int(offsets[1] - offsets[0])
-        if w < 8 or (width is not None and w != width) or int(offsets[-1] - offsets[0]) != w * len(seg):
-            return None
-        if not bool((np.diff(offsets) == w).all()):
-            return None
-        width = w
-        views.append(word_views(data[int(offsets[0]): int(offsets[-1])].reshape(len(seg), w), w))
-    return views[0], views[1]
-
-
 def _side_keys(codes: np.ndarray, rows: np.ndarray | slice | list, h: np.ndarray, size: np.ndarray,
                n_codes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per key of one state on one side: ``(codes, entries, bytes, fingerprint)``.
+    """Per key of one state on one side: ``(codes, entries, bytes, fingerprint)``, codes rising.
 
-    The fingerprint is the wrapping uint64 sum of the key's entry hashes. The usual
-    layouts need no per-key scatter: a state with one entry per key whose codes rise
-    (a value state: keys are coded in the order they first appear) is its own answer, and
-    a state whose keys' entries are consecutive rows with rising codes (a list or map
-    state, written key by key) is summed run by run (``np.add.reduceat``). Anything else
-    is summed per code (``np.bincount``; 32-bit halves in float64, exact below 2**21
-    entries per key).
+    The fingerprint is the wrapping uint64 sum of the key's entry hashes. ``rows``: the
+    state's rows, as ``(lo, hi)`` spans (read in place), a slice or positions. The usual
+    layouts are summed run by run in one pass (:func:`._diff_kernels.side_sums`): a value
+    state's one entry per key, a list or map state's entries written key by key; anything
+    else per code through a table of all codes.
     """
-    c, hr, sz = (_rows_of(x, rows) for x in (codes, h, size))
-    if not len(c):
-        return c, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), hr
-    if len(c) == 1 or bool((c[1:] > c[:-1]).all()):  # one entry per key (a read-only run of ones)
-        return c, np.broadcast_to(np.int64(1), (len(c),)), _int64(sz), hr
-    starts = np.flatnonzero(c[1:] != c[:-1])
-    starts += 1
-    starts = np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
-    run_keys = c[starts]
-    if len(run_keys) == 1 or bool((run_keys[1:] > run_keys[:-1]).all()):
-        entries = np.diff(np.append(starts, len(c))).astype(np.int64)
-        if np.issubdtype(sz.dtype, np.integer):
-            byt = np.add.reduceat(sz.astype(np.int64, copy=False), starts)
-        else:
-            byt = np.rint(np.add.reduceat(sz.astype(np.float64), starts)).astype(np.int64)
-        with np.errstate(over="ignore"):
-            fp = np.add.reduceat(hr, starts)
-        return run_keys, entries, byt, fp
-    counts = np.bincount(c, minlength=n_codes)
-    present = np.flatnonzero(counts)
-    lo = np.bincount(c, weights=(hr & np.uint64(0xFFFFFFFF)).astype(np.float64), minlength=n_codes)[present]
-    hi = np.bincount(c, weights=(hr >> np.uint64(32)).astype(np.float64), minlength=n_codes)[present]
-    fp = lo.astype(np.uint64) + (hi.astype(np.uint64) << np.uint64(32))
-    return (present, counts[present].astype(np.int64),
-            np.rint(np.bincount(c, weights=sz.astype(np.float64), minlength=n_codes)[present]).astype(np.int64), fp)
+    from . import _diff_kernels as kernels
+
+    codes, h, size, spans = _spans_of(codes, rows, h, size)
+    integral = np.issubdtype(size.dtype, np.integer)
+    codes = codes.astype(np.int64, copy=False)
+    size = size.astype(np.int64 if integral else np.float64, copy=False)
+    keys, ent, byt, fp, n, ok = kernels.side_sums(codes, h, size, spans, n_codes, size[:0])
+    if not ok:
+        raise AnalysisError(f"per-key sums: rows {spans.tolist()[:4]} or their key codes outside the {len(codes)} "
+                            f"rows and 0..{n_codes - 1}")
+    return keys[:n], ent[:n], _int64(byt[:n]), fp[:n]
 
 
-def _rows_of(x: np.ndarray, rows: np.ndarray | slice | list) -> np.ndarray:
-    """``x[rows]``; ``rows`` may be a list of ``(lo, hi)`` spans (copied slice by slice, much
-    faster than gathering 10 M positions)."""
+def _spans_of(codes: np.ndarray, rows: np.ndarray | slice | list, h: np.ndarray,
+              size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(codes, h, size, spans)``: the rows as ``(lo, hi)`` spans of the arrays (positions are
+    gathered into new arrays)."""
     if isinstance(rows, list):
-        return x[rows[0][0]: rows[0][1]] if len(rows) == 1 else np.concatenate([x[lo:hi] for lo, hi in rows])
-    return x[rows]
+        return codes, h, size, np.array(rows, dtype=np.int64).reshape(-1, 2)
+    if isinstance(rows, slice):
+        lo, hi, _ = rows.indices(len(codes))
+        return codes, h, size, np.array([[lo, max(lo, hi)]], dtype=np.int64)
+    return codes[rows], h[rows], size[rows], np.array([[0, len(rows)]], dtype=np.int64)
+
+
+def _side_rows(codes: np.ndarray, rows: np.ndarray | slice | list, h: np.ndarray, size: np.ndarray,
+               n_codes: int) -> tuple[np.ndarray, ...]:
+    """One state of one side as :func:`._diff_kernels.merge_state` reads it, one key per row:
+    ``(codes, entries, bytes, fingerprints, spans)``. A value state (one entry per key, codes
+    rising, integer sizes) is its own rows, read in place (``entries`` empty: one each); any
+    other is summed per key (:func:`_side_keys`)."""
+    from . import _diff_kernels as kernels
+
+    codes = codes.astype(np.int64, copy=False)
+    c, hr, sz, spans = _spans_of(codes, rows, h, size)
+    if sz.dtype == np.int64 and hr.dtype == np.uint64:
+        one = kernels.rising(c, spans, n_codes)
+        if one < 0:
+            raise AnalysisError(f"per-key sums: rows {spans.tolist()[:4]} or their key codes outside the {len(c)} "
+                                f"rows and 0..{n_codes - 1}")
+        if one:
+            return c, np.zeros(0, dtype=np.int64), sz, hr, spans
+    keys, ent, byt, fp = _side_keys(c, [tuple(x) for x in spans.tolist()], hr, sz, n_codes)
+    return keys, ent, byt, fp, np.array([[0, len(keys)]], dtype=np.int64)
 
 
 def _int64(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64, copy=False) if np.issubdtype(x.dtype, np.integer) else np.rint(x).astype(np.int64)
 
 
-def _falling(delta: np.ndarray) -> np.ndarray:
-    """``np.argsort(-delta, kind="stable")`` without sorting the zeros (most keys of a diff)."""
-    pos = np.flatnonzero(delta > 0)
-    neg = np.flatnonzero(delta < 0)
-    if not len(pos) and not len(neg):
-        return np.arange(len(delta))
-    return np.concatenate([pos[np.argsort(-delta[pos], kind="stable")], np.flatnonzero(delta == 0),
-                           neg[np.argsort(-delta[neg], kind="stable")]])
-
-
-def _is_range(x: np.ndarray, n: int) -> bool:
-    """Whether ``x`` is ``0, 1, ..., n - 1``."""
-    return len(x) == n and (n == 0 or (int(x[0]) == 0 and int(x[-1]) == n - 1 and bool((x[1:] > x[:-1]).all())))
-
-
-def _state_diff(sa: tuple, sb: tuple, tr: np.ndarray, k: int, n_a: int, unchanged: bool) -> tuple[np.ndarray, ...]:
-    """One state's rows of the diff: ``(joint codes, order, status codes, entries_a, entries_b,
-    bytes_a, bytes_b)`` from each side's :func:`_side_keys` and the key join ``tr``; the joint
-    codes are in output order, the other columns are listed in output order by ``order``.
-
-    The keys of the state (either side) are numbered in joint-code order: all ``k`` joint
-    codes when the state holds nearly every key (no renumbering), else by a sort of its few
-    keys. Each output column is then one scatter per side and one gather in output order.
-    """
-    ja, jb = sa[0], tr[sb[0]]
-    if len(ja) + len(jb) < k // 8:  # a state of few keys: number just them
-        present = np.unique(np.concatenate([ja, jb]))
-        ia, ib = np.searchsorted(present, ja), np.searchsorted(present, jb)
-    elif _is_range(ja, n_a) and int(np.count_nonzero(jb >= n_a)) == k - n_a:
-        present, ia, ib = None, slice(0, n_a), jb  # a's keys in order, then b's new ones: all k
-    else:
-        mask = np.zeros(k, dtype=bool)
-        mask[ja] = True
-        mask[jb] = True
-        if bool(mask.all()):
-            present, ia, ib = None, ja, jb
-        else:
-            present = np.flatnonzero(mask)
-            rank = np.cumsum(mask, dtype=np.int64)
-            rank -= 1
-            ia, ib = rank[ja], rank[jb]
-            del rank
-        del mask
-    n = k if present is None else len(present)
-
-    def dense(side: tuple, at: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ent, byt, fp = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint64)
-        ent[at], byt[at], fp[at] = side[1], side[2], side[3]
-        return ent, byt, fp
-
-    (ent_a, byt_a, fp_a), (ent_b, byt_b, fp_b) = _both(lambda: dense(sa, ia), lambda: dense(sb, ib))
-    code = np.empty(n, dtype=np.int8)
-    delta = np.empty(n, dtype=np.int64)
-
-    def status(lo: int, hi: int) -> None:  # elementwise: each half of the keys on its own thread
-        same = fp_a[lo:hi] == fp_b[lo:hi]
-        same &= ent_a[lo:hi] == ent_b[lo:hi]  # never true for a key on one side only (0 entries on the other)
-        c = code[lo:hi]
-        np.add(same.view(np.int8), np.int8(2), out=c)  # changed 2, unchanged 3
-        c[ent_b[lo:hi] == 0] = 1  # removed
-        c[ent_a[lo:hi] == 0] = 0  # added
-        np.subtract(byt_b[lo:hi], byt_a[lo:hi], out=delta[lo:hi])
-
-    half = n // 2
-    if n >= _THREAD_ROWS:
-        _both(lambda: status(0, half), lambda: status(half, n))
-    else:
-        status(0, n)
-    del fp_a, fp_b
-    if unchanged:
-        order = _falling(delta)
-    else:
-        keep = np.flatnonzero(code != 3)
-        order = keep[_falling(delta[keep])]
-    joint = order if present is None else present[order]
-    return joint, order, code, ent_a, ent_b, byt_a, byt_b
-
-
-_THREAD_ROWS = 1 << 18
 _INT_COLUMNS = ["entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"]
 
 
 def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     """:func:`diff` of two Snapshots over their cached analysis columns and Arrow row hashes.
 
-    The ``key`` column holds Python objects, as in :meth:`~explorer.snapshot.Snapshot.keyed_state`
-    and in the diff of two DataFrames (the two paths give equal frames); they are made only
-    for the rows listed, in Arrow. At 10 M keys listed that is most of the time of a diff
-    with ``unchanged=True``.
+    The ``key`` column is the string dtype :data:`KEY_STRINGS` (Arrow-backed) when the keys of
+    both snapshots are Arrow strings, built in one pass over their bytes without a Python
+    object per key; Python objects otherwise, as in the diff of two DataFrames (the two paths
+    give equal frames).
     """
+    try:
+        return _diff_snapshots_of(a, b, operator, state, unchanged)
+    except AnalysisError as exc:
+        raise AnalysisError(f"diff of {getattr(a, 'path', a)} and {getattr(b, 'path', b)}: {exc}") from exc
+
+
+def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
+    from . import _diff_kernels as kernels
+
     fa, fb = cached_frame(a, operator, state), cached_frame(b, operator, state)
     kva, kvb = fa.attrs["key_values"], fb.attrs["key_values"]
     pa_, pb_ = positions(a, operator, state), positions(b, operator, state)
@@ -508,34 +361,42 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     k = na + len(new_from_b)
     rows_a, rows_b = _spans_by_state(fa), _spans_by_state(fb)
     size_a, size_b = fa["size_bytes"].to_numpy(), fb["size_bytes"].to_numpy()
-    empty = (np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0, dtype=np.uint64),)
+    none = np.zeros(0, dtype=np.int64)
+    empty = (none, none, none, np.zeros(0, dtype=np.uint64), np.zeros((0, 2), dtype=np.int64))
     names = sorted(set(rows_a) | set(rows_b))
-    sides_a, sides_b = _both(  # each side's per-key sums, the two sides side by side
-        lambda: [_side_keys(codes_a, rows_a[n], ha, size_a, na) if n in rows_a else empty for n in names],
-        lambda: [_side_keys(codes_b, rows_b[n], hb, size_b, len(kvb)) if n in rows_b else empty for n in names])
-    parts = []
-    for (op, st), sa, sb in zip(names, sides_a, sides_b):
-        parts.append((op, st) + _state_diff(sa, sb, tr, k, na, unchanged))
-    if not parts:
+    sides_a, sides_b = _both(  # each side's keys per state, the two sides side by side
+        lambda: [_side_rows(codes_a, rows_a[n], ha, size_a, na) if n in rows_a else empty for n in names],
+        lambda: [_side_rows(codes_b, rows_b[n], hb, size_b, len(kvb)) if n in rows_b else empty for n in names])
+    if not names:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
-    total = sum(len(p[2]) for p in parts)
+    orders = [kernels.b_order(sb[0], sb[4], tr, k) for sb in sides_b]
+    block = np.empty((6, 0), dtype=np.int64)
+    status, joint = np.empty(0, dtype=np.int8), np.empty(0, dtype=np.int64)
+    no_rows = np.empty((0, 6), dtype=np.int64)
+    counts = []
+    for (op, st), sa, sb, ob in zip(names, sides_a, sides_b, orders):  # pass 1: rows per state
+        if len(ob) != sum(int(hi - lo) for lo, hi in sb[4]):
+            raise AnalysisError(f"state {op}/{st}: b's keys have joint codes repeated or outside 0..{k - 1}")
+        c = kernels.merge_state(*sa, *sb[:4], ob, tr, unchanged, False, 0, 0, block, status, joint, no_rows)
+        if c[0] < 0:
+            raise AnalysisError(f"state {op}/{st}: rows or key codes out of range")
+        counts.append(c)
+    total = sum(c[0] for c in counts)
     block = np.empty((len(_INT_COLUMNS), total), dtype=np.int64)  # the six int columns, one pandas block
     status = np.empty(total, dtype=np.int8)
+    joint = np.empty(total, dtype=np.int64)
     ops = np.empty(total, dtype=object)
     sts = np.empty(total, dtype=object)
     at = 0
-    for op, st, joint, order, code, ent_a, ent_b, byt_a, byt_b in parts:
-        sl = slice(at, at + len(joint))
-        ops[sl] = op
-        sts[sl] = st
-        # straight into the block: one pass per column (mode="clip": with out=, "raise" buffers a copy)
-        np.take(code, order, out=status[sl], mode="clip")
-        for row, col in ((0, ent_a), (1, ent_b), (3, byt_a), (4, byt_b)):
-            np.take(col, order, out=block[row, sl], mode="clip")
-        at += len(joint)
-    np.subtract(block[1], block[0], out=block[2])
-    np.subtract(block[4], block[3], out=block[5])
-    keys = _keys_of(np.concatenate([p[2] for p in parts]), kva, kvb, new_from_b)
+    for (op, st), sa, sb, ob, (kept, pos, neg) in zip(names, sides_a, sides_b, orders, counts):  # pass 2: write
+        ops[at: at + kept] = op
+        sts[at: at + kept] = st
+        nonzero = np.empty((pos + neg, 6), dtype=np.int64)
+        c = kernels.merge_state(*sa, *sb[:4], ob, tr, unchanged, True, at, pos, block, status, joint, nonzero)
+        if tuple(c) != (kept, pos, neg) or not kernels.place_nonzero(nonzero, at, kept, block, status, joint):
+            raise AnalysisError(f"state {op}/{st}: rows or key codes out of range")  # pragma: no cover
+        at += kept
+    keys = _keys_of(joint, kva, kvb, new_from_b)
     out = pd.DataFrame(block.T, columns=_INT_COLUMNS, copy=False)
     out.insert(0, "status", pd.Categorical.from_codes(status, categories=list(STATUSES)))
     out.insert(0, "key", keys)
@@ -575,21 +436,49 @@ def _key_group_per_code(a, b, kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarra
     return _both(lambda: per_code(*out[0]), lambda: per_code(*out[1]))
 
 
-def _keys_of(joint: np.ndarray, kva: KeyValues, kvb: KeyValues, new_from_b: np.ndarray) -> np.ndarray:
-    """The keys of joint codes ``joint`` as an object array, in that order.
+#: the dtype of a diff's ``key`` column when every key is a string: pandas 3's default string
+#: dtype (Arrow-backed, NaN for missing), also in pandas 2.3
+KEY_STRINGS = pd.StringDtype("pyarrow", na_value=np.nan)
 
-    When most keys are listed and both sides' keys are one Arrow array of strings of one
-    type, a's keys followed by b's new ones are the joint dictionary and Arrow makes each
-    Python str once, straight into the array returned (no second pass over millions of
-    objects to copy them in place).
+
+def _string_keys(keys: np.ndarray) -> pd.api.extensions.ExtensionArray | np.ndarray:
+    """``keys`` (an object array) as :data:`KEY_STRINGS` when every one is a str, else as it is."""
+    if len(keys) and pd.api.types.infer_dtype(keys, skipna=False) == "string":
+        return pd.array(keys, dtype=KEY_STRINGS)
+    return keys
+
+
+def _is_arrow_strings(seg: object) -> bool:
+    return isinstance(seg, pa.Array) and (pa.types.is_string(seg.type) or pa.types.is_large_string(seg.type))
+
+
+def _keys_of(joint: np.ndarray, kva: KeyValues, kvb: KeyValues,
+             new_from_b: np.ndarray) -> pd.api.extensions.ExtensionArray | np.ndarray:
+    """The keys of joint codes ``joint``, in that order: :data:`KEY_STRINGS` when every key of
+    both sides is an Arrow string, else Python objects (:func:`_string_keys` of them).
+
+    When each side's keys are one Arrow array of strings, the listed keys' bytes are copied
+    straight from both arrays' buffers into a new Arrow array (:func:`._diff_kernels.gather_strings`).
     """
-    na = len(kva)
     segs = kva.segments + kvb.segments
-    if len(joint) > na // 4 and len(segs) == 2 and not any(isinstance(x, np.ndarray) for x in segs) \
-            and segs[0].type == segs[1].type and (pa.types.is_string(segs[0].type)
-                                                  or pa.types.is_large_string(segs[0].type)):
-        joint_dict = pa.concat_arrays([segs[0], segs[1].take(pa.array(new_from_b, type=pa.int64()))])
-        return joint_dict.take(pa.array(joint, type=pa.int64())).to_numpy(zero_copy_only=False)
+    if segs and all(_is_arrow_strings(s) for s in segs):
+        if len(kva.segments) == 1 and len(kvb.segments) <= 1:
+            from . import _diff_kernels as kernels
+
+            off_a, data_a = string_buffers(kva.segments[0])
+            off_b, data_b = string_buffers(kvb.segments[0]) if kvb.segments else (np.zeros(1, np.int64),
+                                                                                   np.zeros(0, np.uint8))
+            offsets, data, ok = kernels.gather_strings(joint, len(kva), off_a, data_a, off_b, data_b, new_from_b)
+            if not ok:
+                raise AnalysisError(f"keys of {len(joint)} diff rows: key codes or offsets out of range")
+            arr = pa.LargeStringArray.from_buffers(len(joint), pa.py_buffer(offsets), pa.py_buffer(data))
+            return KEY_STRINGS.construct_array_type()(pa.chunked_array([arr]))
+        return pd.array(_key_objects(joint, kva, kvb, new_from_b), dtype=KEY_STRINGS)
+    return _string_keys(_key_objects(joint, kva, kvb, new_from_b))
+
+
+def _key_objects(joint: np.ndarray, kva: KeyValues, kvb: KeyValues, new_from_b: np.ndarray) -> np.ndarray:
+    na = len(kva)
     out = np.empty(len(joint), dtype=object)
     from_a = joint < na
     ia = np.flatnonzero(from_a)
