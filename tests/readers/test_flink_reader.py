@@ -529,31 +529,58 @@ def test_reachable_candidates_are_exactly_the_chain_from_the_first():
     assert fullformat._reachable(links, 0) is None
 
 
-def test_column_string_hashes_are_javas():
-    """columnar._ascii_string_hash: Java String.hashCode for ASCII ranges anywhere in the buffer
-    (also at its very start), and non-ASCII or long ranges flagged for the row-by-row decoder."""
+def _string_value(text: str | None) -> bytes:
+    """Flink's StringValue bytes of ``text``, written from its documented format (not by the reader)."""
+    def varint(v: int) -> bytes:
+        out = b""
+        while v >= 0x80:
+            out += bytes([(v & 0x7F) | 0x80])
+            v >>= 7
+        return out + bytes([v])
+
+    if text is None:
+        return b"\x00"
+    units = text.encode("utf-16-le", "surrogatepass")
+    units = [int.from_bytes(units[i : i + 2], "little") for i in range(0, len(units), 2)]
+    return varint(len(units) + 1) + b"".join(varint(u) for u in units)
+
+
+def test_column_strings_equal_the_row_decoder_with_java_hashes():
+    """columnar._strings (the numba kernel): values, end positions and Java String.hashCode equal the row
+    decoder's (DataInput.read_flink_string) and keygroups.java_hash_code, for ASCII, 2- and 3-byte UTF-8,
+    supplementary characters (surrogate pairs), nulls, long strings, lone surrogates (left to the row
+    decoder), at any place in the buffer (also its very start)."""
     import numpy as np
 
     from explorer.keygroups import java_hash_code
     from explorer.readers.flink import columnar
+    from explorer.readers.flink.datainput import DataInput
 
     rng = np.random.default_rng(3)
-    words = ["", "a", "user-1", "x" * 7, "y" * 8, "z" * 9, "hot-key-00017", "q" * 64, "r" * 65, "é", "ab\u20acc"]
-    words += ["".join(chr(int(c)) for c in rng.integers(32, 127, int(rng.integers(0, 40)))) for _ in range(300)]
-    data, starts, lens = b"", [], []
+    words = ["", "a", "user-1", "x" * 7, "hot-key-00017", "q" * 64, "r" * 300, "é", "ab\u20acc", "\u07ff\u0800",
+             "🔥 fire", "a\U0010ffffb", None, "\ud800", "x\udc00y", "\ud83d"]
+    alphabet = [chr(c) for c in (32, 65, 122, 127, 128, 255, 0x7FF, 0x800, 0xFFFD, 0x1F525, 0x10000)]
+    words += ["".join(rng.choice(alphabet, int(rng.integers(0, 40)))) for _ in range(300)]
+    words += [None] * 5
+    data, starts = b"", []
     for w in words:
-        raw = w.encode("utf-8")
         starts.append(len(data))
-        lens.append(len(raw))
-        data += raw + bytes(int(rng.integers(0, 3)))
-    codes, ok = columnar._ascii_string_hash(columnar.Buf(data), np.array(starts), np.array(lens))
-    for w, s, c, good in zip(words, starts, codes.tolist(), ok.tolist()):
-        simple = w.isascii() and len(w) <= 64
-        if good:
-            assert simple and c == java_hash_code(w) & 0xFFFFFFFF, w
-        else:  # non-ASCII, longer than 64 bytes, or a row that would start before the buffer
-            assert not simple or s + len(w) < 72, w
-    assert sum(ok.tolist()) > 250
+        data += _string_value(w) + bytes(int(rng.integers(0, 3)))
+    buf = columnar.Buf(data)
+    for want_codes in (True, False):
+        col, ends = columnar.read(columnar.PRIMITIVES["StringSerializer"], buf, np.array(starts), want_codes)
+        col.values.validate(full=True)
+        ref, ref_ends = [], []
+        for s in starts:
+            inp = DataInput(data, s)
+            ref.append(inp.read_flink_string())
+            ref_ends.append(inp.pos)
+        assert col.values.to_pylist() == ref and ends.tolist() == ref_ends
+        if want_codes:
+            assert col.codes.tolist() == [java_hash_code(w) & 0xFFFFFFFF if w is not None else 0 for w in ref]
+        else:
+            assert col.codes is None
+    assert sum(w is not None and not w.isascii() for w in ref) > 100 and ref.count(None) == 6
 
 
 @pytest.mark.parametrize("name", ["heap-canonical-savepoint", "rocksdb-incremental-checkpoint"])
@@ -588,12 +615,16 @@ def test_columns_not_asked_for_are_not_decoded_and_the_rest_is_the_same(name, co
         pd.testing.assert_frame_equal(df, full[k][list(df.columns)], check_dtype=False)
 
 
-def test_columnar_sst_finds_several_versions_of_a_key_in_one_file():
-    """sstvec._adjacent_equal (shared prefixes, bytes at restart points) against the entries' own user keys."""
+def test_columnar_sst_walk_equals_the_entry_reader_per_file():
+    """The kernels' entry walk of every fixture SST file: user keys, sequence numbers, types, values and
+    each key's relation to the previous one (a greater key, an older version) equal the entry reader's."""
+    import numpy as np
+
+    from explorer.readers.flink import _sst_kernels as kernels
     from explorer.readers.flink import sstvec
     from explorer.readers.flink.sst import SstFile
 
-    seen = {True: 0, False: 0}
+    seen = {kernels.GREATER: 0, kernels.OLDER: 0}
     for name in ROCKSDB_NATIVE:
         reader = FlinkSnapshotReader(FLINK_FIXTURES / name)
         for op in reader.meta.operators:
@@ -605,11 +636,18 @@ def test_columnar_sst_finds_several_versions_of_a_key_in_one_file():
                     if not local.endswith(".sst"):
                         continue
                     f = SstFile(reader.resolver.read(x), local)
-                    keys = f.entries().keys
-                    truth = any(a == b for a, b in zip(keys, keys[1:]))
-                    _, rows, klen, _, _, order, _, shared, restarts = sstvec._entries([f])
-                    ulen = klen - 8
-                    kw = rows.view("<u8") & sstvec._prefix_masks(rows.shape[1])[ulen]
-                    assert sstvec._adjacent_equal(kw, ulen, order, shared, restarts) == truth, local
-                    seen[truth] += 1
-    assert seen[True] > 0 and seen[False] > 0
+                    e = f.entries()
+                    joined, keys, width, ulen, vpos, vlen, seq, typ, rel, runs = sstvec._entries([f])
+                    assert runs.tolist() == [0, len(e.keys)]
+                    m = sstvec._MARGIN
+                    assert [keys[m + i * width : m + i * width + u].tobytes() for i, u in enumerate(ulen.tolist())] \
+                        == e.keys, local
+                    assert not keys[m:].reshape(-1, width)[np.arange(width) >= ulen[:, None]].any()  # zero past
+                    assert seq.tolist() == e.seqs and typ.tolist() == e.types, local
+                    assert [joined[a : a + b].tobytes() for a, b in zip(vpos.tolist(), vlen.tolist())] == e.values
+                    truth = [kernels.FIRST] + [kernels.OLDER if a == b else kernels.GREATER
+                                               for a, b in zip(e.keys, e.keys[1:])]
+                    assert rel.tolist() == truth, local
+                    for r in seen:
+                        seen[r] += truth.count(r)
+    assert seen[kernels.GREATER] > 0 and seen[kernels.OLDER] > 0

@@ -7,15 +7,15 @@ types can be decoded for all entries at once instead of entry by entry:
 * fixed-width big-endian numbers are gathered into an ``(n, width)`` byte
   matrix (a zero-copy sliding-window view of the buffer) and viewed as
   ``>i8``/``>f8``...;
-* ``StringValue`` strings whose length fits the one-byte length prefix and whose
-  characters are all ASCII are exactly their bytes, so Arrow builds the string
-  array straight from the buffer; other rows are decoded one by one;
+* ``StringValue`` strings are decoded into Arrow's buffers (UTF-8 bytes and
+  offsets) by a numba kernel (``_column_kernels``), with their Java hash codes;
 * POJOs, tuples and TTL wrappers decode field by field, as long as no field is
   null (a null shifts the following bytes row by row);
 * lists of fixed-width elements split at every ``width + 1`` bytes.
 
 Java ``hashCode`` values for key-group checks are computed the same way
-(``String.hashCode`` by Horner's rule in wrapping uint32 arithmetic).
+(``String.hashCode`` by Horner's rule over UTF-16 units in wrapping uint32
+arithmetic, in the string kernel).
 
 Anything else raises :class:`Fallback`, and the caller decodes that state row by
 row with ``rows.KeyValueDecoder``: same results, just slower.
@@ -42,9 +42,6 @@ from .serializers import (
 from .statemeta import StateMeta
 
 _MASK32 = np.uint64(0xFFFFFFFF)
-# _SUFFIX[k]: the top k bytes of a little-endian uint64 word (the last k of its 8 bytes in memory)
-_SUFFIX = np.array([0] + [((1 << 64) - 1) ^ ((1 << (8 * (8 - k))) - 1) for k in range(1, 9)], dtype=np.uint64)
-_HIGH_BITS = np.uint64(0x8080808080808080)
 _SIGN = np.int64(-(1 << 63))
 
 
@@ -207,120 +204,34 @@ def read(dec: Decoder, buf: Buf, pos: np.ndarray, want_codes: bool = False) -> t
 
 
 def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.ndarray]:
-    """``StringValue`` strings: vectorised for short ASCII ones, row by row for the rest."""
+    """``StringValue`` strings: decoded into Arrow buffers by a numba kernel (``_column_kernels``), with
+    their Java hash codes; the rare rows it leaves (a lone surrogate, bytes past the buffer) one by one."""
+    from . import _column_kernels as kernels
+
     n = len(pos)
-    b0 = _gather(buf, pos, 1)[:, 0].astype(np.int64)
-    simple = (b0 >= 1) & (b0 < 0x80)
-    start = pos + 1
-    lens = np.where(simple, b0 - 1, 0)
-    end = start + lens
-    if n and end.max() > len(buf.np):
-        raise Fallback("string runs past the buffer")
-    hashed, ascii_ok = _ascii_string_hash(buf, start, lens, want_codes)
-    simple &= ascii_ok
-    codes = hashed if want_codes else None
-    perm = None
-    order_ok = not n or bool(np.all(start[1:] >= end[:-1]))
-    if not order_ok:  # ranges out of buffer order (entries merged from several SST files): sort them first
-        perm = np.argsort(start, kind="stable")
-        order_ok = bool(np.all(start[perm][1:] >= end[perm][:-1]))
-    # the rest (null, long, non-ASCII, or all rows when ranges overlap) one by one
-    new_pos = end.copy()
-    idx = np.flatnonzero(~simple) if order_ok else np.arange(n)
-    repl = []
+    data, offsets, ends, codes, flags = kernels.flink_strings(buf.np, np.ascontiguousarray(pos, dtype=np.int64))
+    big = len(data) >= (1 << 31)
+    offs = pa.py_buffer(offsets if big else offsets.astype(np.int32))
+    null = flags == kernels.NULL
+    nulls = int(np.count_nonzero(null))
+    bitmap = pa.py_buffer(np.packbits(~null, bitorder="little")) if nulls else None
+    values = (pa.LargeStringArray if big else pa.StringArray).from_buffers(n, offs, pa.py_buffer(data), bitmap, nulls)
+    if big:
+        values = values.cast(pa.string())
+    redo = flags == kernels.REDO
+    idx = np.flatnonzero(redo)
     if len(idx):
         from ...keygroups import java_hash_code
 
+        repl = []
         for i in idx.tolist():
             inp = DataInput(buf.data, int(pos[i]))
             s = inp.read_flink_string()
-            new_pos[i] = inp.pos
+            ends[i] = inp.pos
             repl.append(s)
-            if codes is not None:
-                codes[i] = (java_hash_code(s) & 0xFFFFFFFF) if s is not None else 0
-    if order_ok and n:
-        # Arrow strings [start_i, end_i) of the buffer: offsets (s0, e0, s1, e1, ...), keep every other one;
-        # rows decoded one by one are taken from a second chunk holding them
-        s_, e_ = (start, end) if perm is None else (start[perm], end[perm])
-        small = len(buf.np) < (1 << 31)
-        offs = np.empty(2 * n + 1, dtype=np.int32 if small else np.int64)
-        offs[0:-1:2] = s_
-        offs[1::2] = e_
-        offs[-1] = e_[-1]
-        kind = pa.StringArray if small else pa.LargeStringArray
-        arr = kind.from_buffers(2 * n, pa.py_buffer(offs), pa.py_buffer(buf.data))
-        pick = np.arange(0, 2 * n, 2)
-        if perm is not None:
-            inv = np.empty(n, dtype=np.int64)
-            inv[perm] = np.arange(n)
-            pick = pick[inv]
-        if len(idx):
-            pick[idx] = 2 * n + np.arange(len(idx))
-            taken = pc.take(pa.chunked_array([arr, pa.array(repl, type=arr.type)]), pa.array(pick))
-            values = taken.chunk(0) if taken.num_chunks == 1 else taken.combine_chunks()
-        else:
-            values = pc.take(arr, pa.array(pick))
-        if not small:
-            values = values.cast(pa.string())
-    else:
-        values = pa.array(repl, type=pa.string())
-    return Column(values, codes), new_pos
-
-
-def _ascii_string_hash(buf: Buf, start: np.ndarray, lens: np.ndarray,
-                       want_hash: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Java ``String.hashCode`` of byte ranges, and whether each range is all ASCII.
-
-    The hash is right for ASCII ranges (the caller re-does the others): Horner's
-    rule over the strings right-aligned in a zero-padded matrix (leading zeros do
-    not change ``h = 31 * h + c``), one column at a time, in uint32 arithmetic
-    that wraps like Java's ``int``. The matrix rows are the ``width`` bytes that
-    end where each string ends (one memcpy per row from a strided view of the
-    buffer), with the bytes before the string zeroed. Ranges longer than 64
-    bytes, or too close to the buffer's start for a full row, are left unhashed
-    (not ASCII-simple). ``want_hash`` False: only the ASCII check (codes stay 0).
-    """
-    n = len(start)
-    codes = np.zeros(n, dtype=np.uint32)
-    ascii_ok = np.ones(n, dtype=bool)
-    if not n:
-        return codes, ascii_ok
-    long_rows = lens > 64
-    short = np.where(long_rows, 0, lens)
-    width = int(short.max())
-    end = start + short
-    if width == 0:
-        ascii_ok[long_rows] = False  # decoded (and hashed) one by one by the caller
-        return codes, ascii_ok
-    width = -(-width // 8) * 8  # whole little-endian words per row
-    long_rows |= end < width  # a full row would start before the buffer
-    ascii_ok[long_rows] = False
-    if len(buf.np) < width:
-        return codes, ascii_ok
-    rows_at = np.ndarray((len(buf.np) - width + 1,), dtype=np.dtype((np.void, width)), buffer=buf.np,
-                         strides=(1,))
-    # row k: the words of a row that keep its last k bytes
-    suffix_masks = _SUFFIX[np.clip(np.arange(width + 1)[:, None] - (width - 8 * np.arange(1, width // 8 + 1)), 0, 8)]
-    for lo in range(0, n, 1 << 18):  # in slices, to bound the matrix size
-        sl = slice(lo, lo + (1 << 18))
-        e = np.where(long_rows[sl], width, end[sl])
-        words = rows_at[e - width].view("<u8").reshape(len(e), -1)
-        # keep each word's bytes at columns >= width - len: its top `k` bytes
-        words &= np.take(suffix_masks, short[sl], axis=0)  # (np.take: ~10x a 2-D fancy index)
-        high = words[:, 0] & _HIGH_BITS
-        for k in range(1, words.shape[1]):
-            high |= words[:, k] & _HIGH_BITS
-        ascii_ok[sl] &= high == 0
-        if not want_hash:
-            continue
-        m = words.view(np.uint8)
-        h = np.zeros(len(e), dtype=np.uint32)
-        with np.errstate(over="ignore"):
-            for j in range(width - int(short[sl].max()), width):  # leading zero columns leave h at 0
-                h *= np.uint32(31)
-                h += m[:, j]
-        codes[sl] = h
-    return codes, ascii_ok
+            codes[i] = (java_hash_code(s) & 0xFFFFFFFF) if s is not None else 0
+        values = pc.replace_with_mask(values, pa.array(redo), pa.array(repl, type=pa.string()))
+    return Column(values, codes if want_codes else None), ends
 
 
 class KeyCache:

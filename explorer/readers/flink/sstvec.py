@@ -1,4 +1,4 @@
-"""The data blocks of a column family's SST files parsed at once with NumPy.
+"""The data blocks of a column family's SST files parsed at once, with NumPy and numba kernels.
 
 ``sst`` reads a data block entry by entry in Python; this module reads the same
 bytes column-wise and gives the same visible key/value pairs as
@@ -7,34 +7,27 @@ buffers (keys, values), ready for ``columnar`` decoding. Flink keeps one column
 family per state, so only the files of the states asked for are read at all.
 
 1. every data block is decompressed (``cramjam``) and the blocks are joined
-   into one buffer; each block's trailer gives its *restart points*, the
-   offsets of the entries whose keys are stored whole;
-2. the entries of all restart intervals are walked in step: step ``j`` decodes
-   the three varints (shared, non-shared, value length) of the ``j``-th entry of
-   every interval at once (intervals are ``restart_interval`` entries, 16 by
-   default), so Python loops once per step, not once per entry; when all three
-   are one byte long, as usual, they are read as one word;
-3. keys are rebuilt as rows of an ``(entries, longest key)`` byte matrix: a row
-   takes the block's bytes from where its key would start, then the previous
-   key's bytes within its shared prefix (``row ^= (row ^ previous) & mask``),
-   one step at a time;
-4. values stay where they are in the joined blocks. When the column family has
-   several files (levels), or several versions of a key, rows are sorted by key
-   group and a 64-bit hash of the zero-padded user key (equal keys checked byte
-   for byte), the newest sequence number of each key decides as in
-   ``rocksdb.resolve``, and ``rocksdb.combine`` joins the few keys whose newest
-   version is a merge operand (Flink's list appends). Output comes in key-group
-   order; the visible keys' rows are copied into their own buffer, zero past
-   each key.
+   into one buffer (:func:`_blocks`);
+2. a numba kernel (``_sst_kernels.scan_blocks``) walks every entry of every
+   block, checking each varint, key and value against the end of its block's
+   entries, and counts them and the longest key; a second walk
+   (``fill_entries``) writes each user key as a row of a ``(entries, width)``
+   byte matrix, zero past the key (the shared prefix comes from the previous
+   key), with the value's place, the sequence number and type, and how the key
+   compares with the previous one of its file (greater, an older version,
+   out of order);
+3. values stay where they are in the joined blocks. One file of values with
+   one version per key is done: its rows are already in key order. Otherwise
+   the files' sorted runs are merged (``merge_runs``, newest version first),
+   the newest version of each user key decides as in ``rocksdb.resolve``
+   (``group_versions``), and ``rocksdb.combine`` joins the few keys whose
+   newest version is a merge operand (Flink's list appends). The visible keys'
+   rows are copied into their own buffer, in key order.
 
-NumPy notes that matter here: rows of a contiguous matrix are gathered with
-``np.take(axis=0)`` (fancy indexing of a 2-D array is ~10x slower); rows at
-arbitrary byte offsets through 1-D strided views of void or number items
-(``np.take`` would first copy the whole strided source).
-
-What this module does not handle (a data-block hash index, a key matrix much
-larger than the data, a hash collision) raises :class:`Unsupported`; the caller then uses the
-entry-by-entry reader.
+A damaged block raises :class:`SstError` naming the file and the block; what
+this module does not handle (a data-block hash index, a key matrix much larger
+than the data, entries out of bytewise order) raises :class:`Unsupported`; the
+caller then uses the entry-by-entry reader.
 """
 
 from __future__ import annotations
@@ -44,6 +37,7 @@ from collections import defaultdict
 import cramjam
 import numpy as np
 
+from .rocksdb import combine
 from .sst import TYPE_MERGE, TYPE_VALUE, SstError, SstFile
 
 _PAD = 16
@@ -122,19 +116,24 @@ def _handle_arrays(f: SstFile) -> tuple[np.ndarray, np.ndarray]:
     return off, size
 
 
-def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every data block of ``files`` decompressed into one zero-margined buffer; each block's start and length.
+def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every data block of ``files`` decompressed into one zero-margined buffer: the buffer, each block's
+    start in it, its file (index into ``files``) and its offset in that file.
 
     Snappy blocks are decompressed straight into place (``cramjam``'s
     ``decompress_raw_into``), their lengths read from their headers all at
     once; :data:`_MARGIN` zero bytes before and after let fixed-width rows be
-    read at any key without running off the buffer.
+    read at any value without running off the buffer. A block that does not
+    decompress raises :class:`SstError` naming the file.
     """
     plans = []  # per file: (file, block offsets, sizes, compression types, decompressed lengths, other blocks)
     for f in files:
-        off, size = _handle_arrays(f)
+        try:
+            off, size = _handle_arrays(f)
+        except IndexError as exc:
+            raise SstError(f"{f.name}: the index block is damaged (an entry runs past it)") from exc
         fb = np.frombuffer(f.data, dtype=np.uint8)
-        over = off + size + 5 > len(fb)
+        over = (off < 0) | (size < 0) | (off + size + 5 > len(fb))
         if over.any():
             i = int(np.flatnonzero(over)[0])
             raise SstError(f"{f.name}: block at {int(off[i])} (+{int(size[i])}) runs past the end of the file")
@@ -144,9 +143,19 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if len(snappy):
             # a raw Snappy block starts with its decompressed length, a varint32 (within the block's trailer)
             length[snappy] = _varints(fb, off[snappy])[0]
+            # Snappy expands at most ~21x (a 3-byte copy of 64 bytes): a larger length is a damaged header
+            wrong = length[snappy] > 32 * size[snappy] + 64
+            if wrong.any():
+                i = int(snappy[np.flatnonzero(wrong)[0]])
+                raise SstError(f"{f.name}: the Snappy block at {int(off[i])} ({int(size[i])} bytes) claims "
+                               f"{int(length[i])} bytes decompressed, more than Snappy can expand to")
         other = {}
         for i in np.flatnonzero(ctype > 1).tolist():  # LZ4, ZSTD: whole, then copied
-            other[i] = f.block((int(off[i]), int(size[i])))
+            try:
+                other[i] = f.block((int(off[i]), int(size[i])))
+            except (cramjam.DecompressionError, IndexError) as exc:
+                raise SstError(f"{f.name}: the block at {int(off[i])} ({int(size[i])} bytes, compression type "
+                               f"{int(ctype[i])}) does not decompress ({exc})") from exc
             length[i] = len(other[i])
         plans.append((f, off, size, ctype, length, other))
     blen = np.concatenate([p[4] for p in plans]) if plans else np.zeros(0, dtype=np.int64)
@@ -161,7 +170,12 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         for i, (o, z, c, d, n) in enumerate(zip(off.tolist(), size.tolist(), ctype.tolist(), where.tolist(),
                                                 length.tolist())):
             if c == 1:
-                if into(mv[o : o + z], om[d : d + n]) != n:
+                try:
+                    got = into(mv[o : o + z], om[d : d + n])
+                except cramjam.DecompressionError as exc:
+                    raise SstError(f"{f.name}: the Snappy block at {o} ({z} bytes) does not decompress "
+                                   f"({exc})") from exc
+                if got != n:
                     raise SstError(f"{f.name}: the Snappy block at {o} decompressed short of its stated {n} bytes")
             elif c == 0:
                 om[d : d + n] = mv[o : o + z]
@@ -169,141 +183,67 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 om[d : d + n] = other[i]
         first += len(off)
     block_file = np.repeat(np.arange(len(plans)), [len(p[1]) for p in plans]).astype(np.int64)
-    return out, starts, block_file
+    block_offset = np.concatenate([p[1] for p in plans]) if plans else np.zeros(0, dtype=np.int64)
+    return out, starts, block_file, block_offset
+
+
+_MESSAGES = {
+    1: "is shorter than its 4-byte trailer",
+    2: "claims more restart points than it has room for",
+    4: "has a varint32 that runs past its entries or over 5 bytes",
+    5: "has an entry whose key or value runs past its entries",
+    6: "has a key that shares more bytes than the previous key has",
+    7: "has an internal key shorter than its 8-byte trailer",
+    8: "holds more entries on the second walk than on the first",
+    9: "could not be walked (internal error: arrays of the wrong sizes)",
+}
+
+
+def _walk_error(code: int, block: int, at: int, files: list[SstFile], bfile: np.ndarray, boff: np.ndarray,
+                blen: np.ndarray) -> Exception:
+    from . import _sst_kernels as kernels
+
+    if code == kernels.HASH_INDEX:
+        return Unsupported("data block hash index")
+    name = files[int(bfile[block])].name
+    return SstError(f"{name}: the data block at offset {int(boff[block])} ({int(blen[block])} bytes decompressed) "
+                    f"{_MESSAGES.get(code, f'is damaged (code {code})')}, at byte {at} of the block")
 
 
 def _entries(files: list[SstFile]):
-    """Walk every data block of ``files``; returns the joined blocks, the key matrix and entry columns.
+    """Walk every data block of ``files`` (the numba kernels of ``_sst_kernels``).
 
-    Keys are rebuilt as rows of a ``(n, width)`` byte matrix (``width``: the
-    longest key): step ``j`` takes, per column, the previous key's byte where
-    the column is within the shared prefix and the block's byte otherwise.
+    Returns ``(joined, keys, width, ulen, vpos, vlen, seq, typ, rel, runs)``:
+    the joined blocks; entry ``i``'s user key as row ``keys[_MARGIN + i * width :][:width]``
+    (zero past the key, after :data:`_MARGIN` zero bytes); its length, its value's
+    start and length in ``joined``, sequence number, type and relation to the
+    previous entry of its file (``_sst_kernels.FIRST`` ...); where each file's
+    entries start, then their count.
     """
-    joined, base, bfile = _blocks(files)
-    b = joined
-    blen = np.diff(np.append(base, len(b) - _MARGIN))
-    names = [f.name for f in files]
-    if len(blen) and blen.min() < 4:
-        raise SstError(f"{names[int(bfile[np.argmin(blen)])]}: a data block of {int(blen.min())} bytes")
-    packed = _u32le(b, base + blen - 4)
-    if (packed >> 31).any():
-        raise Unsupported("data block hash index")
-    nr = packed & 0x7FFFFFFF
-    limit = blen - 4 - 4 * nr
-    if len(blen) and ((limit < 0) | (nr < 1)).any():
-        bad = int(np.flatnonzero((limit < 0) | (nr < 1))[0])
-        raise SstError(f"{names[int(bfile[bad])]}: a data block of {int(blen[bad])} bytes claims "
-                       f"{int(nr[bad])} restart points")
-    # restart points -> restart intervals [gstart, gend) of the joined buffer
-    rfirst = np.cumsum(nr) - nr
-    within = np.arange(int(nr.sum())) - np.repeat(rfirst, nr)
-    gblock = np.repeat(np.arange(len(blen)), nr)
-    gstart = base[gblock] + _u32le(b, (base + limit)[gblock] + 4 * within)
-    gend = np.empty_like(gstart)
-    gend[:-1] = gstart[1:]
-    gend[rfirst + nr - 1] = base + limit
-    wrong = (gstart > gend) | (gstart < base[gblock])
-    if wrong.any():
-        bad = int(gblock[np.flatnonzero(wrong)[0]])
-        raise SstError(f"{names[int(bfile[bad])]}: a data block's restart points are out of order")
-    # walk all intervals in step, the j-th entry of every interval at once; rows stay in step order
-    width = 8
-    steps = []
-    g = np.flatnonzero(gstart < gend)
-    pos = gstart[g]
-    # the three varints' first bytes, read as one little-endian word (the margin covers the last entry)
-    heads = np.ndarray((len(b) - 3,), dtype="<u4", buffer=b, strides=(1,))
-    while len(g):
-        w = heads[pos]
-        if not (w & 0x808080).any():  # all three varints one byte long: the usual case
-            w = w.astype(np.int64)
-            shared = w & 0xFF
-            nonshared = (w >> 8) & 0xFF
-            vlen = (w >> 16) & 0xFF
-            kpos = pos + 3
-        else:
-            shared, p = _varints(b, pos)
-            nonshared, p = _varints(b, p)
-            vlen, kpos = _varints(b, p)
-        nxt = kpos + nonshared + vlen
-        end = gend[g]
-        if (nxt > end).any():
-            bad = int(gblock[g[np.flatnonzero(nxt > end)[0]]])
-            raise SstError(f"{names[int(bfile[bad])]}: a data block entry runs past its block")
-        go = np.flatnonzero(nxt < end)
-        klen = shared + nonshared
-        steps.append((g, shared, klen, kpos, nonshared, vlen, go))
-        width = max(width, int(klen.max()))
-        g, pos = g[go], nxt[go]
-    if steps and steps[0][1].any():
-        raise SstError(f"{names[0]}: a key at a restart point of a data block shares bytes with the previous key")
-    width = -(-width // 8) * 8
-    n = sum(len(st[0]) for st in steps)
+    from . import _sst_kernels as kernels
+
+    joined, base, bfile, boff = _blocks(files)
+    blen = np.diff(np.append(base, len(joined) - _MARGIN))
+    counts = np.zeros(len(base), dtype=np.int64)
+    code, block, at, longest = kernels.scan_blocks(joined, base, blen, counts)
+    if code:
+        raise _walk_error(code, block, at, files, bfile, boff, blen)
+    n = int(counts.sum())
+    width = max(8, -(-(int(longest) - 8) // 8) * 8)
     if n * width > max(1 << 26, 8 * len(joined)):
         raise Unsupported(f"keys of up to {width} bytes")
-    counts = np.zeros(len(gstart), dtype=np.int64)
-    for st in steps:
-        counts[st[0]] += 1
-    gfirst = np.cumsum(counts) - counts
-    keys = np.empty((n, width), dtype=np.uint8)
-    kw = keys.view("<u8")
-    kv = keys.view(np.dtype((np.void, width))).ravel()
-    # row i: the `width` bytes from the start of key i's shared prefix, were it in the block (the margins
-    # cover rows that start before the buffer's first block or end after its last); one memcpy per row
-    shift = 0 if width <= _MARGIN else width
-    padded = b if not shift else np.concatenate([np.zeros(width, dtype=np.uint8), b, np.zeros(width, dtype=np.uint8)])
-    rows_at = np.ndarray((len(padded) - width + 1,), dtype=np.dtype((np.void, width)), buffer=padded, strides=(1,))
-    prefix_masks = _prefix_masks(width)
-    off = 0
-    prev = None  # the previous step's rows of the intervals still going: a slice, or row numbers
-    prev_klen = None
-    for g, sh, kl, kp, _, _, go in steps:
-        m = len(g)
-        kv[off : off + m] = rows_at[kp - sh + shift]  # (np.take would copy all of rows_at first)
-        if prev is not None:
-            if (sh > prev_klen).any():
-                raise SstError(f"{names[0]}: a data block key shares more bytes than the previous key has")
-            # the shared prefix from the previous key of the interval, a word at a time:
-            # row ^= (row ^ previous) & mask (np.take: row gathers of a contiguous matrix, ~10x fancy indexing)
-            rows = kw[off : off + m]
-            t = np.bitwise_xor(kw[prev] if isinstance(prev, slice) else np.take(kw, prev, axis=0), rows)
-            t &= np.take(prefix_masks, sh, axis=0)
-            rows ^= t
-        prev = slice(off, off + m) if len(go) == m else off + go
-        prev_klen = kl if len(go) == m else kl[go]
-        off += m
-    cat = np.concatenate
-    klen = cat([st[2] for st in steps]) if steps else np.zeros(0, dtype=np.int64)
-    vpos = cat([st[3] + st[4] for st in steps]) if steps else np.zeros(0, dtype=np.int64)
-    vlen = cat([st[5] for st in steps]) if steps else np.zeros(0, dtype=np.int64)
-    slot = cat([gfirst[st[0]] + j for j, st in enumerate(steps)]) if steps else np.zeros(0, dtype=np.int64)
-    shared = cat([st[1] for st in steps]) if steps else np.zeros(0, dtype=np.int64)
-    order = np.empty(n, dtype=np.int64)
-    order[slot] = np.arange(n)  # file order -> row
-    efile = np.repeat(bfile[gblock], counts)
-    return joined, keys, klen, vpos, vlen, order, efile, shared, len(steps[0][0]) if steps else 0
-
-
-# _PREFIX[k]: the first k bytes of a little-endian uint64 word
-_PREFIX = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
-
-
-def _prefix_masks(width: int) -> np.ndarray:
-    """Row ``k``: the words of a ``width``-byte row that keep its first ``k`` bytes (``k`` up to ``width``)."""
-    return _PREFIX[np.clip(np.arange(width + 1)[:, None] - 8 * np.arange(width // 8), 0, 8)]
-
-
-def _hash_rows(kw: np.ndarray, ulen: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each zero-padded key row and its length (equal keys, equal hashes)."""
-    with np.errstate(over="ignore"):
-        h = ulen.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-        t = np.empty_like(h)
-        for i in range(kw.shape[1]):  # in place: h = (h ^ word) * K; h ^= h >> 31
-            h ^= kw[:, i]
-            h *= np.uint64(0xBF58476D1CE4E5B9)
-            np.right_shift(h, np.uint64(31), out=t)
-            h ^= t
-    return h
+    keys = np.empty(_MARGIN + n * width, dtype=np.uint8)
+    keys[:_MARGIN] = 0
+    ulen, vpos, vlen, seq = (np.empty(n, dtype=np.int64) for _ in range(4))
+    typ = np.empty(n, dtype=np.uint8)
+    rel = np.empty(n, dtype=np.int8)
+    code, block, at = kernels.fill_entries(joined, base, blen, bfile, keys, _MARGIN, width, ulen, vpos, vlen, seq,
+                                           typ, rel)
+    if code:
+        raise _walk_error(code, block, at, files, bfile, boff, blen)
+    per_file = np.bincount(bfile, weights=counts, minlength=len(files)).astype(np.int64)
+    runs = np.concatenate([[0], np.cumsum(per_file)]).astype(np.int64)
+    return joined, keys, width, ulen, vpos, vlen, seq, typ, rel, runs
 
 
 def read_column_family(files: list[SstFile], types: tuple[int, ...] | None = None
@@ -313,136 +253,64 @@ def read_column_family(files: list[SstFile], types: tuple[int, ...] | None = Non
     ``types``, if given, are the only entry types accepted (anything else raises
     :class:`Unsupported`, as do two versions of a key with one sequence number).
     ``vs``/``ve`` index ``values`` (the joined blocks, then any merged lists),
-    ``ks``/``ke`` index ``keys`` (one row per key), both uint8 arrays (two
-    buffers: joining them would copy every block once more). Entries come in
-    key order for one file holding one version per key; otherwise in key-group order, and within a key
-    group in the order of a hash of the key (``rocksdb.resolve`` sorts fully:
-    compare them as sets).
+    ``ks``/``ke`` index ``keys`` (one ``width``-byte row per key, zero past the
+    key, after :data:`_MARGIN` zero bytes), both uint8 arrays (two buffers:
+    joining them would copy every block once more). Entries come in RocksDB's
+    key order (bytewise), as ``rocksdb.resolve`` gives them.
     """
-    joined, keys, klen, vpos, vlen, order, efile, shared, restarts = _entries(files)
-    n, width = keys.shape
-    kw = keys.view("<u8")
-    if n and klen.min() < 8:
-        raise SstError(f"{files[int(efile[np.argmin(klen)])].name}: an internal key is shorter than its "
-                       "8-byte trailer")
-    ulen = klen - 8
-    flat = keys.reshape(-1)
-    at = np.arange(n) * width + ulen  # each key's 8-byte trailer: (sequence << 8) | type, little-endian
-    typ = flat[at]  # the type byte (the sequence numbers only where versions are compared)
+    from . import _sst_kernels as kernels
+
+    joined, keys, width, ulen, vpos, vlen, seq, typ, rel, runs = _entries(files)
+    n = len(ulen)
     strict = types is not None
     if strict and n and not np.isin(typ, np.array(types, dtype=np.uint8)).all():
         bad = int(typ[~np.isin(typ, np.array(types, dtype=np.uint8))][0])
         raise Unsupported(f"an entry of type {bad} (expected one of {list(types)})")
+    if n and (rel == kernels.DISORDER).any():
+        i = int(np.flatnonzero(rel == kernels.DISORDER)[0])
+        f = int(np.searchsorted(runs, i, side="right")) - 1
+        raise Unsupported(f"{files[f].name}: entry {i - int(runs[f])} is out of RocksDB's bytewise key order")
     merged = 0
-    extra: list[bytes] = []  # merged list values, stored after the blocks
-    if len(files) == 1 and (typ == TYPE_VALUE).all() and not _adjacent_equal(kw, ulen, order, shared, restarts):
-        keep = order  # one file of values, one version per key: already sorted and visible
-        vs, ve = vpos[keep], vpos[keep] + vlen[keep]
-        masked = None
+    if len(files) <= 1 and not (rel == kernels.OLDER).any() and not (rel == kernels.SAME_SEQ).any() \
+            and (typ == TYPE_VALUE).all():
+        # one file of values, one version per key: in key order and all visible; the rows are the output
+        ks = _MARGIN + np.arange(n, dtype=np.int64) * width
+        return joined, keys, ks, ks + ulen, vpos, vpos + vlen, merged
+    ok = True
+    if len(files) > 1:
+        order, ok = kernels.merge_runs(keys, _MARGIN, width, ulen, seq, runs)
     else:
-        masked = True  # _resolve zeroes the rows past each user key
-        tail = np.ndarray((max(len(flat) - 7, 0),), dtype="<u8", buffer=flat, strides=(1,))
-        seq = (tail[at] >> np.uint64(8)).astype(np.int64)
-        keep, vs, ve, extra = _resolve(joined, keys, ulen, vpos, vlen, seq, typ.astype(np.int64), strict)
-        merged = len(extra)
-    # the visible keys' rows in output order (key ranges ascend through their buffer), zero past each key,
-    # after a margin of zeros (columnar hashes strings by reading the `width` bytes that end where each ends)
-    kbuf = np.zeros(_MARGIN + len(keep) * width, dtype=np.uint8)
-    # (np.take with out= and mode="clip" copies in place, unbuffered: ~8x assigning a fancy-indexed copy)
-    np.take(keys.view(np.dtype((np.void, width))).ravel(), keep, out=kbuf[_MARGIN:].view(np.dtype((np.void, width))),
-            mode="clip")
-    if masked is None:  # zero past each user key (not yet done for one file): equal keys, equal rows
-        kout = kbuf[_MARGIN:].view("<u8").reshape(len(keep), width // 8)
-        kout &= np.take(_prefix_masks(width), ulen[keep], axis=0)
-    values = joined if not extra else np.frombuffer(b"".join([joined, *extra]), dtype=np.uint8)
-    ks = _MARGIN + np.arange(len(keep), dtype=np.int64) * width
-    return values, kbuf, ks, ks + ulen[keep], vs, ve, merged
-
-def _resolve(joined, keys, ulen, vpos, vlen, seq, typ, strict=False):
-    """The visible version of every user key, in key-group order: ``(rows, value starts, value ends, merged)``.
-
-    ``merged``: the combined values of the keys whose newest version is a merge
-    operand, in the order their value ranges point to (from ``len(joined)`` on).
-
-    Rows are sorted once by key group (the first two key bytes) and a 64-bit
-    hash of the user key (the key group in the top 16 bits, 48 bits of the hash
-    below); rows with equal sort keys are one user key's versions (checked byte
-    for byte), of which the newest decides as in ``rocksdb.resolve``. Merged
-    values (keys whose newest version is a merge operand) are placed after
-    ``joined``, in the order of the returned list.
-    """
-    from .rocksdb import combine
-
-    n, width = keys.shape
-    kw = keys.view("<u8")
-    kw &= np.take(_prefix_masks(width), ulen, axis=0)  # user keys, zero-padded
-    h = _hash_rows(kw, ulen)
-    kg = (keys[:, 0].astype(np.uint64) << np.uint64(8)) | keys[:, 1]
-    sort_key = (kg << np.uint64(48)) | (h >> np.uint64(16))
-    by_key = np.argsort(sort_key)
-    sk = sort_key[by_key]
-    first = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
-    size = np.diff(np.append(first, n))
-    rep = by_key[first]  # each key's newest version (so far: its only one)
-    multi = np.flatnonzero(size > 1)
-    if len(multi):
-        # several versions: newest first; the hash must not have joined different keys
-        msize = size[multi]
-        grp = np.repeat(np.arange(len(multi)), msize)
-        rows = by_key[np.repeat(first[multi] - (np.cumsum(msize) - msize), msize) + np.arange(len(grp))]
-        o = np.lexsort((-seq[rows], grp))
-        rows, grp = rows[o], grp[o]
-        heads = np.flatnonzero(np.concatenate([[True], grp[1:] != grp[:-1]]))
-        lead = np.repeat(rows[heads], np.diff(np.append(heads, len(rows))))
-        if not ((np.take(kw, rows, axis=0) == np.take(kw, lead, axis=0)).all(axis=1)
-                & (ulen[rows] == ulen[lead])).all():
-            raise Unsupported("a 64-bit hash collision between different keys")
-        if strict:  # two versions of a key with one sequence number: which is newer is not known here
-            second = heads[np.diff(np.append(heads, len(rows))) > 1] + 1
-            if (seq[rows[second]] == seq[rows[second - 1]]).any():
-                raise Unsupported("two versions of a key with the same sequence number")
-        rep[multi] = rows[heads]
-        ends = np.append(heads[1:], len(rows))
-        multi_at = dict(zip(multi.tolist(), range(len(multi))))
-    tr = typ[rep]
-    keep_g = np.flatnonzero((tr == TYPE_VALUE) | (tr == TYPE_MERGE))  # deletions hide their keys
-    keep = rep[keep_g]
+        order = np.arange(n, dtype=np.int64)
+    if ok:
+        starts, tie, ok = kernels.group_versions(keys, _MARGIN, width, ulen, seq, order)
+    if not ok:
+        raise RuntimeError("sstvec: the merge kernels were given arrays that do not fit together")
+    if strict and tie:  # which of the two is newer is not known here
+        raise Unsupported("two versions of a key with the same sequence number")
+    heads = order[starts[:-1]]
+    th = typ[heads]
+    visible = np.flatnonzero((th == TYPE_VALUE) | (th == TYPE_MERGE))  # deletions hide their keys
+    keep = heads[visible]
     vs = vpos[keep]
     ve = vs + vlen[keep]
-    extra: list[bytes] = []
+    extra: list[bytes] = []  # merged list values, stored after the blocks
     off = len(joined)
-    for k in np.flatnonzero(tr[keep_g] == TYPE_MERGE).tolist():  # combined exactly as rocksdb.resolve does
-        gi = int(keep_g[k])
-        if size[gi] > 1:
-            m = multi_at[gi]
-            idx = rows[heads[m] : ends[m]].tolist()
-        else:
-            idx = [int(rep[gi])]
+    for k in np.flatnonzero(th[visible] == TYPE_MERGE).tolist():  # combined exactly as rocksdb.resolve does
+        g = int(visible[k])
+        idx = order[starts[g] : starts[g + 1]].tolist()
         value = combine([(int(typ[e]), joined[vpos[e] : vpos[e] + vlen[e]].tobytes()) for e in idx])
         vs[k], ve[k] = off, off + len(value)
         extra.append(value)
         off += len(value)
-    return keep, vs, ve, extra
-
-
-def _adjacent_equal(kw: np.ndarray, ulen: np.ndarray, order: np.ndarray, shared: np.ndarray,
-                    restarts: int) -> bool:
-    """Whether two neighbouring entries of one sorted file have the same user key (several versions).
-
-    Within a restart interval a key's ``shared`` count is its exact common
-    prefix with the previous key, so equal user keys share at least the user
-    key; only keys at restart points (rows ``< restarts``) are compared bytewise.
-    """
-    a, b = order[:-1], order[1:]
-    same_len = ulen[a] == ulen[b]
-    if (same_len & (b >= restarts) & (shared[b] >= ulen[b])).any():
-        return True
-    cand = np.flatnonzero(same_len & (b < restarts))
-    if not len(cand):
-        return False
-    a, b = a[cand], b[cand]
-    mask = np.take(_prefix_masks(8 * kw.shape[1]), ulen[a], axis=0)  # the user keys' bytes only
-    return bool(((np.take(kw, a, axis=0) & mask) == (np.take(kw, b, axis=0) & mask)).all(axis=1).any())
+    merged = len(extra)
+    # the visible keys' rows in output order, after a margin of zeros (columnar hashes strings by reading
+    # the `width` bytes that end where each ends); np.take with out= copies in place, one memcpy per row
+    kbuf = np.zeros(_MARGIN + len(keep) * width, dtype=np.uint8)
+    rows = keys[_MARGIN:].view(np.dtype((np.void, width)))
+    np.take(rows, keep, out=kbuf[_MARGIN:].view(np.dtype((np.void, width))), mode="clip")
+    values = joined if not extra else np.frombuffer(b"".join([joined, *extra]), dtype=np.uint8)
+    ks = _MARGIN + np.arange(len(keep), dtype=np.int64) * width
+    return values, kbuf, ks, ks + ulen[keep], vs, ve, merged
 
 
 def column_families(sst_files: list[tuple[str, bytes]]) -> tuple[dict[str, list[SstFile]], dict[str, int]]:

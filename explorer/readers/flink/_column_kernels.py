@@ -1,0 +1,174 @@
+"""numba kernels of :mod:`.columnar`: Flink ``StringValue`` strings into Arrow buffers.
+
+Imported lazily (inside functions): ``import explorer`` does not pay for numba.
+The kernels take and return NumPy arrays only, release the GIL (the reader's
+threads run them side by side) and never read outside the buffer they are
+given: a string that would run past it is left to the caller's row-by-row
+decoder, which raises the reader's error.
+
+``StringValue`` (Flink's ``StringSerializer``): a variable-length int (7-bit
+groups, low group first) holding the number of UTF-16 code units plus one (0:
+null), then each unit as a variable-length int (one byte for ASCII).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_U = np.uint64
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _varint(buf, p, end, most):
+    """Flink's variable-length int at ``buf[p]`` of at most ``most`` bytes, not reading at or past ``end``;
+    returns the value and the position after it (-1: runs past ``end`` or over ``most`` bytes)."""
+    result = np.int64(0)
+    for k in range(most):
+        if p >= end:
+            return np.int64(0), np.int64(-1)
+        b = np.int64(buf[_U(p)])
+        p += 1
+        result |= (b & 0x7F) << (7 * k)
+        if b < 0x80:
+            return result, p
+    return np.int64(0), np.int64(-1)
+
+
+# _POW31[k]: 31 ** k modulo 2 ** 64; Horner's rule h = 31 * h + c unrolled, h = sum(c[j] * 31 ** (n - 1 - j)),
+# has no chain of multiplications from one character to the next (the low 32 bits are Java's int hash)
+_POW31 = np.array([pow(31, k, 1 << 64) for k in range(257)], dtype=np.uint64)
+
+NULL = 1  # flags: a null string
+REDO = 2  # flags: left to the caller (running past the buffer, a lone surrogate, a unit over 16 bits)
+
+
+@_jit
+def _fill_strings(buf, pos, i, data, o, offsets, ends, hashes, flags, pow31):
+    """Strings ``i, i + 1, ...`` into ``data`` from ``o`` on, until one might not fit; returns the next row,
+    the next free byte of ``data`` and the room that row needs (0 when all rows are done)."""
+    n = len(pos)
+    nb = len(buf)
+    cap = len(data)
+    mask = _U(0xFFFFFFFF)
+    while i < n:
+        offsets[i] = o
+        p = pos[i]
+        ends[i] = p
+        hashes[i] = 0
+        flags[i] = 0
+        if p < 0 or p >= nb:
+            flags[i] = REDO
+            i += 1
+            continue
+        count, q = _varint(buf, p, nb, 5)
+        if q < 0:
+            flags[i] = REDO
+            i += 1
+            continue
+        if count == 0:
+            flags[i] = NULL
+            ends[i] = q
+            i += 1
+            continue
+        count -= 1
+        if count > nb - q:  # every unit takes a byte at least
+            flags[i] = REDO
+            i += 1
+            continue
+        if o + 3 * count > cap:  # at most 3 UTF-8 bytes per UTF-16 unit
+            return i, o, o + 3 * count
+        if count < len(pow31):  # all ASCII, as usual: the bytes as they are
+            acc = np.uint8(0)
+            uq = _U(q)
+            uo = _U(o)
+            h = _U(0)
+            top = _U(count - 1)
+            for j in range(_U(count)):
+                c = buf[uq + j]
+                acc |= c
+                data[uo + j] = c
+                h += _U(c) * pow31[top - j]
+            if acc < 0x80:
+                hashes[i] = np.uint32(h & mask)
+                o += count
+                ends[i] = q + count
+                i += 1
+                continue
+        # unit by unit (a unit of 0x80 or more takes 2 or 3 bytes)
+        h = _U(0)
+        k = np.int64(0)
+        start = o
+        while k < count:
+            unit, q = _varint(buf, q, nb, 3)
+            if q < 0 or unit > 0xFFFF:
+                break
+            h = (h * _U(31) + _U(unit)) & mask
+            k += 1
+            if unit < 0x80:
+                data[_U(o)] = unit
+                o += 1
+            elif unit < 0x800:
+                data[_U(o)] = 0xC0 | (unit >> 6)
+                data[_U(o + 1)] = 0x80 | (unit & 0x3F)
+                o += 2
+            elif unit < 0xD800 or unit > 0xDFFF:
+                data[_U(o)] = 0xE0 | (unit >> 12)
+                data[_U(o + 1)] = 0x80 | ((unit >> 6) & 0x3F)
+                data[_U(o + 2)] = 0x80 | (unit & 0x3F)
+                o += 3
+            else:  # a surrogate: a high one followed by a low one is one code point (4 bytes for 2 units)
+                if unit > 0xDBFF or k >= count:
+                    q = -1
+                    break
+                low, q = _varint(buf, q, nb, 3)
+                if q < 0 or low < 0xDC00 or low > 0xDFFF:
+                    q = -1
+                    break
+                h = (h * _U(31) + _U(low)) & mask
+                k += 1
+                cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                data[_U(o)] = 0xF0 | (cp >> 18)
+                data[_U(o + 1)] = 0x80 | ((cp >> 12) & 0x3F)
+                data[_U(o + 2)] = 0x80 | ((cp >> 6) & 0x3F)
+                data[_U(o + 3)] = 0x80 | (cp & 0x3F)
+                o += 4
+        if q < 0 or k < count or unit > 0xFFFF:
+            flags[i] = REDO
+            o = start
+        else:
+            hashes[i] = np.uint32(h)
+            ends[i] = q
+        i += 1
+    return i, o, np.int64(0)
+
+
+@_jit
+def flink_strings(buf, pos):
+    """The ``StringValue`` at every position of ``buf``, as Arrow string buffers.
+
+    Returns ``(data, offsets, ends, hashes, flags)``: the UTF-8 bytes of all
+    strings, ``n + 1`` int64 offsets into them, the position after each string,
+    its Java ``String.hashCode`` (uint32), and :data:`NULL` or :data:`REDO`
+    flags (those rows hold an empty string here; the caller decodes the
+    :data:`REDO` ones).
+    """
+    n = len(pos)
+    data = np.empty(max(np.int64(64), 16 * n), dtype=np.uint8)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    hashes = np.empty(n, dtype=np.uint32)
+    flags = np.empty(n, dtype=np.uint8)
+    i = np.int64(0)
+    o = np.int64(0)
+    while True:
+        # the rows are filled by a function of their own: growing ``data`` in its loop made it ~2x slower
+        i, o, need = _fill_strings(buf, pos, i, data, o, offsets, ends, hashes, flags, _POW31)
+        if need == 0:
+            break
+        grown = np.empty(max(2 * len(data), need), dtype=np.uint8)
+        grown[:o] = data[:o]
+        data = grown
+    offsets[n] = o
+    return data[:o], offsets, ends, hashes, flags

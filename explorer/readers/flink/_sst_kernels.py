@@ -1,0 +1,392 @@
+"""numba kernels of :mod:`.sstvec`: the entry walk of RocksDB data blocks and the merge of sorted files.
+
+Imported lazily (inside functions): ``import explorer`` does not pay for numba.
+The kernels take and return NumPy arrays only and release the GIL, so the
+reader's threads run them side by side. They never read outside the arrays
+they are given: every varint, key and value is checked against the end of its
+block's entries before it is read, and a bad one stops the walk with an error
+code (and the block and the entry's offset in it) that the caller turns into
+:class:`.sst.SstError` naming the file.
+
+A data block is a run of entries, then ``uint32`` restart offsets and a
+``uint32`` count (top bit: a hash index follows the restarts). An entry is
+``varint32 shared``, ``varint32 non_shared``, ``varint32 value_length``, the
+key's last ``non_shared`` bytes, the value: its key is the previous entry's
+first ``shared`` bytes followed by those. Walking the entries one after the
+other needs no restart points; the first entry of a block shares nothing.
+Keys are *internal keys*: the user key and an 8-byte little-endian trailer
+``(sequence << 8) | type``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+OK = 0
+SHORT_BLOCK = 1  # a block shorter than its 4-byte trailer, or outside the buffer
+RESTARTS = 2  # a restart count that does not fit the block
+HASH_INDEX = 3  # a data block hash index (not read here)
+VARINT = 4  # a varint32 running past the entries or over 5 bytes
+ENTRY_OVER = 5  # an entry's key or value running past the entries
+SHARED = 6  # a key sharing more bytes than the previous key has (or the first key sharing any)
+SHORT_KEY = 7  # an internal key shorter than its 8-byte trailer
+TOO_MANY = 8  # more entries than the first walk counted (cannot happen on an unchanged buffer)
+ARGS = 9  # arrays of the wrong sizes passed in (a caller's mistake, not the file's)
+
+# relation of an entry to the previous entry of its file (``fill_entries``' ``rel``)
+FIRST = 0  # the first entry of its file
+GREATER = 1  # a greater user key
+OLDER = 2  # the same user key, a lower sequence number
+SAME_SEQ = 3  # the same user key and sequence number
+DISORDER = 4  # a smaller user key, or the same one with a higher sequence number
+
+_jit = numba.njit(cache=True, nogil=True)
+_inline = numba.njit(cache=True, nogil=True, inline="always")
+_U = np.uint64
+
+# Array indices are made unsigned (np.uint64) in the inner loops: numba wraps negative signed indices
+# around (a select per access, and no vectorised copies), which made the walk ~2x slower. Every index is
+# checked non-negative and in range before it is used.
+
+
+@_inline
+def _copy(dst, d, src, s, n):
+    """``dst[d : d + n] = src[s : s + n]``, eight bytes at a time: it may read up to 7 bytes more of ``src``
+    and overwrite up to 7 bytes more of ``dst`` (the caller checks all of these are in range)."""
+    d = _U(d)
+    s = _U(s)
+    j = _U(0)
+    while j < _U(n):
+        a = d + j
+        b = s + j
+        dst[a] = src[b]
+        dst[a + _U(1)] = src[b + _U(1)]
+        dst[a + _U(2)] = src[b + _U(2)]
+        dst[a + _U(3)] = src[b + _U(3)]
+        dst[a + _U(4)] = src[b + _U(4)]
+        dst[a + _U(5)] = src[b + _U(5)]
+        dst[a + _U(6)] = src[b + _U(6)]
+        dst[a + _U(7)] = src[b + _U(7)]
+        j += _U(8)
+
+
+@_inline
+def _zero(dst, d, n):
+    d = _U(d)
+    for j in range(_U(n)):
+        dst[d + j] = 0
+
+
+@_inline
+def _le64(src, s):
+    """The 8 bytes ``src[s : s + 8]`` as a little-endian word."""
+    s = _U(s)
+    return (_U(src[s]) | (_U(src[s + _U(1)]) << _U(8)) | (_U(src[s + _U(2)]) << _U(16))
+            | (_U(src[s + _U(3)]) << _U(24)) | (_U(src[s + _U(4)]) << _U(32)) | (_U(src[s + _U(5)]) << _U(40))
+            | (_U(src[s + _U(6)]) << _U(48)) | (_U(src[s + _U(7)]) << _U(56)))
+
+
+@_inline
+def _be64(src, s):
+    """The 8 bytes ``src[s : s + 8]`` as a big-endian word (compares like the bytes)."""
+    s = _U(s)
+    return ((_U(src[s]) << _U(56)) | (_U(src[s + _U(1)]) << _U(48)) | (_U(src[s + _U(2)]) << _U(40))
+            | (_U(src[s + _U(3)]) << _U(32)) | (_U(src[s + _U(4)]) << _U(24)) | (_U(src[s + _U(5)]) << _U(16))
+            | (_U(src[s + _U(6)]) << _U(8)) | _U(src[s + _U(7)]))
+
+
+@_inline
+def _varint32(buf, p, end):
+    """The varint32 at ``buf[p]`` (not reading at or past ``end``) and the position after it; -1 if bad."""
+    result = np.int64(0)
+    for k in range(5):
+        if p >= end:
+            return np.int64(0), np.int64(-1)
+        b = np.int64(buf[_U(p)])
+        p += 1
+        result |= (b & 0x7F) << (7 * k)
+        if b < 0x80:
+            return result, p
+    return np.int64(0), np.int64(-1)
+
+
+@_inline
+def _block_limit(buf, s, length):
+    """End of the entries of the block ``buf[s : s + length]``, or a negative error code. At least 8
+    bytes must follow the block in ``buf`` (keys are copied 8 bytes at a time)."""
+    if length < 4 or s < 0 or s + length + 8 > len(buf):
+        return -SHORT_BLOCK
+    t = s + length - 4
+    packed = (np.int64(buf[t]) | (np.int64(buf[t + 1]) << 8) | (np.int64(buf[t + 2]) << 16)
+              | (np.int64(buf[t + 3]) << 24))
+    if packed >> 31:
+        return -HASH_INDEX
+    nr = packed & 0x7FFFFFFF
+    limit = length - 4 - 4 * nr
+    if nr < 1 or limit < 0:
+        return -RESTARTS
+    return s + limit
+
+
+@_jit
+def scan_blocks(buf, bstart, blen, counts):
+    """Count the entries of every block (into ``counts``) and check them all.
+
+    Returns ``(code, block, offset in the block, longest internal key)``.
+    """
+    longest = np.int64(0)
+    for b in range(len(bstart)):
+        s = bstart[b]
+        end = _block_limit(buf, s, blen[b])
+        if end < 0:
+            return -end, b, np.int64(0), longest
+        p = s
+        prev = np.int64(0)
+        c = np.int64(0)
+        while p < end:
+            at = p
+            shared, p = _varint32(buf, p, end)
+            if p < 0:
+                return VARINT, b, at - s, longest
+            nonshared, p = _varint32(buf, p, end)
+            if p < 0:
+                return VARINT, b, at - s, longest
+            vlen, p = _varint32(buf, p, end)
+            if p < 0:
+                return VARINT, b, at - s, longest
+            if shared > prev:
+                return SHARED, b, at - s, longest
+            if nonshared > end - p or vlen > end - p - nonshared:
+                return ENTRY_OVER, b, at - s, longest
+            k = shared + nonshared
+            if k < 8:
+                return SHORT_KEY, b, at - s, longest
+            if k > longest:
+                longest = k
+            prev = k
+            p += nonshared + vlen
+            c += 1
+        counts[b] = c
+    return OK, np.int64(-1), np.int64(0), longest
+
+
+@_jit
+def fill_entries(buf, bstart, blen, bfile, keys, base, width, ulen, vpos, vlen, seq, typ, rel):
+    """Walk the blocks ``scan_blocks`` checked: every entry's user key as a ``width``-byte row of ``keys``
+    (from ``base`` on, zero past the key; ``width``: a multiple of 8), its value's place in ``buf``, its
+    sequence number and type, and its relation to the previous entry of the same file (``rel``:
+    :data:`FIRST` ... :data:`DISORDER`).
+
+    Returns ``(code, block, offset in the block)``; the checks are those of ``scan_blocks``.
+    """
+    n = len(ulen)
+    if (width < 8 or width % 8 or base < 0 or len(keys) < base + n * width or len(vpos) != n or len(vlen) != n
+            or len(seq) != n or len(typ) != n or len(rel) != n or len(blen) != len(bstart)
+            or len(bfile) != len(bstart)):
+        return ARGS, np.int64(-1), np.int64(0)
+    longest = width + 8
+    scratch = np.zeros(longest + 8, dtype=np.uint8)  # the current internal key (8 bytes more: see _copy)
+    i = np.int64(0)
+    prev_file = np.int64(-1)
+    for b in range(len(bstart)):
+        s = bstart[b]
+        end = _block_limit(buf, s, blen[b])
+        if end < 0:
+            return -end, b, np.int64(0)
+        p = s
+        prev = np.int64(0)
+        first_in_block = True
+        while p < end:
+            at = p
+            shared, p = _varint32(buf, p, end)
+            if p < 0:
+                return VARINT, b, at - s
+            nonshared, p = _varint32(buf, p, end)
+            if p < 0:
+                return VARINT, b, at - s
+            vl, p = _varint32(buf, p, end)
+            if p < 0:
+                return VARINT, b, at - s
+            if shared > prev:
+                return SHARED, b, at - s
+            if nonshared > end - p or vl > end - p - nonshared:
+                return ENTRY_OVER, b, at - s
+            k = shared + nonshared
+            if k < 8:
+                return SHORT_KEY, b, at - s
+            if k > longest or i >= n:
+                return TOO_MANY, b, at - s
+            _copy(scratch, shared, buf, p, nonshared)
+            u = k - 8
+            row = base + i * width
+            _copy(keys, row, scratch, 0, u)
+            _zero(keys, row + u, width - u)
+            trailer = _le64(scratch, u)
+            seq[i] = np.int64(trailer >> np.uint64(8))
+            typ[i] = np.uint8(trailer & np.uint64(0xFF))
+            ulen[i] = u
+            vpos[i] = p + nonshared
+            vlen[i] = vl
+            f = bfile[b]
+            if f != prev_file:
+                rel[i] = FIRST
+            else:
+                # the rows agree on the bytes the key shares with the previous one (within a block)
+                pu = ulen[i - 1]
+                start = min(shared, u, pu) if not first_in_block else 0
+                c = _compare(keys, base + (i - 1) * width, row, start, min(u, pu))
+                if c == 0:
+                    c = -1 if pu < u else (1 if pu > u else 0)
+                if c < 0:
+                    rel[i] = GREATER
+                elif c > 0:
+                    rel[i] = DISORDER
+                elif seq[i] < seq[i - 1]:
+                    rel[i] = OLDER
+                elif seq[i] == seq[i - 1]:
+                    rel[i] = SAME_SEQ
+                else:
+                    rel[i] = DISORDER
+            prev_file = f
+            prev = k
+            first_in_block = False
+            p += nonshared + vl
+            i += 1
+    if i != n:
+        return TOO_MANY, np.int64(len(bstart) - 1), np.int64(0)
+    return OK, np.int64(-1), np.int64(0)
+
+
+@_inline
+def _compare(keys, a, b, start, stop):
+    """Sign of the bytes ``keys[a + start : a + stop]`` against ``keys[b + start : b + stop]``."""
+    a = _U(a)
+    b = _U(b)
+    for j in range(_U(start), _U(stop)):
+        x = keys[a + j]
+        y = keys[b + j]
+        if x != y:
+            return -1 if x < y else 1
+    return 0
+
+
+@_inline
+def _compare_rows(rows, width, a, b, ua, ub):
+    """Sign of user key ``a`` against user key ``b`` (bytewise, a key before its extensions): rows of
+    ``width`` bytes, zero past each key, compared a big-endian word at a time."""
+    pa = _U(a) * _U(width)
+    pb = _U(b) * _U(width)
+    stop = _U((max(ua, ub) + 7) // 8 * 8)
+    for j in range(_U(0), stop, _U(8)):
+        x = _be64(rows, pa + j)
+        y = _be64(rows, pb + j)
+        if x != y:
+            return -1 if x < y else 1
+    return -1 if ua < ub else (1 if ua > ub else 0)
+
+
+@_inline
+def _before(rows, width, ulen, seq, a, b):
+    """Whether entry ``a`` comes strictly before entry ``b``: a smaller user key, or the same one with a
+    higher sequence number (newer first)."""
+    c = _compare_rows(rows, width, a, b, ulen[a], ulen[b])
+    if c != 0:
+        return c < 0
+    return seq[a] > seq[b]
+
+
+@_jit
+def _rows_ok(keys, base, width, ulen, seq):
+    """Whether ``len(ulen)`` rows of ``width`` bytes from ``base`` fit ``keys`` and hold their keys."""
+    n = len(ulen)
+    if width < 8 or width % 8 or base < 0 or len(keys) < base + n * width or len(seq) != n:
+        return False
+    for i in range(n):
+        if ulen[i] < 0 or ulen[i] > width:
+            return False
+    return True
+
+
+@_jit
+def merge_runs(keys, base, width, ulen, seq, run_starts):
+    """The entries in key order, newest version first: the sorted runs ``[run_starts[r], run_starts[r + 1])``
+    merged pairwise, stably (of two versions with one sequence number, the earlier run's first); and
+    False (with no order) when the arguments do not fit together."""
+    n = len(ulen)
+    if not _rows_ok(keys, base, width, ulen, seq) or len(run_starts) < 2 or run_starts[0] != 0 \
+            or run_starts[len(run_starts) - 1] != n:
+        return np.empty(0, dtype=np.int64), False
+    for r in range(len(run_starts) - 1):
+        if run_starts[r] > run_starts[r + 1]:
+            return np.empty(0, dtype=np.int64), False
+    order = np.arange(n)
+    other = np.empty(n, dtype=np.int64)
+    bounds = run_starts.copy()
+    rows = keys[base:]
+    while len(bounds) > 2:
+        nb = (len(bounds) - 1 + 1) // 2 + 1
+        new_bounds = np.empty(nb, dtype=np.int64)
+        r = 0
+        out = 0
+        while r + 1 < len(bounds):
+            lo = bounds[r]
+            if r + 2 < len(bounds):
+                mid = bounds[r + 1]
+                hi = bounds[r + 2]
+            else:
+                mid = bounds[r + 1]
+                hi = mid
+            new_bounds[out] = lo
+            out += 1
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if _before(rows, width, ulen, seq, order[j], order[i]):
+                    other[k] = order[j]
+                    j += 1
+                else:
+                    other[k] = order[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                other[k] = order[i]
+                i += 1
+                k += 1
+            while j < hi:
+                other[k] = order[j]
+                j += 1
+                k += 1
+            r += 2
+        new_bounds[out] = bounds[len(bounds) - 1]
+        bounds = new_bounds[: out + 1]
+        order, other = other, order
+    return order, True
+
+
+@_jit
+def group_versions(keys, base, width, ulen, seq, order):
+    """Where each user key's versions start in ``order`` (key order, newest first), then ``len(order)``;
+    whether the two newest versions of any key have the same sequence number; and False when the
+    arguments do not fit together."""
+    n = len(order)
+    starts = np.empty(n + 1, dtype=np.int64)
+    if not _rows_ok(keys, base, width, ulen, seq):
+        return starts[:0], False, False
+    for j in range(n):
+        if order[j] < 0 or order[j] >= len(ulen):
+            return starts[:0], False, False
+    g = 0
+    tie = False
+    rows = keys[base:]
+    for j in range(n):
+        if j > 0:
+            a = order[j - 1]
+            b = order[j]
+            if ulen[a] == ulen[b] and _compare_rows(rows, width, a, b, ulen[a], ulen[b]) == 0:
+                if starts[g - 1] == j - 1 and seq[a] == seq[b]:
+                    tie = True
+                continue
+        starts[g] = j
+        g += 1
+    starts[g] = n
+    return starts[: g + 1], tie, True
