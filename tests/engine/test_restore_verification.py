@@ -14,7 +14,7 @@ import pytest
 
 from explorer.engine import KeyedProcessFunction, ManualClock, StreamEnvironment, ValueStateDescriptor
 from explorer.engine.checkpoint.job import JobClient
-from explorer.errors import SnapshotCorruptError
+from explorer.errors import SnapshotCorruptError, StateMigrationError
 from explorer.format.snapshot import read_metadata
 from explorer.keygroups import assign_to_key_group
 
@@ -29,13 +29,20 @@ class Payload(KeyedProcessFunction):
         self.payload.update(value[1])
 
 
-def _env(tmp: Path, backend: str, state: str) -> StreamEnvironment:
+class PayloadAsInt(Payload):
+    """Declares the state with another type: the restore must fail with a StateMigrationError."""
+
+    def open(self, ctx):
+        self.payload = ctx.get_state(ValueStateDescriptor("payload", int))
+
+
+def _env(tmp: Path, backend: str, state: str, incremental: bool = False, fn=None) -> StreamEnvironment:
     kw = {"state_backend": backend}
     if backend == "rocksdb":
         kw["state_dir"] = tmp / state
     env = StreamEnvironment(parallelism=1, max_parallelism=MAXP, clock=ManualClock(1_000), **kw)
-    env.enable_checkpointing(tmp / "chk", interval_records=10**12, incremental=False, retained=2)
-    env.from_collection([], name="src").key_by(0).process(Payload(), name="payload", uid="payload")
+    env.enable_checkpointing(tmp / "chk", interval_records=10**12, incremental=incremental, retained=2)
+    env.from_collection([], name="src").key_by(0).process(fn or Payload(), name="payload", uid="payload")
     return env
 
 
@@ -43,8 +50,8 @@ def _table(client: JobClient):
     return client.runtime.subtasks_of("payload")[0].operator.backend.tables["payload"]
 
 
-def _snapshot(tmp: Path, backend: str, n: int = 3000) -> tuple[Path, dict]:
-    client = JobClient(_env(tmp, backend, "state-a"), "job")
+def _snapshot(tmp: Path, backend: str, n: int = 3000, incremental: bool = False) -> tuple[Path, dict]:
+    client = JobClient(_env(tmp, backend, "state-a", incremental), "job")
     client.runtime.hold_sources_open = True
     keys = [f"key-{i}" for i in range(n)]
     _table(client).load_rows(
@@ -71,9 +78,11 @@ def _damage(folder: Path) -> Path:
 
 
 def _no_state_left(state_dir: Path) -> None:
-    """No RocksDB directory of the subtask, no ingest staging folder, no file at all."""
+    """No RocksDB directory of the subtask, no ingest staging folder, no file at all; and no
+    ``rocksdb/`` folder (the restore created it: the state directory is left as it was found)."""
     assert not (state_dir / "rocksdb" / "payload-0").exists()
     assert not [p for p in state_dir.rglob("*") if p.is_file() or "-ingest-" in p.name]
+    assert not (state_dir / "rocksdb").exists()
 
 
 @pytest.mark.parametrize("backend", ["rocksdb", "heap"])
@@ -107,3 +116,21 @@ def test_a_truncated_file_fails_before_anything_is_loaded(tmp_path):
     with pytest.raises(SnapshotCorruptError, match=f"found {size // 2} bytes, expected {size}"):
         JobClient(_env(tmp_path, "rocksdb", "state-b"), "job", restore_from=folder)
     _no_state_left(tmp_path / "state-b")
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_restore_that_does_not_fit_the_job_leaves_nothing_and_the_next_attempt_works(tmp_path, incremental):
+    """Before: the restored databases stayed open (their LOCK held) and on disk, so a second attempt
+    in the same process failed with RocksDB's 'lock hold by current process'."""
+    folder, before = _snapshot(tmp_path, "rocksdb", n=300, incremental=incremental)
+    state = tmp_path / "state-b"
+    state.mkdir()
+    (state / "notes.txt").write_text("the user's file")
+    with pytest.raises(StateMigrationError, match="incompatible type change"):
+        JobClient(_env(tmp_path, "rocksdb", "state-b", incremental, fn=PayloadAsInt()), "job", restore_from=folder)
+    assert sorted(p.name for p in state.iterdir()) == ["notes.txt"]  # as the restore found it
+    client = JobClient(_env(tmp_path, "rocksdb", "state-b", incremental), "job", restore_from=folder)
+    try:
+        assert {k: _get(client, k) for k in before} == before
+    finally:
+        client.close()

@@ -22,10 +22,7 @@ iterates the view otherwise.
 from __future__ import annotations
 
 import json
-import shutil
 import time
-import uuid
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -52,18 +49,29 @@ class PinnedView:
     """A RocksDB backend's state at the barrier: a RocksDB checkpoint (SSTs hard-linked) in ``staging``.
 
     Taken in the synchronous phase (a memtable flush and a few links), read in
-    the asynchronous one. ``staging`` is removed by :meth:`release`, or when the
-    view is garbage-collected without being released (an aborted checkpoint).
+    the asynchronous one. ``staging`` is the ``db`` folder inside an owned
+    staging folder ``.<db>-full-<hex>`` (a
+    :class:`~explorer.engine.backends.rocksdb.StagingDir`), which is removed by
+    :meth:`release`, or when the view is garbage-collected without being
+    released (an aborted checkpoint); while the view lives, its lock keeps a
+    backend opening the same directory (in this or another process) from
+    sweeping it away, and if the process dies the next such backend removes it.
     """
 
     def __init__(self, backend) -> None:
-        self.staging = backend.path.parent / f".{backend.path.name}-full-{uuid.uuid4().hex[:12]}"
-        backend.native_checkpoint(self.staging)
+        from ..backends.rocksdb import StagingDir
+
+        self._owned = StagingDir(backend.path, "full")
+        self.staging = self._owned.path / "db"
+        try:
+            backend.native_checkpoint(self.staging)
+        except BaseException:
+            self._owned.release()
+            raise
         self.prefix_bytes = backend.key_group_prefix_bytes
         self.key_group_range = (backend.key_groups.start, backend.key_groups.end)
         self._db = None
         self._sst: Any = False  # not yet listed
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.staging), True)
 
     def column_family(self, name: str):
         if self._db is None:
@@ -86,9 +94,8 @@ class PinnedView:
         if self._db is not None:
             self._db.close()
             self._db = None
-        self._sst: Any = False  # not yet listed
         self._sst = None
-        self._finalizer()
+        self._owned.release()
 
 
 def _can_pin(backend) -> bool:

@@ -72,18 +72,39 @@ class NativeCapture:
     names: list[str]
     states: list[dict[str, Any]]
     reused: dict[str, dict[str, Any]] = field(default_factory=dict)  # sst name -> file entry with "path"
+    #: the owned folder ``staging`` lives in (removed by :meth:`release`, or when this capture is collected)
+    owned: Any = None
+
+    def release(self) -> None:
+        """Remove the staged RocksDB checkpoint (uploaded, or never to be)."""
+        if self.owned is not None:
+            self.owned.release()
+        else:
+            shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def capture_native(backend, staging: Path, storage, checkpoint_id: int) -> NativeCapture:
-    """Flush and hard-link a RocksDB checkpoint into ``staging``; hold the shared SSTs to reuse."""
-    staging = Path(staging)
-    if staging.exists():  # a leftover of a crashed run
-        shutil.rmtree(staging)
-    names = backend.native_checkpoint(staging)
-    # per state: RocksDB's key estimate (no scan) and the size of its column family's SSTs
-    states = [{"name": name, "file": None, "rows": backend.estimated_entries(name), "rows_estimated": True,
-               "bytes": backend.sst_bytes(name)} for name in sorted(backend.tables)]
-    nc = NativeCapture(backend, staging, names, states)
+def capture_native(backend, staging: Path | None, storage, checkpoint_id: int) -> NativeCapture:
+    """Flush and hard-link a RocksDB checkpoint into a staging folder; hold the shared SSTs to reuse.
+
+    The folder is an owned ``.<db>-chk-<hex>`` next to the database
+    (:class:`~explorer.engine.backends.rocksdb.StagingDir`: unique per capture, so an
+    upload still running from a crashed attempt is never removed by a new one, and
+    one left by a dead process is swept when a backend next opens the directory).
+    ``staging`` is ignored (the coordinator's name for it, kept for compatibility).
+    """
+    from ..backends.rocksdb import StagingDir
+
+    owned = StagingDir(backend.path, "chk")
+    try:
+        staging = owned.path / "db"
+        names = backend.native_checkpoint(staging)
+        # per state: RocksDB's key estimate (no scan) and the size of its column family's SSTs
+        states = [{"name": name, "file": None, "rows": backend.estimated_entries(name), "rows_estimated": True,
+                   "bytes": backend.sst_bytes(name)} for name in sorted(backend.tables)]
+    except BaseException:
+        owned.release()
+        raise
+    nc = NativeCapture(backend, staging, names, states, owned=owned)
     for name in names:
         entry = backend.uploaded.get(name) if name.endswith(".sst") else None
         # the hold keeps retain() of an older checkpoint from deleting it before our metadata names it;
@@ -145,7 +166,7 @@ def upload_native(nc: NativeCapture, folder: Path, storage, checkpoint_id: int, 
                 written += files[rel]["bytes"]
                 native_files[name] = rel
     finally:
-        shutil.rmtree(nc.staging, ignore_errors=True)
+        nc.release()
     be = nc.backend
     native = {"files": native_files, "max_parallelism": be.max_parallelism,
               "key_group_prefix_bytes": be.key_group_prefix_bytes,
@@ -249,16 +270,27 @@ def restore_native_subtask(folder: Path, old: dict, subtask, subs: list[dict]) -
     # the base: the old subtask sharing the most key groups with this one (Flink picks the same)
     base, *others = sorted(subs, key=shared_groups, reverse=True)
     backend.close()
-    scratch = path.parent / f".{path.name}-restore"
-    shutil.rmtree(scratch, ignore_errors=True)
+    from ..backends.rocksdb import StagingDir
+
+    scratch = StagingDir(path, "restore")  # swept by a later open if this process dies mid-way
+    new = None
     try:
-        src = materialize(folder, base["native"]["files"], scratch / "base")
+        src = materialize(folder, base["native"]["files"], scratch.path / "base")
         new = cls.restore_native(src, maxp, kgr, clock, path)
+        # what the first backend created for its directory (``state_dir/rocksdb/``) is what a failed
+        # restore removes again (:func:`.restore.abort_restore`)
+        new.created_dirs = sorted({*getattr(backend, "created_dirs", ()), *new.created_dirs},
+                                  key=lambda p: len(p.parts), reverse=True)
         for i, sub in enumerate(others):
-            other = materialize(folder, sub["native"]["files"], scratch / f"other-{i}")
+            other = materialize(folder, sub["native"]["files"], scratch.path / f"other-{i}")
             new.import_key_groups(other)
+    except BaseException:
+        if new is not None:  # not handed to the operator yet: close it here, or its LOCK stays held
+            new.close()
+            op.backend = new  # so that abort_restore removes its directory
+        raise
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.release()
     # the base's SSTs are still live, byte for byte (dropping foreign key groups writes range
     # tombstones into new files): the next incremental checkpoint references them, uploading nothing
     recorded = read_metadata(folder).get("files", {})

@@ -9,6 +9,7 @@ while committing its metadata) so tests can prove recovery exactly-once.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import weakref
@@ -21,6 +22,8 @@ from .config import CheckpointConfig
 from .coordinator import CheckpointCoordinator, InjectedCrash
 from .restore import abort_restore, check_after_open, restore_runtime
 from .storage import CheckpointStorage
+
+log = logging.getLogger(__name__)
 
 CRASH_POINTS = ("round", "alignment", "snapshot_write", "metadata_commit")
 
@@ -88,10 +91,11 @@ class JobClient:
                     corrupt = verification.finish()
                 else:  # interrupted: stop hashing
                     verification.cancel()
-            if restore_from is not None and corrupt is not None:
-                abort_restore(self.runtime)  # no state of a snapshot that did not check out remains
-                if corrupt is not e:
-                    raise corrupt from e
+            # no state of a snapshot that did not restore remains, and no database stays locked
+            # (a second attempt in this process could not open it)
+            _cleanup_failed_start(self.runtime, restored=restore_from is not None)
+            if corrupt is not None and corrupt is not e:
+                raise corrupt from e
             raise
         if self.restored_meta is not None:
             cid = self.restored_meta["checkpoint_id"]
@@ -160,6 +164,23 @@ class JobClient:
         self.closed = True
         self.coordinator.close()
         self.runtime.close()
+
+
+def _cleanup_failed_start(runtime, restored: bool) -> None:
+    """A job failed to start: after a restore, remove what it built (:func:`.restore.abort_restore`);
+    otherwise close its RocksDB backends. Errors here are logged, never raised over the real one."""
+    try:
+        if restored:
+            abort_restore(runtime)
+            return
+        from ..backends.rocksdb import RocksDBStateBackend
+
+        for st in runtime.subtasks:
+            backend = getattr(st.operator, "backend", None)
+            if isinstance(backend, RocksDBStateBackend):
+                backend.close()
+    except Exception:  # noqa: BLE001 - the start's own error is the one to report
+        log.warning("cleaning up after a failed start of job %r failed", runtime.job_name, exc_info=True)
 
 
 def run_with_checkpoints(env, job_name: str, max_rounds: int | None = None, restore_from=None,

@@ -405,19 +405,17 @@ def check_after_open(runtime) -> None:
 
 
 def abort_restore(runtime) -> None:
-    """A restore failed in ``open()`` or after: stop the background checks, close the
-    subtasks' state backends and remove the RocksDB directories built for them (the
-    ingest staging folders are removed by the load itself), so that no state of a
-    snapshot that did not check out remains."""
-    from ..backends.rocksdb import RocksDBStateBackend, _wipe_rocksdb_dir
+    """A restore failed (a damaged file, a state that does not fit the job, any error in
+    ``open()`` or after): stop the background checks, close the subtasks' state backends
+    and remove the RocksDB directories built for them, and the folders created for those
+    (``state_dir/rocksdb/``) where empty again, so that no state of a snapshot that did
+    not restore remains, no database stays locked in this process, and the state directory
+    is as the restore found it (staging folders are removed by the code that made them,
+    or by the next backend that opens the directory if this process dies)."""
+    from ..backends.rocksdb import RocksDBStateBackend, remove_created_dirs
 
     verification = getattr(runtime, "restore_verification", None)
     if verification is not None:
         verification.cancel()
-    for st in runtime.subtasks:
-        backend = getattr(st.operator, "backend", None)
-        if isinstance(backend, RocksDBStateBackend):
-            backend.close()
-            _wipe_rocksdb_dir(backend.path)
-            if backend.path.is_dir() and not any(backend.path.iterdir()):
-                backend.path.rmdir()
+    remove_created_dirs([st.operator.backend for st in runtime.subtasks
+                         if isinstance(getattr(st.operator, "backend", None), RocksDBStateBackend)])
