@@ -234,3 +234,59 @@ def test_unaligned_recovery_replays_in_flight_dataclass_records_exactly_once(tmp
 def test_unaligned_checkpoints_refuse_unregistered_record_types(tmp_path):
     with pytest.raises(Exception, match=r"register_record_type\(Click\)"):
         _unaligned_clicks(tmp_path / "chk", CollectSink("x"), register=False).execute()
+
+
+def _count_digest_checks(monkeypatch):
+    """Count every SHA-256 check of a snapshot file (``verify_file`` and the background checks), by path."""
+    from collections import Counter
+
+    import explorer.format.snapshot as snapshot
+
+    counts = Counter()
+    real = snapshot.check_file_digest
+
+    def counting(path, entry):
+        counts[str(path)] += 1
+        return real(path, entry)
+
+    monkeypatch.setattr(snapshot, "check_file_digest", counting)
+    return counts
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_a_restart_hashes_each_file_of_its_checkpoint_once(tmp_path, reference, monkeypatch, backend):
+    counts = _count_digest_checks(monkeypatch)
+    sink = CollectSink("out")
+    _, restarts = run_with_recovery(lambda: make_env(tmp_path / "chk", sink, asynchronous=False, backend=backend),
+                                    "job", CrashInjector("round", 30))
+    assert restarts == 1
+    assert sorted(map(repr, sink.results)) == reference
+    assert counts and set(counts.values()) == {1}, counts  # was 2: latest_valid(), then the restore again
+
+
+def test_a_checkpoint_damaged_after_the_crash_is_skipped_for_the_one_before(tmp_path, monkeypatch, caplog):
+    counts = _count_digest_checks(monkeypatch)
+    sink = CollectSink("out")
+    calls = []
+    damaged = []
+
+    def make():
+        calls.append(1)
+        if len(calls) == 2:  # the restart: damage the newest checkpoint first
+            storage = CheckpointStorage(tmp_path / "chk")
+            newest = storage.folder_for(storage.completed_ids()[-1])
+            victim = next(newest.glob("keyed/**/*.parquet"))
+            data = bytearray(victim.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            victim.write_bytes(bytes(data))
+            damaged.append((newest, victim))
+        return make_env(tmp_path / "chk", sink, asynchronous=False)
+
+    _, restarts = run_with_recovery(make, "job", CrashInjector("round", 40))
+    assert restarts == 1 and len(damaged) == 1
+    newest, victim = damaged[0]
+    assert any(str(newest) in r.getMessage() and "SHA-256" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records)
+    assert counts[str(victim.resolve())] == 1
+    assert len(calls) == 3  # the failed attempt's environment was not reused
+    assert set(map(repr, sink.results)) >= set(failure_free_output())  # nothing lost

@@ -16,7 +16,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-from ...errors import JobError, SnapshotCorruptError
+from ...errors import JobError, SnapshotCorruptError, SnapshotError
 from ..runtime import JobResult
 from .config import CheckpointConfig
 from .coordinator import CheckpointCoordinator, InjectedCrash
@@ -202,17 +202,18 @@ def run_with_recovery(make_env: Callable[[], Any], job_name: str, crash: CrashIn
 
     ``make_env`` must return an environment for the same job wired to the same sinks and the
     same checkpoint directory each time.
+
+    Each restart restores the newest complete checkpoint, whose files the restore itself
+    checks (sizes first, SHA-256 while it loads); if one is damaged the restore fails with
+    a :class:`~explorer.errors.SnapshotError`, leaves nothing behind (:func:`.restore.abort_restore`),
+    and the next older checkpoint is tried, then a start from scratch.
+    So each file is hashed once per restart (checking a checkpoint with
+    :meth:`CheckpointStorage.latest_valid` first and then restoring it hashed every file twice).
     """
     restarts = 0
-    restore = None
     injector: CrashInjector | None = crash
     while True:
-        env = make_env()
-        storage = CheckpointStorage(env.checkpoint_config.directory)
-        if restarts:
-            storage.clean_incomplete()
-            restore = storage.latest_valid()
-        client = JobClient(env, job_name, restore_from=restore, crash=injector)
+        client = _start(make_env, job_name, injector, recovering=restarts > 0)
         try:
             client.run()
             client.close()
@@ -223,3 +224,20 @@ def run_with_recovery(make_env: Callable[[], Any], job_name: str, crash: CrashIn
             injector = None  # one crash per run
             if restarts > max_restarts:
                 raise
+
+
+def _start(make_env: Callable[[], Any], job_name: str, injector: CrashInjector | None, recovering: bool) -> JobClient:
+    """A client of a fresh environment, restored from the newest checkpoint that restores when ``recovering``."""
+    env = make_env()
+    if not recovering:
+        return JobClient(env, job_name, crash=injector)
+    storage = CheckpointStorage(env.checkpoint_config.directory)
+    storage.clean_incomplete()
+    for cid in reversed(storage.completed_ids()):
+        folder = storage.folder_for(cid)
+        try:
+            return JobClient(env, job_name, restore_from=folder, crash=injector)
+        except SnapshotError as e:
+            log.warning("checkpoint %s cannot be restored, trying an older one: %s", folder, e)
+            env = make_env()  # the failed attempt's runtime is spent
+    return JobClient(env, job_name, crash=injector)
