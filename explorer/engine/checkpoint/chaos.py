@@ -7,6 +7,16 @@ metadata is being committed — restores it from the newest good checkpoint,
 runs it to the end, and compares the committed output with a failure-free run
 of the same job: nothing may be lost and nothing duplicated.
 
+A share of the trials (``--savepoint-share``, variant ``savepoint``) first
+runs the job part-way on a random backend (heap or RocksDB) and parallelism
+and stops it with a savepoint (the canonical format), then restores that
+savepoint into the RocksDB backend, at a random parallelism (rescaling moves
+key groups), taking full or incremental checkpoints, and crashes it: a crash
+before its first checkpoint completes restores the savepoint into RocksDB
+again, a later one a checkpoint of the restored job. Those trials draw their
+own parameters from a second generator, so the ``checkpoint`` trials of a
+seed are the same with or without them.
+
     python -m explorer.engine.checkpoint.chaos --trials 1000 --report benchmarks/results/recovery.json
 """
 
@@ -54,19 +64,38 @@ def _data(n: int) -> list[tuple[str, int]]:
     return [(f"k{(i * 7919) % 41}", i) for i in range(n)]
 
 
-def _env(data, chk: Path | None, sink: CollectSink, every: int, backend: str, parallelism: int) -> StreamEnvironment:
+VARIANTS = ("checkpoint", "savepoint")
+
+
+def _env(data, chk: Path | None, sink: CollectSink, every: int, backend: str, parallelism: int,
+         incremental: bool = False, asynchronous: bool = True) -> StreamEnvironment:
     env = StreamEnvironment(parallelism=parallelism, batch_size=37, state_backend=backend)
     if chk is not None:
-        env.enable_checkpointing(chk, interval_records=every, retained=2)
+        env.enable_checkpointing(chk, interval_records=every, retained=2, incremental=incremental,
+                                 asynchronous=asynchronous)
     ts = WatermarkStrategy.for_bounded_out_of_orderness(2).with_timestamp_assigner(lambda r: r[1])
     env.from_collection(data, ts, name="src", num_splits=2, parallelism=2).key_by(0).process(
         _Counting(), name="counting").sink_to(sink, name="sink")
     return env
 
 
+def _stop_with_savepoint(data, target: Path, backend: str, parallelism: int, cut: int) -> list[Any]:
+    """Run the job until its sources have read ``cut`` records, stop it with a savepoint into
+    ``target``; return what it output (exactly what the savepoint accounts for)."""
+    sink = CollectSink("first")
+    client = _env(data, None, sink, 1, backend, parallelism).execute_async("chaos")
+    client.run(until=lambda rt: sum(s.operator.records_in for s in rt.subtasks if s.is_source) >= cut)
+    client.stop_with_savepoint(target)
+    return list(sink.results)
+
+
 def run_trials(trials: int, records: int = 1500, seed: int = 0, backends=("heap", "rocksdb"),
-               progress: bool = True) -> dict[str, Any]:
+               progress: bool = True, variants=VARIANTS, savepoint_share: float = 0.25) -> dict[str, Any]:
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or not variants:
+        raise ValueError(f"unknown variants {unknown or list(variants)}; expected some of {VARIANTS}")
     rng = random.Random(seed)
+    vrng = random.Random(f"savepoint-{seed}")  # the savepoint variant's own draws
     data = _data(records)
     reference_sink = CollectSink("ref")
     _env(data, None, reference_sink, 1, "heap", 2).execute("reference")
@@ -80,19 +109,52 @@ def run_trials(trials: int, records: int = 1500, seed: int = 0, backends=("heap"
             every = rng.choice([150, 300, 500])
             backend = rng.choice(list(backends))
             parallelism = rng.choice([1, 2, 3])
+            if "checkpoint" not in variants:
+                variant = "savepoint"
+            elif "savepoint" not in variants:
+                variant = "checkpoint"
+            else:
+                variant = "savepoint" if vrng.random() < savepoint_share else "checkpoint"
             chk = Path(tmp) / f"t{trial}"
             sink = CollectSink("out")
-            result, restarts = run_with_recovery(lambda: _env(data, chk, sink, every, backend, parallelism), "chaos",
-                                                 CrashInjector(point, after))
-            got = Counter(map(repr, sink.results))
-            lost = sum((reference - got).values())
-            dup = sum((got - reference).values())
-            outcomes.append({"trial": trial, "point": point, "after": after, "interval_records": every,
-                             "backend": backend, "parallelism": parallelism, "crashed": restarts > 0,
-                             "lost": lost, "duplicated": dup})
+            outcome: dict[str, Any] = {"trial": trial, "variant": variant, "point": point, "after": after,
+                                       "interval_records": every, "parallelism": parallelism}
+            first: list[Any] = []
+            start = None
+            incremental = False
+            asynchronous = True
+            if variant == "savepoint":
+                writer_backend = vrng.choice(["heap", "rocksdb"])
+                writer_parallelism = vrng.choice([1, 2, 3])
+                cut = vrng.randint(records // 10, records * 9 // 10)
+                incremental = vrng.random() < 0.5
+                # synchronous snapshots complete at once, so more crashes come after a checkpoint of the
+                # restored job (asynchronous RocksDB writes often outlast this short job's remaining rounds)
+                asynchronous = vrng.random() < 0.5
+                backend = "rocksdb"  # the savepoint is restored into RocksDB
+                if point == "round":  # the restored job runs 20-120 rounds: crash anywhere in them
+                    after = vrng.randint(1, 80)
+                    outcome["after"] = after
+                start = chk / "savepoint"
+                first = _stop_with_savepoint(data, start, writer_backend, writer_parallelism, cut)
+                outcome.update({"savepoint_backend": writer_backend, "savepoint_parallelism": writer_parallelism,
+                                "savepoint_after_records": cut, "incremental": incremental,
+                                "asynchronous": asynchronous})
+            result, restarts = run_with_recovery(
+                lambda: _env(data, chk / "chk", sink, every, backend, parallelism, incremental, asynchronous), "chaos",
+                CrashInjector(point, after), restore_from=start)
+            got = Counter(map(repr, first + sink.results))
+            restored = getattr(result.runtime, "restored_meta", None)
+            outcome.update({"backend": backend, "crashed": restarts > 0,
+                            # what the last start restored: the savepoint again, a checkpoint, or nothing
+                            "final_restore": None if restored is None else restored.get("kind"),
+                            "lost": sum((reference - got).values()), "duplicated": sum((got - reference).values())})
+            outcomes.append(outcome)
             shutil.rmtree(chk, ignore_errors=True)
     crashed = [o for o in outcomes if o["crashed"]]
     by_point = Counter(o["point"] for o in crashed)
+    sp = [o for o in outcomes if o["variant"] == "savepoint"]
+    sp_crashed = [o for o in sp if o["crashed"]]
     return {
         "trials": trials,
         "crashes_injected": len(crashed),
@@ -101,6 +163,21 @@ def run_trials(trials: int, records: int = 1500, seed: int = 0, backends=("heap"
         "lost_records": sum(o["lost"] for o in outcomes),
         "duplicated_records": sum(o["duplicated"] for o in outcomes),
         "failed_trials": [o for o in outcomes if o["lost"] or o["duplicated"]],
+        "savepoint_trials": {
+            "trials": len(sp),
+            "written_by": dict(Counter(f"{o['savepoint_backend']} p={o['savepoint_parallelism']}" for o in sp)),
+            "restored_at_other_parallelism": sum(o["savepoint_parallelism"] != o["parallelism"] for o in sp),
+            "incremental_checkpoints": sum(o["incremental"] for o in sp),
+            "crashes_injected": len(sp_crashed),
+            "crashes_by_point": dict(Counter(o["point"] for o in sp_crashed)),
+            # a crash before the restored job's first checkpoint: the savepoint is restored into RocksDB again
+            "recovered_from_savepoint": sum(o["final_restore"] == "savepoint" for o in sp_crashed),
+            "recovered_from_checkpoint": sum(o["final_restore"] == "checkpoint" for o in sp_crashed),
+            "lost_records": sum(o["lost"] for o in sp),
+            "duplicated_records": sum(o["duplicated"] for o in sp),
+        },
+        "variants": list(variants),
+        "savepoint_share": savepoint_share,
         "seconds": round(time.perf_counter() - t0, 1),
         "seed": seed,
     }
@@ -111,14 +188,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--records", type=int, default=1500)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help="comma-separated trial kinds: checkpoint (crash a job, restore its checkpoint), "
+                         "savepoint (restore a canonical savepoint into RocksDB, then crash it)")
+    ap.add_argument("--savepoint-share", type=float, default=0.25,
+                    help="the share of trials that are savepoint trials when both variants run")
     ap.add_argument("--report", default=None, help="write the report as JSON here")
     args = ap.parse_args(argv)
-    report = run_trials(args.trials, args.records, args.seed)
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    if not set(variants) <= set(VARIANTS) or not variants:
+        ap.error(f"--variants: expected some of {', '.join(VARIANTS)}, found {args.variants!r}")
+    if not 0 <= args.savepoint_share <= 1:
+        ap.error(f"--savepoint-share: expected a number from 0 to 1, found {args.savepoint_share}")
+    report = run_trials(args.trials, args.records, args.seed, variants=variants, savepoint_share=args.savepoint_share)
     if args.report:
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(json.dumps(report, indent=2))
     print(f"{report['trials']} trials, {report['crashes_injected']} crashes injected {report['crashes_by_point']}: "
           f"{report['lost_records']} records lost, {report['duplicated_records']} duplicated ({report['seconds']} s)")
+    sp = report["savepoint_trials"]
+    if sp["trials"]:
+        print(f"  of which {sp['trials']} restored a canonical savepoint into RocksDB "
+              f"({sp['restored_at_other_parallelism']} rescaled, {sp['incremental_checkpoints']} with incremental "
+              f"checkpoints): {sp['crashes_injected']} crashes, {sp['recovered_from_savepoint']} recovered from the "
+              f"savepoint again, {sp['recovered_from_checkpoint']} from a checkpoint; {sp['lost_records']} lost, "
+              f"{sp['duplicated_records']} duplicated")
     return 0 if not report["failed_trials"] else 1
 
 

@@ -148,9 +148,22 @@ class JobClient:
         return self._until_complete(self.coordinator.trigger(savepoint=True, target=Path(target)))
 
     def stop_with_savepoint(self, target: str | Path) -> Path:
-        """Take a savepoint, then stop the job (sources stop; nothing is drained)."""
+        """Take a savepoint, then stop the job (sources stop; nothing is drained).
+
+        Like Flink's synchronous savepoint, a source emits nothing after the savepoint's
+        barrier (no record, no watermark): otherwise a subtask that has taken its snapshot
+        would go on processing records (and firing event-time timers) the savepoint does not
+        account for while others still align, and a non-transactional sink would output them
+        now and again after the restore.
+        """
         self.runtime.hold_sources_open = True
-        path = self.trigger_savepoint(target)
+        rt = self.runtime
+        previous = rt.before_source_step
+        rt.before_source_step = lambda subtask: True  # the barriers are emitted by trigger(), not by a step
+        try:
+            path = self.trigger_savepoint(target)
+        finally:
+            rt.before_source_step = previous
         self.close()
         return path
 
@@ -195,25 +208,27 @@ def run_with_checkpoints(env, job_name: str, max_rounds: int | None = None, rest
     return result
 
 
-def run_with_recovery(make_env: Callable[[], Any], job_name: str, crash: CrashInjector,
-                      max_restarts: int = 5) -> tuple[JobResult, int]:
+def run_with_recovery(make_env: Callable[[], Any], job_name: str, crash: CrashInjector | None,
+                      max_restarts: int = 5, restore_from: str | Path | None = None) -> tuple[JobResult, int]:
     """Run a checkpointed job that crashes at ``crash``; restore from the latest good checkpoint
     and continue until the input ends. Returns the final result and how many restarts it took.
 
     ``make_env`` must return an environment for the same job wired to the same sinks and the
-    same checkpoint directory each time.
+    same checkpoint directory each time. ``restore_from`` (a savepoint or checkpoint) is where
+    the first run starts, and where a restart starts when no checkpoint of this run has
+    completed yet (as Flink restarts a job started from a savepoint).
 
     Each restart restores the newest complete checkpoint, whose files the restore itself
     checks (sizes first, SHA-256 while it loads); if one is damaged the restore fails with
     a :class:`~explorer.errors.SnapshotError`, leaves nothing behind (:func:`.restore.abort_restore`),
-    and the next older checkpoint is tried, then a start from scratch.
+    and the next older checkpoint is tried, then ``restore_from``, then a start from scratch.
     So each file is hashed once per restart (checking a checkpoint with
     :meth:`CheckpointStorage.latest_valid` first and then restoring it hashed every file twice).
     """
     restarts = 0
     injector: CrashInjector | None = crash
     while True:
-        client = _start(make_env, job_name, injector, recovering=restarts > 0)
+        client = _start(make_env, job_name, injector, recovering=restarts > 0, initial=restore_from)
         try:
             client.run()
             client.close()
@@ -226,11 +241,13 @@ def run_with_recovery(make_env: Callable[[], Any], job_name: str, crash: CrashIn
                 raise
 
 
-def _start(make_env: Callable[[], Any], job_name: str, injector: CrashInjector | None, recovering: bool) -> JobClient:
-    """A client of a fresh environment, restored from the newest checkpoint that restores when ``recovering``."""
+def _start(make_env: Callable[[], Any], job_name: str, injector: CrashInjector | None, recovering: bool,
+           initial: str | Path | None = None) -> JobClient:
+    """A client of a fresh environment: started from ``initial``, or when ``recovering`` restored from
+    the newest checkpoint that restores (then ``initial``, then nothing)."""
     env = make_env()
     if not recovering:
-        return JobClient(env, job_name, crash=injector)
+        return JobClient(env, job_name, restore_from=initial, crash=injector)
     storage = CheckpointStorage(env.checkpoint_config.directory)
     storage.clean_incomplete()
     for cid in reversed(storage.completed_ids()):
@@ -240,4 +257,4 @@ def _start(make_env: Callable[[], Any], job_name: str, injector: CrashInjector |
         except SnapshotError as e:
             log.warning("checkpoint %s cannot be restored, trying an older one: %s", folder, e)
             env = make_env()  # the failed attempt's runtime is spent
-    return JobClient(env, job_name, crash=injector)
+    return JobClient(env, job_name, restore_from=initial, crash=injector)
