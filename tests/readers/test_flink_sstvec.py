@@ -17,7 +17,7 @@ rocksdict = pytest.importorskip("rocksdict")
 from explorer.readers.flink import sstvec  # noqa: E402
 from explorer.readers.flink.reader import _repeat_string  # noqa: E402
 from explorer.readers.flink.rocksdb import resolve  # noqa: E402
-from explorer.readers.flink.sst import SstFile  # noqa: E402
+from explorer.readers.flink.sst import SstError, SstFile  # noqa: E402
 
 COMPRESSIONS = ["none", "snappy", "lz4", "zstd"]
 
@@ -146,3 +146,164 @@ def test_key_cache_decodes_again_when_any_key_byte_differs():
     assert cache.hits == 1 and again is first
     assert first.values.to_pylist() == ["user-1", "user-2", "user-3"]
     assert other.values.to_pylist() == ["user-1", "user-9", "user-3"]
+
+
+def _db_files(tmp_path, compression: str, rounds: list[tuple[list[tuple[bytes, bytes]], list[bytes]]]):
+    """SST files of a RocksDB database (one flushed file per round of puts and deletions, no compaction):
+    the same keys in several files with different sequence numbers. Also the database's own view."""
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_disable_auto_compactions(True)
+    opts.set_compression_type(getattr(rocksdict.DBCompressionType, compression)())
+    path = tmp_path / f"db-{compression}"
+    db = rocksdict.Rdict(str(path), options=opts)
+    for puts, deletes in rounds:
+        for k, v in puts:
+            db[k] = v
+        for k in deletes:
+            del db[k]
+        db.flush()
+    view = dict(db.items())
+    db.close()
+    files = [SstFile(p.read_bytes(), p.name) for p in sorted(path.glob("*.sst"))]
+    return files, view
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_versions_across_files_resolve_like_the_entry_reader_and_rocksdb(tmp_path, compression):
+    """Puts, overwrites and deletions flushed into several files: the newest version of each key wins, the
+    deleted keys are gone; equal to rocksdb.resolve over the entry reader's entries and to RocksDB's own view."""
+    rng = np.random.default_rng(11 + len(compression))
+    items = _items(rng, 3000, True)
+    keys = [k for k, _ in items]
+    rounds = [(items, [])]
+    for r in range(3):
+        pick = rng.choice(len(keys), 700, replace=False)
+        puts = [(keys[i], bytes([r]) * int(rng.integers(0, 300))) for i in pick[:500].tolist()]
+        rounds.append((puts, [keys[i] for i in pick[500:].tolist()]))
+    files, view = _db_files(tmp_path, compression, rounds)
+    assert len(files) == 4
+    values, kbuf, ks, ke, vs, ve, merged = sstvec.read_column_family(files)
+    got = _pairs(values, kbuf, ks, ke, vs, ve)
+    ref_keys, ref_values, _ = resolve([(e.keys, e.seqs, e.types, e.values) for e in (f.entries() for f in files)])
+    assert got == list(zip(ref_keys, ref_values)) == sorted(view.items())  # in RocksDB's key order
+    assert merged == 0 and len(got) < len(items)
+    with pytest.raises(sstvec.Unsupported, match="type 0"):
+        sstvec.read_column_family(files, types=(1,))  # the deletions are not among the accepted types
+
+
+def _block(entries: list[tuple[int, bytes, bytes]], restarts: list[int] | None = None) -> bytes:
+    """A raw data block: entries ``(shared, non-shared key bytes, value)``, restart offsets and their count."""
+    def varint(v: int) -> bytes:
+        out = b""
+        while v >= 0x80:
+            out += bytes([(v & 0x7F) | 0x80])
+            v >>= 7
+        return out + bytes([v])
+
+    body = b"".join(varint(s) + varint(len(k)) + varint(len(v)) + k + v for s, k, v in entries)
+    restarts = [0] if restarts is None else restarts
+    return body + b"".join(r.to_bytes(4, "little") for r in restarts) + len(restarts).to_bytes(4, "little")
+
+
+def _walk(block: bytes):
+    """scan_blocks and fill_entries over one block placed as sstvec places blocks (zero margins around)."""
+    from explorer.readers.flink import _sst_kernels as kernels
+
+    m = sstvec._MARGIN
+    buf = np.zeros(2 * m + len(block), dtype=np.uint8)
+    buf[m : m + len(block)] = np.frombuffer(block, dtype=np.uint8)
+    start, size, bfile = (np.array([x], dtype=np.int64) for x in (m, len(block), 0))
+    counts = np.zeros(1, dtype=np.int64)
+    code, _, at, longest = kernels.scan_blocks(buf, start, size, counts)
+    if code:
+        return code, at, None
+    n = int(counts[0])
+    width = max(8, -(-(int(longest) - 8) // 8) * 8)
+    keys = np.zeros(m + n * width, dtype=np.uint8)
+    cols = [np.zeros(n, dtype=np.int64) for _ in range(4)] + [np.zeros(n, np.uint8), np.zeros(n, np.int8)]
+    code2, _, at2 = kernels.fill_entries(buf, start, size, bfile, keys, m, width, *cols)
+    assert code2 == code
+    return code, at, cols
+
+
+TRAILER = (5 << 8 | 1).to_bytes(8, "little")  # sequence 5, a value
+
+
+def test_damaged_blocks_give_error_codes_not_reads_past_the_block():
+    from explorer.readers.flink import _sst_kernels as kernels
+
+    good = [(0, b"key-1" + TRAILER, b"v1"), (4, b"2" + TRAILER, b"value-2")]
+    code, _, cols = _walk(_block(good))
+    assert code == kernels.OK and cols[0].tolist() == [5, 5] and cols[3].tolist() == [5, 5]
+    assert _walk(_block([(1, b"key-1" + TRAILER, b"v")]))[0] == kernels.SHARED  # the first key shares
+    assert _walk(_block(good[:1] + [(20, b"2" + TRAILER, b"")]))[0] == kernels.SHARED  # more than there is
+    assert _walk(_block([(0, b"short", b"")]))[0] == kernels.SHORT_KEY
+    whole = _block(good)
+    entries = len(whole) - 8
+    first = 3 + 13 + 2  # the first entry's bytes: a block of it alone is whole
+    for cut in range(1, entries):  # an entry cut short: its key or value, or its varints, run past the entries
+        code, at, _ = _walk(whole[:cut] + whole[entries:])
+        if cut == first:
+            assert code == kernels.OK
+            continue
+        assert code in (kernels.VARINT, kernels.ENTRY_OVER, kernels.SHORT_KEY), cut
+        assert 0 <= at < cut
+    assert _walk(b"\xff\xff\xff\xff\xff" + whole[entries:])[0] == kernels.VARINT  # a varint over 5 bytes
+    assert _walk(whole[:-4] + (1000).to_bytes(4, "little"))[0] == kernels.RESTARTS
+    assert _walk(whole[:-4] + (1 | 1 << 31).to_bytes(4, "little"))[0] == kernels.HASH_INDEX
+    assert _walk(b"\x01\x00")[0] == kernels.SHORT_BLOCK
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_damaged_files_give_an_error_naming_the_file(tmp_path, compression):
+    """Random bytes of the data blocks overwritten: each read returns, or raises SstError naming the file (or
+    Unsupported); never another error or a crash (the kernels check every read)."""
+    rng = np.random.default_rng(len(compression))
+    items = sorted((bytes([i % 128]) + f"user-{i:07d}".encode(), bytes(int(rng.integers(0, 20))))
+                   for i in range(3000))  # short values: most bytes are entry headers and keys
+    f = _write_sst(tmp_path / "good.sst", compression, items)
+    handles = f.data_handles()
+    data_end = handles[-1][0] + handles[-1][1]
+    errors = 0
+    for trial in range(60):
+        raw = bytearray(f.data)
+        for _ in range(int(rng.integers(1, 6))):
+            if trial % 3:  # anywhere in the data blocks
+                at = int(rng.integers(0, data_end))
+            else:  # near a block's start (its first entry; the header of a compressed block)
+                off, size = handles[int(rng.integers(0, len(handles)))]
+                at = off + int(rng.integers(0, min(size, 8)))
+            raw[at] = int(rng.integers(0, 256)) if trial % 2 else raw[at] ^ 0x80
+        damaged = SstFile(bytes(raw), f"damaged-{trial}.sst")
+        try:
+            sstvec.read_column_family([damaged])
+        except sstvec.Unsupported:
+            pass
+        except SstError as exc:
+            assert f"damaged-{trial}.sst" in str(exc)
+            errors += 1
+    assert errors > 0
+
+
+def test_a_damaged_rocksdb_checkpoint_is_reported_with_the_sst_file(tmp_path):
+    """The reader on a Flink checkpoint whose largest SST file has a damaged data block: SnapshotCorruptError
+    naming the file, not a crash."""
+    import shutil
+
+    from explorer.errors import SnapshotCorruptError
+    from explorer.readers.base import KeyedStateQuery
+    from explorer.readers.flink import FlinkSnapshotReader
+
+    from .flink_helpers import FLINK_FIXTURES
+
+    root = tmp_path / "chk"
+    shutil.copytree(FLINK_FIXTURES / "rocksdb-incremental-checkpoint", root)
+    sst = max((root / "shared").iterdir(), key=lambda p: p.stat().st_size)  # (stored under UUID names)
+    f = SstFile(sst.read_bytes(), sst.name)
+    raw = bytearray(f.data)
+    off, size = f.data_handles()[0]
+    raw[off : off + size] = bytes(size)  # a zeroed (Snappy) block
+    sst.write_bytes(bytes(raw))
+    with pytest.raises(SnapshotCorruptError, match=rf"\d+\.sst \(.*{sst.name}\)"):
+        list(FlinkSnapshotReader(root).keyed_pieces(KeyedStateQuery()))

@@ -386,7 +386,9 @@ class FlinkSnapshotReader(SnapshotReader):
         (``sst`` and ``rocksdb.resolve``) where ``sstvec`` does not apply.
         """
         kgs = query.key_groups
-        files = [(local, self.resolver.read(sh)) for local, sh in h.shared + h.private if local.endswith(".sst")]
+        # each SST file named by its RocksDB name and, when it is a file of its own, where it is stored
+        files = [(local if sh.kind == "bytes" else f"{local} ({self.resolver.local_path(sh)})", self.resolver.read(sh))
+                 for local, sh in h.shared + h.private if local.endswith(".sst")]
         try:
             by_cf, stats = sstvec.column_families(files)
         except ValueError as exc:

@@ -39,6 +39,11 @@ TYPE_DELETION, TYPE_VALUE, TYPE_MERGE, TYPE_SINGLE_DELETION = 0, 1, 2, 7
 TYPE_RANGE_DELETION = 0xF
 
 
+#: the most a RocksDB data block is taken to expand when decompressed (LZ4's limit is ~255x; a larger
+#: stated size is a damaged header)
+_MAX_EXPANSION = 256
+
+
 class SstError(ValueError):
     """An SST file is not what we expect (the message says what was found)."""
 
@@ -112,13 +117,28 @@ class SstFile:
         if ctype == 0:
             return raw
         if ctype == 1:
-            return bytes(cramjam.snappy.decompress_raw(raw))
-        if ctype in (4, 5):
-            n, q = _varint(raw, 0)  # RocksDB prefixes LZ4 blocks with the decompressed size
-            return bytes(cramjam.lz4.decompress_block(raw[q:], output_len=n))
-        if ctype == 7:
-            n, q = _varint(raw, 0)
-            return bytes(cramjam.zstd.decompress(raw[q:]))
+            try:
+                return bytes(cramjam.snappy.decompress_raw(raw))
+            except cramjam.DecompressionError as exc:
+                raise SstError(f"{self.name}: the Snappy block at {off} ({size} bytes) does not decompress "
+                               f"({exc})") from exc
+        if ctype in (4, 5, 7):
+            n, q = _varint(raw, 0)  # RocksDB prefixes LZ4 and ZSTD blocks with the decompressed size
+            # (a damaged size must not reach the decompressor: it allocates it, and aborts when it cannot)
+            if n > _MAX_EXPANSION * size + 64:
+                raise SstError(f"{self.name}: the block at {off} ({size} bytes, compression type {ctype}) claims "
+                               f"{n} bytes decompressed, more than {_MAX_EXPANSION} times its size")
+            out = bytearray(n)  # into a buffer of the stated size: the output cannot grow past it
+            try:
+                into = cramjam.zstd.decompress_into if ctype == 7 else cramjam.lz4.decompress_block_into
+                got = into(raw[q:], out)
+            except cramjam.DecompressionError as exc:
+                raise SstError(f"{self.name}: the block at {off} ({size} bytes, compression type {ctype}) does "
+                               f"not decompress to its stated {n} bytes ({exc})") from exc
+            if got != n:
+                raise SstError(f"{self.name}: the block at {off} decompressed to {got} bytes, its header "
+                               f"says {n}")
+            return bytes(out)
         raise SstError(f"{self.name}: block at {off} uses compression type {ctype}; expected 0, 1, 4, 5 or 7")
 
     @staticmethod
