@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 OK = 0
 OVER_BUDGET = -1
@@ -26,29 +29,18 @@ BAD_OFFSETS = -2
 _jit = numba.njit(cache=True, nogil=True)
 
 
-@_jit
-def _offsets_ok(off, n, data_len):
-    if len(off) != n + 1:
-        return False
-    if n == 0:
-        return True
-    if off[0] < 0 or off[n] > data_len:
-        return False
-    for i in range(n):
-        if off[i + 1] < off[i]:
-            return False
-    return True
+@intrinsic
+def _word(typingctx, data, at):
+    """The 8 bytes of the uint8 array ``data`` at byte ``at`` (uint64) as one little-endian
+    word, in one unaligned load. Callers check ``at + 8 <= len(data)`` first."""
+    sig = types.uint64(data, types.uint64)
 
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(array.data, [args[1]])
+        return builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _word(d, p):
-    """The 8 bytes of ``d`` at ``p`` (unsigned, so no negative-index checks) as one little-endian
-    word: LLVM turns the eight loads into one."""
-    one = np.uint64(1)
-    return (np.uint64(d[p]) | (np.uint64(d[p + one]) << np.uint64(8)) | (np.uint64(d[p + 2 * one]) << np.uint64(16))
-            | (np.uint64(d[p + 3 * one]) << np.uint64(24)) | (np.uint64(d[p + 4 * one]) << np.uint64(32))
-            | (np.uint64(d[p + 5 * one]) << np.uint64(40)) | (np.uint64(d[p + 6 * one]) << np.uint64(48))
-            | (np.uint64(d[p + 7 * one]) << np.uint64(56)))
+    return sig, codegen
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -95,21 +87,26 @@ def _join_part(ha, hb, off_a, data_a, off_b, data_b, ia, ib, tr, found_a, table,
     t = table[:size]
     built = False
     last = -1
-    for q in range(len(ib)):
+    m = len(ib)
+    q = 0
+    while q < m:
+        while q < m:  # a run of keys in a's order: each the key after the last one matched
+            g = last + 1
+            if g >= len(ia):
+                break
+            i = ia[g]
+            j = ib[q]
+            if ha[i] != hb[j] or _same_bytes(off_a, data_a, i, off_b, data_b, j) != 1:
+                break
+            tr[j] = i
+            found_a[i] = True
+            last = g
+            q += 1
+        if q == m:
+            break
         j = ib[q]
         h = hb[j]
-        g = last + 1
-        if g < len(ia):
-            i = ia[g]
-            if ha[i] == h:
-                same = _same_bytes(off_a, data_a, i, off_b, data_b, j)
-                if same < 0:
-                    return -2
-                if same:
-                    tr[j] = i
-                    found_a[i] = True
-                    last = g
-                    continue
+        q += 1
         if not built:
             t[:] = -1
             for e in range(len(ia)):
@@ -284,10 +281,11 @@ def side_sums(codes, h, size, spans, n_codes, byt_kind):
 
 
 @_jit
-def b_order(codes, spans, tr, k):
+def b_order(codes, spans, tr, k, row_kind):
     """b's keys (one per row of ``spans``; key code ``codes[r]``, joint code ``tr[codes[r]]``) in
-    rising joint code: their rows. By a table of ``k`` when the state holds many of the keys, by
-    a sort when few. Empty when a code is out of range or a joint code repeated."""
+    rising joint code: their rows. By a table of ``k`` rows (of the dtype of ``row_kind``: int32
+    when the rows fit) when the state holds many of the keys, by a sort when few. Empty when a
+    code is out of range or a joint code repeated."""
     m = 0
     for s in range(spans.shape[0]):
         lo, hi = spans[s, 0], spans[s, 1]
@@ -296,7 +294,7 @@ def b_order(codes, spans, tr, k):
         m += hi - lo
     out = np.empty(m, dtype=np.int64)
     jb = np.empty(m if m * 8 < k else 0, dtype=np.int64)
-    pos = np.full(0 if m * 8 < k else k, -1, dtype=np.int64)
+    pos = np.full(0 if m * 8 < k else k, -1, dtype=row_kind.dtype)
     q = 0
     for s in range(spans.shape[0]):
         for r in range(spans[s, 0], spans[s, 1]):
@@ -348,12 +346,9 @@ def merge_state(a_codes, a_ent, a_byt, a_fp, a_spans, b_codes, b_ent, b_byt, b_f
                 or (len(a_ent) and hi > len(a_ent)):
             return bad
     nb = len(order_b)
-    for q in range(nb):
-        r = order_b[q]
-        if r < 0 or r >= len(b_codes) or r >= len(b_byt) or r >= len(b_fp) or (len(b_ent) and r >= len(b_ent)):
-            return bad
-        if b_codes[r] < 0 or b_codes[r] >= len(tr):
-            return bad
+    nb_rows = min(len(b_codes), len(b_byt), len(b_fp))
+    if len(b_ent):
+        nb_rows = min(nb_rows, len(b_ent))
     if write and (block.shape[0] != 6 or len(status_out) != block.shape[1] or len(joint_out) != block.shape[1]
                   or nonzero.shape[1] != 6):
         return bad
@@ -368,8 +363,13 @@ def merge_state(a_codes, a_ent, a_byt, a_fp, a_spans, b_codes, b_ent, b_byt, b_f
     kept = pos = neg = zero = nz = 0
     while si < n_spans or q < nb:
         ca = a_codes[ra] if si < n_spans else -1
-        rb = order_b[q] if q < nb else -1
-        cb = tr[b_codes[rb]] if q < nb else -1
+        rb = -1
+        cb = -1
+        if q < nb:
+            rb = order_b[q]
+            if rb < 0 or rb >= nb_rows or b_codes[rb] < 0 or b_codes[rb] >= len(tr):
+                return bad
+            cb = tr[b_codes[rb]]
         if cb < 0 or (ca >= 0 and ca < cb):  # a only
             joint, status = ca, 1
             ea, eb, ba, bb = (a_ent[ra] if len(a_ent) else 1), 0, a_byt[ra], 0
@@ -452,21 +452,24 @@ def gather_strings(joint, na, off_a, data_a, off_b, data_b, new_from_b):
     m = len(joint)
     offsets = np.zeros(m + 1, dtype=np.int64)
     nb = len(off_b) - 1
-    if not _offsets_ok(off_a, na, len(data_a)) or nb < 0 or not _offsets_ok(off_b, nb, len(data_b)):
-        return offsets, np.zeros(0, dtype=np.uint8), False
+    fail = (offsets, np.zeros(0, dtype=np.uint8), False)
+    if na < 0 or len(off_a) < na + 1:
+        return fail
     total = 0
     for r in range(m):
         c = joint[r]
         if c < 0:
-            return offsets, np.zeros(0, dtype=np.uint8), False
+            return fail
         if c < na:
-            total += off_a[c + 1] - off_a[c]
+            s, e, n = off_a[c], off_a[c + 1], len(data_a)
         else:
             c -= na
             if c >= len(new_from_b) or new_from_b[c] < 0 or new_from_b[c] >= nb:
-                return offsets, np.zeros(0, dtype=np.uint8), False
-            j = new_from_b[c]
-            total += off_b[j + 1] - off_b[j]
+                return fail
+            s, e, n = off_b[new_from_b[c]], off_b[new_from_b[c] + 1], len(data_b)
+        if s < 0 or e < s or e > n:
+            return fail
+        total += e - s
         offsets[r + 1] = total
     data = np.empty(total, dtype=np.uint8)
     for r in range(m):
@@ -474,7 +477,7 @@ def gather_strings(joint, na, off_a, data_a, off_b, data_b, new_from_b):
         o = np.uint64(offsets[r])
         if c < na:
             s, e = np.uint64(off_a[c]), np.uint64(off_a[c + 1])
-            for x in range(e - s):
+            for x in range(e - s):  # byte by byte: faster here than unaligned 8-byte stores
                 data[o + x] = data_a[s + x]
         else:
             j = new_from_b[c - na]

@@ -369,7 +369,8 @@ def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
         lambda: [_side_rows(codes_b, rows_b[n], hb, size_b, len(kvb)) if n in rows_b else empty for n in names])
     if not names:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
-    orders = [kernels.b_order(sb[0], sb[4], tr, k) for sb in sides_b]
+    row_kind = np.zeros(0, dtype=np.int32 if max(len(codes_b), len(kvb)) < 2**31 - 1 else np.int64)
+    orders = [kernels.b_order(sb[0], sb[4], tr, k, row_kind) for sb in sides_b]
     block = np.empty((6, 0), dtype=np.int64)
     status, joint = np.empty(0, dtype=np.int8), np.empty(0, dtype=np.int64)
     no_rows = np.empty((0, 6), dtype=np.int64)

@@ -72,9 +72,16 @@ def test_groups_that_differ_between_the_sides_never_change_the_answer():
     assert (got == want).all()
 
 
+def _shuffled_in_groups(keys, groups, seed=5):
+    rng = np.random.default_rng(seed)
+    perm = np.concatenate([rng.permutation(np.flatnonzero(groups == g)) for g in np.unique(groups)])
+    return [keys[i] for i in perm], groups[perm]
+
+
+@pytest.mark.parametrize("shuffled", [False, True])  # b in a's order (next-key guesses) or not (the hash table)
 @pytest.mark.parametrize("weak", ["constant", "three_values", "low_bits"])
 @pytest.mark.parametrize("width", [5, 13])
-def test_collisions_never_match_different_keys(monkeypatch, weak, width):
+def test_collisions_never_match_different_keys(monkeypatch, weak, width, shuffled):
     real = KeyValues.hash64
 
     def colliding(self):  # still equal for equal keys, but shared by many
@@ -82,10 +89,62 @@ def test_collisions_never_match_different_keys(monkeypatch, weak, width):
         return {"constant": np.zeros_like(h), "three_values": h % np.uint64(3), "low_bits": h & np.uint64(0xFF)}[weak]
 
     monkeypatch.setattr(KeyValues, "hash64", colliding)
+    monkeypatch.setattr(diff_module, "_PROBE_BUDGET", 1 << 20)  # long chains: still the kernel's answer
     a, ga = _grouped(list(range(600)))
     b, gb = _grouped(list(range(50, 700)))
+    if shuffled:
+        b, gb = _shuffled_in_groups(b, gb)
     got, want = _join(_keys(a, width), _keys(b, width), ga, gb)
-    assert (got == want).all() and (got >= 0).sum() == 550
+    assert got is not None and (got == want).all() and (got >= 0).sum() == 550
+
+
+def test_chains_past_the_budget_fall_back_to_exact_lookup(monkeypatch):
+    real = KeyValues.hash64
+    monkeypatch.setattr(KeyValues, "hash64", lambda self: np.zeros_like(real(self)))  # one chain of every key
+    monkeypatch.setattr(diff_module, "_PROBE_BUDGET", 0)
+    a, ga = _grouped(list(range(3000)))
+    b, gb = _shuffled_in_groups(*_grouped(list(range(50, 3100))))
+    kva, kvb = KeyValues([pa.array(_keys(a))]), KeyValues([pa.array(_keys(b))])
+    assert _joint_by_hash(kva, kvb, ga, gb) is None  # the hash join gave up ...
+    got, _ = diff_module._joint_codes_of(kva, kvb, ga, gb)  # ... and the diff looked the keys up instead
+    want = _joint_by_lookup(kva, kvb)
+    assert (got[want >= 0] == want[want >= 0]).all() and (got[want < 0] >= len(a)).all()
+
+
+@pytest.mark.parametrize("key_type", [pa.int64(), pa.int32(), pa.binary(), pa.large_string()])
+def test_join_of_other_key_types_equals_lookup(key_type):
+    ids_a, ids_b = list(range(0, 900)), [i for i in range(100, 1000) if i % 7]
+    def arr(ids):
+        if pa.types.is_integer(key_type):
+            return pa.array([i * 7919 - 5000 for i in ids], key_type)
+        return pa.array([f"k{i}".encode() if key_type == pa.binary() else f"k{i}" for i in ids], key_type)
+    kva, kvb = KeyValues([arr(ids_a)]), KeyValues([arr(ids_b[::-1])])
+    got = _joint_by_hash(kva, kvb)
+    assert got is not None and (got == _joint_by_lookup(kva, kvb)).all() and (got >= 0).sum() == len(set(ids_a) & set(ids_b))
+
+
+def test_kernels_refuse_offsets_and_rows_out_of_range():
+    from explorer.analysis import _diff_kernels as kernels
+
+    h = np.zeros(2, dtype=np.uint64)
+    data = np.frombuffer(b"abcdabcd", dtype=np.uint8)
+    good = np.array([0, 4, 8], dtype=np.int64)
+    bad = np.array([0, 4, 80], dtype=np.int64)  # the second key ends past the data
+    slices = np.array([[0, 2, 0, 2]], dtype=np.int64)
+    tr, found = np.full(2, -1, dtype=np.int64), np.zeros(2, dtype=bool)
+    assert kernels.join_slices(h, h, good, data, good, data, slices, tr, found, 1000) == kernels.OK
+    assert tr.tolist() == [0, 1]
+    tr[:] = -1
+    assert kernels.join_slices(h, h, good, data, bad, data, slices, tr, found, 1000) == kernels.BAD_OFFSETS
+    wide = np.array([[0, 3, 0, 2]], dtype=np.int64)  # a slice past a's keys
+    assert kernels.join_slices(h, h, good, data, good, data, wide, tr, found, 1000) == kernels.BAD_OFFSETS
+    assert not kernels.gather_strings(np.array([1]), 2, bad, data, good, data, np.zeros(0, np.int64))[2]
+    assert not kernels.gather_strings(np.array([5]), 2, good, data, good, data, np.zeros(0, np.int64))[2]
+    codes, fp = np.array([0, 1], dtype=np.int64), np.zeros(2, dtype=np.uint64)
+    assert not kernels.side_sums(codes, fp, codes, np.array([[0, 3]]), 2, codes[:0])[5]
+    assert not kernels.side_sums(codes, fp, codes, np.array([[0, 2]]), 1, codes[:0])[5]  # code 1 of 1 code
+    assert kernels.rising(codes, np.array([[0, 2]]), 1) == -1
+    assert len(kernels.b_order(codes, np.array([[0, 2]]), np.array([0]), 2, np.zeros(0, np.int32))) == 0
 
 
 @pytest.mark.parametrize("width", [5, 13, 20])
@@ -112,8 +171,9 @@ def _reference_sums(codes, h, size):
     return g.size().index.to_numpy(), g.size().to_numpy(), g["s"].sum().to_numpy(), fp
 
 
+@pytest.mark.parametrize("spans", [False, True])
 @pytest.mark.parametrize("layout", ["one_per_key", "runs", "scattered"])
-def test_per_key_sums_of_every_layout(layout):
+def test_per_key_sums_of_every_layout(layout, spans):
     rng = np.random.default_rng(3)
     keys = np.sort(rng.choice(5000, 800, replace=False))
     if layout == "one_per_key":
@@ -124,7 +184,8 @@ def test_per_key_sums_of_every_layout(layout):
             codes = rng.permutation(codes)
     h = rng.integers(0, 2**63, len(codes), dtype=np.uint64) * np.uint64(2)
     size = rng.integers(1, 100, len(codes))
-    got = _side_keys(codes, slice(0, len(codes)), h, size, 5000)
+    rows = [(0, len(codes) // 3), (len(codes) // 3, len(codes))] if spans else slice(0, len(codes))
+    got = _side_keys(codes, rows, h, size, 5000)
     want = _reference_sums(codes, h, size)
     for g, w in zip(got, want):
         assert np.array_equal(np.asarray(g), np.asarray(w))
