@@ -209,3 +209,35 @@ def test_engine_savepoints_diff_like_their_frames(bench_pair, unchanged):
     assert by["removed"] == {f"user-{i:08d}" for i in range(15)}
     assert by["added"] == {f"user-{i:08d}" for i in range(3000, 3015)}
     assert by["changed"] == {f"user-{i:08d}" for i in range(15, 3000) if i % 100 == 7}
+
+
+def test_string_keys_are_arrow_backed_on_both_paths_and_merge_with_keyed_state(bench_pair):
+    from explorer.analysis.diff import KEY_STRINGS
+
+    a, b = (explorer.open(p) for p in bench_pair)
+    for d in (diff(a, b), diff(a.keyed_state(), b.keyed_state()), diff(a, b, unchanged=False)):
+        assert d["key"].dtype == KEY_STRINGS and d["key"].array._pa_array.type in (pa.string(), pa.large_string())
+    d = diff(a, b)
+    ks = b.keyed_state(state="count")[["key", "value"]]  # keys as Python objects
+    assert ks["key"].dtype == object
+    merged = d[d["state"] == "count"].merge(ks, on="key", how="left")
+    in_b = merged["status"] != "removed"
+    assert len(merged) == (d["state"] == "count").sum()
+    assert merged.loc[in_b, "value"].notna().all() and merged.loc[~in_b, "value"].isna().all()
+    back = ks.merge(d[["key", "status"]].drop_duplicates("key"), on="key")  # and the other way round
+    assert len(back) == len(ks)
+
+
+def test_integer_keys_stay_python_objects_on_both_paths(tmp_path):
+    a = explorer.open(build_savepoint(tmp_path / "a", 400, key_type="int"))
+    b = explorer.open(build_savepoint(tmp_path / "b", 400, key_type="int", variant=True))
+    fast, slow = diff(a, b), diff(a.keyed_state(), b.keyed_state())
+    assert fast["key"].dtype == object and isinstance(fast["key"].iloc[0], int)
+    pd.testing.assert_frame_equal(fast, slow)
+
+
+def test_a_diff_that_lists_nothing_has_the_same_columns_on_both_paths(bench_pair):
+    a = explorer.open(bench_pair[0])
+    fast, slow = diff(a, a, unchanged=False), diff(a.keyed_state(), a.keyed_state(), unchanged=False)
+    assert len(fast) == 0
+    pd.testing.assert_frame_equal(fast, slow)
