@@ -20,6 +20,13 @@ figure on a shared machine), with the machine, its load average and the date
 (``benchmarks._machine``). The whole snapshot is read: every operator, state and
 row, with key groups re-computed and checked. ``--workers`` sets the reader's
 threads (``FlinkSnapshotReader.workers``, subtasks read side by side; default 2).
+
+The timed runs are warm (imports done, numba kernels loaded). The first read in
+a fresh Python process is recorded apart (``first_read_fresh_process``): with
+the numba cache on disk (the usual case: numba's import and loading the compiled
+kernels count), and with an empty cache (``NUMBA_CACHE_DIR`` a new folder: the
+kernels are compiled first), each after ``import explorer.readers.flink``
+(its time also recorded).
 """
 
 from __future__ import annotations
@@ -59,6 +66,39 @@ def read_all(path: Path, warm_up: bool = False, workers: int | None = None) -> t
         return 0, reader.info().extra
     rows = sum(piece.num_rows for piece in reader.keyed_pieces(KeyedStateQuery()))
     return rows, reader.info().extra
+
+
+_FRESH = """
+import json, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+import explorer.readers.flink
+t1 = time.perf_counter()
+from benchmarks.bench_flink_reader import read_all
+rows, _ = read_all(Path(sys.argv[1]), workers=None if sys.argv[2] == "-" else int(sys.argv[2]))
+t2 = time.perf_counter()
+print(json.dumps({"import_seconds": t1 - t0, "first_read_seconds": t2 - t1, "rows": rows}))
+"""
+
+
+def _fresh_process(path: Path, workers: int | None, size: int, cold_cache: bool) -> dict:
+    """The first read of ``path`` in a new Python process (see the module doc)."""
+    import tempfile
+
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+        if cold_cache:
+            env["NUMBA_CACHE_DIR"] = cache
+        out = subprocess.run([sys.executable, "-c", _FRESH, str(path), "-" if workers is None else str(workers)],
+                             cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return {
+        "numba_cache": "empty (kernels compiled)" if cold_cache else "on disk",
+        "import_seconds": {"value": round(got["import_seconds"], 3), "unit": "s"},
+        "seconds": {"value": round(got["first_read_seconds"], 3), "unit": "s"},
+        "throughput": {"value": round(size / 1e6 / got["first_read_seconds"], 1), "unit": "MB/s"},
+        "rows": got["rows"],
+    }
 
 
 def _measure(path: Path, repeat: int, workers: int | None) -> tuple[float, float, int, dict]:
@@ -103,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     read_all(args.dir / next(iter(snapshots.values())), warm_up=True)  # imports outside the timed runs
+    for name in ("heap-canonical-savepoint", "rocksdb-incremental-checkpoint"):  # numba kernels loaded too
+        read_all(ROOT / "sample_data" / "flink" / name)
     load_start = round(os.getloadavg()[0], 2)
     results = []
     for label, name in snapshots.items():
@@ -129,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         })
         print(f"{label}: {size / 1e6:.1f} MB, {rows} rows in {best:.2f} s = {mbs:.1f} MB/s "
               f"({rows / best:,.0f} rows/s); {best_cpu:.2f} CPU-s = {size / 1e6 / best_cpu:.1f} MB/s per CPU-second")
+        fresh = [_fresh_process(path, args.workers, size, cold) for cold in (False, True)]
+        results[-1]["first_read_fresh_process"] = fresh
+        for f in fresh:
+            print(f"  first read in a fresh process, numba cache {f['numba_cache']}: {f['seconds']['value']:.2f} s "
+                  f"= {f['throughput']['value']:.1f} MB/s (import explorer.readers.flink "
+                  f"{f['import_seconds']['value']:.2f} s before it)")
         if args.single_thread_too:
             one, one_cpu, _, _ = _measure(path, args.repeat, 1)
             results[-1]["one_thread"] = {

@@ -20,7 +20,7 @@ _U = np.uint64
 _jit = numba.njit(cache=True, nogil=True)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@_jit
 def _varint(buf, p, end, most):
     """Flink's variable-length int at ``buf[p]`` of at most ``most`` bytes, not reading at or past ``end``;
     returns the value and the position after it (-1: runs past ``end`` or over ``most`` bytes)."""
@@ -172,3 +172,4 @@ def flink_strings(buf, pos):
         data = grown
     offsets[n] = o
     return data[:o], offsets, ends, hashes, flags
+

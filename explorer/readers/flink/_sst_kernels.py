@@ -42,7 +42,6 @@ SAME_SEQ = 3  # the same user key and sequence number
 DISORDER = 4  # a smaller user key, or the same one with a higher sequence number
 
 _jit = numba.njit(cache=True, nogil=True)
-_inline = numba.njit(cache=True, nogil=True, inline="always")
 _U = np.uint64
 
 # Array indices are made unsigned (np.uint64) in the inner loops: numba wraps negative signed indices
@@ -50,35 +49,49 @@ _U = np.uint64
 # checked non-negative and in range before it is used.
 
 
-@_inline
+@_jit
 def _copy(dst, d, src, s, n):
     """``dst[d : d + n] = src[s : s + n]``, eight bytes at a time: it may read up to 7 bytes more of ``src``
-    and overwrite up to 7 bytes more of ``dst`` (the caller checks all of these are in range)."""
+    and overwrite up to 7 bytes more of ``dst`` (the caller checks all of these are in range). A word is
+    read and written as eight bytes (LLVM makes them one load and one store)."""
     d = _U(d)
     s = _U(s)
     j = _U(0)
     while j < _U(n):
-        a = d + j
-        b = s + j
-        dst[a] = src[b]
-        dst[a + _U(1)] = src[b + _U(1)]
-        dst[a + _U(2)] = src[b + _U(2)]
-        dst[a + _U(3)] = src[b + _U(3)]
-        dst[a + _U(4)] = src[b + _U(4)]
-        dst[a + _U(5)] = src[b + _U(5)]
-        dst[a + _U(6)] = src[b + _U(6)]
-        dst[a + _U(7)] = src[b + _U(7)]
+        _put64(dst, d + j, _le64(src, s + j))
         j += _U(8)
 
 
-@_inline
-def _zero(dst, d, n):
-    d = _U(d)
-    for j in range(_U(n)):
-        dst[d + j] = 0
+@_jit
+def _put64(dst, d, w):
+    """``dst[d : d + 8]`` = the little-endian bytes of ``w``."""
+    dst[d] = w & _U(0xFF)
+    dst[d + _U(1)] = (w >> _U(8)) & _U(0xFF)
+    dst[d + _U(2)] = (w >> _U(16)) & _U(0xFF)
+    dst[d + _U(3)] = (w >> _U(24)) & _U(0xFF)
+    dst[d + _U(4)] = (w >> _U(32)) & _U(0xFF)
+    dst[d + _U(5)] = (w >> _U(40)) & _U(0xFF)
+    dst[d + _U(6)] = (w >> _U(48)) & _U(0xFF)
+    dst[d + _U(7)] = w >> _U(56)
 
 
-@_inline
+@_jit
+def _row(keys, row, width, key, u):
+    """``keys[row : row + width]`` = the first ``u`` bytes of ``key``, then zeros; a word at a time (``key``
+    holds ``width`` bytes at least)."""
+    row = _U(row)
+    u = _U(u)
+    for w in range(_U(0), _U(width), _U(8)):
+        if w + _U(8) <= u:
+            word = _le64(key, w)
+        elif w < u:
+            word = _le64(key, w) & ((_U(1) << (_U(8) * (u - w))) - _U(1))
+        else:
+            word = _U(0)
+        _put64(keys, row + w, word)
+
+
+@_jit
 def _le64(src, s):
     """The 8 bytes ``src[s : s + 8]`` as a little-endian word."""
     s = _U(s)
@@ -87,7 +100,7 @@ def _le64(src, s):
             | (_U(src[s + _U(6)]) << _U(48)) | (_U(src[s + _U(7)]) << _U(56)))
 
 
-@_inline
+@_jit
 def _be64(src, s):
     """The 8 bytes ``src[s : s + 8]`` as a big-endian word (compares like the bytes)."""
     s = _U(s)
@@ -96,7 +109,7 @@ def _be64(src, s):
             | (_U(src[s + _U(6)]) << _U(8)) | _U(src[s + _U(7)]))
 
 
-@_inline
+@_jit
 def _varint32(buf, p, end):
     """The varint32 at ``buf[p]`` (not reading at or past ``end``) and the position after it; -1 if bad."""
     result = np.int64(0)
@@ -111,7 +124,7 @@ def _varint32(buf, p, end):
     return np.int64(0), np.int64(-1)
 
 
-@_inline
+@_jit
 def _block_limit(buf, s, length):
     """End of the entries of the block ``buf[s : s + length]``, or a negative error code. At least 8
     bytes must follow the block in ``buf`` (keys are copied 8 bytes at a time)."""
@@ -220,8 +233,7 @@ def fill_entries(buf, bstart, blen, bfile, keys, base, width, ulen, vpos, vlen, 
             _copy(scratch, shared, buf, p, nonshared)
             u = k - 8
             row = base + i * width
-            _copy(keys, row, scratch, 0, u)
-            _zero(keys, row + u, width - u)
+            _row(keys, row, width, scratch, u)
             trailer = _le64(scratch, u)
             seq[i] = np.int64(trailer >> np.uint64(8))
             typ[i] = np.uint8(trailer & np.uint64(0xFF))
@@ -258,7 +270,7 @@ def fill_entries(buf, bstart, blen, bfile, keys, base, width, ulen, vpos, vlen, 
     return OK, np.int64(-1), np.int64(0)
 
 
-@_inline
+@_jit
 def _compare(keys, a, b, start, stop):
     """Sign of the bytes ``keys[a + start : a + stop]`` against ``keys[b + start : b + stop]``."""
     a = _U(a)
@@ -271,7 +283,7 @@ def _compare(keys, a, b, start, stop):
     return 0
 
 
-@_inline
+@_jit
 def _compare_rows(rows, width, a, b, ua, ub):
     """Sign of user key ``a`` against user key ``b`` (bytewise, a key before its extensions): rows of
     ``width`` bytes, zero past each key, compared a big-endian word at a time."""
@@ -286,7 +298,7 @@ def _compare_rows(rows, width, a, b, ua, ub):
     return -1 if ua < ub else (1 if ua > ub else 0)
 
 
-@_inline
+@_jit
 def _before(rows, width, ulen, seq, a, b):
     """Whether entry ``a`` comes strictly before entry ``b``: a smaller user key, or the same one with a
     higher sequence number (newer first)."""
