@@ -309,8 +309,8 @@ class FlinkSnapshotReader(SnapshotReader):
         self._layouts[key] = layout
         return layout
 
-    #: threads reading subtasks' keyed state side by side (NumPy, Arrow and cramjam do most of the work
-    #: without holding the GIL); 1 reads them one after the other
+    #: threads reading subtasks' keyed state side by side (NumPy, Arrow, cramjam and the numba kernels do
+    #: most of the work without holding the GIL); 1 reads them one after the other
     workers: int = min(2, os.cpu_count() or 1)
 
     def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
