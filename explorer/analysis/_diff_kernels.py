@@ -138,6 +138,47 @@ def _join_part(ha, hb, off_a, data_a, off_b, data_b, ia, ib, tr, found_a, table,
     return steps
 
 
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+_SEED = np.uint64(0xD6E8FEB86659FD93)
+
+
+@_jit
+def hash_strings(off, data, out):
+    """``out[i]``: a 64-bit hash of bytes ``data[off[i]:off[i + 1]]`` (see
+    :func:`._hashing.string_hash64`). False, with nothing read, for offsets outside ``data``."""
+    n = len(out)
+    if len(off) != n + 1:
+        return False
+    eight = np.uint64(8)
+    for i in range(n):
+        s, e = off[i], off[i + 1]
+        if s < 0 or e < s or e > len(data):
+            return False
+        m = np.uint64(e - s)
+        p = np.uint64(s)
+        h = (m + np.uint64(1)) * _SEED
+        if m < eight:
+            w = np.uint64(0)
+            for x in range(m):
+                w |= np.uint64(data[p + np.uint64(x)]) << np.uint64(8 * x)
+            h = (h ^ w) * _M1
+        else:
+            x = np.uint64(0)
+            while x + eight <= m:
+                h = (h ^ _word(data, p + x)) * _M1
+                h ^= h >> np.uint64(29)
+                x += eight
+            if x < m:  # the last word overlaps the one before
+                h = (h ^ _word(data, p + m - eight)) * _M2
+        h ^= h >> np.uint64(32)
+        h *= _M3
+        h ^= h >> np.uint64(29)
+        out[i] = h
+    return True
+
+
 @_jit
 def join_slices(ha, hb, off_a, data_a, off_b, data_b, slices, tr, found_a, budget):
     """``tr[j] = i`` for every key ``j`` of b equal to key ``i`` of a, within each slice

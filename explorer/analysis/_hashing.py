@@ -9,9 +9,9 @@ through prefix sums (``B`` odd, hence invertible mod ``2**64``)::
 
 With ``B = 31`` over pure-ASCII strings the low 32 bits are Java's ``String.hashCode``
 (one UTF-16 unit per byte, arithmetic mod ``2**32``). With a large odd ``B``, the length
-mixed in and a SplitMix64 finalizer it is the 64-bit key hash :func:`string_hash64` that
-:func:`explorer.analysis.diff` joins snapshots on (and then checks: equal hashes are
-only candidates, see there).
+a SplitMix64 finalizer and the 64-bit key hash :func:`string_hash64` (a numba pass over
+the words of each string) :func:`explorer.analysis.diff` joins snapshots on (and then
+checks: equal hashes are only candidates, see there).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 
 _CHUNK = 1 << 18
-_B64 = 0x100000001B3  # the FNV-1 64-bit prime (odd)
 
 
 def _inverse(b: int) -> int:
@@ -189,93 +188,29 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def string_hash64(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A 64-bit hash of each string (or binary) value.
+    """A 64-bit hash of each string (or binary) value; nulls hash like empty strings.
 
-    Strings of a few lengths up to 64 bytes are read as little-endian 8-byte words (the
-    last word of a string overlaps the one before it instead of being padded, so a string
-    of one length is read in place from the data buffer) and the words are mixed by a
-    multiply and xor-shift each, the length as the seed (:func:`_mix_words`); anything else
-    is the polynomial hash with the length mixed in, finalized. The hash only has to spread
-    keys: :func:`explorer.analysis.diff.diff` compares the keys of equal hashes before it
-    matches them, so a collision costs time, never a wrong match.
+    Each string is read as little-endian 8-byte words (the last word overlaps the one before
+    it instead of being padded; strings under 8 bytes are one zero-padded word) mixed by a
+    multiply and xor-shift each from a seed of the length, then finalized, in one numba pass
+    over the offsets and data buffers (:func:`._diff_kernels.hash_strings`, imported on
+    first use). The hash only has to spread keys: :func:`explorer.analysis.diff.diff`
+    compares the keys of equal hashes before it matches them, so a collision costs time,
+    never a wrong match.
     """
-    if isinstance(arr, pa.Array) and len(arr) and not arr.null_count:
-        offsets, data = string_buffers(arr)
-        width = int(offsets[1] - offsets[0])
-        if 0 < width <= 64 and int(offsets[-1] - offsets[0]) == width * len(arr) \
-                and bool((np.diff(offsets) == width).all()):  # one width (ids): the buffer is the matrix
-            matrix = data[int(offsets[0]): int(offsets[-1])].reshape(len(arr), width)
-            out = np.empty(len(arr), dtype=np.uint64)
-            for lo in range(0, len(arr), _CHUNK):  # chunks that stay in the CPU cache
-                out[lo: lo + _CHUNK] = _mix_words(matrix[lo: lo + _CHUNK], width)
-            return out
+    from . import _diff_kernels as kernels
 
-    def chunk(body, rel, lengths, widths, out):
-        if widths is not None:
-            _words_by_length(body, rel, lengths, widths, out)
-        else:
-            h = _by_prefix_sums(body, rel, _B64)
-            h ^= lengths.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
-            out[:] = splitmix64(h)
-
-    return _hash_chunks(arr, 64, chunk)
-
-
-_W1 = np.uint64(0x9E3779B97F4A7C15)
-_W2 = np.uint64(0xBF58476D1CE4E5B9)
-_W3 = np.uint64(0x94D049BB133111EB)
-
-
-def word_views(rows: np.ndarray, width: int) -> list[np.ndarray]:
-    """The 8-byte little-endian words covering each row of ``rows`` (a C-contiguous ``(m, width)``
-    uint8 matrix, ``width >= 8``), as strided views without copies: words at bytes 0, 8, ...
-    and a last one ending at the row's last byte (it may overlap the one before). Rows are
-    equal exactly when all their words are."""
-    m = len(rows)
-    starts = list(range(0, width - 7, 8))
-    if starts[-1] != width - 8:
-        starts.append(width - 8)
-    buf = rows.reshape(-1)
-    return [np.ndarray((m,), dtype="<u8", buffer=buf, offset=s, strides=(width,)) for s in starts]
-
-
-def _mix_words(matrix: np.ndarray, width: int) -> np.ndarray:
-    """Hash of each row of a C-contiguous ``(m, width)`` uint8 matrix: per 8-byte word
-    ``h = (h ^ word) * W; h ^= h >> 29`` from a seed of the width, then a finalizer."""
-    m = len(matrix)
-    seed = np.uint64(((width + 1) * 0xD6E8FEB86659FD93) & 0xFFFFFFFFFFFFFFFF)
-    if width < 8:  # too short for a word: zero-pad (a copy of at most 8 bytes per row)
-        padded = np.zeros((m, 8), dtype=np.uint8)
-        padded[:, :width] = matrix
-        matrix, width = padded, 8
-    words = word_views(np.ascontiguousarray(matrix), width)
-    h = words[0] ^ seed
-    h *= _W1
-    tmp = np.empty_like(h)
-    for w in words[1:]:
-        np.right_shift(h, np.uint64(29), out=tmp)
-        h ^= tmp
-        h ^= w
-        h *= _W2
-    np.right_shift(h, np.uint64(32), out=tmp)
-    h ^= tmp
-    h *= _W3
-    np.right_shift(h, np.uint64(29), out=tmp)
-    h ^= tmp
-    return h
-
-
-def _words_by_length(body: np.ndarray, rel: np.ndarray, lengths: np.ndarray, widths: np.ndarray,
-                     out: np.ndarray) -> None:
-    present = np.flatnonzero(widths)
-    if len(present) == 1:
-        width = int(present[0])
-        out[:] = _mix_words(body.reshape(len(lengths), width), width)
-        return
-    starts = rel[:-1]
-    for width in present:
-        idx = np.flatnonzero(lengths == width)
-        out[idx] = _mix_words(body[starts[idx, None] + np.arange(width)], int(width))
+    if isinstance(arr, pa.ChunkedArray):
+        parts = [string_hash64(c) for c in arr.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+    out = np.empty(len(arr), dtype=np.uint64)
+    if not len(arr):
+        return out
+    offsets, data = string_buffers(arr)
+    if not kernels.hash_strings(offsets, data, out):
+        raise ValueError(f"a {arr.type} array of {len(arr)} values whose offsets run outside its "
+                         f"{len(data)}-byte data buffer (expected rising offsets within it)")
+    return out
 
 
 def _lengths(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
