@@ -23,9 +23,13 @@ seed are the same with or without them.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import random
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -183,6 +187,13 @@ def run_trials(trials: int, records: int = 1500, seed: int = 0, backends=("heap"
     }
 
 
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not on every platform
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Inject crashes into checkpointed jobs and check exactly-once recovery")
     ap.add_argument("--trials", type=int, default=1000)
@@ -200,8 +211,22 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--variants: expected some of {', '.join(VARIANTS)}, found {args.variants!r}")
     if not 0 <= args.savepoint_share <= 1:
         ap.error(f"--savepoint-share: expected a number from 0 to 1, found {args.savepoint_share}")
+    load_before = _load_average()
     report = run_trials(args.trials, args.records, args.seed, variants=variants, savepoint_share=args.savepoint_share)
     if args.report:
+        sp = report["savepoint_trials"]
+        report["command"] = "python -m explorer.engine.checkpoint.chaos " + " ".join(sys.argv[1:] if argv is None else argv)
+        report["machine"] = {"platform": platform.platform(), "python": platform.python_version(),
+                             "processor": platform.machine(), "cpus": os.cpu_count(),
+                             "load_average": load_before, "load_average_at_end": _load_average(),
+                             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        report["results"] = {
+            "lost_records": {"value": report["lost_records"], "unit": "records"},
+            "duplicated_records": {"value": report["duplicated_records"], "unit": "records"},
+            "crashes_injected": {"value": report["crashes_injected"], "unit": "crashes"},
+            "savepoint_into_rocksdb_crashes": {"value": sp["crashes_injected"], "unit": "crashes"},
+        }
+        report["peer"] = {"name": "failure-free run of the same job", "lost_records": 0, "duplicated_records": 0}
         Path(args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(args.report).write_text(json.dumps(report, indent=2))
     print(f"{report['trials']} trials, {report['crashes_injected']} crashes injected {report['crashes_by_point']}: "
