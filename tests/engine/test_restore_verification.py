@@ -134,3 +134,18 @@ def test_a_restore_that_does_not_fit_the_job_leaves_nothing_and_the_next_attempt
         assert {k: _get(client, k) for k in before} == before
     finally:
         client.close()
+
+
+class FailsToOpen(Payload):
+    def open(self, ctx):
+        super().open(ctx)
+        raise RuntimeError("the user's open() failed")
+
+
+def test_a_job_that_fails_to_start_releases_its_databases(tmp_path):
+    """Not a restore: the databases stay (a fresh start wipes them anyway) but are closed, so a
+    second attempt in the same process can open them (before: 'lock hold by current process')."""
+    with pytest.raises(RuntimeError, match="open"):
+        JobClient(_env(tmp_path, "rocksdb", "state", fn=FailsToOpen()), "job")
+    client = JobClient(_env(tmp_path, "rocksdb", "state"), "job")
+    client.close()
