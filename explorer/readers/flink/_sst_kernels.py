@@ -24,7 +24,7 @@ import numba
 import numpy as np
 
 OK = 0
-SHORT_BLOCK = 1  # a block shorter than its 4-byte trailer, or outside the buffer
+SHORT_BLOCK = 1  # a block shorter than its 4-byte trailer, or not followed by 8 bytes of the buffer
 RESTARTS = 2  # a restart count that does not fit the block
 HASH_INDEX = 3  # a data block hash index (not read here)
 VARINT = 4  # a varint32 running past the entries or over 5 bytes
