@@ -386,23 +386,31 @@ def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     block = np.empty((len(_INT_COLUMNS), total), dtype=np.int64)  # the six int columns, one pandas block
     status = np.empty(total, dtype=np.int8)
     joint = np.empty(total, dtype=np.int64)
-    ops = np.empty(total, dtype=object)
-    sts = np.empty(total, dtype=object)
     at = 0
     for (op, st), sa, sb, ob, (kept, pos, neg) in zip(names, sides_a, sides_b, orders, counts):  # pass 2: write
-        ops[at: at + kept] = op
-        sts[at: at + kept] = st
         nonzero = np.empty((pos + neg, 6), dtype=np.int64)
         c = kernels.merge_state(*sa, *sb[:4], ob, tr, unchanged, True, at, pos, block, status, joint, nonzero)
         if tuple(c) != (kept, pos, neg) or not kernels.place_nonzero(nonzero, at, kept, block, status, joint):
             raise AnalysisError(f"state {op}/{st}: rows or key codes out of range")  # pragma: no cover
         at += kept
-    keys = _keys_of(joint, kva, kvb, new_from_b)
-    out = pd.DataFrame(block.T, columns=_INT_COLUMNS, copy=False)
-    out.insert(0, "status", pd.Categorical.from_codes(status, categories=list(STATUSES)))
-    out.insert(0, "key", keys)
-    out.insert(0, "state", sts)
-    out.insert(0, "operator", ops)
+
+    def frame() -> pd.DataFrame:
+        ops = np.empty(total, dtype=object)
+        sts = np.empty(total, dtype=object)
+        at = 0
+        for (op, st), (kept, _, _) in zip(names, counts):
+            ops[at: at + kept] = op
+            sts[at: at + kept] = st
+            at += kept
+        out = pd.DataFrame(block.T, columns=_INT_COLUMNS, copy=False)
+        out.insert(0, "status", pd.Categorical.from_codes(status, categories=list(STATUSES)))
+        out.insert(0, "state", sts)
+        out.insert(0, "operator", ops)
+        return out
+
+    # the keys' bytes (a kernel without the GIL) on a second thread while this one builds the rest
+    out, keys = _both(frame, lambda: _keys_of(joint, kva, kvb, new_from_b))
+    out.insert(2, "key", keys)
     return out
 
 
