@@ -64,3 +64,14 @@ def test_hash64_of_one_width_equals_the_hash_among_other_widths(width):
     mixed = same + ["", "ab", "z" * (width + 5)]
     assert (string_hash64(pa.array(same)) == string_hash64(pa.array(mixed))[: len(same)]).all()
     assert (string_hash64(pa.array(same).slice(7)) == string_hash64(pa.array(same))[7:]).all()
+
+
+@pytest.mark.parametrize("kernel", [False, True])
+def test_java_hashes_of_numpy_and_kernel_paths_agree_with_java(monkeypatch, kernel):
+    import explorer.analysis._hashing as hashing
+
+    monkeypatch.setattr(hashing, "KERNEL_STRINGS", 1 if kernel else 1 << 40)
+    strs = [s for w in (0, 1, 7, 13, 40) for s in _strings(w, 60, w + 1)] + ["", "user-00000001"]
+    got = java_string_hashes(pa.array(strs).slice(2))
+    assert got.tolist() == [java_hash_code(s) & 0xFFFFFFFF for s in strs[2:]]
+    assert java_string_hashes(pa.array(["abc", "straße"])) is None
