@@ -376,29 +376,55 @@ def merge_runs(keys, base, width, ulen, seq, run_starts):
 
 
 @_jit
-def group_versions(keys, base, width, ulen, seq, order):
-    """Where each user key's versions start in ``order`` (key order, newest first), then ``len(order)``;
-    whether the two newest versions of any key have the same sequence number; and False when the
-    arguments do not fit together."""
+def visible_entries(keys, base, width, ulen, seq, typ, vpos, vlen, order, out, out_base):
+    """The visible version of every user key, in key order: each key's versions are a run of ``order`` (key
+    order, newest first), of which the newest decides as in ``rocksdb.resolve`` (a value or merge operand
+    shows the key, a deletion hides it).
+
+    Copies each visible key's row into ``out`` (from ``out_base`` on, in output order) and returns
+    ``(rows, value starts, value ends, run starts, run ends, tie, ok)``: the visible entries, their values'
+    ranges, where their runs of versions start and end in ``order`` (for merge operands); ``tie``: whether
+    the two newest versions of any key have the same sequence number; ``ok`` False (and nothing else
+    meaningful) when the arguments do not fit together.
+    """
     n = len(order)
-    starts = np.empty(n + 1, dtype=np.int64)
-    if not _rows_ok(keys, base, width, ulen, seq):
-        return starts[:0], False, False
+    keep = np.empty(n, dtype=np.int64)
+    vs = np.empty(n, dtype=np.int64)
+    ve = np.empty(n, dtype=np.int64)
+    first = np.empty(n, dtype=np.int64)
+    last = np.empty(n, dtype=np.int64)
+    m = len(ulen)
+    if (not _rows_ok(keys, base, width, ulen, seq) or len(typ) != m or len(vpos) != m or len(vlen) != m
+            or out_base < 0 or len(out) < out_base + n * width):
+        return keep[:0], vs[:0], ve[:0], first[:0], last[:0], False, False
     for j in range(n):
-        if order[j] < 0 or order[j] >= len(ulen):
-            return starts[:0], False, False
-    g = 0
-    tie = False
+        if order[j] < 0 or order[j] >= m:
+            return keep[:0], vs[:0], ve[:0], first[:0], last[:0], False, False
     rows = keys[base:]
-    for j in range(n):
-        if j > 0:
-            a = order[j - 1]
-            b = order[j]
-            if ulen[a] == ulen[b] and _compare_rows(rows, width, a, b, ulen[a], ulen[b]) == 0:
-                if starts[g - 1] == j - 1 and seq[a] == seq[b]:
-                    tie = True
-                continue
-        starts[g] = j
-        g += 1
-    starts[g] = n
-    return starts[: g + 1], tie, True
+    tie = False
+    count = 0
+    j = 0
+    while j < n:
+        a = order[j]
+        k = j + 1
+        while k < n:
+            b = order[k]
+            if ulen[a] != ulen[b] or _compare_rows(rows, width, a, b, ulen[a], ulen[b]) != 0:
+                break
+            k += 1
+        if k - j > 1 and seq[order[j + 1]] == seq[a]:
+            tie = True
+        t = typ[a]
+        if t == 1 or t == 2:  # a value or a merge operand
+            keep[count] = a
+            vs[count] = vpos[a]
+            ve[count] = vpos[a] + vlen[a]
+            first[count] = j
+            last[count] = k
+            src = _U(a) * _U(width)
+            dst = _U(out_base) + _U(count) * _U(width)
+            for w in range(_U(0), _U(width), _U(8)):
+                _put64(out, dst + w, _le64(rows, src + w))
+            count += 1
+        j = k
+    return keep[:count], vs[:count], ve[:count], first[:count], last[:count], tie, True

@@ -19,10 +19,10 @@ family per state, so only the files of the states asked for are read at all.
 3. values stay where they are in the joined blocks. One file of values with
    one version per key is done: its rows are already in key order. Otherwise
    the files' sorted runs are merged (``merge_runs``, newest version first),
-   the newest version of each user key decides as in ``rocksdb.resolve``
-   (``group_versions``), and ``rocksdb.combine`` joins the few keys whose
-   newest version is a merge operand (Flink's list appends). The visible keys'
-   rows are copied into their own buffer, in key order.
+   the newest version of each user key decides as in ``rocksdb.resolve`` and
+   the visible keys' rows are copied into their own buffer, in key order
+   (``visible_entries``); ``rocksdb.combine`` joins the few keys whose newest
+   version is a merge operand (Flink's list appends).
 
 A damaged block raises :class:`SstError` naming the file and the block; what
 this module does not handle (a data-block hash index, a key matrix much larger
@@ -281,33 +281,25 @@ def read_column_family(files: list[SstFile], types: tuple[int, ...] | None = Non
         order, ok = kernels.merge_runs(keys, _MARGIN, width, ulen, seq, runs)
     else:
         order = np.arange(n, dtype=np.int64)
+    kbuf = np.empty(_MARGIN + n * width, dtype=np.uint8)  # the visible keys' rows, in output order
+    kbuf[:_MARGIN] = 0  # (columnar may read the bytes before a row)
     if ok:
-        starts, tie, ok = kernels.group_versions(keys, _MARGIN, width, ulen, seq, order)
+        keep, vs, ve, first, last, tie, ok = kernels.visible_entries(keys, _MARGIN, width, ulen, seq, typ, vpos,
+                                                                     vlen, order, kbuf, _MARGIN)
     if not ok:
         raise RuntimeError("sstvec: the merge kernels were given arrays that do not fit together")
     if strict and tie:  # which of the two is newer is not known here
         raise Unsupported("two versions of a key with the same sequence number")
-    heads = order[starts[:-1]]
-    th = typ[heads]
-    visible = np.flatnonzero((th == TYPE_VALUE) | (th == TYPE_MERGE))  # deletions hide their keys
-    keep = heads[visible]
-    vs = vpos[keep]
-    ve = vs + vlen[keep]
     extra: list[bytes] = []  # merged list values, stored after the blocks
     off = len(joined)
-    for k in np.flatnonzero(th[visible] == TYPE_MERGE).tolist():  # combined exactly as rocksdb.resolve does
-        g = int(visible[k])
-        idx = order[starts[g] : starts[g + 1]].tolist()
+    for k in np.flatnonzero(typ[keep] == TYPE_MERGE).tolist():  # combined exactly as rocksdb.resolve does
+        idx = order[first[k] : last[k]].tolist()
         value = combine([(int(typ[e]), joined[vpos[e] : vpos[e] + vlen[e]].tobytes()) for e in idx])
         vs[k], ve[k] = off, off + len(value)
         extra.append(value)
         off += len(value)
     merged = len(extra)
-    # the visible keys' rows in output order, after a margin of zeros (columnar hashes strings by reading
-    # the `width` bytes that end where each ends); np.take with out= copies in place, one memcpy per row
-    kbuf = np.zeros(_MARGIN + len(keep) * width, dtype=np.uint8)
-    rows = keys[_MARGIN:].view(np.dtype((np.void, width)))
-    np.take(rows, keep, out=kbuf[_MARGIN:].view(np.dtype((np.void, width))), mode="clip")
+    kbuf = kbuf[: _MARGIN + len(keep) * width]
     values = joined if not extra else np.frombuffer(b"".join([joined, *extra]), dtype=np.uint8)
     ks = _MARGIN + np.arange(len(keep), dtype=np.int64) * width
     return values, kbuf, ks, ks + ulen[keep], vs, ve, merged
