@@ -486,6 +486,23 @@ def merge_state(a_codes, a_ent, a_byt, a_fp, a_spans, b_codes, b_ent, b_byt, b_f
 
 
 @_jit
+def first_at_least(order_b, b_codes, tr, cut):
+    """The first position ``q`` of ``order_b`` (:func:`b_order`, rising joint codes) whose key's
+    joint code is at least ``cut`` (a binary search); -1 for rows or codes out of range."""
+    lo, hi = 0, len(order_b)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        r = order_b[mid]
+        if r < 0 or r >= len(b_codes) or b_codes[r] < 0 or b_codes[r] >= len(tr):
+            return -1
+        if tr[b_codes[r]] < cut:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@_jit
 def place_nonzero(nonzero, at, kept, block, status_out, joint_out):
     """The rows of ``nonzero`` (:func:`merge_state`) to their output rows: rising ``bytes_delta``
     first from ``at``, falling ones last before ``at + kept``, each group by falling delta, ties

@@ -261,8 +261,8 @@ def _both_hashes(kva: KeyValues, kvb: KeyValues) -> tuple[np.ndarray | None, np.
 
 
 def _both(f, g) -> tuple:
-    """``(f(), g())``, ``g`` on a second thread: NumPy and Arrow release the GIL in their loops,
-    so two halves of the work run side by side on two cores."""
+    """``(f(), g())``, ``g`` on a second thread: NumPy, Arrow and the numba kernels (``nogil``)
+    release the GIL in their loops, so two halves of the work run side by side on two cores."""
     with ThreadPoolExecutor(1, thread_name_prefix="diff") as pool:
         later = pool.submit(g)
         return f(), later.result()
@@ -371,34 +371,48 @@ def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
     row_kind = np.zeros(0, dtype=np.int32 if max(len(codes_b), len(kvb)) < 2**31 - 1 else np.int64)
     orders = [kernels.b_order(sb[0], sb[4], tr, k, row_kind) for sb in sides_b]
-    block = np.empty((6, 0), dtype=np.int64)
-    status, joint = np.empty(0, dtype=np.int8), np.empty(0, dtype=np.int64)
-    no_rows = np.empty((0, 6), dtype=np.int64)
-    counts = []
-    for (op, st), sa, sb, ob in zip(names, sides_a, sides_b, orders):  # pass 1: rows per state
+    parts = []  # per state: its halves (a's rows, b's order) merged side by side on two threads
+    for (op, st), sa, sb, ob in zip(names, sides_a, sides_b, orders):
         if len(ob) != sum(int(hi - lo) for lo, hi in sb[4]):
             raise AnalysisError(f"state {op}/{st}: b's keys have joint codes repeated or outside 0..{k - 1}")
-        c = kernels.merge_state(*sa, *sb[:4], ob, tr, unchanged, False, 0, 0, block, status, joint, no_rows)
+        parts.append(_halves(kernels, sa, sb, ob, tr))
+    no_rows, no_block = np.empty((0, 6), dtype=np.int64), np.empty((6, 0), dtype=np.int64)
+    no_status, no_joint = np.empty(0, dtype=np.int8), np.empty(0, dtype=np.int64)
+
+    def count(half: tuple) -> tuple[int, int, int]:  # pass 1: rows kept, positive and negative deltas
+        c = kernels.merge_state(*half, tr, unchanged, False, 0, 0, no_block, no_status, no_joint, no_rows)
         if c[0] < 0:
-            raise AnalysisError(f"state {op}/{st}: rows or key codes out of range")
-        counts.append(c)
-    total = sum(c[0] for c in counts)
+            raise AnalysisError("rows or key codes out of range")
+        return c
+
+    counts = [_on_both(count, halves) for halves in parts]
+    totals = [tuple(sum(x) for x in zip(*c)) for c in counts]
+    total = sum(t[0] for t in totals)
     block = np.empty((len(_INT_COLUMNS), total), dtype=np.int64)  # the six int columns, one pandas block
     status = np.empty(total, dtype=np.int8)
     joint = np.empty(total, dtype=np.int64)
     at = 0
-    for (op, st), sa, sb, ob, (kept, pos, neg) in zip(names, sides_a, sides_b, orders, counts):  # pass 2: write
-        nonzero = np.empty((pos + neg, 6), dtype=np.int64)
-        c = kernels.merge_state(*sa, *sb[:4], ob, tr, unchanged, True, at, pos, block, status, joint, nonzero)
-        if tuple(c) != (kept, pos, neg) or not kernels.place_nonzero(nonzero, at, kept, block, status, joint):
-            raise AnalysisError(f"state {op}/{st}: rows or key codes out of range")  # pragma: no cover
+    for (op, st), halves, cs, (kept, pos, neg) in zip(names, parts, counts, totals):  # pass 2: write
+        starts = np.cumsum([0] + [c[0] - c[1] - c[2] for c in cs])  # zero-delta rows before each half
+
+        def write(i: int) -> np.ndarray:
+            nonzero = np.empty((cs[i][1] + cs[i][2], 6), dtype=np.int64)
+            c = kernels.merge_state(*halves[i], tr, unchanged, True, at + int(starts[i]), pos, block, status,
+                                    joint, nonzero)
+            if tuple(c) != tuple(cs[i]):  # pragma: no cover - the same merge as pass 1
+                raise AnalysisError(f"state {op}/{st}: rows or key codes out of range")
+            return nonzero
+
+        nonzero = np.concatenate(_on_both(write, list(range(len(halves)))))  # joint order: half 1, half 2
+        if not kernels.place_nonzero(nonzero, at, kept, block, status, joint):  # pragma: no cover
+            raise AnalysisError(f"state {op}/{st}: rows out of range")
         at += kept
 
     def frame() -> pd.DataFrame:
         ops = np.empty(total, dtype=object)
         sts = np.empty(total, dtype=object)
         at = 0
-        for (op, st), (kept, _, _) in zip(names, counts):
+        for (op, st), (kept, _, _) in zip(names, totals):
             ops[at: at + kept] = op
             sts[at: at + kept] = st
             at += kept
@@ -412,6 +426,42 @@ def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     out, keys = _both(frame, lambda: _keys_of(joint, kva, kvb, new_from_b))
     out.insert(2, "key", keys)
     return out
+
+
+_HALF_KEYS = 1 << 20
+
+
+def _halves(kernels, sa: tuple, sb: tuple, ob: np.ndarray, tr: np.ndarray) -> list[tuple]:
+    """One state's merge input (:func:`._diff_kernels.merge_state` arguments before ``tr``) cut
+    at a joint code in two halves of about as many of a's keys, when it has ``_HALF_KEYS`` or
+    more; else whole."""
+    codes, spans = sa[0], sa[4]
+    n_a = int(sum(int(hi - lo) for lo, hi in spans))
+    if n_a < _HALF_KEYS or len(ob) < _HALF_KEYS:
+        return [sa[:4] + (spans,) + sb[:4] + (ob,)]
+    mid, left, right = n_a // 2, [], []
+    for lo, hi in spans.tolist():  # the row of a's middle key; its code is the cut
+        if 0 <= mid < hi - lo:
+            cut = int(codes[lo + mid])
+            left.append((lo, lo + mid))
+            right.append((lo + mid, hi))
+        elif mid >= hi - lo:
+            left.append((lo, hi))
+        else:
+            right.append((lo, hi))
+        mid -= hi - lo
+    q = int(kernels.first_at_least(ob, sb[0], tr, cut))
+    if q < 0:
+        raise AnalysisError("b's rows or key codes out of range")
+    as_spans = [np.array(x, dtype=np.int64).reshape(-1, 2) for x in (left, right)]
+    return [sa[:4] + (as_spans[0],) + sb[:4] + (ob[:q],), sa[:4] + (as_spans[1],) + sb[:4] + (ob[q:],)]
+
+
+def _on_both(fn, items: list) -> list:
+    """``[fn(x) for x in items]``, the second of two items on a second thread."""
+    if len(items) == 2:
+        return list(_both(lambda: fn(items[0]), lambda: fn(items[1])))
+    return [fn(x) for x in items]
 
 
 def _spans_by_state(df: pd.DataFrame) -> dict[tuple[str, str], list[tuple[int, int]] | np.ndarray | slice]:

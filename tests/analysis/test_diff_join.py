@@ -199,8 +199,11 @@ def bench_pair(tmp_path_factory):
     return build_savepoint(root / "a", 3000), build_savepoint(root / "b", 3000, variant=True)
 
 
+@pytest.mark.parametrize("halves", [False, True])  # each state merged whole, or in two halves on two threads
 @pytest.mark.parametrize("unchanged", [True, False])
-def test_engine_savepoints_diff_like_their_frames(bench_pair, unchanged):
+def test_engine_savepoints_diff_like_their_frames(bench_pair, unchanged, halves, monkeypatch):
+    if halves:
+        monkeypatch.setattr(diff_module, "_HALF_KEYS", 16)
     a, b = (explorer.open(p) for p in bench_pair)
     fast = diff(a, b, unchanged=unchanged)  # fixed-width keys, key groups in order: sliced join, word compare
     slow = diff(a.keyed_state(), b.keyed_state(), unchanged=unchanged)
