@@ -16,25 +16,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ._sst_kernels import varint as _varint
+
 _U = np.uint64
 _jit = numba.njit(cache=True, nogil=True)
-
-
-@_jit
-def _varint(buf, p, end, most):
-    """Flink's variable-length int at ``buf[p]`` of at most ``most`` bytes, not reading at or past ``end``;
-    returns the value and the position after it (-1: runs past ``end`` or over ``most`` bytes)."""
-    result = np.int64(0)
-    for k in range(most):
-        if p >= end:
-            return np.int64(0), np.int64(-1)
-        b = np.int64(buf[_U(p)])
-        p += 1
-        result |= (b & 0x7F) << (7 * k)
-        if b < 0x80:
-            return result, p
-    return np.int64(0), np.int64(-1)
-
 
 # _POW31[k]: 31 ** k modulo 2 ** 64; Horner's rule h = 31 * h + c unrolled, h = sum(c[j] * 31 ** (n - 1 - j)),
 # has no chain of multiplications from one character to the next (the low 32 bits are Java's int hash)

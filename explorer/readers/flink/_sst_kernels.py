@@ -110,10 +110,13 @@ def _be64(src, s):
 
 
 @_jit
-def _varint32(buf, p, end):
-    """The varint32 at ``buf[p]`` (not reading at or past ``end``) and the position after it; -1 if bad."""
+def varint(buf, p, end, most):
+    """The variable-length int at ``buf[p]`` (7-bit groups, low group first: RocksDB's varint32
+    with ``most`` = 5, Flink's variable-length int) of at most ``most`` bytes, not reading at or
+    past ``end``; returns the value and the position after it (-1: runs past ``end`` or over
+    ``most`` bytes)."""
     result = np.int64(0)
-    for k in range(5):
+    for k in range(most):
         if p >= end:
             return np.int64(0), np.int64(-1)
         b = np.int64(buf[_U(p)])
@@ -159,13 +162,13 @@ def scan_blocks(buf, bstart, blen, counts):
         c = np.int64(0)
         while p < end:
             at = p
-            shared, p = _varint32(buf, p, end)
+            shared, p = varint(buf, p, end, 5)
             if p < 0:
                 return VARINT, b, at - s, longest
-            nonshared, p = _varint32(buf, p, end)
+            nonshared, p = varint(buf, p, end, 5)
             if p < 0:
                 return VARINT, b, at - s, longest
-            vlen, p = _varint32(buf, p, end)
+            vlen, p = varint(buf, p, end, 5)
             if p < 0:
                 return VARINT, b, at - s, longest
             if shared > prev:
@@ -212,13 +215,13 @@ def fill_entries(buf, bstart, blen, bfile, keys, base, width, ulen, vpos, vlen, 
         first_in_block = True
         while p < end:
             at = p
-            shared, p = _varint32(buf, p, end)
+            shared, p = varint(buf, p, end, 5)
             if p < 0:
                 return VARINT, b, at - s
-            nonshared, p = _varint32(buf, p, end)
+            nonshared, p = varint(buf, p, end, 5)
             if p < 0:
                 return VARINT, b, at - s
-            vl, p = _varint32(buf, p, end)
+            vl, p = varint(buf, p, end, 5)
             if p < 0:
                 return VARINT, b, at - s
             if shared > prev:
