@@ -15,6 +15,16 @@ FLINK_FIXTURES = ROOT / "sample_data" / "flink"
 FIXTURE_NAMES = sorted(p.name for p in FLINK_FIXTURES.iterdir() if (p / "EXPECTED.json").is_file()) if FLINK_FIXTURES.is_dir() else []
 
 
+def varint(v: int) -> bytes:
+    """``v`` in 7-bit groups, low group first (RocksDB's varint32 and Flink's variable-length int),
+    written from the format's description, not by the reader under test."""
+    out = b""
+    while v >= 0x80:
+        out += bytes([(v & 0x7F) | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
 def expected(name: str) -> dict:
     """What the Flink job itself wrote about this snapshot (tools/flink/src/StateFixtures.java)."""
     return json.loads((FLINK_FIXTURES / name / "EXPECTED.json").read_text(encoding="utf-8"))

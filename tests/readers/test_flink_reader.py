@@ -24,6 +24,7 @@ from .flink_helpers import (
     SQL_FIXTURES,
     expected,
     load,
+    varint,
 )
 
 REQUIRED = {
@@ -531,13 +532,6 @@ def test_reachable_candidates_are_exactly_the_chain_from_the_first():
 
 def _string_value(text: str | None) -> bytes:
     """Flink's StringValue bytes of ``text``, written from its documented format (not by the reader)."""
-    def varint(v: int) -> bytes:
-        out = b""
-        while v >= 0x80:
-            out += bytes([(v & 0x7F) | 0x80])
-            v >>= 7
-        return out + bytes([v])
-
     if text is None:
         return b"\x00"
     units = text.encode("utf-16-le", "surrogatepass")

@@ -19,6 +19,8 @@ from explorer.readers.flink.reader import _repeat_string  # noqa: E402
 from explorer.readers.flink.rocksdb import resolve  # noqa: E402
 from explorer.readers.flink.sst import SstError, SstFile  # noqa: E402
 
+from .flink_helpers import varint  # noqa: E402
+
 COMPRESSIONS = ["none", "snappy", "lz4", "zstd"]
 
 
@@ -194,13 +196,6 @@ def test_versions_across_files_resolve_like_the_entry_reader_and_rocksdb(tmp_pat
 
 def _block(entries: list[tuple[int, bytes, bytes]], restarts: list[int] | None = None) -> bytes:
     """A raw data block: entries ``(shared, non-shared key bytes, value)``, restart offsets and their count."""
-    def varint(v: int) -> bytes:
-        out = b""
-        while v >= 0x80:
-            out += bytes([(v & 0x7F) | 0x80])
-            v >>= 7
-        return out + bytes([v])
-
     body = b"".join(varint(s) + varint(len(k)) + varint(len(v)) + k + v for s, k, v in entries)
     restarts = [0] if restarts is None else restarts
     return body + b"".join(r.to_bytes(4, "little") for r in restarts) + len(restarts).to_bytes(4, "little")
