@@ -42,6 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...errors import ReaderError, SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
+from ...format.sst import columns as sstvec
+from ...format.sst.instance import resolve
 from ...keygroups import assign_key_groups, key_groups_for_hash_codes, operator_indices_for_key_groups
 from ..base import (
     OPERATOR_COLUMNS,
@@ -54,13 +56,12 @@ from ..base import (
     SnapshotReader,
     make_piece,
 )
-from . import columnar, fullformat, heapformat, sstvec
+from . import columnar, fullformat, heapformat
 from .datainput import DataInput
 from .handles import HandleResolver, IncrementalHandle, KeyGroupsHandle
 from .metadata import MAGIC, CheckpointMetadata, OperatorState, SubtaskState, read_metadata
 from .operatorid import operator_id_for_uid
 from .operatorstate import read_operator_state
-from .rocksdb import resolve
 from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
 from .serializers import RowDataDecoder, UnknownLayout
 from .statemeta import BackendMeta, read_backend_meta
