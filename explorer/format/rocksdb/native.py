@@ -36,8 +36,18 @@ from ..ttl import is_expired
 from ..types import TypeInfo, type_from_description
 from .layout import decode_rows, key_group_bounds, scan
 
-__all__ = ["NATIVE_FORMAT", "TABLE_BATCH", "NativeFiles", "decoded_rows", "key_group_runs", "materialize", "native_rows",
-           "native_table", "write_decoded", "write_native_table"]
+__all__ = [
+    "NATIVE_FORMAT",
+    "TABLE_BATCH",
+    "NativeFiles",
+    "decoded_rows",
+    "key_group_runs",
+    "materialize",
+    "native_rows",
+    "native_table",
+    "write_decoded",
+    "write_native_table",
+]
 
 #: the ``state_format`` of a subtask whose keyed state is stored as RocksDB files
 NATIVE_FORMAT = "rocksdb-native"

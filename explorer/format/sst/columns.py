@@ -287,7 +287,7 @@ def read_column_family(files: list[SstFile], types: tuple[int, ...] | None = Non
         keep, vs, ve, first, last, tie, ok = kernels.visible_entries(keys, _MARGIN, width, ulen, seq, typ, vpos,
                                                                      vlen, order, kbuf, _MARGIN)
     if not ok:
-        raise RuntimeError("sstvec: the merge kernels were given arrays that do not fit together")
+        raise RuntimeError("explorer.format.sst.columns: the merge kernels were given arrays that do not fit together")
     if strict and tie:  # which of the two is newer is not known here
         raise Unsupported("two versions of a key with the same sequence number")
     extra: list[bytes] = []  # merged list values, stored after the blocks

@@ -14,7 +14,7 @@ savepoint key groups (type 7)   canonical savepoints, any        ``fullformat``
 key groups (types 3, 12)        HashMap backend checkpoints and  ``heapformat``
                                 native savepoints; RocksDB full  (or ``fullformat``)
                                 (non-incremental) checkpoints
-incremental (types 5, 11)       RocksDB incremental checkpoints  ``rocksdb`` + ``sst``
+incremental (types 5, 11)       RocksDB incremental checkpoints  ``format.sst``
                                 and native savepoints
 ==============================  ===============================  ====================
 
@@ -384,7 +384,7 @@ class FlinkSnapshotReader(SnapshotReader):
 
         Flink keeps each state in its own column family, so only the SST files of
         the wanted states are parsed: column-wise (``sstvec``), or entry by entry
-        (``sst`` and ``rocksdb.resolve``) where ``sstvec`` does not apply.
+        (``format.sst.file`` and ``format.sst.instance.resolve``) where ``sstvec`` does not apply.
         """
         kgs = query.key_groups
         # each SST file named by its RocksDB name and, when it is a file of its own, where it is stored
@@ -615,7 +615,7 @@ def _repeat_string(text: str, n: int) -> pa.Array:
 
 
 def _column_family_by_entries(cf_files) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One column family's visible entries read entry by entry (``sst``), as byte ranges of one buffer
+    """One column family's visible entries read entry by entry (``format.sst.file``), as byte ranges of one buffer
     (returned twice: as the values' buffer and the keys')."""
     entries = [(e.keys, e.seqs, e.types, e.values) for e in (f.entries() for f in cf_files)]
     keys, values, _ = resolve(entries)

@@ -6,7 +6,8 @@ group is one contiguous byte range, and values stored as bytes in the state's
 declared schema, never pickled; the layout, format version
 :data:`FORMAT_VERSION`, is :mod:`explorer.format.rocksdb.layout`. The default
 column family holds the format and each state's descriptor, so that a native
-checkpoint describes itself.
+checkpoint describes itself. Bulk loads, checkpoints and native restores work
+in staging folders next to the database (:mod:`.staging`).
 
 Writes skip the write-ahead log (as Flink does: checkpoints, not the WAL,
 make state durable); :meth:`~RocksDBStateBackend.flush`,
@@ -25,9 +26,10 @@ What rocksdict (0.3.29) can and cannot do -- verified against the installed whee
 * **Column families**: ``create_column_family(name, Options(raw_mode=True))``
   returns an ``Rdict`` bound to that family; reopening a database opens
   every existing family automatically. Each family handle keeps the database
-  open: ``db.close()`` alone leaves the LOCK held, so :meth:`~RocksDBStateBackend.close` closes
-  every family handle too. Live iterators also keep it open, so every scan
-  here reads in bounded chunks and drops its iterator before yielding.
+  open: ``db.close()`` alone leaves the LOCK held, so :meth:`~RocksDBStateBackend.close`
+  closes every family handle too. Live iterators also keep it open, so every
+  scan reads in bounded chunks and drops its iterator before yielding
+  (:func:`explorer.format.rocksdb.layout.scan`).
 * **Iteration**: ``items(from_key=..., read_opt=...)`` with
   ``ReadOptions.set_iterate_upper_bound`` gives bounded range scans.
   ``set_iterate_lower_bound`` did *not* bound ``seek_to_first()`` in a test,
@@ -35,8 +37,8 @@ What rocksdict (0.3.29) can and cannot do -- verified against the installed whee
 * **Write batches**: ``WriteBatch(raw_mode=True)`` with per-family handles
   (``get_column_family_handle``), applied atomically with ``db.write``.
 * **Delete range**: ``delete_range(begin, end)`` on a family works; used for
-  clearing whole key-group ranges (clip on restore, :meth:`.table.RocksDBStateTable.clear_all`). Map
-  ``clear()`` deletes entry by entry, as Flink does, instead of piling up
+  clearing whole key-group ranges (clip on restore,
+  :meth:`.table.RocksDBStateTable.clear_all`). Map ``clear()`` deletes entry by entry, as Flink does, instead of piling up
   range tombstones.
 * **Checkpoints**: ``Checkpoint(db).create_checkpoint(dir)`` is RocksDB's own
   checkpoint: SST files are hard links (link count 2 observed), plus

@@ -401,7 +401,7 @@ class RocksDBStateTable(StateTable):
         A canonical restore (:class:`explorer.engine.checkpoint.restore.RestoredKeyedState`)
         hands over its rows in batches that carry, where the types allow, their raw
         entries already encoded column-wise and sorted
-        (:func:`explorer.format.native_encode.encode_batch`); those are written into
+        (:func:`explorer.format.rocksdb.encode.encode_batch`); those are written into
         SST files and ingested (:meth:`RocksDBStateBackend.ingest_sorted`), the
         usual RocksDB bulk load. From the first batch without raw entries, or whose
         keys do not come after the previous batch's, the rest goes the row way
