@@ -1,9 +1,11 @@
 """State time-to-live, as Flink defines it.
 
-Expiry is one pure function, :func:`is_expired`: an entry last accessed at
-``last_access`` (epoch ms) with time-to-live ``ttl`` is expired at ``now``
-exactly when ``last_access + ttl <= now``. At ``now = last_access + ttl - 1``
-it is still alive; at ``last_access + ttl`` it is gone. TTL always runs on
+Expiry is one pure function, :func:`is_expired` (defined in
+:mod:`explorer.format.ttl`, where the snapshot readers use it too): an entry
+last accessed at ``last_access`` (epoch ms) with time-to-live ``ttl`` is
+expired at ``now`` exactly when ``last_access + ttl <= now``. At
+``now = last_access + ttl - 1`` it is still alive; at ``last_access + ttl``
+it is gone. TTL always runs on
 processing time (as in Flink), taken from the engine's clock.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import timedelta
+
+from ..format.ttl import expires_at, is_expired
 
 __all__ = [
     "CleanupStrategies",
@@ -24,7 +28,6 @@ __all__ = [
     "is_expired",
 ]
 
-_MAX = (1 << 63) - 1
 
 
 class UpdateType(enum.Enum):
@@ -165,14 +168,3 @@ class StateTtlConfig:
                 in_background=bool(c.get("in_background", True)),
             ),
         )
-
-
-def expires_at(last_access_ms: int, ttl_ms: int) -> int:
-    """When an entry last accessed at ``last_access_ms`` expires (saturating, like Flink)."""
-    t = last_access_ms + ttl_ms
-    return _MAX if t > _MAX else t
-
-
-def is_expired(last_access_ms: int, ttl_ms: int, now_ms: int) -> bool:
-    """True when ``last_access_ms + ttl_ms <= now_ms``: the one rule for expiry."""
-    return expires_at(last_access_ms, ttl_ms) <= now_ms

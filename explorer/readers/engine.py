@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.keyed import read_parquet_key_groups, rows_to_table
-from ..format.native import NATIVE_FORMAT, NativeFiles
+from ..format.rocksdb.native import NATIVE_FORMAT, NativeFiles
 from ..format.types import type_from_description
 from ..format.sizes import value_sizes
 from ..format.snapshot import is_snapshot_folder, read_metadata, resolve, verify_file

@@ -1,6 +1,6 @@
 """Full snapshots of the RocksDB backend: a pinned view at the barrier, column-wise decoding after.
 
-The column-wise path (:mod:`explorer.format.native_columns`) must give the very
+The column-wise path (:mod:`explorer.format.rocksdb.columns`) must give the very
 table the row path gives (:func:`explorer.format.keyed.rows_to_table` of the
 backend's rows), for every state kind, with and without TTL, over several key
 groups, including the shapes it does not vectorise (those fall back).
@@ -24,7 +24,8 @@ from explorer.engine.state import (
     ValueStateDescriptor,
 )
 from explorer.engine.ttl import CleanupStrategies, StateTtlConfig
-from explorer.format import native, native_columns
+from explorer.format.rocksdb import columns as native_columns
+from explorer.format.rocksdb import native
 from explorer.format.keyed import rows_to_table
 from explorer.keygroups import KeyGroupRange, assign_to_key_group
 

@@ -13,7 +13,8 @@ import pytest
 from explorer.engine.checkpoint import capture, sst_view
 from explorer.engine.checkpoint.capture import PinnedView, StateCapture, _write_view_state
 from explorer.engine.state import StateKind
-from explorer.format import native, native_columns
+from explorer.format.rocksdb import columns as native_columns
+from explorer.format.rocksdb import native
 from explorer.keygroups import assign_to_key_group
 
 from tests.engine.test_full_snapshot_columnar import NOW, TTL, _descs, _keys, _plant, _user_key
@@ -106,7 +107,7 @@ def test_range_deletions_fall_back(make_backend, monkeypatch, tmp_path):
 
 def test_unread_files_fall_back(make_backend, tmp_path):
     """A non-empty WAL or an unexpected entry type: not read from the SST files."""
-    from explorer.readers.flink import sstvec
+    from explorer.format.sst import columns as sstvec
 
     b = make_backend("rocksdb")
     d = [x for x in _descs(False) if x.name == "v_int"][0]
@@ -130,8 +131,8 @@ def test_unread_files_fall_back(make_backend, tmp_path):
 def test_format_version_6_reads_like_5(tmp_path, compression):
     """RocksDB's format version 6 footer (index handle in the metaindex) gives the same entries as version 5."""
     rocksdict = pytest.importorskip("rocksdict")
-    from explorer.readers.flink import sstvec
-    from explorer.readers.flink.sst import SstFile
+    from explorer.format.sst import columns as sstvec
+    from explorer.format.sst.file import SstFile
 
     items = [(bytes([i % 128]) + f"user-{i:06d}".encode(), bytes([i % 251]) * (i % 300)) for i in range(3000)]
     items.sort()

@@ -25,7 +25,7 @@ from explorer.engine import (
 from explorer.engine.checkpoint.job import CRASH_POINTS, CrashInjector, JobClient, run_with_recovery
 from explorer.engine.checkpoint.storage import CheckpointStorage
 from explorer.errors import StateMigrationError
-from explorer.format.native import NATIVE_FORMAT
+from explorer.format.rocksdb.native import NATIVE_FORMAT
 from explorer.format.snapshot import read_metadata, verify_snapshot
 
 DATA = [(f"k{(i * 7919) % 61}", i) for i in range(5000)]

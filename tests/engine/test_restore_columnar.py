@@ -1,6 +1,6 @@
 """Restoring canonical (Parquet) keyed state into RocksDB column-wise, through ingested SST files.
 
-The column path (:mod:`explorer.format.native_encode` +
+The column path (:mod:`explorer.format.rocksdb.encode` +
 :meth:`RocksDBStateBackend.ingest_sorted`) must leave exactly the raw entries
 the row path (``load_rows``) leaves, for every state kind, with and without
 TTL, one or two key-group prefix bytes, a subset of the key groups (rescaling),
@@ -26,7 +26,7 @@ from explorer.engine.state import (
 )
 from explorer.engine.ttl import StateTtlConfig
 from explorer.errors import StateMigrationError
-from explorer.format import native_encode
+from explorer.format.rocksdb import encode as native_encode
 from explorer.format.keyed import rows_to_table, write_parquet_by_key_group
 from explorer.keygroups import KeyGroupRange, assign_to_key_group
 

@@ -17,7 +17,7 @@ from explorer.engine import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from explorer.engine.backends import rocksdb as rocksdb_module
+from explorer.engine.backends.rocksdb import table as rocksdb_module
 from explorer.engine.backends.rocksdb import RocksDBStateBackend
 from explorer.engine.checkpoint.job import CrashInjector, run_with_recovery
 from explorer.engine.ttl import StateTtlConfig

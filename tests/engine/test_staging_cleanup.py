@@ -181,7 +181,7 @@ def test_only_staging_folders_of_this_database_are_removed(tmp_path):
 def test_a_staging_folder_taken_by_a_sweep_before_its_lock_gets_a_new_name(tmp_path, monkeypatch):
     """The instant between creating a folder and locking it: a sweep that claims the folder first
     makes the owner take another name, never share a folder that is being removed."""
-    import explorer.engine.backends.rocksdb as rdb
+    import explorer.engine.backends.rocksdb.staging as rdb
 
     db = tmp_path / "db"
     real_open = os.open
@@ -208,7 +208,7 @@ def test_a_native_restore_killed_mid_copy_does_not_block_the_next_one(tmp_path):
     target = tmp_path / "restored"
     _killed("""
         import shutil
-        import explorer.engine.backends.rocksdb as rdb
+        import explorer.engine.backends.rocksdb.staging as rdb
         b.native_checkpoint(db.parent / "ck")
         b.close()
         real_copy = shutil.copy2

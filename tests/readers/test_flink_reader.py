@@ -416,8 +416,8 @@ def test_rocksdb_levels_merges_and_deletions_are_resolved():
     """Flink's RocksDB files hold list appends as merge operands, fired windows as deletions,
     spread over several SST files; the list and window checks above pass only if they are resolved.
     (Compaction may already have folded some of them, so they are counted over all RocksDB fixtures.)"""
-    from explorer.readers.flink.rocksdb import read_instance
-    from explorer.readers.flink.sst import TYPE_DELETION, TYPE_MERGE, SstFile
+    from explorer.format.sst.instance import read_instance
+    from explorer.format.sst.file import TYPE_DELETION, TYPE_MERGE, SstFile
 
     names = [n for n in DATASTREAM_FIXTURES if expected(n)["backend"] == "rocksdb" and "canonical" not in expected(n)["kind"]]
     assert len(names) >= 3
@@ -482,8 +482,8 @@ def test_columnar_sst_reader_equals_the_entry_by_entry_reader(name, monkeypatch)
 
 def test_columnar_sst_resolves_versions_merges_and_deletions_like_resolve():
     """Per column family, the visible (key, value) pairs equal rocksdb.resolve's, merge counts too."""
-    from explorer.readers.flink import sstvec
-    from explorer.readers.flink.rocksdb import resolve
+    from explorer.format.sst import columns as sstvec
+    from explorer.format.sst.instance import resolve
 
     merged = multi_file = 0
     for name, ssts in _subtask_sst_files(ROCKSDB_NATIVE):
@@ -614,9 +614,9 @@ def test_columnar_sst_walk_equals_the_entry_reader_per_file():
     each key's relation to the previous one (a greater key, an older version) equal the entry reader's."""
     import numpy as np
 
-    from explorer.readers.flink import _sst_kernels as kernels
-    from explorer.readers.flink import sstvec
-    from explorer.readers.flink.sst import SstFile
+    from explorer.format.sst import kernels
+    from explorer.format.sst import columns as sstvec
+    from explorer.format.sst.file import SstFile
 
     seen = {kernels.GREATER: 0, kernels.OLDER: 0}
     for name in ROCKSDB_NATIVE:

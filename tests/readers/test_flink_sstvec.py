@@ -14,10 +14,10 @@ import pytest
 
 rocksdict = pytest.importorskip("rocksdict")
 
-from explorer.readers.flink import sstvec  # noqa: E402
+from explorer.format.sst import columns as sstvec  # noqa: E402
 from explorer.readers.flink.reader import _repeat_string  # noqa: E402
-from explorer.readers.flink.rocksdb import resolve  # noqa: E402
-from explorer.readers.flink.sst import SstError, SstFile  # noqa: E402
+from explorer.format.sst.instance import resolve  # noqa: E402
+from explorer.format.sst.file import SstError, SstFile  # noqa: E402
 
 from .flink_helpers import varint  # noqa: E402
 
@@ -203,7 +203,7 @@ def _block(entries: list[tuple[int, bytes, bytes]], restarts: list[int] | None =
 
 def _walk(block: bytes):
     """scan_blocks and fill_entries over one block placed as sstvec places blocks (zero margins around)."""
-    from explorer.readers.flink import _sst_kernels as kernels
+    from explorer.format.sst import kernels
 
     m = sstvec._MARGIN
     buf = np.zeros(2 * m + len(block), dtype=np.uint8)
@@ -226,7 +226,7 @@ TRAILER = (5 << 8 | 1).to_bytes(8, "little")  # sequence 5, a value
 
 
 def test_damaged_blocks_give_error_codes_not_reads_past_the_block():
-    from explorer.readers.flink import _sst_kernels as kernels
+    from explorer.format.sst import kernels
 
     good = [(0, b"key-1" + TRAILER, b"v1"), (4, b"2" + TRAILER, b"value-2")]
     code, _, cols = _walk(_block(good))

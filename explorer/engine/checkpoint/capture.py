@@ -11,7 +11,7 @@ part: a full checkpoint or savepoint pins a consistent view instead (a RocksDB
 checkpoint, hard-linked SST files, taken at the barrier, as Flink's full
 snapshot pins a RocksDB snapshot), and the asynchronous part reads that view,
 decoding it column-wise where the types allow
-(:func:`explorer.format.native.write_native_table`), and writes the same Parquet
+(:func:`explorer.format.rocksdb.native.write_native_table`), and writes the same Parquet
 files the row copy would have, each batch as soon as it is decoded. The view's
 folder is removed when the write is done, or when the capture is dropped
 unwritten (an aborted checkpoint). Where the view's files allow it, a state is
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...format.keyed import encode_keys, rows_to_table, write_parquet_by_key_group
-from ...format.native import write_native_table
+from ...format.rocksdb.native import write_native_table
 from ...format.snapshot import file_entry
 from ...format.types import type_info
 from ..operators import KeyedOperatorBase, SourceOperator

@@ -17,7 +17,7 @@ state as the database's own files:
 
 The metadata lists every file (shared ones as ``../shared/...``) with size and
 SHA-256, like any other snapshot file, and marks the subtask with
-``"state_format": "rocksdb-native"`` (see :mod:`explorer.format.native`).
+``"state_format": "rocksdb-native"`` (see :mod:`explorer.format.rocksdb.native`).
 Timers, operator state and metrics still take the canonical path.
 :meth:`CheckpointStorage.retain` deletes a shared file once no retained
 checkpoint names it; files a checkpoint in flight uses are held meanwhile.
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ...format.native import NATIVE_FORMAT, NativeFiles, materialize
+from ...format.rocksdb.native import NATIVE_FORMAT, NativeFiles, materialize
 from ...format.snapshot import file_entry, read_metadata
 from ...format.types import type_from_description
 
@@ -203,7 +203,7 @@ class NativeRestoredInPlace:
         self.backend.drop_state(self.desc["name"])
 
     def rows(self, descriptor, operator: str) -> Iterator[tuple]:
-        from ...format.native import native_rows
+        from ...format.rocksdb.native import native_rows
         from .restore import _converter
 
         if descriptor.describe()["value_type"] == self.desc["value_type"]:

@@ -9,7 +9,7 @@ RocksDB subtask, or read out row by row into any other backend
 (:mod:`.incremental`). Canonical (Parquet) keyed state is read one row group
 at a time (the next one read and encoded in a thread while the current one is
 written); a RocksDB subtask gets each row group's raw entries encoded
-column-wise (:mod:`explorer.format.native_encode`) and bulk-loads them as SST
+column-wise (:mod:`explorer.format.rocksdb.encode`) and bulk-loads them as SST
 files, other backends (and shapes not encoded column-wise) get rows.
 
 State is checked when the restored job registers it (Flink's state
@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from ...errors import RestoreError, StateMigrationError
 from ...format.keyed import decode_keys, read_parquet_key_groups
-from ...format.native_encode import encode_batch
+from ...format.rocksdb.encode import encode_batch
 from ...format.prefetch import prefetch
 from ...format.snapshot import BackgroundVerification, check_file_size, read_metadata, resolve, verify_file
 from ...format.types import TypeInfo, type_from_description

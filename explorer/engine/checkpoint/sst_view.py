@@ -4,11 +4,11 @@
 :class:`.capture.PinnedView` (a RocksDB checkpoint folder: hard-linked SSTs,
 memtables flushed, the WAL off). Iterating it with rocksdict makes a Python
 ``bytes`` per key and per value; here the state's SST files are parsed at once
-by :mod:`explorer.readers.flink.sstvec` (data blocks decompressed into one
+by :mod:`explorer.format.sst.columns` (data blocks decompressed into one
 buffer, versions of a key resolved by sequence number, deletions hiding their
 keys), the visible entries sorted into RocksDB's byte order, cut into the
-same batches of :data:`explorer.format.native.TABLE_BATCH` raw entries and
-decoded by :func:`explorer.format.native_columns.decode_flat` from buffers and
+same batches of :data:`explorer.format.rocksdb.native.TABLE_BATCH` raw entries and
+decoded by :func:`explorer.format.rocksdb.columns.decode_flat` from buffers and
 offsets. The written file is the one the rocksdict path writes: same batches,
 same decoding, same tables (a batch the column-wise decoder declines is decoded
 row by row from its raw bytes, as there).
@@ -44,7 +44,7 @@ def column_family_files(staging: Path) -> dict[str, list | None] | None:
     """The view's SST files by column family (footers and properties parsed; data mapped, not read),
     or None when its files cannot be read this way (a non-empty WAL, an unreadable SST, a range
     deletion); a family's files are None where they mix ingested files with others."""
-    from ...readers.flink.sst import SstError, SstFile
+    from ...format.sst.file import SstError, SstFile
 
     staging = Path(staging)
     if any(p.stat().st_size > 0 for p in staging.glob("*.log")):
@@ -72,8 +72,8 @@ def column_family_files(staging: Path) -> dict[str, list | None] | None:
 def _sorted_entries(files: list, prefix_bytes: int, first: int, last: int):
     """Visible entries of key groups ``first..last`` in RocksDB's key order:
     ``(keys (n, width) uint8, key lengths, values buffer, value starts, value lengths)``."""
-    from ...readers.flink.sst import SstError
-    from ...readers.flink.sstvec import Unsupported, read_column_family
+    from ...format.sst.columns import Unsupported, read_column_family
+    from ...format.sst.file import SstError
 
     if not files:
         return np.zeros((0, 8), dtype=np.uint8), np.zeros(0, np.int64), np.zeros(0, np.uint8), \
@@ -103,11 +103,11 @@ def _sorted_entries(files: list, prefix_bytes: int, first: int, last: int):
 
 def write_view_state_sst(files: list, desc: dict[str, Any], prefix_bytes: int, key_group_range: tuple[int, int],
                          value_info: Any, user_key: Any, path: Path, expire: tuple[int, int] | None = None):
-    """:func:`explorer.format.native.write_native_table` of one state from its SST ``files``:
+    """:func:`explorer.format.rocksdb.native.write_native_table` of one state from its SST ``files``:
     ``(row groups, rows, kinds, SHA-256)``, or None (nothing written) where this path does not apply."""
     from ...format.keyed import rows_to_table
-    from ...format.native import TABLE_BATCH, _decoded_rows, write_decoded
-    from ...format.native_columns import decode_flat, supported
+    from ...format.rocksdb.columns import decode_flat, supported
+    from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
 
     if not supported(desc["kind"], value_info, user_key):
         return None
@@ -133,7 +133,7 @@ def write_view_state_sst(files: list, desc: dict[str, Any], prefix_bytes: int, k
             if got is None:
                 entries = [(kb[s : s + ln].tobytes(), vb[s2 : s2 + ln2].tobytes())
                            for s, ln, s2, ln2 in zip(kst.tolist(), kl.tolist(), (bs - lo).tolist(), bl.tolist())]
-                rows = list(_decoded_rows(entries, desc, prefix_bytes, value_info, expire))
+                rows = list(decoded_rows(entries, desc, prefix_bytes, value_info, expire))
                 if not rows:
                     continue
                 got = rows_to_table(rows, value_info, user_key)

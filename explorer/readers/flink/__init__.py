@@ -5,9 +5,10 @@ parser for the one Java-serialized object in ``_metadata``), ``metadata``
 (``_metadata``), ``handles`` (where state bytes live), ``serializers``
 (serializer snapshots and value decoders), ``statemeta`` (the keyed backend
 header), ``fullformat`` (canonical savepoints, RocksDB full snapshots),
-``heapformat`` (HashMap backend snapshots), ``sst`` and ``rocksdb`` (RocksDB
-native/incremental snapshots), ``compression`` (Snappy), ``rows`` (entries to
+``heapformat`` (HashMap backend snapshots), ``compression`` (Snappy), ``rows`` (entries to
 contract rows), ``operatorstate`` (operator and broadcast state), ``reader``.
+RocksDB native/incremental snapshots are read with the SST format of
+:mod:`explorer.format.sst`, which the engine uses too.
 """
 
 from .reader import FlinkSnapshotReader, find_metadata

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._sst_kernels import varint as _varint
+from ...format.sst.kernels import varint as _varint
 
 _U = np.uint64
 _jit = numba.njit(cache=True, nogil=True)

@@ -14,7 +14,7 @@ savepoint key groups (type 7)   canonical savepoints, any        ``fullformat``
 key groups (types 3, 12)        HashMap backend checkpoints and  ``heapformat``
                                 native savepoints; RocksDB full  (or ``fullformat``)
                                 (non-incremental) checkpoints
-incremental (types 5, 11)       RocksDB incremental checkpoints  ``rocksdb`` + ``sst``
+incremental (types 5, 11)       RocksDB incremental checkpoints  ``format.sst``
                                 and native savepoints
 ==============================  ===============================  ====================
 
@@ -42,6 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...errors import ReaderError, SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
+from ...format.sst import columns as sstvec
+from ...format.sst.instance import resolve
 from ...keygroups import assign_key_groups, key_groups_for_hash_codes, operator_indices_for_key_groups
 from ..base import (
     OPERATOR_COLUMNS,
@@ -54,13 +56,12 @@ from ..base import (
     SnapshotReader,
     make_piece,
 )
-from . import columnar, fullformat, heapformat, sstvec
+from . import columnar, fullformat, heapformat
 from .datainput import DataInput
 from .handles import HandleResolver, IncrementalHandle, KeyGroupsHandle
 from .metadata import MAGIC, CheckpointMetadata, OperatorState, SubtaskState, read_metadata
 from .operatorid import operator_id_for_uid
 from .operatorstate import read_operator_state
-from .rocksdb import resolve
 from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
 from .serializers import RowDataDecoder, UnknownLayout
 from .statemeta import BackendMeta, read_backend_meta
@@ -383,7 +384,7 @@ class FlinkSnapshotReader(SnapshotReader):
 
         Flink keeps each state in its own column family, so only the SST files of
         the wanted states are parsed: column-wise (``sstvec``), or entry by entry
-        (``sst`` and ``rocksdb.resolve``) where ``sstvec`` does not apply.
+        (``format.sst.file`` and ``format.sst.instance.resolve``) where ``sstvec`` does not apply.
         """
         kgs = query.key_groups
         # each SST file named by its RocksDB name and, when it is a file of its own, where it is stored
@@ -614,7 +615,7 @@ def _repeat_string(text: str, n: int) -> pa.Array:
 
 
 def _column_family_by_entries(cf_files) -> tuple[bytes, bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One column family's visible entries read entry by entry (``sst``), as byte ranges of one buffer
+    """One column family's visible entries read entry by entry (``format.sst.file``), as byte ranges of one buffer
     (returned twice: as the values' buffer and the keys')."""
     entries = [(e.keys, e.seqs, e.types, e.values) for e in (f.entries() for f in cf_files)]
     keys, values, _ = resolve(entries)

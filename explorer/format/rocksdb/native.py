@@ -10,10 +10,10 @@ database's own files, not as Parquet. Its metadata marks such a subtask with
 
 (SST files live in the checkpoint directory's ``shared/`` area and are named
 by content, so consecutive checkpoints share them; the small files are private
-to the checkpoint.) The byte layout of keys and values is the one documented
-in :mod:`explorer.engine.backends.rocksdb` (format version 1); this module
-decodes it with :mod:`explorer.format.keycodec` and the state's declared type
-from the metadata, so a reader needs neither the job's code nor the engine.
+to the checkpoint.) The byte layout of keys and values is the one of
+:mod:`.layout` (format version 1), which the engine writes; this module decodes
+it with the state's declared type from the metadata, so a reader needs neither
+the job's code nor the engine.
 
 Nothing here modifies a checkpoint: :class:`NativeFiles` links (or copies)
 the files into a private temporary folder first, because RocksDB, even
@@ -25,25 +25,32 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import struct
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ..errors import SnapshotFormatError
-from .keycodec import decode_key
-from .prefetch import prefetch
-from .snapshot import resolve
-from .types import TypeInfo, type_from_description
+from ...errors import SnapshotFormatError
+from ..prefetch import prefetch
+from ..snapshot import resolve
+from ..ttl import is_expired
+from ..types import TypeInfo, type_from_description
+from .layout import decode_rows, key_group_bounds, scan
 
-__all__ = ["NATIVE_FORMAT", "NativeFiles", "key_group_runs", "materialize", "native_rows", "native_table", "write_native_table"]
+__all__ = [
+    "NATIVE_FORMAT",
+    "TABLE_BATCH",
+    "NativeFiles",
+    "decoded_rows",
+    "key_group_runs",
+    "materialize",
+    "native_rows",
+    "native_table",
+    "write_decoded",
+    "write_native_table",
+]
 
 #: the ``state_format`` of a subtask whose keyed state is stored as RocksDB files
 NATIVE_FORMAT = "rocksdb-native"
-
-_TS = struct.Struct(">q")
-_DELIMITER = 0x2C  # b","
-_CHUNK = 2048
 
 
 def materialize(folder: Path, files: dict[str, str], target: Path) -> Path:
@@ -83,22 +90,6 @@ def key_group_runs(key_groups: Iterable[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _scan(cf, lo: bytes, hi: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """Raw entries in ``[lo, hi)``, read in chunks so no iterator outlives a chunk."""
-    from rocksdict import ReadOptions
-
-    while True:
-        ro = ReadOptions()
-        ro.set_iterate_upper_bound(hi)
-        it = cf.items(from_key=lo, read_opt=ro)
-        chunk = list(itertools.islice(it, _CHUNK))
-        del it
-        yield from chunk
-        if len(chunk) < _CHUNK:
-            return
-        lo = chunk[-1][0] + b"\x00"
-
-
 def native_rows(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]],
                 value_info: TypeInfo | None = None) -> Iterator[tuple]:
     """Rows ``(key_group, key, namespace, user_key_or_index, value, last_access_ms)`` of one state.
@@ -108,40 +99,8 @@ def native_rows(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[in
     Values decode with ``value_info`` (default: the described type, structs as dicts).
     """
     info = value_info or type_from_description(desc["value_type"])
-    for first, last in runs:
-        lo, hi = first.to_bytes(prefix_bytes, "big"), (last + 1).to_bytes(prefix_bytes, "big")
-        yield from _raw_rows(_scan(cf, lo, hi), desc, prefix_bytes, info)
-
-
-def _raw_rows(entries: Iterable[tuple[bytes, bytes]], desc: dict[str, Any], prefix_bytes: int,
-              info: TypeInfo) -> Iterator[tuple]:
-    """Raw ``(key, value)`` entries of one state decoded one by one into rows (see :func:`native_rows`)."""
-    dec = info.decode
-    ttl = desc.get("ttl") is not None
-    kind = desc["kind"]
-    skip = 8 if ttl else 0
-    unpack = _TS.unpack_from
-    for rk, rv in entries:
-        kg = int.from_bytes(rk[:prefix_bytes], "big")
-        key, pos = decode_key(rk, prefix_bytes)
-        ns, pos = decode_key(rk, pos)
-        ts = unpack(rv, 0)[0] if ttl else None
-        if kind == "map":
-            uk = decode_key(rk, pos)[0]
-            v = None if rv[skip] == 0 else dec(rv, skip + 1)[0]
-            yield (kg, key, ns, uk, v, ts)
-        elif kind == "list":
-            p, n, i = 0, len(rv), 0
-            while p < n:
-                ets = unpack(rv, p)[0] if ttl else None
-                v, p = dec(rv, p + skip)
-                yield (kg, key, ns, i, v, ets)
-                i += 1
-                if p < n and rv[p] != _DELIMITER:
-                    raise SnapshotFormatError(f"state {desc['name']!r}: corrupt list bytes at {p} (no delimiter)")
-                p += 1
-        else:
-            yield (kg, key, ns, None, dec(rv, skip)[0], ts)
+    yield from decode_rows(_entries(cf, prefix_bytes, runs), desc["kind"], desc.get("ttl") is not None,
+                           prefix_bytes, info, desc["name"])
 
 
 #: raw entries decoded together by :func:`native_table`
@@ -152,8 +111,8 @@ def _decoded_tables(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tupl
                     user_key: Any, expire: tuple[int, int] | None) -> Iterator[tuple[Any, dict[str, str]]]:
     """Non-empty tables of TABLE_BATCH raw entries each, decoded column-wise where their shape
     allows and row by row otherwise, with their kinds."""
-    from .keyed import rows_to_table
-    from .native_columns import decode_batch
+    from ..keyed import rows_to_table
+    from .columns import decode_batch
 
     ttl = desc.get("ttl") is not None
     kind = desc["kind"]
@@ -161,31 +120,34 @@ def _decoded_tables(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tupl
     for keys, values in prefetch(_raw_batches(cf, prefix_bytes, runs, TABLE_BATCH), "snapshot-scan"):
         got = decode_batch(keys, values, kind, prefix_bytes, ttl, value_info, user_key, expire)
         if got is None:
-            rows = list(_decoded_rows(zip(keys, values), desc, prefix_bytes, value_info, expire))
+            rows = list(decoded_rows(zip(keys, values), desc, prefix_bytes, value_info, expire))
             if not rows:
                 continue
             got = rows_to_table(rows, value_info, user_key)
         yield got
 
 
-def _decoded_rows(entries, desc: dict[str, Any], prefix_bytes: int, value_info: TypeInfo,
-                  expire: tuple[int, int] | None) -> Iterator[tuple]:
-    rows = _raw_rows(entries, desc, prefix_bytes, value_info)
-    if expire is not None and desc.get("ttl") is not None:
+def decoded_rows(entries: Iterable[tuple[bytes, bytes]], desc: dict[str, Any], prefix_bytes: int,
+                 value_info: TypeInfo, expire: tuple[int, int] | None) -> Iterator[tuple]:
+    """Raw ``(key, value)`` entries of the state ``desc`` decoded row by row (:func:`.layout.decode_rows`),
+    without the rows expired at ``now_ms`` when ``expire`` = ``(ttl_ms, now_ms)`` and the state has TTL."""
+    ttl = desc.get("ttl") is not None
+    rows = decode_rows(entries, desc["kind"], ttl, prefix_bytes, value_info, desc["name"])
+    if expire is not None and ttl:
         ttl_ms, now_ms = expire
-        rows = (r for r in rows if not _is_expired(r[5], ttl_ms, now_ms))
+        rows = (r for r in rows if not is_expired(r[5], ttl_ms, now_ms))
     return rows
 
 
 def _row_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
                user_key: Any, expire: tuple[int, int] | None) -> tuple[Any, dict[str, str]]:
     """The whole table decoded row by row (the reference path)."""
-    from .keyed import rows_to_table
+    from ..keyed import rows_to_table
 
     if expire is None or desc.get("ttl") is None:
         rows = native_rows(cf, desc, prefix_bytes, runs, value_info)
     else:
-        rows = _decoded_rows(_entries(cf, prefix_bytes, runs), desc, prefix_bytes, value_info, expire)
+        rows = decoded_rows(_entries(cf, prefix_bytes, runs), desc, prefix_bytes, value_info, expire)
     return rows_to_table(list(rows), value_info, user_key)
 
 
@@ -196,15 +158,15 @@ def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[i
     (:func:`explorer.format.keyed.rows_to_table` of :func:`native_rows`, with its kinds).
 
     Batches of raw entries are decoded column-wise where their shape allows
-    (:mod:`.native_columns`), the others row by row; ``columnar=False`` decodes
+    (:mod:`.columns`), the others row by row; ``columnar=False`` decodes
     everything row by row. ``expire`` = ``(ttl_ms, now_ms)`` drops entries that
     have expired at ``now_ms`` (a full-snapshot TTL cleanup). ``cf`` is only
     iterated, so it should be a private, read-only view (its iterator stays open).
     """
     import pyarrow as pa
 
-    from .keyed import rows_to_table
-    from .native_columns import supported
+    from ..keyed import rows_to_table
+    from .columns import supported
 
     if not columnar or not supported(desc["kind"], value_info, user_key):
         return _row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire)
@@ -228,8 +190,8 @@ def write_native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[t
     writes it (the same file), each batch as soon as it is decoded, so the Parquet encoding
     overlaps the scan. Returns the row groups, the row count, the kinds, and the file's
     SHA-256 when it was computed while writing (else None)."""
-    from .keyed import rows_to_table, write_parquet_by_key_group
-    from .native_columns import supported
+    from ..keyed import rows_to_table, write_parquet_by_key_group
+    from .columns import supported
 
     def whole(table_kinds):
         table, kinds = table_kinds
@@ -248,7 +210,7 @@ def write_decoded(path: Path, pieces: Iterable[tuple[Any, dict[str, str]]], empt
     key-group Parquet file: ``(row groups, rows, kinds, SHA-256)``. None, with the file
     aborted, when a piece's kinds or schema differ from the first's (the caller takes the
     row path, which reports or reconciles it); without pieces, ``empty()`` written whole."""
-    from .keyed import KeyGroupParquetWriter, write_parquet_by_key_group
+    from ..keyed import KeyGroupParquetWriter, write_parquet_by_key_group
 
     writer: KeyGroupParquetWriter | None = None
     kinds: dict[str, str] | None = None
@@ -273,35 +235,20 @@ def write_decoded(path: Path, pieces: Iterable[tuple[Any, dict[str, str]]], empt
     return groups, writer.rows, kinds, writer.sha256
 
 
-def _is_expired(ts: int, ttl_ms: int, now_ms: int) -> bool:
-    # the engine's rule (explorer.engine.ttl.is_expired): min(ts + ttl, 2**63 - 1) <= now
-    return min(ts + ttl_ms, (1 << 63) - 1) <= now_ms
-
-
 def _entries(cf, prefix_bytes: int, runs: list[tuple[int, int]]) -> Iterator[tuple[bytes, bytes]]:
+    """Raw entries of the key-group ``runs``, one chunked scan (:func:`.layout.scan`) each."""
     for first, last in runs:
-        yield from _scan(cf, first.to_bytes(prefix_bytes, "big"), (last + 1).to_bytes(prefix_bytes, "big"))
+        yield from scan(lambda: cf, *key_group_bounds(first, last, prefix_bytes))
 
 
 def _raw_batches(cf, prefix_bytes: int, runs: list[tuple[int, int]], size: int
                  ) -> Iterator[tuple[list[bytes], list[bytes]]]:
-    """Raw keys and values in ``runs``, ``size`` entries at a time, from one live iterator per run."""
-    from rocksdict import ReadOptions
-
+    """Raw keys and values in ``runs``, ``size`` entries at a time (each one scan chunk)."""
     for first, last in runs:
-        ro = ReadOptions()
-        ro.set_iterate_upper_bound((last + 1).to_bytes(prefix_bytes, "big"))
-        ro.fill_cache(False)  # one pass over everything: keep the block cache for the job
-        ro.set_readahead_size(4 << 20)
-        it = cf.items(from_key=first.to_bytes(prefix_bytes, "big"), read_opt=ro)
-        while True:
-            chunk = list(itertools.islice(it, size))
-            if chunk:
-                keys, values = zip(*chunk)
-                yield list(keys), list(values)
-            if len(chunk) < size:
-                break
-        del it
+        entries = scan(lambda: cf, *key_group_bounds(first, last, prefix_bytes), chunk=size, bulk=True)
+        while chunk := list(itertools.islice(entries, size)):
+            keys, values = zip(*chunk)
+            yield list(keys), list(values)
 
 
 class NativeFiles:

@@ -1,14 +1,14 @@
 """The data blocks of a column family's SST files parsed at once, with NumPy and numba kernels.
 
-``sst`` reads a data block entry by entry in Python; this module reads the same
+:mod:`.file` reads a data block entry by entry in Python; this module reads the same
 bytes column-wise and gives the same visible key/value pairs as
-``rocksdb.resolve`` (a test checks it on every fixture), as byte ranges of two
+:func:`.instance.resolve` (a test checks it on every fixture), as byte ranges of two
 buffers (keys, values), ready for ``columnar`` decoding. Flink keeps one column
 family per state, so only the files of the states asked for are read at all.
 
 1. every data block is decompressed (``cramjam``) and the blocks are joined
    into one buffer (:func:`_blocks`);
-2. a numba kernel (``_sst_kernels.scan_blocks``) walks every entry of every
+2. a numba kernel (:func:`.kernels.scan_blocks`) walks every entry of every
    block, checking each varint, key and value against the end of its block's
    entries, and counts them and the longest key; a second walk
    (``fill_entries``) writes each user key as a row of a ``(entries, width)``
@@ -19,9 +19,9 @@ family per state, so only the files of the states asked for are read at all.
 3. values stay where they are in the joined blocks. One file of values with
    one version per key is done: its rows are already in key order. Otherwise
    the files' sorted runs are merged (``merge_runs``, newest version first),
-   the newest version of each user key decides as in ``rocksdb.resolve`` and
+   the newest version of each user key decides as in :func:`.instance.resolve` and
    the visible keys' rows are copied into their own buffer, in key order
-   (``visible_entries``); ``rocksdb.combine`` joins the few keys whose newest
+   (``visible_entries``); :func:`.instance.combine` joins the few keys whose newest
    version is a merge operand (Flink's list appends).
 
 A damaged block raises :class:`SstError` naming the file and the block; what
@@ -37,8 +37,8 @@ from collections import defaultdict
 import cramjam
 import numpy as np
 
-from .rocksdb import combine
-from .sst import TYPE_MERGE, TYPE_VALUE, SstError, SstFile
+from .instance import combine
+from .file import TYPE_MERGE, TYPE_VALUE, SstError, SstFile
 
 _PAD = 16
 _MARGIN = 128  # zero bytes around the joined blocks
@@ -201,7 +201,7 @@ _MESSAGES = {
 
 def _walk_error(code: int, block: int, at: int, files: list[SstFile], bfile: np.ndarray, boff: np.ndarray,
                 blen: np.ndarray) -> Exception:
-    from . import _sst_kernels as kernels
+    from . import kernels
 
     if code == kernels.HASH_INDEX:
         return Unsupported("data block hash index")
@@ -211,16 +211,16 @@ def _walk_error(code: int, block: int, at: int, files: list[SstFile], bfile: np.
 
 
 def _entries(files: list[SstFile]):
-    """Walk every data block of ``files`` (the numba kernels of ``_sst_kernels``).
+    """Walk every data block of ``files`` (the numba kernels of :mod:`.kernels`).
 
     Returns ``(joined, keys, width, ulen, vpos, vlen, seq, typ, rel, runs)``:
     the joined blocks; entry ``i``'s user key as row ``keys[_MARGIN + i * width :][:width]``
     (zero past the key, after :data:`_MARGIN` zero bytes); its length, its value's
     start and length in ``joined``, sequence number, type and relation to the
-    previous entry of its file (``_sst_kernels.FIRST`` ...); where each file's
+    previous entry of its file (``kernels.FIRST`` ...); where each file's
     entries start, then their count.
     """
-    from . import _sst_kernels as kernels
+    from . import kernels
 
     joined, base, bfile, boff = _blocks(files)
     blen = np.diff(np.append(base, len(joined) - _MARGIN))
@@ -256,9 +256,9 @@ def read_column_family(files: list[SstFile], types: tuple[int, ...] | None = Non
     ``ks``/``ke`` index ``keys`` (one ``width``-byte row per key, zero past the
     key, after :data:`_MARGIN` zero bytes), both uint8 arrays (two buffers:
     joining them would copy every block once more). Entries come in RocksDB's
-    key order (bytewise), as ``rocksdb.resolve`` gives them.
+    key order (bytewise), as :func:`.instance.resolve` gives them.
     """
-    from . import _sst_kernels as kernels
+    from . import kernels
 
     joined, keys, width, ulen, vpos, vlen, seq, typ, rel, runs = _entries(files)
     n = len(ulen)
@@ -287,12 +287,12 @@ def read_column_family(files: list[SstFile], types: tuple[int, ...] | None = Non
         keep, vs, ve, first, last, tie, ok = kernels.visible_entries(keys, _MARGIN, width, ulen, seq, typ, vpos,
                                                                      vlen, order, kbuf, _MARGIN)
     if not ok:
-        raise RuntimeError("sstvec: the merge kernels were given arrays that do not fit together")
+        raise RuntimeError("explorer.format.sst.columns: the merge kernels were given arrays that do not fit together")
     if strict and tie:  # which of the two is newer is not known here
         raise Unsupported("two versions of a key with the same sequence number")
     extra: list[bytes] = []  # merged list values, stored after the blocks
     off = len(joined)
-    for k in np.flatnonzero(typ[keep] == TYPE_MERGE).tolist():  # combined exactly as rocksdb.resolve does
+    for k in np.flatnonzero(typ[keep] == TYPE_MERGE).tolist():  # combined exactly as instance.resolve does
         idx = order[first[k] : last[k]].tolist()
         value = combine([(int(typ[e]), joined[vpos[e] : vpos[e] + vlen[e]].tobytes()) for e in idx])
         vs[k], ve[k] = off, off + len(value)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import cramjam
 
+from ..types import decode_varint as _varint  # RocksDB's varint32/64: the same 7-bit little-endian groups
+
 BLOCK_MAGIC = 0x88E241B785F4CFF7
 TYPE_DELETION, TYPE_VALUE, TYPE_MERGE, TYPE_SINGLE_DELETION = 0, 1, 2, 7
 TYPE_RANGE_DELETION = 0xF
@@ -46,18 +48,6 @@ _MAX_EXPANSION = 256
 
 class SstError(ValueError):
     """An SST file is not what we expect (the message says what was found)."""
-
-
-def _varint(buf, p: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        b = buf[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, p
-        shift += 7
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""numba kernels of :mod:`.sstvec`: the entry walk of RocksDB data blocks and the merge of sorted files.
+"""numba kernels of :mod:`.columns`: the entry walk of RocksDB data blocks and the merge of sorted files.
 
 Imported lazily (inside functions): ``import explorer`` does not pay for numba.
 The kernels take and return NumPy arrays only and release the GIL, so the
@@ -6,7 +6,7 @@ reader's threads run them side by side. They never read outside the arrays
 they are given: every varint, key and value is checked against the end of its
 block's entries before it is read, and a bad one stops the walk with an error
 code (and the block and the entry's offset in it) that the caller turns into
-:class:`.sst.SstError` naming the file.
+:class:`.file.SstError` naming the file.
 
 A data block is a run of entries, then ``uint32`` restart offsets and a
 ``uint32`` count (top bit: a hash index follows the restarts). An entry is
@@ -381,7 +381,7 @@ def merge_runs(keys, base, width, ulen, seq, run_starts):
 @_jit
 def visible_entries(keys, base, width, ulen, seq, typ, vpos, vlen, order, out, out_base):
     """The visible version of every user key, in key order: each key's versions are a run of ``order`` (key
-    order, newest first), of which the newest decides as in ``rocksdb.resolve`` (a value or merge operand
+    order, newest first), of which the newest decides as in :func:`.instance.resolve` (a value or merge operand
     shows the key, a deletion hides it).
 
     Copies each visible key's row into ``out`` (from ``out_base`` on, in output order) and returns

@@ -2,7 +2,7 @@
 
 The RocksDB backend stores keys and values in our own encodings
 (:mod:`explorer.format.keycodec` for keys, :mod:`explorer.format.types` for
-values; layout in :mod:`explorer.engine.backends.rocksdb`). A full snapshot
+values; layout in :mod:`.layout`). A full snapshot
 turns a state's raw entries into the Parquet table of :mod:`explorer.format.keyed`.
 Decoding entry by entry makes several Python objects per row; here one batch of
 raw entries is joined into one byte buffer and cut into Arrow columns with
@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .keycodec import INT, NONE, STR
+from ..keycodec import INT, NONE, STR
+from ..ttl import alive as ttl_alive
+from .layout import LIST_DELIMITER
 
 __all__ = ["decode_batch", "decode_flat", "supported"]
 
@@ -226,7 +228,7 @@ def _decode(kflat, vflat, kind: str, prefix_bytes: int, ttl: bool,
         j = np.arange(len(row), dtype=np.int64) - first_of_row[row]
         epos = vstart[row] + j * (w + 1)
         last = j == counts[row] - 1
-        _need(vbuf[epos[~last] + w] == 0x2C)  # the "," between elements
+        _need(vbuf[epos[~last] + w] == LIST_DELIMITER[0])  # the "," between elements
         ts = _be_int64(vbuf, epos) if ttl else None
         vals = _fixed_values(vbuf, epos + skip, vname, width, dtype, atype, None)
         cols = {
@@ -326,8 +328,7 @@ def decode_flat(kflat: tuple[np.ndarray, np.ndarray, np.ndarray], vflat: tuple[n
     table = pa.table(cols)
     if expire is not None and ts is not None:
         ttl_ms, now_ms = expire
-        # is_expired: min(ts + ttl, 2**63 - 1) <= now
-        alive = ts > now_ms - ttl_ms if now_ms < (1 << 63) - 1 else np.zeros(rows, dtype=bool)
+        alive = ttl_alive(ts, ttl_ms, now_ms)
         if not alive.all():
             table = table.filter(pa.array(alive))
     if table.num_rows == 0:

@@ -1,27 +1,24 @@
-"""Keyed state of one RocksDB instance from its native/incremental snapshot handle.
+"""The visible data of one RocksDB instance from its SST files: newest version per key, merge operands combined.
 
-An incremental (or native savepoint) handle names a *meta data* stream (the
-keyed-backend header, ``statemeta``) and the files of a RocksDB checkpoint:
-SST files (``NNNNNN.sst``), ``MANIFEST-*``, ``OPTIONS-*``, ``CURRENT``. Shared
-files (reused by later incremental checkpoints) live in ``shared/``; private
-ones in ``chk-N/`` or inline in ``_metadata``.
-
-Flink keeps one column family per state, named after the state, so each SST
-belongs to one state (its ``rocksdb.column.family.name`` property). Keys and
-values use the key/value layout of ``rows``. The same user key can occur in
+A RocksDB checkpoint (Flink's incremental or native savepoint handle, or the
+engine's native files) is SST files (``NNNNNN.sst``), ``MANIFEST-*``,
+``OPTIONS-*`` and ``CURRENT``. Flink and the engine keep one column family per
+state, named after the state, so each SST belongs to one state (its
+``rocksdb.column.family.name`` property). The same user key can occur in
 several SST files (levels) with different sequence numbers; the newest wins.
 List state is appended with *merge operands*: the visible list is the newest
 put (if any, and not deleted) followed by the newer operands, oldest first,
 joined with ``,`` - exactly RocksDB's string-append merge operator with
-Flink's delimiter.
+Flink's delimiter (the engine's list layout uses the same byte). What the keys
+and values mean is the caller's: Flink's layout is decoded in
+:mod:`explorer.readers.flink.rows`, the engine's in :mod:`explorer.format.rocksdb`.
 """
-
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .sst import TYPE_DELETION, TYPE_MERGE, TYPE_SINGLE_DELETION, TYPE_VALUE, SstFile
+from .file import TYPE_DELETION, TYPE_MERGE, TYPE_SINGLE_DELETION, TYPE_VALUE, SstFile
 
 DELIMITER = b","
 

@@ -1,10 +1,10 @@
 """Column-wise encoding of canonical keyed-state rows into raw RocksDB entries (restore).
 
-The inverse of :mod:`explorer.format.native_columns`: a batch of the Parquet
+The inverse of :mod:`.columns`: a batch of the Parquet
 table of :mod:`explorer.format.keyed` (one row group, say) becomes the raw keys
 and values the RocksDB backend would write for those rows
 (:meth:`explorer.engine.backends.rocksdb.RocksDBStateTable.load_rows` into an
-empty state; layout in :mod:`explorer.engine.backends.rocksdb`), built with
+empty state; layout in :mod:`.layout`), built with
 Arrow and NumPy kernels instead of one Python object per part of every row:
 
 * keys and map user keys: ``str`` (zero bytes escaped) or ``int``, without nulls;
@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from .layout import LIST_DELIMITER
 
 __all__ = ["encode_batch", "supported"]
 
@@ -209,7 +211,7 @@ def _encode(table: pa.Table, kind: str, prefix_bytes: int, ttl: bool, vname: str
     if kind == "list":  # one RocksDB value per key: its elements joined by ","
         starts = np.flatnonzero(first)
         offsets = np.append(starts, n).astype(np.int32)
-        values = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), values), b",")
+        values = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), values), LIST_DELIMITER)
         keys = keys.take(pa.array(starts))
     elif not first.all():  # equal raw keys: the last put wins
         last = np.append(first[1:], True)
