@@ -46,6 +46,7 @@ from typing import Any, Iterator
 from ...format.native import NATIVE_FORMAT, NativeFiles, materialize, native_rows
 from ...format.snapshot import file_entry, read_metadata
 from ...format.types import type_from_description
+from ..backends.rocksdb import StagingDir
 from .migration import check_declaration, converter
 
 __all__ = ["NATIVE_FORMAT", "NativeCapture", "capture_native", "upload_native", "is_native_backend",
@@ -93,8 +94,6 @@ def capture_native(backend, staging: Path | None, storage, checkpoint_id: int) -
     one left by a dead process is swept when a backend next opens the directory).
     ``staging`` is ignored (the coordinator's name for it, kept for compatibility).
     """
-    from ..backends.rocksdb import StagingDir
-
     owned = StagingDir(backend.path, "chk")
     try:
         staging = owned.path / "db"
@@ -262,8 +261,6 @@ def restore_native_subtask(folder: Path, old: dict, subtask, subs: list[dict]) -
     # the base: the old subtask sharing the most key groups with this one (Flink picks the same)
     base, *others = sorted(subs, key=shared_groups, reverse=True)
     backend.close()
-    from ..backends.rocksdb import StagingDir
-
     scratch = StagingDir(path, "restore")  # swept by a later open if this process dies mid-way
     new = None
     try:

@@ -22,6 +22,7 @@ unless ``allow_non_restored_state=True``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,8 +34,11 @@ from ...errors import RestoreError, StateMigrationError
 from ...format.keyed import decode_keys, read_parquet_key_groups
 from ...format.native_encode import encode_batch
 from ...format.prefetch import prefetch
+from ...format.records import decode_record
 from ...format.snapshot import BackgroundVerification, check_file_size, read_metadata, resolve, verify_file
 from ...format.types import TypeInfo, type_from_description
+from ..backends.rocksdb import RocksDBStateBackend, remove_created_dirs
+from ..channels import Batch
 from ..operator_state import OperatorStateMode, redistribute_list
 from ..operators import KeyedOperatorBase, SourceOperator
 from ..state import StateDescriptor
@@ -257,8 +261,6 @@ def _restore_timers(folder: Path, tmeta: dict, op: KeyedOperatorBase, wanted: ra
 
 
 def _restore_operator_state(folder: Path, old: dict, subtasks: list, registry: dict[str, type]) -> None:
-    import json
-
     per_sub_lists: dict[str, list[list[Any]]] = {}
     modes: dict[str, tuple[OperatorStateMode, dict]] = {}
     broadcast: dict[str, dict[Any, Any]] = {}
@@ -295,8 +297,6 @@ def _restore_operator_state(folder: Path, old: dict, subtasks: list, registry: d
                 f"{folder}: operator {old['uid']!r} has in-flight records of an unaligned checkpoint at parallelism "
                 f"{len(inflight)}; restore it at the same parallelism (then take a savepoint to rescale)"
             )
-        from ...format.records import decode_record
-        from ..channels import Batch
 
         for st, recs in zip(subtasks, inflight):
             for r in reversed(recs):
@@ -342,8 +342,6 @@ def abort_restore(runtime) -> None:
     not restore remains, no database stays locked in this process, and the state directory
     is as the restore found it (staging folders are removed by the code that made them,
     or by the next backend that opens the directory if this process dies)."""
-    from ..backends.rocksdb import RocksDBStateBackend, remove_created_dirs
-
     verification = getattr(runtime, "restore_verification", None)
     if verification is not None:
         verification.cancel()
