@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -21,12 +22,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import StateExplorerError
-
-
-def _pipelines():
-    from .pipelines import PIPELINES
-
-    return PIPELINES
+from .format.snapshot import read_metadata
+from .pipelines import PIPELINES
+from .report import build_report, summary_text
+from .snapshot import open as open_snapshot
+from .spark.demo import run_spark_demo
 
 
 def _human_bytes(n: float) -> str:
@@ -43,7 +43,7 @@ def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: s
                  max_parallelism: int | None = None, batch_size: int = 1024, quiet: bool = False,
                  savepoint_at: float | None = None) -> dict[str, Any]:
     """Run one example pipeline; optionally checkpoint, restore, and end with a savepoint."""
-    pipes = _pipelines()
+    pipes = PIPELINES
     if name not in pipes:
         raise StateExplorerError(f"no pipeline named {name!r}; the pipelines are {sorted(pipes)}")
     pipe = pipes[name]
@@ -94,8 +94,6 @@ def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: s
 
 
 def _json_default(o: Any) -> Any:
-    import dataclasses
-
     if dataclasses.is_dataclass(o):
         return dataclasses.asdict(o)
     return str(o)
@@ -120,8 +118,6 @@ def _summarise(name: str, result, records: int, elapsed: float, savepoint: Path 
         "hottest_keys": hot[:5],
     }
     if savepoint is not None:
-        from .format.snapshot import read_metadata
-
         meta = read_metadata(savepoint)
         summary["savepoint"] = str(savepoint)
         summary["state_bytes"] = meta["timing"]["bytes"]
@@ -143,7 +139,7 @@ def cmd_demo(args) -> int:
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
-    pipes = _pipelines()
+    pipes = PIPELINES
     print(f"State Explorer demo: {len(pipes)} pipelines, parallelism {args.parallelism}, backends {args.backends}")
     print(f"writing outputs, checkpoints and savepoints under {out}/\n")
     for backend in args.backends.split(","):
@@ -165,8 +161,6 @@ def cmd_demo(args) -> int:
 def _spark_demo(out: Path) -> None:
     """One pipeline on local Spark (transformWithState through the adapter, plus Spark's own
     groupBy().count()), and its checkpoint opened through Spark's state data source."""
-    from .spark.demo import run_spark_demo
-
     print("== Spark (local[2], RocksDB state store)")
     t = time.perf_counter()
     s = run_spark_demo(out)
@@ -195,18 +189,12 @@ def cmd_savepoint(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from . import open as open_snapshot
-    from .report import summary_text
-
     snap = open_snapshot(args.path)
     print(summary_text(snap, top=args.top))
     return 0
 
 
 def cmd_report(args) -> int:
-    from . import open as open_snapshot
-    from .report import build_report
-
     snap = open_snapshot(args.path)
     history_dir = Path(args.path) if Path(args.path).is_dir() and not (Path(args.path) / "_metadata").exists() else None
     ps = [int(p) for p in args.parallelisms.split(",")] if args.parallelisms else None
@@ -216,7 +204,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_list(args) -> int:
-    for name, pipe in _pipelines().items():
+    for name, pipe in PIPELINES.items():
         print(f"{name:<14} {pipe.description}")
     return 0
 

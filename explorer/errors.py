@@ -12,7 +12,9 @@
     ├── SnapshotError               anything wrong with a snapshot on disk
     │   ├── SnapshotNotFoundError   the path holds no snapshot we know
     │   ├── SnapshotFormatError     wrong magic number, unknown version, bad layout
+    │   │   └── FlinkFormatError    Flink bytes in a layout we do not know (also a ValueError)
     │   ├── SnapshotCorruptError    checksum mismatch, torn or missing file
+    │   │   └── FlinkCorruptError   a Flink state stream cut short or inconsistent (also a ValueError)
     │   └── UnsafePathError         a path in metadata escapes the snapshot folder
     ├── RestoreError                a snapshot that does not fit the job restoring it
     │   └── StateMigrationError     renamed descriptor, changed kind, type or TTL
@@ -65,8 +67,16 @@ class SnapshotFormatError(SnapshotError):
     """Wrong magic number, unknown format version, or an unexpected layout."""
 
 
+class FlinkFormatError(SnapshotFormatError, ValueError):
+    """Bytes of a Flink snapshot in a layout the reader does not know (a magic number, a type code)."""
+
+
 class SnapshotCorruptError(SnapshotError):
     """A checksum did not match, or a file is torn or missing."""
+
+
+class FlinkCorruptError(SnapshotCorruptError, ValueError):
+    """A Flink state stream cut short or inconsistent (an entry past its end, a short Snappy frame)."""
 
 
 class UnsafePathError(SnapshotError):

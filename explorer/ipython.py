@@ -17,6 +17,11 @@ import importlib
 import shlex
 from typing import Any, Callable
 
+from .errors import StateExplorerError
+from .report import summary_text
+from .snapshot import Snapshot
+from .snapshot import open as open_snapshot
+
 #: how the dashboard is found: module and function name (looked up at call time)
 DASHBOARD = ("widgets", "explore")
 
@@ -34,10 +39,6 @@ def find_dashboard() -> Callable[[Any], Any] | None:
 
 def explore(line: str, display: Callable[[Any], Any] | None = None, printer: Callable[[str], Any] = print) -> Any:
     """The body of ``%explore PATH``: open, then show the dashboard or the summary; return the snapshot."""
-    from .errors import StateExplorerError
-    from .report import summary_text
-    from .snapshot import open as open_snapshot
-
     args = shlex.split(line)
     if len(args) != 1:
         printer("usage: %explore PATH  (a checkpoint, savepoint or checkpoint directory)")
@@ -60,8 +61,6 @@ def explore(line: str, display: Callable[[Any], Any] | None = None, printer: Cal
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register ``%explore`` and the HTML display of snapshots on ``ipython`` (an InteractiveShell)."""
-    from .snapshot import Snapshot
-
     def _explore(line: str) -> Any:
         return explore(line)
 
@@ -74,8 +73,6 @@ def load_ipython_extension(ipython: Any) -> None:
 
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext explorer``: drop the HTML formatter (IPython keeps magics until restart)."""
-    from .snapshot import Snapshot
-
     formatter = ipython.display_formatter.formatters.get("text/html")
     if formatter is not None:
         formatter.type_printers.pop(Snapshot, None)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ..keygroups import assign_key_groups, java_string_hash_codes, key_groups_for_hash_codes
+
 MAX_WATERMARK = (1 << 63) - 1
 MIN_WATERMARK = -(1 << 63)
 
@@ -83,8 +85,6 @@ class KeyDictionary:
         kgs = self._key_groups.get(max_parallelism)
         n = len(self.values)
         if kgs is None or len(kgs) < n:
-            from ..keygroups import assign_key_groups, java_string_hash_codes, key_groups_for_hash_codes
-
             done = 0 if kgs is None else len(kgs)
             vals = self.values[done:n]
             if vals and all(type(v) is str for v in vals):

@@ -26,6 +26,9 @@ from typing import Any, Callable, Iterable, Sequence
 from ..errors import JobError
 from ..keygroups import check_parallelism, compute_default_max_parallelism
 from .backends.heap import HeapStateBackend
+from .backends.rocksdb import RocksDBStateBackend
+from .checkpoint.config import CheckpointConfig
+from .checkpoint.job import JobClient, run_with_checkpoints
 from .clock import Clock, SystemClock
 from .functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction, KeyedProcessFunction, ProcessFunction
 from .operators import (
@@ -186,8 +189,6 @@ class StreamEnvironment:
         if sb == "heap":
             return lambda maxp, kgr, clock, spec, index: HeapStateBackend(maxp, kgr, clock)
         if sb == "rocksdb":
-            from .backends.rocksdb import RocksDBStateBackend
-
             def make(maxp, kgr, clock, spec, index):
                 path = self.state_dir() / "rocksdb" / f"{spec.uid}-{index}"
                 return RocksDBStateBackend(maxp, kgr, clock, path)
@@ -253,8 +254,6 @@ class StreamEnvironment:
         """Checkpoint into ``directory`` every ``interval_ms`` of processing time and/or every
         ``interval_records`` source records; ``options`` are :class:`CheckpointConfig` fields
         (mode, unaligned, min_pause_ms, timeout_ms, max_concurrent, retained, incremental)."""
-        from .checkpoint.config import CheckpointConfig
-
         if interval_ms is None and interval_records is None:
             raise JobError("enable_checkpointing needs interval_ms or interval_records")
         self.checkpoint_config = CheckpointConfig(directory=Path(directory), interval_ms=interval_ms,
@@ -269,8 +268,6 @@ class StreamEnvironment:
         environment's parallelism, which may differ from the snapshot's).
         """
         if self.checkpoint_config is not None or restore_from is not None:
-            from .checkpoint.job import run_with_checkpoints
-
             return run_with_checkpoints(self, job_name, max_rounds=max_rounds, restore_from=restore_from,
                                         allow_non_restored_state=allow_non_restored_state)
         runtime = self.build_runtime(job_name)
@@ -285,8 +282,6 @@ class StreamEnvironment:
                       allow_non_restored_state: bool = False):
         """Start the job and return a :class:`~explorer.engine.checkpoint.job.JobClient` to drive it
         (``run``, ``trigger_checkpoint``, ``trigger_savepoint``, ``stop_with_savepoint``)."""
-        from .checkpoint.job import JobClient
-
         return JobClient(self, job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state)
 
 

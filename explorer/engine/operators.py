@@ -9,7 +9,7 @@ their key-group range and a timer service.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -23,8 +23,20 @@ from .routing import factorize_keys
 from .state import ValueStateDescriptor
 from .timers import EVENT_TIME, PROCESSING_TIME, TimerQueue, TimerService
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .runtime import Subtask
+class SubtaskPort(Protocol):
+    """What an operator uses of the subtask running it: :class:`explorer.engine.runtime.Subtask`
+    in a job, a stand-in in the test harness (:mod:`explorer.engine.testing`)."""
+
+    runtime: Any
+    key_partitioner: Any
+
+    def emit(self, batch: Batch) -> None: ...
+
+    def emit_side(self, tag: str, batch: Batch) -> bool: ...
+
+    def emit_watermark(self, wm: int) -> None: ...
+
+    def trace(self, kind: str, **detail: Any) -> None: ...
 
 
 class StreamOperator:
@@ -42,13 +54,13 @@ class StreamOperator:
         self.clock = clock
         self.current_watermark = MIN_WATERMARK
         self.operator_state = OperatorStateStore()
-        self.subtask: "Subtask | None" = None
+        self.subtask: SubtaskPort | None = None
         self.records_in = 0
         self.records_out = 0
         self.in_broadcast_side = False
 
     # wiring -------------------------------------------------------------------------
-    def bind(self, subtask: "Subtask") -> None:
+    def bind(self, subtask: SubtaskPort) -> None:
         self.subtask = subtask
 
     def emit(self, values: list[Any], timestamps: list[int | None] | None = None) -> None:

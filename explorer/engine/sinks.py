@@ -9,6 +9,7 @@ Exactly-once delivery across failures is provided by the checkpointing layer
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -121,8 +122,6 @@ class CollectSink(Sink):
 
 
 def _json_default(o: Any) -> Any:
-    import dataclasses
-
     if dataclasses.is_dataclass(o):
         return dataclasses.asdict(o)
     if isinstance(o, (set, frozenset)):

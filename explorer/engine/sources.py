@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from ..errors import JobError
 from .channels import ColumnBatch, DictColumn, KeyDictionary
@@ -86,8 +87,6 @@ class ColumnSource(Source):
     name = "columns"
 
     def __init__(self, data: Any, num_splits: int = 1) -> None:
-        import pyarrow as pa
-
         if num_splits <= 0:
             raise JobError(f"num_splits must be positive, found {num_splits}")
         if isinstance(data, pa.Table):
@@ -136,8 +135,6 @@ class ColumnSource(Source):
 
 def _as_column(col: Any, name: str) -> Any:
     """A column as a NumPy array (numbers, booleans) or an Arrow array (strings and the rest)."""
-    import pyarrow as pa
-
     if isinstance(col, DictColumn):
         return col
     if isinstance(col, pa.ChunkedArray):

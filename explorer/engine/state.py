@@ -19,16 +19,21 @@ AggregatingStateDescriptor :class:`AggregatingState` get/add       AggregatingSt
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator
 
 from ..errors import SerializationError, StateNotDeclaredError
-from ..format.types import TypeInfo, type_info
+from .backends.table import StateTable
+from .descriptors import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    StateKind,
+    ValueStateDescriptor,
+)
 from .ttl import StateTtlConfig, expires_at, is_expired
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .backends.base import KeyedStateBackend, StateTable
 
 __all__ = [
     "AggregateFunction",
@@ -40,147 +45,14 @@ __all__ = [
     "MapStateDescriptor",
     "ReducingState",
     "ReducingStateDescriptor",
+    "State",
     "StateDescriptor",
     "StateKind",
     "ValueState",
     "ValueStateDescriptor",
 ]
 
-T = TypeVar("T")
-K = TypeVar("K")
-V = TypeVar("V")
 _MISSING = object()
-
-
-class StateKind(enum.Enum):
-    VALUE = "value"
-    LIST = "list"
-    MAP = "map"
-    REDUCING = "reducing"
-    AGGREGATING = "aggregating"
-
-
-class AggregateFunction(Generic[T, V]):
-    """Flink's AggregateFunction: an accumulator built up from inputs."""
-
-    def create_accumulator(self) -> Any:
-        raise NotImplementedError
-
-    def add(self, value: T, accumulator: Any) -> Any:
-        raise NotImplementedError
-
-    def get_result(self, accumulator: Any) -> V:
-        raise NotImplementedError
-
-    def merge(self, a: Any, b: Any) -> Any:
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class StateDescriptor:
-    """Common part of every descriptor: a name, and optionally a TTL."""
-
-    name: str
-
-    kind = StateKind.VALUE
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"a state descriptor needs a non-empty name, found {self.name!r}")
-
-    @property
-    def value_info(self) -> TypeInfo:
-        raise NotImplementedError
-
-    @property
-    def user_key_info(self) -> TypeInfo | None:
-        return None
-
-    def describe(self) -> dict[str, Any]:
-        """JSON description written into snapshot metadata."""
-        ttl: StateTtlConfig | None = getattr(self, "ttl", None)
-        d = {
-            "name": self.name,
-            "kind": self.kind.value,
-            "value_type": self.value_info.describe(),
-            "ttl": None if ttl is None else ttl.to_json(),
-        }
-        uk = self.user_key_info
-        if uk is not None:
-            d["user_key_type"] = uk.describe()
-        return d
-
-
-@dataclass(frozen=True)
-class ValueStateDescriptor(StateDescriptor):
-    """One value per key: ``ValueStateDescriptor("count", int)``."""
-
-    type: Any = None
-    ttl: StateTtlConfig | None = None
-    kind = StateKind.VALUE
-
-    @property
-    def value_info(self) -> TypeInfo:
-        return type_info(self.type)
-
-
-@dataclass(frozen=True)
-class ListStateDescriptor(StateDescriptor):
-    """A list per key: ``ListStateDescriptor("events", Event)`` (the element type)."""
-
-    element_type: Any = None
-    ttl: StateTtlConfig | None = None
-    kind = StateKind.LIST
-
-    @property
-    def value_info(self) -> TypeInfo:
-        return type_info(self.element_type)
-
-
-@dataclass(frozen=True)
-class MapStateDescriptor(StateDescriptor):
-    """A map per key: ``MapStateDescriptor("merchants", str, int)``."""
-
-    key_type: Any = None
-    value_type: Any = None
-    ttl: StateTtlConfig | None = None
-    kind = StateKind.MAP
-
-    @property
-    def value_info(self) -> TypeInfo:
-        return type_info(self.value_type)
-
-    @property
-    def user_key_info(self) -> TypeInfo:
-        return type_info(self.key_type)
-
-
-@dataclass(frozen=True)
-class ReducingStateDescriptor(StateDescriptor):
-    """A value per key folded with ``reduce_function(old, new)``."""
-
-    reduce_function: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
-    type: Any = None
-    ttl: StateTtlConfig | None = None
-    kind = StateKind.REDUCING
-
-    @property
-    def value_info(self) -> TypeInfo:
-        return type_info(self.type)
-
-
-@dataclass(frozen=True)
-class AggregatingStateDescriptor(StateDescriptor):
-    """An accumulator per key, built by an :class:`AggregateFunction`; declare the accumulator type."""
-
-    aggregate_function: AggregateFunction = None  # type: ignore[assignment]
-    accumulator_type: Any = None
-    ttl: StateTtlConfig | None = None
-    kind = StateKind.AGGREGATING
-
-    @property
-    def value_info(self) -> TypeInfo:
-        return type_info(self.accumulator_type)
 
 
 class KeyContext:
@@ -201,11 +73,13 @@ class KeyContext:
         self._set = True
 
 
-class _State:
+class State:
+    """Base of the state objects: the descriptor, its table, the key context, the clock and TTL."""
+
     __slots__ = ("descriptor", "table", "ctx", "clock", "ttl_ms", "update_on_read", "return_expired", "info", "_cleanup",
                  "_exact", "uk_info", "_uk_exact")
 
-    def __init__(self, descriptor: StateDescriptor, table: "StateTable", ctx: KeyContext, clock, cleanup=None) -> None:
+    def __init__(self, descriptor: StateDescriptor, table: StateTable, ctx: KeyContext, clock, cleanup=None) -> None:
         self.descriptor = descriptor
         self.table = table
         self.ctx = ctx
@@ -250,7 +124,7 @@ class _State:
         self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
 
 
-class ValueState(_State):
+class ValueState(State):
     """One value per key (and namespace)."""
 
     __slots__ = ()
@@ -289,7 +163,7 @@ class ValueState(_State):
         self.table.put(ctx.key_group, ctx.key, ctx.namespace, (value, self.clock.now_ms()) if self.ttl_ms else value)
 
 
-class ReducingState(_State):
+class ReducingState(State):
     """A value folded with the descriptor's reduce function."""
 
     __slots__ = ()
@@ -305,7 +179,7 @@ class ReducingState(_State):
         del ctx
 
 
-class AggregatingState(_State):
+class AggregatingState(State):
     """An accumulator built by the descriptor's :class:`AggregateFunction`."""
 
     __slots__ = ()
@@ -324,7 +198,7 @@ class AggregatingState(_State):
         ValueState.update(self, fn.add(value, acc))  # type: ignore[arg-type]
 
 
-class ListState(_State):
+class ListState(State):
     """A list per key. With TTL every element carries its own last-access time."""
 
     __slots__ = ()
@@ -443,7 +317,7 @@ class MapMethods:
         return not self.items()
 
 
-class MapState(MapMethods, _State):
+class MapState(MapMethods, State):
     """A map per key. With TTL every map entry carries its own last-access time."""
 
     __slots__ = ()
@@ -500,7 +374,7 @@ class MapState(MapMethods, _State):
         return out
 
 
-STATE_CLASSES: dict[StateKind, type[_State]] = {
+STATE_CLASSES: dict[StateKind, type[State]] = {
     StateKind.VALUE: ValueState,
     StateKind.LIST: ListState,
     StateKind.MAP: MapState,

@@ -40,9 +40,12 @@ import pandas as pd
 
 from ..errors import JobError, StateError
 from ..keygroups import assign_to_key_group
+from .backends.heap import HeapStateBackend
+from .backends.rocksdb import RocksDBStateBackend
 from .channels import MIN_WATERMARK, Batch
 from .checkpoint.coordinator import InjectedCrash
 from .clock import ManualClock
+from .datastream import OperatorSpec
 from .functions import KeyedBroadcastProcessFunction, KeyedProcessFunction
 from .operators import KeyedProcessOperator
 from .sinks import CollectSink
@@ -210,8 +213,6 @@ class KeyedProcessFunctionHarness:
     ) -> None:
         if not isinstance(function, KeyedProcessFunction):
             raise JobError(f"{type(function).__name__} is not a KeyedProcessFunction")
-        from .datastream import OperatorSpec
-
         self.clock = clock if clock is not None else ManualClock(0)
         self.key_selector = key_selector
         self.default_key = key
@@ -239,12 +240,8 @@ class KeyedProcessFunctionHarness:
         if callable(state_backend):
             return state_backend
         if state_backend == "heap":
-            from .backends.heap import HeapStateBackend
-
             return lambda maxp, kgr, clock, spec, index: HeapStateBackend(maxp, kgr, clock)
         if state_backend == "rocksdb":
-            from .backends.rocksdb import RocksDBStateBackend
-
             self._tmp = tempfile.TemporaryDirectory(prefix="state-explorer-harness-")
             path = self._tmp.name
 

@@ -50,6 +50,7 @@ __all__ = [
     "TypeInfo",
     "encode_varint",
     "decode_varint",
+    "describe_type",
     "type_from_description",
     "type_info",
 ]
@@ -598,6 +599,25 @@ def type_from_description(desc: dict[str, Any], classes: dict[str, type] | None 
         fields = [(f["name"], type_from_description(f["type"], classes), dataclasses.MISSING) for f in desc["fields"]]
         return _Struct(desc["name"], fields, None)
     raise SerializationError(f"unknown type description {desc!r}")
+
+
+def describe_type(desc: dict[str, Any], with_fields: bool = True) -> str:
+    """A type description (:meth:`TypeInfo.describe`) as text: ``list[Order(id: int, items: list[str])]``.
+
+    ``with_fields=False`` names a struct without its fields (``list[Order]``).
+    """
+    t = desc.get("type")
+    if t == "struct":
+        if not with_fields:
+            return desc["name"]
+        return f"{desc['name']}({', '.join(f['name'] + ': ' + describe_type(f['type']) for f in desc['fields'])})"
+    if t in ("list", "optional"):
+        return f"{t}[{describe_type(desc['of'], with_fields)}]"
+    if t == "dict":
+        return f"dict[{describe_type(desc['key'], with_fields)}, {describe_type(desc['value'], with_fields)}]"
+    if t == "tuple":
+        return "tuple[" + ", ".join(describe_type(f, with_fields) for f in desc["fields"]) + "]"
+    return str(t)
 
 
 def struct_fields(info: TypeInfo) -> list[tuple[str, TypeInfo, Any]] | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from ..engine import StreamEnvironment
 from . import consumer_lag, dedup, fraud, orders, sessions, url_counts
 from ._common import ReplayClock
 
@@ -67,8 +68,6 @@ class Pipeline:
         return tuple(self.keyed_state)
 
     def make_env(self, parallelism: int = 1, **env_options: Any):
-        from ..engine import StreamEnvironment
-
         if self.replay_clock and "clock" not in env_options:
             env_options["clock"] = ReplayClock()
         return StreamEnvironment(parallelism=parallelism, **env_options)

@@ -28,12 +28,16 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
+
+from ..engine.sources import CollectionSource, Source
 
 __all__ = [
     "DEFAULT_START_MS",
     "ReplayClock",
     "arrival_order",
     "as_source",
+    "factorize",
     "key_names",
     "planted_keys_dominate",
     "sample_keys",
@@ -50,8 +54,6 @@ DAY = 24 * HOUR
 def as_source(records: Any, num_splits: int = 1):
     """The source a pipeline reads: ``records`` itself if it is a Source (a TestingSource with
     an ABORT marker, say), else a CollectionSource over the list."""
-    from ..engine.sources import CollectionSource, Source
-
     return records if isinstance(records, Source) else CollectionSource(records, num_splits)
 
 
@@ -127,7 +129,7 @@ def arrival_order(
     jitter = rng.integers(0, max(1, int(max_delay_ms)), n) if max_delay_ms > 0 else np.zeros(n, dtype=np.int64)
     order = np.argsort(ts + jitter, kind="stable")
     ts_a = ts[order]
-    codes, _ = _factorize(np.asarray(keys, dtype=object)[order])
+    codes, _ = factorize(np.asarray(keys, dtype=object)[order])
     by_key_arrival = np.argsort(codes, kind="stable")  # per key, positions in arrival order
     by_key_time = np.lexsort((ts_a, codes))  # per key, positions in time order
     out = np.empty_like(ts_a)
@@ -135,9 +137,8 @@ def arrival_order(
     return order, out
 
 
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:
-    import pandas as pd
-
+def factorize(values: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """Codes (first appearance order) and the distinct values, of an object array."""
     codes, uniques = pd.factorize(values)
     return codes, list(uniques)
 

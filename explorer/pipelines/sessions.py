@@ -32,7 +32,7 @@ from ..engine import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
-from ._common import DEFAULT_START_MS, HOUR, MINUTE, _factorize, arrival_order, as_source, key_names, sample_keys
+from ._common import DEFAULT_START_MS, HOUR, MINUTE, arrival_order, factorize, as_source, key_names, sample_keys
 
 __all__ = ["Event", "SESSION_GAP_MS", "SessionSummary", "SessionWindowFunction", "build", "generate"]
 
@@ -155,7 +155,7 @@ def generate(
         return []
     users = sample_keys(rng, n, key_names(keys, "user-"), zipf_s=zipf_s, hot_keys=hot_keys, hot_share=hot_share)
     # per user: a start in the window, then gaps; some gaps are breaks (> 30 min)
-    codes, uniq = _factorize(users)
+    codes, uniq = factorize(users)
     order = np.argsort(codes, kind="stable")
     sc = codes[order]
     first = np.r_[True, sc[1:] != sc[:-1]]

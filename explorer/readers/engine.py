@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from ..format.keyed import read_parquet_key_groups, rows_to_table
 from ..format.rocksdb.native import NATIVE_FORMAT, NativeFiles
-from ..format.types import type_from_description
+from ..format.types import describe_type, type_from_description
 from ..format.sizes import value_sizes
 from ..format.snapshot import is_snapshot_folder, read_metadata, resolve, verify_file
 from ..keygroups import operator_indices_for_key_groups
@@ -80,7 +80,7 @@ class EngineSnapshotReader(SnapshotReader):
                 ttl = d.get("ttl")
                 rows.append({
                     "operator": o["name"], "state": d["name"], "kind": d["kind"], "key_type": None,
-                    "value_type": _type_name(d["value_type"]), "ttl_ms": ttl["ttl_ms"] if ttl else None,
+                    "value_type": describe_type(d["value_type"], with_fields=False), "ttl_ms": ttl["ttl_ms"] if ttl else None,
                     "update_type": ttl["update_type"] if ttl else None, "visibility": ttl["visibility"] if ttl else None,
                     "entries": counts.get(d["name"], 0),
                 })
@@ -274,16 +274,3 @@ def _mark_tuples(piece: pa.Table, smeta: dict) -> pa.Table:
     if not cols:
         return piece
     return piece.replace_schema_metadata({**(piece.schema.metadata or {}), TUPLE_COLUMNS: ",".join(cols).encode()})
-
-
-def _type_name(d: dict) -> str:
-    t = d.get("type")
-    if t == "struct":
-        return d["name"]
-    if t in ("list", "optional"):
-        return f"{t}[{_type_name(d['of'])}]"
-    if t == "dict":
-        return f"dict[{_type_name(d['key'])}, {_type_name(d['value'])}]"
-    if t == "tuple":
-        return "tuple[" + ", ".join(_type_name(f) for f in d["fields"]) + "]"
-    return str(t)

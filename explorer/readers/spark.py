@@ -60,6 +60,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
+from ..spark.buckets import STATE_NAME, TIMERS, decode_tables
+from ..spark.session import get_spark
 from .base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
@@ -69,6 +71,7 @@ from .base import (
     KeyedStateQuery,
     SnapshotInfo,
     SnapshotReader,
+    empty_piece,
     make_piece,
 )
 
@@ -192,8 +195,6 @@ class SparkCheckpointReader(SnapshotReader):
     @property
     def spark(self):
         if self._spark is None:
-            from ..spark.session import get_spark
-
             self._spark = get_spark()
         return self._spark
 
@@ -239,8 +240,6 @@ class SparkCheckpointReader(SnapshotReader):
         return [by_id[k] for k in sorted(by_id)]
 
     def _is_bucket_layout(self, op: dict[str, Any]) -> bool:
-        from ..spark.buckets import STATE_NAME
-
         return any(v.get("stateName") == STATE_NAME for v in op["variables"])
 
     def _bucket_tables(self, op: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -248,8 +247,6 @@ class SparkCheckpointReader(SnapshotReader):
         cache = self.__dict__.setdefault("_bucket_cache", {})
         if op["operator_id"] in cache:
             return cache[op["operator_id"]]
-        from ..spark.buckets import STATE_NAME, TIMERS, decode_tables
-
         where = f"state {STATE_NAME!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
         try:
             t = self._frame(op, {"stateVarName": STATE_NAME}).toArrow()
@@ -441,8 +438,6 @@ class SparkCheckpointReader(SnapshotReader):
                 "size_bytes": pa.array(size, pa.int64()),
             }, query.columns))
         if not pieces:
-            from .base import empty_piece
-
             return empty_piece(query.columns or CONTRACT_COLUMNS)
         piece = pa.concat_tables(pieces, promote_options="permissive")
         if query.keys is not None and "key" in piece.column_names \

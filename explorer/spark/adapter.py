@@ -59,16 +59,23 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime as _dt
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from ..engine.functions import Collector, KeyedProcessFunction
 from ..errors import JobError
+from ..format.types import type_info
+from . import buckets as bk
+from .context import (ProcessContext, RuntimeContext, TimerService, drain_rows, output_tuple, record_maker,
+                      row_class, to_ms)
+from .session import get_spark
 from .statemap import StateBinding
 
 __all__ = ["SparkRun", "keyed_process", "run_on_spark", "write_input"]
@@ -77,225 +84,6 @@ __all__ = ["SparkRun", "keyed_process", "run_on_spark", "write_input"]
 EVENT_TIME_COLUMN = "__event_time"
 
 TIME_MODES = {"none": "None", "processing": "ProcessingTime", "event": "EventTime"}
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-
-
-def _to_ms(ts: Any) -> int | None:
-    if ts is None:
-        return None
-    if isinstance(ts, _dt.datetime):
-        if ts.tzinfo is None:
-            ts = ts.replace(tzinfo=_dt.timezone.utc)
-        d = ts - _EPOCH
-        return (d.days * 86_400_000) + (d.seconds * 1000) + (d.microseconds // 1000)
-    if isinstance(ts, pd.Timestamp):
-        return int(ts.value // 1_000_000)
-    return int(ts)
-
-
-# --- what the function sees ------------------------------------------------------------------
-class _TimerService:
-    """``ctx.timer_service()`` on Spark: one time domain, timers written when the key is done."""
-
-    __slots__ = ("_handle", "_mode", "_pending", "_tv")
-
-    def __init__(self, handle, mode: str) -> None:
-        self._handle = handle
-        self._mode = mode
-        self._pending: dict[int, bool] = {}
-        self._tv = None
-
-    def _check(self, domain: str) -> None:
-        if self._mode != domain:
-            other = "event" if domain == "processing" else "processing"
-            raise JobError(
-                f"the function registers a {domain}-time timer but the Spark query runs with "
-                f"time_mode={self._mode!r}; Spark keeps one time domain per query: run it with "
-                f"time_mode={domain!r}" + (f" (and no {other}-time timers)" if self._mode != "none" else "")
-            )
-
-    def current_processing_time(self) -> int:
-        t = -1 if self._tv is None else self._tv.getCurrentProcessingTimeInMs()
-        return t if t >= 0 else int(time.time() * 1000)
-
-    def current_watermark(self) -> int:
-        w = -1 if self._tv is None else self._tv.getCurrentWatermarkInMs()
-        return w if w >= 0 else -(2**63)
-
-    def register_event_time_timer(self, timestamp: int) -> None:
-        self._check("event")
-        self._pending[int(timestamp)] = True
-
-    def register_processing_time_timer(self, timestamp: int) -> None:
-        self._check("processing")
-        self._pending[int(timestamp)] = True
-
-    def delete_event_time_timer(self, timestamp: int) -> None:
-        self._check("event")
-        self._pending[int(timestamp)] = False
-
-    def delete_processing_time_timer(self, timestamp: int) -> None:
-        self._check("processing")
-        self._pending[int(timestamp)] = False
-
-    def flush(self) -> None:
-        if self._pending:
-            h = self._handle
-            for ts, register in self._pending.items():
-                if register:
-                    h.registerTimer(ts)
-                else:
-                    h.deleteTimer(ts)
-            self._pending = {}
-
-
-class _ProcessContext:
-    """The ``ctx`` of ``process_element`` / ``on_timer`` on Spark."""
-
-    __slots__ = ("_key", "_timestamp", "_domain", "_timers")
-
-    def __init__(self, timers: _TimerService) -> None:
-        self._key = None
-        self._timestamp: int | None = None
-        self._domain: str | None = None
-        self._timers = timers
-
-    def timestamp(self) -> int | None:
-        return self._timestamp
-
-    def timer_service(self) -> _TimerService:
-        return self._timers
-
-    def get_current_key(self) -> Any:
-        return self._key
-
-    def time_domain(self) -> str | None:
-        return self._domain
-
-    def output(self, tag: str, value: Any) -> None:
-        raise JobError(f"side output {tag!r}: side outputs have no counterpart in Spark's transformWithState; "
-                       "emit a tagged row with out.collect() instead")
-
-    def get_broadcast_state(self, descriptor) -> Any:
-        raise JobError(f"broadcast state {descriptor.name!r} has no counterpart in Spark's transformWithState; "
-                       "join the rules as a static DataFrame, or run this function on the engine")
-
-
-class _RuntimeContext:
-    """What ``open(ctx)`` receives on Spark."""
-
-    def __init__(self, binding: StateBinding, name: str, num_partitions: int) -> None:
-        self._binding = binding
-        self._name = name
-        self._num_partitions = num_partitions
-
-    @property
-    def task_name(self) -> str:
-        return self._name
-
-    @property
-    def index_of_this_subtask(self) -> int:
-        from pyspark import TaskContext
-
-        tc = TaskContext.get()
-        return -1 if tc is None else tc.partitionId()
-
-    @property
-    def number_of_parallel_subtasks(self) -> int:
-        return self._num_partitions
-
-    max_number_of_parallel_subtasks = number_of_parallel_subtasks
-
-    def get_state(self, descriptor):
-        return self._binding.get_state(descriptor)
-
-    get_list_state = get_state
-    get_map_state = get_state
-    get_reducing_state = get_state
-    get_aggregating_state = get_state
-
-    def get_operator_list_state(self, descriptor):
-        raise JobError(f"operator state {descriptor.name!r} has no counterpart in Spark's transformWithState")
-
-    get_union_list_state = get_operator_list_state
-    get_broadcast_state = get_operator_list_state
-
-
-# --- outputs -----------------------------------------------------------------------------------
-_PRIMITIVES = frozenset({int, float, str, bool, bytes, type(None)})
-
-
-def _plain(v: Any) -> Any:
-    """A value Arrow can take from a Python row: dataclasses become dicts, recursively."""
-    if type(v) in _PRIMITIVES:
-        return v
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-    if isinstance(v, tuple) and not hasattr(v, "_fields"):
-        return tuple(_plain(x) for x in v)
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
-
-
-def _output_tuple(names: Sequence[str]) -> Callable[[Any], tuple]:
-    """How an emitted value becomes a tuple in ``names`` order (cached per emitted type)."""
-    n = len(names)
-    getters: dict[type, Callable[[Any], tuple]] = {}
-
-    def convert(v: Any) -> tuple:
-        if type(v) is tuple:
-            if len(v) != n:
-                raise JobError(f"the function emitted {v!r:.80} ({len(v)} fields) but output_schema has {n}: "
-                               f"{list(names)}")
-            for x in v:
-                if type(x) not in _PRIMITIVES:
-                    return tuple(_plain(x) for x in v)
-            return v
-        g = getters.get(type(v))
-        if g is not None:
-            return g(v)
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            import operator
-
-            get = operator.attrgetter(*names) if n > 1 else (lambda x, a=operator.attrgetter(names[0]): (a(x),))
-            prims = all(f.type in (int, float, str, bool, bytes, "int", "float", "str", "bool", "bytes")
-                        for f in dataclasses.fields(v))
-            g = get if prims else (lambda x: tuple(_plain(y) for y in get(x)))
-            getters[type(v)] = g
-            return g(v)
-        if isinstance(v, dict):
-            return tuple(_plain(v.get(k)) for k in names)
-        if isinstance(v, tuple):  # a namedtuple or a Row
-            return tuple(_plain(x) for x in v)
-        if n == 1:
-            return (_plain(v),)
-        raise JobError(f"cannot turn the emitted {type(v).__name__} {v!r:.80} into a row of {list(names)}")
-
-    return convert
-
-
-def _row_class(names: Sequence[str]):
-    """A pyspark Row subclass for our outputs: field names on the class, and a flat ``asDict``.
-
-    PySpark's row-based worker turns every output row into a dict with ``asDict(True)``, which
-    walks each value looking for nested Rows; our values never hold Rows, so the flat version
-    gives the same dict for a fraction of the cost.
-    """
-    from pyspark.sql import Row
-
-    fields = list(names)
-
-    class OutputRow(Row):
-        __fields__ = fields
-
-        def asDict(self, recursive: bool = False) -> dict[str, Any]:
-            return dict(zip(fields, self))
-
-    return OutputRow
-
 
 # --- the Spark stateful processors --------------------------------------------------------------
 def _processor_base():
@@ -323,12 +111,12 @@ class _FunctionProcessorMixin:
     def init(self, handle) -> None:
         self.fn = copy.deepcopy(self._template)
         self.binding = StateBinding(handle, ttl_allowed=self._time_mode != "none")
-        self.timers = _TimerService(handle, self._time_mode)
-        self.ctx = _ProcessContext(self.timers)
+        self.timers = TimerService(handle, self._time_mode)
+        self.ctx = ProcessContext(self.timers)
         self.out = Collector()
-        self.to_tuple = _output_tuple(self._output_columns)
-        self.make_record = _record_maker(self._record, self._input_columns)
-        self.fn.open(_RuntimeContext(self.binding, self._name, self._num_partitions))
+        self.to_tuple = output_tuple(self._output_columns)
+        self.make_record = record_maker(self._record, self._input_columns)
+        self.fn.open(RuntimeContext(self.binding, self._name, self._num_partitions))
 
     def _key_of(self, key: Any) -> Any:
         if self._single_key:
@@ -352,7 +140,7 @@ class _FunctionProcessorMixin:
                     fn(make(r), ctx, out)
             else:
                 for r in records:
-                    ts = _to_ms(r[eidx])
+                    ts = to_ms(r[eidx])
                     ctx._timestamp = out._ts = ts
                     fn(make(r), ctx, out)
             b.flush()
@@ -381,37 +169,13 @@ class _FunctionProcessorMixin:
         finally:
             b.in_key = False
             ctx._domain = None
-        values, _ = out.drain()
-        conv = self.to_tuple
-        return [conv(v) for v in values]
+        return drain_rows(out, self.to_tuple)
 
     def close(self) -> None:
         fn = getattr(self, "fn", None)
         if fn is not None:
             fn.close()
 
-
-def _record_maker(record: Any, columns: Sequence[str]) -> Callable[[Any], Any]:
-    """How one input row (a pyspark Row, or a plain tuple in the pandas variant) becomes a record."""
-    if record is None:
-        from pyspark.sql import Row
-
-        R = Row(*columns)
-        return lambda r: r if isinstance(r, Row) else R(*r)
-    if isinstance(record, type) and dataclasses.is_dataclass(record):
-        names = [f.name for f in dataclasses.fields(record)]
-        if names == list(columns):
-            return lambda r: record(*r)
-        idx = [list(columns).index(n) for n in names]
-        return lambda r: record(*(r[i] for i in idx))
-    if record is dict:
-        cols = list(columns)
-        return lambda r: dict(zip(cols, r))
-    if record is tuple:
-        return tuple
-    if callable(record):
-        return record
-    raise JobError(f"record must be a dataclass, dict, tuple or a callable, found {record!r}")
 
 
 def _make_row_processor(**kw):
@@ -422,7 +186,7 @@ def _make_row_processor(**kw):
 
         def init(self, handle) -> None:
             _FunctionProcessorMixin.init(self, handle)
-            self._Row = _row_class(self._output_columns)
+            self._Row = row_class(self._output_columns)
 
         def handleInputRows(self, key, rows, timerValues):
             R, new = self._Row, tuple.__new__
@@ -469,8 +233,6 @@ def _as_struct(schema):
 
     if isinstance(schema, StructType):
         return schema
-    from .session import get_spark
-
     return get_spark()._parse_ddl(schema) if isinstance(schema, str) else StructType.fromJson(schema)
 
 
@@ -533,10 +295,7 @@ def keyed_process(df, function: KeyedProcessFunction, key: str | Sequence[str], 
 
 
 def _bucket_process(df, keys, schema, kw, variant, time_mode, buckets):
-    import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_type
-
-    from . import buckets as bk
 
     n = bk.DEFAULT_BUCKETS if buckets is None else buckets
     if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
@@ -561,9 +320,6 @@ def write_input(records: Sequence[Any], directory: str | Path, files: int = 4, r
 
     Each file becomes (up to) one micro-batch with ``max_files_per_trigger=1``.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if isinstance(records, pd.DataFrame):
@@ -575,8 +331,6 @@ def write_input(records: Sequence[Any], directory: str | Path, files: int = 4, r
         first = records[0]
         rtype = record_type or (type(first) if dataclasses.is_dataclass(first) else None)
         if rtype is not None:
-            from ..format.types import type_info
-
             info = type_info(rtype)
             rows = [info.to_arrow(r) for r in records]
             table = pa.Table.from_pylist(rows, schema=pa.schema(list(info.arrow_type)))
@@ -590,7 +344,6 @@ def write_input(records: Sequence[Any], directory: str | Path, files: int = 4, r
 
 
 def _spark_schema_of(path: Path):
-    import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
 
@@ -643,8 +396,6 @@ class SparkRun:
 
     def output(self) -> pd.DataFrame:
         """Everything the function emitted, as pandas (read from the query's Parquet sink)."""
-        import pyarrow.dataset as ds
-
         files = list(self.output_dir.glob("*.parquet"))
         if not files:
             return pd.DataFrame()
@@ -672,8 +423,6 @@ def run_on_spark(function: KeyedProcessFunction, source: str | Path | Sequence[A
     ``layout`` and ``buckets`` choose how state is kept (see :func:`keyed_process`); a
     checkpoint must be resumed with the layout and bucket count it was started with.
     """
-    from .session import get_spark
-
     spark = spark or get_spark()
     checkpoint_dir = Path(checkpoint_dir)
     output_dir = Path(output_dir) if output_dir is not None else checkpoint_dir.with_name(checkpoint_dir.name + "-output")

@@ -14,13 +14,17 @@ plotting. Only aggregates travel back to the driver, never the rows.
 
 from __future__ import annotations
 
+import glob
+from functools import reduce
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from ..errors import AnalysisError
+from .session import get_spark
 
 __all__ = ["export_parquet", "key_group_aggregates", "top_keys"]
 
@@ -37,8 +41,6 @@ def _files(paths) -> list[Path]:
         elif p.exists():
             files.append(p)
         else:  # a glob such as state/*.parquet
-            import glob
-
             files.extend(sorted(Path(f) for f in glob.glob(str(p), recursive=True)))
     if not files:
         raise AnalysisError(f"no Parquet files at {[str(p) for p in paths]}")
@@ -47,7 +49,6 @@ def _files(paths) -> list[Path]:
 
 def _frames(spark, paths, operator=None, state=None) -> list:
     """One Spark DataFrame per key type: pieces of different states may store keys of different types."""
-    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
     groups: dict[str, list[str]] = {}
@@ -77,8 +78,6 @@ def key_group_aggregates(paths, max_parallelism: int | Mapping[str, int], *, ope
     ``max_parallelism`` is one number, or one per operator.
     """
     from pyspark.sql import functions as F
-
-    from .session import get_spark
 
     spark = spark or get_spark()
     aggs = [df.groupBy("operator", "key_group")
@@ -114,15 +113,11 @@ def top_keys(paths, n: int = 10, by: str = "bytes", *, operator=None, state=None
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from .session import get_spark
-
     if by not in ("bytes", "entries"):
         raise AnalysisError(f"unknown ranking by={by!r}; expected 'bytes' or 'entries'")
     spark = spark or get_spark()
     frames = _frames(spark, paths, operator, state)
     if len(frames) > 1:
-        from functools import reduce
-
         frames = [reduce(lambda a, b: a.unionByName(b.withColumn("key", F.col("key").cast("string"))),
                          frames[1:], frames[0].withColumn("key", F.col("key").cast("string")))]
     df = frames[0]
@@ -145,8 +140,6 @@ def export_parquet(pieces: Iterable, directory: str | Path) -> Path:
     ``value``, ``user_key`` and ``namespace`` columns are dropped (the analyses do not need them
     and their types differ between states).
     """
-    import pyarrow.parquet as pq
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     i = 0

@@ -71,11 +71,13 @@ from __future__ import annotations
 import copy
 import io
 import json
+import operator
 import time
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..engine.backends.base import StateTable
 from ..engine.functions import Collector, KeyedProcessFunction
@@ -84,6 +86,8 @@ from ..engine.timers import TimerQueue
 from ..engine.ttl import is_expired
 from ..errors import JobError, SnapshotFormatError
 from ..keygroups import KeyGroupRange
+from .context import (ProcessContext, RuntimeContext, TimerService, drain_rows, output_tuple, record_maker,
+                      row_class, to_ms)
 
 __all__ = ["BUCKET_COLUMN", "DEFAULT_BUCKETS", "FORMAT", "PACKED_COLUMN", "STATE_NAME", "TIMERS", "VERSION",
            "bucket_column", "bucket_input", "data_columns", "decode_tables", "encode_tables", "key_codec",
@@ -383,9 +387,7 @@ class _Binding:
 
 
 def _make_timer_service(mode: str, kctx: KeyContext):
-    from .adapter import _TimerService
-
-    class BucketTimerService(_TimerService):
+    class BucketTimerService(TimerService):
         """Per-key timers kept in the bucket's state (the engine's deduplicating timer queue)."""
 
         __slots__ = ("queue", "kctx", "dirty")
@@ -440,20 +442,18 @@ class _BucketMixin:
         self._packed = packed
 
     def init(self, handle) -> None:
-        from .adapter import _output_tuple, _ProcessContext, _record_maker, _RuntimeContext
-
         self.handle = handle
         self.store = handle.getValueState(STATE_NAME, value_schema())
         self.kctx = KeyContext()
         self.clock = _Clock()
         self.binding = _Binding(self.kctx, self.clock)
         self.timers = _make_timer_service(self._time_mode, self.kctx)
-        self.ctx = _ProcessContext(self.timers)
+        self.ctx = ProcessContext(self.timers)
         self.out = Collector()
-        self.to_tuple = _output_tuple(self._output_columns)
-        self.make_record = _record_maker(self._record, self._input_columns)
+        self.to_tuple = output_tuple(self._output_columns)
+        self.make_record = record_maker(self._record, self._input_columns)
         self.fn = copy.deepcopy(self._template)
-        self.fn.open(_RuntimeContext(self.binding, self._name, self._num_partitions))
+        self.fn.open(RuntimeContext(self.binding, self._name, self._num_partitions))
         self._timer_kind = "event_timer" if self._time_mode == "event" else "processing_timer"
         self._key_of, self._key_array = key_codec(self._key_arrow_type)
 
@@ -530,9 +530,7 @@ class _BucketMixin:
                     ctx._timestamp = out._ts = stamps[i]
                     fn(make(records[i]), ctx, out)
         self._end(before)
-        values, _ = out.drain()
-        conv = self.to_tuple
-        return [conv(v) for v in values]
+        return drain_rows(out, self.to_tuple)
 
     def _fire(self, timer_values, expired_info) -> list[tuple]:
         fired = expired_info.getExpiryTimeInMs()
@@ -560,9 +558,7 @@ class _BucketMixin:
         finally:
             ctx._domain = None
         self._end(None, fired)
-        values, _ = out.drain()
-        conv = self.to_tuple
-        return [conv(v) for v in values]
+        return drain_rows(out, self.to_tuple)
 
     def close(self) -> None:
         fn = getattr(self, "fn", None)
@@ -572,8 +568,6 @@ class _BucketMixin:
 
 def _event_ms(series: pd.Series) -> list:
     """Epoch milliseconds of a timestamp (or epoch-ms integer) column, vectorised."""
-    import pyarrow.compute as pc
-
     arr = pa.array(series, from_pandas=True)
     if pa.types.is_timestamp(arr.type):
         arr = pc.cast(arr, pa.timestamp("ms", tz=arr.type.tz)).cast(pa.int64())
@@ -618,14 +612,10 @@ def make_processor(variant: str, **kw):
 
         return BucketPandasProcessor(**kw)
 
-    from .adapter import _row_class, _to_ms
-
     class BucketRowProcessor(_BucketMixin, StatefulProcessor):  # type: ignore[misc, valid-type]
         """Row-based ``transformWithState`` over buckets."""
 
         def handleInputRows(self, key, rows, timerValues):
-            import operator
-
             rows = list(rows)
             if not rows:
                 return []
@@ -646,12 +636,12 @@ def make_processor(variant: str, **kw):
             stamps = None
             if self._event_column is not None:
                 e = names.index(self._event_column)
-                stamps = [_to_ms(r[e]) for r in records]
-            R, new = _row_class(self._output_columns), tuple.__new__
+                stamps = [to_ms(r[e]) for r in records]
+            R, new = row_class(self._output_columns), tuple.__new__
             return [new(R, t) for t in self._process(keys, records, stamps, timerValues)]
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-            R, new = _row_class(self._output_columns), tuple.__new__
+            R, new = row_class(self._output_columns), tuple.__new__
             return [new(R, t) for t in self._fire(timerValues, expiredTimerInfo)]
 
         def close(self) -> None:
@@ -693,8 +683,6 @@ def bucket_input(df, keys: Sequence[str], buckets: int, pack: bool = False):
 
 def pack_batches(batches):
     """``mapInArrow`` function: rows of one bucket per Arrow batch -> one ``(bucket, IPC rows)`` row."""
-    import pyarrow.compute as pc
-
     for batch in batches:
         if batch.num_rows == 0:
             continue

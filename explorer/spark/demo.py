@@ -14,16 +14,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..pipelines import url_counts
+from ..readers.base import KeyedStateQuery
+from ..snapshot import open as open_snapshot
+from .adapter import run_on_spark, write_input
+from .session import get_spark
+
 __all__ = ["run_spark_demo"]
 
 URL_HITS_SCHEMA = "url string, hits long, status string, status_hits long"
 
 
 def run_spark_demo(out: str | Path, n: int = 5000, files: int = 4) -> dict[str, Any]:
-    from ..pipelines import url_counts
-    from .adapter import run_on_spark, write_input
-    from .session import get_spark
-
     base = Path(out) / "spark"
     shutil.rmtree(base, ignore_errors=True)
     spark = get_spark()
@@ -40,12 +42,8 @@ def run_spark_demo(out: str | Path, n: int = 5000, files: int = 4) -> dict[str, 
          .option("checkpointLocation", str(native_ckpt)).trigger(availableNow=True).start())
     q.awaitTermination()
 
-    from ..snapshot import open as open_snapshot
-
     snap = open_snapshot(run.checkpoint_dir)
     state = snap.reader  # the SparkCheckpointReader
-    from ..readers.base import KeyedStateQuery
-
     counts = next(state.keyed_pieces(KeyedStateQuery(states=frozenset({"count"})))).to_pandas()
     top = counts.sort_values("value", ascending=False).head(5)
     summary = {

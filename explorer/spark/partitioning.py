@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from ..errors import KeyTypeError
@@ -158,8 +159,6 @@ def _to_arrow(column: Any, spark_type: str | None) -> pa.Array:
         column = column.combine_chunks()
     if not isinstance(column, pa.Array):
         try:
-            import pandas as pd
-
             if isinstance(column, (pd.Series, pd.Index)):
                 column = pa.Array.from_pandas(column)  # pandas' NaN means missing: a null
             else:

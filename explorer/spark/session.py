@@ -28,6 +28,8 @@ import os
 import sys
 from typing import Any
 
+from ..errors import JobError
+
 __all__ = ["DEFAULT_CONF", "DEFAULT_MASTER", "ROCKSDB_PROVIDER", "get_spark", "stop_spark"]
 
 DEFAULT_MASTER = "local[2]"
@@ -69,8 +71,6 @@ def _check_deps() -> None:
     try:
         import google.protobuf  # noqa: F401
     except ImportError as exc:  # pragma: no cover - environment specific
-        from ..errors import JobError
-
         raise JobError(
             "Spark's Python stateful operators (transformWithState*) need the 'protobuf' package, "
             "which pyspark does not declare; pip install 'protobuf>=5'"
@@ -100,9 +100,7 @@ def get_spark(master: str | None = None, app_name: str = "state-explorer", log_l
     if active is not None:
         running = active.sparkContext.master
         if running != master:
-            from ..errors import JobError
-
-            raise JobError(
+                raise JobError(
                 f"a SparkSession with master {running!r} is already running, {master!r} was asked for; "
                 "call explorer.spark.stop_spark() first"
             )
@@ -110,9 +108,7 @@ def get_spark(master: str | None = None, app_name: str = "state-explorer", log_l
             if k.startswith(_RUNTIME_PREFIXES):
                 active.conf.set(k, str(v))
             elif active.sparkContext.getConf().get(k, None) != str(v):
-                from ..errors import JobError
-
-                raise JobError(
+                        raise JobError(
                     f"Spark setting {k!r} cannot change on the running session (it is "
                     f"{active.sparkContext.getConf().get(k, None)!r}); call explorer.spark.stop_spark() first"
                 )

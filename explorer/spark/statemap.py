@@ -38,7 +38,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator
 
 from ..engine.state import MapMethods
-from ..errors import JobError, SerializationError
+from ..errors import JobError, SerializationError, StateNotDeclaredError
 from ..format import types as ft
 
 __all__ = ["spark_type", "state_schema", "StateBinding"]
@@ -138,8 +138,6 @@ class _Proxy:
 
     def _touch(self) -> None:
         if not self._binding.in_key:
-            from ..errors import StateNotDeclaredError
-
             raise StateNotDeclaredError(
                 f"{self._where()} was used outside a keyed context (no current key); "
                 "keyed state is only available in process_element/on_timer"

@@ -14,7 +14,7 @@ from explorer.engine import (
     ValueStateDescriptor,
 )
 from explorer.errors import JobError, StateNotDeclaredError
-from explorer.spark.adapter import _ProcessContext, _TimerService
+from explorer.spark.context import ProcessContext as _ProcessContext, TimerService as _TimerService
 from explorer.spark.statemap import StateBinding, state_schema
 
 from .functions import RemindLater, by_value, one_file_per_batch

@@ -16,179 +16,15 @@ backends only store. The same test suite runs over every backend.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Iterator
+from typing import Any
 
 from ...errors import StateMigrationError
 from ...keygroups import KeyGroupRange
-from ..state import STATE_CLASSES, KeyContext, StateDescriptor, StateKind, _State
-from ..ttl import is_expired
+from ..descriptors import StateDescriptor
+from ..state import STATE_CLASSES, KeyContext, State
+from .table import Row, StateTable
 
-#: one stored row, flattened: list elements and map entries get one row each
-#: (key_group, key, namespace, user_key_or_index_or_None, value, last_access_ms_or_None)
-Row = tuple[int, Any, Any, Any, Any, "int | None"]
-
-
-class StateTable(ABC):
-    """Storage of one keyed state in one backend."""
-
-    def __init__(self, descriptor: StateDescriptor, key_groups: KeyGroupRange) -> None:
-        self.descriptor = descriptor
-        self.kind: StateKind = descriptor.kind
-        self.key_groups = key_groups
-        self.has_ttl = getattr(descriptor, "ttl", None) is not None
-
-    @property
-    def name(self) -> str:
-        return self.descriptor.name
-
-    # --- single-address operations -------------------------------------------------
-    @abstractmethod
-    def get(self, key_group: int, key: Any, namespace: Any) -> Any: ...
-
-    @abstractmethod
-    def put(self, key_group: int, key: Any, namespace: Any, entry: Any) -> None: ...
-
-    @abstractmethod
-    def remove(self, key_group: int, key: Any, namespace: Any) -> None: ...
-
-    def get_many(self, key_groups: list[int], keys: list[Any], namespace: Any = None) -> list[Any]:
-        """``get`` for many keys of one namespace (backends may do it in bulk)."""
-        get = self.get
-        return [get(g, k, namespace) for g, k in zip(key_groups, keys)]
-
-    def put_many(self, key_groups: list[int], keys: list[Any], entries: list[Any], namespace: Any = None) -> None:
-        """``put`` for many keys of one namespace (backends may do it in bulk)."""
-        put = self.put
-        for g, k, e in zip(key_groups, keys, entries):
-            put(g, k, namespace, e)
-
-    def append(self, key_group: int, key: Any, namespace: Any, elements: list[Any]) -> None:
-        cur = self.get(key_group, key, namespace)
-        self.put(key_group, key, namespace, (list(cur) if cur else []) + list(elements))
-
-    @abstractmethod
-    def map_get(self, key_group: int, key: Any, namespace: Any, user_key: Any) -> Any: ...
-
-    @abstractmethod
-    def map_put(self, key_group: int, key: Any, namespace: Any, user_key: Any, entry: Any) -> None: ...
-
-    @abstractmethod
-    def map_remove(self, key_group: int, key: Any, namespace: Any, user_key: Any) -> None: ...
-
-    @abstractmethod
-    def map_items(self, key_group: int, key: Any, namespace: Any) -> Iterator[tuple[Any, Any]]: ...
-
-    def map_contains(self, key_group: int, key: Any, namespace: Any, user_key: Any) -> bool:
-        """Whether ``user_key`` is stored, even with a ``None`` value (``map_get`` cannot tell)."""
-        return any(uk == user_key for uk, _ in self.map_items(key_group, key, namespace))
-
-    # --- bulk operations ---------------------------------------------------------------
-    @abstractmethod
-    def addresses(self, key_groups: KeyGroupRange | None = None) -> Iterator[tuple[int, Any, Any]]:
-        """Every (key_group, key, namespace) that holds something, in key-group order."""
-
-    def keys(self, namespace: Any = None) -> Iterator[Any]:
-        for _, key, ns in self.addresses():
-            if ns == namespace:
-                yield key
-
-    def rows(self, key_groups: KeyGroupRange | None = None) -> Iterator[Row]:
-        """Every stored entry flattened to :data:`Row`, in key-group order."""
-        ttl = self.has_ttl
-        kind = self.kind
-        for kg, key, ns in self.addresses(key_groups):
-            if kind is StateKind.MAP:
-                for uk, e in self.map_items(kg, key, ns):
-                    if ttl:
-                        yield (kg, key, ns, uk, e[0], e[1])
-                    else:
-                        yield (kg, key, ns, uk, e, None)
-            elif kind is StateKind.LIST:
-                for i, e in enumerate(self.get(kg, key, ns) or ()):
-                    if ttl:
-                        yield (kg, key, ns, i, e[0], e[1])
-                    else:
-                        yield (kg, key, ns, i, e, None)
-            else:
-                e = self.get(kg, key, ns)
-                if e is None:
-                    continue
-                if ttl:
-                    yield (kg, key, ns, None, e[0], e[1])
-                else:
-                    yield (kg, key, ns, None, e, None)
-
-    def load_restored(self, pending: Any, descriptor: StateDescriptor, operator: str) -> int:
-        """Load a restored state (``pending.rows(descriptor, operator)``) into this empty table;
-        a backend with a faster bulk path for the pending kind overrides this."""
-        return self.load_rows(pending.rows(descriptor, operator))
-
-    def load_rows(self, rows: Iterator[Row]) -> int:
-        """Put rows back (restore). Returns how many were loaded."""
-        n = 0
-        ttl = self.has_ttl
-        kind = self.kind
-        pending_lists: dict[tuple[int, Any, Any], list[Any]] = {}
-        for kg, key, ns, uk, value, ts in rows:
-            if ttl and ts is None:
-                raise StateMigrationError(
-                    f"state {self.name!r} has TTL but a restored entry has no last-access time"
-                )
-            entry = (value, ts) if ttl else value
-            if kind is StateKind.MAP:
-                self.map_put(kg, key, ns, uk, entry)
-            elif kind is StateKind.LIST:
-                pending_lists.setdefault((kg, key, ns), []).append(entry)
-            else:
-                self.put(kg, key, ns, entry)
-            n += 1
-        for (kg, key, ns), elems in pending_lists.items():
-            self.append(kg, key, ns, elems)
-        return n
-
-    def drop_expired(self, now_ms: int, ttl_ms: int) -> int:
-        """Remove every expired entry (a full sweep). Returns how many were removed."""
-        if not self.has_ttl:
-            return 0
-        removed = 0
-        for kg, key, ns in list(self.addresses()):
-            removed += self.drop_expired_at(kg, key, ns, now_ms, ttl_ms)
-        return removed
-
-    def drop_expired_at(self, kg: int, key: Any, ns: Any, now_ms: int, ttl_ms: int) -> int:
-        kind = self.kind
-        if kind is StateKind.MAP:
-            gone = [uk for uk, (_, ts) in list(self.map_items(kg, key, ns)) if is_expired(ts, ttl_ms, now_ms)]
-            for uk in gone:
-                self.map_remove(kg, key, ns, uk)
-            return len(gone)
-        e = self.get(kg, key, ns)
-        if e is None:
-            return 0
-        if kind is StateKind.LIST:
-            alive = [x for x in e if not is_expired(x[1], ttl_ms, now_ms)]
-            if len(alive) == len(e):
-                return 0
-            if alive:
-                self.put(kg, key, ns, alive)
-            else:
-                self.remove(kg, key, ns)
-            return len(e) - len(alive)
-        if is_expired(e[1], ttl_ms, now_ms):
-            self.remove(kg, key, ns)
-            return 1
-        return 0
-
-    def entries_per_key_group(self) -> dict[int, int]:
-        counts: dict[int, int] = {}
-        for row in self.rows():
-            counts[row[0]] = counts.get(row[0], 0) + 1
-        return counts
-
-    def clear_all(self) -> None:
-        for kg, key, ns in list(self.addresses()):
-            self.remove(kg, key, ns)
-
+__all__ = ["KeyedStateBackend", "Row", "StateTable"]
 
 class KeyedStateBackend(ABC):
     """Keyed state of one subtask: one :class:`StateTable` per registered state."""
@@ -202,7 +38,7 @@ class KeyedStateBackend(ABC):
         self.clock = clock
         self.ctx = KeyContext()
         self.tables: dict[str, StateTable] = {}
-        self._states: dict[str, _State] = {}
+        self._states: dict[str, State] = {}
         #: state restored from a snapshot, loaded when the job registers its descriptor
         self.restored: dict[str, Any] = {}
         self.operator_name = "?"
@@ -244,7 +80,7 @@ class KeyedStateBackend(ABC):
         table.descriptor = descriptor  # keep the live functions (reduce / aggregate)
         return table
 
-    def get_state(self, descriptor: StateDescriptor, columnar: Any = None) -> _State:
+    def get_state(self, descriptor: StateDescriptor, columnar: Any = None) -> State:
         st = self._states.get(descriptor.name)
         if st is not None and st.descriptor == descriptor:
             return st

@@ -27,13 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import pyarrow as pa
+from rocksdict import AccessType, Options, Rdict
+
 from ...format.keyed import encode_keys, rows_to_table, write_parquet_by_key_group
 from ...format.rocksdb.native import write_native_table
 from ...format.snapshot import file_entry
-from ...format.types import type_info
+from ...format.types import type_from_description, type_info
+from ..backends.rocksdb import StagingDir
 from ..operators import KeyedOperatorBase, SourceOperator
 from ..state import StateKind
 from ..ttl import is_expired
+from . import sst_view
 
 
 @dataclass
@@ -59,8 +64,6 @@ class PinnedView:
     """
 
     def __init__(self, backend) -> None:
-        from ..backends.rocksdb import StagingDir
-
         self._owned = StagingDir(backend.path, "full")
         self.staging = self._owned.path / "db"
         try:
@@ -75,17 +78,13 @@ class PinnedView:
 
     def column_family(self, name: str):
         if self._db is None:
-            from rocksdict import AccessType, Options, Rdict
-
             self._db = Rdict(str(self.staging), Options(raw_mode=True), access_type=AccessType.read_only())
         return self._db.get_column_family(name)
 
     def sst_files(self, name: str) -> list | None:
         """The SST files of state ``name`` (parsed footers), or None when the view must be read with rocksdict."""
         if self._sst is False:
-            from .sst_view import column_family_files
-
-            self._sst = column_family_files(self.staging)
+            self._sst = sst_view.column_family_files(self.staging)
         if self._sst is None or name == "default":
             return None
         return self._sst.get(name, [])  # None: this state's files need rocksdict
@@ -237,8 +236,6 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
             cap.view.release()
     timers_meta = None
     if cap.timers:
-        import pyarrow as pa
-
         kgs, keys, nss, tss, doms = zip(*sorted(cap.timers, key=lambda r: (r[0], r[3])))
         key_col, key_kind = encode_keys(list(keys))
         ns_col, ns_kind = encode_keys(list(nss))
@@ -296,9 +293,7 @@ def _write_view_state(view: PinnedView, sc: StateCapture, path: Path):
     if READ_SST_FILES:
         files = view.sst_files(sc.descriptor["name"])
         if files is not None:
-            from .sst_view import write_view_state_sst
-
-            got = write_view_state_sst(files, sc.descriptor, view.prefix_bytes, view.key_group_range,
+            got = sst_view.write_view_state_sst(files, sc.descriptor, view.prefix_bytes, view.key_group_range,
                                        sc.value_info, sc.user_key, path, expire=sc.expire)
             if got is not None:
                 return got
@@ -320,8 +315,6 @@ def _json_default(o):
 
 def operator_value(desc_json: dict[str, Any], value: Any) -> Any:
     """Decode an operator-state value written by :func:`write_capture`."""
-    from ...format.types import type_from_description
-
     return type_from_description(desc_json).from_arrow(value)
 
 

@@ -43,9 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ...format.rocksdb.native import NATIVE_FORMAT, NativeFiles, materialize
+from ...format.rocksdb.native import NATIVE_FORMAT, NativeFiles, materialize, native_rows
 from ...format.snapshot import file_entry, read_metadata
 from ...format.types import type_from_description
+from ..backends.rocksdb import StagingDir
+from .migration import check_declaration, converter
 
 __all__ = ["NATIVE_FORMAT", "NativeCapture", "capture_native", "upload_native", "is_native_backend",
            "restore_native_subtask", "NativeRestoredKeyedState"]
@@ -92,8 +94,6 @@ def capture_native(backend, staging: Path | None, storage, checkpoint_id: int) -
     one left by a dead process is swept when a backend next opens the directory).
     ``staging`` is ignored (the coordinator's name for it, kept for compatibility).
     """
-    from ..backends.rocksdb import StagingDir
-
     owned = StagingDir(backend.path, "chk")
     try:
         staging = owned.path / "db"
@@ -194,21 +194,16 @@ class NativeRestoredInPlace:
         self.desc = desc
 
     def check(self, descriptor, operator: str) -> None:
-        from .restore import RestoredKeyedState
-
-        RestoredKeyedState(Path("."), self.desc, [], range(0)).check(descriptor, operator)
+        check_declaration(self.desc, descriptor, operator)
 
     def discard(self) -> None:
         """The job does not declare this state (``allow_non_restored_state``): delete its entries."""
         self.backend.drop_state(self.desc["name"])
 
     def rows(self, descriptor, operator: str) -> Iterator[tuple]:
-        from ...format.rocksdb.native import native_rows
-        from .restore import _converter
-
         if descriptor.describe()["value_type"] == self.desc["value_type"]:
             return iter(())  # the bytes are already in place
-        conv = _converter(self.desc["value_type"], descriptor.value_info, f"operator {operator!r}, state {self.desc['name']!r}")
+        conv = converter(self.desc["value_type"], descriptor.value_info, f"operator {operator!r}, state {self.desc['name']!r}")
         old = type_from_description(self.desc["value_type"])
         be = self.backend
         table = be.tables[self.desc["name"]]
@@ -229,14 +224,10 @@ class NativeRestoredKeyedState:
         self.key_groups = key_groups
 
     def check(self, descriptor, operator: str) -> None:
-        from .restore import RestoredKeyedState
-
-        RestoredKeyedState(self.folder, self.desc, [], self.key_groups).check(descriptor, operator)
+        check_declaration(self.desc, descriptor, operator)
 
     def rows(self, descriptor, operator: str) -> Iterator[tuple]:
-        from .restore import _converter
-
-        conv = _converter(self.desc["value_type"], descriptor.value_info,
+        conv = converter(self.desc["value_type"], descriptor.value_info,
                           f"operator {operator!r}, state {self.desc['name']!r}")
         old = type_from_description(self.desc["value_type"])
         kg = self.key_groups
@@ -270,8 +261,6 @@ def restore_native_subtask(folder: Path, old: dict, subtask, subs: list[dict]) -
     # the base: the old subtask sharing the most key groups with this one (Flink picks the same)
     base, *others = sorted(subs, key=shared_groups, reverse=True)
     backend.close()
-    from ..backends.rocksdb import StagingDir
-
     scratch = StagingDir(path, "restore")  # swept by a later open if this process dies mid-way
     new = None
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import JobError, SnapshotCorruptError, SnapshotError
+from ..backends.rocksdb import RocksDBStateBackend
 from ..runtime import JobResult
 from .config import CheckpointConfig
 from .coordinator import CheckpointCoordinator, InjectedCrash
@@ -186,8 +187,6 @@ def _cleanup_failed_start(runtime, restored: bool) -> None:
         if restored:
             abort_restore(runtime)
             return
-        from ..backends.rocksdb import RocksDBStateBackend
-
         for st in runtime.subtasks:
             backend = getattr(st.operator, "backend", None)
             if isinstance(backend, RocksDBStateBackend):

@@ -22,7 +22,7 @@ unless ``allow_non_restored_state=True``.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -34,69 +34,16 @@ from ...errors import RestoreError, StateMigrationError
 from ...format.keyed import decode_keys, read_parquet_key_groups
 from ...format.rocksdb.encode import encode_batch
 from ...format.prefetch import prefetch
+from ...format.records import decode_record
 from ...format.snapshot import BackgroundVerification, check_file_size, read_metadata, resolve, verify_file
 from ...format.types import TypeInfo, type_from_description
+from ..backends.rocksdb import RocksDBStateBackend, remove_created_dirs
+from ..channels import Batch
 from ..operator_state import OperatorStateMode, redistribute_list
 from ..operators import KeyedOperatorBase, SourceOperator
 from ..state import StateDescriptor
 from .incremental import NATIVE_FORMAT, restore_native_subtask
-
-
-def _describe_type(d: dict) -> str:
-    t = d.get("type")
-    if t == "struct":
-        return f"{d['name']}({', '.join(f['name'] + ': ' + _describe_type(f['type']) for f in d['fields'])})"
-    if t in ("list", "optional"):
-        return f"{t}[{_describe_type(d['of'])}]"
-    if t == "dict":
-        return f"dict[{_describe_type(d['key'])}, {_describe_type(d['value'])}]"
-    if t == "tuple":
-        return "tuple[" + ", ".join(_describe_type(f) for f in d["fields"]) + "]"
-    return str(t)
-
-
-def _converter(old: dict, new_info: TypeInfo, where: str) -> Any:
-    """A function from the stored Arrow value (old type) to a value of the new type, or raise."""
-    new = new_info.describe()
-    if old == new:
-        return new_info.from_arrow
-    if old.get("type") == "struct" and new.get("type") == "struct":
-        old_fields = {f["name"]: f["type"] for f in old["fields"]}
-        fields = getattr(new_info, "fields")
-        plan = []
-        for name, finfo, default in fields:
-            if name in old_fields:
-                plan.append((name, _converter(old_fields[name], finfo, f"{where}.{name}"), None))
-            else:
-                if default is dataclasses.MISSING:
-                    raise StateMigrationError(
-                        f"{where}: the new type adds field {name!r} without a default; the snapshot has "
-                        f"{_describe_type(old)}, the job declares {_describe_type(new)}"
-                    )
-                plan.append((name, None, default))
-        cls = getattr(new_info, "cls", None)
-
-        def convert(v):
-            if v is None:
-                return None
-            d = {}
-            for name, conv, default in plan:
-                if conv is not None:
-                    d[name] = conv(v.get(name))
-                else:
-                    d[name] = default() if callable(default) else default
-            return cls(**d) if cls is not None else d
-
-        return convert
-    if old.get("type") == new.get("type") and old.get("type") in ("list", "optional"):
-        inner = _converter(old["of"], getattr(new_info, "element", None) or getattr(new_info, "inner"), where)
-        if old["type"] == "list":
-            return lambda v: None if v is None else [inner(x) for x in v]
-        return lambda v: None if v is None else inner(v)
-    raise StateMigrationError(
-        f"{where}: incompatible type change: the snapshot holds {_describe_type(old)}, "
-        f"the job declares {_describe_type(new)}"
-    )
+from .migration import check_declaration, converter
 
 
 class RestoredKeyedState:
@@ -130,24 +77,11 @@ class RestoredKeyedState:
             raise
 
     def check(self, descriptor: StateDescriptor, operator: str) -> None:
-        new = descriptor.describe()
-        where = f"operator {operator!r}, state {self.desc['name']!r}"
-        if new["kind"] != self.desc["kind"]:
-            raise StateMigrationError(
-                f"{where}: the snapshot holds {self.desc['kind']} state, the job declares {new['kind']} state"
-            )
-        if new["ttl"] != self.desc["ttl"]:
-            raise StateMigrationError(
-                f"{where}: TTL changed: the snapshot has {self.desc['ttl']}, the job declares {new['ttl']}"
-            )
-        if self.desc.get("user_key_type") != new.get("user_key_type"):
-            raise StateMigrationError(
-                f"{where}: map key type changed from {self.desc.get('user_key_type')} to {new.get('user_key_type')}"
-            )
+        check_declaration(self.desc, descriptor, operator)
 
     def _decoders(self, descriptor: StateDescriptor, operator: str) -> tuple[Any, TypeInfo | None]:
         where = f"operator {operator!r}, state {self.desc['name']!r}"
-        return _converter(self.desc["value_type"], descriptor.value_info, where), descriptor.user_key_info
+        return converter(self.desc["value_type"], descriptor.value_info, where), descriptor.user_key_info
 
     def _tables(self) -> Iterator[tuple[pa.Table, dict]]:
         """Each Parquet row group holding wanted key groups, cut to them, in file order."""
@@ -327,8 +261,6 @@ def _restore_timers(folder: Path, tmeta: dict, op: KeyedOperatorBase, wanted: ra
 
 
 def _restore_operator_state(folder: Path, old: dict, subtasks: list, registry: dict[str, type]) -> None:
-    import json
-
     per_sub_lists: dict[str, list[list[Any]]] = {}
     modes: dict[str, tuple[OperatorStateMode, dict]] = {}
     broadcast: dict[str, dict[Any, Any]] = {}
@@ -365,8 +297,6 @@ def _restore_operator_state(folder: Path, old: dict, subtasks: list, registry: d
                 f"{folder}: operator {old['uid']!r} has in-flight records of an unaligned checkpoint at parallelism "
                 f"{len(inflight)}; restore it at the same parallelism (then take a savepoint to rescale)"
             )
-        from ...format.records import decode_record
-        from ..channels import Batch
 
         for st, recs in zip(subtasks, inflight):
             for r in reversed(recs):
@@ -412,8 +342,6 @@ def abort_restore(runtime) -> None:
     not restore remains, no database stays locked in this process, and the state directory
     is as the restore found it (staging folders are removed by the code that made them,
     or by the next backend that opens the directory if this process dies)."""
-    from ..backends.rocksdb import RocksDBStateBackend, remove_created_dirs
-
     verification = getattr(runtime, "restore_verification", None)
     if verification is not None:
         verification.cancel()

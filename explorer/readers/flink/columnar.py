@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...keygroups import java_hash_code
 from .datainput import DataInput
 from .serializers import (
     PRIMITIVES,
@@ -221,8 +222,6 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
     redo = flags == kernels.REDO
     idx = np.flatnonzero(redo)
     if len(idx):
-        from ...keygroups import java_hash_code
-
         repl = []
         for i in idx.tolist():
             inp = DataInput(buf.data, int(pos[i]))

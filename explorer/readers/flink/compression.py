@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import cramjam
 
+from ...errors import FlinkCorruptError, FlinkFormatError
+
 
 def unframe(buf: bytes | memoryview, start: int, end: int) -> bytes:
     """Decode the Snappy-framed bytes ``buf[start:end]`` (one or more framed streams)."""
@@ -27,7 +29,7 @@ def unframe(buf: bytes | memoryview, start: int, end: int) -> bytes:
         n = mv[p + 1] | (mv[p + 2] << 8) | (mv[p + 3] << 16)
         body = p + 4
         if body + n > end:
-            raise ValueError(f"Snappy frame at offset {p} claims {n} bytes, only {end - body} left")
+            raise FlinkCorruptError(f"Snappy frame at offset {p} claims {n} bytes, only {end - body} left")
         if ctype == 0x00:
             out.append(bytes(cramjam.snappy.decompress_raw(mv[body + 4 : body + n])))
         elif ctype == 0x01:
@@ -35,10 +37,10 @@ def unframe(buf: bytes | memoryview, start: int, end: int) -> bytes:
         elif ctype == 0xFF or ctype >= 0x80:
             pass  # stream identifier or skippable chunk
         else:
-            raise ValueError(f"reserved Snappy frame type {ctype:#04x} at offset {p}")
+            raise FlinkFormatError(f"reserved Snappy frame type {ctype:#04x} at offset {p}")
         p = body + n
     if p != end:
-        raise ValueError(f"{end - p} stray bytes after the last Snappy frame")
+        raise FlinkCorruptError(f"{end - p} stray bytes after the last Snappy frame (offset {p})")
     return b"".join(out)
 
 

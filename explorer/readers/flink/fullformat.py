@@ -18,7 +18,12 @@ without data keep offset 0 in the metadata; they are skipped.
 from __future__ import annotations
 
 import struct
+from array import array
 from typing import Iterator
+
+import numpy as np
+
+from ...errors import FlinkCorruptError
 
 from .compression import unframe
 
@@ -64,7 +69,7 @@ def iter_entries(
         value = data[p : p + n]
         p += n
         if p > stop:
-            raise ValueError(f"key group {kg}: an entry runs past the end of the key group")
+            raise FlinkCorruptError(f"key group {kg}: an entry runs past the end of the key group (offset {p}, end {stop})")
         if key and key[0] & 0x80:
             key = bytes([key[0] & 0x7F]) + key[1:]
             yield state, key, value
@@ -80,8 +85,6 @@ def iter_entries(
 
 def _be32(b, pos):
     """Big-endian int32 at each position (positions past the end read as -1)."""
-    import numpy as np
-
     view = np.ndarray((max(len(b) - 3, 0),), dtype=">i4", buffer=b, strides=(1,))  # unaligned, no copy
     ok = (pos >= 0) & (pos + 4 <= len(b))
     if ok.all():
@@ -101,8 +104,6 @@ def _scan_span_vectorised(b, start: int, stop: int, prefix: int, kg: int):
     real entries (each real entry's successor is again a candidate); see
     :func:`_reachable` for how they are found without a walk.
     """
-    import numpy as np
-
     seg = b[start:stop]
     n = len(seg)
     m = n - 4 - prefix
@@ -167,8 +168,6 @@ def _reachable(links, first: int):
     form short chains, so this takes a few vectorised rounds; past
     :data:`_MAX_PRUNING_ROUNDS` the caller walks the links one by one instead.
     """
-    import numpy as np
-
     n = len(links)
     has = links >= 0
     indeg = np.bincount(links[has], minlength=n)
@@ -198,10 +197,6 @@ def scan(data: bytes, spans: list[tuple[int, int, int]], compressed: bool, prefi
     joined). The "more follows" bit stays set in the buffer; decoders mask it.
     Each key group is walked with :func:`_scan_span_vectorised`, else entry by entry.
     """
-    from array import array
-
-    import numpy as np
-
     if compressed:
         parts = [unframe(data, s, e) for _, s, e in spans]
         joined = b"".join(parts)
@@ -246,7 +241,7 @@ def scan(data: bytes, spans: list[tuple[int, int, int]], compressed: bool, prefi
                     break
                 switches.append((count + len(kss), state))
         if p > stop:
-            raise ValueError(f"key group {kg}: an entry runs past the end of the key group (offset {p}, end {stop})")
+            raise FlinkCorruptError(f"key group {kg}: an entry runs past the end of the key group (offset {p}, end {stop})")
         chunks.append(np.frombuffer(kss, dtype=np.int64) if len(kss) else np.zeros(0, dtype=np.int64))
         count += len(kss)
     ks = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ...errors import SnapshotCorruptError, UnsafePathError
+from ...errors import FlinkFormatError, SnapshotCorruptError, UnsafePathError
 
 
 @dataclass
@@ -91,7 +91,7 @@ class HandleResolver:
         if handle.kind == "relative":
             return self._confine(self.exclusive_dir / handle.name, handle.name)
         if handle.kind != "file":
-            raise ValueError(f"a {handle.kind} handle has no file")
+            raise FlinkFormatError(f"{self.metadata_file}: a {handle.kind} handle names no file ({handle.name!r})")
         parsed = urlparse(handle.name)
         raw = unquote(parsed.path) if parsed.scheme in ("", "file") else None
         if raw is None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ...errors import FlinkFormatError
+
 from .compression import unframe
 from .datainput import DataInput
 from .rows import RowBuffer
@@ -39,14 +41,14 @@ def read_key_group(
     head = DataInput(buf, start, end)
     found = head.read_int()
     if found != kg:
-        raise ValueError(f"key group at offset {start}: found id {found}, expected {kg}")
+        raise FlinkFormatError(f"key group at offset {start}: found id {found}, expected {kg}")
     inp = DataInput(unframe(buf, start + 4, end)) if backend.compressed else DataInput(buf, start + 4, end)
     key_dec = backend.key_decoder
     states = backend.states
     while not inp.at_end():
         sid = inp.read_short()
         if not 0 <= sid < len(states):
-            raise ValueError(f"key group {kg}: found state id {sid}, expected 0..{len(states) - 1}")
+            raise FlinkFormatError(f"key group {kg} at offset {start}: found state id {sid}, expected 0..{len(states) - 1}")
         meta = states[sid]
         out = buffers(sid)
         n = inp.read_int()

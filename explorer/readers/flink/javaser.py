@@ -6,7 +6,7 @@ savepoint and a canonical savepoint from a native one, so we want it; but we
 never run a Java deserializer or anything like one. This module walks the
 stream grammar (object, class descriptor, string, enum, reference, array,
 block data, ``null``) and turns it into plain dicts of field values. No class
-is looked up, instantiated or called; unknown constructs raise ``ValueError``.
+is looked up, instantiated or called; unknown constructs raise :class:`~explorer.errors.FlinkFormatError` (a ``ValueError``).
 
 Grammar in brief (all big-endian): magic ``AC ED``, version ``00 05``, then
 contents. An object is ``73``, a class descriptor, then the field values of
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...errors import FlinkFormatError
 from .datainput import DataInput
 
 TC_NULL, TC_REFERENCE, TC_CLASSDESC, TC_OBJECT, TC_STRING, TC_ARRAY = 0x70, 0x71, 0x72, 0x73, 0x74, 0x75
@@ -59,7 +60,7 @@ class JavaStreamParser:
     def read_stream(self) -> Any:
         magic, version = self.inp.read_ushort(), self.inp.read_ushort()
         if magic != 0xACED or version != 5:
-            raise ValueError(f"not a Java serialization stream (magic {magic:#06x}, version {version})")
+            raise FlinkFormatError(f"not a Java serialization stream (magic {magic:#06x}, version {version})")
         return self.read_content(0)
 
     def _new_handle(self, value: Any) -> int:
@@ -68,14 +69,14 @@ class JavaStreamParser:
 
     def read_content(self, depth: int) -> Any:
         if depth > self.max_depth:
-            raise ValueError("Java serialization stream nests too deeply")
+            raise FlinkFormatError(f"Java serialization stream nests deeper than {self.max_depth} at offset {self.inp.pos}")
         tc = self.inp.read_ubyte()
         if tc == TC_NULL:
             return None
         if tc == TC_REFERENCE:
             h = self.inp.read_int() - BASE_HANDLE
             if not 0 <= h < len(self.handles):
-                raise ValueError(f"Java serialization reference to unknown handle {h}")
+                raise FlinkFormatError(f"Java serialization reference to unknown handle {h} (offset {self.inp.pos - 4})")
             return self.handles[h]
         if tc == TC_STRING:
             s = self.inp.read_utf()
@@ -107,7 +108,7 @@ class JavaStreamParser:
                 d = d.super
             for d in reversed(chain):
                 if d.flags & SC_EXTERNALIZABLE:
-                    raise ValueError(f"externalizable class {d.name} cannot be parsed safely")
+                    raise FlinkFormatError(f"externalizable class {d.name} cannot be parsed safely")
                 for code, fname in d.fields:
                     reader = _PRIMITIVE_READERS.get(code)
                     obj[fname] = reader(self.inp) if reader else self.read_content(depth + 1)
@@ -128,7 +129,7 @@ class JavaStreamParser:
             return self.inp.read_bytes(self.inp.read_ubyte())
         if tc == TC_BLOCKDATALONG:
             return self.inp.read_bytes(self.inp.read_int())
-        raise ValueError(f"unsupported Java serialization type code {tc:#04x}")
+        raise FlinkFormatError(f"unsupported Java serialization type code {tc:#04x} at offset {self.inp.pos - 1}")
 
     def _skip_annotation(self, depth: int) -> None:
         while True:
@@ -145,10 +146,10 @@ class JavaStreamParser:
             h = self.inp.read_int() - BASE_HANDLE
             desc = self.handles[h] if 0 <= h < len(self.handles) else None
             if not isinstance(desc, _ClassDesc):
-                raise ValueError(f"Java serialization reference {h} is not a class descriptor")
+                raise FlinkFormatError(f"Java serialization reference {h} (offset {self.inp.pos - 4}) is not a class descriptor")
             return desc
         if tc != TC_CLASSDESC:
-            raise ValueError(f"expected a class descriptor, found type code {tc:#04x}")
+            raise FlinkFormatError(f"expected a class descriptor at offset {self.inp.pos - 1}, found type code {tc:#04x}")
         name = self.inp.read_utf()
         self.inp.read_long()  # serialVersionUID
         h = self._new_handle(None)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import SnapshotCorruptError, SnapshotFormatError
+from ...errors import FlinkFormatError, SnapshotCorruptError, SnapshotFormatError
 from .datainput import DataInput
 from .handles import IncrementalHandle, KeyGroupsHandle, OperatorStreamHandle, StreamHandle
 from .javaser import parse_java_object
@@ -154,7 +154,7 @@ class _MetadataParser:
             if version >= 4 and not inp.at_end():
                 try:
                     properties = parse_java_object(inp)
-                except ValueError as exc:
+                except (FlinkFormatError, UnicodeDecodeError) as exc:
                     raise self.fail(f"checkpoint properties unreadable ({exc})") from exc
         except EOFError as exc:
             raise SnapshotCorruptError(

@@ -34,6 +34,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from struct import error as struct_error
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -41,7 +42,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...errors import ReaderError, SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
+from ...errors import (
+    FlinkCorruptError,
+    FlinkFormatError,
+    ReaderError,
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotNotFoundError,
+)
 from ...format.sst import columns as sstvec
 from ...format.sst.instance import resolve
 from ...keygroups import assign_key_groups, key_groups_for_hash_codes, operator_indices_for_key_groups
@@ -67,6 +75,11 @@ from .serializers import RowDataDecoder, UnknownLayout
 from .statemeta import BackendMeta, read_backend_meta
 
 _CHK = re.compile(r"^chk-(\d+)$")
+
+#: what decoding a damaged keyed-state stream raises: the parsers' own errors (with the offset), and
+#: Python's for bytes that end early, index past the data or are not UTF-8
+_DAMAGED = (EOFError, IndexError, struct_error, UnicodeDecodeError, FlinkCorruptError, FlinkFormatError)
+
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -305,7 +318,7 @@ class FlinkSnapshotReader(SnapshotReader):
                 layout = "heap"
             except UnknownLayout:  # cannot finish the trial: the heap stream starts with its key group id
                 layout = "heap" if int.from_bytes(data[span[1] : span[1] + 4], "big") == span[0] else "full"
-            except (EOFError, ValueError, IndexError, KeyError):
+            except (EOFError, IndexError, KeyError, UnicodeDecodeError, FlinkFormatError, FlinkCorruptError):
                 layout = "full"
         self._layouts[key] = layout
         return layout
@@ -367,7 +380,7 @@ class FlinkSnapshotReader(SnapshotReader):
                     for sid in sorted(wanted):
                         sel = sids == sid
                         yield from self._kv_pieces(op, st, header, sid, buf, ks[sel], ke[sel], vs[sel], ve[sel], query)
-        except (EOFError, ValueError, IndexError, struct_error) as exc:
+        except _DAMAGED as exc:
             raise SnapshotCorruptError(f"{where}: keyed state is damaged ({exc})") from exc
         for sid in sorted(buffers):
             buf = buffers[sid]
@@ -629,5 +642,3 @@ def _column_family_by_entries(cf_files) -> tuple[bytes, bytes, np.ndarray, np.nd
     joined = b"".join([x for pair in zip(keys, values) for x in pair])
     return joined, joined, ks, ks + klen, vs, vs + vlen
 
-
-from struct import error as struct_error  # noqa: E402  (kept next to its single use above)

@@ -25,6 +25,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...errors import FlinkFormatError
+from ...keygroups import JavaInt
+
 from .datainput import DataInput
 from .serializers import Decoder, TimerDecoder, TtlValue, TupleDecoder, UnknownLayout
 from .statemeta import StateMeta
@@ -132,7 +135,7 @@ class KeyValueDecoder:
                     if not vin.at_end():
                         d = vin.read_ubyte()
                         if d != LIST_DELIMITER:
-                            raise ValueError(f"list element delimiter: found {d:#04x}, expected 0x2c")
+                            raise FlinkFormatError(f"key group {kg}: list element delimiter at offset {vin.pos - 1} of the value: found {d:#04x}, expected 0x2c")
             except UnknownLayout:
                 out.add(kg, key, ns, None, vbytes, len(vbytes))
                 out.raw_notes += 1
@@ -147,8 +150,6 @@ class KeyValueDecoder:
 
 def hashable_keys(decoder: Decoder, keys: list[Any]) -> list[Any] | None:
     """Keys as explorer.keygroups hashes them, or None when Java's hash is not reproducible."""
-    from ...keygroups import JavaInt
-
     kind = decoder.key_kind
     if kind in ("str", "long", "bool", "double"):
         return keys

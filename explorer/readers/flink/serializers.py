@@ -48,6 +48,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...errors import FlinkFormatError
 from .datainput import DataInput
 from .javaser import parse_java_object
 
@@ -335,7 +336,7 @@ def read_versioned_snapshot(inp: DataInput) -> Decoder:
 def _read_nested(inp: DataInput) -> list[Decoder]:
     magic = inp.read_int()
     if magic != NESTED_MAGIC:
-        raise ValueError(f"nested serializer snapshots: found magic {magic:#x}, expected {NESTED_MAGIC:#x}")
+        raise FlinkFormatError(f"nested serializer snapshots: found magic {magic:#x}, expected {NESTED_MAGIC:#x}")
     inp.read_int()  # delegate version
     return [read_versioned_snapshot(inp) for _ in range(inp.read_int())]
 
@@ -343,7 +344,7 @@ def _read_nested(inp: DataInput) -> list[Decoder]:
 def _composite(inp: DataInput) -> int:
     magic = inp.read_int()
     if magic != COMPOSITE_MAGIC:
-        raise ValueError(f"composite serializer snapshot: found magic {magic:#x}, expected {COMPOSITE_MAGIC:#x}")
+        raise FlinkFormatError(f"composite serializer snapshot: found magic {magic:#x}, expected {COMPOSITE_MAGIC:#x}")
     return inp.read_int()  # outer version
 
 
@@ -400,7 +401,7 @@ def _read_pojo(inp: DataInput) -> Decoder:
     for map_index in range(3):
         header = inp.read_long()
         if header != POJO_MAP_HEADER:
-            raise ValueError(f"POJO snapshot of {cls}: found map header {header:#x}, expected {POJO_MAP_HEADER:#x}")
+            raise FlinkFormatError(f"POJO snapshot of {cls}: found map header {header:#x}, expected {POJO_MAP_HEADER:#x}")
         for _ in range(inp.read_int()):
             name = inp.read_utf()
             for part in range(2):  # the field (or class), then its serializer snapshot
