@@ -232,6 +232,11 @@ def check_state(snap: Any, op: str, state: str, spec: dict, notes: list[str]) ->
         if "user_key" in e:
             cand = [i for i in cand if match(e["user_key"], uks[i])]
         if not cand:
+            near = by_key.get(key_canon(e["key"]), [])
+            if near and all(_is_raw(vals[i]) for i in near):  # e.g. a whole list left raw in one row
+                res["raw"] += 1
+                raw_ex = raw_ex or (e, vals[near[0]])
+                continue
             res["missing"] += 1
             missing_ex = missing_ex or e
             continue
@@ -246,7 +251,7 @@ def check_state(snap: Any, op: str, state: str, spec: dict, notes: list[str]) ->
     fully_asserted = all("user_key" in e or spec["kind"] in ("value", "reducing", "aggregating") for e in ents)
     if fully_asserted and len(df) > len(ents):
         res["extra"] = len(df) - len(ents)
-    state_notes = [n for n in notes if state in n]
+    state_notes = _notes_for(notes, op, state)
     if res["wrong"]:
         e, g = wrong_ex
         res["example"] = f"key {short(e['key'], 40)}: expected {short(e['value'])}, got {short(g)}"
@@ -264,9 +269,18 @@ def check_state(snap: Any, op: str, state: str, spec: dict, notes: list[str]) ->
         parts = [f"{n} {res[n]}" for n in ("ok", "wrong", "raw", "missing", "extra") if res[n]]
         res["status"] = ("WRONG" if res["wrong"] else "RAW" if res["raw"] else "MISSING" if res["missing"] else "EXTRA") \
             + " (" + ", ".join(parts) + ")"
-    if state_notes and "note" not in res["example"]:
+    if state_notes and res["status"] != "OK" and "note" not in res["example"]:
         res["note"] = state_notes[0][:200]
     return res
+
+
+def _notes_for(notes: list[str], op: str, state: str) -> list[str]:
+    """The reader's notes about this operator's state, without the snapshot path in front."""
+    out = []
+    for n in notes:
+        if f"'{op}'" in n and f"'{state}'" in n:
+            out.append(n.split("): ", 1)[-1] if "_metadata (" in n else n)
+    return out
 
 
 def _where(e: BaseException) -> str:
@@ -345,7 +359,7 @@ def check_fixture(path: Path) -> dict:
             try:
                 notes = list(snap.notes)
                 if r["status"] != "OK" and "note" not in r and "note:" not in r["example"]:
-                    sn = [n for n in notes if state in n]
+                    sn = _notes_for(notes, real, state)
                     if sn:
                         r["note"] = sn[0][:200]
             except Exception:  # noqa: BLE001
