@@ -110,7 +110,11 @@ def main() -> int:
     events.key_by(lambda r: Row(user=r[0], region=r[1]), key_type=key_t).process(Track()).uid("py-track").name("py-track")
     client = env.execute_async(f"fixture-{name}")
     time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 25)
-    sp = client.trigger_savepoint(work.joinpath("savepoints").as_uri()).result()
+    # PyFlink 2.3's JobClient.trigger_savepoint calls a Java method that no longer exists: call Java's directly
+    from pyflink.java_gateway import get_gateway
+
+    fmt = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
+    sp = client._j_job_client.triggerSavepoint(work.joinpath("savepoints").as_uri(), fmt).get()
     client.cancel().result()
     dest = out_root / name
     shutil.rmtree(dest, ignore_errors=True)
