@@ -94,7 +94,9 @@ prod joins-rocksdb-native-savepoint joins rocksdb native
 prod sql-heap-canonical-savepoint sql hashmap canonical
 prod plain-rocksdb-canonical-savepoint plain rocksdb canonical
 prod plain-rocksdb-incremental-checkpoint plain rocksdb incremental
-prod plain-changelog-heap-checkpoint plain hashmap checkpoint -Dfixtures.changelog=true
+prod plain-changelog-heap-checkpoint plain hashmap checkpoint -Dfixtures.changelog=true   # all in the changelog
+prod plain-changelog-materialized-rocksdb-checkpoint plain rocksdb checkpoint -Dfixtures.changelog=true \
+    -Dfixtures.materialize="200 ms"                                                          # materialized + changelog
 prod plain-filemerging-rocksdb-incremental-checkpoint plain rocksdb incremental -Dfixtures.filemerging=true
 prod plain-forst-native-savepoint plain forst native
 prod plain-forst-checkpoint plain forst checkpoint

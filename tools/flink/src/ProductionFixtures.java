@@ -700,12 +700,13 @@ public class ProductionFixtures {
             }
             x.entry("GroupAggregate", "accState", "value", "Row(count distinct, count)", key, null, null, Expect.ANY);
             // rowtime first-row deduplication: the first event of each user
-            x.entry("Deduplicate", "deduplicate-state", "value", "Row(events)", key, null, null, sqlRow(u.getValue().get(0)));
+            // (Flink 2.x keeps the candidate until the watermark passes it: the watermark never does here)
+            x.entry("Deduplicate", "waiting-to-emit-on-timer", "value", "Row(events)", key, null, null, sqlRow(u.getValue().get(0)));
             // MATCH_RECOGNIZE on event time: no watermark passed, so every row waits in the element queue
             TreeMap<Long, List<Row>> q = new TreeMap<>();
             for (Event e : u.getValue()) q.computeIfAbsent(e.ts, t -> new ArrayList<>()).add(sqlRow(e));
             for (Map.Entry<Long, List<Row>> t : q.entrySet()) {
-                x.entry("Match", "elementQueueState", "map", "Map<Long, List<Row>>", key, null, t.getKey(), t.getValue());
+                x.entry("Match", "eventQueuesStateName", "map", "Map<Long, List<Row>>", key, null, t.getKey(), t.getValue());
             }
         }
         TreeSet<String> cats = new TreeSet<>(Arrays.asList(CATEGORIES));
@@ -742,7 +743,9 @@ public class ProductionFixtures {
             conf.put("state.changelog.storage", "filesystem");
             // inside the job's shared/ folder, so the fixture is one self-contained folder
             conf.put("state.changelog.dstl.dfs.base-path", jobDir.resolve("shared").resolve("changelog").toUri().toString());
-            conf.put("state.changelog.periodic-materialize.interval", "1 h"); // materialized once, then changelog on top
+            // default 1 h: nothing materialized yet, all state is in the changelog; a short interval gives a
+            // materialized snapshot with the changelog applied on top
+            conf.put("state.changelog.periodic-materialize.interval", System.getProperty("fixtures.materialize", "1 h"));
         }
         if (backend.equals("forst")) {
             conf.put("state.backend.forst.local-dir", work.resolve("forst-local").toString());
