@@ -218,6 +218,12 @@ def check_state(snap: Any, op: str, state: str, spec: dict, notes: list[str]) ->
         res["status"] = "MISSING"
         res["missing"] = len(ents)
         res["example"] = "no rows decoded"
+        try:  # the reader says why (e.g. a heap checkpoint's key groups skipped after an undecodable value)
+            why = [n for n in snap.notes if "skipped" in n or "cannot" in n and "key group" in n]
+        except Exception:  # noqa: BLE001
+            why = []
+        if why:
+            res["example"] += f"; {len(why)} notes like: {why[0].split('): ', 1)[-1][:220]}"
         return res
     by_key: dict[str, list[int]] = {}
     keys = df["key"].tolist()
@@ -395,6 +401,7 @@ def render(results: list[dict]) -> str:
         lines.append(f"| {r['name']} | {r['flink']} | {r['backend']} | {r['kind']} | {r['size_kb']} | "
                      f"{r['checks'].get('open', '')[:3]} | {ok} / {len(r['states'])} | {', '.join(bad) or '-'} |")
     lines += ["", "State results over all fixtures: " + ", ".join(f"{k} {v}" for k, v in sorted(tot.items())), ""]
+    lines += _by_cause(results)
     for r in results:
         lines += [f"## {r['name']}", "",
                   f"Flink {r['flink']}, {r['backend']}, {r['kind']}, job `{r['job']}`, {r['size_kb']} KB.", ""]
@@ -417,6 +424,43 @@ def render(results: list[dict]) -> str:
                              f"{str(s.get('value_type', '')).replace('|', '/')} | {s['status']} | {ex} |")
             lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _by_cause(results: list[dict]) -> list[str]:
+    """Failing states grouped by what they fail on: the reader's value type (serializer snapshot) or the error."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    examples: dict[tuple[str, str], str] = {}
+    for r in results:
+        for s in r["states"]:
+            st = s["status"].split(" ")[0]
+            if st == "OK":
+                continue
+            cause = str(s.get("value_type") or "")
+            if st == "EXC":
+                cause = (s.get("example", "").split(":")[0] + " in " + s.get("where", "")).strip()
+            elif not cause:
+                cause = s.get("example", "")[:80]
+            if st == "MISSING" and "the rest of that key group is skipped" in s.get("example", ""):
+                ex = s["example"]
+                cause = "key groups skipped after an undecodable value of " + ex[ex.find("(") + 1: ex.find(")")]
+            k = (st, cause)
+            groups.setdefault(k, []).append(f"{r['name']}:{s['state']}")
+            examples.setdefault(k, s.get("example", "") + (f" — note: {s['note']}" if s.get("note") else ""))
+    for r in results:
+        for c, v in r["checks"].items():
+            if not v.startswith("OK"):
+                k = ("CHECK " + c, v[4:].split(" [")[0][:140])
+                groups.setdefault(k, []).append(r["name"])
+                examples.setdefault(k, v)
+    out = ["## Failures by cause", "",
+           "Each row: what fails (status, and the reader's value type = the serializer it met, or the exception and "
+           "the explorer frame), how many states/fixtures, which, and one example.", "",
+           "| status | cause | count | where | example |", "|---|---|---|---|---|"]
+    for (st, cause), where in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        ex = examples[(st, cause)].replace("|", "\\|").replace("\n", " ")[:300]
+        ws = ", ".join(where[:6]) + (f" (+{len(where) - 6})" if len(where) > 6 else "")
+        out.append(f"| {st} | {cause.replace('|', '/')} | {len(where)} | {ws} | {ex} |")
+    return out + [""]
 
 
 def main(argv: list[str] | None = None) -> int:
