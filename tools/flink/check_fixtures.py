@@ -197,7 +197,7 @@ def resolve_operator(snap_ops: list[str], uid: str, mode: str) -> str | None:
     if uid in snap_ops:
         return uid
     if mode == "name-prefix":
-        hits = [o for o in snap_ops if o.startswith(uid) or o.split("[")[0].endswith(uid)]
+        hits = [o for o in snap_ops if o.split("[")[0] == uid]
         return hits[0] if hits else None
     return None
 

@@ -97,7 +97,9 @@ def main() -> int:
     conf = Configuration()
     for k, v in {"$internal.pipeline.job-id": JOB_ID, "state.backend.type": "hashmap", "rest.bind-port": "0",
                  "pipeline.max-parallelism": "128", "taskmanager.numberOfTaskSlots": "4",
-                 "execution.checkpointing.savepoint-dir": work.joinpath("savepoints").as_uri()}.items():
+                 "execution.checkpointing.savepoint-dir": work.joinpath("savepoints").as_uri(),
+                 # the Python workers must run this venv's interpreter, not whatever python is on PATH
+                 "python.executable": sys.executable, "python.client.executable": sys.executable}.items():
         conf.set_string(k, v)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(2)
@@ -110,6 +112,10 @@ def main() -> int:
     events.key_by(lambda r: Row(user=r[0], region=r[1]), key_type=key_t).process(Track()).uid("py-track").name("py-track")
     client = env.execute_async(f"fixture-{name}")
     time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 25)
+    status = client.get_job_status().result()
+    if status.name != "RUNNING":
+        print("job is", status, file=sys.stderr)
+        client.get_job_execution_result().result()  # raises the job's failure
     # PyFlink 2.3's JobClient.trigger_savepoint calls a Java method that no longer exists: call Java's directly
     from pyflink.java_gateway import get_gateway
 
