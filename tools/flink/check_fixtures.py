@@ -323,6 +323,14 @@ def check_fixture(path: Path) -> dict:
                 states = r
         except Exception as e:  # noqa: BLE001
             out["checks"][name] = "EXC " + _exc(e) + f" [{_where(e)}]"
+    if exp.get("operator_match", "uid") == "uid" and exp.get("uids"):
+        try:  # what a user who does not know the uids sees
+            plain = explorer.open(path)
+            named = set(plain.operators["operator"])
+            lost = [u for u in exp["uids"] if u not in named]
+            out["checks"]["operator names without uids="] = "OK" if not lost else f"NO: {lost} show as OperatorIDs"
+        except Exception as e:  # noqa: BLE001
+            out["checks"]["operator names without uids="] = "EXC " + _exc(e)
     if "checkpoint" in (exp.get("kind") or ""):
         try:
             h = explorer.history(path)
