@@ -738,6 +738,12 @@ public class ProductionFixtures {
         conf.put("execution.checkpointing.externalized-checkpoint-retention", "RETAIN_ON_CANCELLATION");
         conf.put("execution.checkpointing.num-retained", "1");
         conf.put("execution.checkpointing.file-merging.enabled", Boolean.toString(fileMerging));
+        // the same settings under their Flink 1.x names (1.17-1.19 read only these)
+        conf.put("state.backend", backend);
+        conf.put("state.checkpoints.dir", work.resolve("checkpoints").toUri().toString());
+        conf.put("state.savepoints.dir", work.resolve("savepoints").toUri().toString());
+        conf.put("state.backend.incremental", Boolean.toString(mode.equals("incremental")));
+        conf.put("state.checkpoints.num-retained", "1");
         if (changelog) {
             conf.put("state.changelog.enabled", "true");
             conf.put("state.changelog.storage", "filesystem");
