@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import re
 import sys
 import traceback
 from decimal import Decimal
@@ -434,6 +435,13 @@ def render(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _generic(text: str) -> str:
+    """An error text without the fixture's path and operator/subtask, so equal causes group together."""
+    text = re.sub(r"\S*/((chk-\d+/)?_metadata)", r"\1", text)
+    text = re.sub(r" \(operator '[^']*', subtask \d+\)", "", text)
+    return re.sub(r"\b\d{6}\.sst\b", "NNNNNN.sst", text)
+
+
 def _by_cause(results: list[dict]) -> list[str]:
     """Failing states grouped by what they fail on: the reader's value type (serializer snapshot) or the error."""
     groups: dict[tuple[str, str], list[str]] = {}
@@ -447,7 +455,7 @@ def _by_cause(results: list[dict]) -> list[str]:
             if st == "EXC":
                 cause = (s.get("example", "").split(":")[0] + " in " + s.get("where", "")).strip()
             elif not cause:
-                cause = s.get("example", "")[:80]
+                cause = "value type unknown (snap.states failed); " + s.get("example", "")[:60]
             if st == "MISSING" and "the rest of that key group is skipped" in s.get("example", ""):
                 ex = s["example"]
                 cause = "key groups skipped after an undecodable value of " + ex[ex.find("(") + 1: ex.find(")")]
@@ -457,7 +465,7 @@ def _by_cause(results: list[dict]) -> list[str]:
     for r in results:
         for c, v in r["checks"].items():
             if not v.startswith("OK"):
-                k = ("CHECK " + c, v[4:].split(" [")[0][:140])
+                k = ("CHECK " + c, _generic(v[4:].split(" [")[0])[:160])
                 groups.setdefault(k, []).append(r["name"])
                 examples.setdefault(k, v)
     out = ["## Failures by cause", "",
