@@ -3,6 +3,7 @@
 #
 #   tools/flink/make_fixtures.sh                  # the committed fixtures (small)
 #   tools/flink/make_fixtures.sh --bench DIR      # bigger snapshots for benchmarks/ into DIR
+#   ONLY="types-heap-checkpoint sql-heap-canonical-savepoint" tools/flink/make_fixtures.sh   # just these folders
 #
 # Needs Java 17 (java, javac). Flink's jars come from the apache-flink-libraries
 # wheel on PyPI (tools/flink/fetch_jars.sh, cached in .cache/flink/). Each
@@ -36,13 +37,16 @@ use_prod() { # version: compile the production-style jobs against that release
 prod() { # name job backend mode [-Dfixtures.changelog=true|-Dfixtures.filemerging=true]
     local name="$1" job="$2" backend="$3" mode="$4"
     shift 4
+    wanted "$name" || return 0
     echo "== $name" >&2
     # shellcheck disable=SC2086
     java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 $JAVA_OPENS -Dlog4j2.level=ERROR "$@" \
         -cp "$PBUILD:$PCP" ProductionFixtures "$OUT" "$name" "$job" "$backend" "$mode" >&2
 }
 
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 run() { # name backend mode events keys [compress]
+    wanted "$1" || return 0
     echo "== $1" >&2
     java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 -Dlog4j2.level=ERROR \
         -Dfixtures.checkpoint.ms="${CHECKPOINT_MS:-300}" -Dfixtures.max.parallelism="${MAX_PARALLELISM:-128}" -cp "$BUILD:$CP" StateFixtures "$OUT" "$@" >&2
@@ -110,11 +114,13 @@ prod flink-1.17-types-heap-canonical-savepoint types hashmap canonical      # Kr
 prod flink-1.17-plain-rocksdb-incremental-checkpoint plain rocksdb incremental
 # PyFlink (Row keys, values pickled by Python): apache-flink in a venv of its own under .cache/, never the project's
 PYFLINK_VENV="${PYFLINK_VENV:-$ROOT/.cache/flink/pyflink-venv}"
-if [ ! -x "$PYFLINK_VENV/bin/python" ]; then
-    python3.11 -m venv "$PYFLINK_VENV"
-    "$PYFLINK_VENV/bin/pip" install --quiet "apache-flink==2.3.0" >&2
+if wanted pyflink-heap-canonical-savepoint; then
+    if [ ! -x "$PYFLINK_VENV/bin/python" ]; then
+        python3.11 -m venv "$PYFLINK_VENV"
+        "$PYFLINK_VENV/bin/pip" install --quiet "apache-flink==2.3.0" >&2
+    fi
+    echo "== pyflink-heap-canonical-savepoint" >&2
+    "$PYFLINK_VENV/bin/python" "$ROOT/tools/flink/pyflink_job.py" "$OUT" pyflink-heap-canonical-savepoint >&2
 fi
-echo "== pyflink-heap-canonical-savepoint" >&2
-"$PYFLINK_VENV/bin/python" "$ROOT/tools/flink/pyflink_job.py" "$OUT" pyflink-heap-canonical-savepoint >&2
 
 du -sh "$OUT"/* >&2
