@@ -307,6 +307,11 @@ def check_fixture(path: Path) -> dict:
         snap = explorer.open(path, uids=exp.get("uids") or None)
     except Exception as e:  # noqa: BLE001
         out["checks"]["open"] = "EXC " + _exc(e) + f" [{_where(e)}]"
+        for uid, op in exp["operators"].items():  # every state of the snapshot is unreadable
+            for state, spec in op["states"].items():
+                out["states"].append({"operator": uid, "state": state, "kind": spec["kind"], "type": spec["type"],
+                                      "expected": len(spec["entries"]), "status": "EXC",
+                                      "example": "explorer.open failed: " + _exc(e)[:120], "where": _where(e)})
         return out
     out["checks"]["open"] = "OK"
     states = None
