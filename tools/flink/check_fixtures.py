@@ -1,6 +1,6 @@
 """Survey: read every production-style Flink fixture with the current reader and compare with its EXPECTED.json.
 
-    python tools/flink/check_fixtures.py [sample_data/flink] [--out tools/flink/SURVEY.md] [--only NAME...]
+    python tools/flink/check_fixtures.py [sample_data/flink/production] [--out tools/flink/SURVEY.md] [--only NAME...]
 
 For each fixture folder whose EXPECTED.json has an ``operators`` section (written by ProductionFixtures.java,
 VersionFixtures runs or pyflink_job.py; schema in tools/flink/README.md) it opens the snapshot with
@@ -486,7 +486,7 @@ def _by_cause(results: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("root", nargs="?", default=str(ROOT / "sample_data" / "flink"))
+    ap.add_argument("root", nargs="?", default=str(ROOT / "sample_data" / "flink" / "production"))
     ap.add_argument("--out", default=str(ROOT / "tools" / "flink" / "SURVEY.md"))
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args(argv)

@@ -87,6 +87,10 @@ run flink-1.20-heap-canonical-savepoint hashmap canonical $EVENTS $KEYS
 run flink-1.20-rocksdb-incremental-checkpoint rocksdb incremental $EVENTS $KEYS
 
 # --- production-style fixtures (issue 15) ---------------------------------------------------------------
+# in a folder of their own: tests/readers parametrizes over every sample_data/flink/*/EXPECTED.json in
+# StateFixtures' format
+OUT="$ROOT/sample_data/flink/production"
+mkdir -p "$OUT"
 use_prod 2.3.0
 prod types-heap-canonical-savepoint types hashmap canonical
 prod types-heap-checkpoint types hashmap checkpoint            # full heap format: values not length-prefixed
@@ -123,4 +127,4 @@ if wanted pyflink-heap-canonical-savepoint; then
     "$PYFLINK_VENV/bin/python" "$ROOT/tools/flink/pyflink_job.py" "$OUT" pyflink-heap-canonical-savepoint >&2
 fi
 
-du -sh "$OUT"/* >&2
+du -sh "$ROOT"/sample_data/flink/* "$OUT"/* >&2
