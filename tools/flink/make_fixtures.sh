@@ -3,6 +3,7 @@
 #
 #   tools/flink/make_fixtures.sh                  # the committed fixtures (small)
 #   tools/flink/make_fixtures.sh --bench DIR      # bigger snapshots for benchmarks/ into DIR
+#   ONLY="types-heap-checkpoint sql-heap-canonical-savepoint" tools/flink/make_fixtures.sh   # just these folders
 #
 # Needs Java 17 (java, javac). Flink's jars come from the apache-flink-libraries
 # wheel on PyPI (tools/flink/fetch_jars.sh, cached in .cache/flink/). Each
@@ -19,7 +20,33 @@ use_flink() { # version: fetch its jars and compile the job against them
 }
 use_flink "${FLINK_VERSION:-2.3.0}"
 
+# Production-style jobs (issue 15): tools/flink/src/ProductionFixtures.java, one folder each, EXPECTED.json with
+# every state entry (schema: tools/flink/README.md). Kryo and java.time values need the JDK's modules opened,
+# as Flink's own start scripts do.
+JAVA_OPENS="--add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED
+ --add-opens=java.base/java.time=ALL-UNNAMED --add-opens=java.base/java.math=ALL-UNNAMED
+ --add-opens=java.sql/java.sql=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
+ --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED
+ --add-opens=java.base/java.nio=ALL-UNNAMED"
+use_prod() { # version: compile the production-style jobs against that release
+    PCP="$(FLINK_VERSION="$1" "$ROOT/tools/flink/fetch_jars.sh")"
+    PBUILD="$ROOT/.cache/flink/build/production-$1"
+    mkdir -p "$PBUILD"
+    javac -nowarn -d "$PBUILD" -cp "$PCP" "$ROOT/tools/flink/src/Expect.java" "$ROOT/tools/flink/src/ProductionFixtures.java"
+}
+prod() { # name job backend mode [-Dfixtures.changelog=true|-Dfixtures.filemerging=true]
+    local name="$1" job="$2" backend="$3" mode="$4"
+    shift 4
+    wanted "$name" || return 0
+    echo "== $name" >&2
+    # shellcheck disable=SC2086
+    java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 $JAVA_OPENS -Dlog4j2.level=ERROR "$@" \
+        -cp "$PBUILD:$PCP" ProductionFixtures "$OUT" "$name" "$job" "$backend" "$mode" >&2
+}
+
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 run() { # name backend mode events keys [compress]
+    wanted "$1" || return 0
     echo "== $1" >&2
     java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 -Dlog4j2.level=ERROR \
         -Dfixtures.checkpoint.ms="${CHECKPOINT_MS:-300}" -Dfixtures.max.parallelism="${MAX_PARALLELISM:-128}" -cp "$BUILD:$CP" StateFixtures "$OUT" "$@" >&2
@@ -58,4 +85,46 @@ MAX_PARALLELISM=1000 run maxp1000-rocksdb-native-savepoint rocksdb native $EVENT
 use_flink 1.20.3
 run flink-1.20-heap-canonical-savepoint hashmap canonical $EVENTS $KEYS
 run flink-1.20-rocksdb-incremental-checkpoint rocksdb incremental $EVENTS $KEYS
-du -sh "$OUT"/* >&2
+
+# --- production-style fixtures (issue 15) ---------------------------------------------------------------
+# in a folder of their own: tests/readers parametrizes over every sample_data/flink/*/EXPECTED.json in
+# StateFixtures' format
+OUT="$ROOT/sample_data/flink/production"
+mkdir -p "$OUT"
+use_prod 2.3.0
+prod types-heap-canonical-savepoint types hashmap canonical
+prod types-heap-checkpoint types hashmap checkpoint            # full heap format: values not length-prefixed
+prod types-rocksdb-native-savepoint types rocksdb native
+prod windows-heap-canonical-savepoint windows hashmap canonical
+prod windows-rocksdb-incremental-checkpoint windows rocksdb incremental
+prod joins-heap-canonical-savepoint joins hashmap canonical
+prod joins-rocksdb-native-savepoint joins rocksdb native
+prod sql-heap-canonical-savepoint sql hashmap canonical
+prod plain-rocksdb-canonical-savepoint plain rocksdb canonical
+prod plain-rocksdb-incremental-checkpoint plain rocksdb incremental
+prod plain-changelog-heap-checkpoint plain hashmap checkpoint -Dfixtures.changelog=true   # all in the changelog
+prod plain-changelog-materialized-rocksdb-checkpoint plain rocksdb checkpoint -Dfixtures.changelog=true \
+    -Dfixtures.materialize="200 ms"                                                          # materialized + changelog
+prod plain-filemerging-rocksdb-incremental-checkpoint plain rocksdb incremental -Dfixtures.filemerging=true
+prod plain-forst-native-savepoint plain forst native
+prod plain-forst-checkpoint plain forst checkpoint
+use_prod 1.20.3
+prod flink-1.20-plain-heap-canonical-savepoint plain hashmap canonical
+prod flink-1.20-types-heap-canonical-savepoint types hashmap canonical      # Kryo 2
+prod flink-1.20-plain-filemerging-rocksdb-incremental-checkpoint plain rocksdb incremental -Dfixtures.filemerging=true
+use_prod 1.17.2
+prod flink-1.17-plain-heap-canonical-savepoint plain hashmap canonical
+prod flink-1.17-types-heap-canonical-savepoint types hashmap canonical      # Kryo 2
+prod flink-1.17-plain-rocksdb-incremental-checkpoint plain rocksdb incremental
+# PyFlink (Row keys, values pickled by Python): apache-flink in a venv of its own under .cache/, never the project's
+PYFLINK_VENV="${PYFLINK_VENV:-$ROOT/.cache/flink/pyflink-venv}"
+if wanted pyflink-heap-canonical-savepoint; then
+    if [ ! -x "$PYFLINK_VENV/bin/python" ]; then
+        python3.11 -m venv "$PYFLINK_VENV"
+        "$PYFLINK_VENV/bin/pip" install --quiet "apache-flink==2.3.0" >&2
+    fi
+    echo "== pyflink-heap-canonical-savepoint" >&2
+    "$PYFLINK_VENV/bin/python" "$ROOT/tools/flink/pyflink_job.py" "$OUT" pyflink-heap-canonical-savepoint >&2
+fi
+
+du -sh "$ROOT"/sample_data/flink/* "$OUT"/* >&2
