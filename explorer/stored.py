@@ -93,7 +93,7 @@ class AnalysisCache:
     """What the analyses keep on a :class:`Snapshot` between calls (a snapshot on disk does not change).
 
     Filled by :mod:`explorer.analysis` (its ``_columns`` module), emptied by
-    :meth:`Snapshot.drop_analysis_cache`:
+    :meth:`StoredSnapshot.drop_analysis_cache`:
 
     * ``frame``: the analysis frame, the columns most analyses need with keys as integer
       codes (None until the first analysis loads it);
@@ -102,9 +102,10 @@ class AnalysisCache:
       diff), or None until computed;
     * ``derived``: what analyses built from ``frame``, by key (:meth:`memo`). A key is a tuple
       ``(what, rows, *parameters)``: ``what`` names the result (``"per_key"``,
-      ``"kg_aggregates"``, ``"key_stats"``, ``"heavy_hitters"``), ``rows`` which operators
-      and states it was built from (``filter_key`` in ``explorer.analysis._columns``), the rest whatever
-      else it depends on (an operator's layout, a max parallelism).
+      ``"kg_aggregates"``, ``"key_stats"``), ``rows`` the operators and states it was built
+      from (``filter_key`` of ``explorer.analysis._columns``), the rest whatever else it
+      depends on (an operator's layout, a max parallelism); ``("heavy_hitters",)`` is the
+      reader's traffic sketch, read once.
     """
 
     def __init__(self) -> None:
