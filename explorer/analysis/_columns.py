@@ -4,7 +4,7 @@ Most questions (key groups, rescaling, TTL, hot keys) need only ``operator,
 state, kind, key, key_group, subtask, size_bytes, last_access, expires_at``,
 and need the key only to tell keys apart. So for a Snapshot they are read
 straight from the reader's Arrow pieces, once, and kept on the Snapshot
-(:class:`~explorer.snapshot.AnalysisCache`; snapshots on disk do not change):
+(:class:`~explorer.stored.AnalysisCache`; snapshots on disk do not change):
 
 * ``key`` holds integer *codes* (``pyarrow.compute.dictionary_encode``, a C++ hash,
   instead of one Python object per row); :class:`KeyValues` turns the few codes an
@@ -35,7 +35,7 @@ CACHED_COLUMNS = frozenset({"operator", "state", "kind", "key", "key_group", "su
 
 
 def _cache(snap: Any) -> Any:
-    """The :class:`~explorer.snapshot.AnalysisCache` of ``snap``, its frame loaded."""
+    """The :class:`~explorer.stored.AnalysisCache` of ``snap``, its frame loaded."""
     cache = snap.analysis_cache
     if not cache.loaded:
         cache.frame, cache.pieces, hashes = _load(snap)
@@ -56,9 +56,9 @@ def memo(source: Any, key: tuple, build: Any) -> Any:
     totals, key hashes), kept beside them so a second analysis does not redo the first's work.
 
     ``key`` names what was built and from which rows (:func:`filter_key`; the scheme is
-    :class:`~explorer.snapshot.AnalysisCache`'s). For a DataFrame source (no cache), or before
+    :class:`~explorer.stored.AnalysisCache`'s). For a DataFrame source (no cache), or before
     the columns are loaded, ``build()`` runs every time. Snapshots on disk do not change; the
-    cache goes with :meth:`~explorer.snapshot.Snapshot.drop_analysis_cache`.
+    cache goes with :meth:`~explorer.stored.StoredSnapshot.drop_analysis_cache`.
     """
     cache = None if isinstance(source, pd.DataFrame) else getattr(source, "analysis_cache", None)
     if cache is None or not cache.loaded:
