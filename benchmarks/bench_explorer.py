@@ -82,7 +82,7 @@ def _keys(ids: np.ndarray, key_type: str) -> pa.Array:
 
 
 def _key_groups(keys: pa.Array) -> np.ndarray:
-    from explorer.analysis._common import key_groups_of
+    from explorer.keygroups import key_groups_of
 
     return key_groups_of(keys, MAX_PARALLELISM).astype(np.int32)
 

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from plotly.offline import get_plotlyjs
 
 from . import analysis, plots
+from .stored import checkpoints_in, open_stored
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#222}
@@ -147,12 +149,7 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
     is given), the checkpoint history and the diff from the previous checkpoint.
     plotly.js is inlined once in the page head, so the file opens offline.
     """
-    from plotly.offline import get_plotlyjs
-
-    from .snapshot import checkpoints_in
-    from .snapshot import open as open_snapshot
-
-    snap = source if hasattr(source, "keyed_state") else open_snapshot(source)
+    snap = source if hasattr(source, "keyed_state") else open_stored(source)
     out = Path(output)
     body: list[str] = []
     n = 0
@@ -209,9 +206,9 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
             ids = [c.name for c in chks]
             here = Path(snap.path).name
             prev = chks[ids.index(here) - 1] if here in ids and ids.index(here) > 0 else chks[-2]
-            cur = snap if here in ids else open_snapshot(chks[-1])
+            cur = snap if here in ids else open_stored(chks[-1])
             body.append(f"<h2>Diff from {html.escape(prev.name)} to {html.escape(Path(cur.path).name)}</h2>")
-            d = analysis.diff(open_snapshot(prev), cur)
+            d = analysis.diff(open_stored(prev), cur)
             fig(plots.diff_waterfall(d))
             body.append(_table(analysis.diff_summary(d)))
             body.append(_table(analysis.growth_by_key(d, n=top)))

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, TypeVar
 import ipywidgets as w
 import plotly.graph_objects as go
 
-from explorer.plots._charts import PALETTE
+from explorer.plots import PALETTE
 
 from ._errors import ErrorArea
 

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from explorer.analysis import key_group_aggregates, key_stats
-from explorer.analysis._common import LOAD_COLUMNS
+from explorer.analysis import LOAD_COLUMNS, key_group_aggregates, key_stats
 from explorer.snapshot import Snapshot, checkpoints_in
 from explorer.snapshot import open as open_snapshot
 

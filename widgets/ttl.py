@@ -17,7 +17,7 @@ import pandas as pd
 import traitlets as t
 
 from explorer.analysis.ttl import TIMELINE_COLUMNS
-from explorer.plots._charts import EXPIRED_COLOR, PALETTE
+from explorer.plots import EXPIRED_COLOR, PALETTE
 
 from ._base import View, figure, html_table
 from ._data import SnapshotData

@@ -10,6 +10,8 @@ Snapshot (:mod:`._columns`; ``snap.drop_analysis_cache()`` frees them). Loads
 per subtask are ``np.bincount`` over key groups, per-key sums ``np.bincount``
 over key codes; only the keys an answer reports become Python objects.
 
+``LOAD_COLUMNS`` are the contract columns most analyses read (never ``value``).
+
 The modules, one purpose each:
 
 * :mod:`.distribution`: key groups per subtask, imbalance, rescale what-if;
@@ -19,6 +21,7 @@ The modules, one purpose each:
 * :mod:`.diff`: keys added, removed, changed, and growth between two snapshots.
 """
 
+from ._common import LOAD_COLUMNS
 from .diff import diff, diff_summary, growth_by_key
 from .distribution import (
     best_parallelisms,
@@ -34,6 +37,7 @@ from .hotkeys import gini, hot_keys, key_skew, key_stats, lorenz_curve, salted_k
 from .ttl import expired_not_cleaned, ttl_expiry, ttl_summary, unbounded_growth
 
 __all__ = [
+    "LOAD_COLUMNS",
     "best_parallelisms",
     "checkpoint_summary",
     "diff",

@@ -4,7 +4,7 @@ Most questions (key groups, rescaling, TTL, hot keys) need only ``operator,
 state, kind, key, key_group, subtask, size_bytes, last_access, expires_at``,
 and need the key only to tell keys apart. So for a Snapshot they are read
 straight from the reader's Arrow pieces, once, and kept on the Snapshot
-(snapshots on disk do not change):
+(:class:`~explorer.stored.AnalysisCache`; snapshots on disk do not change):
 
 * ``key`` holds integer *codes* (``pyarrow.compute.dictionary_encode``, a C++ hash,
   instead of one Python object per row); :class:`KeyValues` turns the few codes an
@@ -14,187 +14,38 @@ straight from the reader's Arrow pieces, once, and kept on the Snapshot
 
 A frame of this kind carries its :class:`KeyValues` in ``DataFrame.attrs["key_values"]``;
 a user's own DataFrame (Python keys) gets the same interface through
-:func:`key_codes`, which factorizes its keys with pandas.
+:func:`._keys.key_codes`, which factorizes its keys with pandas.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..readers.base import KeyedStateQuery
+from ._keys import KeyValues, factorize_keys
+
 #: columns the cached frame holds
 CACHED_COLUMNS = frozenset({"operator", "state", "kind", "key", "key_group", "subtask", "size_bytes", "last_access",
                             "expires_at"})
-_CACHE_ATTR = "_analysis_cache"
 
 
-class KeyValues:
-    """Codes 0..n-1 and the keys they stand for (Arrow arrays, or a NumPy object array)."""
-
-    def __init__(self, segments: Sequence[Any]) -> None:
-        self.segments = list(segments)
-        self.offsets = np.cumsum([0] + [len(s) for s in self.segments])
-        self._key_groups: dict[Any, Any] = {}
-        self._codes: dict[tuple, np.ndarray] = {}
-        #: key joins with other snapshots' keys (:func:`explorer.analysis.diff.diff`), by their id
-        self.joins: dict[int, tuple[Any, Any]] = {}
-
-    @classmethod
-    def from_objects(cls, uniques: np.ndarray) -> "KeyValues":
-        return cls([np.asarray(uniques, dtype=object)])
-
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
-
-    def __deepcopy__(self, memo: dict) -> "KeyValues":
-        # immutable; pandas deep-copies DataFrame.attrs into every derived frame
-        return self
-
-    def __copy__(self) -> "KeyValues":
-        return self
-
-    def take(self, codes: np.ndarray | Sequence[int]) -> np.ndarray:
-        """The keys of ``codes`` as Python objects (only these are materialised)."""
-        codes = np.asarray(codes, dtype=np.int64)
-        if len(self.segments) == 1 and not isinstance(self.segments[0], np.ndarray) and \
-                pa.types.is_string(self.segments[0].type):  # one Arrow segment of strings: no masks, no copies
-            return self.segments[0].take(pa.array(codes)).to_numpy(zero_copy_only=False)
-        out = np.empty(len(codes), dtype=object)
-        for off, seg in zip(self.offsets[:-1], self.segments):
-            sel = (codes >= off) & (codes < off + len(seg))
-            if not sel.any():
-                continue
-            idx = codes[sel] - off
-            if isinstance(seg, np.ndarray):
-                vals = seg[idx]
-            elif pa.types.is_string(seg.type) or pa.types.is_large_string(seg.type):
-                vals = seg.take(pa.array(idx)).to_numpy(zero_copy_only=False)  # str objects, built in C++
-            else:
-                vals = seg.take(pa.array(idx)).to_pylist()
-            sub = np.empty(len(vals), dtype=object)
-            sub[:] = vals
-            out[sel] = sub
-        return out
-
-    def codes_of(self, keys: Iterable[Any]) -> np.ndarray:
-        """Codes of ``keys`` (-1 for keys not present); remembered for the last few key lists."""
-        keys = list(keys)
-        memo_key = tuple(_typed(k) for k in keys)
-        if memo_key not in self._codes:
-            if len(self._codes) >= 16:
-                self._codes.clear()
-            self._codes[memo_key] = self._codes_of(keys)
-        return self._codes[memo_key].copy()
-
-    def _codes_of(self, keys: list[Any]) -> np.ndarray:
-        out = np.full(len(keys), -1, dtype=np.int64)
-        for off, seg in zip(self.offsets[:-1], self.segments):
-            if isinstance(seg, np.ndarray):
-                where = {}
-                for i, v in enumerate(seg):
-                    where.setdefault(_typed(v), i)
-                for j, k in enumerate(keys):
-                    i = where.get(_typed(k))
-                    if i is not None and out[j] < 0:
-                        out[j] = off + i
-                continue
-            todo = [j for j in range(len(keys)) if out[j] < 0]
-            try:
-                probe = pa.array([keys[j] for j in todo], type=seg.type)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-                probe = None
-            if probe is not None:  # hash the few keys asked, scan the dictionary once
-                where = pc.index_in(seg, value_set=probe)
-                hit = np.flatnonzero(where.is_valid().to_numpy(zero_copy_only=False))
-                for code, j in zip(hit, where.filter(where.is_valid()).to_numpy(zero_copy_only=False)):
-                    out[todo[int(j)]] = off + int(code)
-                continue
-            for j in todo:  # keys of mixed types: one at a time
-                try:
-                    f = pc.index(seg, pa.scalar(keys[j], type=seg.type)).as_py()
-                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):
-                    continue
-                if f >= 0:
-                    out[j] = off + f
-        return out
-
-    def hash64(self) -> np.ndarray | None:
-        """A 64-bit hash of every code's key (kept), or None when the keys are not one Arrow
-        array of strings, binaries or integers. Equal keys hash equal; a diff checks the
-        keys of equal hashes before it matches them (:func:`explorer.analysis.diff.diff`)."""
-        if "hash64" not in self._key_groups:
-            self._key_groups["hash64"] = _key_hash64(self.segments)
-        return self._key_groups["hash64"]
-
-    def has_hash64(self) -> bool:
-        """Whether :meth:`hash64` is computed already."""
-        return "hash64" in self._key_groups
-
-    def key_groups(self, max_parallelism: int, scheme: str = "flink") -> np.ndarray:
-        """The key group of every code's key at ``max_parallelism`` (hashed once per key and M).
-
-        ``scheme="flink"``: Flink's key group (murmur of the Java hashCode, mod M);
-        ``"spark"``: Spark's shuffle partition with M partitions (:func:`._common.spark_partitions_of`).
-        """
-        from ._common import key_groups_of, spark_partitions_of
-
-        k = (max_parallelism, scheme)
-        if k not in self._key_groups:  # keys do not change: hash them once per M
-            fn = spark_partitions_of if scheme == "spark" else key_groups_of
-            parts = [fn(seg, max_parallelism) for seg in self.segments]
-            self._key_groups[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return self._key_groups[k]
-
-
-def _key_hash64(segments: list[Any]) -> np.ndarray | None:
-    from ._hashing import splitmix64, string_hash64
-
-    if len(segments) != 1 or isinstance(segments[0], np.ndarray):
-        return None
-    seg = segments[0]
-    t = seg.type
-    if seg.null_count:
-        return None
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return string_hash64(seg)
-    if pa.types.is_integer(t):
-        return splitmix64(seg.cast(pa.int64()).to_numpy(zero_copy_only=False).view(np.uint64))
-    return None
-
-
-def _typed(v: Any) -> Any:
-    try:
-        hash(v)
-    except TypeError:
-        return ("repr", repr(v))
-    return (type(v).__name__, v)
-
-
-def key_codes(df: pd.DataFrame) -> tuple[np.ndarray, KeyValues]:
-    """Integer codes of ``df["key"]`` and the keys they stand for."""
-    kv = df.attrs.get("key_values")
-    if isinstance(kv, KeyValues):
-        return df["key"].to_numpy(dtype=np.int64), kv
-    from ._common import factorize_keys
-
-    codes, uniques = factorize_keys(df["key"])
-    return codes, KeyValues.from_objects(uniques)
-
-
-def _cache(snap: Any) -> dict:
-    cache = snap.__dict__.setdefault(_CACHE_ATTR, {})
-    if "frame" not in cache:
-        cache["frame"], cache["pieces"], hashes = _load(snap)
+def _cache(snap: Any) -> Any:
+    """The :class:`~explorer.stored.AnalysisCache` of ``snap``, its frame loaded."""
+    cache = snap.analysis_cache
+    if not cache.loaded:
+        cache.frame, cache.pieces, hashes = _load(snap)
         if hashes is not None:  # not in DataFrame.attrs: pandas deep-copies those into derived frames
-            cache["row_hashes"] = hashes
+            cache.row_hashes = hashes
     return cache
 
 
-def _filter_key(operator: Any, state: Any) -> tuple:
+def filter_key(operator: Any, state: Any) -> tuple:
+    """Which operators and states rows were taken from, as part of a key of :func:`memo`."""
     def norm(x: Any) -> Any:
         return None if x is None else (frozenset([x]) if isinstance(x, str) else frozenset(x))
     return norm(operator), norm(state)
@@ -204,34 +55,30 @@ def memo(source: Any, key: tuple, build: Any) -> Any:
     """``build()`` once per Snapshot and ``key``: arrays derived from the cached columns (per-key
     totals, key hashes), kept beside them so a second analysis does not redo the first's work.
 
-    ``key`` names what was built and from which rows (:func:`_filter_key`). For a DataFrame
-    source (no cache) ``build()`` runs every time. Snapshots on disk do not change; the
-    cache goes with :meth:`~explorer.snapshot.Snapshot.drop_analysis_cache`.
+    ``key`` names what was built and from which rows (:func:`filter_key`; the scheme is
+    :class:`~explorer.stored.AnalysisCache`'s). For a DataFrame source (no cache), or before
+    the columns are loaded, ``build()`` runs every time. Snapshots on disk do not change; the
+    cache goes with :meth:`~explorer.stored.StoredSnapshot.drop_analysis_cache`.
     """
-    cache = getattr(source, "__dict__", {}).get(_CACHE_ATTR) if not isinstance(source, pd.DataFrame) else None
-    if cache is None or "frame" not in cache:
+    cache = None if isinstance(source, pd.DataFrame) else getattr(source, "analysis_cache", None)
+    if cache is None or not cache.loaded:
         return build()
-    derived = cache.setdefault("derived", {})
-    if key not in derived:
-        derived[key] = build()
-    return derived[key]
+    return cache.memo(key, build)
 
 
 def drop_derived(snap: Any) -> None:
     """Forget what :func:`memo` kept for ``snap`` (the loaded columns stay): the next analysis runs cold."""
-    cache = getattr(snap, "__dict__", {}).get(_CACHE_ATTR, {})
-    cache.pop("derived", None)
-    kv = cache["frame"].attrs.get("key_values") if "frame" in cache else None
+    cache = snap.analysis_cache
+    cache.derived.clear()
+    kv = cache.frame.attrs.get("key_values") if cache.loaded else None
     if isinstance(kv, KeyValues):
-        kv._key_groups.clear()
-        kv._codes.clear()
-        kv.joins.clear()
+        kv.forget()
 
 
 def positions(snap: Any, operator: str | Iterable[str] | None = None,
               state: str | Iterable[str] | None = None) -> np.ndarray | None:
     """Rows of the cached frame of ``snap`` for these operators and states (None: all rows)."""
-    pieces = _cache(snap)["pieces"]
+    pieces = _cache(snap).pieces
     ops = None if operator is None else ({operator} if isinstance(operator, str) else set(operator))
     sts = None if state is None else ({state} if isinstance(state, str) else set(state))
     if ops is None and sts is None:
@@ -246,17 +93,17 @@ def cached_frame(snap: Any, operator: str | Iterable[str] | None = None,
                  state: str | Iterable[str] | None = None) -> pd.DataFrame:
     """The analysis columns of ``snap`` (see the module doc), filtered by operator and state."""
     cache = _cache(snap)
-    df = cache["frame"]
+    df = cache.frame
     idx = positions(snap, operator, state)
     if idx is None:
-        df.attrs["spans"] = (len(df), tuple((op, st, lo, hi) for op, st, lo, hi in cache["pieces"]))
+        df.attrs["spans"] = (len(df), tuple((op, st, lo, hi) for op, st, lo, hi in cache.pieces))
         return df
     out = df.iloc[idx].reset_index(drop=True)
     out.attrs["key_values"] = df.attrs["key_values"]
     ops = None if operator is None else ({operator} if isinstance(operator, str) else set(operator))
     sts = None if state is None else ({state} if isinstance(state, str) else set(state))
     spans, at = [], 0
-    for op, st, lo, hi in cache["pieces"]:
+    for op, st, lo, hi in cache.pieces:
         if (ops is None or op in ops) and (sts is None or st in sts):
             spans.append((op, st, at, at + hi - lo))
             at += hi - lo
@@ -292,18 +139,16 @@ def state_rows(df: pd.DataFrame) -> list[tuple[str, str, np.ndarray | slice]]:
 
 def row_hashes(snap: Any) -> np.ndarray:
     """A uint64 hash of each cached row's ``(namespace, user_key, value)``, computed in Arrow (cached)."""
-    from ..readers.base import KeyedStateQuery
-
     cache = _cache(snap)
-    if "row_hashes" not in cache:
+    if cache.row_hashes is None:
         parts = [_entry_hashes(p) for p in
                  snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS)))) if p.num_rows]
         h = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
-        if len(h) != len(cache["frame"]):  # pragma: no cover - a reader that is not deterministic
+        if len(h) != len(cache.frame):  # pragma: no cover - a reader that is not deterministic
             raise RuntimeError(f"{snap.path}: keyed state changed between two reads ({len(h)} vs "
-                               f"{len(cache['frame'])} rows)")
-        cache["row_hashes"] = h
-    return cache["row_hashes"]
+                               f"{len(cache.frame)} rows)")
+        cache.row_hashes = h
+    return cache.row_hashes
 
 
 def _hashed_in_arrow(t: pa.DataType) -> bool:
@@ -358,8 +203,6 @@ def arrow_hash(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 
 def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]], np.ndarray | None]:
-    from ..readers.base import KeyedStateQuery
-
     pieces = [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS))))
               if p.num_rows]
     names: dict[str, list[Any]] = {"operator": [], "state": [], "kind": []}
@@ -423,8 +266,6 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
                                         for c in enc.chunks]) if enc.num_chunks else np.zeros(0, np.int64)
             seg: Any = dictionary
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-            from ._common import factorize_keys
-
             values = pd.Series(pa.chunked_array(chunks).to_pylist(), dtype=object)
             values = values.map(lambda v: tuple(v) if isinstance(v, list) else v)
             codes_all, seg = factorize_keys(values)

@@ -1,6 +1,7 @@
 """What every analysis shares: taking a Snapshot or a DataFrame, operator layouts, fast key groups.
 
-Every analysis accepts either a :class:`~explorer.snapshot.Snapshot` (it then
+Every analysis accepts either a snapshot (a :class:`~explorer.stored.StoredSnapshot`, such
+as the :class:`~explorer.snapshot.Snapshot` ``explorer.open`` returns: it then
 works on the analysis columns cached on the snapshot, see :mod:`._columns`, and
 takes parallelism and max parallelism from the snapshot's metadata) or a
 DataFrame with the contract columns (then ``max_parallelism=`` must be given
@@ -11,20 +12,18 @@ where key groups are recomputed, and the parallelism defaults to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence, Union
+from typing import Any, Iterable, Sequence, Union
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from ..errors import AnalysisError
-from ..keygroups import assign_key_groups, check_parallelism, key_groups_for_hash_codes
-from ._hashing import java_string_hashes
+from ..keygroups import check_parallelism
+from ..stored import StoredSnapshot
+from ._columns import CACHED_COLUMNS, cached_frame
+from ._keys import key_codes
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..snapshot import Snapshot
-
-Source = Union["Snapshot", pd.DataFrame]
+Source = Union[StoredSnapshot, pd.DataFrame]
 
 #: the columns most analyses need (never ``value``: it is the costly one to load)
 LOAD_COLUMNS = ("operator", "state", "kind", "key", "key_group", "subtask", "size_bytes")
@@ -44,8 +43,6 @@ def frame(source: Source, columns: Sequence[str] = LOAD_COLUMNS, operator: str |
     analysis frame (keys as integer codes: use :func:`._columns.key_codes`).
     """
     if is_snapshot(source):
-        from ._columns import CACHED_COLUMNS, cached_frame
-
         if set(columns) <= CACHED_COLUMNS and hasattr(source, "reader"):
             return cached_frame(source, operator, state)
         return source.keyed_state(operator=operator, state=state, columns=list(columns))
@@ -125,67 +122,11 @@ def layouts(source: Source, df: pd.DataFrame, operator: str | Iterable[str] | No
     return out
 
 
-def key_groups_of(keys: pd.Series | np.ndarray | pa.Array, max_parallelism: int) -> np.ndarray:
-    """Flink key groups of many keys, equal to :func:`explorer.keygroups.assign_key_groups`.
-
-    ASCII string keys (the common case) get Java's ``String.hashCode`` computed
-    from the Arrow buffers in NumPy (:func:`._hashing.java_string_hashes`); everything
-    else goes to :func:`~explorer.keygroups.assign_key_groups`.
-    """
-    arr = keys
-    if isinstance(arr, pd.Series):
-        arr = arr.to_numpy()
-    if isinstance(arr, np.ndarray) and arr.dtype == object and len(arr) and all(
-        type(x) is str for x in arr[: min(len(arr), 64)]
-    ):
-        try:
-            arr = pa.array(arr, type=pa.string())
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            arr = keys
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if isinstance(arr, pa.Array) and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)) \
-            and arr.null_count == 0:
-        codes = java_string_hashes(arr)
-        if codes is not None:
-            return key_groups_for_hash_codes(codes, max_parallelism).astype(np.int64)
-    return np.asarray(assign_key_groups(keys, max_parallelism), dtype=np.int64)
-
-
 def partitioner(source: Any) -> str:
     """How keys map to key groups in ``source``: ``"spark"`` (Spark's shuffle partitions: Murmur3
     over Spark's encoding of the grouping columns) for Spark checkpoints, else ``"flink"``."""
     fmt = getattr(source, "format", None) if is_snapshot(source) else None
     return "spark" if isinstance(fmt, str) and fmt.startswith("spark") else "flink"
-
-
-def spark_partitions_of(keys: Any, num_partitions: int) -> np.ndarray:
-    """Spark's shuffle partition of each key with ``num_partitions`` partitions (int64).
-
-    A key of several grouping columns is a tuple (or an Arrow struct); its fields are hashed
-    column by column, as Spark's ``hash(col1, col2, ...)`` does.
-    """
-    from ..spark.partitioning import partition_ids
-
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
-    if isinstance(keys, pa.Array) and pa.types.is_struct(keys.type):
-        columns: list[Any] = [keys.field(i) for i in range(keys.type.num_fields)]
-    elif isinstance(keys, pa.Array):
-        columns = [keys]
-    else:
-        seq = list(keys)
-        columns = [list(c) for c in zip(*seq)] if seq and all(isinstance(v, tuple) for v in seq) else [seq]
-    if not columns or not len(columns[0]):
-        return np.zeros(0, dtype=np.int64)
-    return partition_ids(columns, num_partitions).astype(np.int64)
-
-
-def key_groups_for(keys: Sequence[Any], max_parallelism: int, scheme: str = "flink") -> np.ndarray:
-    """Key groups of a few Python keys under ``scheme`` (see :func:`partitioner`)."""
-    if scheme == "spark":
-        return spark_partitions_of(list(keys), max_parallelism)
-    return np.asarray(assign_key_groups(list(keys), max_parallelism), dtype=np.int64)
 
 
 def non_timer(df: pd.DataFrame) -> pd.DataFrame:
@@ -299,8 +240,6 @@ def per_key_codes(df: pd.DataFrame, subtasks: bool = True) -> KeyTable:
     Sums are ``np.bincount`` over the code space: no Python loop and no hashing per key.
     ``subtasks=False`` leaves ``subtask`` zero (for callers that derive it from the key group).
     """
-    from ._columns import key_codes
-
     rows = non_timer(df)
     codes, kv = key_codes(rows)
     k = max(len(kv), 1)
@@ -347,25 +286,6 @@ def per_key_codes(df: pd.DataFrame, subtasks: bool = True) -> KeyTable:
 def per_key(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (operator, key): key_group, subtask, entries, bytes (timers excluded), keys as values."""
     return per_key_codes(df).to_frame()
-
-
-def first_occurrences(codes: np.ndarray) -> np.ndarray:
-    """Row of the first occurrence of each code, for codes numbered in order of first appearance
-    (as :func:`pandas.factorize` numbers them)."""
-    if not len(codes):
-        return np.zeros(0, dtype=np.int64)
-    prev_max = np.maximum.accumulate(np.concatenate([[-1], codes[:-1]]))
-    return np.flatnonzero(codes > prev_max)
-
-
-def factorize_keys(keys: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes for keys (tuples and other unhashable-by-pandas keys go through ``repr``)."""
-    try:
-        codes, uniques = pd.factorize(keys, sort=False)
-        return codes.astype(np.int64), np.asarray(uniques, dtype=object)
-    except TypeError:  # e.g. lists / dicts as keys: group by their repr, keep the first of each
-        codes, _ = pd.factorize(keys.map(repr), sort=False)
-        return codes.astype(np.int64), keys.to_numpy()[first_occurrences(codes)]
 
 
 def now_of(source: Source, df: pd.DataFrame | None, now: Any) -> pd.Timestamp:

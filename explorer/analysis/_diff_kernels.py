@@ -1,7 +1,6 @@
 """numba kernels of :func:`explorer.analysis.diff.diff` over two Snapshots: the key join, the
 per-key sums of each side, the merge of the two sides per state and the output columns; and
-the two string hashes of :mod:`._hashing` (the diff's 64-bit key hash, Java's hashCode of
-many keys for their key groups).
+the diff's 64-bit key hash of :mod:`._hashing`.
 
 Imported lazily (inside functions): ``import explorer`` does not pay for numba. The kernels
 take and return NumPy arrays only and release the GIL, so the diff's two threads run them
@@ -179,29 +178,6 @@ def hash_strings(off, data, out):
         h ^= h >> np.uint64(29)
         out[i] = h
     return True
-
-
-@_jit
-def java_hashes(off, data, out):
-    """``out[i]``: Java's ``String.hashCode`` (uint32) of the pure-ASCII bytes
-    ``data[off[i]:off[i + 1]]`` (one UTF-16 unit per byte). 1 when done, 0 when a byte is not
-    ASCII (the caller takes the exact path), -1 for offsets outside ``data`` (nothing read)."""
-    n = len(out)
-    if len(off) != n + 1:
-        return -1
-    b = np.uint32(31)
-    for i in range(n):
-        s, e = off[i], off[i + 1]
-        if s < 0 or e < s or e > len(data):
-            return -1
-        h = np.uint32(0)
-        for x in range(s, e):
-            c = data[x]
-            if c >= 0x80:
-                return 0
-            h = h * b + np.uint32(c)
-        out[i] = h
-    return 1
 
 
 @_jit

@@ -28,10 +28,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._columns import KeyValues, cached_frame, positions, row_hashes, state_rows
-from ._common import Source, factorize_keys, first_occurrences, frame, is_snapshot
 from ..errors import AnalysisError
-from ._hashing import string_buffers
+from ..keygroups import string_buffers
+from ._columns import cached_frame, positions, row_hashes, state_rows
+from ._common import Source, frame, is_snapshot
+from ._keys import KeyValues, factorize_keys, first_occurrences
 
 DIFF_COLUMNS = ["operator", "state", "key", "status", "entries_a", "entries_b", "entries_delta", "bytes_a",
                 "bytes_b", "bytes_delta"]

@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, operator_indices_for_key_groups
-from ._columns import _filter_key, memo
+from ._columns import filter_key, memo
 from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
                       per_key_codes)
 
@@ -66,7 +66,7 @@ def _aggregate(kt: KeyTable, lay: Layout, records: pd.DataFrame | None, *,
 
 def _keys_of(source: Source, df: pd.DataFrame, operator, state) -> KeyTable:
     """The per-key sums of ``df`` (kept on a Snapshot, shared with the hot-key analyses)."""
-    return memo(source, ("per_key", _filter_key(operator, state)), lambda: per_key_codes(df, subtasks=False))
+    return memo(source, ("per_key", filter_key(operator, state)), lambda: per_key_codes(df, subtasks=False))
 
 
 def _aggregates(source: Source, df: pd.DataFrame, operator, state, lay: Layout,
@@ -75,7 +75,7 @@ def _aggregates(source: Source, df: pd.DataFrame, operator, state, lay: Layout,
     def build() -> pd.DataFrame:
         return _aggregate(_keys_of(source, df, operator, state).of_operator(lay.operator), lay, records)
 
-    return memo(source, ("kg_aggregates", _filter_key(operator, state), lay.operator, lay.max_parallelism),
+    return memo(source, ("kg_aggregates", filter_key(operator, state), lay.operator, lay.max_parallelism),
                 build).copy()
 
 

@@ -18,7 +18,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
+from ..stored import checkpoints_in, open_stored
+from ._columns import cached_frame, state_rows
 from ._common import is_snapshot
+from ._keys import key_codes
 
 HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "state", "ttl_ms", "entries", "bytes",
                    "keys", "checkpoint_bytes", "incremental_bytes", "delta_bytes", "duration_ms", "sync_ms",
@@ -26,9 +29,6 @@ HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "s
 
 
 def _snapshots(source: Any) -> list[Any]:
-    from ..snapshot import Snapshot, checkpoints_in
-    from ..snapshot import open as open_snapshot
-
     if is_snapshot(source):
         return [source]
     if isinstance(source, (str, Path)):
@@ -37,9 +37,9 @@ def _snapshots(source: Any) -> list[Any]:
             raise AnalysisError(f"{p}: no such checkpoint directory")
         chks = checkpoints_in(p) if p.is_dir() else []
         if chks:
-            return [open_snapshot(c) for c in chks]
-        return [open_snapshot(p)]
-    snaps = [s if isinstance(s, Snapshot) or is_snapshot(s) else open_snapshot(s) for s in source]
+            return [open_stored(c) for c in chks]
+        return [open_stored(p)]
+    snaps = [s if is_snapshot(s) else open_stored(s) for s in source]
     return sorted(snaps, key=lambda s: (s.checkpoint_id is None, s.checkpoint_id or 0))
 
 
@@ -70,8 +70,6 @@ def _state_bytes(snap: Any) -> dict[tuple[str, str], int]:
 
 
 def _keys_per_state(snap: Any) -> dict[tuple[str, str], int]:
-    from ._columns import cached_frame, key_codes, state_rows
-
     df = cached_frame(snap) if hasattr(snap, "reader") else snap.keyed_state(columns=["operator", "state", "key"])
     if not len(df):
         return {}
@@ -134,8 +132,6 @@ def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True) -> p
 
 
 def _total_keys(snap: Any) -> int:
-    from ._columns import cached_frame, key_codes
-
     df = cached_frame(snap) if hasattr(snap, "reader") else snap.keyed_state(columns=["operator", "key"])
     if not len(df):
         return 0

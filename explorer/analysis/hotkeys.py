@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
-from ..keygroups import operator_indices_for_key_groups
-from ._columns import _filter_key, memo
-from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, key_groups_for, layouts,
-                      partitioner, per_key_codes)
+from ..keygroups import key_groups_for, operator_indices_for_key_groups
+from ._columns import filter_key, memo
+from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
+                      per_key_codes)
 
 BY = {"bytes": "bytes", "entries": "entries", "traffic": "records"}
 
@@ -87,7 +87,7 @@ def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame, sour
     """
     if source is None or hh is not _snapshot_sketch(source):
         return _build_key_stats(per_key_codes(df, subtasks=False), lays, hh)
-    rows = _filter_key(operator, state)
+    rows = filter_key(operator, state)
     base = memo(source, ("per_key", rows), lambda: per_key_codes(df, subtasks=False))
     lay_key = tuple(sorted((n, l.parallelism, l.max_parallelism) for n, l in lays.items()))
     return memo(source, ("key_stats", rows, lay_key), lambda: _build_key_stats(base, lays, hh))

@@ -16,8 +16,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
-from ._columns import key_codes, state_rows
+from ._columns import state_rows
 from ._common import TIMER_KINDS, Source, frame, is_snapshot, now_of
+from ._keys import key_codes
+from .history import history
 
 TTL_COLUMNS = ("operator", "state", "kind", "key", "last_access", "expires_at", "size_bytes")
 
@@ -193,8 +195,6 @@ def unbounded_growth(snapshots: Sequence[Source] | str | Any, *, min_points: int
     ``first_bytes, last_bytes, bytes_growth, entries_per_checkpoint, monotonic, unbounded``
     where ``unbounded`` means no TTL and entries never shrank and grew overall.
     """
-    from .history import history
-
     h = history(snapshots, keys=False)
     h = h[h["state"].notna()]
     out = []

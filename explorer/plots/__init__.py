@@ -15,9 +15,14 @@ function                    data frame
 :func:`checkpoint_history`  ``history``
 :func:`diff_waterfall`      ``diff``
 ==========================  ================================================
+
+``PALETTE`` (subtask colours) and ``EXPIRED_COLOR`` are the colours the figures use, for
+dashboards that draw beside them.
 """
 
 from ._charts import (
+    EXPIRED_COLOR,
+    PALETTE,
     checkpoint_history,
     diff_waterfall,
     hot_key_bars,
@@ -28,6 +33,7 @@ from ._charts import (
     ttl_timeline,
 )
 
+#: the figure functions (the colours above are public too, for dashboards, but not figures)
 __all__ = [
     "checkpoint_history",
     "diff_waterfall",

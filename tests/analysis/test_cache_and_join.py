@@ -10,7 +10,8 @@ import pytest
 
 import explorer
 from explorer.analysis import diff, hot_keys, key_group_distribution, key_skew, salting_whatif
-from explorer.analysis._columns import KeyValues, cached_frame, drop_derived
+from explorer.analysis._columns import cached_frame, drop_derived
+from explorer.analysis._keys import KeyValues
 from explorer.analysis.diff import _joint_by_hash, _joint_by_lookup
 from explorer.keygroups import assign_to_key_group
 from explorer.snapshot import checkpoints_in

@@ -6,8 +6,9 @@ import pyarrow as pa
 import pytest
 
 import explorer
-from explorer.analysis._columns import KeyValues, arrow_hash, cached_frame, key_codes, row_hashes
-from explorer.analysis._common import key_groups_of
+from explorer.analysis._columns import arrow_hash, cached_frame, row_hashes
+from explorer.analysis._keys import KeyValues, key_codes
+from explorer.keygroups import key_groups_of
 from explorer.keygroups import assign_key_groups
 
 
@@ -78,6 +79,6 @@ def test_entries_are_hashed_while_loading_only_when_arrow_can(planted_job):
     assert not _hashed_in_arrow(pa.struct([("a", pa.map_(pa.string(), pa.int64()))]))
     snap = explorer.open(planted_job.savepoint)
     cached_frame(snap)
-    kept = snap.__dict__["_analysis_cache"]["row_hashes"]  # hashed while loading
-    snap.__dict__["_analysis_cache"].pop("row_hashes")
+    kept = snap.analysis_cache.row_hashes  # hashed while loading
+    snap.analysis_cache.row_hashes = None
     assert (row_hashes(snap) == kept).all()  # the same as reading the entries again

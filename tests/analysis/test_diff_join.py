@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 import explorer
-from explorer.analysis._columns import KeyValues
+from explorer.analysis._keys import KeyValues
 from explorer.analysis._hashing import string_hash64
 from explorer.analysis.diff import _joint_by_hash, _joint_by_lookup, _side_keys, diff
 

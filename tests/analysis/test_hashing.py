@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from explorer.analysis._hashing import java_string_hashes, polynomial_hashes, string_hash64
+from explorer.analysis._hashing import string_hash64
+from explorer.keygroups._vectorised import java_string_hashes, polynomial_hashes
 from explorer.keygroups import java_hash_code
 
 
@@ -68,7 +69,7 @@ def test_hash64_of_one_width_equals_the_hash_among_other_widths(width):
 
 @pytest.mark.parametrize("kernel", [False, True])
 def test_java_hashes_of_numpy_and_kernel_paths_agree_with_java(monkeypatch, kernel):
-    import explorer.analysis._hashing as hashing
+    import explorer.keygroups._vectorised as hashing
 
     monkeypatch.setattr(hashing, "KERNEL_STRINGS", 1 if kernel else 1 << 40)
     strs = [s for w in (0, 1, 7, 13, 40) for s in _strings(w, 60, w + 1)] + ["", "user-00000001"]

@@ -8,7 +8,9 @@ decoder, which raises the reader's error.
 
 ``StringValue`` (Flink's ``StringSerializer``): a variable-length int (7-bit
 groups, low group first) holding the number of UTF-16 code units plus one (0:
-null), then each unit as a variable-length int (one byte for ASCII).
+null), then each unit as a variable-length int (one byte for ASCII). Each string's Java
+``String.hashCode`` is computed while it is copied, by the kernels of :mod:`explorer.keygroups`
+(inlined here).
 """
 
 from __future__ import annotations
@@ -16,14 +18,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ...format.sst.kernels import varint as _varint
+from ...format.sst.kernels import varint
+from ...keygroups.kernels import POW31, java_hash_of_units, java_hash_step
 
 _U = np.uint64
 _jit = numba.njit(cache=True, nogil=True)
-
-# _POW31[k]: 31 ** k modulo 2 ** 64; Horner's rule h = 31 * h + c unrolled, h = sum(c[j] * 31 ** (n - 1 - j)),
-# has no chain of multiplications from one character to the next (the low 32 bits are Java's int hash)
-_POW31 = np.array([pow(31, k, 1 << 64) for k in range(257)], dtype=np.uint64)
 
 NULL = 1  # flags: a null string
 REDO = 2  # flags: left to the caller (running past the buffer, a lone surrogate, a unit over 16 bits)
@@ -36,7 +35,6 @@ def _fill_strings(buf, pos, i, data, o, offsets, ends, hashes, flags, pow31):
     n = len(pos)
     nb = len(buf)
     cap = len(data)
-    mask = _U(0xFFFFFFFF)
     while i < n:
         offsets[i] = o
         p = pos[i]
@@ -47,7 +45,7 @@ def _fill_strings(buf, pos, i, data, o, offsets, ends, hashes, flags, pow31):
             flags[i] = REDO
             i += 1
             continue
-        count, q = _varint(buf, p, nb, 5)
+        count, q = varint(buf, p, nb, 5)
         if q < 0:
             flags[i] = REDO
             i += 1
@@ -68,15 +66,12 @@ def _fill_strings(buf, pos, i, data, o, offsets, ends, hashes, flags, pow31):
             acc = np.uint8(0)
             uq = _U(q)
             uo = _U(o)
-            h = _U(0)
-            top = _U(count - 1)
             for j in range(_U(count)):
                 c = buf[uq + j]
                 acc |= c
                 data[uo + j] = c
-                h += _U(c) * pow31[top - j]
-            if acc < 0x80:
-                hashes[i] = np.uint32(h & mask)
+            if acc < 0x80:  # an ASCII byte is its UTF-16 unit
+                hashes[i] = java_hash_of_units(data, o, count, pow31)
                 o += count
                 ends[i] = q + count
                 i += 1
@@ -86,10 +81,10 @@ def _fill_strings(buf, pos, i, data, o, offsets, ends, hashes, flags, pow31):
         k = np.int64(0)
         start = o
         while k < count:
-            unit, q = _varint(buf, q, nb, 3)
+            unit, q = varint(buf, q, nb, 3)
             if q < 0 or unit > 0xFFFF:
                 break
-            h = (h * _U(31) + _U(unit)) & mask
+            h = java_hash_step(h, unit)
             k += 1
             if unit < 0x80:
                 data[_U(o)] = unit
@@ -107,11 +102,11 @@ def _fill_strings(buf, pos, i, data, o, offsets, ends, hashes, flags, pow31):
                 if unit > 0xDBFF or k >= count:
                     q = -1
                     break
-                low, q = _varint(buf, q, nb, 3)
+                low, q = varint(buf, q, nb, 3)
                 if q < 0 or low < 0xDC00 or low > 0xDFFF:
                     q = -1
                     break
-                h = (h * _U(31) + _U(low)) & mask
+                h = java_hash_step(h, low)
                 k += 1
                 cp = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
                 data[_U(o)] = 0xF0 | (cp >> 18)
@@ -149,7 +144,7 @@ def flink_strings(buf, pos):
     o = np.int64(0)
     while True:
         # the rows are filled by a function of their own: growing ``data`` in its loop made it ~2x slower
-        i, o, need = _fill_strings(buf, pos, i, data, o, offsets, ends, hashes, flags, _POW31)
+        i, o, need = _fill_strings(buf, pos, i, data, o, offsets, ends, hashes, flags, POW31)
         if need == 0:
             break
         grown = np.empty(max(2 * len(data), need), dtype=np.uint8)

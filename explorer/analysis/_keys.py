@@ -1,0 +1,192 @@
+"""Keys as integer codes: what lets analyses of 10 M rows count keys with ``np.bincount``.
+
+The analysis frame (:mod:`._columns`) holds each key as a code into a :class:`KeyValues`
+(Arrow dictionaries of the keys, one per key type); a user's DataFrame gets the same
+interface through :func:`key_codes`, which factorizes its keys with pandas
+(:func:`factorize_keys`). Only the codes an answer reports become Python objects again
+(:meth:`KeyValues.take`); key groups and 64-bit hashes are computed once per key, not per row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..keygroups import key_groups_for
+from ._hashing import splitmix64, string_hash64
+
+
+class KeyValues:
+    """Codes 0..n-1 and the keys they stand for (Arrow arrays, or a NumPy object array)."""
+
+    def __init__(self, segments: Sequence[Any]) -> None:
+        self.segments = list(segments)
+        self.offsets = np.cumsum([0] + [len(s) for s in self.segments])
+        self._key_groups: dict[Any, Any] = {}
+        self._codes: dict[tuple, np.ndarray] = {}
+        #: key joins with other snapshots' keys (:func:`explorer.analysis.diff.diff`), by their id
+        self.joins: dict[int, tuple[Any, Any]] = {}
+
+    @classmethod
+    def from_objects(cls, uniques: np.ndarray) -> "KeyValues":
+        return cls([np.asarray(uniques, dtype=object)])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __deepcopy__(self, memo: dict) -> "KeyValues":
+        # immutable; pandas deep-copies DataFrame.attrs into every derived frame
+        return self
+
+    def __copy__(self) -> "KeyValues":
+        return self
+
+    def take(self, codes: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The keys of ``codes`` as Python objects (only these are materialised)."""
+        codes = np.asarray(codes, dtype=np.int64)
+        if len(self.segments) == 1 and not isinstance(self.segments[0], np.ndarray) and \
+                pa.types.is_string(self.segments[0].type):  # one Arrow segment of strings: no masks, no copies
+            return self.segments[0].take(pa.array(codes)).to_numpy(zero_copy_only=False)
+        out = np.empty(len(codes), dtype=object)
+        for off, seg in zip(self.offsets[:-1], self.segments):
+            sel = (codes >= off) & (codes < off + len(seg))
+            if not sel.any():
+                continue
+            idx = codes[sel] - off
+            if isinstance(seg, np.ndarray):
+                vals = seg[idx]
+            elif pa.types.is_string(seg.type) or pa.types.is_large_string(seg.type):
+                vals = seg.take(pa.array(idx)).to_numpy(zero_copy_only=False)  # str objects, built in C++
+            else:
+                vals = seg.take(pa.array(idx)).to_pylist()
+            sub = np.empty(len(vals), dtype=object)
+            sub[:] = vals
+            out[sel] = sub
+        return out
+
+    def codes_of(self, keys: Iterable[Any]) -> np.ndarray:
+        """Codes of ``keys`` (-1 for keys not present); remembered for the last few key lists."""
+        keys = list(keys)
+        memo_key = tuple(_typed(k) for k in keys)
+        if memo_key not in self._codes:
+            if len(self._codes) >= 16:
+                self._codes.clear()
+            self._codes[memo_key] = self._codes_of(keys)
+        return self._codes[memo_key].copy()
+
+    def _codes_of(self, keys: list[Any]) -> np.ndarray:
+        out = np.full(len(keys), -1, dtype=np.int64)
+        for off, seg in zip(self.offsets[:-1], self.segments):
+            if isinstance(seg, np.ndarray):
+                where = {}
+                for i, v in enumerate(seg):
+                    where.setdefault(_typed(v), i)
+                for j, k in enumerate(keys):
+                    i = where.get(_typed(k))
+                    if i is not None and out[j] < 0:
+                        out[j] = off + i
+                continue
+            todo = [j for j in range(len(keys)) if out[j] < 0]
+            try:
+                probe = pa.array([keys[j] for j in todo], type=seg.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                probe = None
+            if probe is not None:  # hash the few keys asked, scan the dictionary once
+                where = pc.index_in(seg, value_set=probe)
+                hit = np.flatnonzero(where.is_valid().to_numpy(zero_copy_only=False))
+                for code, j in zip(hit, where.filter(where.is_valid()).to_numpy(zero_copy_only=False)):
+                    out[todo[int(j)]] = off + int(code)
+                continue
+            for j in todo:  # keys of mixed types: one at a time
+                try:
+                    f = pc.index(seg, pa.scalar(keys[j], type=seg.type)).as_py()
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):
+                    continue
+                if f >= 0:
+                    out[j] = off + f
+        return out
+
+    def hash64(self) -> np.ndarray | None:
+        """A 64-bit hash of every code's key (kept), or None when the keys are not one Arrow
+        array of strings, binaries or integers. Equal keys hash equal; a diff checks the
+        keys of equal hashes before it matches them (:func:`explorer.analysis.diff.diff`)."""
+        if "hash64" not in self._key_groups:
+            self._key_groups["hash64"] = _key_hash64(self.segments)
+        return self._key_groups["hash64"]
+
+    def forget(self) -> None:
+        """Forget the key groups, hashes, code look-ups and joins computed so far."""
+        self._key_groups.clear()
+        self._codes.clear()
+        self.joins.clear()
+
+    def has_hash64(self) -> bool:
+        """Whether :meth:`hash64` is computed already."""
+        return "hash64" in self._key_groups
+
+    def key_groups(self, max_parallelism: int, scheme: str = "flink") -> np.ndarray:
+        """The key group of every code's key at ``max_parallelism`` (hashed once per key and M).
+
+        ``scheme="flink"``: Flink's key group (murmur of the Java hashCode, mod M);
+        ``"spark"``: Spark's shuffle partition with M partitions (:func:`explorer.keygroups.spark_partitions_of`).
+        """
+        k = (max_parallelism, scheme)
+        if k not in self._key_groups:  # keys do not change: hash them once per M
+            parts = [key_groups_for(seg, max_parallelism, scheme) for seg in self.segments]
+            self._key_groups[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return self._key_groups[k]
+
+
+def _key_hash64(segments: list[Any]) -> np.ndarray | None:
+    if len(segments) != 1 or isinstance(segments[0], np.ndarray):
+        return None
+    seg = segments[0]
+    t = seg.type
+    if seg.null_count:
+        return None
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return string_hash64(seg)
+    if pa.types.is_integer(t):
+        return splitmix64(seg.cast(pa.int64()).to_numpy(zero_copy_only=False).view(np.uint64))
+    return None
+
+
+def _typed(v: Any) -> Any:
+    try:
+        hash(v)
+    except TypeError:
+        return ("repr", repr(v))
+    return (type(v).__name__, v)
+
+
+def key_codes(df: pd.DataFrame) -> tuple[np.ndarray, KeyValues]:
+    """Integer codes of ``df["key"]`` and the keys they stand for."""
+    kv = df.attrs.get("key_values")
+    if isinstance(kv, KeyValues):
+        return df["key"].to_numpy(dtype=np.int64), kv
+    codes, uniques = factorize_keys(df["key"])
+    return codes, KeyValues.from_objects(uniques)
+
+
+
+def first_occurrences(codes: np.ndarray) -> np.ndarray:
+    """Row of the first occurrence of each code, for codes numbered in order of first appearance
+    (as :func:`pandas.factorize` numbers them)."""
+    if not len(codes):
+        return np.zeros(0, dtype=np.int64)
+    prev_max = np.maximum.accumulate(np.concatenate([[-1], codes[:-1]]))
+    return np.flatnonzero(codes > prev_max)
+
+
+def factorize_keys(keys: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes for keys (tuples and other unhashable-by-pandas keys go through ``repr``)."""
+    try:
+        codes, uniques = pd.factorize(keys, sort=False)
+        return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+    except TypeError:  # e.g. lists / dicts as keys: group by their repr, keep the first of each
+        codes, _ = pd.factorize(keys.map(repr), sort=False)
+        return codes.astype(np.int64), keys.to_numpy()[first_occurrences(codes)]

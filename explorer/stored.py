@@ -1,0 +1,319 @@
+"""A snapshot as stored: which reader opens a path, and the :class:`StoredSnapshot` over it.
+
+Opening reads metadata only. ``keyed_state(...)`` reads keyed state on demand, pushing
+operator, state and key-group filters down to the files, and returns one pandas DataFrame
+with the columns of the public contract (:data:`explorer.readers.base.CONTRACT_COLUMNS`),
+whatever the format. A :class:`StoredSnapshot` also owns the :class:`AnalysisCache` the
+analyses keep on it.
+
+This is the layer under :mod:`explorer.analysis`: analyses take a ``StoredSnapshot`` (or a
+DataFrame) and open paths with :func:`open_stored`. :class:`explorer.snapshot.Snapshot`,
+what ``explorer.open`` returns, is a ``StoredSnapshot`` with the analyses as methods and a
+notebook display.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from .errors import SnapshotNotFoundError
+from .keygroups import assign_to_key_group
+from .readers.base import CONTRACT_COLUMNS, TUPLE_COLUMNS, KeyedStateQuery, SnapshotReader, struct_to_tuple
+from .readers.engine import EngineSnapshotReader
+
+_CHK = re.compile(r"^chk-(\d+)$")
+
+#: readers tried in order by :func:`reader_for`
+READERS: list[type[SnapshotReader]] = [EngineSnapshotReader]
+
+
+def _register_optional_readers() -> None:
+    try:  # the Flink reader (pure Python)
+        from .readers.flink import FlinkSnapshotReader  # type: ignore[attr-defined]
+
+        if FlinkSnapshotReader not in READERS:
+            READERS.append(FlinkSnapshotReader)
+    except ImportError:  # pragma: no cover - optional module not present
+        pass
+    try:  # Spark checkpoints (needs a SparkSession only when read)
+        from .readers.spark import SparkCheckpointReader  # type: ignore[attr-defined]
+
+        if SparkCheckpointReader not in READERS:
+            READERS.append(SparkCheckpointReader)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def checkpoints_in(directory: Path) -> list[Path]:
+    """Complete ``chk-N`` folders of an engine checkpoint directory, oldest first."""
+    found = []
+    for p in Path(directory).iterdir():
+        m = _CHK.match(p.name)
+        if m and EngineSnapshotReader.detect(p):
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+def reader_for(path: str | Path, **options: Any) -> SnapshotReader:
+    """The reader of a checkpoint, savepoint or checkpoint directory (its newest complete checkpoint)."""
+    p = Path(path)
+    if not p.exists():
+        raise SnapshotNotFoundError(f"{p}: no such file or directory; expected a checkpoint or savepoint folder")
+    _register_optional_readers()
+    for reader_cls in READERS:
+        if reader_cls.detect(p):
+            return reader_cls(p, **options)
+    if p.is_dir():
+        chks = checkpoints_in(p)
+        if chks:
+            return EngineSnapshotReader(chks[-1], **options)
+    listing = sorted(x.name for x in p.iterdir())[:10] if p.is_dir() else [p.name]
+    raise SnapshotNotFoundError(
+        f"{p}: found {listing}, which is no snapshot State Explorer knows; expected an engine checkpoint or "
+        "savepoint (_metadata starting with SXSNAP), a checkpoint directory of chk-N folders, a Spark "
+        "Structured Streaming checkpoint, or an Apache Flink savepoint/checkpoint (_metadata)"
+    )
+
+
+
+def open_stored(path: str | Path, **options: Any) -> "StoredSnapshot":
+    """A :class:`StoredSnapshot` of what :func:`reader_for` finds at ``path`` (``explorer.open``
+    gives the same as an :class:`explorer.snapshot.Snapshot`)."""
+    return StoredSnapshot(reader_for(path, **options))
+
+
+class AnalysisCache:
+    """What the analyses keep on a :class:`Snapshot` between calls (a snapshot on disk does not change).
+
+    Filled by :mod:`explorer.analysis` (its ``_columns`` module), emptied by
+    :meth:`StoredSnapshot.drop_analysis_cache`:
+
+    * ``frame``: the analysis frame, the columns most analyses need with keys as integer
+      codes (None until the first analysis loads it);
+    * ``pieces``: ``(operator, state, first row, end row)`` of each reader piece in ``frame``;
+    * ``row_hashes``: a uint64 hash of each row's ``(namespace, user_key, value)`` (for a
+      diff), or None until computed;
+    * ``derived``: what analyses built from ``frame``, by key (:meth:`memo`). A key is a tuple
+      ``(what, rows, *parameters)``: ``what`` names the result (``"per_key"``,
+      ``"kg_aggregates"``, ``"key_stats"``), ``rows`` the operators and states it was built
+      from (``filter_key`` of ``explorer.analysis._columns``), the rest whatever else it
+      depends on (an operator's layout, a max parallelism); ``("heavy_hitters",)`` is the
+      reader's traffic sketch, read once.
+    """
+
+    def __init__(self) -> None:
+        self.frame: pd.DataFrame | None = None
+        self.pieces: list[tuple[str, str, int, int]] = []
+        self.row_hashes: np.ndarray | None = None
+        self.derived: dict[tuple, Any] = {}
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the analysis frame is loaded."""
+        return self.frame is not None
+
+    def memo(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """``build()`` once per ``key`` (see the class doc for the key scheme)."""
+        if key not in self.derived:
+            self.derived[key] = build()
+        return self.derived[key]
+
+    def clear(self) -> None:
+        """Forget everything: the next analysis loads the frame again."""
+        self.frame, self.pieces, self.row_hashes = None, [], None
+        self.derived.clear()
+
+class StoredSnapshot:
+    """A snapshot opened through its reader: metadata, keyed state, and the analyses' cache."""
+
+    def __init__(self, reader: SnapshotReader) -> None:
+        self.reader = reader
+        self._info = reader.info()
+        #: the columns and results analyses keep on this snapshot (:class:`AnalysisCache`)
+        self.analysis_cache = AnalysisCache()
+
+    # --- metadata ---------------------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        return self.reader.path
+
+    @property
+    def format(self) -> str:
+        return self._info.format
+
+    @property
+    def kind(self) -> str:
+        return self._info.kind
+
+    @property
+    def checkpoint_id(self) -> int | None:
+        return self._info.checkpoint_id
+
+    @property
+    def created_at(self) -> pd.Timestamp | None:
+        return self._info.created_at
+
+    @property
+    def operators(self) -> pd.DataFrame:
+        return self.reader.operators()
+
+    @property
+    def states(self) -> pd.DataFrame:
+        return self.reader.states()
+
+    @property
+    def subtasks(self) -> pd.DataFrame:
+        return self.reader.subtasks()
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.reader.notes)
+
+    def parallelism(self, operator: str | None = None) -> int:
+        ops = self.operators
+        if operator is not None:
+            ops = ops[ops["operator"] == operator]
+        keyed = ops[ops.get("keyed", True) == True] if "keyed" in ops else ops  # noqa: E712
+        return int((keyed if len(keyed) else ops)["parallelism"].max())
+
+    def max_parallelism(self, operator: str | None = None) -> int:
+        ops = self.operators
+        if operator is not None:
+            ops = ops[ops["operator"] == operator]
+        return int(ops["max_parallelism"].max())
+
+    # --- data -------------------------------------------------------------------------
+    def keyed_state(
+        self,
+        operator: str | Iterable[str] | None = None,
+        state: str | Iterable[str] | None = None,
+        key: Any = None,
+        key_groups: Iterable[int] | None = None,
+        columns: Sequence[str] | None = None,
+        progress: bool | None = None,
+    ) -> pd.DataFrame:
+        """Keyed state, one row per entry, with the contract columns (filters pushed down)."""
+        q = KeyedStateQuery(
+            operators=_as_set(operator),
+            states=_as_set(state),
+            key_groups=None if key_groups is None else frozenset(int(k) for k in key_groups),
+            columns=tuple(columns) if columns else None,
+        )
+        if key is not None and q.key_groups is None:
+            q = self._key_query(q, key)
+        total = self.reader.estimated_rows(q)
+        show = progress if progress is not None else bool(total and total > 2_000_000)
+        pieces = []
+        with tqdm(total=total, unit="rows", desc="loading state", disable=not show) as bar:
+            for piece in self.reader.keyed_pieces(q):
+                if columns:
+                    piece = piece.select([c for c in CONTRACT_COLUMNS if c in columns])
+                pieces.append(piece)
+                bar.update(piece.num_rows)
+        df = _combine(pieces, columns)
+        if key is not None:
+            df = df[df["key"].map(lambda k: k == key)].reset_index(drop=True)
+        return df
+
+    def _key_query(self, q: KeyedStateQuery, key: Any) -> KeyedStateQuery:
+        try:
+            kg = assign_to_key_group(key, self.max_parallelism())
+        except Exception:  # noqa: BLE001 - foreign key types: no push-down, filter after reading
+            return q
+        return KeyedStateQuery(q.operators, q.states, frozenset([kg]), q.keys, q.columns)
+
+    def operator_state(self) -> pd.DataFrame:
+        return self.reader.operator_state()
+
+    def metrics(self) -> pd.DataFrame:
+        return self.reader.metrics()
+
+    def heavy_hitters(self) -> pd.DataFrame:
+        return self.reader.heavy_hitters()
+
+    def timings(self) -> dict[str, Any]:
+        return self.reader.timings()
+    def drop_analysis_cache(self) -> None:
+        """Forget the columns the analyses loaded and kept on this Snapshot (to free memory)."""
+        self.analysis_cache.clear()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.format}, id={self.checkpoint_id}, path={str(self.path)!r}, "
+                f"operators={len(self.operators)})")
+
+def _as_set(x: str | Iterable[str] | None) -> frozenset[str] | None:
+    if x is None:
+        return None
+    if isinstance(x, str):
+        return frozenset([x])
+    return frozenset(x)
+
+
+#: columns that hold one value per piece (an operator's, a state's, a kind's name)
+_PER_PIECE_COLUMNS = ("operator", "state", "kind")
+
+
+def _constant(column: pa.ChunkedArray) -> tuple[bool, Any]:
+    if len(column) == 0 or column.null_count:
+        return False, None
+    first = column[0]
+    if not pc.all(pc.equal(column, first)).as_py():
+        return False, None
+    return True, first.as_py()
+
+
+def _piece_to_pandas(piece: pa.Table) -> pd.DataFrame:
+    df = piece.to_pandas(maps_as_pydicts="strict")
+    meta = piece.schema.metadata or {}
+    for c in meta.get(TUPLE_COLUMNS, b"").decode().split(","):
+        if c and c in df.columns:
+            df[c] = pd.Series([struct_to_tuple(v) for v in df[c]], index=df.index, dtype=object)
+    return df
+
+
+def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFrame:
+    """One DataFrame from the pieces, in contract column order.
+
+    Columns that are constant within each piece (operator, state, kind) are not converted
+    row by row through Arrow: they are filled with ``np.repeat`` of one Python string per
+    piece, which is what makes loading close to a raw ``read_table().to_pandas()``.
+    """
+    cols = [c for c in CONTRACT_COLUMNS if not columns or c in columns]
+    if not pieces:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    filled: dict[str, np.ndarray] = {}
+    for c in _PER_PIECE_COLUMNS:
+        if c not in cols or not all(c in p.column_names for p in pieces):
+            continue
+        values = []
+        for p in pieces:
+            ok, v = _constant(p.column(c))
+            if not ok:
+                break
+            values.append(v)
+        else:
+            filled[c] = np.repeat(np.array(values, dtype=object), [p.num_rows for p in pieces])
+    if filled:
+        pieces = [p.drop_columns(list(filled)) for p in pieces]
+    if any(p.schema.metadata and TUPLE_COLUMNS in p.schema.metadata for p in pieces):
+        df = pd.concat([_piece_to_pandas(p) for p in pieces], ignore_index=True)
+        for c in cols:
+            if c in filled:
+                df.insert(cols.index(c), c, filled[c])
+        return df if list(df.columns) == cols else df[cols]
+    try:
+        table = pa.concat_tables(pieces, promote_options="permissive")
+        df = table.to_pandas(maps_as_pydicts="strict", split_blocks=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        df = pd.concat([p.to_pandas(maps_as_pydicts="strict") for p in pieces], ignore_index=True)
+    for c in cols:
+        if c in filled:
+            df.insert(cols.index(c), c, filled[c])
+    return df if list(df.columns) == cols else df[cols]
