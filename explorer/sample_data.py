@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .engine import ManualClock
+from .pipelines import PIPELINES
+
 #: 2026-01-01T00:00:00Z: the processing time the sample jobs start at
 START_MS = 1_767_225_600_000
 SEED = 2026
@@ -68,8 +71,6 @@ def _records_read(runtime) -> int:
 
 def build_sample(sample: Sample, backend: str, out: Path, scratch: Path) -> list[Path]:
     """Run one sample job on ``backend``; returns the snapshot folders it wrote under ``out``."""
-    from .engine import ManualClock
-    from .pipelines import PIPELINES
 
     pipe = PIPELINES[sample.pipeline]
     records = pipe.generate(sample.records, seed=SEED)

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import SnapshotFormatError
@@ -247,7 +248,6 @@ def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups:
     if cols is not None and "key_group" not in cols:
         cols = cols + ["key_group"]
     t = pf.read_row_groups(ids, columns=cols)
-    import pyarrow.compute as pc
 
     mask = pc.is_in(t.column("key_group"), value_set=pa.array(sorted(wanted), type=pa.int32()))
     t = t.filter(mask)

@@ -29,6 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from ...format.keyed import rows_to_table
+from ...format.rocksdb.columns import decode_flat, supported
+from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
+from ...format.sst.columns import Unsupported, read_column_family
+from ...format.sst.file import SstError, SstFile
+
 #: entry types read here: deletion, value, single deletion (no merge operands, no blob or entity entries)
 _TYPES = (0, 1, 7)
 
@@ -44,7 +50,6 @@ def column_family_files(staging: Path) -> dict[str, list | None] | None:
     """The view's SST files by column family (footers and properties parsed; data mapped, not read),
     or None when its files cannot be read this way (a non-empty WAL, an unreadable SST, a range
     deletion); a family's files are None where they mix ingested files with others."""
-    from ...format.sst.file import SstError, SstFile
 
     staging = Path(staging)
     if any(p.stat().st_size > 0 for p in staging.glob("*.log")):
@@ -72,8 +77,6 @@ def column_family_files(staging: Path) -> dict[str, list | None] | None:
 def _sorted_entries(files: list, prefix_bytes: int, first: int, last: int):
     """Visible entries of key groups ``first..last`` in RocksDB's key order:
     ``(keys (n, width) uint8, key lengths, values buffer, value starts, value lengths)``."""
-    from ...format.sst.columns import Unsupported, read_column_family
-    from ...format.sst.file import SstError
 
     if not files:
         return np.zeros((0, 8), dtype=np.uint8), np.zeros(0, np.int64), np.zeros(0, np.uint8), \
@@ -105,9 +108,6 @@ def write_view_state_sst(files: list, desc: dict[str, Any], prefix_bytes: int, k
                          value_info: Any, user_key: Any, path: Path, expire: tuple[int, int] | None = None):
     """:func:`explorer.format.rocksdb.native.write_native_table` of one state from its SST ``files``:
     ``(row groups, rows, kinds, SHA-256)``, or None (nothing written) where this path does not apply."""
-    from ...format.keyed import rows_to_table
-    from ...format.rocksdb.columns import decode_flat, supported
-    from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
 
     if not supported(desc["kind"], value_info, user_key):
         return None

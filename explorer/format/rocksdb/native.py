@@ -29,11 +29,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+import pyarrow as pa
+
 from ...errors import SnapshotFormatError
+from ..keyed import KeyGroupParquetWriter, rows_to_table, write_parquet_by_key_group
 from ..prefetch import prefetch
 from ..snapshot import resolve
 from ..ttl import is_expired
 from ..types import TypeInfo, type_from_description
+from .columns import decode_batch, supported
 from .layout import decode_rows, key_group_bounds, scan
 
 __all__ = [
@@ -111,8 +115,6 @@ def _decoded_tables(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tupl
                     user_key: Any, expire: tuple[int, int] | None) -> Iterator[tuple[Any, dict[str, str]]]:
     """Non-empty tables of TABLE_BATCH raw entries each, decoded column-wise where their shape
     allows and row by row otherwise, with their kinds."""
-    from ..keyed import rows_to_table
-    from .columns import decode_batch
 
     ttl = desc.get("ttl") is not None
     kind = desc["kind"]
@@ -142,7 +144,6 @@ def decoded_rows(entries: Iterable[tuple[bytes, bytes]], desc: dict[str, Any], p
 def _row_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
                user_key: Any, expire: tuple[int, int] | None) -> tuple[Any, dict[str, str]]:
     """The whole table decoded row by row (the reference path)."""
-    from ..keyed import rows_to_table
 
     if expire is None or desc.get("ttl") is None:
         rows = native_rows(cf, desc, prefix_bytes, runs, value_info)
@@ -163,10 +164,7 @@ def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[i
     have expired at ``now_ms`` (a full-snapshot TTL cleanup). ``cf`` is only
     iterated, so it should be a private, read-only view (its iterator stays open).
     """
-    import pyarrow as pa
 
-    from ..keyed import rows_to_table
-    from .columns import supported
 
     if not columnar or not supported(desc["kind"], value_info, user_key):
         return _row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire)
@@ -190,8 +188,6 @@ def write_native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[t
     writes it (the same file), each batch as soon as it is decoded, so the Parquet encoding
     overlaps the scan. Returns the row groups, the row count, the kinds, and the file's
     SHA-256 when it was computed while writing (else None)."""
-    from ..keyed import rows_to_table, write_parquet_by_key_group
-    from .columns import supported
 
     def whole(table_kinds):
         table, kinds = table_kinds
@@ -210,7 +206,6 @@ def write_decoded(path: Path, pieces: Iterable[tuple[Any, dict[str, str]]], empt
     key-group Parquet file: ``(row groups, rows, kinds, SHA-256)``. None, with the file
     aborted, when a piece's kinds or schema differ from the first's (the caller takes the
     row path, which reports or reconciles it); without pieces, ``empty()`` written whole."""
-    from ..keyed import KeyGroupParquetWriter, write_parquet_by_key_group
 
     writer: KeyGroupParquetWriter | None = None
     kinds: dict[str, str] | None = None

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import cramjam
+import numpy as np
 
 from ..types import decode_varint as _varint  # RocksDB's varint32/64: the same 7-bit little-endian groups
 
@@ -223,7 +224,6 @@ class SstFile:
         for h in self.data_handles():
             _data_block_entries(self.block(h), keys, values)
         # each internal key ends in 8 bytes: (sequence << 8) | type, little-endian; split them off in bulk
-        import numpy as np
 
         n = len(keys)
         if n:

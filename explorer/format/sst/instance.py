@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from .file import TYPE_DELETION, TYPE_MERGE, TYPE_SINGLE_DELETION, TYPE_VALUE, SstFile
 
 DELIMITER = b","
@@ -38,7 +40,6 @@ def resolve(entries: list[tuple[list[bytes], list[int], list[int], list[bytes]]]
     older versions down to the next value or deletion (only these keys are
     walked one by one).
     """
-    import numpy as np
 
     keys: list[bytes] = []
     seqs: list[int] = []
