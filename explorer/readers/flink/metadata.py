@@ -31,7 +31,17 @@ Layout (big-endian, Java ``DataOutput``)::
 Handles start with a one-byte type: 0 null, 1 inline bytes, 2 file, 3/12 key
 groups (12 adds a handle id), 4 operator state, 5/11 incremental RocksDB (11 adds
 checkpointed size and handle id), 6 relative file, 7 savepoint key groups,
-8/9/10/13/14 changelog backend (not supported).
+8/9/10/13/14 changelog backend (not supported), 15 segment of a shared file and 16
+an empty one, 17 operator state in a segment (15 to 17: file-merging checkpoints,
+Flink 1.20+, see below).
+
+File merging (``execution.checkpointing.file-merging.enabled``) puts many handles'
+bytes into a few shared files. A segment handle (15) is ``long start, long size,
+int scope (0 exclusive/task-owned, 1 shared), utf file path, utf logical file
+id``; an empty segment (16) has no payload. Operator state in segments (17) is an
+operator state handle (as type 4: named states with mode and offsets, offsets
+relative to the segment) followed by ``utf task-owned directory, utf shared
+directory, boolean empty`` and then its stream handle (15 or 16).
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ NULL_HANDLE, BYTE_STREAM, FILE_STREAM, KEY_GROUPS, OPERATOR_STATE = 0, 1, 2, 3, 
 INCREMENTAL, RELATIVE_STREAM, SAVEPOINT_KEY_GROUPS = 5, 6, 7
 CHANGELOG_HANDLES = (8, 9, 10, 13, 14)
 INCREMENTAL_V2, KEY_GROUPS_V2 = 11, 12
+SEGMENT_FILE, EMPTY_SEGMENT_FILE, SEGMENT_OPERATOR_STATE = 15, 16, 17
 OPERATOR_STATE_MODES = ("SPLIT_DISTRIBUTE", "UNION", "BROADCAST")
 
 
@@ -230,15 +241,30 @@ class _MetadataParser:
         t = inp.read_byte()
         if t == NULL_HANDLE:
             return None
-        if t != OPERATOR_STATE:
-            raise self.fail(f"found operator state handle type {t}, expected {OPERATOR_STATE}")
+        if t not in (OPERATOR_STATE, SEGMENT_OPERATOR_STATE):
+            raise self.fail(f"found operator state handle type {t}, expected {OPERATOR_STATE} or "
+                            f"{SEGMENT_OPERATOR_STATE} (file merging)")
         states = {}
-        for _ in range(inp.read_int()):
+        n = inp.read_int()
+        if n < 0:
+            raise self.fail(f"found {n} operator states in a handle, expected >= 0")
+        for _ in range(n):
             name = inp.read_utf()
             mode = inp.read_byte()
-            offsets = [inp.read_long() for _ in range(inp.read_int())]
+            offsets = [inp.read_long() for _ in range(self.count("operator state offsets"))]
             states[name] = (OPERATOR_STATE_MODES[mode] if 0 <= mode < 3 else f"MODE_{mode}", offsets)
+        if t == SEGMENT_OPERATOR_STATE:
+            inp.read_utf()  # task-owned directory of the file-merging manager
+            inp.read_utf()  # shared directory
+            inp.read_byte()  # empty: the stream handle below is then an empty segment
         return OperatorStreamHandle(states, self.stream_handle())
+
+    def count(self, what: str) -> int:
+        """An int count of list elements, checked against the bytes left (each at least one byte)."""
+        n = self.inp.read_int()
+        if n < 0 or n > len(self.inp.buf) - self.inp.pos:
+            raise self.fail(f"found {n} {what}, expected 0 to {len(self.inp.buf) - self.inp.pos} (bytes left)")
+        return n
 
     def keyed_handle(self) -> KeyGroupsHandle | IncrementalHandle | None:
         inp = self.inp
@@ -294,11 +320,21 @@ class _MetadataParser:
         if t == RELATIVE_STREAM:
             rel = inp.read_utf()
             return StreamHandle("relative", rel, inp.read_long())
+        if t == SEGMENT_FILE:
+            start, size = inp.read_long(), inp.read_long()
+            inp.read_int()  # scope: 0 exclusive (task-owned), 1 shared
+            path = inp.read_utf()
+            inp.read_utf()  # logical file id
+            if start < 0 or size < 0:
+                raise self.fail(f"found a file segment at {start} of {size} bytes, expected both >= 0")
+            return StreamHandle("segment", path, size, offset=start)
+        if t == EMPTY_SEGMENT_FILE:
+            return StreamHandle("bytes", "(empty file segment)", 0, b"")
         if t == KEY_GROUPS:  # a key-groups handle used as a stream: read its delegate
             inp.read_int()  # first key group
             inp.skip(8 * inp.read_int())  # offsets
             return self.stream_handle()
-        raise self.fail(f"found stream state handle type {t}, expected one of 0, 1, 2, 6")
+        raise self.fail(f"found stream state handle type {t}, expected one of 0, 1, 2, 6, 15, 16")
 
 
 def read_metadata(path: Path) -> CheckpointMetadata:
