@@ -256,7 +256,10 @@ class _MetadataParser:
         if t == SEGMENT_OPERATOR_STATE:
             inp.read_utf()  # task-owned directory of the file-merging manager
             inp.read_utf()  # shared directory
-            inp.read_byte()  # empty: the stream handle below is then an empty segment
+            empty = inp.read_byte() != 0  # the stream handle below is then an empty segment
+            stream = self.stream_handle()
+            # an operator without operator state still writes a handle here: no state, no bytes
+            return None if empty and not states else OperatorStreamHandle(states, stream)
         return OperatorStreamHandle(states, self.stream_handle())
 
     def count(self, what: str) -> int:
