@@ -75,6 +75,35 @@ class IncrementalHandle:
 
 
 @dataclass
+class ChangelogPart:
+    """One piece of a changelog: ``changes`` as (key group, bytes) inline in ``_metadata`` (type 9,
+    ``InMemoryChangelogStateHandle``), or ``streams``: (offset, stream handle) of change sets in files
+    of the changelog storage (types 10/13, ``ChangelogStateHandleStreamImpl``)."""
+
+    start: int
+    count: int
+    streams: list[tuple[int, StreamHandle]] = field(default_factory=list)
+    changes: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+@dataclass
+class ChangelogHandle:
+    """Changelog state backend (types 8/14): the materialized state of the wrapped backend (key-group
+    or incremental handles, possibly none) plus the changes logged since, applied on top in order."""
+
+    start: int
+    count: int
+    checkpointed_size: int
+    materialized: list[KeyGroupsHandle | IncrementalHandle]
+    changelog: list[ChangelogPart]
+    materialization_id: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count - 1
+
+
+@dataclass
 class OperatorStreamHandle:
     states: dict[str, tuple[str, list[int]]]  # name -> (distribution mode, offsets)
     stream: StreamHandle | None

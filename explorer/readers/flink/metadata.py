@@ -31,7 +31,8 @@ Layout (big-endian, Java ``DataOutput``)::
 Handles start with a one-byte type: 0 null, 1 inline bytes, 2 file, 3/12 key
 groups (12 adds a handle id), 4 operator state, 5/11 incremental RocksDB (11 adds
 checkpointed size and handle id), 6 relative file, 7 savepoint key groups,
-8/9/10/13/14 changelog backend (not supported), 15 segment of a shared file and 16
+8/14 changelog backend (materialized handles plus changelog parts: 9 inline changes,
+10/13 change sets in files; see ``changelog``), 15 segment of a shared file and 16
 an empty one, 17 operator state in a segment (15 to 17: file-merging checkpoints,
 Flink 1.20+, see below).
 
@@ -52,7 +53,14 @@ from typing import Any
 
 from ...errors import FlinkFormatError, SnapshotCorruptError, SnapshotFormatError
 from .datainput import DataInput
-from .handles import IncrementalHandle, KeyGroupsHandle, OperatorStreamHandle, StreamHandle
+from .handles import (
+    ChangelogHandle,
+    ChangelogPart,
+    IncrementalHandle,
+    KeyGroupsHandle,
+    OperatorStreamHandle,
+    StreamHandle,
+)
 from .javaser import parse_java_object
 
 MAGIC = 0x4960672D
@@ -61,7 +69,7 @@ SUPPORTED_VERSIONS = (3, 4, 5, 6, 7)
 
 NULL_HANDLE, BYTE_STREAM, FILE_STREAM, KEY_GROUPS, OPERATOR_STATE = 0, 1, 2, 3, 4
 INCREMENTAL, RELATIVE_STREAM, SAVEPOINT_KEY_GROUPS = 5, 6, 7
-CHANGELOG_HANDLES = (8, 9, 10, 13, 14)
+CHANGELOG, CHANGELOG_BYTES, CHANGELOG_FILES, CHANGELOG_FILES_V2, CHANGELOG_V2 = 8, 9, 10, 13, 14
 INCREMENTAL_V2, KEY_GROUPS_V2 = 11, 12
 SEGMENT_FILE, EMPTY_SEGMENT_FILE, SEGMENT_OPERATOR_STATE = 15, 16, 17
 OPERATOR_STATE_MODES = ("SPLIT_DISTRIBUTE", "UNION", "BROADCAST")
@@ -73,8 +81,8 @@ class SubtaskState:
     finished: bool = False
     managed_operator: OperatorStreamHandle | None = None
     raw_operator: OperatorStreamHandle | None = None
-    managed_keyed: KeyGroupsHandle | IncrementalHandle | None = None
-    raw_keyed: KeyGroupsHandle | IncrementalHandle | None = None
+    managed_keyed: KeyGroupsHandle | IncrementalHandle | ChangelogHandle | None = None
+    raw_keyed: KeyGroupsHandle | IncrementalHandle | ChangelogHandle | None = None
     channel_state_handles: int = 0  # in-flight data of an unaligned checkpoint (skipped)
 
 
@@ -269,7 +277,7 @@ class _MetadataParser:
             raise self.fail(f"found {n} {what}, expected 0 to {len(self.inp.buf) - self.inp.pos} (bytes left)")
         return n
 
-    def keyed_handle(self) -> KeyGroupsHandle | IncrementalHandle | None:
+    def keyed_handle(self) -> KeyGroupsHandle | IncrementalHandle | ChangelogHandle | None:
         inp = self.inp
         t = inp.read_byte()
         if t == NULL_HANDLE:
@@ -292,12 +300,57 @@ class _MetadataParser:
             if t == INCREMENTAL_V2:
                 inp.read_utf()
             return IncrementalHandle(cp_id, backend, start, n, size, meta, shared, private)
-        if t in CHANGELOG_HANDLES:
-            raise SnapshotFormatError(
-                f"{self.path}: found a changelog state backend handle (type {t}); State Explorer reads "
-                "heap and RocksDB snapshots without the changelog backend"
-            )
-        raise self.fail(f"found keyed state handle type {t}, expected one of 0, 3, 5, 7, 11, 12")
+        if t in (CHANGELOG, CHANGELOG_V2):
+            start, n = inp.read_int(), inp.read_int()
+            size = inp.read_long()
+            materialized = []
+            for _ in range(self.count("materialized handles")):
+                h = self.keyed_handle()
+                if isinstance(h, ChangelogHandle):
+                    raise self.fail("found a changelog handle inside a changelog handle's materialized state")
+                if h is not None:
+                    materialized.append(h)
+            parts = []
+            for _ in range(self.count("changelog handles")):
+                parts.append(self.changelog_part())
+            materialization_id = inp.read_long()
+            if t == CHANGELOG_V2:
+                inp.read_long()  # checkpoint id
+            inp.read_utf()  # state handle id
+            return ChangelogHandle(start, n, size, materialized, parts, materialization_id)
+        if t in (CHANGELOG_BYTES, CHANGELOG_FILES, CHANGELOG_FILES_V2):
+            raise self.fail(f"found changelog handle type {t} outside a changelog state backend handle")
+        raise self.fail(f"found keyed state handle type {t}, expected one of 0, 3, 5, 7, 8, 11, 12, 14")
+
+    def changelog_part(self) -> ChangelogPart:
+        inp = self.inp
+        t = inp.read_byte()
+        if t == CHANGELOG_BYTES:
+            part = ChangelogPart(inp.read_int(), inp.read_int())
+            inp.read_long(), inp.read_long()  # sequence numbers from, to
+            for _ in range(self.count("inline state changes")):
+                kg = inp.read_int()
+                n = inp.read_int()
+                if n < 0:
+                    raise self.fail(f"found a state change of {n} bytes, expected >= 0")
+                part.changes.append((kg, inp.read_bytes(n)))
+            inp.read_utf()  # state handle id
+            return part
+        if t in (CHANGELOG_FILES, CHANGELOG_FILES_V2):
+            part = ChangelogPart(inp.read_int(), inp.read_int())
+            for _ in range(self.count("changelog file handles")):
+                offset = inp.read_long()
+                h = self.stream_handle()
+                if offset < 0 or h is None:
+                    raise self.fail(f"found a changelog file handle at offset {offset} ({h}), expected a "
+                                    "stream handle and an offset >= 0")
+                part.streams.append((offset, h))
+            inp.read_long(), inp.read_long()  # state size, checkpointed size
+            inp.read_utf()  # state handle id
+            if t == CHANGELOG_FILES_V2:
+                inp.read_utf()  # storage identifier
+            return part
+        raise self.fail(f"found changelog handle type {t}, expected 9, 10 or 13")
 
     def handle_list(self) -> list[tuple[str, StreamHandle]]:
         out = []

@@ -16,6 +16,10 @@ key groups (types 3, 12)        HashMap backend checkpoints and  ``heapformat``
                                 (non-incremental) checkpoints
 incremental (types 5, 11)       RocksDB incremental checkpoints  ``format.sst``
                                 and native savepoints
+changelog (types 8, 14)         the changelog state backend      ``changelog`` (or, when
+                                                                 nothing was logged since
+                                                                 materialization, the
+                                                                 materialized handle's reader)
 ==============================  ===============================  ====================
 
 Rows follow the public contract (``explorer.readers.base``). ``key_group`` comes
@@ -48,6 +52,7 @@ from ...errors import (
     ReaderError,
     SnapshotCorruptError,
     SnapshotError,
+    SnapshotFormatError,
     SnapshotNotFoundError,
 )
 from ...format.sst import columns as sstvec
@@ -65,8 +70,9 @@ from ..base import (
     make_piece,
 )
 from . import columnar, fullformat, heapformat
+from .changelog import ChangelogState, read_change_sets
 from .datainput import DataInput
-from .handles import HandleResolver, IncrementalHandle, KeyGroupsHandle
+from .handles import ChangelogHandle, HandleResolver, IncrementalHandle, KeyGroupsHandle
 from .metadata import MAGIC, CheckpointMetadata, OperatorState, SubtaskState, read_metadata
 from .operatorid import operator_id_for_uid
 from .operatorstate import read_operator_state
@@ -124,6 +130,8 @@ class FlinkSnapshotReader(SnapshotReader):
                 if op.uid is None and op.operator_id in by_id:
                     op.uid = by_id[op.operator_id]
         self.resolver = HandleResolver(self.metadata_file)
+        self._changelogs: dict[tuple[str, int], ChangelogState] = {}
+        self._unwrap_changelog_handles()
         self.ttl: dict[str, timedelta] = {}
         for name, td in (ttl or {}).items():
             if not isinstance(td, timedelta) or td <= timedelta(0):
@@ -141,6 +149,26 @@ class FlinkSnapshotReader(SnapshotReader):
                        "(records in flight between operators); they are not state and are not read")
         # (operator id, subtask, state id) -> (rows checked, mismatches), from whole-state reads
         self._kg_checks: dict[tuple[str, int, int], tuple[int, int]] = {}
+
+    def _unwrap_changelog_handles(self) -> None:
+        """A changelog handle with nothing logged since its materialization is its materialized handle; one
+        with changes and no materialized state is read by ``changelog``; both at once is not supported."""
+        for op in self.meta.operators:
+            for st in op.subtasks:
+                h = st.managed_keyed
+                if not isinstance(h, ChangelogHandle):
+                    continue
+                logged = any(p.streams or p.changes for p in h.changelog)
+                if not logged and len(h.materialized) == 1:
+                    st.managed_keyed = h.materialized[0]
+                elif not logged and not h.materialized:
+                    st.managed_keyed = None
+                elif h.materialized:
+                    raise SnapshotFormatError(
+                        f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): found a "
+                        f"changelog state backend handle with materialized state ({len(h.materialized)} "
+                        "handles) and changes logged since; expected one of them (applying changes on top of "
+                        "materialized state is not supported yet)")
 
     # -- detection and metadata ---------------------------------------------------------
 
@@ -205,6 +233,8 @@ class FlinkSnapshotReader(SnapshotReader):
         h = subs[0].managed_keyed
         if isinstance(h, IncrementalHandle):
             return "rocksdb (native)"
+        if isinstance(h, ChangelogHandle):
+            return "changelog"
         if h.savepoint:
             return "canonical savepoint"
         return {"heap": "hashmap (heap)", "full": "rocksdb (full)"}.get(self._layout(op, subs[0]), "unknown")
@@ -232,6 +262,10 @@ class FlinkSnapshotReader(SnapshotReader):
 
     def _header(self, op: OperatorState, st: SubtaskState) -> BackendMeta:
         key = (op.operator_id, st.index)
+        if key not in self._headers and isinstance(st.managed_keyed, ChangelogHandle):
+            self._headers[key] = self._changelog(op, st).backend_meta()
+            for n in self._headers[key].notes:
+                self._note(n)
         if key not in self._headers:
             h = st.managed_keyed
             stream = h.meta if isinstance(h, IncrementalHandle) else h.stream
@@ -282,6 +316,10 @@ class FlinkSnapshotReader(SnapshotReader):
                 if isinstance(h, IncrementalHandle):
                     start, end, kind = h.start, h.end, "incremental"
                     size = sum(x.size for _, x in h.shared + h.private) + (h.meta.size if h.meta else 0)
+                elif isinstance(h, ChangelogHandle):
+                    start, end, kind = h.start, h.end, "changelog"
+                    size = sum(x.size for p in h.changelog for _, x in p.streams) + sum(
+                        len(c) for p in h.changelog for _, c in p.changes)
                 else:
                     start, end = h.start, h.end
                     kind = "savepoint-key-groups" if h.savepoint else "key-groups"
@@ -329,6 +367,9 @@ class FlinkSnapshotReader(SnapshotReader):
                     elif isinstance(kh, IncrementalHandle):
                         add(op, kh.meta)
                         for _, sh in kh.shared + kh.private:
+                            add(op, sh)
+                    elif isinstance(kh, ChangelogHandle):  # (a changelog file is named once per subtask)
+                        for sh in {id(x): x for p in kh.changelog for _, x in p.streams}.values():
                             add(op, sh)
         return pd.DataFrame(rows, columns=["operator", "file", "bytes", "inline"])
 
@@ -388,6 +429,29 @@ class FlinkSnapshotReader(SnapshotReader):
                 for f in pending:
                     f.cancel()
 
+    def _changelog(self, op: OperatorState, st: SubtaskState) -> ChangelogState:
+        """The changes of a changelog handle applied in order (read once per subtask)."""
+        key = (op.operator_id, st.index)
+        if key not in self._changelogs:
+            h = st.managed_keyed
+            where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
+            state = ChangelogState()
+            try:
+                for part in h.changelog:
+                    changes = list(part.changes)
+                    for offset, sh in part.streams:
+                        name = sh.name if sh.kind == "bytes" else str(self.resolver.local_path(sh))
+                        changes.extend(read_change_sets(self.resolver.read(sh), offset, f"{where}: {name}"))
+                    for kg, change in changes:
+                        if kg == -1:
+                            state.register(change, where)
+                        else:
+                            state.apply(kg, change)
+            except _DAMAGED as exc:
+                raise SnapshotCorruptError(f"{where}: the changelog is damaged ({exc})") from exc
+            self._changelogs[key] = state
+        return self._changelogs[key]
+
     def _subtask_pieces(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
         header = self._header(op, st)
         wanted = {sm.state_id for sm in header.states if query.wants_state(sm.name)}
@@ -398,7 +462,14 @@ class FlinkSnapshotReader(SnapshotReader):
         where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
         kgs = query.key_groups
         try:
-            if isinstance(h, IncrementalHandle):
+            if isinstance(h, ChangelogHandle):
+                try:
+                    buffers = self._changelog(op, st).buffers(header, wanted)
+                except _DAMAGED as exc:
+                    raise SnapshotCorruptError(f"{where}: the changelog is damaged ({exc})") from exc
+                if kgs is not None:
+                    buffers = {sid: _only_key_groups(b, kgs) for sid, b in buffers.items()}
+            elif isinstance(h, IncrementalHandle):
                 yield from self._rocksdb_pieces(op, st, h, header, wanted, query, where)
             else:
                 data = self.resolver.read(h.stream)
@@ -656,6 +727,16 @@ class FlinkSnapshotReader(SnapshotReader):
                 except ReaderError as exc:
                     self._note(str(exc))
         return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))
+
+
+def _only_key_groups(buf: RowBuffer, kgs) -> RowBuffer:
+    """The rows of ``buf`` in key groups ``kgs``."""
+    out = RowBuffer(buf.meta)
+    for i, kg in enumerate(buf.key_groups):
+        if kg in kgs:
+            out.add(kg, buf.keys[i], buf.namespaces[i], buf.user_keys[i], buf.values[i], buf.sizes[i])
+            out.last_access[-1] = buf.last_access[i]
+    return out
 
 
 def _repeat_string(text: str, n: int) -> pa.Array:
