@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import explorer
-from explorer.errors import SnapshotCorruptError, StateExplorerError
+from explorer.errors import SnapshotCorruptError, SnapshotFormatError, StateExplorerError
 from explorer.format.sst.file import SstError, SstFile
 from explorer.readers.flink import FlinkSnapshotReader
 from explorer.readers.flink.metadata import read_metadata
@@ -193,3 +193,89 @@ def test_damaged_partitioned_index_fails_cleanly():
     with pytest.raises(SstError, match=local) as info:
         SstFile(bytes(data), local).data_handles()
     assert isinstance(info.value, ValueError)
+
+
+# -- changelog state backend -------------------------------------------------------------------------------
+
+CHANGELOG = ["plain-changelog-heap-checkpoint", "plain-changelog-materialized-rocksdb-checkpoint"]
+
+
+@pytest.mark.parametrize("name", CHANGELOG)
+def test_changelog_checkpoint_equals_expected(name):
+    snap = _open(name)
+    assert mismatches(snap, name) == []
+    assert len(snap.hot_keys()) and len(explorer.diff(snap, _open("plain-rocksdb-incremental-checkpoint")))
+
+
+def test_changelog_only_checkpoint_is_read_from_the_log():
+    reader = FlinkSnapshotReader(PRODUCTION / CHANGELOG[0])
+    assert set(reader.subtasks()["handle"]) == {"changelog"}
+    files = reader.stored_files()
+    assert files["file"].str.contains("/dstl/").sum() == 4  # one changelog file per keyed subtask
+
+
+def test_changelog_key_group_filter_keeps_only_those_key_groups():
+    from explorer.readers.base import KeyedStateQuery
+    reader = FlinkSnapshotReader(PRODUCTION / CHANGELOG[0], uids=expected(CHANGELOG[0])["uids"])
+    cols = ("state", "key", "key_group")
+    every = [p.select(cols) for p in reader.keyed_pieces(KeyedStateQuery(columns=cols))]
+    some = [p.select(cols) for p in reader.keyed_pieces(KeyedStateQuery(columns=cols, key_groups=frozenset(range(40))))]
+    kg = [k for p in every for k in p.column("key_group").to_pylist()]
+    got = [k for p in some for k in p.column("key_group").to_pylist()]
+    assert 0 < len(got) < len(kg) and all(k < 40 for k in got)
+    assert len(got) == sum(1 for k in kg if k < 40)
+
+
+def _changelog_files(job: Path) -> list[Path]:
+    return sorted(p for p in (job / "shared" / "changelog").rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("cut", [0, 1, 5, 40, 400, -3])
+def test_truncated_changelog_file_fails_cleanly(tmp_path, cut):
+    job = _damaged_copy(tmp_path, CHANGELOG[0])
+    f = _changelog_files(job)[0]
+    data = f.read_bytes()
+    f.write_bytes(data[:cut])
+    snap = explorer.open(job)
+    with pytest.raises(StateExplorerError) as info:
+        snap.keyed_state()
+    assert str(job) in str(info.value)
+
+
+def test_compressed_changelog_is_refused_as_unsupported(tmp_path):
+    job = _damaged_copy(tmp_path, CHANGELOG[0])
+    f = _changelog_files(job)[0]
+    f.write_bytes(b"\x01" + f.read_bytes()[1:])
+    with pytest.raises(SnapshotFormatError, match="compressed") as info:
+        explorer.open(job).keyed_state()
+    assert str(f.name) in str(info.value)
+
+
+def test_change_before_its_state_metadata_fails_cleanly(tmp_path):
+    job = _damaged_copy(tmp_path, CHANGELOG[0])
+    f = _changelog_files(job)[0]
+    data = bytearray(f.read_bytes())
+    # the first change of the set is a state's metadata (key group -1): make its key group a data one
+    assert data[9:13] == b"\xff\xff\xff\xff"
+    data[9:13] = (0).to_bytes(4, "big")
+    f.write_bytes(bytes(data))
+    with pytest.raises(StateExplorerError) as info:
+        explorer.open(job).keyed_state()
+    assert str(job) in str(info.value)
+
+
+def test_damaged_changelog_handle_in_metadata_fails_cleanly(tmp_path):
+    src = next((PRODUCTION / CHANGELOG[0]).glob("chk-*/_metadata")).read_bytes()
+    meta = tmp_path / "chk-1" / "_metadata"
+    meta.parent.mkdir()
+    for cut in range(9, len(src), max(1, len(src) // 61)):
+        meta.write_bytes(src[:cut])
+        with pytest.raises(StateExplorerError) as info:
+            read_metadata(meta)
+        assert str(meta) in str(info.value)
+    i = src.index(bytes([14]) + (0).to_bytes(4, "big"))  # the first changelog backend handle (type 14)
+    bad = bytearray(src)
+    bad[i] = 8 + 2  # a changelog file part where a backend handle must be
+    meta.write_bytes(bytes(bad))
+    with pytest.raises(SnapshotCorruptError, match="outside a changelog state backend handle"):
+        read_metadata(meta)

@@ -129,7 +129,8 @@ class ChangelogState:
         sid = inp.read_short()
         meta = self.states.get(sid)
         if meta is None:
-            raise FlinkCorruptError(f"a change of state id {sid} comes before that state's metadata")
+            raise FlinkCorruptError(f"found a change of state id {sid} before that state's metadata, expected "
+                                    f"one of the registered ids {sorted(self.states)}")
         vdec = meta.value_decoder
         if isinstance(vdec, RawDecoder) or vdec is None:
             return

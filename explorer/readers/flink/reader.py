@@ -447,6 +447,8 @@ class FlinkSnapshotReader(SnapshotReader):
                             state.register(change, where)
                         else:
                             state.apply(kg, change)
+            except FlinkFormatError as exc:  # a healthy changelog State Explorer cannot read
+                raise SnapshotFormatError(f"{where}: {exc}") from exc
             except _DAMAGED as exc:
                 raise SnapshotCorruptError(f"{where}: the changelog is damaged ({exc})") from exc
             self._changelogs[key] = state
