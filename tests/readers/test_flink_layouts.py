@@ -279,3 +279,18 @@ def test_damaged_changelog_handle_in_metadata_fails_cleanly(tmp_path):
     meta.write_bytes(bytes(bad))
     with pytest.raises(SnapshotCorruptError, match="outside a changelog state backend handle"):
         read_metadata(meta)
+
+
+def test_changes_on_top_of_materialized_state_are_noted_not_silently_dropped(tmp_path):
+    """Materialized state plus changes logged since (not applied yet): the materialized state with a note."""
+    from explorer.readers.flink.handles import ChangelogHandle, ChangelogPart
+
+    reader = FlinkSnapshotReader(PRODUCTION / CHANGELOG[1])
+    assert reader.info().extra["changelog_parts_not_applied"] == 0 and not reader.notes
+    raw = read_metadata(reader.metadata_file)
+    st = next(s for o in raw.operators for s in o.subtasks if isinstance(s.managed_keyed, ChangelogHandle))
+    st.managed_keyed.changelog.append(ChangelogPart(0, 1, changes=[(0, b"\\x00")]))
+    reader.meta = raw
+    reader._unwrap_changelog_handles()
+    assert reader.info().extra["changelog_parts_not_applied"] == 1
+    assert any("not applied" in n and str(reader.metadata_file) in n for n in reader.notes)

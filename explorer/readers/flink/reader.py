@@ -152,23 +152,30 @@ class FlinkSnapshotReader(SnapshotReader):
 
     def _unwrap_changelog_handles(self) -> None:
         """A changelog handle with nothing logged since its materialization is its materialized handle; one
-        with changes and no materialized state is read by ``changelog``; both at once is not supported."""
+        with changes and no materialized state is read by ``changelog``. One with both is read as its
+        materialized state, with a note that the changes logged since are not applied (not supported yet)."""
+        self._changelog_not_applied = 0
         for op in self.meta.operators:
             for st in op.subtasks:
                 h = st.managed_keyed
                 if not isinstance(h, ChangelogHandle):
                     continue
-                logged = any(p.streams or p.changes for p in h.changelog)
-                if not logged and len(h.materialized) == 1:
-                    st.managed_keyed = h.materialized[0]
-                elif not logged and not h.materialized:
-                    st.managed_keyed = None
-                elif h.materialized:
+                logged = [p for p in h.changelog if p.streams or p.changes]
+                if not h.materialized:
+                    st.managed_keyed = h if logged else None
+                    continue
+                if len(h.materialized) > 1:
                     raise SnapshotFormatError(
                         f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): found a "
-                        f"changelog state backend handle with materialized state ({len(h.materialized)} "
-                        "handles) and changes logged since; expected one of them (applying changes on top of "
-                        "materialized state is not supported yet)")
+                        f"changelog state backend handle with {len(h.materialized)} materialized handles (state "
+                        "rescaled since it was materialized); expected one")
+                st.managed_keyed = h.materialized[0]
+                if logged:
+                    self._changelog_not_applied += len(logged)
+                    self._note(f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): "
+                               f"{len(logged)} changelog parts logged since materialization "
+                               f"{h.materialization_id} are not applied: its state is shown as materialized, "
+                               "older than this checkpoint")
 
     # -- detection and metadata ---------------------------------------------------------
 
@@ -208,6 +215,7 @@ class FlinkSnapshotReader(SnapshotReader):
             "backends": {o.display_name: self._backend_name(o) for o in m.operators if self._keyed_subtasks(o)},
             # over the keyed state read so far (all of it once keyed_pieces has run unfiltered)
             "channel_state_handles": sum(st.channel_state_handles for o in m.operators for st in o.subtasks),
+            "changelog_parts_not_applied": self._changelog_not_applied,
             "key_group_mismatches": self.key_group_mismatches,
             "key_group_checked_rows": sum(r for r, _ in self._kg_checks.values()),
         }
