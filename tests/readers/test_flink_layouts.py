@@ -294,3 +294,30 @@ def test_changes_on_top_of_materialized_state_are_noted_not_silently_dropped(tmp
     reader._unwrap_changelog_handles()
     assert reader.info().extra["changelog_parts_not_applied"] == 1
     assert any("not applied" in n and str(reader.metadata_file) in n for n in reader.notes)
+
+
+@pytest.mark.parametrize("name", [FILE_MERGING[1], FORST[0], CHANGELOG[0]])
+def test_random_damage_gives_only_state_explorer_errors(tmp_path, name):
+    """Bytes overwritten at random (seeded) in _metadata or a state file: the snapshot reads, or fails with a
+    StateExplorerError (a damaged value may also come back as raw bytes with a note)."""
+    import random
+
+    rng = random.Random(15)
+    job = _damaged_copy(tmp_path, name)
+    files = sorted(p for p in job.rglob("*") if p.is_file() and p.name != "EXPECTED.json")
+    original = {p: p.read_bytes() for p in files}
+    for _ in range(25):
+        for p, b in original.items():
+            p.write_bytes(b)
+        victim = rng.choice(files)
+        data = bytearray(original[victim])
+        start = 8 if victim.name == "_metadata" else 0
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(start, len(data))] = rng.randrange(256)
+        victim.write_bytes(bytes(data))
+        try:
+            snap = explorer.open(job)
+            snap.keyed_state()
+            snap.operator_state()
+        except StateExplorerError as exc:
+            assert str(job) in str(exc) or victim.name in str(exc)

@@ -39,7 +39,16 @@ from typing import Any, Iterable
 from ...errors import FlinkCorruptError, FlinkFormatError
 from .datainput import DataInput
 from .rows import RowBuffer
-from .serializers import Decoder, ListDecoder, MapDecoder, RawDecoder, TimerDecoder, UnknownSnapshot, read_top_level_snapshot
+from .serializers import (
+    Decoder,
+    ListDecoder,
+    MapDecoder,
+    RawDecoder,
+    TimerDecoder,
+    UnknownLayout,
+    UnknownSnapshot,
+    read_top_level_snapshot,
+)
 from .statemeta import BACKEND_STATE_TYPES, BackendMeta, StateMeta
 
 META_KEY_GROUP = -1
@@ -94,6 +103,8 @@ class ChangelogState:
     timers: dict[int, dict[bytes, tuple[int, int, Any, Any]]] = field(default_factory=dict)
     key_decoder: Decoder | None = None
     notes: list[str] = field(default_factory=list)
+    #: states whose changes could not be decoded (state id -> why): left out, with a note
+    broken: dict[int, str] = field(default_factory=dict)
 
     def register(self, change: bytes, where: str) -> None:
         inp = DataInput(change, 1)
@@ -123,7 +134,7 @@ class ChangelogState:
         if isinstance(vdec, TimerDecoder) and self.key_decoder is None:
             self.key_decoder = vdec.key
 
-    def apply(self, kg: int, change: bytes) -> None:
+    def apply(self, kg: int, change: bytes, where: str = "") -> None:
         inp = DataInput(change)
         op = inp.read_ubyte()
         sid = inp.read_short()
@@ -132,8 +143,17 @@ class ChangelogState:
             raise FlinkCorruptError(f"found a change of state id {sid} before that state's metadata, expected "
                                     f"one of the registered ids {sorted(self.states)}")
         vdec = meta.value_decoder
-        if isinstance(vdec, RawDecoder) or vdec is None:
+        if isinstance(vdec, RawDecoder) or vdec is None or sid in self.broken:
             return
+        try:
+            self._apply(kg, sid, meta, vdec, op, inp, change)
+        except UnknownLayout as exc:  # a value its serializer cannot read: the state's later changes cannot be
+            self.broken[sid] = str(exc)  # applied either (each builds on the last), so the state is left out
+            self.notes.append(f"{where}: a change of state {meta.name!r} cannot be decoded ({exc}); the state's "
+                              "entries are left out")
+
+    def _apply(self, kg: int, sid: int, meta: StateMeta, vdec: Decoder, op: int, inp: DataInput,
+               change: bytes) -> None:
         if meta.is_timer:
             self._apply_timer(kg, sid, op, inp, vdec)
             return
@@ -211,6 +231,9 @@ class ChangelogState:
             meta = header.states[i]
             buf = RowBuffer(meta)
             vdec = meta.value_decoder
+            if sid in self.broken:
+                out[i] = buf
+                continue
             if meta.is_timer:
                 for raw, (kg, ts, key, ns) in self.timers.get(sid, {}).items():
                     buf.add(kg, key, ns, None, ts, len(raw))
@@ -218,15 +241,25 @@ class ChangelogState:
                 for e in self.entries.get(sid, {}).values():
                     if isinstance(vdec, ListDecoder):
                         for j, b in enumerate(e.value):
-                            buf.add(e.kg, e.key, e.ns, j, vdec.elem.read(DataInput(b)), len(b))
+                            buf.add(e.kg, e.key, e.ns, j, _value(vdec.elem, b, buf), len(b))
                     elif isinstance(vdec, MapDecoder):
                         for uk, b in e.value.values():  # (ADD_OR_UPDATE_ELEMENT writes no null flag)
-                            v = None if b is None else vdec.value.read(DataInput(b))
-                            buf.add(e.kg, e.key, e.ns, uk, v, len(b or b""))
+                            buf.add(e.kg, e.key, e.ns, uk, _value(vdec.value, b, buf), len(b or b""))
                     else:
-                        buf.add(e.kg, e.key, e.ns, None, vdec.read(DataInput(e.value)), len(e.value))
+                        buf.add(e.kg, e.key, e.ns, None, _value(vdec, e.value, buf), len(e.value))
             out[i] = buf
         return out
+
+
+def _value(dec: Decoder, data: bytes | None, buf: RowBuffer) -> Any:
+    """One value decoded; its raw bytes (counted in ``buf.raw_notes``) when its serializer cannot read it."""
+    if data is None:
+        return None
+    try:
+        return dec.read(DataInput(data))
+    except (UnknownLayout, EOFError, IndexError, UnicodeDecodeError, FlinkFormatError, FlinkCorruptError):
+        buf.raw_notes += 1
+        return bytes(data)
 
 
 def _split_list(vdec: ListDecoder, payload: bytes) -> list[bytes]:

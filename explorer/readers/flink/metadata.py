@@ -179,6 +179,10 @@ class _MetadataParser:
             raise SnapshotCorruptError(
                 f"{self.path}: file ends early at byte {inp.pos} of {len(inp.buf)} ({exc}); truncated metadata?"
             ) from exc
+        except UnicodeDecodeError as exc:  # a damaged string (a name, a path, a uid)
+            raise SnapshotCorruptError(
+                f"{self.path}: found a string that is not UTF-8 before byte {inp.pos} ({exc}); damaged metadata?"
+            ) from exc
         return CheckpointMetadata(self.path, version, checkpoint_id, n_master, operators, properties)
 
     def operator(self) -> OperatorState:

@@ -84,7 +84,9 @@ _CHK = re.compile(r"^chk-(\d+)$")
 
 #: what decoding a damaged keyed-state stream raises: the parsers' own errors (with the offset), and
 #: Python's for bytes that end early, index past the data or are not UTF-8
-_DAMAGED = (EOFError, IndexError, struct_error, UnicodeDecodeError, FlinkCorruptError, FlinkFormatError)
+#: (ValueError and OverflowError: a damaged length or character code, e.g. ``chr()`` of an impossible one)
+_DAMAGED = (EOFError, IndexError, struct_error, UnicodeDecodeError, ValueError, OverflowError, FlinkCorruptError,
+            FlinkFormatError)
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
@@ -283,7 +285,10 @@ class FlinkSnapshotReader(SnapshotReader):
             present = [o for o in h.offsets if o > 0] if isinstance(h, KeyGroupsHandle) else []
             # the header ends where the first key group starts: read no further
             data = self.resolver.read(stream, min(present) if present else None)
-            header = read_backend_meta(DataInput(data), where, len(data))
+            try:
+                header = read_backend_meta(DataInput(data), where, len(data))
+            except _DAMAGED as exc:  # (the header's own errors are ReaderErrors that name it)
+                raise SnapshotCorruptError(f"{where}: keyed state header is damaged ({exc})") from exc
             for n in header.notes:
                 self._note(n)
             self._headers[key] = header
@@ -454,7 +459,7 @@ class FlinkSnapshotReader(SnapshotReader):
                         if kg == -1:
                             state.register(change, where)
                         else:
-                            state.apply(kg, change)
+                            state.apply(kg, change, where)
             except FlinkFormatError as exc:  # a healthy changelog State Explorer cannot read
                 raise SnapshotFormatError(f"{where}: {exc}") from exc
             except _DAMAGED as exc:
@@ -473,8 +478,11 @@ class FlinkSnapshotReader(SnapshotReader):
         kgs = query.key_groups
         try:
             if isinstance(h, ChangelogHandle):
+                changelog = self._changelog(op, st)
+                for n in changelog.notes:
+                    self._note(n)
                 try:
-                    buffers = self._changelog(op, st).buffers(header, wanted)
+                    buffers = changelog.buffers(header, wanted)
                 except _DAMAGED as exc:
                     raise SnapshotCorruptError(f"{where}: the changelog is damaged ({exc})") from exc
                 if kgs is not None:
