@@ -22,6 +22,10 @@ changelog (types 8, 14)         the changelog state backend      ``changelog`` (
                                                                  materialized handle's reader)
 ==============================  ===============================  ====================
 
+Any stream in these handles may be a file-merging segment (Flink 1.20+: a byte range of a
+shared file, ``handles``); ForSt (Flink 2.x) writes RocksDB's SST format with partitioned
+indexes (``format.sst``), so its snapshots read like RocksDB's.
+
 Rows follow the public contract (``explorer.readers.base``). ``key_group`` comes
 from the files; where the key's Java hash can be reproduced, it is re-computed
 with :mod:`explorer.keygroups` and disagreements are counted
