@@ -281,19 +281,72 @@ def test_damaged_changelog_handle_in_metadata_fails_cleanly(tmp_path):
         read_metadata(meta)
 
 
-def test_changes_on_top_of_materialized_state_are_noted_not_silently_dropped(tmp_path):
-    """Materialized state plus changes logged since (not applied yet): the materialized state with a note."""
+def _java_string(text: str) -> bytes:
+    """Flink's StringSerializer for ASCII text: varint length + 1, then the characters."""
+    return bytes([len(text) + 1]) + text.encode("ascii")
+
+
+def test_changes_on_top_of_materialized_state_are_applied(monkeypatch):
+    """Materialized RocksDB state plus changes logged since (written here in the log's format, with the
+    state metadata records of the real heap changelog of the same job): the rows are the materialized
+    ones with the changes applied; states without changes stay as materialized."""
+    import pandas as pd
+
+    from explorer.readers.flink import reader as reader_module
+    from explorer.readers.flink.changelog import read_change_sets
     from explorer.readers.flink.handles import ChangelogHandle, ChangelogPart
 
-    reader = FlinkSnapshotReader(PRODUCTION / CHANGELOG[1])
-    assert reader.info().extra["changelog_parts_not_applied"] == 0 and not reader.notes
-    raw = read_metadata(reader.metadata_file)
-    st = next(s for o in raw.operators for s in o.subtasks if isinstance(s.managed_keyed, ChangelogHandle))
-    st.managed_keyed.changelog.append(ChangelogPart(0, 1, changes=[(0, b"\\x00")]))
-    reader.meta = raw
-    reader._unwrap_changelog_handles()
-    assert reader.info().extra["changelog_parts_not_applied"] == 1
-    assert any("not applied" in n and str(reader.metadata_file) in n for n in reader.notes)
+    name = CHANGELOG[1]
+    uids = expected(name)["uids"]
+    before = explorer.open(PRODUCTION / name, uids=uids).keyed_state(operator="user-activity")
+    before = before[before["subtask"] == 0]
+    keys = sorted(before["key"].unique())[:5]
+    kg = {k: int(before[before["key"] == k]["key_group"].iloc[0]) for k in keys}
+    # the metadata records of the same states, from the heap changelog fixture's user-activity log
+    heap = PRODUCTION / CHANGELOG[0]
+    metas = next(m for f in _changelog_files(heap)
+                 for m in [[c for k, c in read_change_sets(f.read_bytes(), 0, f.name) if k == -1]]
+                 if any(b"per_category" in c for c in m))
+    removed_category = before[(before["key"] == keys[4]) & (before["state"] == "per_category")]["user_key"].iloc[0]
+    void = b"\x00"
+    data = [
+        (kg[keys[0]], b"\x02\x00\x05" + _java_string(keys[0]) + void + (999).to_bytes(8, "big")),  # total = 999
+        (kg[keys[1]], b"\x00\x00\x03" + _java_string(keys[1]) + void),  # amounts cleared
+        (kg[keys[2]], b"\x05\x00\x03" + _java_string(keys[2]) + void + (7).to_bytes(8, "big")),  # amounts += 7
+        (kg[keys[3]], b"\x06\x00\x04" + _java_string(keys[3]) + void + _java_string("zzz") + (5).to_bytes(8, "big")),
+        (kg[keys[4]], b"\x07\x00\x04" + _java_string(keys[4]) + void + _java_string(removed_category)),
+        (kg[keys[0]], b"\x05\x00\x01" + (1).to_bytes(4, "big") + ((123456 ^ (1 << 63)).to_bytes(8, "big"))
+         + _java_string(keys[0]) + void),  # an event-time timer at 123456
+    ]
+    meta = read_metadata(next((PRODUCTION / name).glob("chk-*/_metadata")))
+    op = next(o for o in meta.operators if o.operator_id == reader_module.operator_id_for_uid("user-activity"))
+    h = next(s.managed_keyed for s in op.subtasks if s.index == 0)
+    assert isinstance(h, ChangelogHandle) and h.materialized
+    h.changelog.append(ChangelogPart(h.start, h.count, changes=[(-1, m) for m in metas] + data))
+    monkeypatch.setattr(reader_module, "read_metadata", lambda path: meta)
+    after = explorer.open(PRODUCTION / name, uids=uids).keyed_state(operator="user-activity")
+    after = after[after["subtask"] == 0]
+
+    def rows(df, state, key):
+        return df[(df["state"] == state) & (df["key"] == key)]
+
+    assert rows(after, "total", keys[0])["value"].tolist() == [999]
+    assert rows(after, "amounts", keys[1]).empty and not rows(before, "amounts", keys[1]).empty
+    assert rows(after, "amounts", keys[2])["value"].tolist() == rows(before, "amounts", keys[2])["value"].tolist() + [7]
+    got = dict(zip(rows(after, "per_category", keys[3])["user_key"], rows(after, "per_category", keys[3])["value"]))
+    want = dict(zip(rows(before, "per_category", keys[3])["user_key"], rows(before, "per_category", keys[3])["value"]))
+    assert got == {**want, "zzz": 5}
+    assert removed_category not in set(rows(after, "per_category", keys[4])["user_key"])
+    timers = rows(after, "_timer_state/event_user-timers", keys[0])["value"]
+    assert 123456 in set(pd.to_numeric(timers)) or pd.Timestamp(123456, unit="ms", tz="UTC") in set(timers)
+    # a state the log does not touch, and every other key, as materialized
+    for state in ("stats",):
+        pd.testing.assert_frame_equal(rows(after, state, keys[0]).reset_index(drop=True),
+                                      rows(before, state, keys[0]).reset_index(drop=True))
+    untouched = set(before["key"]) - set(keys)
+    cols = ["state", "key", "namespace", "user_key", "value"]
+    norm = lambda df: sorted(map(repr, df[df["key"].isin(untouched)][cols].itertuples(index=False)))  # noqa: E731
+    assert norm(after) == norm(before)
 
 
 @pytest.mark.parametrize("name", [FILE_MERGING[1], FORST[0], CHANGELOG[0]])

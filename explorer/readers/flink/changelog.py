@@ -45,6 +45,7 @@ from .serializers import (
     MapDecoder,
     RawDecoder,
     TimerDecoder,
+    TtlValue,
     UnknownLayout,
     UnknownSnapshot,
     read_top_level_snapshot,
@@ -91,20 +92,30 @@ class _Entry:
     kg: int
     key: Any
     ns: Any
-    value: Any = None  # value bytes; list of element bytes; dict user-key bytes -> (user key, value bytes)
+    # a value state: one _Value; a list: list of _Value; a map: canonical user key -> (user key, _Value)
+    value: Any = None
+
+
+@dataclass
+class _Value:
+    value: Any  # decoded (raw bytes when its serializer cannot read it)
+    size: int
+    last_access: int | None = None
 
 
 @dataclass
 class ChangelogState:
-    """The state a changelog leaves: registered states and their entries after every change."""
+    """The state a changelog leaves: registered states and their entries after every change, keyed by
+    their decoded key, namespace (and user key), so that rows of materialized state can be the start."""
 
     states: dict[int, StateMeta] = field(default_factory=dict)
-    entries: dict[int, dict[bytes, _Entry]] = field(default_factory=dict)
-    timers: dict[int, dict[bytes, tuple[int, int, Any, Any]]] = field(default_factory=dict)
+    entries: dict[int, dict[Any, _Entry]] = field(default_factory=dict)
+    timers: dict[int, dict[Any, tuple[int, int, Any, Any, int]]] = field(default_factory=dict)
     key_decoder: Decoder | None = None
     notes: list[str] = field(default_factory=list)
     #: states whose changes could not be decoded (state id -> why): left out, with a note
     broken: dict[int, str] = field(default_factory=dict)
+    raw_values: int = 0
 
     def register(self, change: bytes, where: str) -> None:
         inp = DataInput(change, 1)
@@ -134,6 +145,30 @@ class ChangelogState:
         if isinstance(vdec, TimerDecoder) and self.key_decoder is None:
             self.key_decoder = vdec.key
 
+    def seed(self, sid: int, rows: dict[str, list]) -> None:
+        """Start state ``sid`` from materialized rows (columns of the row contract, as Python lists)."""
+        meta = self.states[sid]
+        vdec = meta.value_decoder
+        n = len(rows["key"])
+        if meta.is_timer:
+            table = self.timers.setdefault(sid, {})
+            for i in range(n):
+                ts, key, ns = rows["value"][i], rows["key"][i], rows["namespace"][i]
+                table[_canon((ts, key, ns))] = (rows["key_group"][i], ts, key, ns, rows["size_bytes"][i])
+            return
+        table = self.entries.setdefault(sid, {})
+        for i in range(n):
+            key, ns = rows["key"][i], rows["namespace"][i]
+            scope = _canon((key, ns))
+            v = _Value(rows["value"][i], rows["size_bytes"][i], _epoch_ms(rows["last_access"][i]))
+            if isinstance(vdec, ListDecoder):
+                table.setdefault(scope, _Entry(rows["key_group"][i], key, ns, [])).value.append(v)
+            elif isinstance(vdec, MapDecoder):
+                uk = rows["user_key"][i]
+                table.setdefault(scope, _Entry(rows["key_group"][i], key, ns, {})).value[_canon(uk)] = (uk, v)
+            else:
+                table[scope] = _Entry(rows["key_group"][i], key, ns, v)
+
     def apply(self, kg: int, change: bytes, where: str = "") -> None:
         inp = DataInput(change)
         op = inp.read_ubyte()
@@ -147,10 +182,20 @@ class ChangelogState:
             return
         try:
             self._apply(kg, sid, meta, vdec, op, inp, change)
-        except UnknownLayout as exc:  # a value its serializer cannot read: the state's later changes cannot be
-            self.broken[sid] = str(exc)  # applied either (each builds on the last), so the state is left out
+        except UnknownLayout as exc:  # a key or namespace its serializer cannot read: the state's later changes
+            self.broken[sid] = str(exc)  # cannot be applied either (each builds on the last): left out
             self.notes.append(f"{where}: a change of state {meta.name!r} cannot be decoded ({exc}); the state's "
                               "entries are left out")
+
+    def _decode(self, dec: Decoder, data: bytes) -> _Value:
+        try:
+            v = dec.read(DataInput(data))
+        except (UnknownLayout, EOFError, IndexError, UnicodeDecodeError, FlinkFormatError, FlinkCorruptError):
+            self.raw_values += 1
+            return _Value(bytes(data), len(data))
+        if type(v) is TtlValue:
+            return _Value(v.value, len(data), v.last_access)
+        return _Value(v, len(data))
 
     def _apply(self, kg: int, sid: int, meta: StateMeta, vdec: Decoder, op: int, inp: DataInput,
                change: bytes) -> None:
@@ -160,11 +205,10 @@ class ChangelogState:
         if self.key_decoder is None:
             raise FlinkFormatError(f"state {meta.name!r}: the changelog names no key serializer (the operator "
                                    "has no timers, whose serializer holds it)")
-        start = inp.pos
         key = self.key_decoder.read(inp)
         nsdec = meta.namespace_decoder
         ns = nsdec.read(inp) if nsdec is not None else None
-        scope = change[start : inp.pos]
+        scope = _canon((key, ns))
         table = self.entries.setdefault(sid, {})
         if op == CLEAR:
             table.pop(scope, None)
@@ -173,27 +217,28 @@ class ChangelogState:
         if isinstance(vdec, ListDecoder):
             e = table.setdefault(scope, _Entry(kg, key, ns, []))
             if op in (SET, SET_INTERNAL):
-                e.value = _split_list(vdec, payload)
+                e.value = [self._decode(vdec.elem, b) for b in _split_list(vdec, payload)]
             elif op == ADD:
-                e.value.extend(_split_list(vdec, payload))
+                e.value.extend(self._decode(vdec.elem, b) for b in _split_list(vdec, payload))
             elif op == ADD_ELEMENT:
-                e.value.append(payload)
+                e.value.append(self._decode(vdec.elem, payload))
             else:
                 raise FlinkFormatError(f"state {meta.name!r}: list state change {op} is not supported")
         elif isinstance(vdec, MapDecoder):
             e = table.setdefault(scope, _Entry(kg, key, ns, {}))
             if op in (SET, SET_INTERNAL):
-                e.value = _split_map(vdec, payload)
-            elif op == ADD_OR_UPDATE_ELEMENT:
+                e.value = {_canon(uk): (uk, _Value(None, 0) if b is None else self._decode(vdec.value, b))
+                           for uk, b in _split_map(vdec, payload).values()}
+            elif op == ADD_OR_UPDATE_ELEMENT:  # user key and value, no null flag
                 p = DataInput(payload)
                 uk = vdec.key.read(p)
-                e.value[payload[: p.pos]] = (uk, payload[p.pos :])
+                e.value[_canon(uk)] = (uk, self._decode(vdec.value, payload[p.pos :]))
             elif op == REMOVE_ELEMENT:
-                e.value.pop(payload, None)
+                e.value.pop(_canon(vdec.key.read(DataInput(payload))), None)
             else:
                 raise FlinkFormatError(f"state {meta.name!r}: map state change {op} is not supported")
         elif op in (SET, SET_INTERNAL, ADD):
-            table[scope] = _Entry(kg, key, ns, payload)
+            table[scope] = _Entry(kg, key, ns, self._decode(vdec, payload))
         else:
             raise FlinkFormatError(f"state {meta.name!r}: change {op} of a {meta.kind} state is not supported")
 
@@ -206,11 +251,10 @@ class ChangelogState:
         for _ in range(n):
             s = inp.pos
             ts, key, ns = vdec.read(inp)
-            raw = bytes(inp.buf[s : inp.pos])
             if op == ADD_ELEMENT:
-                table[raw] = (kg, ts, key, ns)
+                table[_canon((ts, key, ns))] = (kg, ts, key, ns, inp.pos - s)
             elif op == REMOVE_ELEMENT:
-                table.pop(raw, None)
+                table.pop(_canon((ts, key, ns)), None)
             else:
                 raise FlinkFormatError(f"timer change {op} is not supported")
 
@@ -223,43 +267,62 @@ class ChangelogState:
         return BackendMeta(0, False, key, metas, 0, list(self.notes))
 
     def buffers(self, header: BackendMeta, wanted: Iterable[int]) -> dict[int, RowBuffer]:
-        """Rows of the wanted states (dense ids of :meth:`backend_meta`), decoded from the applied entries."""
+        """Rows of the wanted states (dense ids of :meth:`backend_meta`)."""
         ids = sorted(self.states)
         out = {}
         for i in wanted:
-            sid = ids[i]
-            meta = header.states[i]
-            buf = RowBuffer(meta)
-            vdec = meta.value_decoder
-            if sid in self.broken:
-                out[i] = buf
-                continue
-            if meta.is_timer:
-                for raw, (kg, ts, key, ns) in self.timers.get(sid, {}).items():
-                    buf.add(kg, key, ns, None, ts, len(raw))
-            else:
-                for e in self.entries.get(sid, {}).values():
-                    if isinstance(vdec, ListDecoder):
-                        for j, b in enumerate(e.value):
-                            buf.add(e.kg, e.key, e.ns, j, _value(vdec.elem, b, buf), len(b))
-                    elif isinstance(vdec, MapDecoder):
-                        for uk, b in e.value.values():  # (ADD_OR_UPDATE_ELEMENT writes no null flag)
-                            buf.add(e.kg, e.key, e.ns, uk, _value(vdec.value, b, buf), len(b or b""))
-                    else:
-                        buf.add(e.kg, e.key, e.ns, None, _value(vdec, e.value, buf), len(e.value))
-            out[i] = buf
+            out[i] = self.rows(ids[i], header.states[i])
         return out
 
+    def rows(self, sid: int, meta: StateMeta) -> RowBuffer:
+        """The rows state ``sid`` holds after every change, described by ``meta``."""
+        buf = RowBuffer(meta)
+        buf.raw_notes = self.raw_values
+        vdec = self.states[sid].value_decoder
+        if sid in self.broken:
+            return buf
+        if self.states[sid].is_timer:
+            for kg, ts, key, ns, size in self.timers.get(sid, {}).values():
+                buf.add(kg, key, ns, None, ts, size)
+            return buf
 
-def _value(dec: Decoder, data: bytes | None, buf: RowBuffer) -> Any:
-    """One value decoded; its raw bytes (counted in ``buf.raw_notes``) when its serializer cannot read it."""
-    if data is None:
+        def add(e: _Entry, uk: Any, v: _Value) -> None:
+            buf.add(e.kg, e.key, e.ns, uk, v.value, v.size)
+            buf.last_access[-1] = v.last_access
+
+        for e in self.entries.get(sid, {}).values():
+            if isinstance(vdec, ListDecoder):
+                for j, v in enumerate(e.value):
+                    add(e, j, v)
+            elif isinstance(vdec, MapDecoder):
+                for uk, v in e.value.values():
+                    add(e, uk, v)
+            else:
+                add(e, None, e.value)
+        return buf
+
+
+def _canon(x: Any) -> Any:
+    """A hashable stand-in for a decoded value, equal for equal values (dicts and lists included)."""
+    if isinstance(x, dict):
+        return ("{", tuple(sorted(((str(k), _canon(v)) for k, v in x.items()), key=lambda kv: kv[0])))
+    if isinstance(x, (list, tuple)):
+        return ("[", tuple(_canon(v) for v in x))
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return ("?", repr(x))
+
+
+def _epoch_ms(t: Any) -> int | None:
+    """Epoch milliseconds of a ``last_access`` cell (a timestamp, or null)."""
+    if t is None:
         return None
     try:
-        return dec.read(DataInput(data))
-    except (UnknownLayout, EOFError, IndexError, UnicodeDecodeError, FlinkFormatError, FlinkCorruptError):
-        buf.raw_notes += 1
-        return bytes(data)
+        return int(t.timestamp() * 1000) if hasattr(t, "timestamp") else int(t)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _split_list(vdec: ListDecoder, payload: bytes) -> list[bytes]:

@@ -82,7 +82,7 @@ from .operatorid import operator_id_for_uid
 from .operatorstate import read_operator_state
 from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
 from .serializers import RowDataDecoder, UnknownLayout
-from .statemeta import BackendMeta, read_backend_meta
+from .statemeta import BackendMeta, StateMeta, read_backend_meta
 
 _CHK = re.compile(r"^chk-(\d+)$")
 
@@ -158,30 +158,28 @@ class FlinkSnapshotReader(SnapshotReader):
 
     def _unwrap_changelog_handles(self) -> None:
         """A changelog handle with nothing logged since its materialization is its materialized handle; one
-        with changes and no materialized state is read by ``changelog``. One with both is read as its
-        materialized state, with a note that the changes logged since are not applied (not supported yet)."""
-        self._changelog_not_applied = 0
+        with changes is read by ``changelog``, starting from its materialized state if it has one."""
         for op in self.meta.operators:
             for st in op.subtasks:
                 h = st.managed_keyed
                 if not isinstance(h, ChangelogHandle):
                     continue
-                logged = [p for p in h.changelog if p.streams or p.changes]
-                if not h.materialized:
-                    st.managed_keyed = h if logged else None
-                    continue
+                logged = any(p.streams or p.changes for p in h.changelog)
                 if len(h.materialized) > 1:
                     raise SnapshotFormatError(
                         f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): found a "
                         f"changelog state backend handle with {len(h.materialized)} materialized handles (state "
                         "rescaled since it was materialized); expected one")
-                st.managed_keyed = h.materialized[0]
-                if logged:
-                    self._changelog_not_applied += len(logged)
-                    self._note(f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): "
-                               f"{len(logged)} changelog parts logged since materialization "
-                               f"{h.materialization_id} are not applied: its state is shown as materialized, "
-                               "older than this checkpoint")
+                if not logged:
+                    st.managed_keyed = h.materialized[0] if h.materialized else None
+
+    @staticmethod
+    def _materialized(st: SubtaskState) -> SubtaskState | None:
+        """The subtask as its materialized state alone (a changelog handle's), or None."""
+        h = st.managed_keyed
+        if isinstance(h, ChangelogHandle) and h.materialized:
+            return SubtaskState(st.index, managed_keyed=h.materialized[0])
+        return None
 
     # -- detection and metadata ---------------------------------------------------------
 
@@ -221,7 +219,6 @@ class FlinkSnapshotReader(SnapshotReader):
             "backends": {o.display_name: self._backend_name(o) for o in m.operators if self._keyed_subtasks(o)},
             # over the keyed state read so far (all of it once keyed_pieces has run unfiltered)
             "channel_state_handles": sum(st.channel_state_handles for o in m.operators for st in o.subtasks),
-            "changelog_parts_not_applied": self._changelog_not_applied,
             "key_group_mismatches": self.key_group_mismatches,
             "key_group_checked_rows": sum(r for r, _ in self._kg_checks.values()),
         }
@@ -277,26 +274,41 @@ class FlinkSnapshotReader(SnapshotReader):
     def _header(self, op: OperatorState, st: SubtaskState) -> BackendMeta:
         key = (op.operator_id, st.index)
         if key not in self._headers and isinstance(st.managed_keyed, ChangelogHandle):
-            self._headers[key] = self._changelog(op, st).backend_meta()
+            mat = self._materialized(st)
+            if mat is None:
+                self._headers[key] = self._changelog(op, st).backend_meta()
+            else:  # the materialized state's header, and states first registered in the log after it
+                header = self._header_of(op, mat)
+                logged = self._changelog(op, st, header)
+                known = {sm.name for sm in header.states}
+                extra = [sm for sm in logged.backend_meta().states if sm.name not in known]
+                states = header.states + [StateMeta(len(header.states) + i, sm.name, sm.backend_type, sm.options,
+                                                    sm.serializers) for i, sm in enumerate(extra)]
+                self._headers[key] = BackendMeta(header.version, header.compressed, header.key_decoder, states,
+                                                 header.end, list(header.notes) + list(logged.notes))
             for n in self._headers[key].notes:
                 self._note(n)
         if key not in self._headers:
-            h = st.managed_keyed
-            stream = h.meta if isinstance(h, IncrementalHandle) else h.stream
-            where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
-            if stream is None:
-                raise SnapshotCorruptError(f"{where}: keyed state handle has no stream")
-            present = [o for o in h.offsets if o > 0] if isinstance(h, KeyGroupsHandle) else []
-            # the header ends where the first key group starts: read no further
-            data = self.resolver.read(stream, min(present) if present else None)
-            try:
-                header = read_backend_meta(DataInput(data), where, len(data))
-            except _DAMAGED as exc:  # (the header's own errors are ReaderErrors that name it)
-                raise SnapshotCorruptError(f"{where}: keyed state header is damaged ({exc})") from exc
-            for n in header.notes:
-                self._note(n)
-            self._headers[key] = header
+            self._headers[key] = self._header_of(op, st)
         return self._headers[key]
+
+    def _header_of(self, op: OperatorState, st: SubtaskState) -> BackendMeta:
+        """The keyed backend header of a key-groups or incremental handle (read, not cached)."""
+        h = st.managed_keyed
+        stream = h.meta if isinstance(h, IncrementalHandle) else h.stream
+        where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
+        if stream is None:
+            raise SnapshotCorruptError(f"{where}: keyed state handle has no stream")
+        present = [o for o in h.offsets if o > 0] if isinstance(h, KeyGroupsHandle) else []
+        # the header ends where the first key group starts: read no further
+        data = self.resolver.read(stream, min(present) if present else None)
+        try:
+            header = read_backend_meta(DataInput(data), where, len(data))
+        except _DAMAGED as exc:  # (the header's own errors are ReaderErrors that name it)
+            raise SnapshotCorruptError(f"{where}: keyed state header is damaged ({exc})") from exc
+        for n in header.notes:
+            self._note(n)
+        return header
 
     def states(self) -> pd.DataFrame:
         rows = []
@@ -388,6 +400,13 @@ class FlinkSnapshotReader(SnapshotReader):
                     elif isinstance(kh, ChangelogHandle):  # (a changelog file is named once per subtask)
                         for sh in {id(x): x for p in kh.changelog for _, x in p.streams}.values():
                             add(op, sh)
+                        for mh in kh.materialized:
+                            if isinstance(mh, KeyGroupsHandle):
+                                add(op, mh.stream)
+                            else:
+                                add(op, mh.meta)
+                                for _, sh in mh.shared + mh.private:
+                                    add(op, sh)
         return pd.DataFrame(rows, columns=["operator", "file", "bytes", "inline"])
 
     def estimated_rows(self, query: KeyedStateQuery) -> int | None:
@@ -446,30 +465,53 @@ class FlinkSnapshotReader(SnapshotReader):
                 for f in pending:
                     f.cancel()
 
-    def _changelog(self, op: OperatorState, st: SubtaskState) -> ChangelogState:
-        """The changes of a changelog handle applied in order (read once per subtask)."""
+    def _changelog(self, op: OperatorState, st: SubtaskState, header: BackendMeta | None = None) -> ChangelogState:
+        """The changes of a changelog handle applied in order (read once per subtask), starting from the
+        rows of its materialized state (``header``: that state's header) where it has one."""
         key = (op.operator_id, st.index)
-        if key not in self._changelogs:
-            h = st.managed_keyed
-            where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
-            state = ChangelogState()
-            try:
-                for part in h.changelog:
-                    changes = list(part.changes)
-                    for offset, sh in part.streams:
-                        name = sh.name if sh.kind == "bytes" else str(self.resolver.local_path(sh))
-                        changes.extend(read_change_sets(self.resolver.read(sh), offset, f"{where}: {name}"))
-                    for kg, change in changes:
-                        if kg == -1:
-                            state.register(change, where)
-                        else:
-                            state.apply(kg, change, where)
-            except FlinkFormatError as exc:  # a healthy changelog State Explorer cannot read
-                raise SnapshotFormatError(f"{where}: {exc}") from exc
-            except _DAMAGED as exc:
-                raise SnapshotCorruptError(f"{where}: the changelog is damaged ({exc})") from exc
-            self._changelogs[key] = state
-        return self._changelogs[key]
+        if key in self._changelogs:
+            return self._changelogs[key]
+        h = st.managed_keyed
+        where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
+        state = ChangelogState()
+        try:
+            changes: list[tuple[int, bytes]] = []
+            for part in h.changelog:
+                changes.extend(part.changes)
+                for offset, sh in part.streams:
+                    name = sh.name if sh.kind == "bytes" else str(self.resolver.local_path(sh))
+                    changes.extend(read_change_sets(self.resolver.read(sh), offset, f"{where}: {name}"))
+            for kg, change in changes:  # every state's metadata first: materialized rows are seeded by name
+                if kg == -1:
+                    state.register(change, where)
+            mat = self._materialized(st)
+            if mat is not None and header is not None:
+                state.key_decoder = header.key_decoder  # (the materialized header names the key serializer)
+                self._seed(op, mat, header, state)
+            for kg, change in changes:
+                if kg != -1:
+                    state.apply(kg, change, where)
+        except FlinkFormatError as exc:  # a healthy changelog State Explorer cannot read
+            raise SnapshotFormatError(f"{where}: {exc}") from exc
+        except _DAMAGED as exc:
+            raise SnapshotCorruptError(f"{where}: the changelog is damaged ({exc})") from exc
+        self._changelogs[key] = state
+        return state
+
+    def _seed(self, op: OperatorState, mat: SubtaskState, header: BackendMeta, state: ChangelogState) -> None:
+        """Start the logged states from their materialized rows."""
+        by_name = {sm.name: sid for sid, sm in state.states.items()}
+        names = frozenset(by_name) & {sm.name for sm in header.states}
+        if not names:
+            return
+        # (read with the materialized header; the subtask's header, once built, starts with the same states)
+        for piece in self._subtask_pieces(op, mat, KeyedStateQuery(states=names)):
+            if not piece.num_rows:
+                continue
+            cols = {c: piece.column(c).to_pylist() for c in
+                    ("state", "key", "key_group", "namespace", "user_key", "value", "last_access", "size_bytes")}
+            name = cols["state"][0]
+            state.seed(by_name[name], cols)
 
     def _subtask_pieces(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
         header = self._header(op, st)
@@ -482,13 +524,19 @@ class FlinkSnapshotReader(SnapshotReader):
         kgs = query.key_groups
         try:
             if isinstance(h, ChangelogHandle):
-                changelog = self._changelog(op, st)
+                changelog = self._changelog(op, st, header if h.materialized else None)
                 for n in changelog.notes:
                     self._note(n)
-                try:
+                if h.materialized:  # logged states from the log (seeded), the others as materialized
+                    logged = {sm.name: sid for sid, sm in changelog.states.items()}
+                    unlogged = frozenset(header.states[sid].name for sid in wanted) - set(logged)
+                    if unlogged:
+                        sub = KeyedStateQuery(query.operators, unlogged, query.key_groups, query.keys, query.columns)
+                        yield from self._subtask_pieces(op, self._materialized(st), sub)
+                    buffers = {sid: changelog.rows(logged[header.states[sid].name], header.states[sid])
+                               for sid in wanted if header.states[sid].name in logged}
+                else:
                     buffers = changelog.buffers(header, wanted)
-                except _DAMAGED as exc:
-                    raise SnapshotCorruptError(f"{where}: the changelog is damaged ({exc})") from exc
                 if kgs is not None:
                     buffers = {sid: _only_key_groups(b, kgs) for sid, b in buffers.items()}
             elif isinstance(h, IncrementalHandle):
