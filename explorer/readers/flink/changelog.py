@@ -25,10 +25,12 @@ element for REMOVE_ELEMENT). Operations: 0 CLEAR, 1 SET, 2 SET_INTERNAL, 3 ADD
 ADD_ELEMENT (list element, timers), 6 ADD_OR_UPDATE_ELEMENT (map user key and
 value), 7 REMOVE_ELEMENT (map user key, timer).
 
-The changes are applied in order to the entries they name (by their bytes), and
-only the result is decoded into rows. Flink logs no key serializer (the job
-supplies it on restore): the key type is taken from the operator's timer
-serializer, which holds it.
+The changes are decoded and applied in order to the entries they name (by their
+decoded key, namespace and user key), starting from the rows of the materialized
+state when the handle has one (the reader seeds the states the log names; the
+others are read as materialized). Flink logs no key serializer (the job supplies
+it on restore): the key type is the materialized header's, else the one inside
+the operator's timer serializer.
 """
 
 from __future__ import annotations
