@@ -50,7 +50,7 @@ def scalar(v: Any) -> Any:
     import numpy as np
     import pandas as pd
 
-    if v is None:
+    if v is None or v is pd.NaT:
         return None
     if isinstance(v, pd.Timestamp):
         return None if pd.isna(v) else _iso(v.to_pydatetime())
@@ -425,7 +425,7 @@ def main(argv=None) -> int:
     p.add_argument("--root", default=str(ROOT / "sample_data" / "spark"))
     p.add_argument("--only", default="")
     p.add_argument("--survey", default="")
-    p.add_argument("--max-keys", type=int, default=0, help="keyed_state(key=k) for at most N keys (0: all)")
+    p.add_argument("--max-keys", type=int, default=25, help="keyed_state(key=k) for at most N keys (0: all)")
     p.add_argument("--no-explorer", action="store_true")
     p.add_argument("--no-spark", action="store_true")
     a = p.parse_args(argv)

@@ -145,6 +145,7 @@ class Fixture:
     spark: str = "4"
     conf: dict[str, str] = field(default_factory=dict)
     copy_to: str | None = None  # also copy the finished checkpoint here, then delete the original
+    stop_when_done: bool = False  # default trigger and stop once the input is read (ProcessingTime mode)
 
 
 EVENT_SCHEMA = "event_id STRING, user STRING, item STRING, amount BIGINT, qty BIGINT, ts_ms BIGINT"
@@ -690,9 +691,10 @@ def fixtures() -> list[Fixture]:
         Fixture("tws-rows", "transformWithState (rows): ValueState, ListState, MapState, event-time "
                 "timers (TTL needs ProcessingTime mode: see tws-pandas)", ev, _q(TWS_ROWS_QUERY), tws_rows_expected),
         Fixture("tws-pandas", "transformWithStateInPandas: ValueState with 30 min TTL, ListState, MapState with "
-                "64-bit keys, processing-time timers", order_inputs(), _q(TWS_PANDAS_QUERY), tws_pandas_expected),
+                "64-bit keys, processing-time timers", order_inputs(), _q(TWS_PANDAS_QUERY), tws_pandas_expected, stop_when_done=True),
         Fixture("tws-pandas-v2", "the transformWithStateInPandas query, checkpoint format v2",
-                order_inputs(), _q(TWS_PANDAS_QUERY), tws_pandas_expected, format_version=2),
+                order_inputs(), _q(TWS_PANDAS_QUERY), tws_pandas_expected, format_version=2,
+                stop_when_done=True),
         Fixture("multi-operator-hdfs", "dropDuplicates(event_id) then groupBy(user).agg(count, sum): two "
                 "stateful operators in one query, HDFS-backed", evd, _q(MULTI_QUERY), multi_expected,
                 provider="hdfs", changelog=None),
@@ -771,8 +773,18 @@ def run(fx: Fixture, out: Path) -> dict:
                          .json(str(Path(tmp) / "input" / name)))
         where = Path(tmp) / "checkpoint" if fx.copy_to else target
         started = int(time.time() * 1000)
-        q = fx.query(spark, src).option("checkpointLocation", str(where)).trigger(availableNow=True).start()
-        q.awaitTermination()
+        w = fx.query(spark, src).option("checkpointLocation", str(where))
+        if fx.stop_when_done:
+            # ProcessingTime mode runs a no-data batch after every batch, for its timers: availableNow
+            # never ends (120+ batches) nor does processAllAvailable(); stop once the input is read
+            total = sum(len(b) for v in inputs.values() for b in v)
+            q = w.trigger(processingTime="2 seconds").start()
+            while sum(p["numInputRows"] for p in q.recentProgress) < total and q.exception() is None:
+                time.sleep(0.5)
+            q.stop()
+        else:
+            q = w.trigger(availableNow=True).start()
+            q.awaitTermination()
         finished = int(time.time() * 1000)
         if q.exception() is not None:
             raise RuntimeError(f"{fx.name}: the query failed: {q.exception()}")
