@@ -224,8 +224,23 @@ def compare(res: Result, store: dict, actual: list[dict], strict_expiry: bool = 
 
 
 def exc_text(exc: BaseException) -> str:
+    """Type and first line; for a Py4J error the JVM's root cause (Py4J's own first line says nothing)."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {(text[0] if text else '')[:300]}"
+    out = f"{type(exc).__name__}: {(text[0] if text else '')[:300]}"
+    seen = exc
+    while seen is not None:  # the project's errors wrap Spark's: look through the chain
+        java = getattr(seen, "java_exception", None)
+        if java is not None:
+            try:
+                root = java
+                while root.getCause() is not None:
+                    root = root.getCause()
+                out += f" <- root cause {root.toString().splitlines()[0][:300]}"
+            except Exception:  # noqa: BLE001 - the JVM may be gone
+                pass
+            break
+        seen = seen.__cause__
+    return out
 
 
 # --- Spark's own reader ---------------------------------------------------------------------
