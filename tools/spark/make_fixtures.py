@@ -13,6 +13,8 @@ in production, run over a fixed input to a checkpoint folder ``<out>/<name>/``:
   ``sources/`` log names them, as in production);
 * the last input batch never raises the maximum event time, so a trailing no-data batch,
   if Spark runs one, evicts nothing more: the final state does not depend on it;
+* ``damaged-*``: copies of a finished fixture with one part deleted (``"damaged"`` in their
+  EXPECTED.json says what and what a reader should do), made after the runs;
 * ``spark.sql.shuffle.partitions=4`` (small fixtures; it is frozen into the checkpoint);
   ``spark.sql.session.timeZone=UTC``; ``local[2]``.
 
@@ -815,6 +817,35 @@ def run(fx: Fixture, out: Path) -> dict:
     return doc
 
 
+# damaged copies: made from a finished fixture by deleting one part (no Spark run)
+DAMAGED = {
+    "damaged-missing-partition": ("window-tumbling", "state/0/2",
+                                  "state partition 2 of operator 0 deleted: a reader must fail or note it, "
+                                  "never return the other partitions' rows as the whole state"),
+    "damaged-no-operator-metadata": ("window-tumbling", "state/0/_metadata",
+                                     "operator 0's _metadata deleted: a reader must fall back (like Spark 3.x "
+                                     "checkpoints) or say so, never show 0 operators"),
+}
+
+
+def make_damaged(out: Path, name: str) -> None:
+    src, remove, what = DAMAGED[name]
+    target = out / name
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(out / src, target)
+    gone = target / remove
+    shutil.rmtree(gone) if gone.is_dir() else gone.unlink()
+    crc = gone.parent / f".{gone.name}.crc"
+    if crc.exists():
+        crc.unlink()
+    doc = json.loads((target / "EXPECTED.json").read_text())
+    doc.update({"fixture": name, "description": f"{doc['description']}; DAMAGED: {what}",
+                "damaged": {"copied_from_fixture": src, "removed": remove, "expect": what}})
+    (target / "EXPECTED.json").write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{name}: copy of {src} without {remove}", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "sample_data" / "spark"))
@@ -848,6 +879,10 @@ def main(argv=None) -> int:
         size = sum(p.stat().st_size for p in (out / f.name).rglob("*") if p.is_file())
         rows = sum(len(s["rows"]) for o in doc["operators"] for s in o["stores"])
         print(f"{f.name}: {rows} expected rows, {size / 1024:.0f} KiB, {time.time() - t:.0f} s", flush=True)
+    if not a.spark35:
+        for name, (src, _, _) in DAMAGED.items():
+            if (not a.only or name in a.only.split(",") or src in a.only.split(",")) and (out / src).is_dir():
+                make_damaged(out, name)
     return 0
 
 
