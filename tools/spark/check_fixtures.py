@@ -29,7 +29,7 @@ import os
 import sys
 import time
 import traceback
-from collections import Counter, defaultdict
+from collections import defaultdict
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -308,7 +308,7 @@ def check_spark(spark, path: Path, doc: dict) -> list[Result]:
                     compare(res, store, spark_rows(spark, path, doc, op, store),
                             strict_expiry=store["kind"].endswith("_timer"))
                 except Exception as exc:  # noqa: BLE001 - survey: record every failure
-                    res.status, res.detail = "EXCEPTION", exc_text(exc)
+                    res.status, res.detail, res.expected = "EXCEPTION", exc_text(exc), len(store["rows"])
                 out.append(res)
     finally:
         if v2:
@@ -363,7 +363,7 @@ def check_explorer(path: Path, doc: dict, max_keys: int) -> tuple[list[Result], 
         for op in doc["operators"]:
             for store in op["stores"]:
                 r = Result(doc["fixture"], "explorer", op["operator_id"], explorer_store_name(store))
-                r.status, r.detail = "EXCEPTION", "open: " + exc_text(exc)
+                r.status, r.detail, r.expected = "EXCEPTION", "open: " + exc_text(exc), len(store["rows"])
                 results.append(r)
         return results, api
     names = dict(zip(ops["operator_id"], ops["operator"])) if "operator_id" in ops else {}
@@ -380,6 +380,7 @@ def check_explorer(path: Path, doc: dict, max_keys: int) -> tuple[list[Result], 
             r = Result(doc["fixture"], "explorer", op["operator_id"], st)
             if df is None:
                 r.status, r.detail = "EXCEPTION", "keyed_state(): " + api["keyed_state()"][10:]
+                r.expected = len(store["rows"])
             elif op["operator_id"] not in names:
                 r.status, r.detail = "MISSING ROWS", f"no operator {op['operator_id']} (operators: {names})"
                 r.expected = len(store["rows"])
@@ -514,13 +515,10 @@ def write_survey(path: Path, results: list[Result], apis: dict, docs: dict, fixt
     for f in fixtures:
         d = docs[f.name]
         size = sum(p.stat().st_size for p in f.rglob("*") if p.is_file())
-        lines.append(f"| {f.name} | {d['spark_version']} | {d['provider']} | {d['changelog']} | "
+        lines.append(f"| {f.name} | {d['spark_version']} | {d['provider']} | {'-' if d['changelog'] is None else d['changelog']} | "
                      f"v{d['checkpoint_format_version']} | {size / 1024:.0f} KiB | {d['description']} |")
     lines += ["", "## Store by store", "", "| fixture | op | store | Spark's reader | explorer | explorer detail |",
               "|---|---|---|---|---|---|"]
-    by = defaultdict(dict)
-    for r in results:
-        by[(r.fixture, r.op, r.store if r.reader == "spark" else None)][r.reader] = r
     # pair explorer and spark results by position within a fixture
     per_fixture = defaultdict(lambda: {"spark": [], "explorer": []})
     for r in results:
@@ -550,7 +548,8 @@ def write_survey(path: Path, results: list[Result], apis: dict, docs: dict, fixt
     head = ""
     if path.is_file() and marker in path.read_text():
         head = path.read_text().split(marker)[0]
-    path.write_text(head + marker + "\n\n" + "\n".join(lines) + "\n")
+    body = "\n".join(lines).replace(str(ROOT) + "/", "")  # paths relative to the repository
+    path.write_text(head + marker + "\n\n" + body + "\n")
 
 
 if __name__ == "__main__":

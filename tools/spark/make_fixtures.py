@@ -675,6 +675,11 @@ def fixtures() -> list[Fixture]:
                 ev, _q(AGG_QUERY), agg_expected, format_version=2),
         Fixture("window-tumbling", "5-minute tumbling windows per user, 15-minute watermark, append mode",
                 ev, _q(TUMBLING_QUERY), window_expected(5, 5)),
+        Fixture("window-tumbling-v2", "the tumbling-window query in checkpoint format v2 (RocksDB, changelog on)",
+                ev, _q(TUMBLING_QUERY), window_expected(5, 5), format_version=2),
+        Fixture("window-tumbling-v2-nochangelog", "the tumbling-window query in checkpoint format v2, RocksDB "
+                "with changelog checkpointing off (only <version>_<uuid>.zip files)",
+                ev, _q(TUMBLING_QUERY), window_expected(5, 5), format_version=2, changelog=False),
         Fixture("window-sliding-hdfs", "10-minute windows sliding by 5, 15-minute watermark, HDFS-backed store",
                 ev, _q(SLIDING_QUERY), window_expected(10, 5), provider="hdfs", changelog=None),
         Fixture("session-window", "session windows (4-minute gap) per user, 15-minute watermark",
