@@ -63,7 +63,7 @@ flink-fixtures:
 SPARK35_VENV ?= .cache/spark35
 spark-fixtures: $(STAMP)
 	$(BIN)/python tools/spark/make_fixtures.py
-	test -x $(SPARK35_VENV)/bin/python || { python3 -m venv $(SPARK35_VENV) && \
+	test -x $(SPARK35_VENV)/bin/python || { $(PYTHON) -m venv $(SPARK35_VENV) && \
 	  $(SPARK35_VENV)/bin/pip install --quiet 'pyspark==3.5.*' 'pandas<2.3' 'numpy<2' 'pyarrow<17'; }
 	PYSPARK_PYTHON=$(abspath $(SPARK35_VENV))/bin/python PYSPARK_DRIVER_PYTHON=$(abspath $(SPARK35_VENV))/bin/python \
 	  $(SPARK35_VENV)/bin/python tools/spark/make_fixtures.py --spark35
