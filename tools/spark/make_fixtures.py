@@ -11,8 +11,12 @@ in production, run over a fixed input to a checkpoint folder ``<out>/<name>/``:
   and have millisecond jitter so no event time lands on a watermark (no boundary cases);
   the input files live in a temporary folder that is deleted afterwards (the checkpoint's
   ``sources/`` log names them, as in production);
-* the last input batch never raises the maximum event time, so a trailing no-data batch,
-  if Spark runs one, evicts nothing more: the final state does not depend on it;
+* the last input batch of the event-time queries never raises the maximum event time, so a
+  trailing no-data batch, if Spark runs one, evicts nothing more: the final state does not depend
+  on it; the dedup inputs re-send some events up to two batches later, and those that are late by
+  then (event time <= watermark) are dropped, in Spark and in the model;
+* the join watermarks are hours behind the data (nothing is evicted); ``transformWithStateInPandas``
+  runs in ProcessingTime mode with a 2-second trigger until its input is read (see ``stop_when_done``);
 * ``damaged-*``: copies of a finished fixture with one part deleted (``"damaged"`` in their
   EXPECTED.json says what and what a reader should do), made after the runs;
 * ``spark.sql.shuffle.partitions=4`` (small fixtures; it is frozen into the checkpoint);
