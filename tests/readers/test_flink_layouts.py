@@ -14,7 +14,7 @@ from explorer.errors import SnapshotCorruptError, SnapshotFormatError, StateExpl
 from explorer.format.sst.file import SstError, SstFile
 from explorer.readers.flink import FlinkSnapshotReader
 from explorer.readers.flink.metadata import read_metadata
-from support.flink_layouts import PRODUCTION, expected, mismatches
+from tests.support.flink_layouts import PRODUCTION, expected, mismatches
 
 FILE_MERGING = ["plain-filemerging-rocksdb-incremental-checkpoint",
                 "flink-1.20-plain-filemerging-rocksdb-incremental-checkpoint"]

@@ -1,4 +1,4 @@
-"""Compare a Flink snapshot's decoded state with the EXPECTED.json its job wrote (tools/flink/README.md).
+"""Compare a production-style Flink snapshot's decoded state with the EXPECTED.json its job wrote (tools/flink/README.md).
 
 The matching rules (what equals an expected value, how keys compare) are the survey's,
 ``tools/flink/check_fixtures.py``, loaded from there so that tests and survey agree on what "equal" means.
