@@ -31,9 +31,40 @@ engine                                  Spark
 
 Spark keeps one time domain per query (``timeMode``), so a function that uses
 both event-time and processing-time timers cannot run here; registering a
-timer of the other domain raises :class:`~explorer.errors.JobError`. Side
-outputs and broadcast state have no counterpart in ``transformWithState`` and
-raise too.
+timer of the other domain raises :class:`~explorer.errors.JobError`.
+
+**Side outputs** (``ctx.output(tag, value)``, ``side_outputs={tag: schema}``):
+a Spark query has one sink, and a second query over the same stateful operator
+would run it, and its state, twice. So the operator's output is tagged: a column
+``output`` names the output of each row, and each output's fields sit in a struct
+column of its own (:func:`~explorer.spark.context.tagged_schema`); the Parquet
+sink is partitioned by ``output``, so every output lands in a folder of its own
+(``output=main/``, ``output=illegal/``), written exactly once with the batch
+like any file-sink output. :meth:`SparkRun.output` reads one of them.
+
+**Broadcast state** (a ``KeyedBroadcastProcessFunction``, ``broadcast_source=``):
+Spark has no broadcast edge and no state outside a grouping key. In Flink every
+parallel instance receives every broadcast element and keeps its own copy of the
+broadcast state, identical everywhere because every copy sees the same elements
+in the same order. The bucket layout has exactly that shape: its buckets are
+the parallel instances, so each broadcast row is repeated once per bucket and
+unioned with the data (:func:`~explorer.spark.buckets.broadcast_input`), and each
+bucket keeps its copy in its stored value. Within a micro-batch a bucket applies
+the broadcast rows first, in input order, then the data rows, so a rule applies
+from the micro-batch it arrives in. As in Flink the state is read-write in
+``process_broadcast_element`` and read-only in ``process_element`` and
+``on_timer`` (a write there raises the engine's ``StateError``), since
+:class:`~explorer.engine.operator_state.OperatorStateStore` is the engine's own.
+Why not the other ways: replicating the rules to every *key* cannot reach keys
+that appear later, and a state variable on one key per Spark partition cannot be
+read from the other keys' calls. Broadcast state therefore needs the bucket
+layout (the default with a broadcast input).
+
+**End of input** (``end_of_input=True``): a bounded input ends on the engine (and
+in Flink) with a final watermark that fires every timer. Spark's watermark stops
+at the last record's time less the delay; a marker row with the event time
+:data:`~explorer.spark.context.END_OF_INPUT_MS` moves it past every timer, and
+the processors drop the row itself.
 
 Two layouts of the state (``layout=``):
 
