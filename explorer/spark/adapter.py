@@ -539,11 +539,12 @@ def run_on_spark(function: KeyedProcessFunction, source: str | Path | Sequence[A
                  stop_after_batches: int | None = None, layout: str | None = None,
                  buckets: int | None = None, side_outputs: Mapping[str, Any] | None = None,
                  broadcast_source: str | Path | Sequence[Any] | None = None, broadcast_record: Any = None,
-                 end_of_input: bool = False, ttl_clock: Any = None, prepare: Any = None) -> SparkRun:
+                 end_of_input: bool = False, ttl_clock: Any = None, prepare: Any = None,
+                 input_files: int = 4) -> SparkRun:
     """Run ``function`` as a Spark streaming query over Parquet files, to the end of the input.
 
     ``source`` is a directory of Parquet files, or records (written with :func:`write_input`
-    next to the checkpoint). The query uses the ``availableNow`` trigger, checkpoints to
+    next to the checkpoint, as ``input_files`` files: as many micro-batches). The query uses the ``availableNow`` trigger, checkpoints to
     ``checkpoint_dir`` (RocksDB state store with changelog checkpointing) and writes what
     the function emits as Parquet to ``output_dir`` (default: ``<checkpoint_dir>-output``).
 
@@ -572,7 +573,7 @@ def run_on_spark(function: KeyedProcessFunction, source: str | Path | Sequence[A
             raise JobError("end_of_input=True needs the input as records: the marker file is not written into "
                            f"a folder of yours ({in_dir})")
     else:
-        in_dir = write_input(source, checkpoint_dir.with_name(checkpoint_dir.name + "-input"))
+        in_dir = write_input(source, checkpoint_dir.with_name(checkpoint_dir.name + "-input"), files=input_files)
         if record is None and source and dataclasses.is_dataclass(source[0]):
             record = type(source[0])
     if end_of_input:

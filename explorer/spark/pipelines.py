@@ -105,10 +105,14 @@ def as_rows(values: Sequence[Any]) -> list[tuple]:
     return sorted(dataclasses.astuple(v) if dataclasses.is_dataclass(v) else tuple(v) for v in values)
 
 
-def engine_outputs(pipeline: Pipeline | str, records: Sequence[Any], parallelism: int = 2) -> dict[str, list[Any]]:
-    """What ``pipeline`` emits on the engine for ``records``: output and side-output name -> values."""
+def engine_outputs(pipeline: Pipeline | str, records: Sequence[Any], parallelism: int = 2,
+                   **options: Any) -> dict[str, list[Any]]:
+    """What ``pipeline`` emits on the engine for ``records``: output and side-output name -> values.
+
+    ``options`` go to the pipeline's ``build`` (``rules=`` of fraud, ``threshold=`` of consumer_lag).
+    """
     pipe = _pipeline(pipeline)
-    result = pipe.run(records=list(records), parallelism=parallelism)
+    result = pipe.run(records=list(records), parallelism=parallelism, **options)
     out = {name: result.output(name) for name in pipe.outputs}
     out.update({tag: result.side_output(tag) for tag in pipe.side_outputs})
     return out
@@ -146,30 +150,34 @@ def _delay(max_out_of_orderness_ms: int) -> str:
 
 
 def run_pipeline_on_spark(pipeline: Pipeline | str, records: Sequence[Any] | None = None, *, n: int | None = None,
-                          seed: int = 0, out: str | Path, files: int = 4, layout: str | None = None) -> PipelineRun:
+                          seed: int = 0, out: str | Path, files: int = 4, layout: str | None = None,
+                          **options: Any) -> PipelineRun:
     """Run an example pipeline on Spark over ``records`` (default: ``n`` generated for ``seed``).
 
     Writes under ``out``: ``<uid>/checkpoint``, ``<uid>/output`` per query and the input
     files; ``files`` input files make as many micro-batches. ``layout`` (``"key"`` or
-    ``"bucket"``) applies to the pipelines that may use either.
+    ``"bucket"``) applies to the pipelines that may use either (fraud and dedup always use
+    buckets). ``options`` are the pipeline's build options that apply on Spark:
+    ``rules=`` (fraud's broadcast input) and ``threshold=`` (consumer_lag).
     """
     pipe = _pipeline(pipeline)
     if records is None:
         records = pipe.generate(pipe.default_records if n is None else n, seed=seed)
     records = list(records)
     base = Path(out)
-    return _RUNNERS[pipe.name](list(records), base, files, layout)
+    return _RUNNERS[pipe.name](list(records), base, files, layout, **options)
 
 
-def _keyed(base: Path, uid: str, function, src, key, schema, **kw) -> SparkRun:
-    return run_function(function, src, key, schema, base / uid / "checkpoint", output_dir=base / uid / "output", **kw)
+def _keyed(base: Path, uid: str, function, src, key, schema, files: int, **kw) -> SparkRun:
+    return run_function(function, src, key, schema, base / uid / "checkpoint", output_dir=base / uid / "output",
+                        input_files=files, **kw)
 
 
 def _url_counts(records, base, files, layout) -> PipelineRun:
     src = write_input([{"line": x} for x in records], base / "input", files=files)
     kw = dict(record=url_counts.AccessLog, layout=layout, prepare=_parse)
-    count = _keyed(base, "url-count", RollingCount(), src, "url", "url string, count long", **kw)
-    stats = _keyed(base, "url-stats", url_counts.UrlStats(), src, "url", _schema(url_counts.UrlHits), **kw)
+    count = _keyed(base, "url-count", RollingCount(), src, "url", "url string, count long", files, **kw)
+    stats = _keyed(base, "url-stats", url_counts.UrlStats(), src, "url", _schema(url_counts.UrlHits), files, **kw)
     return PipelineRun("url_counts", records, {"url_counts": count.output(), "url_stats": stats.output()},
                        {"url-count": count.checkpoint_dir, "url-stats": stats.checkpoint_dir}, [count, stats])
 
@@ -190,13 +198,13 @@ def _parse_lines(batches):
 
 def _sessions(records, base, files, layout) -> PipelineRun:
     run = _keyed(base, "sessions", sessions.SessionWindowFunction(), records, "user_id",
-                 _schema(sessions.SessionSummary), record=sessions.Event, time_mode="event", event_time_column="ts",
+                 _schema(sessions.SessionSummary), files, record=sessions.Event, time_mode="event", event_time_column="ts",
                  watermark_delay=_delay(sessions.MAX_OUT_OF_ORDERNESS_MS), end_of_input=True, layout=layout)
     return PipelineRun("sessions", records, {"sessions": run.output()}, {"sessions": run.checkpoint_dir}, [run])
 
 
 def _fraud(records, base, files, layout, rules: Sequence[Any] = (fraud.DEFAULT_RULE,)) -> PipelineRun:
-    run = _keyed(base, "fraud-detector", fraud.FraudDetector(), records, "account_id", _schema(fraud.Alert),
+    run = _keyed(base, "fraud-detector", fraud.FraudDetector(), records, "account_id", _schema(fraud.Alert), files,
                  record=fraud.Transaction, time_mode="event", event_time_column="ts",
                  watermark_delay=_delay(fraud.MAX_OUT_OF_ORDERNESS_MS), end_of_input=True,
                  broadcast_source=list(rules), broadcast_record=fraud.Rule, buckets=8)
@@ -205,7 +213,7 @@ def _fraud(records, base, files, layout, rules: Sequence[Any] = (fraud.DEFAULT_R
 
 def _dedup(records, base, files, layout) -> PipelineRun:
     clock = ReplayClock()
-    run = _keyed(base, "dedup", dedup.Deduplicator(clock), records, "event_id", _schema(dedup.Event),
+    run = _keyed(base, "dedup", dedup.Deduplicator(clock), records, "event_id", _schema(dedup.Event), files,
                  record=dedup.Event, time_mode="event", event_time_column="ts",
                  watermark_delay=_delay(dedup.MAX_OUT_OF_ORDERNESS_MS), ttl_clock=clock, buckets=8)
     return PipelineRun("dedup", records, {"unique": run.output()}, {"dedup": run.checkpoint_dir}, [run])
@@ -213,7 +221,7 @@ def _dedup(records, base, files, layout) -> PipelineRun:
 
 def _orders(records, base, files, layout) -> PipelineRun:
     run = _keyed(base, "order-state-machine", orders.OrderStateMachine(), records, "order_id", _schema(orders.Order),
-                 record=orders.OrderEvent, time_mode="event", event_time_column="ts",
+                 files, record=orders.OrderEvent, time_mode="event", event_time_column="ts",
                  watermark_delay=_delay(orders.MAX_OUT_OF_ORDERNESS_MS), end_of_input=True, layout=layout,
                  side_outputs={"illegal": _schema(orders.IllegalTransition), "stuck": _schema(orders.StuckOrder)})
     return PipelineRun("orders", records,
