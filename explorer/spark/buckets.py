@@ -40,7 +40,9 @@ key column, or a struct of the key columns), ``user_key`` (map state),
 ``value`` (the declared type's Arrow type) and ``last_access`` (epoch ms, TTL
 only); list elements are rows in list order. The timer table (kind
 ``event_timer`` / ``processing_timer``, name :data:`TIMERS`) has ``key`` and
-``timestamp`` in firing order. The schema metadata holds the descriptor's JSON
+``timestamp`` in firing order. A broadcast state (kind ``broadcast``, see
+:func:`broadcast_input`) has ``user_key`` and ``value``: the bucket's copy of it,
+the same in every bucket. The schema metadata holds the descriptor's JSON
 description. :mod:`explorer.readers.spark` decodes it, so ``explorer.open()``
 shows one row per key and state entry, as for the per-key layout.
 

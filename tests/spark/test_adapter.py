@@ -34,6 +34,25 @@ def test_url_stats_same_output_on_engine_and_spark(url_stats_run):
     assert url_stats_run.spark.batches == 3
 
 
+def test_spark_reads_the_input_files_in_order(url_stats_run):
+    """The cause of the old flakiness: files written within one millisecond tie on modification
+    time, and Spark then took them in directory-listing order; write_input spaces their times."""
+    import json
+
+    sources = url_stats_run.spark.checkpoint_dir / "sources" / "0"
+    read = [json.loads(sources.joinpath(str(b)).read_text().splitlines()[1])["path"].rsplit("/", 1)[1]
+            for b in range(3)]
+    assert read == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+
+
+def test_write_input_spaces_modification_times_in_file_order(tmp_path):
+    from explorer.spark.adapter import write_input
+
+    src = write_input([{"k": str(i)} for i in range(40)], tmp_path / "in", files=8)
+    times = [p.stat().st_mtime_ns for p in sorted(src.glob("*.parquet"))]
+    assert len(times) == 8 and all(b - a >= 1_000_000_000 for a, b in zip(times, times[1:]))
+
+
 def test_dedup_with_ttl_same_output_on_engine_and_spark(dedup_run):
     """The same ids come out once each. Which record of a duplicated id counts as its first
     depends on the order Spark reads the input files, which Spark does not fix, so the test
