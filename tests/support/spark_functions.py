@@ -35,11 +35,14 @@ class RemindLater(KeyedProcessFunction):
 
 def one_file_per_batch(tmp_path: Path, batches: list[list[dict]]) -> Path:
     """An input folder of one Parquet file per batch, in order: one micro-batch each (run_on_spark reads one file per trigger)."""
-    from explorer.spark.adapter import write_input
+    from explorer.spark.adapter import in_file_order, write_input
 
     src = tmp_path / "in"
+    paths = []
     for i, b in enumerate(batches):
         write_input(b, tmp_path / f"b{i}", files=1)
         src.mkdir(exist_ok=True)
-        (tmp_path / f"b{i}" / "part-00000.parquet").rename(src / f"part-{i:05d}.parquet")
+        paths.append(src / f"part-{i:05d}.parquet")
+        (tmp_path / f"b{i}" / "part-00000.parquet").rename(paths[-1])
+    in_file_order(paths)  # the files' own times may tie: Spark would read them in any order
     return src
