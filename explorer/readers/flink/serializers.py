@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 
@@ -321,34 +321,88 @@ def _short(class_name: str) -> str:
     return class_name.rsplit(".", 1)[-1]
 
 
-def read_top_level_snapshot(inp: DataInput) -> Decoder:
+# --- the registration hook for value decoders living in other modules -------------------------------
+
+@dataclass(frozen=True)
+class SnapshotContext:
+    """What a registered factory is told about the snapshot it reads.
+
+    ``class_name``: the full serializer-snapshot class name as written (nested
+    classes with ``$``); ``version``: the snapshot's own version int;
+    ``options``: what the user passed to ``explorer.open`` for decoding (e.g.
+    ``{"jars": [...], "type_hints": {...}}``), empty when nothing was passed.
+    """
+
+    class_name: str
+    version: int
+    options: Mapping[str, Any]
+
+    def read_nested(self, inp: DataInput) -> list[Decoder]:
+        """The nested snapshots of a composite snapshot (magic, version, n, n snapshots), same options."""
+        return read_nested_snapshots(inp, self.options)
+
+    def read_snapshot(self, inp: DataInput) -> Decoder:
+        """One nested ``utf class, int version, content`` snapshot, same options."""
+        return read_versioned_snapshot(inp, self.options)
+
+
+#: ``factory(inp, ctx) -> Decoder``: ``inp`` is positioned right after the snapshot's class name and
+#: version; the factory must read exactly the snapshot's content (leaving ``inp`` after it) and return a
+#: :class:`Decoder` whose ``read`` consumes exactly one value as the serializer wrote it (so values that
+#: are not length-prefixed, as on heap checkpoints, can be skipped). A decoder that cannot decode a
+#: particular value raises :class:`UnknownLayout` (the reader keeps that value's bytes, where it can
+#: delimit them, with a note). If the factory cannot parse the snapshot content itself it raises
+#: :class:`UnknownSnapshot` (``UnknownSnapshot(ctx.class_name, inp.pos)``).
+SnapshotFactory = Callable[[DataInput, SnapshotContext], "Decoder"]
+
+SNAPSHOT_DECODERS: dict[str, SnapshotFactory] = {}
+
+
+def register_snapshot_decoder(class_name: str, factory: SnapshotFactory) -> None:
+    """Register ``factory`` for serializer snapshots of ``class_name`` (full name, ``$`` for nested classes).
+
+    Registered factories win over the built-in ones, so a module can also take over a built-in type.
+    Registration happens at import: a decoder module registers itself at its top level and is imported
+    by ``explorer/readers/flink/__init__.py`` (see ``VALUE_DECODER_MODULES`` there).
+    """
+    SNAPSHOT_DECODERS[class_name] = factory
+
+
+def read_top_level_snapshot(inp: DataInput, options: Mapping[str, Any] | None = None) -> Decoder:
     """A serializer snapshot as written in state meta info (with its proxy version)."""
     inp.read_int()  # TypeSerializerSnapshotSerializationProxy version
-    return read_versioned_snapshot(inp)
+    return read_versioned_snapshot(inp, options)
 
 
-def read_versioned_snapshot(inp: DataInput) -> Decoder:
+def read_versioned_snapshot(inp: DataInput, options: Mapping[str, Any] | None = None) -> Decoder:
     cls = inp.read_utf()
     version = inp.read_int()
-    return _read_content(inp, cls, version)
+    return _read_content(inp, cls, version, options or {})
 
 
-def _read_nested(inp: DataInput) -> list[Decoder]:
+def read_nested_snapshots(inp: DataInput, options: Mapping[str, Any] | None = None) -> list[Decoder]:
+    """``int NESTED_MAGIC``, ``int version``, ``int n``, then ``n`` versioned snapshots."""
     magic = inp.read_int()
     if magic != NESTED_MAGIC:
         raise FlinkFormatError(f"nested serializer snapshots: found magic {magic:#x}, expected {NESTED_MAGIC:#x}")
     inp.read_int()  # delegate version
-    return [read_versioned_snapshot(inp) for _ in range(inp.read_int())]
+    return [read_versioned_snapshot(inp, options) for _ in range(inp.read_int())]
 
 
-def _composite(inp: DataInput) -> int:
+def read_composite_header(inp: DataInput) -> int:
+    """``int COMPOSITE_MAGIC``, ``int outer version``; returns the outer version."""
     magic = inp.read_int()
     if magic != COMPOSITE_MAGIC:
         raise FlinkFormatError(f"composite serializer snapshot: found magic {magic:#x}, expected {COMPOSITE_MAGIC:#x}")
     return inp.read_int()  # outer version
 
 
-def _read_content(inp: DataInput, cls: str, version: int) -> Decoder:
+def _read_content(inp: DataInput, cls: str, version: int, options: Mapping[str, Any]) -> Decoder:
+    factory = SNAPSHOT_DECODERS.get(cls)
+    if factory is not None:
+        return factory(inp, SnapshotContext(cls, version, options))
+    _read_nested = lambda i: read_nested_snapshots(i, options)  # noqa: E731
+    _composite = read_composite_header
     short = _short(cls)
     base = short.split("$", 1)[0]
     if "$" in short and base in PRIMITIVES and short.endswith("Snapshot"):
@@ -382,7 +436,7 @@ def _read_content(inp: DataInput, cls: str, version: int) -> Decoder:
         (inner,) = _read_nested(inp)
         return NullableDecoder(inner)
     if short == "PojoSerializerSnapshot" and version >= 2:
-        return _read_pojo(inp)
+        return _read_pojo(inp, options)
     if short == "RowDataSerializer$RowDataSerializerSnapshot":
         n = inp.read_int()
         types = []
@@ -395,7 +449,7 @@ def _read_content(inp: DataInput, cls: str, version: int) -> Decoder:
     raise UnknownSnapshot(cls, inp.pos)
 
 
-def _read_pojo(inp: DataInput) -> Decoder:
+def _read_pojo(inp: DataInput, options: Mapping[str, Any]) -> Decoder:
     cls = inp.read_utf()
     fields: list[tuple[str, Decoder | None]] = []
     for map_index in range(3):
@@ -412,7 +466,7 @@ def _read_pojo(inp: DataInput) -> Decoder:
                 frame = inp.sub(inp.read_int())
                 if part == 1 and map_index == 0:
                     try:
-                        fields.append((name, read_versioned_snapshot(frame)))
+                        fields.append((name, read_versioned_snapshot(frame, options)))
                     except UnknownSnapshot:
                         fields.append((name, None))
     return PojoDecoder(cls, fields)

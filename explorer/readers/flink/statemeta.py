@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ...errors import ReaderError
 from .datainput import DataInput
@@ -96,15 +97,20 @@ class BackendMeta:
     notes: list[str] = field(default_factory=list)
 
 
-def read_backend_meta(inp: DataInput, where: str, end_hint: int | None = None) -> BackendMeta:
-    """Parse the header at ``inp``'s position; ``end_hint`` is where it must end, if known."""
+def read_backend_meta(
+    inp: DataInput, where: str, end_hint: int | None = None, options: Mapping[str, Any] | None = None
+) -> BackendMeta:
+    """Parse the header at ``inp``'s position; ``end_hint`` is where it must end, if known.
+
+    ``options``: the user's decoding options (``explorer.open(..., jars=, type_hints=)``), handed to
+    registered snapshot factories (``serializers.register_snapshot_decoder``)."""
     try:
         version = inp.read_int()
         if not 1 <= version <= 6:
             raise ReaderError(f"{where}: found keyed backend meta version {version}, expected 1 to 6")
         compressed = inp.read_bool() if version >= 2 else False
         try:
-            key_decoder = read_top_level_snapshot(inp)
+            key_decoder = read_top_level_snapshot(inp, options)
         except UnknownSnapshot as exc:
             raise ReaderError(
                 f"{where}: the key serializer {exc.class_name} is not one State Explorer can decode; "
@@ -130,7 +136,7 @@ def read_backend_meta(inp: DataInput, where: str, end_hint: int | None = None) -
                 key = inp.read_utf()
                 start = inp.pos
                 try:
-                    meta.serializers[key] = read_top_level_snapshot(inp)
+                    meta.serializers[key] = read_top_level_snapshot(inp, options)
                     j += 1
                     continue
                 except UnknownSnapshot as exc:
