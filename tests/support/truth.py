@@ -8,7 +8,7 @@ import numpy as np
 
 from explorer.keygroups import assign_to_key_group
 
-from fixtures import PLANT_TTL_MS
+from tests.support.fixtures import PLANT_TTL_MS
 
 VALUE_BYTES = 8  # an int value, a list element (int) or a map value (int)
 

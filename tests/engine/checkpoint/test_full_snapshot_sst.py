@@ -17,7 +17,7 @@ from explorer.format.rocksdb import columns as native_columns
 from explorer.format.rocksdb import native
 from explorer.keygroups import assign_to_key_group
 
-from tests.engine.test_full_snapshot_columnar import NOW, TTL, _descs, _keys, _plant, _user_key
+from tests.support.full_snapshot import NOW, TTL, descs as _descs, keys as _keys, plant as _plant, user_key as _user_key
 
 
 def _churn(b, tables, descs, key_kind, n=300):

@@ -149,7 +149,7 @@ class PlantedSnapshots:
     max_parallelism: int
 
 
-def _run_planted(root: Path, backend: str, parallelism: int, checkpoint_every: int | None,
+def run_planted(root: Path, backend: str, parallelism: int, checkpoint_every: int | None,
                  move_clock: bool) -> PlantedSnapshots:
     import explorer.engine as eng
 
@@ -184,13 +184,13 @@ def snapshot_backend(request) -> str:
 @pytest.fixture(scope="session")
 def planted_job(snapshot_backend, tmp_path_factory) -> PlantedSnapshots:
     root = tmp_path_factory.mktemp(f"planted-{snapshot_backend}")
-    return _run_planted(root, snapshot_backend, parallelism=2, checkpoint_every=400, move_clock=False)
+    return run_planted(root, snapshot_backend, parallelism=2, checkpoint_every=400, move_clock=False)
 
 
 @pytest.fixture(scope="session")
 def planted_ttl(snapshot_backend, tmp_path_factory) -> PlantedSnapshots:
     root = tmp_path_factory.mktemp(f"planted-ttl-{snapshot_backend}")
-    return _run_planted(root, snapshot_backend, parallelism=1, checkpoint_every=None, move_clock=True)
+    return run_planted(root, snapshot_backend, parallelism=1, checkpoint_every=None, move_clock=True)
 
 
 def source_position(snapshot) -> int:

@@ -46,3 +46,8 @@ def load(reader: FlinkSnapshotReader, query: KeyedStateQuery | None = None) -> d
         df = piece.to_pandas()
         parts.setdefault((df["operator"].iat[0], df["state"].iat[0]), []).append(df)
     return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
+
+
+# the job's operator uids (Flink < 1.20 metadata stores only their OperatorIDs)
+UIDS = ["user-state", "bucket-state", "user-windows", "counting-map", "events-source", "drop-idle",
+        "sink-users", "sink-buckets", "sink-windows"]
