@@ -112,12 +112,16 @@ class FlinkSnapshotReader(SnapshotReader):
     format_name = "flink"
 
     def __init__(
-        self, path: str | Path, ttl: dict[str, timedelta] | None = None, uids: Iterable[str] | None = None
+        self, path: str | Path, ttl: dict[str, timedelta] | None = None, uids: Iterable[str] | None = None,
+        jars: Iterable[str | Path] | None = None, type_hints: dict | None = None, kryo_version: int | None = None,
     ) -> None:
-        """``uids``: operator uids of the job, to name operators in metadata that stores only IDs (Flink < 1.20)."""
+        """``uids``: operator uids of the job, to name operators in metadata that stores only IDs (Flink < 1.20).
+        ``jars``, ``type_hints``, ``kryo_version``: what decodes Kryo values (see ``readers.flink.kryo``)."""
         super().__init__(path)
         self.metadata_file = find_metadata(self.path)
         self.meta: CheckpointMetadata = read_metadata(self.metadata_file)
+        self.decode_options = {"jars": list(jars or []), "type_hints": dict(type_hints or {}),
+                               "kryo_version": kryo_version, "flink_metadata_version": self.meta.version}
         if uids:
             by_id = {operator_id_for_uid(u): u for u in uids}
             for op in self.meta.operators:
@@ -241,7 +245,7 @@ class FlinkSnapshotReader(SnapshotReader):
             present = [o for o in h.offsets if o > 0] if isinstance(h, KeyGroupsHandle) else []
             # the header ends where the first key group starts: read no further
             data = self.resolver.read(stream, min(present) if present else None)
-            header = read_backend_meta(DataInput(data), where, len(data))
+            header = read_backend_meta(DataInput(data), where, len(data), options=self.decode_options)
             for n in header.notes:
                 self._note(n)
             self._headers[key] = header

@@ -123,11 +123,11 @@ def read_backend_meta(
         while i < n_states:
             name = inp.read_utf()
             t = inp.read_int()
-            options = {}
+            state_options = {}
             for _ in range(inp.read_int()):
                 k = inp.read_utf()
-                options[k] = inp.read_utf()
-            meta = StateMeta(i, name, BACKEND_STATE_TYPES[t] if 0 <= t < 4 else f"TYPE_{t}", options)
+                state_options[k] = inp.read_utf()
+            meta = StateMeta(i, name, BACKEND_STATE_TYPES[t] if 0 <= t < 4 else f"TYPE_{t}", state_options)
             states.append(meta)
             n_ser = inp.read_int()
             j = 0
