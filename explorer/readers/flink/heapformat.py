@@ -62,17 +62,18 @@ def read_key_group(
                     out.add(kg, key, ns, None, ts, inp.pos - s)
             continue
         nsdec = meta.namespace_decoder
+        kind = meta.kind
         for _ in range(n):
             ns = nsdec.read(inp) if nsdec is not None else None
             key = key_dec.read(inp)
-            if isinstance(vdec, ListDecoder):
+            if kind == "list" and isinstance(vdec, ListDecoder):
                 size = inp.read_int()
                 for i in range(size):
                     s = inp.pos
                     v = vdec.elem.read(inp)
                     if out is not None:
                         out.add(kg, key, ns, i, v, inp.pos - s)
-            elif isinstance(vdec, MapDecoder):
+            elif kind == "map" and isinstance(vdec, MapDecoder):
                 size = inp.read_int()
                 for _ in range(size):
                     uk = vdec.key.read(inp)

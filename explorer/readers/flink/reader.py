@@ -571,7 +571,7 @@ class FlinkSnapshotReader(SnapshotReader):
             "subtask": pa.array(subtask, type=pa.int32()),
             "namespace": to_arrow(buf.namespaces),
             "user_key": to_arrow(buf.user_keys),
-            "value": to_arrow(buf.values),
+            "value": to_arrow(buf.values, meta.element_decoder.arrow_type() if meta.element_decoder else None),
             "last_access": la.cast(TIMESTAMP),
             "expires_at": expires,
             "size_bytes": pa.array(buf.sizes, type=pa.int64()),
