@@ -371,12 +371,19 @@ class FlinkSnapshotReader(SnapshotReader):
                     spans = [s for s in spans if s[0] in kgs]
                 if self._layout(op, st) == "heap":
                     buffers = {sid: RowBuffer(header.states[sid]) for sid in wanted}
+                    skipped: dict[int, str] = {}
+                    lost: list[int] = []
                     for span in spans:
                         try:
-                            heapformat.read_key_group(data, span, header, buffers.get)
-                        except UnknownLayout as exc:  # an unknown serializer stops this key group only
-                            self._note(f"{where}: key group {span[0]} holds values of a serializer State "
-                                       f"Explorer cannot decode ({exc}); the rest of that key group is skipped")
+                            heapformat.read_key_group(data, span, header, buffers.get, skipped)
+                        except UnknownLayout:  # no later state found: the rest of this key group is lost
+                            lost.append(span[0])
+                    for sid, why in sorted(skipped.items()):
+                        self._note(f"{where}: values of state {header.states[sid].name!r} cannot be decoded "
+                                   f"({why}); its entries are skipped, the other states are read")
+                    if lost:
+                        self._note(f"{where}: {len(lost)} key groups (first {lost[0]}) end in values State "
+                                   "Explorer cannot decode; their remaining states are skipped")
                 else:
                     joined, sids, ks, ke, vs, ve = fullformat.scan(
                         data, spans, header.compressed, 2 if op.max_parallelism > 128 else 1)
@@ -575,7 +582,7 @@ class FlinkSnapshotReader(SnapshotReader):
             "subtask": pa.array(subtask, type=pa.int32()),
             "namespace": to_arrow(buf.namespaces),
             "user_key": to_arrow(buf.user_keys),
-            "value": to_arrow(buf.values),
+            "value": to_arrow(buf.values, meta.element_decoder.arrow_type() if meta.element_decoder else None),
             "last_access": la.cast(TIMESTAMP),
             "expires_at": expires,
             "size_bytes": pa.array(buf.sizes, type=pa.int64()),

@@ -167,8 +167,15 @@ def hashable_keys(decoder: Decoder, keys: list[Any]) -> list[Any] | None:
     return None
 
 
-def to_arrow(values: list[Any]) -> pa.Array:
-    """An Arrow array of Python values (structs for dicts); falls back to text for mixed types."""
+def to_arrow(values: list[Any], type: pa.DataType | None = None) -> pa.Array:
+    """An Arrow array of Python values: of ``type`` (from the decoder) when given and the values fit it
+    (maps stay maps, a struct keeps its fields even where the first values are null), else Arrow's
+    inference (structs for dicts); falls back to text for mixed types (raw bytes among decoded values)."""
+    if type is not None:
+        try:
+            return pa.array(values, type=type, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            pass
     try:
         return pa.array(values, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):

@@ -84,6 +84,10 @@ class Decoder:
     def describe(self) -> str:
         return self.name
 
+    def arrow_type(self) -> pa.DataType | None:
+        """The Arrow type of decoded values, or None to let Arrow infer it."""
+        return self.arrow
+
 
 class _Prim(Decoder):
     def __init__(self, name, fixed, reader, key_kind=None, arrow=None):
@@ -103,7 +107,7 @@ def _read_void(inp: DataInput) -> None:
     return None
 
 
-def _read_big_int(inp: DataInput) -> int | None:
+def read_big_integer(inp: DataInput) -> int | None:
     n = inp.read_int()
     if n < 4:  # 0..3 encode null, 0, 1, 10 in BigIntSerializer
         return (None, 0, 1, 10)[n] if n >= 0 else None
@@ -121,7 +125,7 @@ PRIMITIVES: dict[str, Decoder] = {
     "FloatSerializer": _Prim("Float", 4, DataInput.read_float, None, pa.float32()),
     "CharSerializer": _Prim("Character", 2, DataInput.read_char, None, pa.string()),
     "BytePrimitiveArraySerializer": _Prim("byte[]", -1, _read_bytes_array, None, pa.binary()),
-    "BigIntSerializer": _Prim("BigInteger", -1, _read_big_int, None, None),
+    "BigIntSerializer": _Prim("BigInteger", -1, read_big_integer, None, None),
     "VoidNamespaceSerializer": _Prim("VoidNamespace", 1, _read_void, None, pa.null()),
     "StringDataSerializer": _Prim("STRING", -1, lambda inp: inp.read_bytes(inp.read_int()).decode("utf-8", "replace"), None, pa.string()),
 }
@@ -130,6 +134,7 @@ PRIMITIVES: dict[str, Decoder] = {
 class TimeWindowDecoder(Decoder):
     name = "TimeWindow"
     fixed_length = 16
+    arrow = pa.struct([("start", pa.int64()), ("end", pa.int64())])
 
     def read(self, inp):
         return {"start": inp.read_long(), "end": inp.read_long()}
@@ -144,6 +149,10 @@ class ListDecoder(Decoder):
         n = inp.read_int()
         return [self.elem.read(inp) for _ in range(n)]
 
+    def arrow_type(self):
+        t = self.elem.arrow_type()
+        return None if t is None else pa.list_(t)
+
 
 class MapDecoder(Decoder):
     def __init__(self, key: Decoder, value: Decoder):
@@ -151,12 +160,21 @@ class MapDecoder(Decoder):
         self.name = f"Map<{key.describe()}, {value.describe()}>"
 
     def read(self, inp):
+        """A whole map (a ValueState of a Map type, a POJO field): a dict, or (key, value) pairs when
+        a key is not hashable (a POJO or tuple key decodes to a dict)."""
         out = []
         for _ in range(inp.read_int()):
             k = self.key.read(inp)
             v = None if inp.read_bool() else self.value.read(inp)
             out.append((k, v))
-        return out
+        try:
+            return dict(out)
+        except TypeError:
+            return out
+
+    def arrow_type(self):
+        k, v = self.key.arrow_type(), self.value.arrow_type()
+        return None if k is None or v is None or pa.types.is_struct(k) else pa.map_(k, v)
 
 
 @dataclass
@@ -175,6 +193,9 @@ class TtlDecoder(Decoder):
     def read(self, inp):
         ts = inp.read_long()
         return TtlValue(ts, self.value.read(inp))
+
+    def arrow_type(self):
+        return self.value.arrow_type()
 
 
 class TimerDecoder(Decoder):
@@ -201,6 +222,12 @@ class TupleDecoder(Decoder):
     def read(self, inp):
         return {f"f{i}": f.read(inp) for i, f in enumerate(self.fields)}
 
+    def arrow_type(self):
+        types = [f.arrow_type() for f in self.fields]
+        if any(t is None for t in types):
+            return None
+        return pa.struct([(f"f{i}", t) for i, t in enumerate(types)])
+
     def as_key(self, value: dict) -> tuple:
         return tuple(value[f"f{i}"] for i in range(len(self.fields)))
 
@@ -209,6 +236,12 @@ class PojoDecoder(Decoder):
     def __init__(self, cls: str, fields: list[tuple[str, Decoder | None]]):
         self.cls, self.fields = cls, fields
         self.name = f"POJO {cls}"
+
+    def arrow_type(self):
+        types = [(n, d.arrow_type() if d is not None else None) for n, d in self.fields]
+        if not types or any(t is None for _, t in types):
+            return None
+        return pa.struct(types)
 
     def read(self, inp):
         flags = inp.read_ubyte()
@@ -236,6 +269,9 @@ class NullableDecoder(Decoder):
 
     def read(self, inp):
         return None if inp.read_bool() else self.inner.read(inp)
+
+    def arrow_type(self):
+        return self.inner.arrow_type()
 
 
 _LOGICAL_NAMES = {

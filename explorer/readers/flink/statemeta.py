@@ -71,16 +71,17 @@ class StateMeta:
     def element_decoder(self) -> Decoder | None:
         """What one row's ``value`` is: the list element, the map value, or the value."""
         v = self.value_decoder
-        if isinstance(v, ListDecoder):
+        kind = self.kind
+        if kind == "list" and isinstance(v, ListDecoder):
             return v.elem
-        if isinstance(v, MapDecoder):
+        if kind == "map" and isinstance(v, MapDecoder):
             return v.value
-        return v
+        return v  # a ValueState (or reducing/aggregating) of a List or Map type is one whole value
 
     @property
     def user_key_decoder(self) -> Decoder | None:
         v = self.value_decoder
-        return v.key if isinstance(v, MapDecoder) else None
+        return v.key if self.kind == "map" and isinstance(v, MapDecoder) else None
 
     @property
     def has_ttl(self) -> bool:
