@@ -217,36 +217,108 @@ def read_pickle(data: bytes, where: str = "pickle", max_depth: int = 10_000) -> 
             raise PickleRefused(f"{where}: pickle opcode {op!r} at byte {at} is not one State Explorer reads")
 
 
-class PickledBytesDecoder(Decoder):
-    """``byte[]`` (Flink's ``BytePrimitiveArraySerializer``: ``int length``, bytes) whose content, when it is a
-    pickle (PyFlink's pickled values), is read by :func:`read_pickle`; other byte arrays stay bytes."""
+def split_pyflink_records(raw: bytes) -> list[bytes] | None:
+    """PyFlink's pickled values inside a ``byte[]``: one or more ``int length`` + pickle records (a list state
+    appends records to one array); ``None`` when ``raw`` is not exactly such a sequence."""
+    out, pos, n = [], 0, len(raw)
+    while pos < n:
+        if pos + 4 > n:
+            return None
+        k = int.from_bytes(raw[pos : pos + 4], "big", signed=True)
+        if k < 3 or pos + 4 + k > n:
+            return None
+        rec = raw[pos + 4 : pos + 4 + k]
+        if not looks_like_pickle(rec):
+            return None
+        out.append(rec)
+        pos += 4 + k
+    return out or None
 
-    name = "byte[] (pickled by PyFlink when it is a pickle)"
+
+def decode_pyflink_bytes(raw: bytes, where: str = "PyFlink value") -> Any:
+    """The value PyFlink stored in ``raw``: a bare pickle, one ``length + pickle`` record (the value), several (a
+    list of values); anything else is returned as it is. Refused pickles raise :class:`UnknownLayout`."""
+    try:
+        if looks_like_pickle(raw):
+            return read_pickle(raw, where)
+        recs = split_pyflink_records(raw)
+        if recs is None:
+            return raw
+        vals = [read_pickle(r, where) for r in recs]
+    except PickleRefused as exc:
+        raise UnknownLayout(f"{exc}; the value is kept as raw bytes, nothing in it was run") from exc
+    return vals[0] if len(vals) == 1 else vals
+
+
+def decode_pyflink_coded(raw: bytes) -> Any:
+    """Bytes a PyFlink Python-side coder wrote, read by their shape (the snapshot does not name the Python type):
+    pickles as in :func:`decode_pyflink_bytes`; ``int n`` + ``n`` bytes of UTF-8 (the ``STRING`` coder) as
+    ``str``; exactly 8 bytes (the ``BIGINT`` coder) as a big-endian ``int``; anything else stays bytes."""
+    v = decode_pyflink_bytes(raw)
+    if v is not raw:
+        return v
+    n = len(raw)
+    if n >= 4 and int.from_bytes(raw[:4], "big") == n - 4:
+        try:
+            return raw[4:].decode("utf-8")
+        except UnicodeDecodeError:
+            return raw
+    if n == 8:
+        return int.from_bytes(raw, "big", signed=True)
+    return raw
+
+
+class PickledBytesDecoder(Decoder):
+    """``byte[]`` (Flink's ``BytePrimitiveArraySerializer``: ``int length``, bytes) whose content, when it holds
+    pickles (PyFlink's ``PICKLED_BYTE_ARRAY`` values), is read by :func:`read_pickle`; other arrays stay bytes.
+    With ``explorer.open(..., pyflink=True)`` also the shapes of :func:`decode_pyflink_coded` (a PyFlink
+    ``MapState``'s values are such arrays)."""
+
     arrow = None
+
+    def __init__(self, pyflink: bool = False) -> None:
+        self.pyflink = pyflink
+        self.name = "byte[] (PyFlink-coded)" if pyflink else "byte[] (PyFlink pickles decoded)"
 
     def read(self, inp: DataInput) -> Any:
         n = inp.read_int()
         if n < 0:
             return None
         raw = inp.read_bytes(n)
-        if not looks_like_pickle(raw):
-            return raw
-        try:
-            return read_pickle(raw)
-        except PickleRefused as exc:
-            raise UnknownLayout(f"{exc}; the value is kept as raw bytes, nothing in it was run") from exc
+        return decode_pyflink_coded(raw) if self.pyflink else decode_pyflink_bytes(raw)
+
+
+class PyFlinkWrappedBytesDecoder(Decoder):
+    """PyFlink's ``ByteArrayWrapperSerializer`` (``int length``, bytes; only PyFlink uses it): the bytes a
+    Python-side coder wrote, read by :func:`decode_pyflink_coded`."""
+
+    name = "PyFlink-coded bytes"
+    arrow = None
+
+    def read(self, inp: DataInput) -> Any:
+        n = inp.read_int()
+        return None if n < 0 else decode_pyflink_coded(inp.read_bytes(n))
 
 
 _BYTES_SNAPSHOT = ("org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer"
                    "$BytePrimitiveArraySerializerSnapshot")
+_WRAPPER_SNAPSHOT = ("org.apache.flink.streaming.api.utils.ByteArrayWrapperSerializer"
+                     "$ByteArrayWrapperSerializerSnapshot")
 
 
 def _factory(inp: DataInput, ctx: SnapshotContext) -> Decoder:
     if ctx.options.get("unpickle", True) is False:
         return PRIMITIVES["BytePrimitiveArraySerializer"]
-    return PickledBytesDecoder()
+    return PickledBytesDecoder(bool(ctx.options.get("pyflink")))
 
 
+def _wrapper_factory(inp: DataInput, ctx: SnapshotContext) -> Decoder:
+    return PyFlinkWrappedBytesDecoder()
+
+
+register_snapshot_decoder(_WRAPPER_SNAPSHOT, _wrapper_factory)
 register_snapshot_decoder(_BYTES_SNAPSHOT, _factory)
 
-__all__ = ["PickleRefused", "PickledBytesDecoder", "looks_like_pickle", "read_pickle"]
+__all__ = ["PickleRefused", "PickledBytesDecoder", "PyFlinkWrappedBytesDecoder", "decode_pyflink_bytes", "decode_pyflink_coded",
+           "looks_like_pickle",
+           "read_pickle", "split_pyflink_records"]

@@ -114,14 +114,17 @@ class FlinkSnapshotReader(SnapshotReader):
     def __init__(
         self, path: str | Path, ttl: dict[str, timedelta] | None = None, uids: Iterable[str] | None = None,
         jars: Iterable[str | Path] | None = None, type_hints: dict | None = None, kryo_version: int | None = None,
+        pyflink: bool = False,
     ) -> None:
         """``uids``: operator uids of the job, to name operators in metadata that stores only IDs (Flink < 1.20).
-        ``jars``, ``type_hints``, ``kryo_version``: what decodes Kryo values (see ``readers.flink.kryo``)."""
+        ``jars``, ``type_hints``, ``kryo_version``: what decodes Kryo values (see ``readers.flink.kryo``);
+        ``pyflink``: byte arrays are PyFlink-coded (see ``readers.flink.pickles``)."""
         super().__init__(path)
         self.metadata_file = find_metadata(self.path)
         self.meta: CheckpointMetadata = read_metadata(self.metadata_file)
         self.decode_options = {"jars": list(jars or []), "type_hints": dict(type_hints or {}),
-                               "kryo_version": kryo_version, "flink_metadata_version": self.meta.version}
+                               "kryo_version": kryo_version, "flink_metadata_version": self.meta.version,
+                               "pyflink": pyflink}
         if uids:
             by_id = {operator_id_for_uid(u): u for u in uids}
             for op in self.meta.operators:
