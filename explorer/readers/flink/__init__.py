@@ -18,6 +18,7 @@ they are imported here, once, so that every reader sees them.
 from . import valuetypes  # noqa: F401  (registers its snapshot decoders)
 from . import kryo  # noqa: F401  (registers its snapshot decoders)
 from . import pickles  # noqa: F401  (registers its snapshot decoders)
+from . import avro  # noqa: F401  (registers its snapshot decoders)
 from .reader import FlinkSnapshotReader, find_metadata
 
 __all__ = ["FlinkSnapshotReader", "find_metadata"]
