@@ -101,7 +101,8 @@ def test_without_a_jar_kryo_objects_stay_raw_and_others_still_decode(name, kryo)
     snap = explorer.open(PROD / name, uids=["user-types"])
     df = snap.keyed_state(operator="user-types", state="kryo")
     assert len(df) == 24 and all(isinstance(v, bytes) for v in df["value"])
-    assert any("'kryo'" in n for n in snap.notes)
+    notes = [n for n in snap.notes if "'kryo'" in n]
+    assert notes and all('explorer.open(path, jars=["job.jar"])' in n for n in notes)
     assert len(snap.keyed_state(operator="user-types", state="tuple")) == 24
 
 

@@ -400,7 +400,8 @@ class FlinkSnapshotReader(SnapshotReader):
             buf = buffers[sid]
             if buf.raw_notes:
                 self._note(f"{where}: {buf.raw_notes} values of state {buf.meta.name!r} use a serializer State "
-                           "Explorer cannot decode; they are returned as raw bytes")
+                           "Explorer cannot decode; they are returned as raw bytes"
+                           + (f" ({buf.raw_reason})" if getattr(buf, "raw_reason", None) else ""))
             piece = self._piece(op, st, header, buf, query)
             if piece is not None:
                 yield piece
@@ -491,7 +492,8 @@ class FlinkSnapshotReader(SnapshotReader):
             if rb.raw_notes:
                 self._note(f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): "
                            f"{rb.raw_notes} values of state {meta.name!r} use a serializer State Explorer "
-                           "cannot decode; they are returned as raw bytes")
+                           "cannot decode; they are returned as raw bytes"
+                           + (f" ({rb.raw_reason})" if rb.raw_reason else ""))
             piece = self._piece(op, st, header, rb, query)
         else:
             piece = self._columns_piece(op, st, header, meta, cols, query)

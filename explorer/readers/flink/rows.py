@@ -50,7 +50,7 @@ def _var_len_size(n: int) -> int:
 class RowBuffer:
     """Columns of one piece; ``add`` unwraps TTL values."""
 
-    __slots__ = ("meta", "keys", "key_groups", "namespaces", "user_keys", "values", "last_access", "sizes", "raw_notes")
+    __slots__ = ("meta", "keys", "key_groups", "namespaces", "user_keys", "values", "last_access", "sizes", "raw_notes", "raw_reason")
 
     def __init__(self, meta: StateMeta) -> None:
         self.meta = meta
@@ -62,6 +62,7 @@ class RowBuffer:
         self.last_access: list[int | None] = []
         self.sizes: list[int] = []
         self.raw_notes = 0
+        self.raw_reason: str | None = None  # why the first raw value stayed raw (what would decode it)
 
     def add(self, kg: int, key: Any, ns: Any, user_key: Any, value: Any, size: int) -> None:
         if type(value) is TtlValue:
@@ -119,9 +120,10 @@ class KeyValueDecoder:
             try:
                 vin = DataInput(vbytes)
                 value = None if vin.read_bool() else self.elem.read(vin)
-            except UnknownLayout:
+            except UnknownLayout as exc:
                 value = vbytes
                 out.raw_notes += 1
+                out.raw_reason = out.raw_reason or str(exc)
             out.add(kg, key, ns, uk, value, len(vbytes))
         elif kind == "list":
             vin = DataInput(vbytes)
@@ -136,15 +138,17 @@ class KeyValueDecoder:
                         d = vin.read_ubyte()
                         if d != LIST_DELIMITER:
                             raise FlinkFormatError(f"key group {kg}: list element delimiter at offset {vin.pos - 1} of the value: found {d:#04x}, expected 0x2c")
-            except UnknownLayout:
+            except UnknownLayout as exc:
                 out.add(kg, key, ns, None, vbytes, len(vbytes))
                 out.raw_notes += 1
+                out.raw_reason = out.raw_reason or str(exc)
         else:
             try:
                 value = self.elem.read(DataInput(vbytes)) if self.elem is not None else vbytes
-            except UnknownLayout:
+            except UnknownLayout as exc:
                 value = vbytes
                 out.raw_notes += 1
+                out.raw_reason = out.raw_reason or str(exc)
             out.add(kg, key, ns, None, value, len(vbytes))
 
 
