@@ -13,6 +13,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import explorer
@@ -186,3 +187,23 @@ def test_a_class_registered_with_the_jobs_own_serializer_stays_raw():
         dec.read(DataInput(bytes([87, 1, 0])))
     with pytest.raises(UnknownLayout, match="class id 200"):
         dec.read(DataInput(bytes([0xCA, 0x01])))
+
+
+@pytest.mark.parametrize("name,kryo", KRYO_FIXTURES[:4])
+def test_pojo_fields_flink_gave_to_kryo(name, kryo):
+    """Profile's LocalDate / LocalDateTime fields (and, in Flink 1.x, its List and Map fields) are Kryo fields of a
+    POJO: Kryo 2 writes the JDK classes' private fields, Kryo 5 its time serializers; no jar needed."""
+    snap = explorer.open(PROD / name, uids=["user-types"])
+    df = snap.keyed_state(operator="user-types", state="profile")
+    want = _expected(name, "profile")
+    assert len(df) == len(want) == 24
+    for key, v in zip(df["key"], df["value"]):
+        w = want[key]["fields"]
+        assert isinstance(v, dict), (key, v)
+        assert v["day"].isoformat() == w["day"]["value"]
+        # to the microsecond: the DataFrame's struct column carries datetime (µs) for nested timestamps
+        assert pd.Timestamp(v["lastLocal"]) == pd.Timestamp(w["lastLocal"]["value"]).floor("us")
+        assert _plain(v["tags"]) == w["tags"]
+        # (a dict column becomes an Arrow struct over all rows' keys: keys another row has come back as None)
+        got_map = {k: x for k, x in v["perCategory"].items() if x is not None}
+        assert got_map == {k: x for k, x in w["perCategory"]["entries"]}

@@ -48,9 +48,14 @@ The value itself is ``kryo.writeClassAndObject`` with references on:
 
 from __future__ import annotations
 
+import datetime as dt
 import struct
+import uuid
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Mapping
+
+import pandas as pd
 
 from .classfile import ClassLayout, FieldInfo, JarClasses, JType, parse_type_descriptor
 from .datainput import DataInput
@@ -78,6 +83,17 @@ _WRAPPERS = frozenset(_PRIMITIVE_BOX.values())
 #: JDK classes that are final (Kryo then writes a field or generic element of that type without its class)
 _JDK_FINAL = _WRAPPERS | {"java.lang.String", "java.util.Optional", "java.util.UUID", "java.time.Instant",
                           "java.time.LocalDate", "java.time.LocalDateTime", "java.time.LocalTime", "java.time.Duration"}
+#: Kryo 2 has no java.time serializers: its FieldSerializer writes these JDK classes' private fields
+_JDK_FIELDS_KRYO2 = {
+    "java.time.LocalDate": {"year": "int", "month": "short", "day": "short"},
+    "java.time.LocalTime": {"hour": "byte", "minute": "byte", "second": "byte", "nano": "int"},
+    "java.time.LocalDateTime": {"date": "java.time.LocalDate", "time": "java.time.LocalTime"},
+    "java.time.Instant": {"seconds": "long", "nanos": "int"},
+    "java.time.Duration": {"seconds": "long", "nanos": "int"},
+}
+_PRIMITIVE_ARRAYS = {"int[]": "int", "long[]": "long", "short[]": "short", "char[]": "char", "float[]": "float",
+                     "double[]": "double", "boolean[]": "boolean"}
+_EPOCH = pd.Timestamp(0, tz="UTC")
 _LISTS = {"java.util.ArrayList", "java.util.LinkedList", "java.util.Arrays$ArrayList", "java.util.Vector",
           "java.util.concurrent.CopyOnWriteArrayList", "java.util.ArrayDeque"}
 _SETS = {"java.util.HashSet", "java.util.LinkedHashSet"}
@@ -357,8 +373,36 @@ class _Value:
         if cls == "byte[]":
             n = self.varint()
             return None if n == 0 else self.inp.read_bytes(n - 1)
+        if cls in _PRIMITIVE_ARRAYS:
+            n = self.varint()
+            return None if n == 0 else [self.body(_PRIMITIVE_ARRAYS[cls], None) for _ in range(n - 1)]
+        if cls == "java.lang.String[]":
+            n = self.varint()
+            return None if n == 0 else [self.obj("java.lang.String", None, True) for _ in range(n - 1)]
+        if cls.endswith("[]"):  # ObjectArraySerializer: elements of a final component type without their class
+            n = self.varint()
+            comp = cls[:-2]
+            if n == 0:
+                return None
+            if self.dec.is_final(comp):
+                return [self.obj(comp, None, True) for _ in range(n - 1)]
+            return [self.class_and_object() for _ in range(n - 1)]
         if cls == "java.util.UUID" and self.v5:
-            return (self.fixed("q", 8), self.fixed("q", 8))
+            hi, lo = self.fixed("q", 8), self.fixed("q", 8)
+            return str(uuid.UUID(int=((hi & (2**64 - 1)) << 64) | (lo & (2**64 - 1))))
+        if cls in ("java.util.Date", "java.sql.Date", "java.sql.Time"):
+            return _EPOCH + pd.Timedelta(milliseconds=self.varlong())
+        if cls == "java.math.BigInteger":
+            n = self.varint()
+            return None if n == 0 else int.from_bytes(self.inp.read_bytes(n - 1), "big", signed=True)
+        if cls == "java.math.BigDecimal":
+            n = self.varint()
+            if n == 0:
+                return None
+            unscaled = int.from_bytes(self.inp.read_bytes(n - 1), "big", signed=True)
+            return Decimal(unscaled).scaleb(-self.varint(False))
+        if cls.startswith("java.time."):
+            return self.java_time(cls)
         layout = self.dec.layout(cls)
         if layout is None:
             raise UnknownLayout(f"no class layout for {cls}; pass {open_hint(self.dec.layouts.jars)} or "
@@ -372,6 +416,56 @@ class _Value:
                 raise UnknownLayout(f"enum {cls}: ordinal {n - 1}, the class has {len(names)} constants")
             return names[n - 1]
         return self.fields(cls, layout)
+
+    def java_time(self, cls: str) -> Any:
+        if not self.v5:  # FieldSerializer over the JDK class's fields
+            return _time_value(cls, self._kryo2_fields(cls))
+        if cls == "java.time.LocalDate":
+            return _time_value(cls, {"year": self.varint(), "month": self.inp.read_byte(), "day": self.inp.read_byte()})
+        if cls == "java.time.LocalTime":
+            return _time_value(cls, self._local_time5())
+        if cls == "java.time.LocalDateTime":
+            d = {"year": self.varint(), "month": self.inp.read_byte(), "day": self.inp.read_byte()}
+            return _time_value(cls, {"date": d, "time": self._local_time5()})
+        if cls == "java.time.Instant":
+            return _time_value(cls, {"seconds": self.varlong(), "nanos": self.varint()})
+        if cls == "java.time.Duration":
+            return _time_value(cls, {"seconds": self.fixed("q", 8), "nanos": self.varint()})
+        raise UnknownLayout(f"{cls} (Kryo 5's time serializers) is not one State Explorer reads")
+
+    def _kryo2_fields(self, cls: str) -> dict | None:
+        """The private fields of a JDK time class as Kryo 2's FieldSerializer wrote them (sorted by name);
+        nested ones (LocalDateTime's date and time: final classes) after their reference marker."""
+        spec = _JDK_FIELDS_KRYO2.get(cls)
+        if spec is None:
+            raise UnknownLayout(f"{cls} written by Kryo 2's FieldSerializer is not one State Explorer reads")
+        out: dict[str, Any] = {}
+        for name, t in sorted(spec.items()):
+            if t in _PRIMITIVE_BOX:
+                out[name] = self.body(t, None)
+                continue
+            rid = self.varint()
+            if rid == 0:
+                out[name] = None
+            elif rid == 1:
+                self.refs.append(None)
+                out[name] = self._kryo2_fields(t)
+            else:
+                raise UnknownLayout(f"{cls}.{name} refers back to an earlier object, which State Explorer does not follow here")
+        return out
+
+    def _local_time5(self) -> dict:
+        inp = self.inp
+        h = inp.read_byte()
+        if h < 0:
+            return {"hour": ~h, "minute": 0, "second": 0, "nano": 0}
+        m = inp.read_byte()
+        if m < 0:
+            return {"hour": h, "minute": ~m, "second": 0, "nano": 0}
+        sec = inp.read_byte()
+        if sec < 0:
+            return {"hour": h, "minute": m, "second": ~sec, "nano": 0}
+        return {"hour": h, "minute": m, "second": sec, "nano": self.varint()}
 
     def fields(self, cls: str, layout: ClassLayout) -> dict:
         out: dict[str, Any] = {}
@@ -440,6 +534,25 @@ class _Value:
             v = self.obj(_PRIMITIVE_BOX.get(vt.name, vt.name), vt, True) if vt else self.class_and_object()
             out[_hashable(k)] = v
         return out
+
+
+def _time_value(cls: str, f: dict) -> Any:
+    """java.time values as the rest of the reader gives them (``datetime.date``/``time``, ``pd.Timestamp``)."""
+    if cls == "java.time.LocalDate":
+        return dt.date(f["year"], f["month"], f["day"])
+    if cls == "java.time.LocalTime":
+        return dt.time(f["hour"], f["minute"], f["second"], f["nano"] // 1000)
+    if cls == "java.time.LocalDateTime":
+        d, t = f["date"], f["time"]
+        if d is None or t is None:
+            return None
+        return pd.Timestamp(dt.datetime(d["year"], d["month"], d["day"], t["hour"], t["minute"], t["second"])) \
+            + pd.Timedelta(nanoseconds=t["nano"])
+    if cls == "java.time.Instant":
+        return _EPOCH + pd.Timedelta(seconds=f["seconds"]) + pd.Timedelta(nanoseconds=f["nanos"])
+    if cls == "java.time.Duration":
+        return pd.Timedelta(seconds=f["seconds"]) + pd.Timedelta(nanoseconds=f["nanos"])
+    raise UnknownLayout(f"{cls} is not a java.time class State Explorer reads")
 
 
 def _hashable(v: Any) -> Any:
