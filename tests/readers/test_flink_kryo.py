@@ -207,3 +207,13 @@ def test_pojo_fields_flink_gave_to_kryo(name, kryo):
         # (a dict column becomes an Arrow struct over all rows' keys: keys another row has come back as None)
         got_map = {k: x for k, x in v["perCategory"].items() if x is not None}
         assert got_map == {k: x for k, x in w["perCategory"]["entries"]}
+
+
+def test_hostile_values_end_in_unknown_layout_or_eof_not_a_crash():
+    # 300 nested ArrayLists, each holding the next (Kryo 5: one element, "all of one class" flag, the class by
+    # its name id 0, "no nulls", a new object): stops at the nesting limit
+    nested = (bytes([1, 0]) + _ascii("java.util.ArrayList") + b"\x01\x82") + (b"\x01\x00\x00\x01\x82" * 300)
+    with pytest.raises(UnknownLayout, match="nests deeper"):
+        _kryo("java.util.ArrayList").read(DataInput(nested))
+    with pytest.raises(EOFError):
+        _kryo("java.util.ArrayList").read(DataInput(bytes([1, 0]) + _ascii("java.util.ArrayList") + b"\x01\x05\x03\x01"))

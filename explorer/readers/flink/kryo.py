@@ -70,6 +70,7 @@ from .serializers import (
 
 SNAPSHOT_CLASS = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot"
 FIRST_USER_ID = 85
+MAX_DEPTH = 200  # nested objects per value (a cyclic or hostile value stops here, not at Python's stack)
 
 _KRYO_DEFAULT_IDS = ["java.lang.Integer", "java.lang.String", "java.lang.Float", "java.lang.Boolean", "java.lang.Byte",
                      "java.lang.Character", "java.lang.Short", "java.lang.Long", "java.lang.Double"]
@@ -203,10 +204,11 @@ class Layouts:
 class _Value:
     """One Kryo value being read: the class-name and reference tables live for one top-level value."""
 
-    __slots__ = ("inp", "dec", "names", "refs", "v5")
+    __slots__ = ("inp", "dec", "names", "refs", "v5", "depth")
 
     def __init__(self, inp: DataInput, dec: "KryoDecoder") -> None:
         self.inp, self.dec, self.names, self.refs, self.v5 = inp, dec, {}, [], dec.kryo_version >= 5
+        self.depth = 0
 
     # --- primitives
     def varint(self, positive: bool = True) -> int:
@@ -254,6 +256,8 @@ class _Value:
 
     def string(self) -> str | None:
         inp = self.inp
+        if inp.pos >= inp.end:
+            raise EOFError(f"Kryo string at offset {inp.pos}: the value ends")
         first = inp.buf[inp.pos]
         if not first & 0x80:  # an ASCII run, last byte marked
             start = inp.pos
@@ -325,7 +329,11 @@ class _Value:
             return self.refs[rid - 2]
         slot = len(self.refs)
         self.refs.append(None)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise UnknownLayout(f"Kryo value nests deeper than {MAX_DEPTH} objects")
         v = self.body(cls, jt)
+        self.depth -= 1
         self.refs[slot] = v
         return v
 
