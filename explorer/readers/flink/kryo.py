@@ -49,6 +49,7 @@ The value itself is ``kryo.writeClassAndObject`` with references on:
 from __future__ import annotations
 
 import datetime as dt
+import re
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ _JDK_FIELDS_KRYO2 = {
 _PRIMITIVE_ARRAYS = {"int[]": "int", "long[]": "long", "short[]": "short", "char[]": "char", "float[]": "float",
                      "double[]": "double", "boolean[]": "boolean"}
 _EPOCH = pd.Timestamp(0, tz="UTC")
+_HIGH_BIT = re.compile(rb"[\x80-\xff]")
 _LISTS = {"java.util.ArrayList", "java.util.LinkedList", "java.util.Arrays$ArrayList", "java.util.Vector",
           "java.util.concurrent.CopyOnWriteArrayList", "java.util.ArrayDeque"}
 _SETS = {"java.util.HashSet", "java.util.LinkedHashSet"}
@@ -261,15 +263,12 @@ class _Value:
         first = inp.buf[inp.pos]
         if not first & 0x80:  # an ASCII run, last byte marked
             start = inp.pos
-            buf = inp.buf
-            p = start
-            while not buf[p] & 0x80:
-                p += 1
-                if p >= inp.end:
-                    raise UnknownLayout("Kryo ASCII string runs past the value")
-            raw = bytes(buf[start:p]) + bytes([buf[p] & 0x7F])
+            m = _HIGH_BIT.search(inp.buf, start, inp.end)
+            if m is None:
+                raise UnknownLayout("Kryo ASCII string runs past the value")
+            p = m.start()
             inp.pos = p + 1
-            return raw.decode("ascii")
+            return bytes(inp.buf[start:p]).decode("ascii") + chr(inp.buf[p] & 0x7F)
         _flag, n = self.varint_flag()
         if n == 0:
             return None
@@ -586,25 +585,42 @@ class KryoDecoder(Decoder):
         self.ids = config.ids(kryo_version)
         self.name = f"Kryo {kryo_version} ({config.type_name})"
         self._orders: dict[str, list[FieldInfo]] = {}
+        self._layouts: dict[str, ClassLayout | None] = {}
+        self._enum: dict[str, bool] = {}
+        self._final: dict[str, bool] = {}
 
     def layout(self, cls: str) -> ClassLayout | None:
-        return self.layouts.layout(cls)
+        try:
+            return self._layouts[cls]
+        except KeyError:
+            lay = self._layouts[cls] = self.layouts.layout(cls)
+            return lay
 
     def is_enum(self, cls: str) -> bool:
-        if cls.startswith("java."):
-            return False
-        lay = self.layouts.layout(cls)
-        return lay is not None and (lay.is_enum or lay.super_name == "java.lang.Enum")
+        try:
+            return self._enum[cls]
+        except KeyError:
+            pass
+        lay = None if cls.startswith("java.") else self.layout(cls)
+        r = self._enum[cls] = lay is not None and (lay.is_enum or lay.super_name == "java.lang.Enum")
+        return r
 
     def is_final(self, cls: str) -> bool:
+        try:
+            return self._final[cls]
+        except KeyError:
+            pass
         if cls in _PRIMITIVE_BOX or cls in _JDK_FINAL:
-            return True
-        if cls.endswith("[]"):
-            return self.is_final(cls[:-2])
-        if cls.startswith("java."):
-            return False
-        lay = self.layouts.layout(cls)
-        return lay is not None and lay.is_final
+            r = True
+        elif cls.endswith("[]"):
+            r = self.is_final(cls[:-2])
+        elif cls.startswith("java."):
+            r = False
+        else:
+            lay = self.layout(cls)
+            r = lay is not None and lay.is_final
+        self._final[cls] = r
+        return r
 
     def field_order(self, cls: str, layout: ClassLayout) -> list[FieldInfo]:
         if cls not in self._orders:
@@ -617,7 +633,7 @@ class KryoDecoder(Decoder):
                 sup = lay.super_name
                 if not sup or sup == "java.lang.Object":
                     break
-                lay = self.layouts.layout(sup)
+                lay = self.layout(sup)
                 if lay is None:
                     raise UnknownLayout(f"no class layout for {sup}, the superclass of {cls}; pass "
                                         f"{open_hint(self.layouts.jars)}")
