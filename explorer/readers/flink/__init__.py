@@ -9,8 +9,16 @@ header), ``fullformat`` (canonical savepoints, RocksDB full snapshots),
 contract rows), ``operatorstate`` (operator and broadcast state), ``reader``.
 RocksDB native/incremental snapshots are read with the SST format of
 :mod:`explorer.format.sst`, which the engine uses too.
+
+Value decoders for serializers beyond the built-in ones live in modules of
+their own that call :func:`.serializers.register_snapshot_decoder` at import;
+they are imported here, once, so that every reader sees them.
 """
 
+from . import valuetypes  # noqa: F401  (registers its snapshot decoders)
+from . import kryo  # noqa: F401  (registers its snapshot decoders)
+from . import pickles  # noqa: F401  (registers its snapshot decoders)
+from . import avro  # noqa: F401  (registers its snapshot decoders)
 from .reader import FlinkSnapshotReader, find_metadata
 
 __all__ = ["FlinkSnapshotReader", "find_metadata"]

@@ -124,12 +124,19 @@ class FlinkSnapshotReader(SnapshotReader):
     format_name = "flink"
 
     def __init__(
-        self, path: str | Path, ttl: dict[str, timedelta] | None = None, uids: Iterable[str] | None = None
+        self, path: str | Path, ttl: dict[str, timedelta] | None = None, uids: Iterable[str] | None = None,
+        jars: Iterable[str | Path] | None = None, type_hints: dict | None = None, kryo_version: int | None = None,
+        pyflink: bool = False,
     ) -> None:
-        """``uids``: operator uids of the job, to name operators in metadata that stores only IDs (Flink < 1.20)."""
+        """``uids``: operator uids of the job, to name operators in metadata that stores only IDs (Flink < 1.20).
+        ``jars``, ``type_hints``, ``kryo_version``: what decodes Kryo values (see ``readers.flink.kryo``);
+        ``pyflink``: byte arrays are PyFlink-coded (see ``readers.flink.pickles``)."""
         super().__init__(path)
         self.metadata_file = find_metadata(self.path)
         self.meta: CheckpointMetadata = read_metadata(self.metadata_file)
+        self.decode_options = {"jars": list(jars or []), "type_hints": dict(type_hints or {}),
+                               "kryo_version": kryo_version, "flink_metadata_version": self.meta.version,
+                               "pyflink": pyflink}
         if uids:
             by_id = {operator_id_for_uid(u): u for u in uids}
             for op in self.meta.operators:
@@ -303,7 +310,7 @@ class FlinkSnapshotReader(SnapshotReader):
         # the header ends where the first key group starts: read no further
         data = self.resolver.read(stream, min(present) if present else None)
         try:
-            header = read_backend_meta(DataInput(data), where, len(data))
+            header = read_backend_meta(DataInput(data), where, len(data), options=self.decode_options)
         except _DAMAGED as exc:  # (the header's own errors are ReaderErrors that name it)
             raise SnapshotCorruptError(f"{where}: keyed state header is damaged ({exc})") from exc
         for n in header.notes:
@@ -548,12 +555,19 @@ class FlinkSnapshotReader(SnapshotReader):
                     spans = [s for s in spans if s[0] in kgs]
                 if self._layout(op, st) == "heap":
                     buffers = {sid: RowBuffer(header.states[sid]) for sid in wanted}
+                    skipped: dict[int, str] = {}
+                    lost: list[int] = []
                     for span in spans:
                         try:
-                            heapformat.read_key_group(data, span, header, buffers.get)
-                        except UnknownLayout as exc:  # an unknown serializer stops this key group only
-                            self._note(f"{where}: key group {span[0]} holds values of a serializer State "
-                                       f"Explorer cannot decode ({exc}); the rest of that key group is skipped")
+                            heapformat.read_key_group(data, span, header, buffers.get, skipped)
+                        except UnknownLayout:  # no later state found: the rest of this key group is lost
+                            lost.append(span[0])
+                    for sid, why in sorted(skipped.items()):
+                        self._note(f"{where}: values of state {header.states[sid].name!r} cannot be decoded "
+                                   f"({why}); its entries are skipped, the other states are read")
+                    if lost:
+                        self._note(f"{where}: {len(lost)} key groups (first {lost[0]}) end in values State "
+                                   "Explorer cannot decode; their remaining states are skipped")
                 else:
                     joined, sids, ks, ke, vs, ve = fullformat.scan(
                         data, spans, header.compressed, 2 if op.max_parallelism > 128 else 1)
@@ -567,7 +581,8 @@ class FlinkSnapshotReader(SnapshotReader):
             buf = buffers[sid]
             if buf.raw_notes:
                 self._note(f"{where}: {buf.raw_notes} values of state {buf.meta.name!r} use a serializer State "
-                           "Explorer cannot decode; they are returned as raw bytes")
+                           "Explorer cannot decode; they are returned as raw bytes"
+                           + (f" ({buf.raw_reason})" if getattr(buf, "raw_reason", None) else ""))
             piece = self._piece(op, st, header, buf, query)
             if piece is not None:
                 yield piece
@@ -658,7 +673,8 @@ class FlinkSnapshotReader(SnapshotReader):
             if rb.raw_notes:
                 self._note(f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): "
                            f"{rb.raw_notes} values of state {meta.name!r} use a serializer State Explorer "
-                           "cannot decode; they are returned as raw bytes")
+                           "cannot decode; they are returned as raw bytes"
+                           + (f" ({rb.raw_reason})" if rb.raw_reason else ""))
             piece = self._piece(op, st, header, rb, query)
         else:
             piece = self._columns_piece(op, st, header, meta, cols, query)
@@ -752,7 +768,7 @@ class FlinkSnapshotReader(SnapshotReader):
             "subtask": pa.array(subtask, type=pa.int32()),
             "namespace": to_arrow(buf.namespaces),
             "user_key": to_arrow(buf.user_keys),
-            "value": to_arrow(buf.values),
+            "value": to_arrow(buf.values, meta.element_decoder.arrow_type() if meta.element_decoder else None),
             "last_access": la.cast(TIMESTAMP),
             "expires_at": expires,
             "size_bytes": pa.array(buf.sizes, type=pa.int64()),

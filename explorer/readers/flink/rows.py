@@ -50,7 +50,7 @@ def _var_len_size(n: int) -> int:
 class RowBuffer:
     """Columns of one piece; ``add`` unwraps TTL values."""
 
-    __slots__ = ("meta", "keys", "key_groups", "namespaces", "user_keys", "values", "last_access", "sizes", "raw_notes")
+    __slots__ = ("meta", "keys", "key_groups", "namespaces", "user_keys", "values", "last_access", "sizes", "raw_notes", "raw_reason")
 
     def __init__(self, meta: StateMeta) -> None:
         self.meta = meta
@@ -62,6 +62,7 @@ class RowBuffer:
         self.last_access: list[int | None] = []
         self.sizes: list[int] = []
         self.raw_notes = 0
+        self.raw_reason: str | None = None  # why the first raw value stayed raw (what would decode it)
 
     def add(self, kg: int, key: Any, ns: Any, user_key: Any, value: Any, size: int) -> None:
         if type(value) is TtlValue:
@@ -119,9 +120,10 @@ class KeyValueDecoder:
             try:
                 vin = DataInput(vbytes)
                 value = None if vin.read_bool() else self.elem.read(vin)
-            except UnknownLayout:
+            except UnknownLayout as exc:
                 value = vbytes
                 out.raw_notes += 1
+                out.raw_reason = out.raw_reason or str(exc)
             out.add(kg, key, ns, uk, value, len(vbytes))
         elif kind == "list":
             vin = DataInput(vbytes)
@@ -136,15 +138,17 @@ class KeyValueDecoder:
                         d = vin.read_ubyte()
                         if d != LIST_DELIMITER:
                             raise FlinkFormatError(f"key group {kg}: list element delimiter at offset {vin.pos - 1} of the value: found {d:#04x}, expected 0x2c")
-            except UnknownLayout:
+            except UnknownLayout as exc:
                 out.add(kg, key, ns, None, vbytes, len(vbytes))
                 out.raw_notes += 1
+                out.raw_reason = out.raw_reason or str(exc)
         else:
             try:
                 value = self.elem.read(DataInput(vbytes)) if self.elem is not None else vbytes
-            except UnknownLayout:
+            except UnknownLayout as exc:
                 value = vbytes
                 out.raw_notes += 1
+                out.raw_reason = out.raw_reason or str(exc)
             out.add(kg, key, ns, None, value, len(vbytes))
 
 
@@ -167,8 +171,15 @@ def hashable_keys(decoder: Decoder, keys: list[Any]) -> list[Any] | None:
     return None
 
 
-def to_arrow(values: list[Any]) -> pa.Array:
-    """An Arrow array of Python values (structs for dicts); falls back to text for mixed types."""
+def to_arrow(values: list[Any], type: pa.DataType | None = None) -> pa.Array:
+    """An Arrow array of Python values: of ``type`` (from the decoder) when given and the values fit it
+    (maps stay maps, a struct keeps its fields even where the first values are null), else Arrow's
+    inference (structs for dicts); falls back to text for mixed types (raw bytes among decoded values)."""
+    if type is not None:
+        try:
+            return pa.array(values, type=type, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            pass
     try:
         return pa.array(values, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 
@@ -84,6 +84,10 @@ class Decoder:
     def describe(self) -> str:
         return self.name
 
+    def arrow_type(self) -> pa.DataType | None:
+        """The Arrow type of decoded values, or None to let Arrow infer it."""
+        return self.arrow
+
 
 class _Prim(Decoder):
     def __init__(self, name, fixed, reader, key_kind=None, arrow=None):
@@ -103,7 +107,7 @@ def _read_void(inp: DataInput) -> None:
     return None
 
 
-def _read_big_int(inp: DataInput) -> int | None:
+def read_big_integer(inp: DataInput) -> int | None:
     n = inp.read_int()
     if n < 4:  # 0..3 encode null, 0, 1, 10 in BigIntSerializer
         return (None, 0, 1, 10)[n] if n >= 0 else None
@@ -121,7 +125,7 @@ PRIMITIVES: dict[str, Decoder] = {
     "FloatSerializer": _Prim("Float", 4, DataInput.read_float, None, pa.float32()),
     "CharSerializer": _Prim("Character", 2, DataInput.read_char, None, pa.string()),
     "BytePrimitiveArraySerializer": _Prim("byte[]", -1, _read_bytes_array, None, pa.binary()),
-    "BigIntSerializer": _Prim("BigInteger", -1, _read_big_int, None, None),
+    "BigIntSerializer": _Prim("BigInteger", -1, read_big_integer, None, None),
     "VoidNamespaceSerializer": _Prim("VoidNamespace", 1, _read_void, None, pa.null()),
     "StringDataSerializer": _Prim("STRING", -1, lambda inp: inp.read_bytes(inp.read_int()).decode("utf-8", "replace"), None, pa.string()),
 }
@@ -130,6 +134,7 @@ PRIMITIVES: dict[str, Decoder] = {
 class TimeWindowDecoder(Decoder):
     name = "TimeWindow"
     fixed_length = 16
+    arrow = pa.struct([("start", pa.int64()), ("end", pa.int64())])
 
     def read(self, inp):
         return {"start": inp.read_long(), "end": inp.read_long()}
@@ -144,6 +149,10 @@ class ListDecoder(Decoder):
         n = inp.read_int()
         return [self.elem.read(inp) for _ in range(n)]
 
+    def arrow_type(self):
+        t = self.elem.arrow_type()
+        return None if t is None else pa.list_(t)
+
 
 class MapDecoder(Decoder):
     def __init__(self, key: Decoder, value: Decoder):
@@ -151,12 +160,21 @@ class MapDecoder(Decoder):
         self.name = f"Map<{key.describe()}, {value.describe()}>"
 
     def read(self, inp):
+        """A whole map (a ValueState of a Map type, a POJO field): a dict, or (key, value) pairs when
+        a key is not hashable (a POJO or tuple key decodes to a dict)."""
         out = []
         for _ in range(inp.read_int()):
             k = self.key.read(inp)
             v = None if inp.read_bool() else self.value.read(inp)
             out.append((k, v))
-        return out
+        try:
+            return dict(out)
+        except TypeError:
+            return out
+
+    def arrow_type(self):
+        k, v = self.key.arrow_type(), self.value.arrow_type()
+        return None if k is None or v is None or pa.types.is_struct(k) else pa.map_(k, v)
 
 
 @dataclass
@@ -175,6 +193,9 @@ class TtlDecoder(Decoder):
     def read(self, inp):
         ts = inp.read_long()
         return TtlValue(ts, self.value.read(inp))
+
+    def arrow_type(self):
+        return self.value.arrow_type()
 
 
 class TimerDecoder(Decoder):
@@ -201,6 +222,12 @@ class TupleDecoder(Decoder):
     def read(self, inp):
         return {f"f{i}": f.read(inp) for i, f in enumerate(self.fields)}
 
+    def arrow_type(self):
+        types = [f.arrow_type() for f in self.fields]
+        if any(t is None for t in types):
+            return None
+        return pa.struct([(f"f{i}", t) for i, t in enumerate(types)])
+
     def as_key(self, value: dict) -> tuple:
         return tuple(value[f"f{i}"] for i in range(len(self.fields)))
 
@@ -209,6 +236,12 @@ class PojoDecoder(Decoder):
     def __init__(self, cls: str, fields: list[tuple[str, Decoder | None]]):
         self.cls, self.fields = cls, fields
         self.name = f"POJO {cls}"
+
+    def arrow_type(self):
+        types = [(n, d.arrow_type() if d is not None else None) for n, d in self.fields]
+        if not types or any(t is None for _, t in types):
+            return None
+        return pa.struct(types)
 
     def read(self, inp):
         flags = inp.read_ubyte()
@@ -236,6 +269,9 @@ class NullableDecoder(Decoder):
 
     def read(self, inp):
         return None if inp.read_bool() else self.inner.read(inp)
+
+    def arrow_type(self):
+        return self.inner.arrow_type()
 
 
 _LOGICAL_NAMES = {
@@ -321,34 +357,88 @@ def _short(class_name: str) -> str:
     return class_name.rsplit(".", 1)[-1]
 
 
-def read_top_level_snapshot(inp: DataInput) -> Decoder:
+# --- the registration hook for value decoders living in other modules -------------------------------
+
+@dataclass(frozen=True)
+class SnapshotContext:
+    """What a registered factory is told about the snapshot it reads.
+
+    ``class_name``: the full serializer-snapshot class name as written (nested
+    classes with ``$``); ``version``: the snapshot's own version int;
+    ``options``: what the user passed to ``explorer.open`` for decoding (e.g.
+    ``{"jars": [...], "type_hints": {...}}``), empty when nothing was passed.
+    """
+
+    class_name: str
+    version: int
+    options: Mapping[str, Any]
+
+    def read_nested(self, inp: DataInput) -> list[Decoder]:
+        """The nested snapshots of a composite snapshot (magic, version, n, n snapshots), same options."""
+        return read_nested_snapshots(inp, self.options)
+
+    def read_snapshot(self, inp: DataInput) -> Decoder:
+        """One nested ``utf class, int version, content`` snapshot, same options."""
+        return read_versioned_snapshot(inp, self.options)
+
+
+#: ``factory(inp, ctx) -> Decoder``: ``inp`` is positioned right after the snapshot's class name and
+#: version; the factory must read exactly the snapshot's content (leaving ``inp`` after it) and return a
+#: :class:`Decoder` whose ``read`` consumes exactly one value as the serializer wrote it (so values that
+#: are not length-prefixed, as on heap checkpoints, can be skipped). A decoder that cannot decode a
+#: particular value raises :class:`UnknownLayout` (the reader keeps that value's bytes, where it can
+#: delimit them, with a note). If the factory cannot parse the snapshot content itself it raises
+#: :class:`UnknownSnapshot` (``UnknownSnapshot(ctx.class_name, inp.pos)``).
+SnapshotFactory = Callable[[DataInput, SnapshotContext], "Decoder"]
+
+SNAPSHOT_DECODERS: dict[str, SnapshotFactory] = {}
+
+
+def register_snapshot_decoder(class_name: str, factory: SnapshotFactory) -> None:
+    """Register ``factory`` for serializer snapshots of ``class_name`` (full name, ``$`` for nested classes).
+
+    Registered factories win over the built-in ones, so a module can also take over a built-in type.
+    Registration happens at import: a decoder module registers itself at its top level and is imported
+    by ``explorer/readers/flink/__init__.py`` (see ``VALUE_DECODER_MODULES`` there).
+    """
+    SNAPSHOT_DECODERS[class_name] = factory
+
+
+def read_top_level_snapshot(inp: DataInput, options: Mapping[str, Any] | None = None) -> Decoder:
     """A serializer snapshot as written in state meta info (with its proxy version)."""
     inp.read_int()  # TypeSerializerSnapshotSerializationProxy version
-    return read_versioned_snapshot(inp)
+    return read_versioned_snapshot(inp, options)
 
 
-def read_versioned_snapshot(inp: DataInput) -> Decoder:
+def read_versioned_snapshot(inp: DataInput, options: Mapping[str, Any] | None = None) -> Decoder:
     cls = inp.read_utf()
     version = inp.read_int()
-    return _read_content(inp, cls, version)
+    return _read_content(inp, cls, version, options or {})
 
 
-def _read_nested(inp: DataInput) -> list[Decoder]:
+def read_nested_snapshots(inp: DataInput, options: Mapping[str, Any] | None = None) -> list[Decoder]:
+    """``int NESTED_MAGIC``, ``int version``, ``int n``, then ``n`` versioned snapshots."""
     magic = inp.read_int()
     if magic != NESTED_MAGIC:
         raise FlinkFormatError(f"nested serializer snapshots: found magic {magic:#x}, expected {NESTED_MAGIC:#x}")
     inp.read_int()  # delegate version
-    return [read_versioned_snapshot(inp) for _ in range(inp.read_int())]
+    return [read_versioned_snapshot(inp, options) for _ in range(inp.read_int())]
 
 
-def _composite(inp: DataInput) -> int:
+def read_composite_header(inp: DataInput) -> int:
+    """``int COMPOSITE_MAGIC``, ``int outer version``; returns the outer version."""
     magic = inp.read_int()
     if magic != COMPOSITE_MAGIC:
         raise FlinkFormatError(f"composite serializer snapshot: found magic {magic:#x}, expected {COMPOSITE_MAGIC:#x}")
     return inp.read_int()  # outer version
 
 
-def _read_content(inp: DataInput, cls: str, version: int) -> Decoder:
+def _read_content(inp: DataInput, cls: str, version: int, options: Mapping[str, Any]) -> Decoder:
+    factory = SNAPSHOT_DECODERS.get(cls)
+    if factory is not None:
+        return factory(inp, SnapshotContext(cls, version, options))
+    _read_nested = lambda i: read_nested_snapshots(i, options)  # noqa: E731
+    _composite = read_composite_header
     short = _short(cls)
     base = short.split("$", 1)[0]
     if "$" in short and base in PRIMITIVES and short.endswith("Snapshot"):
@@ -382,7 +472,7 @@ def _read_content(inp: DataInput, cls: str, version: int) -> Decoder:
         (inner,) = _read_nested(inp)
         return NullableDecoder(inner)
     if short == "PojoSerializerSnapshot" and version >= 2:
-        return _read_pojo(inp)
+        return _read_pojo(inp, options)
     if short == "RowDataSerializer$RowDataSerializerSnapshot":
         n = inp.read_int()
         types = []
@@ -395,7 +485,7 @@ def _read_content(inp: DataInput, cls: str, version: int) -> Decoder:
     raise UnknownSnapshot(cls, inp.pos)
 
 
-def _read_pojo(inp: DataInput) -> Decoder:
+def _read_pojo(inp: DataInput, options: Mapping[str, Any]) -> Decoder:
     cls = inp.read_utf()
     fields: list[tuple[str, Decoder | None]] = []
     for map_index in range(3):
@@ -412,7 +502,7 @@ def _read_pojo(inp: DataInput) -> Decoder:
                 frame = inp.sub(inp.read_int())
                 if part == 1 and map_index == 0:
                     try:
-                        fields.append((name, read_versioned_snapshot(frame)))
+                        fields.append((name, read_versioned_snapshot(frame, options)))
                     except UnknownSnapshot:
                         fields.append((name, None))
     return PojoDecoder(cls, fields)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ...errors import ReaderError
 from .datainput import DataInput
@@ -70,16 +71,17 @@ class StateMeta:
     def element_decoder(self) -> Decoder | None:
         """What one row's ``value`` is: the list element, the map value, or the value."""
         v = self.value_decoder
-        if isinstance(v, ListDecoder):
+        kind = self.kind
+        if kind == "list" and isinstance(v, ListDecoder):
             return v.elem
-        if isinstance(v, MapDecoder):
+        if kind == "map" and isinstance(v, MapDecoder):
             return v.value
-        return v
+        return v  # a ValueState (or reducing/aggregating) of a List or Map type is one whole value
 
     @property
     def user_key_decoder(self) -> Decoder | None:
         v = self.value_decoder
-        return v.key if isinstance(v, MapDecoder) else None
+        return v.key if self.kind == "map" and isinstance(v, MapDecoder) else None
 
     @property
     def has_ttl(self) -> bool:
@@ -96,15 +98,20 @@ class BackendMeta:
     notes: list[str] = field(default_factory=list)
 
 
-def read_backend_meta(inp: DataInput, where: str, end_hint: int | None = None) -> BackendMeta:
-    """Parse the header at ``inp``'s position; ``end_hint`` is where it must end, if known."""
+def read_backend_meta(
+    inp: DataInput, where: str, end_hint: int | None = None, options: Mapping[str, Any] | None = None
+) -> BackendMeta:
+    """Parse the header at ``inp``'s position; ``end_hint`` is where it must end, if known.
+
+    ``options``: the user's decoding options (``explorer.open(..., jars=, type_hints=)``), handed to
+    registered snapshot factories (``serializers.register_snapshot_decoder``)."""
     try:
         version = inp.read_int()
         if not 1 <= version <= 6:
             raise ReaderError(f"{where}: found keyed backend meta version {version}, expected 1 to 6")
         compressed = inp.read_bool() if version >= 2 else False
         try:
-            key_decoder = read_top_level_snapshot(inp)
+            key_decoder = read_top_level_snapshot(inp, options)
         except UnknownSnapshot as exc:
             raise ReaderError(
                 f"{where}: the key serializer {exc.class_name} is not one State Explorer can decode; "
@@ -117,11 +124,11 @@ def read_backend_meta(inp: DataInput, where: str, end_hint: int | None = None) -
         while i < n_states:
             name = inp.read_utf()
             t = inp.read_int()
-            options = {}
+            state_options = {}
             for _ in range(inp.read_int()):
                 k = inp.read_utf()
-                options[k] = inp.read_utf()
-            meta = StateMeta(i, name, BACKEND_STATE_TYPES[t] if 0 <= t < 4 else f"TYPE_{t}", options)
+                state_options[k] = inp.read_utf()
+            meta = StateMeta(i, name, BACKEND_STATE_TYPES[t] if 0 <= t < 4 else f"TYPE_{t}", state_options)
             states.append(meta)
             n_ser = inp.read_int()
             j = 0
@@ -130,7 +137,7 @@ def read_backend_meta(inp: DataInput, where: str, end_hint: int | None = None) -
                 key = inp.read_utf()
                 start = inp.pos
                 try:
-                    meta.serializers[key] = read_top_level_snapshot(inp)
+                    meta.serializers[key] = read_top_level_snapshot(inp, options)
                     j += 1
                     continue
                 except UnknownSnapshot as exc:
