@@ -218,11 +218,14 @@ class StoredSnapshot:
                 pieces.append(piece)
                 bar.update(piece.num_rows)
         df = _combine(pieces, columns)
-        if key is not None:
+        if key is not None and not getattr(self.reader, "filters_keys", False):
             df = df[df["key"].map(lambda k: k == key)].reset_index(drop=True)
         return df
 
     def _key_query(self, q: KeyedStateQuery, key: Any) -> KeyedStateQuery:
+        own = getattr(self.reader, "key_query", None)  # a reader whose keys are placed its own way (Spark's)
+        if own is not None:
+            return own(q, key)
         try:
             kg = assign_to_key_group(key, self.max_parallelism())
         except Exception:  # noqa: BLE001 - foreign key types: no push-down, filter after reading

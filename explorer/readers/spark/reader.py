@@ -59,10 +59,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
-from ..spark.buckets import STATE_NAME, TIMERS, decode_tables
-from ..spark.session import get_spark
-from .base import (
+from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
+from ...spark.buckets import STATE_NAME, TIMERS, decode_tables
+from ...spark.session import get_spark, log_path, root_cause
+from ..base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
     STATE_COLUMNS,
@@ -74,6 +74,7 @@ from .base import (
     empty_piece,
     make_piece,
 )
+from . import layout
 
 __all__ = ["SparkCheckpointReader"]
 
@@ -88,9 +89,11 @@ def _batch_ids(directory: Path) -> list[int]:
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:400]
+    """Spark's cause in one line (the JVM's root exception, not Py4J's first line) and where the JVM log is."""
+    return f"{root_cause(exc)} (Spark's full output: {log_path()})"
+
+
+_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 
 
 class SparkCheckpointReader(SnapshotReader):
@@ -117,6 +120,8 @@ class SparkCheckpointReader(SnapshotReader):
                 f"{self.committed[0]}..{self.committed[-1]}"
             )
         self.batch_id = int(batch_id)
+        #: checkpoint format version (1 or 2), from the commit log and the store files' names
+        self.format_version = layout.checkpoint_format_version(self.path, self.committed)
 
     # --- cheap metadata (files only) ------------------------------------------------------
     @classmethod
@@ -156,7 +161,10 @@ class SparkCheckpointReader(SnapshotReader):
 
     def at_batch(self, batch_id: int) -> "SparkCheckpointReader":
         """The same checkpoint as of another committed micro-batch."""
-        return SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark)
+        other = SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark)
+        if "_spark_path" in self.__dict__:
+            other.__dict__["_spark_path"] = self.__dict__["_spark_path"]
+        return other
 
     def info(self) -> SnapshotInfo:
         meta = self._offset_metadata
@@ -177,6 +185,7 @@ class SparkCheckpointReader(SnapshotReader):
                 "shuffle_partitions": self.num_partitions,
                 "committed_batches": list(self.committed),
                 "state_store_provider": self.sql_conf.get("spark.sql.streaming.stateStore.providerClass"),
+                "checkpoint_format_version": self.format_version,
             },
         )
 
@@ -199,13 +208,33 @@ class SparkCheckpointReader(SnapshotReader):
         return self._spark
 
     @cached_property
+    def _spark_path(self) -> Path:
+        """The folder Spark reads: the checkpoint, or for a moved copy one whose metadata points at the copy."""
+        resolved = layout.resolved_copy(self.path)
+        if resolved != self.path.resolve():
+            self.notes.append(
+                f"{self.path} was copied from elsewhere: its operator metadata names schema files of the original "
+                "folder; they are read from this copy instead")
+        return resolved
+
+    def _use_format_version(self) -> None:
+        """Spark reads a v2 checkpoint only when the session's format version says 2 (it does not detect it)."""
+        if self.spark.conf.get(_FORMAT_CONF, "1") != str(self.format_version):
+            self.spark.conf.set(_FORMAT_CONF, str(self.format_version))
+
+    @cached_property
     def _metadata_rows(self) -> list[dict[str, Any]]:
         if not (self.path / "state").is_dir():
             return []
+        with_meta = [i for i in layout.discover_operators(self.path) if layout.has_operator_metadata(self.path, i)]
+        if not with_meta:
+            return []
         try:
-            rows = self.spark.read.format("state-metadata").load(str(self.path)).collect()
+            self._use_format_version()
+            rows = self.spark.read.format("state-metadata").load(str(self._spark_path)).collect()
         except Exception as exc:  # pyspark raises many types; name the path and the cause
-            raise ReaderError(f"{self.path}: Spark's state-metadata source could not read it: {_short(exc)}") from exc
+            raise ReaderError(f"{self.path}/state: Spark's state-metadata source could not read the operators' "
+                              f"_metadata: {_short(exc)}") from exc
         return [r.asDict() for r in rows]
 
     @cached_property
@@ -233,6 +262,21 @@ class SparkCheckpointReader(SnapshotReader):
                 op["time_mode"] = p.get("timeMode", op["time_mode"])
                 for v in p.get("stateVariables", []):
                     op["variables"].append(v)
+        for op_id, found in layout.discover_operators(self.path).items():
+            if op_id in by_id:
+                continue
+            # Spark 3.x writes no state/<op>/_metadata (or it was lost): the folders say what there is
+            kind = "symmetricHashJoin" if found.is_join else "stateful operator"
+            self.notes.append(
+                f"{self.path}/state/{op_id}: no operator metadata (state/{op_id}/_metadata: Spark 3.x writes none, "
+                f"or it was deleted); read as a {kind} with store(s) {', '.join(found.stores)} from its folders, "
+                "its operator name is unknown")
+            by_id[op_id] = {
+                "operator_id": op_id, "spark_operator": f"operator-{op_id}" if not found.is_join else "symmetricHashJoin",
+                "num_partitions": max(len(found.partitions), self.num_partitions),
+                "min_batch_id": None, "max_batch_id": None, "stores": list(found.stores), "variables": [],
+                "time_mode": None, "discovered": True,
+            }
         names = [o["spark_operator"] for o in by_id.values()]
         for o in by_id.values():
             n = o["spark_operator"]
@@ -323,7 +367,9 @@ class SparkCheckpointReader(SnapshotReader):
 
     # --- keyed state ----------------------------------------------------------------------
     def _frame(self, op: dict[str, Any], options: dict[str, str], extra: dict[str, Any] | None = None):
-        r = self.spark.read.format("statestore").option("path", str(self.path)).option("operatorId", op["operator_id"])
+        self._use_format_version()
+        r = self.spark.read.format("statestore").option("path", str(self._spark_path))
+        r = r.option("operatorId", op["operator_id"])
         if not (extra and "readChangeFeed" in extra):  # Spark refuses batchId together with the change feed
             r = r.option("batchId", self.batch_id)
         for k, v in {**options, **(extra or {})}.items():
@@ -333,20 +379,34 @@ class SparkCheckpointReader(SnapshotReader):
     def _read(self, op, st, query: KeyedStateQuery, extra=None) -> pa.Table:
         from pyspark.sql import functions as F
 
-        where = f"state {st['state']!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
+        where = (f"state {st['state']!r} of operator {op['operator']!r} at batch {self.batch_id} in "
+                 f"{self.path}/state/{op['operator_id']}")
+        self._check_partitions(op, query)
         try:
             df = self._frame(op, st["options"], extra)
             if query.key_groups is not None:
                 df = df.where(F.col("partition_id").isin([int(k) for k in query.key_groups]))
-            if query.keys is not None:
-                key_fields = df.schema["key"].dataType.names
-                if len(key_fields) == 1:
-                    df = df.where(F.col("key." + key_fields[0]).isin(list(query.keys)))
-            return df.toArrow()
+            if query.keys is not None and query.key_groups is None:
+                parts = self._partitions_of(op, st, df.schema["key"].dataType, query.keys)
+                if parts is not None:
+                    df = df.where(F.col("partition_id").isin(parts))
+            return _unique_names(df).toArrow()
         except ReaderError:
             raise
         except Exception as exc:
             raise ReaderError(f"reading {where} through Spark's state data source failed: {_short(exc)}") from exc
+
+    def _check_partitions(self, op: dict[str, Any], query: KeyedStateQuery) -> None:
+        missing = layout.missing_partitions(self.path, op["operator_id"], op["num_partitions"])
+        if query.key_groups is not None:
+            missing = [p for p in missing if p in query.key_groups]
+        if missing:
+            folders = ", ".join(f"{self.path}/state/{op['operator_id']}/{p}" for p in missing)
+            raise ReaderError(
+                f"operator {op['operator']!r} has {op['num_partitions']} state partitions but {folders} "
+                f"{'is' if len(missing) == 1 else 'are'} missing: the keys of "
+                f"{'that partition' if len(missing) == 1 else 'those partitions'} would be lost, so nothing is read "
+                "(restore the folder, or read the others with key_groups=)")
 
     def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
         for op in self._operators:
@@ -360,13 +420,45 @@ class SparkCheckpointReader(SnapshotReader):
                 else:
                     table = self._read(op, st, query)
                     piece = self._to_contract(op, st, table, query)
-                if query.keys is not None and "key" in piece.column_names \
-                        and pa.types.is_struct(piece.schema.field("key").type):
-                    # multi-column keys are structs: match them as tuples of their fields, in order
-                    wanted = {tuple(k) if isinstance(k, (tuple, list)) else (k,) for k in query.keys}
-                    mask = [tuple(d.values()) in wanted for d in piece.column("key").to_pylist()]
+                if query.keys is not None and "key" in piece.column_names:
+                    # a key of several columns is a struct: matched with a tuple (or dict) of its fields, in
+                    # order; timestamps by their instant, a window as {"start", "end"}
+                    wanted = {key_leaves(k) for k in query.keys}
+                    mask = [key_leaves(d) in wanted for d in piece.column("key").to_pylist()]
                     piece = piece.filter(pa.array(mask, pa.bool_()))
                 yield piece
+
+    # --- key= lookups ---------------------------------------------------------------------
+    #: the reader matches keys itself (StoredSnapshot leaves keyed_state(key=) to it)
+    filters_keys = True
+
+    def key_query(self, query: KeyedStateQuery, key: Any) -> KeyedStateQuery:
+        """``keyed_state(key=k)``: read only the Spark partition of ``k`` (per operator, from its key schema)."""
+        return KeyedStateQuery(query.operators, query.states, query.key_groups, (key,), query.columns)
+
+    def key_matches(self, row_key: Any, key: Any) -> bool:
+        return key_leaves(row_key) == key_leaves(key)
+
+    def _partitions_of(self, op, st, key_type, keys) -> list[int] | None:
+        """Spark's partition of each key (Murmur3 of the grouping columns, as the shuffle placed it), or
+        None when a key does not fit the store's key columns (then every partition is read)."""
+        from ...spark.partitioning import partition_ids
+
+        types = _leaf_types(key_type)
+        if st["state"].endswith("keyWithIndexToValue") or op["spark_operator"].startswith("sessionWindow"):
+            types = types[:-1]  # the row index / session start is not part of the shuffle key
+        out = set()
+        for k in keys:
+            leaves = key_leaves(k)
+            if len(leaves) != len(types) or not types:
+                return None
+            try:
+                cols = [[v[1] if isinstance(v, tuple) else v] for v in leaves]
+                out.add(int(partition_ids(cols, op["num_partitions"], [
+                    "long" if t == "timestamp" else t for t in types])[0]))
+            except Exception:  # noqa: BLE001 - a value of another type: no push-down, the filter decides
+                return None
+        return sorted(out)
 
     def _to_contract(self, op, st, t: pa.Table, query: KeyedStateQuery) -> pa.Table:
         kind = st["kind"]
@@ -377,6 +469,7 @@ class SparkCheckpointReader(SnapshotReader):
         expires = None
         if kind in ("event_timer", "processing_timer"):
             value = t.column("expiration_timestamp_ms").combine_chunks()
+            expires = value  # a timer fires at its timestamp: shown as one in expires_at
             size = _row_bytes(key_col) + 8
         elif kind == "map":
             uk = t.column("user_map_key").combine_chunks()
@@ -388,8 +481,22 @@ class SparkCheckpointReader(SnapshotReader):
             user_key = pa.array(_run_index(key_col), pa.int64())
             size = _row_bytes(key_col) + _row_bytes(vraw)
         else:
-            value, expires, vraw = _value_and_ttl(t.column("value").combine_chunks())
+            raw_value = t.column("value").combine_chunks()
+            value, expires, vraw = _value_and_ttl(raw_value)
+            if expires is None:
+                expires = _expiry_in_value(raw_value)
             size = _row_bytes(key_col) + _row_bytes(vraw)
+            per_key = st["state"].endswith("keyWithIndexToValue") or op["spark_operator"].startswith("sessionWindow")
+            if per_key and pa.types.is_struct(key_col.type) and key_col.type.num_fields > 1:
+                # a join side's rows / a key's sessions: shown per join (grouping) key, the row's index among
+                # the key's rows / the session's start as user_key
+                n = key_col.type.num_fields
+                user_key = key_col.field(n - 1)
+                if pa.types.is_integer(user_key.type):
+                    user_key = user_key.cast(pa.int64())
+                fields = [key_col.type.field(i) for i in range(n - 1)]
+                key = _unwrap(pa.StructArray.from_arrays([key_col.field(i) for i in range(n - 1)], fields=fields,
+                                                         mask=key_col.is_null() if key_col.null_count else None))
         data = {
             "operator": op["operator"],
             "state": st["state"],
@@ -440,9 +547,6 @@ class SparkCheckpointReader(SnapshotReader):
         if not pieces:
             return empty_piece(query.columns or CONTRACT_COLUMNS)
         piece = pa.concat_tables(pieces, promote_options="permissive")
-        if query.keys is not None and "key" in piece.column_names \
-                and not pa.types.is_struct(piece.schema.field("key").type):
-            piece = piece.filter(pc.is_in(piece.column("key"), pa.array(list(query.keys))))
         return piece
 
     # --- history ---------------------------------------------------------------------------
@@ -535,6 +639,105 @@ def _unwrap(arr: pa.Array) -> pa.Array:
             child = pc.if_else(arr.is_valid(), child, pa.nulls(len(arr), child.type))
         return child
     return arr
+
+
+def key_leaves(key: Any) -> tuple:
+    """A key as the tuple of its leaf values, in order: struct fields (dicts) and tuples flattened,
+    timestamps as epoch microseconds (so a ``pd.Timestamp`` matches Spark's timestamp), numbers exact."""
+    import datetime as _dt
+
+    out: list[Any] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, (pd.Timestamp, _dt.datetime)):
+            ts = pd.Timestamp(v)
+            if ts.tzinfo is None:
+                ts = ts.tz_localize("UTC")
+            out.append(("ts", int(ts.value // 1000)))
+        elif isinstance(v, np.generic):
+            out.append(v.item())
+        else:
+            out.append(v)
+
+    walk(key)
+    return tuple(out)
+
+
+_SPARK_TYPE_NAMES = {"string": "string", "bigint": "long", "int": "int", "smallint": "short", "tinyint": "byte",
+                     "boolean": "boolean", "double": "double", "float": "float", "binary": "binary", "date": "date",
+                     "timestamp": "timestamp", "timestamp_ntz": "timestamp"}
+
+
+def _leaf_types(t) -> list[str]:
+    """Spark type names of a key struct's leaves, in order (nested structs flattened)."""
+    from pyspark.sql.types import StructType
+
+    if isinstance(t, StructType):
+        out = []
+        for f in t.fields:
+            out += _leaf_types(f.dataType)
+        return out
+    return [_SPARK_TYPE_NAMES.get(t.simpleString(), t.simpleString())]
+
+
+def _unique_names(df):
+    """``df`` with the value struct's repeated field names made unique, positionally (``toArrow()``
+    refuses repeats; Spark names aggregation buffers by function: ``count, sum, count, sum``).
+
+    The n-th repeat of a name gets ``_<n>``: ``count, sum, count_2, sum_2, sum_3, min, max``.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+
+    out = []
+    changed = False
+    for f in df.schema.fields:
+        t = f.dataType
+        if isinstance(t, StructType):
+            names = _dedupe([x.name for x in t.fields])
+            if names != [x.name for x in t.fields]:
+                changed = True
+                new = StructType([StructField(n, x.dataType, x.nullable) for n, x in zip(names, t.fields)])
+                out.append(F.col(f.name).cast(new).alias(f.name))
+                continue
+        out.append(F.col(f.name))
+    return df.select(*out) if changed else df
+
+
+def _dedupe(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    taken = set(names)
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        if seen[n] == 1:
+            out.append(n)
+            continue
+        i = seen[n]
+        while f"{n}_{i}" in taken:
+            i += 1
+        taken.add(f"{n}_{i}")
+        out.append(f"{n}_{i}")
+    return out
+
+
+def _expiry_in_value(arr: pa.Array) -> pa.Array | None:
+    """Expiry Spark keeps inside a value, as epoch ms: ``expiresAtMicros`` of dropDuplicatesWithinWatermark,
+    ``timeoutTimestamp`` of (flatMap|applyInPandas)WithState (-1: no timeout)."""
+    if not pa.types.is_struct(arr.type):
+        return None
+    if arr.type.get_field_index("expiresAtMicros") >= 0:
+        return pc.divide(arr.field(arr.type.get_field_index("expiresAtMicros")).cast(pa.int64()), 1000)
+    if arr.type.get_field_index("timeoutTimestamp") >= 0:
+        ms = arr.field(arr.type.get_field_index("timeoutTimestamp")).cast(pa.int64())
+        return pc.if_else(pc.greater(ms, 0), ms, pa.nulls(len(ms), pa.int64()))
+    return None
 
 
 def _value_and_ttl(arr: pa.Array) -> tuple[pa.Array, pa.Array | None, pa.Array]:
