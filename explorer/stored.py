@@ -314,6 +314,10 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
     try:
         table = pa.concat_tables(pieces, promote_options="permissive")
         df = table.to_pandas(maps_as_pydicts="strict", split_blocks=True)
+        for c in ("user_key", "value"):  # integers with gaps (states mixed) stay exact: not float64
+            if c in table.column_names and pa.types.is_integer(table.schema.field(c).type) \
+                    and table.column(c).null_count:
+                df[c] = pd.Series(table.column(c).to_pylist(), dtype=object, index=df.index)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         df = pd.concat([p.to_pandas(maps_as_pydicts="strict") for p in pieces], ignore_index=True)
     for c in cols:

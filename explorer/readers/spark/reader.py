@@ -75,6 +75,8 @@ from ..base import (
     make_piece,
 )
 from . import layout
+from .history import spark_history
+from .keys import key_leaves, leaf_types
 
 __all__ = ["SparkCheckpointReader"]
 
@@ -444,7 +446,7 @@ class SparkCheckpointReader(SnapshotReader):
         None when a key does not fit the store's key columns (then every partition is read)."""
         from ...spark.partitioning import partition_ids
 
-        types = _leaf_types(key_type)
+        types = leaf_types(key_type)
         if st["state"].endswith("keyWithIndexToValue") or op["spark_operator"].startswith("sessionWindow"):
             types = types[:-1]  # the row index / session start is not part of the shuffle key
         out = set()
@@ -570,7 +572,7 @@ class SparkCheckpointReader(SnapshotReader):
         where = f"the change feed of {state!r} ({start_batch_id}..{end}) in {self.path}"
         try:
             df = self._frame(op, opts, extra)
-            t = df.toArrow()
+            t = _unique_names(df).toArrow()
         except Exception as exc:
             hint = ""
             if "changelog" in str(exc).lower():
@@ -629,6 +631,11 @@ class SparkCheckpointReader(SnapshotReader):
     def estimated_rows(self, query: KeyedStateQuery) -> int | None:
         return None
 
+    def history(self, keys: bool = True, per_state: bool = True) -> pd.DataFrame:
+        """Every retained batch (what :func:`explorer.history` shows for a Spark checkpoint):
+        see :func:`explorer.readers.spark.history.spark_history`."""
+        return spark_history(self, keys=keys, per_state=per_state)
+
 
 # --- Arrow helpers -------------------------------------------------------------------------
 def _unwrap(arr: pa.Array) -> pa.Array:
@@ -639,51 +646,6 @@ def _unwrap(arr: pa.Array) -> pa.Array:
             child = pc.if_else(arr.is_valid(), child, pa.nulls(len(arr), child.type))
         return child
     return arr
-
-
-def key_leaves(key: Any) -> tuple:
-    """A key as the tuple of its leaf values, in order: struct fields (dicts) and tuples flattened,
-    timestamps as epoch microseconds (so a ``pd.Timestamp`` matches Spark's timestamp), numbers exact."""
-    import datetime as _dt
-
-    out: list[Any] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-        elif isinstance(v, (tuple, list)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, (pd.Timestamp, _dt.datetime)):
-            ts = pd.Timestamp(v)
-            if ts.tzinfo is None:
-                ts = ts.tz_localize("UTC")
-            out.append(("ts", int(ts.value // 1000)))
-        elif isinstance(v, np.generic):
-            out.append(v.item())
-        else:
-            out.append(v)
-
-    walk(key)
-    return tuple(out)
-
-
-_SPARK_TYPE_NAMES = {"string": "string", "bigint": "long", "int": "int", "smallint": "short", "tinyint": "byte",
-                     "boolean": "boolean", "double": "double", "float": "float", "binary": "binary", "date": "date",
-                     "timestamp": "timestamp", "timestamp_ntz": "timestamp"}
-
-
-def _leaf_types(t) -> list[str]:
-    """Spark type names of a key struct's leaves, in order (nested structs flattened)."""
-    from pyspark.sql.types import StructType
-
-    if isinstance(t, StructType):
-        out = []
-        for f in t.fields:
-            out += _leaf_types(f.dataType)
-        return out
-    return [_SPARK_TYPE_NAMES.get(t.simpleString(), t.simpleString())]
 
 
 def _unique_names(df):
