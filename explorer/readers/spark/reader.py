@@ -442,25 +442,47 @@ class SparkCheckpointReader(SnapshotReader):
         return key_leaves(row_key) == key_leaves(key)
 
     def _partitions_of(self, op, st, key_type, keys) -> list[int] | None:
-        """Spark's partition of each key (Murmur3 of the grouping columns, as the shuffle placed it), or
-        None when a key does not fit the store's key columns (then every partition is read)."""
+        """The Spark partitions of ``keys`` in one store, or None when a key does not fit the store's key
+        columns (then every partition is read)."""
+        parts = self._partition_list(op, st, key_type, keys)
+        return None if any(p is None for p in parts) else sorted(set(parts))
+
+    def _partition_list(self, op, st, key_type, keys) -> list[int | None]:
+        """Spark's partition of each key: Murmur3 of its grouping columns mod the partitions, as the shuffle
+        placed it (None for a key that does not fit the store's key columns)."""
         from ...spark.partitioning import partition_ids
 
         types = leaf_types(key_type)
         if st["state"].endswith("keyWithIndexToValue") or op["spark_operator"].startswith("sessionWindow"):
             types = types[:-1]  # the row index / session start is not part of the shuffle key
-        out = set()
+        types = ["long" if t == "timestamp" else t for t in types]  # microseconds, hashed as a long
+        out: list[int | None] = []
         for k in keys:
             leaves = key_leaves(k)
             if len(leaves) != len(types) or not types:
-                return None
+                out.append(None)
+                continue
             try:
                 cols = [[v[1] if isinstance(v, tuple) else v] for v in leaves]
-                out.add(int(partition_ids(cols, op["num_partitions"], [
-                    "long" if t == "timestamp" else t for t in types])[0]))
+                out.append(int(partition_ids(cols, op["num_partitions"], types)[0]))
             except Exception:  # noqa: BLE001 - a value of another type: no push-down, the filter decides
-                return None
-        return sorted(out)
+                out.append(None)
+        return out
+
+    def partitions_of(self, keys: list[Any], operator: str | None = None, state: str | None = None) -> list[int | None]:
+        """The Spark partition (``key_group``) of each key in one state (by default the operator's first):
+        what ``keyed_state(key=k)`` reads."""
+        if state is None:
+            op = next(o for o in self._operators if operator is None or o["operator"] == operator)
+            st = self._states_of(op)[0]
+        else:
+            op, st = self._find(state, operator)
+        try:
+            key_type = self._frame(op, st["options"]).schema["key"].dataType
+        except Exception as exc:  # noqa: BLE001
+            raise ReaderError(f"{self.path}/state/{op['operator_id']}: cannot read the key schema of "
+                              f"{st['state']!r}: {_short(exc)}") from exc
+        return self._partition_list(op, st, key_type, list(keys))
 
     def _to_contract(self, op, st, t: pa.Table, query: KeyedStateQuery) -> pa.Table:
         kind = st["kind"]
