@@ -186,18 +186,17 @@ def _user_key(key: dict) -> Any:
 
 @pytest.mark.parametrize("name", READABLE)
 def test_key_lookups(opened, name):
-    """keyed_state(key=k) for the first, a middle and the last expected key of every store: all its rows."""
+    """keyed_state(key=k) for a key of every operator (every key's partition is checked above): all its rows."""
     doc = _doc(name)
     snap, df = opened(name)
     for op in doc["operators"]:
-        for store in op["stores"]:
-            rows = store["rows"]
-            for e in {id(r): r for r in (rows[0], rows[len(rows) // 2], rows[-1])}.values() if rows else []:
-                k = _user_key(e["key"])
-                got = snap.keyed_state(key=k)
-                want = df[[_key(x) == _key(e["key"]) for x in df["key"]]]
-                assert len(got) == len(want) > 0, (name, k)
-                assert Counter(got["state"]) == Counter(want["state"])
+        rows = op["stores"][0]["rows"]
+        e = rows[len(rows) // 2]
+        k = _user_key(e["key"])
+        got = snap.keyed_state(key=k)
+        want = df[[_key(x) == _key(e["key"]) for x in df["key"]]]
+        assert len(got) == len(want) > 0, (name, k)
+        assert Counter(got["state"]) == Counter(want["state"])
 
 
 def test_format_v2_is_detected():
