@@ -1,4 +1,5 @@
-"""Keys of Spark state as the user writes them: leaf tuples to match, Spark types to hash."""
+"""Keys of Spark state as the user writes them (leaf tuples to match, Spark types to hash), and
+field names made unique (Spark names aggregation buffers by function, so they repeat)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["key_leaves", "leaf_types"]
+__all__ = ["key_leaves", "leaf_types", "unique_names"]
 
 
 def key_leaves(key: Any) -> tuple:
@@ -52,3 +53,21 @@ def leaf_types(t) -> list[str]:
             out += leaf_types(f.dataType)
         return out
     return [_SPARK_TYPE_NAMES.get(t.simpleString(), t.simpleString())]
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """The n-th repeat of a name gets ``_<n>``: ``count, sum, count_2, sum_2, sum_3, min, max``."""
+    seen: dict[str, int] = {}
+    taken = set(names)
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        if seen[n] == 1:
+            out.append(n)
+            continue
+        i = seen[n]
+        while f"{n}_{i}" in taken:
+            i += 1
+        taken.add(f"{n}_{i}")
+        out.append(f"{n}_{i}")
+    return out

@@ -75,8 +75,9 @@ from ..base import (
     make_piece,
 )
 from . import layout
+from .hdfs import hdfs_state_table
 from .history import spark_history
-from .keys import key_leaves, leaf_types
+from .keys import key_leaves, leaf_types, unique_names
 
 __all__ = ["SparkCheckpointReader"]
 
@@ -96,6 +97,7 @@ def _short(exc: BaseException) -> str:
 
 
 _FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+_HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
 class SparkCheckpointReader(SnapshotReader):
@@ -103,8 +105,12 @@ class SparkCheckpointReader(SnapshotReader):
 
     format_name = "spark-checkpoint"
 
-    def __init__(self, path: str | Path, batch_id: int | None = None, spark=None) -> None:
+    def __init__(self, path: str | Path, batch_id: int | None = None, spark=None, jvm: bool | None = None) -> None:
+        """``jvm=False`` reads HDFS-backed stores from their files only (no JVM started), ``True`` always through
+        Spark's data source; ``None`` (default): from the files when every operator's store is HDFS-backed
+        and of the built-in operators, through Spark otherwise."""
         super().__init__(path)
+        self._jvm = jvm
         if not self.detect(self.path):
             raise SnapshotNotFoundError(
                 f"{self.path} is not a Spark Structured Streaming checkpoint: expected a 'metadata' file and "
@@ -163,7 +169,7 @@ class SparkCheckpointReader(SnapshotReader):
 
     def at_batch(self, batch_id: int) -> "SparkCheckpointReader":
         """The same checkpoint as of another committed micro-batch."""
-        other = SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark)
+        other = SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark, jvm=self._jvm)
         if "_spark_path" in self.__dict__:
             other.__dict__["_spark_path"] = self.__dict__["_spark_path"]
         return other
@@ -225,9 +231,46 @@ class SparkCheckpointReader(SnapshotReader):
             self.spark.conf.set(_FORMAT_CONF, str(self.format_version))
 
     @cached_property
+    def jvm_free(self) -> bool:
+        """Whether state is read from the store files without Spark (:mod:`.hdfs`)."""
+        provider = self.sql_conf.get("spark.sql.streaming.stateStore.providerClass", _HDFS_PROVIDER)
+        possible = provider == _HDFS_PROVIDER and self.format_version == 1 and all(
+            r["operatorProperties"] in (None, "") for r in self._file_metadata_rows() or [{"operatorProperties": None}])
+        if self._jvm is False and not possible:
+            raise ReaderError(f"{self.path}: only HDFS-backed stores of the built-in operators are read without "
+                              f"Spark; this checkpoint's store is {provider.rsplit('.', 1)[-1]} (open it with jvm=None)")
+        return possible and self._jvm is not True
+
+    def _file_metadata_rows(self) -> list[dict[str, Any]] | None:
+        """The operators' ``state/<op>/_metadata/metadata`` (v1) files as state-metadata rows, or None when some
+        operator has only the v2 metadata (transformWithState) that needs Spark to read."""
+        rows = []
+        for op_id in layout.discover_operators(self.path):
+            f = self.path / "state" / str(op_id) / "_metadata" / "metadata"
+            if not f.is_file():
+                if layout.has_operator_metadata(self.path, op_id):
+                    return None
+                continue
+            lines = f.read_text().splitlines()
+            try:
+                doc = json.loads(lines[1])
+            except (IndexError, json.JSONDecodeError) as exc:
+                raise SnapshotFormatError(f"{f}: expected a version line and the operator's JSON") from exc
+            if lines[0] != "v1":
+                return None
+            info = doc["operatorInfo"]
+            for st in doc["stateStoreInfo"]:
+                rows.append({"operatorId": info["operatorId"], "operatorName": info["operatorName"],
+                             "stateStoreName": st["storeName"], "numPartitions": st["numPartitions"],
+                             "minBatchId": None, "maxBatchId": None, "operatorProperties": None})
+        return rows
+
+    @cached_property
     def _metadata_rows(self) -> list[dict[str, Any]]:
         if not (self.path / "state").is_dir():
             return []
+        if self.jvm_free:
+            return self._file_metadata_rows() or []
         with_meta = [i for i in layout.discover_operators(self.path) if layout.has_operator_metadata(self.path, i)]
         if not with_meta:
             return []
@@ -384,6 +427,18 @@ class SparkCheckpointReader(SnapshotReader):
         where = (f"state {st['state']!r} of operator {op['operator']!r} at batch {self.batch_id} in "
                  f"{self.path}/state/{op['operator_id']}")
         self._check_partitions(op, query)
+        if self.jvm_free and not extra:
+            try:
+                t = hdfs_state_table(self.path, op["operator_id"], op["num_partitions"], self.batch_id,
+                                     st["options"].get("storeName", "default"))
+            except SnapshotFormatError as exc:
+                if self._jvm is False:
+                    raise
+                self.notes.append(f"{where}: read through Spark's data source: {exc}")
+            else:
+                if query.key_groups is not None:
+                    t = t.filter(pc.is_in(t.column("partition_id"), pa.array(sorted(query.key_groups), pa.int32())))
+                return t
         try:
             df = self._frame(op, st["options"], extra)
             if query.key_groups is not None:
@@ -684,7 +739,7 @@ def _unique_names(df):
     for f in df.schema.fields:
         t = f.dataType
         if isinstance(t, StructType):
-            names = _dedupe([x.name for x in t.fields])
+            names = unique_names([x.name for x in t.fields])
             if names != [x.name for x in t.fields]:
                 changed = True
                 new = StructType([StructField(n, x.dataType, x.nullable) for n, x in zip(names, t.fields)])
@@ -692,23 +747,6 @@ def _unique_names(df):
                 continue
         out.append(F.col(f.name))
     return df.select(*out) if changed else df
-
-
-def _dedupe(names: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    taken = set(names)
-    out = []
-    for n in names:
-        seen[n] = seen.get(n, 0) + 1
-        if seen[n] == 1:
-            out.append(n)
-            continue
-        i = seen[n]
-        while f"{n}_{i}" in taken:
-            i += 1
-        taken.add(f"{n}_{i}")
-        out.append(f"{n}_{i}")
-    return out
 
 
 def _expiry_in_value(arr: pa.Array) -> pa.Array | None:
