@@ -287,3 +287,43 @@ def test_spark_errors_name_the_file_and_the_root_cause(spark, tmp_path, capfd):
     assert "\n" not in msg and "An error occurred while calling" not in msg
     assert str(bad) in msg and str(log_path()) in msg
     assert "ERROR" not in capfd.readouterr().err  # the JVM's output went to the log file
+
+
+HDFS = [f for f in FIXTURES if _doc(f)["provider"] == "hdfs"]
+
+
+@pytest.mark.parametrize("name", HDFS)
+def test_jvm_free_reader_equals_sparks_data_source_row_for_row(spark, name):
+    from explorer.readers.base import KeyedStateQuery
+    from explorer.readers.spark import SparkCheckpointReader
+
+    def rows(reader):
+        assert reader.jvm_free is (reader._jvm is False)
+        out = []
+        for piece in reader.keyed_pieces(KeyedStateQuery()):
+            for r in piece.to_pylist():
+                out.append(repr((r["operator"], r["state"], r["kind"], _key(r["key"]), r["key_group"],
+                                 _key(r["user_key"]), _leaves(r["value"]), _scalar(r["expires_at"]),
+                                 r["size_bytes"])))
+        return sorted(out)
+
+    free = SparkCheckpointReader(ROOT / name, jvm=False)
+    assert free.notes == [] or all("no operator metadata" in n for n in free.notes)
+    assert rows(free) == rows(SparkCheckpointReader(ROOT / name, jvm=True))
+    for batch in free.checkpoint_ids()[:2]:  # older batches too: deltas replayed up to them
+        assert rows(free.at_batch(batch)) == rows(SparkCheckpointReader(ROOT / name, jvm=True).at_batch(batch))
+
+
+def test_jvm_free_path_starts_no_jvm_and_refuses_other_stores():
+    import subprocess
+    import sys
+
+    code = ("import explorer, sys; s = explorer.open(sys.argv[1]); n = len(s.keyed_state()); "
+            "from pyspark import SparkContext; print(n, SparkContext._active_spark_context is None)")
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "agg-hdfs")], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout.split()
+    assert out == ["40", "True"]
+    from explorer.readers.spark import SparkCheckpointReader
+
+    with pytest.raises(ReaderError, match="without Spark"):
+        SparkCheckpointReader(ROOT / "agg-rocksdb", jvm=False).jvm_free
