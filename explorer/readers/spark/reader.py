@@ -61,6 +61,7 @@ import pyarrow.compute as pc
 
 from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
 from ...spark.buckets import STATE_NAME, TIMERS, decode_tables
+from ...spark.partitioning import partition_ids
 from ...spark.session import get_spark, log_path, root_cause
 from ..base import (
     CONTRACT_COLUMNS,
@@ -505,8 +506,6 @@ class SparkCheckpointReader(SnapshotReader):
     def _partition_list(self, op, st, key_type, keys) -> list[int | None]:
         """Spark's partition of each key: Murmur3 of its grouping columns mod the partitions, as the shuffle
         placed it (None for a key that does not fit the store's key columns)."""
-        from ...spark.partitioning import partition_ids
-
         types = leaf_types(key_type)
         if st["state"].endswith("keyWithIndexToValue") or op["spark_operator"].startswith("sessionWindow"):
             types = types[:-1]  # the row index / session start is not part of the shuffle key
