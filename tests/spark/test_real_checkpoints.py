@@ -327,3 +327,15 @@ def test_jvm_free_path_starts_no_jvm_and_refuses_other_stores():
 
     with pytest.raises(ReaderError, match="without Spark"):
         SparkCheckpointReader(ROOT / "agg-rocksdb", jvm=False).jvm_free
+
+
+def test_flat_state_has_one_column_per_value_field():
+    from explorer.readers.spark import SparkCheckpointReader
+
+    df = SparkCheckpointReader(ROOT / "agg-hdfs").flat_state()
+    assert ["count", "sum", "count_2", "sum_2", "sum_3", "min", "max"] == list(df.columns[-7:])
+    assert "value" not in df and df["count"].dtype == "int64" and df["sum"].dtype == "float64"
+    exp = {r["key"]["user"]: [v for _, v in r["buffer"]] for r in _doc("agg-hdfs")["operators"][0]["stores"][0]["rows"]}
+    assert {k: list(v) for k, v in zip(df["key"], df[df.columns[-7:]].itertuples(index=False))} == exp
+    join = SparkCheckpointReader(ROOT / "join-inner-hdfs").flat_state(state="left-keyWithIndexToValue")
+    assert {"imp_id", "ad_id", "imp_ts_ms", "imp_ts", "matched"} <= set(join.columns)

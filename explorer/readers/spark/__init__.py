@@ -2,5 +2,6 @@
 data source) and :mod:`.layout` (what the checkpoint's files say without a JVM)."""
 
 from .reader import SparkCheckpointReader
+from .values import flatten_values
 
-__all__ = ["SparkCheckpointReader"]
+__all__ = ["SparkCheckpointReader", "flatten_values"]

@@ -79,6 +79,7 @@ from . import layout
 from .hdfs import hdfs_state_table
 from .history import spark_history
 from .keys import key_leaves, leaf_types, unique_names
+from .values import flatten_values
 
 __all__ = ["SparkCheckpointReader"]
 
@@ -706,6 +707,23 @@ class SparkCheckpointReader(SnapshotReader):
 
     def estimated_rows(self, query: KeyedStateQuery) -> int | None:
         return None
+
+    def flat_state(self, operator: str | None = None, state: str | None = None) -> pd.DataFrame:
+        """One state's rows with one column per value field (:func:`.values.flatten_values`), e.g. an
+        aggregation's ``count, sum, count_2, sum_2, ...``; by default the first state of the first operator."""
+        states = self.states()
+        if operator is not None:
+            states = states[states["operator"] == operator]
+        if state is not None:
+            states = states[states["state"] == state]
+        if states.empty:
+            raise ReaderError(f"{self.path}: no state {state!r} of operator {operator!r}; the checkpoint has "
+                              f"{list(zip(self.states()['operator'], self.states()['state']))}")
+        op, st = states.iloc[0]["operator"], states.iloc[0]["state"]
+        pieces = list(self.keyed_pieces(KeyedStateQuery(operators=frozenset([op]), states=frozenset([st]))))
+        df = pa.concat_tables(pieces).to_pandas(maps_as_pydicts="strict") if pieces else pd.DataFrame(
+            columns=list(CONTRACT_COLUMNS))
+        return flatten_values(df)
 
     def history(self, keys: bool = True, per_state: bool = True) -> pd.DataFrame:
         """Every retained batch (what :func:`explorer.history` shows for a Spark checkpoint):
