@@ -21,10 +21,25 @@ subtask                  the same partition id: Spark has no separate subtask,
 max_parallelism          ``spark.sql.shuffle.partitions`` of the checkpoint
                          (frozen at its first batch)
 checkpoint_id            the micro-batch id (``batch_id=`` reads an older one)
-expires_at               ``ttlExpirationMs`` of TTL-enabled state variables
+expires_at               ``ttlExpirationMs`` of TTL-enabled state variables,
+                         ``expiresAtMicros`` of dropDuplicatesWithinWatermark,
+                         ``timeoutTimestamp`` of a GroupState, a timer's time
 value of a timer         its ``expiration_timestamp_ms`` (``readRegisteredTimers``)
+key of join rows         the join key (``user_key``: the row's index for that key)
+key of session windows   the grouping key (``user_key``: the session's start)
 size_bytes               an estimate: the bytes of the key's and value's fields
 =======================  ===================================================
+
+What the files decide, before Spark is asked (:mod:`.layout`): the checkpoint
+format version (v2: ``stateUniqueIds`` in ``commits/``, ``<v>_<uuid>`` files; the
+session is set to it, Spark does not detect it), operators without ``_metadata``
+(Spark 3.x: found from ``state/<op>/`` and noted), a copy whose metadata names
+another folder's schema files (read through a folder pointing at the copy's own),
+a missing partition folder (an error naming it, never fewer rows). HDFS-backed
+stores of built-in operators are read from their files without a JVM
+(:mod:`.hdfs`; ``jvm=True`` forces Spark's data source, ``jvm=False`` the files).
+Aggregation buffers repeat names (``count, sum, count``), which ``toArrow()``
+refuses: they are renamed by position (``count_2``) before.
 
 Queries of the adapter's bucket layout (:mod:`explorer.spark.buckets`) keep all
 keys' state in one Spark value per bucket (``__explorer_buckets``); this reader
