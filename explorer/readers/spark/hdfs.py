@@ -232,13 +232,15 @@ def read_hdfs_store(ckpt: Path, op: int, part: int, version: int, store: str = "
     return keys, values
 
 
-def hdfs_state_table(ckpt: Path, op: int, partitions: int, batch_id: int, store: str = "default") -> pa.Table:
-    """``partition_id, key, value`` of one operator's store at ``batch_id``, like Spark's state data source."""
+def hdfs_state_table(ckpt: Path, op: int, partitions: int | list[int], batch_id: int,
+                     store: str = "default") -> pa.Table:
+    """``partition_id, key, value`` of one operator's store at ``batch_id``, like Spark's state data source
+    (``partitions``: how many, or which)."""
     d = _store_dir(ckpt, op, 0, store)
     key_schema, value_schema = read_schema(d / "_metadata" / "schema")
     kt, vt = _arrow_type(key_schema, str(d)), _arrow_type(value_schema, str(d))
     parts, keys, values = [], [], []
-    for p in range(partitions):
+    for p in range(partitions) if isinstance(partitions, int) else partitions:
         k, v = read_hdfs_store(ckpt, op, p, batch_id + 1, store)
         parts += [p] * len(k)
         keys += k

@@ -64,6 +64,7 @@ Gaps of Spark's state reader in PySpark 4.3, worked around here:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import cached_property
 from pathlib import Path
@@ -445,16 +446,15 @@ class SparkCheckpointReader(SnapshotReader):
                  f"{self.path}/state/{op['operator_id']}")
         self._check_partitions(op, query)
         if self.jvm_free and not extra:
+            parts = sorted(query.key_groups) if query.key_groups is not None else op["num_partitions"]
             try:
-                t = hdfs_state_table(self.path, op["operator_id"], op["num_partitions"], self.batch_id,
+                t = hdfs_state_table(self.path, op["operator_id"], parts, self.batch_id,
                                      st["options"].get("storeName", "default"))
             except SnapshotFormatError as exc:
                 if self._jvm is False:
                     raise
                 self.notes.append(f"{where}: read through Spark's data source: {exc}")
             else:
-                if query.key_groups is not None:
-                    t = t.filter(pc.is_in(t.column("partition_id"), pa.array(sorted(query.key_groups), pa.int32())))
                 return t
         try:
             df = self._frame(op, st["options"], extra)
@@ -490,17 +490,23 @@ class SparkCheckpointReader(SnapshotReader):
                 if not query.wants_state(st["state"]):
                     continue
                 if st.get("bucket"):
-                    piece = self._bucket_piece(op, st, query)
+                    pieces = [self._bucket_piece(op, st, query)]
+                elif self.jvm_free:  # one piece per partition: the first rows come before the last are decoded
+                    self._check_partitions(op, query)
+                    parts = [p for p in range(op["num_partitions"])
+                             if query.key_groups is None or p in query.key_groups]
+                    pieces = (self._to_contract(op, st, self._read(op, st, dataclasses.replace(
+                        query, key_groups=frozenset([p]))), query) for p in parts)
                 else:
-                    table = self._read(op, st, query)
-                    piece = self._to_contract(op, st, table, query)
-                if query.keys is not None and "key" in piece.column_names:
-                    # a key of several columns is a struct: matched with a tuple (or dict) of its fields, in
-                    # order; timestamps by their instant, a window as {"start", "end"}
-                    wanted = {key_leaves(k) for k in query.keys}
-                    mask = [key_leaves(d) in wanted for d in piece.column("key").to_pylist()]
-                    piece = piece.filter(pa.array(mask, pa.bool_()))
-                yield piece
+                    pieces = [self._to_contract(op, st, self._read(op, st, query), query)]
+                for piece in pieces:
+                    if query.keys is not None and "key" in piece.column_names:
+                        # a key of several columns is a struct: matched with a tuple (or dict) of its fields,
+                        # in order; timestamps by their instant, a window as {"start", "end"}
+                        wanted = {key_leaves(k) for k in query.keys}
+                        mask = [key_leaves(d) in wanted for d in piece.column("key").to_pylist()]
+                        piece = piece.filter(pa.array(mask, pa.bool_()))
+                    yield piece
 
     # --- key= lookups ---------------------------------------------------------------------
     #: the reader matches keys itself (StoredSnapshot leaves keyed_state(key=) to it)
