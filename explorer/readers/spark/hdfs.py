@@ -33,7 +33,7 @@ import pyarrow as pa
 from ...errors import SnapshotCorruptError, SnapshotFormatError
 from .keys import unique_names
 
-__all__ = ["lz4_block_stream", "read_hdfs_store", "read_schema"]
+__all__ = ["hdfs_state_table", "json_leaf_types", "lz4_block_stream", "read_hdfs_store", "read_schema"]
 
 _MAGIC = b"LZ4Block"
 _HEADER = len(_MAGIC) + 13
@@ -177,6 +177,18 @@ def _decode_row(buf: bytes, base: int, fields: list[dict]) -> list:
         else:
             (row[name],) = struct.unpack_from("<" + _FIXED[t], buf, slot)
     return row
+
+
+_PARTITIONING_TYPES = {"long": "long", "integer": "int", "short": "short", "byte": "byte", "double": "double",
+                      "float": "float", "boolean": "boolean", "string": "string", "binary": "binary",
+                      "timestamp": "timestamp", "timestamp_ntz": "timestamp", "date": "date"}
+
+
+def json_leaf_types(t: Any) -> list[str]:
+    """Spark type names of a schema's leaves, in order (nested structs flattened), for the partitioning."""
+    if isinstance(t, dict) and t.get("type") == "struct":
+        return [x for f in t["fields"] for x in json_leaf_types(f["type"])]
+    return [_PARTITIONING_TYPES.get(t, str(t))]
 
 
 def _store_dir(ckpt: Path, op: int, part: int, store: str) -> Path:

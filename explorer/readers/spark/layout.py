@@ -37,6 +37,7 @@ __all__ = [
     "discover_operators",
     "missing_partitions",
     "resolved_copy",
+    "store_schema_file",
     "store_files",
 ]
 
@@ -125,6 +126,12 @@ def discover_operators(path: Path) -> dict[int, DiscoveredOperator]:
 
 def has_operator_metadata(path: Path, operator_id: int) -> bool:
     return (Path(path) / "state" / str(operator_id) / "_metadata").exists()
+
+
+def store_schema_file(path: Path, operator_id: int, store: str = "default") -> Path:
+    """The key/value schema Spark keeps (in partition 0's folder) for one store."""
+    d = Path(path) / "state" / str(operator_id) / "0"
+    return (d if store == "default" else d / store) / "_metadata" / "schema"
 
 
 def missing_partitions(path: Path, operator_id: int, num_partitions: int) -> list[int]:

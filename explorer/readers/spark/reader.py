@@ -92,7 +92,7 @@ from ..base import (
     make_piece,
 )
 from . import layout
-from .hdfs import hdfs_state_table
+from .hdfs import hdfs_state_table, json_leaf_types, read_schema
 from .history import spark_history
 from .keys import key_leaves, leaf_types, unique_names
 from .values import flatten_values
@@ -493,8 +493,13 @@ class SparkCheckpointReader(SnapshotReader):
                     pieces = [self._bucket_piece(op, st, query)]
                 elif self.jvm_free:  # one piece per partition: the first rows come before the last are decoded
                     self._check_partitions(op, query)
-                    parts = [p for p in range(op["num_partitions"])
-                             if query.key_groups is None or p in query.key_groups]
+                    wanted = query.key_groups
+                    if query.keys is not None and wanted is None:  # key=: only the keys' partitions
+                        types = json_leaf_types(read_schema(layout.store_schema_file(
+                            self.path, op["operator_id"], st["options"].get("storeName", "default")))[0])
+                        found = self._partitions_of(op, st, types, query.keys)
+                        wanted = None if found is None else frozenset(found)
+                    parts = [p for p in range(op["num_partitions"]) if wanted is None or p in wanted]
                     pieces = (self._to_contract(op, st, self._read(op, st, dataclasses.replace(
                         query, key_groups=frozenset([p]))), query) for p in parts)
                 else:
@@ -528,7 +533,7 @@ class SparkCheckpointReader(SnapshotReader):
     def _partition_list(self, op, st, key_type, keys) -> list[int | None]:
         """Spark's partition of each key: Murmur3 of its grouping columns mod the partitions, as the shuffle
         placed it (None for a key that does not fit the store's key columns)."""
-        types = leaf_types(key_type)
+        types = leaf_types(key_type) if not isinstance(key_type, list) else key_type
         if st["state"].endswith("keyWithIndexToValue") or op["spark_operator"].startswith("sessionWindow"):
             types = types[:-1]  # the row index / session start is not part of the shuffle key
         types = ["long" if t == "timestamp" else t for t in types]  # microseconds, hashed as a long
