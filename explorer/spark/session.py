@@ -40,6 +40,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from tqdm.auto import tqdm
+
 from ..errors import JobError
 
 __all__ = ["DEFAULT_CONF", "DEFAULT_MASTER", "ROCKSDB_PROVIDER", "get_spark", "log_path", "root_cause", "stop_spark"]
@@ -129,8 +131,6 @@ def get_spark(master: str | None = None, app_name: str = "state-explorer", log_l
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)
-    from tqdm.auto import tqdm
-
     with tqdm(total=1, desc=f"starting Spark (JVM log: {log_path()})", bar_format="{desc} {elapsed}",
               disable=None) as bar, _jvm_output_to(log_path()):
         spark = builder.getOrCreate()

@@ -74,6 +74,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from tqdm.auto import tqdm
 
 from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
 from ...spark.buckets import STATE_NAME, TIMERS, decode_tables
@@ -483,35 +484,40 @@ class SparkCheckpointReader(SnapshotReader):
                 "(restore the folder, or read the others with key_groups=)")
 
     def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
-        for op in self._operators:
-            if not query.wants_operator(op["operator"]):
-                continue
-            for st in self._states_of(op):
-                if not query.wants_state(st["state"]):
-                    continue
-                if st.get("bucket"):
-                    pieces = [self._bucket_piece(op, st, query)]
-                elif self.jvm_free:  # one piece per partition: the first rows come before the last are decoded
-                    self._check_partitions(op, query)
-                    wanted = query.key_groups
-                    if query.keys is not None and wanted is None:  # key=: only the keys' partitions
-                        types = json_leaf_types(read_schema(layout.store_schema_file(
-                            self.path, op["operator_id"], st["options"].get("storeName", "default")))[0])
-                        found = self._partitions_of(op, st, types, query.keys)
-                        wanted = None if found is None else frozenset(found)
-                    parts = [p for p in range(op["num_partitions"]) if wanted is None or p in wanted]
-                    pieces = (self._to_contract(op, st, self._read(op, st, dataclasses.replace(
-                        query, key_groups=frozenset([p]))), query) for p in parts)
-                else:
-                    pieces = [self._to_contract(op, st, self._read(op, st, query), query)]
-                for piece in pieces:
-                    if query.keys is not None and "key" in piece.column_names:
-                        # a key of several columns is a struct: matched with a tuple (or dict) of its fields,
-                        # in order; timestamps by their instant, a window as {"start", "end"}
-                        wanted = {key_leaves(k) for k in query.keys}
-                        mask = [key_leaves(d) in wanted for d in piece.column("key").to_pylist()]
-                        piece = piece.filter(pa.array(mask, pa.bool_()))
-                    yield piece
+        todo = [(op, st) for op in self._operators if query.wants_operator(op["operator"])
+                for st in self._states_of(op) if query.wants_state(st["state"])]
+        how = "from its files" if self.jvm_free else "through Spark"
+        with tqdm(total=len(todo), desc=f"reading Spark state {how}", unit="state", disable=None,
+                  leave=False) as bar:
+            for op, st in todo:
+                bar.set_postfix_str(f"{op['operator']}/{st['state']}", refresh=False)
+                yield from self._pieces_of(op, st, query)
+                bar.update(1)
+
+    def _pieces_of(self, op: dict[str, Any], st: dict[str, Any], query: KeyedStateQuery) -> Iterator[pa.Table]:
+        if st.get("bucket"):
+            pieces = [self._bucket_piece(op, st, query)]
+        elif self.jvm_free:  # one piece per partition: the first rows come before the last are decoded
+            self._check_partitions(op, query)
+            wanted = query.key_groups
+            if query.keys is not None and wanted is None:  # key=: only the keys' partitions
+                types = json_leaf_types(read_schema(layout.store_schema_file(
+                    self.path, op["operator_id"], st["options"].get("storeName", "default")))[0])
+                found = self._partitions_of(op, st, types, query.keys)
+                wanted = None if found is None else frozenset(found)
+            parts = [p for p in range(op["num_partitions"]) if wanted is None or p in wanted]
+            pieces = (self._to_contract(op, st, self._read(op, st, dataclasses.replace(
+                query, key_groups=frozenset([p]))), query) for p in parts)
+        else:
+            pieces = [self._to_contract(op, st, self._read(op, st, query), query)]
+        for piece in pieces:
+            if query.keys is not None and "key" in piece.column_names:
+                # a key of several columns is a struct: matched with a tuple (or dict) of its fields,
+                # in order; timestamps by their instant, a window as {"start", "end"}
+                keys = {key_leaves(k) for k in query.keys}
+                mask = [key_leaves(d) in keys for d in piece.column("key").to_pylist()]
+                piece = piece.filter(pa.array(mask, pa.bool_()))
+            yield piece
 
     # --- key= lookups ---------------------------------------------------------------------
     #: the reader matches keys itself (StoredSnapshot leaves keyed_state(key=) to it)
