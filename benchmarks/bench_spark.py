@@ -37,6 +37,24 @@ fastest adapter path met it, on steady rows/s of this one run.
 Throughput is input rows over the wall time from ``start()`` to the end of the
 query ("total", includes planning and Python worker start-up) and over the
 micro-batches after the first ("steady").
+
+Reading state back (``--read``, issue 17): one aggregation
+(``groupBy(key).agg(count, sum, avg)``, buffer names repeat) over ``--read-rows``
+distinct keys (1 M by default) on the HDFS-backed store, then every read path
+in the same run, each timed for its first row and for the whole state:
+
+``spark_datasource_to_pandas``
+    Spark's ``statestore`` data source, ``toPandas()`` (first row:
+    ``toLocalIterator()``), as a user would without the explorer;
+``explorer_datasource``
+    ``explorer.open(path, jvm=True).keyed_state()``: the same data source through Arrow
+    into the contract columns (first row: the first piece of ``keyed_pieces``);
+``explorer_jvm_free``
+    ``explorer.open(path, jvm=False).keyed_state()``: the store's ``.delta`` files
+    decoded in Python (:mod:`explorer.readers.spark.hdfs`), no JVM.
+
+The JVM's start is timed apart (``jvm_start_s``). The result goes into the
+``read`` section of the same ``spark.json``, the other sections kept.
 """
 
 from __future__ import annotations
@@ -248,10 +266,128 @@ def _run_path(spark, path: str, in_dir: Path, work: Path, timeout_s: float) -> d
     return out
 
 
+def make_state(spark, work: Path, keys: int) -> Path:
+    """A checkpoint whose one aggregation holds ``keys`` keys (HDFS-backed store, one micro-batch)."""
+    from pyspark.sql import functions as F
+
+    src = work / "read-input"
+    spark.range(keys).select(F.format_string("k%08d", "id").alias("key"), (F.col("id") % 1000).alias("x")) \
+        .write.parquet(str(src))
+    ckpt = work / "read-ckpt"
+    prev = spark.conf.get("spark.sql.streaming.stateStore.providerClass")
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass",
+                   "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+    try:
+        df = spark.readStream.schema("key string, x long").parquet(str(src))
+        q = (df.groupBy("key").agg(F.count("*").alias("n"), F.sum("x").alias("total"), F.avg("x").alias("mean"))
+             .writeStream.outputMode("update").format("noop").option("checkpointLocation", str(ckpt))
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+    finally:
+        spark.conf.set("spark.sql.streaming.stateStore.providerClass", prev)
+    return ckpt
+
+
+def _timed(fn) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def read_paths(spark, ckpt: Path) -> dict:
+    """Time to first row and rows/s of every read path over the same checkpoint."""
+    import explorer
+    from explorer.readers.base import KeyedStateQuery
+
+    out = {}
+
+    def datasource():
+        return spark.read.format("statestore").option("path", str(ckpt)).load()
+
+    first_s, _ = _timed(lambda: next(datasource().toLocalIterator()))
+    # toPandas() through Arrow refuses the aggregation buffer's repeated names
+    # (DUPLICATED_FIELD_NAME_IN_ARROW_STRUCT): without Arrow is what works out of the box
+    arrow = spark.conf.get("spark.sql.execution.arrow.pyspark.enabled")
+    spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "false")
+    try:
+        all_s, pdf = _timed(lambda: datasource().toPandas())
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", arrow)
+    out["spark_datasource_to_pandas"] = {
+        "time_to_first_row_s": {"value": round(first_s, 3), "unit": "s"},
+        "wall_s": {"value": round(all_s, 3), "unit": "s"},
+        "rows": len(pdf), "rows_per_s": {"value": round(len(pdf) / all_s), "unit": "rows/s"},
+        "what": "spark.read.format('statestore').load(path).toPandas() without Arrow (with Arrow it fails on "
+                "the repeated buffer names); key and value as Row objects",
+    }
+    del pdf
+    first_s, _ = _timed(lambda: next(explorer.open(ckpt, jvm=True).reader.keyed_pieces(KeyedStateQuery())))
+    all_s, df = _timed(lambda: explorer.open(ckpt, jvm=True).keyed_state())
+    out["explorer_datasource"] = {
+        "time_to_first_row_s": {"value": round(first_s, 3), "unit": "s"},
+        "wall_s": {"value": round(all_s, 3), "unit": "s"},
+        "rows": len(df), "rows_per_s": {"value": round(len(df) / all_s), "unit": "rows/s"},
+        "what": "explorer.open(path, jvm=True).keyed_state(): the data source through Arrow into the contract columns",
+    }
+    del df
+    first_s, _ = _timed(lambda: next(explorer.open(ckpt, jvm=False).reader.keyed_pieces(KeyedStateQuery())))
+    all_s, df = _timed(lambda: explorer.open(ckpt, jvm=False).keyed_state())
+    out["explorer_jvm_free"] = {
+        "time_to_first_row_s": {"value": round(first_s, 3), "unit": "s"},
+        "wall_s": {"value": round(all_s, 3), "unit": "s"},
+        "rows": len(df), "rows_per_s": {"value": round(len(df) / all_s), "unit": "rows/s"},
+        "what": "explorer.open(path, jvm=False).keyed_state(): the .delta files decoded in Python "
+                "(LZ4 block stream, UnsafeRow), no JVM needed (it is running here for the other paths)",
+    }
+    return out
+
+
+def main_read(args, argv) -> int:
+    from explorer.spark import get_spark
+
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    jvm_s, spark = _timed(get_spark)
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
+    try:
+        make_s, ckpt = _timed(lambda: make_state(spark, work, args.read_rows))
+        state_bytes = sum(f.stat().st_size for f in (ckpt / "state").rglob("*") if f.is_file())
+        results = read_paths(spark, ckpt)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for name, r in results.items():
+        print(f"{name:28s} first row {r['time_to_first_row_s']['value']:>8} s   "
+              f"{r['rows_per_s']['value']:>10} rows/s   ({r['rows']} rows, {r['wall_s']['value']} s)", flush=True)
+    doc = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    doc["read"] = {
+        "benchmark": "reading a Spark checkpoint's state into pandas: each read path, same checkpoint, same run",
+        "command": "python -m benchmarks.bench_spark " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpu_count": os.cpu_count(), "pyspark": spark.version,
+                    "load_average_at_start": load_at_start,
+                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "workload": {"state_rows": args.read_rows, "operator": "groupBy(key).agg(count, sum, avg)",
+                     "provider": "HDFSBackedStateStoreProvider", "shuffle_partitions":
+                         int(spark.conf.get("spark.sql.shuffle.partitions")),
+                     "state_bytes_on_disk": state_bytes, "make_s": round(make_s, 1)},
+        "jvm_start_s": {"value": round(jvm_s, 2), "unit": "s",
+                        "what": "get_spark() in this process, before any path (every path needs the JVM)"},
+        "results": results,
+        "notes": ["times are wall clock on a shared 2-core machine (see the load averages)",
+                  "the JVM-free path needs no JVM at all; its time to first row here excludes none"],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote the 'read' section of {args.out}")
+    return 0
+
+
 def main(argv=None) -> int:
     global BUCKETS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny input, for CI")
+    ap.add_argument("--read", action="store_true", help="time the read paths of a checkpoint's state instead")
+    ap.add_argument("--read-rows", type=int, default=1_000_000, help="keys in the state --read reads")
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--keys", type=int, default=None)
     ap.add_argument("--batches", type=int, default=None)
@@ -262,6 +398,10 @@ def main(argv=None) -> int:
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark SQL setting for every path, e.g. spark.sql.shuffle.partitions=2")
     args = ap.parse_args(argv)
+    if args.read:
+        if args.smoke:
+            args.read_rows = min(args.read_rows, 20_000)
+        return main_read(args, argv)
     rows = args.rows or (20_000 if args.smoke else 200_000)
     keys = args.keys or (2_000 if args.smoke else 20_000)
     batches = args.batches or 2

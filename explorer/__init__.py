@@ -15,7 +15,7 @@ from .errors import (
     SnapshotNotFoundError,
     StateExplorerError,
 )
-from .analysis import diff, history
+from .analysis import changes, diff, history
 from .keygroups import assign_to_key_group, compute_default_max_parallelism
 from .readers.base import CONTRACT_COLUMNS
 from .snapshot import Snapshot, open
@@ -31,6 +31,7 @@ __all__ = [
     "SnapshotNotFoundError",
     "StateExplorerError",
     "assign_to_key_group",
+    "changes",
     "compute_default_max_parallelism",
     "diff",
     "errors",

@@ -218,11 +218,14 @@ class StoredSnapshot:
                 pieces.append(piece)
                 bar.update(piece.num_rows)
         df = _combine(pieces, columns)
-        if key is not None:
+        if key is not None and not getattr(self.reader, "filters_keys", False):
             df = df[df["key"].map(lambda k: k == key)].reset_index(drop=True)
         return df
 
     def _key_query(self, q: KeyedStateQuery, key: Any) -> KeyedStateQuery:
+        own = getattr(self.reader, "key_query", None)  # a reader whose keys are placed its own way (Spark's)
+        if own is not None:
+            return own(q, key)
         try:
             kg = assign_to_key_group(key, self.max_parallelism())
         except Exception:  # noqa: BLE001 - foreign key types: no push-down, filter after reading
@@ -311,6 +314,10 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
     try:
         table = pa.concat_tables(pieces, promote_options="permissive")
         df = table.to_pandas(maps_as_pydicts="strict", split_blocks=True)
+        for c in ("user_key", "value"):  # integers with gaps (states mixed) stay exact: not float64
+            if c in table.column_names and pa.types.is_integer(table.schema.field(c).type) \
+                    and table.column(c).null_count:
+                df[c] = pd.Series(table.column(c).to_pylist(), dtype=object, index=df.index)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         df = pd.concat([p.to_pandas(maps_as_pydicts="strict") for p in pieces], ignore_index=True)
     for c in cols:

@@ -39,3 +39,9 @@ def test_nothing_stored_is_pickled():
         str(p) for p in root.rglob("*.py") if re.search(r"^\s*(import|from)\s+(pickle|cloudpickle|dill)\b", p.read_text(), re.M)
     ]
     assert offenders == []
+
+
+def test_changes_is_public():
+    from explorer.analysis.changes import changes
+
+    assert explorer.changes is changes and "changes" in explorer.__all__

@@ -18,10 +18,12 @@ The modules, one purpose each:
 * :mod:`.hotkeys`: top keys by bytes, entries or traffic, skew, salting what-if;
 * :mod:`.ttl`: expiry timeline, expired-but-not-cleaned, unbounded growth;
 * :mod:`.history`: size, delta, duration, alignment and keys over checkpoints;
-* :mod:`.diff`: keys added, removed, changed, and growth between two snapshots.
+* :mod:`.diff`: keys added, removed, changed, and growth between two snapshots;
+* :mod:`.changes`: the change feed between two batches (Spark), per key.
 """
 
 from ._common import LOAD_COLUMNS
+from .changes import changes
 from .diff import diff, diff_summary, growth_by_key
 from .distribution import (
     best_parallelisms,
@@ -39,6 +41,7 @@ from .ttl import expired_not_cleaned, ttl_expiry, ttl_summary, unbounded_growth
 __all__ = [
     "LOAD_COLUMNS",
     "best_parallelisms",
+    "changes",
     "checkpoint_summary",
     "diff",
     "diff_summary",

@@ -145,6 +145,9 @@ def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True, **op
     snaps = _snapshots(checkpoints, open_options)
     if not snaps:
         raise AnalysisError(f"{checkpoints}: no complete checkpoints found")
+    own = getattr(snaps[0].reader, "history", None) if len(snaps) == 1 and hasattr(snaps[0], "reader") else None
+    if own is not None:  # a format whose one folder holds every batch (Spark): its reader reads them all
+        return own(keys=keys, per_state=per_state)
     rows = []
     prev_digests: dict[str, int] | None = None
     prev_total: int | None = None

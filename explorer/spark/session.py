@@ -20,17 +20,31 @@ Why each default (all measured or hit on this project with PySpark 4.3):
 * ``PYSPARK_PYTHON = sys.executable``: Python workers must run the same
   interpreter (the venv with pandas, pyarrow and protobuf) as the driver.
 * Arrow on, UTC session time zone, UI off, quiet logging.
+* The JVM's own stdout/stderr (log4j's console output, Py4J's banner, the
+  200+ ERROR lines a failed read prints) go to a log file, not the user's
+  terminal or notebook: :func:`log_path` says where (``$EXPLORER_SPARK_LOG`` or
+  ``<tmp>/state-explorer-spark-<pid>.log``). A progress bar shows while the
+  JVM starts (6-12 s).
+
+Errors raised by Spark are long chained Java traces whose first line (Py4J's
+"An error occurred while calling o75.getResult.") says nothing;
+:func:`root_cause` gives the innermost Java exception in one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Any
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from tqdm.auto import tqdm
 
 from ..errors import JobError
 
-__all__ = ["DEFAULT_CONF", "DEFAULT_MASTER", "ROCKSDB_PROVIDER", "get_spark", "stop_spark"]
+__all__ = ["DEFAULT_CONF", "DEFAULT_MASTER", "ROCKSDB_PROVIDER", "get_spark", "log_path", "root_cause", "stop_spark"]
 
 DEFAULT_MASTER = "local[2]"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -117,9 +131,71 @@ def get_spark(master: str | None = None, app_name: str = "state-explorer", log_l
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    with tqdm(total=1, desc=f"starting Spark (JVM log: {log_path()})", bar_format="{desc} {elapsed}",
+              disable=None) as bar, _jvm_output_to(log_path()):
+        spark = builder.getOrCreate()
+        bar.update(1)
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def log_path() -> Path:
+    """Where the JVM's stdout, stderr and log4j output go: ``$EXPLORER_SPARK_LOG`` or a file in the temp folder."""
+    env = os.environ.get("EXPLORER_SPARK_LOG")
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"state-explorer-spark-{os.getpid()}.log"
+
+
+@contextlib.contextmanager
+def _jvm_output_to(path: Path) -> Iterator[None]:
+    """While the JVM is launched, file descriptors 1 and 2 point at ``path``: the child keeps them."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = (os.dup(1), os.dup(2))
+    except (OSError, ValueError, AttributeError):  # no real descriptors (some embedded consoles)
+        yield
+        return
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, log):
+            os.close(fd)
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost Java exception behind a PySpark error, in one line (its class and message).
+
+    Falls back to the error's first line when it did not come from the JVM.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        java = getattr(seen, "java_exception", None) or getattr(seen, "_origin", None)
+        if java is not None:
+            try:
+                root = java
+                for _ in range(50):
+                    cause = root.getCause()
+                    if cause is None or cause.equals(root):
+                        break
+                    root = cause
+                text = str(root.toString()).strip().splitlines()
+                if text:
+                    return text[0][:500]
+            except Exception:  # noqa: BLE001 - the gateway may be gone; use the text instead
+                pass
+        seen = seen.__cause__ or seen.__context__
+    lines = str(exc).strip().splitlines()
+    last = None
+    for line in lines:  # PySpark's own errors put the JVM's root cause after "Caused by:"
+        if line.strip().startswith("Caused by:"):
+            last = line.strip()[len("Caused by:"):].strip()
+    first = lines[0] if lines else type(exc).__name__
+    return (last or first)[:500]
 
 
 def stop_spark() -> None:

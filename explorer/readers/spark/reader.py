@@ -21,10 +21,25 @@ subtask                  the same partition id: Spark has no separate subtask,
 max_parallelism          ``spark.sql.shuffle.partitions`` of the checkpoint
                          (frozen at its first batch)
 checkpoint_id            the micro-batch id (``batch_id=`` reads an older one)
-expires_at               ``ttlExpirationMs`` of TTL-enabled state variables
+expires_at               ``ttlExpirationMs`` of TTL-enabled state variables,
+                         ``expiresAtMicros`` of dropDuplicatesWithinWatermark,
+                         ``timeoutTimestamp`` of a GroupState, a timer's time
 value of a timer         its ``expiration_timestamp_ms`` (``readRegisteredTimers``)
+key of join rows         the join key (``user_key``: the row's index for that key)
+key of session windows   the grouping key (``user_key``: the session's start)
 size_bytes               an estimate: the bytes of the key's and value's fields
 =======================  ===================================================
+
+What the files decide, before Spark is asked (:mod:`.layout`): the checkpoint
+format version (v2: ``stateUniqueIds`` in ``commits/``, ``<v>_<uuid>`` files; the
+session is set to it, Spark does not detect it), operators without ``_metadata``
+(Spark 3.x: found from ``state/<op>/`` and noted), a copy whose metadata names
+another folder's schema files (read through a folder pointing at the copy's own),
+a missing partition folder (an error naming it, never fewer rows). HDFS-backed
+stores of built-in operators are read from their files without a JVM
+(:mod:`.hdfs`; ``jvm=True`` forces Spark's data source, ``jvm=False`` the files).
+Aggregation buffers repeat names (``count, sum, count``), which ``toArrow()``
+refuses: they are renamed by position (``count_2``) before.
 
 Queries of the adapter's bucket layout (:mod:`explorer.spark.buckets`) keep all
 keys' state in one Spark value per bucket (``__explorer_buckets``); this reader
@@ -49,6 +64,7 @@ Gaps of Spark's state reader in PySpark 4.3, worked around here:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import cached_property
 from pathlib import Path
@@ -58,11 +74,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from tqdm.auto import tqdm
 
-from ..errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
-from ..spark.buckets import STATE_NAME, TIMERS, decode_tables
-from ..spark.session import get_spark
-from .base import (
+from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
+from ...spark.buckets import STATE_NAME, TIMERS, decode_tables
+from ...spark.partitioning import partition_ids
+from ...spark.session import get_spark, log_path, root_cause
+from ..base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
     STATE_COLUMNS,
@@ -74,6 +92,11 @@ from .base import (
     empty_piece,
     make_piece,
 )
+from . import layout
+from .hdfs import hdfs_state_table, json_leaf_types, read_schema
+from .history import spark_history
+from .keys import key_leaves, leaf_types, unique_names
+from .values import flatten_values
 
 __all__ = ["SparkCheckpointReader"]
 
@@ -88,9 +111,12 @@ def _batch_ids(directory: Path) -> list[int]:
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:400]
+    """Spark's cause in one line (the JVM's root exception, not Py4J's first line) and where the JVM log is."""
+    return f"{root_cause(exc)} (Spark's full output: {log_path()})"
+
+
+_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+_HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
 class SparkCheckpointReader(SnapshotReader):
@@ -98,8 +124,12 @@ class SparkCheckpointReader(SnapshotReader):
 
     format_name = "spark-checkpoint"
 
-    def __init__(self, path: str | Path, batch_id: int | None = None, spark=None) -> None:
+    def __init__(self, path: str | Path, batch_id: int | None = None, spark=None, jvm: bool | None = None) -> None:
+        """``jvm=False`` reads HDFS-backed stores from their files only (no JVM started), ``True`` always through
+        Spark's data source; ``None`` (default): from the files when every operator's store is HDFS-backed
+        and of the built-in operators, through Spark otherwise."""
         super().__init__(path)
+        self._jvm = jvm
         if not self.detect(self.path):
             raise SnapshotNotFoundError(
                 f"{self.path} is not a Spark Structured Streaming checkpoint: expected a 'metadata' file and "
@@ -117,6 +147,8 @@ class SparkCheckpointReader(SnapshotReader):
                 f"{self.committed[0]}..{self.committed[-1]}"
             )
         self.batch_id = int(batch_id)
+        #: checkpoint format version (1 or 2), from the commit log and the store files' names
+        self.format_version = layout.checkpoint_format_version(self.path, self.committed)
 
     # --- cheap metadata (files only) ------------------------------------------------------
     @classmethod
@@ -156,7 +188,10 @@ class SparkCheckpointReader(SnapshotReader):
 
     def at_batch(self, batch_id: int) -> "SparkCheckpointReader":
         """The same checkpoint as of another committed micro-batch."""
-        return SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark)
+        other = SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark, jvm=self._jvm)
+        if "_spark_path" in self.__dict__:
+            other.__dict__["_spark_path"] = self.__dict__["_spark_path"]
+        return other
 
     def info(self) -> SnapshotInfo:
         meta = self._offset_metadata
@@ -177,6 +212,7 @@ class SparkCheckpointReader(SnapshotReader):
                 "shuffle_partitions": self.num_partitions,
                 "committed_batches": list(self.committed),
                 "state_store_provider": self.sql_conf.get("spark.sql.streaming.stateStore.providerClass"),
+                "checkpoint_format_version": self.format_version,
             },
         )
 
@@ -199,13 +235,70 @@ class SparkCheckpointReader(SnapshotReader):
         return self._spark
 
     @cached_property
+    def _spark_path(self) -> Path:
+        """The folder Spark reads: the checkpoint, or for a moved copy one whose metadata points at the copy."""
+        resolved = layout.resolved_copy(self.path)
+        if resolved != self.path.resolve():
+            self.notes.append(
+                f"{self.path} was copied from elsewhere: its operator metadata names schema files of the original "
+                "folder; they are read from this copy instead")
+        return resolved
+
+    def _use_format_version(self) -> None:
+        """Spark reads a v2 checkpoint only when the session's format version says 2 (it does not detect it)."""
+        if self.spark.conf.get(_FORMAT_CONF, "1") != str(self.format_version):
+            self.spark.conf.set(_FORMAT_CONF, str(self.format_version))
+
+    @cached_property
+    def jvm_free(self) -> bool:
+        """Whether state is read from the store files without Spark (:mod:`.hdfs`)."""
+        provider = self.sql_conf.get("spark.sql.streaming.stateStore.providerClass", _HDFS_PROVIDER)
+        possible = provider == _HDFS_PROVIDER and self.format_version == 1 and all(
+            r["operatorProperties"] in (None, "") for r in self._file_metadata_rows() or [{"operatorProperties": None}])
+        if self._jvm is False and not possible:
+            raise ReaderError(f"{self.path}: only HDFS-backed stores of the built-in operators are read without "
+                              f"Spark; this checkpoint's store is {provider.rsplit('.', 1)[-1]} (open it with jvm=None)")
+        return possible and self._jvm is not True
+
+    def _file_metadata_rows(self) -> list[dict[str, Any]] | None:
+        """The operators' ``state/<op>/_metadata/metadata`` (v1) files as state-metadata rows, or None when some
+        operator has only the v2 metadata (transformWithState) that needs Spark to read."""
+        rows = []
+        for op_id in layout.discover_operators(self.path):
+            f = self.path / "state" / str(op_id) / "_metadata" / "metadata"
+            if not f.is_file():
+                if layout.has_operator_metadata(self.path, op_id):
+                    return None
+                continue
+            lines = f.read_text().splitlines()
+            try:
+                doc = json.loads(lines[1])
+            except (IndexError, json.JSONDecodeError) as exc:
+                raise SnapshotFormatError(f"{f}: expected a version line and the operator's JSON") from exc
+            if lines[0] != "v1":
+                return None
+            info = doc["operatorInfo"]
+            for st in doc["stateStoreInfo"]:
+                rows.append({"operatorId": info["operatorId"], "operatorName": info["operatorName"],
+                             "stateStoreName": st["storeName"], "numPartitions": st["numPartitions"],
+                             "minBatchId": None, "maxBatchId": None, "operatorProperties": None})
+        return rows
+
+    @cached_property
     def _metadata_rows(self) -> list[dict[str, Any]]:
         if not (self.path / "state").is_dir():
             return []
+        if self.jvm_free:
+            return self._file_metadata_rows() or []
+        with_meta = [i for i in layout.discover_operators(self.path) if layout.has_operator_metadata(self.path, i)]
+        if not with_meta:
+            return []
         try:
-            rows = self.spark.read.format("state-metadata").load(str(self.path)).collect()
+            self._use_format_version()
+            rows = self.spark.read.format("state-metadata").load(str(self._spark_path)).collect()
         except Exception as exc:  # pyspark raises many types; name the path and the cause
-            raise ReaderError(f"{self.path}: Spark's state-metadata source could not read it: {_short(exc)}") from exc
+            raise ReaderError(f"{self.path}/state: Spark's state-metadata source could not read the operators' "
+                              f"_metadata: {_short(exc)}") from exc
         return [r.asDict() for r in rows]
 
     @cached_property
@@ -233,6 +326,21 @@ class SparkCheckpointReader(SnapshotReader):
                 op["time_mode"] = p.get("timeMode", op["time_mode"])
                 for v in p.get("stateVariables", []):
                     op["variables"].append(v)
+        for op_id, found in layout.discover_operators(self.path).items():
+            if op_id in by_id:
+                continue
+            # Spark 3.x writes no state/<op>/_metadata (or it was lost): the folders say what there is
+            kind = "symmetricHashJoin" if found.is_join else "stateful operator"
+            self.notes.append(
+                f"{self.path}/state/{op_id}: no operator metadata (state/{op_id}/_metadata: Spark 3.x writes none, "
+                f"or it was deleted); read as a {kind} with store(s) {', '.join(found.stores)} from its folders, "
+                "its operator name is unknown")
+            by_id[op_id] = {
+                "operator_id": op_id, "spark_operator": f"operator-{op_id}" if not found.is_join else "symmetricHashJoin",
+                "num_partitions": max(len(found.partitions), self.num_partitions),
+                "min_batch_id": None, "max_batch_id": None, "stores": list(found.stores), "variables": [],
+                "time_mode": None, "discovered": True,
+            }
         names = [o["spark_operator"] for o in by_id.values()]
         for o in by_id.values():
             n = o["spark_operator"]
@@ -323,7 +431,9 @@ class SparkCheckpointReader(SnapshotReader):
 
     # --- keyed state ----------------------------------------------------------------------
     def _frame(self, op: dict[str, Any], options: dict[str, str], extra: dict[str, Any] | None = None):
-        r = self.spark.read.format("statestore").option("path", str(self.path)).option("operatorId", op["operator_id"])
+        self._use_format_version()
+        r = self.spark.read.format("statestore").option("path", str(self._spark_path))
+        r = r.option("operatorId", op["operator_id"])
         if not (extra and "readChangeFeed" in extra):  # Spark refuses batchId together with the change feed
             r = r.option("batchId", self.batch_id)
         for k, v in {**options, **(extra or {})}.items():
@@ -333,40 +443,133 @@ class SparkCheckpointReader(SnapshotReader):
     def _read(self, op, st, query: KeyedStateQuery, extra=None) -> pa.Table:
         from pyspark.sql import functions as F
 
-        where = f"state {st['state']!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
+        where = (f"state {st['state']!r} of operator {op['operator']!r} at batch {self.batch_id} in "
+                 f"{self.path}/state/{op['operator_id']}")
+        self._check_partitions(op, query)
+        if self.jvm_free and not extra:
+            parts = sorted(query.key_groups) if query.key_groups is not None else op["num_partitions"]
+            try:
+                t = hdfs_state_table(self.path, op["operator_id"], parts, self.batch_id,
+                                     st["options"].get("storeName", "default"))
+            except SnapshotFormatError as exc:
+                if self._jvm is False:
+                    raise
+                self.notes.append(f"{where}: read through Spark's data source: {exc}")
+            else:
+                return t
         try:
             df = self._frame(op, st["options"], extra)
             if query.key_groups is not None:
                 df = df.where(F.col("partition_id").isin([int(k) for k in query.key_groups]))
-            if query.keys is not None:
-                key_fields = df.schema["key"].dataType.names
-                if len(key_fields) == 1:
-                    df = df.where(F.col("key." + key_fields[0]).isin(list(query.keys)))
-            return df.toArrow()
+            if query.keys is not None and query.key_groups is None:
+                parts = self._partitions_of(op, st, df.schema["key"].dataType, query.keys)
+                if parts is not None:
+                    df = df.where(F.col("partition_id").isin(parts))
+            return _unique_names(df).toArrow()
         except ReaderError:
             raise
         except Exception as exc:
             raise ReaderError(f"reading {where} through Spark's state data source failed: {_short(exc)}") from exc
 
+    def _check_partitions(self, op: dict[str, Any], query: KeyedStateQuery) -> None:
+        missing = layout.missing_partitions(self.path, op["operator_id"], op["num_partitions"])
+        if query.key_groups is not None:
+            missing = [p for p in missing if p in query.key_groups]
+        if missing:
+            folders = ", ".join(f"{self.path}/state/{op['operator_id']}/{p}" for p in missing)
+            raise ReaderError(
+                f"operator {op['operator']!r} has {op['num_partitions']} state partitions but {folders} "
+                f"{'is' if len(missing) == 1 else 'are'} missing: the keys of "
+                f"{'that partition' if len(missing) == 1 else 'those partitions'} would be lost, so nothing is read "
+                "(restore the folder, or read the others with key_groups=)")
+
     def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
-        for op in self._operators:
-            if not query.wants_operator(op["operator"]):
+        todo = [(op, st) for op in self._operators if query.wants_operator(op["operator"])
+                for st in self._states_of(op) if query.wants_state(st["state"])]
+        how = "from its files" if self.jvm_free else "through Spark"
+        with tqdm(total=len(todo), desc=f"reading Spark state {how}", unit="state", disable=None,
+                  leave=False) as bar:
+            for op, st in todo:
+                bar.set_postfix_str(f"{op['operator']}/{st['state']}", refresh=False)
+                yield from self._pieces_of(op, st, query)
+                bar.update(1)
+
+    def _pieces_of(self, op: dict[str, Any], st: dict[str, Any], query: KeyedStateQuery) -> Iterator[pa.Table]:
+        if st.get("bucket"):
+            pieces = [self._bucket_piece(op, st, query)]
+        elif self.jvm_free:  # one piece per partition: the first rows come before the last are decoded
+            self._check_partitions(op, query)
+            wanted = query.key_groups
+            if query.keys is not None and wanted is None:  # key=: only the keys' partitions
+                types = json_leaf_types(read_schema(layout.store_schema_file(
+                    self.path, op["operator_id"], st["options"].get("storeName", "default")))[0])
+                found = self._partitions_of(op, st, types, query.keys)
+                wanted = None if found is None else frozenset(found)
+            parts = [p for p in range(op["num_partitions"]) if wanted is None or p in wanted]
+            pieces = (self._to_contract(op, st, self._read(op, st, dataclasses.replace(
+                query, key_groups=frozenset([p]))), query) for p in parts)
+        else:
+            pieces = [self._to_contract(op, st, self._read(op, st, query), query)]
+        for piece in pieces:
+            if query.keys is not None and "key" in piece.column_names:
+                # a key of several columns is a struct: matched with a tuple (or dict) of its fields,
+                # in order; timestamps by their instant, a window as {"start", "end"}
+                keys = {key_leaves(k) for k in query.keys}
+                mask = [key_leaves(d) in keys for d in piece.column("key").to_pylist()]
+                piece = piece.filter(pa.array(mask, pa.bool_()))
+            yield piece
+
+    # --- key= lookups ---------------------------------------------------------------------
+    #: the reader matches keys itself (StoredSnapshot leaves keyed_state(key=) to it)
+    filters_keys = True
+
+    def key_query(self, query: KeyedStateQuery, key: Any) -> KeyedStateQuery:
+        """``keyed_state(key=k)``: read only the Spark partition of ``k`` (per operator, from its key schema)."""
+        return KeyedStateQuery(query.operators, query.states, query.key_groups, (key,), query.columns)
+
+    def key_matches(self, row_key: Any, key: Any) -> bool:
+        return key_leaves(row_key) == key_leaves(key)
+
+    def _partitions_of(self, op, st, key_type, keys) -> list[int] | None:
+        """The Spark partitions of ``keys`` in one store, or None when a key does not fit the store's key
+        columns (then every partition is read)."""
+        parts = self._partition_list(op, st, key_type, keys)
+        return None if any(p is None for p in parts) else sorted(set(parts))
+
+    def _partition_list(self, op, st, key_type, keys) -> list[int | None]:
+        """Spark's partition of each key: Murmur3 of its grouping columns mod the partitions, as the shuffle
+        placed it (None for a key that does not fit the store's key columns)."""
+        types = leaf_types(key_type) if not isinstance(key_type, list) else key_type
+        if st["state"].endswith("keyWithIndexToValue") or op["spark_operator"].startswith("sessionWindow"):
+            types = types[:-1]  # the row index / session start is not part of the shuffle key
+        types = ["long" if t == "timestamp" else t for t in types]  # microseconds, hashed as a long
+        out: list[int | None] = []
+        for k in keys:
+            leaves = key_leaves(k)
+            if len(leaves) != len(types) or not types:
+                out.append(None)
                 continue
-            for st in self._states_of(op):
-                if not query.wants_state(st["state"]):
-                    continue
-                if st.get("bucket"):
-                    piece = self._bucket_piece(op, st, query)
-                else:
-                    table = self._read(op, st, query)
-                    piece = self._to_contract(op, st, table, query)
-                if query.keys is not None and "key" in piece.column_names \
-                        and pa.types.is_struct(piece.schema.field("key").type):
-                    # multi-column keys are structs: match them as tuples of their fields, in order
-                    wanted = {tuple(k) if isinstance(k, (tuple, list)) else (k,) for k in query.keys}
-                    mask = [tuple(d.values()) in wanted for d in piece.column("key").to_pylist()]
-                    piece = piece.filter(pa.array(mask, pa.bool_()))
-                yield piece
+            try:
+                cols = [[v[1] if isinstance(v, tuple) else v] for v in leaves]
+                out.append(int(partition_ids(cols, op["num_partitions"], types)[0]))
+            except Exception:  # noqa: BLE001 - a value of another type: no push-down, the filter decides
+                out.append(None)
+        return out
+
+    def partitions_of(self, keys: list[Any], operator: str | None = None, state: str | None = None) -> list[int | None]:
+        """The Spark partition (``key_group``) of each key in one state (by default the operator's first):
+        what ``keyed_state(key=k)`` reads."""
+        if state is None:
+            op = next(o for o in self._operators if operator is None or o["operator"] == operator)
+            st = self._states_of(op)[0]
+        else:
+            op, st = self._find(state, operator)
+        try:
+            key_type = self._frame(op, st["options"]).schema["key"].dataType
+        except Exception as exc:  # noqa: BLE001
+            raise ReaderError(f"{self.path}/state/{op['operator_id']}: cannot read the key schema of "
+                              f"{st['state']!r}: {_short(exc)}") from exc
+        return self._partition_list(op, st, key_type, list(keys))
 
     def _to_contract(self, op, st, t: pa.Table, query: KeyedStateQuery) -> pa.Table:
         kind = st["kind"]
@@ -377,6 +580,7 @@ class SparkCheckpointReader(SnapshotReader):
         expires = None
         if kind in ("event_timer", "processing_timer"):
             value = t.column("expiration_timestamp_ms").combine_chunks()
+            expires = value  # a timer fires at its timestamp: shown as one in expires_at
             size = _row_bytes(key_col) + 8
         elif kind == "map":
             uk = t.column("user_map_key").combine_chunks()
@@ -388,8 +592,22 @@ class SparkCheckpointReader(SnapshotReader):
             user_key = pa.array(_run_index(key_col), pa.int64())
             size = _row_bytes(key_col) + _row_bytes(vraw)
         else:
-            value, expires, vraw = _value_and_ttl(t.column("value").combine_chunks())
+            raw_value = t.column("value").combine_chunks()
+            value, expires, vraw = _value_and_ttl(raw_value)
+            if expires is None:
+                expires = _expiry_in_value(raw_value)
             size = _row_bytes(key_col) + _row_bytes(vraw)
+            per_key = st["state"].endswith("keyWithIndexToValue") or op["spark_operator"].startswith("sessionWindow")
+            if per_key and pa.types.is_struct(key_col.type) and key_col.type.num_fields > 1:
+                # a join side's rows / a key's sessions: shown per join (grouping) key, the row's index among
+                # the key's rows / the session's start as user_key
+                n = key_col.type.num_fields
+                user_key = key_col.field(n - 1)
+                if pa.types.is_integer(user_key.type):
+                    user_key = user_key.cast(pa.int64())
+                fields = [key_col.type.field(i) for i in range(n - 1)]
+                key = _unwrap(pa.StructArray.from_arrays([key_col.field(i) for i in range(n - 1)], fields=fields,
+                                                         mask=key_col.is_null() if key_col.null_count else None))
         data = {
             "operator": op["operator"],
             "state": st["state"],
@@ -440,9 +658,6 @@ class SparkCheckpointReader(SnapshotReader):
         if not pieces:
             return empty_piece(query.columns or CONTRACT_COLUMNS)
         piece = pa.concat_tables(pieces, promote_options="permissive")
-        if query.keys is not None and "key" in piece.column_names \
-                and not pa.types.is_struct(piece.schema.field("key").type):
-            piece = piece.filter(pc.is_in(piece.column("key"), pa.array(list(query.keys))))
         return piece
 
     # --- history ---------------------------------------------------------------------------
@@ -466,7 +681,7 @@ class SparkCheckpointReader(SnapshotReader):
         where = f"the change feed of {state!r} ({start_batch_id}..{end}) in {self.path}"
         try:
             df = self._frame(op, opts, extra)
-            t = df.toArrow()
+            t = _unique_names(df).toArrow()
         except Exception as exc:
             hint = ""
             if "changelog" in str(exc).lower():
@@ -525,6 +740,28 @@ class SparkCheckpointReader(SnapshotReader):
     def estimated_rows(self, query: KeyedStateQuery) -> int | None:
         return None
 
+    def flat_state(self, operator: str | None = None, state: str | None = None) -> pd.DataFrame:
+        """One state's rows with one column per value field (:func:`.values.flatten_values`), e.g. an
+        aggregation's ``count, sum, count_2, sum_2, ...``; by default the first state of the first operator."""
+        states = self.states()
+        if operator is not None:
+            states = states[states["operator"] == operator]
+        if state is not None:
+            states = states[states["state"] == state]
+        if states.empty:
+            raise ReaderError(f"{self.path}: no state {state!r} of operator {operator!r}; the checkpoint has "
+                              f"{list(zip(self.states()['operator'], self.states()['state']))}")
+        op, st = states.iloc[0]["operator"], states.iloc[0]["state"]
+        pieces = list(self.keyed_pieces(KeyedStateQuery(operators=frozenset([op]), states=frozenset([st]))))
+        df = pa.concat_tables(pieces).to_pandas(maps_as_pydicts="strict") if pieces else pd.DataFrame(
+            columns=list(CONTRACT_COLUMNS))
+        return flatten_values(df)
+
+    def history(self, keys: bool = True, per_state: bool = True) -> pd.DataFrame:
+        """Every retained batch (what :func:`explorer.history` shows for a Spark checkpoint):
+        see :func:`explorer.readers.spark.history.spark_history`."""
+        return spark_history(self, keys=keys, per_state=per_state)
+
 
 # --- Arrow helpers -------------------------------------------------------------------------
 def _unwrap(arr: pa.Array) -> pa.Array:
@@ -535,6 +772,43 @@ def _unwrap(arr: pa.Array) -> pa.Array:
             child = pc.if_else(arr.is_valid(), child, pa.nulls(len(arr), child.type))
         return child
     return arr
+
+
+def _unique_names(df):
+    """``df`` with the value struct's repeated field names made unique, positionally (``toArrow()``
+    refuses repeats; Spark names aggregation buffers by function: ``count, sum, count, sum``).
+
+    The n-th repeat of a name gets ``_<n>``: ``count, sum, count_2, sum_2, sum_3, min, max``.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+
+    out = []
+    changed = False
+    for f in df.schema.fields:
+        t = f.dataType
+        if isinstance(t, StructType):
+            names = unique_names([x.name for x in t.fields])
+            if names != [x.name for x in t.fields]:
+                changed = True
+                new = StructType([StructField(n, x.dataType, x.nullable) for n, x in zip(names, t.fields)])
+                out.append(F.col(f.name).cast(new).alias(f.name))
+                continue
+        out.append(F.col(f.name))
+    return df.select(*out) if changed else df
+
+
+def _expiry_in_value(arr: pa.Array) -> pa.Array | None:
+    """Expiry Spark keeps inside a value, as epoch ms: ``expiresAtMicros`` of dropDuplicatesWithinWatermark,
+    ``timeoutTimestamp`` of (flatMap|applyInPandas)WithState (-1: no timeout)."""
+    if not pa.types.is_struct(arr.type):
+        return None
+    if arr.type.get_field_index("expiresAtMicros") >= 0:
+        return pc.divide(arr.field(arr.type.get_field_index("expiresAtMicros")).cast(pa.int64()), 1000)
+    if arr.type.get_field_index("timeoutTimestamp") >= 0:
+        ms = arr.field(arr.type.get_field_index("timeoutTimestamp")).cast(pa.int64())
+        return pc.if_else(pc.greater(ms, 0), ms, pa.nulls(len(ms), pa.int64()))
+    return None
 
 
 def _value_and_ttl(arr: pa.Array) -> tuple[pa.Array, pa.Array | None, pa.Array]:

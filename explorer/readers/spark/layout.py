@@ -1,0 +1,236 @@
+"""What a Spark checkpoint's files say without a JVM: format version, operators, partitions, bytes.
+
+A Structured Streaming checkpoint keeps its stateful operators under
+``state/<operatorId>/<partition>/`` (one store per shuffle partition; a
+stream-stream join keeps four stores per partition, in sub-folders named
+``left-keyToNumValues``, ``left-keyWithIndexToValue``, ``right-...``). Spark 4
+adds ``state/<op>/_metadata/v1|v2/<batch>`` (operator name, stores, state
+variables); Spark 3.x writes none, so operators are discovered from the folders.
+
+Store files per version ``v`` (the micro-batch ``v - 1`` wrote them):
+
+==========================  ==========================================
+``v.delta`` / ``v.snapshot``  HDFS-backed store: changes / full state
+``v.changelog`` / ``v.zip``   RocksDB store: changes / full checkpoint
+``v_<uuid>.changelog|zip``    the same in checkpoint format v2, whose
+                              ``commits/<batch>`` name the uuids
+                              (``stateUniqueIds``)
+==========================  ==========================================
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import SnapshotFormatError
+
+__all__ = [
+    "JOIN_STORES",
+    "StoreFile",
+    "checkpoint_format_version",
+    "discover_operators",
+    "missing_partitions",
+    "resolved_copy",
+    "store_schema_file",
+    "store_files",
+]
+
+#: the four stores of a stream-stream join, in Spark's order
+JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
+               "right-keyWithIndexToValue")
+
+_FILE = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]{36}))?\.(delta|snapshot|changelog|zip)$")
+
+
+@dataclass(frozen=True)
+class StoreFile:
+    """One state store file: its version (batch + 1), kind and size."""
+
+    path: Path
+    operator_id: int
+    partition: int
+    store: str
+    version: int
+    kind: str  # delta | snapshot | changelog | zip
+    uuid: str | None
+    size: int
+
+
+def _read_log(f: Path) -> list[str]:
+    try:
+        return f.read_text().splitlines()
+    except OSError as exc:
+        raise SnapshotFormatError(f"{f}: cannot read it ({exc.strerror})") from exc
+
+
+def checkpoint_format_version(path: Path, committed: list[int]) -> int:
+    """1 or 2: ``stateUniqueIds`` in the latest commit log or ``<v>_<uuid>`` store files mean 2."""
+    if committed:
+        lines = _read_log(Path(path) / "commits" / str(committed[-1]))
+        if len(lines) > 1:
+            try:
+                if "stateUniqueIds" in json.loads(lines[1]):
+                    return 2
+            except json.JSONDecodeError as exc:
+                raise SnapshotFormatError(
+                    f"{path}/commits/{committed[-1]}: expected a version line and a JSON line, found "
+                    f"{lines[1][:80]!r}") from exc
+    state = Path(path) / "state"
+    if state.is_dir():
+        for f in state.glob("*/*/*"):
+            m = _FILE.match(f.name)
+            if m and m.group(2):
+                return 2
+    return 1
+
+
+def _int_dirs(d: Path) -> list[int]:
+    if not d.is_dir():
+        return []
+    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+@dataclass
+class DiscoveredOperator:
+    """An operator found from ``state/<id>/`` alone (no ``_metadata``)."""
+
+    operator_id: int
+    partitions: list[int]
+    stores: list[str] = field(default_factory=list)
+
+    @property
+    def is_join(self) -> bool:
+        return set(self.stores) == set(JOIN_STORES)
+
+
+def discover_operators(path: Path) -> dict[int, DiscoveredOperator]:
+    """Every ``state/<id>/`` folder as an operator, with its partitions and store names."""
+    out = {}
+    state = Path(path) / "state"
+    for op_id in _int_dirs(state):
+        parts = _int_dirs(state / str(op_id))
+        stores = ["default"]
+        if parts:
+            sub = {p.name for p in (state / str(op_id) / str(parts[0])).iterdir() if p.is_dir()}
+            if set(JOIN_STORES) <= sub:
+                stores = list(JOIN_STORES)
+        out[op_id] = DiscoveredOperator(op_id, parts, stores)
+    return out
+
+
+def has_operator_metadata(path: Path, operator_id: int) -> bool:
+    return (Path(path) / "state" / str(operator_id) / "_metadata").exists()
+
+
+def store_schema_file(path: Path, operator_id: int, store: str = "default") -> Path:
+    """The key/value schema Spark keeps (in partition 0's folder) for one store."""
+    d = Path(path) / "state" / str(operator_id) / "0"
+    return (d if store == "default" else d / store) / "_metadata" / "schema"
+
+
+def missing_partitions(path: Path, operator_id: int, num_partitions: int) -> list[int]:
+    """Partition folders ``0..num_partitions-1`` of one operator that are not there."""
+    have = set(_int_dirs(Path(path) / "state" / str(operator_id)))
+    return [p for p in range(num_partitions) if p not in have]
+
+
+def store_files(path: Path) -> list[StoreFile]:
+    """Every store file of every operator, partition and store (``.crc`` files left out)."""
+    out = []
+    state = Path(path) / "state"
+    for op_id in _int_dirs(state):
+        for part in _int_dirs(state / str(op_id)):
+            pdir = state / str(op_id) / str(part)
+            dirs = [(pdir, "default")] + [(d, d.name) for d in pdir.iterdir() if d.is_dir() and d.name in JOIN_STORES]
+            for d, store in dirs:
+                for f in d.iterdir():
+                    m = _FILE.match(f.name)
+                    if m and f.is_file():
+                        out.append(StoreFile(f, op_id, part, store, int(m.group(1)), m.group(3), m.group(2),
+                                             f.stat().st_size))
+    return out
+
+
+def _schema_paths(meta_file: Path) -> list[str]:
+    try:
+        lines = meta_file.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    out = []
+    for line in lines[1:]:
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        for s in doc.get("stateStoreInfo", []) if isinstance(doc, dict) else []:
+            out += list(s.get("stateSchemaFilePaths") or [])
+    return out
+
+
+def _local(p: str) -> str:
+    return p[len("file:"):] if p.startswith("file:") else p
+
+
+def foreign_schema_paths(path: Path) -> dict[Path, list[str]]:
+    """Operator metadata files that name schema files outside this checkpoint (a moved copy)."""
+    root = str(Path(path).resolve())
+    out: dict[Path, list[str]] = {}
+    for f in (Path(path) / "state").glob("*/_metadata/v*/*"):
+        if f.name.startswith(".") or not f.is_file():
+            continue
+        foreign = [p for p in _schema_paths(f) if not _local(p).startswith(root + "/")]
+        if foreign:
+            out[f] = foreign
+    return out
+
+
+def resolved_copy(path: Path, cache_dir: Path | None = None) -> Path:
+    """``path`` itself, or for a moved checkpoint a folder Spark can read in its place.
+
+    Spark 4 records the absolute path of ``transformWithState`` schema files in the operator
+    metadata; in a copy they point at the original (gone, or worse: still there with another
+    schema). The returned folder links every file of the copy and holds the metadata rewritten
+    to point at the copy's own ``state/<op>/_stateSchema/...`` (found by the part after ``/state/``).
+    """
+    path = Path(path).resolve()
+    foreign = foreign_schema_paths(path)
+    if not foreign:
+        return path
+    tmp = Path(tempfile.mkdtemp(prefix="explorer-spark-copy-", dir=cache_dir))
+    for item in path.iterdir():
+        if item.name != "state":
+            (tmp / item.name).symlink_to(item)
+    for op in (path / "state").iterdir():
+        dst = tmp / "state" / op.name
+        dst.mkdir(parents=True)
+        for item in op.iterdir():
+            if item.name != "_metadata":
+                (dst / item.name).symlink_to(item)
+        if (op / "_metadata").is_dir():
+            shutil.copytree(op / "_metadata", dst / "_metadata", ignore=shutil.ignore_patterns(".*.crc"))
+    for f, paths in foreign.items():
+        rel = f.relative_to(path)
+        text = f.read_text()
+        for p in paths:
+            local = _local(p)
+            i = local.rfind("/state/")
+            if i < 0:
+                raise SnapshotFormatError(
+                    f"{f}: schema file {p!r} is outside this checkpoint and not under a 'state/' folder; "
+                    "expected <checkpoint>/state/<op>/_stateSchema/...")
+            mine = path / local[i + 1:]
+            if not mine.is_file():
+                raise SnapshotFormatError(
+                    f"{f}: names schema file {p!r} of the checkpoint it was copied from; the copy's own "
+                    f"{mine} is missing too")
+            text = text.replace(p, "file:" + str(mine))
+        (tmp / rel).write_text(text)
+    return tmp
+
+
