@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import traitlets as t
 
+from explorer.plots.format import MISSING, is_missing
+
 from ._base import View, html_table, subtask_colour
 from ._data import SnapshotData
 from ._errors import ErrorArea
@@ -164,7 +166,7 @@ class KeysTab(View):
         per_state = rows.groupby(["operator", "state", "kind"], sort=True).agg(
             entries=("size_bytes", "size"), bytes=("size_bytes", "sum")).reset_index()
         shown = rows.drop(columns=["key", "key_group", "subtask"]).copy()
-        shown["value"] = shown["value"].map(lambda v: (repr(v)[:120]))
+        shown["value"] = shown["value"].map(lambda v: MISSING if is_missing(v) else repr(v)[:120])
         self.detail.value = (
             f"<h4 style='margin:8px 0 4px'>{html.escape(repr(key))}</h4>"
             f"<div>key group <b>{kg}</b> of {self.data.layout(self.operator)[1]} &nbsp;{badge}</div>"
