@@ -45,6 +45,11 @@ def sync_figure(fig: go.FigureWidget) -> None:
     """
     fig._widget_layout = deepcopy(fig._layout_obj._props)
     fig._widget_data = deepcopy(fig._data)
+    # Sent whether or not traitlets saw a change: plotly appends to ``_widget_data`` in place, so
+    # the assignment above may compare equal and send nothing, and a browser model that was still
+    # loading plotly.js when the one-off messages came has missed them (the figure drew empty axes).
+    if fig.comm is not None:
+        fig.send_state(["_widget_data", "_widget_layout"])
 
 
 def figure(height: int = 320, **layout: Any) -> go.FigureWidget:
