@@ -11,6 +11,7 @@ made, figures included, so re-running a notebook cell leaves no comms behind.
 from __future__ import annotations
 
 import html
+import sys
 from copy import deepcopy
 from typing import Any, Callable, Iterable, TypeVar
 
@@ -175,8 +176,14 @@ class View(w.VBox):
 
     def sync_figures(self) -> None:
         """Make every figure's synced state current (see :func:`sync_figure`)."""
+        # plotly's FigureWidget class is imported only where a figure was made: its first import costs
+        # seconds (nbformat, jsonschema), which must not delay a dashboard's loading line
+        module = sys.modules.get("plotly.graph_objs._figurewidget")
+        cls = getattr(module, "FigureWidget", None)
+        if cls is None:
+            return
         for widget in self._owned:
-            if isinstance(widget, go.FigureWidget):
+            if isinstance(widget, cls):
                 sync_figure(widget)
 
     def guarded(self, fn: Callable[..., Any], where: str) -> Callable[..., Any]:

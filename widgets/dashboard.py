@@ -61,7 +61,8 @@ class Dashboard(View):
     doing (a spinner and a line), sent to the browser before the work starts. In a Jupyter
     kernel the first tab is built just after the cell that made the dashboard has displayed
     it (``defer=True``, the default there), so the dashboard and its loading line appear at
-    once and the snapshot is read after.
+    once and the snapshot is read after. ``defer=True`` outside a kernel builds no tab until one
+    is asked for (``view``, ``select``, a ``*_tab`` property).
     """
 
     def __init__(self, source: Snapshot | str | Path | SnapshotData, tab: str = "Overview",
@@ -92,10 +93,12 @@ class Dashboard(View):
         self.tab.selected_index = self.titles.index(tab)
         self.tab.observe(self.guarded(self._selected, "opening a tab"), names="selected_index")
         self.children = [self.header, self.tab, errors]
-        shell = _kernel_shell() if defer is None else (_kernel_shell() if defer else None)
-        if shell is None:
+        shell = _kernel_shell()
+        if defer is None:
+            defer = shell is not None
+        if not defer:
             self.view(tab)
-        else:
+        elif shell is not None:
             def build_first(*_args: Any) -> None:
                 shell.events.unregister("post_execute", build_first)
                 if self.tab is not None and self.tab.comm is not None:
@@ -117,6 +120,10 @@ class Dashboard(View):
     def _selected(self, change: dict) -> None:
         if change["new"] is not None:
             self.view(self.titles[change["new"]])
+
+    def build_selected(self) -> View:
+        """Build the selected tab now (what a deferred dashboard does once it has been displayed)."""
+        return self.view(self.titles[self.tab.selected_index or 0])
 
     @property
     def overview_tab(self) -> OverviewTab:
