@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import traitlets as t
 
-from explorer.plots.format import MISSING, is_missing
+from explorer.plots.format import MISSING, human_bytes, is_missing
 
 from ._base import View, html_table, subtask_colour
 from ._data import SnapshotData
@@ -134,7 +134,7 @@ class KeysTab(View):
         self._page_rows = rows
         ks = self.keys_frame
         sub = ks.iloc[rows]
-        labels = [f"{k!s}   ·  {e:,} entries  ·  {b:,} B  ·  key group {g} → subtask {s}"
+        labels = [f"{k!s}   ·  {e:,} entr{'y' if e == 1 else 'ies'}  ·  {human_bytes(b)}  ·  key group {g} → subtask {s}"
                   for k, e, b, g, s in zip(sub["key"], sub["entries"], sub["bytes"], sub["key_group"], sub["subtask"])]
         self.key_list.options = [(label, i) for i, label in enumerate(labels)]
         last = max(0, (self.matches - 1) // self.page_size)

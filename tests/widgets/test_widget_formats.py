@@ -88,6 +88,11 @@ def test_hot_keys_rank_by_traffic_where_counted_else_by_bytes(dash):
         assert not tab.hot_figure.layout.annotations and len(tab.hot_figure.data[0].x)
 
 
+def test_the_key_list_reads_as_english(dash):
+    labels = [label for label, _ in dash.keys_tab.key_list.options]
+    assert labels and not [x for x in labels if " 1 entries" in x]  # seen in the browser test's screenshot
+
+
 def test_tables_scroll_and_align_headers_with_their_columns(dash):
     html = dash.overview_tab.states_table.value
     assert "sx-scroll" in html and "overflow:auto" in html
