@@ -44,7 +44,16 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab-root")
     (root / "notebooks").mkdir()
     shutil.copy(REPO / "notebooks" / "00_tour.ipynb", root / "notebooks" / "00_tour.ipynb")
-    (root / "sample_data").symlink_to(REPO / "sample_data")
+    # sample_data two levels deep as real folders, below that links: a notebook the file browser's
+    # "Open in State Explorer" makes beside a snapshot lands in the scratch root, not in the repository
+    for child in (REPO / "sample_data").iterdir():
+        if child.is_dir():
+            (root / "sample_data" / child.name).mkdir(parents=True)
+            for grandchild in child.iterdir():
+                (root / "sample_data" / child.name / grandchild.name).symlink_to(grandchild)
+        else:
+            (root / "sample_data").mkdir(exist_ok=True)
+            (root / "sample_data" / child.name).symlink_to(child)
     # this checkout's prebuilt extension, where an installed wheel puts it (share/jupyter/labextensions)
     jupyter_path = root / ".jupyter-path"
     (jupyter_path / "labextensions").mkdir(parents=True)

@@ -113,7 +113,11 @@ def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
             dash.locator(".lm-TabBar-tab", has_text=re.compile(f"^{re.escape(title)}$")).first.click()
             page.wait_for_function(f"() => {{ const p = ({PANE})(); return p && !p.querySelector('.sx-loading')"
                                    " && p.innerText.trim().length > 0; }", timeout=600_000, polling=250)
-            page.wait_for_timeout(300)  # plotly draws after the model arrives
+            try:  # plotly draws once its module and the model's state are in; a figure still empty after 30 s is
+                page.wait_for_function(f"() => !({CHECK})(({PANE})()).some(p => p.startsWith('empty figure'))",
+                                       timeout=30_000, polling=500)
+            except Exception:  # noqa: BLE001 - reported below with the other problems
+                pass
             dash.screenshot(path=str(ARTIFACTS / f"{fmt}-{title.lower().replace(' ', '-')}.png"))
             found = page.evaluate(f"() => ({CHECK})(({PANE})())")
             if found:
