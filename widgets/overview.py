@@ -89,6 +89,7 @@ class OverviewTab(View):
                             name=f"subtask {s}", marker_color=subtask_colour(int(s)),
                             hovertemplate="%{y}<br>%{x:,} bytes<extra>subtask " + str(s) + "</extra>")
             fig.update_layout(title_text="State size per state (serialized bytes, stacked by subtask)",
-                              legend_title_text="subtask", height=max(220, 90 + 40 * sizes["label"].nunique()))
+                              legend_title_text="subtask", legend_traceorder="normal",
+                              height=max(220, 90 + 40 * sizes["label"].nunique()))
             fig.update_xaxes(title_text="bytes", tickformat="~s", ticksuffix="B")
             fig.update_yaxes(automargin=True)
