@@ -1,23 +1,30 @@
-"""Dashboard responsiveness: latency from a control change to updated figures, at 1 M keys.
+"""Dashboard first paint and responsiveness, and the HTML report's size, at 1 M keys.
 
 Builds an engine savepoint of 1 M keys (``--smoke``: 50 k) with the explorer benchmark's builder
 (:func:`benchmarks.bench_explorer.build_savepoint`: parallelism 4, max parallelism 128, a
-ValueState with TTL for every key and a ListState for the 1 % hot keys), opens
-``widgets.explore`` on it, then changes controls the way a user does and times each change
-from setting the control's ``.value`` to the return of its observer: by then the model is
-recomputed, every figure is updated in place and the widget messages are serialized (what the
-kernel then sends; the browser's drawing time is not included).
+ValueState with TTL for every key and a ListState for the 1 % hot keys), then measures:
 
-Controls exercised, round robin: the key-groups parallelism slider and metric toggle, the hot-keys
-ranking, top-N and salting sliders, the TTL "now" slider and window, and a key search.
+* **loading state**: from calling ``widgets.explore`` (deferred, as in a notebook) to the
+  dashboard with its header, tab bar and the first tab's loading line ready to display
+  (target 100 ms);
+* **first paint of each tab**: from asking for the tab (a click on it) to its model built, every
+  figure filled and its widget messages serialized, in tab order, on one freshly opened snapshot
+  (target 1 s each; the browser's own drawing time is not included; the first tab's time includes
+  reading the keyed state, which every later tab reuses);
+* **control changes**: from setting a control's ``.value`` to the return of its observer
+  (model recomputed, figures updated in place, messages serialized), round robin over the
+  key-groups parallelism slider and metric toggle, the hot-keys ranking, top-N and salting
+  sliders, the TTL "now" slider and window, and a key search (target p95 150 ms);
+* **report size**: ``state-explorer report`` of the same savepoint (:func:`explorer.report.build_report`),
+  in bytes, and the same without the plotly.js bundle it inlines (target: under 1 MB plus one
+  shared copy of plotly).
 
 Run::
 
     python -m benchmarks.bench_widgets            # 1 M keys
     python -m benchmarks.bench_widgets --smoke    # 50 k keys
 
-Writes ``benchmarks/results/widgets.json``: p50/p95/max latency in milliseconds per control and
-over all changes, the dashboard's build time, the machine and the date. Target: p95 < 150 ms.
+Writes ``benchmarks/results/widgets.json`` with units, the machine, its load and the date.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ import numpy as np
 from ._machine import machine, result_path
 
 TARGET_P95_MS = 150.0
+TARGET_LOADING_MS = 100.0
+TARGET_PAINT_MS = 1000.0
+TARGET_REPORT_BYTES = 1_000_000
 
 
 def changes(dash) -> list[tuple[str, Callable[[int], Any]]]:
@@ -61,24 +71,37 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
+def _plotly_bundle_size(html: str) -> int:
+    """Bytes of the inlined plotly.js bundles in a report (the scripts defining ``Plotly``)."""
+    import re
+
+    return sum(len(m.group(0).encode()) for m in re.finditer(r"<script[^>]*>(?:(?!</script>).)*?plotly\.js v"
+                                                               r"(?:(?!</script>).)*</script>", html, flags=re.S))
+
+
 def run(n_keys: int, rounds: int, workdir: Path) -> dict[str, Any]:
     from .bench_explorer import build_savepoint
 
     import widgets
+    from explorer.report import build_report
 
     t0 = time.perf_counter()
     sp = build_savepoint(workdir / f"sp-{n_keys}", n_keys)
     build_s = time.perf_counter() - t0
     gc.collect()
+    t0 = time.perf_counter()  # cold: the first in the process pays one-time imports (readers registered)
+    widgets.Dashboard(sp, defer=True).close()
+    loading_cold_ms = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
-    dash = widgets.explore(sp)
-    open_s = time.perf_counter() - t0
+    dash = widgets.Dashboard(sp, defer=True)
+    loading_ms = (time.perf_counter() - t0) * 1000
+    paint: dict[str, float] = {}
     per: dict[str, list[float]] = {}
     try:
-        t0 = time.perf_counter()
-        for title in dash.titles:  # built when first shown; here all at once
-            dash.view(title)
-        tabs_s = time.perf_counter() - t0
+        for title in dash.titles:  # each tab as a user opens it, the first one reads the state
+            t = time.perf_counter()
+            dash.select(title)
+            paint[title] = (time.perf_counter() - t) * 1000
         acts = changes(dash)
         for _, act in acts:  # warm-up: first use of each code path
             act(0)
@@ -91,20 +114,36 @@ def run(n_keys: int, rounds: int, workdir: Path) -> dict[str, Any]:
             raise RuntimeError(f"a control raised: {dash.errors.last_error!r}")
     finally:
         dash.close()
+    t0 = time.perf_counter()
+    report = build_report(sp, workdir / "report.html")
+    report_s = time.perf_counter() - t0
+    html = report.read_text()
+    report_bytes = len(html.encode())
+    plotly_bytes = _plotly_bundle_size(html)
     every = [x for v in per.values() for x in v]
     results: dict[str, Any] = {
         "keys": {"value": n_keys, "unit": "keys"},
         "savepoint build": {"value": round(build_s, 2), "unit": "s"},
-        "dashboard open (read state + Overview tab)": {"value": round(open_s, 2), "unit": "s"},
-        "other six tabs built (first shown)": {"value": round(tabs_s, 2), "unit": "s"},
+        "loading state ready (explore, deferred)": {"value": round(loading_ms, 1), "unit": "ms"},
+        "loading state ready, first dashboard of the process": {"value": round(loading_cold_ms, 1), "unit": "ms"},
+    }
+    for title, ms in paint.items():
+        results[f"first paint: {title}"] = {"value": round(ms, 1), "unit": "ms"}
+    results.update({
         "all changes p50": {"value": round(percentile(every, 50), 1), "unit": "ms"},
         "all changes p95": {"value": round(percentile(every, 95), 1), "unit": "ms"},
         "all changes max": {"value": round(max(every), 1), "unit": "ms"},
         "changes timed": {"value": len(every), "unit": "changes"},
-    }
+    })
     for name, v in per.items():
         results[f"{name} p50"] = {"value": round(percentile(v, 50), 1), "unit": "ms"}
         results[f"{name} p95"] = {"value": round(percentile(v, 95), 1), "unit": "ms"}
+    results.update({
+        "report build": {"value": round(report_s, 2), "unit": "s"},
+        "report size": {"value": report_bytes, "unit": "bytes"},
+        "report plotly.js inlined": {"value": plotly_bytes, "unit": "bytes"},
+        "report size without plotly.js": {"value": report_bytes - plotly_bytes, "unit": "bytes"},
+    })
     return results
 
 
@@ -120,18 +159,32 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-widgets-") as tmp:
         results = run(n, rounds, Path(tmp))
     p95 = results["all changes p95"]["value"]
+    paints = {k: v["value"] for k, v in results.items() if k.startswith("first paint: ")}
+    loading = results["loading state ready (explore, deferred)"]["value"]
+    report_rest = results["report size without plotly.js"]["value"]
+    targets = {
+        "loading state (ms)": TARGET_LOADING_MS, "loading state met": bool(loading <= TARGET_LOADING_MS),
+        "first paint of each tab (ms)": TARGET_PAINT_MS,
+        "first paint met": bool(max(paints.values()) <= TARGET_PAINT_MS),
+        "tabs over the target": sorted(k.removeprefix("first paint: ") for k, v in paints.items()
+                                       if v > TARGET_PAINT_MS),
+        "p95 control change to updated figures (ms)": TARGET_P95_MS, "p95 met": bool(p95 < TARGET_P95_MS),
+        "report without plotly.js (bytes)": TARGET_REPORT_BYTES,
+        "report met": bool(report_rest < TARGET_REPORT_BYTES),
+    }
     out = {
         "benchmark": "widgets",
         "command": " ".join(["python -m benchmarks.bench_widgets", *(argv if argv is not None else sys.argv[1:])]),
         "results": results,
-        "targets": {"p95 control change to updated figures (ms)": TARGET_P95_MS, "met": bool(p95 < TARGET_P95_MS)},
+        "targets": targets,
         "machine": machine(),
     }
     path = args.out or result_path("widgets")
     path.write_text(json.dumps(out, indent=2) + "\n")
     for k, v in results.items():
         print(f"{k:<45} {v['value']:>12,} {v['unit']}")
-    print(f"target p95 < {TARGET_P95_MS:.0f} ms: {'met' if p95 < TARGET_P95_MS else 'NOT met'}; wrote {path}")
+    print(json.dumps(targets))
+    print(f"wrote {path}")
     return 0
 
 

@@ -1,9 +1,11 @@
 """The IPython extension: ``%load_ext explorer``.
 
-* ``%explore PATH`` opens the snapshot at PATH and shows the dashboard
-  (``widgets.explore(snapshot)``) when the ``widgets`` package is importable,
-  else the terminal summary (:func:`explorer.report.summary_text`). The opened
-  snapshot is returned, so ``snap = %explore out/sp`` keeps it.
+* ``%explore PATH`` opens the snapshot at PATH and returns the dashboard
+  (``widgets.explore(snapshot)``) when the ``widgets`` package is importable, so
+  the notebook shows it once, as the cell's result (``dash = %explore out/sp``
+  keeps it; ``dash.snapshot`` is the opened snapshot). Without ``widgets`` it
+  prints the terminal summary (:func:`explorer.report.summary_text`) and returns
+  nothing, so the summary is not followed by the snapshot's own display.
 * Snapshots display richly in notebooks (``Snapshot._repr_html_``), and the
   extension registers the same for IPython's HTML formatter.
 
@@ -37,8 +39,12 @@ def find_dashboard() -> Callable[[Any], Any] | None:
     return fn if callable(fn) else None
 
 
-def explore(line: str, display: Callable[[Any], Any] | None = None, printer: Callable[[str], Any] = print) -> Any:
-    """The body of ``%explore PATH``: open, then show the dashboard or the summary; return the snapshot."""
+def explore(line: str, printer: Callable[[str], Any] = print) -> Any:
+    """The body of ``%explore PATH``: open, then return the dashboard, or print the summary and return None.
+
+    Nothing is displayed here: a dashboard returned is shown by the notebook as the cell's
+    result, once (displaying it here as well showed it beside the snapshot's own display).
+    """
     args = shlex.split(line)
     if len(args) != 1:
         printer("usage: %explore PATH  (a checkpoint, savepoint or checkpoint directory)")
@@ -50,13 +56,9 @@ def explore(line: str, display: Callable[[Any], Any] | None = None, printer: Cal
         return None
     dashboard = find_dashboard()
     if dashboard is not None:
-        view = dashboard(snap)
-        if display is None:
-            from IPython.display import display as display  # noqa: PLC0414 - IPython's own display
-        display(view)
-    else:
-        printer(summary_text(snap))
-    return snap
+        return dashboard(snap)
+    printer(summary_text(snap))
+    return None
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -22,8 +22,10 @@ from .analysis import (
     imbalance,
     key_group_distribution,
     key_skew,
+    key_stats,
     rescale_whatif,
     salting_whatif,
+    state_sizes,
     subtask_distribution,
     ttl_expiry,
     ttl_summary,
@@ -64,11 +66,12 @@ class Snapshot(StoredSnapshot):
         """The parallelisms with the best balance (:func:`explorer.analysis.best_parallelisms`)."""
         return best_parallelisms(self, parallelisms, **kw)
 
-    def hot_keys(self, n: int = 10, by: str = "bytes", **kw: Any) -> pd.DataFrame:
-        """Top keys by ``"bytes"``, ``"entries"`` or ``"traffic"`` (:func:`explorer.analysis.hot_keys`)."""
+    def hot_keys(self, n: int = 10, by: str = "auto", **kw: Any) -> pd.DataFrame:
+        """Top keys by traffic where counted, else bytes (``by="auto"``), or by ``"traffic"``, ``"bytes"``,
+        ``"entries"`` (:func:`explorer.analysis.hot_keys`)."""
         return hot_keys(self, n, by, **kw)
 
-    def key_skew(self, by: str = "bytes", **kw: Any) -> pd.DataFrame:
+    def key_skew(self, by: str = "auto", **kw: Any) -> pd.DataFrame:
         """Gini and top-1 % share of keys (:func:`explorer.analysis.key_skew`)."""
         return key_skew(self, by, **kw)
 
@@ -87,6 +90,14 @@ class Snapshot(StoredSnapshot):
     def ttl_summary(self, now: Any = None) -> pd.DataFrame:
         """Per state: TTL, size, expired entries (:func:`explorer.analysis.ttl_summary`)."""
         return ttl_summary(self, now)
+
+    def key_stats(self, **kw: Any) -> pd.DataFrame:
+        """One row per (operator, key): entries, bytes, traffic (:func:`explorer.analysis.key_stats`)."""
+        return key_stats(self, **kw)
+
+    def state_sizes(self) -> pd.DataFrame:
+        """Entries, bytes and keys per state, counted from the data (:func:`explorer.analysis.state_sizes`)."""
+        return state_sizes(self)
 
     def diff(self, other: "Snapshot", **kw: Any) -> pd.DataFrame:
         """Keys added, removed, changed from this snapshot to ``other`` (:func:`explorer.analysis.diff`)."""

@@ -20,25 +20,34 @@ def ip():
 
 def test_explore_prints_the_summary_without_widgets(ip, planted_job, capsys, monkeypatch):
     monkeypatch.setattr(ext, "find_dashboard", lambda: None)
-    snap = ip.run_line_magic("explore", str(planted_job.savepoint))
-    assert isinstance(snap, explorer.Snapshot)
+    # issue 18: the summary was followed by the returned snapshot's own display (shown twice)
+    assert ip.run_line_magic("explore", str(planted_job.savepoint)) is None
     out = capsys.readouterr().out
-    assert "hottest keys by state bytes" in out and "hot-a" in out
+    assert "hottest keys" in out and "hot-a" in out
 
 
-def test_explore_shows_the_dashboard_when_widgets_exist(ip, planted_job, monkeypatch):
+def test_explore_returns_the_dashboard_and_displays_nothing_itself(ip, planted_job, monkeypatch):
+    """``%explore PATH`` showed the dashboard and then the returned snapshot: everything twice.
+
+    Now the magic displays nothing itself and returns the dashboard, which the notebook shows
+    once as the cell's result.
+    """
     shown = []
 
     class View:
         def __init__(self, snap):
-            self.snap = snap
+            self.snapshot = snap
 
     fake = types.ModuleType("widgets")
     fake.explore = View
     monkeypatch.setitem(sys.modules, "widgets", fake)
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append(a))
     assert ext.find_dashboard() is View
-    snap = ext.explore(str(planted_job.savepoint), display=shown.append)
-    assert len(shown) == 1 and isinstance(shown[0], View) and shown[0].snap.path == snap.path
+    view = ip.run_line_magic("explore", str(planted_job.savepoint))
+    assert isinstance(view, View) and view.snapshot.path == explorer.open(planted_job.savepoint).path
+    assert shown == []
+    data, _ = ip.display_formatter.format(view)
+    assert "engine-savepoint" not in data.get("text/html", "")  # no snapshot display beside the dashboard
 
 
 def test_explore_reports_errors_and_usage(ip, tmp_path, capsys):

@@ -10,13 +10,17 @@ made, figures included, so re-running a notebook cell leaves no comms behind.
 
 from __future__ import annotations
 
+import html
+import sys
 from copy import deepcopy
 from typing import Any, Callable, Iterable, TypeVar
 
 import ipywidgets as w
+import pandas as pd
 import plotly.graph_objects as go
 
 from explorer.plots import PALETTE
+from explorer.plots.format import format_frame
 
 from ._errors import ErrorArea
 
@@ -42,6 +46,11 @@ def sync_figure(fig: go.FigureWidget) -> None:
     """
     fig._widget_layout = deepcopy(fig._layout_obj._props)
     fig._widget_data = deepcopy(fig._data)
+    # Sent whether or not traitlets saw a change: plotly appends to ``_widget_data`` in place, so
+    # the assignment above may compare equal and send nothing, and a browser model that was still
+    # loading plotly.js when the one-off messages came has missed them (the figure drew empty axes).
+    if fig.comm is not None:
+        fig.send_state(["_widget_data", "_widget_layout"])
 
 
 def figure(height: int = 320, **layout: Any) -> go.FigureWidget:
@@ -67,16 +76,69 @@ def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
         target.update_layout(height=height, margin=dict(l=60, r=20, t=50, b=50))
 
 
-#: CSS for the views' HTML tables (included once per dashboard, in its header)
-TABLE_CSS = ("<style>.sx-table{border-collapse:collapse;font-size:12px;margin:4px 0}"
-             ".sx-table th{background:#f5f5f5;text-align:left;padding:3px 8px;border-bottom:1px solid #ccc}"
-             ".sx-table td{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}</style>")
+#: CSS for the views' HTML tables (included with every table: a tab may be shown on its own).
+#: Tables scroll inside their box instead of being clipped; a header is aligned as its column is.
+TABLE_CSS = ("<style>.sx-scroll{max-height:360px;max-width:100%;overflow:auto;margin:4px 0}"
+             ".sx-table{border-collapse:collapse;font-size:12px;white-space:nowrap}"
+             ".sx-table th{background:#f5f5f5;padding:3px 8px;border-bottom:1px solid #ccc;position:sticky;top:0}"
+             ".sx-table td{padding:2px 8px;border-bottom:1px solid #eee}"
+             ".sx-table .sx-num{text-align:right;font-variant-numeric:tabular-nums}"
+             ".sx-table .sx-text{text-align:left}</style>")
 
 
-def html_table(df, max_rows: int = 20, **kw: Any) -> str:
-    """A compact HTML table of a DataFrame."""
-    return (TABLE_CSS + '<div style="max-height:360px;overflow:auto;font-size:12px">'
-            + df.head(max_rows).to_html(index=False, border=0, classes="sx-table", na_rep="", **kw) + "</div>")
+def _is_numeric(series: pd.Series) -> bool:
+    return (pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype))
+
+
+def html_table(df: pd.DataFrame, max_rows: int = 20, caption: str | None = None) -> str:
+    """A compact HTML table of a DataFrame for people to read.
+
+    Cells are formatted by :func:`explorer.plots.format.format_frame` (counts without decimals,
+    bytes, durations, shares, UTC times; a missing value as an en dash, never None/NaN/NaT).
+    Numeric columns are right-aligned, header included; the table scrolls inside its box.
+    """
+    shown = df.head(max_rows)
+    text = format_frame(shown)
+    cols = [str(c) for c in shown.columns]
+    align = ["sx-num" if _is_numeric(shown[c]) else "sx-text" for c in shown.columns]
+    head = "".join(f"<th class='{a}'>{html.escape(c)}</th>" for c, a in zip(cols, align))
+    body = "".join("<tr>" + "".join(f"<td class='{a}'>{html.escape(str(v))}</td>" for v, a in zip(row, align))
+                   + "</tr>" for row in text.itertuples(index=False, name=None))
+    more = (f"<div style='font-size:11px;color:#666'>first {max_rows:,} of {len(df):,} rows</div>"
+            if len(df) > max_rows else "")
+    cap = f"<div style='font-size:12px;color:#555;margin-top:2px'>{caption}</div>" if caption else ""
+    return (TABLE_CSS + cap + f"<div class='sx-scroll'><table class='sx-table'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table></div>" + more)
+
+
+def show_empty(fig: go.FigureWidget, message: str) -> None:
+    """Make ``fig`` say ``message`` instead of drawing empty -1..1 axes."""
+    with fig.batch_update():
+        for tr in fig.data:
+            tr.visible = False
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+        fig.layout.annotations = [dict(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                                       font=dict(size=14, color="#666"))]
+
+
+def show_drawn(fig: go.FigureWidget) -> None:
+    """Undo :func:`show_empty`: axes and traces visible again, the message gone."""
+    with fig.batch_update():
+        for tr in fig.data:
+            tr.visible = True
+        fig.update_xaxes(visible=True)
+        fig.update_yaxes(visible=True)
+        fig.layout.annotations = ()
+
+
+def loading_html(what: str) -> str:
+    """A small spinner and a line saying what is being read or computed."""
+    return ("<style>@keyframes sx-spin{to{transform:rotate(360deg)}}</style>"
+            "<div class='sx-loading' style='padding:12px;color:#555;font-size:13px'>"
+            "<span style='display:inline-block;width:12px;height:12px;border:2px solid #ccc;"
+            "border-top-color:#636EFA;border-radius:50%;animation:sx-spin 0.8s linear infinite;"
+            f"vertical-align:middle;margin-right:8px'></span>{html.escape(what)}</div>")
 
 
 class View(w.VBox):
@@ -114,8 +176,14 @@ class View(w.VBox):
 
     def sync_figures(self) -> None:
         """Make every figure's synced state current (see :func:`sync_figure`)."""
+        # plotly's FigureWidget class is imported only where a figure was made: its first import costs
+        # seconds (nbformat, jsonschema), which must not delay a dashboard's loading line
+        module = sys.modules.get("plotly.graph_objs._figurewidget")
+        cls = getattr(module, "FigureWidget", None)
+        if cls is None:
+            return
         for widget in self._owned:
-            if isinstance(widget, go.FigureWidget):
+            if isinstance(widget, cls):
                 sync_figure(widget)
 
     def guarded(self, fn: Callable[..., Any], where: str) -> Callable[..., Any]:

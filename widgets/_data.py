@@ -33,8 +33,11 @@ class SnapshotData:
         self._ks: dict[str, pd.DataFrame] = {}
 
     @classmethod
-    def from_any(cls, source: Any) -> "SnapshotData":
-        """A snapshot, or a path to a snapshot or to a checkpoint directory (then: its newest checkpoint)."""
+    def from_any(cls, source: Any, **options: Any) -> "SnapshotData":
+        """A snapshot, or a path to a snapshot or to a checkpoint directory (then: its newest checkpoint).
+
+        ``options`` go to :func:`explorer.open` (e.g. ``ttl=`` for Apache Flink snapshots).
+        """
         if isinstance(source, SnapshotData):
             return source
         if isinstance(source, Snapshot):
@@ -42,8 +45,8 @@ class SnapshotData:
             return cls(source, parent if checkpoints_in(parent) else None)
         p = Path(source)
         if p.is_dir() and checkpoints_in(p):
-            return cls(open_snapshot(p), p)
-        snap = open_snapshot(p)
+            return cls(open_snapshot(p, **options), p)
+        snap = open_snapshot(p, **options)
         parent = Path(snap.path).parent
         return cls(snap, parent if parent.is_dir() and checkpoints_in(parent) else None)
 

@@ -21,7 +21,7 @@ import ipywidgets as w
 
 from explorer.snapshot import Snapshot
 
-from ._base import View
+from ._base import View, loading_html
 from ._data import SnapshotData
 from ._errors import ErrorArea
 from .diff import DiffTab
@@ -44,14 +44,34 @@ TABS = (
 )
 
 
-class Dashboard(View):
-    """All tabs over one snapshot; ``close()`` closes every widget in them."""
+def _kernel_shell() -> Any:
+    """The IPython shell of a running Jupyter kernel, or None (plain Python, a terminal, tests)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
+        return None
+    shell = get_ipython()
+    return shell if shell is not None and getattr(shell, "kernel", None) is not None else None
 
-    def __init__(self, source: Snapshot | str | Path | SnapshotData, tab: str = "Overview", **kwargs: Any) -> None:
+
+class Dashboard(View):
+    """All tabs over one snapshot; ``close()`` closes every widget in them.
+
+    A tab is built the first time it is shown; while it builds, its pane shows what it is
+    doing (a spinner and a line), sent to the browser before the work starts. In a Jupyter
+    kernel the first tab is built just after the cell that made the dashboard has displayed
+    it (``defer=True``, the default there), so the dashboard and its loading line appear at
+    once and the snapshot is read after. ``defer=True`` outside a kernel builds no tab until one
+    is asked for (``view``, ``select``, a ``*_tab`` property).
+    """
+
+    def __init__(self, source: Snapshot | str | Path | SnapshotData, tab: str = "Overview",
+                 defer: bool | None = None, **kwargs: Any) -> None:
+        options = {k: kwargs.pop(k) for k in ("ttl", "uids") if k in kwargs}
         errors = ErrorArea()
         super().__init__(errors, **kwargs)
         self._owns_errors = True
-        self.data = SnapshotData.from_any(source)
+        self.data = SnapshotData.from_any(source, **options)
         snap = self.data.snapshot
         self.add_class("state-explorer-dashboard")
         self.header = self.own(w.HTML(
@@ -65,24 +85,45 @@ class Dashboard(View):
         #: the tabs built so far, by title
         self.tabs: dict[str, View] = {}
         self._panes = {title: self.own(w.VBox()) for title in self.titles}
+        self._loading = {title: self.own(w.HTML(loading_html(LOADING.get(title, f"Building {title}…"))))
+                         for title in self.titles}
+        for title, pane in self._panes.items():
+            pane.children = [self._loading[title]]
         self.tab = self.own(w.Tab(children=list(self._panes.values()), titles=self.titles))
-        self.view(tab)
         self.tab.selected_index = self.titles.index(tab)
         self.tab.observe(self.guarded(self._selected, "opening a tab"), names="selected_index")
         self.children = [self.header, self.tab, errors]
+        shell = _kernel_shell()
+        if defer is None:
+            defer = shell is not None
+        if not defer:
+            self.view(tab)
+        elif shell is not None:
+            def build_first(*_args: Any) -> None:
+                shell.events.unregister("post_execute", build_first)
+                if self.tab is not None and self.tab.comm is not None:
+                    self.guarded(self.view, f"building the {tab} tab")(tab)
+
+            shell.events.register("post_execute", build_first)
 
     def view(self, title: str) -> View:
         """The tab called ``title``, built now if it was not yet."""
         if title not in self.tabs:
             cls = dict(TABS)[title]
+            pane = self._panes[title]
+            pane.children = [self._loading[title]]  # sent before the work starts
             built = self.own(cls(self.data, self.errors))
             self.tabs[title] = built
-            self._panes[title].children = [built]
+            pane.children = [built]
         return self.tabs[title]
 
     def _selected(self, change: dict) -> None:
         if change["new"] is not None:
             self.view(self.titles[change["new"]])
+
+    def build_selected(self) -> View:
+        """Build the selected tab now (what a deferred dashboard does once it has been displayed)."""
+        return self.view(self.titles[self.tab.selected_index or 0])
 
     @property
     def overview_tab(self) -> OverviewTab:
@@ -112,6 +153,11 @@ class Dashboard(View):
     def diff_tab(self) -> DiffTab:
         return self.view("Diff")  # type: ignore[return-value]
 
+    @property
+    def snapshot(self) -> Snapshot:
+        """The snapshot shown."""
+        return self.data.snapshot
+
     def select(self, title: str) -> "Dashboard":
         """Show the tab called ``title`` (building it if needed)."""
         self.view(title)
@@ -119,10 +165,23 @@ class Dashboard(View):
         return self
 
 
-def explore(source: Snapshot | str | Path, *, tab: str = "Overview") -> Dashboard:
+#: what each tab's loading line says
+LOADING = {
+    "Overview": "Reading the snapshot's keyed state…",
+    "Keys": "Listing the keys…",
+    "Key groups": "Summing the load per key group…",
+    "Hot keys": "Ranking the keys…",
+    "TTL": "Sorting expiry times…",
+    "History": "Reading every checkpoint of the directory…",
+    "Diff": "Comparing two checkpoints…",
+}
+
+
+def explore(source: Snapshot | str | Path, *, tab: str = "Overview", **options: Any) -> Dashboard:
     """A dashboard over a snapshot, or a path to a checkpoint, savepoint or checkpoint directory.
 
     For a checkpoint directory (a folder of ``chk-N``) the newest checkpoint is shown and the
-    History and Diff tabs cover all of them.
+    History and Diff tabs cover all of them. ``options`` go to :func:`explorer.open` for a path
+    (``ttl={"state": timedelta(hours=1)}`` and ``uids=[...]`` for Apache Flink snapshots).
     """
-    return Dashboard(source, tab=tab)
+    return Dashboard(source, tab=tab, **options)

@@ -31,6 +31,11 @@ class DiffTab(View):
         options = [(p.name, str(p)) for p in checkpoints_in(data.checkpoint_dir)] if data.checkpoint_dir else []
         if str(data.snapshot.path) not in [v for _, v in options]:
             options.append((f"opened: {Path(data.snapshot.path).name}", str(data.snapshot.path)))
+        if len(options) < 2:  # no figure made: each one costs the browser a plotly model
+            self.children = [self.own(w.HTML(
+                "<i>Diff needs two checkpoints: open a checkpoint directory (a folder of chk-N), or call "
+                "<code>explorer.diff(explorer.open(a), explorer.open(b))</code>.</i>"))]
+            return
         self.a_select = self.own(w.Dropdown(options=options, description="from a"))
         self.b_select = self.own(w.Dropdown(options=options, description="to b"))
         self.summary_table = self.own(w.HTML())
@@ -38,11 +43,6 @@ class DiffTab(View):
         self.waterfall = self.own(figure(360))
         t.link((self.a_select, "value"), (self, "a"))
         t.link((self.b_select, "value"), (self, "b"))
-        if len(options) < 2:
-            self.children = [self.own(w.HTML(
-                "<i>Diff needs two checkpoints: open a checkpoint directory (a folder of chk-N), or call "
-                "<code>explorer.diff(a, b)</code>.</i>"))]
-            return
         self.on_change(["a", "b"], self.update, "diffing the checkpoints")
         with self.hold_trait_notifications():
             self.a = options[-2][1]

@@ -25,6 +25,12 @@ class HistoryTab(View):
         super().__init__(errors, **kwargs)
         self.data = data
         self.directory: Path | None = data.checkpoint_dir
+        if self.directory is None:  # no figures made: each one costs the browser a plotly model
+            self.history = None
+            self.children = [self.own(w.HTML(
+                "<i>History needs a checkpoint directory (a folder of chk-N): open one with "
+                "<code>widgets.explore('path/to/checkpoints')</code>.</i>"))]
+            return
         self.metric_select = self.own(w.ToggleButtons(options=["bytes", "entries", "keys"], value="bytes",
                                                       description="size as", style={"button_width": "80px"}))
         self.size_figure = self.own(figure(340))
@@ -32,12 +38,6 @@ class HistoryTab(View):
         self.duration_figure = self.own(figure(300, width=470))
         self.table = self.own(w.HTML())
         t.link((self.metric_select, "value"), (self, "metric"))
-        if self.directory is None:
-            self.history = None
-            self.children = [self.own(w.HTML(
-                "<i>History needs a checkpoint directory (a folder of chk-N): open one with "
-                "<code>widgets.explore('path/to/checkpoints')</code>.</i>"))]
-            return
         self.history = history(self.directory)
         self.summary = checkpoint_summary(self.history)
         self.on_change(["metric"], self.update, "drawing the checkpoint history")

@@ -13,24 +13,26 @@ from typing import Any
 
 import ipywidgets as w
 import numpy as np
+import pandas as pd
 import traitlets as t
 
 from explorer.analysis.hotkeys import gini, lorenz_curve, salted_key, top_share
 from explorer.keygroups import assign_key_groups, operator_indices_for_key_groups
 
-from ._base import View, figure, html_table, subtask_colour
+from ._base import View, figure, html_table, show_drawn, show_empty, subtask_colour
 from ._data import SnapshotData
 from ._errors import ErrorArea
 
 #: ranking -> column of the per-key loads
-BY = {"bytes": "bytes", "entries": "entries", "traffic": "records"}
+BY = {"traffic": "records", "bytes": "bytes", "entries": "entries"}
 
 
 class HotKeysTab(View):
     """The hottest keys of one operator and what salting the hottest would do to its subtasks."""
 
     operator = t.Unicode()
-    by = t.Enum(tuple(BY), default_value="bytes", help="rank keys by state bytes, entries or traffic")
+    by = t.Enum(tuple(BY), default_value="bytes", help="rank keys by traffic, state bytes or entries "
+                "(default: traffic where the snapshot counted it, else bytes)")
     n = t.Int(10, help="how many keys to show")
     salt = t.Int(4, help="sub-keys the hottest key is split into in the salting what-if")
     #: max/mean subtask load before and after salting
@@ -43,7 +45,10 @@ class HotKeysTab(View):
         ops = data.operator_names
         self.operator_select = self.own(w.Dropdown(options=ops, description="operator"))
         self.by_select = self.own(w.ToggleButtons(options=list(BY), value="bytes", description="rank by",
-                                                  style={"button_width": "80px"}))
+                                                  style={"button_width": "80px"},
+                                                  tooltips=["records counted per key (heavy-hitter sketch)",
+                                                            "serialized state bytes of the key",
+                                                            "state entries of the key"]))
         self.n_slider = self.own(w.IntSlider(value=10, min=1, max=50, description="top N", continuous_update=False))
         self.salt_slider = self.own(w.IntSlider(value=4, min=1, max=32, description="salt into",
                                                 continuous_update=False))
@@ -62,9 +67,11 @@ class HotKeysTab(View):
         self.salt_figure.add_bar(x=[], y=[], name="after salting")
         self.salt_figure.update_xaxes(title_text="subtask", dtick=1)
         t.link((self.operator_select, "value"), (self, "operator"))
-        t.link((self.by_select, "value"), (self, "by"))
         t.link((self.n_slider, "value"), (self, "n"))
         t.link((self.salt_slider, "value"), (self, "salt"))
+        if ops and self.has_traffic(ops[0]):
+            self.by_select.value = "traffic"  # the hottest by traffic where known, else by the largest state
+        t.link((self.by_select, "value"), (self, "by"))
         self.on_change(["operator", "by", "n", "salt"], self.update, "updating the hot keys")
         self.children = [
             self.own(w.HBox([self.operator_select, self.by_select])),
@@ -96,15 +103,40 @@ class HotKeysTab(View):
             cache[k] = (lorenz_curve(values), gini(values), top_share(values, 0.01))
         return cache[k]
 
-    def _loads(self, col: str, p: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per-key values of ``col`` and their sums per subtask (cached: a million keys each)."""
+    def _loads(self, col: str, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-key values of ``col``, whether each is known, and the known values' sums per subtask (cached).
+
+        Traffic is known only for the keys the heavy-hitter sketch holds; the others are
+        unknown (NA), never counted as 0.
+        """
         k = (self.operator, col)
         cache = self.__dict__.setdefault("_loads_cache", {})
         if k not in cache:
             ks = self.data.key_stats(self.operator)
-            values = ks[col].to_numpy(np.float64)
-            cache[k] = (values, np.bincount(ks["subtask"].to_numpy(np.int64), weights=values, minlength=p))
+            series = ks[col] if col in ks else pd.Series(np.zeros(len(ks)), dtype="Float64")
+            known = series.notna().to_numpy(bool)
+            values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+            loads = np.bincount(ks["subtask"].to_numpy(np.int64)[known], weights=values[known], minlength=p)
+            cache[k] = (values, known, loads)
         return cache[k]
+
+    def has_traffic(self, operator: str | None = None) -> bool:
+        """Whether any key of ``operator`` has a counted traffic (the engine's heavy-hitter sketch)."""
+        ks = self.data.key_stats(operator or self.operator)
+        return "records" in ks and bool(ks["records"].notna().any())
+
+    def _no_traffic(self, n_keys: int) -> None:
+        message = "no traffic data: this snapshot counts no records per key"
+        for fig in (self.hot_figure, self.lorenz_figure, self.salt_figure):
+            show_empty(fig, message)
+        self.top = self.data.key_stats(self.operator).iloc[0:0]
+        self.salted_loads = self.subtask_loads = np.zeros(0)
+        self.set_trait("imbalance_before", 1.0)
+        self.set_trait("imbalance_after", 1.0)
+        self.stats.value = (f"{n_keys:,} keys · <b>no traffic data</b>: only the engine's own snapshots count "
+                            "records per key (its heavy-hitter sketch). Rank by <b>bytes</b> or <b>entries</b> "
+                            "to see the largest state.")
+        self.table.value = ""
 
     def update(self) -> None:
         if not self.operator:
@@ -112,43 +144,53 @@ class HotKeysTab(View):
         col = BY[self.by]
         ks = self.data.key_stats(self.operator)
         p, m = self.data.layout(self.operator)
-        values, loads = self._loads(col, p)
-        n = min(self.n, len(ks))
-        if n < len(values):  # the top n without sorting a million values
-            part = np.argpartition(-values, n - 1)[:n]
-            top_idx = part[np.lexsort((part, -values[part]))]
-        else:
-            top_idx = np.lexsort((np.arange(len(values)), -values))
+        if col == "records" and not self.has_traffic():
+            self._no_traffic(len(ks))
+            return
+        for fig in (self.hot_figure, self.lorenz_figure, self.salt_figure):
+            show_drawn(fig)
+        values, known, loads = self._loads(col, p)
+        cand = np.flatnonzero(known)
+        n = min(self.n, len(cand))
+        # the top n without sorting a million values; ties by key text, so every run ranks alike
+        v = values[cand]
+        if n < len(cand):
+            cut = np.partition(-v, n - 1)[n - 1]
+            cand, v = cand[-v <= cut], v[-v <= cut]
+        keys_text = ks["key"].to_numpy()[cand].astype(str)
+        top_idx = cand[np.lexsort((keys_text, -v))][:n]
         top = ks.iloc[top_idx]
         self.top = top.reset_index(drop=True)
         total = float(loads.sum())
         labels = [str(k) for k in top["key"]]
+        unit = "records" if col == "records" else col
         with self.hot_figure.batch_update():
             bar = self.hot_figure.data[0]
             bar.x = labels
-            bar.y = top[col].to_numpy()
+            bar.y = values[top_idx]
             bar.customdata = top["subtask"].to_numpy()
             bar.marker.color = [subtask_colour(s) for s in top["subtask"]]
             self.hot_figure.layout.title.text = (f"Top {n} keys of {self.operator} by {self.by} "
                                                  "(colour: the subtask holding the key)")
-            self.hot_figure.layout.yaxis.title.text = col
+            self.hot_figure.layout.yaxis.title.text = unit
             self.hot_figure.layout.xaxis.type = "category"
-        lc, g, t1 = self._skew(col, values)
+        kv = values[known]
+        lc, g, t1 = self._skew(col, kv)
         with self.lorenz_figure.batch_update():
             self.lorenz_figure.data[1].x = lc["key_share"].to_numpy()
             self.lorenz_figure.data[1].y = lc["load_share"].to_numpy()
-            self.lorenz_figure.data[1].name = f"{self.operator} (Gini {g:.2f})"
-            self.lorenz_figure.layout.title.text = f"Lorenz curve of {col} per key"
-            self.lorenz_figure.layout.yaxis.title.text = f"share of {col}"
-        # salting what-if for the hottest key
+            self.lorenz_figure.data[1].name = f"keys (Gini {g:.2f})"
+            self.lorenz_figure.layout.title.text = f"Lorenz curve of {unit} per key"
+            self.lorenz_figure.layout.yaxis.title.text = f"share of {unit}"
+        # salting what-if for the hottest key, on the measure ranked
         after = loads.copy()
         if len(top) and total > 0:
             hot = top.iloc[0]
-            v = float(hot[col])
-            after[int(hot["subtask"])] -= v
+            hv = float(values[top_idx[0]])
+            after[int(hot["subtask"])] -= hv
             subkeys = [salted_key(hot["key"], i) for i in range(self.salt)]
             subs = operator_indices_for_key_groups(m, p, assign_key_groups(subkeys, m))
-            np.add.at(after, subs, v / self.salt)
+            np.add.at(after, subs, hv / self.salt)
             hot_key = hot["key"]
         else:
             hot_key = None
@@ -165,12 +207,23 @@ class HotKeysTab(View):
             self.salt_figure.data[1].marker.color = [subtask_colour(s) for s in range(p)]
             self.salt_figure.layout.title.text = (f"Salting {hot_key!s} into {self.salt} sub-keys: "
                                                   f"max/mean {self.imbalance_before:.2f} → {self.imbalance_after:.2f}")
-            self.salt_figure.layout.yaxis.title.text = f"{col} per subtask"
+            self.salt_figure.layout.yaxis.title.text = f"{unit} per subtask"
         top1 = float(values[top_idx[0]] / total) if len(top_idx) and total else 0.0
+        counted = ""
+        if col == "records" and not known.all():
+            counted = (f" <i>(traffic counted for {int(known.sum()):,} of {len(ks):,} keys, those the engine's "
+                       "heavy-hitter sketch holds; the others are unknown, shown as –, and left out)</i>")
+        elif col == "records":
+            counted = " <i>(traffic: counts of the engine's heavy-hitter sketch, upper bounds)</i>"
+        hot_text = "–" if hot_key is None else html.escape(str(hot_key))
         self.stats.value = (
             f"{len(ks):,} keys · Gini <b>{g:.2f}</b> · top 1 % of keys hold <b>{t1:.0%}</b> · "
-            f"hottest key <b>{html.escape(str(hot_key))}</b> holds <b>{top1:.1%}</b> of {col}"
-            + (" <i>(traffic: counts of the engine's heavy-hitter sketch)</i>" if self.by == "traffic" else ""))
+            f"hottest key <b>{hot_text}</b> holds <b>{top1:.1%}</b> of {unit}{counted}"
+            "<div style='font-size:11px;color:#666'>Gini: 0 when every key holds the same, towards 1 when one key "
+            "holds everything. max/mean: the heaviest subtask's load over the mean subtask load (1.00 is perfect "
+            "balance). Salting splits the hottest key into sub-keys <code>key#0…key#n-1</code> spread over their "
+            "own key groups.</div>")
         shown = top[["key", "key_group", "subtask", "entries", "bytes", "records"]].copy()
         shown.insert(0, "rank", np.arange(1, len(shown) + 1))
-        self.table.value = html_table(shown, max_rows=50)
+        self.table.value = html_table(shown, max_rows=50,
+                                      caption="records: the key's count in the heavy-hitter sketch; – unknown")

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import traitlets as t
 
+from explorer.plots.format import MISSING, human_bytes, is_missing
+
 from ._base import View, html_table, subtask_colour
 from ._data import SnapshotData
 from ._errors import ErrorArea
@@ -132,7 +134,7 @@ class KeysTab(View):
         self._page_rows = rows
         ks = self.keys_frame
         sub = ks.iloc[rows]
-        labels = [f"{k!s}   ·  {e:,} entries  ·  {b:,} B  ·  key group {g} → subtask {s}"
+        labels = [f"{k!s}   ·  {e:,} entr{'y' if e == 1 else 'ies'}  ·  {human_bytes(b)}  ·  key group {g} → subtask {s}"
                   for k, e, b, g, s in zip(sub["key"], sub["entries"], sub["bytes"], sub["key_group"], sub["subtask"])]
         self.key_list.options = [(label, i) for i, label in enumerate(labels)]
         last = max(0, (self.matches - 1) // self.page_size)
@@ -164,7 +166,7 @@ class KeysTab(View):
         per_state = rows.groupby(["operator", "state", "kind"], sort=True).agg(
             entries=("size_bytes", "size"), bytes=("size_bytes", "sum")).reset_index()
         shown = rows.drop(columns=["key", "key_group", "subtask"]).copy()
-        shown["value"] = shown["value"].map(lambda v: (repr(v)[:120]))
+        shown["value"] = shown["value"].map(lambda v: MISSING if is_missing(v) else repr(v)[:120])
         self.detail.value = (
             f"<h4 style='margin:8px 0 4px'>{html.escape(repr(key))}</h4>"
             f"<div>key group <b>{kg}</b> of {self.data.layout(self.operator)[1]} &nbsp;{badge}</div>"

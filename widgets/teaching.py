@@ -138,12 +138,19 @@ def build_steps(events: pd.DataFrame, nodes: Sequence[str], channels: Sequence[t
                 chan[c] = "barrier passed"
                 more = ("Unaligned: the first barrier is enough. The barrier overtakes the records queued in the "
                         "channels, and those records are stored in the checkpoint as in-flight state.")
+            elif mode == "unaligned":
+                chan[c] = "barrier passed"
+                more = (f"It has already snapshotted at the first barrier; this one ({aligned} of {of}) only "
+                        "closes the channel's in-flight records for the checkpoint. Nothing waits: unaligned "
+                        "checkpoints never align their inputs.")
             else:
                 chan[c] = "barrier passed"
                 for other in ins.get(name, []):
                     if chan[other] in ("blocked", "not blocked"):
                         chan[other] = "barrier passed"
-                more = f"That was the last one ({aligned} of {of}): its inputs are aligned."
+                more = (f"That was the last one ({aligned} of {of}): its inputs are aligned."
+                        if mode == "exactly-once" else
+                        f"That was the last one ({aligned} of {of}): every input's barrier has arrived.")
             add(row, name, f"<b>{name}</b> receives the barrier from <b>{c[0]}</b>. {more}")
         elif kind == "snapshot":
             node[name] = "snapshotted"
@@ -205,13 +212,14 @@ class CheckpointStepper(View):
         self.steps = build_steps(events, self.nodes, self.channels, checkpoint, self.mode)
         self.prev_button = self.own(w.Button(description="◀ previous", layout=w.Layout(width="110px")))
         self.next_button = self.own(w.Button(description="next ▶", layout=w.Layout(width="110px")))
-        self.slider = self.own(w.IntSlider(min=0, max=max(len(self.steps) - 1, 0), description="step",
+        # the slider counts steps from 1, as the figure's title does ("step 6 of 22"); the model from 0
+        self.slider = self.own(w.IntSlider(min=1, max=max(len(self.steps), 1), description="step",
                                            layout=w.Layout(width="420px")))
         self.caption = self.own(w.HTML(layout=w.Layout(min_height="60px")))
         self.graph = self.own(figure(120 + 90 * max(len(runtime.tasks[s.id]) for s in runtime.specs),
                                      showlegend=False))
         self._draw_static()
-        t.link((self.slider, "value"), (self, "step"))
+        t.link((self.slider, "value"), (self, "step"), transform=(lambda v: v - 1, lambda s: s + 1))
         self.prev_button.on_click(self.guarded(lambda _b: self._move(-1), "going back a step"))
         self.next_button.on_click(self.guarded(lambda _b: self._move(+1), "going forward a step"))
         self.on_change(["step"], self.update, "drawing the step")

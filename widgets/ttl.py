@@ -26,6 +26,31 @@ from ._errors import ErrorArea
 FREQS = ("10min", "1h", "6h", "1D")
 
 
+def ttl_hint(data: SnapshotData) -> str:
+    """Where states have a TTL the snapshot does not store the length of (Apache Flink's), how to give it.
+
+    Flink's snapshots say that a state has a TTL (its values are wrapped with their last access
+    time) but not how long the TTL is; ``explorer.open(path, ttl={state: timedelta})`` supplies it.
+    Empty when nothing is missing.
+    """
+    states = data.snapshot.states
+    if "has_ttl" not in states or not len(states):
+        return ""
+    ttl_ms = states["ttl_ms"] if "ttl_ms" in states else pd.Series([None] * len(states))
+    missing = states[states["has_ttl"].fillna(False).astype(bool) & ttl_ms.isna()]
+    if not len(missing):
+        return ""
+    names = sorted(set(missing["state"].astype(str)))
+    example = ", ".join(f"{n!r}: timedelta(hours=1)" for n in names[:3])
+    path = html.escape(repr(str(data.snapshot.path)))
+    return ("<div style='border-left:4px solid #FFA15A;background:#fff6ec;padding:6px 10px;margin:4px 0;"
+            f"font-size:13px'><b>{len(names)} state{'s' * (len(names) != 1)} have a TTL whose length the snapshot "
+            f"does not store</b> ({html.escape(', '.join(names[:8]))}{', …' if len(names) > 8 else ''}): Flink keeps "
+            "each value's last access time but not the TTL itself. Give it to see expiry:<br>"
+            f"<code>from datetime import timedelta<br>widgets.explore({path}, ttl={{{html.escape(example)}}})</code>"
+            " &nbsp;(or <code>explorer.open(..., ttl=...)</code>)</div>")
+
+
 class TTLTab(View):
     """Expiry timeline of the states with TTL, from ``now`` = snapshot time + ``offset_hours``."""
 
@@ -51,18 +76,20 @@ class TTLTab(View):
                                                  continuous_update=False, readout_format=".1f",
                                                  layout=w.Layout(width="520px"), style={"description_width": "90px"}))
         self.freq_select = self.own(w.ToggleButtons(options=list(FREQS), value="1h", description="window",
-                                                    style={"button_width": "60px"}))
+                                                    style={"button_width": "72px"}))
         self.now_label = self.own(w.HTML())
         self.timeline_figure = self.own(figure(360))
         self.table = self.own(w.HTML())
         t.link((self.now_slider, "value"), (self, "offset_hours"))
         t.link((self.freq_select, "value"), (self, "freq"))
         self.on_change(["offset_hours", "freq"], self.update, "updating the TTL timeline")
+        self.hint = self.own(w.HTML(ttl_hint(data)))
         if not len(rows):
             self.now_slider.disabled = self.freq_select.disabled = True
-            self.children = [self.own(w.HTML("<i>No state in this snapshot has a time-to-live.</i>"))]
+            self.children = [self.hint] if self.hint.value else [self.own(w.HTML(
+                "<i>No state in this snapshot has a time-to-live.</i>"))]
             return
-        self.children = [self.own(w.HBox([self.now_slider, self.freq_select])), self.now_label,
+        self.children = [self.hint, self.own(w.HBox([self.now_slider, self.freq_select])), self.now_label,
                          self.timeline_figure, self.table]
         self._draw_static()
         self.update()
@@ -184,4 +211,5 @@ class TTLTab(View):
                                 f"<b>{n:,}</b> entries ({b:,} bytes) have expired but are still stored "
                                 "(not yet cleaned up: Flink drops them on access, in a full snapshot or in "
                                 "background cleanup, depending on the cleanup strategy).")
-        self.table.value = "<h4>Expired, not cleaned up</h4>" + html_table(expired)
+        self.table.value = "<h4>Expired, not cleaned up</h4>" + html_table(
+            expired, caption="ttl_ms: the state's time-to-live; expired_share: expired entries of all its entries")

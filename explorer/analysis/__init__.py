@@ -22,24 +22,29 @@ The modules, one purpose each:
 * :mod:`.changes`: the change feed between two batches (Spark), per key.
 """
 
-from ._common import LOAD_COLUMNS
+from ._common import LOAD_COLUMNS, keyed_operators
 from .changes import changes
 from .diff import diff, diff_summary, growth_by_key
 from .distribution import (
+    OVERLOAD_CAPTION,
     best_parallelisms,
     imbalance,
     key_group_aggregates,
     key_group_distribution,
+    overload,
     rescale_whatif,
+    state_sizes,
     subtask_distribution,
     subtask_loads,
 )
 from .history import checkpoint_summary, history
-from .hotkeys import gini, hot_keys, key_skew, key_stats, lorenz_curve, salted_key, salting_whatif, top_share
+from .hotkeys import (gini, hot_keys, key_skew, key_stats, lorenz_curve, salted_key, salting_measure, salting_whatif,
+                      top_share)
 from .ttl import expired_not_cleaned, ttl_expiry, ttl_summary, unbounded_growth
 
 __all__ = [
     "LOAD_COLUMNS",
+    "OVERLOAD_CAPTION",
     "best_parallelisms",
     "changes",
     "checkpoint_summary",
@@ -55,10 +60,14 @@ __all__ = [
     "key_group_distribution",
     "key_skew",
     "key_stats",
+    "keyed_operators",
     "lorenz_curve",
+    "overload",
     "rescale_whatif",
     "salted_key",
+    "salting_measure",
     "salting_whatif",
+    "state_sizes",
     "subtask_distribution",
     "subtask_loads",
     "top_share",

@@ -184,6 +184,8 @@ class KeyTable:
     values: Any
     records: np.ndarray | None = None
     records_error: np.ndarray | None = None
+    #: whether the traffic sketch counted the key (``records`` of other keys is unknown, stored as 0)
+    records_known: np.ndarray | None = None
     #: per-subtask loads and top rows already computed on this table (it is not changed after)
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -211,7 +213,7 @@ class KeyTable:
         pick = (lambda a: None if a is None else a[idx])
         return KeyTable(self.op[idx], self.op_names, self.key[idx], self.key_group[idx], self.subtask[idx],
                         self.entries[idx], self.bytes[idx], self.values, pick(self.records),
-                        pick(self.records_error))
+                        pick(self.records_error), pick(self.records_known))
 
     def of_operator(self, name: str) -> "KeyTable":
         if name not in self.op_names:
@@ -229,8 +231,9 @@ class KeyTable:
             "entries": t.entries, "bytes": t.bytes,
         })
         if t.records is not None:
-            out["records"] = t.records
-            out["records_error"] = t.records_error
+            known = t.records_known if t.records_known is not None else np.ones(len(t), dtype=bool)
+            out["records"] = pd.arrays.IntegerArray(t.records.astype(np.int64), ~known)
+            out["records_error"] = pd.arrays.IntegerArray(t.records_error.astype(np.int64), ~known)
         return out
 
 

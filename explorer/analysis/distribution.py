@@ -13,6 +13,13 @@ Imbalance figures, per metric:
 * ``max_over_mean``: load of the heaviest subtask / mean load (1.0 is perfect;
   the job runs at the speed of its heaviest subtask);
 * ``cv``: coefficient of variation, population standard deviation / mean.
+
+``overload`` (:func:`overload`, the one definition every table uses) is a subtask's
+load over the mean subtask load of its operator: 1.0 is an average subtask, 2.0 one
+that carries twice the average (and so runs about twice as long per record).
+
+:func:`state_sizes` counts entries, bytes and keys per state from the data, for the
+formats whose metadata does not carry them (Apache Flink, Spark).
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, operator_indices_for_key_groups
-from ._columns import filter_key, memo
+from ._columns import filter_key, memo, state_rows
 from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
                       per_key_codes)
+from ._keys import key_codes
 
 #: the load metrics every distribution carries
 METRICS = ("entries", "bytes", "keys", "records")
@@ -168,6 +176,49 @@ def subtask_distribution(source: Source, parallelism: int | None = None, *,
     """Entries, bytes, keys and records per subtask at ``parallelism`` (default: the snapshot's)."""
     dist = key_group_distribution(source, parallelism, operator=operator, state=state, max_parallelism=max_parallelism)
     return subtask_loads(dist)
+
+
+#: the caption that explains :func:`overload` wherever it is shown
+OVERLOAD_CAPTION = ("overload: the load of the key's subtask over the mean subtask load of its operator "
+                    "(1.0 = an average subtask, 2.0 = twice the average)")
+
+
+def overload(loads: np.ndarray | Sequence[float], subtask: np.ndarray | Sequence[int] | int) -> np.ndarray | float:
+    """The overload of ``subtask`` (one or many): its load over the mean of ``loads`` (NaN when all are 0).
+
+    The one definition of the ratio every table shows (see :data:`OVERLOAD_CAPTION`).
+    """
+    loads = np.asarray(loads, dtype=np.float64)
+    mean = loads.mean() if len(loads) else 0.0
+    picked = loads[np.asarray(subtask, dtype=np.int64)]
+    if not mean:
+        return np.full(np.shape(picked), np.nan) if np.ndim(picked) else float("nan")
+    return picked / mean
+
+
+def state_sizes(source: Source) -> pd.DataFrame:
+    """Per (operator, state): ``kind, entries, bytes, keys`` counted from the keyed state itself.
+
+    Timers count as entries of their timer state. Works on every format (the metadata of
+    Apache Flink and Spark snapshots carries no entry counts).
+    """
+    df = frame(source, LOAD_COLUMNS)
+    cols = ["operator", "state", "kind", "entries", "bytes", "keys"]
+    if not len(df):
+        return pd.DataFrame({c: pd.Series(dtype=object if c in cols[:3] else np.int64) for c in cols})
+    codes, kv = key_codes(df)
+    size = df["size_bytes"].to_numpy(dtype=np.float64)
+    seen = np.zeros(max(len(kv), 1), dtype=bool)
+    rows = []
+    for op, st, r in state_rows(df):
+        c = codes[r]
+        seen[c] = True
+        nkeys = int(seen.sum())
+        seen[c] = False
+        first = r.start if isinstance(r, slice) else int(r[0])
+        rows.append({"operator": op, "state": st, "kind": str(df["kind"].iloc[first]), "entries": int(len(c)),
+                     "bytes": int(round(float(size[r].sum()))), "keys": nkeys})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def imbalance_figures(loads: np.ndarray) -> dict[str, float]:

@@ -1,12 +1,22 @@
 """Hot keys: the keys that hold the most state or get the most traffic, and what they do to subtasks.
 
-Three ways to rank keys (``by``):
+Ways to rank keys (``by``):
 
+* ``"auto"`` (the default): by traffic where the snapshot counted it for the operator,
+  else by state bytes;
 * ``"bytes"``: serialized state bytes of the key, over all its states;
 * ``"entries"``: state entries of the key (a list's length, a map's size, 1 per value);
 * ``"traffic"``: records the engine counted for the key in its heavy-hitter sketch
   (:meth:`~explorer.snapshot.Snapshot.heavy_hitters`; counts are upper bounds with the
-  sketch's ``error``).
+  sketch's ``error``). A key the sketch does not hold has an *unknown* count (``<NA>``),
+  not 0: the sketch keeps only the heaviest keys. Rankings, Gini, top shares and Lorenz
+  curves by traffic use the keys whose count is known, and say which share of the
+  operator's traffic that is (``known_share``).
+
+Ties are broken by the key (its text, ascending), so a ranking is the same on every run.
+``overload`` is :func:`explorer.analysis.distribution.overload`, measured in traffic where
+the snapshot counted it per key group, else in bytes, whatever the ranking: a key's
+overload is the same number in every table.
 
 Skew figures over all keys of an operator: the Gini coefficient (0 = every key
 equal, towards 1 = one key holds everything) and the share of the top 1 % of keys
@@ -15,8 +25,8 @@ equal, towards 1 = one key holds everything) and the share of the top 1 % of key
 Salting what-if (:func:`salting_whatif`): a hot key ``k`` is split into ``n``
 sub-keys ``f"{k}#{i}"`` for ``i in range(n)`` (the key's ``str()``, whatever its
 type, then ``#`` and the index: the convention a job would use when it appends a
-salt to the key, e.g. ``key_by(lambda r: f"{r.user}#{r.seq % n}")``). Its entries
-and bytes are spread evenly over the sub-keys (the remainder to the first ones),
+salt to the key, e.g. ``key_by(lambda r: f"{r.user}#{r.seq % n}")``). Its entries,
+bytes and traffic are spread evenly over the sub-keys (the remainder to the first ones),
 each sub-key is hashed into its Flink key group, and the per-subtask loads are
 computed again.
 """
@@ -34,18 +44,36 @@ from ..keygroups import key_groups_for, operator_indices_for_key_groups
 from ._columns import filter_key, memo
 from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
                       per_key_codes)
+from .distribution import overload
 
-BY = {"bytes": "bytes", "entries": "entries", "traffic": "records"}
+BY = {"auto": "auto", "bytes": "bytes", "entries": "entries", "traffic": "records"}
 
-HOT_KEY_COLUMNS = ["rank", "operator", "key", "key_group", "subtask", "entries", "bytes", "records", "records_error",
-                   "share",
-                   "subtask_load", "subtask_share", "overload"]
+HOT_KEY_COLUMNS = ["rank", "operator", "by", "key", "key_group", "subtask", "entries", "bytes", "records",
+                   "records_error", "share", "subtask_load", "subtask_share", "overload", "overload_by"]
+
+#: tied keys past this many are ordered by their position in the snapshot, not their text
+_TIES_BY_TEXT = 200_000
 
 
 def _check_by(by: str) -> str:
     if by not in BY:
         raise AnalysisError(f"unknown ranking by={by!r}; expected one of {list(BY)}")
     return BY[by]
+
+
+def _metric_of(kt: KeyTable, metric: str) -> str:
+    """``"auto"`` resolved for one operator's keys: traffic where any count is known, else bytes."""
+    if metric != "auto":
+        return metric
+    return "records" if kt.records_known is not None and kt.records_known.any() else "bytes"
+
+
+def _rank_values(kt: KeyTable, metric: str) -> np.ndarray:
+    """The values ranked: for traffic, -1 where the count is unknown."""
+    v = kt.column(metric).astype(np.int64)
+    if metric == "records" and kt.records_known is not None:
+        v = np.where(kt.records_known, v, -1)
+    return v
 
 
 def _heavy_hitters(source: Source, heavy_hitters: pd.DataFrame | None) -> pd.DataFrame:
@@ -63,7 +91,7 @@ def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, st
 
     ``subtask`` is the owner at ``parallelism`` (default: the snapshot's). ``records`` is
     the key's count in the heavy-hitter sketch (an upper bound, at most ``records_error`` too
-    high), 0 for keys the sketch does not hold. ``keys=False`` leaves the ``key`` column out,
+    high), ``<NA>`` (unknown) for keys the sketch does not hold. ``keys=False`` leaves the ``key`` column out,
     which saves turning every key into a Python object (enough for a Lorenz curve).
     """
     df = frame(source, LOAD_COLUMNS, operator, state)
@@ -73,8 +101,9 @@ def key_stats(source: Source, *, operator: str | Iterable[str] | None = None, st
         return kt.to_frame()
     return pd.DataFrame({"operator": np.asarray(kt.op_names, dtype=object)[kt.op] if len(kt.op_names) else
                          np.zeros(0, dtype=object), "key_group": kt.key_group, "subtask": kt.subtask,
-                         "entries": kt.entries, "bytes": kt.bytes, "records": kt.records,
-                         "records_error": kt.records_error})
+                         "entries": kt.entries, "bytes": kt.bytes,
+                         "records": pd.arrays.IntegerArray(kt.records, ~kt.records_known),
+                         "records_error": pd.arrays.IntegerArray(kt.records_error, ~kt.records_known)})
 
 
 def _key_stats(df: pd.DataFrame, lays: dict[str, Layout], hh: pd.DataFrame, source: Source | None = None,
@@ -113,6 +142,7 @@ def _build_key_stats(kt: KeyTable, lays: dict[str, Layout], hh: pd.DataFrame) ->
     kt.subtask = sub
     kt.records = np.zeros(len(kt), dtype=np.int64)
     kt.records_error = np.zeros(len(kt), dtype=np.int64)
+    kt.records_known = np.zeros(len(kt), dtype=bool)
     if len(hh) and len(kt):
         k = max(len(kt.values), 1)
         for name, g in hh.groupby("operator", sort=False, observed=True):
@@ -128,6 +158,7 @@ def _build_key_stats(kt: KeyTable, lays: dict[str, Layout], hh: pd.DataFrame) ->
             ok = (codes >= 0) & (slots[pos] == want)
             np.add.at(kt.records, pos[ok], g["count"].to_numpy()[ok].astype(np.int64))
             np.add.at(kt.records_error, pos[ok], g["error"].to_numpy()[ok].astype(np.int64))
+            kt.records_known[pos[ok]] = True
     return kt
 
 
@@ -141,7 +172,7 @@ def _subtask_loads(kt: KeyTable, lay: Layout, metric: str, records_by_kg: pd.Dat
 
 
 def _top(kt: KeyTable, metric: str, n: int) -> np.ndarray:
-    """Rows of the ``n`` largest ``metric`` (ties: more entries first, then table order), largest first."""
+    """Rows of the ``n`` largest ``metric`` (ties: by key), largest first; by traffic only known counts."""
     memo_key = ("top", metric, n)
     if memo_key not in kt.memo:
         kt.memo[memo_key] = _top_rows(kt, metric, n)
@@ -149,34 +180,64 @@ def _top(kt: KeyTable, metric: str, n: int) -> np.ndarray:
 
 
 def _top_rows(kt: KeyTable, metric: str, n: int) -> np.ndarray:
-    v = kt.column(metric)
-    idx = np.arange(len(v))
-    if len(v) > 4 * n:
-        top = int(v.max())
-        if 0 <= int(v.min()) and top < 4 * len(v):  # small counts: the cut from a histogram
-            above = np.cumsum(np.bincount(v, minlength=top + 1)[::-1])
-            cut = top - int(np.searchsorted(above, n))
-        else:
-            cut = np.partition(v, len(v) - n)[len(v) - n]
-        idx = np.flatnonzero(v >= cut)
-    order = np.lexsort((idx, -kt.entries[idx], -v[idx]))
+    v = _rank_values(kt, metric)
+    if n <= 0 or not len(v):
+        return np.zeros(0, dtype=np.int64)
+    candidates = np.flatnonzero(v >= 0) if metric == "records" else np.arange(len(v))
+    if len(candidates) > n:
+        cv = v[candidates]
+        cut = np.partition(cv, len(cv) - n)[len(cv) - n]
+        above, at = candidates[cv > cut], candidates[cv == cut]
+    else:
+        above, at = candidates, np.zeros(0, dtype=np.int64)
+    need = n - len(above)
+    if len(at) > need:  # the keys tied at the cut: the first ones by key
+        at = at[_key_order(kt, at)[:need]]
+    idx = np.concatenate([above, at]).astype(np.int64)
+    order = np.lexsort((_key_order_rank(kt, idx), -v[idx]))
     return idx[order][:n]
 
 
-def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | Iterable[str] | None = None,
+def _key_order(kt: KeyTable, rows: np.ndarray) -> np.ndarray:
+    """Positions that sort ``rows`` by their key's text (by snapshot position past ``_TIES_BY_TEXT``)."""
+    if len(rows) > _TIES_BY_TEXT:
+        return np.argsort(kt.key[rows], kind="stable")
+    text = np.array([str(k) for k in kt.values.take(kt.key[rows])], dtype=object)
+    return np.argsort(text, kind="stable")
+
+
+def _key_order_rank(kt: KeyTable, rows: np.ndarray) -> np.ndarray:
+    rank = np.empty(len(rows), dtype=np.int64)
+    rank[_key_order(kt, rows)] = np.arange(len(rows))
+    return rank
+
+
+def _overload_loads(kt: KeyTable, lay: Layout, rec_kg: pd.DataFrame | None) -> tuple[np.ndarray, str]:
+    """The per-subtask loads ``overload`` is measured in: traffic where counted, else bytes."""
+    if rec_kg is not None and len(rec_kg):
+        r = rec_kg[rec_kg["operator"] == lay.operator]
+        if len(r) and r["records"].sum() > 0:
+            return _subtask_loads(kt, lay, "records", rec_kg), "records"
+    return kt.of_operator(lay.operator).subtask_loads("bytes", lay.parallelism), "bytes"
+
+
+def hot_keys(source: Source, n: int = 10, by: str = "auto", *, operator: str | Iterable[str] | None = None,
              state: str | Iterable[str] | None = None, parallelism: int | None = None,
              max_parallelism: int | None = None, heavy_hitters: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The ``n`` hottest keys of each operator ``by`` bytes, entries or traffic, and the subtask each overloads.
+    """The ``n`` hottest keys of each operator ``by`` traffic, bytes or entries, and the subtask each overloads.
 
-    Columns: ``rank, operator, key, key_group, subtask, entries, bytes, records, records_error,``
-    ``share, subtask_load, subtask_share, overload`` where ``records`` is the sketch's count
-    (an upper bound: the true count is at least ``records - records_error``), ``share`` is the
-    key's part of the operator's total (of the ``by`` metric), ``subtask_load`` the total of
-    its subtask, ``subtask_share`` the key's part of that subtask's load and ``overload`` the
-    subtask's load over the mean subtask load (1.0 = an average subtask).
+    Columns: ``rank, operator, by, key, key_group, subtask, entries, bytes, records, records_error,``
+    ``share, subtask_load, subtask_share, overload, overload_by`` where ``by`` is the measure
+    ranked (``"auto"`` resolved per operator: ``records`` where the sketch counted traffic,
+    else ``bytes``), ``records`` the sketch's count (an upper bound: the true count is at
+    least ``records - records_error``; ``<NA>`` where unknown), ``share`` the key's part of
+    the operator's total of that measure, ``subtask_load`` the total of its subtask,
+    ``subtask_share`` the key's part of it, and ``overload`` the subtask's load over the
+    mean subtask load (:func:`explorer.analysis.distribution.overload`, in the measure
+    ``overload_by``, the same whatever ``by`` is).
 
-    Ties (keys of equal bytes, as when every entry has the same size) are ranked by entries,
-    then by key code (the order keys first appear in the snapshot).
+    By traffic, only keys with a known count are listed: an operator without traffic
+    data gives no rows. Ties are ranked by key.
     """
     metric = _check_by(by)
     df = frame(source, LOAD_COLUMNS, operator, state)
@@ -187,25 +248,30 @@ def hot_keys(source: Source, n: int = 10, by: str = "bytes", *, operator: str | 
     parts = []
     for name, lay in sorted(lays.items()):
         g = kt.of_operator(name)
-        loads = _subtask_loads(kt, lay, metric, rec_kg)
-        top = g.to_frame(_top(g, metric, n))
-        if metric == "records":
-            top = _with_sketch_only_keys(top, g, hh, lay, partitioner(source)).sort_values(
-                [metric, "entries"], ascending=False, kind="stable").head(n)
+        m = _metric_of(g, metric)
+        loads = _subtask_loads(kt, lay, m, rec_kg)
+        top = g.to_frame(_top(g, m, n))
+        if m == "records":
+            top = _with_sketch_only_keys(top, g, hh, lay, partitioner(source))
+            top = top.assign(_k=top["key"].map(str)).sort_values(["records", "_k"], ascending=[False, True],
+                                                                 kind="stable").drop(columns="_k").head(n)
         if not len(top):
             continue
-        total = float(loads.sum()) or float(g.column(metric).sum())
+        total = float(loads.sum()) or float(g.column(m).sum())
+        values = top[m].astype("float64").to_numpy()
         top.insert(0, "rank", np.arange(1, len(top) + 1))
-        top["share"] = top[metric] / total if total else np.nan
+        top.insert(2, "by", m)
+        top["share"] = values / total if total else np.nan
         sub = top["subtask"].to_numpy().astype(np.int64)
         top["subtask_load"] = loads[sub]
         with np.errstate(divide="ignore", invalid="ignore"):
-            top["subtask_share"] = np.where(loads[sub] > 0, top[metric].to_numpy() / loads[sub], np.nan)
-            mean = loads.mean() if len(loads) else 0.0
-            top["overload"] = loads[sub] / mean if mean else np.nan
+            top["subtask_share"] = np.where(loads[sub] > 0, values / loads[sub], np.nan)
+        ov_loads, ov_by = _overload_loads(kt, lay, rec_kg)
+        top["overload"] = overload(ov_loads, sub)
+        top["overload_by"] = ov_by
         parts.append(top)
     if not parts:
-        return pd.DataFrame(columns=HOT_KEY_COLUMNS)
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in HOT_KEY_COLUMNS})
     return pd.concat(parts, ignore_index=True)[HOT_KEY_COLUMNS]
 
 
@@ -223,8 +289,9 @@ def _with_sketch_only_keys(top: pd.DataFrame, g: KeyTable, hh: pd.DataFrame, lay
     kg = key_groups_for(list(extra["key"]), lay.max_parallelism, scheme)
     rows = pd.DataFrame({"operator": lay.operator, "key": extra["key"].to_numpy(), "key_group": kg,
                          "subtask": operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism, kg),
-                         "entries": 0, "bytes": 0, "records": extra["count"].to_numpy().astype(np.int64),
-                         "records_error": extra["error"].to_numpy().astype(np.int64)})
+                         "entries": 0, "bytes": 0,
+                         "records": pd.array(extra["count"].to_numpy().astype(np.int64), dtype="Int64"),
+                         "records_error": pd.array(extra["error"].to_numpy().astype(np.int64), dtype="Int64")})
     return pd.concat([top, rows], ignore_index=True)
 
 
@@ -289,35 +356,62 @@ def lorenz_curve(values: np.ndarray | Sequence[float], points: int = 512) -> pd.
     return pd.DataFrame({"key_share": idx / n, "load_share": cum[idx]})
 
 
-def key_skew(source: Source | pd.DataFrame, by: str = "bytes", *, operator: str | Iterable[str] | None = None,
-             state: str | Iterable[str] | None = None, max_parallelism: int | None = None) -> pd.DataFrame:
-    """Skew of keys per operator: ``operator, by, keys, total, gini, top_1pct_share, top_key, top_key_share``.
+SKEW_COLUMNS = ["operator", "by", "keys", "total", "gini", "top_1pct_share", "top_key", "top_key_share",
+                "known_keys", "known_share"]
 
-    ``source`` may be a :func:`key_stats` result.
+
+def key_skew(source: Source | pd.DataFrame, by: str = "auto", *, operator: str | Iterable[str] | None = None,
+             state: str | Iterable[str] | None = None, max_parallelism: int | None = None) -> pd.DataFrame:
+    """Skew of keys per operator: ``operator, by, keys, total, gini, top_1pct_share, top_key, top_key_share,``
+    ``known_keys, known_share``.
+
+    By traffic the figures cover the keys whose count the sketch knows (``known_keys`` of
+    ``keys``), and ``known_share`` is their part of the operator's counted traffic (1.0 for
+    bytes and entries); an operator without traffic data gets NaN figures. ``source`` may be
+    a :func:`key_stats` result.
     """
     metric = _check_by(by)
-    groups: list[tuple[str, np.ndarray, Any]] = []
+    groups: list[tuple[str, np.ndarray, np.ndarray, Any, float | None]] = []
     if isinstance(source, pd.DataFrame) and "entries" in source.columns and "size_bytes" not in source.columns:
         for name, g in source.groupby("operator", sort=True, observed=True):
-            groups.append((str(name), g[metric].to_numpy(), lambda i, g=g: g["key"].iloc[i]))
+            m = metric if metric != "auto" else ("records" if "records" in g and g["records"].notna().any()
+                                                 else "bytes")
+            col = g[m]
+            known = col.notna().to_numpy()
+            groups.append((str(name), m, col.fillna(0).to_numpy(dtype=np.int64), known,
+                           lambda i, g=g: g["key"].iloc[i], None))
     else:
         df = frame(source, LOAD_COLUMNS, operator, state)
         lays = layouts(source, df, operator, None, max_parallelism)
         kt = _key_stats(df, lays, _heavy_hitters(source, None), source, operator, state)
+        rec_kg = source.metrics() if is_snapshot(source) else None
         for name in sorted(n for n in kt.op_names if n in lays):
             g = kt.of_operator(name)
-            groups.append((name, g.column(metric), lambda i, g=g: g.values.take([g.key[i]])[0]))
+            m = _metric_of(g, metric)
+            known = g.records_known if m == "records" else np.ones(len(g), dtype=bool)
+            counted = None
+            if m == "records" and rec_kg is not None and len(rec_kg):
+                counted = float(rec_kg.loc[rec_kg["operator"] == name, "records"].sum()) or None
+            groups.append((name, m, g.column(m), known, lambda i, g=g: g.values.take([g.key[i]])[0], counted))
     rows = []
-    for name, v, key_at in groups:
+    for name, m, v_all, known, key_at, counted in groups:
+        pos = np.flatnonzero(known)
+        v = v_all[pos]
         total = float(v.sum())
+        if m == "records" and not len(v):
+            rows.append({"operator": name, "by": m, "keys": len(v_all), "total": np.nan, "gini": np.nan,
+                         "top_1pct_share": np.nan, "top_key": None, "top_key_share": np.nan, "known_keys": 0,
+                         "known_share": 0.0})
+            continue
         top = int(np.argmax(v)) if len(v) else 0
         g_, share = _skew(v)
-        rows.append({"operator": name, "by": by, "keys": len(v), "total": total, "gini": g_,
+        known_share = 1.0 if m != "records" else (min(1.0, total / counted) if counted else 1.0)
+        rows.append({"operator": name, "by": m, "keys": len(v_all), "total": total, "gini": g_,
                      "top_1pct_share": share,
-                     "top_key": key_at(top) if len(v) else None,
-                     "top_key_share": float(v[top] / total) if total else 0.0})
-    return pd.DataFrame(rows, columns=["operator", "by", "keys", "total", "gini", "top_1pct_share", "top_key",
-                                       "top_key_share"])
+                     "top_key": key_at(int(pos[top])) if len(v) else None,
+                     "top_key_share": float(v[top] / total) if total else 0.0,
+                     "known_keys": int(len(v)), "known_share": known_share})
+    return pd.DataFrame(rows, columns=SKEW_COLUMNS)
 
 
 def salted_key(key: Any, i: int) -> str:
@@ -325,63 +419,95 @@ def salted_key(key: Any, i: int) -> str:
     return f"{key}#{i}"
 
 
-def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: str | None = None,
+def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: str | Iterable[str] | None = None,
                    state: str | Iterable[str] | None = None, parallelism: int | None = None,
-                   max_parallelism: int | None = None, by: str = "bytes") -> pd.DataFrame:
+                   max_parallelism: int | None = None, by: str = "auto") -> pd.DataFrame:
     """Per-subtask loads before and after splitting ``keys`` into ``n`` sub-keys ``f"{k}#{i}"`` each.
 
-    ``keys`` is one key or a list of keys (default: the hottest key ``by`` bytes). Columns:
-    ``operator, scenario ("before" | "after"), parallelism, subtask, entries, bytes, keys``.
+    ``keys`` is one key or a list of keys (default: each operator's hottest key ``by`` the
+    default ranking of :func:`hot_keys`: traffic where counted, else bytes). Without
+    ``operator=``, every keyed operator that holds the keys is shown (the default key: every
+    keyed operator). Columns: ``operator, scenario ("before" | "after"), parallelism,
+    subtask, entries, bytes, keys, records, salted`` where ``records`` is the traffic per
+    subtask (``<NA>`` when the snapshot did not count it) and ``salted`` names the salted keys.
+    The measure that shows the effect of salting is the traffic: see :func:`salting_measure`.
     """
     if n < 1:
         raise AnalysisError(f"n must be at least 1 sub-key, found {n}")
+    metric = _check_by(by)
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
-    if len(lays) != 1:
-        raise AnalysisError(f"salting_whatif works on one operator; choose operator= among {sorted(lays)}")
-    (lay,) = lays.values()
     kt = _key_stats(df, lays, _heavy_hitters(source, None), source, operator, state)
     kv = kt.values
-    if keys is None:  # the hottest key: its code is known, no lookup
-        col = BY[by] if by != "traffic" else "bytes"
-        codes = kt.key[_top(kt, col, 1)]
-        keys = list(kv.take(codes))
-    else:
-        if isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable):
-            keys = [keys]
-        keys = list(keys)
-        codes = kv.codes_of(keys)
-    wanted = np.unique(codes[codes >= 0])
-    pos = np.minimum(np.searchsorted(kt.key, wanted), max(len(kt) - 1, 0))  # rows are sorted by key code
-    hot = pos[(kt.key[pos] == wanted)] if len(kt) else np.zeros(0, dtype=np.int64)
-    held = set(kt.key[hot].tolist())
-    missing = [repr(k) for k, c in zip(keys, codes) if c < 0 or int(c) not in held]
-    if missing:
-        raise AnalysisError(f"operator {lay.operator!r} holds no state for the keys {sorted(missing)}")
+    given = None
+    if keys is not None:
+        given = [keys] if isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable) else list(keys)
+    rec_kg = source.metrics() if is_snapshot(source) else None
+    out = []
+    for name, lay in sorted(lays.items()):
+        g = kt.of_operator(name)
+        if not len(g):
+            continue
+        if given is None:
+            rows = _top(g, _metric_of(g, metric), 1)
+            if not len(rows):
+                rows = _top(g, "bytes", 1)
+        else:
+            codes = kv.codes_of(given)
+            wanted = np.unique(codes[codes >= 0])
+            pos = np.minimum(np.searchsorted(g.key, wanted), len(g) - 1)
+            rows = pos[g.key[pos] == wanted]
+            if len(rows) < len(given):
+                continue
+        out.append(_salt(g.take(rows), g, lay, n, rec_kg, partitioner(source)))
+    if not out:
+        raise AnalysisError(f"{getattr(source, 'path', 'the data')}: found no state for the keys {given!r} in the "
+                            f"keyed operators {sorted(lays)}; expected keys that hold state in one of them")
+    return pd.concat(out, ignore_index=True)
+
+
+def salting_measure(whatif: pd.DataFrame) -> str:
+    """The column of a :func:`salting_whatif` that shows what salting does: ``records`` (traffic)
+    where known, else ``bytes``."""
+    if "records" in whatif and whatif["records"].notna().any() and whatif["records"].fillna(0).sum() > 0:
+        return "records"
+    return "bytes"
+
+
+def _salt(hot: KeyTable, g: KeyTable, lay: Layout, n: int, rec_kg: pd.DataFrame | None, scheme: str) -> pd.DataFrame:
     p, m = lay.parallelism, lay.max_parallelism
-    scheme = partitioner(source)
-
-    def loads(sub: np.ndarray, entries: np.ndarray, nbytes: np.ndarray) -> dict[str, np.ndarray]:
-        sub = np.asarray(sub, dtype=np.int64)
-        return {
-            "entries": np.bincount(sub, weights=np.asarray(entries, np.float64), minlength=p),
-            "bytes": np.bincount(sub, weights=np.asarray(nbytes, np.float64), minlength=p),
-            "keys": np.bincount(sub, minlength=p).astype(np.float64),
-        }
-
-    before = {m_: kt.subtask_loads(m_, p) for m_ in ("entries", "bytes", "keys")}
-    salted = kt.take(hot)
-    subs, ents, byts = [], [], []
-    for key, e, b in zip(kv.take(salted.key), salted.entries, salted.bytes):  # the few salted keys
+    before = {m_: g.subtask_loads(m_, p) for m_ in ("entries", "bytes", "keys")}
+    has_traffic = rec_kg is not None and len(rec_kg) and bool(
+        (rec_kg["operator"] == lay.operator).any()) and bool(hot.records_known is not None and hot.records_known.all())
+    if has_traffic:
+        before["records"] = _subtask_loads(g, lay, "records", rec_kg)
+    subs, ents, byts, recs = [], [], [], []
+    for i_, key in enumerate(g.values.take(hot.key)):  # the few salted keys
         kg = key_groups_for([salted_key(key, i) for i in range(n)], m, scheme)
         subs.append(operator_indices_for_key_groups(m, p, kg))
+        e, b, r = int(hot.entries[i_]), int(hot.bytes[i_]), int(hot.records[i_]) if hot.records is not None else 0
         ents.append(np.full(n, e // n) + (np.arange(n) < e % n))
         byts.append(np.full(n, b // n) + (np.arange(n) < b % n))
-    removed = loads(salted.subtask, salted.entries, salted.bytes)
-    added = loads(np.concatenate(subs), np.concatenate(ents), np.concatenate(byts))
+        recs.append(np.full(n, r // n) + (np.arange(n) < r % n))
+
+    def loads(sub, **w) -> dict[str, np.ndarray]:
+        sub = np.asarray(sub, dtype=np.int64)
+        d = {k: np.bincount(sub, weights=np.asarray(v, np.float64), minlength=p) for k, v in w.items()}
+        d["keys"] = np.bincount(sub, minlength=p).astype(np.float64)
+        return d
+
+    removed = loads(hot.subtask, entries=hot.entries, bytes=hot.bytes, records=hot.records)
+    added = loads(np.concatenate(subs), entries=np.concatenate(ents), bytes=np.concatenate(byts),
+                  records=np.concatenate(recs))
     after = {k: before[k] - removed[k] + added[k] for k in before}
+    salted = ", ".join(str(k) for k in g.values.take(hot.key))
     out = []
     for scenario, ld in (("before", before), ("after", after)):
-        out.append(pd.DataFrame({"operator": lay.operator, "scenario": scenario, "parallelism": p,
-                                 "subtask": np.arange(p), **{k: np.rint(v).astype(np.int64) for k, v in ld.items()}}))
+        frame_ = pd.DataFrame({"operator": lay.operator, "scenario": scenario, "parallelism": p,
+                               "subtask": np.arange(p),
+                               **{k: np.rint(ld[k]).astype(np.int64) for k in ("entries", "bytes", "keys")}})
+        frame_["records"] = (pd.array(np.rint(ld["records"]).astype(np.int64), dtype="Int64") if "records" in ld
+                             else pd.array([pd.NA] * p, dtype="Int64"))
+        frame_["salted"] = salted
+        out.append(frame_)
     return pd.concat(out, ignore_index=True)

@@ -11,96 +11,13 @@ own browser download is never used. A missing chromium is a failure, not a skip:
 
 from __future__ import annotations
 
-import os
-import secrets
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
 pytestmark = pytest.mark.browser
-
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "test-artifacts"
-CHROMIUM = Path(os.environ.get("STATE_EXPLORER_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """A JupyterLab server on localhost: ``(base_url, token, root)``; stopped (by its pid) at the end."""
-    root = tmp_path_factory.mktemp("lab-root")
-    (root / "notebooks").mkdir()
-    shutil.copy(REPO / "notebooks" / "00_tour.ipynb", root / "notebooks" / "00_tour.ipynb")
-    (root / "sample_data").symlink_to(REPO / "sample_data")
-    # no "Jupyter news" prompt over the page
-    settings = root / ".lab-settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    # every cell in the DOM (no windowing), so the dashboard can be found wherever it is
-    notebook = root / ".lab-settings" / "@jupyterlab" / "notebook-extension"
-    notebook.mkdir(parents=True)
-    (notebook / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
-    port, token = _free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(root / ".lab-settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".lab-workspaces"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime")}
-    log = open(root / "jupyter.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
-         "--LabApp.expose_app_in_browser=True", "--allow-root", "--LabApp.extension_manager=readonly",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                pytest.fail("jupyter lab did not start:\n" + (root / "jupyter.log").read_text()[-3000:])
-            time.sleep(0.5)
-        yield base, token, root
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        ARTIFACTS.mkdir(exist_ok=True)
-        shutil.copy(root / "jupyter.log", ARTIFACTS / "jupyter.log")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} not found: the browser tests drive Debian's chromium; install it with "
-                    "`apt-get update && apt-get install -y chromium` (Playwright's own browser download is not used)",
-                    pytrace=False)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 def _outputs_with_errors(page) -> list[str]:

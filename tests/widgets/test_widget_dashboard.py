@@ -111,15 +111,12 @@ def test_callback_errors_land_in_the_error_area_and_clear_on_success(planted_hea
 
 
 def test_percent_explore_opens_the_dashboard(planted_heap):
-    shown = []
-    snap = ext.explore(str(planted_heap.savepoint), display=shown.append)
+    dash = ext.explore(str(planted_heap.savepoint))
     try:
-        assert isinstance(snap, explorer.Snapshot)
-        assert len(shown) == 1 and isinstance(shown[0], widgets.Dashboard)
-        assert shown[0].data.snapshot.path == snap.path
+        assert isinstance(dash, widgets.Dashboard)
+        assert isinstance(dash.snapshot, explorer.Snapshot) and dash.snapshot.path == planted_heap.savepoint
     finally:
-        for d in shown:
-            d.close()
+        dash.close()
 
 
 def test_a_snapshot_that_is_not_there_fails_clearly(tmp_path):

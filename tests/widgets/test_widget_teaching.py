@@ -50,7 +50,7 @@ def test_exactly_once_blocks_and_buffers_while_aligning(tmp_path):
         assert not any("not blocked" in st for st in statuses(view))
         # the figure follows the step: the blocked channel is drawn thick orange with its buffered count
         first = next(s for s in blocked if s.behind_barrier)
-        view.slider.value = first.index
+        view.slider.value = first.index + 1  # the slider counts from 1
         widths = [tr.line.width for tr in view.graph.data[:len(view.channels)]]
         assert 5 in widths
         assert any("buffered" in a.text for a in view.graph.layout.annotations)
@@ -74,6 +74,8 @@ def test_unaligned_snapshots_at_the_first_barrier(tmp_path):
         assert view.mode == "unaligned"
         assert not any("aligning" in s.nodes.values() for s in view.steps)
         assert "in-flight" in " ".join(s.caption for s in view.steps)
+        # issue 18: unaligned checkpoints never align, and no caption may say they do
+        assert not any("aligned." in s.caption for s in view.steps), [s.caption for s in view.steps]
     finally:
         view.close()
 
@@ -85,10 +87,14 @@ def test_next_and_previous_buttons_move_one_step(tmp_path):
         title0 = view.graph.layout.title.text
         view.next_button.click()
         view.next_button.click()
-        assert view.step == 2 and view.slider.value == 2 and view.graph.layout.title.text != title0
+        # the slider and the title number steps alike, from 1 (issue 18: "5" beside "step 6 of 22")
+        assert view.step == 2 and view.slider.value == 3 and view.graph.layout.title.text != title0
+        assert "step 3 of" in view.graph.layout.title.text
         view.prev_button.click()
-        assert view.step == 1
-        view.slider.value = len(view.steps) - 1
+        assert view.step == 1 and view.slider.value == 2
+        view.slider.value = len(view.steps)
+        assert view.step == len(view.steps) - 1 and f"step {len(view.steps)} of {len(view.steps)}" in \
+            view.graph.layout.title.text
         assert view.next_button.disabled and "complete" in view.caption.value
     finally:
         view.close()

@@ -1,0 +1,148 @@
+"""Figures for people: counts without decimals, bytes, durations, shares, timestamps and nulls.
+
+One home for how a number is shown, used by the terminal summary, the HTML report and
+the dashboards, so the same figure reads the same everywhere:
+
+* counts as integers with thousands separators (``994``, never ``994.000``);
+* bytes in B / KB / MB / GB (powers of 1024);
+* durations from milliseconds in the largest unit that fits (``147 ms``, ``1.5 s``,
+  ``30 min``, ``1 d``);
+* shares as percentages, ratios with two decimals (``1.73x``);
+* timestamps as UTC to the second;
+* a missing value (None, NaN, NaT, pandas NA) as an en dash ``–``, never ``None`` or ``nan``.
+
+:func:`format_frame` applies these per column by name, for tables.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: what a missing value is shown as
+MISSING = "–"
+
+_BYTE_COLUMNS = ("bytes", "size_bytes", "checkpoint_bytes", "incremental_bytes", "delta_bytes", "expired_bytes",
+                 "bytes_a", "bytes_b", "bytes_delta", "first_bytes", "last_bytes", "bytes_growth", "cum_bytes",
+                 "subtask_load_bytes", "state_bytes")
+_DURATION_COLUMNS = ("ttl_ms", "duration_ms", "sync_ms", "async_ms", "alignment_ms")
+_SHARE_COLUMNS = ("share", "subtask_share", "expired_share", "top_1pct_share", "top_key_share", "known_share",
+                  "records_known_share")
+_RATIO_COLUMNS = ("overload", "max_over_mean", "cv", "gini")
+
+
+def is_missing(value: Any) -> bool:
+    """None, NaN, NaT and pandas NA."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    try:
+        return bool(pd.isna(value)) if np.ndim(value) == 0 else False
+    except (TypeError, ValueError):
+        return False
+
+
+def human_count(n: Any) -> str:
+    """An integer count with thousands separators (a float count is rounded)."""
+    if is_missing(n):
+        return MISSING
+    return f"{int(round(float(n))):,}"
+
+
+def human_bytes(n: Any) -> str:
+    """``512 B``, ``1.5 KB``, ``3.2 MB`` (powers of 1024); negative for a shrink."""
+    if is_missing(n):
+        return MISSING
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+        n /= 1024
+    return f"{sign}{n:.1f} TB"  # pragma: no cover - the loop returns
+
+
+def human_duration(ms: Any) -> str:
+    """Milliseconds in the largest unit that fits: ``0.4 ms``, ``147 ms``, ``1.5 s``, ``30 min``, ``2 h``, ``1 d``."""
+    if is_missing(ms):
+        return MISSING
+    ms = float(ms)
+    sign = "-" if ms < 0 else ""
+    ms = abs(ms)
+    if ms < 1:
+        return f"{sign}{ms:.1f} ms"
+    if ms < 1000:
+        return f"{sign}{ms:.0f} ms"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms >= size:
+            v = ms / size
+            return f"{sign}{v:.0f} {unit}" if math.isclose(v, round(v), abs_tol=0.05) else f"{sign}{v:.1f} {unit}"
+    return f"{sign}{ms:.0f} ms"  # pragma: no cover
+
+
+def human_share(x: Any) -> str:
+    """A fraction as a percentage: ``0.505353`` is ``50.5 %``."""
+    if is_missing(x):
+        return MISSING
+    return f"{float(x) * 100:.1f} %"
+
+
+def human_ratio(x: Any) -> str:
+    """A ratio with two decimals: ``1.73``."""
+    if is_missing(x):
+        return MISSING
+    return f"{float(x):.2f}"
+
+
+def human_time(ts: Any) -> str:
+    """A timestamp as ``YYYY-MM-DD HH:MM:SS UTC``."""
+    if is_missing(ts):
+        return MISSING
+    t = pd.Timestamp(ts)
+    t = t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def human_value(value: Any) -> str:
+    """Any other cell: integers with separators, floats to three significant decimals, text as is."""
+    if is_missing(value):
+        return MISSING
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return f"{int(v):,}" if v.is_integer() else f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.1f}"
+    if isinstance(value, pd.Timestamp):
+        return human_time(value)
+    return str(value)
+
+
+def formatter_for(column: str, series: pd.Series | None = None):
+    """The function that shows the values of ``column`` (by its name, then by its dtype)."""
+    if column in _BYTE_COLUMNS or column.endswith("_bytes"):
+        return human_bytes
+    if column in _DURATION_COLUMNS or column.endswith("_ms"):
+        return human_duration
+    if column in _SHARE_COLUMNS or column.endswith("_share"):
+        return human_share
+    if column in _RATIO_COLUMNS:
+        return human_ratio
+    if series is not None and pd.api.types.is_datetime64_any_dtype(series.dtype):
+        return human_time
+    if column in ("entries", "keys", "records", "records_error", "rank", "expired_entries", "cum_entries"):
+        return human_count
+    return human_value
+
+
+def format_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every cell turned into the text a person reads (see the module doc)."""
+    out = pd.DataFrame(index=df.index)
+    for c in df.columns:
+        f = formatter_for(str(c), df[c])
+        out[c] = [f(v) for v in df[c].tolist()]
+    return out
