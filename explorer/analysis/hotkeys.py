@@ -13,7 +13,8 @@ Ways to rank keys (``by``):
   curves by traffic use the keys whose count is known, and say which share of the
   operator's traffic that is (``known_share``).
 
-Ties are broken by the key (its text, ascending), so a ranking is the same on every run.
+Ties are broken by the key (numbers by value, other keys by their text, ascending), so a ranking
+is the same on every run.
 ``overload`` is :func:`explorer.analysis.distribution.overload`, measured in traffic where
 the snapshot counted it per key group, else in bytes, whatever the ranking: a key's
 overload is the same number in every table.
@@ -202,8 +203,10 @@ def _key_order(kt: KeyTable, rows: np.ndarray) -> np.ndarray:
     """Positions that sort ``rows`` by their key's text (by snapshot position past ``_TIES_BY_TEXT``)."""
     if len(rows) > _TIES_BY_TEXT:
         return np.argsort(kt.key[rows], kind="stable")
-    text = np.array([str(k) for k in kt.values.take(kt.key[rows])], dtype=object)
-    return np.argsort(text, kind="stable")
+    keys = list(kt.values.take(kt.key[rows]))
+    if keys and all(isinstance(k, (int, float, np.integer, np.floating)) and not isinstance(k, bool) for k in keys):
+        return np.argsort(np.asarray(keys, dtype=np.float64), kind="stable")  # numbers by value
+    return np.argsort(np.array([str(k) for k in keys], dtype=object), kind="stable")
 
 
 def _key_order_rank(kt: KeyTable, rows: np.ndarray) -> np.ndarray:

@@ -27,6 +27,10 @@ TIMELINE_COLUMNS = ["operator", "state", "status", "window", "window_start", "wi
                     "cum_entries", "cum_bytes"]
 
 
+EXPIRED_COLUMNS = ["operator", "state", "ttl_ms", "entries", "bytes", "expired_entries", "expired_bytes",
+                   "expired_share", "keys_with_expired", "oldest_expiry"]
+
+
 def _ttl_rows(df: pd.DataFrame) -> pd.DataFrame:
     rows = df[~df["kind"].isin(TIMER_KINDS)]
     return rows[rows["expires_at"].notna()]
@@ -64,6 +68,8 @@ def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h",
     up the expiring windows from ``now`` on (the expired row is not in them).
     """
     df = frame(source, TTL_COLUMNS, operator, state)
+    if now is None and not df["expires_at"].notna().any():  # no TTL state: nothing expires, no "now" needed
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in TIMELINE_COLUMNS})
     t_now = now_of(source, df, now)
     step = pd.Timedelta(freq)
     if step <= pd.Timedelta(0):
@@ -125,6 +131,8 @@ def expired_not_cleaned(source: Source, now: Any = None, *, operator: str | Iter
     ``expired_share, keys_with_expired, oldest_expiry``.
     """
     df = frame(source, TTL_COLUMNS, operator, state)
+    if now is None and not df["expires_at"].notna().any():  # no TTL state: nothing expired, no "now" needed
+        return pd.DataFrame(columns=EXPIRED_COLUMNS)
     t_now = now_of(source, df, now)
     ttl = _ttl_by_state(source, df)
     now_ms = int(t_now.value // 1_000_000)
@@ -148,8 +156,7 @@ def expired_not_cleaned(source: Source, now: Any = None, *, operator: str | Iter
             "keys_with_expired": int(keys_with),
             "oldest_expiry": pd.Timestamp(int(exp[expired].min()), unit="ms", tz="UTC") if expired.any() else pd.NaT,
         })
-    return pd.DataFrame(out, columns=["operator", "state", "ttl_ms", "entries", "bytes", "expired_entries",
-                                      "expired_bytes", "expired_share", "keys_with_expired", "oldest_expiry"])
+    return pd.DataFrame(out, columns=EXPIRED_COLUMNS)
 
 
 def _ttl_by_state(source: Source, rows: pd.DataFrame) -> dict[tuple[str, str], int | None]:

@@ -45,6 +45,11 @@ def _layout(fig: go.Figure, title: str, height: int | None, **kw) -> go.Figure:
     return fig
 
 
+def _floats(col: pd.Series):
+    """A column as float64 for plotly (an unknown ``<NA>`` as NaN: no bar)."""
+    return pd.to_numeric(col, errors="coerce").astype("float64").to_numpy()
+
+
 def _label(key) -> str:
     return str(key)
 
@@ -79,8 +84,8 @@ def subtask_bars(data_frame: pd.DataFrame, *, x: str = "subtask", y: str = "byte
     fig = go.Figure()
     groups = df.groupby(color, sort=False, observed=True) if color else [(y, df)]
     for i, (c, g) in enumerate(groups):
-        fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].to_numpy(), name=str(c), marker_color=_colour(i)))
-        mean = float(g[y].mean()) if len(g) else 0.0
+        fig.add_trace(go.Bar(x=g[x].to_numpy(), y=_floats(g[y]), name=str(c), marker_color=_colour(i)))
+        mean = float(g[y].mean()) if len(g) and g[y].notna().any() else 0.0
         fig.add_hline(y=mean, line_dash="dash", line_color=_colour(i), annotation_text=f"mean {c}")
     fig.update_xaxes(title_text=x, dtick=1)
     fig.update_yaxes(title_text=y)
@@ -126,7 +131,7 @@ def hot_key_bars(data_frame: pd.DataFrame, *, x: str = "key", y: str = "bytes", 
     fig = go.Figure()
     order = [_label(k) for k in df[x]]
     for i, (c, g) in enumerate(df.groupby(color, sort=True, observed=True)):
-        fig.add_trace(go.Bar(x=[_label(k) for k in g[x]], y=g[y].to_numpy(), name=f"{color} {c}",
+        fig.add_trace(go.Bar(x=[_label(k) for k in g[x]], y=_floats(g[y]), name=f"{color} {c}",
                              marker_color=_colour(i)))
     fig.update_xaxes(title_text=x, categoryorder="array", categoryarray=order)
     fig.update_yaxes(title_text=y)
@@ -139,6 +144,8 @@ def lorenz_curve(data_frame: pd.DataFrame, *, value: str = "bytes", color: str =
     """Lorenz curve of the load per key, one line per operator (a ``key_stats``), with the equality line.
 
     The further the curve sags below the diagonal, the more a few keys hold; the legend gives each Gini.
+    Keys whose ``value`` is unknown (``<NA>``: traffic outside the sketch) are left out, and the
+    legend says how many keys the curve covers.
     """
     _need(data_frame, value)
     fig = go.Figure()
@@ -146,9 +153,13 @@ def lorenz_curve(data_frame: pd.DataFrame, *, value: str = "bytes", color: str =
                                                                                           dash="dash")))
     groups = data_frame.groupby(color, sort=True, observed=True) if color in data_frame.columns else [("keys", data_frame)]
     for i, (c, g) in enumerate(groups):
-        lc = _lorenz(g[value].to_numpy())
+        known = g[value].dropna().to_numpy(dtype="float64")
+        if not len(known):
+            continue
+        lc = _lorenz(known)
+        part = "" if len(known) == len(g) else f", {len(known):,} of {len(g):,} keys known"
         fig.add_trace(go.Scatter(x=lc["key_share"].to_numpy(), y=lc["load_share"].to_numpy(), mode="lines",
-                                 name=f"{c} (Gini {_gini(g[value].to_numpy()):.2f})", line_color=_colour(i)))
+                                 name=f"{c} (Gini {_gini(known):.2f}{part})", line_color=_colour(i)))
     fig.update_xaxes(title_text="share of keys (smallest first)", range=[0, 1], tickformat=".0%")
     fig.update_yaxes(title_text=f"share of {value}", range=[0, 1], tickformat=".0%")
     return _layout(fig, title or f"Lorenz curve of {value} per key", height)
