@@ -218,12 +218,15 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
 def diff_waterfall(data_frame: pd.DataFrame, *, value: str = "bytes", by: str = "state", title: str | None = None,
                    height: int | None = None) -> go.Figure:
     """From snapshot a's total to b's (a ``diff``): per ``by`` group, the steps from added keys, removed
-    keys and changed keys."""
+    keys and changed keys. States are grouped per operator (``operator/state``): two operators'
+    states of the same name are two bars, not one."""
     _need(data_frame, by, "status", f"{value}_a", f"{value}_b", f"{value}_delta")
     df = data_frame
     start = int(df[f"{value}_a"].sum())
     labels, measures, ys = ["a"], ["absolute"], [start]
-    for name, g in df.groupby(by, sort=True, observed=True):
+    keys = ["operator", by] if by != "operator" and "operator" in df.columns else [by]
+    for name, g in df.groupby(keys, sort=True, observed=True):
+        name = "/".join(str(x) for x in name) if isinstance(name, tuple) else str(name)
         for status in ("added", "removed", "changed"):
             d = int(g.loc[g["status"] == status, f"{value}_delta"].sum())
             if d:
