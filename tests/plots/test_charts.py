@@ -13,7 +13,7 @@ from explorer.errors import AnalysisError
 from explorer.keygroups import assign_to_key_group
 from explorer.snapshot import checkpoints_in
 
-from fixtures import PLANT_HOT_KEYS
+from tests.support.fixtures import PLANT_HOT_KEYS
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_data"
 
