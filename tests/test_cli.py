@@ -114,16 +114,6 @@ def test_report_on_every_format(rel, tmp_path, capsys):
         assert "state entries</td><td class=''>0<" not in page
 
 
-def test_report_on_spark(tmp_path):
-    spark = sorted((SAMPLES / "spark").glob("*")) if (SAMPLES / "spark").is_dir() else []
-    if not spark:
-        pytest.skip("no Spark sample under sample_data/spark")
-    pytest.importorskip("pyspark")
-    out = tmp_path / "report.html"
-    assert main(["report", str(spark[0]), "-o", str(out)]) == 0
-    assert "Key groups of" in out.read_text()
-
-
 @pytest.mark.parametrize("argv, says", [
     (["report", "PATH", "--parallelisms", "2,x"], "--parallelisms"),
     (["report", "PATH", "--parallelisms", "0,2"], "--parallelisms"),
