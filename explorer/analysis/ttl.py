@@ -156,7 +156,9 @@ def expired_not_cleaned(source: Source, now: Any = None, *, operator: str | Iter
             "keys_with_expired": int(keys_with),
             "oldest_expiry": pd.Timestamp(int(exp[expired].min()), unit="ms", tz="UTC") if expired.any() else pd.NaT,
         })
-    return pd.DataFrame(out, columns=EXPIRED_COLUMNS)
+    result = pd.DataFrame(out, columns=EXPIRED_COLUMNS)
+    result["oldest_expiry"] = pd.to_datetime(result["oldest_expiry"], utc=True)  # UTC even when none expired
+    return result
 
 
 def _ttl_by_state(source: Source, rows: pd.DataFrame) -> dict[tuple[str, str], int | None]:

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.spark
 SPARK = Path(__file__).resolve().parents[2] / "sample_data" / "spark"
 
 
-@pytest.mark.parametrize("name", ["agg-rocksdb", "tws-rows"])
+@pytest.mark.parametrize("name", ["tws-rows"])
 def test_report_on_a_spark_checkpoint(name, spark, tmp_path, capsys):
     out = tmp_path / "report.html"
     assert main(["report", str(SPARK / name), "-o", str(out)]) == 0, capsys.readouterr().err
