@@ -62,13 +62,6 @@ def _state_table(snap: Any) -> pd.DataFrame:
     return st
 
 
-def _ttl_unknown(st: pd.DataFrame) -> pd.DataFrame:
-    """States that have a TTL whose duration the snapshot does not store (Apache Flink)."""
-    if "has_ttl" not in st or "ttl_ms" not in st:
-        return st.iloc[0:0]
-    return st[st["has_ttl"].fillna(False).astype(bool) & st["ttl_ms"].isna()]
-
-
 def _no_ttl(st: pd.DataFrame) -> pd.DataFrame:
     if "ttl_ms" not in st:
         return st.iloc[0:0]
@@ -78,18 +71,6 @@ def _no_ttl(st: pd.DataFrame) -> pd.DataFrame:
     if "kind" in st:
         no &= ~st["kind"].isin(["event_timer", "processing_timer"])
     return st[no]
-
-
-def ttl_hint(snap: Any) -> str | None:
-    """How to give the TTL durations a snapshot does not store (None when it stores them all)."""
-    unknown = _ttl_unknown(snap.states)
-    if not len(unknown):
-        return None
-    names = sorted(set(unknown["state"]))
-    example = ", ".join(f'"{n}": timedelta(hours=1)' for n in names[:2])
-    cli = " ".join(f"--ttl {n}=1h" for n in names[:2])
-    return (f"{len(unknown)} state(s) have a TTL whose duration Flink does not store ({', '.join(names)}); "
-            f"give it to see expiry: explorer.open(path, ttl={{{example}}}) or state-explorer ... {cli}")
 
 
 def created_text(snap: Any) -> str:
@@ -164,7 +145,7 @@ def summary_text(snap: Any, top: int = 5) -> str:
         if len(no_ttl):
             out += ["", "states without TTL (only the job's own code removes their entries): " +
                     ", ".join(f"{r.operator}/{r.state}" for r in no_ttl.itertuples())]
-    hint = ttl_hint(snap)
+    hint = analysis.ttl_hint(snap)
     if hint:
         out += ["", f"hint: {hint}"]
     for n in snap.notes:
@@ -298,7 +279,7 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
         cols = [c for c in ("operator", "state", "kind", "value_type", "ttl_ms", "entries", "bytes", "keys")
                 if c in st]
         summary.append("<h3>States</h3>" + _table(st[cols], max_rows=200))
-    hint = ttl_hint(snap)
+    hint = analysis.ttl_hint(snap)
     if hint:
         summary.append(f"<p class='note'>{html.escape(hint)}</p>")
     for note in snap.notes:

@@ -172,11 +172,38 @@ def _ttl_by_state(source: Source, rows: pd.DataFrame) -> dict[tuple[str, str], i
     return out
 
 
-def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
-    """Per state: ``operator, state, kind, ttl_ms, entries, bytes, keys, expired_entries, expired_bytes``.
+def missing_ttls(source: Source) -> pd.DataFrame:
+    """The states that have a TTL whose duration the snapshot does not store: ``operator, state,
+    value_type``. Apache Flink keeps each entry's last access (its values are ``Ttl<...>``) but
+    not the TTL itself; give it with ``explorer.open(path, ttl={"state": timedelta(...)})`` or
+    ``state-explorer ... --ttl state=1h``. Empty for the formats that store their TTLs."""
+    cols = ["operator", "state", "value_type"]
+    st = source.states if is_snapshot(source) else pd.DataFrame(columns=cols)
+    if "has_ttl" not in st or "ttl_ms" not in st:
+        return pd.DataFrame(columns=cols)
+    rows = st[st["has_ttl"].fillna(False).astype(bool) & st["ttl_ms"].isna()]
+    return rows.reindex(columns=cols).reset_index(drop=True)
 
-    States without TTL have ``ttl_ms`` null and no expired entries: nothing but the job's
-    own code ever removes them.
+
+def ttl_hint(source: Source) -> str | None:
+    """How to give the TTL durations a snapshot does not store (None when nothing is missing)."""
+    missing = missing_ttls(source)
+    if not len(missing):
+        return None
+    names = sorted(set(missing["state"]))
+    example = ", ".join(f'"{n}": timedelta(hours=1)' for n in names[:2])
+    cli = " ".join(f"--ttl {n}=1h" for n in names[:2])
+    return (f"{len(names)} state(s) have a TTL whose duration Flink does not store ({', '.join(names)}); "
+            f"give it to see expiry: explorer.open(path, ttl={{{example}}}) or state-explorer ... {cli}")
+
+
+def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
+    """Per state: ``operator, state, kind, ttl_ms, entries, bytes, keys, expired_entries, expired_bytes,``
+    ``has_ttl``.
+
+    States without TTL have ``ttl_ms`` null, ``has_ttl`` False and no expired entries: nothing
+    but the job's own code ever removes them. A state with ``has_ttl`` True and ``ttl_ms`` null
+    has a TTL the snapshot does not store (:func:`missing_ttls`).
     """
     df = frame(source, TTL_COLUMNS)
     t_now = now_of(source, df, now) if len(df) else None
@@ -191,8 +218,12 @@ def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
                     "entries": len(g), "bytes": int(g["size_bytes"].sum()), "keys": int(g["key"].nunique()),
                     "expired_entries": int(expired.sum()),
                     "expired_bytes": int(g["size_bytes"].to_numpy()[expired].sum())})
-    return pd.DataFrame(out, columns=["operator", "state", "kind", "ttl_ms", "entries", "bytes", "keys",
-                                      "expired_entries", "expired_bytes"])
+    result = pd.DataFrame(out, columns=["operator", "state", "kind", "ttl_ms", "entries", "bytes", "keys",
+                                        "expired_entries", "expired_bytes"])
+    flagged = set(map(tuple, missing_ttls(source)[["operator", "state"]].to_numpy())) if len(result) else set()
+    result["has_ttl"] = [not pd.isna(t) or (o, s_) in flagged
+                         for o, s_, t in zip(result["operator"], result["state"], result["ttl_ms"])]
+    return result
 
 
 def unbounded_growth(snapshots: Sequence[Source] | str | Any, *, min_points: int = 2) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import explorer
-from explorer.analysis import expired_not_cleaned, ttl_expiry, ttl_summary, unbounded_growth
+from explorer.analysis import expired_not_cleaned, missing_ttls, ttl_expiry, ttl_hint, ttl_summary, unbounded_growth
 
 from tests.support.fixtures import PLANT_TTL_MS
 
@@ -133,3 +133,15 @@ def test_state_sizes_count_flink_state_from_the_data():
     assert sizes["entries"].sum() == len(rows) > 0
     for (op, st), r in truth.iterrows():
         assert sizes.loc[(op, st), "entries"] == r["size"] and sizes.loc[(op, st), "bytes"] == r["sum"]
+
+
+def test_flink_ttl_states_are_flagged_and_the_hint_says_how_to_give_them():
+    snap = explorer.open(FLINK)
+    missing = snap.ttl_summary()
+    flagged = set(missing.loc[missing["has_ttl"] & missing["ttl_ms"].isna(), "state"])
+    assert flagged == {"last_seen", "per_category", "recent_amounts"}
+    assert set(missing_ttls(snap)["state"]) == flagged
+    assert "ttl=" in ttl_hint(snap) and "--ttl" in ttl_hint(snap)
+    given = explorer.open(FLINK, ttl={n: timedelta(hours=1) for n in flagged})
+    assert missing_ttls(given).empty and ttl_hint(given) is None
+    assert given.ttl_summary().set_index("state").loc[sorted(flagged), "ttl_ms"].tolist() == [3_600_000] * 3
