@@ -164,3 +164,19 @@ def test_existing_commands_still_work(cmd, capsys):
         assert main(cmd) == 0
     except SystemExit as exc:  # --help exits 0
         assert exc.code == 0
+
+
+def test_demo_summary_describes_the_savepoint_it_wrote(tmp_path, capsys):
+    """make demo takes its savepoint at 80 % of the input: the keys and entries it prints are the
+    savepoint's (what a user then opens), not the state at the end of the run."""
+    import explorer
+    from explorer.cli import run_pipeline
+
+    target = tmp_path / "url_counts"
+    s = run_pipeline("url_counts", records=6000, parallelism=2, backend="heap", out=target, checkpoint_every=1500,
+                     savepoint_to=target / "savepoint", savepoint_at=0.5)
+    rows = explorer.open(target / "savepoint").keyed_state(columns=["kind", "key"])
+    rows = rows[~rows["kind"].isin(["event_timer", "processing_timer"])]
+    assert s["described"] == "savepoint"
+    assert s["keys"] == rows["key"].nunique() and s["state_entries"] == len(rows)
+    assert "entries in the savepoint" in capsys.readouterr().out
