@@ -42,6 +42,8 @@ def _one_operator(df: pd.DataFrame, operator: str | None) -> tuple[pd.DataFrame,
 def _layout(fig: go.Figure, title: str, height: int | None, **kw) -> go.Figure:
     fig.update_layout(title=title, template="plotly_white", height=height, legend_title_text=kw.pop("legend", None),
                       **kw)
+    fig.update_xaxes(automargin=True)  # long tick labels and axis titles get room instead of being clipped
+    fig.update_yaxes(automargin=True)
     return fig
 
 
@@ -133,7 +135,8 @@ def hot_key_bars(data_frame: pd.DataFrame, *, x: str = "key", y: str = "bytes", 
     for i, (c, g) in enumerate(df.groupby(color, sort=True, observed=True)):
         fig.add_trace(go.Bar(x=[_label(k) for k in g[x]], y=_floats(g[y]), name=f"{color} {c}",
                              marker_color=_colour(i)))
-    fig.update_xaxes(title_text=x, categoryorder="array", categoryarray=order)
+    fig.update_xaxes(title_text=x, categoryorder="array", categoryarray=order,
+                     tickangle=-30 if len(order) > 5 or any(len(k) > 12 for k in order) else 0)
     fig.update_yaxes(title_text=y)
     return _layout(fig, title or f"Hottest keys of {op} by {y}", height, legend=color)
 
@@ -208,7 +211,8 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
     if "duration_ms" in df.columns:
         fig.add_trace(go.Scatter(x=per_chk[x].to_numpy(), y=per_chk["duration_ms"].to_numpy(), mode="lines+markers",
                                  name="duration (ms)", yaxis="y2", line=dict(color="#FF6692")))
-        fig.update_layout(yaxis2=dict(title="duration (ms)", overlaying="y", side="right", showgrid=False))
+        fig.update_layout(yaxis2=dict(title="duration (ms)", overlaying="y", side="right", showgrid=False,
+                                      automargin=True, rangemode="tozero"))
     fig.update_xaxes(title_text="checkpoint", type="category")
     fig.update_layout(yaxis_title_text=y)  # the left axis only: the right one is the duration
     return _layout(fig, title or "Checkpoint history", height, barmode="stack")
