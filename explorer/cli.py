@@ -5,8 +5,11 @@
     state-explorer demo [--out out]                 run every example pipeline, checkpoint, savepoint, summarise
     state-explorer run NAME [--parallelism P] [--backend heap|rocksdb] [--from-savepoint PATH] ...
     state-explorer savepoint NAME --after-records N -o PATH   run, then stop with a savepoint
-    state-explorer inspect PATH                     summary of a checkpoint or savepoint
-    state-explorer report PATH -o report.html       self-contained HTML report with the charts
+    state-explorer inspect PATH [--ttl STATE=1h] [--uids a,b]   summary of a checkpoint or savepoint
+    state-explorer report PATH -o report.html       HTML report with the charts (every format)
+
+PATH is a savepoint or checkpoint folder, a checkpoint directory, or a Flink ``_metadata``
+file. Options are checked by argparse: a bad value is a usage error, never a traceback.
     state-explorer list                             the example pipelines
 """
 
@@ -18,23 +21,96 @@ import json
 import shutil
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
 
+import pandas as pd
+
+from . import analysis
 from .errors import StateExplorerError
 from .format.snapshot import read_metadata
 from .pipelines import PIPELINES
+from .plots.format import human_bytes as _human_bytes
 from .report import build_report, summary_text
 from .snapshot import open as open_snapshot
 from .spark.demo import run_spark_demo
 
 
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
+# --- argparse types: a bad value is a usage error (exit 2 with the usage), not a traceback --------
+def positive_int(text: str) -> int:
+    """An integer of at least 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"found {text!r}, expected a whole number of at least 1") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"found {v}, expected a whole number of at least 1")
+    return v
+
+
+def non_negative_int(text: str) -> int:
+    """An integer of at least 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"found {text!r}, expected a whole number of at least 0") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"found {v}, expected a whole number of at least 0")
+    return v
+
+
+def parallelism_list(text: str) -> list[int]:
+    """Comma-separated parallelisms, each at least 1: ``2,4,8``."""
+    out = []
+    for part in text.split(","):
+        try:
+            out.append(positive_int(part.strip()))
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"in {text!r}: {exc}; expected comma-separated parallelisms such as "
+                                             "2,4,8") from None
+    return out
+
+
+def ttl_option(text: str) -> tuple[str, timedelta]:
+    """``STATE=DURATION`` for ``--ttl``: ``last_seen=1h``, ``per_category=2d``, ``dedup=86400000`` (ms)."""
+    name, sep, dur = text.partition("=")
+    if not sep or not name.strip() or not dur.strip():
+        raise argparse.ArgumentTypeError(f"found {text!r}, expected STATE=DURATION such as last_seen=1h")
+    dur = dur.strip()
+    try:
+        td = pd.Timedelta(int(dur), unit="ms") if dur.isdigit() else pd.Timedelta(dur)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"in {text!r}: found the duration {dur!r}, expected a duration such as "
+                                         "30min, 1h, 2d or milliseconds") from None
+    if td <= pd.Timedelta(0):
+        raise argparse.ArgumentTypeError(f"in {text!r}: expected a positive duration")
+    return name.strip(), td.to_pytimedelta()
+
+
+def uid_list(text: str) -> list[str]:
+    """Comma-separated operator uids: ``user-state,bucket-state``."""
+    uids = [u.strip() for u in text.split(",") if u.strip()]
+    if not uids:
+        raise argparse.ArgumentTypeError(f"found {text!r}, expected comma-separated operator uids")
+    return uids
+
+
+def open_for_cli(path: str, ttl: list[tuple[str, timedelta]] | None = None, uids: list[str] | None = None):
+    """Open ``path``; ``--ttl`` and ``--uids`` go to an Apache Flink snapshot (others store their TTLs
+    and names themselves, and saying so is clearer than ignoring the options)."""
+    snap = open_snapshot(path)
+    options = {}
+    if ttl:
+        options["ttl"] = dict(ttl)
+    if uids:
+        options["uids"] = uids
+    if not options:
+        return snap
+    if not snap.format.startswith("flink"):
+        raise StateExplorerError(f"{path}: --ttl and --uids apply to Apache Flink snapshots; found a {snap.format}, "
+                                 "which stores its TTLs and operator names itself")
+    return open_snapshot(path, **options)
 
 
 def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: str, out: Path | None,
@@ -100,6 +176,31 @@ def _json_default(o: Any) -> Any:
 
 
 def _summarise(name: str, result, records: int, elapsed: float, savepoint: Path | None) -> dict[str, Any]:
+    """What a run leaves: with a savepoint, its keys, entries and hottest keys are the savepoint's (what
+    a user opens afterwards, taken mid-run by ``make demo``), else the live state at the end of the run."""
+    summary = {
+        "pipeline": name,
+        "records": records,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(records / elapsed) if elapsed else None,
+        "outputs": {k: len(v) for k, v in result.outputs.items()},
+    }
+    if savepoint is not None:
+        meta = read_metadata(savepoint)
+        snap = open_snapshot(savepoint)
+        rows = snap.keyed_state(columns=["operator", "kind", "key"])
+        rows = rows[~rows["kind"].isin(["event_timer", "processing_timer"])]
+        hk = analysis.hot_keys(snap, n=5, by="traffic")
+        summary.update({
+            "described": "savepoint",
+            "keys": int(rows["key"].map(repr).nunique()) if len(rows) else 0,
+            "state_entries": int(len(rows)),
+            "hottest_keys": [{"operator": r.operator, "key": str(r.key), "records": int(r.records)}
+                             for r in hk.sort_values("records", ascending=False, kind="stable").itertuples()][:5],
+            "savepoint": str(savepoint),
+            "state_bytes": meta["timing"]["bytes"],
+        })
+        return summary
     ops = result.operators()
     keyed = ops[ops["keyed"]]
     state = result.state()
@@ -107,32 +208,25 @@ def _summarise(name: str, result, records: int, elapsed: float, savepoint: Path 
     for op in keyed["operator"]:
         hh = result.heavy_hitters(op, n=5)
         hot.extend({"operator": op, "key": str(k), "records": int(c)} for k, c in zip(hh["key"], hh["count"]))
-    summary = {
-        "pipeline": name,
-        "records": records,
-        "seconds": round(elapsed, 3),
-        "records_per_s": round(records / elapsed) if elapsed else None,
+    summary.update({
+        "described": "end of run",
         "keys": int(state["key"].map(repr).nunique()) if len(state) else 0,
         "state_entries": int(len(state)),
-        "outputs": {k: len(v) for k, v in result.outputs.items()},
-        "hottest_keys": hot[:5],
-    }
-    if savepoint is not None:
-        meta = read_metadata(savepoint)
-        summary["savepoint"] = str(savepoint)
-        summary["state_bytes"] = meta["timing"]["bytes"]
+        "hottest_keys": sorted(hot, key=lambda h: -h["records"])[:5],
+    })
     return summary
 
 
 def _print_summary(s: dict[str, Any]) -> None:
+    where = "in the savepoint" if s.get("described") == "savepoint" else "at the end"
     line = (f"{s['pipeline']:<14} {s['records']:>9,} records  {s['seconds']:>7.2f} s  "
-            f"{(s['records_per_s'] or 0):>10,} rec/s  {s['keys']:>7,} keys  {s['state_entries']:>8,} entries")
+            f"{(s['records_per_s'] or 0):>10,} rec/s  {s['keys']:>7,} keys  {s['state_entries']:>8,} entries {where}")
     if "state_bytes" in s:
         line += f"  {_human_bytes(s['state_bytes']):>9} savepoint"
     print(line)
     if s["hottest_keys"]:
         tops = ", ".join(f"{h['key']} ({h['records']:,})" for h in s["hottest_keys"][:3])
-        print(f"{'':<14} hottest keys: {tops}")
+        print(f"{'':<14} hottest keys {where}: {tops}")
 
 
 def cmd_demo(args) -> int:
@@ -185,17 +279,18 @@ def cmd_savepoint(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    snap = open_snapshot(args.path)
+    snap = open_for_cli(args.path, args.ttl, args.uids)
     print(summary_text(snap, top=args.top))
     return 0
 
 
 def cmd_report(args) -> int:
-    snap = open_snapshot(args.path)
+    snap = open_for_cli(args.path, args.ttl, args.uids)
     history_dir = Path(args.path) if Path(args.path).is_dir() and not (Path(args.path) / "_metadata").exists() else None
-    ps = [int(p) for p in args.parallelisms.split(",")] if args.parallelisms else None
-    out = build_report(snap, Path(args.output), top=args.top, history_dir=history_dir, parallelisms=ps)
-    print(f"report written to {out} ({_human_bytes(out.stat().st_size)})")
+    out = build_report(snap, Path(args.output), top=args.top, history_dir=history_dir, parallelisms=args.parallelisms,
+                       plotly_js="inline" if args.self_contained else "shared")
+    shared = "" if args.self_contained else " plus the shared plotly.js beside it"
+    print(f"report written to {out} ({_human_bytes(out.stat().st_size)}{shared})")
     return 0
 
 
@@ -206,11 +301,18 @@ def cmd_list(args) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--parallelism", "-p", type=int, default=2)
-    p.add_argument("--max-parallelism", type=int, default=None)
-    p.add_argument("--records", "-n", type=int, default=None, help="input records (default: the pipeline's)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--parallelism", "-p", type=positive_int, default=2)
+    p.add_argument("--max-parallelism", type=positive_int, default=None)
+    p.add_argument("--records", "-n", type=positive_int, default=None, help="input records (default: the pipeline's)")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--batch-size", type=positive_int, default=1024)
+
+
+def _snapshot_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ttl", type=ttl_option, action="append", metavar="STATE=DURATION",
+                   help="a Flink state's TTL, which Flink does not store (repeatable): --ttl last_seen=1h")
+    p.add_argument("--uids", type=uid_list, default=None, metavar="UID,UID",
+                   help="the job's operator uids, to name operators of Flink snapshots that store only IDs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(r)
     r.add_argument("--backend", default="heap", choices=["heap", "rocksdb"])
     r.add_argument("--out", default=None)
-    r.add_argument("--checkpoint-every", type=int, default=None, help="checkpoint every N source records (needs --out)")
+    r.add_argument("--checkpoint-every", type=positive_int, default=None, help="checkpoint every N source records (needs --out)")
     r.add_argument("--from-savepoint", default=None)
     r.add_argument("--savepoint", default=None, help="take a savepoint into this folder at the end")
     r.set_defaults(fn=cmd_run)
@@ -235,18 +337,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     _common(s)
     s.add_argument("--backend", default="heap", choices=["heap", "rocksdb"])
-    s.add_argument("--after-records", type=int, default=None)
+    s.add_argument("--after-records", type=positive_int, default=None)
     s.add_argument("--output", "-o", required=True)
     s.set_defaults(fn=cmd_savepoint)
     i = sub.add_parser("inspect", help="summarise a checkpoint or savepoint")
-    i.add_argument("path")
-    i.add_argument("--top", type=int, default=5, help="how many hot keys to list")
+    i.add_argument("path", help="a checkpoint, savepoint, checkpoint directory or Flink _metadata file")
+    i.add_argument("--top", type=positive_int, default=5, help="how many hot keys to list")
+    _snapshot_options(i)
     i.set_defaults(fn=cmd_inspect)
     rp = sub.add_parser("report", help="write a self-contained HTML report with the charts")
-    rp.add_argument("path", help="a checkpoint, savepoint, or checkpoint directory (adds the history)")
+    rp.add_argument("path", help="a checkpoint, savepoint, Flink _metadata file, or checkpoint directory (adds "
+                                 "the history)")
     rp.add_argument("--output", "-o", default="report.html")
-    rp.add_argument("--top", type=int, default=10, help="how many hot keys to chart")
-    rp.add_argument("--parallelisms", default=None, help="comma-separated candidates for the rescale what-if")
+    rp.add_argument("--top", type=positive_int, default=10, help="how many hot keys to chart")
+    rp.add_argument("--parallelisms", type=parallelism_list, default=None,
+                    help="comma-separated candidates for the rescale what-if: 2,4,8")
+    rp.add_argument("--self-contained", action="store_true",
+                    help="put plotly.js in the page (one file that opens anywhere) instead of one shared copy beside it")
+    _snapshot_options(rp)
     rp.set_defaults(fn=cmd_report)
     lst = sub.add_parser("list", help="list the example pipelines")
     lst.set_defaults(fn=cmd_list)

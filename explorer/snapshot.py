@@ -99,8 +99,9 @@ class Snapshot(StoredSnapshot):
         """Entries, bytes and keys per state, counted from the data (:func:`explorer.analysis.state_sizes`)."""
         return state_sizes(self)
 
-    def diff(self, other: "Snapshot", **kw: Any) -> pd.DataFrame:
-        """Keys added, removed, changed from this snapshot to ``other`` (:func:`explorer.analysis.diff`)."""
+    def diff(self, other: "Snapshot | str | Path", **kw: Any) -> pd.DataFrame:
+        """Keys added, removed, changed from this snapshot to ``other`` (a Snapshot or a path)
+        (:func:`explorer.analysis.diff`)."""
         return diff(self, other, **kw)
 
     def _repr_html_(self) -> str:

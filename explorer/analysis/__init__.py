@@ -40,7 +40,7 @@ from .distribution import (
 from .history import checkpoint_summary, history
 from .hotkeys import (gini, hot_keys, key_skew, key_stats, lorenz_curve, salted_key, salting_measure, salting_whatif,
                       top_share)
-from .ttl import expired_not_cleaned, ttl_expiry, ttl_summary, unbounded_growth
+from .ttl import expired_not_cleaned, missing_ttls, ttl_expiry, ttl_hint, ttl_summary, unbounded_growth
 
 __all__ = [
     "LOAD_COLUMNS",
@@ -62,6 +62,7 @@ __all__ = [
     "key_stats",
     "keyed_operators",
     "lorenz_curve",
+    "missing_ttls",
     "overload",
     "rescale_whatif",
     "salted_key",
@@ -72,6 +73,7 @@ __all__ = [
     "subtask_loads",
     "top_share",
     "ttl_expiry",
+    "ttl_hint",
     "ttl_summary",
     "unbounded_growth",
 ]

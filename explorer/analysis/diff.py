@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
@@ -30,6 +31,7 @@ import pyarrow.compute as pc
 
 from ..errors import AnalysisError
 from ..keygroups import string_buffers
+from ..stored import open_stored
 from ._columns import cached_frame, positions, row_hashes, state_rows
 from ._common import Source, frame, is_snapshot
 from ._keys import KeyValues, factorize_keys, first_occurrences
@@ -64,8 +66,11 @@ def diff(a: Source, b: Source, *, operator: str | Iterable[str] | None = None,
     ``bytes_a, bytes_b, bytes_delta``; sorted by operator, state and falling ``bytes_delta``;
     ``status`` is a Categorical of :data:`STATUSES`; ``key`` is the Arrow-backed string dtype
     :data:`KEY_STRINGS` (pandas 3's default for strings) when every key is a str, Python objects
-    otherwise. ``unchanged=False`` leaves the unchanged keys out.
+    otherwise. ``unchanged=False`` leaves the unchanged keys out. ``a`` and ``b`` may be paths
+    (opened as :func:`explorer.open` would), as :func:`explorer.history` takes them.
     """
+    a = open_stored(a) if isinstance(a, (str, Path)) else a
+    b = open_stored(b) if isinstance(b, (str, Path)) else b
     if is_snapshot(a) and is_snapshot(b) and hasattr(a, "reader") and hasattr(b, "reader"):
         return _diff_snapshots(a, b, operator, state, unchanged)
     fa = frame(a, _COLUMNS, operator, state)

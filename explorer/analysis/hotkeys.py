@@ -13,7 +13,8 @@ Ways to rank keys (``by``):
   curves by traffic use the keys whose count is known, and say which share of the
   operator's traffic that is (``known_share``).
 
-Ties are broken by the key (its text, ascending), so a ranking is the same on every run.
+Ties are broken by entries (more first), then by the key (numbers by value, other keys by
+their text, ascending), so a ranking is the same on every run.
 ``overload`` is :func:`explorer.analysis.distribution.overload`, measured in traffic where
 the snapshot counted it per key group, else in bytes, whatever the ranking: a key's
 overload is the same number in every table.
@@ -172,7 +173,8 @@ def _subtask_loads(kt: KeyTable, lay: Layout, metric: str, records_by_kg: pd.Dat
 
 
 def _top(kt: KeyTable, metric: str, n: int) -> np.ndarray:
-    """Rows of the ``n`` largest ``metric`` (ties: by key), largest first; by traffic only known counts."""
+    """Rows of the ``n`` largest ``metric`` (ties: more entries, then by key), largest first; by traffic
+    only known counts."""
     memo_key = ("top", metric, n)
     if memo_key not in kt.memo:
         kt.memo[memo_key] = _top_rows(kt, metric, n)
@@ -191,10 +193,10 @@ def _top_rows(kt: KeyTable, metric: str, n: int) -> np.ndarray:
     else:
         above, at = candidates, np.zeros(0, dtype=np.int64)
     need = n - len(above)
-    if len(at) > need:  # the keys tied at the cut: the first ones by key
-        at = at[_key_order(kt, at)[:need]]
+    if len(at) > need:  # the keys tied at the cut: more entries first, then by key
+        at = at[np.lexsort((_key_order_rank(kt, at), -kt.entries[at]))[:need]]
     idx = np.concatenate([above, at]).astype(np.int64)
-    order = np.lexsort((_key_order_rank(kt, idx), -v[idx]))
+    order = np.lexsort((_key_order_rank(kt, idx), -kt.entries[idx], -v[idx]))
     return idx[order][:n]
 
 
@@ -202,8 +204,10 @@ def _key_order(kt: KeyTable, rows: np.ndarray) -> np.ndarray:
     """Positions that sort ``rows`` by their key's text (by snapshot position past ``_TIES_BY_TEXT``)."""
     if len(rows) > _TIES_BY_TEXT:
         return np.argsort(kt.key[rows], kind="stable")
-    text = np.array([str(k) for k in kt.values.take(kt.key[rows])], dtype=object)
-    return np.argsort(text, kind="stable")
+    keys = list(kt.values.take(kt.key[rows]))
+    if keys and all(isinstance(k, (int, float, np.integer, np.floating)) and not isinstance(k, bool) for k in keys):
+        return np.argsort(np.asarray(keys, dtype=np.float64), kind="stable")  # numbers by value
+    return np.argsort(np.array([str(k) for k in keys], dtype=object), kind="stable")
 
 
 def _key_order_rank(kt: KeyTable, rows: np.ndarray) -> np.ndarray:
@@ -237,7 +241,7 @@ def hot_keys(source: Source, n: int = 10, by: str = "auto", *, operator: str | I
     ``overload_by``, the same whatever ``by`` is).
 
     By traffic, only keys with a known count are listed: an operator without traffic
-    data gives no rows. Ties are ranked by key.
+    data gives no rows. Ties are ranked by entries, then by key.
     """
     metric = _check_by(by)
     df = frame(source, LOAD_COLUMNS, operator, state)
@@ -253,8 +257,7 @@ def hot_keys(source: Source, n: int = 10, by: str = "auto", *, operator: str | I
         top = g.to_frame(_top(g, m, n))
         if m == "records":
             top = _with_sketch_only_keys(top, g, hh, lay, partitioner(source))
-            top = top.assign(_k=top["key"].map(str)).sort_values(["records", "_k"], ascending=[False, True],
-                                                                 kind="stable").drop(columns="_k").head(n)
+            top = top.sort_values(["records", "entries"], ascending=False, kind="stable").head(n)
         if not len(top):
             continue
         total = float(loads.sum()) or float(g.column(m).sum())

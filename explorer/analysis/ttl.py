@@ -27,6 +27,10 @@ TIMELINE_COLUMNS = ["operator", "state", "status", "window", "window_start", "wi
                     "cum_entries", "cum_bytes"]
 
 
+EXPIRED_COLUMNS = ["operator", "state", "ttl_ms", "entries", "bytes", "expired_entries", "expired_bytes",
+                   "expired_share", "keys_with_expired", "oldest_expiry"]
+
+
 def _ttl_rows(df: pd.DataFrame) -> pd.DataFrame:
     rows = df[~df["kind"].isin(TIMER_KINDS)]
     return rows[rows["expires_at"].notna()]
@@ -64,6 +68,8 @@ def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h",
     up the expiring windows from ``now`` on (the expired row is not in them).
     """
     df = frame(source, TTL_COLUMNS, operator, state)
+    if now is None and not df["expires_at"].notna().any():  # no TTL state: nothing expires, no "now" needed
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in TIMELINE_COLUMNS})
     t_now = now_of(source, df, now)
     step = pd.Timedelta(freq)
     if step <= pd.Timedelta(0):
@@ -125,6 +131,8 @@ def expired_not_cleaned(source: Source, now: Any = None, *, operator: str | Iter
     ``expired_share, keys_with_expired, oldest_expiry``.
     """
     df = frame(source, TTL_COLUMNS, operator, state)
+    if now is None and not df["expires_at"].notna().any():  # no TTL state: nothing expired, no "now" needed
+        return pd.DataFrame(columns=EXPIRED_COLUMNS)
     t_now = now_of(source, df, now)
     ttl = _ttl_by_state(source, df)
     now_ms = int(t_now.value // 1_000_000)
@@ -148,8 +156,9 @@ def expired_not_cleaned(source: Source, now: Any = None, *, operator: str | Iter
             "keys_with_expired": int(keys_with),
             "oldest_expiry": pd.Timestamp(int(exp[expired].min()), unit="ms", tz="UTC") if expired.any() else pd.NaT,
         })
-    return pd.DataFrame(out, columns=["operator", "state", "ttl_ms", "entries", "bytes", "expired_entries",
-                                      "expired_bytes", "expired_share", "keys_with_expired", "oldest_expiry"])
+    result = pd.DataFrame(out, columns=EXPIRED_COLUMNS)
+    result["oldest_expiry"] = pd.to_datetime(result["oldest_expiry"], utc=True)  # UTC even when none expired
+    return result
 
 
 def _ttl_by_state(source: Source, rows: pd.DataFrame) -> dict[tuple[str, str], int | None]:
@@ -163,11 +172,38 @@ def _ttl_by_state(source: Source, rows: pd.DataFrame) -> dict[tuple[str, str], i
     return out
 
 
-def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
-    """Per state: ``operator, state, kind, ttl_ms, entries, bytes, keys, expired_entries, expired_bytes``.
+def missing_ttls(source: Source) -> pd.DataFrame:
+    """The states that have a TTL whose duration the snapshot does not store: ``operator, state,
+    value_type``. Apache Flink keeps each entry's last access (its values are ``Ttl<...>``) but
+    not the TTL itself; give it with ``explorer.open(path, ttl={"state": timedelta(...)})`` or
+    ``state-explorer ... --ttl state=1h``. Empty for the formats that store their TTLs."""
+    cols = ["operator", "state", "value_type"]
+    st = source.states if is_snapshot(source) else pd.DataFrame(columns=cols)
+    if "has_ttl" not in st or "ttl_ms" not in st:
+        return pd.DataFrame(columns=cols)
+    rows = st[st["has_ttl"].fillna(False).astype(bool) & st["ttl_ms"].isna()]
+    return rows.reindex(columns=cols).reset_index(drop=True)
 
-    States without TTL have ``ttl_ms`` null and no expired entries: nothing but the job's
-    own code ever removes them.
+
+def ttl_hint(source: Source) -> str | None:
+    """How to give the TTL durations a snapshot does not store (None when nothing is missing)."""
+    missing = missing_ttls(source)
+    if not len(missing):
+        return None
+    names = sorted(set(missing["state"]))
+    example = ", ".join(f'"{n}": timedelta(hours=1)' for n in names[:2])
+    cli = " ".join(f"--ttl {n}=1h" for n in names[:2])
+    return (f"{len(names)} state(s) have a TTL whose duration Flink does not store ({', '.join(names)}); "
+            f"give it to see expiry: explorer.open(path, ttl={{{example}}}) or state-explorer ... {cli}")
+
+
+def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
+    """Per state: ``operator, state, kind, ttl_ms, entries, bytes, keys, expired_entries, expired_bytes,``
+    ``has_ttl``.
+
+    States without TTL have ``ttl_ms`` null, ``has_ttl`` False and no expired entries: nothing
+    but the job's own code ever removes them. A state with ``has_ttl`` True and ``ttl_ms`` null
+    has a TTL the snapshot does not store (:func:`missing_ttls`).
     """
     df = frame(source, TTL_COLUMNS)
     t_now = now_of(source, df, now) if len(df) else None
@@ -182,8 +218,12 @@ def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
                     "entries": len(g), "bytes": int(g["size_bytes"].sum()), "keys": int(g["key"].nunique()),
                     "expired_entries": int(expired.sum()),
                     "expired_bytes": int(g["size_bytes"].to_numpy()[expired].sum())})
-    return pd.DataFrame(out, columns=["operator", "state", "kind", "ttl_ms", "entries", "bytes", "keys",
-                                      "expired_entries", "expired_bytes"])
+    result = pd.DataFrame(out, columns=["operator", "state", "kind", "ttl_ms", "entries", "bytes", "keys",
+                                        "expired_entries", "expired_bytes"])
+    flagged = set(map(tuple, missing_ttls(source)[["operator", "state"]].to_numpy())) if len(result) else set()
+    result["has_ttl"] = [not pd.isna(t) or (o, s_) in flagged
+                         for o, s_, t in zip(result["operator"], result["state"], result["ttl_ms"])]
+    return result
 
 
 def unbounded_growth(snapshots: Sequence[Source] | str | Any, *, min_points: int = 2) -> pd.DataFrame:

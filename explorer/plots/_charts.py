@@ -42,7 +42,14 @@ def _one_operator(df: pd.DataFrame, operator: str | None) -> tuple[pd.DataFrame,
 def _layout(fig: go.Figure, title: str, height: int | None, **kw) -> go.Figure:
     fig.update_layout(title=title, template="plotly_white", height=height, legend_title_text=kw.pop("legend", None),
                       **kw)
+    fig.update_xaxes(automargin=True)  # long tick labels and axis titles get room instead of being clipped
+    fig.update_yaxes(automargin=True)
     return fig
+
+
+def _floats(col: pd.Series):
+    """A column as float64 for plotly (an unknown ``<NA>`` as NaN: no bar)."""
+    return pd.to_numeric(col, errors="coerce").astype("float64").to_numpy()
 
 
 def _label(key) -> str:
@@ -79,8 +86,8 @@ def subtask_bars(data_frame: pd.DataFrame, *, x: str = "subtask", y: str = "byte
     fig = go.Figure()
     groups = df.groupby(color, sort=False, observed=True) if color else [(y, df)]
     for i, (c, g) in enumerate(groups):
-        fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].to_numpy(), name=str(c), marker_color=_colour(i)))
-        mean = float(g[y].mean()) if len(g) else 0.0
+        fig.add_trace(go.Bar(x=g[x].to_numpy(), y=_floats(g[y]), name=str(c), marker_color=_colour(i)))
+        mean = float(g[y].mean()) if len(g) and g[y].notna().any() else 0.0
         fig.add_hline(y=mean, line_dash="dash", line_color=_colour(i), annotation_text=f"mean {c}")
     fig.update_xaxes(title_text=x, dtick=1)
     fig.update_yaxes(title_text=y)
@@ -126,9 +133,10 @@ def hot_key_bars(data_frame: pd.DataFrame, *, x: str = "key", y: str = "bytes", 
     fig = go.Figure()
     order = [_label(k) for k in df[x]]
     for i, (c, g) in enumerate(df.groupby(color, sort=True, observed=True)):
-        fig.add_trace(go.Bar(x=[_label(k) for k in g[x]], y=g[y].to_numpy(), name=f"{color} {c}",
+        fig.add_trace(go.Bar(x=[_label(k) for k in g[x]], y=_floats(g[y]), name=f"{color} {c}",
                              marker_color=_colour(i)))
-    fig.update_xaxes(title_text=x, categoryorder="array", categoryarray=order)
+    fig.update_xaxes(title_text=x, categoryorder="array", categoryarray=order,
+                     tickangle=-30 if len(order) > 5 or any(len(k) > 12 for k in order) else 0)
     fig.update_yaxes(title_text=y)
     return _layout(fig, title or f"Hottest keys of {op} by {y}", height, legend=color)
 
@@ -139,6 +147,8 @@ def lorenz_curve(data_frame: pd.DataFrame, *, value: str = "bytes", color: str =
     """Lorenz curve of the load per key, one line per operator (a ``key_stats``), with the equality line.
 
     The further the curve sags below the diagonal, the more a few keys hold; the legend gives each Gini.
+    Keys whose ``value`` is unknown (``<NA>``: traffic outside the sketch) are left out, and the
+    legend says how many keys the curve covers.
     """
     _need(data_frame, value)
     fig = go.Figure()
@@ -146,9 +156,13 @@ def lorenz_curve(data_frame: pd.DataFrame, *, value: str = "bytes", color: str =
                                                                                           dash="dash")))
     groups = data_frame.groupby(color, sort=True, observed=True) if color in data_frame.columns else [("keys", data_frame)]
     for i, (c, g) in enumerate(groups):
-        lc = _lorenz(g[value].to_numpy())
+        known = g[value].dropna().to_numpy(dtype="float64")
+        if not len(known):
+            continue
+        lc = _lorenz(known)
+        part = "" if len(known) == len(g) else f", {len(known):,} of {len(g):,} keys known"
         fig.add_trace(go.Scatter(x=lc["key_share"].to_numpy(), y=lc["load_share"].to_numpy(), mode="lines",
-                                 name=f"{c} (Gini {_gini(g[value].to_numpy()):.2f})", line_color=_colour(i)))
+                                 name=f"{c} (Gini {_gini(known):.2f}{part})", line_color=_colour(i)))
     fig.update_xaxes(title_text="share of keys (smallest first)", range=[0, 1], tickformat=".0%")
     fig.update_yaxes(title_text=f"share of {value}", range=[0, 1], tickformat=".0%")
     return _layout(fig, title or f"Lorenz curve of {value} per key", height)
@@ -197,7 +211,8 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
     if "duration_ms" in df.columns:
         fig.add_trace(go.Scatter(x=per_chk[x].to_numpy(), y=per_chk["duration_ms"].to_numpy(), mode="lines+markers",
                                  name="duration (ms)", yaxis="y2", line=dict(color="#FF6692")))
-        fig.update_layout(yaxis2=dict(title="duration (ms)", overlaying="y", side="right", showgrid=False))
+        fig.update_layout(yaxis2=dict(title="duration (ms)", overlaying="y", side="right", showgrid=False,
+                                      automargin=True, rangemode="tozero"))
     fig.update_xaxes(title_text="checkpoint", type="category")
     fig.update_layout(yaxis_title_text=y)  # the left axis only: the right one is the duration
     return _layout(fig, title or "Checkpoint history", height, barmode="stack")
@@ -207,12 +222,15 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
 def diff_waterfall(data_frame: pd.DataFrame, *, value: str = "bytes", by: str = "state", title: str | None = None,
                    height: int | None = None) -> go.Figure:
     """From snapshot a's total to b's (a ``diff``): per ``by`` group, the steps from added keys, removed
-    keys and changed keys."""
+    keys and changed keys. States are grouped per operator (``operator/state``): two operators'
+    states of the same name are two bars, not one."""
     _need(data_frame, by, "status", f"{value}_a", f"{value}_b", f"{value}_delta")
     df = data_frame
     start = int(df[f"{value}_a"].sum())
     labels, measures, ys = ["a"], ["absolute"], [start]
-    for name, g in df.groupby(by, sort=True, observed=True):
+    keys = ["operator", by] if by != "operator" and "operator" in df.columns else [by]
+    for name, g in df.groupby(keys, sort=True, observed=True):
+        name = "/".join(str(x) for x in name) if isinstance(name, tuple) else str(name)
         for status in ("added", "removed", "changed"):
             d = int(g.loc[g["status"] == status, f"{value}_delta"].sum())
             if d:

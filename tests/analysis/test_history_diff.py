@@ -98,3 +98,35 @@ def test_frames_and_snapshots_give_the_same_diff(planted_job):
     pd.testing.assert_frame_equal(fast.sort_values(cols).reset_index(drop=True),
                                   slow.sort_values(cols).reset_index(drop=True))
     assert set(fast["status"]) == {"added", "changed", "unchanged"}
+
+
+def test_history_times_are_the_slowest_subtasks_and_the_snapshots_own(tmp_path):
+    """Sync/async times are the slowest subtask's (as the engine's trace shows them), never a sum
+    over subtasks that snapshot in parallel, so neither exceeds the checkpoint's duration; the
+    checkpoint time comes from the job's clock through the snapshot, not from file times."""
+    from explorer.engine import CollectionSource, KeyedProcessFunction, ManualClock, StreamEnvironment, \
+        ValueStateDescriptor
+
+    class Count(KeyedProcessFunction):
+        def open(self, ctx):
+            self.n = ctx.get_state(ValueStateDescriptor("count", int))
+
+        def process_element(self, word, ctx, out):
+            self.n.update(self.n.value(0) + 1)
+
+    start = 1_767_225_600_000
+    env = StreamEnvironment(parallelism=3, max_parallelism=16, clock=ManualClock(start), trace=True, batch_size=8)
+    env.enable_checkpointing(tmp_path / "chk", interval_records=60, retained=10)
+    env.from_source(CollectionSource([f"w{i % 40}" for i in range(600)], num_splits=1), name="words",
+                    parallelism=1).key_by(lambda w: w).process(Count(), name="count", uid="count")
+    result = env.execute("count")
+    trace = result.trace.to_frame()
+    snaps = trace[trace["kind"] == "snapshot"]
+    h = explorer.history(tmp_path / "chk", per_state=False, keys=False)
+    assert len(h) >= 2
+    for row in h.itertuples():
+        assert row.async_ms <= row.duration_ms and row.sync_ms <= row.duration_ms
+        mine = snaps[snaps["checkpoint"] == row.checkpoint_id]
+        assert mine["subtask"].nunique() > 1
+        assert row.sync_ms == pytest.approx(mine["sync_ms"].max(), abs=1e-3)
+        assert row.created_at == pd.Timestamp(start, unit="ms", tz="UTC")

@@ -1,11 +1,14 @@
 """Hot keys, skew and the salting what-if: the planted hot keys must come out on top."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 import explorer
-from explorer.analysis import gini, hot_keys, key_skew, key_stats, lorenz_curve, salted_key, salting_whatif, top_share
+from explorer.analysis import (gini, hot_keys, key_skew, key_stats, lorenz_curve, salted_key, salting_measure,
+                               salting_whatif, top_share)
 from explorer.errors import AnalysisError
 from explorer.keygroups import assign_to_key_group
 
@@ -133,3 +136,66 @@ def test_key_stats_without_keys(snap):
     lean = key_stats(snap, keys=False)
     assert "key" not in lean.columns and len(lean) == len(full)
     assert lean["bytes"].sum() == full["bytes"].sum()
+
+
+URL_COUNTS = Path(__file__).resolve().parents[2] / "sample_data" / "url_counts" / "savepoint-heap"
+
+
+@pytest.fixture(scope="module")
+def url_counts():
+    return explorer.open(URL_COUNTS)
+
+
+def test_traffic_outside_the_sketch_is_unknown_not_zero(url_counts):
+    """Every key of url-count was requested at least once: a key the sketch did not keep has an
+    unknown count, not 0."""
+    ks = url_counts.key_stats(operator="url-count")
+    assert ks["records"].isna().sum() > 0
+    assert not (ks["records"] == 0).any()
+    known = ks["records"].dropna()
+    assert len(known) == len(url_counts.heavy_hitters().query("operator == 'url-count'"))
+    assert url_counts.key_stats(operator="url-count", keys=False)["records"].isna().sum() == ks["records"].isna().sum()
+
+
+def test_skew_by_traffic_covers_the_known_keys_and_says_so(url_counts):
+    sk = url_counts.key_skew(by="traffic", operator="url-count").iloc[0]
+    ks = url_counts.key_stats(operator="url-count")
+    known = ks["records"].dropna().to_numpy(dtype=float)
+    assert sk["known_keys"] == len(known) < sk["keys"]
+    assert sk["gini"] == pytest.approx(gini(known))
+    assert sk["top_1pct_share"] == pytest.approx(top_share(known))
+    counted = url_counts.metrics().query("operator == 'url-count'")["records"].sum()
+    assert sk["known_share"] == pytest.approx(min(1.0, known.sum() / counted))
+    # counting the unknown keys as 0 would overstate the skew
+    assert sk["gini"] < gini(ks["records"].fillna(0).to_numpy(dtype=float))
+
+
+def test_hot_keys_default_to_traffic_where_counted_with_the_hot_key_first(url_counts):
+    hk = url_counts.hot_keys(3, operator="url-count")
+    assert hk["by"].tolist() == ["records"] * 3
+    assert hk["key"].iloc[0] == "/api/search"
+    assert hk["records"].is_monotonic_decreasing
+
+
+def test_hot_keys_without_traffic_rank_by_bytes_ties_by_key():
+    snap = explorer.open(Path(__file__).resolve().parents[2] / "sample_data" / "flink" / "heap-canonical-savepoint")
+    hk = snap.hot_keys(5, operator="user-windows")
+    assert hk["by"].tolist() == ["bytes"] * 5 and hk["records"].isna().all()
+    assert hk["bytes"].nunique() == 1  # every key holds 8 B: the ties are ranked by key
+    assert hk["key"].tolist() == sorted(hk["key"])
+    assert snap.hot_keys(5, by="traffic").empty  # no traffic data: no made-up ranking
+    assert hk["key"].tolist() == snap.hot_keys(5, operator="user-windows")["key"].tolist()
+
+
+def test_salting_acts_on_the_hot_key_and_shows_its_traffic(url_counts):
+    s = url_counts.salting_whatif(n=8, operator="url-count")
+    assert set(s["salted"]) == {"/api/search"}
+    assert salting_measure(s) == "records"
+    before = s[s["scenario"] == "before"]["records"].to_numpy(dtype=float)
+    after = s[s["scenario"] == "after"]["records"].to_numpy(dtype=float)
+    assert before.sum() == after.sum() and before.max() > after.max()  # the hot subtask sheds traffic
+
+
+def test_salting_without_operator_covers_every_operator_holding_the_key(url_counts):
+    s = url_counts.salting_whatif(["/api/search"], 8)
+    assert sorted(set(s["operator"])) == ["url-count", "url-stats"]

@@ -1,11 +1,16 @@
 """TTL: expiry times planted with a manual clock come back exactly."""
 
+import os
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 import explorer
-from explorer.analysis import expired_not_cleaned, ttl_expiry, ttl_summary, unbounded_growth
+from explorer.analysis import expired_not_cleaned, missing_ttls, ttl_expiry, ttl_hint, ttl_summary, unbounded_growth
 
 from tests.support.fixtures import PLANT_TTL_MS
 
@@ -99,3 +104,44 @@ def test_dataframe_input_uses_latest_access_as_now(snap):
     tl = ttl_expiry(df)
     assert tl.loc[tl["status"] == "expired", "entries"].sum() == snap.ttl_expiry().loc[
         lambda x: x.status == "expired", "entries"].sum()
+
+
+FLINK = Path(__file__).resolve().parents[2] / "sample_data" / "flink" / "heap-canonical-savepoint"
+
+
+def test_flink_now_comes_from_the_snapshot_not_file_times(tmp_path):
+    """Flink stores no snapshot time: created_at is unknown (never the files' modification time,
+    which is when they were copied), and "now" is the latest last access in the state, so a
+    fresh checkout does not make every TTL entry expired."""
+    copy = tmp_path / "sp"
+    shutil.copytree(FLINK, copy)
+    os.utime(copy / "_metadata", (2_000_000_000, 2_000_000_000))  # a copy made in 2033
+    ttl = {"last_seen": timedelta(hours=1), "per_category": timedelta(days=2), "recent_amounts": timedelta(minutes=30)}
+    snap = explorer.open(copy / "_metadata", ttl=ttl)
+    assert snap.created_at is None
+    exp = snap.expired_not_cleaned()
+    assert len(exp) == 3 and (exp["expired_share"] < 1.0).all()
+    latest = snap.keyed_state(columns=["last_access"])["last_access"].max()
+    assert (exp["oldest_expiry"].dropna() <= latest).all()
+
+
+def test_state_sizes_count_flink_state_from_the_data():
+    snap = explorer.open(FLINK)
+    sizes = snap.state_sizes().set_index(["operator", "state"])
+    rows = snap.keyed_state(columns=["operator", "state", "size_bytes"])
+    truth = rows.groupby(["operator", "state"])["size_bytes"].agg(["size", "sum"])
+    assert sizes["entries"].sum() == len(rows) > 0
+    for (op, st), r in truth.iterrows():
+        assert sizes.loc[(op, st), "entries"] == r["size"] and sizes.loc[(op, st), "bytes"] == r["sum"]
+
+
+def test_flink_ttl_states_are_flagged_and_the_hint_says_how_to_give_them():
+    snap = explorer.open(FLINK)
+    missing = snap.ttl_summary()
+    flagged = set(missing.loc[missing["has_ttl"] & missing["ttl_ms"].isna(), "state"])
+    assert flagged == {"last_seen", "per_category", "recent_amounts"}
+    assert set(missing_ttls(snap)["state"]) == flagged
+    assert "ttl=" in ttl_hint(snap) and "--ttl" in ttl_hint(snap)
+    given = explorer.open(FLINK, ttl={n: timedelta(hours=1) for n in flagged})
+    assert missing_ttls(given).empty and ttl_hint(given) is None
+    assert given.ttl_summary().set_index("state").loc[sorted(flagged), "ttl_ms"].tolist() == [3_600_000] * 3

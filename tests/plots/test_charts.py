@@ -1,5 +1,7 @@
 """Figures tested by structure (traces, x and y, layout), never as images, on planted snapshots."""
 
+from pathlib import Path
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
@@ -12,6 +14,8 @@ from explorer.keygroups import assign_to_key_group
 from explorer.snapshot import checkpoints_in
 
 from tests.support.fixtures import PLANT_HOT_KEYS
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_data"
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +114,21 @@ def test_diff_waterfall(planted_job):
     assert wf.type == "waterfall"
     assert wf.x[0] == "a" and wf.x[-1] == "b"
     assert wf.y[0] + sum(wf.y[1:-1]) == wf.y[-1] == d["bytes_b"].sum()
-    assert "events: added" in wf.x and "events: changed" in wf.x
+    assert "planted/events: added" in wf.x and "planted/events: changed" in wf.x
+
+
+def test_diff_waterfall_has_one_bar_per_operator_and_state():
+    """url-count and url-stats both have a state named count: two bars, not one merged bar."""
+    chks = checkpoints_in(SAMPLES / "url_counts" / "checkpoints")
+    d = explorer.diff(str(chks[0]), str(chks[-1]))  # paths, as explorer.history takes them
+    x = list(plots.diff_waterfall(d).data[0].x)
+    assert "url-count/count: added" in x and "url-stats/count: added" in x
+    assert not [label for label in x if label.startswith("count:")]
+    per = d[d["status"] == "added"].groupby(["operator", "state"], observed=True)["bytes_delta"].sum()
+    wf = plots.diff_waterfall(d).data[0]
+    bars = dict(zip(wf.x, wf.y))
+    assert bars["url-count/count: added"] == per[("url-count", "count")]
+    assert bars["url-stats/count: added"] == per[("url-stats", "count")]
 
 
 def test_plots_explain_bad_input(snap):

@@ -380,8 +380,10 @@ class CheckpointCoordinator:
             "files": files,
             "timing": {
                 "duration_ms": round((time.perf_counter() - pc.started) * 1000, 3),
-                "sync_ms": round(sum(s["sync_ms"] for s in subtasks.values()), 3),
-                "async_ms": round(sum(s["async_ms"] for s in subtasks.values()), 3),
+                # the slowest subtask's, as Flink reports them: subtasks snapshot in parallel, so a sum
+                # would be no duration at all (and could exceed the checkpoint's own duration)
+                "sync_ms": round(max((s["sync_ms"] for s in subtasks.values()), default=0.0), 3),
+                "async_ms": round(max((s["async_ms"] for s in subtasks.values()), default=0.0), 3),
                 "alignment_ms": round(max((s["alignment_ms"] for s in subtasks.values()), default=0.0), 3),
                 "bytes": total_bytes,
                 "bytes_written": sum(s.get("bytes_written", s["bytes"]) for s in subtasks.values()),

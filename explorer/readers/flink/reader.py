@@ -215,13 +215,16 @@ class FlinkSnapshotReader(SnapshotReader):
         fmt = m.savepoint_format
         job_dir = self.resolver.job_dir
         ctype = (m.properties or {}).get("checkpointType") or {}
-        created = pd.Timestamp(self.metadata_file.stat().st_mtime, unit="s", tz="UTC")
         extra: dict[str, Any] = {
             "metadata_version": m.version,
             "metadata_file": str(self.metadata_file),
             "savepoint_format": fmt.lower() if fmt else None,
             "checkpoint_type": ctype.get("name") if isinstance(ctype, dict) else None,
-            "created_at_source": "modification time of _metadata (Flink does not store it)",
+            # Flink's _metadata stores no time; a file's modification time is when it was copied, not
+            # when the snapshot was taken, so created_at stays unknown (analyses then take "now" from
+            # the latest last-access time in the state, or from now=)
+            "created_at_source": None,
+            "metadata_modified_at": pd.Timestamp(self.metadata_file.stat().st_mtime, unit="s", tz="UTC"),
             "operators_with_keyed_state": sum(1 for o in m.operators if self._keyed_subtasks(o)),
             "backends": {o.display_name: self._backend_name(o) for o in m.operators if self._keyed_subtasks(o)},
             # over the keyed state read so far (all of it once keyed_pieces has run unfiltered)
@@ -234,7 +237,7 @@ class FlinkSnapshotReader(SnapshotReader):
             format="flink-savepoint" if is_sp else "flink-checkpoint",
             kind="savepoint" if is_sp else "checkpoint",
             checkpoint_id=m.checkpoint_id,
-            created_at=created,
+            created_at=None,
             job_id=job_dir.name if _HEX32.match(job_dir.name) else None,
             job_name=None,
             extra=extra,
