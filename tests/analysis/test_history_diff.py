@@ -116,7 +116,9 @@ def test_history_times_are_the_slowest_subtasks_and_the_snapshots_own(tmp_path):
 
     start = 1_767_225_600_000
     env = StreamEnvironment(parallelism=3, max_parallelism=16, clock=ManualClock(start), trace=True, batch_size=8)
-    env.enable_checkpointing(tmp_path / "chk", interval_records=60, retained=10)
+    # synchronous writes: each checkpoint completes before the next trigger, so the count does not
+    # depend on how fast a background writer runs on a loaded machine
+    env.enable_checkpointing(tmp_path / "chk", interval_records=60, retained=10, asynchronous=False)
     env.from_source(CollectionSource([f"w{i % 40}" for i in range(600)], num_splits=1), name="words",
                     parallelism=1).key_by(lambda w: w).process(Count(), name="count", uid="count")
     result = env.execute("count")
