@@ -203,6 +203,14 @@ def _guard_iter(reader: Any, it: Iterator) -> Iterator:
         _reraise(exc, getattr(reader, "path", "?"), getattr(reader, "current_file", None))
 
 
+def _raised_in(exc: BaseException, fn: Callable) -> bool:
+    """Whether ``exc`` was raised by ``fn``'s own body (not by something it called)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code is fn.__code__
+
+
 def _guard(name: str, fn: Callable) -> Callable:
     """``fn`` with every failure passed through :func:`convert_failure` (iterators it returns too)."""
     @functools.wraps(fn)
@@ -210,6 +218,8 @@ def _guard(name: str, fn: Callable) -> Callable:
         try:
             out = fn(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
+            if isinstance(exc, (ValueError, TypeError)) and _raised_in(exc, fn):
+                raise  # the method's own check of its arguments (a bad option), not damaged input
             path = getattr(self, "path", None) or (args[0] if args else "?")
             _reraise(exc, path, getattr(self, "current_file", None), "opening" if name == "__init__" else "reading")
         if inspect.isgenerator(out):
