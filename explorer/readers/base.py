@@ -176,7 +176,7 @@ def convert_failure(exc: BaseException, path: Path | str, file: Path | str | Non
         err = SnapshotCorruptError(f"{name}: unreadable while {what} the snapshot {path} ({_found(exc)})")
     elif isinstance(exc, MemoryError):
         err = SnapshotCorruptError(
-            f"{name}: a length or count in the file asks for more memory than there is while {what} the "
+            f"{name}: a length or count in the file asks for more memory than there is (MemoryError) while {what} the "
             f"snapshot {path}; expected sizes that fit the file (damaged length field?)")
     else:
         where = f"{name}" if str(name) == str(path) else f"{name} (snapshot {path})"
@@ -218,8 +218,9 @@ def _guard(name: str, fn: Callable) -> Callable:
         try:
             out = fn(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
-            if isinstance(exc, (ValueError, TypeError)) and _raised_in(exc, fn):
-                raise  # the method's own check of its arguments (a bad option), not damaged input
+            if (name == "__init__" and isinstance(exc, (ValueError, TypeError))
+                    and not isinstance(exc, UnicodeError) and _raised_in(exc, fn)):
+                raise  # the constructor's own check of its options (a bad argument), not damaged input
             path = getattr(self, "path", None) or (args[0] if args else "?")
             _reraise(exc, path, getattr(self, "current_file", None), "opening" if name == "__init__" else "reading")
         if inspect.isgenerator(out):
