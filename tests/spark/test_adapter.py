@@ -17,7 +17,7 @@ from explorer.errors import JobError, StateNotDeclaredError
 from explorer.spark.context import ProcessContext as _ProcessContext, TimerService as _TimerService
 from explorer.spark.statemap import StateBinding, state_schema
 
-from .functions import RemindLater, by_value, one_file_per_batch
+from tests.support.spark_functions import RemindLater, by_value, one_file_per_batch
 
 pytestmark = pytest.mark.spark
 

@@ -16,7 +16,7 @@ from explorer.readers.spark import SparkCheckpointReader
 from explorer.spark import buckets as bk
 from explorer.spark.partitioning import partition_ids
 
-from .functions import RemindLater, by_value, one_file_per_batch
+from tests.support.spark_functions import RemindLater, by_value, one_file_per_batch
 
 pytestmark = pytest.mark.spark
 
