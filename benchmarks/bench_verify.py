@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         "first_load_seconds": {k: round(v, 3) for k, v in best.items()},
         "all_runs_seconds": {k: [round(x, 3) for x in v] for k, v in times.items()},
         "verify_cost_ratio": round(best["verify"] / best["no_verify"], 3),
-        "command": "python -m benchmarks.bench_verify " + " ".join(argv if argv is not None else []),
+        "command": "python -m benchmarks.bench_verify " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                     "load_before": load_before, "load_after": os.getloadavg()},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

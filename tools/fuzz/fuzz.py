@@ -284,8 +284,12 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
                                "offset": where, "size": len(original), "new_size": len(damaged),
                                "case": i, "detail": detail})
                     del state
-            if log and (i + 1) % 500 == 0:
-                log(f"{i + 1}/{n} cases, {time.monotonic() - t0:.0f} s")
+            if log and (i + 1) % 100 == 0:
+                totals_now: dict[str, int] = {}
+                for per in counts.values():
+                    for k, v in per.items():
+                        totals_now[k] = totals_now.get(k, 0) + v
+                log(f"{i + 1}/{n} cases, {time.monotonic() - t0:.0f} s: {totals_now}")
     totals: dict[str, int] = {}
     for per in counts.values():
         for k, v in per.items():
@@ -305,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     formats = [f for f in args.formats.split(",") if f]
     start = time.time()
-    result = fuzz(args.n, args.seed, formats, args.timeout, args.memory_mb)
+    result = fuzz(args.n, args.seed, formats, args.timeout, args.memory_mb,
+                  log=lambda text: print(text, flush=True))
     result.update({
         "command": " ".join([Path(sys.executable).name, "tools/fuzz/fuzz.py", *(argv or sys.argv[1:])]),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
