@@ -259,3 +259,14 @@ def test_a_damaged_sst_of_a_flink_checkpoint_is_an_error_not_fewer_rows(tmp_path
     _flip(path, off + size // 2)
     with pytest.raises(SnapshotCorruptError, match=path.name):
         explorer.open(d).keyed_state()
+
+
+def test_flink_key_group_offsets_out_of_order_or_past_the_end_are_corruption():
+    from explorer.errors import FlinkCorruptError
+    from explorer.readers.flink.fullformat import key_group_spans
+
+    assert key_group_spans([10, 20, 20, 30], 0, 10, 40) == [(0, 10, 20), (2, 20, 30), (3, 30, 40)]
+    with pytest.raises(FlinkCorruptError, match="decrease"):
+        key_group_spans([10, 30, 20], 0, 10, 40)
+    with pytest.raises(FlinkCorruptError, match="past the end"):
+        key_group_spans([10, 20, 50], 0, 10, 40)
