@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import SnapshotCorruptError, SnapshotError, StateExplorerError
+from ..errors import ReaderError, SnapshotCorruptError, SnapshotError, StateExplorerError
 
 CONTRACT_COLUMNS: tuple[str, ...] = (
     "operator",
@@ -169,11 +169,14 @@ def convert_failure(exc: BaseException, path: Path | str, file: Path | str | Non
         clone.__cause__ = exc
         return clone
     if isinstance(exc, FileNotFoundError):
-        err: SnapshotError = SnapshotCorruptError(
+        err: StateExplorerError = SnapshotCorruptError(
             f"{name}: missing or vanished while {what} the snapshot {path} ({_found(exc)}); "
             "expected every file its metadata lists to stay in place")
     elif isinstance(exc, OSError) and getattr(exc, "filename", None):
         err = SnapshotCorruptError(f"{name}: unreadable while {what} the snapshot {path} ({_found(exc)})")
+    elif type(exc).__module__.split(".")[0] in ("pyspark", "py4j"):
+        err = ReaderError(f"{name}: Spark failed while {what} the snapshot {path} ({_found(exc)}); expected a "
+                          "SparkSession that reads the checkpoint")  # not necessarily damage: Spark itself
     elif isinstance(exc, MemoryError):
         err = SnapshotCorruptError(
             f"{name}: a length or count in the file asks for more memory than there is (MemoryError) while {what} the "
