@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import ReaderError, SnapshotCorruptError, SnapshotError, StateExplorerError
+from ..errors import ReaderError, SnapshotCorruptError, StateExplorerError
 
 CONTRACT_COLUMNS: tuple[str, ...] = (
     "operator",
