@@ -38,15 +38,18 @@ from __future__ import annotations
 
 import functools
 import inspect
+import struct
+import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+import cramjam
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import ReaderError, SnapshotCorruptError, StateExplorerError
+from ..errors import ReaderError, SnapshotCorruptError, SnapshotFormatError, StateExplorerError
 
 CONTRACT_COLUMNS: tuple[str, ...] = (
     "operator",
@@ -142,6 +145,14 @@ class SnapshotInfo:
 BOUNDARY_METHODS = ("__init__", "info", "operators", "states", "subtasks", "keyed_pieces", "estimated_rows",
                     "operator_state", "metrics", "heavy_hitters", "timings")
 
+#: failures that mean bytes are damaged (cut short, undecodable, absurd sizes), as opposed to a
+#: structure the code did not expect (AttributeError, KeyError, ...: damage or an unsupported layout)
+_CORRUPTION: tuple[type[BaseException], ...] = (
+    struct.error, EOFError, UnicodeDecodeError, OverflowError, zlib.error, cramjam.DecompressionError,
+    pa.ArrowInvalid, OSError,
+)
+
+
 def _found(exc: BaseException) -> str:
     text = str(exc).strip() or "no message"
     if len(text) > 300:
@@ -181,11 +192,17 @@ def convert_failure(exc: BaseException, path: Path | str, file: Path | str | Non
         err = SnapshotCorruptError(
             f"{name}: a length or count in the file asks for more memory than there is (MemoryError) while {what} the "
             f"snapshot {path}; expected sizes that fit the file (damaged length field?)")
-    else:
+    elif isinstance(exc, _CORRUPTION):
         where = f"{name}" if str(name) == str(path) else f"{name} (snapshot {path})"
         err = SnapshotCorruptError(
             f"{where}: found bytes that do not decode ({_found(exc)}) while {what}; expected the layout "
             "the snapshot's format declares (the file is damaged or not what its metadata says)")
+    else:  # a structure the code did not expect: damage, or a layout this reader does not handle yet
+        where = f"{name}" if str(name) == str(path) else f"{name} (snapshot {path})"
+        err = SnapshotFormatError(
+            f"{where}: found a structure this reader does not handle ({_found(exc)}) while {what}; expected "
+            "the layout the snapshot's format declares (the file is damaged, or uses a layout or serializer "
+            "State Explorer does not read yet)")
     err.__cause__ = exc
     return err
 

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 import explorer
-from explorer.errors import SnapshotCorruptError, SnapshotError, StateExplorerError, UnsafePathError
+from explorer.errors import (
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotFormatError,
+    StateExplorerError,
+    UnsafePathError,
+)
 from explorer.format import checksums
 from explorer.format.snapshot import METADATA_FILE, read_metadata, write_metadata
 from explorer.readers.base import SnapshotReader, convert_failure
@@ -69,21 +75,21 @@ class _Broken(SnapshotReader):
         raise self.failure
 
 
-@pytest.mark.parametrize("failure", [
-    UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
-    OverflowError("int too big to convert"),
-    struct.error("unpack requires a buffer of 8 bytes"),
-    AssertionError(),
-    AttributeError("'NoneType' object has no attribute 'x'"),
-    KeyError("operators"),
-    MemoryError(),
+@pytest.mark.parametrize("failure, kind", [
+    (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), SnapshotCorruptError),
+    (OverflowError("int too big to convert"), SnapshotCorruptError),
+    (struct.error("unpack requires a buffer of 8 bytes"), SnapshotCorruptError),
+    (AssertionError(), SnapshotFormatError),
+    (AttributeError("'NoneType' object has no attribute 'x'"), SnapshotFormatError),
+    (KeyError("operators"), SnapshotFormatError),
+    (MemoryError(), SnapshotCorruptError),
 ])
-def test_the_boundary_turns_lower_failures_into_the_tree_naming_the_file(tmp_path, failure):
+def test_the_boundary_turns_lower_failures_into_the_tree_naming_the_file(tmp_path, failure, kind):
     reader = _Broken(tmp_path, failure)
-    with pytest.raises(SnapshotCorruptError, match=str(tmp_path)) as info:
+    with pytest.raises(kind, match=str(tmp_path)) as info:
         reader.info()
     assert info.value.__cause__ is failure
-    with pytest.raises(SnapshotCorruptError, match="data.bin") as info:
+    with pytest.raises(kind, match="data.bin") as info:
         list(reader.keyed_pieces(None))
     assert type(failure).__name__ in str(info.value)
 
