@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: venv demo test test-fast lab sample-data bench bench-smoke flink-fixtures spark-fixtures browser-deps chaos clean
+.PHONY: venv demo test test-fast lab sample-data bench bench-smoke flink-fixtures spark-fixtures browser-deps chaos chaos-kill fuzz clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,18 @@ browser-deps:
 # 1,000 injected crashes, recovered; the report counts lost and duplicated records.
 chaos: $(STAMP)
 	$(BIN)/python -m explorer.engine.checkpoint.chaos --trials 1000 --report benchmarks/results/recovery.json
+
+# Damaged snapshots of every format read in children under a memory limit and a timeout
+# (tools/fuzz/fuzz.py); the report counts outcomes per format. make fuzz N=100000 for a long run.
+N ?= 10000
+SEED ?= 1
+fuzz: $(STAMP)
+	$(BIN)/python tools/fuzz/fuzz.py --n $(N) --seed $(SEED) --report benchmarks/results/fuzz.json
+
+# Jobs in child processes killed with SIGKILL at random moments, recovered, outputs compared.
+TRIALS ?= 1000
+chaos-kill: $(STAMP)
+	$(BIN)/python -m explorer.engine.checkpoint.chaos --kill --trials $(TRIALS) --report benchmarks/results/recovery-kill.json
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not spark and not browser and not slow"

@@ -9,6 +9,7 @@
     │   ├── StateNotDeclaredError   state used outside a keyed context or before open()
     │   └── SerializationError      a value that does not fit its declared type
     ├── JobError                    a pipeline that cannot be built or run
+    │   └── CheckpointError         a checkpoint that could not be written (disk full, I/O error)
     ├── SnapshotError               anything wrong with a snapshot on disk
     │   ├── SnapshotNotFoundError   the path holds no snapshot we know
     │   ├── SnapshotFormatError     wrong magic number, unknown version, bad layout
@@ -53,6 +54,10 @@ class SerializationError(StateError, TypeError):
 
 class JobError(StateExplorerError):
     """A pipeline cannot be built or run."""
+
+
+class CheckpointError(JobError):
+    """A checkpoint could not be written (disk full, an I/O error); it is aborted, never completed."""
 
 
 class SnapshotError(StateExplorerError):

@@ -15,6 +15,7 @@ notebook display.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -24,9 +25,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from .errors import SnapshotNotFoundError
+from .errors import SnapshotError, SnapshotNotFoundError
 from .keygroups import assign_to_key_group
-from .readers.base import CONTRACT_COLUMNS, TUPLE_COLUMNS, KeyedStateQuery, SnapshotReader, struct_to_tuple
+from .readers.base import (
+    CONTRACT_COLUMNS,
+    TUPLE_COLUMNS,
+    KeyedStateQuery,
+    SnapshotReader,
+    convert_failure,
+    struct_to_tuple,
+)
 from .readers.engine import EngineSnapshotReader
 
 _CHK = re.compile(r"^chk-(\d+)$")
@@ -53,34 +61,92 @@ def _register_optional_readers() -> None:
 
 
 def checkpoints_in(directory: Path) -> list[Path]:
-    """Complete ``chk-N`` folders of an engine checkpoint directory, oldest first."""
+    """Complete ``chk-N`` folders of an engine checkpoint directory, oldest first.
+
+    Folders that vanish while they are looked at (a job's retention deleting old
+    checkpoints) are left out, not an error.
+    """
     found = []
-    for p in Path(directory).iterdir():
+    try:
+        entries = list(Path(directory).iterdir())
+    except FileNotFoundError as exc:
+        raise SnapshotNotFoundError(f"{directory}: vanished while listing its chk-N folders") from exc
+    for p in entries:
         m = _CHK.match(p.name)
-        if m and EngineSnapshotReader.detect(p):
+        if not m:
+            continue
+        try:
+            complete = EngineSnapshotReader.detect(p)
+        except OSError:  # deleted (or made unreadable) between listing and looking
+            continue
+        if complete:
             found.append((int(m.group(1)), p))
     return [p for _, p in sorted(found)]
 
+
+def _newest_checkpoint(directory: Path, **options: Any) -> SnapshotReader | None:
+    """The reader of the newest ``chk-N`` of ``directory`` that opens; a newer one passed over
+    (no ``_metadata`` yet, or damaged) is said in a note of the reader and a warning."""
+    chks = []
+    for p in directory.iterdir():
+        m = _CHK.match(p.name)
+        if m:
+            chks.append((int(m.group(1)), p))
+    passed: list[str] = []
+    for n, p in sorted(chks, reverse=True):
+        try:
+            if not EngineSnapshotReader.detect(p):
+                passed.append(f"chk-{n} (no complete _metadata: being written, aborted or not a snapshot)")
+                continue
+            reader = EngineSnapshotReader(p, **options)
+        except FileNotFoundError:
+            passed.append(f"chk-{n} (vanished while opening it: removed by the job's retention?)")
+            continue
+        except SnapshotError as exc:
+            passed.append(f"chk-{n} ({exc})")
+            continue
+        if passed:
+            text = (f"{directory}: opened chk-{n}, the newest checkpoint that opens; passed over newer "
+                    + "; ".join(passed))
+            reader.notes.insert(0, text)
+            warnings.warn(text, stacklevel=3)
+        return reader
+    if passed:
+        raise SnapshotError(f"{directory}: no chk-N folder opens; found " + "; ".join(passed)
+                            + "; expected at least one complete checkpoint")
+    return None
+
+
 def reader_for(path: str | Path, **options: Any) -> SnapshotReader:
-    """The reader of a checkpoint, savepoint or checkpoint directory (its newest complete checkpoint)."""
+    """The reader of a checkpoint, savepoint or checkpoint directory (its newest complete checkpoint).
+
+    For a checkpoint directory, a newer ``chk-N`` that does not open is never passed over
+    silently: the reader's notes and a warning say which one was opened and why.
+    """
     p = Path(path)
     if not p.exists():
         raise SnapshotNotFoundError(f"{p}: no such file or directory; expected a checkpoint or savepoint folder")
     _register_optional_readers()
     for reader_cls in READERS:
-        if reader_cls.detect(p):
+        try:
+            found = reader_cls.detect(p)
+        except Exception as exc:  # noqa: BLE001 - the error boundary of detection
+            err = convert_failure(exc, p, what="detecting the format of")
+            if err is exc:
+                raise
+            raise err from exc
+        if found:
             return reader_cls(p, **options)
     if p.is_dir():
-        chks = checkpoints_in(p)
-        if chks:
-            return EngineSnapshotReader(chks[-1], **options)
+        reader = _newest_checkpoint(p, **options)
+        if reader is not None:
+            return reader
     listing = sorted(x.name for x in p.iterdir())[:10] if p.is_dir() else [p.name]
     raise SnapshotNotFoundError(
         f"{p}: found {listing}, which is no snapshot State Explorer knows; expected an engine checkpoint or "
         "savepoint (_metadata starting with SXSNAP), a checkpoint directory of chk-N folders, a Spark "
         "Structured Streaming checkpoint, or an Apache Flink savepoint/checkpoint (_metadata)"
     )
-
 
 
 def open_stored(path: str | Path, **options: Any) -> "StoredSnapshot":
@@ -217,7 +283,13 @@ class StoredSnapshot:
                     piece = piece.select([c for c in CONTRACT_COLUMNS if c in columns])
                 pieces.append(piece)
                 bar.update(piece.num_rows)
-        df = _combine(pieces, columns)
+        try:
+            df = _combine(pieces, columns)
+        except Exception as exc:  # noqa: BLE001 - pieces that do not fit together are damaged input
+            err = convert_failure(exc, self.path, what="combining the pieces read from")
+            if err is exc:
+                raise
+            raise err from exc
         if key is not None and not getattr(self.reader, "filters_keys", False):
             df = df[df["key"].map(lambda k: k == key)].reset_index(drop=True)
         return df
@@ -243,6 +315,7 @@ class StoredSnapshot:
 
     def timings(self) -> dict[str, Any]:
         return self.reader.timings()
+
     def drop_analysis_cache(self) -> None:
         """Forget the columns the analyses loaded and kept on this Snapshot (to free memory)."""
         self.analysis_cache.clear()

@@ -75,12 +75,19 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def read_metadata(folder: Path) -> dict[str, Any]:
-    """Read and check ``_metadata`` of a snapshot folder."""
+    """Read and check ``_metadata`` of a snapshot folder (itself inside the folder once symlinks
+    are resolved: a ``_metadata`` linking elsewhere is refused, never read)."""
     path = Path(folder) / METADATA_FILE
+    real = path.resolve()
+    if path.is_symlink() and Path(folder).resolve() not in real.parents:
+        raise UnsafePathError(f"{path}: a symlink to {real}, outside the snapshot folder; expected the snapshot's "
+                              "own _metadata")
     try:
         data = path.read_bytes()
     except FileNotFoundError as exc:
         raise SnapshotFormatError(f"{path}: no such file; expected the _metadata of a State Explorer snapshot") from exc
+    except OSError as exc:
+        raise SnapshotCorruptError(f"{path}: unreadable ({exc}); expected the _metadata of a State Explorer snapshot") from exc
     if len(data) < _HEADER.size + 4:
         raise SnapshotCorruptError(f"{path}: {len(data)} bytes is shorter than the {_HEADER.size + 4}-byte header and trailer")
     magic, version, length = _HEADER.unpack_from(data)
@@ -99,9 +106,30 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     if zlib.crc32(body) != crc:
         raise SnapshotCorruptError(f"{path}: metadata checksum mismatch (found {zlib.crc32(body):#010x}, expected {crc:#010x})")
     try:
-        return json.loads(body)
-    except json.JSONDecodeError as exc:  # pragma: no cover - CRC makes this unlikely
+        meta = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a matching CRC makes this unlikely
         raise SnapshotCorruptError(f"{path}: metadata is not valid JSON ({exc})") from exc
+    if not isinstance(meta, dict):
+        raise SnapshotCorruptError(f"{path}: found metadata of type {type(meta).__name__}; expected a JSON object")
+    return meta
+
+
+def referenced_files(meta: dict[str, Any]) -> list[str]:
+    """Every data file the metadata's operators name (keyed state, timers, operator state,
+    native RocksDB files), as metadata paths; each must also be in ``meta["files"]``."""
+    out: list[str] = []
+    for o in meta.get("operators", ()):
+        for sub in o.get("subtasks", ()):
+            native = sub.get("native")
+            if native:
+                out.extend(native.get("files", {}).values())
+            else:
+                out.extend(s["file"] for s in sub.get("states", ()) if s.get("file"))
+            if sub.get("timers"):
+                out.append(sub["timers"]["file"])
+            if sub.get("operator_state"):
+                out.append(sub["operator_state"])
+    return out
 
 
 def is_snapshot_folder(folder: Path) -> bool:
@@ -115,7 +143,10 @@ def is_snapshot_folder(folder: Path) -> bool:
 def resolve(folder: Path, relative: str) -> Path:
     """The file a metadata path names, refusing paths that escape the snapshot.
 
-    ``shared/...`` paths of incremental checkpoints resolve in the parent folder.
+    ``shared/...`` paths of incremental checkpoints resolve in the parent folder. Containment
+    is checked after resolving every symlink, the ``shared`` folder's own included: the
+    target must lie inside the snapshot folder, or inside ``<parent>/shared`` as it really is
+    below the real parent (a ``shared`` that links elsewhere is refused).
     """
     rel = PurePosixPath(relative)
     parts = rel.parts
@@ -125,15 +156,17 @@ def resolve(folder: Path, relative: str) -> Path:
     if parts[0] == "..":
         if len(parts) < 3 or parts[1] != "shared" or ".." in parts[2:]:
             raise UnsafePathError(f"{folder}: metadata names path {relative!r}, which leaves the snapshot folder")
-        base, sub = folder.parent / "shared", parts[2:]
+        base, sub = folder.resolve().parent / "shared", parts[2:]
+        start = base
     else:
         if ".." in parts:
             raise UnsafePathError(f"{folder}: metadata names path {relative!r}, which leaves the snapshot folder")
-        base, sub = folder, parts
-    base = base.resolve()
-    target = (base / Path(*sub)).resolve()
+        base, sub = folder.resolve(), parts
+        start = base
+    target = (start / Path(*sub)).resolve()
     if base not in target.parents:
-        raise UnsafePathError(f"{folder}: metadata names path {relative!r}, which resolves outside {base}")
+        raise UnsafePathError(f"{folder}: metadata names path {relative!r}, which resolves outside {base} (to {target}); "
+                              "expected a file inside the snapshot (symlinks resolved)")
     return target
 
 

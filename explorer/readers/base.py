@@ -36,13 +36,20 @@ pieces into one pandas DataFrame.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import struct
+import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
+import cramjam
 import pandas as pd
 import pyarrow as pa
+
+from ..errors import ReaderError, SnapshotCorruptError, SnapshotFormatError, StateExplorerError
 
 CONTRACT_COLUMNS: tuple[str, ...] = (
     "operator",
@@ -134,11 +141,137 @@ class SnapshotInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: the methods of a reader that :class:`SnapshotReader` puts behind the error boundary
+BOUNDARY_METHODS = ("__init__", "info", "operators", "states", "subtasks", "keyed_pieces", "estimated_rows",
+                    "operator_state", "metrics", "heavy_hitters", "timings")
+
+#: failures that mean bytes are damaged (cut short, undecodable, absurd sizes), as opposed to a
+#: structure the code did not expect (AttributeError, KeyError, ...: damage or an unsupported layout)
+_CORRUPTION: tuple[type[BaseException], ...] = (
+    struct.error, EOFError, UnicodeDecodeError, OverflowError, zlib.error, cramjam.DecompressionError,
+    pa.ArrowInvalid, OSError,
+)
+
+
+def _found(exc: BaseException) -> str:
+    text = str(exc).strip() or "no message"
+    if len(text) > 300:
+        text = text[:300] + "…"
+    return f"{type(exc).__module__}.{type(exc).__qualname__}: {text}"
+
+
+def convert_failure(exc: BaseException, path: Path | str, file: Path | str | None = None,
+                    what: str = "reading") -> StateExplorerError:
+    """The :class:`StateExplorerError` a failure below the readers becomes (the error boundary).
+
+    ``path`` is the snapshot; ``file`` the file being read when known (an ``OSError``'s own
+    ``filename`` wins). A :class:`StateExplorerError` that already names the snapshot or the
+    file passes through; one that names neither gets the path in front of its message (same class).
+    """
+    name = getattr(exc, "filename", None) or file or path
+    if isinstance(exc, StateExplorerError):
+        text = str(exc)
+        if str(path) in text or (file is not None and str(file) in text) or str(name) in text:
+            return exc
+        try:
+            clone = type(exc)(f"{name}: {text}")
+        except Exception:  # noqa: BLE001 - a subclass with its own constructor: keep it as it is
+            return exc
+        clone.__cause__ = exc
+        return clone
+    if isinstance(exc, FileNotFoundError):
+        err: StateExplorerError = SnapshotCorruptError(
+            f"{name}: missing or vanished while {what} the snapshot {path} ({_found(exc)}); "
+            "expected every file its metadata lists to stay in place")
+    elif isinstance(exc, OSError) and getattr(exc, "filename", None):
+        err = SnapshotCorruptError(f"{name}: unreadable while {what} the snapshot {path} ({_found(exc)})")
+    elif type(exc).__module__.split(".")[0] in ("pyspark", "py4j"):
+        err = ReaderError(f"{name}: Spark failed while {what} the snapshot {path} ({_found(exc)}); expected a "
+                          "SparkSession that reads the checkpoint")  # not necessarily damage: Spark itself
+    elif isinstance(exc, MemoryError):
+        err = SnapshotCorruptError(
+            f"{name}: a length or count in the file asks for more memory than there is (MemoryError) while {what} the "
+            f"snapshot {path}; expected sizes that fit the file (damaged length field?)")
+    elif isinstance(exc, _CORRUPTION):
+        where = f"{name}" if str(name) == str(path) else f"{name} (snapshot {path})"
+        err = SnapshotCorruptError(
+            f"{where}: found bytes that do not decode ({_found(exc)}) while {what}; expected the layout "
+            "the snapshot's format declares (the file is damaged or not what its metadata says)")
+    else:  # a structure the code did not expect: damage, or a layout this reader does not handle yet
+        where = f"{name}" if str(name) == str(path) else f"{name} (snapshot {path})"
+        err = SnapshotFormatError(
+            f"{where}: found a structure this reader does not handle ({_found(exc)}) while {what}; expected "
+            "the layout the snapshot's format declares (the file is damaged, or uses a layout or serializer "
+            "State Explorer does not read yet)")
+    err.__cause__ = exc
+    return err
+
+
+def _reraise(exc: Exception, path: Any, file: Any, what: str = "reading"):
+    err = convert_failure(exc, path, file, what)
+    if err is exc:
+        raise exc
+    raise err from exc
+
+
+def _guard_iter(reader: Any, it: Iterator) -> Iterator:
+    try:
+        yield from it
+    except GeneratorExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
+        _reraise(exc, getattr(reader, "path", "?"), getattr(reader, "current_file", None))
+
+
+def _raised_in(exc: BaseException, fn: Callable) -> bool:
+    """Whether ``exc`` was raised by ``fn``'s own body (not by something it called)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code is fn.__code__
+
+
+def _guard(name: str, fn: Callable) -> Callable:
+    """``fn`` with every failure passed through :func:`convert_failure` (iterators it returns too)."""
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        try:
+            out = fn(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
+            if (name == "__init__" and isinstance(exc, (ValueError, TypeError))
+                    and not isinstance(exc, UnicodeError) and _raised_in(exc, fn)):
+                raise  # the constructor's own check of its options (a bad argument), not damaged input
+            path = getattr(self, "path", None) or (args[0] if args else "?")
+            _reraise(exc, path, getattr(self, "current_file", None), "opening" if name == "__init__" else "reading")
+        if inspect.isgenerator(out):
+            return _guard_iter(self, out)
+        return out
+    call.__boundary__ = True  # type: ignore[attr-defined]
+    return call
+
+
 class SnapshotReader(ABC):
-    """One snapshot on disk, read lazily. Subclasses exist per format."""
+    """One snapshot on disk, read lazily. Subclasses exist per format.
+
+    *The error boundary*: every subclass's :data:`BOUNDARY_METHODS` are wrapped when the
+    subclass is defined, so whatever fails below them (a decompressor, a decoder, Arrow, a
+    vanished file, a numba kernel's status, an absurd length) reaches the caller as a
+    :class:`~explorer.errors.StateExplorerError` naming the snapshot, the file when the
+    reader set :attr:`current_file`, what was found (the original exception, chained) and
+    what was expected. Readers raise their own, more precise errors where they can.
+    """
 
     #: short name of the format, for messages and ``Snapshot.format``
     format_name: str = "unknown"
+    #: the file being read, when the reader knows it (named by the error boundary)
+    current_file: Path | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in BOUNDARY_METHODS:
+            fn = cls.__dict__.get(name)
+            if fn is not None and callable(fn) and not getattr(fn, "__boundary__", False):
+                setattr(cls, name, _guard(name, fn))
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

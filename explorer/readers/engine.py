@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,7 +17,15 @@ from ..format.keyed import read_parquet_key_groups, rows_to_table
 from ..format.rocksdb.native import NATIVE_FORMAT, NativeFiles
 from ..format.types import describe_type, type_from_description
 from ..format.sizes import value_sizes
-from ..format.snapshot import is_snapshot_folder, read_metadata, resolve, verify_file
+from ..errors import SnapshotCorruptError
+from ..format.snapshot import (
+    BackgroundVerification,
+    check_file_size,
+    is_snapshot_folder,
+    read_metadata,
+    referenced_files,
+    resolve,
+)
 from ..keygroups import operator_indices_for_key_groups
 from .base import (
     TUPLE_COLUMNS,
@@ -33,13 +42,52 @@ class EngineSnapshotReader(SnapshotReader):
 
     format_name = "engine"
 
-    def __init__(self, path: str | Path, verify: bool = False) -> None:
+    def __init__(self, path: str | Path, verify: bool = True) -> None:
         super().__init__(path)
         self.meta = read_metadata(self.path)
+        self.verify = verify
         self._ops = {o["name"]: o for o in self.meta["operators"]}
+        #: metadata path -> its ``files`` entry; a file the list does not name is never read
+        self._files: dict[str, dict] = self.meta.get("files", {})
+        if not isinstance(self._files, dict):
+            raise SnapshotCorruptError(f"{self.path / '_metadata'}: found a files list of type "
+                                       f"{type(self._files).__name__}, expected a mapping of paths to sizes and SHA-256")
+        for rel in referenced_files(self.meta):
+            if rel not in self._files:
+                raise SnapshotCorruptError(
+                    f"{self.path / '_metadata'}: names the data file {rel!r}, which its files list does not "
+                    f"({len(self._files)} entries); expected every data file listed with its size and SHA-256 "
+                    "(an unlisted file is never read)")
+        #: files whose SHA-256 has been checked by this reader
+        self._verified: set[str] = set()
         if verify:
-            for rel, entry in self.meta.get("files", {}).items():
-                verify_file(self.path, rel, entry)
+            for rel, entry in self._files.items():
+                check_file_size(self.path, rel, entry)  # cheap; the digests are checked as files are read
+
+    @contextmanager
+    def _reading(self, rel: str) -> Iterator[Path]:
+        """The path of the listed file ``rel`` while it is read: its SHA-256 is checked in a thread
+        at the same time (the first time only), and a mismatch wins over whatever the read raised."""
+        entry = self._files.get(rel)
+        if entry is None:
+            raise SnapshotCorruptError(f"{self.path / '_metadata'}: names {rel!r}, which its files list does not; "
+                                       "expected every data file listed (an unlisted file is never read)")
+        path = resolve(self.path, rel)
+        self.current_file = path
+        check = None
+        if self.verify and rel not in self._verified:
+            check_file_size(self.path, rel, entry)
+            check = BackgroundVerification([(path, entry)])
+        try:
+            yield path
+        except BaseException:
+            if check is not None and check.finish() is not None:
+                raise check.error from None
+            raise
+        if check is not None:
+            check.wait()
+            self._verified.add(rel)
+        self.current_file = None
 
     @classmethod
     def detect(cls, path: Path) -> bool:
@@ -135,12 +183,14 @@ class EngineSnapshotReader(SnapshotReader):
                 for s in (sub["states"] if sub.get("state_format") != NATIVE_FORMAT else ()):
                     if not query.wants_state(s["name"]):
                         continue
-                    t = read_parquet_key_groups(resolve(self.path, s["file"]), s["row_groups"], kgs)
+                    with self._reading(s["file"]) as f:
+                        t = read_parquet_key_groups(f, s["row_groups"], kgs)
                     if t.num_rows:
                         yield self._piece(o, s["name"], self._kind(o, s["name"]), t, s, maxp, p, query)
                 tm = sub.get("timers")
                 if tm and (query.states is None or {"event_timers", "processing_timers"} & set(query.states)):
-                    t = read_parquet_key_groups(resolve(self.path, tm["file"]), tm["row_groups"], kgs)
+                    with self._reading(tm["file"]) as f:
+                        t = read_parquet_key_groups(f, tm["row_groups"], kgs)
                     for dom, name in (("event_time", "event_timers"), ("processing_time", "processing_timers")):
                         if not query.wants_state(name):
                             continue
@@ -154,6 +204,10 @@ class EngineSnapshotReader(SnapshotReader):
         lo, hi = sub["key_group_range"]
         wanted = [k for k in kgs if lo <= k <= hi] if kgs is not None else range(lo, hi + 1)
         descs = {d["name"]: d for d in o["states"]}
+        if self.verify:
+            for rel in sub["native"]["files"].values():
+                with self._reading(rel):
+                    pass  # RocksDB reads them itself: check their digests first
         with NativeFiles(self.path, sub["native"]) as nf:
             for s in sub["states"]:
                 name = s["name"]
@@ -216,7 +270,8 @@ class EngineSnapshotReader(SnapshotReader):
                 rel = sub.get("operator_state")
                 if not rel:
                     continue
-                data = json.loads(resolve(self.path, rel).read_text())
+                with self._reading(rel) as f:
+                    data = json.loads(f.read_text())
                 for name, ls in data["lists"].items():
                     for i, v in enumerate(ls["items"]):
                         rows.append({"operator": o["name"], "state": name, "mode": ls["mode"], "subtask": sub["index"],

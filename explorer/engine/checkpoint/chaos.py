@@ -18,6 +18,18 @@ own parameters from a second generator, so the ``checkpoint`` trials of a
 seed are the same with or without them.
 
     python -m explorer.engine.checkpoint.chaos --trials 1000 --report benchmarks/results/recovery.json
+
+``--kill`` runs *process-kill* trials instead (``make chaos-kill``): the job runs in a child
+process writing a transactional :class:`~explorer.engine.sinks.FileSink`, and the child is
+killed with ``SIGKILL`` — at a random moment (which lands in record processing, Parquet and
+SST writes, renames and fsyncs alike), or exactly at the k-th ``os.fsync`` or ``os.replace``
+(the child kills itself there: mid-fsync, mid-rename of ``_metadata`` or of a sink's part
+file). A second child recovers from the newest checkpoint that restores (or the savepoint
+the trial started from) and runs to the end; the committed output on disk is compared with
+a failure-free run. Heap and RocksDB, full and incremental checkpoints, and starts from a
+canonical savepoint (at another parallelism) are all drawn.
+
+    python -m explorer.engine.checkpoint.chaos --kill --trials 1000 --report benchmarks/results/recovery-kill.json
 """
 
 from __future__ import annotations
@@ -29,6 +41,8 @@ import os
 import platform
 import random
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,10 +54,12 @@ from tqdm.auto import tqdm
 
 from ..datastream import StreamEnvironment
 from ..functions import KeyedProcessFunction
-from ..sinks import CollectSink
+from ...errors import SnapshotError
+from ..sinks import CollectSink, FileSink
 from ..sources import WatermarkStrategy
 from ..state import MapStateDescriptor, ValueStateDescriptor
-from .job import CRASH_POINTS, CrashInjector, run_with_recovery
+from .job import CRASH_POINTS, CrashInjector, JobClient, run_with_recovery
+from .storage import CheckpointStorage
 
 
 class _Counting(KeyedProcessFunction):
@@ -81,6 +97,141 @@ def _env(data, chk: Path | None, sink: CollectSink, every: int, backend: str, pa
     env.from_collection(data, ts, name="src", num_splits=2, parallelism=2).key_by(0).process(
         _Counting(), name="counting").sink_to(sink, name="sink")
     return env
+
+
+#: where a kill trial's SIGKILL lands: a random moment, or the k-th fsync or rename of the child
+KILL_POINTS = ("random", "fsync", "rename")
+
+
+def _kill_self_at(op: str, k: int) -> None:
+    """Make the k-th call of ``os.fsync`` / ``os.replace`` in this process SIGKILL it instead."""
+    name = {"fsync": "fsync", "rename": "replace"}[op]
+    real = getattr(os, name)
+    calls = [0]
+
+    def hook(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] >= k:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+
+    setattr(os, name, hook)
+
+
+def _kill_child(spec: dict[str, Any]) -> int:
+    """One run of a kill trial's job in this (child) process: restore the newest checkpoint that
+    restores, else the trial's savepoint, else start afresh; run to the end of the input."""
+    if spec.get("point") in ("fsync", "rename") and spec.get("k"):
+        _kill_self_at(spec["point"], spec["k"])
+    data = _data(spec["records"])
+    root = Path(spec["dir"])
+    chk, out = root / "chk", root / "out"
+
+    def make() -> StreamEnvironment:
+        env = StreamEnvironment(parallelism=spec["parallelism"], batch_size=37, state_backend=spec["backend"])
+        env.enable_checkpointing(chk, interval_records=spec["every"], retained=2, incremental=spec["incremental"],
+                                 asynchronous=spec["asynchronous"])
+        ts = WatermarkStrategy.for_bounded_out_of_orderness(2).with_timestamp_assigner(lambda r: r[1])
+        env.from_collection(data, ts, name="src", num_splits=2, parallelism=2).key_by(0).process(
+            _Counting(), name="counting").sink_to(FileSink(out), name="sink")
+        return env
+
+    env = make()
+    client = None
+    storage = CheckpointStorage(chk)
+    storage.clean_incomplete()
+    for cid in reversed(storage.completed_ids()):
+        try:
+            client = JobClient(env, "chaos-kill", restore_from=storage.folder_for(cid))
+            break
+        except SnapshotError:
+            env = make()
+    if client is None:
+        # nothing of this run completed: what it staged can never commit (Flink aborts such transactions)
+        shutil.rmtree(out / "_pending", ignore_errors=True)
+        client = JobClient(env, "chaos-kill", restore_from=spec.get("savepoint"))
+    client.run()
+    client.close()
+    return 0
+
+
+def _child(spec: dict[str, Any]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "explorer.engine.checkpoint.chaos", "--kill-child", json.dumps(spec)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def run_kill_trials(trials: int, records: int = 1500, seed: int = 0, progress: bool = True,
+                    savepoint_share: float = 0.25, max_wait_s: float = 6.0) -> dict[str, Any]:
+    """SIGKILL trials (see the module doc); returns the report."""
+    rng = random.Random(f"kill-{seed}")
+    data = _data(records)
+    reference_sink = CollectSink("ref")
+    _env(data, None, reference_sink, 1, "heap", 2).execute("reference")
+    as_stored = lambda vs: Counter(json.dumps(v) for v in json.loads(json.dumps(vs)))  # noqa: E731
+    reference = as_stored(reference_sink.results)
+    outcomes = []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="state-explorer-chaos-kill-") as tmp:
+        for trial in tqdm(range(trials), desc="kill trials", disable=not progress):
+            root = Path(tmp) / f"t{trial}"
+            root.mkdir()
+            backend = rng.choice(["heap", "rocksdb"])
+            point = rng.choice(KILL_POINTS)
+            spec: dict[str, Any] = {
+                "dir": str(root), "records": records, "every": rng.choice([150, 300, 500]), "backend": backend,
+                "parallelism": rng.choice([1, 2, 3]), "incremental": backend == "rocksdb" and rng.random() < 0.5,
+                "asynchronous": rng.random() < 0.7, "point": point,
+                "k": rng.randint(1, 40) if point != "random" else None, "savepoint": None,
+            }
+            first: list[Any] = []
+            if rng.random() < savepoint_share:
+                cut = rng.randint(records // 10, records * 9 // 10)
+                writer_backend, writer_p = rng.choice(["heap", "rocksdb"]), rng.choice([1, 2, 3])
+                spec["savepoint"] = str(root / "savepoint")
+                first = _stop_with_savepoint(data, root / "savepoint", writer_backend, writer_p, cut)
+                spec.update({"savepoint_backend": writer_backend, "savepoint_parallelism": writer_p, "cut": cut})
+            # the run that is killed
+            child = _child(spec)
+            delay = rng.uniform(0.0, max_wait_s) if point == "random" else None
+            killed = False
+            try:
+                child.wait(timeout=delay if delay is not None else 300)
+            except subprocess.TimeoutExpired:
+                child.send_signal(signal.SIGKILL)
+                child.wait()
+            killed = child.returncode == -signal.SIGKILL
+            errors = []
+            if child.returncode not in (0, -signal.SIGKILL):
+                errors.append(child.stderr.read().decode(errors="replace")[-2000:])
+            child.stderr.close()
+            finished_first = child.returncode == 0
+            if not finished_first:  # recovery, not killed (a job that finished is not restarted)
+                rec = _child({**spec, "point": None, "k": None})
+                _, err = rec.communicate(timeout=600)
+                if rec.returncode != 0:
+                    errors.append(err.decode(errors="replace")[-2000:])
+            got = as_stored(first) + Counter(json.dumps(v) for v in FileSink(root / "out").read_all())
+            outcome = {k: v for k, v in spec.items() if k not in ("dir", "records")}
+            outcome.update({"trial": trial, "killed": killed, "finished_first": finished_first, "delay_s": None if delay is None else round(delay, 3),
+                            "errors": errors,
+                            "lost": sum((reference - got).values()), "duplicated": sum((got - reference).values())})
+            outcomes.append(outcome)
+            shutil.rmtree(root, ignore_errors=True)
+    killed = [o for o in outcomes if o["killed"]]
+    return {
+        "trials": trials,
+        "kills": len(killed),
+        "kills_by_point": dict(Counter(o["point"] for o in killed)),
+        "kills_by_backend": dict(Counter(f"{o['backend']}{' incremental' if o['incremental'] else ''}" for o in killed)),
+        "kills_after_savepoint_restore": sum(1 for o in killed if o["savepoint"]),
+        "records_per_trial": records,
+        "lost_records": sum(o["lost"] for o in outcomes),
+        "duplicated_records": sum(o["duplicated"] for o in outcomes),
+        "trials_with_errors": [o for o in outcomes if o["errors"]][:20],
+        "failed_trials": [o for o in outcomes if o["lost"] or o["duplicated"] or o["errors"]],
+        "seconds": round(time.perf_counter() - t0, 1),
+        "seed": seed,
+    }
 
 
 def _stop_with_savepoint(data, target: Path, backend: str, parallelism: int, cut: int) -> list[Any]:
@@ -205,7 +356,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--savepoint-share", type=float, default=0.25,
                     help="the share of trials that are savepoint trials when both variants run")
     ap.add_argument("--report", default=None, help="write the report as JSON here")
+    ap.add_argument("--kill", action="store_true", help="SIGKILL trials: the job in a child process, killed")
+    ap.add_argument("--kill-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.kill_child is not None:
+        return _kill_child(json.loads(args.kill_child))
+    if args.kill:
+        return _main_kill(args, argv)
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     if not set(variants) <= set(VARIANTS) or not variants:
         ap.error(f"--variants: expected some of {', '.join(VARIANTS)}, found {args.variants!r}")
@@ -238,6 +395,23 @@ def main(argv: list[str] | None = None) -> int:
               f"checkpoints): {sp['crashes_injected']} crashes, {sp['recovered_from_savepoint']} recovered from the "
               f"savepoint again, {sp['recovered_from_checkpoint']} from a checkpoint; {sp['lost_records']} lost, "
               f"{sp['duplicated_records']} duplicated")
+    return 0 if not report["failed_trials"] else 1
+
+
+def _main_kill(args, argv) -> int:
+    load_before = _load_average()
+    report = run_kill_trials(args.trials, args.records, args.seed, savepoint_share=args.savepoint_share)
+    report["command"] = "python -m explorer.engine.checkpoint.chaos " + " ".join(sys.argv[1:] if argv is None else argv)
+    report["machine"] = {"platform": platform.platform(), "python": platform.python_version(),
+                         "processor": platform.machine(), "cpus": os.cpu_count(),
+                         "load_average": load_before, "load_average_at_end": _load_average(),
+                         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(json.dumps(report, indent=2))
+    print(f"{report['trials']} kill trials, {report['kills']} SIGKILLs {report['kills_by_point']}: "
+          f"{report['lost_records']} records lost, {report['duplicated_records']} duplicated, "
+          f"{len(report['trials_with_errors'])} trials with errors ({report['seconds']} s)")
     return 0 if not report["failed_trials"] else 1
 
 

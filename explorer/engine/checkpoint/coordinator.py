@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ...errors import JobError
+from ...errors import CheckpointError, JobError
 from ...format.records import encode_record
 from ...format.snapshot import write_metadata
 from ..channels import Barrier, Batch, Channel
@@ -298,7 +299,10 @@ class CheckpointCoordinator:
         if len(pc.acks) < len(pc.expected):
             raise JobError(f"checkpoint {pc.id}: subtasks {sorted(pc.expected - set(pc.acks))} never acknowledged")
         for f in list(pc.acks.values()):
-            f.result()
+            try:
+                f.result()
+            except OSError as exc:
+                raise self._write_failed(pc, exc) from exc
         if pc.id in self.pending:
             self._complete(pc)
 
@@ -311,14 +315,31 @@ class CheckpointCoordinator:
         self.storage.release(pc.id)
         self.history.append({"checkpoint_id": pc.id, "status": "aborted", "reason": why})
 
+    def _write_failed(self, pc: PendingCheckpoint, exc: OSError) -> CheckpointError:
+        """Abort ``pc`` after a failed write (its torn folder removed, never completed) and say why.
+
+        The job's failure policy is Flink's default, no tolerable checkpoint failures: the
+        error ends the job, which restarts from the last completed checkpoint.
+        """
+        errno_name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        where = getattr(exc, "filename", None) or pc.folder
+        self.abort(pc, f"write failed: {errno_name} {exc.strerror or exc}")
+        return CheckpointError(
+            f"{where}: writing checkpoint {pc.id} failed with {errno_name} ({exc.strerror or exc}); expected "
+            f"room and a writable {self.storage.directory}. "
+            "The checkpoint was aborted and removed; the last completed checkpoint stays the one to restore")
+
     def _complete(self, pc: PendingCheckpoint) -> None:
         subtasks = {}
-        for name, f in pc.acks.items():
-            subtasks[name] = f.result()  # raises what the async write raised
-        meta = self._metadata(pc, subtasks)
-        if self.crash is not None:
-            self.crash.at("metadata_commit", self.runtime)
-        write_metadata(pc.folder, meta)
+        try:
+            for name, f in pc.acks.items():
+                subtasks[name] = f.result()  # raises what the async write raised
+            meta = self._metadata(pc, subtasks)
+            if self.crash is not None:
+                self.crash.at("metadata_commit", self.runtime)
+            write_metadata(pc.folder, meta)
+        except OSError as exc:  # disk full, I/O error: a clean error, the torn checkpoint removed
+            raise self._write_failed(pc, exc) from exc
         self.storage.release(pc.id)  # the metadata names its shared files now
         del self.pending[pc.id]
         self._last_complete_ms = self.clock.now_ms()

@@ -137,6 +137,8 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         if over.any():
             i = int(np.flatnonzero(over)[0])
             raise SstError(f"{f.name}: block at {int(off[i])} (+{int(size[i])}) runs past the end of the file")
+        for o, z in zip(off.tolist(), size.tolist()):
+            f.verify_block(o, z)  # the trailer's checksum, before anything is decompressed
         ctype = fb[off + size]
         length = size.copy()
         snappy = np.flatnonzero(ctype == 1)

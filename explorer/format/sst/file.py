@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import cramjam
 import numpy as np
 
+from ...errors import SnapshotCorruptError
+from ..checksums import CHECKSUM_NAMES, available, rocksdb_block_checksum, rocksdb_context_modifier
 from ..types import decode_varint as _varint  # RocksDB's varint32/64: the same 7-bit little-endian groups
 
 BLOCK_MAGIC = 0x88E241B785F4CFF7
@@ -47,7 +49,7 @@ TYPE_RANGE_DELETION = 0xF
 _MAX_EXPANSION = 256
 
 
-class SstError(ValueError):
+class SstError(SnapshotCorruptError, ValueError):
     """An SST file is not what we expect (the message says what was found)."""
 
 
@@ -74,6 +76,11 @@ class SstFile:
         if not 1 <= self.format_version <= 6:
             raise SstError(f"{name}: found SST format version {self.format_version}, expected 1 to 6")
         footer = len(data) - 53
+        #: the footer's checksum type (1 CRC32C, 2 xxHash, 3 XXH64, 4 XXH3), checked on every block read
+        self.checksum_type = data[footer]
+        if self.checksum_type not in CHECKSUM_NAMES:
+            raise SstError(f"{name}: found checksum type {self.checksum_type} in the footer, expected 0 to 4")
+        self._base_context = int.from_bytes(data[footer + 9 : footer + 13], "little") if self.format_version >= 6 else 0
         if self.format_version >= 6:
             # checksum type, the extended magic 3E 00 7A 00, footer and base context checksums, the
             # metaindex block's size (it ends right before the footer); the index handle is in the metaindex
@@ -99,10 +106,29 @@ class SstFile:
         self.index = (ix_off, ix_size)
         self.properties = self._read_properties()
 
+    def verify_block(self, off: int, size: int) -> None:
+        """Check the checksum in the trailer of the block at ``off`` (``size`` bytes before its trailer)."""
+        if off < 0 or size < 0 or off + size + 5 > len(self.data):
+            raise SstError(f"{self.name}: block at {off} (+{size}) runs past the end of the file "
+                           f"({len(self.data)} bytes)")
+        ct = self.checksum_type
+        if ct == 0 or not available(ct):
+            return
+        stored = int.from_bytes(self.data[off + size + 1 : off + size + 5], "little")
+        computed = rocksdb_block_checksum(ct, memoryview(self.data)[off : off + size + 1])
+        if computed == stored:
+            return
+        # format version 6 mixes the file's context and the offset in (a plain match is accepted too)
+        if self._base_context and (computed + rocksdb_context_modifier(self._base_context, off)) & 0xFFFFFFFF == stored:
+            return
+        raise SstError(f"{self.name}: the block at offset {off} ({size} bytes) has {CHECKSUM_NAMES[ct]} checksum "
+                       f"{computed:#010x}, its trailer records {stored:#010x} (the file is damaged)")
+
     def block(self, handle: tuple[int, int]) -> bytes:
         off, size = handle
         if off + size + 5 > len(self.data):
             raise SstError(f"{self.name}: block at {off} (+{size}) runs past the end of the file")
+        self.verify_block(off, size)
         raw = self.data[off : off + size]
         ctype = self.data[off + size]
         if ctype == 0:

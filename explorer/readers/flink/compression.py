@@ -6,7 +6,8 @@
   little-endian) + data``. Type ``0xFF`` is the stream identifier
   ``sNaPpY``, ``0x00`` a compressed chunk (4-byte masked CRC-32C, then raw
   Snappy), ``0x01`` an uncompressed chunk (CRC, then the bytes); ``0x02``-``0x7F``
-  are reserved (an error), ``0x80``-``0xFE`` are skippable. Several framed
+  are reserved (an error), ``0x80``-``0xFE`` are skippable. The CRC is the masked
+  CRC-32C of the chunk's *uncompressed* bytes and is checked. Several framed
   streams may follow each other; :func:`unframe` decodes a run of them into one
   byte string.
 * RocksDB compresses SST blocks with raw Snappy (block trailer type 1).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import cramjam
 
 from ...errors import FlinkCorruptError, FlinkFormatError
+from ...format.checksums import masked_crc32c
 
 
 def unframe(buf: bytes | memoryview, start: int, end: int) -> bytes:
@@ -30,10 +32,23 @@ def unframe(buf: bytes | memoryview, start: int, end: int) -> bytes:
         body = p + 4
         if body + n > end:
             raise FlinkCorruptError(f"Snappy frame at offset {p} claims {n} bytes, only {end - body} left")
-        if ctype == 0x00:
-            out.append(bytes(cramjam.snappy.decompress_raw(mv[body + 4 : body + n])))
-        elif ctype == 0x01:
-            out.append(bytes(mv[body + 4 : body + n]))
+        if ctype in (0x00, 0x01):
+            if n < 4:
+                raise FlinkCorruptError(f"Snappy chunk at offset {p} holds {n} bytes, less than its 4-byte CRC")
+            if ctype == 0x00:
+                try:
+                    data = bytes(cramjam.snappy.decompress_raw(mv[body + 4 : body + n]))
+                except cramjam.DecompressionError as exc:
+                    raise FlinkCorruptError(f"the Snappy chunk at offset {p} ({n} bytes) does not decompress "
+                                            f"({exc})") from exc
+            else:
+                data = bytes(mv[body + 4 : body + n])
+            stored = int.from_bytes(mv[body : body + 4], "little")
+            computed = masked_crc32c(data)
+            if computed != stored:
+                raise FlinkCorruptError(f"the Snappy chunk at offset {p} ({n} bytes) has masked CRC-32C "
+                                        f"{computed:#010x}, its header records {stored:#010x} (damaged)")
+            out.append(data)
         elif ctype == 0xFF or ctype >= 0x80:
             pass  # stream identifier or skippable chunk
         else:
@@ -45,4 +60,7 @@ def unframe(buf: bytes | memoryview, start: int, end: int) -> bytes:
 
 
 def snappy_raw(data: bytes | memoryview) -> bytes:
-    return bytes(cramjam.snappy.decompress_raw(data))
+    try:
+        return bytes(cramjam.snappy.decompress_raw(data))
+    except cramjam.DecompressionError as exc:
+        raise FlinkCorruptError(f"a raw Snappy block of {len(data)} bytes does not decompress ({exc})") from exc

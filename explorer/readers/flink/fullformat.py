@@ -33,7 +33,18 @@ END_OF_KEY_GROUP = 0xFFFF
 
 
 def key_group_spans(offsets: list[int], start_kg: int, header_end: int, total: int) -> list[tuple[int, int, int]]:
-    """(key group, start, end) for every key group with bytes, in file order."""
+    """(key group, start, end) for every key group with bytes, in file order.
+
+    Flink writes key groups in order, so their offsets never decrease and lie inside the
+    stream: anything else is a damaged handle, reported rather than read as other rows.
+    """
+    in_order = [off for off in offsets if off >= header_end]
+    for a, b in zip(in_order, in_order[1:]):
+        if b < a:
+            raise FlinkCorruptError(f"key-group offsets decrease ({a} then {b}); expected the offsets of key groups "
+                                    "written in order (a damaged state handle)")
+    if in_order and in_order[-1] > total:
+        raise FlinkCorruptError(f"a key-group offset {in_order[-1]} lies past the end of the {total}-byte stream")
     present = sorted((off, start_kg + i) for i, off in enumerate(offsets) if off >= header_end)
     spans = []
     for j, (off, kg) in enumerate(present):

@@ -1,0 +1,109 @@
+"""The checksums the stored formats carry, computed the way their writers compute them.
+
+* **CRC-32C** (Castagnoli): RocksDB block trailers of checksum type 1 and the Snappy
+  framing format's chunks, both *masked* (rotated right by 15 bits, plus ``0xA282EAD8``)
+  so that a CRC of bytes holding CRCs stays well distributed. ``google_crc32c`` when it is
+  installed (hardware CRC), else a table-driven numba kernel here.
+* **xxHash** (32-bit, type 2), **XXH64** (lower 32 bits, type 3) and **XXH3** (type 4, the
+  default of recent RocksDB releases): through the ``xxhash`` package. RocksDB's XXH3 block
+  checksum is the lower 32 bits of ``XXH3_64bits`` over the block without its last byte
+  (the compression type), xor the last byte times ``0x6B9083D9``; checked against every
+  SST of ``sample_data/flink``.
+
+A RocksDB block checksum covers the block's stored bytes and the one-byte compression type
+that follows them (:func:`rocksdb_block_checksum`). Tables of format version 6 add a
+per-file, per-offset modifier (:func:`rocksdb_context_modifier`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+try:  # hardware CRC-32C; the numba kernel below does without it
+    import google_crc32c
+except ImportError:  # pragma: no cover - depends on the environment
+    google_crc32c = None
+try:  # xxHash, XXH64 and XXH3 of RocksDB checksum types 2 to 4
+    import xxhash
+except ImportError:  # pragma: no cover - depends on the environment
+    xxhash = None
+
+_CASTAGNOLI = 0x82F63B78  # the reflected CRC-32C polynomial
+_MASK_DELTA = 0xA282EAD8
+_XXH3_LAST_BYTE_PRIME = 0x6B9083D9
+
+#: RocksDB's checksum types (the first byte of an SST footer)
+CHECKSUM_NAMES = {0: "none", 1: "CRC32C", 2: "xxHash", 3: "xxHash64", 4: "XXH3"}
+
+
+def _table() -> np.ndarray:
+    t = np.zeros(256, dtype=np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ _CASTAGNOLI if c & 1 else c >> 1
+        t[i] = c
+    return t
+
+
+_TABLE = _table()
+
+
+@numba.njit(cache=True, nogil=True)
+def _crc32c_kernel(data: np.ndarray, table: np.ndarray, crc: np.uint32) -> np.uint32:
+    full = np.uint32(0xFFFFFFFF)
+    c = np.uint32(crc) ^ full
+    for i in range(data.shape[0]):
+        c = table[(c ^ data[i]) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
+    return c ^ full
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C of ``data``."""
+    if google_crc32c is not None:
+        return int(google_crc32c.value(bytes(data)))
+    arr = np.frombuffer(data, dtype=np.uint8)
+    return int(_crc32c_kernel(arr, _TABLE, np.uint32(0))) & 0xFFFFFFFF
+
+
+def mask_crc(crc: int) -> int:
+    """The masked form of a CRC-32C that RocksDB and the Snappy framing format store."""
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
+    return mask_crc(crc32c(data))
+
+
+def available(checksum_type: int) -> bool:
+    """Whether this installation can compute RocksDB checksum type ``checksum_type``."""
+    if checksum_type in (0, 1):
+        return True
+    return checksum_type in (2, 3, 4) and xxhash is not None
+
+
+def rocksdb_block_checksum(checksum_type: int, data: bytes | memoryview) -> int:
+    """The 32-bit checksum RocksDB stores after a block; ``data`` is the block's stored bytes
+    followed by its one-byte compression type."""
+    if checksum_type == 1:
+        return masked_crc32c(data)
+    if checksum_type == 2:
+        return xxhash.xxh32_intdigest(bytes(data), 0)
+    if checksum_type == 3:
+        return xxhash.xxh64_intdigest(bytes(data), 0) & 0xFFFFFFFF
+    if checksum_type == 4:
+        if not len(data):
+            return 0
+        mv = memoryview(data)
+        v = xxhash.xxh3_64_intdigest(bytes(mv[:-1])) & 0xFFFFFFFF
+        return v ^ ((mv[-1] * _XXH3_LAST_BYTE_PRIME) & 0xFFFFFFFF)
+    raise ValueError(f"RocksDB checksum type {checksum_type} is unknown; expected 1 to 4")
+
+
+def rocksdb_context_modifier(base_context_checksum: int, offset: int) -> int:
+    """What format version 6 adds to a block checksum: the file's base context checksum
+    mixed with the block's offset (zero when the base is zero)."""
+    if not base_context_checksum:
+        return 0
+    return (base_context_checksum ^ ((offset & 0xFFFFFFFF) + (offset >> 32))) & 0xFFFFFFFF

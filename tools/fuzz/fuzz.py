@@ -1,0 +1,331 @@
+"""Fuzz the snapshot readers with damaged copies of real snapshots (issue 16).
+
+Each *case* copies nothing: it damages one file of a private copy of a snapshot in place
+(a bit flip, an overwrite, a truncation, an insertion, or a huge length field), opens the
+snapshot with ``explorer.open`` in a forked child under a memory limit
+(``resource.setrlimit(RLIMIT_AS)``) and a timeout, reads all keyed and operator state and
+runs two analyses, then restores the file. The child reports what happened; the parent
+classifies it:
+
+=====================================  =================================================================
+outcome                                meaning
+=====================================  =================================================================
+``ok-same``                            read as if undamaged (the damage hit bytes nobody reads)
+``clean-error``                        a ``StateExplorerError`` naming the damaged file or the snapshot
+``clean-error-unnamed``                a ``StateExplorerError`` that names neither (a bug)
+``foreign-exception``                  any other exception (a bug: the error boundary leaked)
+``crash``                              the child died of a signal (a bug)
+``hang``                               the child ran past the timeout (a bug)
+``oom``                                the child hit the memory limit (a bug)
+``noted-change``                       different results, and the snapshot's notes (and a warning) say
+                                       why: a damaged newest chk-N passed over for an older one
+``silent-change-in-checksummed-file``  different results from a file that carries a checksum (a bug)
+``silent-change-unchecksummed``        different results from a file without one (Flink ``_metadata``,
+                                       heap streams: only structural checks can catch these)
+=====================================  =================================================================
+
+Run ``make fuzz N=10000`` (or ``python tools/fuzz/fuzz.py --n 10000 --seed 1``); the report
+goes to ``benchmarks/results/fuzz.json`` with counts per format and outcome, the examples of
+each bug outcome, the command, the machine, its load and the date. It lives in ``tools/``
+rather than in the ``explorer`` package: it is a development tool that forks, sets rlimits and
+writes into the repository, nothing a user of the library imports; ``tests/tools/test_fuzz.py``
+runs a short fixed-seed run of it in ``make test``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: format name -> snapshot folder under the repository (the engine's and Flink's sample data)
+FORMATS: dict[str, str] = {
+    "engine-heap": "sample_data/sessions/savepoint-heap",
+    "engine-rocksdb-savepoint": "sample_data/sessions/savepoint-rocksdb",
+    "engine-checkpoints": "sample_data/url_counts/checkpoints",
+    "flink-heap": "sample_data/flink/heap-native-savepoint",
+    "flink-heap-snappy": "sample_data/flink/heap-checkpoint-compressed",
+    "flink-canonical-snappy": "sample_data/flink/rocksdb-canonical-savepoint-compressed",
+    "flink-rocksdb-native": "sample_data/flink/rocksdb-native-savepoint",
+    "flink-rocksdb-incremental": "sample_data/flink/rocksdb-incremental-checkpoint",
+    "flink-sql": "sample_data/flink/sql-groupby-savepoint",
+}
+
+MUTATIONS = ("bitflip", "overwrite", "truncate", "insert", "huge-length", "copy-inside")
+BUG_OUTCOMES = ("clean-error-unnamed", "foreign-exception", "crash", "hang", "oom",
+                "silent-change-in-checksummed-file")
+
+SST_MAGIC = (0x88E241B785F4CFF7).to_bytes(8, "little")
+
+
+@dataclass
+class Target:
+    """One format's private copy: its files and the undamaged result's digest."""
+
+    name: str
+    root: Path
+    files: list[Path]
+    baseline: str = ""
+    notes: list[str] = field(default_factory=list)
+    checksummed: dict[Path, bool] = field(default_factory=dict)
+
+
+def carries_checksum(fmt: str, path: Path) -> bool:
+    """Whether every byte of ``path`` is covered by a checksum its format verifies."""
+    if fmt.startswith("engine"):
+        return True  # _metadata has its CRC-32, every data file its SHA-256
+    data = path.read_bytes()
+    if len(data) >= 53 and data[-8:] == SST_MAGIC:
+        return data[-53] != 0  # an SST whose footer names a checksum (the footer itself: magic, handles)
+    return False
+
+
+def result_digest(path: Path) -> tuple[str, list[str]]:
+    """What a reader makes of the snapshot at ``path``: a digest of all its state and two analyses."""
+    import warnings
+
+    import explorer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        snap = explorer.open(path)
+        df = snap.keyed_state()
+        ops = snap.operator_state()
+        hot = snap.hot_keys(5)
+        kgd = snap.key_group_distribution()
+    h = hashlib.sha256()
+    for frame in (df, ops, hot, kgd):
+        rows = sorted("|".join(map(_safe_repr, row)) for row in frame.itertuples(index=False, name=None))
+        h.update(repr((list(frame.columns), len(frame))).encode())
+        for r in rows:
+            h.update(r.encode())
+    return h.hexdigest(), [str(n) for n in snap.notes]
+
+
+def _safe_repr(value) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a Timestamp beyond Python's datetime range has no repr
+        try:
+            return f"<{type(value).__name__} {value.asm8!r}>"
+        except Exception:  # noqa: BLE001
+            return f"<{type(value).__name__}>"
+
+
+def mutate(data: bytes, kind: str, rng: random.Random) -> bytes:
+    n = len(data)
+    if n == 0:
+        return b"\x00"
+    at = rng.randrange(n)
+    if kind == "bitflip":
+        b = bytearray(data)
+        b[at] ^= 1 << rng.randrange(8)
+        return bytes(b)
+    if kind == "overwrite":
+        k = min(rng.choice((1, 2, 4, 8, 16)), n - at)
+        return data[:at] + bytes(rng.randrange(256) for _ in range(k)) + data[at + k:]
+    if kind == "truncate":
+        return data[:at]
+    if kind == "insert":
+        k = rng.choice((1, 2, 4, 8))
+        return data[:at] + bytes(rng.randrange(256) for _ in range(k)) + data[at:]
+    if kind == "huge-length":
+        k = min(rng.choice((4, 8)), n - at)
+        big = rng.choice((b"\x7f\xff\xff\xff\xff\xff\xff\xff", b"\xff" * 8, b"\x00\x00\x00\x00\xff\xff\xff\xf0",
+                          b"\xff\xff\xff\xff\x0f"))
+        return data[:at] + big[:k] + data[at + k:]
+    if kind == "copy-inside":
+        k = min(8, n - at)
+        src = rng.randrange(n)
+        piece = data[src:src + k]
+        return data[:at] + piece + data[at + len(piece):]
+    raise ValueError(kind)
+
+
+def _names_file(text: str, target: Target, file: Path) -> bool:
+    return str(file) in text or str(target.root) in text or file.name in text
+
+
+def run_child(target: Target, file: Path, timeout: float, memory_mb: int) -> tuple[str, str]:
+    """Read the (damaged) snapshot in a forked child; return (status, detail) from the child."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(r)
+        status, detail = "crash", ""
+        try:
+            limit = memory_mb << 20
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            from explorer.errors import StateExplorerError
+
+            try:
+                status, detail = "ok", result_digest(target.root)
+            except StateExplorerError as exc:
+                chain, e = [], exc
+                while e is not None:
+                    chain.append(e)
+                    e = e.__cause__
+                if any(isinstance(c, MemoryError) for c in chain):
+                    status, detail = "oom", str(exc)[:500]
+                else:
+                    status = "clean-error" if _names_file(str(exc), target, file) else "clean-error-unnamed"
+                    detail = f"{type(exc).__name__}: {str(exc)[:500]}"
+            except MemoryError as exc:
+                status, detail = "oom", repr(exc)[:500]
+            except BaseException as exc:  # noqa: BLE001 - what the harness is looking for
+                frames = traceback.extract_tb(exc.__traceback__)
+                ours = [f for f in frames if "/explorer/" in f.filename or "/tools/fuzz/" in f.filename]
+                where = "; ".join(f"{f.filename.split('/')[-1]}:{f.lineno} {f.name}" for f in (ours[-3:] + frames[-1:]))
+                status = "foreign-exception"
+                detail = f"{type(exc).__module__}.{type(exc).__name__} at {where}: {str(exc)[:300]}"
+        finally:
+            try:
+                os.write(w, json.dumps([status, detail]).encode())
+            finally:
+                os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(r)
+            return "hang", f"no answer within {timeout} s"
+        time.sleep(0.005)
+    chunks = []
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(r)
+    if os.WIFSIGNALED(st):
+        return "crash", f"signal {os.WTERMSIG(st)}"
+    try:
+        return tuple(json.loads(b"".join(chunks)))  # type: ignore[return-value]
+    except ValueError:
+        return "crash", f"exit status {os.WEXITSTATUS(st)} without a report"
+
+
+def prepare(fmt: str, folder: str, work: Path, timeout: float, memory_mb: int) -> Target:
+    src = ROOT / folder
+    dst = work / fmt
+    shutil.copytree(src, dst, symlinks=True)
+    files = sorted(p for p in dst.rglob("*") if p.is_file() and p.name not in ("EXPECTED.json", "README.md"))
+    t = Target(fmt, dst, files)
+    t.checksummed = {p: carries_checksum(fmt, p) for p in files}
+    # the undamaged result, read in the parent: this also warms what each forked child would
+    # otherwise redo (lazy imports, numba kernels); the readers' thread pools end with each read
+    t.baseline, t.notes = result_digest(dst)
+    return t
+
+
+def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
+         log=print) -> dict:
+    rng = random.Random(seed)
+    counts: dict[str, dict[str, int]] = {f: {} for f in formats}
+    examples: dict[str, list[dict]] = {}
+    import explorer.snapshot  # noqa: F401 - imported once here, so that each forked child starts warm
+
+    with tempfile.TemporaryDirectory(prefix="state-explorer-fuzz-") as tmp:
+        targets = [prepare(f, FORMATS[f], Path(tmp), timeout, memory_mb) for f in formats]
+        t0 = time.monotonic()
+        for i in range(n):
+            t = targets[i % len(targets)]
+            file = rng.choice(t.files)
+            kind = rng.choice(MUTATIONS)
+            original = file.read_bytes()
+            state = rng.getstate()
+            damaged = mutate(original, kind, rng)
+            where = next((j for j, (a, b) in enumerate(zip(original, damaged)) if a != b), min(len(original), len(damaged)))
+            if damaged == original:
+                outcome, detail = "ok-same", "the mutation changed nothing"
+            else:
+                file.write_bytes(damaged)
+                try:
+                    status, detail = run_child(t, file, timeout, memory_mb)
+                finally:
+                    file.write_bytes(original)
+                if status == "ok":
+                    digest, notes = detail
+                    if digest == t.baseline:
+                        outcome = "ok-same"
+                    elif notes != t.notes:
+                        outcome = "noted-change"  # e.g. an older chk-N opened, with a note and a warning saying why
+                        detail = [n for n in notes if n not in t.notes][:3]
+                    else:
+                        outcome = ("silent-change-in-checksummed-file" if t.checksummed[file]
+                                   else "silent-change-unchecksummed")
+                        detail = "results differ from the undamaged snapshot's"
+                else:
+                    outcome = status
+            counts[t.name][outcome] = counts[t.name].get(outcome, 0) + 1
+            if outcome in BUG_OUTCOMES or outcome == "silent-change-unchecksummed":
+                ex = examples.setdefault(outcome, [])
+                if len(ex) < 25:
+                    ex.append({"format": t.name, "file": str(file.relative_to(t.root)), "mutation": kind,
+                               "offset": where, "size": len(original), "new_size": len(damaged),
+                               "case": i, "detail": detail})
+                    del state
+            if log and (i + 1) % 100 == 0:
+                totals_now: dict[str, int] = {}
+                for per in counts.values():
+                    for k, v in per.items():
+                        totals_now[k] = totals_now.get(k, 0) + v
+                log(f"{i + 1}/{n} cases, {time.monotonic() - t0:.0f} s: {totals_now}")
+    totals: dict[str, int] = {}
+    for per in counts.values():
+        for k, v in per.items():
+            totals[k] = totals.get(k, 0) + v
+    return {"cases": n, "seed": seed, "counts": counts, "totals": totals, "examples": examples,
+            "bugs": sum(totals.get(k, 0) for k in BUG_OUTCOMES)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000, help="number of damaged cases")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated, of: " + ", ".join(FORMATS))
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
+    ap.add_argument("--memory-mb", type=int, default=3072, help="address-space limit of each child")
+    ap.add_argument("--report", default=str(ROOT / "benchmarks/results/fuzz.json"))
+    args = ap.parse_args(argv)
+    formats = [f for f in args.formats.split(",") if f]
+    start = time.time()
+    result = fuzz(args.n, args.seed, formats, args.timeout, args.memory_mb,
+                  log=lambda text: print(text, flush=True))
+    result.update({
+        "command": " ".join([Path(sys.executable).name, "tools/fuzz/fuzz.py", *(argv or sys.argv[1:])]),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpus": os.cpu_count(), "load_before": os.getloadavg()},
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+        "seconds": round(time.time() - start, 1),
+    })
+    result["machine"]["load_after"] = os.getloadavg()
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(json.dumps({"cases": result["cases"], "totals": result["totals"], "bugs": result["bugs"]}, indent=1))
+    return 1 if result["bugs"] else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())
