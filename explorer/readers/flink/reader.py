@@ -49,6 +49,7 @@ from ...errors import (
     SnapshotCorruptError,
     SnapshotError,
     SnapshotNotFoundError,
+    StateExplorerError,
 )
 from ...format.sst import columns as sstvec
 from ...format.sst.instance import resolve
@@ -141,6 +142,15 @@ class FlinkSnapshotReader(SnapshotReader):
                        "(records in flight between operators); they are not state and are not read")
         # (operator id, subtask, state id) -> (rows checked, mismatches), from whole-state reads
         self._kg_checks: dict[tuple[str, int, int], tuple[int, int]] = {}
+        # the keyed-state headers (small) are read now, so that notes on serializers are there from open() on;
+        # a header that cannot be read fails later, where its state is asked for
+        for o in self.meta.operators:
+            subs = self._keyed_subtasks(o)
+            if subs:
+                try:
+                    self._header(o, subs[0])
+                except StateExplorerError:
+                    pass
 
     # -- detection and metadata ---------------------------------------------------------
 
