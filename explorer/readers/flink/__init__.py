@@ -15,7 +15,7 @@ their own that call :func:`.serializers.register_snapshot_decoder` at import;
 they are imported here, once, so that every reader sees them.
 """
 
-from . import valuetypes  # noqa: F401  (registers its snapshot decoders)
+from . import internals, valuetypes  # noqa: F401  (they register their snapshot decoders)
 from .reader import FlinkSnapshotReader, find_metadata
 
 __all__ = ["FlinkSnapshotReader", "find_metadata"]

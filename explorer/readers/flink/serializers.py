@@ -42,10 +42,12 @@ length`` + Flink's binary row (see :class:`RowDataDecoder`).
 
 from __future__ import annotations
 
+import datetime as dt
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+import pandas as pd
 import pyarrow as pa
 
 from ...errors import FlinkFormatError
@@ -340,6 +342,9 @@ _LOGICAL_NAMES = {
 }
 
 
+_EPOCH_DAY = dt.date(1970, 1, 1)
+
+
 class RowDataDecoder(Decoder):
     """Flink SQL's ``RowData``, written as ``int length`` + a binary row.
 
@@ -352,8 +357,9 @@ class RowDataDecoder(Decoder):
     ``offset = slot >> 32`` with ``length = slot & 0xFFFFFFFF``.
     """
 
-    def __init__(self, types: list[str]):
+    def __init__(self, types: list[str], precisions: list[int | None] | None = None):
         self.types = types
+        self.precisions = precisions or [None] * len(types)
         self.name = f"ROW<{', '.join(types)}>"
 
     def read(self, inp):
@@ -373,9 +379,22 @@ class RowDataDecoder(Decoder):
                 continue
             off = null_bytes + 8 * i
             slot = row[off : off + 8]
-            if t in ("BIGINT", "TIMESTAMP", "TIMESTAMP_LTZ"):
+            if t in ("TIMESTAMP", "TIMESTAMP_LTZ"):
+                # precision <= 3: epoch millis in the slot; else the slot holds (offset << 32 | nanos of
+                # the millisecond) and the millis are at offset in the variable-length area
+                prec = self.precisions[i]
+                v = struct.unpack_from("<q", slot)[0]
+                if prec is not None and prec > 3:
+                    off, nanos = v >> 32, v & 0xFFFFFFFF
+                    ms = struct.unpack_from("<q", row, off)[0]
+                else:
+                    ms, nanos = v, 0
+                out[name] = pd.Timestamp(ms, unit="ms") + pd.Timedelta(nanoseconds=nanos)
+            elif t == "BIGINT":
                 out[name] = struct.unpack_from("<q", slot)[0]
-            elif t in ("INT", "DATE"):
+            elif t == "DATE":
+                out[name] = _EPOCH_DAY + dt.timedelta(days=struct.unpack_from("<i", slot)[0])
+            elif t == "INT":
                 out[name] = struct.unpack_from("<i", slot)[0]
             elif t == "SMALLINT":
                 out[name] = struct.unpack_from("<h", slot)[0]
@@ -548,13 +567,15 @@ def _read_content(inp: DataInput, cls: str, version: int, options: Mapping[str, 
         return _read_pojo(inp, options)
     if short == "RowDataSerializer$RowDataSerializerSnapshot":
         n = inp.read_int()
-        types = []
+        types, precisions = [], []
         for _ in range(n):
             obj = parse_java_object(inp)
             t = _short(str(obj.get("@class", "?"))) if isinstance(obj, dict) else "?"
             types.append(_LOGICAL_NAMES.get(t, t))
+            p = obj.get("precision") if isinstance(obj, dict) else None
+            precisions.append(p if isinstance(p, int) else None)
         _read_nested(inp)
-        return RowDataDecoder(types)
+        return RowDataDecoder(types, precisions)
     raise UnknownSnapshot(cls, inp.pos)
 
 
