@@ -48,7 +48,6 @@ from .serializers import (
     Decoder,
     SnapshotContext,
     read_composite_header,
-    read_big_integer,
     register_snapshot_decoder,
 )
 
