@@ -30,6 +30,15 @@ A snapshot class we do not know cannot be skipped (most snapshots are not
 length-prefixed), so :class:`UnknownSnapshot` is raised with the position, and
 the caller resynchronises on what must come next (see ``statemeta``).
 
+Serializers beyond the ones here are decoded by modules of their own
+(``valuetypes``: enums, java.time, java.sql, ``BigDecimal``, arrays, ``Row``,
+``Either``, ``GlobalWindow``; ``internals``: interval join, CEP, SQL runtime
+types), which register a factory per snapshot class name with
+:func:`register_snapshot_decoder` (see :data:`SnapshotFactory` for the
+contract). Every decoder's ``read`` consumes exactly one value, so values that
+are not length-prefixed (heap snapshots) can be skipped, and ``arrow_type``
+gives the Arrow type of its values (maps stay maps, structs keep their fields).
+
 The decoders read values exactly as the serializers write them (Java
 ``DataOutput``): ``Long`` 8 bytes, ``String`` in ``StringValue`` format,
 ``List`` as ``int n`` + elements, ``Map`` as ``int n`` + (key, ``bool isNull``,
