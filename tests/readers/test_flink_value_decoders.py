@@ -135,6 +135,12 @@ def test_arrays():
     assert value(generic, i32(2) + b"\x01" + i64(7) + b"\x00") == [7, None]
 
 
+def test_set_of_flink_2():
+    d = decoder(snap(f"{BASE}SetSerializerSnapshot", composite(1, b"", STRING)))
+    assert d.describe() == "Set<String>"
+    assert value(d, i32(3) + b"\x00" + fstr("a") + b"\x01" + b"\x00" + fstr("b")) == ["a", None, "b"]
+
+
 def test_row_with_kind_bits_and_nulls():
     d = decoder(snap("org.apache.flink.api.java.typeutils.runtime.RowSerializer$RowSerializerSnapshot",
                      composite(4, b"\x01", STRING, LONG, LONG)))
