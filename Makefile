@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: venv demo test test-fast lab sample-data bench bench-smoke flink-fixtures browser-deps chaos clean
+.PHONY: venv demo test test-fast lab sample-data bench bench-smoke flink-fixtures spark-fixtures browser-deps chaos clean
 
 venv: $(STAMP)
 
@@ -56,6 +56,17 @@ bench-smoke: $(STAMP)
 # Real Apache Flink savepoints and checkpoints under sample_data/flink (needs Java 17; fetches Flink's jars from PyPI).
 flink-fixtures:
 	tools/flink/make_fixtures.sh
+
+# Real Spark Structured Streaming checkpoints under sample_data/spark (PySpark 4.3 from .venv; Java 17),
+# each with EXPECTED.json computed from its input. The Spark 3.5 ones need a PySpark 3.5 venv,
+# made here under $(SPARK35_VENV) from PyPI when missing. Check them with tools/spark/check_fixtures.py.
+SPARK35_VENV ?= .cache/spark35
+spark-fixtures: $(STAMP)
+	$(BIN)/python tools/spark/make_fixtures.py
+	test -x $(SPARK35_VENV)/bin/python || { $(PYTHON) -m venv $(SPARK35_VENV) && \
+	  $(SPARK35_VENV)/bin/pip install --quiet 'pyspark==3.5.*' 'pandas<2.3' 'numpy<2' 'pyarrow<17'; }
+	PYSPARK_PYTHON=$(abspath $(SPARK35_VENV))/bin/python PYSPARK_DRIVER_PYTHON=$(abspath $(SPARK35_VENV))/bin/python \
+	  $(SPARK35_VENV)/bin/python tools/spark/make_fixtures.py --spark35
 
 clean:
 	rm -rf out .pytest_cache build *.egg-info

@@ -3,6 +3,8 @@
 >>> import explorer
 >>> snap = explorer.open("out/url_counts/heap/savepoint")
 >>> snap.keyed_state(state="count").head()
+
+Where each concept lives, the layers and what each may import: ``explorer/ARCHITECTURE.md``.
 """
 
 from . import errors

@@ -16,6 +16,7 @@ with :mod:`ast`, so these hold whatever the test run happens to import:
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -243,3 +244,16 @@ def _is_lazy_kernel_or_spark(owner: str) -> bool:
 def test_every_layer_names_existing_modules(layer):
     for prefix in LAYERS[layer]:
         assert any(m == prefix or m.startswith(prefix + ".") for m in MODULES), prefix
+
+
+def test_architecture_page_names_only_paths_that_exist():
+    """Every module or folder explorer/ARCHITECTURE.md names exists, so the page cannot drift."""
+    page = (ROOT / "explorer" / "ARCHITECTURE.md").read_text()
+    names = set(re.findall(r"`([\w/]+(?:\.py|/))`", page))
+    rooted = [n for n in names if n.split("/")[0] in {
+        "keygroups", "format", "engine", "readers", "analysis", "plots", "spark", "pipelines"}]
+    assert len(rooted) > 20
+    missing = [n for n in rooted if not (ROOT / "explorer" / n).exists()]
+    bare = [n for n in names if "/" not in n.rstrip("/") and n.endswith(".py")]
+    missing += [n for n in bare if not list((ROOT / "explorer").rglob(n))]
+    assert missing == []

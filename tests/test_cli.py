@@ -7,7 +7,7 @@ from plotly.offline import get_plotlyjs
 
 from explorer.cli import main
 
-from fixtures import PLANT_HOT_KEYS
+from tests.support.fixtures import PLANT_HOT_KEYS
 
 
 def test_inspect_prints_the_summary(planted_job, capsys):

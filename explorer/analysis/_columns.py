@@ -141,8 +141,10 @@ def row_hashes(snap: Any) -> np.ndarray:
     """A uint64 hash of each cached row's ``(namespace, user_key, value)``, computed in Arrow (cached)."""
     cache = _cache(snap)
     if cache.row_hashes is None:
-        parts = [_entry_hashes(p) for p in
-                 snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS)))) if p.num_rows]
+        # the hashed columns are asked for by name: a reader that honours ``columns`` (Flink's) leaves out
+        # what is not asked for, and the same rows in the same order come back either way
+        wanted = tuple(sorted(CACHED_COLUMNS | _ENTRY_COLUMNS))
+        parts = [_entry_hashes(p) for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=wanted)) if p.num_rows]
         h = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
         if len(h) != len(cache.frame):  # pragma: no cover - a reader that is not deterministic
             raise RuntimeError(f"{snap.path}: keyed state changed between two reads ({len(h)} vs "
@@ -158,6 +160,9 @@ def _hashed_in_arrow(t: pa.DataType) -> bool:
         return all(_hashed_in_arrow(t.field(i).type) for i in range(t.num_fields))
     return not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
                 or pa.types.is_fixed_size_list(t) or pa.types.is_union(t) or pa.types.is_dictionary(t))
+
+
+_ENTRY_COLUMNS = frozenset({"namespace", "user_key", "value"})
 
 
 def _entry_hashes(p: pa.Table) -> np.ndarray:

@@ -7,10 +7,20 @@ content, by SHA-256, the previous checkpoint did not have: what this checkpoint
 really had to write), the change in total bytes, duration, sync/async time and
 alignment time. Figures come from the snapshots' metadata; only ``keys`` reads
 the key column of the state files.
+
+Apache Flink checkpoint directories (``chk-N`` folders holding a ``_metadata``)
+give per checkpoint its id, the modification time of its ``_metadata`` (Flink
+stores no timestamp), its bytes (every file and segment its ``_metadata`` names,
+plus the ``_metadata`` itself; files shared between checkpoints are what
+``incremental_bytes`` leaves out) and ``operator_bytes``, the bytes each
+operator's state handles name. Flink stores no durations (those columns stay
+null) and no per-state file sizes: a state's ``bytes`` is then the sum of its
+entries' ``size_bytes``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,35 +35,75 @@ from ._keys import key_codes
 
 HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "state", "ttl_ms", "entries", "bytes",
                    "keys", "checkpoint_bytes", "incremental_bytes", "delta_bytes", "duration_ms", "sync_ms",
-                   "async_ms", "alignment_ms"]
+                   "async_ms", "alignment_ms", "operator_bytes"]
+
+_CHK = re.compile(r"^chk-(\d+)$")
 
 
-def _snapshots(source: Any) -> list[Any]:
+def _metadata_checkpoints(directory: Path) -> list[Path]:
+    """``chk-N`` folders holding a ``_metadata`` file (Apache Flink's retained checkpoints), oldest first."""
+    found = [(int(m.group(1)), p) for p in directory.iterdir()
+             if (m := _CHK.match(p.name)) and (p / "_metadata").is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:
     if is_snapshot(source):
         return [source]
     if isinstance(source, (str, Path)):
         p = Path(source)
         if not p.exists():
             raise AnalysisError(f"{p}: no such checkpoint directory")
-        chks = checkpoints_in(p) if p.is_dir() else []
+        chks = (checkpoints_in(p) or _metadata_checkpoints(p)) if p.is_dir() else []
         if chks:
-            return [open_stored(c) for c in chks]
-        return [open_stored(p)]
-    snaps = [s if is_snapshot(s) else open_stored(s) for s in source]
+            return [open_stored(c, **options) for c in chks]
+        return [open_stored(p, **options)]
+    snaps = [s if is_snapshot(s) else open_stored(s, **options) for s in source]
     return sorted(snaps, key=lambda s: (s.checkpoint_id is None, s.checkpoint_id or 0))
 
 
+def _stored_files(snap: Any) -> pd.DataFrame | None:
+    """The reader's list of stored files (operator, file, bytes), where it has one (Flink's)."""
+    fn = getattr(snap.reader, "stored_files", None)
+    return fn() if callable(fn) else None
+
+
 def _file_digests(snap: Any) -> dict[str, int] | None:
+    files = _stored_files(snap)
+    if files is not None:
+        stored = files[~files["inline"].astype(bool)] if "inline" in files else files
+        return {str(f): int(b) for f, b in zip(stored["file"], stored["bytes"])}
     meta = getattr(snap.reader, "meta", None)
-    if not meta or "files" not in meta:
+    if not isinstance(meta, dict) or "files" not in meta:
         return None
     return {e.get("sha256", rel): int(e["bytes"]) for rel, e in meta["files"].items()}
+
+
+def _operator_bytes(snap: Any) -> dict[str, int]:
+    files = _stored_files(snap)
+    if files is None:
+        return {}
+    named = files.dropna(subset=["operator"])
+    return {str(k): int(v) for k, v in named.groupby("operator", sort=False)["bytes"].sum().items()}
+
+
+def _entry_figures(snap: Any) -> dict[tuple[str, str], tuple[int, int]]:
+    """(entries, sum of ``size_bytes``) per (operator, state), from the rows: a state's figures where the
+    metadata has none (Flink)."""
+    df = cached_frame(snap) if hasattr(snap, "reader") else snap.keyed_state(
+        columns=["operator", "state", "size_bytes"])
+    if not len(df):
+        return {}
+    sizes = df["size_bytes"].to_numpy(dtype=np.int64, na_value=0)
+    return {(op, st): (len(rows), int(sizes[rows].sum())) for op, st, rows in state_rows(df)}
 
 
 def _state_bytes(snap: Any) -> dict[tuple[str, str], int]:
     meta = getattr(snap.reader, "meta", None)
     out: dict[tuple[str, str], int] = {}
-    if not meta:
+    if _stored_files(snap) is not None:
+        return {k: b for k, (_, b) in _entry_figures(snap).items()}
+    if not isinstance(meta, dict):
         return out
     files = meta.get("files", {})
     for o in meta.get("operators", []):
@@ -84,14 +134,15 @@ def _keys_per_state(snap: Any) -> dict[tuple[str, str], int]:
     return out
 
 
-def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True) -> pd.DataFrame:
+def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True, **open_options: Any) -> pd.DataFrame:
     """Size, incremental delta, duration, alignment and keys over all checkpoints (oldest first).
 
     ``checkpoints`` is a checkpoint directory (its complete ``chk-N`` folders), or a list
     of snapshots or paths. With ``per_state=False`` one row per checkpoint.
+    ``open_options`` go to each snapshot opened from a path (e.g. ``uids=[...]`` for Flink).
     Columns (per state): see :data:`HISTORY_COLUMNS`.
     """
-    snaps = _snapshots(checkpoints)
+    snaps = _snapshots(checkpoints, open_options)
     if not snaps:
         raise AnalysisError(f"{checkpoints}: no complete checkpoints found")
     rows = []
@@ -113,19 +164,26 @@ def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True) -> p
             "alignment_ms": t.get("alignment_ms"),
         }
         prev_digests, prev_total = digests, total
+        op_bytes = _operator_bytes(snap)
         if not per_state:
             states = snap.states
             rows.append({**common, "operator": None, "state": None, "ttl_ms": None,
-                         "entries": int(states["entries"].sum()) if "entries" in states else None,
-                         "bytes": total, "keys": _total_keys(snap) if keys else None})
+                         "entries": (int(states["entries"].sum()) if "entries" in states
+                                     else sum(n for n, _ in _entry_figures(snap).values())),
+                         "bytes": total, "keys": _total_keys(snap) if keys else None,
+                         "operator_bytes": sum(op_bytes.values()) if op_bytes else None})
             continue
         sbytes = _state_bytes(snap)
+        counted = _entry_figures(snap) if "entries" not in snap.states else {}
         nkeys = _keys_per_state(snap) if keys else {}
         for r in snap.states.itertuples(index=False):
             rows.append({**common, "operator": r.operator, "state": r.state,
                          "ttl_ms": None if pd.isna(r.ttl_ms) else int(r.ttl_ms),
-                         "entries": int(getattr(r, "entries", 0) or 0), "bytes": sbytes.get((r.operator, r.state)),
-                         "keys": nkeys.get((r.operator, r.state), 0) if keys else None})
+                         "entries": (int(getattr(r, "entries", 0) or 0) if not counted
+                                     else counted.get((r.operator, r.state), (0, 0))[0]),
+                         "bytes": sbytes.get((r.operator, r.state)),
+                         "keys": nkeys.get((r.operator, r.state), 0) if keys else None,
+                         "operator_bytes": op_bytes.get(r.operator)})
     out = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
     out["created_at"] = pd.to_datetime(out["created_at"], utc=True)
     return out

@@ -42,17 +42,17 @@ class Source:
         return {"type": type(self).__name__}
 
 
-class CollectionSource(Source):
-    """Records from an in-memory sequence, cut into ``num_splits`` contiguous splits."""
+class _ContiguousSplits(Source):
+    """A source of ``n`` records held in memory, cut into ``num_splits`` contiguous splits;
+    subclasses give :meth:`_slice` (records ``start:end`` as one batch)."""
 
-    name = "collection"
-
-    def __init__(self, items: Sequence[Any], num_splits: int = 1) -> None:
-        self.items = items if isinstance(items, (list, tuple)) else list(items)
+    def _cut(self, n: int, num_splits: int) -> None:
         if num_splits <= 0:
             raise JobError(f"num_splits must be positive, found {num_splits}")
-        n = len(self.items)
         self._bounds = [(n * i // num_splits, n * (i + 1) // num_splits) for i in range(num_splits)]
+
+    def _slice(self, start: int, end: int) -> Any:
+        raise NotImplementedError
 
     def splits(self) -> list[str]:
         return [str(i) for i in range(len(self._bounds))]
@@ -61,15 +61,27 @@ class CollectionSource(Source):
         lo, hi = self._bounds[int(split)]
         start = lo + offset
         end = min(hi, start + max_records)
+        return self._slice(start, end), offset + (end - start), end >= hi
+
+
+class CollectionSource(_ContiguousSplits):
+    """Records from an in-memory sequence, cut into ``num_splits`` contiguous splits."""
+
+    name = "collection"
+
+    def __init__(self, items: Sequence[Any], num_splits: int = 1) -> None:
+        self.items = items if isinstance(items, (list, tuple)) else list(items)
+        self._cut(len(self.items), num_splits)
+
+    def _slice(self, start: int, end: int) -> Any:
         items = self.items
-        chunk = items[start:end] if type(items) is list else list(items[start:end])  # a list slice is a copy already
-        return chunk, offset + (end - start), end >= hi
+        return items[start:end] if type(items) is list else list(items[start:end])  # a list slice is a copy already
 
     def describe(self):
         return {"type": "collection", "records": len(self.items), "splits": len(self._bounds)}
 
 
-class ColumnSource(Source):
+class ColumnSource(_ContiguousSplits):
     """Records held as columns (a pyarrow Table, a pandas DataFrame, or a dict of equal-length
     sequences), cut into ``num_splits`` contiguous splits.
 
@@ -106,8 +118,8 @@ class ColumnSource(Source):
         lengths = {len(c) for c in self.columns}
         if len(lengths) != 1:
             raise JobError(f"column source: columns {names} have different lengths {sorted(lengths)}; expected one length")
-        n = self.num_rows = lengths.pop()
-        self._bounds = [(n * i // num_splits, n * (i + 1) // num_splits) for i in range(num_splits)]
+        self.num_rows = lengths.pop()
+        self._cut(self.num_rows, num_splits)
 
     def column_index(self, name: str | int) -> int:
         if isinstance(name, int):
@@ -119,15 +131,8 @@ class ColumnSource(Source):
         except ValueError:
             raise JobError(f"column source has columns {self.names}; no column named {name!r}") from None
 
-    def splits(self) -> list[str]:
-        return [str(i) for i in range(len(self._bounds))]
-
-    def read(self, split, offset, max_records):
-        lo, hi = self._bounds[int(split)]
-        start = lo + offset
-        end = min(hi, start + max_records)
-        batch = ColumnBatch([c[start:end] for c in self.columns], end - start, self.names)
-        return batch, offset + (end - start), end >= hi
+    def _slice(self, start: int, end: int) -> ColumnBatch:
+        return ColumnBatch([c[start:end] for c in self.columns], end - start, self.names)
 
     def describe(self):
         return {"type": "columns", "records": self.num_rows, "splits": len(self._bounds), "columns": self.names}

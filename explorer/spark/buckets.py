@@ -40,7 +40,9 @@ key column, or a struct of the key columns), ``user_key`` (map state),
 ``value`` (the declared type's Arrow type) and ``last_access`` (epoch ms, TTL
 only); list elements are rows in list order. The timer table (kind
 ``event_timer`` / ``processing_timer``, name :data:`TIMERS`) has ``key`` and
-``timestamp`` in firing order. The schema metadata holds the descriptor's JSON
+``timestamp`` in firing order. A broadcast state (kind ``broadcast``, see
+:func:`broadcast_input`) has ``user_key`` and ``value``: the bucket's copy of it,
+the same in every bucket. The schema metadata holds the descriptor's JSON
 description. :mod:`explorer.readers.spark` decodes it, so ``explorer.open()``
 shows one row per key and state entry, as for the per-key layout.
 
@@ -86,11 +88,11 @@ from ..engine.timers import TimerQueue
 from ..engine.ttl import is_expired
 from ..errors import JobError, SnapshotFormatError
 from ..keygroups import KeyGroupRange
-from .context import (ProcessContext, RuntimeContext, TimerService, drain_rows, output_tuple, record_maker,
-                      row_class, to_ms)
+from ..engine.operator_state import OperatorStateStore
+from .context import END_OF_INPUT_MS, OutputRows, ProcessContext, RuntimeContext, TimerService, record_maker, row_class, to_ms
 
-__all__ = ["BUCKET_COLUMN", "DEFAULT_BUCKETS", "FORMAT", "PACKED_COLUMN", "STATE_NAME", "TIMERS", "VERSION",
-           "bucket_column", "bucket_input", "data_columns", "decode_tables", "encode_tables", "key_codec",
+__all__ = ["BROADCAST", "BROADCAST_COLUMN", "BUCKET_COLUMN", "DEFAULT_BUCKETS", "FORMAT", "PACKED_COLUMN", "STATE_NAME", "TIMERS", "VERSION",
+           "broadcast_columns", "broadcast_input", "bucket_column", "bucket_input", "data_columns", "decode_tables", "encode_tables", "key_codec",
            "make_processor", "pack_batches", "unpack"]
 
 #: the grouping column the adapter adds: ``pmod(hash(key...), buckets)``
@@ -101,6 +103,10 @@ FORMAT = "explorer-spark-buckets"
 VERSION = 1
 #: the name of the per-key timer table in a bucket
 TIMERS = "timers"
+#: the kind of a stored broadcast state (``user_key``, ``value``; one copy per bucket)
+BROADCAST = "broadcast"
+#: the column that marks the rows of the broadcast input (see :func:`broadcast_input`)
+BROADCAST_COLUMN = "__explorer_broadcast"
 DEFAULT_BUCKETS = 64
 
 _ONE_GROUP = KeyGroupRange(0, 0)
@@ -312,11 +318,17 @@ def check_value(row: Any, where: str, buckets: int | None = None) -> list:
     return list(tables or [])
 
 
-def decode_tables(row: Any, where: str) -> dict[str, tuple[str, int | None, pa.Table]]:
-    """``name -> (kind, ttl_ms, Arrow table)`` of one stored bucket value (for readers)."""
+def decode_tables(row: Any, where: str, broadcast: bool = False) -> dict[str, tuple[str, int | None, pa.Table]]:
+    """``name -> (kind, ttl_ms, Arrow table)`` of one stored bucket value (for readers).
+
+    Keyed states and timers only; ``broadcast=True`` returns the broadcast states instead
+    (kind :data:`BROADCAST`, columns ``user_key`` and ``value``: operator state, the same
+    in every bucket, not keyed state).
+    """
     out = {}
     for name, kind, ttl_ms, data in check_value(row, where):
-        out[name] = (kind, ttl_ms, _from_ipc(data, f"{where}, table {name!r}"))
+        if (kind == BROADCAST) == broadcast:
+            out[name] = (kind, ttl_ms, _from_ipc(data, f"{where}, table {name!r}"))
     return out
 
 
@@ -427,8 +439,15 @@ class _BucketMixin:
     def __init__(self, function: KeyedProcessFunction, *, time_mode: str, key_columns: Sequence[str],
                  input_columns: Sequence[str], output_columns: Sequence[str], record: Any,
                  event_time_column: str | None, num_partitions: int, name: str, key_arrow_type,
-                 buckets: int, packed: bool = False) -> None:
+                 buckets: int, packed: bool = False, main_columns: Sequence[str] | None = None,
+                 side_columns: dict[str, list[str]] | None = None, broadcast_columns: Sequence[str] | None = None,
+                 broadcast_record: Any = None, ttl_clock: Any = None) -> None:
         self._template = function
+        self._main_columns = list(output_columns if main_columns is None else main_columns)
+        self._side_columns = dict(side_columns or {})
+        self._broadcast_columns = None if broadcast_columns is None else list(broadcast_columns)
+        self._broadcast_record = broadcast_record
+        self._ttl_clock = ttl_clock
         self._time_mode = time_mode
         self._key_columns = list(key_columns)
         self._input_columns = list(input_columns)
@@ -445,13 +464,18 @@ class _BucketMixin:
         self.handle = handle
         self.store = handle.getValueState(STATE_NAME, value_schema())
         self.kctx = KeyContext()
-        self.clock = _Clock()
+        # TTL's clock: the batch timestamp, or the one the function itself moves (a ReplayClock)
+        self.clock = _Clock() if self._ttl_clock is None else self._ttl_clock
         self.binding = _Binding(self.kctx, self.clock)
         self.timers = _make_timer_service(self._time_mode, self.kctx)
-        self.ctx = ProcessContext(self.timers)
+        self.ctx = ProcessContext(self.timers, self._side_columns)
         self.out = Collector()
-        self.to_tuple = output_tuple(self._output_columns)
+        self.rows = OutputRows(self._main_columns, self._side_columns)
         self.make_record = record_maker(self._record, self._input_columns)
+        if self._broadcast_columns is not None:
+            self.make_broadcast = record_maker(self._broadcast_record, self._broadcast_columns)
+        self._broadcast_raw: dict[str, bytes] = {}
+        self._broadcast_dirty = False
         self.fn = copy.deepcopy(self._template)
         self.fn.open(RuntimeContext(self.binding, self._name, self._num_partitions))
         self._timer_kind = "event_timer" if self._time_mode == "event" else "processing_timer"
@@ -461,19 +485,34 @@ class _BucketMixin:
     def _begin(self, timer_values) -> int | None:
         """Load the current bucket's state; returns the earliest per-key timer (the registered Spark timer)."""
         self.timers._tv = timer_values
-        now = timer_values.getCurrentProcessingTimeInMs() if timer_values is not None else -1
-        self.clock.now = now if now >= 0 else time.time_ns() // 1_000_000
+        if isinstance(self.clock, _Clock):
+            now = timer_values.getCurrentProcessingTimeInMs() if timer_values is not None else -1
+            self.clock.now = now if now >= 0 else time.time_ns() // 1_000_000
         tables = self.binding.tables
         for t in tables.values():
             t.data = {}
             t.dirty = False
         self.timers.queue = TimerQueue()
         self.timers.dirty = False
+        if self._broadcast_columns is not None:
+            # every bucket keeps its own copy of the broadcast state, as every Flink subtask does
+            self.ctx.broadcast = OperatorStateStore()
+            self._broadcast_raw = {}
+            self._broadcast_dirty = False
         row = self.store.get()
         if row is None:
             return None
         where = f"the bucket state {STATE_NAME!r} of {self._name}"
         for name, kind, _ttl, data in check_value(row, where, self._buckets):
+            if kind == BROADCAST:
+                if self._broadcast_columns is None:
+                    raise JobError(f"{where}: the checkpoint holds broadcast state {name!r} but this query has no "
+                                   "broadcast input; run it with run_on_spark(..., broadcast=...)")
+                table = _from_ipc(data, f"{where}, broadcast state {name!r}")
+                self.ctx.broadcast.restored_broadcast[name] = dict(zip(table.column("user_key").to_pylist(),
+                                                                       table.column("value").to_pylist()))
+                self._broadcast_raw[name] = data
+                continue
             table = _from_ipc(data, f"{where}, table {name!r}")
             if name == TIMERS:
                 q = self.timers.queue
@@ -491,8 +530,10 @@ class _BucketMixin:
         """Write the bucket back (if it changed) and keep one Spark timer at its earliest per-key timer."""
         tables = list(self.binding.tables.values())
         timers = self.timers
-        if timers.dirty or any(t.dirty for t in tables):
-            encoded = encode_tables(tables, timers.queue, self._timer_kind, self._key_array, self.clock.now)
+        if timers.dirty or self._broadcast_dirty or any(t.dirty for t in tables):
+            encoded = encode_tables(tables, timers.queue, self._timer_kind, self._key_array, self.clock.now_ms())
+            if self._broadcast_columns is not None:
+                encoded += self._encode_broadcast()
             if encoded:
                 self.store.update((FORMAT, VERSION, self._buckets, encoded))
             else:
@@ -505,8 +546,46 @@ class _BucketMixin:
             if after is not None:
                 self.handle.registerTimer(after)
 
-    def _process(self, keys: list, records: list, stamps: list | None, timer_values) -> list[tuple]:
+    def _encode_broadcast(self) -> list[tuple]:
+        """The bucket's broadcast states as stored tables (those the function did not open: as they were)."""
+        store = self.ctx.broadcast
+        out = []
+        for name, st in store.broadcast.items():
+            d = st.descriptor
+            kinfo, vinfo = d.user_key_info, d.value_info
+            keys, vals = list(st.entries), list(st.entries.values())
+            table = pa.table({"user_key": _to_arrow_values(kinfo, keys, kinfo.arrow_type),
+                              "value": _to_arrow_values(vinfo, vals, vinfo.arrow_type)})
+            table = table.replace_schema_metadata({"explorer.descriptor": _describe(d)})
+            out.append((name, BROADCAST, None, _ipc(table)))
+        out += [(name, BROADCAST, None, data) for name, data in self._broadcast_raw.items()
+                if name not in store.broadcast]
+        return out
+
+    def _process_broadcast(self, records: list) -> None:
+        """``process_broadcast_element`` for each broadcast record, in order, with the state writable."""
+        ctx, out = self.ctx, self.out
+        fn = self.fn.process_broadcast_element
+        make = self.make_broadcast
+        ctx._key = None
+        ctx._domain = None
+        ctx._timestamp = out._ts = None
+        ctx.broadcast_side = True
+        try:
+            for r in records:
+                fn(make(r), ctx, out)
+        finally:
+            ctx.broadcast_side = False
+        self._broadcast_dirty = True
+
+    def _process(self, keys: list, records: list, stamps: list | None, timer_values,
+                 broadcast: list | None = None) -> list[tuple]:
         before = self._begin(timer_values)
+        if broadcast:
+            self._process_broadcast(broadcast)
+        if stamps is not None and END_OF_INPUT_MS in stamps:  # the end-of-input marker: only moves the watermark
+            keep = [i for i, t in enumerate(stamps) if t != END_OF_INPUT_MS]
+            keys, records, stamps = [keys[i] for i in keep], [records[i] for i in keep], [stamps[i] for i in keep]
         groups: dict[Any, list[int]] = {}
         for i, k in enumerate(keys):
             g = groups.get(k)
@@ -530,7 +609,7 @@ class _BucketMixin:
                     ctx._timestamp = out._ts = stamps[i]
                     fn(make(records[i]), ctx, out)
         self._end(before)
-        return drain_rows(out, self.to_tuple)
+        return self.rows.rows(out, ctx)
 
     def _fire(self, timer_values, expired_info) -> list[tuple]:
         fired = expired_info.getExpiryTimeInMs()
@@ -558,7 +637,7 @@ class _BucketMixin:
         finally:
             ctx._domain = None
         self._end(None, fired)
-        return drain_rows(out, self.to_tuple)
+        return self.rows.rows(out, ctx)
 
     def close(self) -> None:
         fn = getattr(self, "fn", None)
@@ -621,6 +700,12 @@ def make_processor(variant: str, **kw):
                 return []
             names = self._input_columns
             fields = list(rows[0].__fields__)
+            broadcast = None
+            if self._broadcast_columns is not None:  # the broadcast input's rows go first, in their order
+                m = fields.index(BROADCAST_COLUMN)
+                bidx = [fields.index(c) for c in broadcast_columns(len(self._broadcast_columns))]
+                broadcast = [tuple(r[i] for i in bidx) for r in rows if r[m]]
+                rows = [r for r in rows if not r[m]]
             idx = [fields.index(c) for c in data_columns(len(names))]
             if len(idx) == 1:
                 records = [(r[idx[0]],) for r in rows]
@@ -638,7 +723,7 @@ def make_processor(variant: str, **kw):
                 e = names.index(self._event_column)
                 stamps = [to_ms(r[e]) for r in records]
             R, new = row_class(self._output_columns), tuple.__new__
-            return [new(R, t) for t in self._process(keys, records, stamps, timerValues)]
+            return [new(R, t) for t in self._process(keys, records, stamps, timerValues, broadcast)]
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
             R, new = row_class(self._output_columns), tuple.__new__
@@ -658,6 +743,29 @@ def data_columns(n: int) -> list[str]:
     with ``_``; plain names found by name avoid both.
     """
     return [f"c{i}" for i in range(n)]
+
+
+def broadcast_columns(n: int) -> list[str]:
+    """What the ``n`` columns of the broadcast input are renamed to (see :func:`data_columns`)."""
+    return [f"b{i}" for i in range(n)]
+
+
+def broadcast_input(data, broadcast, buckets: int):
+    """The bucketed data rows (:func:`bucket_input`) and the broadcast input's rows, one copy per bucket, in one frame.
+
+    Spark has no broadcast state and no operator that sees every grouping key; what Flink does
+    with a broadcast edge (every parallel instance receives every broadcast element and keeps
+    its own copy of the broadcast state) is done here with buckets: each broadcast row is
+    repeated for every bucket (``explode(sequence(0, buckets - 1))``) and unioned with the data,
+    marked by :data:`BROADCAST_COLUMN`. Data rows carry nulls in the broadcast columns
+    (``b0``...) and broadcast rows nulls in the data columns (``c0``...).
+    """
+    from pyspark.sql import functions as F
+
+    cols = [F.col(f"`{c}`").alias(s) for c, s in zip(broadcast.columns, broadcast_columns(len(broadcast.columns)))]
+    rep = broadcast.select(*cols, F.explode(F.sequence(F.lit(0), F.lit(int(buckets) - 1))).alias(BUCKET_COLUMN),
+                           F.lit(True).alias(BROADCAST_COLUMN))
+    return data.withColumn(BROADCAST_COLUMN, F.lit(False)).unionByName(rep, allowMissingColumns=True)
 
 
 #: the packed rows column (see :func:`bucket_input`)

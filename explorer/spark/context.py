@@ -26,10 +26,15 @@ from ..engine.functions import Collector
 from ..errors import JobError
 from .statemap import StateBinding
 
-__all__ = ["PRIMITIVES", "ProcessContext", "RuntimeContext", "TimerService", "drain_rows", "output_tuple",
-           "plain", "record_maker", "row_class", "to_ms"]
+__all__ = ["END_OF_INPUT_MS", "MAIN_OUTPUT", "OUTPUT_COLUMN", "OutputRows", "PRIMITIVES", "ProcessContext", "RuntimeContext",
+           "TimerService", "drain_rows", "output_tuple", "plain", "record_maker", "row_class", "tagged_schema", "to_ms"]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+#: the event time of the end-of-input marker row (9999-12-31T23:59:59Z, the last second Spark's
+#: timestamps hold): a bounded input ends with it, so Spark's watermark passes every timer, as
+#: Flink's and the engine's final watermark does; the processors drop the row itself
+END_OF_INPUT_MS = 253_402_300_799_000
 
 
 def to_ms(ts: Any) -> int | None:
@@ -102,15 +107,25 @@ class TimerService:
 
 
 class ProcessContext:
-    """The ``ctx`` of ``process_element`` / ``on_timer`` on Spark."""
+    """The ``ctx`` of ``process_element`` / ``on_timer`` (and ``process_broadcast_element``) on Spark.
 
-    __slots__ = ("_key", "_timestamp", "_domain", "_timers")
+    ``side_tags`` are the side outputs the query declares: ``ctx.output(tag, value)`` keeps
+    ``(tag, value)`` until :class:`OutputRows` turns it into a tagged row. ``broadcast`` is
+    where broadcast state lives (the bucket layout's :class:`~explorer.engine.operator_state.OperatorStateStore`
+    of the current bucket), ``None`` when the query has no broadcast input.
+    """
 
-    def __init__(self, timers: TimerService) -> None:
+    __slots__ = ("_key", "_timestamp", "_domain", "_timers", "_side_tags", "_side", "broadcast", "broadcast_side")
+
+    def __init__(self, timers: TimerService, side_tags: Sequence[str] = ()) -> None:
         self._key = None
         self._timestamp: int | None = None
         self._domain: str | None = None
         self._timers = timers
+        self._side_tags = frozenset(side_tags)
+        self._side: list[tuple[str, Any]] = []
+        self.broadcast = None
+        self.broadcast_side = False
 
     def timestamp(self) -> int | None:
         return self._timestamp
@@ -125,12 +140,22 @@ class ProcessContext:
         return self._domain
 
     def output(self, tag: str, value: Any) -> None:
-        raise JobError(f"side output {tag!r}: side outputs have no counterpart in Spark's transformWithState; "
-                       "emit a tagged row with out.collect() instead")
+        if tag not in self._side_tags:
+            declared = f"it declares {sorted(self._side_tags)}" if self._side_tags else "it declares none"
+            raise JobError(f"side output {tag!r} is not declared for this Spark query ({declared}); declare the "
+                           f"side outputs and their schemas with run_on_spark(..., side_outputs={{{tag!r}: schema}})")
+        self._side.append((tag, value))
+
+    def drain_side(self) -> list[tuple[str, Any]]:
+        side, self._side = self._side, []
+        return side
 
     def get_broadcast_state(self, descriptor) -> Any:
-        raise JobError(f"broadcast state {descriptor.name!r} has no counterpart in Spark's transformWithState; "
-                       "join the rules as a static DataFrame, or run this function on the engine")
+        if self.broadcast is None:
+            raise JobError(f"broadcast state {descriptor.name!r}: this Spark query has no broadcast input; run it "
+                           "with run_on_spark(..., broadcast=...) (the bucket layout carries broadcast state)")
+        # as in Flink: read-write on the broadcast side, read-only on the data side
+        return self.broadcast.get_broadcast_state(descriptor, writable=self.broadcast_side)
 
 
 class RuntimeContext:
@@ -274,3 +299,54 @@ def drain_rows(out: Collector, to_tuple: Callable[[Any], tuple]) -> list[tuple]:
     """The values the function emitted into ``out`` since the last call, as output tuples."""
     values, _ = out.drain()
     return [to_tuple(v) for v in values]
+
+
+#: the column of a query with side outputs that says which output a row belongs to
+OUTPUT_COLUMN = "output"
+#: the tag of the main output (what ``out.collect`` emits) in that column
+MAIN_OUTPUT = "main"
+
+
+def tagged_schema(main, side: dict[str, Any]):
+    """The Spark output schema of a query with side outputs: ``output string, main struct<...>, <tag> struct<...>...``.
+
+    Every row carries its output's name in ``output`` and its fields in that output's struct
+    column (the others are null); the sink is partitioned by ``output``, so each output is a
+    folder of its own (``output=main/``, ``output=illegal/``...).
+    """
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    for tag in side:
+        if tag in (OUTPUT_COLUMN, MAIN_OUTPUT) or not tag or not tag.replace("_", "a").replace("-", "a").isalnum():
+            raise JobError(f"side output tag {tag!r} cannot name a column and a folder: use letters, digits, '_' "
+                           f"or '-', and neither {OUTPUT_COLUMN!r} nor {MAIN_OUTPUT!r}")
+    fields = [StructField(OUTPUT_COLUMN, StringType(), False), StructField(MAIN_OUTPUT, main, True)]
+    fields += [StructField(tag, schema, True) for tag, schema in side.items()]
+    return StructType(fields)
+
+
+class OutputRows:
+    """How what a function emitted becomes the operator's output rows.
+
+    Without side outputs a row is the emitted value's fields in ``main_columns`` order. With
+    side outputs (:func:`tagged_schema`) it is ``(output, main fields or None, <tag> fields or
+    None, ...)``: values from ``out.collect`` are tagged :data:`MAIN_OUTPUT`, values from
+    ``ctx.output(tag, value)`` with their tag.
+    """
+
+    def __init__(self, main_columns: Sequence[str], side_columns: dict[str, Sequence[str]] | None = None) -> None:
+        self.main = output_tuple(main_columns)
+        self.side = {t: output_tuple(c) for t, c in (side_columns or {}).items()}
+        self.tags = list(self.side)
+
+    def rows(self, out: Collector, ctx: ProcessContext) -> list[tuple]:
+        values, _ = out.drain()
+        main = self.main
+        if not self.side:
+            return [main(v) for v in values]
+        blank = (None,) * len(self.tags)
+        rows = [(MAIN_OUTPUT, main(v)) + blank for v in values]
+        for tag, v in ctx.drain_side():
+            i = self.tags.index(tag)
+            rows.append((tag, None) + blank[:i] + (self.side[tag](v),) + blank[i + 1:])
+        return rows

@@ -17,7 +17,7 @@ from explorer.keygroups import assign_to_key_group
 from explorer.snapshot import checkpoints_in
 from explorer.spark.partitioning import partition_ids
 
-from fixtures import PLANT_HOT_KEYS
+from tests.support.fixtures import PLANT_HOT_KEYS
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
 

@@ -9,7 +9,7 @@ from explorer.analysis import best_parallelisms, imbalance, key_group_distributi
 from explorer.errors import AnalysisError, KeyGroupError
 from explorer.keygroups import assign_to_key_group
 
-from .truth import bytes_per_key, entries_per_key, records_per_key, subtask_loads as expected_loads
+from tests.support.truth import bytes_per_key, entries_per_key, records_per_key, subtask_loads as expected_loads
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from explorer.analysis import checkpoint_summary
 from explorer.analysis.diff import diff_summary, growth_by_key
 from explorer.snapshot import checkpoints_in
 
-from fixtures import source_position
+from tests.support.fixtures import source_position
 
-from .truth import entries_per_key, records_per_key
+from tests.support.truth import entries_per_key, records_per_key
 
 
 def test_history_follows_the_input(planted_job):

@@ -9,9 +9,9 @@ from explorer.analysis import gini, hot_keys, key_skew, key_stats, lorenz_curve,
 from explorer.errors import AnalysisError
 from explorer.keygroups import assign_to_key_group
 
-from fixtures import PLANT_HOT_KEYS
+from tests.support.fixtures import PLANT_HOT_KEYS
 
-from .truth import bytes_per_key, entries_per_key, records_per_key, subtask_loads
+from tests.support.truth import bytes_per_key, entries_per_key, records_per_key, subtask_loads
 
 
 @pytest.fixture(scope="module")

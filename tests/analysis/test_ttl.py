@@ -7,9 +7,9 @@ import pytest
 import explorer
 from explorer.analysis import expired_not_cleaned, ttl_expiry, ttl_summary, unbounded_growth
 
-from fixtures import PLANT_TTL_MS
+from tests.support.fixtures import PLANT_TTL_MS
 
-from .truth import expiries
+from tests.support.truth import expiries
 
 HOUR = 3_600_000
 

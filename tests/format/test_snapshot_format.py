@@ -103,3 +103,18 @@ def test_data_files_are_checked_by_size_and_checksum(tmp_path):
     f.unlink()
     with pytest.raises(SnapshotCorruptError, match="missing"):
         verify_snapshot(tmp_path)
+
+
+def test_a_stored_state_round_trips_its_metadata_json_and_refuses_a_description_without_its_fields():
+    from explorer.engine.state import MapStateDescriptor
+    from explorer.engine.ttl import StateTtlConfig
+    from explorer.errors import SnapshotFormatError
+    from explorer.format.states import StoredState
+
+    desc = MapStateDescriptor("counts", str, int, ttl=StateTtlConfig(60_000)).describe()
+    state = StoredState.of(desc)
+    assert (state.name, state.kind, state.has_ttl) == ("counts", "map", True)
+    assert state.user_key_type == {"type": "str"} and state.value_info.describe() == {"type": "int"}
+    assert state.describe() == desc and StoredState.of(state) is state
+    with pytest.raises(SnapshotFormatError, match="value_type"):
+        StoredState.of({"name": "counts", "kind": "map"})

@@ -11,7 +11,7 @@ from explorer.errors import AnalysisError
 from explorer.keygroups import assign_to_key_group
 from explorer.snapshot import checkpoints_in
 
-from fixtures import PLANT_HOT_KEYS
+from tests.support.fixtures import PLANT_HOT_KEYS
 
 
 @pytest.fixture(scope="module")

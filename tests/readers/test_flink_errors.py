@@ -15,7 +15,7 @@ from explorer.readers.flink.datainput import DataInput
 from explorer.readers.flink.handles import HandleResolver, StreamHandle
 from explorer.readers.flink.javaser import parse_java_object
 
-from .flink_helpers import FLINK_FIXTURES, expected, load
+from tests.support.flink import FLINK_FIXTURES, expected, load
 
 CANONICAL = "heap-canonical-savepoint"
 

@@ -9,8 +9,8 @@ import pytest
 import explorer
 from explorer.readers.base import CONTRACT_COLUMNS
 
-from .flink_helpers import DATASTREAM_FIXTURES, FLINK_FIXTURES, SQL_FIXTURES, expected
-from .test_flink_reader import UIDS
+from tests.support.flink import DATASTREAM_FIXTURES, FLINK_FIXTURES, SQL_FIXTURES, expected
+from tests.support.flink import UIDS
 
 
 

@@ -16,7 +16,8 @@ from explorer.keygroups import assign_to_key_group, key_group_range_for_operator
 from explorer.readers.base import CONTRACT_COLUMNS, FIXED_TYPES, KeyedStateQuery
 from explorer.readers.flink import FlinkSnapshotReader
 
-from .flink_helpers import (
+from tests.support.flink import (
+    UIDS,
     DATASTREAM_FIXTURES,
     FIXTURE_NAMES,
     FLINK_FIXTURES,
@@ -33,9 +34,6 @@ REQUIRED = {
     "sql-groupby-savepoint", "flink-1.20-heap-canonical-savepoint", "flink-1.20-rocksdb-incremental-checkpoint",
     "maxp1000-heap-canonical-savepoint", "maxp1000-rocksdb-native-savepoint", "heap-unaligned-checkpoint",
 }
-# the job's operator uids (Flink < 1.20 metadata stores only their OperatorIDs)
-UIDS = ["user-state", "bucket-state", "user-windows", "counting-map", "events-source", "drop-idle",
-        "sink-users", "sink-buckets", "sink-windows"]
 
 
 def kind_of(exp: dict) -> tuple[str, str | None]:

@@ -19,7 +19,7 @@ from explorer.readers.flink.reader import _repeat_string  # noqa: E402
 from explorer.format.sst.instance import resolve  # noqa: E402
 from explorer.format.sst.file import SstError, SstFile  # noqa: E402
 
-from .flink_helpers import varint  # noqa: E402
+from tests.support.flink import varint  # noqa: E402
 
 COMPRESSIONS = ["none", "snappy", "lz4", "zstd"]
 
@@ -100,7 +100,7 @@ def test_states_with_the_same_keys_share_one_decoded_key_column(monkeypatch):
     from explorer.readers.base import KeyedStateQuery
     from explorer.readers.flink import FlinkSnapshotReader, columnar
 
-    from .flink_helpers import FLINK_FIXTURES
+    from tests.support.flink import FLINK_FIXTURES
 
     caches = []
     real_init = columnar.KeyCache.__init__
@@ -290,7 +290,7 @@ def test_a_damaged_rocksdb_checkpoint_is_reported_with_the_sst_file(tmp_path):
     from explorer.readers.base import KeyedStateQuery
     from explorer.readers.flink import FlinkSnapshotReader
 
-    from .flink_helpers import FLINK_FIXTURES
+    from tests.support.flink import FLINK_FIXTURES
 
     root = tmp_path / "chk"
     shutil.copytree(FLINK_FIXTURES / "rocksdb-incremental-checkpoint", root)

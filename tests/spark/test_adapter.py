@@ -17,7 +17,7 @@ from explorer.errors import JobError, StateNotDeclaredError
 from explorer.spark.context import ProcessContext as _ProcessContext, TimerService as _TimerService
 from explorer.spark.statemap import StateBinding, state_schema
 
-from .functions import RemindLater, by_value, one_file_per_batch
+from tests.support.spark_functions import RemindLater, by_value, one_file_per_batch
 
 pytestmark = pytest.mark.spark
 
@@ -34,28 +34,46 @@ def test_url_stats_same_output_on_engine_and_spark(url_stats_run):
     assert url_stats_run.spark.batches == 3
 
 
+def test_spark_reads_the_input_files_in_order(url_stats_run):
+    """The cause of the old flakiness: files written within one millisecond tie on modification
+    time, and Spark then took them in directory-listing order; write_input spaces their times."""
+    import json
+
+    sources = url_stats_run.spark.checkpoint_dir / "sources" / "0"
+    read = [json.loads(sources.joinpath(str(b)).read_text().splitlines()[1])["path"].rsplit("/", 1)[1]
+            for b in range(3)]
+    assert read == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+
+
+def test_write_input_spaces_modification_times_in_file_order(tmp_path):
+    from explorer.spark.adapter import write_input
+
+    src = write_input([{"k": str(i)} for i in range(40)], tmp_path / "in", files=8)
+    times = [p.stat().st_mtime_ns for p in sorted(src.glob("*.parquet"))]
+    assert len(times) == 8 and all(b - a >= 1_000_000_000 for a, b in zip(times, times[1:]))
+
+
 def test_dedup_with_ttl_same_output_on_engine_and_spark(dedup_run):
-    """The same ids come out once each. Which record of a duplicated id counts as its first
-    depends on the order Spark reads the input files, which Spark does not fix, so the test
-    compares ids and checks every emitted record is one of that id's inputs."""
-    engine = sorted(e.event_id for e in dedup_run.engine_output)
-    spark = _rows(dedup_run.spark.output())
-    assert sorted(r[0] for r in spark) == engine
-    inputs = {dataclasses.astuple(e) for e in dedup_run.records}
-    assert all(r in inputs for r in spark)
+    """The same first occurrences, record for record: the input files are read in order
+    (write_input spaces their modification times), so the first of duplicates is the engine's."""
+    engine = sorted(dataclasses.astuple(e) for e in dedup_run.engine_output)
+    assert _rows(dedup_run.spark.output()) == engine
     assert len(engine) < len(dedup_run.records)  # duplicates were dropped
 
 
 def test_sessions_event_time_timers_on_spark(sessions_run):
     """Spark's event-time timers close sessions built from real events.
 
-    Spark does not fix the order it reads input files in, so its watermark (and which late
-    events it drops) can differ from run to run: the sessions it closes need not equal the
-    engine's. What must hold: each summary spans events of that user, starts and ends at
-    their timestamps, and counts at most the user's events in that span."""
+    This run has no end-of-input marker, so the sessions still open when the input ends stay
+    open on Spark (the engine's final watermark closes them), and its watermark delay drops
+    nothing: the closed sessions are a subset of the engine's. What must hold: each summary
+    spans events of that user, starts and ends at their timestamps, and counts at most the
+    user's events in that span. (tests/spark/test_pipelines_spark.py compares the whole
+    pipeline with the end-of-input marker, record for record.)"""
     from collections import defaultdict
 
     spark = set(_rows(sessions_run.spark.output()))
+    assert spark < {dataclasses.astuple(s) for s in sessions_run.engine_output}
     times = defaultdict(list)
     for e in sessions_run.records:
         times[e.user_id].append(e.ts)

@@ -1,4 +1,4 @@
-"""Snapshots for the widget suites: the planted jobs of ``tests/fixtures.py`` on the heap backend only.
+"""Snapshots for the widget suites: the planted jobs of ``tests/support/fixtures.py`` on the heap backend only.
 
 Widgets read snapshots through ``explorer.open``, so one backend is enough here; the
 backends themselves are compared by the reader and analysis suites.
@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import PlantedSnapshots, _run_planted
+from tests.support.fixtures import PlantedSnapshots, run_planted
 
 
 @pytest.fixture(scope="session")
 def planted_heap(tmp_path_factory) -> PlantedSnapshots:
-    return _run_planted(tmp_path_factory.mktemp("widgets-planted"), "heap", parallelism=2, checkpoint_every=400,
+    return run_planted(tmp_path_factory.mktemp("widgets-planted"), "heap", parallelism=2, checkpoint_every=400,
                         move_clock=False)
 
 
 @pytest.fixture(scope="session")
 def planted_ttl_heap(tmp_path_factory) -> PlantedSnapshots:
-    return _run_planted(tmp_path_factory.mktemp("widgets-ttl"), "heap", parallelism=1, checkpoint_every=None,
+    return run_planted(tmp_path_factory.mktemp("widgets-ttl"), "heap", parallelism=1, checkpoint_every=None,
                         move_clock=True)

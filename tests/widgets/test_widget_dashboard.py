@@ -6,7 +6,7 @@ import explorer
 import plotly.graph_objects as go
 import pytest
 import widgets
-from widget_helpers import all_widgets
+from tests.support.widgets import all_widgets
 from explorer import ipython as ext
 from explorer.snapshot import checkpoints_in
 

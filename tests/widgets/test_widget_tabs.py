@@ -9,7 +9,7 @@ import traitlets
 import widgets
 import pandas as pd
 from explorer.analysis import expired_not_cleaned, subtask_distribution, ttl_expiry
-from fixtures import PLANT_HOT_KEYS
+from tests.support.fixtures import PLANT_HOT_KEYS
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ from typing import Any, Iterator
 
 from ...format.rocksdb.native import NATIVE_FORMAT, NativeFiles, materialize, native_rows
 from ...format.snapshot import file_entry, read_metadata
-from ...format.types import type_from_description
+from ...format.states import StoredState
 from ..backends.rocksdb import StagingDir
 from .migration import check_declaration, converter
 
@@ -189,24 +189,24 @@ class NativeRestoredInPlace:
     converted, and written back in the new encoding.
     """
 
-    def __init__(self, backend, desc: dict) -> None:
+    def __init__(self, backend, desc: "StoredState | dict") -> None:
         self.backend = backend
-        self.desc = desc
+        self.desc = StoredState.of(desc)
 
     def check(self, descriptor, operator: str) -> None:
         check_declaration(self.desc, descriptor, operator)
 
     def discard(self) -> None:
         """The job does not declare this state (``allow_non_restored_state``): delete its entries."""
-        self.backend.drop_state(self.desc["name"])
+        self.backend.drop_state(self.desc.name)
 
     def rows(self, descriptor, operator: str) -> Iterator[tuple]:
-        if descriptor.describe()["value_type"] == self.desc["value_type"]:
+        if descriptor.describe()["value_type"] == self.desc.value_type:
             return iter(())  # the bytes are already in place
-        conv = converter(self.desc["value_type"], descriptor.value_info, f"operator {operator!r}, state {self.desc['name']!r}")
-        old = type_from_description(self.desc["value_type"])
+        conv = converter(self.desc.value_type, descriptor.value_info, f"operator {operator!r}, state {self.desc.name!r}")
+        old = self.desc.value_info
         be = self.backend
-        table = be.tables[self.desc["name"]]
+        table = be.tables[self.desc.name]
         kgr = be.key_groups
         rows = list(native_rows(table._cf, self.desc, be.key_group_prefix_bytes, [(kgr.start, kgr.end)], old))
         table.clear_all()
@@ -217,9 +217,9 @@ class NativeRestoredInPlace:
 class NativeRestoredKeyedState:
     """Rows of one state read out of native files, for a backend that is not RocksDB."""
 
-    def __init__(self, folder: Path, desc: dict, subs: list[dict], key_groups: range) -> None:
+    def __init__(self, folder: Path, desc: "StoredState | dict", subs: list[dict], key_groups: range) -> None:
         self.folder = folder
-        self.desc = desc
+        self.desc = StoredState.of(desc)
         self.subs = subs
         self.key_groups = key_groups
 
@@ -227,13 +227,13 @@ class NativeRestoredKeyedState:
         check_declaration(self.desc, descriptor, operator)
 
     def rows(self, descriptor, operator: str) -> Iterator[tuple]:
-        conv = converter(self.desc["value_type"], descriptor.value_info,
-                          f"operator {operator!r}, state {self.desc['name']!r}")
-        old = type_from_description(self.desc["value_type"])
+        conv = converter(self.desc.value_type, descriptor.value_info,
+                          f"operator {operator!r}, state {self.desc.name!r}")
+        old = self.desc.value_info
         kg = self.key_groups
         for sub in self.subs:
             ov = _overlap(sub, kg.start, kg.stop - 1)
-            if ov is None or not any(s["name"] == self.desc["name"] for s in sub["states"]):
+            if ov is None or not any(s["name"] == self.desc.name for s in sub["states"]):
                 continue
             with NativeFiles(self.folder, sub["native"]) as nf:
                 for g, k, ns, uk, v, ts in nf.rows(self.desc, key_group_range=ov, value_info=old):
@@ -244,7 +244,7 @@ def restore_native_subtask(folder: Path, old: dict, subtask, subs: list[dict]) -
     """Restore the native keyed state of ``subs`` (the old subtasks overlapping this one's key groups)."""
     op = subtask.operator
     kgr = op.key_groups
-    descs = {d["name"]: d for d in old["states"]}
+    descs = {d["name"]: StoredState.of(d) for d in old["states"]}
     wanted = range(kgr.start, kgr.end + 1)
     backend = op.backend
     if not is_native_backend(backend):

@@ -15,26 +15,28 @@ import dataclasses
 from typing import Any
 
 from ...errors import StateMigrationError
+from ...format.states import StoredState
 from ...format.types import TypeInfo, describe_type
 
 __all__ = ["check_declaration", "converter"]
 
 
-def check_declaration(desc: dict, descriptor: Any, operator: str) -> None:
-    """Raise unless ``descriptor`` (the job's declaration) may take the stored state described by ``desc``."""
+def check_declaration(stored: "StoredState | dict[str, Any]", descriptor: Any, operator: str) -> None:
+    """Raise unless ``descriptor`` (the job's declaration) may take the ``stored`` state."""
+    stored = StoredState.of(stored)
     new = descriptor.describe()
-    where = f"operator {operator!r}, state {desc['name']!r}"
-    if new["kind"] != desc["kind"]:
+    where = f"operator {operator!r}, state {stored.name!r}"
+    if new["kind"] != stored.kind:
         raise StateMigrationError(
-            f"{where}: the snapshot holds {desc['kind']} state, the job declares {new['kind']} state"
+            f"{where}: the snapshot holds {stored.kind} state, the job declares {new['kind']} state"
         )
-    if new["ttl"] != desc["ttl"]:
+    if new["ttl"] != stored.ttl:
         raise StateMigrationError(
-            f"{where}: TTL changed: the snapshot has {desc['ttl']}, the job declares {new['ttl']}"
+            f"{where}: TTL changed: the snapshot has {stored.ttl}, the job declares {new['ttl']}"
         )
-    if desc.get("user_key_type") != new.get("user_key_type"):
+    if stored.user_key_type != new.get("user_key_type"):
         raise StateMigrationError(
-            f"{where}: map key type changed from {desc.get('user_key_type')} to {new.get('user_key_type')}"
+            f"{where}: map key type changed from {stored.user_key_type} to {new.get('user_key_type')}"
         )
 
 

@@ -36,6 +36,7 @@ from ...format.rocksdb.encode import encode_batch
 from ...format.prefetch import prefetch
 from ...format.records import decode_record
 from ...format.snapshot import BackgroundVerification, check_file_size, read_metadata, resolve, verify_file
+from ...format.states import StoredState
 from ...format.types import TypeInfo, type_from_description
 from ..backends.rocksdb import RocksDBStateBackend, remove_created_dirs
 from ..channels import Batch
@@ -49,10 +50,10 @@ from .migration import check_declaration, converter
 class RestoredKeyedState:
     """Rows of one state, waiting for the job to register its descriptor."""
 
-    def __init__(self, folder: Path, desc: dict, files: list[tuple[str, dict]], key_groups: range,
+    def __init__(self, folder: Path, desc: "StoredState | dict", files: list[tuple[str, dict]], key_groups: range,
                  verification: BackgroundVerification | None = None) -> None:
         self.folder = folder
-        self.desc = desc
+        self.desc = StoredState.of(desc)
         self.files = files  # (relative path, state metadata)
         self.key_groups = key_groups
         #: the SHA-256 checks of these files, running while they load (see :func:`restore_runtime`)
@@ -80,8 +81,8 @@ class RestoredKeyedState:
         check_declaration(self.desc, descriptor, operator)
 
     def _decoders(self, descriptor: StateDescriptor, operator: str) -> tuple[Any, TypeInfo | None]:
-        where = f"operator {operator!r}, state {self.desc['name']!r}"
-        return converter(self.desc["value_type"], descriptor.value_info, where), descriptor.user_key_info
+        where = f"operator {operator!r}, state {self.desc.name!r}"
+        return converter(self.desc.value_type, descriptor.value_info, where), descriptor.user_key_info
 
     def _tables(self) -> Iterator[tuple[pa.Table, dict]]:
         """Each Parquet row group holding wanted key groups, cut to them, in file order."""
@@ -124,13 +125,13 @@ class RestoredKeyedState:
         its types encode column-wise and the declared value type is unchanged (no conversion)."""
         conv, uk_info = self._decoders(descriptor, operator)
         d = self.desc
-        same_type = descriptor.describe()["value_type"] == d["value_type"]
-        ttl = d.get("ttl") is not None
+        same_type = descriptor.describe()["value_type"] == d.value_type
+        ttl = d.has_ttl
 
         def chunk(t: pa.Table, smeta: dict) -> RestoredChunk:
             raw = None
             if same_type:
-                raw = encode_batch(t, d["kind"], prefix_bytes, ttl, d["value_type"], d.get("user_key_type"),
+                raw = encode_batch(t, d.kind, prefix_bytes, ttl, d.value_type, d.user_key_type,
                                    smeta["key_kind"], smeta["namespace_kind"])
             return RestoredChunk(raw, t.num_rows, lambda: self._rows_of(t, smeta, conv, uk_info))
 
@@ -243,7 +244,7 @@ def _restore_keyed(folder: Path, old: dict, subtask, verification: BackgroundVer
     if native:  # an incremental checkpoint of a RocksDB job
         restore_native_subtask(folder, old, subtask, native)
         return
-    descs = {d["name"]: d for d in old["states"]}
+    descs = {d["name"]: StoredState.of(d) for d in old["states"]}
     for name, files in by_state.items():
         op.backend.restored[name] = RestoredKeyedState(folder, descs[name], files, wanted, verification)
     for name, d in descs.items():  # states with no rows still exist (their declaration is checked)

@@ -32,6 +32,7 @@ import numpy as np
 from ...format.keyed import rows_to_table
 from ...format.rocksdb.columns import decode_flat, supported
 from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
+from ...format.states import StoredState
 from ...format.sst.columns import Unsupported, read_column_family
 from ...format.sst.file import SstError, SstFile
 
@@ -104,19 +105,19 @@ def _sorted_entries(files: list, prefix_bytes: int, first: int, last: int):
     return keys, klen[order], values, vs[order], (ve - vs)[order]
 
 
-def write_view_state_sst(files: list, desc: dict[str, Any], prefix_bytes: int, key_group_range: tuple[int, int],
+def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", prefix_bytes: int, key_group_range: tuple[int, int],
                          value_info: Any, user_key: Any, path: Path, expire: tuple[int, int] | None = None):
     """:func:`explorer.format.rocksdb.native.write_native_table` of one state from its SST ``files``:
     ``(row groups, rows, kinds, SHA-256)``, or None (nothing written) where this path does not apply."""
 
-    if not supported(desc["kind"], value_info, user_key):
+    state = StoredState.of(desc)
+    if not supported(state.kind, value_info, user_key):
         return None
     try:
         keys, klen, values, vs, vlen = _sorted_entries(files, prefix_bytes, *key_group_range)
     except _Fallback:
         return None
-    ttl = desc.get("ttl") is not None
-    kind = desc["kind"]
+    ttl, kind = state.has_ttl, state.kind
     n, width = keys.shape
 
     def pieces():

@@ -36,7 +36,8 @@ from ..keyed import KeyGroupParquetWriter, rows_to_table, write_parquet_by_key_g
 from ..prefetch import prefetch
 from ..snapshot import resolve
 from ..ttl import is_expired
-from ..types import TypeInfo, type_from_description
+from ..states import StoredState
+from ..types import TypeInfo
 from .columns import decode_batch, supported
 from .layout import decode_rows, key_group_bounds, scan
 
@@ -94,7 +95,7 @@ def key_group_runs(key_groups: Iterable[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def native_rows(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]],
+def native_rows(cf, desc: "StoredState | dict[str, Any]", prefix_bytes: int, runs: list[tuple[int, int]],
                 value_info: TypeInfo | None = None) -> Iterator[tuple]:
     """Rows ``(key_group, key, namespace, user_key_or_index, value, last_access_ms)`` of one state.
 
@@ -102,22 +103,22 @@ def native_rows(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[in
     snapshot metadata, ``runs`` the inclusive key-group ranges to scan.
     Values decode with ``value_info`` (default: the described type, structs as dicts).
     """
-    info = value_info or type_from_description(desc["value_type"])
-    yield from decode_rows(_entries(cf, prefix_bytes, runs), desc["kind"], desc.get("ttl") is not None,
-                           prefix_bytes, info, desc["name"])
+    state = StoredState.of(desc)
+    yield from decode_rows(_entries(cf, prefix_bytes, runs), state.kind, state.has_ttl,
+                           prefix_bytes, value_info or state.value_info, state.name)
 
 
 #: raw entries decoded together by :func:`native_table`
 TABLE_BATCH = 1 << 16
 
 
-def _decoded_tables(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
+def _decoded_tables(cf, desc: "StoredState | dict[str, Any]", prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
                     user_key: Any, expire: tuple[int, int] | None) -> Iterator[tuple[Any, dict[str, str]]]:
     """Non-empty tables of TABLE_BATCH raw entries each, decoded column-wise where their shape
     allows and row by row otherwise, with their kinds."""
 
-    ttl = desc.get("ttl") is not None
-    kind = desc["kind"]
+    state = StoredState.of(desc)
+    ttl, kind = state.has_ttl, state.kind
     # the next batch is read from RocksDB in a thread while this one is decoded
     for keys, values in prefetch(_raw_batches(cf, prefix_bytes, runs, TABLE_BATCH), "snapshot-scan"):
         got = decode_batch(keys, values, kind, prefix_bytes, ttl, value_info, user_key, expire)
@@ -129,30 +130,30 @@ def _decoded_tables(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tupl
         yield got
 
 
-def decoded_rows(entries: Iterable[tuple[bytes, bytes]], desc: dict[str, Any], prefix_bytes: int,
+def decoded_rows(entries: Iterable[tuple[bytes, bytes]], desc: "StoredState | dict[str, Any]", prefix_bytes: int,
                  value_info: TypeInfo, expire: tuple[int, int] | None) -> Iterator[tuple]:
     """Raw ``(key, value)`` entries of the state ``desc`` decoded row by row (:func:`.layout.decode_rows`),
     without the rows expired at ``now_ms`` when ``expire`` = ``(ttl_ms, now_ms)`` and the state has TTL."""
-    ttl = desc.get("ttl") is not None
-    rows = decode_rows(entries, desc["kind"], ttl, prefix_bytes, value_info, desc["name"])
-    if expire is not None and ttl:
+    state = StoredState.of(desc)
+    rows = decode_rows(entries, state.kind, state.has_ttl, prefix_bytes, value_info, state.name)
+    if expire is not None and state.has_ttl:
         ttl_ms, now_ms = expire
         rows = (r for r in rows if not is_expired(r[5], ttl_ms, now_ms))
     return rows
 
 
-def _row_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
+def _row_table(cf, desc: "StoredState | dict[str, Any]", prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
                user_key: Any, expire: tuple[int, int] | None) -> tuple[Any, dict[str, str]]:
     """The whole table decoded row by row (the reference path)."""
 
-    if expire is None or desc.get("ttl") is None:
+    if expire is None or not StoredState.of(desc).has_ttl:
         rows = native_rows(cf, desc, prefix_bytes, runs, value_info)
     else:
         rows = decoded_rows(_entries(cf, prefix_bytes, runs), desc, prefix_bytes, value_info, expire)
     return rows_to_table(list(rows), value_info, user_key)
 
 
-def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
+def native_table(cf, desc: "StoredState | dict[str, Any]", prefix_bytes: int, runs: list[tuple[int, int]], value_info: TypeInfo,
                  user_key: Any, expire: tuple[int, int] | None = None, columnar: bool = True
                  ) -> tuple[Any, dict[str, str]]:
     """One state's entries in ``runs`` as the canonical keyed-state table
@@ -166,7 +167,7 @@ def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[i
     """
 
 
-    if not columnar or not supported(desc["kind"], value_info, user_key):
+    if not columnar or not supported(StoredState.of(desc).kind, value_info, user_key):
         return _row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire)
     tables: list[pa.Table] = []
     kinds: dict[str, str] | None = None
@@ -181,7 +182,7 @@ def native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[i
     return pa.concat_tables(tables), kinds  # one chunk per batch: the Parquet writer takes them as they are
 
 
-def write_native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[tuple[int, int]],
+def write_native_table(cf, desc: "StoredState | dict[str, Any]", prefix_bytes: int, runs: list[tuple[int, int]],
                        value_info: TypeInfo, user_key: Any, path: Path, expire: tuple[int, int] | None = None
                        ) -> tuple[list[list[int]], int, dict[str, str], str | None]:
     """:func:`native_table` written to ``path`` as :func:`explorer.format.keyed.write_parquet_by_key_group`
@@ -193,7 +194,7 @@ def write_native_table(cf, desc: dict[str, Any], prefix_bytes: int, runs: list[t
         table, kinds = table_kinds
         return write_parquet_by_key_group(table, path), table.num_rows, kinds, None
 
-    if not supported(desc["kind"], value_info, user_key):
+    if not supported(StoredState.of(desc).kind, value_info, user_key):
         return whole(_row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire))
     got = write_decoded(path, _decoded_tables(cf, desc, prefix_bytes, runs, value_info, user_key, expire),
                         lambda: rows_to_table([], value_info, user_key))
@@ -284,7 +285,7 @@ class NativeFiles:
                 raise SnapshotFormatError(f"{self.folder}: the native files of this subtask have no state {name!r}") from exc
         return cf
 
-    def rows(self, desc: dict[str, Any], key_groups: Iterable[int] | None = None,
+    def rows(self, desc: "StoredState | dict[str, Any]", key_groups: Iterable[int] | None = None,
              key_group_range: tuple[int, int] | None = None, value_info: TypeInfo | None = None) -> Iterator[tuple]:
         """Rows of the state ``desc``, restricted to ``key_groups`` (a set) or ``key_group_range``."""
         if key_groups is not None:
@@ -293,7 +294,7 @@ class NativeFiles:
             runs = [tuple(key_group_range)]
         else:
             runs = [(0, (1 << (8 * self.prefix_bytes)) - 2)]
-        return native_rows(self.column_family(desc["name"]), desc, self.prefix_bytes, runs, value_info)
+        return native_rows(self.column_family(StoredState.of(desc).name), desc, self.prefix_bytes, runs, value_info)
 
     def close(self) -> None:
         for cf in self._cfs.values():

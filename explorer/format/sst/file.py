@@ -181,11 +181,25 @@ class SstFile:
         return v.decode("utf-8", "replace") if v is not None else None
 
     def data_handles(self) -> list[tuple[int, int]]:
+        """The data blocks' handles, from the index block or, for a partitioned (two-level) index
+        (index type 2, which ForSt writes), from each index partition the top-level index names."""
         index_type = self.prop_int("rocksdb.block.based.table.index.type", 0)
-        if index_type == 2:
-            raise SstError(f"{self.name}: partitioned (two-level) index is not supported")
         delta = self.prop_int("rocksdb.index.value.is.delta.encoded", 0) == 1
         block = self.block(self.index)
+        if index_type != 2:
+            return self._index_handles(block, delta)
+        # the top-level index holds one handle per partition (encoded like the partitions' values);
+        # each partition is an index block of its own
+        handles: list[tuple[int, int]] = []
+        for off, size in self._index_handles(block, delta):
+            if size <= 0 or off + size + 5 > len(self.data):
+                raise SstError(f"{self.name}: found index partition at {off} (+{size}), expected a block "
+                               f"inside the file's {len(self.data)} bytes (partitioned index)")
+            handles.extend(self._index_handles(self.block((off, size)), delta))
+        return handles
+
+    def _index_handles(self, block: bytes, delta: bool) -> list[tuple[int, int]]:
+        """The block handles one index block holds (values full handles, or delta-encoded sizes)."""
         handles: list[tuple[int, int]] = []
         if not delta:
             for _, v in self.iter_block(block):

@@ -9,7 +9,12 @@ A *stream state handle* says where bytes live:
 * ``file``     - an absolute path or URI (``FileStateHandle``, used by
                  checkpoints: ``.../<job-id>/chk-N/<uuid>`` for exclusive state,
                  ``.../<job-id>/shared/<uuid>`` for incremental RocksDB files,
-                 ``.../<job-id>/taskowned/...``).
+                 ``.../<job-id>/taskowned/...``);
+* ``segment``  - a byte range (``offset``, ``size``) of a file that several
+                 handles share (``SegmentFileStateHandle`` of file-merging
+                 checkpoints, Flink 1.20+: ``shared/job_<id>_op_<op>_<i>_<n>/<uuid>``
+                 or ``taskowned/job_<id>_tm_<tm>/<uuid>``); an empty segment is a
+                 ``bytes`` handle of no bytes.
 
 Keyed state is wrapped in a *keyed state handle*: a key-group handle (one
 stream plus the offset of every key group in it) or an incremental RocksDB
@@ -34,10 +39,11 @@ from ...errors import FlinkFormatError, SnapshotCorruptError, UnsafePathError
 
 @dataclass
 class StreamHandle:
-    kind: str  # "bytes" | "file" | "relative"
+    kind: str  # "bytes" | "file" | "relative" | "segment"
     name: str  # handle name, absolute path or relative path
     size: int
     data: bytes | None = None
+    offset: int = 0  # where a segment starts in its file
 
 
 @dataclass
@@ -69,6 +75,35 @@ class IncrementalHandle:
 
 
 @dataclass
+class ChangelogPart:
+    """One piece of a changelog: ``changes`` as (key group, bytes) inline in ``_metadata`` (type 9,
+    ``InMemoryChangelogStateHandle``), or ``streams``: (offset, stream handle) of change sets in files
+    of the changelog storage (types 10/13, ``ChangelogStateHandleStreamImpl``)."""
+
+    start: int
+    count: int
+    streams: list[tuple[int, StreamHandle]] = field(default_factory=list)
+    changes: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+@dataclass
+class ChangelogHandle:
+    """Changelog state backend (types 8/14): the materialized state of the wrapped backend (key-group
+    or incremental handles, possibly none) plus the changes logged since, applied on top in order."""
+
+    start: int
+    count: int
+    checkpointed_size: int
+    materialized: list[KeyGroupsHandle | IncrementalHandle]
+    changelog: list[ChangelogPart]
+    materialization_id: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count - 1
+
+
+@dataclass
 class OperatorStreamHandle:
     states: dict[str, tuple[str, list[int]]]  # name -> (distribution mode, offsets)
     stream: StreamHandle | None
@@ -90,7 +125,7 @@ class HandleResolver:
     def local_path(self, handle: StreamHandle) -> Path:
         if handle.kind == "relative":
             return self._confine(self.exclusive_dir / handle.name, handle.name)
-        if handle.kind != "file":
+        if handle.kind not in ("file", "segment"):
             raise FlinkFormatError(f"{self.metadata_file}: a {handle.kind} handle names no file ({handle.name!r})")
         parsed = urlparse(handle.name)
         raw = unquote(parsed.path) if parsed.scheme in ("", "file") else None
@@ -130,6 +165,8 @@ class HandleResolver:
         if handle.kind == "bytes":
             return (handle.data or b"")[:limit]
         path = self.local_path(handle)
+        if handle.kind == "segment":
+            return self._read_segment(handle, path, limit)
         try:
             if limit is not None:
                 with open(path, "rb") as f:
@@ -147,5 +184,24 @@ class HandleResolver:
         if handle.size >= 0 and len(data) < handle.size:
             raise SnapshotCorruptError(
                 f"{path}: found {len(data)} bytes, the metadata expects {handle.size} (file truncated?)"
+            )
+        return data
+
+    def _read_segment(self, handle: StreamHandle, path: Path, limit: int | None) -> bytes:
+        """The bytes of one segment of a shared file (``limit``: only its first bytes)."""
+        want = handle.size if limit is None else min(limit, handle.size)
+        try:
+            with open(path, "rb") as f:
+                f.seek(handle.offset)
+                data = f.read(want)
+        except FileNotFoundError as exc:
+            raise SnapshotCorruptError(
+                f"{self.metadata_file}: state file {path} named in the metadata is missing "
+                f"(expected a segment of {handle.size} bytes at offset {handle.offset})"
+            ) from exc
+        if len(data) < want:
+            raise SnapshotCorruptError(
+                f"{path}: found {handle.offset + len(data)} bytes, the metadata expects a segment of "
+                f"{handle.size} bytes at offset {handle.offset} (file truncated?)"
             )
         return data

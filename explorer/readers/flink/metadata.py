@@ -31,7 +31,18 @@ Layout (big-endian, Java ``DataOutput``)::
 Handles start with a one-byte type: 0 null, 1 inline bytes, 2 file, 3/12 key
 groups (12 adds a handle id), 4 operator state, 5/11 incremental RocksDB (11 adds
 checkpointed size and handle id), 6 relative file, 7 savepoint key groups,
-8/9/10/13/14 changelog backend (not supported).
+8/14 changelog backend (materialized handles plus changelog parts: 9 inline changes,
+10/13 change sets in files; see ``changelog``), 15 segment of a shared file and 16
+an empty one, 17 operator state in a segment (15 to 17: file-merging checkpoints,
+Flink 1.20+, see below).
+
+File merging (``execution.checkpointing.file-merging.enabled``) puts many handles'
+bytes into a few shared files. A segment handle (15) is ``long start, long size,
+int scope (0 exclusive/task-owned, 1 shared), utf file path, utf logical file
+id``; an empty segment (16) has no payload. Operator state in segments (17) is an
+operator state handle (as type 4: named states with mode and offsets, offsets
+relative to the segment) followed by ``utf task-owned directory, utf shared
+directory, boolean empty`` and then its stream handle (15 or 16).
 """
 
 from __future__ import annotations
@@ -42,7 +53,14 @@ from typing import Any
 
 from ...errors import FlinkFormatError, SnapshotCorruptError, SnapshotFormatError
 from .datainput import DataInput
-from .handles import IncrementalHandle, KeyGroupsHandle, OperatorStreamHandle, StreamHandle
+from .handles import (
+    ChangelogHandle,
+    ChangelogPart,
+    IncrementalHandle,
+    KeyGroupsHandle,
+    OperatorStreamHandle,
+    StreamHandle,
+)
 from .javaser import parse_java_object
 
 MAGIC = 0x4960672D
@@ -51,8 +69,9 @@ SUPPORTED_VERSIONS = (3, 4, 5, 6, 7)
 
 NULL_HANDLE, BYTE_STREAM, FILE_STREAM, KEY_GROUPS, OPERATOR_STATE = 0, 1, 2, 3, 4
 INCREMENTAL, RELATIVE_STREAM, SAVEPOINT_KEY_GROUPS = 5, 6, 7
-CHANGELOG_HANDLES = (8, 9, 10, 13, 14)
+CHANGELOG, CHANGELOG_BYTES, CHANGELOG_FILES, CHANGELOG_FILES_V2, CHANGELOG_V2 = 8, 9, 10, 13, 14
 INCREMENTAL_V2, KEY_GROUPS_V2 = 11, 12
+SEGMENT_FILE, EMPTY_SEGMENT_FILE, SEGMENT_OPERATOR_STATE = 15, 16, 17
 OPERATOR_STATE_MODES = ("SPLIT_DISTRIBUTE", "UNION", "BROADCAST")
 
 
@@ -62,8 +81,8 @@ class SubtaskState:
     finished: bool = False
     managed_operator: OperatorStreamHandle | None = None
     raw_operator: OperatorStreamHandle | None = None
-    managed_keyed: KeyGroupsHandle | IncrementalHandle | None = None
-    raw_keyed: KeyGroupsHandle | IncrementalHandle | None = None
+    managed_keyed: KeyGroupsHandle | IncrementalHandle | ChangelogHandle | None = None
+    raw_keyed: KeyGroupsHandle | IncrementalHandle | ChangelogHandle | None = None
     channel_state_handles: int = 0  # in-flight data of an unaligned checkpoint (skipped)
 
 
@@ -160,6 +179,10 @@ class _MetadataParser:
             raise SnapshotCorruptError(
                 f"{self.path}: file ends early at byte {inp.pos} of {len(inp.buf)} ({exc}); truncated metadata?"
             ) from exc
+        except UnicodeDecodeError as exc:  # a damaged string (a name, a path, a uid)
+            raise SnapshotCorruptError(
+                f"{self.path}: found a string that is not UTF-8 before byte {inp.pos} ({exc}); damaged metadata?"
+            ) from exc
         return CheckpointMetadata(self.path, version, checkpoint_id, n_master, operators, properties)
 
     def operator(self) -> OperatorState:
@@ -230,17 +253,35 @@ class _MetadataParser:
         t = inp.read_byte()
         if t == NULL_HANDLE:
             return None
-        if t != OPERATOR_STATE:
-            raise self.fail(f"found operator state handle type {t}, expected {OPERATOR_STATE}")
+        if t not in (OPERATOR_STATE, SEGMENT_OPERATOR_STATE):
+            raise self.fail(f"found operator state handle type {t}, expected {OPERATOR_STATE} or "
+                            f"{SEGMENT_OPERATOR_STATE} (file merging)")
         states = {}
-        for _ in range(inp.read_int()):
+        n = inp.read_int()
+        if n < 0:
+            raise self.fail(f"found {n} operator states in a handle, expected >= 0")
+        for _ in range(n):
             name = inp.read_utf()
             mode = inp.read_byte()
-            offsets = [inp.read_long() for _ in range(inp.read_int())]
+            offsets = [inp.read_long() for _ in range(self.count("operator state offsets"))]
             states[name] = (OPERATOR_STATE_MODES[mode] if 0 <= mode < 3 else f"MODE_{mode}", offsets)
+        if t == SEGMENT_OPERATOR_STATE:
+            inp.read_utf()  # task-owned directory of the file-merging manager
+            inp.read_utf()  # shared directory
+            empty = inp.read_byte() != 0  # the stream handle below is then an empty segment
+            stream = self.stream_handle()
+            # an operator without operator state still writes a handle here: no state, no bytes
+            return None if empty and not states else OperatorStreamHandle(states, stream)
         return OperatorStreamHandle(states, self.stream_handle())
 
-    def keyed_handle(self) -> KeyGroupsHandle | IncrementalHandle | None:
+    def count(self, what: str) -> int:
+        """An int count of list elements, checked against the bytes left (each at least one byte)."""
+        n = self.inp.read_int()
+        if n < 0 or n > len(self.inp.buf) - self.inp.pos:
+            raise self.fail(f"found {n} {what}, expected 0 to {len(self.inp.buf) - self.inp.pos} (bytes left)")
+        return n
+
+    def keyed_handle(self) -> KeyGroupsHandle | IncrementalHandle | ChangelogHandle | None:
         inp = self.inp
         t = inp.read_byte()
         if t == NULL_HANDLE:
@@ -263,12 +304,57 @@ class _MetadataParser:
             if t == INCREMENTAL_V2:
                 inp.read_utf()
             return IncrementalHandle(cp_id, backend, start, n, size, meta, shared, private)
-        if t in CHANGELOG_HANDLES:
-            raise SnapshotFormatError(
-                f"{self.path}: found a changelog state backend handle (type {t}); State Explorer reads "
-                "heap and RocksDB snapshots without the changelog backend"
-            )
-        raise self.fail(f"found keyed state handle type {t}, expected one of 0, 3, 5, 7, 11, 12")
+        if t in (CHANGELOG, CHANGELOG_V2):
+            start, n = inp.read_int(), inp.read_int()
+            size = inp.read_long()
+            materialized = []
+            for _ in range(self.count("materialized handles")):
+                h = self.keyed_handle()
+                if isinstance(h, ChangelogHandle):
+                    raise self.fail("found a changelog handle inside a changelog handle's materialized state")
+                if h is not None:
+                    materialized.append(h)
+            parts = []
+            for _ in range(self.count("changelog handles")):
+                parts.append(self.changelog_part())
+            materialization_id = inp.read_long()
+            if t == CHANGELOG_V2:
+                inp.read_long()  # checkpoint id
+            inp.read_utf()  # state handle id
+            return ChangelogHandle(start, n, size, materialized, parts, materialization_id)
+        if t in (CHANGELOG_BYTES, CHANGELOG_FILES, CHANGELOG_FILES_V2):
+            raise self.fail(f"found changelog handle type {t} outside a changelog state backend handle")
+        raise self.fail(f"found keyed state handle type {t}, expected one of 0, 3, 5, 7, 8, 11, 12, 14")
+
+    def changelog_part(self) -> ChangelogPart:
+        inp = self.inp
+        t = inp.read_byte()
+        if t == CHANGELOG_BYTES:
+            part = ChangelogPart(inp.read_int(), inp.read_int())
+            inp.read_long(), inp.read_long()  # sequence numbers from, to
+            for _ in range(self.count("inline state changes")):
+                kg = inp.read_int()
+                n = inp.read_int()
+                if n < 0:
+                    raise self.fail(f"found a state change of {n} bytes, expected >= 0")
+                part.changes.append((kg, inp.read_bytes(n)))
+            inp.read_utf()  # state handle id
+            return part
+        if t in (CHANGELOG_FILES, CHANGELOG_FILES_V2):
+            part = ChangelogPart(inp.read_int(), inp.read_int())
+            for _ in range(self.count("changelog file handles")):
+                offset = inp.read_long()
+                h = self.stream_handle()
+                if offset < 0 or h is None:
+                    raise self.fail(f"found a changelog file handle at offset {offset} ({h}), expected a "
+                                    "stream handle and an offset >= 0")
+                part.streams.append((offset, h))
+            inp.read_long(), inp.read_long()  # state size, checkpointed size
+            inp.read_utf()  # state handle id
+            if t == CHANGELOG_FILES_V2:
+                inp.read_utf()  # storage identifier
+            return part
+        raise self.fail(f"found changelog handle type {t}, expected 9, 10 or 13")
 
     def handle_list(self) -> list[tuple[str, StreamHandle]]:
         out = []
@@ -294,11 +380,21 @@ class _MetadataParser:
         if t == RELATIVE_STREAM:
             rel = inp.read_utf()
             return StreamHandle("relative", rel, inp.read_long())
+        if t == SEGMENT_FILE:
+            start, size = inp.read_long(), inp.read_long()
+            inp.read_int()  # scope: 0 exclusive (task-owned), 1 shared
+            path = inp.read_utf()
+            inp.read_utf()  # logical file id
+            if start < 0 or size < 0:
+                raise self.fail(f"found a file segment at {start} of {size} bytes, expected both >= 0")
+            return StreamHandle("segment", path, size, offset=start)
+        if t == EMPTY_SEGMENT_FILE:
+            return StreamHandle("bytes", "(empty file segment)", 0, b"")
         if t == KEY_GROUPS:  # a key-groups handle used as a stream: read its delegate
             inp.read_int()  # first key group
             inp.skip(8 * inp.read_int())  # offsets
             return self.stream_handle()
-        raise self.fail(f"found stream state handle type {t}, expected one of 0, 1, 2, 6")
+        raise self.fail(f"found stream state handle type {t}, expected one of 0, 1, 2, 6, 15, 16")
 
 
 def read_metadata(path: Path) -> CheckpointMetadata:

@@ -16,7 +16,15 @@ key groups (types 3, 12)        HashMap backend checkpoints and  ``heapformat``
                                 (non-incremental) checkpoints
 incremental (types 5, 11)       RocksDB incremental checkpoints  ``format.sst``
                                 and native savepoints
+changelog (types 8, 14)         the changelog state backend      ``changelog`` (or, when
+                                                                 nothing was logged since
+                                                                 materialization, the
+                                                                 materialized handle's reader)
 ==============================  ===============================  ====================
+
+Any stream in these handles may be a file-merging segment (Flink 1.20+: a byte range of a
+shared file, ``handles``); ForSt (Flink 2.x) writes RocksDB's SST format with partitioned
+indexes (``format.sst``), so its snapshots read like RocksDB's.
 
 Rows follow the public contract (``explorer.readers.base``). ``key_group`` comes
 from the files; where the key's Java hash can be reproduced, it is re-computed
@@ -48,6 +56,7 @@ from ...errors import (
     ReaderError,
     SnapshotCorruptError,
     SnapshotError,
+    SnapshotFormatError,
     SnapshotNotFoundError,
     StateExplorerError,
 )
@@ -66,20 +75,23 @@ from ..base import (
     make_piece,
 )
 from . import columnar, fullformat, heapformat
+from .changelog import ChangelogState, read_change_sets
 from .datainput import DataInput
-from .handles import HandleResolver, IncrementalHandle, KeyGroupsHandle
+from .handles import ChangelogHandle, HandleResolver, IncrementalHandle, KeyGroupsHandle
 from .metadata import MAGIC, CheckpointMetadata, OperatorState, SubtaskState, read_metadata
 from .operatorid import operator_id_for_uid
 from .operatorstate import read_operator_state
 from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
 from .serializers import RowDataDecoder, UnknownLayout
-from .statemeta import BackendMeta, read_backend_meta
+from .statemeta import BackendMeta, StateMeta, read_backend_meta
 
 _CHK = re.compile(r"^chk-(\d+)$")
 
 #: what decoding a damaged keyed-state stream raises: the parsers' own errors (with the offset), and
 #: Python's for bytes that end early, index past the data or are not UTF-8
-_DAMAGED = (EOFError, IndexError, struct_error, UnicodeDecodeError, FlinkCorruptError, FlinkFormatError)
+#: (ValueError and OverflowError: a damaged length or character code, e.g. ``chr()`` of an impossible one)
+_DAMAGED = (EOFError, IndexError, struct_error, UnicodeDecodeError, ValueError, OverflowError, FlinkCorruptError,
+            FlinkFormatError)
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
@@ -125,6 +137,8 @@ class FlinkSnapshotReader(SnapshotReader):
                 if op.uid is None and op.operator_id in by_id:
                     op.uid = by_id[op.operator_id]
         self.resolver = HandleResolver(self.metadata_file)
+        self._changelogs: dict[tuple[str, int], ChangelogState] = {}
+        self._unwrap_changelog_handles()
         self.ttl: dict[str, timedelta] = {}
         for name, td in (ttl or {}).items():
             if not isinstance(td, timedelta) or td <= timedelta(0):
@@ -151,6 +165,31 @@ class FlinkSnapshotReader(SnapshotReader):
                     self._header(o, subs[0])
                 except StateExplorerError:
                     pass
+
+    def _unwrap_changelog_handles(self) -> None:
+        """A changelog handle with nothing logged since its materialization is its materialized handle; one
+        with changes is read by ``changelog``, starting from its materialized state if it has one."""
+        for op in self.meta.operators:
+            for st in op.subtasks:
+                h = st.managed_keyed
+                if not isinstance(h, ChangelogHandle):
+                    continue
+                logged = any(p.streams or p.changes for p in h.changelog)
+                if len(h.materialized) > 1:
+                    raise SnapshotFormatError(
+                        f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index}): found a "
+                        f"changelog state backend handle with {len(h.materialized)} materialized handles (state "
+                        "rescaled since it was materialized); expected one")
+                if not logged:
+                    st.managed_keyed = h.materialized[0] if h.materialized else None
+
+    @staticmethod
+    def _materialized(st: SubtaskState) -> SubtaskState | None:
+        """The subtask as its materialized state alone (a changelog handle's), or None."""
+        h = st.managed_keyed
+        if isinstance(h, ChangelogHandle) and h.materialized:
+            return SubtaskState(st.index, managed_keyed=h.materialized[0])
+        return None
 
     # -- detection and metadata ---------------------------------------------------------
 
@@ -215,6 +254,8 @@ class FlinkSnapshotReader(SnapshotReader):
         h = subs[0].managed_keyed
         if isinstance(h, IncrementalHandle):
             return "rocksdb (native)"
+        if isinstance(h, ChangelogHandle):
+            return "changelog"
         if h.savepoint:
             return "canonical savepoint"
         return {"heap": "hashmap (heap)", "full": "rocksdb (full)"}.get(self._layout(op, subs[0]), "unknown")
@@ -242,20 +283,42 @@ class FlinkSnapshotReader(SnapshotReader):
 
     def _header(self, op: OperatorState, st: SubtaskState) -> BackendMeta:
         key = (op.operator_id, st.index)
-        if key not in self._headers:
-            h = st.managed_keyed
-            stream = h.meta if isinstance(h, IncrementalHandle) else h.stream
-            where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
-            if stream is None:
-                raise SnapshotCorruptError(f"{where}: keyed state handle has no stream")
-            present = [o for o in h.offsets if o > 0] if isinstance(h, KeyGroupsHandle) else []
-            # the header ends where the first key group starts: read no further
-            data = self.resolver.read(stream, min(present) if present else None)
-            header = read_backend_meta(DataInput(data), where, len(data))
-            for n in header.notes:
+        if key not in self._headers and isinstance(st.managed_keyed, ChangelogHandle):
+            mat = self._materialized(st)
+            if mat is None:
+                self._headers[key] = self._changelog(op, st).backend_meta()
+            else:  # the materialized state's header, and states first registered in the log after it
+                header = self._header_of(op, mat)
+                logged = self._changelog(op, st, header)
+                known = {sm.name for sm in header.states}
+                extra = [sm for sm in logged.backend_meta().states if sm.name not in known]
+                states = header.states + [StateMeta(len(header.states) + i, sm.name, sm.backend_type, sm.options,
+                                                    sm.serializers) for i, sm in enumerate(extra)]
+                self._headers[key] = BackendMeta(header.version, header.compressed, header.key_decoder, states,
+                                                 header.end, list(header.notes) + list(logged.notes))
+            for n in self._headers[key].notes:
                 self._note(n)
-            self._headers[key] = header
+        if key not in self._headers:
+            self._headers[key] = self._header_of(op, st)
         return self._headers[key]
+
+    def _header_of(self, op: OperatorState, st: SubtaskState) -> BackendMeta:
+        """The keyed backend header of a key-groups or incremental handle (read, not cached)."""
+        h = st.managed_keyed
+        stream = h.meta if isinstance(h, IncrementalHandle) else h.stream
+        where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
+        if stream is None:
+            raise SnapshotCorruptError(f"{where}: keyed state handle has no stream")
+        present = [o for o in h.offsets if o > 0] if isinstance(h, KeyGroupsHandle) else []
+        # the header ends where the first key group starts: read no further
+        data = self.resolver.read(stream, min(present) if present else None)
+        try:
+            header = read_backend_meta(DataInput(data), where, len(data))
+        except _DAMAGED as exc:  # (the header's own errors are ReaderErrors that name it)
+            raise SnapshotCorruptError(f"{where}: keyed state header is damaged ({exc})") from exc
+        for n in header.notes:
+            self._note(n)
+        return header
 
     def states(self) -> pd.DataFrame:
         rows = []
@@ -292,6 +355,10 @@ class FlinkSnapshotReader(SnapshotReader):
                 if isinstance(h, IncrementalHandle):
                     start, end, kind = h.start, h.end, "incremental"
                     size = sum(x.size for _, x in h.shared + h.private) + (h.meta.size if h.meta else 0)
+                elif isinstance(h, ChangelogHandle):
+                    start, end, kind = h.start, h.end, "changelog"
+                    size = sum(x.size for p in h.changelog for _, x in p.streams) + sum(
+                        len(c) for p in h.changelog for _, c in p.changes)
                 else:
                     start, end = h.start, h.end
                     kind = "savepoint-key-groups" if h.savepoint else "key-groups"
@@ -301,6 +368,56 @@ class FlinkSnapshotReader(SnapshotReader):
                      "key_group_end": end, "handle": kind, "bytes": size}
                 )
         return pd.DataFrame(rows, columns=list(SUBTASK_COLUMNS) + ["handle", "bytes"])
+
+    def stored_files(self) -> pd.DataFrame:
+        """Every stored piece this snapshot names, for :func:`explorer.history`: ``operator``, ``file``
+        (an identity equal across the retained checkpoints of a job that share it: the file's path
+        under the job folder, plus the byte range of a file-merging segment; the ``_metadata`` path for
+        the metadata file itself), ``bytes`` (from the metadata, no state file is read) and ``inline``
+        (state stored inside ``_metadata``, whose bytes the metadata file's row already counts)."""
+        rows = [{"operator": None, "file": str(self.metadata_file), "bytes": self.metadata_file.stat().st_size,
+                 "inline": False}]
+        job = self.resolver.job_dir.resolve()
+
+        def add(op: OperatorState, h: Any) -> None:
+            if h is None:
+                return
+            if h.kind == "bytes":
+                rows.append({"operator": op.display_name, "file": f"{self.metadata_file}:{h.name}",
+                             "bytes": int(h.size), "inline": True})
+                return
+            try:
+                path = self.resolver.local_path(h)
+                ident = str(path.relative_to(job)) if job in path.parents else str(path)
+            except SnapshotError:  # a path outside the snapshot folder: named, never opened
+                ident = h.name
+            if h.kind == "segment":
+                ident += f"@{h.offset}+{h.size}"
+            rows.append({"operator": op.display_name, "file": ident, "bytes": int(h.size), "inline": False})
+
+        for op in self.meta.operators:
+            for st in op.subtasks:
+                for oh in (st.managed_operator, st.raw_operator):
+                    if oh is not None:
+                        add(op, oh.stream)
+                for kh in (st.managed_keyed, st.raw_keyed):
+                    if isinstance(kh, KeyGroupsHandle):
+                        add(op, kh.stream)
+                    elif isinstance(kh, IncrementalHandle):
+                        add(op, kh.meta)
+                        for _, sh in kh.shared + kh.private:
+                            add(op, sh)
+                    elif isinstance(kh, ChangelogHandle):  # (a changelog file is named once per subtask)
+                        for sh in {id(x): x for p in kh.changelog for _, x in p.streams}.values():
+                            add(op, sh)
+                        for mh in kh.materialized:
+                            if isinstance(mh, KeyGroupsHandle):
+                                add(op, mh.stream)
+                            else:
+                                add(op, mh.meta)
+                                for _, sh in mh.shared + mh.private:
+                                    add(op, sh)
+        return pd.DataFrame(rows, columns=["operator", "file", "bytes", "inline"])
 
     def estimated_rows(self, query: KeyedStateQuery) -> int | None:
         return None
@@ -358,6 +475,54 @@ class FlinkSnapshotReader(SnapshotReader):
                 for f in pending:
                     f.cancel()
 
+    def _changelog(self, op: OperatorState, st: SubtaskState, header: BackendMeta | None = None) -> ChangelogState:
+        """The changes of a changelog handle applied in order (read once per subtask), starting from the
+        rows of its materialized state (``header``: that state's header) where it has one."""
+        key = (op.operator_id, st.index)
+        if key in self._changelogs:
+            return self._changelogs[key]
+        h = st.managed_keyed
+        where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
+        state = ChangelogState()
+        try:
+            changes: list[tuple[int, bytes]] = []
+            for part in h.changelog:
+                changes.extend(part.changes)
+                for offset, sh in part.streams:
+                    name = sh.name if sh.kind == "bytes" else str(self.resolver.local_path(sh))
+                    changes.extend(read_change_sets(self.resolver.read(sh), offset, f"{where}: {name}"))
+            for kg, change in changes:  # every state's metadata first: materialized rows are seeded by name
+                if kg == -1:
+                    state.register(change, where)
+            mat = self._materialized(st)
+            if mat is not None and header is not None:
+                state.key_decoder = header.key_decoder  # (the materialized header names the key serializer)
+                self._seed(op, mat, header, state)
+            for kg, change in changes:
+                if kg != -1:
+                    state.apply(kg, change, where)
+        except FlinkFormatError as exc:  # a healthy changelog State Explorer cannot read
+            raise SnapshotFormatError(f"{where}: {exc}") from exc
+        except _DAMAGED as exc:
+            raise SnapshotCorruptError(f"{where}: the changelog is damaged ({exc})") from exc
+        self._changelogs[key] = state
+        return state
+
+    def _seed(self, op: OperatorState, mat: SubtaskState, header: BackendMeta, state: ChangelogState) -> None:
+        """Start the logged states from their materialized rows."""
+        by_name = {sm.name: sid for sid, sm in state.states.items()}
+        names = frozenset(by_name) & {sm.name for sm in header.states}
+        if not names:
+            return
+        # (read with the materialized header; the subtask's header, once built, starts with the same states)
+        for piece in self._subtask_pieces(op, mat, KeyedStateQuery(states=names)):
+            if not piece.num_rows:
+                continue
+            cols = {c: piece.column(c).to_pylist() for c in
+                    ("state", "key", "key_group", "namespace", "user_key", "value", "last_access", "size_bytes")}
+            name = cols["state"][0]
+            state.seed(by_name[name], cols)
+
     def _subtask_pieces(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
         header = self._header(op, st)
         wanted = {sm.state_id for sm in header.states if query.wants_state(sm.name)}
@@ -368,7 +533,23 @@ class FlinkSnapshotReader(SnapshotReader):
         where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
         kgs = query.key_groups
         try:
-            if isinstance(h, IncrementalHandle):
+            if isinstance(h, ChangelogHandle):
+                changelog = self._changelog(op, st, header if h.materialized else None)
+                for n in changelog.notes:
+                    self._note(n)
+                if h.materialized:  # logged states from the log (seeded), the others as materialized
+                    logged = {sm.name: sid for sid, sm in changelog.states.items()}
+                    unlogged = frozenset(header.states[sid].name for sid in wanted) - set(logged)
+                    if unlogged:
+                        sub = KeyedStateQuery(query.operators, unlogged, query.key_groups, query.keys, query.columns)
+                        yield from self._subtask_pieces(op, self._materialized(st), sub)
+                    buffers = {sid: changelog.rows(logged[header.states[sid].name], header.states[sid])
+                               for sid in wanted if header.states[sid].name in logged}
+                else:
+                    buffers = changelog.buffers(header, wanted)
+                if kgs is not None:
+                    buffers = {sid: _only_key_groups(b, kgs) for sid, b in buffers.items()}
+            elif isinstance(h, IncrementalHandle):
                 yield from self._rocksdb_pieces(op, st, h, header, wanted, query, where)
             else:
                 data = self.resolver.read(h.stream)
@@ -633,6 +814,16 @@ class FlinkSnapshotReader(SnapshotReader):
                 except ReaderError as exc:
                     self._note(str(exc))
         return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))
+
+
+def _only_key_groups(buf: RowBuffer, kgs) -> RowBuffer:
+    """The rows of ``buf`` in key groups ``kgs``."""
+    out = RowBuffer(buf.meta)
+    for i, kg in enumerate(buf.key_groups):
+        if kg in kgs:
+            out.add(kg, buf.keys[i], buf.namespaces[i], buf.user_keys[i], buf.values[i], buf.sizes[i])
+            out.last_access[-1] = buf.last_access[i]
+    return out
 
 
 def _repeat_string(text: str, n: int) -> pa.Array:
