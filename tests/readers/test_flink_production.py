@@ -31,11 +31,6 @@ PRODUCTION = Path(__file__).resolve().parents[2] / "sample_data" / "flink" / "pr
 #: (fixture pattern, state pattern, status the state fails with today, why and whose part it is).
 #: Patterns are fnmatch patterns over the fixture folder name and the state name.
 EXPECTED_FAILURES: list[tuple[str, str, str, str]] = [
-    # snapshot layouts (issue 15, metadata/handles/reader part): the snapshot does not open or its files
-    # cannot be read yet
-    ("*filemerging*", "*", "EXC", "file-merging segment handles (operator state handle type 17)"),
-    ("plain-changelog-*", "*", "EXC", "changelog state backend handles (type 14)"),
-    ("plain-forst-*", "*", "EXC", "ForSt SST files: partitioned (two-level) index"),
     # PyFlink part: the reader lists the states as 'python-state-<name>' and their values are pickled
     ("pyflink-*", "*", "MISSING", "PyFlink state names and pickled values"),
     # Kryo part: Flink writes no schema for Kryo; these need the job's jar or a type hint
