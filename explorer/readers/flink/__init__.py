@@ -11,14 +11,14 @@ RocksDB native/incremental snapshots are read with the SST format of
 :mod:`explorer.format.sst`, which the engine uses too.
 
 Value decoders for serializers beyond the built-in ones live in modules of
-their own that call :func:`.serializers.register_snapshot_decoder` at import;
-they are imported here, once, so that every reader sees them.
+their own that call :func:`.serializers.register_snapshot_decoder` at import
+(``valuetypes``: enums, java.time/java.sql, BigDecimal, arrays, Row, Either,
+GlobalWindow; ``internals``: interval join, CEP, SQL runtime types); they are
+imported here, once, so that every reader sees them. A new decoder module adds
+itself to that import line.
 """
 
-from . import valuetypes  # noqa: F401  (registers its snapshot decoders)
-from . import kryo  # noqa: F401  (registers its snapshot decoders)
-from . import pickles  # noqa: F401  (registers its snapshot decoders)
-from . import avro  # noqa: F401  (registers its snapshot decoders)
+from . import avro, internals, kryo, pickles, valuetypes  # noqa: F401  (they register their snapshot decoders)
 from .reader import FlinkSnapshotReader, find_metadata
 
 __all__ = ["FlinkSnapshotReader", "find_metadata"]

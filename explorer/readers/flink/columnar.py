@@ -201,7 +201,7 @@ def read(dec: Decoder, buf: Buf, pos: np.ndarray, want_codes: bool = False) -> t
                     codes = c if codes is None else (codes * np.uint32(31) + c)
         names = [f"f{i}" for i in range(len(arrays))]
         return Column(pa.StructArray.from_arrays(arrays, names=names), codes if want_codes else None), p
-    raise Fallback(f"no column decoder for {dec.describe()}")
+    raise Fallback(f"no column decoder for {dec.describe() if dec is not None else 'an unknown serializer'}")
 
 
 def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.ndarray]:

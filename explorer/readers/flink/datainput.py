@@ -52,12 +52,17 @@ def utf16_units_to_str(units: list[int]) -> str:
 class DataInput:
     """A cursor over bytes that reads Java ``DataInput`` values (big-endian)."""
 
-    __slots__ = ("buf", "pos", "end")
+    __slots__ = ("buf", "pos", "end", "bounded")
 
-    def __init__(self, buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None) -> None:
+    def __init__(
+        self, buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None, bounded: bool = False
+    ) -> None:
+        """``bounded``: ``end`` is the end of exactly one value (a length-prefixed value of the key/value
+        layout), so a decoder may find an undecodable part's length from what must follow it."""
         self.buf = buf if isinstance(buf, (bytes, memoryview)) else bytes(buf)
         self.pos = pos
         self.end = len(buf) if end is None else end
+        self.bounded = bounded
 
     def remaining(self) -> int:
         return self.end - self.pos

@@ -27,6 +27,7 @@ from .datainput import DataInput
 
 TC_NULL, TC_REFERENCE, TC_CLASSDESC, TC_OBJECT, TC_STRING, TC_ARRAY = 0x70, 0x71, 0x72, 0x73, 0x74, 0x75
 TC_BLOCKDATA, TC_ENDBLOCKDATA, TC_LONGSTRING, TC_BLOCKDATALONG, TC_ENUM = 0x77, 0x78, 0x7C, 0x7A, 0x7E
+TC_CLASS = 0x76  # a java.lang.Class object: its class descriptor, then a new handle
 SC_WRITE_METHOD, SC_SERIALIZABLE, SC_EXTERNALIZABLE, SC_BLOCK_DATA = 0x01, 0x02, 0x04, 0x08
 BASE_HANDLE = 0x7E0000
 
@@ -90,6 +91,11 @@ class JavaStreamParser:
         if tc == TC_CLASSDESC:
             self.inp.pos -= 1
             return self.read_class_desc(depth)
+        if tc == TC_CLASS:  # e.g. the element class of a MapView/ListView data type in a SQL accumulator
+            desc = self.read_class_desc(depth)
+            value = {"@class_object": desc.name if desc else None}
+            self._new_handle(value)
+            return value
         if tc == TC_ENUM:
             desc = self.read_class_desc(depth)
             h = self._new_handle(None)

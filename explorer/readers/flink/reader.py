@@ -58,6 +58,7 @@ from ...errors import (
     SnapshotError,
     SnapshotFormatError,
     SnapshotNotFoundError,
+    StateExplorerError,
 )
 from ...format.sst import columns as sstvec
 from ...format.sst.instance import resolve
@@ -162,6 +163,15 @@ class FlinkSnapshotReader(SnapshotReader):
                        "(records in flight between operators); they are not state and are not read")
         # (operator id, subtask, state id) -> (rows checked, mismatches), from whole-state reads
         self._kg_checks: dict[tuple[str, int, int], tuple[int, int]] = {}
+        # the keyed-state headers (small) are read now, so that notes on serializers are there from open() on;
+        # a header that cannot be read fails later, where its state is asked for
+        for o in self.meta.operators:
+            subs = self._keyed_subtasks(o)
+            if subs:
+                try:
+                    self._header(o, subs[0])
+                except StateExplorerError:
+                    pass
 
     def _unwrap_changelog_handles(self) -> None:
         """A changelog handle with nothing logged since its materialization is its materialized handle; one

@@ -118,7 +118,7 @@ class KeyValueDecoder:
         if kind == "map":
             uk = self.user_key.read(inp) if self.user_key is not None else inp.read_bytes(inp.remaining())
             try:
-                vin = DataInput(vbytes)
+                vin = DataInput(vbytes, bounded=True)
                 value = None if vin.read_bool() else self.elem.read(vin)
             except UnknownLayout as exc:
                 value = vbytes
@@ -144,7 +144,7 @@ class KeyValueDecoder:
                 out.raw_reason = out.raw_reason or str(exc)
         else:
             try:
-                value = self.elem.read(DataInput(vbytes)) if self.elem is not None else vbytes
+                value = self.elem.read(DataInput(vbytes, bounded=True)) if self.elem is not None else vbytes
             except UnknownLayout as exc:
                 value = vbytes
                 out.raw_notes += 1

@@ -30,6 +30,15 @@ A snapshot class we do not know cannot be skipped (most snapshots are not
 length-prefixed), so :class:`UnknownSnapshot` is raised with the position, and
 the caller resynchronises on what must come next (see ``statemeta``).
 
+Serializers beyond the ones here are decoded by modules of their own
+(``valuetypes``: enums, java.time, java.sql, ``BigDecimal``, arrays, ``Row``,
+``Either``, ``GlobalWindow``; ``internals``: interval join, CEP, SQL runtime
+types), which register a factory per snapshot class name with
+:func:`register_snapshot_decoder` (see :data:`SnapshotFactory` for the
+contract). Every decoder's ``read`` consumes exactly one value, so values that
+are not length-prefixed (heap snapshots) can be skipped, and ``arrow_type``
+gives the Arrow type of its values (maps stay maps, structs keep their fields).
+
 The decoders read values exactly as the serializers write them (Java
 ``DataOutput``): ``Long`` 8 bytes, ``String`` in ``StringValue`` format,
 ``List`` as ``int n`` + elements, ``Map`` as ``int n`` + (key, ``bool isNull``,
@@ -42,10 +51,12 @@ length`` + Flink's binary row (see :class:`RowDataDecoder`).
 
 from __future__ import annotations
 
+import datetime as dt
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+import pandas as pd
 import pyarrow as pa
 
 from ...errors import FlinkFormatError
@@ -233,9 +244,20 @@ class TupleDecoder(Decoder):
 
 
 class PojoDecoder(Decoder):
+    """A Flink POJO: ``flags`` byte (1 null, 2 exact class), then per field ``bool isNull`` + value.
+
+    A field whose serializer is unknown (``None``) cannot be skipped by length.
+    When the value is *bounded* (``DataInput.bounded``: the whole value of a
+    key/value-layout entry) and it is the only unknown field, its bytes are found
+    by trying every end position for which the remaining fields decode to
+    exactly the end of the value; the field is then returned as raw ``bytes``
+    and the other fields decoded. Otherwise :class:`UnknownLayout`.
+    """
+
     def __init__(self, cls: str, fields: list[tuple[str, Decoder | None]]):
         self.cls, self.fields = cls, fields
         self.name = f"POJO {cls}"
+        self.unknown_fields = [n for n, d in fields if d is None]
 
     def arrow_type(self):
         types = [(n, d.arrow_type() if d is not None else None) for n, d in self.fields]
@@ -244,20 +266,67 @@ class PojoDecoder(Decoder):
         return pa.struct(types)
 
     def read(self, inp):
+        bounded = inp.bounded
+        inp.bounded = False  # nested values are never the whole value
+        try:
+            return self._read(inp, bounded)
+        finally:
+            inp.bounded = bounded
+
+    def _read(self, inp, bounded: bool):
         flags = inp.read_ubyte()
         if flags & 1:
             return None
         if not flags & 2:
             raise UnknownLayout(f"POJO {self.cls} value is a subclass instance (flags {flags})")
         out = {}
-        for name, dec in self.fields:
-            if inp.read_bool():
-                out[name] = None
-            elif dec is None:
-                raise UnknownLayout(f"POJO {self.cls} field {name} has an unknown serializer")
-            else:
-                out[name] = dec.read(inp)
+        fields = self.fields
+        for i, (name, dec) in enumerate(fields):
+            if dec is None:
+                if not bounded:
+                    raise UnknownLayout(f"POJO {self.cls} field {name!r} has a serializer State Explorer cannot decode")
+                return self._probe(inp, out, i)
+            out[name] = None if inp.read_bool() else dec.read(inp)
         return out
+
+    def _probe(self, inp, out: dict, i: int) -> dict:
+        """Fields ``i`` (the first unknown) to the last unknown one start at ``inp.pos``: the fields after
+        the last unknown one must decode to exactly ``inp.end``. The span between is returned as raw bytes
+        on field ``i``; other fields inside the span are left out of the value (``raw_span_fields``)."""
+        start, end = inp.pos, inp.end
+        last = max(j for j, (_, d) in enumerate(self.fields) if d is None)
+        rest = self.fields[last + 1 :]
+        for stop in range(start, end + 1):
+            probe = DataInput(inp.buf, stop, end)
+            got = {}
+            try:
+                for name, dec in rest:
+                    got[name] = None if probe.read_bool() else dec.read(probe)
+            except Exception:  # noqa: BLE001 - probing: any failure rejects this length
+                continue
+            if probe.at_end():
+                out[self.fields[i][0]] = bytes(inp.buf[start:stop])
+                out.update(got)
+                inp.pos = end
+                return out
+        raise UnknownLayout(f"POJO {self.cls} field {self.fields[i][0]!r} has a serializer State Explorer cannot decode")
+
+    def raw_note(self) -> str | None:
+        """What a note says about this POJO's undecodable fields (None: all decodable)."""
+        if not self.unknown_fields:
+            return None
+        names = [n for n, _ in self.fields]
+        first, last = names.index(self.unknown_fields[0]), names.index(self.unknown_fields[-1])
+        span = names[first : last + 1]
+        text = (f"POJO {self.cls}: field(s) {', '.join(repr(n) for n in self.unknown_fields)} use a serializer "
+                "State Explorer cannot decode")
+        if len(span) > 1:
+            text += (f"; where the value's length is known, the bytes of fields {span[0]!r} to {span[-1]!r} are "
+                     f"returned raw in field {span[0]!r} (the others of that span are left out) and the other "
+                     "fields decoded")
+        else:
+            text += f"; where the value's length is known, {span[0]!r} is returned as raw bytes and the other fields decoded"
+        return text + "; elsewhere the whole value is raw"
 
 
 class NullableDecoder(Decoder):
@@ -282,6 +351,9 @@ _LOGICAL_NAMES = {
 }
 
 
+_EPOCH_DAY = dt.date(1970, 1, 1)
+
+
 class RowDataDecoder(Decoder):
     """Flink SQL's ``RowData``, written as ``int length`` + a binary row.
 
@@ -294,8 +366,9 @@ class RowDataDecoder(Decoder):
     ``offset = slot >> 32`` with ``length = slot & 0xFFFFFFFF``.
     """
 
-    def __init__(self, types: list[str]):
+    def __init__(self, types: list[str], precisions: list[int | None] | None = None):
         self.types = types
+        self.precisions = precisions or [None] * len(types)
         self.name = f"ROW<{', '.join(types)}>"
 
     def read(self, inp):
@@ -315,9 +388,22 @@ class RowDataDecoder(Decoder):
                 continue
             off = null_bytes + 8 * i
             slot = row[off : off + 8]
-            if t in ("BIGINT", "TIMESTAMP", "TIMESTAMP_LTZ"):
+            if t in ("TIMESTAMP", "TIMESTAMP_LTZ"):
+                # precision <= 3: epoch millis in the slot; else the slot holds (offset << 32 | nanos of
+                # the millisecond) and the millis are at offset in the variable-length area
+                prec = self.precisions[i]
+                v = struct.unpack_from("<q", slot)[0]
+                if prec is not None and prec > 3:
+                    off, nanos = v >> 32, v & 0xFFFFFFFF
+                    ms = struct.unpack_from("<q", row, off)[0]
+                else:
+                    ms, nanos = v, 0
+                out[name] = pd.Timestamp(ms, unit="ms") + pd.Timedelta(nanoseconds=nanos)
+            elif t == "BIGINT":
                 out[name] = struct.unpack_from("<q", slot)[0]
-            elif t in ("INT", "DATE"):
+            elif t == "DATE":
+                out[name] = _EPOCH_DAY + dt.timedelta(days=struct.unpack_from("<i", slot)[0])
+            elif t == "INT":
                 out[name] = struct.unpack_from("<i", slot)[0]
             elif t == "SMALLINT":
                 out[name] = struct.unpack_from("<h", slot)[0]
@@ -351,6 +437,21 @@ class RawDecoder(Decoder):
 
     def read(self, inp):
         raise UnknownLayout(self.class_name)
+
+
+def iter_decoders(dec: Decoder | None):
+    """``dec`` and every decoder nested in it (list elements, map keys and values, fields...)."""
+    if dec is None:
+        return
+    yield dec
+    for attr in ("elem", "key", "value", "inner", "namespace", "left", "right"):
+        child = getattr(dec, attr, None)
+        if isinstance(child, Decoder):
+            yield from iter_decoders(child)
+    for f in getattr(dec, "fields", None) or ():
+        child = f[1] if isinstance(f, tuple) else f
+        if isinstance(child, Decoder):
+            yield from iter_decoders(child)
 
 
 def _short(class_name: str) -> str:
@@ -475,13 +576,15 @@ def _read_content(inp: DataInput, cls: str, version: int, options: Mapping[str, 
         return _read_pojo(inp, options)
     if short == "RowDataSerializer$RowDataSerializerSnapshot":
         n = inp.read_int()
-        types = []
+        types, precisions = [], []
         for _ in range(n):
             obj = parse_java_object(inp)
             t = _short(str(obj.get("@class", "?"))) if isinstance(obj, dict) else "?"
             types.append(_LOGICAL_NAMES.get(t, t))
+            p = obj.get("precision") if isinstance(obj, dict) else None
+            precisions.append(p if isinstance(p, int) else None)
         _read_nested(inp)
-        return RowDataDecoder(types)
+        return RowDataDecoder(types, precisions)
     raise UnknownSnapshot(cls, inp.pos)
 
 

@@ -30,9 +30,11 @@ from .serializers import (
     Decoder,
     ListDecoder,
     MapDecoder,
+    PojoDecoder,
     RawDecoder,
     TtlDecoder,
     UnknownSnapshot,
+    iter_decoders,
     read_top_level_snapshot,
 )
 
@@ -138,6 +140,10 @@ def read_backend_meta(
                 start = inp.pos
                 try:
                     meta.serializers[key] = read_top_level_snapshot(inp, options)
+                    for d in iter_decoders(meta.serializers[key]):
+                        text = d.raw_note() if isinstance(d, PojoDecoder) else None
+                        if text:
+                            notes.append(f"{where}: state {name!r}: {text}")
                     j += 1
                     continue
                 except UnknownSnapshot as exc:

@@ -30,6 +30,7 @@ primitive arrays          ``int n``, n elements                           ``list
                           says so, then one null bit per field, first
                           bit = most significant), then non-null fields
 ``JavaEitherSer..``       ``bool isLeft``, then the left or right value   ``{"left": .., "right": ..}``
+``SetSerializer``         ``int n``, per element ``bool isNull`` + value  ``list`` (Arrow has no set)
 ``GlobalWindow``          one byte                                        ``"GlobalWindow"``
 ========================  ==============================================  =========================
 """
@@ -48,7 +49,6 @@ from .serializers import (
     Decoder,
     SnapshotContext,
     read_composite_header,
-    read_big_integer,
     register_snapshot_decoder,
 )
 
@@ -215,6 +215,28 @@ def _generic_array(inp: DataInput, ctx: SnapshotContext) -> Decoder:
 
 
 register_snapshot_decoder(f"{_BASE}GenericArraySerializerSnapshot", _generic_array)
+
+
+class SetDecoder(ArrayDecoder):
+    """``SetSerializer`` (Flink 2.x ``Types.SET``): like a nullable array; the values as a list."""
+
+    def __init__(self, elem: Decoder) -> None:
+        super().__init__(elem, "", nullable=False)
+        self.name = f"Set<{elem.describe()}>"
+
+    def read(self, inp: DataInput):
+        n = inp.read_int()
+        elem = self.elem
+        return [None if inp.read_bool() else elem.read(inp) for _ in range(n)]
+
+
+def _set(inp: DataInput, ctx: SnapshotContext) -> Decoder:
+    read_composite_header(inp)
+    (elem,) = ctx.read_nested(inp)
+    return SetDecoder(elem)
+
+
+register_snapshot_decoder(f"{_BASE}SetSerializerSnapshot", _set)
 
 
 # --- Row, Either ---------------------------------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""Every state of every production-style Flink fixture, compared with the values the job computed.
+
+The fixtures (``sample_data/flink/production/*``, written by real Flink jobs,
+see ``tools/flink/README.md``) each carry an EXPECTED.json listing every state
+entry the job wrote. One test per (fixture, operator, state) reads that state
+with ``keyed_state`` and compares every expected entry
+(:func:`tests.support.flink_expected.check_state`, the same comparison as the
+survey ``tools/flink/check_fixtures.py``).
+
+States that still fail for a reason outside the value decoders are listed in
+:data:`EXPECTED_FAILURES` with the status they fail with today; their test
+asserts that they still fail *that way*, so nothing is skipped silently and
+whoever fixes one sees its test fail and removes the row.
+"""
+
+from __future__ import annotations
+
+import json
+from fnmatch import fnmatch
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import explorer
+from explorer.errors import StateExplorerError
+from tests.support.flink_expected import check_state, resolve_operator
+
+PRODUCTION = Path(__file__).resolve().parents[2] / "sample_data" / "flink" / "production"
+
+#: (fixture pattern, state pattern, status the state fails with today, why and whose part it is).
+#: Patterns are fnmatch patterns over the fixture folder name and the state name.
+EXPECTED_FAILURES: list[tuple[str, str, str, str]] = [
+    # PyFlink part: the reader lists the states as 'python-state-<name>' and their values are pickled
+    ("pyflink-*", "*", "MISSING", "PyFlink state names and pickled values"),
+    # Kryo part: Flink writes no schema for Kryo; these need the job's jar or a type hint
+    ("*types-heap-checkpoint", "kryo", "MISSING", "Kryo value on a heap checkpoint: skipped (no length)"),
+    ("*types-heap-checkpoint", "maybe", "MISSING", "Optional through Kryo on a heap checkpoint"),
+    ("*types-heap-checkpoint", "profile", "MISSING", "POJO with Kryo fields (LocalDate, LocalDateTime) on a heap checkpoint"),
+    ("*types-*", "kryo", "RAW", "Kryo FieldSerializer class without a jar or hint"),
+    ("*types-*", "maybe", "RAW", "java.util.Optional goes to Kryo"),
+    ("*types-*", "profile", "WRONG", "POJO fields day/lastLocal are Kryo; the other fields decode, the span is raw"),
+    ("flink-1.*-types-*", "basket", "WRONG", "Flink 1.x gives the POJO's Map field to Kryo; other fields decode"),
+    # explorer/stored.py (lead): to_pandas turns an int64 child of a struct into float when a row has a
+    # null there; the Either's absent side is null, so Long 79 shows as 79.0. Fix: integer_object_nulls=True.
+    ("*types-*", "either", "WRONG", "int64 inside a struct with nulls becomes float in to_pandas"),
+    # fixture expectation (tools/flink): the job lists the 5 user columns; the MATCH_RECOGNIZE event queue
+    # row in the state holds 6 (the planner keeps the rowtime twice), which the reader returns as written
+    ("sql-*", "eventQueuesStateName", "WRONG", "EXPECTED has 5 of the state row's 6 fields"),
+]
+
+
+def _cases():
+    out = []
+    for folder in sorted(PRODUCTION.iterdir()):
+        f = folder / "EXPECTED.json"
+        if not f.is_file():
+            continue
+        exp = json.loads(f.read_text())
+        for uid, op in exp.get("operators", {}).items():
+            for state in op["states"]:
+                out.append(pytest.param(folder.name, uid, state, id=f"{folder.name}:{uid}:{state}"))
+    return out
+
+
+def _expected_failure(fixture: str, state: str) -> tuple[str, str] | None:
+    for fpat, spat, status, why in EXPECTED_FAILURES:
+        if fnmatch(fixture, fpat) and fnmatch(state, spat):
+            return status, why
+    return None
+
+
+@lru_cache(maxsize=None)
+def _expected(fixture: str) -> dict:
+    return json.loads((PRODUCTION / fixture / "EXPECTED.json").read_text())
+
+
+@lru_cache(maxsize=4)
+def _open(fixture: str):
+    """(snapshot, its operators with keyed state) or the StateExplorerError that opening raised."""
+    exp = _expected(fixture)
+    try:
+        snap = explorer.open(PRODUCTION / fixture, uids=exp.get("uids") or None)
+        ops = snap.operators
+        return snap, sorted(ops[ops["has_keyed_state"]]["operator"])
+    except StateExplorerError as exc:
+        return exc, []
+
+
+def _status(fixture: str, uid: str, state: str) -> tuple[str, str]:
+    exp = _expected(fixture)
+    snap, ops = _open(fixture)
+    if isinstance(snap, StateExplorerError):
+        return "EXC", f"open: {snap}"
+    real = resolve_operator(ops, uid, exp.get("operator_match", "uid"))
+    if real is None:
+        return "MISSING", f"operator {uid!r} not among {ops}"
+    spec = exp["operators"][uid]["states"][state]
+    if state not in set(snap.states.query("operator == @real")["state"]):
+        return "MISSING", f"state {state!r} not listed for operator {real!r}"
+    res = check_state(snap, real, state, spec, list(snap.notes))
+    return res["status"], f"{res['example']} {res.get('note', '')}".strip()
+
+
+@pytest.mark.parametrize(("fixture", "uid", "state"), _cases())
+def test_state_equals_the_jobs_expected_values(fixture, uid, state):
+    status, detail = _status(fixture, uid, state)
+    known = _expected_failure(fixture, state)
+    if known is None:
+        assert status == "OK", f"{fixture} {uid}/{state}: {status}: {detail}"
+    else:
+        want, why = known
+        assert status.startswith(want), (
+            f"{fixture} {uid}/{state} is listed as failing with {want} ({why}) but now gives {status}: {detail}; "
+            "if it is fixed, remove its row from EXPECTED_FAILURES")
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in PRODUCTION.iterdir() if (p / "EXPECTED.json").is_file()))
+def test_only_state_explorer_errors(fixture):
+    """Whatever fails on a production snapshot fails as a StateExplorerError (naming the file)."""
+    snap, _ = _open(fixture)
+    if isinstance(snap, StateExplorerError):
+        assert str(PRODUCTION / fixture) in str(snap) or fixture in str(snap)
+        return
+    for fn in (lambda: snap.states, lambda: snap.hot_keys(), lambda: snap.key_group_distribution()):
+        try:
+            fn()
+        except StateExplorerError as exc:
+            assert fixture in str(exc)
+
+
+def test_notes_are_there_from_open_on():
+    """Serializer notes come with explorer.open(), before any state is read; one per state and subtask."""
+    snap = explorer.open(PRODUCTION / "types-rocksdb-native-savepoint", uids=["user-types"])
+    notes = list(snap.notes)
+    assert any("'profile'" in n and "'day', 'lastLocal'" in n for n in notes)
+    assert any("'kryo'" in n and "KryoSerializerSnapshot" in n for n in notes)
+    assert len([n for n in notes if "subtask 0" in n and "'kryo'" in n]) == 1
+
+
+def test_heap_checkpoint_loses_only_the_undecodable_states():
+    """Values are not length-prefixed on heap checkpoints: the Kryo states are skipped, every other state
+    of the same key groups is read, and the note is one per state, not per key group."""
+    snap = explorer.open(PRODUCTION / "types-heap-checkpoint", uids=["user-types"])
+    df = snap.keyed_state(operator="user-types")
+    got = set(df["state"])
+    assert {"either", "day", "tier", "spend", "list_value", "map_value", "names_array", "basket"} <= got
+    assert not {"kryo", "maybe"} & got
+    skipped = [n for n in snap.notes if "its entries are skipped" in n]
+    assert skipped and len(skipped) == len({(n.split("subtask ")[1][:2], n.split("state ")[1][:12]) for n in skipped})
