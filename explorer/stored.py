@@ -346,7 +346,7 @@ def _constant(column: pa.ChunkedArray) -> tuple[bool, Any]:
 
 
 def _piece_to_pandas(piece: pa.Table) -> pd.DataFrame:
-    df = piece.to_pandas(maps_as_pydicts="strict")
+    df = piece.to_pandas(maps_as_pydicts="strict", integer_object_nulls=True)
     meta = piece.schema.metadata or {}
     for c in meta.get(TUPLE_COLUMNS, b"").decode().split(","):
         if c and c in df.columns:
@@ -386,13 +386,13 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
         return df if list(df.columns) == cols else df[cols]
     try:
         table = pa.concat_tables(pieces, promote_options="permissive")
-        df = table.to_pandas(maps_as_pydicts="strict", split_blocks=True)
+        df = table.to_pandas(maps_as_pydicts="strict", split_blocks=True, integer_object_nulls=True)
         for c in ("user_key", "value"):  # integers with gaps (states mixed) stay exact: not float64
             if c in table.column_names and pa.types.is_integer(table.schema.field(c).type) \
                     and table.column(c).null_count:
                 df[c] = pd.Series(table.column(c).to_pylist(), dtype=object, index=df.index)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        df = pd.concat([p.to_pandas(maps_as_pydicts="strict") for p in pieces], ignore_index=True)
+        df = pd.concat([p.to_pandas(maps_as_pydicts="strict", integer_object_nulls=True) for p in pieces], ignore_index=True)
     for c in cols:
         if c in filled:
             df.insert(cols.index(c), c, filled[c])

@@ -9,8 +9,8 @@ alignment time. Figures come from the snapshots' metadata; only ``keys`` reads
 the key column of the state files.
 
 Apache Flink checkpoint directories (``chk-N`` folders holding a ``_metadata``)
-give per checkpoint its id, the modification time of its ``_metadata`` (Flink
-stores no timestamp), its bytes (every file and segment its ``_metadata`` names,
+give per checkpoint its id (``created_at`` stays unknown: Flink's ``_metadata``
+stores no time, and a file's modification time is not the checkpoint's), its bytes (every file and segment its ``_metadata`` names,
 plus the ``_metadata`` itself; files shared between checkpoints are what
 ``incremental_bytes`` leaves out) and ``operator_bytes``, the bytes each
 operator's state handles name. Flink stores no durations (those columns stay
