@@ -74,7 +74,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from explorer.engine import KeyedProcessFunction, ValueStateDescriptor
+from explorer.spark.pipelines import RollingCount as KeyedCount  # the engine function: a running count per key
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spark.json"
 
@@ -101,20 +101,6 @@ def generate_input(directory: Path, rows: int, keys: int, batches: int, seed: in
         distinct.append(len(set(ks[sl].tolist())))
     return {"rows": rows, "keys": keys, "batches": batches, "distinct_keys_per_batch": int(np.mean(distinct)),
             "rows_per_batch": step, "skew": "planted hot key 20 %, Zipf s=1.1 over the rest"}
-
-
-class KeyedCount(KeyedProcessFunction):
-    """The engine function: a running count per key, emitted per record."""
-
-    COUNT = ValueStateDescriptor("count", int)
-
-    def open(self, ctx):
-        self.count = ctx.get_state(self.COUNT)
-
-    def process_element(self, value, ctx, out):
-        n = self.count.value(0) + 1
-        self.count.update(n)
-        out.collect((ctx.get_current_key(), n))
 
 
 # --- the straightforward Spark processors -------------------------------------------------------
