@@ -69,6 +69,10 @@ CHECK = """(pane) => {
 }"""
 
 
+#: the page's errors since the current test started
+PAGE_ERRORS: list[str] = []
+
+
 def _error_outputs(page) -> list[str]:
     return page.evaluate("""() => {
         const nb = window.jupyterapp.shell.currentWidget.content;
@@ -88,6 +92,10 @@ def page(lab, browser):
     base, token, _root = lab
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    # the page's errors, kept to fail on: anywidget reports a figure model it gave up on (its messages then
+    # dropped, the figure left empty) as "[anywidget] Failed to initialize model."
+    page.on("pageerror", lambda exc: PAGE_ERRORS.append(str(exc)))
+    page.on("console", lambda msg: PAGE_ERRORS.append(msg.text) if msg.type == "error" else None)
     page.goto(f"{base}/lab?token={token}", timeout=120_000)
     page.wait_for_function("() => window.jupyterapp && ['state-explorer:open-dashboard', 'filebrowser:go-to-path']"
                            ".every(c => window.jupyterapp.commands.hasCommand(c))", timeout=120_000)
@@ -98,6 +106,7 @@ def page(lab, browser):
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
     folder, item = FORMATS[fmt]
+    PAGE_ERRORS.clear()
     print(f"\nscreenshots: {ARTIFACTS}/{fmt}-*.png")
     page.evaluate(f"() => window.jupyterapp.commands.execute('filebrowser:go-to-path', {{path: '{folder}'}})")
     entry = page.locator(f".jp-DirListing-item:has(.jp-DirListing-itemText > span:text-is('{item}'))").first
@@ -124,6 +133,7 @@ def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
                 problems[title] = found
         assert _error_outputs(page) == []
         assert problems == {}
+        assert [e for e in PAGE_ERRORS if "anywidget" in e or "plotly" in e] == []
     finally:
         page.evaluate("""async () => {  // the kernel shut down and the notebook closed, without a dialog
             const w = window.jupyterapp.shell.currentWidget;
