@@ -87,6 +87,17 @@ def _error_outputs(page) -> list[str]:
     }""")
 
 
+def _print_js_heap(page, fmt: str) -> None:
+    """The page's JS heap after a collection, printed (not asserted): plotly.js once per page keeps it small."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        cdp.send("HeapProfiler.collectGarbage")
+        used = cdp.send("Runtime.getHeapUsage")["usedSize"]
+        print(f"JS heap with the {fmt} dashboard open: {used / 1e6:.0f} MB")
+    finally:
+        cdp.detach()
+
+
 @pytest.fixture(scope="module")
 def page(lab, browser):
     base, token, _root = lab
@@ -131,6 +142,7 @@ def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
             found = page.evaluate(f"() => ({CHECK})(({PANE})())")
             if found:
                 problems[title] = found
+        _print_js_heap(page, fmt)
         assert _error_outputs(page) == []
         assert problems == {}
         assert [e for e in PAGE_ERRORS if "anywidget" in e or "plotly" in e] == []
