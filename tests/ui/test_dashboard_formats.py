@@ -110,8 +110,8 @@ def page(lab, browser):
     # dropped, the figure left empty) as "[anywidget] Failed to initialize model."
     page.on("pageerror", lambda exc: PAGE_ERRORS.append(str(exc)))
     page.on("console", lambda msg: PAGE_ERRORS.append(msg.text) if msg.type == "error" else None)
-    # STATE_EXPLORER_CPU_THROTTLE=6: the page runs six times slower, as on a busy CI machine (Chrome's
-    # CPU throttling), which made plotly's per-figure module loads miss anywidget's 2 s (figures left empty)
+    # STATE_EXPLORER_CPU_THROTTLE=6: the page's JavaScript runs six times slower (Chrome's CPU throttling),
+    # to try the dashboard as a busy CI machine would run it
     throttle = float(os.environ.get("STATE_EXPLORER_CPU_THROTTLE", "1"))
     if throttle > 1:
         THROTTLE.append(page.context.new_cdp_session(page))  # kept: the throttling lasts as long as its session
