@@ -15,6 +15,9 @@ ValueState with TTL for every key and a ListState for the 1 % hot keys), then me
   (model recomputed, figures updated in place, messages serialized), round robin over the
   key-groups parallelism slider and metric toggle, the hot-keys ranking, top-N and salting
   sliders, the TTL "now" slider and window, and a key search (target p95 150 ms);
+* **JavaScript sent to the page**: the figures of a dashboard with every tab built, the bytes
+  of their widget modules and of plotly.js sent once per kernel (:mod:`widgets._plotly`; plotly's
+  own FigureWidget sends the 5 MB bundle with every figure, and the browser evaluates each copy);
 * **report size**: ``state-explorer report`` of the same savepoint (:func:`explorer.report.build_report`),
   in bytes, and the same without the plotly.js bundle it inlines (target: under 1 MB plus one
   shared copy of plotly).
@@ -79,6 +82,22 @@ def _plotly_bundle_size(html: str) -> int:
                                                                r"(?:(?!</script>).)*</script>", html, flags=re.S))
 
 
+def _module_bytes() -> tuple[int, int, int]:
+    """``(figures, bytes of their modules, bytes of plotly.js sent apart)`` over the live widgets: what the
+    kernel ships to the page as JavaScript (plotly's own FigureWidget: the 5 MB bundle with every figure;
+    widgets._plotly: a small module per figure and the bundle once, in the PlotlyLibrary widget)."""
+    import plotly.graph_objects as go
+    from ipywidgets.widgets.widget import _instances
+
+    from widgets._plotly import PlotlyLibrary
+
+    live = list(_instances.values())
+    figures = [x for x in live if isinstance(x, go.FigureWidget)]
+    modules = sum(len(str(x._esm).encode()) for x in figures)
+    library = sum(len(x.bundle.encode()) + len(str(x._esm).encode()) for x in live if isinstance(x, PlotlyLibrary))
+    return len(figures), modules, library
+
+
 def run(n_keys: int, rounds: int, workdir: Path) -> dict[str, Any]:
     from .bench_explorer import build_savepoint
 
@@ -102,6 +121,7 @@ def run(n_keys: int, rounds: int, workdir: Path) -> dict[str, Any]:
             t = time.perf_counter()
             dash.select(title)
             paint[title] = (time.perf_counter() - t) * 1000
+        n_figures, figure_js, library_js = _module_bytes()
         acts = changes(dash)
         for _, act in acts:  # warm-up: first use of each code path
             act(0)
@@ -139,6 +159,9 @@ def run(n_keys: int, rounds: int, workdir: Path) -> dict[str, Any]:
         results[f"{name} p50"] = {"value": round(percentile(v, 50), 1), "unit": "ms"}
         results[f"{name} p95"] = {"value": round(percentile(v, 95), 1), "unit": "ms"}
     results.update({
+        "figures of a dashboard with every tab built": {"value": n_figures, "unit": "figures"},
+        "JS sent with those figures (their modules)": {"value": figure_js, "unit": "bytes"},
+        "JS sent once per kernel (plotly.js library widget)": {"value": library_js, "unit": "bytes"},
         "report build": {"value": round(report_s, 2), "unit": "s"},
         "report size": {"value": report_bytes, "unit": "bytes"},
         "report plotly.js inlined": {"value": plotly_bytes, "unit": "bytes"},

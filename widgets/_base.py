@@ -23,6 +23,7 @@ from explorer.plots import PALETTE
 from explorer.plots.format import format_frame
 
 from ._errors import ErrorArea
+from ._plotly import figure_widget_class
 
 W = TypeVar("W", bound=w.Widget)
 
@@ -47,15 +48,16 @@ def sync_figure(fig: go.FigureWidget) -> None:
     fig._widget_layout = deepcopy(fig._layout_obj._props)
     fig._widget_data = deepcopy(fig._data)
     # Sent whether or not traitlets saw a change: plotly appends to ``_widget_data`` in place, so
-    # the assignment above may compare equal and send nothing, and a browser model that was still
-    # loading plotly.js when the one-off messages came has missed them (the figure drew empty axes).
+    # the assignment above may compare equal and send nothing. A figure's browser model applies the
+    # one-off messages only once plotly.js is in the page (widgets._plotly); until then its view
+    # waits and draws from this state.
     if fig.comm is not None:
         fig.send_state(["_widget_data", "_widget_layout"])
 
 
 def figure(height: int = 320, **layout: Any) -> go.FigureWidget:
     """An empty FigureWidget with the dashboards' common look."""
-    fig = go.FigureWidget()
+    fig = figure_widget_class()()
     fig.update_layout(template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=50, b=50),
                       title=dict(font=dict(size=15)))
     fig.update_layout(**layout)

@@ -5,10 +5,9 @@ own traitlets model (see :mod:`widgets._base`); the dashboard shares one
 loaded copy of the keyed state between them (:class:`widgets._data.SnapshotData`)
 and one error area under the tabs.
 
-A tab is built the first time it is shown (or asked for, e.g. ``dash.ttl_tab``), once.
-Every plotly ``FigureWidget`` carries the plotly.js bundle in its model (about 5 MB with
-plotly 6+ and anywidget), so building all seven tabs up front would send some 60 MB to
-the browser before anything could be seen.
+A tab is built the first time it is shown (or asked for, e.g. ``dash.ttl_tab``), once:
+what the user sees first is not held up by figures of tabs not opened yet. plotly.js
+itself goes to the page once per kernel (:mod:`widgets._plotly`), not with every figure.
 """
 
 from __future__ import annotations

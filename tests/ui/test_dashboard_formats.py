@@ -11,6 +11,7 @@ error shown by the dashboard or an error output. A screenshot of every tab is ke
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -69,6 +70,12 @@ CHECK = """(pane) => {
 }"""
 
 
+#: the page's errors since the current test started
+PAGE_ERRORS: list[str] = []
+#: the CDP session throttling the page's CPU, when asked (STATE_EXPLORER_CPU_THROTTLE)
+THROTTLE: list = []
+
+
 def _error_outputs(page) -> list[str]:
     return page.evaluate("""() => {
         const nb = window.jupyterapp.shell.currentWidget.content;
@@ -83,11 +90,32 @@ def _error_outputs(page) -> list[str]:
     }""")
 
 
+def _print_js_heap(page, fmt: str) -> None:
+    """The page's JS heap after a collection, printed (not asserted): plotly.js once per page keeps it small."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        cdp.send("HeapProfiler.collectGarbage")
+        used = cdp.send("Runtime.getHeapUsage")["usedSize"]
+        print(f"JS heap with the {fmt} dashboard open: {used / 1e6:.0f} MB")
+    finally:
+        cdp.detach()
+
+
 @pytest.fixture(scope="module")
 def page(lab, browser):
     base, token, _root = lab
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    # the page's errors, kept to fail on: anywidget reports a figure model it gave up on (its messages then
+    # dropped, the figure left empty) as "[anywidget] Failed to initialize model."
+    page.on("pageerror", lambda exc: PAGE_ERRORS.append(str(exc)))
+    page.on("console", lambda msg: PAGE_ERRORS.append(msg.text) if msg.type == "error" else None)
+    # STATE_EXPLORER_CPU_THROTTLE=6: the page's JavaScript runs six times slower (Chrome's CPU throttling),
+    # to try the dashboard as a busy CI machine would run it
+    throttle = float(os.environ.get("STATE_EXPLORER_CPU_THROTTLE", "1"))
+    if throttle > 1:
+        THROTTLE.append(page.context.new_cdp_session(page))  # kept: the throttling lasts as long as its session
+        THROTTLE[-1].send("Emulation.setCPUThrottlingRate", {"rate": throttle})
     page.goto(f"{base}/lab?token={token}", timeout=120_000)
     page.wait_for_function("() => window.jupyterapp && ['state-explorer:open-dashboard', 'filebrowser:go-to-path']"
                            ".every(c => window.jupyterapp.commands.hasCommand(c))", timeout=120_000)
@@ -98,6 +126,7 @@ def page(lab, browser):
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
     folder, item = FORMATS[fmt]
+    PAGE_ERRORS.clear()
     print(f"\nscreenshots: {ARTIFACTS}/{fmt}-*.png")
     page.evaluate(f"() => window.jupyterapp.commands.execute('filebrowser:go-to-path', {{path: '{folder}'}})")
     entry = page.locator(f".jp-DirListing-item:has(.jp-DirListing-itemText > span:text-is('{item}'))").first
@@ -122,8 +151,10 @@ def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
             found = page.evaluate(f"() => ({CHECK})(({PANE})())")
             if found:
                 problems[title] = found
+        _print_js_heap(page, fmt)
         assert _error_outputs(page) == []
         assert problems == {}
+        assert [e for e in PAGE_ERRORS if "anywidget" in e or "plotly" in e] == []
     finally:
         page.evaluate("""async () => {  // the kernel shut down and the notebook closed, without a dialog
             const w = window.jupyterapp.shell.currentWidget;

@@ -1,0 +1,124 @@
+"""plotly.js loaded once per page, and figures that never miss an update while it loads.
+
+plotly 6 makes ``FigureWidget`` an anywidget whose model carries the whole plotly.js
+bundle (about 5 MB) as its ES module. anywidget imports that module once *per model*
+(a new blob URL each time, so the browser evaluates plotly.js again for every figure:
+two dashboards with 12 figures took 423 MB of JS heap) and gives each model 2 s to
+load it: past that, the model's ``ready`` promise is rejected for good, and anywidget
+drops every later message to that model (its ``_handle_comm_msg`` awaits ``ready``).
+The updates that fill a figure then never reach the browser, and the figure stays the
+empty axes it was created with. On a busy machine, with several figures importing
+5 MB each at the same time, that happened to a figure or two per dashboard.
+
+Here a figure's module is a few lines that load at once (so its model is ready within
+the 2 s and gets every message), and plotly.js comes from one :class:`PlotlyLibrary`
+widget per kernel, imported once per page. Until that import is done a figure's model
+keeps the full state the views send after every update (``sync_figure``) and its view
+waits; then plotly's own widget code takes over that model and draws it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+#: the registry every copy of the small modules below shares in a page: one promise of plotly's widget module
+_REGISTRY_JS = """
+function plotlyRegistry() {
+  const g = globalThis;
+  if (!g.__stateExplorerPlotly) {
+    let resolve, reject;
+    const promise = new Promise((res, rej) => { resolve = res; reject = rej; });
+    g.__stateExplorerPlotly = { promise, resolve, reject, loading: false };
+  }
+  return g.__stateExplorerPlotly;
+}
+"""
+
+#: the library widget's module: imports the bundle it carries, once per page, without making its model wait
+LIBRARY_ESM = _REGISTRY_JS + """
+export default {
+  initialize({ model }) {
+    const registry = plotlyRegistry();
+    if (registry.loading) return;
+    registry.loading = true;
+    const url = URL.createObjectURL(new Blob([model.get("bundle")], { type: "text/javascript" }));
+    import(url).then(
+      (mod) => { URL.revokeObjectURL(url); registry.resolve(mod); },
+      (error) => { URL.revokeObjectURL(url); registry.loading = false; console.error("[state-explorer] plotly.js did not load", error); registry.reject(error); },
+    );
+  },
+};
+"""
+
+#: a figure's module: plotly's own widget definition for this model once plotly.js is in, views wait for it
+FIGURE_ESM = _REGISTRY_JS + """
+export default () => {
+  let plotlyWidget = null;
+  let loaded = null;
+  return {
+    initialize({ model }) {
+      // not awaited: anywidget would drop this model's messages if initialising took over 2 s
+      loaded = plotlyRegistry().promise.then((mod) => {
+        plotlyWidget = mod.default();
+        plotlyWidget.initialize({ model });
+      });
+    },
+    async render({ el }) {
+      await loaded;
+      return plotlyWidget.render({ el });
+    },
+  };
+};
+"""
+
+
+def plotly_bundle_path() -> Path:
+    """plotly's widget bundle (plotly.js and its FigureWidget code), as the installed plotly ships it."""
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data" / "widgetbundle.js"
+
+
+class PlotlyLibrary(anywidget.AnyWidget):
+    """Carries plotly.js to the page once; never displayed. One per kernel: :func:`plotly_library`."""
+
+    _esm = LIBRARY_ESM
+    bundle = traitlets.Unicode("").tag(sync=True)
+
+
+_library: PlotlyLibrary | None = None
+
+
+def plotly_library() -> PlotlyLibrary:
+    """The kernel's :class:`PlotlyLibrary`, made (and its comm opened) on first use."""
+    global _library
+    if _library is None or _library.comm is None:
+        _library = PlotlyLibrary(bundle=plotly_bundle_path().read_text(encoding="utf-8"))
+    return _library
+
+
+_figure_class: type | None = None
+
+
+def figure_widget_class() -> type:
+    """``go.FigureWidget`` with the small module above instead of the 5 MB bundle (made on first use:
+    importing plotly's FigureWidget costs seconds, see ``View.sync_figures``)."""
+    global _figure_class
+    if _figure_class is None:
+        import plotly.graph_objects as go
+
+        class SharedPlotlyFigureWidget(go.FigureWidget):  # type: ignore[misc]
+            """A FigureWidget whose browser side takes plotly.js from the page's :class:`PlotlyLibrary`."""
+
+            _esm = FIGURE_ESM
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                plotly_library()  # its comm opens first, so the page starts loading plotly.js before any figure
+                super().__init__(*args, **kwargs)
+
+        _figure_class = SharedPlotlyFigureWidget
+    return _figure_class
