@@ -22,7 +22,7 @@ from __future__ import annotations
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -142,6 +142,23 @@ def _joint_codes_of(kva: KeyValues, kvb: KeyValues, groups_a: np.ndarray | None 
     return tr, new
 
 
+def _hashable(v: Any) -> Any:
+    """``v`` with dicts, lists and sets turned into tuples (equal values stay equal, differing ones differ)."""
+    if isinstance(v, dict):
+        return ("__dict__",) + tuple((k, _hashable(x)) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__,) + tuple(_hashable(x) for x in v)
+    if isinstance(v, (set, frozenset)):
+        return ("__set__",) + tuple(sorted((_hashable(x) for x in v), key=repr))
+    return v
+
+
+def _hashable_keys(seg: np.ndarray) -> np.ndarray:
+    out = np.empty(len(seg), dtype=object)
+    out[:] = [_hashable(v) for v in seg]
+    return out
+
+
 def _joint_by_lookup(kva: KeyValues, kvb: KeyValues) -> np.ndarray:
     """b code -> a code (-1: not in a), looking b's keys up in a's (Arrow hash tables)."""
     tr = np.full(len(kvb), -1, dtype=np.int64)
@@ -149,7 +166,10 @@ def _joint_by_lookup(kva: KeyValues, kvb: KeyValues) -> np.ndarray:
         for off_a, seg_a in zip(kva.offsets[:-1], kva.segments):
             if isinstance(seg_b, np.ndarray) or isinstance(seg_a, np.ndarray):
                 if isinstance(seg_b, np.ndarray) and isinstance(seg_a, np.ndarray):
-                    found = pd.Index(seg_a).get_indexer(seg_b)
+                    try:
+                        found = pd.Index(seg_a).get_indexer(seg_b)
+                    except TypeError:  # unhashable keys (a PyFlink Row key decodes to a dict): compare by value
+                        found = pd.Index(_hashable_keys(seg_a)).get_indexer(_hashable_keys(seg_b))
                 else:
                     continue
             else:
