@@ -5,20 +5,17 @@ from each query's input, not from Spark)."""
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from collections import Counter, defaultdict
-from datetime import date, datetime, timezone
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
 
 import explorer
 from explorer.errors import ReaderError
+from tests.support.spark_expected import leaves, scalar
 
 pytestmark = pytest.mark.spark
 
@@ -31,34 +28,8 @@ def _doc(name: str) -> dict:
     return json.loads((ROOT / name / "EXPECTED.json").read_text())
 
 
-def _scalar(v: Any) -> Any:
-    if v is None or v is pd.NaT:
-        return None
-    if isinstance(v, (pd.Timestamp, datetime)):
-        ts = pd.Timestamp(v)
-        ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-        return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
-    if isinstance(v, date):
-        return v.isoformat()
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, Decimal):
-        return float(v)
-    return v
-
-
-def _leaves(v: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(v, dict):
-        return [x for n, y in v.items() for x in _leaves(y, f"{prefix}{n}.")]
-    if isinstance(v, (list, tuple)):
-        return [x for i, y in enumerate(v) for x in _leaves(y, f"{prefix}{i}.")]
-    return [(prefix[:-1], _scalar(v))]
-
-
 def _key(v: Any) -> tuple:
-    return tuple(x for _, x in _leaves(v))
+    return tuple(x for _, x in leaves(v))
 
 
 def _store_name(store: dict) -> str:
@@ -68,10 +39,10 @@ def _store_name(store: dict) -> str:
 
 
 def _value_ok(exp: dict, value: Any) -> bool:
-    got = _leaves(value) if isinstance(value, dict) else [("value", _scalar(value))]
+    got = leaves(value) if isinstance(value, dict) else [("value", scalar(value))]
     if "buffer" in exp:  # an aggregation buffer: positional, whatever the names
         return [v for _, v in got] == [v for _, v in exp["buffer"]]
-    want = _leaves(exp["value"])
+    want = leaves(exp["value"])
     if not want:
         return True
     if len(want) == 1 and len(got) == 1:  # a one-field struct is shown as its field
@@ -303,7 +274,7 @@ def test_jvm_free_reader_equals_sparks_data_source_row_for_row(spark, name):
         for piece in reader.keyed_pieces(KeyedStateQuery()):
             for r in piece.to_pylist():
                 out.append(repr((r["operator"], r["state"], r["kind"], _key(r["key"]), r["key_group"],
-                                 _key(r["user_key"]), _leaves(r["value"]), _scalar(r["expires_at"]),
+                                 _key(r["user_key"]), leaves(r["value"]), scalar(r["expires_at"]),
                                  r["size_bytes"])))
         return sorted(out)
 

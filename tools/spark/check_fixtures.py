@@ -24,70 +24,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 import traceback
 from collections import defaultdict
-from datetime import date, datetime, timezone
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-
-# --- normalising values --------------------------------------------------------------------
-def _iso(dt: datetime) -> str:
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)  # naive datetimes are UTC here (TZ=UTC, session UTC)
-    dt = dt.astimezone(timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
-
-
-def scalar(v: Any) -> Any:
-    import numpy as np
-    import pandas as pd
-
-    if v is None or v is pd.NaT:
-        return None
-    if isinstance(v, pd.Timestamp):
-        return None if pd.isna(v) else _iso(v.to_pydatetime())
-    if isinstance(v, datetime):
-        return _iso(v)
-    if isinstance(v, date):
-        return v.isoformat()
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, Decimal):
-        return float(v)
-    return v
-
-
-def leaves(v: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """(path, value) of every leaf, in order; Spark Rows positionally (names may repeat)."""
-    from pyspark.sql import Row
-
-    if isinstance(v, Row):
-        names = list(v.__fields__) if hasattr(v, "__fields__") else [str(i) for i in range(len(v))]
-        out = []
-        for n, x in zip(names, tuple(v)):
-            out += leaves(x, f"{prefix}{n}.")
-        return out
-    if isinstance(v, dict):
-        out = []
-        for n, x in v.items():
-            out += leaves(x, f"{prefix}{n}.")
-        return out
-    if isinstance(v, (list, tuple)):
-        out = []
-        for i, x in enumerate(v):
-            out += leaves(x, f"{prefix}{i}.")
-        return out
-    return [(prefix[:-1], scalar(v))]
+# --- normalising values: shared with the tests --------------------------------------------------
+from tests.support.spark_expected import leaves, scalar  # noqa: E402
 
 
 def as_value(v: Any) -> Any:
