@@ -13,7 +13,7 @@ creation time, TTLs, the traffic sketch), as :func:`explorer.open` does.
     spark = get_spark()                      # local[2]; get_spark("spark://host:7077") for a cluster
     analysis.key_group_distribution("s3://.../savepoint-7", spark=spark)
     analysis.hot_keys(path, n=20, by="bytes")
-    analysis.diff_summary(path_a, path_b)
+    analysis.diff_summary(analysis.diff(path_a, path_b))
 
 ``source`` is a snapshot path (opened as ``explorer.open`` would, reader options such as
 ``ttl=`` or ``jars=`` passed on) or a DataFrame of :func:`explorer.spark.read_state`
@@ -23,8 +23,8 @@ the data source's JSON text of the key).
 
 Answers equal the local ones column for column; rows come sorted by operator and state (the
 local analyses keep the order of the snapshot's pieces). :func:`diff` returns the per-key
-comparison as a Spark DataFrame (it has a row per key); :func:`diff_summary` and
-:func:`growth_by_key` bring back its aggregates.
+comparison as a Spark DataFrame (it has a row per key; ``.cache()`` it to ask it several
+questions); :func:`diff_summary` and :func:`growth_by_key` bring back its aggregates.
 """
 
 from __future__ import annotations
@@ -169,17 +169,21 @@ def _concat(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
 
 
 # --- key groups ---------------------------------------------------------------------------------------
-def _kg_sums(src: _Source) -> pd.DataFrame:
+def _kg_sums(src: _Source, per_key=None) -> pd.DataFrame:
     from pyspark.sql import functions as F
 
+    if per_key is not None:  # every key lives in one key group: its sums are the key group's
+        return collect(per_key.groupBy("operator", "key_group").agg(
+            F.sum("entries").alias("entries"), F.sum("bytes").alias("bytes"), F.count(F.lit(1)).alias("keys")))
     return collect(_non_timer(src.df).groupBy("operator", "key_group").agg(
         F.count(F.lit(1)).alias("entries"), F.sum("size_bytes").alias("bytes"),
         F.countDistinct("key").alias("keys")))
 
 
-def _aggregates(src: _Source, lays: dict[str, tuple[int, int]], max_parallelism: int | None) -> dict[str, pd.DataFrame]:
+def _aggregates(src: _Source, lays: dict[str, tuple[int, int]], max_parallelism: int | None,
+                per_key=None) -> dict[str, pd.DataFrame]:
     """Per keyed operator: every key group ``0..M-1`` with entries, bytes, keys, records (zero filled)."""
-    sums = _kg_sums(src)
+    sums = _kg_sums(src, per_key)
     records = src.metrics()
     out = {}
     for name, (_, m) in sorted(lays.items()):
@@ -288,12 +292,24 @@ def hot_keys(source: Any, n: int = 10, by: str = "auto", *, operator: str | Iter
     if by not in BY:
         raise AnalysisError(f"unknown ranking by={by!r}; expected one of {list(BY)}")
     metric = BY[by]
+    from pyspark import StorageLevel
+
     src = _Source(source, LOAD_COLUMNS, operator, state, spark, options)
     lays = src.layouts(parallelism, max_parallelism)
-    aggs = _aggregates(src, lays, max_parallelism)
+    per_key = _per_key(src.df).persist(StorageLevel.MEMORY_AND_DISK)  # the snapshot is read once, not per question
+    try:
+        return _hot_keys(src, per_key, lays, metric, n, max_parallelism)
+    finally:
+        per_key.unpersist()
+
+
+def _hot_keys(src: _Source, per_key, lays: dict[str, tuple[int, int]], metric: str, n: int,
+              max_parallelism: int | None) -> pd.DataFrame:
+    from pyspark.sql import functions as F
+
+    aggs = _aggregates(src, lays, max_parallelism, per_key)
     hh = src.sketch()
     hh = hh[hh["operator"].isin(list(lays))] if len(hh) else hh
-    per_key = _per_key(src.df)
     sketch_json = {}
     if len(hh):
         hh = hh.assign(_json=[to_json(k) for k in hh["key"]])
@@ -566,13 +582,11 @@ def diff(a: Any, b: Any, *, operator: str | Iterable[str] | None = None, state: 
     return out
 
 
-def diff_summary(a: Any, b: Any, *, operator: str | Iterable[str] | None = None,
-                 state: str | Iterable[str] | None = None, spark: Any = None, **options: Any) -> pd.DataFrame:
-    """Per (operator, state): keys added/removed/changed/unchanged and growth from ``a`` to ``b``
-    (:func:`explorer.analysis.diff_summary` of the diff), sorted by operator and state."""
+def diff_summary(d) -> pd.DataFrame:
+    """Per (operator, state) of a :func:`diff`: keys added/removed/changed/unchanged and growth
+    (:func:`explorer.analysis.diff_summary`), sorted by operator and state."""
     from pyspark.sql import functions as F
 
-    d = diff(a, b, operator=operator, state=state, spark=spark, **options)
     got = collect(d.groupBy("operator", "state").agg(
         *[F.count(F.when(F.col("status") == s, 1)).alias(f"keys_{s}") for s in STATUSES],
         *[F.sum(c).alias(c) for c in ("entries_a", "entries_b", "bytes_a", "bytes_b")]))
@@ -589,13 +603,11 @@ def diff_summary(a: Any, b: Any, *, operator: str | Iterable[str] | None = None,
     return got.sort_values(["operator", "state"]).reset_index(drop=True)[cols]
 
 
-def growth_by_key(a: Any, b: Any, n: int = 10, *, operator: str | Iterable[str] | None = None,
-                  state: str | Iterable[str] | None = None, spark: Any = None, **options: Any) -> pd.DataFrame:
-    """Per (operator, key), summed over states: the ``n`` keys that grew most from ``a`` to ``b``
-    (:func:`explorer.analysis.growth_by_key` of the diff; ties by entries, then by key)."""
+def growth_by_key(d, n: int = 10) -> pd.DataFrame:
+    """Per (operator, key) of a :func:`diff`, summed over states: the ``n`` keys that grew most
+    (:func:`explorer.analysis.growth_by_key`; ties by entries, then by operator and key)."""
     from pyspark.sql import functions as F
 
-    d = diff(a, b, operator=operator, state=state, spark=spark, **options)
     cols = ["entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"]
     g = d.groupBy("operator", "key").agg(*[F.sum(c).alias(c) for c in cols])
     got = collect(g.orderBy(F.desc("bytes_delta"), F.desc("entries_delta"), F.asc("operator"), F.asc("key"))

@@ -30,25 +30,19 @@ def _sorted(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("path", FORMATS)
-def test_key_group_distribution_and_totals_equal_local(spark, path):
+def test_distribution_totals_and_hot_keys_equal_local(spark, path):
     snap = explorer.open(path)
     expected = local.key_group_distribution(snap)
     got = on_spark.key_group_distribution(path, spark=spark)
     assert expected["entries"].sum() > 0
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)
-    pd.testing.assert_frame_equal(on_spark.subtask_distribution(path, spark=spark), local.subtask_distribution(snap),
-                                  check_dtype=False)
     pd.testing.assert_frame_equal(on_spark.state_sizes(path, spark=spark),
                                   _sorted(local.state_sizes(snap), ["operator", "state"]), check_dtype=False)
-
-
-@pytest.mark.parametrize("path", FORMATS)
-@pytest.mark.parametrize("by", ["bytes", "entries", "auto"])
-def test_hot_keys_equal_local(spark, path, by):
-    expected = local.hot_keys(explorer.open(path), n=7, by=by)
-    got = on_spark.hot_keys(path, n=7, by=by, spark=spark)
-    assert len(expected)
-    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    for by in ("bytes", "entries", "auto"):
+        expected = local.hot_keys(snap, n=7, by=by)
+        got = on_spark.hot_keys(path, n=7, by=by, spark=spark)
+        assert len(expected)
+        pd.testing.assert_frame_equal(got, expected, check_dtype=False)
 
 
 def test_hot_keys_of_another_parallelism_and_one_operator(spark):
@@ -77,17 +71,18 @@ def test_diff_equals_local(spark):
     a, b = "sample_data/url_counts/checkpoints/chk-2", "sample_data/url_counts/checkpoints/chk-5"
     d = local.diff(explorer.open(a), explorer.open(b))
     expected = _sorted(local.diff_summary(d), ["operator", "state"])
-    got = on_spark.diff_summary(a, b, spark=spark)
+    sd = on_spark.diff(a, b, spark=spark).cache()
+    got = on_spark.diff_summary(sd)
     assert expected[["keys_added", "keys_changed"]].to_numpy().sum() > 0
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)
-    grown = on_spark.growth_by_key(a, b, n=5, spark=spark)
+    grown = on_spark.growth_by_key(sd, n=5)
     want = local.growth_by_key(d, n=None)
     for row in grown.itertuples(index=False):  # each key's growth is the local one (ties may be ordered otherwise)
         match = want[(want["operator"] == row.operator) & (want["key"] == row.key)]
         assert match["bytes_delta"].tolist() == [row.bytes_delta]
     assert grown["bytes_delta"].tolist() == want["bytes_delta"].head(5).tolist()
-    per_key = on_spark.diff(a, b, spark=spark).where("status = 'changed'").count()
-    assert per_key == int((d["status"] == "changed").sum())
+    assert sd.where("status = 'changed'").count() == int((d["status"] == "changed").sum())
+    sd.unpersist()
 
 
 def test_dataframe_source_needs_max_parallelism(spark):
