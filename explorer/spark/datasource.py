@@ -207,6 +207,13 @@ def _open(path: str, fmt: str | None, kwargs: Mapping[str, Any]):
     return reader_for(path, **kwargs)
 
 
+def _absolute(path: str) -> str:
+    """A local path made absolute (an executor's working folder is not the driver's); a URL as it is."""
+    if re.match(r"^[A-Za-z][\w+.-]*://", path):
+        return path
+    return str(Path(path).absolute())
+
+
 def _resolve(path: str, kwargs: dict[str, Any]):
     """``(reader, format, kwargs)``: the snapshot at ``path`` opened once (on the planner), with what makes every
     executor read the same snapshot (a checkpoint directory's ``chk-N``, a Spark checkpoint's micro-batch)."""
@@ -358,7 +365,7 @@ class StateReader(DataSourceReader):
             raise ReaderError(f"the {NAME} data source needs a path: spark.read.format({NAME!r}).load(path)")
         kwargs = _reader_options(self.options)
         reader, fmt, kwargs = _resolve(self.path, kwargs)
-        resolved = self.path if Path(self.path) == Path(reader.path) else str(reader.path)
+        resolved = _absolute(self.path if Path(self.path) == Path(reader.path) else str(reader.path))
         operators = _names(self.options.get("operator"))
         states = _names(self.options.get("state"))
         only = _key_groups(self.options.get("key_groups"))
@@ -471,4 +478,4 @@ def read_state(spark, path: str | Path, **options: Any):
     register(spark)
     texts = {k: _option_text(k, v) for k, v in options.items() if v is not None}
     _resolve(str(path), _reader_options(texts))  # fail early on the driver (metadata only)
-    return spark.read.format(NAME).options(**texts).load(str(path))
+    return spark.read.format(NAME).options(**texts).load(_absolute(str(path)))
