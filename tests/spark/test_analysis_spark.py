@@ -38,7 +38,7 @@ def test_distribution_totals_and_hot_keys_equal_local(spark, path):
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)
     pd.testing.assert_frame_equal(on_spark.state_sizes(path, spark=spark),
                                   _sorted(local.state_sizes(snap), ["operator", "state"]), check_dtype=False)
-    for by in ("bytes", "entries", "auto"):
+    for by in ("bytes", "entries", "auto") if path == ENGINE else ("bytes", "entries"):  # auto: traffic where sketched
         expected = local.hot_keys(snap, n=7, by=by)
         got = on_spark.hot_keys(path, n=7, by=by, spark=spark)
         assert len(expected)
