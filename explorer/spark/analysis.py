@@ -287,12 +287,11 @@ def hot_keys(source: Any, n: int = 10, by: str = "auto", *, operator: str | Iter
     ``n`` top keys, the per-key-group sums (for the subtask loads) and the snapshot's traffic
     sketch (keys ranked by traffic are the sketch's, looked up in the state).
     """
-    from pyspark.sql import functions as F
+    from pyspark import StorageLevel
 
     if by not in BY:
         raise AnalysisError(f"unknown ranking by={by!r}; expected one of {list(BY)}")
     metric = BY[by]
-    from pyspark import StorageLevel
 
     src = _Source(source, LOAD_COLUMNS, operator, state, spark, options)
     lays = src.layouts(parallelism, max_parallelism)
