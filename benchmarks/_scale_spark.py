@@ -45,6 +45,9 @@ from benchmarks._run_spark import tree_cpu_seconds, tree_rss_mb  # noqa: E402
 
 LOAD_COLUMNS = ["operator", "state", "kind", "key", "key_group", "subtask", "size_bytes"]
 MASTER = "local[2]"
+#: for hundreds of millions of keys: the local executors live in the driver's JVM (Spark's default heap is 1 GB),
+#: and get_spark's 4 shuffle partitions (a streaming default) would put ~25 M keys in each aggregation task
+CONF = {"spark.driver.memory": "6g", "spark.sql.shuffle.partitions": "64"}
 
 
 def _timed(fn) -> tuple[dict[str, Any], Any]:
@@ -83,14 +86,24 @@ def raw_read(path: Path) -> dict[str, Any]:
 def run(snapshot_path: str | Path, results: dict, diff_with: str | Path | None = None, n: int = 20,
         master: str = MASTER) -> dict:
     """Measure the Spark path on ``snapshot_path`` (and a diff against ``diff_with``) into ``results["spark"]``."""
+    from explorer.errors import JobError
     from explorer.spark import analysis, get_spark, read_state
 
     out: dict[str, Any] = {"master": master, "snapshot": str(snapshot_path), "machine_before": machine(),
                            "units": {"seconds": "wall s", "cpu_seconds": "CPU s of this process and descendants",
                                      "driver_peak_rss_mb": "MB, VmHWM of the Python driver",
                                      "tree_peak_rss_mb": "MB, sum of VmHWM over the driver, JVM and Python workers"}}
-    fig, spark = _timed(lambda: get_spark(master))
+    def start():
+        try:
+            return get_spark(master, **CONF)
+        except JobError:  # a session already runs (bench_scale's): its heap stays, the SQL settings apply
+            out["note"] = "a SparkSession was already running: spark.driver.memory is its own"
+            return get_spark(master, **{k: v for k, v in CONF.items() if k.startswith("spark.sql.")})
+
+    fig, spark = _timed(start)
     out["spark_start"] = fig
+    out["conf"] = {k: spark.sparkContext.getConf().get(k, None) if not k.startswith("spark.sql.") else spark.conf.get(k)
+                   for k in CONF}
     out["raw_read"] = raw_read(Path(snapshot_path))
     fig, rows = _timed(lambda: read_state(spark, snapshot_path, columns=LOAD_COLUMNS).count())
     out["source_read"] = {**fig, "rows": int(rows)}
