@@ -401,9 +401,11 @@ class StateReader(DataSourceReader):
             reader = _cached_reader(partition.path, partition.fmt, partition.kwargs)
             lo, hi = partition.key_groups
             groups = frozenset(partition.only) if partition.only is not None else frozenset(range(lo, hi + 1))
+            columns = tuple(self.arrow_schema.names)  # a reader may skip decoding what is not asked (values)
             query = KeyedStateQuery(operators=frozenset([partition.operator]),
                                     states=None if partition.states is None else frozenset(partition.states),
-                                    key_groups=groups)
+                                    key_groups=groups,
+                                    columns=None if set(CONTRACT_COLUMNS) <= set(columns) else columns)
             for piece in reader.keyed_pieces(query):
                 if not piece.num_rows:
                     continue
