@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
      "explorer.spark.context", "explorer.spark.adapter", "explorer.spark.buckets"),
     ("explorer.readers",),
     ("explorer.stored",),
-    ("explorer.analysis", "explorer.spark.analysis"),
+    ("explorer.analysis", "explorer.spark.analysis", "explorer.spark.datasource"),
     ("explorer.plots",),
     ("explorer.report",),
     ("explorer.snapshot",),
@@ -52,6 +52,8 @@ LAZY_EDGES = {
     ("explorer", "explorer.ipython"): "IPython's extension hook: IPython is loaded only by %load_ext",
     ("explorer.stored", "explorer.readers.flink"): "readers registered at the first open: `import explorer` stays light",
     ("explorer.stored", "explorer.readers.spark"): "readers registered at the first open: `import explorer` stays light",
+    ("explorer.spark", "explorer.spark.datasource"):
+        "the data source subclasses pyspark's DataSource: `import explorer.spark` stays free of pyspark",
     ("explorer.keygroups._vectorised", "explorer.spark.partitioning"):
         "explorer.spark's package loads the Spark adapter, which itself uses keygroups",
 }

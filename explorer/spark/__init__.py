@@ -6,7 +6,10 @@ Importing this package neither starts Spark nor imports pyspark; :func:`get_spar
 * :func:`run_on_spark` - an example pipeline (:mod:`explorer.spark.pipelines`), or an engine
   ``KeyedProcessFunction`` (:func:`keyed_process`) on ``transformWithState``
 * :func:`partition_ids` - which Spark partition (state store) a key lands in (Murmur3, seed 42)
-* :mod:`explorer.spark.analysis` - analyses with Spark SQL over a snapshot's Parquet pieces
+* :func:`read_state` - a snapshot's keyed state as a Spark DataFrame, read in parallel by the executors
+  through the ``state-explorer`` data source (:mod:`explorer.spark.datasource`; :func:`register_datasource`)
+* :mod:`explorer.spark.analysis` - the analyses computed by Spark from that DataFrame (aggregates only
+  come back to the driver)
 * :class:`explorer.readers.spark.SparkCheckpointReader` - what ``explorer.open()`` uses for Spark checkpoints
 """
 
@@ -33,6 +36,24 @@ def run_on_spark(what: Any, *args: Any, **kwargs: Any):
         return run_pipeline_on_spark(what, *args, **kwargs)
     return adapter.run_on_spark(what, *args, **kwargs)
 
+def read_state(spark: Any, path: Any, **options: Any):
+    """The keyed state of the snapshot at ``path`` as a Spark DataFrame (:func:`explorer.spark.datasource.read_state`).
+
+    ``spark.read.format("state-explorer").load(path)`` after :func:`register_datasource`; one input
+    partition per (operator, subtask, key-group range), read by the executors from ``path``.
+    """
+    from .datasource import read_state as read  # pyspark's DataSource: imported when asked for
+
+    return read(spark, path, **options)
+
+
+def register_datasource(spark: Any) -> None:
+    """Make ``spark.read.format("state-explorer")`` known to ``spark`` (:func:`explorer.spark.datasource.register`)."""
+    from .datasource import register  # pyspark's DataSource: imported when asked for
+
+    register(spark)
+
+
 __all__ = [
     "PipelineRun",
     "SparkRun",
@@ -40,6 +61,8 @@ __all__ = [
     "get_spark",
     "keyed_process",
     "partition_ids",
+    "read_state",
+    "register_datasource",
     "run_on_spark",
     "run_pipeline_on_spark",
     "spark_hash",

@@ -1,4 +1,5 @@
-"""Analyses on Spark over Parquet give the same answers as the in-process pandas path."""
+"""The analyses on Spark (explorer.spark.analysis, through the state-explorer data source) give the local
+explorer's answers on sample snapshots of every format, on local[2]."""
 
 from __future__ import annotations
 
@@ -6,47 +7,90 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from explorer.analysis.distribution import key_group_aggregates as pandas_aggregates
-from explorer.readers.base import make_piece
-from explorer.spark.analysis import export_parquet, key_group_aggregates, top_keys
+import explorer
+from explorer import analysis as local
+from explorer.errors import AnalysisError
+from explorer.spark import analysis as on_spark
 
 pytestmark = pytest.mark.spark
 
-
-def _pieces():
-    rng = np.random.default_rng(7)
-    keys = [f"user-{i}" for i in rng.zipf(1.3, 3000) % 500]  # a key lives in one key group, as in a snapshot
-    n = len(keys)
-    a = make_piece({"operator": "sessions", "state": "session", "kind": "list", "key": keys,
-                    "key_group": [int(k.split("-")[1]) % 128 for k in keys], "subtask": np.zeros(n, np.int32),
-                    "value": rng.integers(0, 9, n), "size_bytes": rng.integers(10, 200, n)})
-    m = 400
-    b = make_piece({"operator": "counts", "state": "count", "kind": "value", "key": np.arange(m),
-                    "key_group": np.arange(m) % 4, "subtask": np.arange(m) % 4, "value": np.ones(m, np.int64),
-                    "size_bytes": np.full(m, 16)})
-    t = make_piece({"operator": "counts", "state": "$procTimers", "kind": "processing_timer",
-                    "key": np.arange(5), "key_group": np.zeros(5, np.int32), "subtask": np.zeros(5, np.int32),
-                    "value": np.arange(5), "size_bytes": np.full(5, 8)})
-    return [a, b, t]
+ENGINE = "sample_data/url_counts/savepoint-rocksdb"  # with the engine's per-key-group counts and traffic sketch
+ENGINE_TTL = "sample_data/dedup/savepoint-heap"  # a ValueState with a 24 h TTL
+FLINK_HEAP = "sample_data/flink/heap-canonical-savepoint"  # Long and String keys, TTL states, timers, windows
+FLINK_ROCKSDB = "sample_data/flink/rocksdb-native-savepoint"
+SPARK = "sample_data/spark/agg-hdfs"  # a Spark checkpoint read from its files (HDFS-backed store)
+FORMATS = [ENGINE, FLINK_HEAP, FLINK_ROCKSDB, SPARK]
+FLINK_TTL = {"last_seen": pd.Timedelta(hours=1).to_pytimedelta(),
+             "recent_amounts": pd.Timedelta(hours=2).to_pytimedelta(),
+             "per_category": pd.Timedelta(hours=3).to_pytimedelta()}
 
 
-def test_key_group_aggregates_equal_pandas(spark, tmp_path):
-    pieces = _pieces()
-    path = export_parquet(pieces, tmp_path / "state")
-    for op, m in (("sessions", 128), ("counts", 4)):
-        df = pieces[0].to_pandas() if op == "sessions" else pd.concat([p.to_pandas() for p in pieces[1:]])
-        expected = pandas_aggregates(df, operator=op, max_parallelism=m).reset_index(drop=True)
-        got = key_group_aggregates(path, {"sessions": 128, "counts": 4}, operator=op, spark=spark)
+def _sorted(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    return df.sort_values(by, kind="stable").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("path", FORMATS)
+def test_distribution_totals_and_hot_keys_equal_local(spark, path):
+    snap = explorer.open(path)
+    expected = local.key_group_distribution(snap)
+    got = on_spark.key_group_distribution(path, spark=spark)
+    assert expected["entries"].sum() > 0
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    pd.testing.assert_frame_equal(on_spark.state_sizes(path, spark=spark),
+                                  _sorted(local.state_sizes(snap), ["operator", "state"]), check_dtype=False)
+    for by in ("bytes", "entries", "auto") if path == ENGINE else ("bytes", "entries"):  # auto: traffic where sketched
+        expected = local.hot_keys(snap, n=7, by=by)
+        got = on_spark.hot_keys(path, n=7, by=by, spark=spark)
+        assert len(expected)
         pd.testing.assert_frame_equal(got, expected, check_dtype=False)
 
 
-def test_top_keys_equal_pandas(spark, tmp_path):
-    pieces = _pieces()
-    path = export_parquet(pieces[:1], tmp_path / "state")
-    df = pieces[0].to_pandas()
-    per_key = df.groupby("key").agg(entries=("key", "size"), bytes=("size_bytes", "sum")).reset_index()
-    expected = per_key.sort_values(["bytes", "entries", "key"], ascending=[False, False, True]).head(5)
-    got = top_keys(path, n=5, by="bytes", spark=spark)
-    assert got["key"].tolist() == expected["key"].tolist()
-    assert got["bytes"].tolist() == expected["bytes"].tolist()
-    assert got["share"].iloc[0] == pytest.approx(expected["bytes"].iloc[0] / df["size_bytes"].sum())
+def test_hot_keys_of_another_parallelism_and_one_operator(spark):
+    snap = explorer.open(FLINK_HEAP)
+    expected = local.hot_keys(snap, n=5, by="bytes", operator="user-state", parallelism=3)
+    got = on_spark.hot_keys(FLINK_HEAP, n=5, by="bytes", operator="user-state", parallelism=3, spark=spark)
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    assert set(got["subtask"]) <= {0, 1, 2}
+
+
+@pytest.mark.parametrize("path,options", [(ENGINE_TTL, {}), (FLINK_HEAP, {"ttl": FLINK_TTL})])
+def test_ttl_answers_equal_local(spark, path, options):
+    snap = explorer.open(path, **options)
+    now = snap.created_at or pd.Timestamp("2026-01-01", tz="UTC")
+    for at in (now, now + pd.Timedelta(hours=2)):
+        expected = local.ttl_expiry(snap, now=at, freq="30min")
+        got = on_spark.ttl_expiry(path, now=at, freq="30min", spark=spark, **options)
+        assert len(expected)
+        pd.testing.assert_frame_equal(got, _sorted(expected, ["operator", "state", "window"]), check_dtype=False)
+        expected = local.expired_not_cleaned(snap, now=at)
+        got = on_spark.expired_not_cleaned(path, now=at, spark=spark, **options)
+        pd.testing.assert_frame_equal(got, _sorted(expected, ["operator", "state"]), check_dtype=False)
+
+
+def test_diff_equals_local(spark):
+    a, b = "sample_data/url_counts/checkpoints/chk-2", "sample_data/url_counts/checkpoints/chk-5"
+    d = local.diff(explorer.open(a), explorer.open(b))
+    expected = _sorted(local.diff_summary(d), ["operator", "state"])
+    sd = on_spark.diff(a, b, spark=spark).cache()
+    got = on_spark.diff_summary(sd)
+    assert expected[["keys_added", "keys_changed"]].to_numpy().sum() > 0
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    grown = on_spark.growth_by_key(sd, n=5)
+    want = local.growth_by_key(d, n=None)
+    for row in grown.itertuples(index=False):  # each key's growth is the local one (ties may be ordered otherwise)
+        match = want[(want["operator"] == row.operator) & (want["key"] == row.key)]
+        assert match["bytes_delta"].tolist() == [row.bytes_delta]
+    assert grown["bytes_delta"].tolist() == want["bytes_delta"].head(5).tolist()
+    assert sd.where("status = 'changed'").count() == int((d["status"] == "changed").sum())
+    sd.unpersist()
+
+
+def test_dataframe_source_needs_max_parallelism(spark):
+    df = explorer.spark.read_state(spark, ENGINE, operator="url-count")
+    with pytest.raises(AnalysisError, match="max_parallelism"):
+        on_spark.key_group_aggregates(df, spark=spark)
+    got = on_spark.key_group_aggregates(df, max_parallelism=128, spark=spark)
+    expected = local.key_group_aggregates(explorer.open(ENGINE), operator="url-count")
+    pd.testing.assert_frame_equal(got[["operator", "key_group", "entries", "bytes", "keys"]],
+                                  expected[["operator", "key_group", "entries", "bytes", "keys"]], check_dtype=False)
+    assert np.all(got["records"] == 0)  # traffic counts are the snapshot's metadata, not rows

@@ -1,0 +1,483 @@
+"""Snapshots as a Spark DataFrame: a PySpark Python Data Source named ``state-explorer``.
+
+::
+
+    from explorer.spark import get_spark, read_state
+    spark = get_spark()                                   # or any SparkSession, local or a cluster
+    df = read_state(spark, "sample_data/flink/heap-canonical-savepoint", operator="user-state")
+    # the same as
+    register(spark)
+    df = spark.read.format("state-explorer").option("operator", "user-state").load(path)
+
+It reads every format ``explorer.open`` reads (engine checkpoints and savepoints, Apache
+Flink savepoints and checkpoints, Spark checkpoints whose stores are read without a JVM)
+in parallel: one input partition per (operator, subtask, key-group range), each read by a
+Spark executor that opens the snapshot itself from the path and yields Arrow record batches
+(nothing of the state goes through the driver). The path must therefore be readable by every
+executor under the same name: a shared filesystem or what ``explorer.open`` reads remotely;
+on a cluster the executors also need this package installed. The master URL does not matter:
+what runs on ``local[2]`` runs on ``spark://host:7077`` unchanged.
+
+The rows are the keyed-state contract (:data:`explorer.readers.base.CONTRACT_COLUMNS`) with
+a Spark type per column (:data:`SPARK_SCHEMA`). The four columns whose type differs from
+state to state (``key, namespace, user_key, value``) are JSON text, one encoding for every
+state so that one DataFrame holds them all: ``"user-1"`` (with its quotes) for a string,
+``42`` for a number, ``["a", 1]`` for a tuple key, ``{"count": 3, ...}`` for a struct;
+:func:`to_json` gives the text of a Python value (``F.col("key") == to_json("user-1")``) and
+:func:`from_json` turns it back. A user-given schema (``spark.read.schema(...)``) may name
+other Arrow-castable types for those columns (``key string`` reads string keys bare).
+
+Options (all strings in Spark; :func:`read_state` takes Python values and converts them):
+
+``operator``, ``state``
+    names to read (comma-separated, or a JSON list); default all keyed operators and states
+``key_groups``
+    key groups to read: ``"0-63"``, ``"3,5,9"`` or a JSON list
+``columns``
+    the contract columns to produce (comma-separated, in contract order), default all;
+    leaving out ``value`` saves encoding the values when only sizes are asked
+``splits``
+    cut each subtask's key-group range into this many partitions (default 1); more
+    parallelism for a snapshot with few subtasks, at the price of reading a subtask's
+    files once per split for the formats that cannot seek to a key group
+``ttl``, ``jars``, ``uids``, ``type_hints``, ``kryo_version``, ``pyflink``
+    the Apache Flink reader's options (``ttl`` as JSON ``{"state": milliseconds}``, lists as
+    JSON lists or comma-separated); the jars must be readable by the executors
+``batch_id``
+    the micro-batch of a Spark checkpoint (default: the latest committed)
+``verify``
+    the engine reader's checksum verification (default true)
+
+A directory of checkpoints is resolved once, when Spark plans the read: every partition
+reads the same ``chk-N`` (or micro-batch) even if a newer one completes meanwhile.
+
+A partition that fails raises the project's :class:`~explorer.errors.StateExplorerError`
+in the executor, naming the file; Spark wraps it in its own exception, and
+:func:`raise_state_error` (used by :mod:`explorer.spark.analysis`) turns that back into the
+same class and message on the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from .. import errors as errors_module
+from ..errors import ReaderError, StateExplorerError
+from ..readers.base import CONTRACT_COLUMNS, KeyedStateQuery, convert_failure
+from ..readers.spark import SparkCheckpointReader
+from ..stored import reader_for
+
+__all__ = ["NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "from_json", "raise_state_error", "read_state",
+           "register", "to_json"]
+
+#: the format name ``spark.read.format(...)`` takes
+NAME = "state-explorer"
+
+#: Spark types of the contract columns (the free-typed four as JSON text)
+SPARK_TYPES: dict[str, str] = {
+    "operator": "string",
+    "state": "string",
+    "kind": "string",
+    "key": "string",
+    "key_group": "int",
+    "subtask": "int",
+    "namespace": "string",
+    "user_key": "string",
+    "value": "string",
+    "last_access": "timestamp",
+    "expires_at": "timestamp",
+    "size_bytes": "bigint",
+}
+#: the default schema, as Spark DDL
+SPARK_SCHEMA = ", ".join(f"{c} {SPARK_TYPES[c]}" for c in CONTRACT_COLUMNS)
+
+#: the columns whose type differs from state to state: JSON text unless a schema says otherwise
+JSON_COLUMNS = ("key", "namespace", "user_key", "value")
+
+_SOURCE_OPTIONS = ("path", "operator", "state", "key_groups", "columns", "splits")
+_READER_OPTIONS = {
+    "engine": ("verify",),
+    "flink": ("ttl", "jars", "uids", "type_hints", "kryo_version", "pyflink"),
+    "spark-checkpoint": ("batch_id",),
+}
+_ALL_READER_OPTIONS = tuple(o for opts in _READER_OPTIONS.values() for o in opts)
+
+#: rows per Arrow record batch handed to Spark
+BATCH_ROWS = 65_536
+
+
+# --- options ------------------------------------------------------------------------------------
+def _names(text: str | None) -> list[str] | None:
+    if text is None or text == "":
+        return None
+    text = text.strip()
+    if text.startswith("["):
+        return [str(x) for x in json.loads(text)]
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _key_groups(text: str | None) -> frozenset[int] | None:
+    if text is None or text.strip() == "":
+        return None
+    text = text.strip()
+    try:
+        if text.startswith("["):
+            return frozenset(int(x) for x in json.loads(text))
+        out: set[int] = set()
+        for part in text.split(","):
+            part = part.strip()
+            m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+            if m:
+                out.update(range(int(m.group(1)), int(m.group(2)) + 1))
+            elif part:
+                out.add(int(part))
+        return frozenset(out)
+    except (ValueError, TypeError) as exc:
+        raise ReaderError(f"option key_groups={text!r}: expected key groups like '0-63', '3,5,9' or a JSON "
+                          "list of integers") from exc
+
+
+def _bool(name: str, text: str) -> bool:
+    t = str(text).strip().lower()
+    if t in ("true", "1", "yes"):
+        return True
+    if t in ("false", "0", "no"):
+        return False
+    raise ReaderError(f"option {name}={text!r}: expected true or false")
+
+
+def _reader_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """The reader's keyword arguments from the string options (unknown ones refused, never ignored)."""
+    out: dict[str, Any] = {}
+    for name, text in options.items():
+        name = name.lower()
+        if name in _SOURCE_OPTIONS:
+            continue
+        if name not in _ALL_READER_OPTIONS:
+            raise ReaderError(f"unknown option {name!r} of the {NAME} data source; known options are "
+                              f"{sorted(_SOURCE_OPTIONS + _ALL_READER_OPTIONS)}")
+        try:
+            if name == "ttl":
+                out["ttl"] = {str(k): timedelta(milliseconds=float(v)) for k, v in json.loads(text).items()}
+            elif name in ("jars", "uids"):
+                out[name] = _names(text) or []
+            elif name == "type_hints":
+                out[name] = json.loads(text)
+            elif name in ("kryo_version", "batch_id"):
+                out[name] = int(text)
+            else:  # verify, pyflink
+                out[name] = _bool(name, text)
+        except (ValueError, TypeError, AttributeError) as exc:
+            if isinstance(exc, StateExplorerError):
+                raise
+            raise ReaderError(f"option {name}={text!r} of the {NAME} data source does not parse: {exc}; "
+                              "expected ttl as JSON {\"state\": milliseconds}, lists as JSON or comma-separated, "
+                              "numbers as integers") from exc
+    return out
+
+
+def _check_options_fit(fmt: str, kwargs: Mapping[str, Any], path: str) -> None:
+    wrong = sorted(set(kwargs) - set(_READER_OPTIONS.get(fmt, ())))
+    if wrong:
+        raise ReaderError(f"{path}: a {fmt} snapshot takes none of the options {wrong}; its reader's options are "
+                          f"{list(_READER_OPTIONS.get(fmt, ()))}")
+
+
+def _open(path: str, fmt: str | None, kwargs: Mapping[str, Any]):
+    """The snapshot's reader. Spark checkpoints are read from their files only (``jvm=False``): an executor
+    cannot start a SparkSession of its own."""
+    if fmt == "spark-checkpoint":
+        reader = SparkCheckpointReader(path, jvm=False, **kwargs)
+        try:
+            reader.jvm_free  # noqa: B018 - raises when the stores need Spark's own reader
+        except ReaderError as exc:
+            raise ReaderError(
+                f"{path}: this Spark checkpoint's state stores are read only through Spark's own state data "
+                f"source (a JVM), which a {NAME} partition on an executor cannot start ({exc}); open it with "
+                "explorer.open(path) on one machine, or read it with Spark's format('statestore')") from exc
+        return reader
+    return reader_for(path, **kwargs)
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute (an executor's working folder is not the driver's); a URL as it is."""
+    if re.match(r"^[A-Za-z][\w+.-]*://", path):
+        return path
+    return str(Path(path).absolute())
+
+
+def _resolve(path: str, kwargs: dict[str, Any]):
+    """``(reader, format, kwargs)``: the snapshot at ``path`` opened once (on the planner), with what makes every
+    executor read the same snapshot (a checkpoint directory's ``chk-N``, a Spark checkpoint's micro-batch)."""
+    if SparkCheckpointReader.detect(Path(path)):
+        fmt = "spark-checkpoint"
+    else:
+        fmt = reader_for(path).format_name  # which format, before giving it options it may not take
+    _check_options_fit(fmt, kwargs, path)
+    reader = _open(path, fmt, kwargs)
+    if fmt == "spark-checkpoint":
+        kwargs = {**kwargs, "batch_id": reader.batch_id}
+    return reader, fmt, kwargs
+
+
+# --- JSON text of Arrow columns ------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """``value`` as JSON takes it: tuple structs (``f0, f1, ...``) and tuples as lists, bytes as hex."""
+    if isinstance(value, dict):
+        if value and all(k == f"f{i}" for i, k in enumerate(value)):
+            return [_plain(v) for v in value.values()]
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    return value
+
+
+def to_json(value: Any) -> str:
+    """The JSON text a value has in the data source's ``key``, ``namespace``, ``user_key`` and ``value`` columns."""
+    if isinstance(value, tuple):
+        value = list(value)
+    return json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _tuples(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def from_json(text: str | None, tuples: bool = True) -> Any:
+    """A value back from its JSON text (lists as tuples, as tuple keys are, unless ``tuples=False``)."""
+    if text is None:
+        return None
+    value = json.loads(text)
+    return _tuples(value) if tuples else value
+
+
+_CONTROL = r"[\x00-\x1f]"
+
+
+def _json_column(arr: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """An Arrow column as JSON text: strings and integers vectorised, anything else value by value."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    t = arr.type
+    if pa.types.is_null(t):
+        return pa.nulls(len(arr), pa.string())
+    if pa.types.is_dictionary(t):
+        arr = arr.dictionary_decode()
+        t = arr.type
+    if (pa.types.is_string(t) or pa.types.is_large_string(t)) and not pc.any(
+            pc.match_substring_regex(arr, _CONTROL)).as_py():
+        s = pc.replace_substring(pc.replace_substring(arr.cast(pa.string()), "\\", "\\\\"), '"', '\\"')
+        return pc.binary_join_element_wise('"', s, '"', "")
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return arr.cast(pa.string())
+    values = arr.to_pylist()
+    return pa.array([None if v is None else to_json(v) for v in values], type=pa.string())
+
+
+def _spark_piece(piece: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A reader's piece in the Arrow schema Spark expects (the columns of ``schema``, in its order)."""
+    out = []
+    for field in schema:
+        col = piece.column(field.name) if field.name in piece.column_names else pa.nulls(piece.num_rows)
+        if field.name in JSON_COLUMNS and pa.types.is_string(field.type):
+            col = _json_column(col)
+        elif isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        if col.type != field.type:
+            col = col.cast(field.type)
+        out.append(col)
+    return pa.Table.from_arrays(out, schema=schema)
+
+
+# --- the data source ------------------------------------------------------------------------------
+class StatePartition(InputPartition):
+    """One (operator, subtask, key-group range) of a resolved snapshot (picklable plain values)."""
+
+    def __init__(self, path: str, fmt: str, kwargs: dict[str, Any], operator: str, subtask: int,
+                 key_groups: tuple[int, int], states: tuple[str, ...] | None,
+                 only: tuple[int, ...] | None) -> None:
+        super().__init__((operator, subtask, key_groups))
+        self.path, self.fmt, self.kwargs = path, fmt, kwargs
+        self.operator, self.subtask, self.key_groups = operator, subtask, key_groups
+        self.states, self.only = states, only
+
+    def __repr__(self) -> str:
+        return (f"StatePartition({self.operator!r}, subtask={self.subtask}, key_groups={self.key_groups[0]}.."
+                f"{self.key_groups[1]})")
+
+
+class StateExplorerDataSource(DataSource):
+    """``spark.read.format("state-explorer").load(path)``: see the module doc."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        cols = _names(self.options.get("columns")) or list(CONTRACT_COLUMNS)
+        unknown = [c for c in cols if c not in CONTRACT_COLUMNS]
+        if unknown:
+            raise ReaderError(f"option columns: {unknown} are no contract columns; expected some of "
+                              f"{list(CONTRACT_COLUMNS)}")
+        return ", ".join(f"{c} {SPARK_TYPES[c]}" for c in CONTRACT_COLUMNS if c in cols)
+
+    def reader(self, schema) -> "StateReader":
+        return StateReader(dict(self.options), schema)
+
+
+#: readers opened by this Python worker, by (path, format, options): Spark reuses its workers
+_OPEN: dict[str, Any] = {}
+
+
+def _cached_reader(path: str, fmt: str, kwargs: dict[str, Any]):
+    key = json.dumps([path, fmt, sorted((k, repr(v)) for k, v in kwargs.items())])
+    if key not in _OPEN:
+        if len(_OPEN) > 8:
+            _OPEN.clear()
+        _OPEN[key] = _open(path, fmt, kwargs)
+    return _OPEN[key]
+
+
+class StateReader(DataSourceReader):
+    """Plans the partitions (on the driver's planner) and reads one (on an executor)."""
+
+    def __init__(self, options: dict[str, str], schema) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.options = {k.lower(): v for k, v in options.items()}
+        self.path = self.options.get("path")
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+
+    def partitions(self) -> list[StatePartition]:
+        if not self.path:
+            raise ReaderError(f"the {NAME} data source needs a path: spark.read.format({NAME!r}).load(path)")
+        kwargs = _reader_options(self.options)
+        reader, fmt, kwargs = _resolve(self.path, kwargs)
+        resolved = _absolute(self.path if Path(self.path) == Path(reader.path) else str(reader.path))
+        operators = _names(self.options.get("operator"))
+        states = _names(self.options.get("state"))
+        only = _key_groups(self.options.get("key_groups"))
+        splits = max(1, int(self.options.get("splits") or 1))
+        subs = reader.subtasks()
+        if operators is not None:
+            known = set(subs["operator"])
+            missing = sorted(set(operators) - known)
+            if missing:
+                raise ReaderError(f"{self.path}: no operator named {missing}; the operators are {sorted(known)}")
+        out: list[StatePartition] = []
+        keyed = subs.dropna(subset=["key_group_start", "key_group_end"])
+        with_states = set(reader.states()["operator"])
+        for row in keyed.itertuples(index=False):
+            if operators is not None and row.operator not in operators:
+                continue
+            if row.operator not in with_states:
+                continue
+            lo, hi = int(row.key_group_start), int(row.key_group_end)
+            step = max(1, -(-(hi - lo + 1) // splits))
+            for a in range(lo, hi + 1, step):
+                b = min(hi, a + step - 1)
+                if only is not None and not any(a <= k <= b for k in only):
+                    continue
+                part_only = None if only is None else tuple(sorted(k for k in only if a <= k <= b))
+                out.append(StatePartition(resolved, fmt, kwargs, row.operator, int(row.subtask), (a, b),
+                                          None if states is None else tuple(states), part_only))
+        return out
+
+    def read(self, partition: StatePartition) -> Iterator[pa.RecordBatch]:
+        reader = None
+        try:
+            reader = _cached_reader(partition.path, partition.fmt, partition.kwargs)
+            lo, hi = partition.key_groups
+            groups = frozenset(partition.only) if partition.only is not None else frozenset(range(lo, hi + 1))
+            columns = tuple(self.arrow_schema.names)  # a reader may skip decoding what is not asked (values)
+            query = KeyedStateQuery(operators=frozenset([partition.operator]),
+                                    states=None if partition.states is None else frozenset(partition.states),
+                                    key_groups=groups,
+                                    columns=None if set(CONTRACT_COLUMNS) <= set(columns) else columns)
+            for piece in reader.keyed_pieces(query):
+                if not piece.num_rows:
+                    continue
+                table = _spark_piece(piece, self.arrow_schema)
+                yield from table.to_batches(max_chunksize=BATCH_ROWS)
+        except StateExplorerError as exc:
+            raise _with_partition(exc, partition) from exc
+        except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
+            err = convert_failure(exc, partition.path, getattr(reader, "current_file", None))
+            raise _with_partition(err, partition) from exc
+
+
+def _with_partition(err: StateExplorerError, partition: StatePartition) -> StateExplorerError:
+    """``err`` as it will read in Spark's task failure: the class and message, with the partition named."""
+    text = f"{err} [{NAME} partition: operator {partition.operator!r}, subtask {partition.subtask}, key groups " \
+           f"{partition.key_groups[0]}..{partition.key_groups[1]}]"
+    try:
+        return type(err)(text)
+    except Exception:  # noqa: BLE001 - a subclass with its own constructor: keep it as it is
+        return err
+
+
+# --- the driver's side -----------------------------------------------------------------------------
+_ERROR_LINE = re.compile(r"^(?:explorer\.errors\.)?([A-Z]\w*Error): (.+)$")
+
+
+def raise_state_error(exc: BaseException) -> None:
+    """Raise the :class:`StateExplorerError` a Spark failure carries from a partition (same class and
+    message), if it carries one; return otherwise (the caller re-raises ``exc``)."""
+    if isinstance(exc, StateExplorerError):
+        raise exc
+    text = str(exc)
+    found = None
+    for line in text.splitlines():
+        m = _ERROR_LINE.match(line.strip())
+        if m and isinstance(getattr(errors_module, m.group(1), None), type) \
+                and issubclass(getattr(errors_module, m.group(1)), StateExplorerError):
+            found = m
+    if found is not None:
+        cls = getattr(errors_module, found.group(1))
+        try:
+            err = cls(found.group(2))
+        except Exception:  # noqa: BLE001
+            err = ReaderError(found.group(2))
+        raise err from exc
+
+
+def register(spark) -> None:
+    """Make ``spark.read.format("state-explorer")`` known to this session."""
+    spark.dataSource.register(StateExplorerDataSource)
+
+
+def _option_text(name: str, value: Any) -> str:
+    if name == "ttl" and isinstance(value, Mapping):
+        return json.dumps({str(k): (v.total_seconds() * 1000 if isinstance(v, timedelta) else float(v))
+                           for k, v in value.items()})
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return json.dumps([str(v) for v in value])
+    if isinstance(value, Mapping):
+        return json.dumps(value)
+    return str(value)
+
+
+def read_state(spark, path: str | Path, **options: Any):
+    """The keyed state of the snapshot at ``path`` as a Spark DataFrame (see the module doc for the options).
+
+    The snapshot's metadata is opened here once first, so that a wrong path or option fails now, with the
+    project's error, rather than at the first action.
+    """
+    register(spark)
+    texts = {k: _option_text(k, v) for k, v in options.items() if v is not None}
+    _resolve(str(path), _reader_options(texts))  # fail early on the driver (metadata only)
+    return spark.read.format(NAME).options(**texts).load(_absolute(str(path)))
