@@ -252,18 +252,47 @@ def test_spark_errors_name_the_file_and_the_root_cause(spark, tmp_path, capfd):
         f.write_bytes(b"not a changelog")
     for f in (bad / "state" / "0" / "1").glob(".*.crc"):
         f.unlink()
-    with pytest.raises(ReaderError) as info:
-        explorer.open(bad).keyed_state()
+    with pytest.raises(ReaderError) as info:  # through Spark's data source (the files alone: tests below)
+        explorer.open(bad, jvm=True).keyed_state()
     msg = str(info.value)
     assert "\n" not in msg and "An error occurred while calling" not in msg
     assert str(bad) in msg and str(log_path()) in msg
     assert "ERROR" not in capfd.readouterr().err  # the JVM's output went to the log file
 
 
-HDFS = [f for f in FIXTURES if _doc(f)["provider"] == "hdfs"]
+def _jvm_free(name: str) -> bool:
+    from explorer.readers.spark import SparkCheckpointReader
+
+    return SparkCheckpointReader(ROOT / name).jvm_free
 
 
-@pytest.mark.parametrize("name", HDFS)
+#: every fixture of the built-in operators, HDFS-backed and RocksDB, format v1 and v2
+JVM_FREE = [f for f in READABLE if _jvm_free(f)]
+
+
+def test_every_store_of_the_builtin_operators_is_read_without_a_jvm():
+    providers = {_doc(f)["provider"] for f in JVM_FREE}
+    assert providers == {"hdfs", "rocksdb"} and len(JVM_FREE) >= 19
+    assert {_doc(f)["checkpoint_format_version"] for f in JVM_FREE} == {1, 2}
+    assert all(_doc(f)["operators"][0]["stores"][0].get("state_var") is not None for f in READABLE
+               if f not in JVM_FREE)  # only transformWithState goes through Spark
+
+
+@pytest.mark.parametrize("name", JVM_FREE)
+def test_jvm_free_reader_equals_expected(name):
+    """Without any JVM: every state of the built-in operators equals EXPECTED.json."""
+    doc = _doc(name)
+    snap = explorer.open(ROOT / name, jvm=False)
+    df = snap.keyed_state()
+    ops = snap.operators.set_index("operator_id")["operator"].to_dict()
+    for op in doc["operators"]:
+        for store in op["stores"]:
+            rows = df[(df["operator"] == ops[op["operator_id"]]) & (df["state"] == _store_name(store))]
+            assert _compare(store, rows) == [], (name, op["operator_id"], _store_name(store))
+    assert len(df) == sum(len(s["rows"]) for o in doc["operators"] for s in o["stores"])
+
+
+@pytest.mark.parametrize("name", JVM_FREE)
 def test_jvm_free_reader_equals_sparks_data_source_row_for_row(spark, name):
     from explorer.readers.base import KeyedStateQuery
     from explorer.readers.spark import SparkCheckpointReader
@@ -291,13 +320,14 @@ def test_jvm_free_path_starts_no_jvm_and_refuses_other_stores():
 
     code = ("import explorer, sys; s = explorer.open(sys.argv[1]); n = len(s.keyed_state()); "
             "from pyspark import SparkContext; print(n, SparkContext._active_spark_context is None)")
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "agg-hdfs")], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout.split()
-    assert out == ["40", "True"]
+    for name in ("agg-hdfs", "agg-rocksdb-v2"):
+        out = subprocess.run([sys.executable, "-c", code, str(ROOT / name)], capture_output=True, text=True,
+                             check=True, cwd=Path(__file__).resolve().parents[2]).stdout.split()
+        assert out == ["40", "True"], name
     from explorer.readers.spark import SparkCheckpointReader
 
     with pytest.raises(ReaderError, match="without Spark"):
-        SparkCheckpointReader(ROOT / "agg-rocksdb", jvm=False).jvm_free
+        SparkCheckpointReader(ROOT / "tws-rows", jvm=False).jvm_free
 
 
 def test_flat_state_has_one_column_per_value_field():

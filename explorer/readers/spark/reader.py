@@ -93,9 +93,11 @@ from ..base import (
     make_piece,
 )
 from . import layout
-from .hdfs import hdfs_state_table, json_leaf_types, read_schema
+from .hdfs import read_schema
 from .history import spark_history
 from .keys import key_leaves, leaf_types, unique_names
+from .stores import PROVIDERS, state_table
+from .unsaferow import json_leaf_types
 from .values import flatten_values
 
 __all__ = ["SparkCheckpointReader"]
@@ -249,15 +251,23 @@ class SparkCheckpointReader(SnapshotReader):
         if self.spark.conf.get(_FORMAT_CONF, "1") != str(self.format_version):
             self.spark.conf.set(_FORMAT_CONF, str(self.format_version))
 
+    @property
+    def provider(self) -> str:
+        """The checkpoint's state store provider class."""
+        return self.sql_conf.get("spark.sql.streaming.stateStore.providerClass", _HDFS_PROVIDER)
+
     @cached_property
     def jvm_free(self) -> bool:
-        """Whether state is read from the store files without Spark (:mod:`.hdfs`)."""
-        provider = self.sql_conf.get("spark.sql.streaming.stateStore.providerClass", _HDFS_PROVIDER)
-        possible = provider == _HDFS_PROVIDER and self.format_version == 1 and all(
-            r["operatorProperties"] in (None, "") for r in self._file_metadata_rows() or [{"operatorProperties": None}])
+        """Whether state is read from the store files without Spark (:mod:`.stores`): HDFS-backed and RocksDB
+        stores of the built-in operators, checkpoint format v1 and v2."""
+        provider = self.provider
+        rows = self._file_metadata_rows()  # None: some operator has transformWithState's metadata
+        possible = provider in PROVIDERS and self.format_version in (1, 2) and rows is not None and all(
+            r["operatorProperties"] in (None, "") for r in rows)
         if self._jvm is False and not possible:
-            raise ReaderError(f"{self.path}: only HDFS-backed stores of the built-in operators are read without "
-                              f"Spark; this checkpoint's store is {provider.rsplit('.', 1)[-1]} (open it with jvm=None)")
+            raise ReaderError(f"{self.path}: only HDFS-backed and RocksDB stores of the built-in operators are read "
+                              f"without Spark; this checkpoint's store is {provider.rsplit('.', 1)[-1]}"
+                              f"{' with transformWithState' if provider in PROVIDERS else ''} (open it with jvm=None)")
         return possible and self._jvm is not True
 
     def _file_metadata_rows(self) -> list[dict[str, Any]] | None:
@@ -449,8 +459,9 @@ class SparkCheckpointReader(SnapshotReader):
         if self.jvm_free and not extra:
             parts = sorted(query.key_groups) if query.key_groups is not None else op["num_partitions"]
             try:
-                t = hdfs_state_table(self.path, op["operator_id"], parts, self.batch_id,
-                                     st["options"].get("storeName", "default"))
+                t = state_table(self.path, op["operator_id"], parts, self.batch_id,
+                                st["options"].get("storeName", "default"), self.provider, self.format_version,
+                                None if op.get("discovered") else op["spark_operator"].startswith("sessionWindow"))
             except SnapshotFormatError as exc:
                 if self._jvm is False:
                     raise
