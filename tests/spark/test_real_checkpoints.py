@@ -340,3 +340,23 @@ def test_flat_state_has_one_column_per_value_field():
     assert {k: list(v) for k, v in zip(df["key"], df[df.columns[-7:]].itertuples(index=False))} == exp
     join = SparkCheckpointReader(ROOT / "join-inner-hdfs").flat_state(state="left-keyWithIndexToValue")
     assert {"imp_id", "ad_id", "imp_ts_ms", "imp_ts", "matched"} <= set(join.columns)
+
+
+def test_changes_include_transform_with_state_timers(spark):
+    """Timers' change feed (Spark's own throws): replaying it from the first batch gives the expected timers."""
+    name = "tws-rows"
+    ch = explorer.changes(ROOT / name)
+    timers = ch[ch["state"] == "$eventTimers_keyToTimestamp"]
+    assert len(timers) and set(timers["change_type"]) == {"update", "delete"} and ch.attrs["notes"] == []
+    live: set = set()
+    for r in timers.itertuples(index=False):
+        item = (_key(r.key), int(r.value))
+        if r.change_type == "update":
+            live.add(item)
+        else:
+            live.remove(item)
+    store = next(s for o in _doc(name)["operators"] for s in o["stores"] if s["kind"] == "event_timer")
+    assert live == {(_key(r["key"]), r["expires_at_ms"]) for r in store["rows"]}
+    assert (timers["expires_at"].astype("int64") // 1_000_000 == timers["value"]).all()
+    one = timers["key"].iloc[0]
+    assert set(explorer.changes(ROOT / name, key=one, state="$eventTimers_keyToTimestamp")["key"]) == {one}

@@ -677,16 +677,15 @@ class SparkCheckpointReader(SnapshotReader):
         """What changed in ``state`` between two batches (Spark's change feed): one row per change.
 
         Columns: ``batch_id, change_type, key, key_group, user_key, value, expires_at``.
-        Needs changelog checkpointing (on in :func:`explorer.spark.get_spark`).
+        Needs changelog checkpointing (on in :func:`explorer.spark.get_spark`). Timers of transformWithState
+        (whose change feed Spark's reader cannot read: it throws a ClassCastException in PySpark 4.3) come from
+        the registered timers of each batch and the one before it: ``update`` a timer registered in that
+        batch, ``delete`` one that fired or was deleted.
         """
         op, st = self._find(state, operator)
-        if st["kind"] in ("event_timer", "processing_timer"):
-            raise ReaderError(
-                f"{self.path}: the change feed of registered timers ({state!r}) cannot be read with PySpark 4.3 "
-                "(Spark's reader throws a ClassCastException); compare the timers of two batches instead: "
-                "reader.at_batch(a) and reader.at_batch(b)"
-            )
         end = self.batch_id if end_batch_id is None else int(end_batch_id)
+        if st["kind"] in ("event_timer", "processing_timer"):
+            return self._timer_changes(op, st, int(start_batch_id), end)
         extra = {"readChangeFeed": "true", "changeStartBatchId": int(start_batch_id), "changeEndBatchId": end}
         opts = {k: v for k, v in st["options"].items()}
         where = f"the change feed of {state!r} ({start_batch_id}..{end}) in {self.path}"
@@ -708,7 +707,42 @@ class SparkCheckpointReader(SnapshotReader):
         out["value"] = value.to_pylist()
         out["expires_at"] = (pd.to_datetime(expires.to_numpy(zero_copy_only=False), unit="ms", utc=True)
                              if expires is not None else pd.NaT)
-        return pd.DataFrame(out).sort_values(["batch_id", "key_group"], kind="stable").reset_index(drop=True)
+        df = pd.DataFrame(out)
+        df["expires_at"] = pd.to_datetime(df["expires_at"], utc=True)  # NaT too: one dtype with the timers'
+        return df.sort_values(["batch_id", "key_group"], kind="stable").reset_index(drop=True)
+
+    def _timer_changes(self, op, st, start: int, end: int) -> pd.DataFrame:
+        """The change feed of a timer state, from the registered timers of consecutive batches."""
+        cols = ["batch_id", "change_type", "key", "key_group", "user_key", "value", "expires_at"]
+        query = KeyedStateQuery(operators=frozenset([op["operator"]]), states=frozenset([st["state"]]))
+
+        def timers(batch: int) -> dict[tuple, dict[str, Any]]:
+            if batch < self.committed[0]:
+                return {}
+            if batch not in self.committed:
+                raise ReaderError(f"{self.path}: the timer changes of batch {batch + 1} need batch {batch}, which "
+                                  f"is not committed (committed: {self.committed[0]}..{self.committed[-1]})")
+            at = self.at_batch(batch)
+            out = {}
+            for piece in at._pieces_of(op, st, query):
+                for r in piece.select(["key", "key_group", "value", "expires_at"]).to_pylist():
+                    out[(key_leaves(r["key"]), r["value"])] = r
+            return out
+
+        rows = []
+        before = timers(start - 1)
+        for b in range(start, end + 1):
+            now = timers(b)
+            for k in now.keys() - before.keys():
+                rows.append({"batch_id": b, "change_type": "update", **now[k]})
+            for k in before.keys() - now.keys():
+                rows.append({"batch_id": b, "change_type": "delete", **before[k]})
+            before = now
+        df = pd.DataFrame(rows, columns=cols)
+        df["user_key"] = None
+        df["batch_id"] = df["batch_id"].astype("int64")
+        df["expires_at"] = pd.to_datetime(df["expires_at"], utc=True)
+        return df.sort_values(["batch_id", "key_group", "change_type"], kind="stable").reset_index(drop=True)
 
     def read_snapshot(self, state: str, snapshot_start_batch_id: int, partition: int,
                       operator: str | None = None) -> pa.Table:
