@@ -83,6 +83,7 @@ from ...spark.session import get_spark, log_path, root_cause
 from ..base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
+    OPERATOR_STATE_COLUMNS,
     STATE_COLUMNS,
     SUBTASK_COLUMNS,
     TIMESTAMP,
@@ -360,32 +361,68 @@ class SparkCheckpointReader(SnapshotReader):
     def _is_bucket_layout(self, op: dict[str, Any]) -> bool:
         return any(v.get("stateName") == STATE_NAME for v in op["variables"])
 
+    def _bucket_values(self, op: dict[str, Any]) -> list[tuple[int, Any, dict]]:
+        """The adapter's stored bucket values of one operator: ``(partition, bucket, value)``, read once."""
+        cache = self.__dict__.setdefault("_bucket_value_cache", {})
+        if op["operator_id"] not in cache:
+            where = f"state {STATE_NAME!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
+            try:
+                t = self._frame(op, {"stateVarName": STATE_NAME}).toArrow()
+            except Exception as exc:
+                raise ReaderError(f"reading {where} through Spark's state data source failed: {_short(exc)}") from exc
+            parts = t.column("partition_id").to_pylist()
+            buckets = _unwrap(t.column("key").combine_chunks()).to_pylist()
+            values = t.column("value").to_pylist()
+            cache[op["operator_id"]] = [(int(p), b, v) for p, b, v in zip(parts, buckets, values) if v is not None]
+        return cache[op["operator_id"]]
+
+    @staticmethod
+    def _bucket_row(value: dict) -> tuple:
+        return (value.get("format"), value.get("version"), value.get("buckets"),
+                [(x["name"], x["kind"], x["ttl_ms"], x["data"]) for x in value.get("tables") or []])
+
     def _bucket_tables(self, op: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """The adapter's bucket values of one operator, decoded: ``state -> {kind, ttl_ms, pieces}``."""
         cache = self.__dict__.setdefault("_bucket_cache", {})
         if op["operator_id"] in cache:
             return cache[op["operator_id"]]
         where = f"state {STATE_NAME!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
-        try:
-            t = self._frame(op, {"stateVarName": STATE_NAME}).toArrow()
-        except Exception as exc:
-            raise ReaderError(f"reading {where} through Spark's state data source failed: {_short(exc)}") from exc
         out: dict[str, dict[str, Any]] = {}
-        parts = t.column("partition_id").to_pylist()
-        buckets = _unwrap(t.column("key").combine_chunks()).to_pylist()
-        values = t.column("value").to_pylist()
-        for part, bucket, value in zip(parts, buckets, values):
-            if value is None:
-                continue
-            row = (value.get("format"), value.get("version"), value.get("buckets"),
-                   [(x["name"], x["kind"], x["ttl_ms"], x["data"]) for x in value.get("tables") or []])
-            for name, (kind, ttl_ms, table) in decode_tables(row, f"{where}, bucket {bucket}").items():
+        for part, bucket, value in self._bucket_values(op):
+            for name, (kind, ttl_ms, table) in decode_tables(self._bucket_row(value),
+                                                             f"{where}, bucket {bucket}").items():
                 if name == TIMERS:
                     name = "event_timers" if kind == "event_timer" else "processing_timers"
                 e = out.setdefault(name, {"kind": kind, "ttl_ms": ttl_ms, "pieces": []})
                 e["pieces"].append((int(part), table))
         cache[op["operator_id"]] = out
         return out
+
+    def operator_state(self) -> pd.DataFrame:
+        """Broadcast state of pipelines run with the adapter's bucket layout (``mode`` ``BROADCAST``): every
+        bucket keeps its own copy, as every Flink subtask does; shown once per Spark partition (``subtask``),
+        with a note if copies within a partition differ."""
+        rows = []
+        for op in self._operators:
+            if not (op["variables"] and self._is_bucket_layout(op)):
+                continue
+            where = f"state {STATE_NAME!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
+            seen: dict[tuple, str] = {}
+            for part, bucket, value in self._bucket_values(op):
+                tables = decode_tables(self._bucket_row(value), f"{where}, bucket {bucket}", broadcast=True)
+                for name, (_kind, _ttl, table) in tables.items():
+                    for uk, v in zip(table.column("user_key").to_pylist(), table.column("value").to_pylist()):
+                        ident = (name, part, repr(uk))
+                        if ident in seen:
+                            if seen[ident] != repr(v):
+                                self.notes.append(f"{where}: broadcast state {name!r} differs between the buckets of "
+                                                  f"partition {part} at key {uk!r}")
+                            continue
+                        seen[ident] = repr(v)
+                        rows.append({"operator": op["operator"], "state": name, "mode": "BROADCAST",
+                                     "subtask": part, "user_key": uk, "value": v,
+                                     "size_bytes": len(repr(uk)) + len(repr(v))})
+        return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))
 
     def _states_of(self, op: dict[str, Any]) -> list[dict[str, Any]]:
         """(state, kind, how to read it) for one operator."""
