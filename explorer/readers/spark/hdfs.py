@@ -29,6 +29,7 @@ from pathlib import Path
 
 
 import cramjam
+import numpy as np
 import xxhash
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
@@ -120,38 +121,34 @@ def store_dir(ckpt: Path, op: int, part: int, store: str) -> Path:
     return d if store == "default" else d / store
 
 
-def records(data: bytes, where: str, rows: dict[bytes, bytes | None], keep_deletes: bool = False) -> None:
-    """Apply a stream of ``int key size, key, int value size (-1: removed), value`` records to ``rows``; a key
-    size of -1 ends it (HDFS-backed deltas and snapshots, RocksDB changelogs of version 1). ``keep_deletes``:
-    a removed key is kept as None (to replay later) instead of dropped."""
-    i = 0
-    n = len(data)
-    unpack = struct.unpack_from
-    while True:
-        if i + 4 > n:
-            raise SnapshotCorruptError(f"{where}: the record stream ends at byte {i} without its end mark")
-        (ks,) = unpack(">i", data, i)
-        i += 4
-        if ks == -1:
-            return
-        if ks < 0 or i + ks + 4 > n:
-            raise SnapshotCorruptError(f"{where}: a record at byte {i - 4} has key size {ks}, the stream has "
-                                       f"{n - i} bytes left")
-        key = data[i:i + ks]
-        i += ks
-        (vs,) = unpack(">i", data, i)
-        i += 4
-        if vs < 0:
-            if keep_deletes:
-                rows[key] = None
-            else:
-                rows.pop(key, None)
+def records(data: bytes, where: str, rows: dict[bytes, bytes | None], keep_deletes: bool = False,
+            start: int = 0) -> None:
+    """Apply a stream of ``int key size, key, int value size (-1: removed), value`` records (from byte
+    ``start``) to ``rows``; a key size of -1 ends it (HDFS-backed deltas and snapshots, RocksDB changelogs of
+    version 1). ``keep_deletes``: a removed key is kept as None (to replay later) instead of dropped.
+    Where the records are is found by a numba walk (:mod:`.kernels`); the dict is filled in bulk."""
+    from . import kernels
+
+    buf = np.frombuffer(data, np.uint8)
+    count, code, at = kernels.count_records(buf, start)
+    if code == kernels.CUT:
+        raise SnapshotCorruptError(f"{where}: the record stream ends at byte {at} without its end mark")
+    if code != kernels.OK:
+        raise SnapshotCorruptError(f"{where}: the record at byte {at} has a size that runs past the end of the "
+                                   f"stream ({len(data)} bytes) or is negative")
+    koff, klen, voff, vlen = (np.empty(count, np.int64) for _ in range(4))
+    kernels.fill_records(buf, start, koff, klen, voff, vlen)
+    keys = [data[a:a + n] for a, n in zip(koff.tolist(), klen.tolist())]
+    vals = [data[a:a + n] if n >= 0 else None for a, n in zip(voff.tolist(), vlen.tolist())]
+    prev = 0
+    for d in np.flatnonzero(vlen < 0).tolist():  # removals: applied in their place among the puts
+        rows.update(zip(keys[prev:d], vals[prev:d]))
+        if keep_deletes:
+            rows[keys[d]] = None
         else:
-            if i + vs > n:
-                raise SnapshotCorruptError(f"{where}: a record's value at byte {i} has size {vs}, the stream has "
-                                           f"{n - i} bytes left")
-            rows[key] = data[i:i + vs]
-            i += vs
+            rows.pop(keys[d], None)
+        prev = d + 1
+    rows.update(zip(keys[prev:], vals[prev:]))
 
 
 def read_hdfs_store(ckpt: Path, op: int, part: int, version: int, store: str = "default") -> dict[bytes, bytes]:

@@ -39,6 +39,7 @@ import zlib
 from pathlib import Path
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
+from ...format.sst.columns import Unsupported, column_families, read_column_family
 from ...format.sst.instance import read_instance
 from .hdfs import lz4_block_stream, records, store_dir
 from .layout import verified_bytes
@@ -81,7 +82,7 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise SnapshotCorruptError(f"{where}: expected the changelog's lineage as JSON, found {text[:80]!r}") from exc
     if version in (1, 3):
-        records(data[pos:], where, rows, keep_deletes)
+        records(data, where, rows, keep_deletes, start=pos)
         return lineage
     n = len(data)
     unpack = struct.unpack_from
@@ -154,10 +155,19 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None]) -> None:
         if not sst.is_file():
             raise SnapshotFormatError(f"{where}: names SST file {name}, which is not in {f.parent / 'SSTs'}")
         ssts.append((str(sst), verified_bytes(sst)))
-    cfs, _stats = read_instance(ssts)
     rows.clear()
-    for cf in cfs.values():
-        rows.update(zip(cf.keys, cf.values))
+    try:  # column-wise (numba), the visible entries as byte ranges
+        by_cf, _stats = column_families(ssts)
+        for files in by_cf.values():
+            values, kbuf, ks, ke, vs, ve, _merged = read_column_family(files)
+            kb, vb = kbuf.tobytes(), values.tobytes()
+            rows.update(zip([kb[a:b] for a, b in zip(ks.tolist(), ke.tolist())],
+                            [vb[a:b] for a, b in zip(vs.tolist(), ve.tolist())]))
+    except Unsupported:  # what the column-wise reader leaves out: entry by entry
+        rows.clear()
+        cfs, _stats = read_instance(ssts)
+        for cf in cfs.values():
+            rows.update(zip(cf.keys, cf.values))
 
 
 def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str = "default",

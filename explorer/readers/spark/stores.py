@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
@@ -39,16 +38,6 @@ def state_unique_ids(ckpt: Path, batch_id: int, op: int) -> list[list[str]] | No
     return None if ids is None else [list(p) for p in ids]
 
 
-def _check_version_byte(rows: list[bytes], where: str, what: str) -> None:
-    if not rows:
-        return
-    first = np.frombuffer(b"".join(r[:1] for r in rows), np.uint8)
-    if len(first) != len(rows) or (first != ENCODING_VERSION).any():
-        bad = next((r[:1] for r in rows if r[:1] != bytes([ENCODING_VERSION])), b"")
-        raise SnapshotCorruptError(f"{where}: a {what} starts with encoding version {bad!r}, expected "
-                                   f"{ENCODING_VERSION} (an UnsafeRow of the built-in operators' RocksDB layout)")
-
-
 def _prefix_split(keys: list[bytes], where: str) -> tuple[list[bytes], list[bytes]] | None:
     """Keys of the prefix-scan layout (session windows: the grouping key, then the session's start), each a
     little-endian int32 length, the prefix's version byte and row, then the rest's; None if a key is not."""
@@ -66,7 +55,7 @@ def _prefix_split(keys: list[bytes], where: str) -> tuple[list[bytes], list[byte
 
 def _decode_keys(keys: list[bytes], schema: dict, where: str, skip: int, prefix_scan: bool) -> pa.StructArray:
     if not prefix_scan:
-        return decode_rows(keys, schema, f"{where}: key", skip)
+        return decode_rows(keys, schema, f"{where}: key", skip, ENCODING_VERSION if skip else None)
     split = _prefix_split(keys, where)
     if split is None:
         raise SnapshotCorruptError(f"{where}: the keys are neither version byte + UnsafeRow nor the prefix-scan "
@@ -105,17 +94,13 @@ def state_table(ckpt: Path, op: int, partitions: int | list[int], batch_id: int,
         values += rows.values()
     skip, prefix_scan = 0, False
     if provider == ROCKSDB:
-        where_p = f"{where} (RocksDB store)"
         # session windows keep their keys in the prefix-scan layout (grouping key, then the session's start)
         prefix_scan = len(key_schema["fields"]) > 1 and (
             session_window if session_window is not None
             else any(k[:1] != bytes([ENCODING_VERSION]) for k in keys[:64]))
-        if not prefix_scan:
-            _check_version_byte(keys, where_p, "key")
-        _check_version_byte(values, where_p, "value")
         skip = 1
     return pa.table({
         "partition_id": pa.array(parts, pa.int32()),
         "key": _decode_keys(keys, key_schema, where, skip, prefix_scan),
-        "value": decode_rows(values, value_schema, f"{where}: value", skip),
+        "value": decode_rows(values, value_schema, f"{where}: value", skip, ENCODING_VERSION if skip else None),
     })

@@ -148,9 +148,11 @@ def _max_header(schema: dict) -> int:
     return max([own] + [_max_header(f["type"]) for f in schema["fields"] if isinstance(f["type"], dict)])
 
 
-def decode_rows(rows: list[bytes], schema: dict, where: str, skip: int = 0) -> pa.StructArray:
+def decode_rows(rows: list[bytes], schema: dict, where: str, skip: int = 0,
+                lead: int | None = None) -> pa.StructArray:
     """``rows`` (``UnsafeRow`` bytes, each after ``skip`` leading bytes) as one Arrow struct array of ``schema``
-    (Spark's JSON of a struct type)."""
+    (Spark's JSON of a struct type). ``lead``: the value the first leading byte must have (an encoding
+    version), checked for every row."""
     t = arrow_type(schema, where)
     n = len(rows)
     lens = np.fromiter(map(len, rows), np.int64, n)
@@ -158,4 +160,14 @@ def decode_rows(rows: list[bytes], schema: dict, where: str, skip: int = 0) -> p
     starts = ends - lens + skip
     pad = _max_header(schema)
     buf = np.frombuffer(b"".join(rows) + bytes(pad), np.uint8)
+    if skip and n:
+        short = lens < skip
+        if short.any():
+            raise SnapshotCorruptError(f"{where}: row {int(np.flatnonzero(short)[0])} has fewer than {skip} bytes")
+        if lead is not None:
+            bad = buf[starts - skip] != lead
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise SnapshotCorruptError(f"{where}: row {i} starts with encoding version {int(buf[starts[i] - skip])}, "
+                                           f"expected {lead}")
     return _struct(buf, starts, ends, np.ones(n, bool), schema, t, where)
