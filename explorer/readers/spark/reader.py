@@ -4,9 +4,11 @@ A streaming checkpoint directory holds ``metadata`` (the query id),
 ``offsets/<batch>`` (what each micro-batch read, with the batch's timestamp,
 watermark and the SQL settings frozen at the first batch), ``commits/<batch>``
 (batches that finished) and ``state/<operator>/<partition>/`` (the state
-stores). This reader does not decode RocksDB files itself: it asks Spark
-(``format("state-metadata")`` and ``format("statestore")``) and maps the
-answer onto the explorer's contract:
+stores). The stores of the built-in operators (HDFS-backed and RocksDB, checkpoint
+format v1 and v2) are read from their files without a JVM (:mod:`.stores`);
+``transformWithState`` and the rest are read through Spark
+(``format("state-metadata")`` and ``format("statestore")``). Either way the
+answer is mapped onto the explorer's contract:
 
 =======================  ===================================================
 contract                 Spark
@@ -35,11 +37,12 @@ format version (v2: ``stateUniqueIds`` in ``commits/``, ``<v>_<uuid>`` files; th
 session is set to it, Spark does not detect it), operators without ``_metadata``
 (Spark 3.x: found from ``state/<op>/`` and noted), a copy whose metadata names
 another folder's schema files (read through a folder pointing at the copy's own),
-a missing partition folder (an error naming it, never fewer rows). HDFS-backed
-stores of built-in operators are read from their files without a JVM
-(:mod:`.hdfs`; ``jvm=True`` forces Spark's data source, ``jvm=False`` the files).
-Aggregation buffers repeat names (``count, sum, count``), which ``toArrow()``
-refuses: they are renamed by position (``count_2``) before.
+a missing partition folder (an error naming it, never fewer rows). Stores of the
+built-in operators are read from their files without a JVM (:mod:`.stores`, every
+checksum the files carry verified; ``jvm=True`` forces Spark's data source,
+``jvm=False`` the files). Aggregation buffers repeat names (``count, sum, count``),
+which ``toArrow()`` refuses: they are renamed by position (``count_2``) before; the
+query's aliases are not in the checkpoint (a note says so).
 
 Queries of the adapter's bucket layout (:mod:`explorer.spark.buckets`) keep all
 keys' state in one Spark value per bucket (``__explorer_buckets``); this reader
@@ -57,7 +60,7 @@ Gaps of Spark's state reader in PySpark 4.3, worked around here:
   cannot be read by name: timers are read with ``readRegisteredTimers``, TTL from
   the values' ``ttlExpirationMs``;
 * the change feed of registered timers throws inside Spark: :meth:`changes`
-  refuses it with a message (compare two batches' timers instead);
+  compares each batch's registered timers with the batch before instead;
 * ``snapshotStartBatchId`` works only for batches whose snapshot (``<v>.zip``)
   exists: :meth:`snapshot_batches` lists them and other ids are refused clearly.
 """
@@ -119,6 +122,12 @@ def _short(exc: BaseException) -> str:
 
 
 _FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+#: why an aggregation's value fields are named count, sum, count_2 ... and not after the query's aliases
+_BUFFER_NOTE = (
+    "values of {operator} are Spark's aggregation buffers: one field per slot of each aggregate's buffer, named "
+    "by Spark after the function (count, sum, min, max; avg keeps a sum and a count), repeats numbered in the "
+    "query's order (count_2, sum_2, ...); the query's aliases (.alias('n')) are not in the checkpoint's "
+    "metadata, so they cannot be shown")
 _HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
@@ -356,6 +365,8 @@ class SparkCheckpointReader(SnapshotReader):
         for o in by_id.values():
             n = o["spark_operator"]
             o["operator"] = n if names.count(n) == 1 else f"{n}-{o['operator_id']}"
+            if n.lower().startswith(("statestoresave", "sessionwindowstatestoresave")):
+                self.notes.append(_BUFFER_NOTE.format(operator=o["operator"]))
         return [by_id[k] for k in sorted(by_id)]
 
     def _is_bucket_layout(self, op: dict[str, Any]) -> bool:
