@@ -162,3 +162,19 @@ def test_a_row_pointing_outside_itself_is_an_error():
     schema = {"type": "struct", "fields": [{"name": "s", "type": "string"}]}
     with pytest.raises(SnapshotCorruptError, match=r"'s' of row 0 points at bytes 16\.\.416 outside its row of 24"):
         decode_rows([bytes(row)], schema, "test")
+
+
+def test_other_encodings_are_left_to_spark(tmp_path):
+    """Row checksums, Avro values or another codec: not read from the files (Spark's data source reads them)."""
+    from explorer.errors import ReaderError
+    from explorer.readers.spark import SparkCheckpointReader
+
+    path = _copy(tmp_path, "agg-rocksdb")
+    f = path / "offsets" / "0"
+    f.write_text(f.read_text().replace('"spark.sql.streaming.stateStore.rowChecksum.enabled":"false"',
+                                       '"spark.sql.streaming.stateStore.rowChecksum.enabled":"true"'))
+    (path / "offsets" / ".0.crc").unlink(missing_ok=True)
+    assert SparkCheckpointReader(path, batch_id=0).jvm_free is False
+    with pytest.raises(ReaderError, match="rowChecksum.enabled=true"):
+        SparkCheckpointReader(path, batch_id=0, jvm=False).jvm_free
+    assert SparkCheckpointReader(ROOT / "agg-rocksdb").jvm_free is True

@@ -271,13 +271,21 @@ class SparkCheckpointReader(SnapshotReader):
         """Whether state is read from the store files without Spark (:mod:`.stores`): HDFS-backed and RocksDB
         stores of the built-in operators, checkpoint format v1 and v2."""
         provider = self.provider
+        conf = self.sql_conf
+        # encodings the files are read in: UnsafeRow values without row checksums, Spark's lz4 codec
+        other = {k: conf[k] for k, ok in (("spark.sql.streaming.stateStore.encodingFormat", "unsaferow"),
+                                          ("spark.sql.streaming.stateStore.rowChecksum.enabled", "false"),
+                                          ("spark.sql.streaming.stateStore.compression.codec", "lz4"))
+                 if conf.get(k, ok).lower() != ok}
         rows = self._file_metadata_rows()  # None: some operator has transformWithState's metadata
-        possible = provider in PROVIDERS and self.format_version in (1, 2) and rows is not None and all(
+        possible = provider in PROVIDERS and self.format_version in (1, 2) and not other and rows is not None and all(
             r["operatorProperties"] in (None, "") for r in rows)
         if self._jvm is False and not possible:
-            raise ReaderError(f"{self.path}: only HDFS-backed and RocksDB stores of the built-in operators are read "
-                              f"without Spark; this checkpoint's store is {provider.rsplit('.', 1)[-1]}"
-                              f"{' with transformWithState' if provider in PROVIDERS else ''} (open it with jvm=None)")
+            raise ReaderError(f"{self.path}: only HDFS-backed and RocksDB stores of the built-in operators (UnsafeRow "
+                              f"encoding, lz4) are read without Spark; this checkpoint's store is "
+                              f"{provider.rsplit('.', 1)[-1]}"
+                              f"{' with transformWithState' if provider in PROVIDERS and rows is None else ''}"
+                              f"{''.join(f', {k}={v}' for k, v in other.items())} (open it with jvm=None)")
         return possible and self._jvm is not True
 
     def _file_metadata_rows(self) -> list[dict[str, Any]] | None:
