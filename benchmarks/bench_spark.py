@@ -40,18 +40,20 @@ micro-batches after the first ("steady").
 
 Reading state back (``--read``, issue 17): one aggregation
 (``groupBy(key).agg(count, sum, avg)``, buffer names repeat) over ``--read-rows``
-distinct keys (1 M by default) on the HDFS-backed store, then every read path
-in the same run, each timed for its first row and for the whole state:
+distinct keys (1 M by default), written three times: HDFS-backed store, RocksDB with
+changelog checkpointing (``.changelog`` files), RocksDB without (``.zip`` + SST files);
+then every read path in the same run, each timed for its first row and for the whole state:
 
 ``spark_datasource_to_pandas``
     Spark's ``statestore`` data source, ``toPandas()`` (first row:
-    ``toLocalIterator()``), as a user would without the explorer;
+    ``toLocalIterator()``), as a user would without the explorer (HDFS-backed checkpoint);
 ``explorer_datasource``
     ``explorer.open(path, jvm=True).keyed_state()``: the same data source through Arrow
     into the contract columns (first row: the first piece of ``keyed_pieces``);
-``explorer_jvm_free``
-    ``explorer.open(path, jvm=False).keyed_state()``: the store's ``.delta`` files
-    decoded in Python (:mod:`explorer.readers.spark.hdfs`), no JVM.
+``explorer_jvm_free_hdfs`` / ``_rocksdb_changelog`` / ``_rocksdb_zip``
+    ``explorer.open(path, jvm=False).keyed_state()`` in a fresh Python process (no JVM
+    there): the store files decoded in Python (:mod:`explorer.readers.spark.stores`),
+    with CPU seconds (comparable under load).
 
 The JVM's start is timed apart (``jvm_start_s``). The result goes into the
 ``read`` section of the same ``spark.json``, the other sections kept.
@@ -252,17 +254,31 @@ def _run_path(spark, path: str, in_dir: Path, work: Path, timeout_s: float) -> d
     return out
 
 
-def make_state(spark, work: Path, keys: int) -> Path:
-    """A checkpoint whose one aggregation holds ``keys`` keys (HDFS-backed store, one micro-batch)."""
+_PROVIDERS = {
+    "hdfs": ("org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider", None),
+    "rocksdb_changelog": ("org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider", "true"),
+    "rocksdb_zip": ("org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider", "false"),
+}
+_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
+def make_state(spark, work: Path, keys: int, store: str = "hdfs") -> Path:
+    """A checkpoint whose one aggregation holds ``keys`` keys (one micro-batch) in ``store``: the HDFS-backed
+    store, or RocksDB with changelog checkpointing on (``<v>.changelog``) or off (``<v>.zip`` + SST files)."""
     from pyspark.sql import functions as F
 
     src = work / "read-input"
-    spark.range(keys).select(F.format_string("k%08d", "id").alias("key"), (F.col("id") % 1000).alias("x")) \
-        .write.parquet(str(src))
-    ckpt = work / "read-ckpt"
-    prev = spark.conf.get("spark.sql.streaming.stateStore.providerClass")
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass",
-                   "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+    if not src.exists():
+        spark.range(keys).select(F.format_string("k%08d", "id").alias("key"), (F.col("id") % 1000).alias("x")) \
+            .write.parquet(str(src))
+    ckpt = work / f"read-ckpt-{store}"
+    if (ckpt / "commits" / "0").is_file():  # kept from an earlier run (--read-keep)
+        return ckpt
+    provider, changelog = _PROVIDERS[store]
+    prev = {k: spark.conf.get(k, None) for k in ("spark.sql.streaming.stateStore.providerClass", _CHANGELOG)}
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+    if changelog is not None:
+        spark.conf.set(_CHANGELOG, changelog)
     try:
         df = spark.readStream.schema("key string, x long").parquet(str(src))
         q = (df.groupBy("key").agg(F.count("*").alias("n"), F.sum("x").alias("total"), F.avg("x").alias("mean"))
@@ -270,8 +286,39 @@ def make_state(spark, work: Path, keys: int) -> Path:
              .trigger(availableNow=True).start())
         q.awaitTermination()
     finally:
-        spark.conf.set("spark.sql.streaming.stateStore.providerClass", prev)
+        for k, v in prev.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
     return ckpt
+
+
+_FRESH = """
+import json, sys, time
+t0 = time.perf_counter(); c0 = time.process_time()
+import explorer
+from explorer.readers.base import KeyedStateQuery
+t_import = time.perf_counter()
+first = next(explorer.open(sys.argv[1], jvm=False).reader.keyed_pieces(KeyedStateQuery()))
+t1 = time.perf_counter()
+df = explorer.open(sys.argv[1], jvm=False).keyed_state()
+t2 = time.perf_counter(); c2 = time.process_time()
+from pyspark import SparkContext
+print(json.dumps({"first_s": t1 - t0, "import_s": t_import - t0, "all_s": t2 - t1, "rows": len(df), "cpu_s": c2 - c0,
+                  "jvm": SparkContext._active_spark_context is not None}))
+"""
+
+
+def jvm_free_fresh(ckpt: Path) -> dict:
+    """The JVM-free path in a fresh Python process (imports included in the first row, no JVM there)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _FRESH, str(ckpt)], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not r["jvm"], "the JVM-free path started a JVM"
+    return r
 
 
 def _timed(fn) -> tuple[float, object]:
@@ -280,8 +327,10 @@ def _timed(fn) -> tuple[float, object]:
     return time.perf_counter() - t, out
 
 
-def read_paths(spark, ckpt: Path) -> dict:
-    """Time to first row and rows/s of every read path over the same checkpoint."""
+def read_paths(spark, ckpts: dict[str, Path]) -> dict:
+    """Time to first row and rows/s of every read path: Spark's data source and the explorer through it over
+    the HDFS-backed checkpoint, the JVM-free path over each store's checkpoint (the same state)."""
+    ckpt = ckpts["hdfs"]
     import explorer
     from explorer.readers.base import KeyedStateQuery
 
@@ -316,16 +365,24 @@ def read_paths(spark, ckpt: Path) -> dict:
         "what": "explorer.open(path, jvm=True).keyed_state(): the data source through Arrow into the contract columns",
     }
     del df
-    first_s, _ = _timed(lambda: next(explorer.open(ckpt, jvm=False).reader.keyed_pieces(KeyedStateQuery())))
-    all_s, df = _timed(lambda: explorer.open(ckpt, jvm=False).keyed_state())
-    out["explorer_jvm_free"] = {
-        "time_to_first_row_s": {"value": round(first_s, 3), "unit": "s"},
-        "wall_s": {"value": round(all_s, 3), "unit": "s"},
-        "rows": len(df), "rows_per_s": {"value": round(len(df) / all_s), "unit": "rows/s"},
-        "what": "explorer.open(path, jvm=False).keyed_state(): the .delta files decoded in Python "
-                "(LZ4 block stream, UnsafeRow), no JVM needed (it is running here for the other paths)",
-    }
+    for store, path in ckpts.items():
+        r = jvm_free_fresh(path)
+        out[f"explorer_jvm_free_{store}"] = {
+            "time_to_first_row_s": {"value": round(r["first_s"], 3), "unit": "s"},
+            "import_s": {"value": round(r["import_s"], 3), "unit": "s",
+                         "what": "of which importing explorer (pandas, pyarrow, numba ...)"},
+            "wall_s": {"value": round(r["all_s"], 3), "unit": "s"},
+            "rows": r["rows"], "rows_per_s": {"value": round(r["rows"] / r["all_s"]), "unit": "rows/s"},
+            "cpu_s": {"value": round(r["cpu_s"], 2), "unit": "s",
+                      "what": "CPU seconds of the whole process (imports, first piece and the full read)"},
+            "what": f"explorer.open(path, jvm=False).keyed_state() in a fresh process, no JVM: {_WHAT[store]}",
+        }
     return out
+
+
+_WHAT = {"hdfs": "the HDFS-backed store's .delta files (lz4 block stream, UnsafeRow decoded column-wise)",
+         "rocksdb_changelog": "the RocksDB store's .changelog files (lz4 block stream of records)",
+         "rocksdb_zip": "the RocksDB store's checkpoint zip and its SST files (pure-Python SST reader)"}
 
 
 def main_read(args, argv) -> int:
@@ -333,13 +390,16 @@ def main_read(args, argv) -> int:
 
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     jvm_s, spark = _timed(get_spark)
-    work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
+    work = Path(args.read_keep) if args.read_keep else Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
+    work.mkdir(parents=True, exist_ok=True)
     try:
-        make_s, ckpt = _timed(lambda: make_state(spark, work, args.read_rows))
-        state_bytes = sum(f.stat().st_size for f in (ckpt / "state").rglob("*") if f.is_file())
-        results = read_paths(spark, ckpt)
+        make_s, ckpts = _timed(lambda: {s: make_state(spark, work, args.read_rows, s) for s in _PROVIDERS})
+        state_bytes = {s: sum(f.stat().st_size for f in (c / "state").rglob("*") if f.is_file())
+                       for s, c in ckpts.items()}
+        results = read_paths(spark, ckpts)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.read_keep:
+            shutil.rmtree(work, ignore_errors=True)
     for name, r in results.items():
         print(f"{name:28s} first row {r['time_to_first_row_s']['value']:>8} s   "
               f"{r['rows_per_s']['value']:>10} rows/s   ({r['rows']} rows, {r['wall_s']['value']} s)", flush=True)
@@ -353,14 +413,18 @@ def main_read(args, argv) -> int:
                     "load_average_at_start": load_at_start,
                     "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
         "workload": {"state_rows": args.read_rows, "operator": "groupBy(key).agg(count, sum, avg)",
-                     "provider": "HDFSBackedStateStoreProvider", "shuffle_partitions":
+                     "stores": {s: {"provider": p.rsplit(".", 1)[-1], "changelog": c} for s, (p, c) in
+                                _PROVIDERS.items()}, "shuffle_partitions":
                          int(spark.conf.get("spark.sql.shuffle.partitions")),
                      "state_bytes_on_disk": state_bytes, "make_s": round(make_s, 1)},
         "jvm_start_s": {"value": round(jvm_s, 2), "unit": "s",
                         "what": "get_spark() in this process, before any path (every path needs the JVM)"},
         "results": results,
-        "notes": ["times are wall clock on a shared 2-core machine (see the load averages)",
-                  "the JVM-free path needs no JVM at all; its time to first row here excludes none"],
+        "notes": ["times are wall clock on a shared 2-core machine (see the load averages); cpu_s of the "
+                  "JVM-free paths is the figure that compares under load",
+                  "the JVM-free paths run in a fresh Python process each (no JVM there): time to first row "
+                  "includes importing the explorer",
+                  "Spark's data source and the explorer through it read the HDFS-backed checkpoint"],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
@@ -374,6 +438,7 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny input, for CI")
     ap.add_argument("--read", action="store_true", help="time the read paths of a checkpoint's state instead")
     ap.add_argument("--read-rows", type=int, default=1_000_000, help="keys in the state --read reads")
+    ap.add_argument("--read-keep", default="", help="--read: make (or reuse) the checkpoints in this folder")
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--keys", type=int, default=None)
     ap.add_argument("--batches", type=int, default=None)

@@ -5,9 +5,10 @@
 One row per change: ``batch_id, operator, state, change_type`` (``update`` /
 ``delete``), ``key, key_group, user_key, value, expires_at``. Spark checkpoints
 answer it from Spark's change feed (``readChangeFeed``), which needs the
-RocksDB store with changelog checkpointing or the HDFS-backed store; timers have
-no readable change feed in PySpark 4.3 and are left out (with a note in
-``df.attrs["notes"]``).
+RocksDB store with changelog checkpointing or the HDFS-backed store; timers of
+``transformWithState`` (no readable change feed in PySpark 4.3) from the registered
+timers of each batch and the batch before: ``update`` a timer registered, ``delete``
+one that fired or was deleted.
 """
 
 from __future__ import annotations
@@ -45,9 +46,6 @@ def changes(path: str | Path | Any, key: Any = None, from_batch: int | None = No
     states = snap.states
     for r in states.itertuples(index=False):
         if (operator is not None and r.operator != operator) or (state is not None and r.state != state):
-            continue
-        if str(r.kind).endswith("_timer"):
-            notes.append(f"{r.operator}/{r.state}: timers have no readable change feed; compare two batches")
             continue
         df = reader.changes(r.state, start, end, operator=r.operator)
         if key is not None:

@@ -141,3 +141,21 @@ def test_side_outputs_must_be_declared():
     with pytest.raises(JobError, match="side output 'stuck' is not declared"):
         ctx.output("stuck", 2)
     assert ctx.drain_side() == [("illegal", 1)] and ctx.drain_side() == []
+
+
+def test_broadcast_state_is_in_operator_state(pipeline_runs):
+    """fraud's rules, kept by every bucket like every Flink subtask keeps them, read back as broadcast state."""
+    import explorer
+
+    c = pipeline_runs("fraud")
+    (uid, ckpt), = c.run.checkpoints.items()
+    snap = explorer.open(ckpt)
+    ops = snap.operator_state()
+    assert len(ops) and set(ops["mode"]) == {"BROADCAST"} and set(ops["state"]) == {fraud.RULES.name}
+    assert set(ops["subtask"]) <= set(range(snap.operators["parallelism"].iloc[0]))
+    for _, g in ops.groupby("subtask"):  # each partition's copy: both rules, the detector's at version 2
+        assert sorted(g["user_key"]) == sorted(r.name for r in RULES)
+        mine = g[g["user_key"] == fraud.RULE_NAME]["value"].iloc[0]
+        assert mine["version"] == 2 and mine["large_above"] == RULE_V2.large_above
+    assert not snap.notes or all("broadcast" not in n for n in snap.notes)
+    assert set(snap.keyed_state()["state"]) == {"merchants"}  # broadcast state is not keyed state

@@ -252,18 +252,47 @@ def test_spark_errors_name_the_file_and_the_root_cause(spark, tmp_path, capfd):
         f.write_bytes(b"not a changelog")
     for f in (bad / "state" / "0" / "1").glob(".*.crc"):
         f.unlink()
-    with pytest.raises(ReaderError) as info:
-        explorer.open(bad).keyed_state()
+    with pytest.raises(ReaderError) as info:  # through Spark's data source (the files alone: tests below)
+        explorer.open(bad, jvm=True).keyed_state()
     msg = str(info.value)
     assert "\n" not in msg and "An error occurred while calling" not in msg
     assert str(bad) in msg and str(log_path()) in msg
     assert "ERROR" not in capfd.readouterr().err  # the JVM's output went to the log file
 
 
-HDFS = [f for f in FIXTURES if _doc(f)["provider"] == "hdfs"]
+def _jvm_free(name: str) -> bool:
+    from explorer.readers.spark import SparkCheckpointReader
+
+    return SparkCheckpointReader(ROOT / name).jvm_free
 
 
-@pytest.mark.parametrize("name", HDFS)
+#: every fixture of the built-in operators, HDFS-backed and RocksDB, format v1 and v2
+JVM_FREE = [f for f in READABLE if _jvm_free(f)]
+
+
+def test_every_store_of_the_builtin_operators_is_read_without_a_jvm():
+    providers = {_doc(f)["provider"] for f in JVM_FREE}
+    assert providers == {"hdfs", "rocksdb"} and len(JVM_FREE) >= 19
+    assert {_doc(f)["checkpoint_format_version"] for f in JVM_FREE} == {1, 2}
+    assert all(_doc(f)["operators"][0]["stores"][0].get("state_var") is not None for f in READABLE
+               if f not in JVM_FREE)  # only transformWithState goes through Spark
+
+
+@pytest.mark.parametrize("name", JVM_FREE)
+def test_jvm_free_reader_equals_expected(name):
+    """Without any JVM: every state of the built-in operators equals EXPECTED.json."""
+    doc = _doc(name)
+    snap = explorer.open(ROOT / name, jvm=False)
+    df = snap.keyed_state()
+    ops = snap.operators.set_index("operator_id")["operator"].to_dict()
+    for op in doc["operators"]:
+        for store in op["stores"]:
+            rows = df[(df["operator"] == ops[op["operator_id"]]) & (df["state"] == _store_name(store))]
+            assert _compare(store, rows) == [], (name, op["operator_id"], _store_name(store))
+    assert len(df) == sum(len(s["rows"]) for o in doc["operators"] for s in o["stores"])
+
+
+@pytest.mark.parametrize("name", JVM_FREE)
 def test_jvm_free_reader_equals_sparks_data_source_row_for_row(spark, name):
     from explorer.readers.base import KeyedStateQuery
     from explorer.readers.spark import SparkCheckpointReader
@@ -279,7 +308,7 @@ def test_jvm_free_reader_equals_sparks_data_source_row_for_row(spark, name):
         return sorted(out)
 
     free = SparkCheckpointReader(ROOT / name, jvm=False)
-    assert free.notes == [] or all("no operator metadata" in n for n in free.notes)
+    assert all("no operator metadata" in n or "aggregation buffers" in n for n in free.notes)
     assert rows(free) == rows(SparkCheckpointReader(ROOT / name, jvm=True))
     for batch in free.checkpoint_ids()[:2]:  # older batches too: deltas replayed up to them
         assert rows(free.at_batch(batch)) == rows(SparkCheckpointReader(ROOT / name, jvm=True).at_batch(batch))
@@ -291,22 +320,46 @@ def test_jvm_free_path_starts_no_jvm_and_refuses_other_stores():
 
     code = ("import explorer, sys; s = explorer.open(sys.argv[1]); n = len(s.keyed_state()); "
             "from pyspark import SparkContext; print(n, SparkContext._active_spark_context is None)")
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "agg-hdfs")], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout.split()
-    assert out == ["40", "True"]
+    for name in ("agg-hdfs", "agg-rocksdb-v2"):
+        out = subprocess.run([sys.executable, "-c", code, str(ROOT / name)], capture_output=True, text=True,
+                             check=True, cwd=Path(__file__).resolve().parents[2]).stdout.split()
+        assert out == ["40", "True"], name
     from explorer.readers.spark import SparkCheckpointReader
 
     with pytest.raises(ReaderError, match="without Spark"):
-        SparkCheckpointReader(ROOT / "agg-rocksdb", jvm=False).jvm_free
+        SparkCheckpointReader(ROOT / "tws-rows", jvm=False).jvm_free
 
 
 def test_flat_state_has_one_column_per_value_field():
     from explorer.readers.spark import SparkCheckpointReader
 
-    df = SparkCheckpointReader(ROOT / "agg-hdfs").flat_state()
+    reader = SparkCheckpointReader(ROOT / "agg-hdfs")
+    df = reader.flat_state()
+    # the buffer names are explained where the dashboards and reports show notes
+    assert any("aggregation buffers" in n and "aliases" in n for n in reader.notes)
     assert ["count", "sum", "count_2", "sum_2", "sum_3", "min", "max"] == list(df.columns[-7:])
     assert "value" not in df and df["count"].dtype == "int64" and df["sum"].dtype == "float64"
     exp = {r["key"]["user"]: [v for _, v in r["buffer"]] for r in _doc("agg-hdfs")["operators"][0]["stores"][0]["rows"]}
     assert {k: list(v) for k, v in zip(df["key"], df[df.columns[-7:]].itertuples(index=False))} == exp
     join = SparkCheckpointReader(ROOT / "join-inner-hdfs").flat_state(state="left-keyWithIndexToValue")
     assert {"imp_id", "ad_id", "imp_ts_ms", "imp_ts", "matched"} <= set(join.columns)
+
+
+def test_changes_include_transform_with_state_timers(spark):
+    """Timers' change feed (Spark's own throws): replaying it from the first batch gives the expected timers."""
+    name = "tws-rows"
+    ch = explorer.changes(ROOT / name)
+    timers = ch[ch["state"] == "$eventTimers_keyToTimestamp"]
+    assert len(timers) and set(timers["change_type"]) == {"update", "delete"} and ch.attrs["notes"] == []
+    live: set = set()
+    for r in timers.itertuples(index=False):
+        item = (_key(r.key), int(r.value))
+        if r.change_type == "update":
+            live.add(item)
+        else:
+            live.remove(item)
+    store = next(s for o in _doc(name)["operators"] for s in o["stores"] if s["kind"] == "event_timer")
+    assert live == {(_key(r["key"]), r["expires_at_ms"]) for r in store["rows"]}
+    assert (timers["expires_at"].astype("int64") // 1_000_000 == timers["value"]).all()
+    one = timers["key"].iloc[0]
+    assert set(explorer.changes(ROOT / name, key=one, state="$eventTimers_keyToTimestamp")["key"]) == {one}

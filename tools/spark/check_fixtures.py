@@ -245,7 +245,13 @@ def _split_value(v) -> dict:
 
 
 def check_spark(spark, path: Path, doc: dict) -> list[Result]:
+    from explorer.readers.spark.layout import foreign_schema_paths, resolved_copy
+
     out = []
+    if foreign_schema_paths(path):
+        # a moved checkpoint (the committed fixtures were made in another folder): Spark itself cannot read
+        # it, so it reads a folder whose operator metadata points at this copy's own schema files
+        path = resolved_copy(path)
     v2 = doc.get("checkpoint_format_version") == 2
     key = "spark.sql.streaming.stateStore.checkpointFormatVersion"
     if v2:
@@ -461,7 +467,7 @@ def main(argv=None) -> int:
         all_results += res
     if a.survey:
         write_survey(Path(a.survey), all_results, apis, docs, fixtures)
-    bad = [r for r in all_results if r.reader == "spark" and r.status != "OK"]
+    bad = [r for r in all_results if r.reader == "spark" and not r.status.startswith("OK")]  # "OK (raised)" too
     return 1 if bad else 0
 
 

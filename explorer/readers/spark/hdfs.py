@@ -26,86 +26,66 @@ import json
 import re
 import struct
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
+
+import cramjam
+import numpy as np
+import xxhash
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
-from .keys import unique_names
+from .layout import verified_bytes
 
-__all__ = ["hdfs_state_table", "json_leaf_types", "lz4_block_stream", "read_hdfs_store", "read_schema"]
+__all__ = ["lz4_block_stream", "read_hdfs_store", "read_schema", "records", "store_dir"]
 
 _MAGIC = b"LZ4Block"
 _HEADER = len(_MAGIC) + 13
 _FILE = re.compile(r"^(\d+)\.(delta|snapshot)$")
 
 
-def _lz4_block(src: bytes, out_len: int, where: str) -> bytes:
-    """One raw LZ4 block (sequences of literals and back-references) decompressed."""
-    out = bytearray()
-    i, n = 0, len(src)
-    while i < n:
-        token = src[i]
-        i += 1
-        lit = token >> 4
-        if lit == 15:
-            while True:
-                b = src[i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
-        out += src[i:i + lit]
-        i += lit
-        if i >= n:
-            break
-        offset = src[i] | (src[i + 1] << 8)
-        i += 2
-        if offset == 0 or offset > len(out):
-            raise SnapshotCorruptError(f"{where}: LZ4 back-reference {offset} outside the {len(out)} bytes so far")
-        mlen = token & 15
-        if mlen == 15:
-            while True:
-                b = src[i]
-                i += 1
-                mlen += b
-                if b != 255:
-                    break
-        mlen += 4
-        start = len(out) - offset
-        if mlen <= offset:
-            out += out[start:start + mlen]
-        else:  # overlapping copy: the pattern repeats
-            chunk = bytes(out[start:])
-            reps, rest = divmod(mlen, offset)
-            out += chunk * reps + chunk[:rest]
-    if len(out) != out_len:
-        raise SnapshotCorruptError(f"{where}: an LZ4 block decompressed to {len(out)} bytes, its header says {out_len}")
-    return bytes(out)
+_XXH_SEED = 0x9747B28C  # lz4-java's default seed for the block checksum
 
 
 def lz4_block_stream(data: bytes, where: str = "<bytes>") -> bytes:
-    """The bytes of an lz4-java block stream (Spark's ``lz4`` codec)."""
+    """The bytes of an lz4-java block stream (Spark's ``lz4`` codec), each block's checksum verified (the low
+    28 bits of XXH32 of its decompressed bytes, seed ``0x9747B28C``)."""
     out = []
     i = 0
     while i < len(data):
         if data[i:i + len(_MAGIC)] != _MAGIC:
             raise SnapshotFormatError(f"{where}: expected an LZ4 block ({_MAGIC!r}) at byte {i}, found "
                                       f"{data[i:i + 8]!r}; is the store's compression codec lz4?")
+        if i + _HEADER > len(data):
+            raise SnapshotCorruptError(f"{where}: the LZ4 block header at byte {i} is cut off at {len(data)} bytes")
         token = data[i + 8]
-        clen, dlen, _checksum = struct.unpack_from("<iii", data, i + 9)
+        clen, dlen, checksum = struct.unpack_from("<iii", data, i + 9)
         i += _HEADER
         if dlen == 0:  # the end mark
             break
         body = data[i:i + clen]
+        if clen < 0 or dlen < 0 or len(body) != clen:
+            raise SnapshotCorruptError(f"{where}: an LZ4 block at byte {i - _HEADER} says {clen} bytes "
+                                       f"({dlen} decompressed), the file has {len(body)} left")
         i += clen
         method = token & 0xF0
         if method == 0x10:
-            out.append(body)
+            block = body
         elif method == 0x20:
-            out.append(_lz4_block(body, dlen, where))
+            try:
+                block = bytes(cramjam.lz4.decompress_block(body, output_len=dlen))
+            except Exception as exc:  # noqa: BLE001 - cramjam raises its own DecompressionError
+                raise SnapshotCorruptError(f"{where}: the LZ4 block at byte {i - clen - _HEADER} does not "
+                                           f"decompress ({exc})") from exc
         else:
             raise SnapshotFormatError(f"{where}: unknown LZ4 block method {method:#x} (known: 0x10 raw, 0x20 lz4)")
+        if len(block) != dlen:
+            raise SnapshotCorruptError(f"{where}: an LZ4 block decompressed to {len(block)} bytes, its header says "
+                                       f"{dlen}")
+        computed = xxhash.xxh32_intdigest(block, _XXH_SEED) & 0x0FFFFFFF
+        if computed != checksum & 0x0FFFFFFF:
+            raise SnapshotCorruptError(f"{where}: the LZ4 block at byte {i - clen - _HEADER} has checksum "
+                                       f"{computed:#09x}, its header records {checksum & 0x0FFFFFFF:#09x} "
+                                       "(the file is damaged)")
+        out.append(block)
     return b"".join(out)
 
 
@@ -135,91 +115,46 @@ def read_schema(path: Path) -> tuple[dict, dict]:
     return out[0], out[1]
 
 
-_FIXED = {"long": "q", "integer": "i", "short": "h", "byte": "b", "double": "d", "float": "f", "boolean": "?",
-          "timestamp": "q", "timestamp_ntz": "q", "date": "i"}
-_ARROW = {"long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(), "double": pa.float64(),
-          "float": pa.float32(), "boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(),
-          "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"), "date": pa.date32(),
-          "void": pa.null()}
-
-
-def _arrow_type(t: Any, where: str) -> pa.DataType:
-    if isinstance(t, dict) and t.get("type") == "struct":
-        names = unique_names([f["name"] for f in t["fields"]])
-        return pa.struct([pa.field(n, _arrow_type(f["type"], where)) for n, f in zip(names, t["fields"])])
-    if t in _ARROW:
-        return _ARROW[t]
-    raise SnapshotFormatError(f"{where}: state column type {t!r} is not read without Spark yet "
-                              f"(known: {sorted(_ARROW)} and structs); read it through Spark's data source")
-
-
-def _decode_row(buf: bytes, base: int, fields: list[dict]) -> list:
-    """One UnsafeRow at ``buf[base:]`` as a list of its values, by position (names may repeat)."""
-    n = len(fields)
-    bitset = ((n + 63) // 64) * 8
-    row: list[Any] = [None] * n
-    for j, f in enumerate(fields):
-        t = f["type"]
-        name = j
-        if buf[base + (j >> 3)] >> (j & 7) & 1:
-            continue
-        slot = base + bitset + 8 * j
-        if t == "void":
-            continue
-        if isinstance(t, dict):
-            (word,) = struct.unpack_from("<q", buf, slot)
-            row[name] = _decode_row(buf, base + (word >> 32), t["fields"])
-        elif t in ("string", "binary"):
-            (word,) = struct.unpack_from("<q", buf, slot)
-            off, size = word >> 32, word & 0xFFFFFFFF
-            raw = buf[base + off:base + off + size]
-            row[name] = raw.decode("utf-8") if t == "string" else bytes(raw)
-        else:
-            (row[name],) = struct.unpack_from("<" + _FIXED[t], buf, slot)
-    return row
-
-
-_PARTITIONING_TYPES = {"long": "long", "integer": "int", "short": "short", "byte": "byte", "double": "double",
-                      "float": "float", "boolean": "boolean", "string": "string", "binary": "binary",
-                      "timestamp": "timestamp", "timestamp_ntz": "timestamp", "date": "date"}
-
-
-def json_leaf_types(t: Any) -> list[str]:
-    """Spark type names of a schema's leaves, in order (nested structs flattened), for the partitioning."""
-    if isinstance(t, dict) and t.get("type") == "struct":
-        return [x for f in t["fields"] for x in json_leaf_types(f["type"])]
-    return [_PARTITIONING_TYPES.get(t, str(t))]
-
-
-def _store_dir(ckpt: Path, op: int, part: int, store: str) -> Path:
+def store_dir(ckpt: Path, op: int, part: int, store: str) -> Path:
+    """The folder of one store partition (a join's stores are sub-folders)."""
     d = Path(ckpt) / "state" / str(op) / str(part)
     return d if store == "default" else d / store
 
 
-def _records(f: Path, rows: dict[bytes, bytes | None]) -> None:
-    data = lz4_block_stream(f.read_bytes(), str(f))
-    i = 0
-    while True:
-        if i + 4 > len(data):
-            raise SnapshotCorruptError(f"{f}: the record stream ends at byte {i} without its end mark")
-        (ks,) = struct.unpack_from(">i", data, i)
-        i += 4
-        if ks == -1:
-            return
-        key = data[i:i + ks]
-        i += ks
-        (vs,) = struct.unpack_from(">i", data, i)
-        i += 4
-        if vs < 0:
-            rows.pop(key, None)
+def records(data: bytes, where: str, rows: dict[bytes, bytes | None], keep_deletes: bool = False,
+            start: int = 0) -> None:
+    """Apply a stream of ``int key size, key, int value size (-1: removed), value`` records (from byte
+    ``start``) to ``rows``; a key size of -1 ends it (HDFS-backed deltas and snapshots, RocksDB changelogs of
+    version 1). ``keep_deletes``: a removed key is kept as None (to replay later) instead of dropped.
+    Where the records are is found by a numba walk (:mod:`.kernels`); the dict is filled in bulk."""
+    from . import kernels
+
+    buf = np.frombuffer(data, np.uint8)
+    count, code, at = kernels.count_records(buf, start)
+    if code == kernels.CUT:
+        raise SnapshotCorruptError(f"{where}: the record stream ends at byte {at} without its end mark")
+    if code != kernels.OK:
+        raise SnapshotCorruptError(f"{where}: the record at byte {at} has a size that runs past the end of the "
+                                   f"stream ({len(data)} bytes) or is negative")
+    koff, klen, voff, vlen = (np.empty(count, np.int64) for _ in range(4))
+    kernels.fill_records(buf, start, koff, klen, voff, vlen)
+    keys = [data[a:a + n] for a, n in zip(koff.tolist(), klen.tolist())]
+    vals = [data[a:a + n] if n >= 0 else None for a, n in zip(voff.tolist(), vlen.tolist())]
+    prev = 0
+    for d in np.flatnonzero(vlen < 0).tolist():  # removals: applied in their place among the puts
+        rows.update(zip(keys[prev:d], vals[prev:d]))
+        if keep_deletes:
+            rows[keys[d]] = None
         else:
-            rows[key] = data[i:i + vs]
-            i += vs
+            rows.pop(keys[d], None)
+        prev = d + 1
+    rows.update(zip(keys[prev:], vals[prev:]))
 
 
-def read_hdfs_store(ckpt: Path, op: int, part: int, version: int, store: str = "default") -> tuple[list[list], list[list]]:
-    """(keys, values) of one HDFS-backed store partition at ``version`` (batch + 1), as lists of field values."""
-    d = _store_dir(ckpt, op, part, store)
+def read_hdfs_store(ckpt: Path, op: int, part: int, version: int, store: str = "default") -> dict[bytes, bytes]:
+    """The rows (``UnsafeRow`` key bytes -> value bytes) of one HDFS-backed store partition at ``version``
+    (batch + 1): the newest snapshot at or below it plus the deltas after it, each file's checksums verified."""
+    d = store_dir(ckpt, op, part, store)
     files: dict[int, dict[str, Path]] = {}
     for f in d.iterdir() if d.is_dir() else []:
         m = _FILE.match(f.name)
@@ -233,51 +168,7 @@ def read_hdfs_store(ckpt: Path, op: int, part: int, version: int, store: str = "
             f"{d}: the HDFS-backed store at version {version} needs "
             f"{', '.join(f'{v}.delta' for v in missing) or 'its files'}, which are not there")
     rows: dict[bytes, bytes | None] = {}
-    if start:
-        _records(files[start]["snapshot"], rows)
-    for v in range(start + 1, version + 1):
-        _records(files[v]["delta"], rows)
-    # Spark writes the schema into partition 0's folder only
-    key_schema, value_schema = read_schema(_store_dir(ckpt, op, 0, store) / "_metadata" / "schema")
-    keys = [_decode_row(k, 0, key_schema["fields"]) for k in rows]
-    values = [_decode_row(v, 0, value_schema["fields"]) for v in rows.values()]
-    return keys, values
-
-
-def hdfs_state_table(ckpt: Path, op: int, partitions: int | list[int], batch_id: int,
-                     store: str = "default") -> pa.Table:
-    """``partition_id, key, value`` of one operator's store at ``batch_id``, like Spark's state data source
-    (``partitions``: how many, or which)."""
-    d = _store_dir(ckpt, op, 0, store)
-    key_schema, value_schema = read_schema(d / "_metadata" / "schema")
-    kt, vt = _arrow_type(key_schema, str(d)), _arrow_type(value_schema, str(d))
-    parts, keys, values = [], [], []
-    for p in range(partitions) if isinstance(partitions, int) else partitions:
-        k, v = read_hdfs_store(ckpt, op, p, batch_id + 1, store)
-        parts += [p] * len(k)
-        keys += k
-        values += v
-    # positional: value names may repeat (aggregation buffers), so build the struct from its columns
-    return pa.table({
-        "partition_id": pa.array(parts, pa.int32()),
-        "key": _struct(keys, kt),
-        "value": _struct(values, vt),
-    })
-
-
-def _struct(rows: list[list], t: pa.StructType) -> pa.StructArray:
-    cols = []
-    for i in range(t.num_fields):
-        f = t.field(i)
-        vals = [None if r is None else r[i] for r in rows]
-        if pa.types.is_struct(f.type):
-            cols.append(_struct(vals, f.type))
-        elif pa.types.is_null(f.type):
-            cols.append(pa.nulls(len(vals)))
-        elif pa.types.is_timestamp(f.type):
-            cols.append(pa.array(vals, pa.int64()).cast(f.type))
-        elif pa.types.is_date32(f.type):
-            cols.append(pa.array(vals, pa.int32()).cast(f.type))
-        else:
-            cols.append(pa.array(vals, f.type))
-    return pa.StructArray.from_arrays(cols, fields=[t.field(i) for i in range(t.num_fields)])
+    todo = ([files[start]["snapshot"]] if start else []) + [files[v]["delta"] for v in range(start + 1, version + 1)]
+    for f in todo:
+        records(lz4_block_stream(verified_bytes(f), str(f)), str(f), rows)
+    return rows  # type: ignore[return-value]

@@ -4,9 +4,11 @@ A streaming checkpoint directory holds ``metadata`` (the query id),
 ``offsets/<batch>`` (what each micro-batch read, with the batch's timestamp,
 watermark and the SQL settings frozen at the first batch), ``commits/<batch>``
 (batches that finished) and ``state/<operator>/<partition>/`` (the state
-stores). This reader does not decode RocksDB files itself: it asks Spark
-(``format("state-metadata")`` and ``format("statestore")``) and maps the
-answer onto the explorer's contract:
+stores). The stores of the built-in operators (HDFS-backed and RocksDB, checkpoint
+format v1 and v2) are read from their files without a JVM (:mod:`.stores`);
+``transformWithState`` and the rest are read through Spark
+(``format("state-metadata")`` and ``format("statestore")``). Either way the
+answer is mapped onto the explorer's contract:
 
 =======================  ===================================================
 contract                 Spark
@@ -35,11 +37,12 @@ format version (v2: ``stateUniqueIds`` in ``commits/``, ``<v>_<uuid>`` files; th
 session is set to it, Spark does not detect it), operators without ``_metadata``
 (Spark 3.x: found from ``state/<op>/`` and noted), a copy whose metadata names
 another folder's schema files (read through a folder pointing at the copy's own),
-a missing partition folder (an error naming it, never fewer rows). HDFS-backed
-stores of built-in operators are read from their files without a JVM
-(:mod:`.hdfs`; ``jvm=True`` forces Spark's data source, ``jvm=False`` the files).
-Aggregation buffers repeat names (``count, sum, count``), which ``toArrow()``
-refuses: they are renamed by position (``count_2``) before.
+a missing partition folder (an error naming it, never fewer rows). Stores of the
+built-in operators are read from their files without a JVM (:mod:`.stores`, every
+checksum the files carry verified; ``jvm=True`` forces Spark's data source,
+``jvm=False`` the files). Aggregation buffers repeat names (``count, sum, count``),
+which ``toArrow()`` refuses: they are renamed by position (``count_2``) before; the
+query's aliases are not in the checkpoint (a note says so).
 
 Queries of the adapter's bucket layout (:mod:`explorer.spark.buckets`) keep all
 keys' state in one Spark value per bucket (``__explorer_buckets``); this reader
@@ -57,7 +60,7 @@ Gaps of Spark's state reader in PySpark 4.3, worked around here:
   cannot be read by name: timers are read with ``readRegisteredTimers``, TTL from
   the values' ``ttlExpirationMs``;
 * the change feed of registered timers throws inside Spark: :meth:`changes`
-  refuses it with a message (compare two batches' timers instead);
+  compares each batch's registered timers with the batch before instead;
 * ``snapshotStartBatchId`` works only for batches whose snapshot (``<v>.zip``)
   exists: :meth:`snapshot_batches` lists them and other ids are refused clearly.
 """
@@ -83,6 +86,7 @@ from ...spark.session import get_spark, log_path, root_cause
 from ..base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
+    OPERATOR_STATE_COLUMNS,
     STATE_COLUMNS,
     SUBTASK_COLUMNS,
     TIMESTAMP,
@@ -93,9 +97,11 @@ from ..base import (
     make_piece,
 )
 from . import layout
-from .hdfs import hdfs_state_table, json_leaf_types, read_schema
+from .hdfs import read_schema
 from .history import spark_history
 from .keys import key_leaves, leaf_types, unique_names
+from .stores import PROVIDERS, state_table
+from .unsaferow import json_leaf_types
 from .values import flatten_values
 
 __all__ = ["SparkCheckpointReader"]
@@ -116,6 +122,12 @@ def _short(exc: BaseException) -> str:
 
 
 _FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+#: why an aggregation's value fields are named count, sum, count_2 ... and not after the query's aliases
+_BUFFER_NOTE = (
+    "values of {operator} are Spark's aggregation buffers: one field per slot of each aggregate's buffer, named "
+    "by Spark after the function (count, sum, min, max; avg keeps a sum and a count), repeats numbered in the "
+    "query's order (count_2, sum_2, ...); the query's aliases (.alias('n')) are not in the checkpoint's "
+    "metadata, so they cannot be shown")
 _HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
@@ -249,15 +261,31 @@ class SparkCheckpointReader(SnapshotReader):
         if self.spark.conf.get(_FORMAT_CONF, "1") != str(self.format_version):
             self.spark.conf.set(_FORMAT_CONF, str(self.format_version))
 
+    @property
+    def provider(self) -> str:
+        """The checkpoint's state store provider class."""
+        return self.sql_conf.get("spark.sql.streaming.stateStore.providerClass", _HDFS_PROVIDER)
+
     @cached_property
     def jvm_free(self) -> bool:
-        """Whether state is read from the store files without Spark (:mod:`.hdfs`)."""
-        provider = self.sql_conf.get("spark.sql.streaming.stateStore.providerClass", _HDFS_PROVIDER)
-        possible = provider == _HDFS_PROVIDER and self.format_version == 1 and all(
-            r["operatorProperties"] in (None, "") for r in self._file_metadata_rows() or [{"operatorProperties": None}])
+        """Whether state is read from the store files without Spark (:mod:`.stores`): HDFS-backed and RocksDB
+        stores of the built-in operators, checkpoint format v1 and v2."""
+        provider = self.provider
+        conf = self.sql_conf
+        # encodings the files are read in: UnsafeRow values without row checksums, Spark's lz4 codec
+        other = {k: conf[k] for k, ok in (("spark.sql.streaming.stateStore.encodingFormat", "unsaferow"),
+                                          ("spark.sql.streaming.stateStore.rowChecksum.enabled", "false"),
+                                          ("spark.sql.streaming.stateStore.compression.codec", "lz4"))
+                 if conf.get(k, ok).lower() != ok}
+        rows = self._file_metadata_rows()  # None: some operator has transformWithState's metadata
+        possible = provider in PROVIDERS and self.format_version in (1, 2) and not other and rows is not None and all(
+            r["operatorProperties"] in (None, "") for r in rows)
         if self._jvm is False and not possible:
-            raise ReaderError(f"{self.path}: only HDFS-backed stores of the built-in operators are read without "
-                              f"Spark; this checkpoint's store is {provider.rsplit('.', 1)[-1]} (open it with jvm=None)")
+            raise ReaderError(f"{self.path}: only HDFS-backed and RocksDB stores of the built-in operators (UnsafeRow "
+                              f"encoding, lz4) are read without Spark; this checkpoint's store is "
+                              f"{provider.rsplit('.', 1)[-1]}"
+                              f"{' with transformWithState' if provider in PROVIDERS and rows is None else ''}"
+                              f"{''.join(f', {k}={v}' for k, v in other.items())} (open it with jvm=None)")
         return possible and self._jvm is not True
 
     def _file_metadata_rows(self) -> list[dict[str, Any]] | None:
@@ -345,10 +373,32 @@ class SparkCheckpointReader(SnapshotReader):
         for o in by_id.values():
             n = o["spark_operator"]
             o["operator"] = n if names.count(n) == 1 else f"{n}-{o['operator_id']}"
+            if n.lower().startswith(("statestoresave", "sessionwindowstatestoresave")):
+                self.notes.append(_BUFFER_NOTE.format(operator=o["operator"]))
         return [by_id[k] for k in sorted(by_id)]
 
     def _is_bucket_layout(self, op: dict[str, Any]) -> bool:
         return any(v.get("stateName") == STATE_NAME for v in op["variables"])
+
+    def _bucket_values(self, op: dict[str, Any]) -> list[tuple[int, Any, dict]]:
+        """The adapter's stored bucket values of one operator: ``(partition, bucket, value)``, read once."""
+        cache = self.__dict__.setdefault("_bucket_value_cache", {})
+        if op["operator_id"] not in cache:
+            where = f"state {STATE_NAME!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
+            try:
+                t = self._frame(op, {"stateVarName": STATE_NAME}).toArrow()
+            except Exception as exc:
+                raise ReaderError(f"reading {where} through Spark's state data source failed: {_short(exc)}") from exc
+            parts = t.column("partition_id").to_pylist()
+            buckets = _unwrap(t.column("key").combine_chunks()).to_pylist()
+            values = t.column("value").to_pylist()
+            cache[op["operator_id"]] = [(int(p), b, v) for p, b, v in zip(parts, buckets, values) if v is not None]
+        return cache[op["operator_id"]]
+
+    @staticmethod
+    def _bucket_row(value: dict) -> tuple:
+        return (value.get("format"), value.get("version"), value.get("buckets"),
+                [(x["name"], x["kind"], x["ttl_ms"], x["data"]) for x in value.get("tables") or []])
 
     def _bucket_tables(self, op: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """The adapter's bucket values of one operator, decoded: ``state -> {kind, ttl_ms, pieces}``."""
@@ -356,26 +406,42 @@ class SparkCheckpointReader(SnapshotReader):
         if op["operator_id"] in cache:
             return cache[op["operator_id"]]
         where = f"state {STATE_NAME!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
-        try:
-            t = self._frame(op, {"stateVarName": STATE_NAME}).toArrow()
-        except Exception as exc:
-            raise ReaderError(f"reading {where} through Spark's state data source failed: {_short(exc)}") from exc
         out: dict[str, dict[str, Any]] = {}
-        parts = t.column("partition_id").to_pylist()
-        buckets = _unwrap(t.column("key").combine_chunks()).to_pylist()
-        values = t.column("value").to_pylist()
-        for part, bucket, value in zip(parts, buckets, values):
-            if value is None:
-                continue
-            row = (value.get("format"), value.get("version"), value.get("buckets"),
-                   [(x["name"], x["kind"], x["ttl_ms"], x["data"]) for x in value.get("tables") or []])
-            for name, (kind, ttl_ms, table) in decode_tables(row, f"{where}, bucket {bucket}").items():
+        for part, bucket, value in self._bucket_values(op):
+            for name, (kind, ttl_ms, table) in decode_tables(self._bucket_row(value),
+                                                             f"{where}, bucket {bucket}").items():
                 if name == TIMERS:
                     name = "event_timers" if kind == "event_timer" else "processing_timers"
                 e = out.setdefault(name, {"kind": kind, "ttl_ms": ttl_ms, "pieces": []})
                 e["pieces"].append((int(part), table))
         cache[op["operator_id"]] = out
         return out
+
+    def operator_state(self) -> pd.DataFrame:
+        """Broadcast state of pipelines run with the adapter's bucket layout (``mode`` ``BROADCAST``): every
+        bucket keeps its own copy, as every Flink subtask does; shown once per Spark partition (``subtask``),
+        with a note if copies within a partition differ."""
+        rows = []
+        for op in self._operators:
+            if not (op["variables"] and self._is_bucket_layout(op)):
+                continue
+            where = f"state {STATE_NAME!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
+            seen: dict[tuple, str] = {}
+            for part, bucket, value in self._bucket_values(op):
+                tables = decode_tables(self._bucket_row(value), f"{where}, bucket {bucket}", broadcast=True)
+                for name, (_kind, _ttl, table) in tables.items():
+                    for uk, v in zip(table.column("user_key").to_pylist(), table.column("value").to_pylist()):
+                        ident = (name, part, repr(uk))
+                        if ident in seen:
+                            if seen[ident] != repr(v):
+                                self.notes.append(f"{where}: broadcast state {name!r} differs between the buckets of "
+                                                  f"partition {part} at key {uk!r}")
+                            continue
+                        seen[ident] = repr(v)
+                        rows.append({"operator": op["operator"], "state": name, "mode": "BROADCAST",
+                                     "subtask": part, "user_key": uk, "value": v,
+                                     "size_bytes": len(repr(uk)) + len(repr(v))})
+        return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))
 
     def _states_of(self, op: dict[str, Any]) -> list[dict[str, Any]]:
         """(state, kind, how to read it) for one operator."""
@@ -449,8 +515,9 @@ class SparkCheckpointReader(SnapshotReader):
         if self.jvm_free and not extra:
             parts = sorted(query.key_groups) if query.key_groups is not None else op["num_partitions"]
             try:
-                t = hdfs_state_table(self.path, op["operator_id"], parts, self.batch_id,
-                                     st["options"].get("storeName", "default"))
+                t = state_table(self.path, op["operator_id"], parts, self.batch_id,
+                                st["options"].get("storeName", "default"), self.provider, self.format_version,
+                                None if op.get("discovered") else op["spark_operator"].startswith("sessionWindow"))
             except SnapshotFormatError as exc:
                 if self._jvm is False:
                     raise
@@ -666,16 +733,15 @@ class SparkCheckpointReader(SnapshotReader):
         """What changed in ``state`` between two batches (Spark's change feed): one row per change.
 
         Columns: ``batch_id, change_type, key, key_group, user_key, value, expires_at``.
-        Needs changelog checkpointing (on in :func:`explorer.spark.get_spark`).
+        Needs changelog checkpointing (on in :func:`explorer.spark.get_spark`). Timers of transformWithState
+        (whose change feed Spark's reader cannot read: it throws a ClassCastException in PySpark 4.3) come from
+        the registered timers of each batch and the one before it: ``update`` a timer registered in that
+        batch, ``delete`` one that fired or was deleted.
         """
         op, st = self._find(state, operator)
-        if st["kind"] in ("event_timer", "processing_timer"):
-            raise ReaderError(
-                f"{self.path}: the change feed of registered timers ({state!r}) cannot be read with PySpark 4.3 "
-                "(Spark's reader throws a ClassCastException); compare the timers of two batches instead: "
-                "reader.at_batch(a) and reader.at_batch(b)"
-            )
         end = self.batch_id if end_batch_id is None else int(end_batch_id)
+        if st["kind"] in ("event_timer", "processing_timer"):
+            return self._timer_changes(op, st, int(start_batch_id), end)
         extra = {"readChangeFeed": "true", "changeStartBatchId": int(start_batch_id), "changeEndBatchId": end}
         opts = {k: v for k, v in st["options"].items()}
         where = f"the change feed of {state!r} ({start_batch_id}..{end}) in {self.path}"
@@ -697,7 +763,42 @@ class SparkCheckpointReader(SnapshotReader):
         out["value"] = value.to_pylist()
         out["expires_at"] = (pd.to_datetime(expires.to_numpy(zero_copy_only=False), unit="ms", utc=True)
                              if expires is not None else pd.NaT)
-        return pd.DataFrame(out).sort_values(["batch_id", "key_group"], kind="stable").reset_index(drop=True)
+        df = pd.DataFrame(out)
+        df["expires_at"] = pd.to_datetime(df["expires_at"], utc=True)  # NaT too: one dtype with the timers'
+        return df.sort_values(["batch_id", "key_group"], kind="stable").reset_index(drop=True)
+
+    def _timer_changes(self, op, st, start: int, end: int) -> pd.DataFrame:
+        """The change feed of a timer state, from the registered timers of consecutive batches."""
+        cols = ["batch_id", "change_type", "key", "key_group", "user_key", "value", "expires_at"]
+        query = KeyedStateQuery(operators=frozenset([op["operator"]]), states=frozenset([st["state"]]))
+
+        def timers(batch: int) -> dict[tuple, dict[str, Any]]:
+            if batch < self.committed[0]:
+                return {}
+            if batch not in self.committed:
+                raise ReaderError(f"{self.path}: the timer changes of batch {batch + 1} need batch {batch}, which "
+                                  f"is not committed (committed: {self.committed[0]}..{self.committed[-1]})")
+            at = self.at_batch(batch)
+            out = {}
+            for piece in at._pieces_of(op, st, query):
+                for r in piece.select(["key", "key_group", "value", "expires_at"]).to_pylist():
+                    out[(key_leaves(r["key"]), r["value"])] = r
+            return out
+
+        rows = []
+        before = timers(start - 1)
+        for b in range(start, end + 1):
+            now = timers(b)
+            for k in now.keys() - before.keys():
+                rows.append({"batch_id": b, "change_type": "update", **now[k]})
+            for k in before.keys() - now.keys():
+                rows.append({"batch_id": b, "change_type": "delete", **before[k]})
+            before = now
+        df = pd.DataFrame(rows, columns=cols)
+        df["user_key"] = None
+        df["batch_id"] = df["batch_id"].astype("int64")
+        df["expires_at"] = pd.to_datetime(df["expires_at"], utc=True)
+        return df.sort_values(["batch_id", "key_group", "change_type"], kind="stable").reset_index(drop=True)
 
     def read_snapshot(self, state: str, snapshot_start_batch_id: int, partition: int,
                       operator: str | None = None) -> pa.Table:
