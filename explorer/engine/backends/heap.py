@@ -75,6 +75,35 @@ class HeapStateTable(StateTable):
         else:
             cur.extend(elements)
 
+    def pop_many(self, key_groups, keys, namespace=None):
+        groups, start = self._groups, self._start
+        out = []
+        for g, k in zip(key_groups, keys):
+            grp = groups[g - start]
+            m = grp.get(namespace)
+            if m is None:
+                out.append(None)
+                continue
+            out.append(m.pop(k, None))
+            if not m:
+                del grp[namespace]
+        return out
+
+    def append_many(self, key_groups, keys, lists, namespace=None):
+        groups, start = self._groups, self._start
+        for g, k, elems in zip(key_groups, keys, lists):
+            if not elems:
+                continue
+            grp = groups[g - start]
+            m = grp.get(namespace)
+            if m is None:
+                m = grp[namespace] = {}
+            cur = m.get(k)
+            if cur is None:
+                m[k] = list(elems)
+            else:
+                cur.extend(elems)
+
     def map_get(self, key_group, key, namespace, user_key):
         d = self.get(key_group, key, namespace)
         return None if d is None else d.get(user_key)

@@ -245,6 +245,56 @@ class RocksDBStateTable(StateTable):
             return self._decode_elements(raw) or None
         return self._decode_value(raw)
 
+    def get_many(self, key_groups, keys, namespace=None):
+        """``get`` of many keys: what this batch wrote or read already, and the rest from RocksDB
+        in one multi-get (cached like single reads)."""
+        kind = self.kind
+        if kind is StateKind.MAP:
+            return super().get_many(key_groups, keys, namespace)
+        address, w, r = self._address, self._w, self._r
+        addrs = [address(g, k, namespace) for g, k in zip(key_groups, keys)]
+        raws = []
+        missing = []
+        for i, a in enumerate(addrs):
+            v = w.get(a, _MISS)
+            if v is _MISS:
+                v = r.get(a, _MISS)
+                if v is _MISS:
+                    missing.append(i)
+            raws.append(v)
+        if missing:
+            got = self._raw.get([addrs[i] for i in missing])
+            if len(r) + len(missing) >= BUFFER_ENTRIES:
+                self._backend.flush_buffers()
+                r = self._r
+            for i, v in zip(missing, got):
+                raws[i] = v
+                r[addrs[i]] = v
+            self._backend._buffered.add(self)
+        if kind is StateKind.LIST:
+            dec = self._decode_elements
+            return [None if not raw else (dec(bytes(raw) if raw.__class__ is bytearray else raw) or None) for raw in raws]
+        dec = self._decode_value
+        return [None if raw is None else dec(raw) for raw in raws]
+
+    def append_many(self, key_groups, keys, lists, namespace=None):
+        """``append`` of each list; the keys not read or written in this batch yet are read in
+        one multi-get first."""
+        address, w, r = self._address, self._w, self._r
+        addrs = [address(g, k, namespace) for g, k in zip(key_groups, keys)]
+        todo = [a for a, e in zip(addrs, lists) if e and a not in w and a not in r]
+        if len(todo) > 1:
+            got = self._raw.get(todo)
+            if len(r) + len(todo) >= BUFFER_ENTRIES:
+                self._backend.flush_buffers()
+                r = self._r
+            r.update(zip(todo, got))
+            self._backend._buffered.add(self)
+        append = self.append
+        for g, k, e in zip(key_groups, keys, lists):
+            if e:
+                append(g, k, namespace, e)
+
     def put(self, key_group, key, namespace, entry):
         kind = self.kind
         if kind is StateKind.MAP:
