@@ -195,11 +195,23 @@ class TimerQueue:
             self._cur_ts, self._cur, self._cur_live = ts, order, live
 
     def pop_all_due(self, time: int) -> list[Timer]:
-        """Every live timer with ``timestamp <= time``, removed, in firing order."""
-        out = []
-        pop = self.pop_due
-        while (t := pop(time)) is not None:
-            out.append(t)
+        """Every live timer with ``timestamp <= time``, removed, in firing order (whole buckets
+        at a time)."""
+        out: list[Timer] = []
+        if self._cur or self._cur_live:  # a bucket is half fired: hand the rest out one by one first
+            pop = self.pop_due
+            while (t := pop(time)) is not None:
+                out.append(t)
+            return out
+        if self._fresh:
+            self._drain_fresh()
+        h, buckets, heappop, new = self._heap, self._buckets, heapq.heappop, tuple.__new__
+        while h and h[0] <= time:
+            ts = heappop(h)
+            b = buckets.pop(ts, None)
+            if b is not None:
+                out += [new(Timer, (ts, key, ns, kg)) for (key, ns), kg in b.items()]
+        self._n -= len(out)
         return out
 
     def __len__(self) -> int:

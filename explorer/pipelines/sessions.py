@@ -127,20 +127,18 @@ class SessionWindowFunction(KeyedProcessFunction):
         #            whether the stored list was cleared, the record that last moved the timer, key group, user]
         work = {u: [e, e, [], False, -1, g, u]
                 for u, g, e in zip(users, groups, self.session_end.values_of(groups, users))}
-        stamps = records.timestamps or [None] * len(records.values)
-        i = 0
-        for event, user, stamp in zip(records.values, records.keys, stamps):
+        stamps = records.timestamps
+        for i, (event, user) in enumerate(zip(records.values, records.keys)):
             w = work[user]
             end = w[0]
             t = event.ts
             if end is not None and t >= end:  # the gap has passed before the watermark: close first
-                self._close_in_batch(user, w, stamp, out)
+                self._close_in_batch(user, w, None if stamps is None else stamps[i], out)
                 end = None
             w[2].append(event)
             if end is None or t + gap > end:
                 w[0] = t + gap
                 w[4] = i
-            i += 1
         ws = list(work.values())
         # the timers of the users whose session end moved, in the order of their last move
         moved = sorted((w for w in ws if w[0] != w[1]), key=_last_move)

@@ -74,6 +74,12 @@ def test_the_queue_fires_like_the_model_with_changes_while_firing(seed):
         assert len(q) == len(m.live)
         assert q.peek_time() == (m.order()[0][0] if m.live else None)
         now += rng.randrange(0, span)
+        if rng.random() < 0.3:  # a whole watermark's timers at once
+            got_all = [(t.timestamp, t.key, t.namespace, t.key_group) for t in q.pop_all_due(now)]
+            want_all = []
+            while (w := m.pop_due(now)) is not None:
+                want_all.append(w)
+            assert got_all == want_all
         while True:  # fire what is due, changing the queue between firings as on_timer may
             got = q.pop_due(now)
             want = m.pop_due(now)
