@@ -218,16 +218,21 @@ class TimerQueue:
         return self._n
 
     def __iter__(self) -> Iterator[Timer]:
-        """Live timers in firing order."""
+        """Live timers in firing order (as they are when iteration starts)."""
         pending: dict[int, list[tuple[tuple[Any, Any], int]]] = {}
         if self._cur_live:
             live = self._cur_live
             pending[self._cur_ts] = [(i, live[i]) for i in reversed(self._cur) if i in live]
         for ts, b in self._buckets.items():
-            pending.setdefault(ts, []).extend(b.items())
+            if ts in pending:
+                pending[ts].extend(b.items())
+            else:
+                pending[ts] = b.items()
+        new = tuple.__new__
+        out: list[Timer] = []
         for ts in sorted(pending):
-            for (key, ns), kg in pending[ts]:
-                yield Timer(ts, key, ns, kg)
+            out += [new(Timer, (ts, key, ns, kg)) for (key, ns), kg in pending[ts]]
+        return iter(out)
 
     def clear(self) -> None:
         self._buckets.clear()
