@@ -92,6 +92,7 @@ class OperatorSpec:
     reduce_fn: Callable | None = None
     emit_every_record: bool = True
     columnar_state: bool = True
+    batch_process: bool = True
     description: dict = field(default_factory=dict)
 
     def function_factory(self):
@@ -109,6 +110,9 @@ class StreamEnvironment:
     ``None`` turns the sweeper off. ``columnar_state``: the built-in count on the
     heap backend keeps its state in NumPy columns (the same state, snapshots and
     outputs as the ordinary table; ``False`` uses the ordinary table).
+    ``batch_process``: keyed process functions that define ``process_batch`` get
+    whole batches (the same outputs, state and timers; ``False`` calls
+    ``process_element`` per record).
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class StreamEnvironment:
         state_dir: str | Path | None = None,
         background_cleanup_rounds: int | None = 100,
         columnar_state: bool = True,
+        batch_process: bool = True,
     ) -> None:
         if max_parallelism is None:
             max_parallelism = compute_default_max_parallelism(parallelism)
@@ -140,6 +145,7 @@ class StreamEnvironment:
             raise JobError(f"background_cleanup_rounds must be positive or None, found {background_cleanup_rounds}")
         self.background_cleanup_rounds = background_cleanup_rounds
         self.columnar_state = columnar_state
+        self.batch_process = batch_process
         self._state_dir = Path(state_dir) if state_dir is not None else None
         self.specs: list[OperatorSpec] = []
         self._names: set[str] = set()
@@ -167,6 +173,7 @@ class StreamEnvironment:
             parallelism=p,
             max_parallelism=self.max_parallelism,
             batch_size=self.batch_size,
+            batch_process=self.batch_process,
             **kw,
         )
         if spec.keyed:

@@ -27,6 +27,7 @@ __all__ = [
     "Collector",
     "KeyedBroadcastProcessFunction",
     "KeyedProcessFunction",
+    "KeyedRecords",
     "ProcessFunction",
     "RuntimeContext",
 ]
@@ -45,6 +46,12 @@ class Collector:
     def collect(self, value: Any) -> None:
         self.values.append(value)
         self.timestamps.append(self._ts)
+
+    def collect_with_timestamp(self, value: Any, timestamp: int | None) -> None:
+        """Emit ``value`` with this timestamp (in ``process_batch``: the record's, where
+        ``process_element`` would have emitted it)."""
+        self.values.append(value)
+        self.timestamps.append(timestamp)
 
     def drain(self) -> tuple[list[Any], list[int | None]]:
         v, t = self.values, self.timestamps
@@ -155,8 +162,50 @@ class ProcessFunction:
         pass
 
 
+class KeyedRecords:
+    """What :meth:`KeyedProcessFunction.process_batch` receives: one batch of a keyed stream.
+
+    ``values``, ``keys``, ``key_groups`` and ``timestamps`` (None without event time) per record,
+    in arrival order; ``uniques`` the batch's distinct keys in order of first appearance and
+    ``unique_key_groups`` their key groups (plain lists).
+    """
+
+    __slots__ = ("values", "keys", "key_groups", "timestamps", "uniques", "unique_key_groups")
+
+    def __init__(self, values: list[Any], keys: list[Any], key_groups: list[int], timestamps: list[int] | None,
+                 uniques: list[Any], unique_key_groups: list[int]) -> None:
+        self.values = values
+        self.keys = keys
+        self.key_groups = key_groups
+        self.timestamps = timestamps
+        self.uniques = uniques
+        self.unique_key_groups = unique_key_groups
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
 class KeyedProcessFunction(ProcessFunction):
-    """A function over a keyed stream, with keyed state and timers."""
+    """A function over a keyed stream, with keyed state and timers.
+
+    A function may also define ``process_batch(records, ctx, out)`` (a :class:`KeyedRecords`):
+    the engine then hands it each batch of records whole instead of calling
+    ``process_element`` per record (unless a state's TTL cleanup runs on every record). It
+    must leave exactly what ``process_element`` record by record would: the same outputs in
+    the same order with the same timestamps (``out.collect_with_timestamp``), the same state
+    and the same timers, registered in the same order (no timer fires inside a batch, so only
+    the survivors and the order of their last registration matter). For a batch's distinct
+    keys it uses the many-key state calls (``values_of``/``update_many``, ``get_many``/
+    ``add_all_many``/``update_many``/``clear_many``) and the timer service's
+    ``register_event_time_timers``/``delete_event_time_timers``; there is no current key.
+    Likewise ``on_timer_batch(timers, ctx, out)`` gets the event-time timers due at a
+    watermark as one list of :class:`~explorer.engine.timers.Timer` (timestamp, key,
+    namespace, key group) in firing order, and must do what ``on_timer`` for each in turn
+    would; it may not delete timers (they are off the queue already) nor register one due
+    before the last of its batch (both raise). Neither path runs when a state has TTL.
+    ``explorer.pipelines.sessions.SessionWindowFunction`` is the worked example; its tests
+    run both paths and compare outputs, state and timers.
+    """
 
     def on_timer(self, timestamp: int, ctx: ProcessContext, out: Collector) -> None:
         pass

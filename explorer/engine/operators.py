@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import JobError
 from ..keygroups import key_group_range_for_operator
 from .channels import MAX_WATERMARK, MIN_WATERMARK, Batch, ColumnBatch, DictColumn
-from .functions import Collector, ProcessContext, RuntimeContext
+from .functions import Collector, KeyedRecords, ProcessContext, RuntimeContext
 from .metrics import KeyGroupMetrics, SpaceSaving
 from .operator_state import OperatorStateStore
 from .routing import factorize_keys
@@ -242,6 +242,24 @@ class KeyedProcessOperator(KeyedOperatorBase):
         self.ctx = ProcessContext(self, self.timer_service)
         self.fn.open(RuntimeContext(self))
         self._per_record_cleanup = getattr(self.backend, "run_incremental_cleanup_for_record", None)
+        #: the function's whole-batch path, if it has one (see KeyedProcessFunction)
+        batches = getattr(self.spec, "batch_process", True)
+        self._batch_fn = getattr(self.fn, "process_batch", None) if batches else None
+        #: the function's whole-batch timer path, if it has one
+        self._timer_batch_fn = getattr(self.fn, "on_timer_batch", None) if batches else None
+
+    def _process_whole(self, batch, keys, kgs) -> None:
+        if batch.uniques is not None and batch.ukgs is not None:
+            uniques = batch.uniques if isinstance(batch.uniques, list) else batch.uniques.tolist()
+            ukgs = batch.ukgs.tolist()
+        else:
+            codes, uniques = factorize_keys(keys)
+            ukgs = kgs[_first_index(codes, len(uniques))].tolist()
+        records = KeyedRecords(batch.values, keys, kgs.tolist(), batch.timestamps, uniques, ukgs)
+        kctx, ctx, out = self.backend.ctx, self.ctx, self.out
+        kctx._set = False  # no current key inside process_batch
+        ctx._timestamp = out._ts = None
+        self._batch_fn(records, ctx, out)
 
     def process_batch(self, batch, input_index):
         if input_index == 1:
@@ -250,6 +268,11 @@ class KeyedProcessOperator(KeyedOperatorBase):
         n = len(values)
         self.records_in += n
         keys, kgs = self.keys_for(batch)
+        if self._batch_fn is not None and not self.backend.has_ttl_state():
+            self._process_whole(batch, keys, kgs)
+            self.observe(keys, kgs, batch)
+            self._flush()
+            return
         kctx = self.backend.ctx
         fn, ctx, out = self.fn.process_element, self.ctx, self.out
         cleanup = self._per_record_cleanup
@@ -310,12 +333,56 @@ class KeyedProcessOperator(KeyedOperatorBase):
     def process_watermark(self, watermark):
         self.current_watermark = watermark
         q = self.event_timers
-        while True:
-            t = q.pop_due(watermark)
-            if t is None:
-                break
-            self._fire(t, EVENT_TIME)
+        trace = getattr(self.subtask.runtime, "trace", None)
+        if self._timer_batch_fn is not None and trace is not None and not trace.enabled \
+                and not self.backend.has_ttl_state():
+            self._fire_batches(watermark)
+        elif trace is None or trace.enabled:  # the test harness's stand-in subtask traces itself
+            while True:
+                t = q.pop_due(watermark)
+                if t is None:
+                    break
+                self._fire(t, EVENT_TIME)
+        else:  # _fire inlined: a timer per key and session in many jobs
+            kctx, ctx, out, on_timer = self.backend.ctx, self.ctx, self.out, self.fn.on_timer
+            kctx._set = True
+            ctx._domain = EVENT_TIME
+            try:
+                while True:
+                    t = q.pop_due(watermark)
+                    if t is None:
+                        break
+                    kctx.key, kctx.key_group, kctx.namespace = t.key, t.key_group, t.namespace
+                    ctx._timestamp = out._ts = ts = t.timestamp
+                    on_timer(ts, ctx, out)
+            finally:
+                ctx._domain = None
         self._flush()
+
+    def _fire_batches(self, watermark: int) -> None:
+        """The event-time timers due at ``watermark`` handed to ``on_timer_batch`` a batch at a
+        time, in firing order. A timer it registers that is due and earlier than the last one
+        of its batch would have fired inside that batch: that is an error, not a reordering."""
+        q, ctx, out, fire = self.event_timers, self.ctx, self.out, self._timer_batch_fn
+        kctx, service = self.backend.ctx, self.timer_service
+        while True:
+            due = q.pop_all_due(watermark)
+            if not due:
+                return
+            kctx._set = False  # no current key: the batch has many
+            ctx._domain = EVENT_TIME
+            ctx._timestamp = out._ts = None
+            service.firing_batch = True
+            try:
+                fire(due, ctx, out)
+            finally:
+                service.firing_batch = False
+                ctx._domain = None
+            nxt = q.peek_time()
+            if nxt is not None and nxt <= watermark and nxt < due[-1].timestamp:
+                raise JobError(f"operator {self.name!r}: on_timer_batch registered an event-time timer at {nxt}, "
+                               f"due before the last timer of its batch ({due[-1].timestamp}); define only "
+                               "on_timer for functions whose timers register earlier timers")
 
     def on_processing_time(self, now_ms):
         q = self.processing_timers

@@ -103,6 +103,12 @@ def key_selector(key: str | int | Callable[[Any], Any]) -> Callable[[Any], Any]:
                     self.fn = item if isinstance(record, dict) else attr
                 return self.fn(record)
 
+            def resolved(self, record: Any) -> Callable[[Any], Any]:
+                """The getter itself (decided by the first record seen, as a call does)."""
+                if self.fn is None:
+                    self.fn = item if isinstance(record, dict) else attr
+                return self.fn
+
         return _ByName()
     raise JobError(f"key_by takes a callable, a field name or a position, found {key!r}")
 
@@ -250,7 +256,11 @@ class KeyGroupPartitioner(Partitioner):
         self.owner = (np.arange(max_parallelism, dtype=np.int64) * parallelism) // max_parallelism
 
     def keys_of(self, values: list[Any]) -> list[Any]:
-        return list(map(self.selector, values))
+        sel = self.selector
+        resolved = getattr(sel, "resolved", None)  # a field name: its getter, without a call per record
+        if resolved is not None and values:
+            sel = resolved(values[0])
+        return list(map(sel, values))
 
     def _key_column(self, batch: ColumnBatch) -> int | None:
         f = self.key_field

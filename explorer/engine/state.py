@@ -19,6 +19,7 @@ AggregatingStateDescriptor :class:`AggregatingState` get/add       AggregatingSt
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any, Iterable, Iterator
 
 from ..errors import SerializationError, StateNotDeclaredError
@@ -123,6 +124,31 @@ class State:
         ctx = self._check_ctx()
         self.table.remove(ctx.key_group, ctx.key, ctx.namespace)
 
+    # --- many keys at once (a batch's distinct keys; see KeyedProcessFunction.process_batch) ---------
+    def _plain(self) -> bool:
+        """Whether many-key calls may go straight to the table (no TTL, no per-access cleanup)."""
+        return not self.ttl_ms and self._cleanup is None
+
+    def _each(self, key_groups: list[int], keys: list[Any], call) -> list[Any]:
+        """``call(i)`` with the key context on ``(key_groups[i], keys[i])`` (default namespace) for
+        each key in turn, the context restored after: the one-key methods, key by key (with TTL)."""
+        ctx = self.ctx
+        saved = (ctx.key, ctx.key_group, ctx.namespace, ctx._set)
+        out = []
+        try:
+            for i, (g, k) in enumerate(zip(key_groups, keys)):
+                ctx.key, ctx.key_group, ctx.namespace, ctx._set = k, g, None, True
+                out.append(call(i))
+        finally:
+            ctx.key, ctx.key_group, ctx.namespace, ctx._set = saved
+        return out
+
+    def clear_many(self, key_groups: list[int], keys: list[Any]) -> None:
+        """:meth:`clear` for each key (default namespace)."""
+        remove = self.table.remove
+        for g, k in zip(key_groups, keys):
+            remove(g, k, None)
+
 
 class ValueState(State):
     """One value per key (and namespace)."""
@@ -161,6 +187,24 @@ class ValueState(State):
         if type(value) is not self._exact:
             self.info.check(value, self._where())
         self.table.put(ctx.key_group, ctx.key, ctx.namespace, (value, self.clock.now_ms()) if self.ttl_ms else value)
+
+    def values_of(self, key_groups: list[int], keys: list[Any], default: Any = None) -> list[Any]:
+        """:meth:`value` of each key (default namespace), read in one call to the backend."""
+        if not self._plain():
+            return self._each(key_groups, keys, lambda i: self.value(default))
+        got = self.table.get_many(key_groups, keys)
+        return got if default is None else [default if v is None else v for v in got]
+
+    def update_many(self, key_groups: list[int], keys: list[Any], values: list[Any]) -> None:
+        """:meth:`update` of each key (default namespace) to ``values[i]`` (None clears it)."""
+        if not self._plain() or None in values:
+            self._each(key_groups, keys, lambda i: self.update(values[i]))
+            return
+        exact = self._exact
+        for v in values:
+            if type(v) is not exact:
+                self.info.check(v, self._where())
+        self.table.put_many(key_groups, keys, values)
 
 
 class ReducingState(State):
@@ -266,6 +310,47 @@ class ListState(State):
             now = self.clock.now_ms()
             values = [(v, now) for v in values]
         self.table.put(ctx.key_group, ctx.key, ctx.namespace, values)
+
+    def get_many(self, key_groups: list[int], keys: list[Any]) -> list[list[Any]]:
+        """:meth:`get` of each key (default namespace), read in one call to the backend."""
+        if not self._plain():
+            return self._each(key_groups, keys, lambda i: self.get())
+        return [list(e) if e else [] for e in self.table.get_many(key_groups, keys)]
+
+    def pop_many(self, key_groups: list[int], keys: list[Any]) -> list[list[Any]]:
+        """:meth:`get` then :meth:`clear` of each key (default namespace): the lists are handed
+        over as stored, not copied, since the state no longer holds them."""
+        if not self._plain():
+            got = self.get_many(key_groups, keys)
+            self.clear_many(key_groups, keys)
+            return got
+        return [e if e else [] for e in self.table.pop_many(key_groups, keys)]
+
+    def _checked(self, lists: list[list[Any]]) -> None:
+        if set(map(type, chain.from_iterable(lists))) <= {self._exact}:
+            return
+        for elems in lists:
+            for v in elems:
+                if v is None:
+                    raise SerializationError(f"{self._where()}: cannot add None to a list state")
+                if type(v) is not self._exact:
+                    self.info.check(v, self._where())
+
+    def add_all_many(self, key_groups: list[int], keys: list[Any], lists: list[list[Any]]) -> None:
+        """:meth:`add_all` of ``lists[i]`` to each key's list (default namespace)."""
+        if not self._plain():
+            self._each(key_groups, keys, lambda i: self.add_all(lists[i]))
+            return
+        self._checked(lists)
+        self.table.append_many(key_groups, keys, lists)
+
+    def update_many(self, key_groups: list[int], keys: list[Any], lists: list[list[Any]]) -> None:
+        """:meth:`update` of each key's list (default namespace) to ``lists[i]`` (empty clears it)."""
+        if not self._plain() or not all(lists):
+            self._each(key_groups, keys, lambda i: self.update(lists[i]))
+            return
+        self._checked(lists)
+        self.table.put_many(key_groups, keys, [list(x) for x in lists])
 
 
 class MapMethods:

@@ -9,15 +9,17 @@ or the clock (processing time) reaches them.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
+
+from ..errors import JobError
 
 EVENT_TIME = "event_time"
 PROCESSING_TIME = "processing_time"
 
 
-@dataclass(frozen=True, slots=True)
-class Timer:
+class Timer(NamedTuple):
+    """A timer as the queue hands it out (a named tuple: one is made per firing)."""
+
     timestamp: int
     key: Any
     namespace: Any
@@ -25,58 +27,219 @@ class Timer:
 
 
 class TimerQueue:
-    """A deduplicated priority queue of timers of one time domain."""
+    """A deduplicated priority queue of timers of one time domain.
+
+    Timers live in buckets per timestamp, ``timestamp -> {(key, namespace): key_group}`` (a dict,
+    so in registration order), over a heap of plain integer timestamps with one entry per bucket
+    made. Registering, deleting or moving a timer is a dict operation, plus one heap push when its
+    timestamp has no bucket yet; a deleted timer leaves nothing behind but, once its bucket is
+    empty, a timestamp that is skipped when it reaches the top. Firing takes a whole bucket off
+    (so a bucket of many timers is fired in linear time) and hands its timers out one by one;
+    timers deleted meanwhile are skipped, timers registered meanwhile for that timestamp come
+    after it, and one registered meanwhile for an earlier timestamp fires first. The order is
+    exactly a heap's of ``(timestamp, registration number)``: timestamps ascending, ties in
+    registration order, a timer deleted and registered again taking its new place.
+    """
+
+    __slots__ = ("_buckets", "_heap", "_fresh", "_n", "_cur_ts", "_cur", "_cur_live")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, Any, Any, int]] = []
-        self._live: dict[tuple[int, Any, Any], int] = {}  # (ts, key, ns) -> key group
-        self._seq = 0
+        self._buckets: dict[int, dict[tuple[Any, Any], int]] = {}
+        self._heap: list[int] = []
+        #: timestamps whose bucket was made since the heap was last needed: pushed then, if their
+        #: bucket still exists (a timer moved on before the watermark reached it costs no heap work)
+        self._fresh: list[int] = []
+        self._n = 0
+        #: the bucket being fired: its timestamp, its timers not handed out yet (last first), and
+        #: which of them are still registered (``(key, namespace) -> key_group``)
+        self._cur_ts: int | None = None
+        self._cur: list[tuple[Any, Any]] = []
+        self._cur_live: dict[tuple[Any, Any], int] = {}
 
     def register(self, timestamp: int, key: Any, namespace: Any, key_group: int) -> bool:
-        ident = (timestamp, key, namespace)
-        if ident in self._live:
+        ident = (key, namespace)
+        if timestamp == self._cur_ts and ident in self._cur_live:
             return False
-        self._live[ident] = key_group
-        self._seq += 1
-        heapq.heappush(self._heap, (timestamp, self._seq, key, namespace, key_group))
+        b = self._buckets.get(timestamp)
+        if b is None:
+            self._buckets[timestamp] = {ident: key_group}
+            fresh = self._fresh
+            fresh.append(timestamp)
+            if len(fresh) > 65536 and len(fresh) > 2 * len(self._buckets):  # no watermark for long: stay bounded
+                self._drain_fresh()
+        elif ident in b:
+            return False
+        else:
+            b[ident] = key_group
+        self._n += 1
         return True
 
-    def delete(self, timestamp: int, key: Any, namespace: Any) -> bool:
-        return self._live.pop((timestamp, key, namespace), None) is not None
+    def register_many(self, timestamps: list[int], keys: list[Any], key_groups: list[int], namespace: Any = None) -> None:
+        """:meth:`register` of each ``(timestamps[i], keys[i], key_groups[i])`` in order (one namespace)."""
+        buckets, fresh = self._buckets, self._fresh
+        cur_ts, cur_live = self._cur_ts, self._cur_live
+        n = 0
+        for ts, key, kg in zip(timestamps, keys, key_groups):
+            ident = (key, namespace)
+            if ts == cur_ts and ident in cur_live:
+                continue
+            b = buckets.get(ts)
+            if b is None:
+                buckets[ts] = {ident: kg}
+                fresh.append(ts)
+                if len(fresh) > 65536 and len(fresh) > 2 * len(buckets):
+                    self._drain_fresh()
+                    fresh = self._fresh
+            elif ident in b:
+                continue
+            else:
+                b[ident] = kg
+            n += 1
+        self._n += n
 
-    def peek_time(self) -> int | None:
-        h = self._heap
+    def delete(self, timestamp: int, key: Any, namespace: Any) -> bool:
+        ident = (key, namespace)
+        b = self._buckets.get(timestamp)
+        if b is not None and b.pop(ident, -1) >= 0:
+            if not b:
+                del self._buckets[timestamp]
+        elif not (timestamp == self._cur_ts and self._cur_live.pop(ident, -1) >= 0):
+            return False
+        self._n -= 1
+        return True
+
+    def delete_many(self, timestamps: list[int], keys: list[Any], namespace: Any = None) -> None:
+        """:meth:`delete` of each ``(timestamps[i], keys[i])``."""
+        buckets = self._buckets
+        n = 0
+        for ts, key in zip(timestamps, keys):
+            b = buckets.get(ts)
+            ident = (key, namespace)
+            if b is not None and b.pop(ident, -1) >= 0:
+                n += 1
+                if not b:
+                    del buckets[ts]
+            elif ts == self._cur_ts and self._cur_live.pop(ident, -1) >= 0:
+                n += 1
+        self._n -= n
+
+    def _drain_fresh(self) -> None:
+        h, buckets = self._heap, self._buckets
+        live = [ts for ts in self._fresh if ts in buckets]
+        self._fresh = []
+        if len(live) > len(h):
+            h.extend(live)
+            heapq.heapify(h)
+        else:
+            for ts in live:
+                heapq.heappush(h, ts)
+
+    def _clean_top(self) -> int | None:
+        """The smallest timestamp with a bucket (stale heap entries dropped), or None."""
+        h, buckets = self._heap, self._buckets
+        if self._fresh:
+            self._drain_fresh()
         while h:
-            ts, _, key, ns, _ = h[0]
-            if (ts, key, ns) in self._live:
+            ts = h[0]
+            if ts in buckets:
                 return ts
             heapq.heappop(h)
         return None
 
+    def peek_time(self) -> int | None:
+        top = self._clean_top()
+        if self._cur_live and (top is None or top > self._cur_ts):
+            return self._cur_ts
+        return top
+
+    def _suspend(self) -> None:
+        """Put the rest of the bucket being fired back (an earlier timer was registered meanwhile)."""
+        ts, live = self._cur_ts, self._cur_live
+        rest = {ident: live[ident] for ident in reversed(self._cur) if ident in live}
+        newer = self._buckets.get(ts)
+        if newer is not None:
+            rest.update(newer)  # registered while the bucket was fired: after the rest
+            self._buckets[ts] = rest
+        elif rest:
+            self._buckets[ts] = rest
+            heapq.heappush(self._heap, ts)
+        self._cur_ts, self._cur, self._cur_live = None, [], {}
+
     def pop_due(self, time: int) -> Timer | None:
         """The next live timer with ``timestamp <= time``, removed; else None."""
-        h = self._heap
-        while h and h[0][0] <= time:
-            ts, _, key, ns, kg = heapq.heappop(h)
-            if self._live.pop((ts, key, ns), None) is not None:
-                return Timer(ts, key, ns, kg)
-        return None
+        while True:
+            cur = self._cur
+            if cur:
+                ts = self._cur_ts
+                if ts > time:
+                    return None
+                top = self._clean_top() if self._fresh or (self._heap and self._heap[0] < ts) else None
+                if top is not None and top < ts:
+                    self._suspend()
+                    continue
+                ident = cur.pop()
+                kg = self._cur_live.pop(ident, -1)
+                if kg < 0:
+                    continue
+                self._n -= 1
+                return Timer(ts, ident[0], ident[1], kg)
+            if self._cur_live or self._cur_ts is not None:
+                self._cur_ts, self._cur_live = None, {}
+            ts = self._clean_top()
+            if ts is None or ts > time:
+                return None
+            heapq.heappop(self._heap)
+            live = self._buckets.pop(ts)
+            order = list(live)
+            order.reverse()
+            self._cur_ts, self._cur, self._cur_live = ts, order, live
+
+    def pop_all_due(self, time: int) -> list[Timer]:
+        """Every live timer with ``timestamp <= time``, removed, in firing order (whole buckets
+        at a time)."""
+        out: list[Timer] = []
+        if self._cur or self._cur_live:  # a bucket is half fired: hand the rest out one by one first
+            pop = self.pop_due
+            while (t := pop(time)) is not None:
+                out.append(t)
+            return out
+        if self._fresh:
+            self._drain_fresh()
+        h, buckets, heappop, new = self._heap, self._buckets, heapq.heappop, tuple.__new__
+        while h and h[0] <= time:
+            ts = heappop(h)
+            b = buckets.pop(ts, None)
+            if b is not None:
+                out += [new(Timer, (ts, key, ns, kg)) for (key, ns), kg in b.items()]
+        self._n -= len(out)
+        return out
 
     def __len__(self) -> int:
-        return len(self._live)
+        return self._n
 
     def __iter__(self) -> Iterator[Timer]:
-        """Live timers in firing order."""
-        seen = set()  # a timer deleted and registered again has a stale heap entry too
-        for ts, _, key, ns, kg in sorted(self._heap):
-            ident = (ts, key, ns)
-            if ident not in seen and self._live.get(ident) == kg:
-                seen.add(ident)
-                yield Timer(ts, key, ns, kg)
+        """Live timers in firing order (as they are when iteration starts)."""
+        pending: dict[int, list[tuple[tuple[Any, Any], int]]] = {}
+        if self._cur_live:
+            live = self._cur_live
+            pending[self._cur_ts] = [(i, live[i]) for i in reversed(self._cur) if i in live]
+        for ts, b in self._buckets.items():
+            if ts in pending:
+                pending[ts].extend(b.items())
+            else:
+                pending[ts] = b.items()
+        new = tuple.__new__
+        out: list[Timer] = []
+        for ts in sorted(pending):
+            out += [new(Timer, (ts, key, ns, kg)) for (key, ns), kg in pending[ts]]
+        return iter(out)
 
     def clear(self) -> None:
+        self._buckets.clear()
         self._heap.clear()
-        self._live.clear()
+        self._fresh.clear()
+        self._n = 0
+        self._cur_ts, self._cur, self._cur_live = None, [], {}
 
 
 class TimerService:
@@ -84,6 +247,12 @@ class TimerService:
 
     def __init__(self, operator) -> None:
         self._op = operator
+        #: set while ``on_timer_batch`` runs: its timers are already off the queue, so it may not delete any
+        self.firing_batch = False
+
+    def _no_delete_in_batch(self) -> None:
+        raise JobError(f"operator {self._op.name!r}: on_timer_batch deleted an event-time timer; the timers of "
+                       "its batch are already taken off the queue, so only on_timer may delete timers")
 
     def current_processing_time(self) -> int:
         return self._op.clock.now_ms()
@@ -104,8 +273,21 @@ class TimerService:
         op.processing_timers.register(int(timestamp), ctx.key, ctx.namespace, ctx.key_group)
 
     def delete_event_time_timer(self, timestamp: int) -> None:
+        if self.firing_batch:
+            self._no_delete_in_batch()
         ctx = self._op.backend.ctx
         self._op.event_timers.delete(int(timestamp), ctx.key, ctx.namespace)
+
+    def register_event_time_timers(self, timestamps: list[int], keys: list[Any], key_groups: list[int]) -> None:
+        """``register_event_time_timer(timestamps[i])`` for ``keys[i]`` (in ``key_groups[i]``,
+        default namespace), in this order: for ``process_batch``, which has no current key."""
+        self._op.event_timers.register_many([int(t) for t in timestamps], keys, key_groups)
+
+    def delete_event_time_timers(self, timestamps: list[int], keys: list[Any]) -> None:
+        """``delete_event_time_timer(timestamps[i])`` for ``keys[i]`` (default namespace)."""
+        if self.firing_batch:
+            self._no_delete_in_batch()
+        self._op.event_timers.delete_many([int(t) for t in timestamps], keys)
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
         ctx = self._op.backend.ctx

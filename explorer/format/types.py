@@ -418,6 +418,8 @@ class _Struct(TypeInfo):
         return value[name] if isinstance(value, dict) else getattr(value, name)
 
     def to_arrow(self, value):
+        if self._plain_arrow:  # every field a str/int/float/bool, stored as it is: one getter call
+            return dict(zip(self._names, self._items(value) if isinstance(value, dict) else self._attrs(value)))
         return {n: t.to_arrow(self._get(value, n)) for n, t, _ in self.fields}
 
     def from_arrow(self, value):
@@ -443,6 +445,7 @@ class _Struct(TypeInfo):
         self._enc_plan = tuple((_KIND.get(type(t), _OTHER), t.encode) for _, t, _ in self.fields)
         self._dec_plan = tuple((_KIND.get(type(t), _OTHER), t.decode) for _, t, _ in self.fields)
         self._positional = self.cls is not None and _takes_fields_in_order(self.cls, names)
+        self._plain_arrow = all(kind is not _OTHER for kind, _ in self._enc_plan)
 
     def encode(self, value, out):
         # same bytes and same errors as each field type's own encode, minus a call per primitive

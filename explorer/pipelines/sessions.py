@@ -21,6 +21,7 @@ minutes or more.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Sequence
 
 import numpy as np
@@ -73,16 +74,14 @@ def timestamp_of(event: Event) -> int:
     return event.ts
 
 
+_TS = attrgetter("ts")  # timestamp_of, without a Python call per record
+
+
 def summarize(user_id: str, events: list[Event]) -> SessionSummary:
-    start = min(e.ts for e in events)
-    return SessionSummary(
-        user_id=user_id,
-        session_id=f"{user_id}@{start}",
-        start_ms=start,
-        end_ms=max(e.ts for e in events),
-        events=len(events),
-        purchases=sum(1 for e in events if e.kind == "purchase"),
-    )
+    times = [e.ts for e in events]
+    start = min(times)
+    return SessionSummary(user_id, f"{user_id}@{start}", start, max(times), len(events),
+                          [e.kind for e in events].count("purchase"))
 
 
 class SessionWindowFunction(KeyedProcessFunction):
@@ -117,6 +116,80 @@ class SessionWindowFunction(KeyedProcessFunction):
         timers.register_event_time_timer(new_end)
         self.session_end.update(new_end)
 
+    def process_batch(self, records, ctx, out):
+        """``process_element`` for a whole batch: per distinct key, the session end is read once
+        and the session list, the end and the timer written once; the records are walked in
+        arrival order as ``process_element`` walks them (a session that the gap closes before
+        the watermark does is summarised at that record, with its timestamp)."""
+        users, groups = records.uniques, records.unique_key_groups
+        gap = self.gap_ms
+        # per user: [end now, end before the batch, events added since the list was read or cleared,
+        #            whether the stored list was cleared, the record that last moved the timer, key group, user]
+        work = {u: [e, e, [], False, -1, g, u]
+                for u, g, e in zip(users, groups, self.session_end.values_of(groups, users))}
+        stamps = records.timestamps
+        for i, (event, user) in enumerate(zip(records.values, records.keys)):
+            w = work[user]
+            end = w[0]
+            t = event.ts
+            if end is not None and t >= end:  # the gap has passed before the watermark: close first
+                self._close_in_batch(user, w, None if stamps is None else stamps[i], out)
+                end = None
+            w[2].append(event)
+            if end is None or t + gap > end:
+                w[0] = t + gap
+                w[4] = i
+        ws = list(work.values())
+        # the timers of the users whose session end moved, in the order of their last move
+        moved = sorted((w for w in ws if w[0] != w[1]), key=_last_move)
+        if moved:
+            m_users = [w[6] for w in moved]
+            m_groups = [w[5] for w in moved]
+            m_ends = [w[0] for w in moved]
+            timers = ctx.timer_service()
+            old = [(w[1], w[6]) for w in moved if w[1] is not None]
+            if old:
+                timers.delete_event_time_timers([t for t, _ in old], [u for _, u in old])
+            timers.register_event_time_timers(m_ends, m_users, m_groups)
+            self.session_end.update_many(m_groups, m_users, m_ends)
+        cleared = [(w[5], u, w[2]) for u, w in work.items() if w[3]]
+        if cleared:
+            self.session.update_many([c[0] for c in cleared], [c[1] for c in cleared], [c[2] for c in cleared])
+        if len(cleared) < len(ws):
+            kept = [(w[5], u, w[2]) for u, w in work.items() if not w[3]]
+            self.session.add_all_many([c[0] for c in kept], [c[1] for c in kept], [c[2] for c in kept])
+
+    def _close_in_batch(self, user, w, stamp, out) -> None:
+        """``_close`` inside ``process_batch``: the stored list (unless cleared in this batch) and
+        the events added since make the session."""
+        events = w[2]
+        if not w[3]:
+            events = self.session.get_many([w[5]], [user])[0] + events
+        if events:
+            out.collect_with_timestamp(summarize(user, events), stamp)
+        w[0] = None
+        w[2] = []
+        w[3] = True
+
+    def on_timer_batch(self, timers, ctx, out):
+        """``on_timer`` for the timers a watermark makes due, in firing order: the ends read in one
+        call, the sessions whose end is the timer's read, summarised and cleared in one call each."""
+        users = [t.key for t in timers]
+        groups = [t.key_group for t in timers]
+        ends = self.session_end.values_of(groups, users)
+        closing = [i for i, (t, e) in enumerate(zip(timers, ends)) if e == t.timestamp]
+        if len(set(users)) < len(users):  # a user twice: later timers see the state the earlier cleared
+            seen: set = set()
+            closing = [i for i in closing if not (users[i] in seen or seen.add(users[i]))]
+        if not closing:
+            return
+        c_users = [users[i] for i in closing]
+        c_groups = [groups[i] for i in closing]
+        for i, events in zip(closing, self.session.pop_many(c_groups, c_users)):
+            if events:
+                out.collect_with_timestamp(summarize(users[i], events), timers[i].timestamp)
+        self.session_end.clear_many(c_groups, c_users)
+
     def on_timer(self, timestamp: int, ctx, out):
         if self.session_end.value() == timestamp:
             self._close(ctx, out)
@@ -127,6 +200,10 @@ class SessionWindowFunction(KeyedProcessFunction):
             out.collect(summarize(ctx.get_current_key(), events))
         self.session.clear()
         self.session_end.clear()
+
+
+def _last_move(w: list) -> int:
+    return w[4]
 
 
 # --- input -------------------------------------------------------------------------------
@@ -191,7 +268,7 @@ def build(
     num_splits: int = 1,
 ) -> None:
     """Wire the job onto ``env``: event time from ``Event.ts`` with bounded out-of-orderness."""
-    wm = WatermarkStrategy.for_bounded_out_of_orderness(max_out_of_orderness_ms).with_timestamp_assigner(timestamp_of)
+    wm = WatermarkStrategy.for_bounded_out_of_orderness(max_out_of_orderness_ms).with_timestamp_assigner(_TS)
     (
         env.from_source(as_source(records, num_splits), wm, name="events", uid="events")
         .key_by("user_id")

@@ -90,6 +90,11 @@ class KeyedStateBackend(ABC):
         self._states[descriptor.name] = st
         return st
 
+    def has_ttl_state(self) -> bool:
+        """Whether any registered state has TTL (the keyed operators' whole-batch paths are then
+        left aside: each access's last-access time and cleanup stay exactly per record)."""
+        return any(st.ttl_ms for st in self._states.values())
+
     def _cleanup_hook(self, descriptor: StateDescriptor, table: StateTable):
         return None
 

@@ -75,6 +75,35 @@ class HeapStateTable(StateTable):
         else:
             cur.extend(elements)
 
+    def pop_many(self, key_groups, keys, namespace=None):
+        groups, start = self._groups, self._start
+        out = []
+        for g, k in zip(key_groups, keys):
+            grp = groups[g - start]
+            m = grp.get(namespace)
+            if m is None:
+                out.append(None)
+                continue
+            out.append(m.pop(k, None))
+            if not m:
+                del grp[namespace]
+        return out
+
+    def append_many(self, key_groups, keys, lists, namespace=None):
+        groups, start = self._groups, self._start
+        for g, k, elems in zip(key_groups, keys, lists):
+            if not elems:
+                continue
+            grp = groups[g - start]
+            m = grp.get(namespace)
+            if m is None:
+                m = grp[namespace] = {}
+            cur = m.get(k)
+            if cur is None:
+                m[k] = list(elems)
+            else:
+                cur.extend(elems)
+
     def map_get(self, key_group, key, namespace, user_key):
         d = self.get(key_group, key, namespace)
         return None if d is None else d.get(user_key)
@@ -110,6 +139,36 @@ class HeapStateTable(StateTable):
             for ns, m in list(g.items()):
                 for key in list(m):
                     yield kg, key, ns
+
+    def rows(self, key_groups: KeyGroupRange | None = None):
+        """:meth:`StateTable.rows` straight from the per-key-group dicts (the same rows in the
+        same order: key groups ascending, then namespaces and keys as inserted)."""
+        start, ttl, kind = self._start, self.has_ttl, self.kind
+        for i, g in enumerate(self._groups):
+            if not g:
+                continue
+            kg = start + i
+            if key_groups is not None and kg not in key_groups:
+                continue
+            out: list = []
+            for ns, m in list(g.items()):
+                if kind is StateKind.LIST:
+                    for key, elems in list(m.items()):
+                        if ttl:
+                            out += [(kg, key, ns, j, e[0], e[1]) for j, e in enumerate(elems)]
+                        else:
+                            out += [(kg, key, ns, j, e, None) for j, e in enumerate(elems)]
+                elif kind is StateKind.MAP:
+                    for key, d in list(m.items()):
+                        if ttl:
+                            out += [(kg, key, ns, uk, e[0], e[1]) for uk, e in list(d.items())]
+                        else:
+                            out += [(kg, key, ns, uk, e, None) for uk, e in list(d.items())]
+                elif ttl:
+                    out += [(kg, key, ns, None, e[0], e[1]) for key, e in list(m.items()) if e is not None]
+                else:
+                    out += [(kg, key, ns, None, e, None) for key, e in list(m.items()) if e is not None]
+            yield from out
 
     def entries_per_key_group(self) -> dict[int, int]:
         out = {}

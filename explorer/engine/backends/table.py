@@ -62,6 +62,21 @@ class StateTable(ABC):
         cur = self.get(key_group, key, namespace)
         self.put(key_group, key, namespace, (list(cur) if cur else []) + list(elements))
 
+    def pop_many(self, key_groups: list[int], keys: list[Any], namespace: Any = None) -> list[Any]:
+        """``get`` then ``remove`` for many keys of one namespace (the entries handed over)."""
+        got = self.get_many(key_groups, keys, namespace)
+        remove = self.remove
+        for g, k in zip(key_groups, keys):
+            remove(g, k, namespace)
+        return got
+
+    def append_many(self, key_groups: list[int], keys: list[Any], lists: list[list[Any]], namespace: Any = None) -> None:
+        """``append`` for many keys of one namespace (backends may do it in bulk)."""
+        append = self.append
+        for g, k, e in zip(key_groups, keys, lists):
+            if e:
+                append(g, k, namespace, e)
+
     @abstractmethod
     def map_get(self, key_group: int, key: Any, namespace: Any, user_key: Any) -> Any: ...
 

@@ -113,7 +113,7 @@ from ...state import (
 from ...ttl import StateTtlConfig
 from ..base import KeyedStateBackend, StateTable
 from .staging import StagingDir, missing_dirs, sweep_staging, wipe_rocksdb_dir
-from .table import KeyCache, RocksDBStateTable
+from .table import CACHE_ENTRIES, KeyCache, RocksDBStateTable
 
 __all__ = ["FORMAT_VERSION", "INGEST_FILE_BYTES", "RocksDBStateBackend"]
 
@@ -284,6 +284,8 @@ class RocksDBStateBackend(KeyedStateBackend):
         for t in self._buffered:
             t._r = {}
         self._buffered = set()
+        for t in self.tables.values():
+            t._c = {}
 
     def _reopen_read_only(self) -> None:
         """After close(): reopen read-only so the state can still be read."""
@@ -306,6 +308,7 @@ class RocksDBStateBackend(KeyedStateBackend):
             return
         self._buffered = set()
         wb = None
+        seen = []  # per table: its reads and writes of this batch, for its write-through cache
         for t in tables:
             w = t._w
             if w:
@@ -316,11 +319,20 @@ class RocksDBStateBackend(KeyedStateBackend):
                     if v is None:
                         wb.delete(k, handle)
                     else:
-                        wb.put(k, v if v.__class__ is bytes else bytes(v), handle)
+                        if v.__class__ is not bytes:
+                            v = w[k] = bytes(v)
+                        wb.put(k, v, handle)
                 t._w = {}
+            seen.append((t, t._r, w))
             t._r = {}
         if wb is not None:
             self._db.write(wb, self._write_opts)
+        for t, r, w in seen:  # RocksDB now holds these: remembered until something bypasses the buffer
+            c = t._c
+            if len(c) + len(r) + len(w) > CACHE_ENTRIES:
+                c = t._c = {}
+            c.update(r)
+            c.update(w)
 
     def end_batch(self) -> None:
         """The operator finished a batch (records, a watermark's timers, processing-time
@@ -333,6 +345,7 @@ class RocksDBStateBackend(KeyedStateBackend):
 
     def _write(self, table: RocksDBStateTable, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
         self.flush_buffers()  # earlier buffered writes first, and no cached read outlives this write
+        table._c = {}
         handle = self._db.get_column_family_handle(table.name)
         wb = WriteBatch(raw_mode=True)
         for k, v in puts:

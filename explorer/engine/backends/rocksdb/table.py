@@ -32,7 +32,12 @@ and the read cache dropped:
   savepoint captures see every write), :meth:`~.backend.RocksDBStateBackend.close`,
   size estimates and state drops.
 
-RocksDB stays the store of record and nothing is cached across batches;
+RocksDB stays the store of record. Across batches each table keeps a write-through
+cache (``_c``, at most :data:`CACHE_ENTRIES` raw keys, then emptied): when a batch's
+writes are applied, the bytes written (None for deletes) and the batch's reads go into
+it, so the next batches read hot keys without RocksDB and get exactly what RocksDB
+holds, since every write of the backend's own passes through the buffer. Anything
+that reads or writes RocksDB directly (``_cf``, ``_write``, reopening) empties it.
 Flink's backend has no such buffer (it calls RocksDB per access through JNI,
 which is cheaper than a Python binding call). Durability is unchanged: with
 the WAL off, unflushed memtables and the buffer are both lost in a crash, and
@@ -72,11 +77,13 @@ from ..base import Row, StateTable
 if TYPE_CHECKING:
     from .backend import RocksDBStateBackend
 
-__all__ = ["BUFFER_ENTRIES", "RocksDBStateTable"]
+__all__ = ["BUFFER_ENTRIES", "CACHE_ENTRIES", "RocksDBStateTable"]
 
 #: writes (and, separately, cached reads) a state table buffers before applying them early
 #: (otherwise they are applied at the end of each batch)
 BUFFER_ENTRIES = 65536
+#: raw keys a state table's write-through cache holds across batches before it is emptied
+CACHE_ENTRIES = 1 << 17
 _MISS = object()
 
 
@@ -115,6 +122,9 @@ class RocksDBStateTable(StateTable):
         self._w: dict[bytes, Any] = {}
         #: this batch's reads of keys not written: raw key -> stored bytes or None
         self._r: dict[bytes, Any] = {}
+        #: what RocksDB holds at raw keys read or written in earlier batches (None: absent), exact
+        #: because every write of this backend passes through ``_w`` (see the module docstring)
+        self._c: dict[bytes, Any] = {}
         self._bind(descriptor)
 
     @property
@@ -123,11 +133,13 @@ class RocksDBStateTable(StateTable):
         range deletes, bulk loads, the checkpoint code): the batch's buffered writes are
         applied first, so such readers see every write, and the read cache is dropped."""
         self._backend.flush_buffers()
+        self._c = {}  # the caller may write RocksDB directly
         return self._raw
 
     @_cf.setter
     def _cf(self, cf: Any) -> None:
         self._raw = cf
+        self._c = {}
 
     def _read(self, k: bytes) -> Any:
         """Stored bytes at ``k`` (None if absent): this batch's write, else a cached read, else RocksDB."""
@@ -136,6 +148,9 @@ class RocksDBStateTable(StateTable):
             return v
         r = self._r
         v = r.get(k, _MISS)
+        if v is not _MISS:
+            return v
+        v = self._c.get(k, _MISS)
         if v is not _MISS:
             return v
         v = self._raw.get(k)
@@ -152,6 +167,7 @@ class RocksDBStateTable(StateTable):
         if k not in w:
             b = self._backend
             if b._read_only or b._closed:  # nothing to buffer for: write through (RocksDB refuses)
+                self._c.pop(k, None)
                 if v is None:
                     self._raw.delete(k)
                 else:
@@ -245,6 +261,58 @@ class RocksDBStateTable(StateTable):
             return self._decode_elements(raw) or None
         return self._decode_value(raw)
 
+    def get_many(self, key_groups, keys, namespace=None):
+        """``get`` of many keys: what this batch wrote or read already, and the rest from RocksDB
+        in one multi-get (cached like single reads)."""
+        kind = self.kind
+        if kind is StateKind.MAP:
+            return super().get_many(key_groups, keys, namespace)
+        address, w, r, c = self._address, self._w, self._r, self._c
+        addrs = [address(g, k, namespace) for g, k in zip(key_groups, keys)]
+        raws = []
+        missing = []
+        for i, a in enumerate(addrs):
+            v = w.get(a, _MISS)
+            if v is _MISS:
+                v = r.get(a, _MISS)
+                if v is _MISS:
+                    v = c.get(a, _MISS)
+                    if v is _MISS:
+                        missing.append(i)
+            raws.append(v)
+        if missing:
+            got = self._raw.get([addrs[i] for i in missing])
+            if len(r) + len(missing) >= BUFFER_ENTRIES:
+                self._backend.flush_buffers()
+                r = self._r
+            for i, v in zip(missing, got):
+                raws[i] = v
+                r[addrs[i]] = v
+            self._backend._buffered.add(self)
+        if kind is StateKind.LIST:
+            dec = self._decode_elements
+            return [None if not raw else (dec(bytes(raw) if raw.__class__ is bytearray else raw) or None) for raw in raws]
+        dec = self._decode_value
+        return [None if raw is None else dec(raw) for raw in raws]
+
+    def append_many(self, key_groups, keys, lists, namespace=None):
+        """``append`` of each list; the keys not read or written in this batch yet are read in
+        one multi-get first."""
+        address, w, r, c = self._address, self._w, self._r, self._c
+        addrs = [address(g, k, namespace) for g, k in zip(key_groups, keys)]
+        todo = [a for a, e in zip(addrs, lists) if e and a not in w and a not in r and a not in c]
+        if len(todo) > 1:
+            got = self._raw.get(todo)
+            if len(r) + len(todo) >= BUFFER_ENTRIES:
+                self._backend.flush_buffers()
+                r = self._r
+            r.update(zip(todo, got))
+            self._backend._buffered.add(self)
+        append = self.append
+        for g, k, e in zip(key_groups, keys, lists):
+            if e:
+                append(g, k, namespace, e)
+
     def put(self, key_group, key, namespace, entry):
         kind = self.kind
         if kind is StateKind.MAP:
@@ -284,7 +352,9 @@ class RocksDBStateTable(StateTable):
         if cur is _MISS:
             cur = self._r.get(k, _MISS)
             if cur is _MISS:
-                cur = self._raw.get(k)
+                cur = self._c.get(k, _MISS)
+                if cur is _MISS:
+                    cur = self._raw.get(k)
         if cur:
             buf = bytearray(cur)
             buf += LIST_DELIMITER

@@ -1,0 +1,105 @@
+"""The timer queue against the plainest model of its contract: a list of live timers fired in
+(timestamp, registration number) order, with registrations and deletions while it fires."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from explorer.engine.timers import TimerQueue
+
+
+class Model:
+    def __init__(self) -> None:
+        self.live: dict[tuple, tuple[int, int]] = {}  # (ts, key, ns) -> (seq, kg)
+        self.seq = 0
+
+    def register(self, ts, key, ns, kg):
+        if (ts, key, ns) in self.live:
+            return False
+        self.seq += 1
+        self.live[(ts, key, ns)] = (self.seq, kg)
+        return True
+
+    def delete(self, ts, key, ns):
+        return self.live.pop((ts, key, ns), None) is not None
+
+    def order(self):
+        return [(ts, k, ns, kg) for (ts, k, ns), (seq, kg) in sorted(self.live.items(), key=lambda x: (x[0][0], x[1][0]))]
+
+    def pop_due(self, time):
+        o = self.order()
+        if not o or o[0][0] > time:
+            return None
+        ts, k, ns, kg = o[0]
+        del self.live[(ts, k, ns)]
+        return (ts, k, ns, kg)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_queue_fires_like_the_model_with_changes_while_firing(seed):
+    rng = random.Random(seed)
+    q, m = TimerQueue(), Model()
+    keys = [f"k{i}" for i in range(rng.choice([3, 12, 40]))]
+    span = rng.choice([5, 30, 200])  # few timestamps: big buckets, many ties
+    now = 0
+
+    def change():
+        ts, k, ns = now + rng.randrange(-3, span), rng.choice(keys), rng.choice([None, None, "w"])
+        if rng.random() < 0.6:
+            kg = hash(k) % 7
+            assert q.register(ts, k, ns, kg) == m.register(ts, k, ns, kg)
+        elif rng.random() < 0.5:
+            assert q.delete(ts, k, ns) == m.delete(ts, k, ns)
+        else:  # delete something live
+            if m.live:
+                t, k2, n2 = rng.choice(sorted(m.live, key=repr))
+                assert q.delete(t, k2, n2) and m.delete(t, k2, n2)
+        if rng.random() < 0.1:
+            batch = [(now + rng.randrange(0, span), rng.choice(keys)) for _ in range(rng.randrange(1, 6))]
+            if rng.random() < 0.5:
+                q.register_many([t for t, _ in batch], [k for _, k in batch], [hash(k) % 7 for _, k in batch])
+                for t, k in batch:
+                    m.register(t, k, None, hash(k) % 7)
+            else:
+                q.delete_many([t for t, _ in batch], [k for _, k in batch])
+                for t, k in batch:
+                    m.delete(t, k, None)
+
+    for _ in range(60):
+        for _ in range(rng.randrange(0, 30)):
+            change()
+        assert [(t.timestamp, t.key, t.namespace, t.key_group) for t in q] == m.order()
+        assert len(q) == len(m.live)
+        assert q.peek_time() == (m.order()[0][0] if m.live else None)
+        now += rng.randrange(0, span)
+        if rng.random() < 0.3:  # a whole watermark's timers at once
+            got_all = [(t.timestamp, t.key, t.namespace, t.key_group) for t in q.pop_all_due(now)]
+            want_all = []
+            while (w := m.pop_due(now)) is not None:
+                want_all.append(w)
+            assert got_all == want_all
+        while True:  # fire what is due, changing the queue between firings as on_timer may
+            got = q.pop_due(now)
+            want = m.pop_due(now)
+            assert (None if got is None else (got.timestamp, got.key, got.namespace, got.key_group)) == want
+            if got is None:
+                break
+            if rng.random() < 0.5:
+                change()
+        assert [(t.timestamp, t.key, t.namespace, t.key_group) for t in q] == m.order()
+
+
+def test_a_big_bucket_fires_in_linear_time_in_registration_order():
+    q = TimerQueue()
+    n = 200_000
+    for i in range(n):
+        q.register(1000, i, None, i % 128)
+    for i in range(0, n, 2):
+        q.delete(1000, i, None)
+    fired = []
+    while (t := q.pop_due(1000)) is not None:
+        fired.append(t.key)
+    assert fired == list(range(1, n, 2))
+    assert len(q) == 0 and q.peek_time() is None
