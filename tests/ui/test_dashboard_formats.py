@@ -101,6 +101,17 @@ def _print_js_heap(page, fmt: str) -> None:
         cdp.detach()
 
 
+def _open_dashboard(page, folder: str, item: str) -> None:
+    """Right-click ``item`` in the file browser at ``folder``, "Open in State Explorer", wait for the first tab."""
+    page.evaluate(f"() => window.jupyterapp.commands.execute('filebrowser:go-to-path', {{path: '{folder}'}})")
+    entry = page.locator(f".jp-DirListing-item:has(.jp-DirListing-itemText > span:text-is('{item}'))").first
+    entry.wait_for(timeout=60_000)
+    entry.click(button="right")
+    page.locator(".lm-Menu-item:has-text('Open in State Explorer')").first.click(timeout=30_000)
+    page.wait_for_function(f"() => ({PANE})() !== null && !({PANE})().querySelector('.sx-loading')",
+                           timeout=600_000, polling=500)
+
+
 @pytest.fixture(scope="module")
 def page(lab, browser):
     base, token, _root = lab
@@ -128,13 +139,7 @@ def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
     folder, item = FORMATS[fmt]
     PAGE_ERRORS.clear()
     print(f"\nscreenshots: {ARTIFACTS}/{fmt}-*.png")
-    page.evaluate(f"() => window.jupyterapp.commands.execute('filebrowser:go-to-path', {{path: '{folder}'}})")
-    entry = page.locator(f".jp-DirListing-item:has(.jp-DirListing-itemText > span:text-is('{item}'))").first
-    entry.wait_for(timeout=60_000)
-    entry.click(button="right")
-    page.locator(".lm-Menu-item:has-text('Open in State Explorer')").first.click(timeout=30_000)
-    page.wait_for_function(f"() => ({PANE})() !== null && !({PANE})().querySelector('.sx-loading')",
-                           timeout=600_000, polling=500)
+    _open_dashboard(page, folder, item)
     try:
         dash = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .state-explorer-dashboard").first
         problems = {}
@@ -160,3 +165,61 @@ def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
             const w = window.jupyterapp.shell.currentWidget;
             if (w && w.sessionContext) { await w.sessionContext.shutdown(); w.dispose(); }
         }""")
+
+
+def _heap(page) -> dict[str, float]:
+    """The page's JS heap after full collections (MB), and how many plotly graph divs outlive their page."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        for _ in range(3):
+            cdp.send("HeapProfiler.collectGarbage")
+        used = cdp.send("Runtime.getHeapUsage")["usedSize"] / 1e6
+        proto = cdp.send("Runtime.evaluate", {"expression": "HTMLDivElement.prototype"})["result"]["objectId"]
+        divs = cdp.send("Runtime.queryObjects", {"prototypeObjectId": proto, "objectGroup": "sx-heap"})["objects"]
+        detached = cdp.send("Runtime.callFunctionOn", {
+            "objectId": divs["objectId"], "returnByValue": True,
+            "functionDeclaration": "function () { return this.filter(d => !d.isConnected && "
+                                   "d.classList.contains('js-plotly-plot')).length; }"})["result"]["value"]
+        cdp.send("Runtime.releaseObjectGroup", {"objectGroup": "sx-heap"})
+        return {"heap MB": round(used, 1), "detached plotly divs": detached}
+    finally:
+        cdp.detach()
+
+
+def _open_and_close(page, folder: str, item: str, tabs: list[str]) -> None:
+    """Open the dashboard on ``folder/item`` from the file browser, build ``tabs``, close the notebook."""
+    _open_dashboard(page, folder, item)
+    try:
+        dash = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .state-explorer-dashboard").first
+        for title in tabs:
+            dash.locator(".lm-TabBar-tab", has_text=re.compile(f"^{re.escape(title)}$")).first.click()
+            page.wait_for_function(f"() => {{ const p = ({PANE})(); return p && !p.querySelector('.sx-loading')"
+                                   " && p.innerText.trim().length > 0; }", timeout=600_000, polling=250)
+            page.wait_for_function(f"() => !({CHECK})(({PANE})()).some(p => p.startsWith('empty figure'))",
+                                   timeout=60_000, polling=500)
+    finally:
+        page.evaluate("""async () => {
+            const w = window.jupyterapp.shell.currentWidget;
+            if (w && w.sessionContext) { await w.sessionContext.shutdown(); w.dispose(); }
+        }""")
+
+
+def test_closing_a_dashboard_gives_its_memory_back(page):
+    """A dashboard's figures, models and plotly graphs are released when its notebook closes.
+
+    The first dashboard of the page loads plotly.js, kept for the next ones (once per page); after
+    it, each dashboard opened and closed must leave the JS heap where it was, within a bound far
+    below one dashboard's own memory, and no plotly graph behind.
+    """
+    folder, item = FORMATS["engine-heap"]
+    tabs = ["Overview", "Key groups", "Hot keys", "TTL"]
+    _open_and_close(page, folder, item, tabs)
+    before = _heap(page)
+    for _ in range(2):
+        _open_and_close(page, folder, item, tabs)
+    after = _heap(page)
+    print(f"\nJS heap after one dashboard: {before}; after two more opened and closed: {after}")
+    # before widgets._plotly released a closed notebook's models: +24 MB (12 MB a dashboard, 7 plotly graphs
+    # each kept); after: +2 MB for the two
+    assert after["heap MB"] - before["heap MB"] < 6, (before, after)
+    assert after["detached plotly divs"] == 0
