@@ -72,6 +72,8 @@ CHECK = """(pane) => {
 
 #: the page's errors since the current test started
 PAGE_ERRORS: list[str] = []
+#: webpack's warnings about shared modules of another version than the extensions asked for
+VERSION_WARNINGS: list[str] = []
 #: the CDP session throttling the page's CPU, when asked (STATE_EXPLORER_CPU_THROTTLE)
 THROTTLE: list = []
 
@@ -121,6 +123,7 @@ def page(lab, browser):
     # dropped, the figure left empty) as "[anywidget] Failed to initialize model."
     page.on("pageerror", lambda exc: PAGE_ERRORS.append(str(exc)))
     page.on("console", lambda msg: PAGE_ERRORS.append(msg.text) if msg.type == "error" else None)
+    page.on("console", lambda msg: VERSION_WARNINGS.append(msg.text) if "Unsatisfied version" in msg.text else None)
     # STATE_EXPLORER_CPU_THROTTLE=6: the page's JavaScript runs six times slower (Chrome's CPU throttling),
     # to try the dashboard as a busy CI machine would run it
     throttle = float(os.environ.get("STATE_EXPLORER_CPU_THROTTLE", "1"))
@@ -132,6 +135,17 @@ def page(lab, browser):
                            ".every(c => window.jupyterapp.commands.hasCommand(c))", timeout=120_000)
     yield page
     page.close()
+
+
+def test_the_extension_loads_in_this_jupyterlab_without_a_version_warning(page):
+    """The prebuilt extension's command is there and no shared module is of a version it did not ask for.
+
+    Run it under the oldest JupyterLab pyproject allows too (a venv with ``jupyterlab==4.2.*``).
+    """
+    version = page.evaluate("() => window.jupyterapp.version")
+    print(f"\nJupyterLab {version}")
+    assert page.evaluate("() => window.jupyterapp.commands.hasCommand('state-explorer:open-dashboard')")
+    assert VERSION_WARNINGS == []
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
