@@ -13,6 +13,7 @@ itself goes to the page once per kernel (:mod:`widgets._plotly`), not with every
 from __future__ import annotations
 
 import html
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from explorer.snapshot import Snapshot
 from ._base import View, loading_html
 from ._data import SnapshotData
 from ._errors import ErrorArea
+from ._progress import watching
 from .diff import DiffTab
 from .history import HistoryTab
 from .hotkeys import HotKeysTab
@@ -70,17 +72,18 @@ class Dashboard(View):
         errors = ErrorArea()
         super().__init__(errors, **kwargs)
         self._owns_errors = True
-        self.data = SnapshotData.from_any(source, **options)
-        snap = self.data.snapshot
-        self.add_class("state-explorer-dashboard")
-        self.header = self.own(w.HTML(
-            f"<div style='font-size:16px'><b>State Explorer</b> &nbsp;"
-            f"<span style='color:#555'>{html.escape(snap.format)} {html.escape(snap.kind)}"
-            f"{'' if snap.checkpoint_id is None else f' {snap.checkpoint_id}'} · "
-            f"<code>{html.escape(str(snap.path))}</code></span></div>"))
         self.titles = [title for title, _ in TABS]
         if tab not in self.titles:
             raise ValueError(f"no tab {tab!r}; the tabs are {self.titles}")
+        shell = _kernel_shell()
+        if defer is None:
+            defer = shell is not None
+        self._source, self._options = source, options
+        self._data: SnapshotData | None = source if isinstance(source, SnapshotData) else None
+        #: per tab, seconds (``time.perf_counter``) when it was asked for, first showed an answer and was complete
+        self.timings: dict[str, dict[str, float]] = {}
+        self.add_class("state-explorer-dashboard")
+        self.header = self.own(w.HTML(self._header()))
         #: the tabs built so far, by title
         self.tabs: dict[str, View] = {}
         self._panes = {title: self.own(w.VBox()) for title in self.titles}
@@ -92,9 +95,10 @@ class Dashboard(View):
         self.tab.selected_index = self.titles.index(tab)
         self.tab.observe(self.guarded(self._selected, "opening a tab"), names="selected_index")
         self.children = [self.header, self.tab, errors]
-        shell = _kernel_shell()
-        if defer is None:
-            defer = shell is not None
+        # A deferred dashboard shows its header and loading line before the snapshot is even opened (opening
+        # one registers the readers, seconds on a cold kernel); a path that is not there still fails here.
+        if not defer or (isinstance(source, (str, Path)) and not Path(source).exists()):
+            self.data  # noqa: B018 - opened now: its errors raise from the constructor
         if not defer:
             self.view(tab)
         elif shell is not None:
@@ -105,15 +109,48 @@ class Dashboard(View):
 
             shell.events.register("post_execute", build_first)
 
+    @property
+    def data(self) -> SnapshotData:
+        """The snapshot shown and its keyed state, opened on first use."""
+        if self._data is None:
+            self._data = SnapshotData.from_any(self._source, **self._options)
+            self.header.value = self._header()
+        return self._data
+
+    def _header(self) -> str:
+        if self._data is None:
+            what, path = "opening", str(self._source)
+        else:
+            snap = self._data.snapshot
+            what = (f"{snap.format} {snap.kind}{'' if snap.checkpoint_id is None else f' {snap.checkpoint_id}'}")
+            path = str(snap.path)
+        return (f"<div style='font-size:16px'><b>State Explorer</b> &nbsp;<span style='color:#555'>"
+                f"{html.escape(what)} · <code>{html.escape(path)}</code></span></div>")
+
     def view(self, title: str) -> View:
-        """The tab called ``title``, built now if it was not yet."""
+        """The tab called ``title``, built now if it was not yet.
+
+        The pane shows the tab's loading line, kept current while it builds (the time so far, the
+        readers' progress bars, Spark's stages: :mod:`widgets._progress`). A tab with a cheap first
+        answer (``STAGED``, the Overview's metadata) shows it before the expensive rest is computed.
+        """
         if title not in self.tabs:
             cls = dict(TABS)[title]
             pane = self._panes[title]
-            pane.children = [self._loading[title]]  # sent before the work starts
-            built = self.own(cls(self.data, self.errors))
-            self.tabs[title] = built
-            pane.children = [built]
+            loading = self._loading[title]
+            pane.children = [loading]  # sent before the work starts
+            times = self.timings.setdefault(title, {"asked": time.perf_counter()})
+            what = LOADING.get(title, f"Building {title}…")
+            with watching(loading, what, loading_html):
+                staged = getattr(cls, "STAGED", False)
+                built = self.own(cls(self.data, self.errors, **({"staged": True} if staged else {})))
+                self.tabs[title] = built
+                pane.children = [built]
+                times["first answer"] = time.perf_counter()
+            if staged:
+                with watching(built.pending, built.PENDING, loading_html):
+                    built.fill()
+            times["complete"] = time.perf_counter()
         return self.tabs[title]
 
     def _selected(self, change: dict) -> None:
