@@ -34,9 +34,12 @@ def _bars(skip: set[int]) -> list[str]:
         total = getattr(b, "total", None)
         n = getattr(b, "n", 0)
         unit = getattr(b, "unit", "it")
-        done = f"{n:,.0f}/{total:,.0f} {unit}" if total else f"{n:,.0f} {unit}"
         postfix = getattr(b, "postfix", None)
         desc = getattr(b, "desc", "") or ""
+        if total == 1 and unit == "it":  # a step, not a count ("starting Spark")
+            out.append(desc + (f" ({postfix})" if postfix else ""))
+            continue
+        done = f"{n:,.0f}/{total:,.0f} {unit}" if total else f"{n:,.0f} {unit}"
         out.append(f"{desc}: {done}" + (f" ({postfix})" if postfix else ""))
     return out
 

@@ -180,6 +180,9 @@ def test_the_loading_line_says_how_far_a_read_has_got():
             assert "Reading the snapshot" in html.value and "a bar from before" not in html.value
         line.poll(html)
         assert "reading Spark state" not in html.value  # a finished bar leaves the line
+        with tqdm(total=1, desc="starting Spark", disable=False, file=sink):
+            line.poll(html)
+            assert "starting Spark" in html.value and "0/1" not in html.value  # a step, not a count
     finally:
         old.close()
         html.close()
