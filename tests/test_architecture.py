@@ -54,6 +54,9 @@ LAZY_EDGES = {
     ("explorer.stored", "explorer.readers.spark"): "readers registered at the first open: `import explorer` stays light",
     ("explorer.keygroups._vectorised", "explorer.spark.partitioning"):
         "explorer.spark's package loads the Spark adapter, which itself uses keygroups",
+    **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "
+       "and analyses are imported" for m in ("_data", "diff", "history", "hotkeys", "keygroups", "keys", "overview",
+                                             "ttl")},
 }
 
 

@@ -13,36 +13,38 @@ itself goes to the page once per kernel (:mod:`widgets._plotly`), not with every
 from __future__ import annotations
 
 import html
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from explorer.snapshot import Snapshot
-
-from ._base import View, loading_html
-from ._data import SnapshotData
 from ._errors import ErrorArea
 from ._progress import watching
-from .diff import DiffTab
-from .history import HistoryTab
-from .hotkeys import HotKeysTab
-from .keygroups import KeyGroupsTab
-from .keys import KeysTab
-from .overview import OverviewTab
-from .ttl import TTLTab
+from ._view import View, loading_html
 
-#: (title, view class) of the tabs, in order
-TABS = (
-    ("Overview", OverviewTab),
-    ("Keys", KeysTab),
-    ("Key groups", KeyGroupsTab),
-    ("Hot keys", HotKeysTab),
-    ("TTL", TTLTab),
-    ("History", HistoryTab),
-    ("Diff", DiffTab),
-)
+if TYPE_CHECKING:
+    from explorer.snapshot import Snapshot
+
+    from ._data import SnapshotData
+
+#: the tabs' titles, in order
+TITLES = ("Overview", "Keys", "Key groups", "Hot keys", "TTL", "History", "Diff")
+
+
+def tab_class(title: str) -> type[View]:
+    """The view class of the tab called ``title``, imported when first needed: the tabs import pandas, plotly
+    and the analyses (seconds in a fresh kernel), which must not delay a dashboard's loading line."""
+    from .diff import DiffTab
+    from .history import HistoryTab
+    from .hotkeys import HotKeysTab
+    from .keygroups import KeyGroupsTab
+    from .keys import KeysTab
+    from .overview import OverviewTab
+    from .ttl import TTLTab
+
+    return dict(zip(TITLES, (OverviewTab, KeysTab, KeyGroupsTab, HotKeysTab, TTLTab, HistoryTab, DiffTab)))[title]
 
 
 def _kernel_shell() -> Any:
@@ -72,14 +74,17 @@ class Dashboard(View):
         errors = ErrorArea()
         super().__init__(errors, **kwargs)
         self._owns_errors = True
-        self.titles = [title for title, _ in TABS]
+        self.titles = list(TITLES)
         if tab not in self.titles:
             raise ValueError(f"no tab {tab!r}; the tabs are {self.titles}")
         shell = _kernel_shell()
         if defer is None:
             defer = shell is not None
         self._source, self._options = source, options
-        self._data: SnapshotData | None = source if isinstance(source, SnapshotData) else None
+        # a SnapshotData can only be passed once widgets._data was imported (not imported here: it is heavy)
+        data_module = sys.modules.get("widgets._data")
+        self._data: SnapshotData | None = (source if data_module is not None
+                                           and isinstance(source, data_module.SnapshotData) else None)
         #: per tab, seconds (``time.perf_counter``) when it was asked for, first showed an answer and was complete
         self.timings: dict[str, dict[str, float]] = {}
         self.add_class("state-explorer-dashboard")
@@ -113,6 +118,8 @@ class Dashboard(View):
     def data(self) -> SnapshotData:
         """The snapshot shown and its keyed state, opened on first use."""
         if self._data is None:
+            from ._data import SnapshotData
+
             self._data = SnapshotData.from_any(self._source, **self._options)
             self.header.value = self._header()
         return self._data
@@ -135,7 +142,7 @@ class Dashboard(View):
         answer (``STAGED``, the Overview's metadata) shows it before the expensive rest is computed.
         """
         if title not in self.tabs:
-            cls = dict(TABS)[title]
+            cls = tab_class(title)
             pane = self._panes[title]
             loading = self._loading[title]
             pane.children = [loading]  # sent before the work starts
