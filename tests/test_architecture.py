@@ -56,6 +56,9 @@ LAZY_EDGES = {
         "the data source subclasses pyspark's DataSource: `import explorer.spark` stays free of pyspark",
     ("explorer.keygroups._vectorised", "explorer.spark.partitioning"):
         "explorer.spark's package loads the Spark adapter, which itself uses keygroups",
+    **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "
+       "and analyses are imported" for m in ("_data", "diff", "history", "hotkeys", "keygroups", "keys", "overview",
+                                             "ttl")},
 }
 
 

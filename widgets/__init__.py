@@ -8,16 +8,27 @@
 ``widgets`` imports ``explorer``, never the reverse.
 """
 
+import importlib
+
 from ._errors import ErrorArea
 from .dashboard import Dashboard, explore
-from .diff import DiffTab
-from .history import HistoryTab
-from .hotkeys import HotKeysTab
-from .keygroups import KeyGroupsTab
-from .keys import KeysTab
-from .overview import OverviewTab
-from .teaching import CheckpointStepper, KeyRouting
-from .ttl import TTLTab
+
+#: the views, imported on first use (they import pandas, plotly and the analyses: ``import widgets`` and a
+#: dashboard's loading line come first)
+_LAZY = {
+    "CheckpointStepper": "teaching", "KeyRouting": "teaching", "DiffTab": "diff", "HistoryTab": "history",
+    "HotKeysTab": "hotkeys", "KeyGroupsTab": "keygroups", "KeysTab": "keys", "OverviewTab": "overview",
+    "TTLTab": "ttl",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CheckpointStepper",

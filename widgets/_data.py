@@ -31,6 +31,7 @@ class SnapshotData:
         self.checkpoint_dir = checkpoint_dir
         self._kg: dict[str, pd.DataFrame] = {}
         self._ks: dict[str, pd.DataFrame] = {}
+        self._rows: dict[str, pd.DataFrame] = {}
 
     @classmethod
     def from_any(cls, source: Any, **options: Any) -> "SnapshotData":
@@ -80,8 +81,12 @@ class SnapshotData:
         return self.snapshot.keyed_state(columns=list(COLUMNS))
 
     def operator_frame(self, operator: str) -> pd.DataFrame:
-        df = self.frame
-        return df[df["operator"] == operator]
+        """The rows of ``operator`` (the frame itself when it is the only operator: no copy of a million rows)."""
+        if operator not in self._rows:
+            df = self.frame
+            mask = (df["operator"] == operator).to_numpy()
+            self._rows[operator] = df if mask.all() else df[mask]
+        return self._rows[operator]
 
     @cached_property
     def metrics(self) -> pd.DataFrame:

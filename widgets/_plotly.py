@@ -15,6 +15,14 @@ the 2 s and gets every message), and plotly.js comes from one :class:`PlotlyLibr
 widget per kernel, imported once per page. Until that import is done a figure's model
 keeps the full state the views send after every update (``sync_figure``) and its view
 waits; then plotly's own widget code takes over that model and draws it.
+
+Closing a notebook gives its dashboards' memory back: JupyterLab keeps a closed notebook's
+widget manager, with every model, and anywidget keeps every model it has seen until the model
+is closed, so each closed dashboard left about 12 MB of JS heap and its plotly graphs behind.
+The small modules close a manager's models (in the page only, the kernel keeps its widgets) when
+its document is disposed, a figure's views take their listeners off the model when removed, and
+the library drops the bundle's text once it has been imported
+(tests/ui/test_dashboard_formats.py measures the heap across dashboards opened and closed).
 """
 
 from __future__ import annotations
@@ -25,16 +33,41 @@ from typing import Any
 import anywidget
 import traitlets
 
-#: the registry every copy of the small modules below shares in a page: one promise of plotly's widget module
+#: what every copy of the small modules below shares in a page: one promise of plotly's widget module, and
+#: the release of a closed notebook's models (see ``releaseWithDocument``)
 _REGISTRY_JS = """
 function plotlyRegistry() {
   const g = globalThis;
   if (!g.__stateExplorerPlotly) {
     let resolve, reject;
     const promise = new Promise((res, rej) => { resolve = res; reject = rej; });
-    g.__stateExplorerPlotly = { promise, resolve, reject, loading: false };
+    g.__stateExplorerPlotly = { promise, resolve, reject, loading: false, managers: new WeakSet() };
   }
   return g.__stateExplorerPlotly;
+}
+
+// JupyterLab's widget manager neither closes a notebook's widget models when the notebook closes nor is
+// itself released (a signal of the page's widget registry keeps it), and anywidget keeps every model it
+// has seen until that model is closed: a closed dashboard (its models, their state and the views plotly
+// drew) stayed in the page. When the document a widget manager belongs to is disposed, its models are
+// closed here on this side only (the kernel keeps its widgets; a notebook opened again gets them anew
+// from the kernel), then the manager forgets them, as its clear_state does.
+function releaseWithDocument(manager) {
+  const registry = plotlyRegistry();
+  const context = manager && manager.context;
+  if (!context || !context.disposed || typeof context.disposed.connect !== "function" ||
+      context.isDisposed || registry.managers.has(manager)) return;
+  registry.managers.add(manager);
+  context.disposed.connect(async () => {
+    const models = manager._models || {};
+    await Promise.all(Object.keys(models).map((id) => Promise.resolve(models[id]).then(
+      (m) => m && typeof m.close === "function" && m.close(true), () => {})));
+    try {
+      if (typeof manager.clear_state === "function") await manager.clear_state();
+    } catch (error) {
+      console.debug("[state-explorer] widget manager not cleared", error);
+    }
+  });
 }
 """
 
@@ -42,10 +75,15 @@ function plotlyRegistry() {
 LIBRARY_ESM = _REGISTRY_JS + """
 export default {
   initialize({ model }) {
+    releaseWithDocument(model.widget_manager);
     const registry = plotlyRegistry();
+    const bundle = model.get("bundle");
+    // the 5 MB string is not kept in the model once read (set twice: Backbone keeps the previous value once)
+    model.set("bundle", "");
+    model.set("bundle", "");
     if (registry.loading) return;
     registry.loading = true;
-    const url = URL.createObjectURL(new Blob([model.get("bundle")], { type: "text/javascript" }));
+    const url = URL.createObjectURL(new Blob([bundle], { type: "text/javascript" }));
     import(url).then(
       (mod) => { URL.revokeObjectURL(url); registry.resolve(mod); },
       (error) => { URL.revokeObjectURL(url); registry.loading = false; console.error("[state-explorer] plotly.js did not load", error); registry.reject(error); },
@@ -59,17 +97,41 @@ FIGURE_ESM = _REGISTRY_JS + """
 export default () => {
   let plotlyWidget = null;
   let loaded = null;
+  let own = null;
+  let recording = null;
   return {
     initialize({ model }) {
+      releaseWithDocument(model.widget_manager);
+      // plotly's view adds listeners to the model it is given and never removes them, so every view
+      // drawn stayed reachable from the model: it gets a model that records the listeners a view adds
+      own = model;
+      const recorded = Object.assign({}, model, {
+        on(name, callback) {
+          model.on(name, callback);
+          if (recording) recording.push([name, callback]);
+        },
+      });
       // not awaited: anywidget would drop this model's messages if initialising took over 2 s
       loaded = plotlyRegistry().promise.then((mod) => {
         plotlyWidget = mod.default();
-        plotlyWidget.initialize({ model });
+        plotlyWidget.initialize({ model: recorded });
       });
     },
     async render({ el }) {
       await loaded;
-      return plotlyWidget.render({ el });
+      const listeners = [];
+      recording = listeners;
+      let cleanup;
+      try {
+        cleanup = plotlyWidget.render({ el });
+      } finally {
+        recording = null;
+      }
+      return () => {
+        if (typeof cleanup === "function") cleanup();
+        for (const [name, callback] of listeners) own.off(name, callback);
+        listeners.length = 0;
+      };
     },
   };
 };

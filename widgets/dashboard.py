@@ -8,39 +8,48 @@ and one error area under the tabs.
 A tab is built the first time it is shown (or asked for, e.g. ``dash.ttl_tab``), once:
 what the user sees first is not held up by figures of tabs not opened yet. plotly.js
 itself goes to the page once per kernel (:mod:`widgets._plotly`), not with every figure.
+
+What shows first costs least: this module imports only ipywidgets (the tabs, pandas, plotly and
+the readers are imported when the first tab builds), a deferred dashboard opens its snapshot
+after its loading line is on screen, the Overview answers from the metadata before the keyed
+state is read, and a loading line moves while a tab builds (:mod:`widgets._progress`).
 """
 
 from __future__ import annotations
 
 import html
+import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from explorer.snapshot import Snapshot
-
-from ._base import View, loading_html
-from ._data import SnapshotData
 from ._errors import ErrorArea
-from .diff import DiffTab
-from .history import HistoryTab
-from .hotkeys import HotKeysTab
-from .keygroups import KeyGroupsTab
-from .keys import KeysTab
-from .overview import OverviewTab
-from .ttl import TTLTab
+from ._progress import watching
+from ._view import View, loading_html
 
-#: (title, view class) of the tabs, in order
-TABS = (
-    ("Overview", OverviewTab),
-    ("Keys", KeysTab),
-    ("Key groups", KeyGroupsTab),
-    ("Hot keys", HotKeysTab),
-    ("TTL", TTLTab),
-    ("History", HistoryTab),
-    ("Diff", DiffTab),
-)
+if TYPE_CHECKING:
+    from explorer.snapshot import Snapshot
+
+    from ._data import SnapshotData
+
+#: the tabs' titles, in order
+TITLES = ("Overview", "Keys", "Key groups", "Hot keys", "TTL", "History", "Diff")
+
+
+def tab_class(title: str) -> type[View]:
+    """The view class of the tab called ``title``, imported when first needed: the tabs import pandas, plotly
+    and the analyses (seconds in a fresh kernel), which must not delay a dashboard's loading line."""
+    from .diff import DiffTab
+    from .history import HistoryTab
+    from .hotkeys import HotKeysTab
+    from .keygroups import KeyGroupsTab
+    from .keys import KeysTab
+    from .overview import OverviewTab
+    from .ttl import TTLTab
+
+    return dict(zip(TITLES, (OverviewTab, KeysTab, KeyGroupsTab, HotKeysTab, TTLTab, HistoryTab, DiffTab)))[title]
 
 
 def _kernel_shell() -> Any:
@@ -70,17 +79,21 @@ class Dashboard(View):
         errors = ErrorArea()
         super().__init__(errors, **kwargs)
         self._owns_errors = True
-        self.data = SnapshotData.from_any(source, **options)
-        snap = self.data.snapshot
-        self.add_class("state-explorer-dashboard")
-        self.header = self.own(w.HTML(
-            f"<div style='font-size:16px'><b>State Explorer</b> &nbsp;"
-            f"<span style='color:#555'>{html.escape(snap.format)} {html.escape(snap.kind)}"
-            f"{'' if snap.checkpoint_id is None else f' {snap.checkpoint_id}'} · "
-            f"<code>{html.escape(str(snap.path))}</code></span></div>"))
-        self.titles = [title for title, _ in TABS]
+        self.titles = list(TITLES)
         if tab not in self.titles:
             raise ValueError(f"no tab {tab!r}; the tabs are {self.titles}")
+        shell = _kernel_shell()
+        if defer is None:
+            defer = shell is not None
+        self._source, self._options = source, options
+        # a SnapshotData can only be passed once widgets._data was imported (not imported here: it is heavy)
+        data_module = sys.modules.get("widgets._data")
+        self._data: SnapshotData | None = (source if data_module is not None
+                                           and isinstance(source, data_module.SnapshotData) else None)
+        #: per tab, seconds (``time.perf_counter``) when it was asked for, first showed an answer and was complete
+        self.timings: dict[str, dict[str, float]] = {}
+        self.add_class("state-explorer-dashboard")
+        self.header = self.own(w.HTML(self._header()))
         #: the tabs built so far, by title
         self.tabs: dict[str, View] = {}
         self._panes = {title: self.own(w.VBox()) for title in self.titles}
@@ -92,9 +105,10 @@ class Dashboard(View):
         self.tab.selected_index = self.titles.index(tab)
         self.tab.observe(self.guarded(self._selected, "opening a tab"), names="selected_index")
         self.children = [self.header, self.tab, errors]
-        shell = _kernel_shell()
-        if defer is None:
-            defer = shell is not None
+        # A deferred dashboard shows its header and loading line before the snapshot is even opened (opening
+        # one registers the readers, seconds on a cold kernel); a path that is not there still fails here.
+        if not defer or (isinstance(source, (str, Path)) and not Path(source).exists()):
+            self.data  # noqa: B018 - opened now: its errors raise from the constructor
         if not defer:
             self.view(tab)
         elif shell is not None:
@@ -105,15 +119,50 @@ class Dashboard(View):
 
             shell.events.register("post_execute", build_first)
 
+    @property
+    def data(self) -> SnapshotData:
+        """The snapshot shown and its keyed state, opened on first use."""
+        if self._data is None:
+            from ._data import SnapshotData
+
+            self._data = SnapshotData.from_any(self._source, **self._options)
+            self.header.value = self._header()
+        return self._data
+
+    def _header(self) -> str:
+        if self._data is None:
+            what, path = "opening", str(self._source)
+        else:
+            snap = self._data.snapshot
+            what = (f"{snap.format} {snap.kind}{'' if snap.checkpoint_id is None else f' {snap.checkpoint_id}'}")
+            path = str(snap.path)
+        return (f"<div style='font-size:16px'><b>State Explorer</b> &nbsp;<span style='color:#555'>"
+                f"{html.escape(what)} · <code>{html.escape(path)}</code></span></div>")
+
     def view(self, title: str) -> View:
-        """The tab called ``title``, built now if it was not yet."""
+        """The tab called ``title``, built now if it was not yet.
+
+        The pane shows the tab's loading line, kept current while it builds (the time so far, the
+        readers' progress bars, Spark's stages: :mod:`widgets._progress`). A tab with a cheap first
+        answer (``STAGED``, the Overview's metadata) shows it before the expensive rest is computed.
+        """
         if title not in self.tabs:
-            cls = dict(TABS)[title]
+            cls = tab_class(title)
             pane = self._panes[title]
-            pane.children = [self._loading[title]]  # sent before the work starts
-            built = self.own(cls(self.data, self.errors))
-            self.tabs[title] = built
-            pane.children = [built]
+            loading = self._loading[title]
+            pane.children = [loading]  # sent before the work starts
+            times = self.timings.setdefault(title, {"asked": time.perf_counter()})
+            what = LOADING.get(title, f"Building {title}…")
+            with watching(loading, what, loading_html):
+                staged = getattr(cls, "STAGED", False)
+                built = self.own(cls(self.data, self.errors, **({"staged": True} if staged else {})))
+                self.tabs[title] = built
+                pane.children = [built]
+                times["first answer"] = time.perf_counter()
+            if staged:
+                with watching(built.pending, built.PENDING, loading_html):
+                    built.fill()
+            times["complete"] = time.perf_counter()
         return self.tabs[title]
 
     def _selected(self, change: dict) -> None:

@@ -13,27 +13,34 @@ import ipywidgets as w
 
 from explorer.plots.format import MISSING, human_bytes, human_count, human_duration, human_time
 
-from ._base import View, figure, html_table, show_empty, subtask_colour
+from ._base import View, figure, html_table, loading_html, show_empty, subtask_colour
 from ._data import SnapshotData
 from ._errors import ErrorArea
 
 
-def facts(data: SnapshotData) -> dict[str, str]:
-    """The header facts of a snapshot, each as the text shown."""
+#: the facts counted from the keyed state, shown as this while it is read
+COUNTING = "counting…"
+
+
+def _metadata_facts(data: SnapshotData) -> dict[str, str]:
+    """The header facts the snapshot's metadata gives, at once; the counted ones say :data:`COUNTING`."""
     snap = data.snapshot
-    df = data.frame
-    timings = dict(snap.timings() or {})
-    stored = timings.pop("bytes", None)
-    out = {
+    return {
         "path": str(snap.path), "format": snap.format, "kind": snap.kind,
         "checkpoint id": MISSING if snap.checkpoint_id is None else str(snap.checkpoint_id),
         "created": human_time(snap.created_at) if snap.created_at is not None else "unknown (not in the snapshot)",
         "operators": human_count(len(snap.operators)),
         "keyed states": human_count(len(snap.states)),
-        "state entries": human_count(len(df)),
-        "keys": human_count(df.groupby("operator", sort=False)["key"].nunique().sum()) if len(df) else "0",
-        "state size (serialized values)": human_bytes(float(df["size_bytes"].sum()) if len(df) else 0),
+        "state entries": COUNTING,
+        "keys": COUNTING,
+        "state size (serialized values)": COUNTING,
     }
+
+
+def _timing_facts(data: SnapshotData) -> dict[str, str]:
+    timings = dict(data.snapshot.timings() or {})
+    stored = timings.pop("bytes", None)
+    out = {}
     if stored is not None:
         out["stored size (files)"] = human_bytes(stored)
     for k, v in timings.items():
@@ -42,23 +49,66 @@ def facts(data: SnapshotData) -> dict[str, str]:
     return out
 
 
-class OverviewTab(View):
-    """Static facts: header, operators, states, state sizes per subtask, checkpoint timings."""
+def facts(data: SnapshotData) -> dict[str, str]:
+    """The header facts of a snapshot, each as the text shown."""
+    df = data.frame
+    out = _metadata_facts(data)
+    out.update({
+        "state entries": human_count(len(df)),
+        "keys": human_count(df.groupby("operator", sort=False)["key"].nunique().sum()) if len(df) else "0",
+        "state size (serialized values)": human_bytes(float(df["size_bytes"].sum()) if len(df) else 0),
+    })
+    out.update(_timing_facts(data))
+    return out
 
-    def __init__(self, data: SnapshotData, errors: ErrorArea | None = None, **kwargs: Any) -> None:
+
+def _facts_html(values: dict[str, str]) -> str:
+    rows = "".join(f"<tr><th style='text-align:left;padding-right:12px;font-weight:600'>{html.escape(k)}</th>"
+                   f"<td>{html.escape(v)}</td></tr>" for k, v in values.items())
+    return f"<table style='font-size:13px'>{rows}</table>"
+
+
+class OverviewTab(View):
+    """Static facts: header, operators, states, state sizes per subtask, checkpoint timings.
+
+    ``staged=True`` builds only what the metadata answers (the snapshot's facts, operators and states as
+    the metadata lists them) and says "counting…" for the rest until :meth:`fill` reads the keyed state:
+    the dashboard shows that first, since reading a million keys takes seconds.
+    """
+
+    #: the dashboard shows this tab's metadata part before calling :meth:`fill`
+    STAGED = True
+    #: what :attr:`pending` says while :meth:`fill` runs
+    PENDING = "Counting entries, keys and bytes in the keyed state…"
+
+    def __init__(self, data: SnapshotData, errors: ErrorArea | None = None, staged: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(errors, **kwargs)
         self.data = data
         snap = data.snapshot
-        self.fact_values = facts(data)
-        rows = "".join(f"<tr><th style='text-align:left;padding-right:12px;font-weight:600'>{html.escape(k)}</th>"
-                       f"<td>{html.escape(v)}</td></tr>" for k, v in self.fact_values.items())
-        self.facts = self.own(w.HTML(f"<table style='font-size:13px'>{rows}</table>"))
+        self.fact_values = {**_metadata_facts(data), **_timing_facts(data)}
+        self.facts = self.own(w.HTML(_facts_html(self.fact_values)))
         self.operators_table = self.own(w.HTML("<h4>Operators</h4>" + html_table(snap.operators)))
-        self.states_table = self.own(w.HTML("<h4>States</h4>" + html_table(self._states())))
+        self.states_table = self.own(w.HTML("<h4>States</h4>" + html_table(snap.states)))
+        #: the loading line in place of the size chart until :meth:`fill` has run
+        self.pending = self.own(w.HTML(loading_html(self.PENDING)))
+        self.size_figure = None
+        self.notes = self.own(w.HTML("".join(f"<div>note: {html.escape(n)}</div>" for n in snap.notes)))
+        self.children = [self.facts, self.pending, self.operators_table, self.states_table, self.notes]
+        if not staged:
+            self.fill()
+
+    def fill(self) -> None:
+        """Read the keyed state and show the counted facts, the states' totals and the size chart."""
+        if self.size_figure is not None:
+            return
+        self.fact_values = facts(self.data)
+        self.facts.value = _facts_html(self.fact_values)
+        self.states_table.value = "<h4>States</h4>" + html_table(self._states())
         self.size_figure = self.own(figure(320, barmode="stack"))
         self._draw_sizes()
-        self.notes = self.own(w.HTML("".join(f"<div>note: {html.escape(n)}</div>" for n in snap.notes)))
         self.children = [self.facts, self.size_figure, self.operators_table, self.states_table, self.notes]
+        self.sync_figures()
 
     def _states(self):
         """The states table, with entries and bytes counted from the data where the metadata has none."""

@@ -54,10 +54,13 @@ def lab(tmp_path_factory):
         else:
             (root / "sample_data").mkdir(exist_ok=True)
             (root / "sample_data" / child.name).symlink_to(child)
-    # this checkout's prebuilt extension, where an installed wheel puts it (share/jupyter/labextensions)
+    # this checkout's prebuilt extension, where an installed wheel puts it (share/jupyter/labextensions);
+    # STATE_EXPLORER_LAB_INSTALLED=1: the one the environment has installed (a wheel's, or an editable
+    # install's link), to try an installation as it is
     jupyter_path = root / ".jupyter-path"
     (jupyter_path / "labextensions").mkdir(parents=True)
-    (jupyter_path / "labextensions" / "state-explorer-labextension").symlink_to(LABEXTENSION)
+    if os.environ.get("STATE_EXPLORER_LAB_INSTALLED") != "1":
+        (jupyter_path / "labextensions" / "state-explorer-labextension").symlink_to(LABEXTENSION)
     # no "Jupyter news" prompt over the page
     settings = root / ".lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)

@@ -11,6 +11,7 @@ error shown by the dashboard or an error output. A screenshot of every tab is ke
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -19,7 +20,8 @@ import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard-formats"
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "dashboard-formats"
 TABS = ["Overview", "Keys", "Key groups", "Hot keys", "TTL", "History", "Diff"]
 
 #: format -> (folder shown in the file browser, item right-clicked)
@@ -72,6 +74,8 @@ CHECK = """(pane) => {
 
 #: the page's errors since the current test started
 PAGE_ERRORS: list[str] = []
+#: webpack's warnings about shared modules of another version than the extensions asked for
+VERSION_WARNINGS: list[str] = []
 #: the CDP session throttling the page's CPU, when asked (STATE_EXPLORER_CPU_THROTTLE)
 THROTTLE: list = []
 
@@ -101,6 +105,17 @@ def _print_js_heap(page, fmt: str) -> None:
         cdp.detach()
 
 
+def _open_dashboard(page, folder: str, item: str) -> None:
+    """Right-click ``item`` in the file browser at ``folder``, "Open in State Explorer", wait for the first tab."""
+    page.evaluate(f"() => window.jupyterapp.commands.execute('filebrowser:go-to-path', {{path: '{folder}'}})")
+    entry = page.locator(f".jp-DirListing-item:has(.jp-DirListing-itemText > span:text-is('{item}'))").first
+    entry.wait_for(timeout=60_000)
+    entry.click(button="right")
+    page.locator(".lm-Menu-item:has-text('Open in State Explorer')").first.click(timeout=30_000)
+    page.wait_for_function(f"() => ({PANE})() !== null && !({PANE})().querySelector('.sx-loading')",
+                           timeout=600_000, polling=500)
+
+
 @pytest.fixture(scope="module")
 def page(lab, browser):
     base, token, _root = lab
@@ -110,6 +125,7 @@ def page(lab, browser):
     # dropped, the figure left empty) as "[anywidget] Failed to initialize model."
     page.on("pageerror", lambda exc: PAGE_ERRORS.append(str(exc)))
     page.on("console", lambda msg: PAGE_ERRORS.append(msg.text) if msg.type == "error" else None)
+    page.on("console", lambda msg: VERSION_WARNINGS.append(msg.text) if "Unsatisfied version" in msg.text else None)
     # STATE_EXPLORER_CPU_THROTTLE=6: the page's JavaScript runs six times slower (Chrome's CPU throttling),
     # to try the dashboard as a busy CI machine would run it
     throttle = float(os.environ.get("STATE_EXPLORER_CPU_THROTTLE", "1"))
@@ -123,18 +139,25 @@ def page(lab, browser):
     page.close()
 
 
+def test_the_extension_loads_in_this_jupyterlab_without_a_version_warning(page):
+    """The prebuilt extension's command is there and no shared module is of a version it did not ask for.
+
+    Run it under the oldest JupyterLab pyproject allows too (a venv with ``jupyterlab==4.2.*``).
+    """
+    version = page.evaluate("() => window.jupyterapp.version")
+    print(f"\nJupyterLab {version}")
+    assert page.evaluate("() => window.jupyterapp.commands.hasCommand('state-explorer:open-dashboard')")
+    # webpack's warning names the shared module, not the extension asking: ours are its package.json dependencies
+    ours = json.loads((REPO / "widgets" / "labextension" / "package.json").read_text())["dependencies"]
+    assert [w for w in VERSION_WARNINGS if any(f"module {name} " in w for name in ours)] == []
+
+
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
     folder, item = FORMATS[fmt]
     PAGE_ERRORS.clear()
     print(f"\nscreenshots: {ARTIFACTS}/{fmt}-*.png")
-    page.evaluate(f"() => window.jupyterapp.commands.execute('filebrowser:go-to-path', {{path: '{folder}'}})")
-    entry = page.locator(f".jp-DirListing-item:has(.jp-DirListing-itemText > span:text-is('{item}'))").first
-    entry.wait_for(timeout=60_000)
-    entry.click(button="right")
-    page.locator(".lm-Menu-item:has-text('Open in State Explorer')").first.click(timeout=30_000)
-    page.wait_for_function(f"() => ({PANE})() !== null && !({PANE})().querySelector('.sx-loading')",
-                           timeout=600_000, polling=500)
+    _open_dashboard(page, folder, item)
     try:
         dash = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .state-explorer-dashboard").first
         problems = {}
@@ -160,3 +183,61 @@ def test_every_tab_of_the_dashboard_opened_from_the_file_browser(page, fmt):
             const w = window.jupyterapp.shell.currentWidget;
             if (w && w.sessionContext) { await w.sessionContext.shutdown(); w.dispose(); }
         }""")
+
+
+def _heap(page) -> dict[str, float]:
+    """The page's JS heap after full collections (MB), and how many plotly graph divs outlive their page."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        for _ in range(3):
+            cdp.send("HeapProfiler.collectGarbage")
+        used = cdp.send("Runtime.getHeapUsage")["usedSize"] / 1e6
+        proto = cdp.send("Runtime.evaluate", {"expression": "HTMLDivElement.prototype"})["result"]["objectId"]
+        divs = cdp.send("Runtime.queryObjects", {"prototypeObjectId": proto, "objectGroup": "sx-heap"})["objects"]
+        detached = cdp.send("Runtime.callFunctionOn", {
+            "objectId": divs["objectId"], "returnByValue": True,
+            "functionDeclaration": "function () { return this.filter(d => !d.isConnected && "
+                                   "d.classList.contains('js-plotly-plot')).length; }"})["result"]["value"]
+        cdp.send("Runtime.releaseObjectGroup", {"objectGroup": "sx-heap"})
+        return {"heap MB": round(used, 1), "detached plotly divs": detached}
+    finally:
+        cdp.detach()
+
+
+def _open_and_close(page, folder: str, item: str, tabs: list[str]) -> None:
+    """Open the dashboard on ``folder/item`` from the file browser, build ``tabs``, close the notebook."""
+    _open_dashboard(page, folder, item)
+    try:
+        dash = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .state-explorer-dashboard").first
+        for title in tabs:
+            dash.locator(".lm-TabBar-tab", has_text=re.compile(f"^{re.escape(title)}$")).first.click()
+            page.wait_for_function(f"() => {{ const p = ({PANE})(); return p && !p.querySelector('.sx-loading')"
+                                   " && p.innerText.trim().length > 0; }", timeout=600_000, polling=250)
+            page.wait_for_function(f"() => !({CHECK})(({PANE})()).some(p => p.startsWith('empty figure'))",
+                                   timeout=60_000, polling=500)
+    finally:
+        page.evaluate("""async () => {
+            const w = window.jupyterapp.shell.currentWidget;
+            if (w && w.sessionContext) { await w.sessionContext.shutdown(); w.dispose(); }
+        }""")
+
+
+def test_closing_a_dashboard_gives_its_memory_back(page):
+    """A dashboard's figures, models and plotly graphs are released when its notebook closes.
+
+    The first dashboard of the page loads plotly.js, kept for the next ones (once per page); after
+    it, each dashboard opened and closed must leave the JS heap where it was, within a bound far
+    below one dashboard's own memory, and no plotly graph behind.
+    """
+    folder, item = FORMATS["engine-heap"]
+    tabs = ["Overview", "Key groups", "Hot keys", "TTL"]
+    _open_and_close(page, folder, item, tabs)
+    before = _heap(page)
+    for _ in range(2):
+        _open_and_close(page, folder, item, tabs)
+    after = _heap(page)
+    print(f"\nJS heap after one dashboard: {before}; after two more opened and closed: {after}")
+    # before widgets._plotly released a closed notebook's models: +24 MB (12 MB a dashboard, 7 plotly graphs
+    # each kept); after: +2 MB for the two
+    assert after["heap MB"] - before["heap MB"] < 6, (before, after)
+    assert after["detached plotly divs"] == 0

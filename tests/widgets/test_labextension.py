@@ -7,6 +7,9 @@ here: the committed build matches its source and pyproject installs every built 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import re
 import tomllib
 from pathlib import Path
@@ -35,3 +38,53 @@ def test_pyproject_installs_every_built_file_where_jupyterlab_looks():
     assert static == ["widgets/labextension/prebuilt/static/*"]
     assert declared == {SHARE + "/package.json": "widgets/labextension/prebuilt/package.json"}
     assert sum(p.stat().st_size for p in (EXT / "prebuilt").rglob("*") if p.is_file()) < 100_000  # small
+
+
+def _minimum_jupyterlab() -> tuple[int, int, int]:
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    (spec,) = [d for d in deps if re.match(r"jupyterlab\b", d)]
+    parts = [int(x) for x in re.fullmatch(r"jupyterlab>=([\d.]+)", spec).group(1).split(".")]
+    return tuple((parts + [0, 0])[:3])  # type: ignore[return-value]
+
+
+def test_the_extension_asks_for_the_jupyterlab_that_pyproject_allows():
+    """The built extension's shared @jupyterlab packages and package.json accept pyproject's oldest JupyterLab.
+
+    @jupyterlab/builder takes a shared package's required version from the JupyterLab it builds against
+    (4.6 in the venv) unless package.json says otherwise: JupyterLab 4.2, which pyproject allows, then
+    warned "Unsatisfied version" for the extension's shared modules.
+    """
+    lowest = _minimum_jupyterlab()
+    code = "".join(p.read_text() for p in (EXT / "prebuilt" / "static").glob("remoteEntry.*.js"))
+    # webpack's consume-shared table: ("default", "@jupyterlab/x", eager, [kind, major, minor, patch])
+    required = re.findall(r'"(@jupyterlab/[a-z-]+)",!\d,\[\d+,(\d+),(\d+),(\d+)\]', code)
+    assert required, "no shared @jupyterlab module found in the build"
+    for name, *version in required:
+        version = tuple(int(v) for v in version)
+        assert version[0] == lowest[0] and version <= lowest, f"the build requires {name} {version}, pyproject allows {lowest}"
+    source = json.loads((EXT / "package.json").read_text())
+    ranges = {**source["dependencies"], **{k: v["requiredVersion"] for k, v in source["jupyterlab"]["sharedPackages"].items()}}
+    for name, spec in ranges.items():
+        version = tuple(int(v) for v in re.fullmatch(r"\^(\d+)\.(\d+)\.(\d+)", spec).groups())
+        assert version[0] == lowest[0] and version <= lowest, f"package.json asks {name} {spec}, pyproject allows {lowest}"
+
+
+def test_an_editable_install_gets_the_extension_where_jupyterlab_finds_it(tmp_path):
+    """``pip install -e .`` installs no data files (setuptools' editable wheels carry none), so ``make venv``
+    links the prebuilt extension into the venv (widgets._labextension); JupyterLab then lists it."""
+    from widgets._labextension import PREBUILT, install_into
+
+    target = install_into(tmp_path)
+    assert target == tmp_path / "share" / "jupyter" / "labextensions" / "state-explorer-labextension"
+    assert (target / "package.json").read_text() == (PREBUILT / "package.json").read_text()
+    assert install_into(tmp_path) == target  # twice: nothing to do
+    env = {**os.environ, "JUPYTER_PATH": str(tmp_path / "share" / "jupyter"), "NO_COLOR": "1"}
+    out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    listing = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
+    block = listing.split(str(tmp_path / "share" / "jupyter" / "labextensions"), 1)
+    assert len(block) == 2, listing
+    first = block[1].strip().splitlines()[0]
+    assert re.match(r"state-explorer-labextension v0\.1\.0 enabled\s+OK", first.strip()), listing
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"pip install .*-e .*\n\t\$\(BIN\)/python -m widgets\._labextension", makefile)

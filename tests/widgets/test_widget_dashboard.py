@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import explorer
 import plotly.graph_objects as go
 import pytest
@@ -122,3 +124,65 @@ def test_percent_explore_opens_the_dashboard(planted_heap):
 def test_a_snapshot_that_is_not_there_fails_clearly(tmp_path):
     with pytest.raises(explorer.SnapshotNotFoundError, match="no such file"):
         widgets.explore(tmp_path / "missing")
+
+
+def test_a_deferred_dashboard_shows_its_loading_line_before_opening_the_snapshot(planted_heap, tmp_path):
+    dash = widgets.Dashboard(planted_heap.savepoint, defer=True)
+    try:
+        assert dash._data is None  # nothing read yet: not even the metadata
+        assert "opening" in dash.header.value and "sx-loading" in dash._panes["Overview"].children[0].value
+        tab = dash.view("Overview")
+        assert dash.data.snapshot.path == planted_heap.savepoint and "opening" not in dash.header.value
+        times = dash.timings["Overview"]
+        assert times["asked"] <= times["first answer"] <= times["complete"]
+        assert tab.size_figure is not None and "counting" not in tab.facts.value
+    finally:
+        dash.close()
+    with pytest.raises(explorer.SnapshotNotFoundError, match="no such file"):  # still fails at once
+        widgets.Dashboard(tmp_path / "missing", defer=True)
+
+
+def test_the_overview_answers_from_the_metadata_before_reading_the_keyed_state(planted_heap):
+    from widgets._data import SnapshotData
+
+    data = SnapshotData.from_any(planted_heap.savepoint)
+    tab = widgets.OverviewTab(data, staged=True)
+    try:
+        assert "frame" not in data.__dict__  # the keyed state is not read for the first answer
+        assert tab.fact_values["operators"] != "counting…" and tab.fact_values["state entries"] == "counting…"
+        assert tab.pending in tab.children and tab.size_figure is None
+        tab.fill()
+        assert "frame" in data.__dict__
+        assert tab.fact_values["state entries"] == f"{len(data.frame):,}"
+        assert tab.pending not in tab.children and tab.size_figure in tab.children and tab.size_figure.data
+    finally:
+        tab.close()
+
+
+def test_the_loading_line_says_how_far_a_read_has_got():
+    import ipywidgets as w
+    from tqdm.std import tqdm
+
+    from widgets._base import loading_html
+    from widgets._progress import ProgressLine
+
+    sink = io.StringIO()
+    old = tqdm(total=5, desc="a bar from before", disable=False, file=sink)
+    line = ProgressLine("Reading the snapshot's keyed state…", loading_html)
+    html = w.HTML()
+    try:
+        with tqdm(total=10, desc="reading Spark state through Spark", unit="state", disable=False,
+                  file=sink) as bar:
+            bar.set_postfix_str("agg/default", refresh=False)
+            bar.update(3)
+            line.poll(html)
+            assert "reading Spark state through Spark: 3/10 state (agg/default)" in html.value
+            assert "Reading the snapshot" in html.value and "a bar from before" not in html.value
+        line.poll(html)
+        assert "reading Spark state" not in html.value  # a finished bar leaves the line
+        with tqdm(total=1, desc="starting Spark", disable=False, file=sink):
+            line.poll(html)
+            assert "starting Spark" in html.value and "0/1" not in html.value  # a step, not a count
+    finally:
+        old.close()
+        html.close()
