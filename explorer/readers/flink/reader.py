@@ -73,6 +73,7 @@ from ..base import (
     SnapshotInfo,
     SnapshotReader,
     make_piece,
+    python_values,
 )
 from . import columnar, fullformat, heapformat
 from .changelog import ChangelogState, read_change_sets
@@ -469,14 +470,14 @@ class FlinkSnapshotReader(SnapshotReader):
                  for st in self._keyed_subtasks(op)]
         if self.workers <= 1 or len(units) <= 1:
             for op, st in units:
-                yield from self._subtask_pieces(op, st, query)
+                yield from self._with_merged_windows(op, st, query)
             return
         # in order, at most `workers` subtasks in flight (their pieces are held until yielded)
         with ThreadPoolExecutor(self.workers, thread_name_prefix="flink-reader") as pool:
             pending: deque = deque()
             try:
                 for op, st in units:
-                    pending.append(pool.submit(lambda o=op, s=st: list(self._subtask_pieces(o, s, query))))
+                    pending.append(pool.submit(lambda o=op, s=st: list(self._with_merged_windows(o, s, query))))
                     if len(pending) >= self.workers:
                         yield from pending.popleft().result()
                 while pending:
@@ -532,6 +533,42 @@ class FlinkSnapshotReader(SnapshotReader):
                     ("state", "key", "key_group", "namespace", "user_key", "value", "last_access", "size_bytes")}
             name = cols["state"][0]
             state.seed(by_name[name], cols)
+
+    def _with_merged_windows(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
+        """The subtask's pieces; in an operator of merging windows (session windows), each state's
+        ``TimeWindow`` namespace, which is Flink's *state window* (the window of the first element that
+        opened the session, kept as the namespace while windows merge), also gets ``window_start`` and
+        ``window_end``: the bounds of the merged window it stands for, from the operator's
+        ``merging-window-set`` state (a list of (window, state window) per key)."""
+        pieces = self._subtask_pieces(op, st, query)
+        names = {sm.name for sm in self._header(op, st).states}
+        if MERGING_WINDOW_SET not in names:
+            yield from pieces
+            return
+        merged: dict | None = None
+        for p in pieces:
+            if p.num_rows and {"namespace", "key", "state", "kind"} <= set(p.column_names) \
+                    and _is_time_window(p.schema.field("namespace").type) \
+                    and p.column("state")[0].as_py() != MERGING_WINDOW_SET \
+                    and not p.column("kind")[0].as_py().endswith("_timer"):
+                if merged is None:
+                    merged = self._merged_windows(op, st, query)
+                p = _add_merged_bounds(p, merged)
+            yield p
+
+    def _merged_windows(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> dict:
+        """``(key, state window start, end) -> (window start, end)`` from one subtask's merging-window-set."""
+        sub = KeyedStateQuery(frozenset([op.display_name]), frozenset([MERGING_WINDOW_SET]), query.key_groups,
+                              None, ("key", "value"))
+        out = {}
+        for p in self._subtask_pieces(op, st, sub):
+            for k, v in zip(python_values(p.column("key")), python_values(p.column("value"))):
+                try:
+                    window, state_window = v["f0"], v["f1"]
+                    out[(_hashable(k), state_window["start"], state_window["end"])] = (window["start"], window["end"])
+                except (TypeError, KeyError):  # not a Tuple2 of TimeWindows: nothing to map
+                    continue
+        return out
 
     def _subtask_pieces(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
         header = self._header(op, st)
@@ -776,12 +813,13 @@ class FlinkSnapshotReader(SnapshotReader):
             "operator": op.display_name,
             "state": meta.name,
             "kind": meta.kind,
-            "key": to_arrow(keys),
+            "key": to_arrow(keys, note=self._column_note(op, meta, "keys")),
             "key_group": pa.array(kg, type=pa.int32()),
             "subtask": pa.array(subtask, type=pa.int32()),
-            "namespace": to_arrow(buf.namespaces),
-            "user_key": to_arrow(buf.user_keys),
-            "value": to_arrow(buf.values, meta.element_decoder.arrow_type() if meta.element_decoder else None),
+            "namespace": to_arrow(buf.namespaces, note=self._column_note(op, meta, "namespaces")),
+            "user_key": to_arrow(buf.user_keys, note=self._column_note(op, meta, "user keys")),
+            "value": to_arrow(buf.values, meta.element_decoder.arrow_type() if meta.element_decoder else None,
+                              note=self._column_note(op, meta, "values")),
             "last_access": la.cast(TIMESTAMP),
             "expires_at": expires,
             "size_bytes": pa.array(buf.sizes, type=pa.int64()),
@@ -792,6 +830,10 @@ class FlinkSnapshotReader(SnapshotReader):
         if mask is not None:
             table = table.filter(pa.array(mask))
         return table
+
+    def _column_note(self, op: OperatorState, meta: StateMeta, what: str):
+        return lambda text: self._note(f"{self.metadata_file} (operator {op.display_name!r}): {what} of state "
+                                       f"{meta.name!r}: {text}")
 
     def _check_key_groups(self, op: OperatorState, kdec, keys: list, kg: np.ndarray) -> int | None:
         """Re-compute key groups; the number of mismatches, or None when keys cannot be hashed."""
@@ -826,6 +868,35 @@ class FlinkSnapshotReader(SnapshotReader):
                 except ReaderError as exc:
                     self._note(str(exc))
         return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))
+
+
+#: the state in which WindowOperator keeps, per key, the merged windows and their state windows
+MERGING_WINDOW_SET = "merging-window-set"
+
+
+def _is_time_window(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) and [t.field(i).name for i in range(t.num_fields)] == ["start", "end"]
+
+
+def _hashable(k):
+    try:
+        hash(k)
+        return k
+    except TypeError:
+        return repr(k)
+
+
+def _add_merged_bounds(piece: pa.Table, merged: dict) -> pa.Table:
+    ns = piece.column("namespace").combine_chunks()
+    starts, ends = ns.field(0).to_pylist(), ns.field(1).to_pylist()
+    bounds = [merged.get((_hashable(k), s, e), (None, None)) if s is not None else (None, None)
+              for k, s, e in zip(python_values(piece.column("key")), starts, ends)]
+    valid = ns.is_valid()
+    out = pa.StructArray.from_arrays(
+        [ns.field(0), ns.field(1), pa.array([b[0] for b in bounds], type=pa.int64()),
+         pa.array([b[1] for b in bounds], type=pa.int64())],
+        names=["start", "end", "window_start", "window_end"], mask=pc.invert(valid) if ns.null_count else None)
+    return piece.set_column(piece.column_names.index("namespace"), "namespace", out)
 
 
 def _only_key_groups(buf: RowBuffer, kgs) -> RowBuffer:

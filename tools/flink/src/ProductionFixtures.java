@@ -682,6 +682,16 @@ public class ProductionFixtures {
         return r;
     }
 
+    /** A row of MATCH_RECOGNIZE's event queue: the 5 input columns and the rowtime again, as the planner
+     *  keeps it (its input is the events with the ORDER BY time attribute appended as a 6th field). */
+    static Row matchRow(Event e) {
+        Row five = sqlRow(e);
+        Row r = Row.withPositions(6);
+        for (int i = 0; i < 5; i++) r.setField(i, five.getField(i));
+        r.setField(5, five.getField(4));
+        return r;
+    }
+
     static Object rowKey(Object... fields) {
         StringBuilder b = new StringBuilder("{\"type\": \"row\", \"kind\": \"+I\", \"fields\": [");
         for (int i = 0; i < fields.length; i++) b.append(i > 0 ? ", " : "").append(Expect.enc(fields[i]));
@@ -704,7 +714,7 @@ public class ProductionFixtures {
             x.entry("Deduplicate", "waiting-to-emit-on-timer", "value", "Row(events)", key, null, null, sqlRow(u.getValue().get(0)));
             // MATCH_RECOGNIZE on event time: no watermark passed, so every row waits in the element queue
             TreeMap<Long, List<Row>> q = new TreeMap<>();
-            for (Event e : u.getValue()) q.computeIfAbsent(e.ts, t -> new ArrayList<>()).add(sqlRow(e));
+            for (Event e : u.getValue()) q.computeIfAbsent(e.ts, t -> new ArrayList<>()).add(matchRow(e));
             for (Map.Entry<Long, List<Row>> t : q.entrySet()) {
                 x.entry("Match", "eventQueuesStateName", "map", "Map<Long, List<Row>>", key, null, t.getKey(), t.getValue());
             }
