@@ -32,6 +32,7 @@ KRYO_FIXTURES = [
     ("types-heap-canonical-savepoint", 5),
     ("types-rocksdb-native-savepoint", 5),
     ("types-heap-checkpoint", 5),  # full heap format: Kryo values are not length-prefixed
+    ("types-changelog-heap-checkpoint", 5),  # changelog backend: the jar reaches the changelog's decoders too
 ]
 
 

@@ -31,8 +31,6 @@ PRODUCTION = Path(__file__).resolve().parents[2] / "sample_data" / "flink" / "pr
 #: (fixture pattern, state pattern, status the state fails with today, why and whose part it is).
 #: Patterns are fnmatch patterns over the fixture folder name and the state name.
 EXPECTED_FAILURES: list[tuple[str, str, str, str]] = [
-    # PyFlink part: the reader lists the states as 'python-state-<name>' and their values are pickled
-    ("pyflink-*", "*", "MISSING", "PyFlink state names and pickled values"),
     # Kryo: Flink writes no schema for a FieldSerializer class; without the job's jar or a type hint
     # (tests/readers/test_flink_kryo.py passes them) it stays raw, and on a heap checkpoint is skipped.
     # Kryo's default serializers (Optional, java.time fields) decode without either.
@@ -71,7 +69,7 @@ def _open(fixture: str):
     """(snapshot, its operators with keyed state) or the StateExplorerError that opening raised."""
     exp = _expected(fixture)
     try:
-        snap = explorer.open(PRODUCTION / fixture, uids=exp.get("uids") or None)
+        snap = explorer.open(PRODUCTION / fixture, uids=exp.get("uids") or None, **exp.get("open_options", {}))
         ops = snap.operators
         return snap, sorted(ops[ops["has_keyed_state"]]["operator"])
     except StateExplorerError as exc:
@@ -207,3 +205,22 @@ def test_session_window_state_shows_the_real_session_bounds(fixture):
         assert (ns["window_start"], ns["window_end"]) == session_of[(key, ns["start"], ns["end"])]
     timers = snap.keyed_state(operator="session-process", state="_timer_state/event_window-timers")
     assert all(set(ns) == {"start", "end"} for ns in timers["namespace"])  # timers are on the real windows already
+
+
+def test_operator_names_note_says_what_uids_left_unnamed():
+    """Flink 1.x metadata (version 4) stores OperatorIDs only: without uids= the note says to pass them; with
+    uids= it names only the operators with state that none of them matched, and with all of them there is none."""
+    fixture = "flink-1.17-plain-heap-canonical-savepoint"
+    path = PRODUCTION / fixture
+    uids = _expected(fixture)["uids"]
+
+    def v4_notes(snap):
+        return [n for n in snap.notes if "metadata version 4" in n]
+
+    (plain,) = v4_notes(explorer.open(path))
+    assert "uids=[...]" in plain
+    (partly,) = v4_notes(explorer.open(path, uids=uids))
+    assert "1 operators with state match none of the uids passed" in partly
+    snap = explorer.open(path, uids=[*uids, "sequence"])  # the job's source, which keeps operator state
+    assert v4_notes(snap) == []
+    assert {"sequence", *uids} <= set(snap.operators["operator"])

@@ -103,6 +103,7 @@ prod sql-heap-canonical-savepoint sql hashmap canonical
 prod plain-rocksdb-canonical-savepoint plain rocksdb canonical
 prod plain-rocksdb-incremental-checkpoint plain rocksdb incremental
 prod plain-changelog-heap-checkpoint plain hashmap checkpoint -Dfixtures.changelog=true   # all in the changelog
+prod types-changelog-heap-checkpoint types hashmap checkpoint -Dfixtures.changelog=true    # Kryo etc. in the changelog
 prod plain-changelog-materialized-rocksdb-checkpoint plain rocksdb checkpoint -Dfixtures.changelog=true \
     -Dfixtures.materialize="200 ms"                                                          # materialized + changelog
 prod plain-filemerging-rocksdb-incremental-checkpoint plain rocksdb incremental -Dfixtures.filemerging=true
