@@ -7,6 +7,7 @@ so the class files are real javac output, read as data and never loaded.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 import subprocess
@@ -216,3 +217,12 @@ def test_hostile_values_end_in_unknown_layout_or_eof_not_a_crash():
         _kryo("java.util.ArrayList").read(DataInput(nested))
     with pytest.raises(EOFError):
         _kryo("java.util.ArrayList").read(DataInput(bytes([1, 0]) + _ascii("java.util.ArrayList") + b"\x01\x05\x03\x01"))
+
+
+def test_kryo_local_time_keeps_its_nanoseconds():
+    from explorer.readers.flink.kryo import _time_value  # noqa: PLC2701 - the one conversion, without Kryo bytes
+
+    assert _time_value("java.time.LocalTime", {"hour": 1, "minute": 2, "second": 3, "nano": 5000}) \
+        == dt.time(1, 2, 3, 5)
+    assert _time_value("java.time.LocalTime", {"hour": 1, "minute": 2, "second": 3, "nano": 5}) \
+        == pd.Timedelta("01:02:03.000000005")

@@ -100,6 +100,8 @@ def test_java_time_types():
     assert value(day, i32(-(1 << 31)) + struct.pack(">h", -(1 << 15))) is None
     t = decoder(snap(f"{BASE}LocalTimeSerializer$LocalTimeSerializerSnapshot"))
     assert value(t, bytes([22, 21, 5]) + i32(7_000_000)) == dt.time(22, 21, 5, 7000)
+    # nanoseconds a datetime.time cannot hold are not cut off: the time since midnight instead
+    assert value(t, bytes([22, 21, 5]) + i32(7_000_001)) == pd.Timedelta("22:21:05.007000001")
     ldt = decoder(snap(f"{BASE}LocalDateTimeSerializer$LocalDateTimeSerializerSnapshot"))
     assert value(ldt, i32(2023) + bytes([11, 14, 22, 21, 5]) + i32(123_456_789)) == pd.Timestamp("2023-11-14T22:21:05.123456789")
 

@@ -62,6 +62,13 @@ if [ "${1:-}" = "--bench" ]; then
     # RocksDB does ~15 reads/writes per event here (timers live in RocksDB too): fewer events
     run bench-rocksdb-incremental-checkpoint rocksdb incremental \
         "${BENCH_ROCKSDB_EVENTS:-$((EVENTS / 4))}" "${BENCH_ROCKSDB_KEYS:-$((KEYS / 4))}"
+    # value-heavy: the production "types" job (POJOs with nested collections, Rows, Kryo, java.time, Avro-free)
+    # on many users; its classes as a jar, for the Kryo values (explorer.open(..., jars=[...]))
+    use_prod 2.3.0
+    JAVA_HEAP="${BENCH_TYPES_HEAP:-3g}" prod bench-types-heap-canonical-savepoint types hashmap canonical \
+        -Dfixtures.events="${BENCH_TYPES_EVENTS:-400000}" -Dfixtures.users="${BENCH_TYPES_USERS:-100000}" \
+        -Dfixtures.noentries=true
+    jar cf "$OUT/bench-types-job.jar" -C "$PBUILD" .   # (outside the snapshot: not counted as its bytes)
     exit 0
 fi
 

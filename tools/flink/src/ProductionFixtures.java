@@ -79,8 +79,10 @@ import org.apache.flink.util.Collector;
 
 public class ProductionFixtures {
     static final long BASE_TS = 1_700_000_000_000L;
-    static final int USERS = 24;
-    static final int EVENTS = 480;
+    // -Dfixtures.users / -Dfixtures.events: bigger snapshots for benchmarks/bench_flink_reader.py (with
+    // -Dfixtures.noentries=true: EXPECTED.json then lists the states, not every entry)
+    static final int USERS = Integer.getInteger("fixtures.users", 24);
+    static final int EVENTS = Integer.getInteger("fixtures.events", 480);
     static final String[] CATEGORIES = {"books", "games", "music", "food", "travel"};
     static final String[] CITIES = {"Berlin", "Lisboa", "S\u00e3o Paulo", "\u6771\u4eac", "Z\u00fcrich"};
     static final AtomicLong PROCESSED = new AtomicLong();
