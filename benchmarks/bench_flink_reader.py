@@ -7,7 +7,7 @@ Two snapshots made by Flink itself with the fixture job (tools/flink/make_fixtur
 * a retained incremental checkpoint of the RocksDB backend (SST files, Snappy;
   500 k events, 250 k keys: RocksDB makes the job itself much slower to run);
 * a value-heavy canonical savepoint of the HashMap backend: the production-style
-  "types" job of tools/flink/src/ProductionFixtures.java (400 k events, 100 k keys,
+  "types" job of tools/flink/src/ProductionFixtures.java (150 k events, 40 k keys,
   26 states per key: POJOs with nested lists, maps and POJOs, Rows, tuples,
   enums, java.time, BigDecimal, Kryo objects read with the job's jar), where the
   value decoders, not the framing, are what costs.

@@ -66,7 +66,7 @@ if [ "${1:-}" = "--bench" ]; then
     # on many users; its classes as a jar, for the Kryo values (explorer.open(..., jars=[...]))
     use_prod 2.3.0
     JAVA_HEAP="${BENCH_TYPES_HEAP:-3g}" prod bench-types-heap-canonical-savepoint types hashmap canonical \
-        -Dfixtures.events="${BENCH_TYPES_EVENTS:-400000}" -Dfixtures.users="${BENCH_TYPES_USERS:-100000}" \
+        -Dfixtures.events="${BENCH_TYPES_EVENTS:-150000}" -Dfixtures.users="${BENCH_TYPES_USERS:-40000}" \
         -Dfixtures.noentries=true
     jar cf "$OUT/bench-types-job.jar" -C "$PBUILD" .   # (outside the snapshot: not counted as its bytes)
     exit 0

@@ -732,7 +732,16 @@ public class ProductionFixtures {
     }
 
     // ------------------------------------------------------------------ driver ------------------------------
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Throwable t) {  // the mini cluster's threads would keep a failed JVM (and its caller) waiting
+            t.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    static void run(String[] args) throws Exception {
         Path outRoot = Paths.get(args[0]);
         String name = args[1], job = args[2], backend = args[3], mode = args[4];
         boolean changelog = Boolean.getBoolean("fixtures.changelog");
