@@ -34,8 +34,8 @@ KRYO_FIXTURES = [
     ("types-rocksdb-native-savepoint", 5),
     ("types-heap-checkpoint", 5),  # full heap format: Kryo values are not length-prefixed
     ("types-changelog-heap-checkpoint", 5),  # changelog backend: the jar reaches the changelog's decoders too
-    *((f"flink-{v}-types-heap-canonical-savepoint", 2) for v in ("1.15", "1.16", "1.18", "1.19")
-      if (PROD / f"flink-{v}-types-heap-canonical-savepoint").is_dir()),
+    ("flink-1.18-types-heap-canonical-savepoint", 2),
+    ("flink-1.19-types-heap-canonical-savepoint", 2),
 ]
 
 

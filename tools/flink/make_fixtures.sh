@@ -120,7 +120,9 @@ use_prod 1.20.3
 prod flink-1.20-plain-heap-canonical-savepoint plain hashmap canonical
 prod flink-1.20-types-heap-canonical-savepoint types hashmap canonical      # Kryo 2
 prod flink-1.20-plain-filemerging-rocksdb-incremental-checkpoint plain rocksdb incremental -Dfixtures.filemerging=true
-for v in 1.19.3 1.18.1 1.16.3 1.15.4; do  # every release line in between: plain and every value type (Kryo 2)
+# every release line in between: plain and every value type (Kryo 2). (1.16 and 1.15: the job does not compile
+# against them yet: its CEP pattern uses SimpleCondition.of, new in Flink 1.17)
+for v in 1.19.3 1.18.1; do
     use_prod "$v"
     prod "flink-${v%.*}-plain-heap-canonical-savepoint" plain hashmap canonical
     prod "flink-${v%.*}-types-heap-canonical-savepoint" types hashmap canonical
