@@ -5,7 +5,12 @@ Two snapshots made by Flink itself with the fixture job (tools/flink/make_fixtur
 
 * a canonical savepoint of the HashMap (heap) backend (2 M events, 1 M keys);
 * a retained incremental checkpoint of the RocksDB backend (SST files, Snappy;
-  500 k events, 250 k keys: RocksDB makes the job itself much slower to run).
+  500 k events, 250 k keys: RocksDB makes the job itself much slower to run);
+* a value-heavy canonical savepoint of the HashMap backend: the production-style
+  "types" job of tools/flink/src/ProductionFixtures.java (150 k events, 40 k keys,
+  26 states per key: POJOs with nested lists, maps and POJOs, Rows, tuples,
+  enums, java.time, BigDecimal, Kryo objects read with the job's jar), where the
+  value decoders, not the framing, are what costs.
 
 Run::
 
@@ -44,10 +49,14 @@ from benchmarks._machine import machine, result_path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / ".cache" / "flink" / "bench"
+VALUE_HEAVY = "value-heavy heap canonical savepoint"
 SNAPSHOTS = {
     "heap canonical savepoint": "bench-heap-canonical-savepoint",
     "rocksdb incremental checkpoint": "bench-rocksdb-incremental-checkpoint",
+    VALUE_HEAVY: "bench-types-heap-canonical-savepoint",
 }
+#: the value-heavy snapshot's job classes (its Kryo values decode from them; tools/flink/make_fixtures.sh --bench)
+JOB_JAR = "bench-types-job.jar"
 TARGET_MB_S = 50.0
 
 
@@ -55,11 +64,12 @@ def snapshot_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.name != "EXPECTED.json")
 
 
-def read_all(path: Path, warm_up: bool = False, workers: int | None = None) -> tuple[int, dict]:
+def read_all(path: Path, warm_up: bool = False, workers: int | None = None,
+             jars: list[Path] | None = None) -> tuple[int, dict]:
     from explorer.readers.base import KeyedStateQuery
     from explorer.readers.flink import FlinkSnapshotReader
 
-    reader = FlinkSnapshotReader(path)
+    reader = FlinkSnapshotReader(path, jars=jars)
     if workers is not None:
         reader.workers = workers
     if warm_up:
@@ -75,13 +85,14 @@ t0 = time.perf_counter()
 import explorer.readers.flink
 t1 = time.perf_counter()
 from benchmarks.bench_flink_reader import read_all
-rows, _ = read_all(Path(sys.argv[1]), workers=None if sys.argv[2] == "-" else int(sys.argv[2]))
+rows, _ = read_all(Path(sys.argv[1]), workers=None if sys.argv[2] == "-" else int(sys.argv[2]),
+                   jars=[Path(j) for j in sys.argv[3:]])
 t2 = time.perf_counter()
 print(json.dumps({"import_seconds": t1 - t0, "first_read_seconds": t2 - t1, "rows": rows}))
 """
 
 
-def _fresh_process(path: Path, workers: int | None, size: int, cold_cache: bool) -> dict:
+def _fresh_process(path: Path, workers: int | None, size: int, cold_cache: bool, jars: list[Path]) -> dict:
     """The first read of ``path`` in a new Python process (see the module doc)."""
     import tempfile
 
@@ -89,7 +100,8 @@ def _fresh_process(path: Path, workers: int | None, size: int, cold_cache: bool)
     with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
         if cold_cache:
             env["NUMBA_CACHE_DIR"] = cache
-        out = subprocess.run([sys.executable, "-c", _FRESH, str(path), "-" if workers is None else str(workers)],
+        out = subprocess.run([sys.executable, "-c", _FRESH, str(path), "-" if workers is None else str(workers),
+                              *map(str, jars)],
                              cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     return {
@@ -101,12 +113,20 @@ def _fresh_process(path: Path, workers: int | None, size: int, cold_cache: bool)
     }
 
 
-def _measure(path: Path, repeat: int, workers: int | None) -> tuple[float, float, int, dict]:
+def _state_count(expected: dict) -> int | None:
+    """States per key of a production-style job's EXPECTED.json (``operators``: uid -> {"states": ...})."""
+    ops = expected.get("operators")
+    if not isinstance(ops, dict) or not all(isinstance(op, dict) and "states" in op for op in ops.values()):
+        return None
+    return sum(len(op["states"]) for op in ops.values())
+
+
+def _measure(path: Path, repeat: int, workers: int | None, jars: list[Path]) -> tuple[float, float, int, dict]:
     """Best wall seconds and best CPU seconds (all threads) of ``repeat`` whole reads; rows; reader extras."""
     best = best_cpu = None
     for _ in range(max(1, repeat)):
         t0, c0 = time.perf_counter(), time.process_time()
-        rows, extra = read_all(path, workers=workers)
+        rows, extra = read_all(path, workers=workers, jars=jars)
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         best = dt if best is None or dt < best else best
         best_cpu = cpu if best_cpu is None or cpu < best_cpu else best_cpu
@@ -131,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         args.dir = ROOT / "sample_data" / "flink"
         args.repeat = 1
         snapshots = {"heap canonical savepoint": "heap-canonical-savepoint",
-                     "rocksdb incremental checkpoint": "rocksdb-incremental-checkpoint"}
+                     "rocksdb incremental checkpoint": "rocksdb-incremental-checkpoint",
+                     VALUE_HEAVY: "production/types-heap-canonical-savepoint"}
 
     missing = [name for name in snapshots.values() if not (args.dir / name / "EXPECTED.json").is_file()]
     if missing and args.generate and not args.smoke:
@@ -151,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         path = args.dir / name
         size = snapshot_bytes(path)
         expected = json.loads((path / "EXPECTED.json").read_text(encoding="utf-8"))
-        best, best_cpu, rows, extra = _measure(path, args.repeat, args.workers)
+        jars = [args.dir / JOB_JAR] if label == VALUE_HEAVY and (args.dir / JOB_JAR).is_file() else []
+        best, best_cpu, rows, extra = _measure(path, args.repeat, args.workers, jars)
         mbs = size / 1e6 / best
         results.append({
             "snapshot": label,
@@ -159,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             "flink_version": expected.get("flink_version"),
             "events": expected.get("events"),
             "distinct_keys": expected.get("distinct_users"),
+            "states": _state_count(expected),
+            "job_jar": str(jars[0].name) if jars else None,
             "size": {"value": round(size / 1e6, 2), "unit": "MB"},
             "rows": rows,
             "seconds": {"value": round(best, 3), "unit": "s"},
@@ -171,14 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         })
         print(f"{label}: {size / 1e6:.1f} MB, {rows} rows in {best:.2f} s = {mbs:.1f} MB/s "
               f"({rows / best:,.0f} rows/s); {best_cpu:.2f} CPU-s = {size / 1e6 / best_cpu:.1f} MB/s per CPU-second")
-        fresh = [_fresh_process(path, args.workers, size, cold) for cold in (False, True)]
+        fresh = [_fresh_process(path, args.workers, size, cold, jars) for cold in (False, True)]
         results[-1]["first_read_fresh_process"] = fresh
         for f in fresh:
             print(f"  first read in a fresh process, numba cache {f['numba_cache']}: {f['seconds']['value']:.2f} s "
                   f"= {f['throughput']['value']:.1f} MB/s (import explorer.readers.flink "
                   f"{f['import_seconds']['value']:.2f} s before it)")
         if args.single_thread_too:
-            one, one_cpu, _, _ = _measure(path, args.repeat, 1)
+            one, one_cpu, _, _ = _measure(path, args.repeat, 1, jars)
             results[-1]["one_thread"] = {
                 "seconds": {"value": round(one, 3), "unit": "s"},
                 "throughput": {"value": round(size / 1e6 / one, 1), "unit": "MB/s"},

@@ -33,6 +33,8 @@ from .readers.base import (
     KeyedStateQuery,
     SnapshotReader,
     convert_failure,
+    has_union,
+    python_values,
     struct_to_tuple,
 )
 from .readers.engine import EngineSnapshotReader
@@ -346,7 +348,10 @@ def _constant(column: pa.ChunkedArray) -> tuple[bool, Any]:
 
 
 def _piece_to_pandas(piece: pa.Table) -> pd.DataFrame:
-    df = piece.to_pandas(maps_as_pydicts="strict", integer_object_nulls=True)
+    mixed = [f.name for f in piece.schema if has_union(f.type)]  # values of mixed types: Python values as stored
+    df = piece.drop_columns(mixed).to_pandas(maps_as_pydicts="strict", integer_object_nulls=True)
+    for c in mixed:
+        df.insert(piece.column_names.index(c), c, pd.Series(python_values(piece.column(c)), dtype=object, index=df.index))
     meta = piece.schema.metadata or {}
     for c in meta.get(TUPLE_COLUMNS, b"").decode().split(","):
         if c and c in df.columns:
@@ -378,7 +383,8 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
             filled[c] = np.repeat(np.array(values, dtype=object), [p.num_rows for p in pieces])
     if filled:
         pieces = [p.drop_columns(list(filled)) for p in pieces]
-    if any(p.schema.metadata and TUPLE_COLUMNS in p.schema.metadata for p in pieces):
+    if any((p.schema.metadata and TUPLE_COLUMNS in p.schema.metadata) or any(has_union(f.type) for f in p.schema)
+           for p in pieces):
         df = pd.concat([_piece_to_pandas(p) for p in pieces], ignore_index=True)
         for c in cols:
             if c in filled:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import cramjam
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -87,6 +88,70 @@ def struct_to_tuple(value):
     if isinstance(value, dict) and value and all(k == f"f{i}" for i, k in enumerate(value)):
         return tuple(struct_to_tuple(v) for v in value.values())
     return value
+
+#: names of the union children that hold Python values Arrow has no type for, and what makes them
+#: again: containers kept as lists, dicts with a None key as [key, value] pairs, ints beyond int64 as
+#: decimals (or their digits beyond 76 of them)
+PY_CONTAINER_KINDS = {"tuple": tuple, "set": set, "frozenset": frozenset, "dict_items": dict, "bigint": int,
+                      "bigint_digits": int}
+
+
+def has_union(t: pa.DataType, nested: bool = False) -> bool:
+    """Whether a column of this Arrow type must become pandas values through :func:`python_values`:
+    it holds a union anywhere (values of mixed Python types, kept typed), or a nanosecond timestamp
+    inside a struct, list or map (Arrow's pandas conversion makes those integers or microseconds)."""
+    if pa.types.is_union(t):
+        return True
+    if nested and pa.types.is_timestamp(t) and t.unit == "ns":
+        return True
+    if pa.types.is_struct(t):
+        return any(has_union(t.field(i).type, True) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return has_union(t.key_type, True) or has_union(t.item_type, True)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return has_union(t.value_type, True)
+    return False
+
+
+def _union_below(t: pa.DataType) -> bool:
+    return pa.types.is_union(t) or any(_union_below(t.field(i).type) for i in range(t.num_fields))
+
+
+def python_values(arr: pa.Array | pa.ChunkedArray) -> list:
+    """The Python values of an Arrow array that may hold unions: each value as it was before it was
+    stored (a union child named ``tuple``/``set``/``frozenset`` gives back that container), maps as dicts."""
+    if isinstance(arr, pa.ChunkedArray):
+        return [v for c in arr.chunks for v in python_values(c)]
+    t = arr.type
+    if not _union_below(t):  # Arrow's own walk (nanosecond timestamps as pd.Timestamp)
+        return arr.to_pylist(maps_as_pydicts="strict")
+    if pa.types.is_union(t):
+        n, at = len(arr), arr.offset  # type_codes/offsets do not follow a slice: read the buffers
+        codes = np.frombuffer(arr.buffers()[1], dtype=np.int8)[at:at + n]
+        kids = {}
+        for i in range(t.num_fields):
+            f = t.field(i)
+            vals = python_values(arr.field(i))
+            conv = PY_CONTAINER_KINDS.get(f.name)
+            kids[t.type_codes[i]] = [None if v is None else conv(v) for v in vals] if conv else vals
+        if t.mode == "dense":
+            offs = np.frombuffer(arr.buffers()[2], dtype=np.int32)[at:at + n]
+            return [kids[c][o] for c, o in zip(codes, offs)]
+        return [kids[c][i] for i, c in enumerate(codes)]
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        cols = [python_values(arr.field(i)) for i in range(t.num_fields)]
+        return [dict(zip(names, row)) if ok else None for ok, row in zip(valid, zip(*cols))] if cols \
+            else [{} if ok else None for ok in valid]
+    offs = arr.offsets.to_numpy(zero_copy_only=False)  # into the whole child (``values`` ignores slicing)
+    if pa.types.is_map(t):
+        entries = arr.values
+        ks, its = python_values(entries.field(0)), python_values(entries.field(1))
+        return [dict(zip(ks[a:b], its[a:b])) if ok else None for ok, a, b in zip(valid, offs[:-1], offs[1:])]
+    flat = python_values(arr.values)
+    return [flat[a:b] if ok else None for ok, a, b in zip(valid, offs[:-1], offs[1:])]
+
 
 #: Arrow types of the columns whose type is fixed by the contract.
 FIXED_TYPES: dict[str, pa.DataType] = {

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import pickle
 from pathlib import Path
@@ -96,11 +95,10 @@ def test_a_byte_array_that_is_no_pickle_stays_bytes():
 
 # --- the PyFlink fixture (Row keys, pickled values), values computed by the job ----------------------------
 def _key(k) -> tuple:
-    """A decoded key ({'f0': {'f0': user, 'f1': region}}: PyFlink's key Row inside a Row) or an expected one."""
+    """A decoded key ({'f0': user, 'f1': region}: the user's key Row) or an expected one."""
     if isinstance(k, dict) and k.get("type") == "row":
         return tuple(k["fields"])
-    while isinstance(k, dict) and list(k) == ["f0"]:
-        k = k["f0"]
+    assert list(k) == ["f0", "f1"], k  # PyFlink's own one-field Row around the user's key is gone
     return tuple(k.values())
 
 
@@ -114,14 +112,33 @@ def _plain(v):
 
 @pytest.fixture(scope="module")
 def pyflink():
+    """Opened as a user who knows the job would: the kinds the job declared (the snapshot does not store them)."""
     exp = json.loads((PYFLINK / "EXPECTED.json").read_text(encoding="utf-8"))
-    snap = explorer.open(PYFLINK, uids=exp["uids"], pyflink=True)
+    snap = explorer.open(PYFLINK, uids=exp["uids"], pyflink_kinds={"summary": "value", "recent": "list"})
     return snap, exp["operators"]["py-track"]["states"]
+
+
+def test_pyflink_states_show_as_declared(pyflink):
+    snap, _ = pyflink
+    st = snap.states.set_index("state")
+    assert st.loc[["summary", "recent", "per_category"], "kind"].tolist() == ["value", "list", "map"]
+    assert not any(s.startswith("python-state-") for s in st.index)
+    assert not any("PyFlink keeps" in n for n in snap.notes)
+    # without the kinds: shown as stored (lists), and the note says what to pass
+    plain = explorer.open(PYFLINK, uids=["py-track"])
+    assert plain.states.set_index("state").loc["summary", "kind"] == "list"
+    (note,) = [n for n in plain.notes if "PyFlink keeps" in n]
+    assert "pyflink_kinds=" in note and "'summary'" in note and "'recent'" in note
+    df = plain.keyed_state(state="summary")
+    assert df["user_key"].tolist() == [0] * 12  # one element per key, each its own row
+    with pytest.raises(ValueError, match="pyflink_kinds"):
+        explorer.open(PYFLINK, pyflink_kinds={"summary": "set"})
 
 
 def test_pyflink_pickled_value_state(pyflink):
     snap, states = pyflink
-    df = snap.keyed_state(operator="py-track", state="python-state-summary")
+    df = snap.keyed_state(operator="py-track", state="summary")
+    assert df["user_key"].isna().all()
     got = {_key(k): _plain(v) for k, v in zip(df["key"], df["value"])}
     want = {_key(e["key"]): dict(e["value"]["entries"]) for e in states["summary"]["entries"]}
     assert got == want and len(got) == 12
@@ -129,19 +146,18 @@ def test_pyflink_pickled_value_state(pyflink):
 
 def test_pyflink_pickled_list_state(pyflink):
     snap, states = pyflink
-    df = snap.keyed_state(operator="py-track", state="python-state-recent")
-    # one array of length-prefixed pickles per key: a list of (int, str, float) tuples, which the DataFrame
-    # carries as their repr text (Arrow has no column type for mixed-type tuples); literal_eval reads it back
-    got = {_key(k): ast.literal_eval(v) if isinstance(v, str) else v for k, v in zip(df["key"], df["value"])}
-    want: dict[tuple, list] = {}
-    for e in sorted(states["recent"]["entries"], key=lambda e: e["user_key"]):
-        want.setdefault(_key(e["key"]), []).append(tuple(e["value"]["fields"]))
-    assert got == want and sum(map(len, want.values())) == 120
+    df = snap.keyed_state(operator="py-track", state="recent")
+    # one row per element, user_key its index in the key's list; the (int, str, float) tuples come back as tuples
+    # of those types (an Arrow union keeps them typed; nothing is turned into text)
+    got = {(_key(k), uk): v for k, uk, v in zip(df["key"], df["user_key"], df["value"])}
+    assert all(type(t) is tuple and [type(x) for x in t] == [int, str, float] for t in got.values())
+    want = {(_key(e["key"]), e["user_key"]): tuple(e["value"]["fields"]) for e in states["recent"]["entries"]}
+    assert got == want and len(want) == 120
 
 
 def test_pyflink_map_state_by_coder_shape(pyflink):
     snap, states = pyflink
-    df = snap.keyed_state(operator="py-track", state="python-state-per_category")
+    df = snap.keyed_state(operator="py-track", state="per_category")
     got = {(_key(k), uk): v for k, uk, v in zip(df["key"], df["user_key"], df["value"])}
     want = {(_key(e["key"]), e["user_key"]): e["value"] for e in states["per_category"]["entries"]}
     assert got == want and len(got) == 36

@@ -31,18 +31,11 @@ PRODUCTION = Path(__file__).resolve().parents[2] / "sample_data" / "flink" / "pr
 #: (fixture pattern, state pattern, status the state fails with today, why and whose part it is).
 #: Patterns are fnmatch patterns over the fixture folder name and the state name.
 EXPECTED_FAILURES: list[tuple[str, str, str, str]] = [
-    # PyFlink part: the reader lists the states as 'python-state-<name>' and their values are pickled
-    ("pyflink-*", "*", "MISSING", "PyFlink state names and pickled values"),
     # Kryo: Flink writes no schema for a FieldSerializer class; without the job's jar or a type hint
     # (tests/readers/test_flink_kryo.py passes them) it stays raw, and on a heap checkpoint is skipped.
     # Kryo's default serializers (Optional, java.time fields) decode without either.
     ("*types-heap-checkpoint", "kryo", "MISSING", "Kryo value on a heap checkpoint: skipped (no length)"),
     ("*types-*", "kryo", "RAW", "Kryo FieldSerializer class without a jar or hint"),
-    ("*types-*", "profile", "WRONG", "POJO fields day/lastLocal are Kryo; the other fields decode, the span is raw"),
-    ("flink-1.*-types-*", "basket", "WRONG", "Flink 1.x gives the POJO's Map field to Kryo; other fields decode"),
-    # fixture expectation (tools/flink): the job lists the 5 user columns; the MATCH_RECOGNIZE event queue
-    # row in the state holds 6 (the planner keeps the rowtime twice), which the reader returns as written
-    ("sql-*", "eventQueuesStateName", "WRONG", "EXPECTED has 5 of the state row's 6 fields"),
 ]
 
 
@@ -76,7 +69,7 @@ def _open(fixture: str):
     """(snapshot, its operators with keyed state) or the StateExplorerError that opening raised."""
     exp = _expected(fixture)
     try:
-        snap = explorer.open(PRODUCTION / fixture, uids=exp.get("uids") or None)
+        snap = explorer.open(PRODUCTION / fixture, uids=exp.get("uids") or None, **exp.get("open_options", {}))
         ops = snap.operators
         return snap, sorted(ops[ops["has_keyed_state"]]["operator"])
     except StateExplorerError as exc:
@@ -146,3 +139,88 @@ def test_heap_checkpoint_loses_only_the_undecodable_states():
     assert "kryo" not in got and "maybe" in got  # a FieldSerializer class without its jar; Optional decodes
     skipped = [n for n in snap.notes if "its entries are skipped" in n]
     assert skipped and len(skipped) == len({(n.split("subtask ")[1][:2], n.split("state ")[1][:12]) for n in skipped})
+
+
+@pytest.mark.parametrize("fixture", ["joins-heap-canonical-savepoint", "joins-rocksdb-native-savepoint"])
+def test_cep_nfa_state_and_shared_buffer_follow_the_jobs_events(fixture):
+    """CEP's NFAState and SharedBufferNode decoded, checked against the job's own events (every event of a
+    user is in the interval join's buffers of EXPECTED.json): pattern begin(big >= 80).next(small < 20), in
+    processing time. Each big event starts a run: the start state's Dewey version is 1 + the user's big events;
+    a user whose last event is big waits for "small", its run at version "<bigs>.0" started by that event,
+    which the shared buffer holds as one node (page "big") with one edge of version "<bigs>"."""
+    exp = _expected(fixture)
+    events: dict[str, list[dict]] = {}
+    for side in ("LEFT_BUFFER", "RIGHT_BUFFER"):
+        for e in exp["operators"]["interval-join"]["states"][side]["entries"]:
+            events.setdefault(e["key"], []).extend(b["element"]["fields"] for b in e["value"])
+    snap, _ = _open(fixture)
+    nfa = snap.keyed_state(operator="cep-big-then-small", state="nfaStateName")
+    stored = snap.keyed_state(operator="cep-big-then-small", state="sharedBuffer-events")
+    event_id = {k: uk for k, uk in zip(stored["key"], stored["user_key"])}
+    nodes = snap.keyed_state(operator="cep-big-then-small", state="sharedBuffer-entries-with-lockable-edges")
+    node = {k: (uk, v) for k, uk, v in zip(nodes["key"], nodes["user_key"], nodes["value"])}
+    assert len(nfa) == sum(any(f["amount"] >= 80 for f in es) for es in events.values()) == 22
+    waiting = 0
+    for key, value in zip(nfa["key"], nfa["value"]):
+        es = sorted(events[key], key=lambda f: f["seq"])
+        bigs = sum(f["amount"] >= 80 for f in es)
+        start = {"state": "big", "previous_entry": None, "version": str(bigs + 1), "start_timestamp": -1,
+                 "previous_timestamp": -1, "start_event": None}
+        got = [dict(m) for m in value["partial_matches"]]
+        assert list(value["completed_matches"]) == []
+        if es[-1]["amount"] >= 80:
+            waiting += 1
+            ev = event_id[key]
+            pending = {"state": "small", "previous_entry": {"event": ev, "page": "big"}, "version": f"{bigs}.0",
+                       "start_timestamp": ev["timestamp"], "previous_timestamp": ev["timestamp"], "start_event": ev}
+            assert got == [pending, start], key
+            node_id, lockable = node[key]
+            assert node_id == {"event": ev, "page": "big"} and lockable["refs"] == 1
+            assert [dict(e) for e in lockable["element"]["edges"]] == [{"refs": 1, "target": None, "version": str(bigs)}]
+        else:
+            assert got == [start], key
+            assert key not in node
+    assert waiting == len(node) == 5
+
+
+@pytest.mark.parametrize("fixture", ["windows-heap-canonical-savepoint", "windows-rocksdb-incremental-checkpoint"])
+def test_session_window_state_shows_the_real_session_bounds(fixture):
+    """A session window's state lives under Flink's *state window* (the first element's window); each row of
+    window-contents also carries the merged session's real bounds, equal to the session the job computed."""
+    exp = _expected(fixture)["operators"]["session-process"]["states"]
+    session_of = {}
+    for e in exp["merging-window-set"]["entries"]:
+        actual, state_window = e["value"]["fields"]
+        session_of[(e["key"], state_window["start"], state_window["end"])] = (actual["start"], actual["end"])
+    assert any(a != (s, e) for (_, s, e), a in session_of.items())  # some sessions did merge
+    want = {}
+    for e in exp["window-contents"]["entries"]:
+        ns = e["namespace"]
+        want.setdefault((e["key"], ns["start"], ns["end"]), 0)
+        want[(e["key"], ns["start"], ns["end"])] += 1
+    snap, _ = _open(fixture)
+    df = snap.keyed_state(operator="session-process", state="window-contents")
+    assert len(df) == sum(want.values())
+    for key, ns in zip(df["key"], df["namespace"]):
+        assert (ns["window_start"], ns["window_end"]) == session_of[(key, ns["start"], ns["end"])]
+    timers = snap.keyed_state(operator="session-process", state="_timer_state/event_window-timers")
+    assert all(set(ns) == {"start", "end"} for ns in timers["namespace"])  # timers are on the real windows already
+
+
+def test_operator_names_note_says_what_uids_left_unnamed():
+    """Flink 1.x metadata (version 4) stores OperatorIDs only: without uids= the note says to pass them; with
+    uids= it names only the operators with state that none of them matched, and with all of them there is none."""
+    fixture = "flink-1.17-plain-heap-canonical-savepoint"
+    path = PRODUCTION / fixture
+    uids = _expected(fixture)["uids"]
+
+    def v4_notes(snap):
+        return [n for n in snap.notes if "metadata version 4" in n]
+
+    (plain,) = v4_notes(explorer.open(path))
+    assert "uids=[...]" in plain
+    (partly,) = v4_notes(explorer.open(path, uids=uids))
+    assert "1 operators with state match none of the uids passed" in partly
+    snap = explorer.open(path, uids=[*uids, "sequence"])  # the job's source, which keeps operator state
+    assert v4_notes(snap) == []
+    assert {"sequence", *uids} <= set(snap.operators["operator"])

@@ -100,6 +100,8 @@ def test_java_time_types():
     assert value(day, i32(-(1 << 31)) + struct.pack(">h", -(1 << 15))) is None
     t = decoder(snap(f"{BASE}LocalTimeSerializer$LocalTimeSerializerSnapshot"))
     assert value(t, bytes([22, 21, 5]) + i32(7_000_000)) == dt.time(22, 21, 5, 7000)
+    # nanoseconds a datetime.time cannot hold are not cut off: the time since midnight instead
+    assert value(t, bytes([22, 21, 5]) + i32(7_000_001)) == pd.Timedelta("22:21:05.007000001")
     ldt = decoder(snap(f"{BASE}LocalDateTimeSerializer$LocalDateTimeSerializerSnapshot"))
     assert value(ldt, i32(2023) + bytes([11, 14, 22, 21, 5]) + i32(123_456_789)) == pd.Timestamp("2023-11-14T22:21:05.123456789")
 
@@ -291,3 +293,69 @@ def test_heap_key_group_resyncs_after_an_undecodable_state():
     assert buffers[0].values == [11]
     assert buffers[2].keys == ["k1", "k2"] and buffers[2].values == ["x", "y"]
     assert list(skipped) == [1] and "com.example.Unknown" in skipped[1]
+
+
+MIXED = [
+    [1, 2.5, None, b"raw bytes the reader could not decode"],  # ints stay ints among floats and bytes
+    [None, b"\x00raw", {"city": "Oslo", "zip": 150}, {"city": "Bergen", "zip": 5003}],
+    [{"a": 1}, {"b": "x"}, None],  # dicts of different fields: no field added to either
+    [(1, "a", 2.5), {1, 2}, frozenset([3]), [1, "x"], None],  # Python containers come back as themselves
+    [2 ** 70, 5, None, -(2 ** 300)],  # ints beyond int64
+    [True, 1, 0, float("nan")],  # bool is not int; NaN is not null
+    [{None: 1, "a": 2}, {}],  # a None key (Arrow's map keys cannot be null)
+    [dt.date(2020, 1, 1), "2020-01-01", Decimal("1.50")],
+    [[{"a": 1}, {"a": "s"}], []],
+]
+
+
+@pytest.mark.parametrize("values", MIXED, ids=range(len(MIXED)))
+def test_mixed_values_keep_their_types(values):
+    """Values of mixed Python types (raw bytes among decoded values, pickled Python data) are never
+    turned into text: the Arrow column gives back the same values of the same types, sliced or not."""
+    from explorer.readers.base import python_values
+
+    arr = to_arrow(values)
+    assert not pa.types.is_string(arr.type)
+    for lo in range(len(values)):
+        back = python_values(arr.slice(lo))
+        assert [type(v) for v in back] == [type(v) for v in values[lo:]]
+        assert repr(back) == repr(values[lo:])  # repr: NaN == NaN, and 1 == 1.0 == True must not pass
+
+
+def test_mixed_values_through_keyed_state(tmp_path):
+    """Pieces whose value columns differ (one typed, one a union) combine into one DataFrame of the same values."""
+    from explorer.readers.base import make_piece
+    from explorer.stored import _combine  # noqa: PLC2701 - the combining step itself, without a snapshot
+
+    typed = make_piece({"operator": ["op"], "state": ["s"], "kind": ["value"], "key": ["k1"], "value": to_arrow([7])})
+    mixed = make_piece({"operator": ["op"] * 3, "state": ["s"] * 3, "kind": ["value"] * 3, "key": ["k2", "k3", "k4"],
+                        "value": to_arrow([8, b"\x01raw", (1, "x")])})
+    df = _combine([typed, mixed], None)
+    assert df["value"].tolist() == [7, 8, b"\x01raw", (1, "x")]
+    assert [type(v) for v in df["value"]] == [int, int, bytes, tuple]
+
+
+def test_nanosecond_timestamps_stay_nanoseconds():
+    """Instant / LocalDateTime values carry nanoseconds: inside a POJO (a struct) they must reach pandas
+    whole, not as microseconds (Arrow's inference) or integers (Arrow's pandas conversion of nested values)."""
+    from explorer.readers.base import make_piece
+    from explorer.stored import _combine  # noqa: PLC2701
+
+    ts = pd.Timestamp("2023-11-14T22:13:29.387009007Z")
+    local = pd.Timestamp("2023-11-14T22:21:15.047000123")
+    vals = [{"at": ts, "local": local, "seen": [ts]}, None]
+    df = _combine([make_piece({"operator": ["o"] * 2, "state": ["s"] * 2, "kind": ["value"] * 2, "key": ["a", "b"],
+                               "value": to_arrow(vals)})], None)
+    got = df["value"][0]
+    assert got["at"] == ts and got["at"].nanosecond == 7 and got["local"].nanosecond == 123 and got["seen"] == [ts]
+    assert df["value"][1] is None
+
+
+def test_a_type_arrow_cannot_hold_is_noted():
+    class Odd:
+        def __repr__(self):
+            return "Odd()"
+
+    notes = []
+    arr = to_arrow([Odd(), None], note=notes.append)
+    assert arr.to_pylist() == ["Odd()", None] and len(notes) == 1 and "Odd" in notes[0]

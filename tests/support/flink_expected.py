@@ -162,6 +162,8 @@ def key_canon(v: Any) -> str:
         return key_canon(fs[0]) if len(fs) == 1 else repr([key_canon(f) for f in fs])
     if isinstance(v, dict) and len(v) == 1:
         return key_canon(next(iter(v.values())))
+    if isinstance(v, dict) and v and list(v) == [f"f{i}" for i in range(len(v))]:  # a Row as the reader gives it
+        return repr([key_canon(f) for f in v.values()])
     if isinstance(v, (list, tuple)) and len(v) == 1:
         return key_canon(v[0])
     if isinstance(v, (list, tuple)):

@@ -4,7 +4,8 @@
 
 For each fixture folder whose EXPECTED.json has an ``operators`` section (written by ProductionFixtures.java,
 VersionFixtures runs or pyflink_job.py; schema in tools/flink/README.md) it opens the snapshot with
-``explorer.open(path, uids=EXPECTED["uids"])``, runs ``snap.states``, ``snap.notes``, ``hot_keys()``,
+``explorer.open(path, uids=EXPECTED["uids"], **EXPECTED.get("open_options", {}))`` (what the job declared that
+the snapshot does not store, e.g. PyFlink's state kinds), runs ``snap.states``, ``snap.notes``, ``hot_keys()``,
 ``key_group_distribution()``, ``explorer.diff(snap, snap)`` and, for checkpoint folders,
 ``explorer.history(path)``, then reads every expected state with ``keyed_state(operator=, state=)`` and
 compares every expected entry (key, namespace, user key, value) with the decoded rows.
@@ -45,7 +46,7 @@ def check_fixture(path: Path) -> dict:
                            "kind": exp.get("kind"), "job": exp.get("job"), "size_kb": _size_kb(path),
                            "checks": {}, "states": [], "value_types": {}}
     try:
-        snap = explorer.open(path, uids=exp.get("uids") or None)
+        snap = explorer.open(path, uids=exp.get("uids") or None, **exp.get("open_options", {}))
     except Exception as e:  # noqa: BLE001
         out["checks"]["open"] = "EXC " + _exc(e) + f" [{_where(e)}]"
         for uid, op in exp["operators"].items():  # every state of the snapshot is unreadable

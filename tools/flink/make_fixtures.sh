@@ -62,6 +62,13 @@ if [ "${1:-}" = "--bench" ]; then
     # RocksDB does ~15 reads/writes per event here (timers live in RocksDB too): fewer events
     run bench-rocksdb-incremental-checkpoint rocksdb incremental \
         "${BENCH_ROCKSDB_EVENTS:-$((EVENTS / 4))}" "${BENCH_ROCKSDB_KEYS:-$((KEYS / 4))}"
+    # value-heavy: the production "types" job (POJOs with nested collections, Rows, Kryo, java.time, Avro-free)
+    # on many users; its classes as a jar, for the Kryo values (explorer.open(..., jars=[...]))
+    use_prod 2.3.0
+    JAVA_HEAP="${BENCH_TYPES_HEAP:-3g}" prod bench-types-heap-canonical-savepoint types hashmap canonical \
+        -Dfixtures.events="${BENCH_TYPES_EVENTS:-150000}" -Dfixtures.users="${BENCH_TYPES_USERS:-40000}" \
+        -Dfixtures.noentries=true
+    jar cf "$OUT/bench-types-job.jar" -C "$PBUILD" .   # (outside the snapshot: not counted as its bytes)
     exit 0
 fi
 
@@ -103,6 +110,7 @@ prod sql-heap-canonical-savepoint sql hashmap canonical
 prod plain-rocksdb-canonical-savepoint plain rocksdb canonical
 prod plain-rocksdb-incremental-checkpoint plain rocksdb incremental
 prod plain-changelog-heap-checkpoint plain hashmap checkpoint -Dfixtures.changelog=true   # all in the changelog
+prod types-changelog-heap-checkpoint types hashmap checkpoint -Dfixtures.changelog=true    # Kryo etc. in the changelog
 prod plain-changelog-materialized-rocksdb-checkpoint plain rocksdb checkpoint -Dfixtures.changelog=true \
     -Dfixtures.materialize="200 ms"                                                          # materialized + changelog
 prod plain-filemerging-rocksdb-incremental-checkpoint plain rocksdb incremental -Dfixtures.filemerging=true
@@ -112,6 +120,13 @@ use_prod 1.20.3
 prod flink-1.20-plain-heap-canonical-savepoint plain hashmap canonical
 prod flink-1.20-types-heap-canonical-savepoint types hashmap canonical      # Kryo 2
 prod flink-1.20-plain-filemerging-rocksdb-incremental-checkpoint plain rocksdb incremental -Dfixtures.filemerging=true
+# every release line in between: plain and every value type (Kryo 2). (1.16 and 1.15: the job does not compile
+# against them yet: its CEP pattern uses SimpleCondition.of, new in Flink 1.17)
+for v in 1.19.3 1.18.1; do
+    use_prod "$v"
+    prod "flink-${v%.*}-plain-heap-canonical-savepoint" plain hashmap canonical
+    prod "flink-${v%.*}-types-heap-canonical-savepoint" types hashmap canonical
+done
 use_prod 1.17.2
 prod flink-1.17-plain-heap-canonical-savepoint plain hashmap canonical
 prod flink-1.17-types-heap-canonical-savepoint types hashmap canonical      # Kryo 2

@@ -87,6 +87,8 @@ def expected(name: str) -> dict:
     return {"generator": "tools/flink/pyflink_job.py", "name": name, "job": "pyflink", "backend": "hashmap",
             "kind": "canonical-savepoint", "parallelism": 2, "max_parallelism": 128, "events": EVENTS,
             "uids": ["py-track"], "operator_match": "uid",
+            # what the job declared that the snapshot does not store: handed to explorer.open by the checks
+            "open_options": {"pyflink_kinds": {s: k for s, (k, _) in kinds.items() if s != "per_category"}},
             "operators": {"py-track": {"name": "py-track", "states": {
                 s: {"kind": kinds[s][0], "type": kinds[s][1], "entries": e} for s, e in ents.items()}}}}
 

@@ -52,7 +52,7 @@ from .serializers import (
     UnknownSnapshot,
     read_top_level_snapshot,
 )
-from .statemeta import BACKEND_STATE_TYPES, BackendMeta, StateMeta
+from .statemeta import BACKEND_STATE_TYPES, PYTHON_STATE_PREFIX, BackendMeta, StateMeta
 
 META_KEY_GROUP = -1
 METADATA_CODES = (8, 9)
@@ -103,6 +103,7 @@ class _Value:
     value: Any  # decoded (raw bytes when its serializer cannot read it)
     size: int
     last_access: int | None = None
+    raw: bool = False  # its serializer could not decode it: the bytes as stored
 
 
 @dataclass
@@ -117,7 +118,10 @@ class ChangelogState:
     notes: list[str] = field(default_factory=list)
     #: states whose changes could not be decoded (state id -> why): left out, with a note
     broken: dict[int, str] = field(default_factory=dict)
-    raw_values: int = 0
+    #: per state id: why the first value its serializer could not decode was kept raw
+    raw_reasons: dict[int, str] = field(default_factory=dict)
+    #: the user's decoding options (``explorer.open(..., jars=, type_hints=, pyflink=)``), as for snapshot headers
+    options: dict[str, Any] = field(default_factory=dict)
 
     def register(self, change: bytes, where: str) -> None:
         inp = DataInput(change, 1)
@@ -130,10 +134,15 @@ class ChangelogState:
             options[k] = inp.read_utf()
         sid = int.from_bytes(change[-3:-1], "big", signed=True)
         meta = StateMeta(sid, name, BACKEND_STATE_TYPES[t] if 0 <= t < 4 else f"TYPE_{t}", options)
+        decode = self.options
+        if name.startswith(PYTHON_STATE_PREFIX) and len(name) > len(PYTHON_STATE_PREFIX):  # as read_backend_meta
+            meta.shown_name = name[len(PYTHON_STATE_PREFIX):]
+            meta.declared_kind = dict(self.options.get("pyflink_kinds") or {}).get(meta.shown_name)
+            decode = {**self.options, "pyflink": True, "pyflink_records": meta.kind == "list"}
         for _ in range(inp.read_int()):
             key = inp.read_utf()
             try:
-                meta.serializers[key] = read_top_level_snapshot(inp)
+                meta.serializers[key] = read_top_level_snapshot(inp, decode)
             except UnknownSnapshot as exc:
                 meta.serializers[key] = RawDecoder(exc.class_name)
                 self.notes.append(f"{where}: state {name!r} uses serializer {exc.class_name}, which State Explorer "
@@ -163,9 +172,9 @@ class ChangelogState:
             key, ns = rows["key"][i], rows["namespace"][i]
             scope = _canon((key, ns))
             v = _Value(rows["value"][i], rows["size_bytes"][i], _epoch_ms(rows["last_access"][i]))
-            if isinstance(vdec, ListDecoder):
+            if _is_list(meta, vdec):
                 table.setdefault(scope, _Entry(rows["key_group"][i], key, ns, [])).value.append(v)
-            elif isinstance(vdec, MapDecoder):
+            elif _is_map(meta, vdec):
                 uk = rows["user_key"][i]
                 table.setdefault(scope, _Entry(rows["key_group"][i], key, ns, {})).value[_canon(uk)] = (uk, v)
             else:
@@ -189,12 +198,12 @@ class ChangelogState:
             self.notes.append(f"{where}: a change of state {meta.name!r} cannot be decoded ({exc}); the state's "
                               "entries are left out")
 
-    def _decode(self, dec: Decoder, data: bytes) -> _Value:
+    def _decode(self, dec: Decoder, data: bytes, sid: int) -> _Value:
         try:
             v = dec.read(DataInput(data))
-        except (UnknownLayout, EOFError, IndexError, UnicodeDecodeError, FlinkFormatError, FlinkCorruptError):
-            self.raw_values += 1
-            return _Value(bytes(data), len(data))
+        except (UnknownLayout, EOFError, IndexError, UnicodeDecodeError, FlinkFormatError, FlinkCorruptError) as exc:
+            self.raw_reasons.setdefault(sid, str(exc))
+            return _Value(bytes(data), len(data), raw=True)
         if type(v) is TtlValue:
             return _Value(v.value, len(data), v.last_access)
         return _Value(v, len(data))
@@ -216,31 +225,31 @@ class ChangelogState:
             table.pop(scope, None)
             return
         payload = change[inp.pos :]
-        if isinstance(vdec, ListDecoder):
+        if _is_list(meta, vdec):
             e = table.setdefault(scope, _Entry(kg, key, ns, []))
             if op in (SET, SET_INTERNAL):
-                e.value = [self._decode(vdec.elem, b) for b in _split_list(vdec, payload)]
+                e.value = [self._decode(vdec.elem, b, sid) for b in _split_list(vdec, payload)]
             elif op == ADD:
-                e.value.extend(self._decode(vdec.elem, b) for b in _split_list(vdec, payload))
+                e.value.extend(self._decode(vdec.elem, b, sid) for b in _split_list(vdec, payload))
             elif op == ADD_ELEMENT:
-                e.value.append(self._decode(vdec.elem, payload))
+                e.value.append(self._decode(vdec.elem, payload, sid))
             else:
                 raise FlinkFormatError(f"state {meta.name!r}: list state change {op} is not supported")
-        elif isinstance(vdec, MapDecoder):
+        elif _is_map(meta, vdec):
             e = table.setdefault(scope, _Entry(kg, key, ns, {}))
             if op in (SET, SET_INTERNAL):
-                e.value = {_canon(uk): (uk, _Value(None, 0) if b is None else self._decode(vdec.value, b))
+                e.value = {_canon(uk): (uk, _Value(None, 0) if b is None else self._decode(vdec.value, b, sid))
                            for uk, b in _split_map(vdec, payload).values()}
             elif op == ADD_OR_UPDATE_ELEMENT:  # user key and value, no null flag
                 p = DataInput(payload)
                 uk = vdec.key.read(p)
-                e.value[_canon(uk)] = (uk, self._decode(vdec.value, payload[p.pos :]))
+                e.value[_canon(uk)] = (uk, self._decode(vdec.value, payload[p.pos :], sid))
             elif op == REMOVE_ELEMENT:
                 e.value.pop(_canon(vdec.key.read(DataInput(payload))), None)
             else:
                 raise FlinkFormatError(f"state {meta.name!r}: map state change {op} is not supported")
         elif op in (SET, SET_INTERNAL, ADD):
-            table[scope] = _Entry(kg, key, ns, self._decode(vdec, payload))
+            table[scope] = _Entry(kg, key, ns, self._decode(vdec, payload, sid))
         else:
             raise FlinkFormatError(f"state {meta.name!r}: change {op} of a {meta.kind} state is not supported")
 
@@ -264,7 +273,8 @@ class ChangelogState:
         ids = sorted(self.states)
         # rows.RowBuffer and the reader look states up by their position: give them dense ids
         metas = [StateMeta(i, self.states[s].name, self.states[s].backend_type, self.states[s].options,
-                           self.states[s].serializers) for i, s in enumerate(ids)]
+                           self.states[s].serializers, self.states[s].shown_name, self.states[s].declared_kind)
+                 for i, s in enumerate(ids)]
         key = self.key_decoder or RawDecoder("key serializer (not in the changelog)")
         return BackendMeta(0, False, key, metas, 0, list(self.notes))
 
@@ -279,7 +289,7 @@ class ChangelogState:
     def rows(self, sid: int, meta: StateMeta) -> RowBuffer:
         """The rows state ``sid`` holds after every change, described by ``meta``."""
         buf = RowBuffer(meta)
-        buf.raw_notes = self.raw_values
+        buf.raw_reason = self.raw_reasons.get(sid)  # (raw_notes: counted below, over the values left)
         vdec = self.states[sid].value_decoder
         if sid in self.broken:
             return buf
@@ -291,17 +301,28 @@ class ChangelogState:
         def add(e: _Entry, uk: Any, v: _Value) -> None:
             buf.add(e.kg, e.key, e.ns, uk, v.value, v.size)
             buf.last_access[-1] = v.last_access
+            buf.raw_notes += v.raw
 
+        stored = self.states[sid]
         for e in self.entries.get(sid, {}).values():
-            if isinstance(vdec, ListDecoder):
+            if _is_list(stored, vdec):
                 for j, v in enumerate(e.value):
                     add(e, j, v)
-            elif isinstance(vdec, MapDecoder):
+            elif _is_map(stored, vdec):
                 for uk, v in e.value.values():
                     add(e, uk, v)
             else:
                 add(e, None, e.value)
         return buf
+
+
+def _is_list(meta: StateMeta, vdec: Decoder | None) -> bool:
+    """A list state (one entry per element); a value state whose type is a List is one whole value."""
+    return meta.kind == "list" and isinstance(vdec, ListDecoder)
+
+
+def _is_map(meta: StateMeta, vdec: Decoder | None) -> bool:
+    return meta.kind == "map" and isinstance(vdec, MapDecoder)
 
 
 def _canon(x: Any) -> Any:

@@ -9,8 +9,15 @@ Registered with :func:`.serializers.register_snapshot_decoder`. Wire formats:
   ``NodeId``: ``byte present``, then an ``EventId`` and a ``StringValue`` page
   name -> ``{"event", "page"}``; ``DeweyNumber``: ``int n``, ``n`` ints -> a
   dotted string ``"1.0.2"``; ``SharedBufferEdge``: a ``NodeId`` and a
-  ``DeweyNumber``; ``SharedBufferNode`` (V2 snapshot) and ``NFAState`` are
-  parsed but their values left raw (their layouts are not verified yet);
+  ``DeweyNumber``; ``SharedBufferNode`` (V2 snapshot): ``int n``, then ``n``
+  times ``int refCounter`` + an edge -> ``{"edges": [{"refs", "target", "version"}]}``;
+  ``NFAState``: the partial then the completed matches, each ``int n`` and ``n``
+  computation states: ``StringValue`` state name, the previous entry's
+  ``NodeId``, a ``DeweyNumber``, ``long`` start timestamp, ``long`` previous
+  timestamp (only when the snapshot, version 2, says the serializer writes it),
+  ``byte`` has-start-event + ``EventId`` -> ``{"partial_matches": [..],
+  "completed_matches": [..]}``, a match as ``{"state", "previous_entry",
+  "version", "start_timestamp", "previous_timestamp", "start_event"}``;
 * SQL ``TimestampData`` (snapshot: ``int precision``): ``long`` epoch millis,
   plus ``int`` nanos of the millisecond when precision > 3 -> ``pd.Timestamp``;
   ``ExternalSerializer`` (a ``MapView``/``ListView`` or other external type
@@ -28,7 +35,6 @@ from .datainput import DataInput
 from .javaser import parse_java_object
 from .serializers import (
     NESTED_MAGIC,
-    RawDecoder,
     Decoder,
     SnapshotContext,
     UnknownSnapshot,
@@ -121,11 +127,38 @@ class EdgeDecoder(Decoder):
 class NodeDecoder(Decoder):
     name = "SharedBufferNode"
 
-    def __init__(self, edges: Decoder) -> None:
-        self.edges = edges
+    def __init__(self, edge: Decoder) -> None:
+        self.edge = edge
 
     def read(self, inp: DataInput):
-        return {"edges": self.edges.read(inp)}
+        edges = []
+        for _ in range(inp.read_int()):
+            refs = inp.read_int()
+            edge = self.edge.read(inp)
+            edges.append({"refs": refs, **edge} if isinstance(edge, dict) else {"refs": refs, "edge": edge})
+        return {"edges": edges}
+
+
+class NFAStateDecoder(Decoder):
+    name = "NFAState"
+
+    def __init__(self, dewey: Decoder, node: Decoder, event: Decoder, previous_timestamp: bool) -> None:
+        self.dewey, self.node, self.event = dewey, node, event
+        self.previous_timestamp = previous_timestamp
+
+    def _matches(self, inp: DataInput) -> list[dict]:
+        out = []
+        for _ in range(inp.read_int()):
+            m = {"state": inp.read_flink_string(), "previous_entry": self.node.read(inp),
+                 "version": self.dewey.read(inp), "start_timestamp": inp.read_long()}
+            m["previous_timestamp"] = inp.read_long() if self.previous_timestamp else None
+            m["start_event"] = self.event.read(inp) if inp.read_byte() == 1 else None
+            out.append(m)
+        return out
+
+    def read(self, inp: DataInput):
+        partial = self._matches(inp)
+        return {"partial_matches": partial, "completed_matches": self._matches(inp)}
 
 
 def _node_id(inp: DataInput, ctx: SnapshotContext) -> Decoder:
@@ -147,10 +180,8 @@ register_snapshot_decoder(f"{_CEP}DeweyNumber$DeweyNumberSerializer$DeweyNumberS
                           lambda inp, ctx: DeweyDecoder())
 register_snapshot_decoder(f"{_CEP}sharedbuffer.SharedBufferEdge$SharedBufferEdgeSerializer$SharedBufferEdgeSerializerSnapshot",
                           _edge)
-# the node's layout (its edges) is not verified against real bytes yet: the snapshot is parsed, the values
-# stay raw bytes with a note (a wrong guess here made whole reads fail)
 register_snapshot_decoder(f"{_CEP}sharedbuffer.SharedBufferNodeSerializerSnapshotV2",
-                          lambda inp, ctx: (_composite_nested(inp, ctx), RawDecoder(ctx.class_name))[1])
+                          lambda inp, ctx: NodeDecoder(_composite_nested(inp, ctx)[0]))
 
 
 class TimestampDataDecoder(Decoder):
@@ -238,11 +269,14 @@ register_snapshot_decoder("org.apache.flink.table.dataview.NullSerializer$NullSe
 
 
 def _nfa_state(inp: DataInput, ctx: SnapshotContext) -> Decoder:
-    """The snapshot is parsed (so the states after it are read); its values stay raw bytes."""
-    if read_composite_header(inp) >= 2:
-        inp.read_bool()  # whether the NFA state serializer supports the "state changed" flag
-    ctx.read_nested(inp)
-    return RawDecoder(ctx.class_name)
+    """Nested: the DeweyNumber, NodeId and EventId serializers; version 2 adds whether the previous
+    timestamp is written (Flink 1.16+)."""
+    previous = read_composite_header(inp) >= 2 and inp.read_bool()
+    nested = ctx.read_nested(inp)
+    if len(nested) != 3:
+        raise UnknownSnapshot(ctx.class_name, inp.pos)
+    dewey, node, event = nested
+    return NFAStateDecoder(dewey, node, event, previous)
 
 
 register_snapshot_decoder(f"{_CEP}NFAStateSerializerSnapshot", _nfa_state)

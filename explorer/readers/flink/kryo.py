@@ -548,6 +548,9 @@ def _time_value(cls: str, f: dict) -> Any:
     if cls == "java.time.LocalDate":
         return dt.date(f["year"], f["month"], f["day"])
     if cls == "java.time.LocalTime":
+        if f["nano"] % 1000:  # finer than datetime.time holds: the time since midnight, as valuetypes does
+            return pd.Timedelta(hours=f["hour"], minutes=f["minute"], seconds=f["second"]) \
+                + pd.Timedelta(nanoseconds=f["nano"])
         return dt.time(f["hour"], f["minute"], f["second"], f["nano"] // 1000)
     if cls == "java.time.LocalDateTime":
         d, t = f["date"], f["time"]

@@ -276,16 +276,33 @@ class PickledBytesDecoder(Decoder):
 
     arrow = None
 
-    def __init__(self, pyflink: bool = False) -> None:
+    def __init__(self, pyflink: bool = False, records: bool = False) -> None:
         self.pyflink = pyflink
-        self.name = "byte[] (PyFlink-coded)" if pyflink else "byte[] (PyFlink pickles decoded)"
+        self.records = records
+        self.name = ("byte[] (PyFlink records)" if records else "byte[] (PyFlink-coded)" if pyflink
+                     else "byte[] (PyFlink pickles decoded)")
 
     def read(self, inp: DataInput) -> Any:
         n = inp.read_int()
         if n < 0:
             return None
         raw = inp.read_bytes(n)
+        if self.records:
+            return decode_pyflink_records(raw)
         return decode_pyflink_coded(raw) if self.pyflink else decode_pyflink_bytes(raw)
+
+
+def decode_pyflink_records(raw: bytes, where: str = "PyFlink list element") -> list:
+    """The records one array of a PyFlink Python state holds, always as a list (an array of a list state holds
+    the records appended in one go; an array of a value state, its one record): ``length + pickle`` records,
+    else one bare pickle, else one value of another Python-side coder (:func:`decode_pyflink_coded`)."""
+    recs = split_pyflink_records(raw)
+    try:
+        if recs is not None:
+            return [read_pickle(r, where) for r in recs]
+    except PickleRefused as exc:
+        raise UnknownLayout(f"{exc}; the value is kept as raw bytes, nothing in it was run") from exc
+    return [decode_pyflink_coded(raw)]
 
 
 class PyFlinkWrappedBytesDecoder(Decoder):
@@ -309,7 +326,7 @@ _WRAPPER_SNAPSHOT = ("org.apache.flink.streaming.api.utils.ByteArrayWrapperSeria
 def _factory(inp: DataInput, ctx: SnapshotContext) -> Decoder:
     if ctx.options.get("unpickle", True) is False:
         return PRIMITIVES["BytePrimitiveArraySerializer"]
-    return PickledBytesDecoder(bool(ctx.options.get("pyflink")))
+    return PickledBytesDecoder(bool(ctx.options.get("pyflink")), bool(ctx.options.get("pyflink_records")))
 
 
 def _wrapper_factory(inp: DataInput, ctx: SnapshotContext) -> Decoder:
@@ -320,5 +337,6 @@ register_snapshot_decoder(_WRAPPER_SNAPSHOT, _wrapper_factory)
 register_snapshot_decoder(_BYTES_SNAPSHOT, _factory)
 
 __all__ = ["PickleRefused", "PickledBytesDecoder", "PyFlinkWrappedBytesDecoder", "decode_pyflink_bytes", "decode_pyflink_coded",
+           "decode_pyflink_records",
            "looks_like_pickle",
            "read_pickle", "split_pyflink_records"]

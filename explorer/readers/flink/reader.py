@@ -73,6 +73,7 @@ from ..base import (
     SnapshotInfo,
     SnapshotReader,
     make_piece,
+    python_values,
 )
 from . import columnar, fullformat, heapformat
 from .changelog import ChangelogState, read_change_sets
@@ -83,7 +84,7 @@ from .operatorid import operator_id_for_uid
 from .operatorstate import read_operator_state
 from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
 from .serializers import RowDataDecoder, UnknownLayout
-from .statemeta import BackendMeta, StateMeta, read_backend_meta
+from .statemeta import PYFLINK_KINDS, BackendMeta, StateMeta, read_backend_meta
 
 _CHK = re.compile(r"^chk-(\d+)$")
 
@@ -127,17 +128,23 @@ class FlinkSnapshotReader(SnapshotReader):
     def __init__(
         self, path: str | Path, ttl: dict[str, timedelta] | None = None, uids: Iterable[str] | None = None,
         jars: Iterable[str | Path] | None = None, type_hints: dict | None = None, kryo_version: int | None = None,
-        pyflink: bool = False,
+        pyflink: bool = False, pyflink_kinds: dict[str, str] | None = None,
     ) -> None:
         """``uids``: operator uids of the job, to name operators in metadata that stores only IDs (Flink < 1.20).
         ``jars``, ``type_hints``, ``kryo_version``: what decodes Kryo values (see ``readers.flink.kryo``);
-        ``pyflink``: byte arrays are PyFlink-coded (see ``readers.flink.pickles``)."""
+        ``pyflink``: byte arrays are PyFlink-coded (see ``readers.flink.pickles``; states PyFlink names
+        ``python-state-*`` are read so anyway, and shown under the name the job gave them);
+        ``pyflink_kinds``: the kind each PyFlink Python state was declared as (``{"summary": "value"}``): PyFlink
+        keeps value, reducing and aggregating states as list states, and the snapshot does not say which."""
         super().__init__(path)
         self.metadata_file = find_metadata(self.path)
         self.meta: CheckpointMetadata = read_metadata(self.metadata_file)
         self.decode_options = {"jars": list(jars or []), "type_hints": dict(type_hints or {}),
                                "kryo_version": kryo_version, "flink_metadata_version": self.meta.version,
-                               "pyflink": pyflink}
+                               "pyflink": pyflink, "pyflink_kinds": dict(pyflink_kinds or {})}
+        for name, kind in (pyflink_kinds or {}).items():
+            if kind not in PYFLINK_KINDS:
+                raise ValueError(f"pyflink_kinds[{name!r}]: found {kind!r}, expected one of {', '.join(PYFLINK_KINDS)}")
         if uids:
             by_id = {operator_id_for_uid(u): u for u in uids}
             for op in self.meta.operators:
@@ -155,8 +162,15 @@ class FlinkSnapshotReader(SnapshotReader):
         self._layouts: dict[tuple[str, int], str] = {}
         self._noted: set[str] = set()
         if self.meta.version < 5:
-            self._note(f"{self.metadata_file}: metadata version {self.meta.version} stores no operator names or "
-                       "uids; operators are named by OperatorID unless their uids are passed (uids=[...])")
+            unnamed = [op for op in self.meta.operators if op.uid is None and op.name is None
+                       and any(st.managed_keyed is not None or st.managed_operator is not None for st in op.subtasks)]
+            if not uids:
+                self._note(f"{self.metadata_file}: metadata version {self.meta.version} stores no operator names or "
+                           "uids; operators are named by OperatorID unless their uids are passed (uids=[...])")
+            elif unnamed:
+                self._note(f"{self.metadata_file}: metadata version {self.meta.version} stores no operator names or "
+                           f"uids; {len(unnamed)} operators with state match none of the uids passed and are named "
+                           f"by OperatorID ({', '.join(op.operator_id for op in unnamed[:3])})")
         inflight = sum(st.channel_state_handles for op in self.meta.operators for st in op.subtasks)
         if inflight:
             self._note(f"{self.metadata_file}: an unaligned checkpoint with {inflight} channel state handles "
@@ -169,9 +183,16 @@ class FlinkSnapshotReader(SnapshotReader):
             subs = self._keyed_subtasks(o)
             if subs:
                 try:
-                    self._header(o, subs[0])
+                    header = self._header(o, subs[0])
                 except StateExplorerError:
-                    pass
+                    continue
+                undeclared = [sm.display_name for sm in header.states if sm.is_pyflink_bag and sm.declared_kind is None]
+                if undeclared:
+                    self._note(f"{self.metadata_file} (operator {o.display_name!r}): PyFlink keeps every Python value, "
+                               "list, reducing and aggregating state as a list state and the snapshot does not say "
+                               f"which was declared; {', '.join(map(repr, undeclared))} are shown as lists (one row "
+                               "per element) unless their kinds are passed: explorer.open(path, pyflink_kinds="
+                               f"{{{undeclared[0]!r}: 'value', ...}})")
 
     def _unwrap_changelog_handles(self) -> None:
         """A changelog handle with nothing logged since its materialization is its materialized handle; one
@@ -303,7 +324,8 @@ class FlinkSnapshotReader(SnapshotReader):
                 known = {sm.name for sm in header.states}
                 extra = [sm for sm in logged.backend_meta().states if sm.name not in known]
                 states = header.states + [StateMeta(len(header.states) + i, sm.name, sm.backend_type, sm.options,
-                                                    sm.serializers) for i, sm in enumerate(extra)]
+                                                    sm.serializers, sm.shown_name, sm.declared_kind)
+                                          for i, sm in enumerate(extra)]
                 self._headers[key] = BackendMeta(header.version, header.compressed, header.key_decoder, states,
                                                  header.end, list(header.notes) + list(logged.notes))
             for n in self._headers[key].notes:
@@ -339,14 +361,15 @@ class FlinkSnapshotReader(SnapshotReader):
             header = self._header(o, subs[0])
             for sm in header.states:
                 vdec = sm.value_decoder
-                ttl = self.ttl.get(sm.name)
+                ttl = self._ttl(sm)
                 rows.append(
                     {
                         "operator": o.display_name,
-                        "state": sm.name,
-                        "kind": sm.kind,
+                        "state": sm.display_name,
+                        "kind": sm.shown_kind,
                         "key_type": header.key_decoder.describe(),
-                        "value_type": vdec.describe() if vdec else None,
+                        "value_type": (sm.element_decoder.describe() if sm.shown_kind != sm.kind and sm.element_decoder
+                                       else vdec.describe() if vdec else None),
                         "ttl_ms": int(ttl.total_seconds() * 1000) if (ttl is not None and sm.has_ttl) else None,
                         "update_type": None,  # not stored in Flink snapshots
                         "visibility": None,  # not stored in Flink snapshots
@@ -469,14 +492,14 @@ class FlinkSnapshotReader(SnapshotReader):
                  for st in self._keyed_subtasks(op)]
         if self.workers <= 1 or len(units) <= 1:
             for op, st in units:
-                yield from self._subtask_pieces(op, st, query)
+                yield from self._with_merged_windows(op, st, query)
             return
         # in order, at most `workers` subtasks in flight (their pieces are held until yielded)
         with ThreadPoolExecutor(self.workers, thread_name_prefix="flink-reader") as pool:
             pending: deque = deque()
             try:
                 for op, st in units:
-                    pending.append(pool.submit(lambda o=op, s=st: list(self._subtask_pieces(o, s, query))))
+                    pending.append(pool.submit(lambda o=op, s=st: list(self._with_merged_windows(o, s, query))))
                     if len(pending) >= self.workers:
                         yield from pending.popleft().result()
                 while pending:
@@ -493,7 +516,7 @@ class FlinkSnapshotReader(SnapshotReader):
             return self._changelogs[key]
         h = st.managed_keyed
         where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
-        state = ChangelogState()
+        state = ChangelogState(options=self.decode_options)
         try:
             changes: list[tuple[int, bytes]] = []
             for part in h.changelog:
@@ -533,9 +556,99 @@ class FlinkSnapshotReader(SnapshotReader):
             name = cols["state"][0]
             state.seed(by_name[name], cols)
 
+    def _with_merged_windows(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
+        """The subtask's pieces; in an operator of merging windows (session windows), each state's
+        ``TimeWindow`` namespace, which is Flink's *state window* (the window of the first element that
+        opened the session, kept as the namespace while windows merge), also gets ``window_start`` and
+        ``window_end``: the bounds of the merged window it stands for, from the operator's
+        ``merging-window-set`` state (a list of (window, state window) per key)."""
+        pieces = self._pyflink_pieces(op, st, query)
+        names = {sm.name for sm in self._header(op, st).states}
+        if MERGING_WINDOW_SET not in names:
+            yield from pieces
+            return
+        merged: dict | None = None
+        for p in pieces:
+            if p.num_rows and {"namespace", "key", "state", "kind"} <= set(p.column_names) \
+                    and _is_time_window(p.schema.field("namespace").type) \
+                    and p.column("state")[0].as_py() != MERGING_WINDOW_SET \
+                    and not p.column("kind")[0].as_py().endswith("_timer"):
+                if merged is None:
+                    merged = self._merged_windows(op, st, query)
+                p = _add_merged_bounds(p, merged)
+            yield p
+
+    def _pyflink_pieces(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
+        """The subtask's pieces, PyFlink's Python list-kept states as the job declared them: one row per record
+        (an array of the Flink list holds the records appended in one go), ``user_key`` its index in the key's
+        list; a state declared as a value (reducing, aggregating) is its one record, without a user key."""
+        header = self._header(op, st)
+        if not any(sm.shown_name is not None for sm in header.states):
+            yield from self._subtask_pieces(op, st, query)
+            return
+        bags = {sm.display_name: sm for sm in header.states if sm.is_pyflink_bag and query.wants_state(sm.display_name)}
+        # every column is read (the records are in the values), whatever was asked for: the rows are the same
+        whole = KeyedStateQuery(query.operators, query.states, query.key_groups, query.keys,
+                                None if bags else query.columns)
+        for p in self._subtask_pieces(op, st, whole):
+            if "key" in p.column_names and _one_field_row(p.schema.field("key").type):
+                # PyFlink keys the Java side by a Row holding the user's key: the user's key
+                p = p.set_column(p.column_names.index("key"), "key", p.column("key").combine_chunks().field(0))
+            meta = bags.get(p.column("state")[0].as_py()) if p.num_rows and "state" in p.column_names else None
+            if meta is not None:
+                p = self._records(op, meta, p)
+            yield p.select(list(query.columns)) if query.columns is not None else p
+
+    def _records(self, op: OperatorState, meta: StateMeta, piece: pa.Table) -> pa.Table:
+        rows, uks, values, sizes = [], [], [], []
+        seen: dict = {}
+        size = piece.column("size_bytes").to_pylist()
+        keys = python_values(piece.column("key"))
+        for i, v in enumerate(python_values(piece.column("value"))):
+            recs = v if isinstance(v, list) else [v]  # raw bytes (a refused pickle) stay one row
+            k = _hashable(keys[i])
+            for j, r in enumerate(recs):
+                rows.append(i)
+                uks.append(seen.get(k, 0))
+                seen[k] = uks[-1] + 1
+                values.append(r)
+                sizes.append(size[i] // len(recs) + (size[i] % len(recs) if j == 0 else 0))
+        single = meta.shown_kind in ("value", "reducing", "aggregating")
+        if single:
+            many = sum(1 for n in seen.values() if n > 1)
+            if many:
+                self._note(f"{self.metadata_file} (operator {op.display_name!r}): state {meta.display_name!r} was "
+                           f"declared as a {meta.shown_kind} state but {many} keys hold more than one record; each "
+                           "record is its own row")
+            else:
+                uks = [None] * len(uks)
+        out = piece.take(pa.array(rows, type=pa.int64()))
+        for name, col in (("user_key", pa.array(uks, type=pa.int64())),
+                          ("value", to_arrow(values, note=self._column_note(op, meta, "values"))),
+                          ("size_bytes", pa.array(sizes, type=pa.int64()))):
+            out = out.set_column(out.column_names.index(name), name, col)
+        return out
+
+    def _ttl(self, meta: StateMeta):
+        return self.ttl.get(meta.display_name, self.ttl.get(meta.name))
+
+    def _merged_windows(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> dict:
+        """``(key, state window start, end) -> (window start, end)`` from one subtask's merging-window-set."""
+        sub = KeyedStateQuery(frozenset([op.display_name]), frozenset([MERGING_WINDOW_SET]), query.key_groups,
+                              None, ("key", "value"))
+        out = {}
+        for p in self._subtask_pieces(op, st, sub):
+            for k, v in zip(python_values(p.column("key")), python_values(p.column("value"))):
+                try:
+                    window, state_window = v["f0"], v["f1"]
+                    out[(_hashable(k), state_window["start"], state_window["end"])] = (window["start"], window["end"])
+                except (TypeError, KeyError):  # not a Tuple2 of TimeWindows: nothing to map
+                    continue
+        return out
+
     def _subtask_pieces(self, op: OperatorState, st: SubtaskState, query: KeyedStateQuery) -> Iterator[pa.Table]:
         header = self._header(op, st)
-        wanted = {sm.state_id for sm in header.states if query.wants_state(sm.name)}
+        wanted = {sm.state_id for sm in header.states if query.wants_state(sm.display_name)}
         if not wanted:
             return
         buffers: dict[int, RowBuffer] = {}  # filled by the heap layout only
@@ -549,7 +662,8 @@ class FlinkSnapshotReader(SnapshotReader):
                     self._note(n)
                 if h.materialized:  # logged states from the log (seeded), the others as materialized
                     logged = {sm.name: sid for sid, sm in changelog.states.items()}
-                    unlogged = frozenset(header.states[sid].name for sid in wanted) - set(logged)
+                    unlogged = frozenset(header.states[sid].display_name for sid in wanted
+                                         if header.states[sid].name not in logged)
                     if unlogged:
                         sub = KeyedStateQuery(query.operators, unlogged, query.key_groups, query.keys, query.columns)
                         yield from self._subtask_pieces(op, self._materialized(st), sub)
@@ -717,15 +831,15 @@ class FlinkSnapshotReader(SnapshotReader):
                 self._kg_checks[(op.operator_id, st.index, meta.state_id)] = (n, bad)
         subtask = operator_indices_for_key_groups(op.max_parallelism, op.parallelism, kg) if n else kg
         la = pa.array(cols.last_access, type=pa.int64()) if cols.last_access is not None else pa.nulls(n, type=pa.int64())
-        ttl = self.ttl.get(meta.name)
+        ttl = self._ttl(meta)
         if ttl is not None and meta.has_ttl and cols.last_access is not None:
             expires = pa.array(cols.last_access + int(ttl.total_seconds() * 1000), type=pa.int64()).cast(TIMESTAMP)
         else:
             expires = pa.nulls(n, type=TIMESTAMP)
         data = {
             "operator": _repeat_string(op.display_name, n),
-            "state": _repeat_string(meta.name, n),
-            "kind": _repeat_string(meta.kind, n),
+            "state": _repeat_string(meta.display_name, n),
+            "kind": _repeat_string(meta.shown_kind, n),
             "key": cols.key.values,
             "key_group": pa.array(kg, type=pa.int32()),
             "subtask": pa.array(subtask, type=pa.int32()),
@@ -766,7 +880,7 @@ class FlinkSnapshotReader(SnapshotReader):
                 mask = None
         subtask = operator_indices_for_key_groups(op.max_parallelism, op.parallelism, kg) if len(kg) else kg
         la = pa.array(buf.last_access, type=pa.int64())
-        ttl = self.ttl.get(meta.name)
+        ttl = self._ttl(meta)
         if ttl is not None and meta.has_ttl:
             ms = int(ttl.total_seconds() * 1000)
             expires = pa.compute.add(la, ms).cast(TIMESTAMP)
@@ -774,14 +888,15 @@ class FlinkSnapshotReader(SnapshotReader):
             expires = pa.nulls(len(keys), type=TIMESTAMP)
         data = {
             "operator": op.display_name,
-            "state": meta.name,
-            "kind": meta.kind,
-            "key": to_arrow(keys),
+            "state": meta.display_name,
+            "kind": meta.shown_kind,
+            "key": to_arrow(keys, note=self._column_note(op, meta, "keys")),
             "key_group": pa.array(kg, type=pa.int32()),
             "subtask": pa.array(subtask, type=pa.int32()),
-            "namespace": to_arrow(buf.namespaces),
-            "user_key": to_arrow(buf.user_keys),
-            "value": to_arrow(buf.values, meta.element_decoder.arrow_type() if meta.element_decoder else None),
+            "namespace": to_arrow(buf.namespaces, note=self._column_note(op, meta, "namespaces")),
+            "user_key": to_arrow(buf.user_keys, note=self._column_note(op, meta, "user keys")),
+            "value": to_arrow(buf.values, meta.element_decoder.arrow_type() if meta.element_decoder else None,
+                              note=self._column_note(op, meta, "values")),
             "last_access": la.cast(TIMESTAMP),
             "expires_at": expires,
             "size_bytes": pa.array(buf.sizes, type=pa.int64()),
@@ -792,6 +907,10 @@ class FlinkSnapshotReader(SnapshotReader):
         if mask is not None:
             table = table.filter(pa.array(mask))
         return table
+
+    def _column_note(self, op: OperatorState, meta: StateMeta, what: str):
+        return lambda text: self._note(f"{self.metadata_file} (operator {op.display_name!r}): {what} of state "
+                                       f"{meta.name!r}: {text}")
 
     def _check_key_groups(self, op: OperatorState, kdec, keys: list, kg: np.ndarray) -> int | None:
         """Re-compute key groups; the number of mismatches, or None when keys cannot be hashed."""
@@ -826,6 +945,39 @@ class FlinkSnapshotReader(SnapshotReader):
                 except ReaderError as exc:
                     self._note(str(exc))
         return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))
+
+
+#: the state in which WindowOperator keeps, per key, the merged windows and their state windows
+MERGING_WINDOW_SET = "merging-window-set"
+
+
+def _one_field_row(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) and t.num_fields == 1 and t.field(0).name == "f0"
+
+
+def _is_time_window(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) and [t.field(i).name for i in range(t.num_fields)] == ["start", "end"]
+
+
+def _hashable(k):
+    try:
+        hash(k)
+        return k
+    except TypeError:
+        return repr(k)
+
+
+def _add_merged_bounds(piece: pa.Table, merged: dict) -> pa.Table:
+    ns = piece.column("namespace").combine_chunks()
+    starts, ends = ns.field(0).to_pylist(), ns.field(1).to_pylist()
+    bounds = [merged.get((_hashable(k), s, e), (None, None)) if s is not None else (None, None)
+              for k, s, e in zip(python_values(piece.column("key")), starts, ends)]
+    valid = ns.is_valid()
+    out = pa.StructArray.from_arrays(
+        [ns.field(0), ns.field(1), pa.array([b[0] for b in bounds], type=pa.int64()),
+         pa.array([b[1] for b in bounds], type=pa.int64())],
+        names=["start", "end", "window_start", "window_end"], mask=pc.invert(valid) if ns.null_count else None)
+    return piece.set_column(piece.column_names.index("namespace"), "namespace", out)
 
 
 def _only_key_groups(buf: RowBuffer, kgs) -> RowBuffer:

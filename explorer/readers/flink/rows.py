@@ -21,8 +21,11 @@ builds the Arrow piece, unwrapping TTL values into ``last_access``.
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+from decimal import Decimal
+from typing import Any, Callable
 
+import pandas as pd
 import pyarrow as pa
 
 from ...errors import FlinkFormatError
@@ -171,16 +174,164 @@ def hashable_keys(decoder: Decoder, keys: list[Any]) -> list[Any] | None:
     return None
 
 
-def to_arrow(values: list[Any], type: pa.DataType | None = None) -> pa.Array:
-    """An Arrow array of Python values: of ``type`` (from the decoder) when given and the values fit it
-    (maps stay maps, a struct keeps its fields even where the first values are null), else Arrow's
-    inference (structs for dicts); falls back to text for mixed types (raw bytes among decoded values)."""
+def to_arrow(values: list[Any], type: pa.DataType | None = None, note: Callable[[str], None] | None = None) -> pa.Array:
+    """An Arrow array of Python values that gives the same values back (``base.python_values``).
+
+    Of ``type`` (from the decoder) when given and the values fit it; else built from the values
+    themselves: one Python type -> its Arrow type (dicts with one set of string keys -> a struct,
+    other dicts -> a map, lists -> a list), several -> a dense union with one child per Python type
+    (raw bytes among decoded values, ints among floats, ...), nested the same way. Tuples, sets and
+    frozensets are union children named after them (``base.PY_CONTAINER_KINDS``), so they come back as what they were.
+    Nothing is turned into text, but a Python type no Arrow type holds (none of the decoders makes one), and then
+    ``note`` is told."""
     if type is not None:
         try:
-            return pa.array(values, type=type, from_pandas=True)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            return pa.array(values, type=type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError):
             pass
     try:
-        return pa.array(values, from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return _lossless(values)
+    except _NoArrowType as exc:  # a Python type no Arrow type holds (no decoder makes one today)
+        if note is not None:
+            note(f"values of Python type {exc} have no Arrow type; they are shown as their repr text")
         return pa.array([None if v is None else repr(v) for v in values], type=pa.string())
+
+
+_NONE = type(None)
+_AS_IS = (str, bytes, bool, float)  # Arrow's inference keeps these exactly
+
+
+def _lossless(values: list[Any]) -> pa.Array:
+    kinds = set(map(type, values))
+    kinds.discard(_NONE)
+    if not kinds:
+        return pa.nulls(len(values))
+    if len(kinds) == 1:
+        kind = next(iter(kinds))
+        if kind in _AS_IS:
+            return pa.array(values, type=_SCALAR_TYPES[kind])
+        if kind is dict:
+            return _dicts(values)
+        if kind is list:
+            return _lists(values)
+        if kind is int:
+            return _ints(values)
+        if kind is pd.Timestamp:  # Arrow's inference would keep microseconds only
+            zones = {str(v.tz) for v in values if v is not None}
+            if len(zones) == 1:
+                zone = next(iter(zones))
+                return pa.array(values, type=pa.timestamp("ns", tz=None if zone == "None" else zone))
+        if kind not in _CONTAINERS:
+            try:
+                return pa.array(values)  # dates, datetimes, Decimals, ...
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError):
+                pass
+    return _union(values)
+
+
+_CONTAINERS = (tuple, set, frozenset)  # kept as union children named after them (base.PY_CONTAINER_KINDS)
+_SCALAR_TYPES = {str: pa.string(), bytes: pa.binary(), bool: pa.bool_(), float: pa.float64()}
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _ints(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values, type=pa.int64())
+    except (OverflowError, pa.ArrowInvalid):
+        pass
+    small = [v if v is None or _INT64[0] <= v <= _INT64[1] else None for v in values]
+    if all(a is b for a, b in zip(small, values)):  # pragma: no cover - pa.array would have taken them
+        return pa.array(small, type=pa.int64())
+    return _union(values, big_ints=True)  # ints beyond int64 are their own union child
+
+
+def _valid_mask(values: list[Any]) -> pa.Array | None:
+    if not any(v is None for v in values):
+        return None
+    return pa.array([v is None for v in values], type=pa.bool_())
+
+
+def _dicts(values: list[Any]) -> pa.Array:
+    keysets = {tuple(v) for v in values if v is not None}
+    mask = _valid_mask(values)
+    if len(keysets) == 1:
+        names = next(iter(keysets))
+        if names and all(type(n) is str for n in names) and len(set(names)) == len(names):
+            cols = [_lossless([None if v is None else v[n] for v in values]) for n in names]
+            return pa.StructArray.from_arrays(cols, names=list(names), mask=mask)
+    offsets, ks, vs = [0], [], []
+    for v in values:
+        if v is not None:
+            ks.extend(v)
+            vs.extend(v.values())
+        offsets.append(len(ks))
+    keys = _lossless(ks)
+    if keys.null_count:  # a None key: Arrow's map keys cannot be null
+        return _union(values, dict_as_union=True)
+    return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), keys, _lossless(vs), mask=mask)
+
+
+def _lists(values: list[Any]) -> pa.Array:
+    offsets, flat = [0], []
+    for v in values:
+        if v is not None:
+            flat.extend(v)
+        offsets.append(len(flat))
+    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), _lossless(flat), mask=_valid_mask(values))
+
+
+_OWN_CHILDREN = {"tuple", "set", "frozenset", "dict_items", "bigint", "bigint_digits"}  # base.PY_CONTAINER_KINDS
+
+
+class _NoArrowType(ValueError):
+    """Values of one Python type that no Arrow type holds (the caller falls back to their text, with a note)."""
+
+
+def _union(values: list[Any], big_ints: bool = False, dict_as_union: bool = False) -> pa.Array:
+    """A dense union with one child per Python type (nulls go to the first child)."""
+    groups: dict[str, list[Any]] = {}
+    codes = []
+    offsets = []
+    first = None
+    for v in values:
+        if v is None:
+            name = first
+        else:
+            t = type(v)
+            name = t.__name__ if t in _CONTAINERS or t in _SCALAR_TYPES or t in (int, dict, list) \
+                else f"{t.__module__}.{t.__qualname__}"
+            if t is pd.Timestamp or t is dt.datetime or t is dt.time:
+                name = f"{name}[{v.tzinfo}]"  # naive and zoned values (or two zones) cannot share a column
+            if big_ints and t is int and not _INT64[0] <= v <= _INT64[1]:
+                name = "bigint" if len(str(abs(v))) <= 76 else "bigint_digits"
+            elif dict_as_union and t is dict:
+                name = "dict_items"
+            if first is None:
+                first = name
+                if None in groups:  # leading nulls, before any kind was known
+                    groups[name] = groups.pop(None)
+        g = groups.setdefault(name, [])
+        offsets.append(len(g))
+        g.append(v)
+        codes.append(name)
+    if first is None:
+        return pa.nulls(len(values))
+    names = list(groups)
+    code_of = {n: i for i, n in enumerate(names)}
+    if len(names) == 1 and names[0] not in _OWN_CHILDREN:  # one Python type Arrow cannot hold in one column: no union helps
+        raise _NoArrowType(names[0])
+    children = []
+    for n in names:
+        g = groups[n]
+        if n in ("tuple", "set", "frozenset"):
+            children.append(_lists([None if v is None else list(v) for v in g]))
+        elif n == "bigint":  # exact as a 76-digit decimal
+            children.append(pa.array([None if v is None else Decimal(v) for v in g], type=pa.decimal256(76, 0)))
+        elif n == "bigint_digits":
+            children.append(pa.array([None if v is None else str(v) for v in g], type=pa.string()))
+        elif n == "dict_items":  # a dict with a None key (Arrow's map keys cannot be null): its [key, value] pairs
+            children.append(_lists([None if v is None else [[k, x] for k, x in v.items()] for v in g]))
+        else:
+            children.append(_lossless(g))
+    return pa.UnionArray.from_dense(pa.array([code_of[c if c is not None else first] for c in codes], type=pa.int8()),
+                                    pa.array(offsets, type=pa.int32()), children, field_names=names)

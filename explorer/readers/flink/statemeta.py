@@ -39,6 +39,10 @@ from .serializers import (
 )
 
 BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE")
+#: the prefix PyFlink's Java side (``BeamKeyedStateStore``) puts before the name of every Python keyed state
+PYTHON_STATE_PREFIX = "python-state-"
+#: kinds a PyFlink Python state may be declared as
+PYFLINK_KINDS = ("value", "list", "map", "reducing", "aggregating")
 _KIND_NAMES = {"VALUE": "value", "LIST": "list", "MAP": "map", "REDUCING": "reducing", "AGGREGATING": "aggregating"}
 _SERIALIZER_KEYS = (b"VALUE_SERIALIZER", b"NAMESPACE_SERIALIZER", b"KEY_SERIALIZER")
 
@@ -50,6 +54,25 @@ class StateMeta:
     backend_type: str
     options: dict[str, str]
     serializers: dict[str, Decoder] = field(default_factory=dict)
+    #: how the user named the state, where Flink stored it under another name (PyFlink's "python-state-" prefix)
+    shown_name: str | None = None
+    #: the kind the user declared, where the snapshot stores it as another kind (PyFlink keeps every Python value,
+    #: reducing and aggregating state as a list state); given by ``explorer.open(..., pyflink_kinds=...)``
+    declared_kind: str | None = None
+
+    @property
+    def display_name(self) -> str:
+        return self.shown_name or self.name
+
+    @property
+    def is_pyflink_bag(self) -> bool:
+        """A PyFlink Python state kept as a Flink list of byte arrays (each array holds pickled records)."""
+        return self.shown_name is not None and self.kind == "list"
+
+    @property
+    def shown_kind(self) -> str:
+        """The kind rows are shown as: the declared one (PyFlink) or the stored one."""
+        return self.declared_kind or self.kind
 
     @property
     def is_timer(self) -> bool:
@@ -132,6 +155,12 @@ def read_backend_meta(
                 state_options[k] = inp.read_utf()
             meta = StateMeta(i, name, BACKEND_STATE_TYPES[t] if 0 <= t < 4 else f"TYPE_{t}", state_options)
             states.append(meta)
+            state_decode = options
+            if name.startswith(PYTHON_STATE_PREFIX) and len(name) > len(PYTHON_STATE_PREFIX):
+                # PyFlink's: its byte arrays hold what Python-side coders wrote (a list's arrays: pickled records)
+                meta.shown_name = name[len(PYTHON_STATE_PREFIX):]
+                meta.declared_kind = dict((options or {}).get("pyflink_kinds") or {}).get(meta.shown_name)
+                state_decode = {**(options or {}), "pyflink": True, "pyflink_records": meta.kind == "list"}
             n_ser = inp.read_int()
             j = 0
             next_state = False
@@ -139,7 +168,7 @@ def read_backend_meta(
                 key = inp.read_utf()
                 start = inp.pos
                 try:
-                    meta.serializers[key] = read_top_level_snapshot(inp, options)
+                    meta.serializers[key] = read_top_level_snapshot(inp, state_decode)
                     for d in iter_decoders(meta.serializers[key]):
                         text = d.raw_note() if isinstance(d, PojoDecoder) else None
                         if text:
@@ -170,6 +199,10 @@ def read_backend_meta(
             i += 1
     except EOFError as exc:
         raise ReaderError(f"{where}: keyed state header ends early ({exc})") from exc
+    names = [sm.name for sm in states]
+    for sm in states:  # a PyFlink name that another state of the operator has stays as stored
+        if sm.shown_name is not None and sm.shown_name in names:
+            sm.shown_name = None
     return BackendMeta(version, compressed, key_decoder, states, inp.pos, notes)
 
 

@@ -13,7 +13,8 @@ serializer                bytes of one value                              Python
                           (null: ``Long.MIN_VALUE``, ``Integer.MIN_VALUE``)
 ``LocalDateSerializer``   ``int`` year, ``byte`` month, ``byte`` day      ``datetime.date``
                           (null: ``Integer.MIN_VALUE``, ``short`` MIN)
-``LocalTimeSerializer``   ``byte`` hour, minute, second, ``int`` nano     ``datetime.time`` (µs)
+``LocalTimeSerializer``   ``byte`` hour, minute, second, ``int`` nano     ``datetime.time`` (µs; a time with
+                                                                          nanoseconds: ``pd.Timedelta`` since midnight)
                           (null: hour ``Byte.MIN_VALUE``)
 ``LocalDateTimeSer..``    a local date then a local time                  ``pd.Timestamp`` (naive)
 ``DateSerializer``        ``long`` epoch ms (null: ``Long.MIN_VALUE``)    ``pd.Timestamp`` (UTC)
@@ -105,7 +106,10 @@ def _local_time_parts(inp: DataInput):
 
 
 def _local_time(inp: DataInput):
-    return _local_time_parts(inp)[0]
+    t, nano = _local_time_parts(inp)
+    if t is not None and nano % 1000:  # finer than Python's time holds: the time since midnight, exact
+        return pd.Timedelta(hours=t.hour, minutes=t.minute, seconds=t.second) + pd.Timedelta(nanoseconds=nano)
+    return t
 
 
 def _local_datetime(inp: DataInput):

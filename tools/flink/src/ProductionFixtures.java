@@ -79,8 +79,10 @@ import org.apache.flink.util.Collector;
 
 public class ProductionFixtures {
     static final long BASE_TS = 1_700_000_000_000L;
-    static final int USERS = 24;
-    static final int EVENTS = 480;
+    // -Dfixtures.users / -Dfixtures.events: bigger snapshots for benchmarks/bench_flink_reader.py (with
+    // -Dfixtures.noentries=true: EXPECTED.json then lists the states, not every entry)
+    static final int USERS = Integer.getInteger("fixtures.users", 24);
+    static final int EVENTS = Integer.getInteger("fixtures.events", 480);
     static final String[] CATEGORIES = {"books", "games", "music", "food", "travel"};
     static final String[] CITIES = {"Berlin", "Lisboa", "S\u00e3o Paulo", "\u6771\u4eac", "Z\u00fcrich"};
     static final AtomicLong PROCESSED = new AtomicLong();
@@ -682,6 +684,16 @@ public class ProductionFixtures {
         return r;
     }
 
+    /** A row of MATCH_RECOGNIZE's event queue: the 5 input columns and the rowtime again, as the planner
+     *  keeps it (its input is the events with the ORDER BY time attribute appended as a 6th field). */
+    static Row matchRow(Event e) {
+        Row five = sqlRow(e);
+        Row r = Row.withPositions(6);
+        for (int i = 0; i < 5; i++) r.setField(i, five.getField(i));
+        r.setField(5, five.getField(4));
+        return r;
+    }
+
     static Object rowKey(Object... fields) {
         StringBuilder b = new StringBuilder("{\"type\": \"row\", \"kind\": \"+I\", \"fields\": [");
         for (int i = 0; i < fields.length; i++) b.append(i > 0 ? ", " : "").append(Expect.enc(fields[i]));
@@ -704,7 +716,7 @@ public class ProductionFixtures {
             x.entry("Deduplicate", "waiting-to-emit-on-timer", "value", "Row(events)", key, null, null, sqlRow(u.getValue().get(0)));
             // MATCH_RECOGNIZE on event time: no watermark passed, so every row waits in the element queue
             TreeMap<Long, List<Row>> q = new TreeMap<>();
-            for (Event e : u.getValue()) q.computeIfAbsent(e.ts, t -> new ArrayList<>()).add(sqlRow(e));
+            for (Event e : u.getValue()) q.computeIfAbsent(e.ts, t -> new ArrayList<>()).add(matchRow(e));
             for (Map.Entry<Long, List<Row>> t : q.entrySet()) {
                 x.entry("Match", "eventQueuesStateName", "map", "Map<Long, List<Row>>", key, null, t.getKey(), t.getValue());
             }
@@ -720,7 +732,16 @@ public class ProductionFixtures {
     }
 
     // ------------------------------------------------------------------ driver ------------------------------
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Throwable t) {  // the mini cluster's threads would keep a failed JVM (and its caller) waiting
+            t.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    static void run(String[] args) throws Exception {
         Path outRoot = Paths.get(args[0]);
         String name = args[1], job = args[2], backend = args[3], mode = args[4];
         boolean changelog = Boolean.getBoolean("fixtures.changelog");
