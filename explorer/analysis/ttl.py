@@ -348,7 +348,8 @@ def _summary_streamed(source: Source, now: Any) -> pd.DataFrame:
             kind=("kind", "first"), ttl_ms=("ttl_ms", "first"), entries=("entries", "sum"), bytes=("bytes", "sum"),
             keys=("keys", "sum"), expired_entries=("expired_entries", "sum"),
             expired_bytes=("expired_bytes", "sum")).reset_index()[cols]
-        result["ttl_ms"] = pd.Series(list(result["ttl_ms"]), index=result.index)    flagged = set(map(tuple, missing_ttls(source)[["operator", "state"]].to_numpy())) if len(result) else set()
+        result["ttl_ms"] = pd.Series(list(result["ttl_ms"]), index=result.index)
+    flagged = set(map(tuple, missing_ttls(source)[["operator", "state"]].to_numpy())) if len(result) else set()
     result["has_ttl"] = [not pd.isna(t) or (o, s_) in flagged
                          for o, s_, t in zip(result["operator"], result["state"], result["ttl_ms"])]
     return result
