@@ -165,7 +165,7 @@ def open_stored(path: str | Path, memory_budget: int | str | None = None, **opti
 FRAME_BYTES_PER_ROW = 440
 #: what one row costs while an analysis holds it (the analysis columns, keys as codes, the Arrow pieces they
 #: came from and the per-key sums; measured on ``bench_scale``, see :mod:`explorer.analysis._ranges`)
-ANALYSIS_BYTES_PER_ROW = 200
+ANALYSIS_BYTES_PER_ROW = 320
 _MB = 1 << 20
 
 
