@@ -175,7 +175,9 @@ def open_stored(path: str | Path, memory_budget: int | str | None = None, **opti
 #: (measured: 10 M keys of ``bench_explorer`` peaked at 4.4 GB, about 440 bytes per row, Python keys included)
 FRAME_BYTES_PER_ROW = 440
 #: what one row costs while an analysis holds it (the analysis columns, keys as codes, the Arrow pieces they
-#: came from and the per-key sums; measured on ``bench_scale``, see :mod:`explorer.analysis._ranges`)
+#: came from and the per-key sums; :mod:`explorer.analysis._ranges`). Measured with ``bench_scale``'s
+#: children on 2.4 M rows: budgets of 256 MB and 512 MB peaked 365 MB and 570-600 MB above the ~130 MB of
+#: Python and its imports (hot keys, key-group distribution, diff)
 ANALYSIS_BYTES_PER_ROW = 320
 _MB = 1 << 20
 
