@@ -136,21 +136,27 @@ def _run_child(task: str, path: Path, other: Path | None, budget: str) -> dict[s
     return res
 
 
-def _snapshot_figures(name: str, path: Path, other: Path | None, keys: int | None, budget: str) -> dict[str, Any]:
+def _snapshot_figures(name: str, path: Path, other: Any, keys: int | None, budget: str,
+                      save: Any = lambda entry: None) -> dict[str, Any]:
+    """The figures of one snapshot; ``other()`` gives the variant for the diff (built when first needed),
+    ``save(entry)`` is called after each question (a long run keeps what finished)."""
     files = _files(path)
     entry: dict[str, Any] = {"name": name, "path": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
                              "keys": keys, "files": len(files), "bytes": sum(f.stat().st_size for f in files)}
-    if other is not None:
-        entry["variant_bytes"] = sum(f.stat().st_size for f in _files(other))
     raw = _run_child("raw_read", path, None, budget)
     entry["raw_read"] = raw
     entry["rows"] = raw.get("rows")
     print(f"  {name}: raw read {raw.get('seconds')} s, {raw.get('rows')} rows, peak {raw.get('peak_rss_mb')} MB",
           flush=True)
-    tasks = {}
+    tasks: dict[str, Any] = {}
+    entry["tasks"] = tasks
     for task in ("key_group_distribution", "hot_keys") + (("diff",) if other is not None else ()):
-        res = _run_child(task, path, other if task == "diff" else None, budget)
-        limit = raw if task != "diff" else _run_child("raw_read", path, other, budget)
+        variant = None
+        if task == "diff":
+            variant = other()
+            entry["variant_bytes"] = sum(f.stat().st_size for f in _files(variant))
+        res = _run_child(task, path, variant, budget)
+        limit = raw if task != "diff" else _run_child("raw_read", path, variant, budget)
         if task == "diff":
             res["raw_read_both"] = limit
         if "error" not in res:
@@ -160,7 +166,7 @@ def _snapshot_figures(name: str, path: Path, other: Path | None, keys: int | Non
         tasks[task] = res
         print(f"  {name}: {task}: {res.get('seconds')} s (cpu {res.get('cpu_seconds')} s), peak "
               f"{res.get('peak_rss_mb')} MB {res.get('answer', res.get('error', ''))}", flush=True)
-    entry["tasks"] = tasks
+        save(entry)
     return entry
 
 
@@ -207,8 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     })
     t_build = time.perf_counter()
     path = engine_savepoint(args.keys, cache=cache)
-    variant = engine_savepoint(args.keys, variant=True, cache=cache)
     built = round(time.perf_counter() - t_build, 1)
+
+    def variant() -> Path:
+        return engine_savepoint(args.keys, variant=True, cache=cache)
+
+    def write() -> None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
     if args.part in ("spark", "s3"):
         mod_name = f"benchmarks._scale_{args.part}"
         try:
@@ -224,19 +237,24 @@ def main(argv: list[str] | None = None) -> int:
         local = {"command": "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:]),
                  "date": started.isoformat(timespec="seconds"), "budget": args.budget, "machine": machine_at_start,
                  "snapshots": []}
-        local["snapshots"].append(_snapshot_figures("engine savepoint (canonical Parquet)", path, variant, args.keys,
-                                                    args.budget))
+        report["local"] = local
+
+        def keep(entry: dict[str, Any]) -> None:
+            if entry not in local["snapshots"]:
+                local["snapshots"].append(entry)
+            write()
+
+        _snapshot_figures("engine savepoint (canonical Parquet)", path, variant, args.keys, args.budget, keep)
         flink = _flink_snapshots(cache)
         for name, fpath in flink:
-            local["snapshots"].append(_snapshot_figures(name, fpath, None, None, args.budget))
+            _snapshot_figures(name, fpath, None, None, args.budget, keep)
         if not flink:
             local["flink_note"] = (f"no Flink canonical savepoint under {cache} (flink-*/ with a _metadata): "
                                    "none measured in this run")
         local["machine_at_end"] = {"load_average": list(os.getloadavg()),
                                    "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         report["local"] = local
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write()
     print(f"wrote {out_path}")
     return 0
 
