@@ -105,3 +105,13 @@ def test_dataset_of_a_flink_savepoint_holds_its_rows():
     op, st = states["operator"].iloc[0], states["state"].iloc[0]
     d = snap.dataset(operator=op, state=st)
     assert d.count_rows() == len(snap.keyed_state(operator=op, state=st))
+
+
+def test_a_filtered_read_is_measured_against_the_budget_by_its_own_rows(snap):
+    whole = len(snap.keyed_state())
+    kgs = range(0, 8)
+    part = len(snap.keyed_state(key_groups=kgs))
+    est = snap.reader.estimated_rows(snap.query(key_groups=kgs))
+    assert 0 < est < whole and abs(est - part) <= max(5, part)  # spread evenly over each row group's key groups
+    small = explorer.open(ENGINE, memory_budget=int(est * 3 * explorer.stored.FRAME_BYTES_PER_ROW))
+    assert len(small.keyed_state(key_groups=kgs)) == part  # within the budget: no refusal

@@ -160,6 +160,10 @@ class EngineSnapshotReader(SnapshotReader):
         return "value"
 
     def estimated_rows(self, query: KeyedStateQuery) -> int | None:
+        if query.key_groups is not None:  # the wanted key groups' share, from the row groups' spans
+            rows = self.key_group_rows(query)
+            wanted = np.fromiter((k for k in query.key_groups if 0 <= k < len(rows)), dtype=np.int64)
+            return int(round(float(rows[wanted].sum()))) if len(wanted) else 0
         n = 0
         for o in self.meta["operators"]:
             if not query.wants_operator(o["name"]):
