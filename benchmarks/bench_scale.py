@@ -177,7 +177,8 @@ def _flink_snapshots(cache: Path) -> list[tuple[str, Path]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=["local", "spark", "s3"], default="local")
+    ap.add_argument("--part", choices=["local", "spark", "s3", "all"], default="local",
+                    help="all: local, then spark and s3 where their modules are there")
     ap.add_argument("--keys", type=int, default=100_000_000, help="keys of the engine savepoint (default 100 M)")
     ap.add_argument("--budget", default="1GB", help="memory_budget= given to explorer.open (default 1GB)")
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/scale.json")
@@ -222,16 +223,19 @@ def main(argv: list[str] | None = None) -> int:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
-    if args.part in ("spark", "s3"):
-        mod_name = f"benchmarks._scale_{args.part}"
+    for part in (("spark", "s3") if args.part == "all" else (args.part,) if args.part != "local" else ()):
+        mod_name = f"benchmarks._scale_{part}"
         try:
             mod = importlib.import_module(mod_name)
         except ImportError:
-            print(f"{mod_name} is not there yet: nothing to run for --part {args.part}", file=sys.stderr)
-            return 1
-        results = report.setdefault(args.part, {})
+            print(f"{mod_name} is not there yet: nothing to run for --part {part}", file=sys.stderr)
+            if args.part != "all":
+                return 1
+            continue
+        results = report.setdefault(part, {})
         mod.run(path, results)
-    else:
+        write()
+    if args.part in ("local", "all"):
         machine_at_start = machine()
         print(f"engine savepoint of {args.keys:,} keys: {path} (ready in {built} s)", flush=True)
         local = {"command": "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:]),
