@@ -36,9 +36,15 @@ from .stored import READERS, AnalysisCache, StoredSnapshot, checkpoints_in, read
 __all__ = ["READERS", "AnalysisCache", "Snapshot", "checkpoints_in", "open"]
 
 
-def open(path: str | Path, **options: Any) -> "Snapshot":  # noqa: A001 - the public name
-    """Open a checkpoint, savepoint or checkpoint directory (the newest complete checkpoint)."""
-    return Snapshot(reader_for(path, **options))
+def open(path: str | Path, memory_budget: int | str | None = None, **options: Any) -> "Snapshot":  # noqa: A001
+    """Open a checkpoint, savepoint or checkpoint directory (the newest complete checkpoint).
+
+    ``memory_budget`` (bytes, or a size such as ``"2GB"``; default half the memory available
+    now) bounds what an analysis holds at once: past it, analyses stream over key-group ranges
+    (same answers) and ``keyed_state()`` asks for a filter, a page or a stream
+    (:meth:`~explorer.stored.StoredSnapshot.batches`, ``to_arrow``, ``dataset``).
+    """
+    return Snapshot(reader_for(path, **options), memory_budget=memory_budget)
 
 
 class Snapshot(StoredSnapshot):

@@ -19,6 +19,7 @@ numba kernels (:mod:`._diff_kernels`, imported on first use) on two threads. A k
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +33,7 @@ import pyarrow.compute as pc
 from ..errors import AnalysisError
 from ..keygroups import string_buffers
 from ..stored import open_stored
+from . import _ranges
 from ._columns import cached_frame, positions, row_hashes, state_rows
 from ._common import Source, frame, is_snapshot
 from ._keys import KeyValues, factorize_keys, first_occurrences
@@ -72,6 +74,8 @@ def diff(a: Source, b: Source, *, operator: str | Iterable[str] | None = None,
     a = open_stored(a) if isinstance(a, (str, Path)) else a
     b = open_stored(b) if isinstance(b, (str, Path)) else b
     if is_snapshot(a) and is_snapshot(b) and hasattr(a, "reader") and hasattr(b, "reader"):
+        if _ranges.needs_ranges(a, operator, state, b) and _same_key_groups(a, b):
+            return _diff_streamed(a, b, operator, state, unchanged)
         return _diff_snapshots(a, b, operator, state, unchanged)
     fa = frame(a, _COLUMNS, operator, state)
     fb = frame(b, _COLUMNS, operator, state)
@@ -615,3 +619,38 @@ def growth_by_key(d: pd.DataFrame, n: int | None = 10) -> pd.DataFrame:
     g.insert(1, "key", keys[g.pop("_k").to_numpy()])
     g = g.sort_values(["bytes_delta", "entries_delta"], ascending=False, kind="stable").reset_index(drop=True)
     return g.head(n) if n is not None else g
+
+
+def _same_key_groups(a: Any, b: Any) -> bool:
+    """Whether every operator both snapshots hold has the same max parallelism in both (its keys then lie
+    in the same key groups, so the two can be diffed range by range); else a warning, and the diff runs
+    in memory."""
+    ma = dict(zip(a.operators["operator"], a.operators["max_parallelism"]))
+    mb = dict(zip(b.operators["operator"], b.operators["max_parallelism"]))
+    differ = sorted(op for op in set(ma) & set(mb) if int(ma[op]) != int(mb[op]))
+    if differ:
+        warnings.warn(f"diff of {a.path} and {b.path}: the operators {differ} changed max parallelism, so their keys "
+                      "lie in other key groups: the diff holds both snapshots in memory, over the memory budget",
+                      stacklevel=3)
+    return not differ
+
+
+def _diff_streamed(a: Any, b: Any, operator, state, unchanged: bool) -> pd.DataFrame:
+    """:func:`diff` of two Snapshots over their memory budget: the same key-group range of both at a time
+    (a key lies in the same key group of both when the max parallelism is the same), the answers joined.
+    Rows of equal ``bytes_delta`` come in key-group order."""
+    parts, empty = [], None
+    for va, vb in _ranges.ranges("diff", a, b, operator=operator, state=state):
+        d = diff(va, vb, operator=operator, state=state, unchanged=unchanged)
+        if len(d):
+            parts.append(d)
+        elif empty is None:
+            empty = d  # an empty answer with the dtypes of the keys
+    if not parts:
+        return empty if empty is not None else pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
+    out = pd.concat(parts, ignore_index=True)
+    if out["key"].dtype != KEY_STRINGS and pd.api.types.infer_dtype(out["key"], skipna=False) == "string":
+        out["key"] = pd.array(out["key"].to_numpy(dtype=object), dtype=KEY_STRINGS)  # as the in-memory diff
+    out["status"] = pd.Categorical(out["status"], categories=list(STATUSES))
+    out = out.sort_values(["operator", "state", "bytes_delta"], ascending=[True, True, False], kind="stable")
+    return out.reset_index(drop=True)[DIFF_COLUMNS]

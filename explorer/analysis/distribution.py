@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, operator_indices_for_key_groups
+from . import _ranges
 from ._columns import filter_key, memo, state_rows
 from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
                       per_key_codes)
@@ -103,11 +104,55 @@ def key_group_aggregates(source: Source, *, operator: str | Iterable[str] | None
     ``records`` is the traffic per key group the engine counted (a Snapshot's
     :meth:`~explorer.snapshot.Snapshot.metrics`), zero when unknown.
     """
+    if _ranges.needs_ranges(source, operator, state):
+        lays = layouts(source, _NO_ROWS, operator, None, max_parallelism)
+        parts = [_streamed(source, operator, state, max_parallelism)[name].copy() for name in sorted(lays)]
+        return _concat(parts, ["operator", "key_group", *METRICS])
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, None, max_parallelism)
     rec = _records(source)
     parts = [_aggregates(source, df, operator, state, lay, rec) for name, lay in sorted(lays.items())]
     return _concat(parts, ["operator", "key_group", *METRICS])
+
+
+#: the frame :func:`._common.layouts` is given for a Snapshot streamed over ranges (it reads the metadata only)
+_NO_ROWS = pd.DataFrame({c: pd.Series(dtype=object) for c in LOAD_COLUMNS})
+
+
+def _streamed(source: Source, operator, state, max_parallelism: int | None = None,
+              rehash_to: int | None = None) -> dict[str, pd.DataFrame]:
+    """Per operator, :func:`key_group_aggregates` summed over the key-group ranges of ``source``
+    (:mod:`._ranges`); with ``rehash_to`` the keys re-hashed into that many key groups (no records).
+    Kept on the Snapshot."""
+    def build() -> dict[str, pd.DataFrame]:
+        acc: dict[str, pd.DataFrame] = {}
+        for (v,) in _ranges.ranges("key groups" if rehash_to is None else f"key groups at M={rehash_to}", source,
+                                   operator=operator, state=state):
+            if rehash_to is None:
+                part = key_group_aggregates(v, operator=operator, state=state, max_parallelism=max_parallelism)
+                by_op = {str(n): g for n, g in part.groupby("operator", sort=False, observed=True)}
+            else:
+                df = frame(v, LOAD_COLUMNS, operator, state)
+                lays = layouts(v, df, operator)
+                scheme = partitioner(v)
+                by_op = {}
+                for name, lay in lays.items():
+                    kt = _keys_of(v, df, operator, state).of_operator(name)
+                    by_op[name] = _aggregate(kt, lay, None, key_groups=kt.values.key_groups(rehash_to, scheme)[kt.key],
+                                             max_parallelism=rehash_to)
+            for name, g in by_op.items():
+                g = g.reset_index(drop=True)
+                if name not in acc:
+                    acc[name] = g
+                else:
+                    cur = acc[name]
+                    for metric in METRICS:
+                        cur[metric] = cur[metric].to_numpy() + g[metric].to_numpy()
+            del v
+        return acc
+
+    return source.analysis_cache.memo(("streamed_kg_aggregates", filter_key(operator, state), max_parallelism,
+                                       rehash_to), build)
 
 
 def key_group_distribution(source: Source, parallelism: int | None = None, *,
@@ -118,12 +163,14 @@ def key_group_distribution(source: Source, parallelism: int | None = None, *,
     Columns: ``operator, key_group, subtask, entries, bytes, keys, records``.
     ``parallelism`` defaults to the snapshot's.
     """
-    df = frame(source, LOAD_COLUMNS, operator, state)
+    streamed = _ranges.needs_ranges(source, operator, state)
+    df = _NO_ROWS if streamed else frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
     rec = _records(source)
     parts = []
     for name, lay in sorted(lays.items()):
-        agg = _aggregates(source, df, operator, state, lay, rec)
+        agg = (_streamed(source, operator, state, max_parallelism)[name].copy() if streamed
+               else _aggregates(source, df, operator, state, lay, rec))
         agg.insert(2, "subtask", operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism,
                                                                  agg["key_group"].to_numpy()))
         parts.append(agg)
@@ -202,8 +249,18 @@ def state_sizes(source: Source) -> pd.DataFrame:
     Timers count as entries of their timer state. Works on every format (the metadata of
     Apache Flink and Spark snapshots carries no entry counts).
     """
-    df = frame(source, LOAD_COLUMNS)
     cols = ["operator", "state", "kind", "entries", "bytes", "keys"]
+    if _ranges.needs_ranges(source):
+        def build() -> pd.DataFrame:
+            parts = [state_sizes(v) for (v,) in _ranges.ranges("state sizes", source)]
+            parts = [p for p in parts if len(p)]
+            if not parts:
+                return pd.DataFrame({c: pd.Series(dtype=object if c in cols[:3] else np.int64) for c in cols})
+            return (pd.concat(parts, ignore_index=True).groupby(["operator", "state", "kind"], sort=True,
+                                                                 observed=True)[["entries", "bytes", "keys"]]
+                    .sum().reset_index()[cols])
+        return source.analysis_cache.memo(("streamed_state_sizes",), build).copy()
+    df = frame(source, LOAD_COLUMNS)
     if not len(df):
         return pd.DataFrame({c: pd.Series(dtype=object if c in cols[:3] else np.int64) for c in cols})
     codes, kv = key_codes(df)
@@ -278,7 +335,8 @@ def rescale_whatif(source: Source, parallelisms: int | Sequence[int] | None = No
     For a DataFrame ``source`` give ``max_parallelism=`` (the keys are then always re-hashed,
     so the answer does not depend on the frame's own ``key_group`` column).
     """
-    df = frame(source, LOAD_COLUMNS, operator, state)
+    streamed = _ranges.needs_ranges(source, operator, state)
+    df = _NO_ROWS if streamed else frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, None, None if is_snapshot(source) else _first(max_parallelism))
     rec = _records(source)
     rows = []
@@ -286,7 +344,9 @@ def rescale_whatif(source: Source, parallelisms: int | Sequence[int] | None = No
     for name, lay in sorted(lays.items()):
         maxps = [lay.max_parallelism] if max_parallelism is None else _as_ints(max_parallelism)
         for m in maxps:
-            if m == lay.max_parallelism and is_snapshot(source):
+            if streamed:
+                agg = _streamed(source, operator, state, None, None if m == lay.max_parallelism else m)[name]
+            elif m == lay.max_parallelism and is_snapshot(source):
                 agg = _aggregates(source, df, operator, state, lay, rec)
             else:
                 kt = _keys_of(source, df, operator, state).of_operator(name)

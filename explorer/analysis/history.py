@@ -34,9 +34,11 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..stored import checkpoints_in, open_stored
+from . import _ranges
 from ._columns import cached_frame, state_rows
 from ._common import is_snapshot
 from ._keys import key_codes
+from .distribution import state_sizes
 
 HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "state", "ttl_ms", "entries", "bytes",
                    "keys", "checkpoint_bytes", "incremental_bytes", "delta_bytes", "duration_ms", "sync_ms",
@@ -95,6 +97,10 @@ def _operator_bytes(snap: Any) -> dict[str, int]:
 def _entry_figures(snap: Any) -> dict[tuple[str, str], tuple[int, int]]:
     """(entries, sum of ``size_bytes``) per (operator, state), from the rows: a state's figures where the
     metadata has none (Flink)."""
+    if _ranges.needs_ranges(snap):  # over the memory budget: counted range by range
+        sizes = state_sizes(snap)
+        return {(op, st): (int(e), int(b)) for op, st, e, b in
+                zip(sizes["operator"], sizes["state"], sizes["entries"], sizes["bytes"])}
     df = cached_frame(snap) if hasattr(snap, "reader") else snap.keyed_state(
         columns=["operator", "state", "size_bytes"])
     if not len(df):
@@ -125,6 +131,9 @@ def _state_bytes(snap: Any) -> dict[tuple[str, str], int]:
 
 
 def _keys_per_state(snap: Any) -> dict[tuple[str, str], int]:
+    if _ranges.needs_ranges(snap):  # over the memory budget: counted range by range (a key lies in one range)
+        sizes = state_sizes(snap)
+        return {(op, st): int(k) for op, st, k in zip(sizes["operator"], sizes["state"], sizes["keys"])}
     df = cached_frame(snap) if hasattr(snap, "reader") else snap.keyed_state(columns=["operator", "state", "key"])
     if not len(df):
         return {}

@@ -42,6 +42,7 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..keygroups import key_groups_for, operator_indices_for_key_groups
+from . import _ranges
 from ._columns import filter_key, memo
 from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
                       per_key_codes)
@@ -244,6 +245,8 @@ def hot_keys(source: Source, n: int = 10, by: str = "auto", *, operator: str | I
     data gives no rows. Ties are ranked by entries, then by key.
     """
     metric = _check_by(by)
+    if heavy_hitters is None and _ranges.needs_ranges(source, operator, state):
+        return _hot_keys_streamed(source, n, metric, operator, state, parallelism, max_parallelism)
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
     hh = _heavy_hitters(source, heavy_hitters)
@@ -257,25 +260,166 @@ def hot_keys(source: Source, n: int = 10, by: str = "auto", *, operator: str | I
         top = g.to_frame(_top(g, m, n))
         if m == "records":
             top = _with_sketch_only_keys(top, g, hh, lay, partitioner(source))
-            top = top.sort_values(["records", "entries"], ascending=False, kind="stable").head(n)
+            top = _ranked(top, m).head(n)
         if not len(top):
             continue
         total = float(loads.sum()) or float(g.column(m).sum())
-        values = top[m].astype("float64").to_numpy()
-        top.insert(0, "rank", np.arange(1, len(top) + 1))
-        top.insert(2, "by", m)
-        top["share"] = values / total if total else np.nan
-        sub = top["subtask"].to_numpy().astype(np.int64)
-        top["subtask_load"] = loads[sub]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            top["subtask_share"] = np.where(loads[sub] > 0, values / loads[sub], np.nan)
         ov_loads, ov_by = _overload_loads(kt, lay, rec_kg)
-        top["overload"] = overload(ov_loads, sub)
-        top["overload_by"] = ov_by
-        parts.append(top)
+        parts.append(_finish(top, m, loads, total, ov_loads, ov_by))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in HOT_KEY_COLUMNS})
     return pd.concat(parts, ignore_index=True)[HOT_KEY_COLUMNS]
+
+
+def _finish(top: pd.DataFrame, m: str, loads: np.ndarray, total: float, ov_loads: np.ndarray,
+            ov_by: str) -> pd.DataFrame:
+    """The ranked rows of one operator with rank, shares and overload."""
+    top = top.reset_index(drop=True)
+    values = top[m].astype("float64").to_numpy()
+    top.insert(0, "rank", np.arange(1, len(top) + 1))
+    top.insert(2, "by", m)
+    top["share"] = values / total if total else np.nan
+    sub = top["subtask"].to_numpy().astype(np.int64)
+    top["subtask_load"] = loads[sub]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        top["subtask_share"] = np.where(loads[sub] > 0, values / loads[sub], np.nan)
+    top["overload"] = overload(ov_loads, sub)
+    top["overload_by"] = ov_by
+    return top
+
+
+def _tie_order(keys: pd.Series | np.ndarray) -> np.ndarray:
+    """Keys as sort values for ties: numbers by value, other keys by their text (as :func:`_key_order`)."""
+    keys = list(keys)
+    if keys and all(isinstance(k, (int, float, np.integer, np.floating)) and not isinstance(k, bool) for k in keys):
+        return np.asarray(keys, dtype=np.float64)
+    return np.array([str(k) for k in keys], dtype=object)
+
+
+def _ranked(top: pd.DataFrame, m: str) -> pd.DataFrame:
+    """``top`` ordered by ``m`` (more first), then entries (more first), then by key (see the module doc)."""
+    if not len(top):
+        return top
+    v = top[m].astype("float64").fillna(-1).to_numpy()
+    order = np.lexsort((_rank_of(_tie_order(top["key"])), -top["entries"].to_numpy(dtype=np.float64), -v))
+    return top.iloc[order].reset_index(drop=True)
+
+
+def _rank_of(values: np.ndarray) -> np.ndarray:
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[np.argsort(values, kind="stable")] = np.arange(len(values))
+    return rank
+
+
+# --- hot keys, skew and salting streamed over key-group ranges (a Snapshot over its memory budget) ----------
+
+@dataclasses.dataclass
+class _OperatorPass:
+    """What one pass over the key-group ranges gathers of one operator (sums exact range by range)."""
+
+    tops: dict = dataclasses.field(default_factory=dict)  # metric -> ranked candidate rows (each range's top n)
+    loads: dict = dataclasses.field(default_factory=dict)  # metric -> per-subtask sums
+    hist: dict = dataclasses.field(default_factory=dict)  # metric -> (values, counts) over the keys (known only)
+    keys: int = 0
+    known: bool = False  # some key held in state has a traffic count
+
+    def add_hist(self, metric: str, v: np.ndarray) -> None:
+        vals, counts = np.unique(v, return_counts=True)
+        if metric in self.hist:
+            pv, pc_ = self.hist[metric]
+            vals, inv = np.unique(np.concatenate([pv, vals]), return_inverse=True)
+            counts = np.bincount(inv, weights=np.concatenate([pc_, counts]).astype(np.float64)).astype(np.int64)
+        self.hist[metric] = (vals, counts)
+
+
+def _key_pass(source: Source, n: int, operator, state, parallelism, max_parallelism) -> dict[str, _OperatorPass]:
+    """One pass over the ranges of ``source``: per operator the top ``n`` keys of each measure, per-subtask
+    loads and value histograms (kept on the Snapshot)."""
+    def build() -> dict[str, _OperatorPass]:
+        out: dict[str, _OperatorPass] = {}
+        for (v,) in _ranges.ranges("keys", source, operator=operator, state=state):
+            df = frame(v, LOAD_COLUMNS, operator, state)
+            lays = layouts(v, df, operator, parallelism, max_parallelism)
+            hh = _snapshot_sketch(v)
+            kt = _key_stats(df, lays, hh, v, operator, state)
+            scheme = partitioner(v)
+            for name, lay in lays.items():
+                g = kt.of_operator(name)
+                acc = out.setdefault(name, _OperatorPass())
+                acc.keys += len(g)
+                acc.known = acc.known or bool(g.records_known is not None and g.records_known.any())
+                for metric in ("entries", "bytes", "keys", "records"):
+                    part = g.subtask_loads(metric, lay.parallelism)
+                    acc.loads[metric] = acc.loads.get(metric, 0) + part
+                for metric, sort_by in (("entries", "entries"), ("bytes", "bytes"), ("records", "records"),
+                                        ("records_held", "records")):
+                    top = g.to_frame(_top(g, sort_by, n))
+                    if metric == "records":
+                        top = _with_sketch_only_keys(top, g, hh, lay, scheme)
+                    prev = acc.tops.get(metric)
+                    both = top if prev is None or not len(prev) else pd.concat([prev, top], ignore_index=True)
+                    acc.tops[metric] = _ranked(both, sort_by).head(n)
+                    if metric == "records_held":
+                        continue
+                    known = g.records_known if metric == "records" else None
+                    values = g.column(metric).astype(np.int64)
+                    acc.add_hist(metric, values if known is None else values[known])
+            del v, df, kt
+        return out
+
+    key = ("streamed_keys", filter_key(operator, state), n, parallelism, max_parallelism)
+    return source.analysis_cache.memo(key, build)
+
+
+def _streamed_loads(acc: _OperatorPass, lay: Layout, metric: str, rec_kg: pd.DataFrame | None) -> np.ndarray:
+    """:func:`_subtask_loads` from a pass: the traffic counters where the snapshot has them, else the sums."""
+    if metric == "records" and rec_kg is not None and len(rec_kg):
+        r = rec_kg[rec_kg["operator"] == lay.operator]
+        sub = operator_indices_for_key_groups(lay.max_parallelism, lay.parallelism, r["key_group"].to_numpy())
+        return np.bincount(sub, weights=r["records"].to_numpy(dtype=np.float64), minlength=lay.parallelism)
+    return np.asarray(acc.loads.get(metric, np.zeros(lay.parallelism)), dtype=np.float64)
+
+
+def _streamed_overload(acc: _OperatorPass, lay: Layout, rec_kg: pd.DataFrame | None) -> tuple[np.ndarray, str]:
+    if rec_kg is not None and len(rec_kg):
+        r = rec_kg[rec_kg["operator"] == lay.operator]
+        if len(r) and r["records"].sum() > 0:
+            return _streamed_loads(acc, lay, "records", rec_kg), "records"
+    return _streamed_loads(acc, lay, "bytes", None), "bytes"
+
+
+def _resolved(acc: _OperatorPass, metric: str) -> str:
+    if metric != "auto":
+        return metric
+    return "records" if acc.known else "bytes"
+
+
+def _hot_keys_streamed(source: Source, n: int, metric: str, operator, state, parallelism,
+                       max_parallelism) -> pd.DataFrame:
+    lays = layouts(source, _NO_ROWS, operator, parallelism, max_parallelism)
+    passed = _key_pass(source, max(n, 1), operator, state, parallelism, max_parallelism)
+    rec_kg = source.metrics()
+    parts = []
+    for name, lay in sorted(lays.items()):
+        acc = passed.get(name)
+        if acc is None:
+            continue
+        m = _resolved(acc, metric)
+        top = acc.tops.get(m)
+        if top is None or not len(top):
+            continue
+        top = top.head(n).copy()
+        loads = _streamed_loads(acc, lay, m, rec_kg)
+        total = float(loads.sum()) or float(np.sum(acc.loads.get(m, 0)))
+        ov_loads, ov_by = _streamed_overload(acc, lay, rec_kg)
+        parts.append(_finish(top, m, loads, total, ov_loads, ov_by))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in HOT_KEY_COLUMNS})
+    return pd.concat(parts, ignore_index=True)[HOT_KEY_COLUMNS]
+
+
+#: the frame :func:`._common.layouts` is given for a Snapshot streamed over ranges (it reads the metadata only)
+_NO_ROWS = pd.DataFrame({c: pd.Series(dtype=object) for c in LOAD_COLUMNS})
 
 
 def _with_sketch_only_keys(top: pd.DataFrame, g: KeyTable, hh: pd.DataFrame, lay: Layout,
@@ -382,7 +526,9 @@ def key_skew(source: Source | pd.DataFrame, by: str = "auto", *, operator: str |
             col = g[m]
             known = col.notna().to_numpy()
             groups.append((str(name), m, col.fillna(0).to_numpy(dtype=np.int64), known,
-                           lambda i, g=g: g["key"].iloc[i], None))
+                           lambda i, g=g: g["key"].iloc[i], None, None))
+    elif _ranges.needs_ranges(source, operator, state):
+        return _key_skew_streamed(source, metric, operator, state, max_parallelism)
     else:
         df = frame(source, LOAD_COLUMNS, operator, state)
         lays = layouts(source, df, operator, None, max_parallelism)
@@ -395,9 +541,11 @@ def key_skew(source: Source | pd.DataFrame, by: str = "auto", *, operator: str |
             counted = None
             if m == "records" and rec_kg is not None and len(rec_kg):
                 counted = float(rec_kg.loc[rec_kg["operator"] == name, "records"].sum()) or None
-            groups.append((name, m, g.column(m), known, lambda i, g=g: g.values.take([g.key[i]])[0], counted))
+            first = _top(g, m, 1)  # the top key as hot_keys ranks it (ties: more entries, then by key)
+            groups.append((name, m, g.column(m), known, lambda i, g=g: g.values.take([g.key[i]])[0], counted,
+                           int(first[0]) if len(first) else None))
     rows = []
-    for name, m, v_all, known, key_at, counted in groups:
+    for name, m, v_all, known, key_at, counted, first in groups:
         pos = np.flatnonzero(known)
         v = v_all[pos]
         total = float(v.sum())
@@ -407,6 +555,8 @@ def key_skew(source: Source | pd.DataFrame, by: str = "auto", *, operator: str |
                          "known_share": 0.0})
             continue
         top = int(np.argmax(v)) if len(v) else 0
+        if first is not None:  # the ranked top key (same value as the argmax)
+            top = int(np.searchsorted(pos, first))
         g_, share = _skew(v)
         known_share = 1.0 if m != "records" else (min(1.0, total / counted) if counted else 1.0)
         rows.append({"operator": name, "by": m, "keys": len(v_all), "total": total, "gini": g_,
@@ -438,13 +588,15 @@ def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: st
     if n < 1:
         raise AnalysisError(f"n must be at least 1 sub-key, found {n}")
     metric = _check_by(by)
+    given = None
+    if keys is not None:
+        given = [keys] if isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable) else list(keys)
+    if _ranges.needs_ranges(source, operator, state):
+        return _salting_streamed(source, given, n, metric, by, operator, state, parallelism, max_parallelism)
     df = frame(source, LOAD_COLUMNS, operator, state)
     lays = layouts(source, df, operator, parallelism, max_parallelism)
     kt = _key_stats(df, lays, _heavy_hitters(source, None), source, operator, state)
     kv = kt.values
-    given = None
-    if keys is not None:
-        given = [keys] if isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable) else list(keys)
     rec_kg = source.metrics() if is_snapshot(source) else None
     out = []
     for name, lay in sorted(lays.items()):
@@ -513,4 +665,106 @@ def _salt(hot: KeyTable, g: KeyTable, lay: Layout, n: int, rec_kg: pd.DataFrame 
                              else pd.array([pd.NA] * p, dtype="Int64"))
         frame_["salted"] = salted
         out.append(frame_)
+    return pd.concat(out, ignore_index=True)
+
+
+def _skew_of_histogram(values: np.ndarray, counts: np.ndarray, fraction: float = 0.01) -> tuple[float, float]:
+    """:func:`_skew` of the loads given as distinct ``values`` (ascending) and how many keys have each."""
+    counts = counts.astype(np.float64)
+    n = counts.sum()
+    values = values.astype(np.float64)
+    total = float((values * counts).sum())
+    if n == 0 or total == 0:
+        return 0.0, 0.0
+    k = max(1, int(np.ceil(fraction * n)))
+    before = np.concatenate([[0.0], np.cumsum(counts)[:-1]])
+    rank_sum = counts * before + counts * (counts + 1) / 2
+    g_ = float((2 * (values * rank_sum).sum()) / (n * total) - (n + 1) / n)
+    desc_counts, desc_values = counts[::-1], values[::-1]
+    taken = np.minimum(desc_counts, np.maximum(0, k - np.concatenate([[0.0], np.cumsum(desc_counts)[:-1]])))
+    return g_, float((taken * desc_values).sum() / total)
+
+
+def _key_skew_streamed(source: Source, metric: str, operator, state, max_parallelism) -> pd.DataFrame:
+    lays = layouts(source, _NO_ROWS, operator, None, max_parallelism)
+    passed = _key_pass(source, 10, operator, state, None, max_parallelism)
+    rec_kg = source.metrics()
+    rows = []
+    for name in sorted(n_ for n_ in passed if n_ in lays):
+        acc = passed[name]
+        if not acc.keys:
+            continue
+        m = _resolved(acc, metric)
+        values, counts = acc.hist.get(m, (np.zeros(0), np.zeros(0)))
+        known_keys = int(counts.sum())
+        if m == "records" and not known_keys:
+            rows.append({"operator": name, "by": m, "keys": acc.keys, "total": np.nan, "gini": np.nan,
+                         "top_1pct_share": np.nan, "top_key": None, "top_key_share": np.nan, "known_keys": 0,
+                         "known_share": 0.0})
+            continue
+        total = float((values.astype(np.float64) * counts).sum())
+        g_, share = _skew_of_histogram(values, counts)
+        counted = None
+        if m == "records" and rec_kg is not None and len(rec_kg):
+            counted = float(rec_kg.loc[rec_kg["operator"] == name, "records"].sum()) or None
+        known_share = 1.0 if m != "records" else (min(1.0, total / counted) if counted else 1.0)
+        top = acc.tops["records_held" if m == "records" else m]  # keys held in state only
+        rows.append({"operator": name, "by": m, "keys": acc.keys, "total": total, "gini": g_,
+                     "top_1pct_share": share, "top_key": top["key"].iloc[0] if len(top) else None,
+                     "top_key_share": float(top[m].iloc[0] / total) if total and len(top) else 0.0,
+                     "known_keys": known_keys if m == "records" else acc.keys, "known_share": known_share})
+    return pd.DataFrame(rows, columns=SKEW_COLUMNS)
+
+
+def _salting_streamed(source: Source, given: list | None, n: int, metric: str, by: str, operator, state,
+                      parallelism, max_parallelism) -> pd.DataFrame:
+    """:func:`salting_whatif` of a Snapshot over its budget: the salted keys' own key groups are read (a
+    view of those only), the loads of every other key come from one pass over the ranges."""
+    lays = layouts(source, _NO_ROWS, operator, parallelism, max_parallelism)
+    passed = _key_pass(source, 10, operator, state, parallelism, max_parallelism)
+    scheme = partitioner(source)
+    rec_kg = source.metrics()
+    if given is None:
+        jobs = []
+        for name in sorted(lays):
+            acc = passed.get(name)
+            if acc is None or not acc.keys:
+                continue
+            m = _resolved(acc, metric)
+            top = acc.tops["records_held" if m == "records" else m]
+            if not len(top):
+                top = acc.tops["bytes"]
+            jobs.append(([top["key"].iloc[0]], [name]))
+    else:
+        jobs = [(given, operator)]
+    out = []
+    for keys_, ops in jobs:
+        kgs: set[int] = set()
+        for name, lay in lays.items():
+            if ops is None or name in ({ops} if isinstance(ops, str) else set(ops)):
+                kgs |= {int(k) for k in key_groups_for(list(keys_), lay.max_parallelism, scheme)}
+        v = _ranges.view(source, min(kgs), max(kgs), kgs)
+        try:
+            part = salting_whatif(v, keys_, n, operator=ops, state=state, parallelism=parallelism,
+                                  max_parallelism=max_parallelism, by=by)
+        except AnalysisError:
+            continue
+        for name, idx in part.groupby("operator", sort=False).indices.items():
+            lay, acc = lays[name], passed[name]
+            rows = part.iloc[idx]
+            before = rows.index[rows["scenario"] == "before"]
+            after = rows.index[rows["scenario"] == "after"]
+            for col in ("entries", "bytes", "keys", "records"):
+                if col == "records" and part.loc[before, col].isna().all():
+                    continue
+                whole = np.rint(_streamed_loads(acc, lay, col, rec_kg)).astype(np.int64)
+                vb = part.loc[before, col].to_numpy(dtype=np.int64)
+                va = part.loc[after, col].to_numpy(dtype=np.int64)
+                dtype = part[col].dtype
+                part.loc[before, col] = pd.array(whole, dtype=dtype)
+                part.loc[after, col] = pd.array(whole - vb + va, dtype=dtype)
+        out.append(part)
+    if not out:
+        raise AnalysisError(f"{getattr(source, 'path', 'the data')}: found no state for the keys {given!r} in the "
+                            f"keyed operators {sorted(lays)}; expected keys that hold state in one of them")
     return pd.concat(out, ignore_index=True)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
+from . import _ranges
 from ._columns import state_rows
 from ._common import TIMER_KINDS, Source, frame, is_snapshot, now_of
 from ._keys import key_codes
@@ -67,6 +68,8 @@ def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h",
     (only windows with entries are listed; ``horizon`` caps how far ahead). ``cum_*`` add
     up the expiring windows from ``now`` on (the expired row is not in them).
     """
+    if _ranges.needs_ranges(source, operator, state):
+        return _expiry_streamed(source, now, freq, operator, state, horizon)
     df = frame(source, TTL_COLUMNS, operator, state)
     if now is None and not df["expires_at"].notna().any():  # no TTL state: nothing expires, no "now" needed
         return pd.DataFrame({c: pd.Series(dtype=object) for c in TIMELINE_COLUMNS})
@@ -130,6 +133,8 @@ def expired_not_cleaned(source: Source, now: Any = None, *, operator: str | Iter
     Columns: ``operator, state, ttl_ms, entries, bytes, expired_entries, expired_bytes,``
     ``expired_share, keys_with_expired, oldest_expiry``.
     """
+    if _ranges.needs_ranges(source, operator, state):
+        return _expired_streamed(source, now, operator, state)
     df = frame(source, TTL_COLUMNS, operator, state)
     if now is None and not df["expires_at"].notna().any():  # no TTL state: nothing expired, no "now" needed
         return pd.DataFrame(columns=EXPIRED_COLUMNS)
@@ -205,6 +210,8 @@ def ttl_summary(source: Source, now: Any = None) -> pd.DataFrame:
     but the job's own code ever removes them. A state with ``has_ttl`` True and ``ttl_ms`` null
     has a TTL the snapshot does not store (:func:`missing_ttls`).
     """
+    if _ranges.needs_ranges(source):
+        return _summary_streamed(source, now)
     df = frame(source, TTL_COLUMNS)
     t_now = now_of(source, df, now) if len(df) else None
     df = df[~df["kind"].isin(TIMER_KINDS)]
@@ -256,3 +263,93 @@ def unbounded_growth(snapshots: Sequence[Source] | str | Any, *, min_points: int
     return pd.DataFrame(out, columns=["operator", "state", "ttl_ms", "points", "first_entries", "last_entries",
                                       "entries_growth", "first_bytes", "last_bytes", "bytes_growth",
                                       "entries_per_checkpoint", "monotonic", "unbounded"])
+
+
+# --- streamed over key-group ranges (a Snapshot over its memory budget, explorer.analysis._ranges) ---------
+
+def _streamed_now(source: Source, now: Any, operator, state) -> tuple[pd.Timestamp | None, bool]:
+    """``now`` as :func:`._common.now_of` picks it for the whole snapshot (the latest last access needs a
+    pass), and whether any entry has an expiry (known after that pass only; True otherwise)."""
+    try:
+        return now_of(source, None, now), True
+    except AnalysisError:
+        pass
+    latest, any_expiry = None, False
+    for (v,) in _ranges.ranges("last access", source, operator=operator, state=state):
+        df = frame(v, TTL_COLUMNS, operator, state)
+        any_expiry = any_expiry or bool(df["expires_at"].notna().any())
+        if df["last_access"].notna().any():
+            m = pd.Timestamp(df["last_access"].max())
+            latest = m if latest is None or m > latest else latest
+    if latest is None:
+        if any_expiry:
+            raise AnalysisError("now= is needed: the data has no snapshot time and no last-access times")
+        return None, False
+    return latest.tz_convert("UTC"), any_expiry
+
+
+def _expiry_streamed(source: Source, now: Any, freq: Any, operator, state, horizon) -> pd.DataFrame:
+    t_now, any_expiry = _streamed_now(source, now, operator, state)
+    if t_now is None or not any_expiry:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in TIMELINE_COLUMNS})
+    parts = [ttl_expiry(v, t_now, freq, operator=operator, state=state, horizon=horizon)
+             for (v,) in _ranges.ranges("expiry", source, operator=operator, state=state)]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in TIMELINE_COLUMNS})
+    both = pd.concat(parts, ignore_index=True)
+    keys = ["operator", "state", "status", "window"]
+    out = both.groupby(keys, sort=False, observed=True).agg(
+        window_start=("window_start", "min"), window_end=("window_end", "max"), entries=("entries", "sum"),
+        bytes=("bytes", "sum")).reset_index()
+    out["_expired_first"] = (out["status"] != "expired").astype(np.int8)
+    out = out.sort_values(["operator", "state", "_expired_first", "window"], kind="stable").reset_index(drop=True)
+    out = out.drop(columns="_expired_first")
+    expiring = out["status"] == "expiring"
+    out["cum_entries"] = 0
+    out["cum_bytes"] = 0
+    out.loc[expiring, "cum_entries"] = out[expiring].groupby(["operator", "state"], observed=True)["entries"].cumsum()
+    out.loc[expiring, "cum_bytes"] = out[expiring].groupby(["operator", "state"], observed=True)["bytes"].cumsum()
+    return out[TIMELINE_COLUMNS]
+
+
+def _expired_streamed(source: Source, now: Any, operator, state) -> pd.DataFrame:
+    t_now, any_expiry = _streamed_now(source, now, operator, state)
+    if t_now is None or not any_expiry:
+        return pd.DataFrame(columns=EXPIRED_COLUMNS)
+    parts = [expired_not_cleaned(v, t_now, operator=operator, state=state)
+             for (v,) in _ranges.ranges("expired entries", source, operator=operator, state=state)]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=EXPIRED_COLUMNS)
+    both = pd.concat(parts, ignore_index=True)
+    both["ttl_ms"] = both["ttl_ms"].astype(object)
+    out = both.groupby(["operator", "state"], sort=True, observed=True, dropna=False).agg(
+        ttl_ms=("ttl_ms", "first"), entries=("entries", "sum"), bytes=("bytes", "sum"),
+        expired_entries=("expired_entries", "sum"), expired_bytes=("expired_bytes", "sum"),
+        keys_with_expired=("keys_with_expired", "sum"), oldest_expiry=("oldest_expiry", "min")).reset_index()
+    out["ttl_ms"] = pd.Series(list(out["ttl_ms"]), index=out.index)  # the dtype the in-memory answer has
+    out["expired_share"] = np.where(out["entries"] > 0, out["expired_entries"] / out["entries"].clip(lower=1), 0.0)
+    out["oldest_expiry"] = pd.to_datetime(out["oldest_expiry"], utc=True)
+    return out[EXPIRED_COLUMNS]
+
+
+def _summary_streamed(source: Source, now: Any) -> pd.DataFrame:
+    t_now, _ = _streamed_now(source, now, None, None)
+    cols = ["operator", "state", "kind", "ttl_ms", "entries", "bytes", "keys", "expired_entries", "expired_bytes"]
+    parts = [ttl_summary(v, t_now) for (v,) in _ranges.ranges("TTL summary", source)]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        result = pd.DataFrame(columns=cols)
+    else:
+        both = pd.concat(parts, ignore_index=True)
+        both["ttl_ms"] = both["ttl_ms"].astype(object)
+        result = both.groupby(["operator", "state"], sort=True, observed=True, dropna=False).agg(
+            kind=("kind", "first"), ttl_ms=("ttl_ms", "first"), entries=("entries", "sum"), bytes=("bytes", "sum"),
+            keys=("keys", "sum"), expired_entries=("expired_entries", "sum"),
+            expired_bytes=("expired_bytes", "sum")).reset_index()[cols]
+        result["ttl_ms"] = pd.Series(list(result["ttl_ms"]), index=result.index)
+    flagged = set(map(tuple, missing_ttls(source)[["operator", "state"]].to_numpy())) if len(result) else set()
+    result["has_ttl"] = [not pd.isna(t) or (o, s_) in flagged
+                         for o, s_, t in zip(result["operator"], result["state"], result["ttl_ms"])]
+    return result

@@ -240,8 +240,10 @@ def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups:
     pf = pq.ParquetFile(path)
     if key_groups is None:
         return pf.read(columns=list(columns) if columns else None)
-    wanted = set(key_groups)
-    ids = [i for i, (lo, hi, _) in enumerate(row_groups) if any(lo <= k <= hi for k in wanted)]
+    wanted = np.unique(np.fromiter((int(k) for k in key_groups), dtype=np.int64))
+    # a row group is wanted when some wanted key group lies in [lo, hi]: the first wanted >= lo is <= hi
+    ids = [i for i, (lo, hi, _) in enumerate(row_groups)
+           if (j := int(np.searchsorted(wanted, lo))) < len(wanted) and wanted[j] <= hi]
     if not ids:
         return pf.schema_arrow.empty_table() if columns is None else pf.schema_arrow.empty_table().select(list(columns))
     cols = list(columns) if columns else None
@@ -249,8 +251,15 @@ def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups:
         cols = cols + ["key_group"]
     t = pf.read_row_groups(ids, columns=cols)
 
-    mask = pc.is_in(t.column("key_group"), value_set=pa.array(sorted(wanted), type=pa.int32()))
-    t = t.filter(mask)
+    if len(wanted) == int(wanted[-1]) - int(wanted[0]) + 1:  # a range: two comparisons, no hash set
+        col = t.column("key_group")
+        lo_hi = [int(min(lo for lo, _, _ in (row_groups[i] for i in ids))), int(max(hi for _, hi, _ in
+                                                                                   (row_groups[i] for i in ids)))]
+        if not (wanted[0] <= lo_hi[0] and lo_hi[1] <= wanted[-1]):
+            t = t.filter(pc.and_(pc.greater_equal(col, pa.scalar(int(wanted[0]), pa.int32())),
+                                 pc.less_equal(col, pa.scalar(int(wanted[-1]), pa.int32()))))
+    else:
+        t = t.filter(pc.is_in(t.column("key_group"), value_set=pa.array(wanted, type=pa.int32())))
     if columns is not None and "key_group" not in columns:
         t = t.drop_columns(["key_group"])
     return t

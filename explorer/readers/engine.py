@@ -160,6 +160,10 @@ class EngineSnapshotReader(SnapshotReader):
         return "value"
 
     def estimated_rows(self, query: KeyedStateQuery) -> int | None:
+        if query.key_groups is not None:  # the wanted key groups' share, from the row groups' spans
+            rows = self.key_group_rows(query)
+            wanted = np.fromiter((k for k in query.key_groups if 0 <= k < len(rows)), dtype=np.int64)
+            return int(round(float(rows[wanted].sum()))) if len(wanted) else 0
         n = 0
         for o in self.meta["operators"]:
             if not query.wants_operator(o["name"]):
@@ -167,6 +171,51 @@ class EngineSnapshotReader(SnapshotReader):
             for sub in o["subtasks"]:
                 n += sum(s["rows"] for s in sub["states"] if query.wants_state(s["name"]))
         return n
+
+    def key_group_rows(self, query: KeyedStateQuery) -> np.ndarray:
+        """Rows per key group ``0..M-1`` (``M`` the largest max parallelism asked), from the metadata alone:
+        each Parquet row group's rows spread evenly over the key groups it covers (exact where a row
+        group holds one key group), a native subtask's over its range. Timers count too."""
+        ops = [o for o in self.meta["operators"] if o["keyed"] and query.wants_operator(o["name"])]
+        out = np.zeros(max([o["max_parallelism"] for o in ops], default=0), dtype=np.float64)
+        timers = query.states is None or bool({"event_timers", "processing_timers"} & set(query.states))
+        for o in ops:
+            for sub in o["subtasks"]:
+                lo, hi = sub["key_group_range"]
+                spans = []
+                for s in sub["states"]:
+                    if not query.wants_state(s["name"]):
+                        continue
+                    if sub.get("state_format") == NATIVE_FORMAT or not s.get("row_groups"):
+                        spans.append((lo, hi, s["rows"]))
+                    else:
+                        spans += [tuple(g) for g in s["row_groups"]]
+                tm = sub.get("timers")
+                if tm and timers:
+                    spans += [tuple(g) for g in tm.get("row_groups") or []]
+                for a, b, rows in spans:
+                    if rows:
+                        out[a: b + 1] += rows / (b - a + 1)
+        return out
+
+    def parquet_files(self, query: KeyedStateQuery) -> list[dict[str, Any]] | None:
+        """The Parquet files holding the keyed states asked for: ``file, operator, state, subtask,
+        key_group_start, key_group_end`` each (None when some are RocksDB's native files). Their
+        SHA-256 is checked first when the reader verifies (every byte a dataset reads is verified)."""
+        out = []
+        for o in self.meta["operators"]:
+            if not o["keyed"] or not query.wants_operator(o["name"]):
+                continue
+            for sub in o["subtasks"]:
+                if sub.get("state_format") == NATIVE_FORMAT:
+                    return None
+                lo, hi = sub["key_group_range"]
+                for s in sub["states"]:
+                    if query.wants_state(s["name"]):
+                        with self._reading(s["file"]) as f:
+                            out.append({"file": f, "operator": o["name"], "state": s["name"], "subtask": sub["index"],
+                                        "key_group_start": lo, "key_group_end": hi})
+        return out
 
     def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
         kgs = sorted(query.key_groups) if query.key_groups is not None else None

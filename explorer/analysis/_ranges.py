@@ -1,0 +1,223 @@
+"""Analyses under a memory budget: the snapshot cut into key-group ranges, read one range at a time.
+
+Every entry of a key lies in the key's one key group, so anything summed per key
+(entries, bytes, traffic), per key group or per subtask is exact when computed range
+by range and added up; a top-K over keys is the top K of the ranges' top Ks. An
+analysis asked of a Snapshot whose analysis columns would not fit its
+``memory_budget`` (:attr:`~explorer.stored.StoredSnapshot.memory_budget`) runs
+range by range on *range views*: a :class:`~explorer.stored.StoredSnapshot` over a
+:class:`RangeReader`, which passes the range down to the files (Parquet row groups
+cut at key-group boundaries; Flink key-group offsets) and keeps the per-key-group
+traffic counters and the heavy-hitter sketch of the range only. Each view runs the
+in-memory analysis; the module of each analysis merges the answers.
+
+Ranges are planned from the rows per key group the reader knows from metadata
+(engine snapshots: each Parquet row group's key-group span and rows), else from the
+estimated rows, else from the bytes on disk, so that a range's rows times
+:data:`~explorer.stored.ANALYSIS_BYTES_PER_ROW` stay within the budget.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..keygroups import key_groups_for
+from ..readers.base import KeyedStateQuery
+from ..stored import ANALYSIS_BYTES_PER_ROW, StoredSnapshot
+
+#: rows assumed per byte of snapshot files when the reader cannot say (Flink, Spark): a row of
+#: keyed state takes at least 12 bytes in any of their formats, so this over-counts rows: ranges are safe
+ROWS_PER_FILE_BYTE = 1 / 12
+
+
+class RangeReader:
+    """A reader restricted to key groups ``lo..hi``: what its :class:`StoredSnapshot` (a *range view*) reads.
+
+    Metadata (operators, states, subtasks, info, timings) is the whole snapshot's; keyed
+    pieces, per-key-group traffic (``metrics``) and the heavy-hitter sketch are the range's.
+    """
+
+    def __init__(self, base: Any, lo: int, hi: int, key_groups: Sequence[int] | None = None) -> None:
+        self.base = base
+        self.lo, self.hi = int(lo), int(hi)
+        #: the key groups of the range (all of ``lo..hi`` unless a sparse set was asked)
+        self.key_groups = frozenset(range(self.lo, self.hi + 1)) if key_groups is None else frozenset(key_groups)
+        self.path = base.path
+        self.notes = base.notes
+        self.format_name = getattr(base, "format_name", "unknown")
+
+    def __getattr__(self, name: str) -> Any:  # flags and helpers of the reader (filters_keys, key_query, ...)
+        return getattr(self.base, name)
+
+    def info(self):
+        return self.base.info()
+
+    def operators(self) -> pd.DataFrame:
+        return self.base.operators()
+
+    def states(self) -> pd.DataFrame:
+        return self.base.states()
+
+    def subtasks(self) -> pd.DataFrame:
+        return self.base.subtasks()
+
+    def _narrow(self, query: KeyedStateQuery) -> KeyedStateQuery:
+        kgs = self.key_groups if query.key_groups is None else self.key_groups & query.key_groups
+        return KeyedStateQuery(query.operators, query.states, frozenset(kgs), query.keys, query.columns)
+
+    def keyed_pieces(self, query: KeyedStateQuery) -> Iterator:
+        q = self._narrow(query)
+        if not q.key_groups:
+            return iter(())
+        return self.base.keyed_pieces(q)
+
+    def estimated_rows(self, query: KeyedStateQuery) -> int | None:
+        rows = key_group_rows(self.base, query)
+        if rows is None:
+            return None
+        idx = np.fromiter(sorted(k for k in self._narrow(query).key_groups if k < len(rows)), dtype=np.int64)
+        return int(round(float(rows[idx].sum()))) if len(idx) else 0
+
+    def metrics(self) -> pd.DataFrame:
+        m = self.base.metrics()
+        if not len(m) or "key_group" not in m:
+            return m
+        kg = m["key_group"].to_numpy()
+        return m[np.isin(kg, np.fromiter(self.key_groups, dtype=np.int64))].reset_index(drop=True)
+
+    def heavy_hitters(self) -> pd.DataFrame:
+        hh = self.base.heavy_hitters()
+        if not len(hh):
+            return hh
+        ops = self.base.operators()
+        maxp = dict(zip(ops["operator"], ops["max_parallelism"]))
+        scheme = "spark" if str(self.base.info().format).startswith("spark") else "flink"
+        keep = np.zeros(len(hh), dtype=bool)
+        wanted = np.fromiter(self.key_groups, dtype=np.int64)
+        for name, idx in hh.groupby("operator", sort=False, observed=True).indices.items():
+            if name not in maxp:
+                continue
+            kg = key_groups_for(list(hh["key"].to_numpy()[idx]), int(maxp[name]), scheme)
+            keep[idx] = np.isin(np.asarray(kg, dtype=np.int64), wanted)
+        return hh[keep].reset_index(drop=True)
+
+    def operator_state(self) -> pd.DataFrame:
+        return self.base.operator_state()
+
+    def timings(self) -> dict[str, Any]:
+        return self.base.timings()
+
+
+def key_group_rows(reader: Any, query: KeyedStateQuery) -> np.ndarray | None:
+    """Rows per key group as the reader's metadata tells (None when it cannot)."""
+    fn = getattr(reader, "key_group_rows", None)
+    if callable(fn):
+        return np.asarray(fn(query), dtype=np.float64)
+    return None
+
+
+def _max_parallelism(snap: Any, operator: Any) -> int:
+    ops = snap.operators
+    if operator is not None:
+        names = {operator} if isinstance(operator, str) else set(operator)
+        ops = ops[ops["operator"].isin(names)]
+    if not len(ops):
+        ops = snap.operators
+    return int(ops["max_parallelism"].max()) if len(ops) else 1
+
+
+def _file_bytes(path: Path) -> int:
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_size
+    total = 0
+    for root, _, files in os.walk(p):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def rows_per_key_group(snap: Any, operator: Any = None, state: Any = None) -> np.ndarray:
+    """Estimated rows per key group of ``snap`` for these operators and states (see the module doc)."""
+    q = KeyedStateQuery(operators=None if operator is None else frozenset([operator] if isinstance(operator, str)
+                                                                           else operator),
+                        states=None if state is None else frozenset([state] if isinstance(state, str) else state))
+    reader = snap.reader
+    rows = key_group_rows(reader, q)
+    if rows is not None:
+        return rows
+    m = _max_parallelism(snap, operator)
+    total = reader.estimated_rows(q)
+    if total is None:
+        total = _file_bytes(snap.path) * ROWS_PER_FILE_BYTE
+    return np.full(m, float(total) / max(m, 1))
+
+
+def needs_ranges(source: Any, operator: Any = None, state: Any = None, *others: Any) -> bool:
+    """Whether an analysis of ``source`` (and ``others``, read side by side) must stream over ranges:
+    a Snapshot (not a range view) whose analysis columns are not loaded and would exceed its budget."""
+    snaps = [source, *others]
+    for s in snaps:
+        if not isinstance(s, StoredSnapshot) or isinstance(s.reader, RangeReader) or s.analysis_cache.loaded:
+            return False
+    rows = sum(float(rows_per_key_group(s, operator, state).sum()) for s in snaps)
+    return rows * ANALYSIS_BYTES_PER_ROW > min(s.memory_budget for s in snaps)
+
+
+def plan(snaps: Sequence[Any], operator: Any = None, state: Any = None,
+         budget: int | None = None) -> list[tuple[int, int]]:
+    """Contiguous key-group ranges ``(lo, hi)`` covering every key group of ``snaps``, each within the budget
+    (the rows of all ``snaps`` in the range counted together; a key group never split)."""
+    per = [rows_per_key_group(s, operator, state) for s in snaps]
+    m = max(len(r) for r in per)
+    rows = np.zeros(m, dtype=np.float64)
+    for r in per:
+        rows[: len(r)] += r
+    budget = budget if budget is not None else min(s.memory_budget for s in snaps)
+    cap = max(1.0, budget / ANALYSIS_BYTES_PER_ROW)
+    out, lo, acc = [], 0, 0.0
+    for kg in range(m):
+        if acc and acc + rows[kg] > cap:
+            out.append((lo, kg - 1))
+            lo, acc = kg, 0.0
+        acc += rows[kg]
+    if m:
+        out.append((lo, m - 1))
+    return out
+
+
+def view(snap: StoredSnapshot, lo: int, hi: int, key_groups: Iterable[int] | None = None) -> StoredSnapshot:
+    """A range view of ``snap``: a StoredSnapshot that reads key groups ``lo..hi`` only."""
+    return type(snap)(RangeReader(snap.reader, lo, hi, None if key_groups is None else list(key_groups)),
+                      memory_budget=snap.memory_budget)
+
+
+@dataclass
+class Pass:
+    """One pass over the ranges of one or more snapshots, with a progress bar."""
+
+    snaps: tuple
+    ranges: list[tuple[int, int]]
+    what: str
+
+    def __iter__(self) -> Iterator[tuple]:
+        show = len(self.ranges) > 1
+        with tqdm(total=len(self.ranges), unit="range", desc=self.what, disable=not show) as bar:
+            for lo, hi in self.ranges:
+                yield tuple(view(s, lo, hi) for s in self.snaps)
+                bar.update(1)
+
+
+def ranges(what: str, *snaps: Any, operator: Any = None, state: Any = None) -> Pass:
+    """The range views of ``snaps`` to stream ``what`` over (one tuple of views per range)."""
+    return Pass(tuple(snaps), plan(snaps, operator, state), what)

@@ -1,0 +1,173 @@
+"""Analyses under a memory budget: streamed over key-group ranges, the same answers as in memory.
+
+Each snapshot is opened twice: with the default budget (the analyses load everything) and
+with a budget that forces several key-group ranges (:mod:`explorer.analysis._ranges`); every
+analysis must give the same frame both ways. Snapshots: the committed samples (real engine
+jobs, heap and RocksDB, one with TTL; a real Flink savepoint) and a generated engine
+savepoint with many tied keys (:mod:`benchmarks._scale_inputs`).
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from pandas.testing import assert_frame_equal
+
+import explorer
+from explorer import analysis
+from explorer.analysis import _ranges
+from explorer.keygroups import key_groups_for
+from explorer.stored import ANALYSIS_BYTES_PER_ROW
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ["sample_data/fraud/savepoint-heap", "sample_data/url_counts/savepoint-rocksdb",
+           "sample_data/dedup/savepoint-heap", "sample_data/flink/heap-canonical-savepoint"]
+
+
+def budget_for(path: Path, ranges: int) -> int:
+    """A budget that cuts ``path`` into about ``ranges`` key-group ranges."""
+    snap = explorer.open(path)
+    rows = float(_ranges.rows_per_key_group(snap).sum())
+    return max(1, int(rows * ANALYSIS_BYTES_PER_ROW / ranges))
+
+
+def pair(path: Path, ranges: int = 5):
+    """The snapshot in memory and streamed over about ``ranges`` ranges."""
+    return explorer.open(path), explorer.open(path, memory_budget=budget_for(path, ranges))
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    from benchmarks._scale_inputs import engine_savepoint
+
+    cache = tmp_path_factory.mktemp("scale")
+    return engine_savepoint(30_000, cache=cache, progress=False), engine_savepoint(30_000, variant=True, cache=cache,
+                                                                                  progress=False)
+
+
+def _same(x: pd.DataFrame, y: pd.DataFrame, **kw) -> None:
+    assert_frame_equal(x.reset_index(drop=True), y.reset_index(drop=True), **kw)
+
+
+ANALYSES = {
+    "key_group_distribution": lambda s: s.key_group_distribution(),
+    "subtask_distribution": lambda s: s.subtask_distribution(),
+    "imbalance": lambda s: s.imbalance(),
+    "rescale_whatif": lambda s: s.rescale_whatif([1, 2, 3, 5]),
+    "rescale_whatif_other_maxp": lambda s: s.rescale_whatif([2, 4], max_parallelism=[s.max_parallelism(), 512]),
+    "hot_keys_auto": lambda s: s.hot_keys(7),
+    "hot_keys_bytes": lambda s: s.hot_keys(7, by="bytes"),
+    "hot_keys_entries": lambda s: s.hot_keys(7, by="entries"),
+    "hot_keys_traffic": lambda s: s.hot_keys(7, by="traffic"),
+    "key_skew": lambda s: s.key_skew(),
+    "key_skew_bytes": lambda s: s.key_skew(by="bytes"),
+    "salting_whatif": lambda s: s.salting_whatif(n=4),
+    "ttl_expiry": lambda s: s.ttl_expiry(freq="1h"),
+    "expired_not_cleaned": lambda s: s.expired_not_cleaned(),
+    "ttl_summary": lambda s: s.ttl_summary(),
+    "state_sizes": lambda s: s.state_sizes(),
+    "history": lambda s: analysis.history([s]),
+}
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_streamed_answers_equal_the_in_memory_ones(sample):
+    a, b = pair(ROOT / sample)
+    assert _ranges.needs_ranges(b) and len(_ranges.plan([b])) >= 3
+    for name, fn in ANALYSES.items():
+        _same(fn(a), fn(b), check_exact=False, rtol=1e-9, obj=f"{sample}: {name}")
+    assert not b.analysis_cache.loaded  # never loaded whole
+
+
+def test_generated_snapshot_with_ties_ranks_alike(generated):
+    a, b = pair(generated[0], ranges=7)
+    for name in ("key_group_distribution", "hot_keys_bytes", "hot_keys_entries", "hot_keys_traffic", "key_skew",
+                 "salting_whatif", "ttl_expiry", "expired_not_cleaned", "rescale_whatif_other_maxp"):
+        _same(ANALYSES[name](a), ANALYSES[name](b), check_exact=False, rtol=1e-9, obj=name)
+    top = b.hot_keys(50, by="bytes")
+    assert top["bytes"].nunique() < 50  # ties at the cut, ranked by entries then key alike
+
+
+def test_salting_given_keys_streamed(generated):
+    a, b = pair(generated[0], ranges=6)
+    keys = list(a.hot_keys(3, by="traffic")["key"])
+    _same(a.salting_whatif(keys, n=3), b.salting_whatif(keys, n=3))
+
+
+def _by_key(d: pd.DataFrame) -> pd.DataFrame:
+    return d.sort_values(["operator", "state", "key"], kind="stable").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("unchanged", [True, False])
+def test_diff_streamed_range_by_range(generated, unchanged):
+    base, variant = generated
+    budget = budget_for(base, 4)
+    x = analysis.diff(explorer.open(base), explorer.open(variant), unchanged=unchanged)
+    y = analysis.diff(explorer.open(base, memory_budget=budget), explorer.open(variant, memory_budget=budget),
+                      unchanged=unchanged)
+    assert set(x["status"]) >= {"added", "removed", "changed"}
+    _same(_by_key(x), _by_key(y))
+    assert all(g.is_monotonic_decreasing for _, g in y.groupby(["operator", "state"])["bytes_delta"])
+
+
+def test_diff_of_checkpoints_streamed():
+    chks = sorted(glob.glob(str(ROOT / "sample_data/url_counts/checkpoints/chk-*")))
+    x = analysis.diff(explorer.open(chks[0]), explorer.open(chks[-1]))
+    budget = budget_for(Path(chks[-1]), 4)
+    y = analysis.diff(explorer.open(chks[0], memory_budget=budget), explorer.open(chks[-1], memory_budget=budget))
+    _same(_by_key(x), _by_key(y))
+
+
+def test_history_of_checkpoints_streamed():
+    chks = sorted(glob.glob(str(ROOT / "sample_data/url_counts/checkpoints/chk-*")))
+    budget = budget_for(Path(chks[-1]), 4)
+    _same(analysis.history([explorer.open(c) for c in chks]),
+          analysis.history([explorer.open(c, memory_budget=budget) for c in chks]))
+
+
+def test_plan_covers_every_key_group_once_within_the_budget(generated):
+    snap = explorer.open(generated[0])
+    rows = _ranges.rows_per_key_group(snap)
+    assert rows.sum() == pytest.approx(snap.reader.estimated_rows(snap.query()))
+    budget = budget_for(generated[0], 9)
+    plan = _ranges.plan([snap], budget=budget)
+    assert plan[0][0] == 0 and plan[-1][1] == snap.max_parallelism() - 1
+    assert all(b[0] == a[1] + 1 for a, b in zip(plan, plan[1:]))
+    for lo, hi in plan:
+        assert lo == hi or rows[lo: hi + 1].sum() * ANALYSIS_BYTES_PER_ROW <= budget
+
+
+def test_a_range_view_reads_its_key_groups_only(generated):
+    snap = explorer.open(generated[0])
+    v = _ranges.view(snap, 10, 19)
+    df = v.keyed_state()
+    assert len(df) and df["key_group"].between(10, 19).all()
+    assert len(df) == len(snap.keyed_state(key_groups=range(10, 20)))
+    m = v.metrics()
+    assert set(m["key_group"]) == set(range(10, 20))
+    hh = v.heavy_hitters()
+    assert len(hh) < len(snap.heavy_hitters())
+    assert np.isin(key_groups_for(list(hh["key"]), snap.max_parallelism()), range(10, 20)).all()
+
+
+def test_the_budget_only_streams_what_does_not_fit(generated):
+    assert not _ranges.needs_ranges(explorer.open(generated[0]))  # the default: half the memory available
+    assert explorer.open(generated[0], memory_budget="64KB").memory_budget == 64 * 1024
+    assert explorer.open(generated[0], memory_budget="1.5GB").memory_budget == int(1.5 * (1 << 30))
+    small = explorer.open(generated[0], memory_budget=budget_for(generated[0], 4))
+    assert _ranges.needs_ranges(small)
+    small.hot_keys()  # streamed ...
+    assert not small.analysis_cache.loaded
+    small.keyed_state(unbounded=True)
+    explorer.analysis.key_stats(small)  # ... and once the columns are loaded anyway, they are used
+    assert small.analysis_cache.loaded and not _ranges.needs_ranges(small)
+
+
+@pytest.mark.parametrize("bad", [0, -5, "lots", True])
+def test_a_bad_budget_is_refused(bad, generated):
+    with pytest.raises(ValueError, match="memory_budget"):
+        explorer.open(generated[0], memory_budget=bad)
