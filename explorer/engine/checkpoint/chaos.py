@@ -458,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the share of trials that are savepoint trials when both variants run")
     ap.add_argument("--report", default=None, help="write the report as JSON here")
     ap.add_argument("--kill", action="store_true", help="SIGKILL trials: the job in a child process, killed")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="REPORT",
+                    help="with --kill: merge these kill reports (runs of other seeds) into --report instead of running")
     args = ap.parse_args(argv)
     if args.kill:
         return _main_kill(args, argv)
@@ -496,7 +498,38 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not report["failed_trials"] else 1
 
 
+def merge_kill_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report of several kill runs (other seeds, run side by side): counts added."""
+    out: dict[str, Any] = {"trials": 0, "kills": 0, "kills_by_point": Counter(), "trials_by_point": Counter(),
+                           "kills_after_end_of_input": 0, "kills_by_backend": Counter(),
+                           "kills_after_savepoint_restore": 0, "lost_records": 0, "duplicated_records": 0,
+                           "trials_with_errors": [], "failed_trials": [], "seconds": 0.0}
+    for r in reports:
+        for k in ("trials", "kills", "kills_after_end_of_input", "kills_after_savepoint_restore", "lost_records",
+                  "duplicated_records"):
+            out[k] += r.get(k, 0)
+        for k in ("kills_by_point", "trials_by_point", "kills_by_backend"):
+            out[k].update(r.get(k, {}))
+        out["trials_with_errors"] += r["trials_with_errors"]
+        out["failed_trials"] += r["failed_trials"]
+        out["seconds"] = max(out["seconds"], r["seconds"])  # the runs ran side by side
+    for k in ("kills_by_point", "trials_by_point", "kills_by_backend"):
+        out[k] = dict(out[k])
+    out["records_per_trial"] = reports[0]["records_per_trial"]
+    out["runs"] = [{k: r.get(k) for k in ("command", "seed", "trials", "kills", "lost_records", "duplicated_records",
+                                          "seconds", "machine")} for r in reports]
+    return out
+
+
 def _main_kill(args, argv) -> int:
+    if args.merge:
+        report = merge_kill_reports([json.loads(Path(r).read_text()) for r in args.merge])
+        report["command"] = "python -m explorer.engine.checkpoint.chaos " + " ".join(sys.argv[1:] if argv is None else argv)
+        if args.report:
+            Path(args.report).write_text(json.dumps(report, indent=2))
+        print(f"{report['trials']} kill trials, {report['kills']} SIGKILLs {report['kills_by_point']}: "
+              f"{report['lost_records']} records lost, {report['duplicated_records']} duplicated")
+        return 0 if not report["failed_trials"] else 1
     load_before = _load_average()
     report = run_kill_trials(args.trials, args.records, args.seed, savepoint_share=args.savepoint_share)
     report["command"] = "python -m explorer.engine.checkpoint.chaos " + " ".join(sys.argv[1:] if argv is None else argv)
