@@ -276,3 +276,21 @@ def test_flink_key_group_offsets_out_of_order_or_past_the_end_are_corruption():
         key_group_spans([10, 30, 20], 0, 10, 40)
     with pytest.raises(FlinkCorruptError, match="past the end"):
         key_group_spans([10, 20, 50], 0, 10, 40)
+
+
+def test_spark_state_files_are_checked_against_their_hadoop_crc_files(tmp_path):
+    """Spark writes each checkpoint file with a ``.NAME.crc`` side file (Hadoop's CRC-32 per 512
+    bytes): a damaged state store file is an error naming it, not other rows."""
+    from explorer.format.checksums import verify_hadoop_crc
+
+    d = _copy(SAMPLE / "spark/agg-hdfs", tmp_path)
+    stores = sorted(p for p in (d / "state").rglob("*") if p.suffix in (".delta", ".snapshot"))
+    assert stores and all(verify_hadoop_crc(p, p.read_bytes()) for p in stores)
+    for p in stores:
+        _flip(p, p.stat().st_size // 2)
+    with pytest.raises(SnapshotCorruptError, match=r"(?s)state/\d+/\d+/\d+\.(delta|snapshot).*CRC-32"):
+        explorer.open(d).keyed_state()
+    # a file without a side file is read unchecked, as Spark does
+    bare = tmp_path / "bare.delta"
+    bare.write_bytes(b"x")
+    assert verify_hadoop_crc(bare, b"x") is False

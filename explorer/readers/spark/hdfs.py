@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
+from ...format.checksums import verify_hadoop_crc
 from .keys import unique_names
 
 __all__ = ["hdfs_state_table", "json_leaf_types", "lz4_block_stream", "read_hdfs_store", "read_schema"]
@@ -115,6 +116,7 @@ def read_schema(path: Path) -> tuple[dict, dict]:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise SnapshotFormatError(f"{path}: cannot read the state schema ({exc.strerror})") from exc
+    verify_hadoop_crc(path, data)
     i = 0
 
     def utf() -> str:
@@ -197,7 +199,9 @@ def _store_dir(ckpt: Path, op: int, part: int, store: str) -> Path:
 
 
 def _records(f: Path, rows: dict[bytes, bytes | None]) -> None:
-    data = lz4_block_stream(f.read_bytes(), str(f))
+    raw = f.read_bytes()
+    verify_hadoop_crc(f, raw)
+    data = lz4_block_stream(raw, str(f))
     i = 0
     while True:
         if i + 4 > len(data):
@@ -206,10 +210,16 @@ def _records(f: Path, rows: dict[bytes, bytes | None]) -> None:
         i += 4
         if ks == -1:
             return
+        if ks < 0 or i + ks + 4 > len(data):
+            raise SnapshotCorruptError(f"{f}: a record at byte {i - 4} has a key of {ks} bytes; expected a length "
+                                       f"that fits in the {len(data) - i} bytes left (or -1, the end mark)")
         key = data[i:i + ks]
         i += ks
         (vs,) = struct.unpack_from(">i", data, i)
         i += 4
+        if vs > len(data) - i:
+            raise SnapshotCorruptError(f"{f}: a record at byte {i - 8 - ks} has a value of {vs} bytes; expected at "
+                                       f"most the {len(data) - i} bytes left")
         if vs < 0:
             rows.pop(key, None)
         else:
