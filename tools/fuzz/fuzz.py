@@ -410,16 +410,20 @@ def merge(reports: list[dict]) -> dict:
     """One report of several runs (different seeds): counts and seconds added, examples joined."""
     counts: dict[str, dict[str, int]] = {}
     examples: dict[str, list[dict]] = {}
-    cases, secs = 0, 0.0
+    cases, secs, cpu = 0, 0.0, 0.0
     fsecs: dict[str, float] = {}
+    fcpu: dict[str, float] = {}
     for r in reports:
         cases += r["cases"]
         secs += r["seconds_per_case"]["value"] * r["cases"]
+        rcpu = r.get("cpu_seconds_per_case", {"value": 0.0, "by_format": {}})
+        cpu += rcpu["value"] * r["cases"]
         for f, per in r["counts"].items():
             mine = counts.setdefault(f, {})
             for k, v in per.items():
                 mine[k] = mine.get(k, 0) + v
             fsecs[f] = fsecs.get(f, 0.0) + r["seconds_per_case"]["by_format"].get(f, 0.0) * sum(per.values())
+            fcpu[f] = fcpu.get(f, 0.0) + rcpu["by_format"].get(f, 0.0) * sum(per.values())
         for k, ex in r["examples"].items():
             examples.setdefault(k, []).extend({**e, "seed": r["seed"]} for e in ex)
     totals = _totals(counts)
@@ -429,6 +433,9 @@ def merge(reports: list[dict]) -> dict:
             "seconds_per_case": {"value": round(secs / max(cases, 1), 4), "unit": "s",
                                  "by_format": {f: round(fsecs[f] / sum(counts[f].values()), 4)
                                                for f in counts if sum(counts[f].values())}},
+            "cpu_seconds_per_case": {"value": round(cpu / max(cases, 1), 4), "unit": "CPU s",
+                                     "by_format": {f: round(fcpu[f] / sum(counts[f].values()), 4)
+                                                   for f in counts if sum(counts[f].values())}},
             "runs": [{k: r.get(k) for k in ("command", "seed", "cases", "date", "seconds", "machine")} for r in reports]}
 
 
