@@ -282,15 +282,21 @@ def kill_reference(records: int) -> Counter:
 
 
 def run_kill_trials(trials: int, records: int = 1500, seed: int = 0, progress: bool = True,
-                    savepoint_share: float = 0.25, max_wait_s: float = 2.5) -> dict[str, Any]:
-    """SIGKILL trials (see the module doc); returns the report."""
+                    savepoint_share: float = 0.25, max_wait_s: float = 2.5, max_seconds: float | None = None,
+                    checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """SIGKILL trials (see the module doc); returns the report. Stops after ``max_seconds`` (the
+    report counts the trials run); ``checkpoint(report)`` gets the report so far every 20 trials."""
     rng = random.Random(f"kill-{seed}")
     data = _data(records)
     reference = kill_reference(records)
-    outcomes = []
+    outcomes: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="state-explorer-chaos-kill-") as tmp:
         for trial in tqdm(range(trials), desc="kill trials", disable=not progress):
+            if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                break
+            if checkpoint is not None and trial and trial % 20 == 0:
+                checkpoint(_kill_report(outcomes, records, seed, t0))
             root = Path(tmp) / f"t{trial}"
             root.mkdir()
             backend = rng.choice(["heap", "rocksdb"])
@@ -315,9 +321,13 @@ def run_kill_trials(trials: int, records: int = 1500, seed: int = 0, progress: b
             outcome["trial"] = trial
             outcomes.append(outcome)
             shutil.rmtree(root, ignore_errors=True)
+    return _kill_report(outcomes, records, seed, t0)
+
+
+def _kill_report(outcomes: list[dict[str, Any]], records: int, seed: int, t0: float) -> dict[str, Any]:
     killed = [o for o in outcomes if o["killed"]]
     return {
-        "trials": trials,
+        "trials": len(outcomes),
         "kills": len(killed),
         "kills_by_point": dict(Counter(o["point"] for o in killed)),
         # a trial not killed: its job ended before the delay, or made fewer fsyncs/renames than k
@@ -458,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the share of trials that are savepoint trials when both variants run")
     ap.add_argument("--report", default=None, help="write the report as JSON here")
     ap.add_argument("--kill", action="store_true", help="SIGKILL trials: the job in a child process, killed")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="with --kill: stop after this long (the report counts the trials run; it is rewritten every 20)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="REPORT",
                     help="with --kill: merge these kill reports (runs of other seeds) into --report instead of running")
     args = ap.parse_args(argv)
@@ -531,15 +543,20 @@ def _main_kill(args, argv) -> int:
               f"{report['lost_records']} records lost, {report['duplicated_records']} duplicated")
         return 0 if not report["failed_trials"] else 1
     load_before = _load_average()
-    report = run_kill_trials(args.trials, args.records, args.seed, savepoint_share=args.savepoint_share)
-    report["command"] = "python -m explorer.engine.checkpoint.chaos " + " ".join(sys.argv[1:] if argv is None else argv)
-    report["machine"] = {"platform": platform.platform(), "python": platform.python_version(),
-                         "processor": platform.machine(), "cpus": os.cpu_count(),
-                         "load_average": load_before, "load_average_at_end": _load_average(),
-                         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    if args.report:
-        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.report).write_text(json.dumps(report, indent=2))
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+    def write(report: dict[str, Any]) -> None:
+        report["command"] = "python -m explorer.engine.checkpoint.chaos " + " ".join(sys.argv[1:] if argv is None else argv)
+        report["machine"] = {"platform": platform.platform(), "python": platform.python_version(),
+                             "processor": platform.machine(), "cpus": os.cpu_count(),
+                             "load_average": load_before, "load_average_at_end": _load_average(), "date": started}
+        if args.report:
+            Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.report).write_text(json.dumps(report, indent=2))
+
+    report = run_kill_trials(args.trials, args.records, args.seed, savepoint_share=args.savepoint_share,
+                             max_seconds=args.max_seconds, checkpoint=write)
+    write(report)
     print(f"{report['trials']} kill trials, {report['kills']} SIGKILLs {report['kills_by_point']}: "
           f"{report['lost_records']} records lost, {report['duplicated_records']} duplicated, "
           f"{len(report['trials_with_errors'])} trials with errors ({report['seconds']} s)")
