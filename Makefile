@@ -40,11 +40,12 @@ chaos: $(STAMP)
 	$(BIN)/python -m explorer.engine.checkpoint.chaos --trials 1000 --report benchmarks/results/recovery.json
 
 # Damaged snapshots of every format read in children under a memory limit and a timeout
-# (tools/fuzz/fuzz.py); the report counts outcomes per format. make fuzz N=100000 for a long run.
+# (tools/fuzz/fuzz.py); the report counts outcomes per format. make fuzz N=100000 for a long run
+# (MAX_SECONDS=3600 stops it in time; the report is rewritten every 500 cases).
 N ?= 10000
 SEED ?= 1
 fuzz: $(STAMP)
-	$(BIN)/python tools/fuzz/fuzz.py --n $(N) --seed $(SEED) --report benchmarks/results/fuzz.json
+	$(BIN)/python tools/fuzz/fuzz.py --n $(N) --seed $(SEED) $(if $(MAX_SECONDS),--max-seconds $(MAX_SECONDS)) --report benchmarks/results/fuzz.json
 
 # Jobs in child processes killed with SIGKILL at random moments, recovered, outputs compared.
 TRIALS ?= 1000

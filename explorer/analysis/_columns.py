@@ -265,7 +265,9 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
     for _, idx in by_type.items():
         chunks = [ch for i in idx for ch in columns[i].chunks]
         try:
-            enc = pc.dictionary_encode(pa.chunked_array(chunks, type=columns[idx[0]].type))
+            # a null key (impossible in Flink, but what damaged bytes can decode to) is a dictionary
+            # entry of its own: a masked index would become a negative code no count could index
+            enc = pc.dictionary_encode(pa.chunked_array(chunks, type=columns[idx[0]].type), null_encoding="encode")
             dictionary = enc.chunk(0).dictionary if enc.num_chunks else pa.array([], type=columns[idx[0]].type)
             codes_all = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64)
                                         for c in enc.chunks]) if enc.num_chunks else np.zeros(0, np.int64)

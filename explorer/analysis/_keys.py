@@ -185,7 +185,9 @@ def first_occurrences(codes: np.ndarray) -> np.ndarray:
 def factorize_keys(keys: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes for keys (tuples and other unhashable-by-pandas keys go through ``repr``)."""
     try:
-        codes, uniques = pd.factorize(keys, sort=False)
+        # a null key (impossible in Flink, but what damaged bytes can decode to) gets a code of its
+        # own rather than -1, which no per-key count or look-up could index
+        codes, uniques = pd.factorize(keys, sort=False, use_na_sentinel=False)
         return codes.astype(np.int64), np.asarray(uniques, dtype=object)
     except TypeError:  # e.g. lists / dicts as keys: group by their repr, keep the first of each
         codes, _ = pd.factorize(keys.map(repr), sort=False)

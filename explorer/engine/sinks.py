@@ -62,7 +62,10 @@ class _TransactionalCollectWriter(SinkWriter):
         self.current.extend(values)
 
     def pre_commit(self, checkpoint_id: int) -> None:
-        self.sink.staged[(self.index, checkpoint_id)] = self.current
+        # a subtask that finished before this checkpoint's snapshot of it: the snapshot (its state
+        # after the end of input) covers its final epoch, which so becomes part of this checkpoint's
+        final = self.sink.staged.pop((self.index, FINAL_EPOCH), None)
+        self.sink.staged[(self.index, checkpoint_id)] = (final or []) + self.current
         self.current = []
 
     def commit(self, checkpoint_id: int) -> None:
@@ -158,15 +161,24 @@ class _TransactionalFileWriter(SinkWriter):
     def write(self, values, timestamps):
         self.buffer.extend(values)
 
-    def _stage(self, tag: str) -> None:
+    def _stage(self, tag: str, append: bool = False) -> None:
         path = self.pending / f"part-{self.index}-{tag}.jsonl"
-        with open(path, "w", encoding="utf-8") as f:
+        with open(path, "a" if append else "w", encoding="utf-8") as f:
             for v in self.buffer:
                 f.write(json.dumps(v, default=_json_default))
                 f.write("\n")
         self.buffer = []
 
     def pre_commit(self, checkpoint_id: int) -> None:
+        final = self.pending / f"part-{self.index}-final.jsonl"
+        if final.exists():
+            # the subtask finished before this checkpoint's snapshot of it: the snapshot (its state
+            # after the end of input, timers fired) covers the final epoch, so it becomes this
+            # checkpoint's (a restore from it must not drop it as output after the checkpoint)
+            final.replace(self.pending / f"part-{self.index}-{checkpoint_id:08d}.jsonl")
+            if self.buffer:
+                self._stage(f"{checkpoint_id:08d}", append=True)
+            return
         self._stage(f"{checkpoint_id:08d}")
 
     def commit(self, checkpoint_id: int | None) -> None:
@@ -196,14 +208,25 @@ class FileSink(Sink):
         return _FileWriter(self.directory / f"part-{subtask_index}.jsonl")
 
     def recover(self, checkpoint_id: int) -> None:
+        """After a restore from ``checkpoint_id``: commit what it staged, drop what came later.
+
+        The restored job emits every record after the checkpoint again, under epoch names of its
+        own (its checkpoints need not fall where the first run's did). So output of later epochs
+        is dropped even where it was committed already: epochs of checkpoints that were aborted
+        and committed with a later one or at the end of input (``final``), or of a newer
+        checkpoint that did not restore. Otherwise a run killed after its final commit and
+        recovered would keep a first-run epoch the rerun does not overwrite (duplicates)."""
         pending = self.directory / "_pending"
-        if not pending.is_dir():
-            return
-        for p in sorted(pending.glob("part-*.jsonl")):
+        if pending.is_dir():
+            for p in sorted(pending.glob("part-*.jsonl")):
+                tag = p.stem.rsplit("-", 1)[1]
+                if tag.isdigit() and int(tag) <= checkpoint_id:
+                    p.replace(self.directory / p.name)
+                else:
+                    p.unlink()
+        for p in sorted(self.directory.glob("part-*-*.jsonl")):
             tag = p.stem.rsplit("-", 1)[1]
-            if tag.isdigit() and int(tag) <= checkpoint_id:
-                p.replace(self.directory / p.name)
-            else:
+            if not (tag.isdigit() and int(tag) <= checkpoint_id):
                 p.unlink()
 
     def read_all(self) -> list[Any]:

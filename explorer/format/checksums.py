@@ -17,8 +17,13 @@ per-file, per-offset modifier (:func:`rocksdb_context_modifier`).
 
 from __future__ import annotations
 
+import zlib
+from pathlib import Path
+
 import numba
 import numpy as np
+
+from ..errors import SnapshotCorruptError
 
 try:  # hardware CRC-32C; the numba kernel below does without it
     import google_crc32c
@@ -107,3 +112,35 @@ def rocksdb_context_modifier(base_context_checksum: int, offset: int) -> int:
     if not base_context_checksum:
         return 0
     return (base_context_checksum ^ ((offset & 0xFFFFFFFF) + (offset >> 32))) & 0xFFFFFFFF
+
+
+def verify_hadoop_crc(path, data: bytes | memoryview) -> bool:
+    """Check ``data``, the bytes of ``path``, against Hadoop's checksum side file ``.NAME.crc``
+    next to it (written by Hadoop's ``ChecksumFileSystem``, so by Spark on local and HDFS-like
+    file systems: ``crc\0``, an int of bytes per checksum, then a big-endian CRC-32 per chunk).
+    Returns whether there was one to check; raises
+    :class:`~explorer.errors.SnapshotCorruptError` naming the file and the damaged chunk."""
+    path = Path(path)
+    side = path.with_name(f".{path.name}.crc")
+    try:
+        raw = side.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    per = int.from_bytes(raw[4:8], "big") if len(raw) >= 8 else 0
+    if raw[:4] != b"crc\0" or per <= 0:
+        raise SnapshotCorruptError(f"{side}: found {raw[:8]!r} at its start; expected Hadoop's checksum header "
+                                   "('crc\\0' and a positive chunk size)")
+    n = -(-len(data) // per)
+    if len(raw) != 8 + 4 * n:
+        raise SnapshotCorruptError(
+            f"{path}: {len(data)} bytes need {n} CRCs of {per}-byte chunks, but {side.name} holds {(len(raw) - 8) / 4:g}; "
+            "the file or its checksum file is damaged (or was changed without it)")
+    view = memoryview(data)
+    for i in range(n):
+        found = zlib.crc32(view[i * per:(i + 1) * per])
+        want = int.from_bytes(raw[8 + 4 * i:12 + 4 * i], "big")
+        if found != want:
+            raise SnapshotCorruptError(
+                f"{path}: bytes {i * per}..{min((i + 1) * per, len(data))} have CRC-32 {found:08x}; expected {want:08x} "
+                f"as {side.name} records (the file is damaged)")
+    return True

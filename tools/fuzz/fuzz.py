@@ -24,6 +24,13 @@ outcome                                meaning
                                        heap streams: only structural checks can catch these)
 =====================================  =================================================================
 
+Each case costs what its read costs plus a fork: the parent imports everything and reads every
+undamaged snapshot once (warming lazy imports and numba kernels), freezes what it holds out of the
+garbage collector (so a child's collections do not copy its pages), keeps the damaged copies in
+tmpfs, and a child compares its frames with the parent's undamaged ones with ``DataFrame.equals``
+(an order-free digest of the rows only when they differ). ``--max-seconds`` stops a long run in
+time; the report is rewritten every 500 cases, and ``--merge`` joins the reports of several seeds.
+
 Run ``make fuzz N=10000`` (or ``python tools/fuzz/fuzz.py --n 10000 --seed 1``); the report
 goes to ``benchmarks/results/fuzz.json`` with counts per format and outcome, the examples of
 each bug outcome, the command, the machine, its load and the date. It lives in ``tools/``
@@ -35,6 +42,7 @@ runs a short fixed-seed run of it in ``make test``.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -52,7 +60,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: format name -> snapshot folder under the repository (the engine's and Flink's sample data)
+GENERATED = "(generated)"
+
+#: format name -> snapshot folder under the repository (the engine's, Flink's and Spark's sample data)
 FORMATS: dict[str, str] = {
     "engine-heap": "sample_data/sessions/savepoint-heap",
     "engine-rocksdb-savepoint": "sample_data/sessions/savepoint-rocksdb",
@@ -63,7 +73,16 @@ FORMATS: dict[str, str] = {
     "flink-rocksdb-native": "sample_data/flink/rocksdb-native-savepoint",
     "flink-rocksdb-incremental": "sample_data/flink/rocksdb-incremental-checkpoint",
     "flink-sql": "sample_data/flink/sql-groupby-savepoint",
+    # written by the engine at the start of each run (see make_engine_incremental): native SST
+    # files under shared/, referenced by several chk-N
+    "engine-rocksdb-incremental": GENERATED,
+    "spark-hdfs": "sample_data/spark/agg-hdfs",
+    "spark-rocksdb": "sample_data/spark/spark35-dedup-watermark-rocksdb",
 }
+
+#: the share of cases a format gets relative to the others (default 1): a Spark RocksDB state
+#: store takes ~1.5 s to read (zip files unpacked), ten times the others
+WEIGHTS: dict[str, float] = {"spark-rocksdb": 0.1}
 
 MUTATIONS = ("bitflip", "overwrite", "truncate", "insert", "huge-length", "copy-inside")
 BUG_OUTCOMES = ("clean-error-unnamed", "foreign-exception", "crash", "hang", "oom",
@@ -80,6 +99,7 @@ class Target:
     root: Path
     files: list[Path]
     baseline: str = ""
+    frames: tuple = ()
     notes: list[str] = field(default_factory=list)
     checksummed: dict[Path, bool] = field(default_factory=dict)
 
@@ -88,14 +108,18 @@ def carries_checksum(fmt: str, path: Path) -> bool:
     """Whether every byte of ``path`` is covered by a checksum its format verifies."""
     if fmt.startswith("engine"):
         return True  # _metadata has its CRC-32, every data file its SHA-256
+    if fmt.startswith("spark"):
+        # the HDFS-backed state store files are checked against Hadoop's .crc side files; the
+        # other files' side files (offsets, commits, RocksDB zips) are not verified yet
+        return path.suffix in (".delta", ".snapshot") and path.with_name(f".{path.name}.crc").exists()
     data = path.read_bytes()
     if len(data) >= 53 and data[-8:] == SST_MAGIC:
         return data[-53] != 0  # an SST whose footer names a checksum (the footer itself: magic, handles)
     return False
 
 
-def result_digest(path: Path) -> tuple[str, list[str]]:
-    """What a reader makes of the snapshot at ``path``: a digest of all its state and two analyses."""
+def read_all(path: Path) -> tuple[tuple, list[str]]:
+    """What a reader makes of the snapshot at ``path``: all its state and two analyses, and its notes."""
     import warnings
 
     import explorer
@@ -103,17 +127,36 @@ def result_digest(path: Path) -> tuple[str, list[str]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         snap = explorer.open(path)
-        df = snap.keyed_state()
-        ops = snap.operator_state()
-        hot = snap.hot_keys(5)
-        kgd = snap.key_group_distribution()
+        frames = (snap.keyed_state(), snap.operator_state(), snap.hot_keys(5), snap.key_group_distribution())
+    return frames, [str(n) for n in snap.notes]
+
+
+def digest(frames) -> str:
+    """An order-free digest of ``frames``' rows (slow: a repr per value; for frames that differ)."""
     h = hashlib.sha256()
-    for frame in (df, ops, hot, kgd):
+    for frame in frames:
         rows = sorted("|".join(map(_safe_repr, row)) for row in frame.itertuples(index=False, name=None))
         h.update(repr((list(frame.columns), len(frame))).encode())
         for r in rows:
             h.update(r.encode())
-    return h.hexdigest(), [str(n) for n in snap.notes]
+    return h.hexdigest()
+
+
+def result_digest(path: Path) -> tuple[str, list[str]]:
+    """A digest of what a reader makes of the snapshot at ``path``, and its notes."""
+    frames, notes = read_all(path)
+    return digest(frames), notes
+
+
+def same_as(frames, baseline) -> bool:
+    """Whether ``frames`` equal the undamaged ``baseline`` frames: ``DataFrame.equals`` first (fast,
+    vectorised), the order-free digest only when that differs."""
+    try:
+        if all(a.equals(b) for a, b in zip(frames, baseline)):
+            return True
+    except Exception:  # noqa: BLE001 - values whose comparison raises: the digest decides
+        pass
+    return False
 
 
 def _safe_repr(value) -> str:
@@ -173,7 +216,9 @@ def run_child(target: Target, file: Path, timeout: float, memory_mb: int) -> tup
             from explorer.errors import StateExplorerError
 
             try:
-                status, detail = "ok", result_digest(target.root)
+                frames, notes = read_all(target.root)
+                same = same_as(frames, target.frames)
+                status, detail = "ok", [same, None if same else digest(frames), notes]
             except StateExplorerError as exc:
                 chain, e = [], exc
                 while e is not None:
@@ -224,35 +269,103 @@ def run_child(target: Target, file: Path, timeout: float, memory_mb: int) -> tup
         return "crash", f"exit status {os.WEXITSTATUS(st)} without a report"
 
 
+def make_engine_incremental(dst: Path) -> Path:
+    """Write a small job's native incremental RocksDB checkpoints (SST files shared between
+    chk-N under ``shared/``) into ``dst``; return the checkpoint directory."""
+    from explorer.engine import CollectSink, KeyedProcessFunction, MapStateDescriptor, StreamEnvironment
+    from explorer.engine import ValueStateDescriptor, WatermarkStrategy
+
+    class Counting(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", int))
+            self.last = ctx.get_state(MapStateDescriptor("last_by_mod", int, str))
+
+        def process_element(self, value, ctx, out):
+            self.count.update(self.count.value(0) + 1)
+            self.last[value[1] % 5] = f"v{value[1]}"
+            out.collect(value)
+
+    data = [(f"k{(i * 7919) % 97}", i) for i in range(3000)]
+    env = StreamEnvironment(parallelism=2, batch_size=50, state_backend="rocksdb")
+    env.enable_checkpointing(dst, interval_records=700, retained=3, incremental=True, asynchronous=False)
+    ts = WatermarkStrategy.for_bounded_out_of_orderness(2).with_timestamp_assigner(lambda r: r[1])
+    env.from_collection(data, ts, name="src").key_by(0).process(Counting(), name="counting").sink_to(
+        CollectSink("out"), name="sink")
+    env.execute("fuzz-incremental")
+    return dst
+
+
 def prepare(fmt: str, folder: str, work: Path, timeout: float, memory_mb: int) -> Target:
-    src = ROOT / folder
     dst = work / fmt
-    shutil.copytree(src, dst, symlinks=True)
-    files = sorted(p for p in dst.rglob("*") if p.is_file() and p.name not in ("EXPECTED.json", "README.md"))
+    if folder == GENERATED:
+        make_engine_incremental(dst)
+    else:
+        shutil.copytree(ROOT / folder, dst, symlinks=True)
+    files = sorted(p for p in dst.rglob("*") if p.is_file() and p.name not in ("EXPECTED.json", "README.md")
+                   and not p.name.endswith(".crc"))
     t = Target(fmt, dst, files)
     t.checksummed = {p: carries_checksum(fmt, p) for p in files}
     # the undamaged result, read in the parent: this also warms what each forked child would
     # otherwise redo (lazy imports, numba kernels); the readers' thread pools end with each read
-    t.baseline, t.notes = result_digest(dst)
+    t.frames, t.notes = read_all(dst)
+    t.baseline = digest(t.frames)
     return t
 
 
+def _cpu_seconds() -> float:
+    """User and system CPU time of this process and its waited-for children so far."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _totals(counts: dict[str, dict[str, int]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for per in counts.values():
+        for k, v in per.items():
+            totals[k] = totals.get(k, 0) + v
+    return totals
+
+
 def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
-         log=print) -> dict:
+         log=print, max_seconds: float | None = None, checkpoint=None) -> dict:
+    """Run up to ``n`` cases (fewer if ``max_seconds`` runs out); ``checkpoint(result)`` is
+    called with the report so far every 500 cases, so that a run stopped early leaves its figures."""
     rng = random.Random(seed)
     counts: dict[str, dict[str, int]] = {f: {} for f in formats}
+    seconds: dict[str, float] = {f: 0.0 for f in formats}
+    cpu: dict[str, float] = {f: 0.0 for f in formats}  # CPU seconds of parent and child: comparable under load
     examples: dict[str, list[dict]] = {}
     import explorer.snapshot  # noqa: F401 - imported once here, so that each forked child starts warm
 
-    with tempfile.TemporaryDirectory(prefix="state-explorer-fuzz-") as tmp:
+    def result(done: int) -> dict:
+        totals = _totals(counts)
+        cases = {f: sum(c.values()) for f, c in counts.items()}
+        return {"cases": done, "seed": seed, "counts": counts, "totals": totals, "examples": examples,
+                "bugs": sum(totals.get(k, 0) for k in BUG_OUTCOMES),
+                "seconds_per_case": {"value": round(sum(seconds.values()) / max(done, 1), 4), "unit": "s",
+                                     "by_format": {f: round(seconds[f] / cases[f], 4) for f in formats if cases[f]}},
+                "cpu_seconds_per_case": {"value": round(sum(cpu.values()) / max(done, 1), 4), "unit": "CPU s",
+                                         "by_format": {f: round(cpu[f] / cases[f], 4) for f in formats if cases[f]}}}
+
+    # damaged copies live in memory (tmpfs) where there is one: each case writes a file twice
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(prefix="state-explorer-fuzz-", dir=shm if shm.is_dir() else None) as tmp:
         targets = [prepare(f, FORMATS[f], Path(tmp), timeout, memory_mb) for f in formats]
+        weights = [WEIGHTS.get(f, 1.0) for f in formats]
+        # what the parent holds stays out of the children's garbage collections: a collection would
+        # touch (and so copy) every page of it in each child
+        gc.collect()
+        gc.freeze()
         t0 = time.monotonic()
+        done = 0
         for i in range(n):
-            t = targets[i % len(targets)]
+            if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                break
+            t = rng.choices(targets, weights)[0]
+            c0, u0 = time.monotonic(), _cpu_seconds()
             file = rng.choice(t.files)
             kind = rng.choice(MUTATIONS)
             original = file.read_bytes()
-            state = rng.getstate()
             damaged = mutate(original, kind, rng)
             where = next((j for j, (a, b) in enumerate(zip(original, damaged)) if a != b), min(len(original), len(damaged)))
             if damaged == original:
@@ -264,8 +377,8 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
                 finally:
                     file.write_bytes(original)
                 if status == "ok":
-                    digest, notes = detail
-                    if digest == t.baseline:
+                    same, digest_, notes = detail
+                    if same or digest_ == t.baseline:
                         outcome = "ok-same"
                     elif notes != t.notes:
                         outcome = "noted-change"  # e.g. an older chk-N opened, with a note and a warning saying why
@@ -276,6 +389,9 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
                         detail = "results differ from the undamaged snapshot's"
                 else:
                     outcome = status
+            seconds[t.name] += time.monotonic() - c0
+            cpu[t.name] += _cpu_seconds() - u0
+            done = i + 1
             counts[t.name][outcome] = counts[t.name].get(outcome, 0) + 1
             if outcome in BUG_OUTCOMES or outcome == "silent-change-unchecksummed":
                 ex = examples.setdefault(outcome, [])
@@ -283,19 +399,44 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
                     ex.append({"format": t.name, "file": str(file.relative_to(t.root)), "mutation": kind,
                                "offset": where, "size": len(original), "new_size": len(damaged),
                                "case": i, "detail": detail})
-                    del state
-            if log and (i + 1) % 100 == 0:
-                totals_now: dict[str, int] = {}
-                for per in counts.values():
-                    for k, v in per.items():
-                        totals_now[k] = totals_now.get(k, 0) + v
-                log(f"{i + 1}/{n} cases, {time.monotonic() - t0:.0f} s: {totals_now}")
-    totals: dict[str, int] = {}
-    for per in counts.values():
-        for k, v in per.items():
-            totals[k] = totals.get(k, 0) + v
-    return {"cases": n, "seed": seed, "counts": counts, "totals": totals, "examples": examples,
-            "bugs": sum(totals.get(k, 0) for k in BUG_OUTCOMES)}
+            if log and done % 100 == 0:
+                log(f"{done}/{n} cases, {time.monotonic() - t0:.0f} s: {_totals(counts)}")
+            if checkpoint is not None and done % 500 == 0:
+                checkpoint(result(done))
+    return result(done)
+
+
+def merge(reports: list[dict]) -> dict:
+    """One report of several runs (different seeds): counts and seconds added, examples joined."""
+    counts: dict[str, dict[str, int]] = {}
+    examples: dict[str, list[dict]] = {}
+    cases, secs, cpu = 0, 0.0, 0.0
+    fsecs: dict[str, float] = {}
+    fcpu: dict[str, float] = {}
+    for r in reports:
+        cases += r["cases"]
+        secs += r["seconds_per_case"]["value"] * r["cases"]
+        rcpu = r.get("cpu_seconds_per_case", {"value": 0.0, "by_format": {}})
+        cpu += rcpu["value"] * r["cases"]
+        for f, per in r["counts"].items():
+            mine = counts.setdefault(f, {})
+            for k, v in per.items():
+                mine[k] = mine.get(k, 0) + v
+            fsecs[f] = fsecs.get(f, 0.0) + r["seconds_per_case"]["by_format"].get(f, 0.0) * sum(per.values())
+            fcpu[f] = fcpu.get(f, 0.0) + rcpu["by_format"].get(f, 0.0) * sum(per.values())
+        for k, ex in r["examples"].items():
+            examples.setdefault(k, []).extend({**e, "seed": r["seed"]} for e in ex)
+    totals = _totals(counts)
+    return {"cases": cases, "seeds": [r["seed"] for r in reports], "counts": counts, "totals": totals,
+            "examples": {k: v[:25] for k, v in examples.items()},
+            "bugs": sum(totals.get(k, 0) for k in BUG_OUTCOMES),
+            "seconds_per_case": {"value": round(secs / max(cases, 1), 4), "unit": "s",
+                                 "by_format": {f: round(fsecs[f] / sum(counts[f].values()), 4)
+                                               for f in counts if sum(counts[f].values())}},
+            "cpu_seconds_per_case": {"value": round(cpu / max(cases, 1), 4), "unit": "CPU s",
+                                     "by_format": {f: round(fcpu[f] / sum(counts[f].values()), 4)
+                                                   for f in counts if sum(counts[f].values())}},
+            "runs": [{k: r.get(k) for k in ("command", "seed", "cases", "date", "seconds", "machine")} for r in reports]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,24 +446,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated, of: " + ", ".join(FORMATS))
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
     ap.add_argument("--memory-mb", type=int, default=3072, help="address-space limit of each child")
+    ap.add_argument("--max-seconds", type=float, default=None, help="stop after this long (the report says how many ran)")
     ap.add_argument("--report", default=str(ROOT / "benchmarks/results/fuzz.json"))
+    ap.add_argument("--merge", nargs="+", default=None, metavar="REPORT",
+                    help="instead of running: merge these reports (runs of other seeds) into --report")
     args = ap.parse_args(argv)
+    if args.merge:
+        merged = merge([json.loads(Path(r).read_text()) for r in args.merge])
+        merged["command"] = " ".join([Path(sys.executable).name, "tools/fuzz/fuzz.py", *(argv or sys.argv[1:])])
+        Path(args.report).write_text(json.dumps(merged, indent=2, default=str) + "\n")
+        print(json.dumps({"cases": merged["cases"], "totals": merged["totals"], "bugs": merged["bugs"]}, indent=1))
+        return 1 if merged["bugs"] else 0
     formats = [f for f in args.formats.split(",") if f]
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        ap.error(f"--formats: unknown {unknown}; expected some of {', '.join(FORMATS)}")
     start = time.time()
-    result = fuzz(args.n, args.seed, formats, args.timeout, args.memory_mb,
-                  log=lambda text: print(text, flush=True))
-    result.update({
-        "command": " ".join([Path(sys.executable).name, "tools/fuzz/fuzz.py", *(argv or sys.argv[1:])]),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpus": os.cpu_count(), "load_before": os.getloadavg()},
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
-        "seconds": round(time.time() - start, 1),
-    })
-    result["machine"]["load_after"] = os.getloadavg()
-    if args.report:
-        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.report).write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(json.dumps({"cases": result["cases"], "totals": result["totals"], "bugs": result["bugs"]}, indent=1))
+    load_before = os.getloadavg()
+
+    def finish(result: dict) -> dict:
+        result.update({
+            "command": " ".join([Path(sys.executable).name, "tools/fuzz/fuzz.py", *(argv or sys.argv[1:])]),
+            "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                        "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+            "seconds": round(time.time() - start, 1),
+        })
+        if args.report:
+            Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.report).write_text(json.dumps(result, indent=2, default=str) + "\n")
+        return result
+
+    result = finish(fuzz(args.n, args.seed, formats, args.timeout, args.memory_mb,
+                         log=lambda text: print(text, flush=True), max_seconds=args.max_seconds, checkpoint=finish))
+    print(json.dumps({"cases": result["cases"], "totals": result["totals"], "bugs": result["bugs"],
+                      "seconds_per_case": result["seconds_per_case"]}, indent=1))
     return 1 if result["bugs"] else 0
 
 

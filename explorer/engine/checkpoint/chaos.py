@@ -20,11 +20,13 @@ seed are the same with or without them.
     python -m explorer.engine.checkpoint.chaos --trials 1000 --report benchmarks/results/recovery.json
 
 ``--kill`` runs *process-kill* trials instead (``make chaos-kill``): the job runs in a child
-process writing a transactional :class:`~explorer.engine.sinks.FileSink`, and the child is
-killed with ``SIGKILL`` — at a random moment (which lands in record processing, Parquet and
-SST writes, renames and fsyncs alike), or exactly at the k-th ``os.fsync`` or ``os.replace``
-(the child kills itself there: mid-fsync, mid-rename of ``_metadata`` or of a sink's part
-file). A second child recovers from the newest checkpoint that restores (or the savepoint
+process (forked from a server that has imported everything, so the job starts at once) writing a transactional :class:`~explorer.engine.sinks.FileSink`, and the child is
+killed with ``SIGKILL`` — at a random moment of the job (which lands in record processing,
+Parquet and SST writes, renames and fsyncs alike), exactly at the k-th ``os.fsync`` or
+``os.replace`` (the child kills itself there: mid-fsync, mid-rename of ``_metadata`` or of a
+sink's part file), or after the input ended (``end``: at the k-th rename of the last
+checkpoint's and the sink's final commits, or after all of them, just before the process
+exits). A second child recovers from the newest checkpoint that restores (or the savepoint
 the trial started from) and runs to the end; the committed output on disk is compared with
 a failure-free run. Heap and RocksDB, full and incremental checkpoints, and starts from a
 canonical savepoint (at another parallelism) are all drawn.
@@ -40,15 +42,16 @@ import json
 import os
 import platform
 import random
+import multiprocessing
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
@@ -99,30 +102,45 @@ def _env(data, chk: Path | None, sink: CollectSink, every: int, backend: str, pa
     return env
 
 
-#: where a kill trial's SIGKILL lands: a random moment, or the k-th fsync or rename of the child
-KILL_POINTS = ("random", "fsync", "rename")
+#: where a kill trial's SIGKILL lands: a random moment, the k-th fsync or rename of the child, or
+#: ``end``: the k-th rename after the job's input ended (the last checkpoint's commit, the sink's
+#: final commit), or, when there are fewer, after the job closed and before the process exits
+KILL_POINTS = ("random", "fsync", "rename", "end")
+
+#: how many renames after the end of input an ``end`` trial draws from (more than any job here makes,
+#: so that some trials are killed after all of them, just before the process exits)
+END_RENAMES = 8
 
 
-def _kill_self_at(op: str, k: int) -> None:
-    """Make the k-th call of ``os.fsync`` / ``os.replace`` in this process SIGKILL it instead."""
+def _kill_self_at(op: str, k: int, armed: Callable[[], bool] | None = None) -> None:
+    """Make the k-th call of ``os.fsync`` / ``os.replace`` in this process SIGKILL it instead
+    (counting only calls made while ``armed()`` is true, when given)."""
     name = {"fsync": "fsync", "rename": "replace"}[op]
     real = getattr(os, name)
     calls = [0]
 
     def hook(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] >= k:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if armed is None or armed():
+            calls[0] += 1
+            if calls[0] >= k:
+                os.kill(os.getpid(), signal.SIGKILL)
         return real(*args, **kwargs)
 
     setattr(os, name, hook)
 
 
-def _kill_child(spec: dict[str, Any]) -> int:
+def _kill_child(spec: dict[str, Any], ready: Callable[[], None] | None = None) -> int:
     """One run of a kill trial's job in this (child) process: restore the newest checkpoint that
-    restores, else the trial's savepoint, else start afresh; run to the end of the input."""
+    restores, else the trial's savepoint, else start afresh; run to the end of the input.
+
+    Calls ``ready()`` first, so that a random kill's delay counts from the start of the job."""
+    if ready is not None:
+        ready()
+    running: list[JobClient] = []
     if spec.get("point") in ("fsync", "rename") and spec.get("k"):
         _kill_self_at(spec["point"], spec["k"])
+    elif spec.get("point") == "end" and spec.get("k"):
+        _kill_self_at("rename", spec["k"], armed=lambda: bool(running) and running[0].finished)
     data = _data(spec["records"])
     root = Path(spec["dir"])
     chk, out = root / "chk", root / "out"
@@ -150,38 +168,146 @@ def _kill_child(spec: dict[str, Any]) -> int:
         # nothing of this run completed: what it staged can never commit (Flink aborts such transactions)
         shutil.rmtree(out / "_pending", ignore_errors=True)
         client = JobClient(env, "chaos-kill", restore_from=spec.get("savepoint"))
+    running.append(client)
     client.run()
     client.close()
+    if spec.get("point") == "end" and spec.get("k"):
+        # fewer renames after the end than k: the job is done, its output committed; die before exiting
+        os.kill(os.getpid(), signal.SIGKILL)
     return 0
 
 
-def _child(spec: dict[str, Any]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "explorer.engine.checkpoint.chaos", "--kill-child", json.dumps(spec)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def _fork_context():
+    """Children forked from a server process that has imported the engine and run nothing (a fresh
+    interpreter spends longer importing than the job runs; forking this process, which has run jobs
+    and may hold threads and their locks, could deadlock the child)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__ if __name__ != "__main__" else "explorer.engine.checkpoint.chaos"])
+    return ctx
+
+
+class _Forked:
+    """A run of a kill trial's job in a child process started by :func:`_fork_context`."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        ctx = _fork_context()
+        self._conn, w = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_forked_main, args=(spec, w), name="chaos-kill-child")
+        self.proc.start()
+        w.close()
+
+    def await_ready(self, timeout: float = 120.0) -> None:
+        """Wait until the child is about to start the job (or has died)."""
+        if self._conn.poll(timeout):
+            try:
+                self._conn.recv()
+            except EOFError:
+                pass
+
+    def wait(self, timeout: float | None) -> int | None:
+        self.proc.join(timeout)
+        return self.proc.exitcode
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+
+    def error(self) -> str:
+        """What the child reported going wrong, if anything."""
+        out = []
+        try:
+            while self._conn.poll(0):
+                out.append(self._conn.recv())
+        except EOFError:
+            pass
+        self._conn.close()
+        return "".join(m for m in out if m != "ready")[-2000:]
+
+
+def _forked_main(spec: dict[str, Any], conn) -> None:
+    try:
+        _kill_child(spec, ready=lambda: conn.send("ready"))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which counts the trial as failed
+        conn.send(traceback.format_exc())
+        conn.close()
+        os._exit(1)
+    conn.close()
+
+
+def run_kill_trial(root: Path, spec: dict[str, Any], reference: Counter, first: list[Any] | None = None,
+                   delay: float | None = None) -> dict[str, Any]:
+    """One kill trial in ``root``: run the job of ``spec`` in a child, SIGKILL it ``delay`` seconds
+    after it started (or let it kill itself at ``spec["point"]``), recover in a second child unless
+    the first finished, and count the committed records lost and duplicated against ``reference``
+    (``first``: what a savepoint the trial started from accounts for)."""
+    first = first or []
+    child = _Forked({**spec, "dir": str(root)})
+    child.await_ready()
+    if child.wait(delay if delay is not None else 300) is None:
+        child.kill()
+    code = child.proc.exitcode
+    killed = code == -signal.SIGKILL
+    errors = []
+    if code not in (0, -signal.SIGKILL):
+        errors.append(f"exit {code}: {child.error()}")
+    else:
+        child.error()
+    finished_first = code == 0
+    if not finished_first:  # recovery, not killed (a job that finished is not restarted)
+        rec = _Forked({**spec, "dir": str(root), "point": None, "k": None})
+        if rec.wait(600) is None:
+            rec.kill()
+        if rec.proc.exitcode != 0:
+            errors.append(f"recovery exit {rec.proc.exitcode}: {rec.error()}")
+        else:
+            rec.error()
+    got = _as_stored(first) + Counter(json.dumps(v) for v in FileSink(root / "out").read_all())
+    outcome = {k: v for k, v in spec.items() if k not in ("dir", "records")}
+    outcome.update({"killed": killed, "finished_first": finished_first,
+                    "delay_s": None if delay is None else round(delay, 3), "errors": errors,
+                    "lost": sum((reference - got).values()), "duplicated": sum((got - reference).values())})
+    return outcome
+
+
+def _as_stored(values: list[Any]) -> Counter:
+    """Records as the file sink stores them (JSON lines), counted."""
+    return Counter(json.dumps(v) for v in json.loads(json.dumps(values)))
+
+
+def kill_reference(records: int) -> Counter:
+    """The failure-free run's output, as stored."""
+    sink = CollectSink("ref")
+    _env(_data(records), None, sink, 1, "heap", 2).execute("reference")
+    return _as_stored(sink.results)
 
 
 def run_kill_trials(trials: int, records: int = 1500, seed: int = 0, progress: bool = True,
-                    savepoint_share: float = 0.25, max_wait_s: float = 6.0) -> dict[str, Any]:
-    """SIGKILL trials (see the module doc); returns the report."""
+                    savepoint_share: float = 0.25, max_wait_s: float = 2.5, max_seconds: float | None = None,
+                    checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """SIGKILL trials (see the module doc); returns the report. Stops after ``max_seconds`` (the
+    report counts the trials run); ``checkpoint(report)`` gets the report so far every 20 trials."""
     rng = random.Random(f"kill-{seed}")
     data = _data(records)
-    reference_sink = CollectSink("ref")
-    _env(data, None, reference_sink, 1, "heap", 2).execute("reference")
-    as_stored = lambda vs: Counter(json.dumps(v) for v in json.loads(json.dumps(vs)))  # noqa: E731
-    reference = as_stored(reference_sink.results)
-    outcomes = []
+    reference = kill_reference(records)
+    outcomes: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="state-explorer-chaos-kill-") as tmp:
         for trial in tqdm(range(trials), desc="kill trials", disable=not progress):
+            if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                break
+            if checkpoint is not None and trial and trial % 20 == 0:
+                checkpoint(_kill_report(outcomes, records, seed, t0))
             root = Path(tmp) / f"t{trial}"
             root.mkdir()
             backend = rng.choice(["heap", "rocksdb"])
             point = rng.choice(KILL_POINTS)
             spec: dict[str, Any] = {
-                "dir": str(root), "records": records, "every": rng.choice([150, 300, 500]), "backend": backend,
+                "records": records, "every": rng.choice([150, 300, 500]), "backend": backend,
                 "parallelism": rng.choice([1, 2, 3]), "incremental": backend == "rocksdb" and rng.random() < 0.5,
                 "asynchronous": rng.random() < 0.7, "point": point,
-                "k": rng.randint(1, 40) if point != "random" else None, "savepoint": None,
+                "k": (rng.randint(1, END_RENAMES) if point == "end" else rng.randint(1, 40) if point != "random"
+                      else None),
+                "savepoint": None,
             }
             first: list[Any] = []
             if rng.random() < savepoint_share:
@@ -190,38 +316,23 @@ def run_kill_trials(trials: int, records: int = 1500, seed: int = 0, progress: b
                 spec["savepoint"] = str(root / "savepoint")
                 first = _stop_with_savepoint(data, root / "savepoint", writer_backend, writer_p, cut)
                 spec.update({"savepoint_backend": writer_backend, "savepoint_parallelism": writer_p, "cut": cut})
-            # the run that is killed
-            child = _child(spec)
             delay = rng.uniform(0.0, max_wait_s) if point == "random" else None
-            killed = False
-            try:
-                child.wait(timeout=delay if delay is not None else 300)
-            except subprocess.TimeoutExpired:
-                child.send_signal(signal.SIGKILL)
-                child.wait()
-            killed = child.returncode == -signal.SIGKILL
-            errors = []
-            if child.returncode not in (0, -signal.SIGKILL):
-                errors.append(child.stderr.read().decode(errors="replace")[-2000:])
-            child.stderr.close()
-            finished_first = child.returncode == 0
-            if not finished_first:  # recovery, not killed (a job that finished is not restarted)
-                rec = _child({**spec, "point": None, "k": None})
-                _, err = rec.communicate(timeout=600)
-                if rec.returncode != 0:
-                    errors.append(err.decode(errors="replace")[-2000:])
-            got = as_stored(first) + Counter(json.dumps(v) for v in FileSink(root / "out").read_all())
-            outcome = {k: v for k, v in spec.items() if k not in ("dir", "records")}
-            outcome.update({"trial": trial, "killed": killed, "finished_first": finished_first, "delay_s": None if delay is None else round(delay, 3),
-                            "errors": errors,
-                            "lost": sum((reference - got).values()), "duplicated": sum((got - reference).values())})
+            outcome = run_kill_trial(root, spec, reference, first, delay)
+            outcome["trial"] = trial
             outcomes.append(outcome)
             shutil.rmtree(root, ignore_errors=True)
+    return _kill_report(outcomes, records, seed, t0)
+
+
+def _kill_report(outcomes: list[dict[str, Any]], records: int, seed: int, t0: float) -> dict[str, Any]:
     killed = [o for o in outcomes if o["killed"]]
     return {
-        "trials": trials,
+        "trials": len(outcomes),
         "kills": len(killed),
         "kills_by_point": dict(Counter(o["point"] for o in killed)),
+        # a trial not killed: its job ended before the delay, or made fewer fsyncs/renames than k
+        "trials_by_point": dict(Counter(o["point"] for o in outcomes)),
+        "kills_after_end_of_input": sum(1 for o in killed if o["point"] == "end"),
         "kills_by_backend": dict(Counter(f"{o['backend']}{' incremental' if o['incremental'] else ''}" for o in killed)),
         "kills_after_savepoint_restore": sum(1 for o in killed if o["savepoint"]),
         "records_per_trial": records,
@@ -357,10 +468,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the share of trials that are savepoint trials when both variants run")
     ap.add_argument("--report", default=None, help="write the report as JSON here")
     ap.add_argument("--kill", action="store_true", help="SIGKILL trials: the job in a child process, killed")
-    ap.add_argument("--kill-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="with --kill: stop after this long (the report counts the trials run; it is rewritten every 20)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="REPORT",
+                    help="with --kill: merge these kill reports (runs of other seeds) into --report instead of running")
     args = ap.parse_args(argv)
-    if args.kill_child is not None:
-        return _kill_child(json.loads(args.kill_child))
     if args.kill:
         return _main_kill(args, argv)
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
@@ -398,17 +510,53 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not report["failed_trials"] else 1
 
 
+def merge_kill_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report of several kill runs (other seeds, run side by side): counts added."""
+    out: dict[str, Any] = {"trials": 0, "kills": 0, "kills_by_point": Counter(), "trials_by_point": Counter(),
+                           "kills_after_end_of_input": 0, "kills_by_backend": Counter(),
+                           "kills_after_savepoint_restore": 0, "lost_records": 0, "duplicated_records": 0,
+                           "trials_with_errors": [], "failed_trials": [], "seconds": 0.0}
+    for r in reports:
+        for k in ("trials", "kills", "kills_after_end_of_input", "kills_after_savepoint_restore", "lost_records",
+                  "duplicated_records"):
+            out[k] += r.get(k, 0)
+        for k in ("kills_by_point", "trials_by_point", "kills_by_backend"):
+            out[k].update(r.get(k, {}))
+        out["trials_with_errors"] += r["trials_with_errors"]
+        out["failed_trials"] += r["failed_trials"]
+        out["seconds"] = max(out["seconds"], r["seconds"])  # the runs ran side by side
+    for k in ("kills_by_point", "trials_by_point", "kills_by_backend"):
+        out[k] = dict(out[k])
+    out["records_per_trial"] = reports[0]["records_per_trial"]
+    out["runs"] = [{k: r.get(k) for k in ("command", "seed", "trials", "kills", "lost_records", "duplicated_records",
+                                          "seconds", "machine")} for r in reports]
+    return out
+
+
 def _main_kill(args, argv) -> int:
+    if args.merge:
+        report = merge_kill_reports([json.loads(Path(r).read_text()) for r in args.merge])
+        report["command"] = "python -m explorer.engine.checkpoint.chaos " + " ".join(sys.argv[1:] if argv is None else argv)
+        if args.report:
+            Path(args.report).write_text(json.dumps(report, indent=2))
+        print(f"{report['trials']} kill trials, {report['kills']} SIGKILLs {report['kills_by_point']}: "
+              f"{report['lost_records']} records lost, {report['duplicated_records']} duplicated")
+        return 0 if not report["failed_trials"] else 1
     load_before = _load_average()
-    report = run_kill_trials(args.trials, args.records, args.seed, savepoint_share=args.savepoint_share)
-    report["command"] = "python -m explorer.engine.checkpoint.chaos " + " ".join(sys.argv[1:] if argv is None else argv)
-    report["machine"] = {"platform": platform.platform(), "python": platform.python_version(),
-                         "processor": platform.machine(), "cpus": os.cpu_count(),
-                         "load_average": load_before, "load_average_at_end": _load_average(),
-                         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    if args.report:
-        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.report).write_text(json.dumps(report, indent=2))
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+    def write(report: dict[str, Any]) -> None:
+        report["command"] = "python -m explorer.engine.checkpoint.chaos " + " ".join(sys.argv[1:] if argv is None else argv)
+        report["machine"] = {"platform": platform.platform(), "python": platform.python_version(),
+                             "processor": platform.machine(), "cpus": os.cpu_count(),
+                             "load_average": load_before, "load_average_at_end": _load_average(), "date": started}
+        if args.report:
+            Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.report).write_text(json.dumps(report, indent=2))
+
+    report = run_kill_trials(args.trials, args.records, args.seed, savepoint_share=args.savepoint_share,
+                             max_seconds=args.max_seconds, checkpoint=write)
+    write(report)
     print(f"{report['trials']} kill trials, {report['kills']} SIGKILLs {report['kills_by_point']}: "
           f"{report['lost_records']} records lost, {report['duplicated_records']} duplicated, "
           f"{len(report['trials_with_errors'])} trials with errors ({report['seconds']} s)")

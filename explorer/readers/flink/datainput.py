@@ -31,6 +31,9 @@ _USHORT = struct.Struct(">H")
 _DOUBLE = struct.Struct(">d")
 _FLOAT = struct.Struct(">f")
 
+#: the most values of zero bytes each (e.g. void namespaces) a count may announce
+MAX_EMPTY_COUNT = 1 << 24
+
 
 def decode_modified_utf8(raw: bytes) -> str:
     """Decode Java's modified UTF-8 (``DataOutput.writeUTF``) into a Python string."""
@@ -144,12 +147,30 @@ class DataInput:
         self.pos = p
         return result
 
+    def read_count(self, what: str = "entries", min_bytes: int = 1) -> int:
+        """An ``int`` count of ``what`` that follow, each at least ``min_bytes`` long: a count that
+        is negative, or that the bytes left cannot hold, fails here at once (``EOFError``) rather
+        than after a long loop or a huge allocation. ``min_bytes`` 0 (values of no bytes) caps the
+        count at :data:`MAX_EMPTY_COUNT`."""
+        p = self.pos
+        n = self.read_int()
+        if n < 0:
+            raise EOFError(f"found a count of {n} {what} at offset {p}; expected 0 or more")
+        left = self.end - self.pos
+        if (n * min_bytes > left) if min_bytes > 0 else n > MAX_EMPTY_COUNT:
+            raise EOFError(f"found a count of {n} {what} at offset {p}, of at least {min_bytes} bytes each; "
+                           f"expected at most what the {left} bytes left can hold")
+        return n
+
     def read_flink_string(self) -> str | None:
         """``StringValue.readString`` (Flink's ``StringSerializer``); ``None`` for null."""
+        p0 = self.pos
         n = self.read_varint()
         if n == 0:
             return None
         n -= 1
+        if n > self.end - self.pos:  # every char takes at least one byte
+            raise EOFError(f"found a string of {n} chars at offset {p0}; only {self.end - self.pos} bytes left")
         buf = self.buf
         p = self.pos
         chunk = bytes(buf[p : p + n])

@@ -71,19 +71,25 @@ def iter_entries(
     state = _SHORT.unpack_from(data, p)[0]
     p += 2
     while p < stop:
-        n = unpack_int(data, p)[0]
+        at = p
+        if p + 4 > stop or (n := unpack_int(data, p)[0]) < 0 or p + 4 + n + 4 > stop:
+            raise FlinkCorruptError(f"key group {kg}: the entry at offset {at} has a key length that runs past the "
+                                    f"end of the key group (end {stop}); expected a length of 0 to {stop - p - 8}")
         p += 4
         key = data[p : p + n]
         p += n
-        n = unpack_int(data, p)[0]
+        if (n := unpack_int(data, p)[0]) < 0 or p + 4 + n > stop:
+            raise FlinkCorruptError(f"key group {kg}: the entry at offset {at} has a value length {n} that runs past "
+                                    f"the end of the key group (end {stop})")
         p += 4
         value = data[p : p + n]
         p += n
-        if p > stop:
-            raise FlinkCorruptError(f"key group {kg}: an entry runs past the end of the key group (offset {p}, end {stop})")
         if key and key[0] & 0x80:
             key = bytes([key[0] & 0x7F]) + key[1:]
             yield state, key, value
+            if p + 2 > stop:
+                raise FlinkCorruptError(f"key group {kg}: the entry at offset {at} is its state's last, but the key "
+                                        f"group ends (at {stop}) before the next state id; expected 2 more bytes")
             nxt = _SHORT.unpack_from(data, p)[0]
             p += 2
             if nxt == END_OF_KEY_GROUP:
@@ -92,6 +98,11 @@ def iter_entries(
         else:
             yield state, key, value
 
+
+
+def _entry_past_end(kg: int, at: int, stop: int, what: str, length: int) -> FlinkCorruptError:
+    return FlinkCorruptError(f"key group {kg}: the entry at offset {at} has a {what} of {length} bytes, which runs "
+                             f"past the end of the key group at {stop}; expected a length that fits inside it")
 
 
 def _be32(b, pos):
@@ -241,18 +252,26 @@ def scan(data: bytes, spans: list[tuple[int, int, int]], compressed: bool, prefi
         switches.append((count, (d[p] << 8) | d[p + 1]))
         p += 2
         while p < stop:
-            k0 = p + 4
-            p = k0 + unpack(d, p)[0]
-            p += 4 + unpack(d, p)[0]
+            # every length checked against the key group's end before it is used: a negative or huge
+            # one fails here, not as a walk backwards (a loop) or into the next key group
+            at, k0 = p, p + 4
+            kl = unpack(d, p)[0] if k0 <= stop else -1
+            if kl < 1 or k0 + kl + 4 > stop:
+                raise _entry_past_end(kg, at, stop, "key", kl)
+            p = k0 + kl
+            vl = unpack(d, p)[0]
+            if vl < 0 or p + 4 + vl > stop:
+                raise _entry_past_end(kg, at, stop, "value", vl)
+            p += 4 + vl
             a_ks(k0)
             if d[k0] & 0x80:
+                if p + 2 > stop:
+                    raise _entry_past_end(kg, at, stop, "next state id", 2)
                 state = (d[p] << 8) | d[p + 1]
                 p += 2
                 if state == END_OF_KEY_GROUP:
                     break
                 switches.append((count + len(kss), state))
-        if p > stop:
-            raise FlinkCorruptError(f"key group {kg}: an entry runs past the end of the key group (offset {p}, end {stop})")
         chunks.append(np.frombuffer(kss, dtype=np.int64) if len(kss) else np.zeros(0, dtype=np.int64))
         count += len(kss)
     ks = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ...errors import FlinkFormatError
+from ...errors import FlinkCorruptError, FlinkFormatError
 
 from .compression import unframe
 from .datainput import DataInput
 from .rows import RowBuffer
-from .serializers import Decoder, ListDecoder, MapDecoder, TimerDecoder, UnknownLayout
+from .serializers import Decoder, ListDecoder, MapDecoder, TimerDecoder, UnknownLayout, min_width
 from .statemeta import BackendMeta, StateMeta
 
 
@@ -72,10 +72,16 @@ def read_key_group(
 
 def _read_state(inp: DataInput, kg: int, meta: StateMeta, key_dec: Decoder, out: RowBuffer | None) -> None:
     """One state's entries of a key group (after its state id)."""
-    n = inp.read_int()
-    if n < 0:
-        raise FlinkFormatError(f"key group {kg}: state {meta.name!r} has {n} entries")
     vdec = meta.value_decoder
+    nsdec = meta.namespace_decoder
+    if meta.is_timer:
+        entry = 9  # at least a timestamp and a one-byte key
+    else:  # a namespace, a key, and a value (a list or map: its int size)
+        entry = min_width(nsdec) + min_width(key_dec) + (4 if meta.kind in ("list", "map") else min_width(vdec))
+    try:
+        n = inp.read_count(f"entries of state {meta.name!r}", entry)
+    except EOFError as exc:
+        raise FlinkCorruptError(f"key group {kg}: {exc}") from exc
     if meta.is_timer:
         if not isinstance(vdec, TimerDecoder):
             raise UnknownLayout(f"timer state {meta.name!r}: {vdec.describe() if vdec else 'no serializer'}")
@@ -85,20 +91,19 @@ def _read_state(inp: DataInput, kg: int, meta: StateMeta, key_dec: Decoder, out:
             if out is not None:
                 out.add(kg, key, ns, None, ts, inp.pos - s)
         return
-    nsdec = meta.namespace_decoder
     kind = meta.kind
     for _ in range(n):
         ns = nsdec.read(inp) if nsdec is not None else None
         key = key_dec.read(inp)
         if kind == "list" and isinstance(vdec, ListDecoder):
-            size = inp.read_int()
+            size = inp.read_count("list elements", min_width(vdec.elem))
             for i in range(size):
                 s = inp.pos
                 v = vdec.elem.read(inp)
                 if out is not None:
                     out.add(kg, key, ns, i, v, inp.pos - s)
         elif kind == "map" and isinstance(vdec, MapDecoder):
-            size = inp.read_int()
+            size = inp.read_count("map entries", min_width(vdec.key) + 1)
             for _ in range(size):
                 uk = vdec.key.read(inp)
                 s = inp.pos

@@ -479,7 +479,11 @@ class FlinkSnapshotReader(SnapshotReader):
             except UnknownLayout:  # cannot finish the trial: the heap stream starts with its key group id
                 layout = "heap" if int.from_bytes(data[span[1] : span[1] + 4], "big") == span[0] else "full"
             except (EOFError, IndexError, KeyError, UnicodeDecodeError, FlinkFormatError, FlinkCorruptError):
-                layout = "full"
+                # not the heap layout, or a damaged first key group: a heap stream starts every key group
+                # with its id, which a full stream's first bytes (a state id, a key length under 64 KiB)
+                # can equal only for key group 0
+                ids = [(kg, int.from_bytes(data[s : s + 4], "big")) for kg, s, _ in spans if kg]
+                layout = "heap" if ids and all(kg == found for kg, found in ids) else "full"
         self._layouts[key] = layout
         return layout
 
@@ -703,7 +707,9 @@ class FlinkSnapshotReader(SnapshotReader):
                         sel = sids == sid
                         yield from self._kv_pieces(op, st, header, sid, buf, ks[sel], ke[sel], vs[sel], ve[sel], query)
         except _DAMAGED as exc:
-            raise SnapshotCorruptError(f"{where}: keyed state is damaged ({exc})") from exc
+            stream = getattr(h, "stream", None)  # a key-groups handle's own file, where it has one
+            stored = "" if stream is None or stream.kind == "bytes" else f", file {self.resolver.local_path(stream)}"
+            raise SnapshotCorruptError(f"{where}{stored}: keyed state is damaged ({exc})") from exc
         for sid in sorted(buffers):
             buf = buffers[sid]
             if buf.raw_notes:

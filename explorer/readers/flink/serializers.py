@@ -157,7 +157,7 @@ class ListDecoder(Decoder):
         self.name = f"List<{elem.describe()}>"
 
     def read(self, inp):
-        n = inp.read_int()
+        n = inp.read_count("list elements", min_width(self.elem))
         return [self.elem.read(inp) for _ in range(n)]
 
     def arrow_type(self):
@@ -174,7 +174,7 @@ class MapDecoder(Decoder):
         """A whole map (a ValueState of a Map type, a POJO field): a dict, or (key, value) pairs when
         a key is not hashable (a POJO or tuple key decodes to a dict)."""
         out = []
-        for _ in range(inp.read_int()):
+        for _ in range(inp.read_count("map entries", min_width(self.key) + 1)):
             k = self.key.read(inp)
             v = None if inp.read_bool() else self.value.read(inp)
             out.append((k, v))
@@ -437,6 +437,14 @@ class RawDecoder(Decoder):
 
     def read(self, inp):
         raise UnknownLayout(self.class_name)
+
+
+def min_width(dec: Decoder | None) -> int:
+    """The fewest bytes a value of ``dec`` takes: its fixed length, else 1 (every variable-length
+    encoding here starts with at least a length, a flag or a tag byte)."""
+    if dec is None:
+        return 0
+    return dec.fixed_length if dec.fixed_length >= 0 else 1
 
 
 def iter_decoders(dec: Decoder | None):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
-from ...format.checksums import crc32c
+from ...format.checksums import crc32c, verify_hadoop_crc
 
 __all__ = [
     "JOIN_STORES",
@@ -242,26 +242,6 @@ def resolved_copy(path: Path, cache_dir: Path | None = None) -> Path:
 _HADOOP_CRC_MAGIC = b"crc\x00"
 
 
-def _check_hadoop_crc(f: Path, data: bytes, sidecar: Path) -> None:
-    """Hadoop's ``.<name>.crc``: ``crc\\0``, a big-endian bytes-per-checksum, then a big-endian CRC-32 per chunk."""
-    side = sidecar.read_bytes()
-    if side[:4] != _HADOOP_CRC_MAGIC or len(side) < 8:
-        raise SnapshotCorruptError(f"{sidecar}: expected Hadoop's checksum file (starting 'crc\\0'), found "
-                                   f"{side[:8]!r}")
-    per = int.from_bytes(side[4:8], "big")
-    chunks = -(-len(data) // per) if per > 0 else -1
-    if per <= 0 or len(side) != 8 + 4 * chunks:
-        raise SnapshotCorruptError(f"{sidecar}: holds {(len(side) - 8) // 4} checksums of {per}-byte chunks; "
-                                   f"{f} has {len(data)} bytes, which needs {chunks} (the file or its checksum "
-                                   "was changed)")
-    for c in range(chunks):
-        stored = int.from_bytes(side[8 + 4 * c:12 + 4 * c], "big")
-        computed = zlib.crc32(data[c * per:(c + 1) * per])
-        if stored != computed:
-            raise SnapshotCorruptError(f"{f}: bytes {c * per}..{min(len(data), (c + 1) * per)} have CRC-32 "
-                                       f"{computed:#010x}, {sidecar.name} records {stored:#010x} (the file is damaged)")
-
-
 def _check_spark_checksum(f: Path, data: bytes, sidecar: Path) -> None:
     """Spark 4's ``<name>.crc`` (checkpoint file checksums): JSON with the algorithm, value and file size."""
     try:
@@ -289,9 +269,7 @@ def verified_bytes(f: Path) -> bytes:
         data = f.read_bytes()
     except OSError as exc:
         raise SnapshotFormatError(f"{f}: cannot read it ({exc.strerror})") from exc
-    hadoop = f.with_name(f".{f.name}.crc")
-    if hadoop.is_file():
-        _check_hadoop_crc(f, data, hadoop)
+    verify_hadoop_crc(f, data)
     spark = f.with_name(f"{f.name}.crc")
     if spark.is_file():
         _check_spark_checksum(f, data, spark)
