@@ -24,7 +24,6 @@ import json
 import re
 import shutil
 import tempfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
