@@ -94,9 +94,7 @@ class RestoredKeyedState:
             ids = [i for i, (first, last, _) in enumerate(groups) if first <= hi and last >= lo]
             if not ids:
                 continue
-            # memory-mapped: the pages are decoded straight from the page cache instead of being read into
-            # buffers first (about a sixth of the CPU per row group for large values); the size was checked
-            pf = pq.ParquetFile(resolve(self.folder, rel), memory_map=True)
+            pf = pq.ParquetFile(resolve(self.folder, rel))
             for i in ids:
                 t = pf.read_row_group(i)
                 first, last, _ = groups[i]
