@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ...format.keyed import rows_to_table
+from ...format.prefetch import prefetch
 from ...format.rocksdb.columns import decode_flat, supported
 from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
 from ...format.states import StoredState
@@ -140,8 +141,10 @@ def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", pref
                 got = rows_to_table(rows, value_info, user_key)
             yield got
 
-    # None where kinds or schemas differ between batches: the rocksdict path reports or reconciles it
-    return write_decoded(path, pieces(), lambda: rows_to_table([], value_info, user_key))
+    # None where kinds or schemas differ between batches: the rocksdict path reports or reconciles it.
+    # The next batch is decoded (NumPy, Arrow: mostly outside the GIL) in a thread while the current
+    # one is Parquet-encoded, hashed and written (also outside the GIL).
+    return write_decoded(path, prefetch(pieces(), "snapshot-decode"), lambda: rows_to_table([], value_info, user_key))
 
 
 __all__ = ["column_family_files", "write_view_state_sst"]

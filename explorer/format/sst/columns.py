@@ -137,8 +137,7 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         if over.any():
             i = int(np.flatnonzero(over)[0])
             raise SstError(f"{f.name}: block at {int(off[i])} (+{int(size[i])}) runs past the end of the file")
-        for o, z in zip(off.tolist(), size.tolist()):
-            f.verify_block(o, z)  # the trailer's checksum, before anything is decompressed
+        f.verify_blocks(off, size)  # the trailers' checksums, before anything is decompressed
         ctype = fb[off + size]
         length = size.copy()
         snappy = np.flatnonzero(ctype == 1)
@@ -169,8 +168,14 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     for f, off, size, ctype, length, other in plans:
         mv = memoryview(f.data)
         where = starts[first : first + len(off)]
-        for i, (o, z, c, d, n) in enumerate(zip(off.tolist(), size.tolist(), ctype.tolist(), where.tolist(),
-                                                length.tolist())):
+        plain = ctype == 0
+        if plain.any():  # stored blocks: copied in one kernel call
+            from .kernels import copy_blocks
+
+            copy_blocks(np.frombuffer(f.data, dtype=np.uint8), off[plain], size[plain], out, where[plain])
+        rest = np.flatnonzero(~plain)
+        for i, o, z, c, d, n in zip(rest.tolist(), off[rest].tolist(), size[rest].tolist(), ctype[rest].tolist(),
+                                    where[rest].tolist(), length[rest].tolist()):
             if c == 1:
                 try:
                     got = into(mv[o : o + z], om[d : d + n])
@@ -179,8 +184,6 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
                                    f"({exc})") from exc
                 if got != n:
                     raise SstError(f"{f.name}: the Snappy block at {o} decompressed short of its stated {n} bytes")
-            elif c == 0:
-                om[d : d + n] = mv[o : o + z]
             else:
                 om[d : d + n] = other[i]
         first += len(off)

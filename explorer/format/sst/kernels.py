@@ -63,6 +63,16 @@ def _copy(dst, d, src, s, n):
 
 
 @_jit
+def copy_blocks(src, offsets, sizes, out, starts):
+    """``out[starts[i] : starts[i] + sizes[i]] = src[offsets[i] : offsets[i] + sizes[i]]`` for every i
+    (stored, uncompressed blocks into the joined buffer; the caller checks the bounds)."""
+    for i in range(len(offsets)):
+        o = offsets[i]
+        d = starts[i]
+        out[d : d + sizes[i]] = src[o : o + sizes[i]]
+
+
+@_jit
 def _put64(dst, d, w):
     """``dst[d : d + 8]`` = the little-endian bytes of ``w``."""
     dst[d] = w & _U(0xFF)

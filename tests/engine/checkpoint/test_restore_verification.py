@@ -15,7 +15,7 @@ import pytest
 from explorer.engine import KeyedProcessFunction, ManualClock, StreamEnvironment, ValueStateDescriptor
 from explorer.engine.checkpoint.job import JobClient
 from explorer.errors import SnapshotCorruptError, StateMigrationError
-from explorer.format.snapshot import read_metadata
+from explorer.format.snapshot import read_metadata, resolve
 from explorer.keygroups import assign_to_key_group
 
 MAXP = 128
@@ -149,3 +149,29 @@ def test_a_job_that_fails_to_start_releases_its_databases(tmp_path):
         JobClient(_env(tmp_path, "rocksdb", "state", fn=FailsToOpen()), "job")
     client = JobClient(_env(tmp_path, "rocksdb", "state"), "job")
     client.close()
+
+
+def test_a_damaged_sst_of_an_incremental_checkpoint_fails_the_parallel_check(tmp_path, monkeypatch):
+    """The SST files of an incremental checkpoint are hashed by several threads at once
+    (``VERIFY_PARALLEL_BYTES`` lowered so these small files take that path): a good one restores,
+    a damaged one fails with the checksum error naming the file, and no state is left behind."""
+    from explorer.engine.checkpoint import restore as restore_mod
+
+    monkeypatch.setattr(restore_mod, "VERIFY_PARALLEL_BYTES", 0)
+    folder, before = _snapshot(tmp_path, "rocksdb", n=3000, incremental=True)
+    client = JobClient(_env(tmp_path, "rocksdb", "state-b", True), "job", restore_from=folder)
+    try:
+        assert {k: _get(client, k) for k in before} == before
+    finally:
+        client.close()
+    meta = read_metadata(folder)
+    ssts = sorted(rel for rel in meta["files"] if rel.endswith(".sst"))
+    assert ssts
+    victim = resolve(folder, ssts[-1]).resolve()  # shared/ files are named from the checkpoints' folder
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(SnapshotCorruptError, match="does not match the recorded") as err:
+        JobClient(_env(tmp_path, "rocksdb", "state-c", True), "job", restore_from=folder)
+    assert str(victim) in str(err.value)
+    _no_state_left(tmp_path / "state-c")
