@@ -88,3 +88,15 @@ def test_a_negative_length_in_a_full_snapshot_stream_is_corruption_not_a_loop():
     body = struct.pack(">H", 0) + struct.pack(">i", 1) + bytes([kg]) + struct.pack(">i", 1 << 30)
     with pytest.raises(SnapshotCorruptError, match="value of 1073741824 bytes"):
         scan(body, [(kg, 0, len(body))], compressed=False)
+
+
+def test_a_max_parallelism_beyond_flinks_bound_is_corruption_not_a_huge_allocation(tmp_path):
+    # A fuzz mutant (8 bytes copied inside the metadata) turned one operator's max parallelism into
+    # 356,740,974: the read succeeded and hot_keys() then sized an array by it (a 2.7 GB MemoryError).
+    src = FLINK_FIXTURES / "sql-groupby-savepoint"
+    dst = tmp_path / "savepoint"
+    shutil.copytree(src, dst)
+    data = (src / "_metadata").read_bytes()
+    (dst / "_metadata").write_bytes(data[:809] + data[21:29] + data[817:])
+    with pytest.raises(SnapshotCorruptError, match=r"_metadata: operator \w+ has parallelism .* expected 0 < parallelism"):
+        explorer.open(dst).hot_keys()

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import FlinkFormatError, SnapshotCorruptError, SnapshotFormatError
+from ...keygroups import UPPER_BOUND_MAX_PARALLELISM
 from .datainput import DataInput
 from .handles import (
     ChangelogHandle,
@@ -194,6 +195,10 @@ class _MetadataParser:
         lower, upper = inp.read_long(), inp.read_long()
         op_id = (lower & (2**64 - 1)).to_bytes(8, "big").hex() + (upper & (2**64 - 1)).to_bytes(8, "big").hex()
         parallelism, max_parallelism = inp.read_int(), inp.read_int()
+        if not 0 < parallelism <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:  # as Flink's OperatorState demands
+            raise SnapshotCorruptError(
+                f"{self.path}: operator {op_id} has parallelism {parallelism} and max parallelism {max_parallelism}; "
+                f"expected 0 < parallelism <= max parallelism <= {UPPER_BOUND_MAX_PARALLELISM} (the metadata is damaged)")
         self.stream_handle()  # coordinator state
         n = inp.read_int()
         op = OperatorState(name, uid, op_id, parallelism, max_parallelism)
