@@ -35,6 +35,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ...errors import FlinkFormatError, SnapshotCorruptError, UnsafePathError
+from ...storage import StoragePath
 
 
 @dataclass
@@ -128,7 +129,9 @@ class HandleResolver:
         if handle.kind not in ("file", "segment"):
             raise FlinkFormatError(f"{self.metadata_file}: a {handle.kind} handle names no file ({handle.name!r})")
         parsed = urlparse(handle.name)
-        raw = unquote(parsed.path) if parsed.scheme in ("", "file") else None
+        # a snapshot on a remote store names its files by their URLs (s3://bucket/.../shared/x)
+        local_scheme = parsed.scheme in ("", "file") or isinstance(self.exclusive_dir, StoragePath)
+        raw = unquote(parsed.path) if local_scheme else None
         if raw is None:
             raise UnsafePathError(
                 f"{self.metadata_file}: state file {handle.name!r} is on {parsed.scheme!r} storage; "
@@ -169,7 +172,7 @@ class HandleResolver:
             return self._read_segment(handle, path, limit)
         try:
             if limit is not None:
-                with open(path, "rb") as f:
+                with path.open("rb") as f:
                     data = f.read(limit)
                 if len(data) < limit:
                     raise SnapshotCorruptError(f"{path}: found {len(data)} bytes, expected at least {limit} "
@@ -191,7 +194,7 @@ class HandleResolver:
         """The bytes of one segment of a shared file (``limit``: only its first bytes)."""
         want = handle.size if limit is None else min(limit, handle.size)
         try:
-            with open(path, "rb") as f:
+            with path.open("rb") as f:
                 f.seek(handle.offset)
                 data = f.read(want)
         except FileNotFoundError as exc:

@@ -60,6 +60,7 @@ from ...errors import (
     SnapshotNotFoundError,
     StateExplorerError,
 )
+from ...storage import as_path
 from ...format.sst import columns as sstvec
 from ...format.sst.instance import resolve
 from ...keygroups import assign_key_groups, key_groups_for_hash_codes, operator_indices_for_key_groups
@@ -98,7 +99,7 @@ _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 def find_metadata(path: Path) -> Path:
     """The ``_metadata`` file ``path`` stands for (see module doc)."""
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         if path.name == "_metadata":
             return path
@@ -203,8 +204,8 @@ class FlinkSnapshotReader(SnapshotReader):
     @classmethod
     def detect(cls, path: Path) -> bool:
         try:
-            f = find_metadata(Path(path))
-            with open(f, "rb") as fh:
+            f = find_metadata(as_path(path))
+            with f.open("rb") as fh:
                 return int.from_bytes(fh.read(4), "big") == MAGIC
         except (SnapshotError, OSError):
             return False
