@@ -44,7 +44,8 @@ _CHK = re.compile(r"^chk-(\d+)$")
 READERS: list[type[SnapshotReader]] = [EngineSnapshotReader]
 
 
-def _register_optional_readers() -> None:
+def register_optional_readers() -> None:
+    """Add the Flink and Spark readers to :data:`READERS` (imported at the first open, not with `explorer`)."""
     try:  # the Flink reader (pure Python)
         from .readers.flink import FlinkSnapshotReader  # type: ignore[attr-defined]
 
@@ -156,7 +157,7 @@ def reader_for(path: str | Path, storage_options: dict[str, Any] | None = None,
     p = as_path(path, storage_options, cache)
     if not p.exists():
         raise SnapshotNotFoundError(f"{p}: no such file or directory; expected a checkpoint or savepoint folder")
-    _register_optional_readers()
+    register_optional_readers()
     if p.is_dir() and not (p / "_metadata").exists() and any(True for _ in _chk_folders(p)):
         reader = _newest_checkpoint(p, **options)
         if reader is not None:

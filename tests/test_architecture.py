@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark.statemap",
      "explorer.spark.context", "explorer.spark.adapter", "explorer.spark.buckets"),
     ("explorer.readers",),
-    ("explorer.stored",),
+    ("explorer.stored", "explorer.catalog"),
     ("explorer.analysis", "explorer.spark.analysis"),
     ("explorer.plots",),
     ("explorer.report",),
