@@ -90,7 +90,8 @@ def reset_fetch_stats() -> None:
 
 # --- errors -------------------------------------------------------------------------------
 
-_DENIED = ("access_denied", "accessdenied", "invalidaccesskeyid", "signaturedoesnotmatch", "forbidden",
+_DENIED = ("access_denied", "accessdenied", "access denied", "invalidaccesskeyid", "invalid_access_key_id",
+           "signaturedoesnotmatch", "signature_does_not_match", "forbidden", "invalid_token", "expired_token",
            "http response code: 403", "expiredtoken", "credentials", "unauthorized", "http response code: 401")
 _MISSING = ("nosuchbucket", "bucket does not exist", "nosuchkey", "not found", "no such", "does not exist",
             "http response code: 404")
@@ -154,12 +155,13 @@ class Store:
             raise storage_error(exc, self.url_of(key), what) from exc
 
     # -- listing ----------------------------------------------------------------------------
-    def list(self, key: str) -> list[pafs.FileInfo]:
-        """What the folder ``key`` holds (once per store; [] when there is no such folder)."""
+    def list(self, key: str, asked: str | None = None) -> list[pafs.FileInfo]:
+        """What the folder ``key`` holds (once per store; [] when there is no such folder). Errors name
+        ``asked`` (the path a caller asked about) when given."""
         with self._lock:
             if key not in self._listed:
                 sel = pafs.FileSelector(key, allow_not_found=True, recursive=False)
-                infos = self._call(key, "listing", lambda: self.fs.get_file_info(sel))
+                infos = self._call(asked or key, "listing", lambda: self.fs.get_file_info(sel))
                 for i in infos:
                     self._infos[i.path.rstrip("/")] = i
                 if infos and key not in self._infos:
@@ -175,7 +177,7 @@ class Store:
                 return self._infos[key]
             parent = posixpath.dirname(key)
             if parent and parent != key and "/" in key:
-                self.list(parent)
+                self.list(parent, asked=key)
                 if key in self._infos:
                     return self._infos[key]
                 if parent in self._listed:
