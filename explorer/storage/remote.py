@@ -463,7 +463,7 @@ class StoragePath:
             return open(cached, mode, *args, **kwargs)
         if "b" not in mode:
             return open(self.local(), mode, *args, **kwargs)
-        return io.BufferedReader(self.store.open_ranged(self.key), buffer_size=64 << 10)
+        return self.store.open_ranged(self.key)  # unbuffered: read(n) fetches n bytes, no read-ahead
 
     def open_input(self) -> pa.NativeFile:
         """A pyarrow ``RandomAccessFile``: the cached copy when valid, else ranged reads of the store."""
