@@ -180,6 +180,8 @@ class EngineSnapshotReader(SnapshotReader):
 
     def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
         kgs = sorted(query.key_groups) if query.key_groups is not None else None
+        if isinstance(self.path, StoragePath) and kgs is None:
+            self.path.store.prefetch([resolve(self.path, rel).key for rel in self._files_for(query)])
         for o in self.meta["operators"]:
             if not o["keyed"] or not query.wants_operator(o["name"]):
                 continue
@@ -207,6 +209,22 @@ class EngineSnapshotReader(SnapshotReader):
                         part = t.filter(pc.equal(t.column("domain"), dom))
                         if part.num_rows:
                             yield self._timer_piece(o, name, part, tm, maxp, p)
+
+    def _files_for(self, query: KeyedStateQuery) -> list[str]:
+        """The listed files :meth:`keyed_pieces` reads for ``query`` (all its key groups), in reading order."""
+        out: list[str] = []
+        timers = query.states is None or bool({"event_timers", "processing_timers"} & set(query.states))
+        for o in self.meta["operators"]:
+            if not o["keyed"] or not query.wants_operator(o["name"]):
+                continue
+            for sub in o["subtasks"]:
+                if sub.get("state_format") == NATIVE_FORMAT:
+                    out.extend(sub["native"]["files"].values())
+                    continue
+                out.extend(s["file"] for s in sub["states"] if query.wants_state(s["name"]))
+                if sub.get("timers") and timers:
+                    out.append(sub["timers"]["file"])
+        return out
 
     def _native_pieces(self, o, sub, kgs, maxp, p, query, chunk: int = 200_000) -> Iterator[pa.Table]:
         """Pieces of a subtask stored as RocksDB files (an incremental checkpoint): the files

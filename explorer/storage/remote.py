@@ -237,10 +237,51 @@ class Store:
         self.stats.add(**({"cache_misses": 1, "files_fetched": 1} if fetched else {"cache_hits": 1}))
         return path
 
+    def prefetch(self, keys: list[str], workers: int = 4) -> None:
+        """Start fetching the files ``keys`` into the cache, ``workers`` at a time, in the background (a
+        reader about to read them in turn then finds each cached, or waits for its fetch under the cache
+        entry's lock). At most half the cache's bound is fetched ahead; failures are left for the
+        reader's own fetch to raise."""
+        budget = self.cache.max_bytes // 2
+        todo = []
+        for k in keys:
+            try:
+                size = self._file_info(k).size
+            except StateExplorerError:
+                continue
+            if size > budget:
+                break
+            budget -= size
+            todo.append(k)
+        if len(todo) < 2:
+            return
+        pool = _prefetch_pool(workers)
+        for k in todo:
+            pool.submit(_quietly, self.local, k)
+
     def open_ranged(self, key: str) -> "RangedFile":
         info = self._file_info(key)
         nf = self._call(key, "opening", lambda: self.fs.open_input_file(key))
         return RangedFile(nf, self, self.url_of(key))
+
+
+_POOLS: dict[int, Any] = {}
+
+
+def _prefetch_pool(workers: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _STATS_LOCK:
+        if workers not in _POOLS:
+            _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="storage-prefetch")
+        return _POOLS[workers]
+
+
+def _quietly(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - a prefetch; the reader's own fetch raises the error
+        pass
 
 
 class RangedFile(io.RawIOBase):
