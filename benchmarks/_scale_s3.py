@@ -182,19 +182,23 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_raw(argv[1:])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("path", type=Path)
+    ap.add_argument("paths", type=Path, nargs="+", metavar="PATH")
     ap.add_argument("--operator", default=None)
     ap.add_argument("--out", type=Path, default=result_path("scale_s3"))
     args = ap.parse_args(argv)
-    results: dict[str, Any] = {}
-    run(args.path, results, args.operator)
-    report = {**results, "command": "python -m benchmarks._scale_s3 " + " ".join(argv), "machine": machine()}
+    runs = []
+    for path in args.paths:
+        results: dict[str, Any] = {}
+        run(path, results, args.operator)
+        s = results["s3"]
+        runs.append(s)
+        print(json.dumps({k: s[k] for k in ("snapshot", "operator", "snapshot_bytes", "operator_state_bytes",
+                                             "cold_fetched_over_operator_state",
+                                             "question_fetched_over_operator_state", "cold_over_raw_wall")}))
+        print(f"cold: {s['cold']}\nwarm: {s['warm_cache']}\nraw: {s['raw_read_same_files']}")
+    report = {"runs": runs, "command": "python -m benchmarks._scale_s3 " + " ".join(map(str, argv)),
+              "machine": machine()}
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    s = results["s3"]
-    print(json.dumps({k: s[k] for k in ("operator", "snapshot_bytes", "operator_state_bytes",
-                                         "cold_fetched_over_operator_state", "question_fetched_over_operator_state",
-                                         "cold_over_raw_wall")}))
-    print(f"cold: {s['cold']}\nwarm: {s['warm_cache']}\nraw: {s['raw_read_same_files']}")
     return 0
 
 
