@@ -98,7 +98,11 @@ def _open_store(scheme: str, u, opts: dict[str, Any], cache: FileCache | None) -
         kw = s3_options(opts)
         fs = _filesystem(("s3", _freeze(kw)), lambda: pafs.S3FileSystem(**kw))
         sid = f"s3|{kw.get('scheme', 'https')}://{kw.get('endpoint_override', 'aws')}|{kw.get('access_key', '')}"
-        return Store(fs, sid, lambda k: f"s3://{k}", cache)
+        hint = None if "access_key" in kw or kw.get("anonymous") else (
+            "no S3 credentials were found in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or in "
+            "the profile's ~/.aws/credentials and ~/.aws/config (AWS_PROFILE), so the request went out as the "
+            "AWS SDK's own chain left it (instance role, SSO, or unsigned); expected credentials that may read it")
+        return Store(fs, sid, lambda k: f"s3://{k}", cache, hint)
     if scheme in ("gs", "gcs"):
         fs = _filesystem(("gs", _freeze(opts)), lambda: pafs.GcsFileSystem(**opts))
         return Store(fs, f"gs|{opts.get('endpoint_override', 'google')}", lambda k: f"gs://{k}", cache)

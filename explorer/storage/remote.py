@@ -99,8 +99,9 @@ _UNREACHABLE = ("couldn't connect", "could not connect", "connection refused", "
                 "network", "resolve host", "unreachable")
 
 
-def storage_error(exc: BaseException, url: str, what: str = "reading") -> StateExplorerError:
-    """The :class:`StateExplorerError` a store's failure becomes, naming the URL."""
+def storage_error(exc: BaseException, url: str, what: str = "reading", hint: str | None = None) -> StateExplorerError:
+    """The :class:`StateExplorerError` a store's failure becomes, naming the URL (``hint``: what else to
+    say about a failure of no known kind, e.g. that no credentials were found)."""
     if isinstance(exc, StateExplorerError):
         return exc
     text = str(exc).strip()
@@ -117,7 +118,7 @@ def storage_error(exc: BaseException, url: str, what: str = "reading") -> StateE
         err = StorageError(f"{url}: cannot reach the store while {what} ({found}); expected a reachable endpoint "
                            "(AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3, AWS_REGION, or storage_options=)")
     else:
-        err = StorageError(f"{url}: the store failed while {what} ({found})")
+        err = StorageError(f"{url}: the store failed while {what} ({found})" + (f"; {hint}" if hint else ""))
     err.__cause__ = exc
     return err
 
@@ -129,8 +130,9 @@ class Store:
     hold (listed once), the cache it fetches into, and what fetching cost."""
 
     def __init__(self, fs: pafs.FileSystem, store_id: str, url_of: Callable[[str], str],
-                 cache: FileCache | None = None) -> None:
+                 cache: FileCache | None = None, hint: str | None = None) -> None:
         self.fs = fs
+        self.hint = hint
         self.store_id = store_id
         self.url_of = url_of
         self._cache = cache
@@ -152,7 +154,7 @@ class Store:
         except StateExplorerError:
             raise
         except (OSError, pa.ArrowException) as exc:
-            raise storage_error(exc, self.url_of(key), what) from exc
+            raise storage_error(exc, self.url_of(key), what, self.hint) from exc
 
     # -- listing ----------------------------------------------------------------------------
     def list(self, key: str, asked: str | None = None) -> list[pafs.FileInfo]:

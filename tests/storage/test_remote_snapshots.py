@@ -139,7 +139,7 @@ def test_changed_remote_object_is_fetched_again(s3):
     assert fetch_stats()["files_fetched"] > 0
 
 
-def test_missing_bucket_object_and_bad_credentials_are_clean_errors(s3, monkeypatch):
+def test_missing_bucket_object_and_bad_credentials_are_clean_errors(s3, monkeypatch, tmp_path):
     s3.bucket("present")
     with pytest.raises(SnapshotNotFoundError, match="s3://no-such-bucket-here/x"):
         explorer.open("s3://no-such-bucket-here/x")
@@ -151,6 +151,13 @@ def test_missing_bucket_object_and_bad_credentials_are_clean_errors(s3, monkeypa
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     with enable_iam_authentication():
         with pytest.raises(StorageError, match=r"s3://present/snap.*credentials"):
+            explorer.open("s3://present/snap")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # none at all: not in the environment nor files
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    with enable_iam_authentication():
+        with pytest.raises(StorageError, match=r"s3://present/snap.*no S3 credentials were found"):
             explorer.open("s3://present/snap")
 
 
