@@ -170,3 +170,17 @@ def test_list_remote_snapshots(s3):
     assert len(remote) == len(here) >= 3
     pd.testing.assert_frame_equal(remote[cols], here[cols])
     assert all(p.startswith(f"s3://snapshots/{prefix}/") for p in remote["path"])
+
+
+def test_report_and_dashboard_data_of_a_remote_checkpoint_directory(s3, tmp_path):
+    """What takes a path besides explorer.open: the CLI's ls, inspect and report, and the dashboards' data."""
+    from explorer.cli import main
+    from widgets._data import SnapshotData
+
+    url = s3.upload(SAMPLES / "url_counts/checkpoints", "snapshots", f"report-{next(_n)}")
+    assert main(["ls", url]) == 0
+    assert main(["report", url, "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert f"Checkpoint history of {url}" in page and "Diff from chk-4 to chk-5" in page
+    data = SnapshotData.from_any(url)
+    assert str(data.checkpoint_dir) == url and data.snapshot.path.name == "chk-5"
