@@ -184,3 +184,23 @@ def test_report_and_dashboard_data_of_a_remote_checkpoint_directory(s3, tmp_path
     assert f"Checkpoint history of {url}" in page and "Diff from chk-4 to chk-5" in page
     data = SnapshotData.from_any(url)
     assert str(data.checkpoint_dir) == url and data.snapshot.path.name == "chk-5"
+
+
+@pytest.mark.parametrize("rel", ["flink/heap-canonical-savepoint", "flink/heap-checkpoint-compressed",
+                                 "flink/heap-native-savepoint"])
+def test_flink_key_group_question_reads_only_those_key_groups(s3, rel):
+    """Flink's key-group offsets: a question about some key groups fetches their spans of the state files."""
+    local = SAMPLES / rel
+    url = s3.upload(local, "snapshots", f"kg-{next(_n)}")
+    here = explorer.open(local)
+    rows = here.keyed_state()
+    kgs = sorted(set(rows["key_group"]))[:3]
+    want = here.keyed_state(key_groups=kgs)
+    snap = explorer.open(url)
+    reset_fetch_stats()
+    got = snap.keyed_state(key_groups=kgs)
+    stats = fetch_stats()
+    pd.testing.assert_frame_equal(got.astype(str).sort_values(list(got.columns), ignore_index=True),
+                                  want.astype(str).sort_values(list(want.columns), ignore_index=True))
+    state_bytes = sum(f.stat().st_size for f in local.rglob("*") if f.is_file() and f.name != "_metadata")
+    assert len(want) and stats["ranged_reads"] > 0 and stats["bytes_fetched"] < state_bytes / 2, (stats, state_bytes)

@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlparse
 
 from ...errors import FlinkFormatError, SnapshotCorruptError, UnsafePathError
 from ...storage import StoragePath
+from .fullformat import key_group_spans
 
 
 @dataclass
@@ -189,6 +190,38 @@ class HandleResolver:
                 f"{path}: found {len(data)} bytes, the metadata expects {handle.size} (file truncated?)"
             )
         return data
+
+    def read_key_groups(self, handle: StreamHandle, offsets: list[int], first_kg: int, header_end: int,
+                        key_groups: frozenset[int] | None) -> bytes:
+        """The bytes of a key-groups stream as :meth:`read` gives them; but for a file on a remote store not
+        in the local cache and a query of some key groups, only the header, the first key group (a layout
+        trial decodes it) and the spans of ``key_groups`` are fetched, by range, in a buffer of the stream's
+        length whose other bytes are zero (never decoded: the caller decodes the spans of ``key_groups``)."""
+        if key_groups is None or handle.kind not in ("file", "relative") or handle.size <= 0:
+            return self.read(handle)
+        path = self.local_path(handle)
+        if not isinstance(path, StoragePath) or path.store.cached(path.key) is not None:
+            return self.read(handle)
+        spans = key_group_spans(offsets, first_kg, header_end, handle.size)
+        ranges = sorted([(0, header_end)] + [(b, e) for i, (kg, b, e) in enumerate(spans) if i == 0 or kg in key_groups])
+        merged: list[list[int]] = []
+        for b, e in ranges:
+            if merged and b <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([b, e])
+        if sum(e - b for b, e in merged) > handle.size // 2:
+            return self.read(handle)  # most of it: fetch it whole, into the cache
+        buf = bytearray(handle.size)
+        with path.open("rb") as f:
+            for b, e in merged:
+                f.seek(b)
+                chunk = f.read(e - b)
+                if len(chunk) < e - b:
+                    raise SnapshotCorruptError(f"{path}: found {b + len(chunk)} bytes, the metadata expects "
+                                               f"{handle.size} (file truncated?)")
+                buf[b:e] = chunk
+        return bytes(buf)
 
     def _read_segment(self, handle: StreamHandle, path: Path, limit: int | None) -> bytes:
         """The bytes of one segment of a shared file (``limit``: only its first bytes)."""

@@ -446,7 +446,7 @@ class FlinkSnapshotReader(SnapshotReader):
         if key in self._layouts:
             return self._layouts[key]
         header = self._header(op, st)
-        data = self.resolver.read(h.stream)
+        data = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, frozenset())  # (its first span)
         spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
         layout = "full"
         # the heap stream writes every key group and every state; try it on the first one
@@ -563,7 +563,7 @@ class FlinkSnapshotReader(SnapshotReader):
             elif isinstance(h, IncrementalHandle):
                 yield from self._rocksdb_pieces(op, st, h, header, wanted, query, where)
             else:
-                data = self.resolver.read(h.stream)
+                data = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, kgs)
                 spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
                 if kgs is not None:
                     spans = [s for s in spans if s[0] in kgs]
