@@ -37,7 +37,11 @@ __all__ = ["READERS", "AnalysisCache", "Snapshot", "checkpoints_in", "open"]
 
 
 def open(path: str | Path, **options: Any) -> "Snapshot":  # noqa: A001 - the public name
-    """Open a checkpoint, savepoint or checkpoint directory (the newest complete checkpoint)."""
+    """Open a checkpoint, savepoint or checkpoint directory (the newest complete checkpoint).
+
+    ``path`` is local or a URL of a remote store (``s3://``, ``gs://``, ``hdfs://``, ``abfs://``), whose
+    files are fetched as questions need them into a local cache (``cache_dir=``, ``cache_max_bytes=``;
+    ``storage_options=`` for the filesystem; see :mod:`explorer.storage`)."""
     return Snapshot(reader_for(path, **options))
 
 

@@ -204,3 +204,24 @@ def test_flink_key_group_question_reads_only_those_key_groups(s3, rel):
                                   want.astype(str).sort_values(list(want.columns), ignore_index=True))
     state_bytes = sum(f.stat().st_size for f in local.rglob("*") if f.is_file() and f.name != "_metadata")
     assert len(want) and stats["ranged_reads"] > 0 and stats["bytes_fetched"] < state_bytes / 2, (stats, state_bytes)
+
+
+def test_settings_from_a_profile_and_from_arguments(s3, monkeypatch, tmp_path):
+    """The endpoint and keys from a profile in the AWS config files; or given to explorer.open itself,
+    with a cache folder of the caller's choosing."""
+    local = SAMPLES / "url_counts/savepoint-heap"
+    url = s3.upload(local, "snapshots", f"profile-{next(_n)}")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION"):
+        monkeypatch.delenv(name)
+    (tmp_path / "credentials").write_text("[bench]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
+    (tmp_path / "config").write_text(f"[profile bench]\nregion = us-east-1\ns3 =\n    endpoint_url = {s3.endpoint}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "bench")
+    pd.testing.assert_frame_equal(_frame(explorer.open(url)), _frame(explorer.open(local)))
+    monkeypatch.delenv("AWS_PROFILE")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    snap = explorer.open(url, storage_options={"endpoint_url": s3.endpoint, "access_key": "testing",
+                                               "secret_key": "testing"}, cache_dir=tmp_path / "mine")
+    pd.testing.assert_frame_equal(_frame(snap), _frame(explorer.open(local)))
+    assert len(list((tmp_path / "mine" / "objects").glob("*/*.json"))) >= 2
