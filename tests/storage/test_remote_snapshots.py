@@ -225,3 +225,21 @@ def test_settings_from_a_profile_and_from_arguments(s3, monkeypatch, tmp_path):
                                                "secret_key": "testing"}, cache_dir=tmp_path / "mine")
     pd.testing.assert_frame_equal(_frame(snap), _frame(explorer.open(local)))
     assert len(list((tmp_path / "mine" / "objects").glob("*/*.json"))) >= 2
+
+
+def test_flink_job_directory_opens_the_newest_complete_checkpoint(s3, tmp_path):
+    """A chk-N being written (no _metadata yet) is skipped as Flink skips it, with a note; ls shows it."""
+    import shutil
+
+    job = tmp_path / "3f1c0e7d8f3a4a0e9c2d1f0a6b7c8d9e"
+    shutil.copytree(SAMPLES / "flink/rocksdb-incremental-checkpoint", job)
+    (job / "chk-9").mkdir()
+    (job / "chk-9" / "a-state-file").write_bytes(b"\0" * 100)
+    url = s3.upload(job, "snapshots", f"job-{next(_n)}/{job.name}")
+    for where in (job, url):
+        with pytest.warns(UserWarning, match="opened chk-8"):
+            snap = explorer.open(where)
+        assert snap.checkpoint_id == 8 and snap.path.name == "chk-8"
+        assert "chk-9 (no complete _metadata" in snap.notes[0]
+        listed = explorer.list(where)
+        assert listed[["id", "complete"]].values.tolist() == [[8, True], [9, False]]
