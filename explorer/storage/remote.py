@@ -26,6 +26,7 @@ hit is counted in its :class:`FetchStats` and in the process-wide totals
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import io
 import os
@@ -33,7 +34,7 @@ import posixpath
 import shutil
 import tempfile
 import threading
-import atexit
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, Callable, Iterator
@@ -65,7 +66,8 @@ class FetchStats:
         with _STATS_LOCK:
             for k, v in kw.items():
                 setattr(self, k, getattr(self, k) + v)
-                setattr(TOTALS, k, getattr(TOTALS, k) + v) if self is not TOTALS else None
+                if self is not TOTALS:
+                    setattr(TOTALS, k, getattr(TOTALS, k) + v)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -267,12 +269,10 @@ class Store:
         return RangedFile(nf, self, self.url_of(key))
 
 
-_POOLS: dict[int, Any] = {}
+_POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
-def _prefetch_pool(workers: int):
-    from concurrent.futures import ThreadPoolExecutor
-
+def _prefetch_pool(workers: int) -> ThreadPoolExecutor:
     with _STATS_LOCK:
         if workers not in _POOLS:
             _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="storage-prefetch")
