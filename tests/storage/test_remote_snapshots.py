@@ -6,6 +6,7 @@ is fetched again; missing buckets, objects and bad credentials are clean errors 
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -243,3 +244,27 @@ def test_flink_job_directory_opens_the_newest_complete_checkpoint(s3, tmp_path):
         assert "chk-9 (no complete _metadata" in snap.notes[0]
         listed = explorer.list(where)
         assert listed[["id", "complete"]].values.tolist() == [[8, True], [9, False]]
+
+
+@pytest.mark.parametrize("rel", ["flink/rocksdb-native-savepoint", "flink/rocksdb-incremental-checkpoint"])
+def test_flink_rocksdb_state_question_fetches_only_that_states_sst_files(s3, monkeypatch, rel):
+    """Each state is a column family with SST files of its own: the files' tails (properties block,
+    metaindex, footer; read by range) say whose they are, and only the asked state's are fetched."""
+    from explorer.readers.flink import handles
+
+    monkeypatch.setattr(handles, "SST_TAIL", 2 << 10)  # the samples' SST files are small
+    local = SAMPLES / rel
+    here = explorer.open(local)
+    op = here.states.groupby("operator").size().idxmax()
+    counts = here.keyed_state(operator=op).groupby("state").size()
+    state = counts.idxmin()
+    url = s3.upload(local, "snapshots", f"cf-{next(_n)}")
+    reset_fetch_stats()
+    got = explorer.open(url).keyed_state(operator=op, state=state)
+    one = fetch_stats()["bytes_fetched"]
+    monkeypatch.setenv("STATE_EXPLORER_CACHE_DIR", str(Path(os.environ["STATE_EXPLORER_CACHE_DIR"]) / "other"))
+    reset_fetch_stats()
+    explorer.open(url).keyed_state(operator=op)
+    whole = fetch_stats()["bytes_fetched"]
+    pd.testing.assert_frame_equal(got.astype(str), here.keyed_state(operator=op, state=state).astype(str))
+    assert len(got) and one < whole, (one, whole)

@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlparse
 
 from ...errors import FlinkFormatError, SnapshotCorruptError, UnsafePathError
 from ...storage import StoragePath
+from ...format.sst.file import SstError, SstFile
 from .fullformat import key_group_spans
 
 
@@ -112,6 +113,8 @@ class OperatorStreamHandle:
 
 
 _ANCHORS = ("shared", "taskowned")
+#: bytes read from the end of a remote SST file to learn its column family (:meth:`HandleResolver.sst_column_family`)
+SST_TAIL = 16 << 10
 
 
 class HandleResolver:
@@ -222,6 +225,30 @@ class HandleResolver:
                                                f"{handle.size} (file truncated?)")
                 buf[b:e] = chunk
         return bytes(buf)
+
+    def sst_column_family(self, handle: StreamHandle) -> str | None:
+        """The column family (Flink: the state) of an SST file on a remote store not in the local cache,
+        from its last :data:`SST_TAIL` bytes, fetched by range (RocksDB writes the properties block, the
+        metaindex and the footer last); None when that does not tell (a local, cached or inline file, a
+        segment, a file under four tails long, a properties block further in): then it is read whole."""
+        if handle.kind not in ("file", "relative"):
+            return None
+        path = self.local_path(handle)
+        if not isinstance(path, StoragePath) or path.store.cached(path.key) is not None:
+            return None
+        size = path.stat().st_size
+        n = SST_TAIL
+        if size <= 4 * n:
+            return None
+        with path.open("rb") as f:
+            f.seek(size - n)
+            data = f.read(n)
+        buf = bytearray(size)  # zeros before the tail: a block there fails its checksum, never decodes
+        buf[size - n:] = data
+        try:
+            return SstFile(bytes(buf), str(path)).column_family or "default"
+        except (SstError, ValueError, IndexError):
+            return None
 
     def _read_segment(self, handle: StreamHandle, path: Path, limit: int | None) -> bytes:
         """The bytes of one segment of a shared file (``limit``: only its first bytes)."""

@@ -611,8 +611,11 @@ class FlinkSnapshotReader(SnapshotReader):
         """
         kgs = query.key_groups
         # each SST file named by its RocksDB name and, when it is a file of its own, where it is stored
+        # (on a remote store, a file whose column family is another state's is not fetched)
+        names = {header.states[sid].name for sid in wanted} if len(wanted) < len(header.states) else None
         files = [(local if sh.kind == "bytes" else f"{local} ({self.resolver.local_path(sh)})", self.resolver.read(sh))
-                 for local, sh in h.shared + h.private if local.endswith(".sst")]
+                 for local, sh in h.shared + h.private if local.endswith(".sst")
+                 and (names is None or self.resolver.sst_column_family(sh) in (None, *names))]
         try:
             by_cf, stats = sstvec.column_families(files)
         except ValueError as exc:
