@@ -97,6 +97,7 @@ _DENIED = ("access_denied", "accessdenied", "access denied", "invalidaccesskeyid
            "http response code: 403", "expiredtoken", "credentials", "unauthorized", "http response code: 401")
 _MISSING = ("nosuchbucket", "bucket does not exist", "nosuchkey", "not found", "no such", "does not exist",
             "http response code: 404")
+_CLIENT = ("libjvm", "libhdfs", "java_home", "hadoop_home", "unable to load lib")
 _UNREACHABLE = ("couldn't connect", "could not connect", "connection refused", "curl error", "timed out",
                 "network", "resolve host", "unreachable")
 
@@ -109,8 +110,12 @@ def storage_error(exc: BaseException, url: str, what: str = "reading", hint: str
     text = str(exc).strip()
     low = text.lower()
     found = f"{type(exc).__name__}: {text[:300]}"
-    if any(s in low for s in _DENIED):
+    if any(s in low for s in _CLIENT):
         err: StateExplorerError = StorageError(
+            f"{url}: the store's client library could not be loaded while {what} ({found}); expected, for "
+            "hdfs://, libhdfs and a JVM (JAVA_HOME, HADOOP_HOME, CLASSPATH as `hadoop classpath --glob` prints it)")
+    elif any(s in low for s in _DENIED):
+        err = StorageError(
             f"{url}: the store refused access while {what} ({found}); expected credentials that may read it "
             "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws/credentials, or storage_options=)")
     elif isinstance(exc, FileNotFoundError) or any(s in low for s in _MISSING):
