@@ -53,12 +53,16 @@ class S3Server:
 
     def upload(self, folder: Path, bucket: str, prefix: str) -> str:
         """Every file under ``folder`` to ``s3://bucket/prefix/...``; returns that URL."""
+        from boto3.s3.transfer import TransferConfig
+
+        # one PUT per file up to 4 GiB: moto joins the parts of a multipart upload in memory
+        single = TransferConfig(multipart_threshold=4 << 30, max_concurrency=2)
         self.bucket(bucket)
         folder = Path(folder)
         for f in sorted(folder.rglob("*")):
             if f.is_file():
                 key = f"{prefix}/{f.relative_to(folder).as_posix()}"
-                self.client.upload_file(str(f), bucket, key)
+                self.client.upload_file(str(f), bucket, key, Config=single)
         return f"s3://{bucket}/{prefix}"
 
     def stop(self) -> None:
