@@ -16,6 +16,7 @@ from .errors import (
     StateExplorerError,
 )
 from .analysis import changes, diff, history
+from .catalog import list_snapshots as list  # noqa: A004 - explorer.list(path), the public name
 from .keygroups import assign_to_key_group, compute_default_max_parallelism
 from .readers.base import CONTRACT_COLUMNS
 from .snapshot import Snapshot, open
@@ -36,6 +37,7 @@ __all__ = [
     "diff",
     "errors",
     "history",
+    "list",
     "load_ipython_extension",
     "open",
 ]

@@ -33,6 +33,7 @@ from .format.snapshot import read_metadata
 from .pipelines import PIPELINES
 from .plots.format import human_bytes as _human_bytes
 from .report import build_report, summary_text
+from .catalog import list_snapshots
 from .snapshot import open as open_snapshot
 from .spark.demo import run_spark_demo
 
@@ -284,6 +285,22 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_ls(args) -> int:
+    df = list_snapshots(args.path)
+    if df.empty:
+        print(f"{args.path}: no checkpoints or savepoints found")
+        return 0
+    out = df.copy()
+    out["size"] = [_human_bytes(int(b)) for b in out["size_bytes"]]
+    out["time"] = [t.strftime("%Y-%m-%d %H:%M:%S") if pd.notna(t) else "-" for t in out["time"]]
+    out["complete"] = ["yes" if c else "NO" for c in out["complete"]]
+    cols = ["id", "kind", "format", "time", "size", "files", "complete", "path"]
+    print(out[cols].fillna("-").to_string(index=False))
+    for _, r in df[df["note"].notna()].iterrows():
+        print(f"note: {r['path']}: {r['note']}")
+    return 0
+
+
 def cmd_report(args) -> int:
     snap = open_for_cli(args.path, args.ttl, args.uids)
     history_dir = Path(args.path) if Path(args.path).is_dir() and not (Path(args.path) / "_metadata").exists() else None
@@ -356,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="put plotly.js in the page (one file that opens anywhere) instead of one shared copy beside it")
     _snapshot_options(rp)
     rp.set_defaults(fn=cmd_report)
+    ls = sub.add_parser("ls", help="list the checkpoints and savepoints under a path (local, s3://, gs://, ...)")
+    ls.add_argument("path", help="a folder: a job's checkpoint directory, a folder of savepoints, a bucket prefix")
+    ls.set_defaults(fn=cmd_ls)
     lst = sub.add_parser("list", help="list the example pipelines")
     lst.set_defaults(fn=cmd_list)
     return ap

@@ -20,6 +20,8 @@
     ├── RestoreError                a snapshot that does not fit the job restoring it
     │   └── StateMigrationError     renamed descriptor, changed kind, type or TTL
     ├── ReaderError                 a foreign format (Spark, Flink) we could not read
+    ├── StorageError                a remote store (S3, GCS, HDFS, Azure) or the local cache of its
+    │                               files refused, could not be reached, or failed
     └── AnalysisError               an analysis asked of data that cannot answer it
 
 Messages name the path or state, what was found and what was expected.
@@ -98,6 +100,10 @@ class StateMigrationError(RestoreError):
 
 class ReaderError(StateExplorerError):
     """A foreign snapshot format (Spark, Flink) could not be read."""
+
+
+class StorageError(StateExplorerError):
+    """A remote store refused access, could not be reached or failed; or the local cache of its files did."""
 
 
 class AnalysisError(StateExplorerError, ValueError):

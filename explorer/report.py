@@ -18,6 +18,7 @@ from plotly.offline import get_plotlyjs
 
 from . import analysis, plots
 from .plots import format as fmt
+from .storage import as_path
 from .stored import checkpoints_in, open_stored
 
 _CSS = """
@@ -337,7 +338,7 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
             fig(parts, plots.ttl_timeline(tl, operator=op))
         if len(tl):
             parts.append(_table(analysis.expired_not_cleaned(snap)))
-    hist_dir = Path(history_dir) if history_dir is not None else _checkpoint_dir_of(snap)
+    hist_dir = as_path(history_dir) if history_dir is not None else _checkpoint_dir_of(snap)
     if hist_dir is not None:
         chks = checkpoints_in(hist_dir)
         if len(chks) >= 2:
@@ -349,10 +350,10 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
             if len(ug):
                 parts.append(_table(ug))
             ids = [c.name for c in chks]
-            here = Path(snap.path).name
+            here = snap.path.name
             prev = chks[ids.index(here) - 1] if here in ids and ids.index(here) > 0 else chks[-2]
             cur = snap if here in ids else open_stored(chks[-1])
-            parts = section(f"Diff from {prev.name} to {Path(cur.path).name}")
+            parts = section(f"Diff from {prev.name} to {cur.path.name}")
             d = analysis.diff(open_stored(prev), cur)
             fig(parts, plots.diff_waterfall(d))
             parts.append(_table(analysis.diff_summary(d)))
@@ -381,7 +382,7 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
 
 
 def _checkpoint_dir_of(snap: Any) -> Path | None:
-    p = Path(snap.path)
+    p = as_path(snap.path)
     if p.name.startswith("chk-"):
         return p.parent
     return None

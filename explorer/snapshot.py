@@ -39,6 +39,10 @@ __all__ = ["READERS", "AnalysisCache", "Snapshot", "checkpoints_in", "open"]
 def open(path: str | Path, memory_budget: int | str | None = None, **options: Any) -> "Snapshot":  # noqa: A001
     """Open a checkpoint, savepoint or checkpoint directory (the newest complete checkpoint).
 
+    ``path`` is local or a URL of a remote store (``s3://``, ``gs://``, ``hdfs://``, ``abfs://``), whose
+    files are fetched as questions need them into a local cache (``cache_dir=``, ``cache_max_bytes=``;
+    ``storage_options=`` for the filesystem; see :mod:`explorer.storage`).
+
     ``memory_budget`` (bytes, or a size such as ``"2GB"``; default half the memory available
     now) bounds what an analysis holds at once: past it, analyses stream over key-group ranges
     (same answers) and ``keyed_state()`` asks for a filter, a page or a stream

@@ -43,6 +43,7 @@ from .readers.base import (
     struct_to_tuple,
 )
 from .readers.engine import EngineSnapshotReader
+from .storage import FileCache, StoragePath, as_path
 
 _CHK = re.compile(r"^chk-(\d+)$")
 
@@ -50,7 +51,8 @@ _CHK = re.compile(r"^chk-(\d+)$")
 READERS: list[type[SnapshotReader]] = [EngineSnapshotReader]
 
 
-def _register_optional_readers() -> None:
+def register_optional_readers() -> None:
+    """Add the Flink and Spark readers to :data:`READERS` (imported at the first open, not with `explorer`)."""
     try:  # the Flink reader (pure Python)
         from .readers.flink import FlinkSnapshotReader  # type: ignore[attr-defined]
 
@@ -61,6 +63,8 @@ def _register_optional_readers() -> None:
     try:  # Spark checkpoints (needs a SparkSession only when read)
         from .readers.spark import SparkCheckpointReader  # type: ignore[attr-defined]
 
+        global _SPARK
+        _SPARK = SparkCheckpointReader
         if SparkCheckpointReader not in READERS:
             READERS.append(SparkCheckpointReader)
     except ImportError:  # pragma: no cover
@@ -71,7 +75,7 @@ def _readers_lazily() -> Iterator[type[SnapshotReader]]:
     """:data:`READERS` in order; the optional ones (Flink's, Spark's) registered, and so imported, only when
     the ones before them did not recognise the path (an engine snapshot opens without importing them)."""
     yield from list(READERS)
-    _register_optional_readers()
+    register_optional_readers()
     yield from list(READERS)
 
 
@@ -83,7 +87,7 @@ def checkpoints_in(directory: Path) -> list[Path]:
     """
     found = []
     try:
-        entries = list(Path(directory).iterdir())
+        entries = list(as_path(directory).iterdir())
     except FileNotFoundError as exc:
         raise SnapshotNotFoundError(f"{directory}: vanished while listing its chk-N folders") from exc
     for p in entries:
@@ -99,21 +103,39 @@ def checkpoints_in(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _newest_checkpoint(directory: Path, **options: Any) -> SnapshotReader | None:
-    """The reader of the newest ``chk-N`` of ``directory`` that opens; a newer one passed over
-    (no ``_metadata`` yet, or damaged) is said in a note of the reader and a warning."""
+def _chk_folders(directory: Any) -> list[tuple[int, Any]]:
+    """``(N, folder)`` of the ``chk-N`` folders of ``directory``, newest first."""
     chks = []
     for p in directory.iterdir():
         m = _CHK.match(p.name)
         if m:
             chks.append((int(m.group(1)), p))
+    return sorted(chks, key=lambda t: t[0], reverse=True)
+
+
+def _detect(reader_cls: type[SnapshotReader], p: Any) -> bool:
+    try:
+        return bool(reader_cls.detect(p))
+    except Exception as exc:  # noqa: BLE001 - the error boundary of detection
+        err = convert_failure(exc, p, what="detecting the format of")
+        if err is exc:
+            raise
+        raise err from exc
+
+
+def _newest_checkpoint(directory: Any, **options: Any) -> SnapshotReader | None:
+    """The reader of the newest ``chk-N`` of ``directory`` that opens, whatever its format (the engine's,
+    Flink's: a job's checkpoint directory of ``chk-N``, ``shared/``, ``taskowned/``), as the engines pick
+    the checkpoint to restore; a newer one passed over (no ``_metadata`` yet: being written or aborted;
+    or damaged) is said in a note of the reader and a warning."""
     passed: list[str] = []
-    for n, p in sorted(chks, reverse=True):
+    for n, p in _chk_folders(directory):
         try:
-            if not EngineSnapshotReader.detect(p):
+            cls = next((c for c in READERS if c is not _SPARK and _detect(c, p)), None)
+            if cls is None:
                 passed.append(f"chk-{n} (no complete _metadata: being written, aborted or not a snapshot)")
                 continue
-            reader = EngineSnapshotReader(p, **options)
+            reader = cls(p, **options)
         except FileNotFoundError:
             passed.append(f"chk-{n} (vanished while opening it: removed by the job's retention?)")
             continue
@@ -132,33 +154,42 @@ def _newest_checkpoint(directory: Path, **options: Any) -> SnapshotReader | None
     return None
 
 
-def reader_for(path: str | Path, **options: Any) -> SnapshotReader:
+_SPARK: type | None = None  # the Spark reader once registered (it reads local folders only)
+
+
+def reader_for(path: str | Path, storage_options: dict[str, Any] | None = None,
+               cache_dir: str | Path | None = None, cache_max_bytes: int | str | None = None,
+               **options: Any) -> SnapshotReader:
     """The reader of a checkpoint, savepoint or checkpoint directory (its newest complete checkpoint).
 
+    ``path``: a local path or a URL of a remote store (``s3://``, ``gs://``, ``hdfs://``,
+    ``abfs://``; :mod:`explorer.storage`), whose files are fetched when first read into a local
+    cache (``cache_dir``, ``cache_max_bytes``; ``storage_options`` for the filesystem).
     For a checkpoint directory, a newer ``chk-N`` that does not open is never passed over
     silently: the reader's notes and a warning say which one was opened and why.
     """
-    p = Path(path)
+    cache = FileCache(cache_dir, cache_max_bytes) if (cache_dir is not None or cache_max_bytes is not None) else None
+    p = as_path(path, storage_options, cache)
     if not p.exists():
         raise SnapshotNotFoundError(f"{p}: no such file or directory; expected a checkpoint or savepoint folder")
+    if p.is_dir() and not (p / "_metadata").exists() and any(True for _ in _chk_folders(p)):
+        register_optional_readers()  # a job's checkpoint directory may hold any format's chk-N
+        reader = _newest_checkpoint(p, **options)
+        if reader is not None:
+            return reader
     tried: set[type[SnapshotReader]] = set()
     for reader_cls in _readers_lazily():
         if reader_cls in tried:
             continue
         tried.add(reader_cls)
-        try:
-            found = reader_cls.detect(p)
-        except Exception as exc:  # noqa: BLE001 - the error boundary of detection
-            err = convert_failure(exc, p, what="detecting the format of")
-            if err is exc:
-                raise
-            raise err from exc
-        if found:
+        if _detect(reader_cls, p):
+            if isinstance(p, StoragePath) and reader_cls is _SPARK:
+                local = p.mirror()  # Spark's reader (and its JVM) reads a local folder
+                reader = reader_cls(local, **options)
+                reader.notes.insert(0, f"{p}: read from a local mirror of its files, {local} (each file fetched "
+                                       "once into the cache)")
+                return reader
             return reader_cls(p, **options)
-    if p.is_dir():
-        reader = _newest_checkpoint(p, **options)
-        if reader is not None:
-            return reader
     listing = sorted(x.name for x in p.iterdir())[:10] if p.is_dir() else [p.name]
     raise SnapshotNotFoundError(
         f"{p}: found {listing}, which is no snapshot State Explorer knows; expected an engine checkpoint or "

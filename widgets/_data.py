@@ -18,6 +18,7 @@ import pandas as pd
 from explorer.analysis import LOAD_COLUMNS, key_group_aggregates, key_stats
 from explorer.snapshot import Snapshot, checkpoints_in
 from explorer.snapshot import open as open_snapshot
+from explorer.storage import as_path
 
 #: the columns read once for every tab (never ``value``: the Keys tab reads values per key)
 COLUMNS = (*LOAD_COLUMNS, "last_access", "expires_at")
@@ -42,13 +43,13 @@ class SnapshotData:
         if isinstance(source, SnapshotData):
             return source
         if isinstance(source, Snapshot):
-            parent = Path(source.path).parent
+            parent = source.path.parent  # a pathlib.Path, or an explorer.storage.StoragePath (s3://...)
             return cls(source, parent if checkpoints_in(parent) else None)
-        p = Path(source)
+        p = as_path(source)
         if p.is_dir() and checkpoints_in(p):
             return cls(open_snapshot(p, **options), p)
         snap = open_snapshot(p, **options)
-        parent = Path(snap.path).parent
+        parent = snap.path.parent
         return cls(snap, parent if parent.is_dir() and checkpoints_in(parent) else None)
 
     # --- metadata -----------------------------------------------------------------------

@@ -30,7 +30,7 @@ class DiffTab(View):
         self._open: dict[str, Snapshot] = {str(data.snapshot.path): data.snapshot}
         options = [(p.name, str(p)) for p in checkpoints_in(data.checkpoint_dir)] if data.checkpoint_dir else []
         if str(data.snapshot.path) not in [v for _, v in options]:
-            options.append((f"opened: {Path(data.snapshot.path).name}", str(data.snapshot.path)))
+            options.append((f"opened: {data.snapshot.path.name}", str(data.snapshot.path)))
         if len(options) < 2:  # no figure made: each one costs the browser a plotly model
             self.children = [self.own(w.HTML(
                 "<i>Diff needs two checkpoints: open a checkpoint directory (a folder of chk-N), or call "

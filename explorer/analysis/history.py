@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
+from ..storage import StoragePath, as_path
 from ..stored import checkpoints_in, open_stored
 from . import _ranges
 from ._columns import cached_frame, state_rows
@@ -57,8 +58,8 @@ def _metadata_checkpoints(directory: Path) -> list[Path]:
 def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:
     if is_snapshot(source):
         return [source]
-    if isinstance(source, (str, Path)):
-        p = Path(source)
+    if isinstance(source, (str, Path, StoragePath)):
+        p = as_path(source)
         if not p.exists():
             raise AnalysisError(f"{p}: no such checkpoint directory")
         chks = (checkpoints_in(p) or _metadata_checkpoints(p)) if p.is_dir() else []

@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import SnapshotCorruptError, SnapshotFormatError, UnsafePathError
+from ..storage import as_path
 
 MAGIC = b"SXSNAP\r\n"
 FORMAT_VERSION = 1
@@ -77,9 +78,9 @@ def _fsync_dir(folder: Path) -> None:
 def read_metadata(folder: Path) -> dict[str, Any]:
     """Read and check ``_metadata`` of a snapshot folder (itself inside the folder once symlinks
     are resolved: a ``_metadata`` linking elsewhere is refused, never read)."""
-    path = Path(folder) / METADATA_FILE
+    path = as_path(folder) / METADATA_FILE
     real = path.resolve()
-    if path.is_symlink() and Path(folder).resolve() not in real.parents:
+    if path.is_symlink() and as_path(folder).resolve() not in real.parents:
         raise UnsafePathError(f"{path}: a symlink to {real}, outside the snapshot folder; expected the snapshot's "
                               "own _metadata")
     try:
@@ -133,10 +134,10 @@ def referenced_files(meta: dict[str, Any]) -> list[str]:
 
 
 def is_snapshot_folder(folder: Path) -> bool:
-    p = Path(folder) / METADATA_FILE
+    p = as_path(folder) / METADATA_FILE
     if not p.is_file():
         return False
-    with open(p, "rb") as f:
+    with p.open("rb") as f:
         return f.read(len(MAGIC)) == MAGIC
 
 
@@ -150,7 +151,7 @@ def resolve(folder: Path, relative: str) -> Path:
     """
     rel = PurePosixPath(relative)
     parts = rel.parts
-    folder = Path(folder)
+    folder = as_path(folder)
     if rel.is_absolute() or not parts:
         raise UnsafePathError(f"{folder}: metadata names path {relative!r}; expected a relative path inside the snapshot")
     if parts[0] == "..":

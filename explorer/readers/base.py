@@ -51,6 +51,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import ReaderError, SnapshotCorruptError, SnapshotFormatError, StateExplorerError
+from ..storage import as_path
 
 CONTRACT_COLUMNS: tuple[str, ...] = (
     "operator",
@@ -339,7 +340,7 @@ class SnapshotReader(ABC):
                 setattr(cls, name, _guard(name, fn))
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path = as_path(path)
         #: things the user should know (an unknown serializer, a skipped file)
         self.notes: list[str] = []
 

@@ -27,6 +27,7 @@ from ..format.snapshot import (
     resolve,
 )
 from ..keygroups import operator_indices_for_key_groups
+from ..storage import StoragePath, as_path
 from .base import (
     TUPLE_COLUMNS,
     TIMESTAMP,
@@ -65,15 +66,24 @@ class EngineSnapshotReader(SnapshotReader):
                 check_file_size(self.path, rel, entry)  # cheap; the digests are checked as files are read
 
     @contextmanager
-    def _reading(self, rel: str) -> Iterator[Path]:
+    def _reading(self, rel: str, ranged: bool = False) -> Iterator[Any]:
         """The path of the listed file ``rel`` while it is read: its SHA-256 is checked in a thread
-        at the same time (the first time only), and a mismatch wins over whatever the read raised."""
+        at the same time (the first time only), and a mismatch wins over whatever the read raised.
+
+        ``ranged``: only part of the file is wanted (some key groups' row groups); a remote file not
+        in the cache is then read by range (a pyarrow file) and its digest is checked once it is read whole."""
         entry = self._files.get(rel)
         if entry is None:
             raise SnapshotCorruptError(f"{self.path / '_metadata'}: names {rel!r}, which its files list does not; "
                                        "expected every data file listed (an unlisted file is never read)")
         path = resolve(self.path, rel)
         self.current_file = path
+        if ranged and isinstance(path, StoragePath) and path.store.cached(path.key) is None:
+            check_file_size(self.path, rel, entry)
+            with path.open_input() as f:
+                yield f
+            self.current_file = None
+            return
         check = None
         if self.verify and rel not in self._verified:
             check_file_size(self.path, rel, entry)
@@ -91,7 +101,7 @@ class EngineSnapshotReader(SnapshotReader):
 
     @classmethod
     def detect(cls, path: Path) -> bool:
-        return Path(path).is_dir() and is_snapshot_folder(Path(path))
+        return as_path(path).is_dir() and is_snapshot_folder(as_path(path))
 
     def info(self) -> SnapshotInfo:
         m = self.meta
@@ -219,6 +229,8 @@ class EngineSnapshotReader(SnapshotReader):
 
     def keyed_pieces(self, query: KeyedStateQuery) -> Iterator[pa.Table]:
         kgs = sorted(query.key_groups) if query.key_groups is not None else None
+        if isinstance(self.path, StoragePath) and kgs is None:
+            self.path.store.prefetch([resolve(self.path, rel).key for rel in self._files_for(query)])
         for o in self.meta["operators"]:
             if not o["keyed"] or not query.wants_operator(o["name"]):
                 continue
@@ -232,13 +244,13 @@ class EngineSnapshotReader(SnapshotReader):
                 for s in (sub["states"] if sub.get("state_format") != NATIVE_FORMAT else ()):
                     if not query.wants_state(s["name"]):
                         continue
-                    with self._reading(s["file"]) as f:
+                    with self._reading(s["file"], ranged=kgs is not None) as f:
                         t = read_parquet_key_groups(f, s["row_groups"], kgs)
                     if t.num_rows:
                         yield self._piece(o, s["name"], self._kind(o, s["name"]), t, s, maxp, p, query)
                 tm = sub.get("timers")
                 if tm and (query.states is None or {"event_timers", "processing_timers"} & set(query.states)):
-                    with self._reading(tm["file"]) as f:
+                    with self._reading(tm["file"], ranged=kgs is not None) as f:
                         t = read_parquet_key_groups(f, tm["row_groups"], kgs)
                     for dom, name in (("event_time", "event_timers"), ("processing_time", "processing_timers")):
                         if not query.wants_state(name):
@@ -246,6 +258,22 @@ class EngineSnapshotReader(SnapshotReader):
                         part = t.filter(pc.equal(t.column("domain"), dom))
                         if part.num_rows:
                             yield self._timer_piece(o, name, part, tm, maxp, p)
+
+    def _files_for(self, query: KeyedStateQuery) -> list[str]:
+        """The listed files :meth:`keyed_pieces` reads for ``query`` (all its key groups), in reading order."""
+        out: list[str] = []
+        timers = query.states is None or bool({"event_timers", "processing_timers"} & set(query.states))
+        for o in self.meta["operators"]:
+            if not o["keyed"] or not query.wants_operator(o["name"]):
+                continue
+            for sub in o["subtasks"]:
+                if sub.get("state_format") == NATIVE_FORMAT:
+                    out.extend(sub["native"]["files"].values())
+                    continue
+                out.extend(s["file"] for s in sub["states"] if query.wants_state(s["name"]))
+                if sub.get("timers") and timers:
+                    out.append(sub["timers"]["file"])
+        return out
 
     def _native_pieces(self, o, sub, kgs, maxp, p, query, chunk: int = 200_000) -> Iterator[pa.Table]:
         """Pieces of a subtask stored as RocksDB files (an incremental checkpoint): the files

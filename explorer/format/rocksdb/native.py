@@ -35,6 +35,7 @@ from ...errors import SnapshotFormatError
 from ..keyed import KeyGroupParquetWriter, rows_to_table, write_parquet_by_key_group
 from ..prefetch import prefetch
 from ..snapshot import resolve
+from ...storage import as_path
 from ..ttl import is_expired
 from ..states import StoredState
 from ..types import TypeInfo
@@ -255,7 +256,7 @@ class NativeFiles:
     """
 
     def __init__(self, folder: Path, native: dict[str, Any], scratch: Path | None = None) -> None:
-        self.folder = Path(folder)
+        self.folder = as_path(folder)
         self.native = native
         self.prefix_bytes = int(native["key_group_prefix_bytes"])
         self._tmp = tempfile.mkdtemp(prefix="state-explorer-native-", dir=scratch)

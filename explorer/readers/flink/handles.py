@@ -35,6 +35,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ...errors import FlinkFormatError, SnapshotCorruptError, UnsafePathError
+from ...storage import StoragePath
+from ...format.sst.file import SstError, SstFile
+from .fullformat import key_group_spans
 
 
 @dataclass
@@ -110,6 +113,8 @@ class OperatorStreamHandle:
 
 
 _ANCHORS = ("shared", "taskowned")
+#: bytes read from the end of a remote SST file to learn its column family (:meth:`HandleResolver.sst_column_family`)
+SST_TAIL = 16 << 10
 
 
 class HandleResolver:
@@ -128,7 +133,9 @@ class HandleResolver:
         if handle.kind not in ("file", "segment"):
             raise FlinkFormatError(f"{self.metadata_file}: a {handle.kind} handle names no file ({handle.name!r})")
         parsed = urlparse(handle.name)
-        raw = unquote(parsed.path) if parsed.scheme in ("", "file") else None
+        # a snapshot on a remote store names its files by their URLs (s3://bucket/.../shared/x)
+        local_scheme = parsed.scheme in ("", "file") or isinstance(self.exclusive_dir, StoragePath)
+        raw = unquote(parsed.path) if local_scheme else None
         if raw is None:
             raise UnsafePathError(
                 f"{self.metadata_file}: state file {handle.name!r} is on {parsed.scheme!r} storage; "
@@ -169,7 +176,7 @@ class HandleResolver:
             return self._read_segment(handle, path, limit)
         try:
             if limit is not None:
-                with open(path, "rb") as f:
+                with path.open("rb") as f:
                     data = f.read(limit)
                 if len(data) < limit:
                     raise SnapshotCorruptError(f"{path}: found {len(data)} bytes, expected at least {limit} "
@@ -187,11 +194,67 @@ class HandleResolver:
             )
         return data
 
+    def read_key_groups(self, handle: StreamHandle, offsets: list[int], first_kg: int, header_end: int,
+                        key_groups: frozenset[int] | None) -> bytes:
+        """The bytes of a key-groups stream as :meth:`read` gives them; but for a file on a remote store not
+        in the local cache and a query of some key groups, only the header, the first key group (a layout
+        trial decodes it) and the spans of ``key_groups`` are fetched, by range, in a buffer of the stream's
+        length whose other bytes are zero (never decoded: the caller decodes the spans of ``key_groups``)."""
+        if key_groups is None or handle.kind not in ("file", "relative") or handle.size <= 0:
+            return self.read(handle)
+        path = self.local_path(handle)
+        if not isinstance(path, StoragePath) or path.store.cached(path.key) is not None:
+            return self.read(handle)
+        spans = key_group_spans(offsets, first_kg, header_end, handle.size)
+        ranges = sorted([(0, header_end)] + [(b, e) for i, (kg, b, e) in enumerate(spans) if i == 0 or kg in key_groups])
+        merged: list[list[int]] = []
+        for b, e in ranges:
+            if merged and b <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([b, e])
+        if sum(e - b for b, e in merged) > handle.size // 2:
+            return self.read(handle)  # most of it: fetch it whole, into the cache
+        buf = bytearray(handle.size)
+        with path.open("rb") as f:
+            for b, e in merged:
+                f.seek(b)
+                chunk = f.read(e - b)
+                if len(chunk) < e - b:
+                    raise SnapshotCorruptError(f"{path}: found {b + len(chunk)} bytes, the metadata expects "
+                                               f"{handle.size} (file truncated?)")
+                buf[b:e] = chunk
+        return bytes(buf)
+
+    def sst_column_family(self, handle: StreamHandle) -> str | None:
+        """The column family (Flink: the state) of an SST file on a remote store not in the local cache,
+        from its last :data:`SST_TAIL` bytes, fetched by range (RocksDB writes the properties block, the
+        metaindex and the footer last); None when that does not tell (a local, cached or inline file, a
+        segment, a file under four tails long, a properties block further in): then it is read whole."""
+        if handle.kind not in ("file", "relative"):
+            return None
+        path = self.local_path(handle)
+        if not isinstance(path, StoragePath) or path.store.cached(path.key) is not None:
+            return None
+        size = path.stat().st_size
+        n = SST_TAIL
+        if size <= 4 * n:
+            return None
+        with path.open("rb") as f:
+            f.seek(size - n)
+            data = f.read(n)
+        buf = bytearray(size)  # zeros before the tail: a block there fails its checksum, never decodes
+        buf[size - n:] = data
+        try:
+            return SstFile(bytes(buf), str(path)).column_family or "default"
+        except (SstError, ValueError, IndexError):
+            return None
+
     def _read_segment(self, handle: StreamHandle, path: Path, limit: int | None) -> bytes:
         """The bytes of one segment of a shared file (``limit``: only its first bytes)."""
         want = handle.size if limit is None else min(limit, handle.size)
         try:
-            with open(path, "rb") as f:
+            with path.open("rb") as f:
                 f.seek(handle.offset)
                 data = f.read(want)
         except FileNotFoundError as exc:

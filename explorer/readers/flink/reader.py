@@ -60,6 +60,7 @@ from ...errors import (
     SnapshotNotFoundError,
     StateExplorerError,
 )
+from ...storage import as_path
 from ...format.sst import columns as sstvec
 from ...format.sst.instance import resolve
 from ...keygroups import assign_key_groups, key_groups_for_hash_codes, operator_indices_for_key_groups
@@ -99,7 +100,7 @@ _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 def find_metadata(path: Path) -> Path:
     """The ``_metadata`` file ``path`` stands for (see module doc)."""
-    path = Path(path)
+    path = as_path(path)
     if path.is_file():
         if path.name == "_metadata":
             return path
@@ -224,8 +225,8 @@ class FlinkSnapshotReader(SnapshotReader):
     @classmethod
     def detect(cls, path: Path) -> bool:
         try:
-            f = find_metadata(Path(path))
-            with open(f, "rb") as fh:
+            f = find_metadata(as_path(path))
+            with f.open("rb") as fh:
                 return int.from_bytes(fh.read(4), "big") == MAGIC
         except (SnapshotError, OSError):
             return False
@@ -468,7 +469,7 @@ class FlinkSnapshotReader(SnapshotReader):
         if key in self._layouts:
             return self._layouts[key]
         header = self._header(op, st)
-        data = self.resolver.read(h.stream)
+        data = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, frozenset())  # (its first span)
         spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
         layout = "full"
         # the heap stream writes every key group and every state; try it on the first one
@@ -680,7 +681,7 @@ class FlinkSnapshotReader(SnapshotReader):
             elif isinstance(h, IncrementalHandle):
                 yield from self._rocksdb_pieces(op, st, h, header, wanted, query, where)
             else:
-                data = self.resolver.read(h.stream)
+                data = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, kgs)
                 spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
                 if kgs is not None:
                     spans = [s for s in spans if s[0] in kgs]
@@ -730,8 +731,11 @@ class FlinkSnapshotReader(SnapshotReader):
         """
         kgs = query.key_groups
         # each SST file named by its RocksDB name and, when it is a file of its own, where it is stored
+        # (on a remote store, a file whose column family is another state's is not fetched)
+        names = {header.states[sid].name for sid in wanted} if len(wanted) < len(header.states) else None
         files = [(local if sh.kind == "bytes" else f"{local} ({self.resolver.local_path(sh)})", self.resolver.read(sh))
-                 for local, sh in h.shared + h.private if local.endswith(".sst")]
+                 for local, sh in h.shared + h.private if local.endswith(".sst")
+                 and (names is None or self.resolver.sst_column_family(sh) in (None, *names))]
         try:
             by_cf, stats = sstvec.column_families(files)
         except ValueError as exc:
