@@ -73,6 +73,7 @@ from .. import errors as errors_module
 from ..errors import ReaderError, StateExplorerError
 from ..readers.base import CONTRACT_COLUMNS, KeyedStateQuery, convert_failure
 from ..readers.spark import SparkCheckpointReader
+from ..storage import as_path
 from ..stored import reader_for
 
 __all__ = ["NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "from_json", "raise_state_error", "read_state",
@@ -217,7 +218,7 @@ def _absolute(path: str) -> str:
 def _resolve(path: str, kwargs: dict[str, Any]):
     """``(reader, format, kwargs)``: the snapshot at ``path`` opened once (on the planner), with what makes every
     executor read the same snapshot (a checkpoint directory's ``chk-N``, a Spark checkpoint's micro-batch)."""
-    if SparkCheckpointReader.detect(Path(path)):
+    if SparkCheckpointReader.detect(as_path(path)):
         fmt = "spark-checkpoint"
     else:
         fmt = reader_for(path).format_name  # which format, before giving it options it may not take
@@ -365,7 +366,7 @@ class StateReader(DataSourceReader):
             raise ReaderError(f"the {NAME} data source needs a path: spark.read.format({NAME!r}).load(path)")
         kwargs = _reader_options(self.options)
         reader, fmt, kwargs = _resolve(self.path, kwargs)
-        resolved = _absolute(self.path if Path(self.path) == Path(reader.path) else str(reader.path))
+        resolved = _absolute(self.path if str(as_path(self.path)) == str(reader.path) else str(reader.path))
         operators = _names(self.options.get("operator"))
         states = _names(self.options.get("state"))
         only = _key_groups(self.options.get("key_groups"))
