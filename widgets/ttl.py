@@ -121,15 +121,33 @@ class TTLTab(View):
         states = self.data.snapshot.states
         for r in states.itertuples(index=False):
             ttl[(r.operator, r.state)] = None if pd.isna(r.ttl_ms) else int(r.ttl_ms)
-        for (op, st), g in rows.groupby(["operator", "state"], sort=True):
-            exp = g["expires_at"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[ns]")
-            exp = exp.astype(np.int64)
+        if not len(rows):
+            return out
+        # the groups of (operator, state), sorted, as row positions: no copy of a million-row frame per group
+        op_codes, op_names = pd.factorize(rows["operator"], sort=True)
+        st_codes, st_names = pd.factorize(rows["state"], sort=True)
+        group = op_codes.astype(np.int64) * max(len(st_names), 1) + st_codes
+        group[(op_codes < 0) | (st_codes < 0)] = -1  # as groupby: rows without an operator or state left out
+        present = np.unique(group)
+        expires = rows["expires_at"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+        expires = expires.astype("datetime64[ns]").astype(np.int64)
+        sizes = rows["size_bytes"].to_numpy(np.int64)
+        # keys as codes in row order (hashing a million keys in expiry order is twice as slow: cache misses)
+        keys, uniques = pd.factorize(rows["key"].to_numpy())
+        n_keys = max(len(uniques), 1)
+        for gi in present[present >= 0]:
+            op, st = op_names[gi // max(len(st_names), 1)], st_names[gi % max(len(st_names), 1)]
+            pos = slice(None) if len(present) == 1 else np.flatnonzero(group == gi)
+            exp = expires[pos]
             order = np.argsort(exp, kind="stable")
-            size = g["size_bytes"].to_numpy(np.int64)[order]
+            size = sizes[pos][order]
             exp = exp[order]
             # each key's earliest expiry, sorted: how many keys have something expired is one binary search
-            codes, _ = pd.factorize(g["key"].to_numpy()[order])
-            first = np.flatnonzero(np.concatenate([[True], np.maximum.accumulate(codes)[:-1] < codes[1:]]))
+            codes = keys[pos][order]
+            first_at = np.full(n_keys, len(codes), dtype=np.int64)
+            known = codes >= 0  # a null key (code -1) has no first expiry of its own
+            np.minimum.at(first_at, codes[known], np.flatnonzero(known))
+            first = np.union1d([0], first_at[first_at < len(codes)])  # the first row counts, as before
             out.append({"operator": op, "state": st, "ttl_ms": ttl.get((op, st)), "exp": exp,
                         "cum": np.concatenate([[0], np.cumsum(size)]), "key_first_expiry": exp[first]})
         return out

@@ -82,6 +82,8 @@ class KeyValues:
         out = np.full(len(keys), -1, dtype=np.int64)
         for off, seg in zip(self.offsets[:-1], self.segments):
             if isinstance(seg, np.ndarray):
+                if _codes_of_strings(seg, keys, off, out):
+                    continue
                 where = {}
                 for i, v in enumerate(seg):
                     where.setdefault(_typed(v), i)
@@ -153,6 +155,22 @@ def _key_hash64(segments: list[Any]) -> np.ndarray | None:
     if pa.types.is_integer(t):
         return splitmix64(seg.cast(pa.int64()).to_numpy(zero_copy_only=False).view(np.uint64))
     return None
+
+
+def _codes_of_strings(seg: np.ndarray, keys: list[Any], off: int, out: np.ndarray) -> bool:
+    """:meth:`KeyValues._codes_of` for ``str`` keys in an object array, hashed in C (pandas) rather than
+    one Python ``dict`` entry per key: what the per-key loop answers (a ``str`` key matches only a ``str``
+    value, the first of equal ones). False (nothing done) when a key is not a ``str``."""
+    if not keys or any(type(k) is not str for k in keys):
+        return False
+    idx = pd.Index(seg, dtype=object)
+    if not idx.is_unique:
+        return False
+    found = idx.get_indexer(pd.Index(keys, dtype=object))
+    for j, i in enumerate(found):
+        if i >= 0 and type(seg[i]) is str and out[j] < 0:
+            out[j] = off + int(i)
+    return True
 
 
 def _typed(v: Any) -> Any:
