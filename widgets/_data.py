@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from explorer.analysis import LOAD_COLUMNS, key_group_aggregates, key_stats
+from explorer.analysis import LOAD_COLUMNS, key_group_aggregates, key_stats, with_key_codes
 from explorer.snapshot import Snapshot, checkpoints_in
 from explorer.snapshot import open as open_snapshot
 from explorer.storage import as_path
@@ -33,6 +33,7 @@ class SnapshotData:
         self._kg: dict[str, pd.DataFrame] = {}
         self._ks: dict[str, pd.DataFrame] = {}
         self._rows: dict[str, pd.DataFrame] = {}
+        self._coded: dict[str, pd.DataFrame] = {}
 
     @classmethod
     def from_any(cls, source: Any, **options: Any) -> "SnapshotData":
@@ -89,6 +90,19 @@ class SnapshotData:
             self._rows[operator] = df if mask.all() else df[mask]
         return self._rows[operator]
 
+    def coded_frame(self, operator: str) -> pd.DataFrame:
+        """:meth:`operator_frame` with its keys as codes (:func:`explorer.analysis.with_key_codes`): the keys
+        hashed once for the Keys, Key groups and Hot keys tabs rather than once per analysis."""
+        if operator not in self._coded:
+            rows = self.operator_frame(operator)
+            self._coded[operator] = self.coded if rows is self.frame else with_key_codes(rows)
+        return self._coded[operator]
+
+    @cached_property
+    def coded(self) -> pd.DataFrame:
+        """:attr:`frame` with its keys as codes (:func:`explorer.analysis.with_key_codes`), hashed once."""
+        return with_key_codes(self.frame)
+
     @cached_property
     def metrics(self) -> pd.DataFrame:
         try:
@@ -107,7 +121,8 @@ class SnapshotData:
         """Per key group ``0..M-1`` of ``operator``: ``entries, bytes, keys, records``."""
         if operator not in self._kg:
             _, m = self.layout(operator)
-            agg = key_group_aggregates(self.operator_frame(operator), operator=operator, max_parallelism=m)
+            # the rows are the operator's already: no operator= (a filter would copy a million rows)
+            agg = key_group_aggregates(self.coded_frame(operator), max_parallelism=m)
             rec = self.metrics
             if len(rec):
                 r = rec[rec["operator"] == operator]
@@ -122,6 +137,6 @@ class SnapshotData:
         """One row per key of ``operator``: ``key, key_group, subtask, entries, bytes, records``."""
         if operator not in self._ks:
             p, m = self.layout(operator)
-            self._ks[operator] = key_stats(self.operator_frame(operator), operator=operator, parallelism=p,
+            self._ks[operator] = key_stats(self.coded_frame(operator), parallelism=p,  # the operator's rows
                                            max_parallelism=m, heavy_hitters=self.heavy_hitters)
         return self._ks[operator]

@@ -63,10 +63,12 @@ class TTLTab(View):
         super().__init__(errors, **kwargs)
         self.data = data
         df = data.frame
-        rows = df[df["expires_at"].notna()]
+        with_ttl = df["expires_at"].notna().to_numpy()
+        rows = df[with_ttl]
         self.ttl_rows = rows
         self.base = self._base_time(rows)
-        self._sorted = self._sort_expiries(rows)
+        # the keys as the other tabs' codes (hashed once per snapshot); equal keys, equal codes
+        self._sorted = self._sort_expiries(rows, data.coded["key"].to_numpy()[with_ttl] if len(rows) else None)
         lo, hi = -24.0, 48.0
         if len(rows):
             span = (rows["expires_at"] - self.base) / pd.Timedelta(hours=1)
@@ -114,22 +116,47 @@ class TTLTab(View):
             return pd.Timestamp(rows["last_access"].max()).tz_convert("UTC")
         return pd.Timestamp(0, tz="UTC")
 
-    def _sort_expiries(self, rows: pd.DataFrame) -> list[dict[str, Any]]:
-        """Per (operator, state): expiry times (ns, sorted), cumulative bytes, keys in the same order."""
+    def _sort_expiries(self, rows: pd.DataFrame, key_codes: np.ndarray | None = None) -> list[dict[str, Any]]:
+        """Per (operator, state): expiry times (ns, sorted), cumulative bytes, keys in the same order.
+
+        ``key_codes``: an integer code per row, equal for equal keys (else the keys are factorized here).
+        """
         out = []
         ttl = {}
         states = self.data.snapshot.states
         for r in states.itertuples(index=False):
             ttl[(r.operator, r.state)] = None if pd.isna(r.ttl_ms) else int(r.ttl_ms)
-        for (op, st), g in rows.groupby(["operator", "state"], sort=True):
-            exp = g["expires_at"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[ns]")
-            exp = exp.astype(np.int64)
+        if not len(rows):
+            return out
+        # the groups of (operator, state), sorted, as row positions: no copy of a million-row frame per group
+        op_codes, op_names = pd.factorize(rows["operator"], sort=True)
+        st_codes, st_names = pd.factorize(rows["state"], sort=True)
+        group = op_codes.astype(np.int64) * max(len(st_names), 1) + st_codes
+        group[(op_codes < 0) | (st_codes < 0)] = -1  # as groupby: rows without an operator or state left out
+        present = np.flatnonzero(np.bincount(group + 1)) - 1  # the groups with rows, sorted (-1: none)
+        expires = rows["expires_at"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+        expires = expires.astype("datetime64[ns]").astype(np.int64)
+        sizes = rows["size_bytes"].to_numpy(np.int64)
+        if key_codes is None:  # keys as codes in row order (in expiry order hashing is twice as slow)
+            keys, _ = pd.factorize(rows["key"].to_numpy())
+        else:
+            keys = np.where(rows["key"].isna().to_numpy(), -1, key_codes)  # a null key: no code, as factorize
+        n_keys = int(keys.max()) + 1 if len(keys) else 1
+        for gi in present[present >= 0]:
+            op, st = op_names[gi // max(len(st_names), 1)], st_names[gi % max(len(st_names), 1)]
+            pos = slice(None) if len(present) == 1 else np.flatnonzero(group == gi)
+            exp = expires[pos]
             order = np.argsort(exp, kind="stable")
-            size = g["size_bytes"].to_numpy(np.int64)[order]
+            size = sizes[pos][order]
             exp = exp[order]
             # each key's earliest expiry, sorted: how many keys have something expired is one binary search
-            codes, _ = pd.factorize(g["key"].to_numpy()[order])
-            first = np.flatnonzero(np.concatenate([[True], np.maximum.accumulate(codes)[:-1] < codes[1:]]))
+            codes = keys[pos][order]
+            first_at = np.full(n_keys, len(codes), dtype=np.int64)
+            known = codes >= 0  # a null key (code -1) has no first expiry of its own
+            np.minimum.at(first_at, codes[known], np.flatnonzero(known))
+            first = np.sort(first_at[first_at < len(codes)])  # distinct: one first row per key
+            if not len(first) or first[0]:
+                first = np.concatenate([[0], first])  # the first row counts, as before (even a null key's)
             out.append({"operator": op, "state": st, "ttl_ms": ttl.get((op, st)), "exp": exp,
                         "cum": np.concatenate([[0], np.cumsum(size)]), "key_first_expiry": exp[first]})
         return out

@@ -23,6 +23,7 @@ The modules, one purpose each:
 """
 
 from ._common import LOAD_COLUMNS, keyed_operators
+from ._keys import with_key_codes
 from .changes import changes
 from .diff import diff, diff_summary, growth_by_key
 from .distribution import (
@@ -76,4 +77,5 @@ __all__ = [
     "ttl_hint",
     "ttl_summary",
     "unbounded_growth",
+    "with_key_codes",
 ]

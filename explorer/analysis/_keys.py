@@ -82,6 +82,8 @@ class KeyValues:
         out = np.full(len(keys), -1, dtype=np.int64)
         for off, seg in zip(self.offsets[:-1], self.segments):
             if isinstance(seg, np.ndarray):
+                if _codes_of_strings(seg, keys, off, out):
+                    continue
                 where = {}
                 for i, v in enumerate(seg):
                     where.setdefault(_typed(v), i)
@@ -155,6 +157,27 @@ def _key_hash64(segments: list[Any]) -> np.ndarray | None:
     return None
 
 
+def _codes_of_strings(seg: np.ndarray, keys: list[Any], off: int, out: np.ndarray) -> bool:
+    """:meth:`KeyValues._codes_of` for ``str`` keys in an object array: pandas' ``isin`` (hashed in C, a
+    ``str`` keeps its hash) finds the few values equal to a key, and only those go through the per-key
+    rule (same type, the first of equal ones). False (nothing done) when a key is not a ``str`` or a
+    value cannot be hashed."""
+    if not keys or any(type(k) is not str for k in keys):
+        return False
+    try:
+        hits = np.flatnonzero(pd.Series(seg, dtype=object, copy=False).isin(np.asarray(keys, dtype=object)).to_numpy())
+    except TypeError:  # e.g. lists among the values
+        return False
+    where: dict[Any, int] = {}
+    for i in hits:
+        where.setdefault(_typed(seg[i]), int(i))
+    for j, k in enumerate(keys):
+        i = where.get(_typed(k))
+        if i is not None and out[j] < 0:
+            out[j] = off + i
+    return True
+
+
 def _typed(v: Any) -> Any:
     try:
         hash(v)
@@ -171,6 +194,19 @@ def key_codes(df: pd.DataFrame) -> tuple[np.ndarray, KeyValues]:
     codes, uniques = factorize_keys(df["key"])
     return codes, KeyValues.from_objects(uniques)
 
+
+
+def with_key_codes(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (a shallow copy) with its keys hashed once: ``key`` as integer codes and the keys they stand
+    for in ``attrs["key_values"]``, as the analysis frame of a Snapshot holds them. Every analysis of the
+    copy answers as of ``df`` itself without factorizing a million keys again (:func:`key_codes`)."""
+    if isinstance(df.attrs.get("key_values"), KeyValues):
+        return df
+    codes, kv = key_codes(df)
+    out = df.copy(deep=False)
+    out["key"] = codes
+    out.attrs["key_values"] = kv
+    return out
 
 
 def first_occurrences(codes: np.ndarray) -> np.ndarray:
