@@ -265,15 +265,17 @@ def hot_keys(source: Source, n: int = 10, by: str = "auto", *, operator: str | I
             continue
         total = float(loads.sum()) or float(g.column(m).sum())
         ov_loads, ov_by = _overload_loads(kt, lay, rec_kg)
-        parts.append(_finish(top, m, loads, total, ov_loads, ov_by))
+        parts.append(rank_hot_key_rows(top, m, loads, total, ov_loads, ov_by))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in HOT_KEY_COLUMNS})
     return pd.concat(parts, ignore_index=True)[HOT_KEY_COLUMNS]
 
 
-def _finish(top: pd.DataFrame, m: str, loads: np.ndarray, total: float, ov_loads: np.ndarray,
-            ov_by: str) -> pd.DataFrame:
-    """The ranked rows of one operator with rank, shares and overload."""
+def rank_hot_key_rows(top: pd.DataFrame, m: str, loads: np.ndarray, total: float, ov_loads: np.ndarray,
+                      ov_by: str) -> pd.DataFrame:
+    """The ranked rows of one operator's hottest keys (``top``, sorted by metric ``m``) with rank, the
+    key's share of ``total``, its subtask's load (``loads`` per subtask) and share of it, and the
+    subtask's overload by ``ov_by`` (from ``ov_loads``); shared by the local and the Spark analyses."""
     top = top.reset_index(drop=True)
     values = top[m].astype("float64").to_numpy()
     top.insert(0, "rank", np.arange(1, len(top) + 1))
@@ -412,7 +414,7 @@ def _hot_keys_streamed(source: Source, n: int, metric: str, operator, state, par
         loads = _streamed_loads(acc, lay, m, rec_kg)
         total = float(loads.sum()) or float(np.sum(acc.loads.get(m, 0)))
         ov_loads, ov_by = _streamed_overload(acc, lay, rec_kg)
-        parts.append(_finish(top, m, loads, total, ov_loads, ov_by))
+        parts.append(rank_hot_key_rows(top, m, loads, total, ov_loads, ov_by))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in HOT_KEY_COLUMNS})
     return pd.concat(parts, ignore_index=True)[HOT_KEY_COLUMNS]

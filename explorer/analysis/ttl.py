@@ -113,9 +113,18 @@ def ttl_expiry(source: Source, now: Any = None, freq: str | pd.Timedelta = "1h",
                 "window_start": t_now + pd.to_timedelta(w * step_ms, unit="ms"),
                 "window_end": t_now + pd.to_timedelta((w + 1) * step_ms, unit="ms"),
                 "entries": entries.astype(np.int64), "bytes": np.rint(nbytes).astype(np.int64)}))
+    return timeline_frame(parts)
+
+
+def timeline_frame(parts: list[pd.DataFrame], sort: bool = False) -> pd.DataFrame:
+    """The expiry timeline from its per-state parts: cumulative entries and bytes of the expiring
+    windows per (operator, state), times in UTC (``sort``: by operator, state and window first).
+    Shared by the local and the Spark analyses."""
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in TIMELINE_COLUMNS})
     out = pd.concat(parts, ignore_index=True)
+    if sort:
+        out = out.sort_values(["operator", "state", "window"], kind="stable").reset_index(drop=True)
     expiring = out["status"] == "expiring"
     out["cum_entries"] = 0
     out["cum_bytes"] = 0

@@ -35,7 +35,9 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from ..analysis import keyed_operators, overload, subtask_loads
+from ..analysis import keyed_operators, subtask_loads
+from ..analysis.hotkeys import rank_hot_key_rows
+from ..analysis.ttl import TIMELINE_COLUMNS, timeline_frame
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, key_groups_for, operator_indices_for_key_groups
 from ..stored import StoredSnapshot, open_stored
@@ -50,8 +52,6 @@ METRICS = ("entries", "bytes", "keys", "records")
 LOAD_COLUMNS = ("operator", "state", "kind", "key", "key_group", "subtask", "size_bytes")
 HOT_KEY_COLUMNS = ["rank", "operator", "by", "key", "key_group", "subtask", "entries", "bytes", "records",
                    "records_error", "share", "subtask_load", "subtask_share", "overload", "overload_by"]
-TIMELINE_COLUMNS = ["operator", "state", "status", "window", "window_start", "window_end", "entries", "bytes",
-                    "cum_entries", "cum_bytes"]
 EXPIRED_COLUMNS = ["operator", "state", "ttl_ms", "entries", "bytes", "expired_entries", "expired_bytes",
                    "expired_share", "keys_with_expired", "oldest_expiry"]
 DIFF_COLUMNS = ["operator", "state", "key", "status", "entries_a", "entries_b", "entries_delta", "bytes_a",
@@ -352,19 +352,10 @@ def _hot_keys(src: _Source, per_key, lays: dict[str, tuple[int, int]], metric: s
         if m == "records" and (rec_kg is None or not len(rec_kg)):
             loads = _sketch_loads(held, sketch_json, name, p, mp)
         total = float(loads.sum()) or float(top[m].astype("float64").sum())
-        values = top[m].astype("float64").to_numpy()
-        top.insert(0, "rank", np.arange(1, len(top) + 1))
-        top.insert(2, "by", m)
-        top["share"] = values / total if total else np.nan
-        sub = top["subtask"].to_numpy().astype(np.int64)
-        top["subtask_load"] = loads[sub]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            top["subtask_share"] = np.where(loads[sub] > 0, values / loads[sub], np.nan)
         has_records = rec_kg is not None and len(rec_kg) and \
             rec_kg[rec_kg["operator"] == name]["records"].sum() > 0
         ov_by = "records" if has_records else "bytes"
-        top["overload"] = overload(_loads(agg, sub_of_kg, p, ov_by, rec_kg, name, mp), sub)
-        top["overload_by"] = ov_by
+        top = rank_hot_key_rows(top, m, loads, total, _loads(agg, sub_of_kg, p, ov_by, rec_kg, name, mp), ov_by)
         top["key"] = pd.Series([src.key(k) for k in top["key"]], dtype=object)
         parts.append(top)
     return _concat(parts, HOT_KEY_COLUMNS)
@@ -487,18 +478,7 @@ def ttl_expiry(source: Any, now: Any = None, freq: str | pd.Timedelta = "1h", *,
             "window_end": t_now + pd.to_timedelta((w + 1) * step_ms, unit="ms"),
             "entries": windows["entries"].to_numpy().astype(np.int64),
             "bytes": windows["bytes"].to_numpy().astype(np.int64)}))
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in TIMELINE_COLUMNS})
-    out = pd.concat(parts, ignore_index=True).sort_values(["operator", "state", "window"], kind="stable")
-    out = out.reset_index(drop=True)
-    expiring = out["status"] == "expiring"
-    out["cum_entries"] = 0
-    out["cum_bytes"] = 0
-    out.loc[expiring, "cum_entries"] = out[expiring].groupby(["operator", "state"], observed=True)["entries"].cumsum()
-    out.loc[expiring, "cum_bytes"] = out[expiring].groupby(["operator", "state"], observed=True)["bytes"].cumsum()
-    for c in ("window_start", "window_end"):
-        out[c] = pd.to_datetime(out[c], utc=True)
-    return out[TIMELINE_COLUMNS]
+    return timeline_frame(parts, sort=True)
 
 
 def expired_not_cleaned(source: Any, now: Any = None, *, operator: str | Iterable[str] | None = None,
