@@ -62,7 +62,9 @@ def _build(folder: Path, n_keys: int, variant: bool, progress: bool) -> None:
 
     from explorer.engine.metrics import SpaceSaving
     from explorer.format.keyed import KeyGroupParquetWriter
-    from explorer.format.snapshot import file_entry, write_metadata
+    from explorer.format.snapshot import file_entry
+
+    from .bench_explorer import subtask_entry, write_job_metadata
     from explorer.keygroups import key_group_range_for_operator, key_groups_of, operator_indices_for_key_groups
 
     if folder.exists():
@@ -121,28 +123,11 @@ def _build(folder: Path, n_keys: int, variant: bool, progress: bool) -> None:
         top = np.argsort(counts)[::-1][:64]
         for i in sorted(top, key=lambda j: -counts[j]):
             sketch.update(k[int(i)].as_py(), int(counts[i]))
-        subtasks.append({
-            "index": index, "key_group_range": [r.start, r.end], "states": states, "timers": None,
-            "operator_state": None, "records_per_key_group": records.tolist(), "heavy_hitters": sketch.to_json(),
-            "source_positions": None, "sync_ms": 0.0, "async_ms": 0.0, "alignment_ms": 0.0,
-            "bytes": sum(files[s["file"]]["bytes"] for s in states),
-        })
+        subtasks.append(subtask_entry(index, r, states, files, records, sketch))
         del count_table, recent_table, k, ids, skg, counts, mix, hot, last_access
-    total = sum(f["bytes"] for f in files.values())
-    meta = {
-        "format": "state-explorer-snapshot", "checkpoint_id": 2 if variant else 1, "kind": "savepoint",
-        "savepoint_format": "canonical", "created_at_ms": T0_MS, "job": {"name": f"scale-{n_keys}"},
-        "backend": "heap", "mode": "EXACTLY_ONCE", "unaligned": False, "incremental": False,
-        "operators": [{
-            "uid": "process", "name": "process", "kind": "KeyedProcessOperator", "parallelism": PARALLELISM,
-            "max_parallelism": MAX_PARALLELISM, "keyed": True, "states": [d.describe() for d in descs],
-            "subtasks": subtasks, "description": "bench_scale: key_by(user).process(count, recent)",
-        }],
-        "files": files,
-        "timing": {"duration_ms": 0.0, "sync_ms": 0.0, "async_ms": 0.0, "alignment_ms": 0.0, "bytes": total,
-                   "inflight_records": 0},
-    }
-    write_metadata(folder, meta)
+    write_job_metadata(folder, files, descs, subtasks, job=f"scale-{n_keys}", checkpoint_id=2 if variant else 1,
+                       description="bench_scale: key_by(user).process(count, recent)",
+                       parallelism=PARALLELISM, max_parallelism=MAX_PARALLELISM)
 
 
 def state_files(folder: Path) -> list[Path]:

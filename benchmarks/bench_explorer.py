@@ -99,7 +99,7 @@ def build_savepoint(folder: Path, n_keys: int, key_type: str = "str", variant: b
     """
     from explorer.engine.metrics import SpaceSaving
     from explorer.format.keyed import write_parquet_by_key_group
-    from explorer.format.snapshot import file_entry, write_metadata
+    from explorer.format.snapshot import file_entry
     from explorer.keygroups import key_group_range_for_operator
 
     if folder.exists():
@@ -152,29 +152,44 @@ def build_savepoint(folder: Path, n_keys: int, key_type: str = "str", variant: b
         top = np.argsort(counts[sl])[::-1][:64]
         for i in sorted(top, key=lambda j: -counts[sl][j]):
             sketch.update(k[int(i)].as_py(), int(counts[sl][i]))
-        subtasks.append({
-            "index": index, "key_group_range": [r.start, r.end], "states": states, "timers": None,
-            "operator_state": None, "records_per_key_group": records.tolist(), "heavy_hitters": sketch.to_json(),
-            "source_positions": None, "sync_ms": 0.0, "async_ms": 0.0, "alignment_ms": 0.0,
-            "bytes": sum(files[s["file"]]["bytes"] for s in states),
-        })
-    total = sum(f["bytes"] for f in files.values())
-    meta = {
-        "format": "state-explorer-snapshot", "checkpoint_id": 1, "kind": "savepoint", "savepoint_format": "canonical",
-        "created_at_ms": T0_MS, "job": {"name": f"bench-{n_keys}"}, "backend": "heap", "mode": "EXACTLY_ONCE",
-        "unaligned": False, "incremental": False,
-        "operators": [{
-            "uid": "process", "name": "process", "kind": "KeyedProcessOperator", "parallelism": PARALLELISM,
-            "max_parallelism": MAX_PARALLELISM, "keyed": True, "states": [d.describe() for d in descs],
-            "subtasks": subtasks, "description": "benchmark: key_by(user).process(count, recent)",
-        }],
-        "files": files,
-        "timing": {"duration_ms": 0.0, "sync_ms": 0.0, "async_ms": 0.0, "alignment_ms": 0.0, "bytes": total,
-                   "inflight_records": 0},
-    }
-    write_metadata(folder, meta)
+        subtasks.append(subtask_entry(index, r, states, files, records, sketch))
+    write_job_metadata(folder, files, descs, subtasks, job=f"bench-{n_keys}",
+                       description="benchmark: key_by(user).process(count, recent)")
     return folder
 
+
+
+def subtask_entry(index: int, r: Any, states: list[dict], files: dict, records: np.ndarray, sketch: Any) -> dict:
+    """The metadata of one subtask of the benchmark's job: its key-group range ``r``, state files,
+    traffic per key group and heavy-hitter sketch (no timers, no operator state, no timings)."""
+    return {
+        "index": index, "key_group_range": [r.start, r.end], "states": states, "timers": None,
+        "operator_state": None, "records_per_key_group": records.tolist(), "heavy_hitters": sketch.to_json(),
+        "source_positions": None, "sync_ms": 0.0, "async_ms": 0.0, "alignment_ms": 0.0,
+        "bytes": sum(files[s["file"]]["bytes"] for s in states),
+    }
+
+
+def write_job_metadata(folder: Path, files: dict, descs: list, subtasks: list[dict], *, job: str, description: str,
+                       checkpoint_id: int = 1, parallelism: int = PARALLELISM,
+                       max_parallelism: int = MAX_PARALLELISM) -> None:
+    """The canonical savepoint metadata of the benchmark's job (one keyed operator ``process``) over
+    ``files`` and ``subtasks`` (:func:`subtask_entry`), written with its CRC."""
+    from explorer.format.snapshot import write_metadata
+
+    write_metadata(folder, {
+        "format": "state-explorer-snapshot", "checkpoint_id": checkpoint_id, "kind": "savepoint",
+        "savepoint_format": "canonical", "created_at_ms": T0_MS, "job": {"name": job}, "backend": "heap",
+        "mode": "EXACTLY_ONCE", "unaligned": False, "incremental": False,
+        "operators": [{
+            "uid": "process", "name": "process", "kind": "KeyedProcessOperator", "parallelism": parallelism,
+            "max_parallelism": max_parallelism, "keyed": True, "states": [d.describe() for d in descs],
+            "subtasks": subtasks, "description": description,
+        }],
+        "files": files,
+        "timing": {"duration_ms": 0.0, "sync_ms": 0.0, "async_ms": 0.0, "alignment_ms": 0.0,
+                   "bytes": sum(f["bytes"] for f in files.values()), "inflight_records": 0},
+    })
 
 def reference_schemas(tmp: Path) -> dict[str, pa.Schema]:
     """Parquet schemas a real job writes for the benchmark's descriptors (a tiny run of the engine)."""

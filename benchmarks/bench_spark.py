@@ -82,6 +82,13 @@ RESULTS = Path(__file__).resolve().parent / "results" / "spark.json"
 
 
 # --- the workload ------------------------------------------------------------------------
+
+def _spark_machine(spark, load_at_start: list[float]) -> dict:
+    """The machine block of a Spark result: platform, Python, cores, PySpark, load at start and end."""
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "pyspark": spark.version, "load_average_at_start": load_at_start,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
+
 def generate_input(directory: Path, rows: int, keys: int, batches: int, seed: int = 0) -> dict:
     """Skewed keys (one planted hot key with 20 %, Zipf 1.1 over the rest) in ``batches`` Parquet files."""
     import pyarrow as pa
@@ -408,10 +415,7 @@ def main_read(args, argv) -> int:
         "benchmark": "reading a Spark checkpoint's state into pandas: each read path, same checkpoint, same run",
         "command": "python -m benchmarks.bench_spark " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpu_count": os.cpu_count(), "pyspark": spark.version,
-                    "load_average_at_start": load_at_start,
-                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": _spark_machine(spark, load_at_start),
         "workload": {"state_rows": args.read_rows, "operator": "groupBy(key).agg(count, sum, avg)",
                      "stores": {s: {"provider": p.rsplit(".", 1)[-1], "changelog": c} for s, (p, c) in
                                 _PROVIDERS.items()}, "shuffle_partitions":
@@ -512,10 +516,7 @@ def main(argv=None) -> int:
         "benchmark": "keyed count on Spark Structured Streaming",
         "command": "python -m benchmarks.bench_spark " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpu_count": os.cpu_count(), "pyspark": spark.version,
-                    "load_average_at_start": load_at_start,
-                    "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": _spark_machine(spark, load_at_start),
         "spark_conf": conf,
         "workload": workload,
         "results": results,

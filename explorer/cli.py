@@ -39,26 +39,23 @@ from .spark.demo import run_spark_demo
 
 
 # --- argparse types: a bad value is a usage error (exit 2 with the usage), not a traceback --------
-def positive_int(text: str) -> int:
-    """An integer of at least 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"found {text!r}, expected a whole number of at least 1") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"found {v}, expected a whole number of at least 1")
-    return v
+def _whole_number(least: int):
+    """An argparse type: an integer of at least ``least`` (a bad value is a usage error)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"found {text!r}, expected a whole number of at least {least}") from None
+        if v < least:
+            raise argparse.ArgumentTypeError(f"found {v}, expected a whole number of at least {least}")
+        return v
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """An integer of at least 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"found {text!r}, expected a whole number of at least 0") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"found {v}, expected a whole number of at least 0")
-    return v
+#: an integer of at least 1
+positive_int = _whole_number(1)
+#: an integer of at least 0
+non_negative_int = _whole_number(0)
 
 
 def parallelism_list(text: str) -> list[int]:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 
-def all_widgets(root):
-    """Every widget reachable from ``root`` through children and the views' owned lists."""
+def _walk(root, owned: bool):
     import ipywidgets as w
 
     seen, todo = {}, [root]
@@ -14,27 +13,24 @@ def all_widgets(root):
             continue
         seen[id(x)] = x
         todo.extend(getattr(x, "children", ()) or ())
-        todo.extend(getattr(x, "_owned", ()))
-        if hasattr(x, "tabs") and isinstance(x.tabs, dict):
-            todo.extend(x.tabs.values())
-        errors = getattr(x, "errors", None)
-        if errors is not None:
-            todo.append(errors)
+        if owned:
+            todo.extend(getattr(x, "_owned", ()))
+            if hasattr(x, "tabs") and isinstance(x.tabs, dict):
+                todo.extend(x.tabs.values())
+            errors = getattr(x, "errors", None)
+            if errors is not None:
+                todo.append(errors)
     return list(seen.values())
+
+
+def all_widgets(root):
+    """Every widget reachable from ``root`` through children and the views' owned lists."""
+    return _walk(root, owned=True)
 
 
 def shown_widgets(root):
     """The widgets a browser would render from ``root``: children of the views and containers only."""
-    import ipywidgets as w
-
-    seen, todo = {}, [root]
-    while todo:
-        x = todo.pop()
-        if id(x) in seen or not isinstance(x, w.Widget):
-            continue
-        seen[id(x)] = x
-        todo.extend(getattr(x, "children", ()) or ())
-    return list(seen.values())
+    return _walk(root, owned=False)
 
 
 #: words a person must never read in a dashboard cell or caption
