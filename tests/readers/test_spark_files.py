@@ -178,3 +178,16 @@ def test_other_encodings_are_left_to_spark(tmp_path):
     with pytest.raises(ReaderError, match="rowChecksum.enabled=true"):
         SparkCheckpointReader(path, batch_id=0, jvm=False).jvm_free
     assert SparkCheckpointReader(ROOT / "agg-rocksdb").jvm_free is True
+
+
+@pytest.mark.parametrize("name", ["offsets/5", "commits/5", "metadata", "state/0/_metadata/metadata"])
+def test_logs_and_metadata_are_checked_against_their_crc_files(tmp_path, name):
+    """The offset and commit logs and the metadata files carry Hadoop's CRC side files too; a flipped
+    byte in one is an error naming it, not a changed watermark, batch or operator."""
+    path = _copy(tmp_path, "agg-hdfs")
+    f = path / name
+    _flip(f, len(f.read_bytes()) // 2)
+    with pytest.raises(SnapshotCorruptError, match=rf"{f}: bytes .* have CRC-32 .* as \.{f.name}\.crc records"):
+        snap = explorer.open(path, jvm=False)
+        snap.keyed_state()
+        snap.info()

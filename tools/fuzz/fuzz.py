@@ -109,9 +109,9 @@ def carries_checksum(fmt: str, path: Path) -> bool:
     if fmt.startswith("engine"):
         return True  # _metadata has its CRC-32, every data file its SHA-256
     if fmt.startswith("spark"):
-        # the HDFS-backed state store files are checked against Hadoop's .crc side files; the
-        # other files' side files (offsets, commits, RocksDB zips) are not verified yet
-        return path.suffix in (".delta", ".snapshot") and path.with_name(f".{path.name}.crc").exists()
+        # every file the reader reads is checked against its Hadoop .crc side file when it has one
+        # (state store files, RocksDB zips, offset and commit logs, metadata, state schemas)
+        return path.with_name(f".{path.name}.crc").exists() or path.with_name(f"{path.name}.crc").exists()
     data = path.read_bytes()
     if len(data) >= 53 and data[-8:] == SST_MAGIC:
         return data[-53] != 0  # an SST whose footer names a checksum (the footer itself: magic, handles)

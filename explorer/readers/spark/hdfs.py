@@ -91,10 +91,7 @@ def lz4_block_stream(data: bytes, where: str = "<bytes>") -> bytes:
 
 def read_schema(path: Path) -> tuple[dict, dict]:
     """(key schema, value schema) as Spark's JSON of a ``_metadata/schema`` file (version 2)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise SnapshotFormatError(f"{path}: cannot read the state schema ({exc.strerror})") from exc
+    data = verified_bytes(Path(path))
     i = 0
 
     def utf() -> str:

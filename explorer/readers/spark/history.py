@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ...errors import SnapshotFormatError
 from ..base import KeyedStateQuery
 from . import layout
 from .keys import key_leaves
@@ -36,11 +37,16 @@ def _row_ids(df: pd.DataFrame) -> set:
 
 def _offsets(reader: "SparkCheckpointReader", batch: int) -> dict[str, Any]:
     f = reader.path / "offsets" / str(batch)
+    if not f.is_file():
+        return {}  # purged by Spark's retention since the listing
+    lines = layout.verified_text(f).splitlines()
     try:
-        lines = f.read_text().splitlines()
-        return json.loads(lines[1])
-    except (OSError, IndexError, json.JSONDecodeError):
-        return {}
+        doc = json.loads(lines[1])
+    except (IndexError, json.JSONDecodeError) as exc:
+        raise SnapshotFormatError(f"{f}: expected a version line and the batch's JSON offset metadata") from exc
+    if not isinstance(doc, dict):
+        raise SnapshotFormatError(f"{f}: expected a JSON object of batch metadata, found {type(doc).__name__}")
+    return doc
 
 
 def spark_history(reader: "SparkCheckpointReader", keys: bool = True, per_state: bool = True) -> pd.DataFrame:

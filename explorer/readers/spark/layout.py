@@ -65,10 +65,7 @@ class StoreFile:
 
 
 def _read_log(f: Path) -> list[str]:
-    try:
-        return f.read_text().splitlines()
-    except OSError as exc:
-        raise SnapshotFormatError(f"{f}: cannot read it ({exc.strerror})") from exc
+    return verified_text(f).splitlines()
 
 
 def checkpoint_format_version(path: Path, committed: list[int]) -> int:
@@ -273,3 +270,14 @@ def verified_bytes(f: Path) -> bytes:
     if spark.is_file():
         _check_spark_checksum(f, data, spark)
     return data
+
+
+def verified_text(f: Path) -> str:
+    """A checkpoint log or metadata file (``offsets/N``, ``commits/N``, ``metadata``, an operator's
+    ``_metadata/metadata``) as text, checked like :func:`verified_bytes`."""
+    data = verified_bytes(f)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SnapshotCorruptError(f"{f}: byte {exc.start} is not UTF-8 ({data[exc.start:exc.start + 4]!r}); "
+                                   "expected Spark's JSON log text") from exc

@@ -172,10 +172,7 @@ class SparkCheckpointReader(SnapshotReader):
     @cached_property
     def _offset_metadata(self) -> dict[str, Any]:
         f = self.path / "offsets" / str(self.batch_id)
-        try:
-            lines = f.read_text().splitlines()
-        except OSError as exc:
-            raise SnapshotFormatError(f"{f}: cannot read the offset log of batch {self.batch_id}") from exc
+        lines = layout.verified_text(f).splitlines()
         if not lines or not lines[0].startswith("v"):
             raise SnapshotFormatError(f"{f}: expected an offset log starting with a version line like 'v1'")
         if lines[0] not in ("v1", "v2"):
@@ -209,8 +206,8 @@ class SparkCheckpointReader(SnapshotReader):
     def info(self) -> SnapshotInfo:
         meta = self._offset_metadata
         try:
-            query_id = json.loads((self.path / "metadata").read_text()).get("id")
-        except (OSError, json.JSONDecodeError):
+            query_id = json.loads(layout.verified_text(self.path / "metadata")).get("id")
+        except (SnapshotFormatError, json.JSONDecodeError, AttributeError):
             query_id = None
         ts = meta.get("batchTimestampMs")
         return SnapshotInfo(
@@ -299,7 +296,7 @@ class SparkCheckpointReader(SnapshotReader):
                 if layout.has_operator_metadata(self.path, op_id):
                     return None
                 continue
-            lines = f.read_text().splitlines()
+            lines = layout.verified_text(f).splitlines()
             try:
                 doc = json.loads(lines[1])
             except (IndexError, json.JSONDecodeError) as exc:

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
 from .hdfs import read_hdfs_store, read_schema, store_dir
+from .layout import verified_text
 from .rocksdb import ENCODING_VERSION, read_rocksdb_store
 from .unsaferow import decode_rows
 
@@ -29,10 +30,10 @@ def state_unique_ids(ckpt: Path, batch_id: int, op: int) -> list[list[str]] | No
     """Checkpoint format v2: the ids per partition (a list per partition, one per store) that
     ``commits/<batch_id>`` gives operator ``op``; None when the commit log has none."""
     f = Path(ckpt) / "commits" / str(batch_id)
+    lines = verified_text(f).splitlines()
     try:
-        lines = f.read_text().splitlines()
         doc = json.loads(lines[1]) if len(lines) > 1 else {}
-    except (OSError, json.JSONDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         raise SnapshotFormatError(f"{f}: cannot read the commit log of batch {batch_id} ({exc})") from exc
     ids = (doc.get("stateUniqueIds") or {}).get(str(op))
     return None if ids is None else [list(p) for p in ids]
