@@ -47,10 +47,11 @@ SEED ?= 1
 fuzz: $(STAMP)
 	$(BIN)/python tools/fuzz/fuzz.py --n $(N) --seed $(SEED) $(if $(MAX_SECONDS),--max-seconds $(MAX_SECONDS)) --report benchmarks/results/fuzz.json
 
-# Jobs in child processes killed with SIGKILL at random moments, recovered, outputs compared.
-TRIALS ?= 1000
+# Jobs in child processes killed with SIGKILL at random moments, recovered, outputs compared,
+# until KILLS jobs were really killed (a job may end before its kill point).
+KILLS ?= 1000
 chaos-kill: $(STAMP)
-	$(BIN)/python -m explorer.engine.checkpoint.chaos --kill --trials $(TRIALS) --report benchmarks/results/recovery-kill.json
+	$(BIN)/python -m explorer.engine.checkpoint.chaos --kill --kills $(KILLS) --trials 100000 --report benchmarks/results/recovery-kill.json
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not spark and not browser and not slow"

@@ -283,9 +283,12 @@ def kill_reference(records: int) -> Counter:
 
 def run_kill_trials(trials: int, records: int = 1500, seed: int = 0, progress: bool = True,
                     savepoint_share: float = 0.25, max_wait_s: float = 2.5, max_seconds: float | None = None,
-                    checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+                    kills: int | None = None) -> dict[str, Any]:
     """SIGKILL trials (see the module doc); returns the report. Stops after ``max_seconds`` (the
-    report counts the trials run); ``checkpoint(report)`` gets the report so far every 20 trials."""
+    report counts the trials run), or once ``kills`` trials were really killed (a trial whose job
+    ended before its kill point still checks its output, but is not a kill); ``checkpoint(report)``
+    gets the report so far every 20 trials."""
     rng = random.Random(f"kill-{seed}")
     data = _data(records)
     reference = kill_reference(records)
@@ -294,6 +297,8 @@ def run_kill_trials(trials: int, records: int = 1500, seed: int = 0, progress: b
     with tempfile.TemporaryDirectory(prefix="state-explorer-chaos-kill-") as tmp:
         for trial in tqdm(range(trials), desc="kill trials", disable=not progress):
             if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                break
+            if kills is not None and sum(1 for o in outcomes if o["killed"]) >= kills:
                 break
             if checkpoint is not None and trial and trial % 20 == 0:
                 checkpoint(_kill_report(outcomes, records, seed, t0))
@@ -458,7 +463,10 @@ def _load_average() -> list[float] | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Inject crashes into checkpointed jobs and check exactly-once recovery")
-    ap.add_argument("--trials", type=int, default=1000)
+    ap.add_argument("--trials", type=int, default=1000, help="at most this many trials")
+    ap.add_argument("--kills", type=int, default=None,
+                    help="with --kill: stop once this many trials were really killed (not every trial's job "
+                         "reaches its kill point)")
     ap.add_argument("--records", type=int, default=1500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--variants", default=",".join(VARIANTS),
@@ -555,7 +563,7 @@ def _main_kill(args, argv) -> int:
             Path(args.report).write_text(json.dumps(report, indent=2))
 
     report = run_kill_trials(args.trials, args.records, args.seed, savepoint_share=args.savepoint_share,
-                             max_seconds=args.max_seconds, checkpoint=write)
+                             max_seconds=args.max_seconds, checkpoint=write, kills=args.kills)
     write(report)
     print(f"{report['trials']} kill trials, {report['kills']} SIGKILLs {report['kills_by_point']}: "
           f"{report['lost_records']} records lost, {report['duplicated_records']} duplicated, "

@@ -15,6 +15,14 @@ def test_killed_jobs_recover_exactly_once():
     assert report["failed_trials"] == []
 
 
+def test_kill_runs_can_count_kills_rather_than_trials():
+    """``--kills N`` runs until N jobs were really killed: a trial whose job ends before its kill
+    point checks its output but is no kill, and does not count towards N."""
+    report = chaos.run_kill_trials(30, records=300, seed=5, progress=False, savepoint_share=0.0, kills=2)
+    assert report["kills"] == 2
+    assert report["trials"] >= 2 and report["failed_trials"] == []
+
+
 def test_the_self_kill_hook_counts_calls(monkeypatch):
     import os
 
