@@ -210,6 +210,14 @@ def run_child(target: Target, file: Path, timeout: float, memory_mb: int) -> tup
     if pid == 0:  # the child
         os.close(r)
         status, detail = "crash", ""
+        # tqdm's write lock holds a process-shared semaphore: one taken when the parent forked, or
+        # left taken by an earlier child killed at its timeout, would block this child (and then
+        # every later one) in its first progress bar. The child gets a lock of its own.
+        import threading
+
+        import tqdm
+
+        tqdm.tqdm.set_lock(threading.RLock())
         try:
             limit = memory_mb << 20
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -327,24 +335,29 @@ def _totals(counts: dict[str, dict[str, int]]) -> dict[str, int]:
 
 
 def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
-         log=print, max_seconds: float | None = None, checkpoint=None) -> dict:
+         log=print, max_seconds: float | None = None, checkpoint=None, skip: int = 0) -> dict:
     """Run up to ``n`` cases (fewer if ``max_seconds`` runs out); ``checkpoint(result)`` is
-    called with the report so far every 500 cases, so that a run stopped early leaves its figures."""
+    called with the report so far every 500 cases, so that a run stopped early leaves its figures.
+    ``skip``: draw the first ``skip`` cases of the seed without running them (a case's damage
+    depends only on the seed and its number), so that a stopped run can be continued."""
     rng = random.Random(seed)
     counts: dict[str, dict[str, int]] = {f: {} for f in formats}
     seconds: dict[str, float] = {f: 0.0 for f in formats}
     cpu: dict[str, float] = {f: 0.0 for f in formats}  # CPU seconds of parent and child: comparable under load
     examples: dict[str, list[dict]] = {}
     import explorer.snapshot  # noqa: F401 - imported once here, so that each forked child starts warm
+    import tqdm
+
+    tqdm.tqdm.monitor_interval = 0  # no monitor thread in the parent: it would hold tqdm's lock at some fork
 
     def result(done: int) -> dict:
         totals = _totals(counts)
         cases = {f: sum(c.values()) for f, c in counts.items()}
-        return {"cases": done, "seed": seed, "counts": counts, "totals": totals, "examples": examples,
+        return {"cases": done - skip, "first_case": skip, "seed": seed, "counts": counts, "totals": totals, "examples": examples,
                 "bugs": sum(totals.get(k, 0) for k in BUG_OUTCOMES),
-                "seconds_per_case": {"value": round(sum(seconds.values()) / max(done, 1), 4), "unit": "s",
+                "seconds_per_case": {"value": round(sum(seconds.values()) / max(done - skip, 1), 4), "unit": "s",
                                      "by_format": {f: round(seconds[f] / cases[f], 4) for f in formats if cases[f]}},
-                "cpu_seconds_per_case": {"value": round(sum(cpu.values()) / max(done, 1), 4), "unit": "CPU s",
+                "cpu_seconds_per_case": {"value": round(sum(cpu.values()) / max(done - skip, 1), 4), "unit": "CPU s",
                                          "by_format": {f: round(cpu[f] / cases[f], 4) for f in formats if cases[f]}}}
 
     # damaged copies live in memory (tmpfs) where there is one: each case writes a file twice
@@ -367,6 +380,9 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
             kind = rng.choice(MUTATIONS)
             original = file.read_bytes()
             damaged = mutate(original, kind, rng)
+            if i < skip:
+                done = i + 1
+                continue
             where = next((j for j, (a, b) in enumerate(zip(original, damaged)) if a != b), min(len(original), len(damaged)))
             if damaged == original:
                 outcome, detail = "ok-same", "the mutation changed nothing"
@@ -436,7 +452,7 @@ def merge(reports: list[dict]) -> dict:
             "cpu_seconds_per_case": {"value": round(cpu / max(cases, 1), 4), "unit": "CPU s",
                                      "by_format": {f: round(fcpu[f] / sum(counts[f].values()), 4)
                                                    for f in counts if sum(counts[f].values())}},
-            "runs": [{k: r.get(k) for k in ("command", "seed", "cases", "date", "seconds", "machine")} for r in reports]}
+            "runs": [{k: r.get(k) for k in ("command", "seed", "first_case", "cases", "date", "seconds", "machine")} for r in reports]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-mb", type=int, default=3072, help="address-space limit of each child")
     ap.add_argument("--max-seconds", type=float, default=None, help="stop after this long (the report says how many ran)")
     ap.add_argument("--report", default=str(ROOT / "benchmarks/results/fuzz.json"))
+    ap.add_argument("--skip", type=int, default=0,
+                    help="continue a stopped run: draw (without running) the seed's first SKIP cases")
     ap.add_argument("--merge", nargs="+", default=None, metavar="REPORT",
                     help="instead of running: merge these reports (runs of other seeds) into --report")
     args = ap.parse_args(argv)
@@ -478,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
         return result
 
     result = finish(fuzz(args.n, args.seed, formats, args.timeout, args.memory_mb,
-                         log=lambda text: print(text, flush=True), max_seconds=args.max_seconds, checkpoint=finish))
+                         log=lambda text: print(text, flush=True), max_seconds=args.max_seconds, checkpoint=finish,
+                         skip=args.skip))
     print(json.dumps({"cases": result["cases"], "totals": result["totals"], "bugs": result["bugs"],
                       "seconds_per_case": result["seconds_per_case"]}, indent=1))
     return 1 if result["bugs"] else 0
