@@ -238,6 +238,24 @@ def test_snappy_frames_are_checked_against_their_crc():
         unframe(bad, 0, len(bad))
 
 
+def test_a_snappy_chunk_stating_a_huge_length_is_refused_before_decompressing():
+    """Found by the fuzz run (seed 43, case 16512): a damaged chunk of a Snappy-compressed Flink
+    checkpoint stated 512 MiB decompressed. The decompressor allocates the stated length first and
+    aborts the process when it cannot (a crash with a tight memory limit), so the length is
+    checked (against what Snappy can expand to, and the framing format's 65,536 bytes) first."""
+    import cramjam
+
+    raw = bytes(cramjam.snappy.compress_raw(b"abc" * 100))
+    payload = b"\xff\xff\xff\xff\x01" + raw[2:]  # the stated length (a varint32) now 536,870,911
+    body = checksums.masked_crc32c(b"abc" * 100).to_bytes(4, "little") + payload
+    framed = b"\xff\x06\x00\x00sNaPpY" + bytes([0x00]) + len(body).to_bytes(3, "little") + body
+    with pytest.raises(SnapshotCorruptError, match=r"states 536870911 bytes decompressed; expected at most \d+"):
+        unframe(framed, 0, len(framed))
+    good = checksums.masked_crc32c(b"abc" * 100).to_bytes(4, "little") + raw
+    ok = b"\xff\x06\x00\x00sNaPpY" + bytes([0x00]) + len(good).to_bytes(3, "little") + good
+    assert unframe(ok, 0, len(ok)) == b"abc" * 100
+
+
 def test_an_sst_block_whose_crc32c_does_not_match_is_an_error():
     from explorer.format.sst.file import SstError, SstFile
 

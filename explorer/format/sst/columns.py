@@ -37,6 +37,7 @@ from collections import defaultdict
 import cramjam
 import numpy as np
 
+from .. import snappy as snappy_format
 from .instance import combine
 from .file import TYPE_MERGE, TYPE_VALUE, SstError, SstFile
 
@@ -144,8 +145,7 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         if len(snappy):
             # a raw Snappy block starts with its decompressed length, a varint32 (within the block's trailer)
             length[snappy] = _varints(fb, off[snappy])[0]
-            # Snappy expands at most ~21x (a 3-byte copy of 64 bytes): a larger length is a damaged header
-            wrong = length[snappy] > 32 * size[snappy] + 64
+            wrong = length[snappy] > snappy_format.length_bound(size[snappy])  # a damaged header
             if wrong.any():
                 i = int(snappy[np.flatnonzero(wrong)[0]])
                 raise SstError(f"{f.name}: the Snappy block at {int(off[i])} ({int(size[i])} bytes) claims "

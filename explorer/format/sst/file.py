@@ -36,6 +36,7 @@ import cramjam
 import numpy as np
 
 from ...errors import SnapshotCorruptError
+from .. import snappy
 from ..checksums import (CHECKSUM_NAMES, available, rocksdb_block_checksum, rocksdb_block_checksums,
                          rocksdb_context_modifier)
 from ..types import decode_varint as _varint  # RocksDB's varint32/64: the same 7-bit little-endian groups
@@ -160,11 +161,7 @@ class SstFile:
         if ctype == 0:
             return raw
         if ctype == 1:
-            try:
-                return bytes(cramjam.snappy.decompress_raw(raw))
-            except cramjam.DecompressionError as exc:
-                raise SstError(f"{self.name}: the Snappy block at {off} ({size} bytes) does not decompress "
-                               f"({exc})") from exc
+            return snappy.decompress_raw(raw, f"{self.name}: the block at {off}", SstError)
         if ctype in (4, 5, 7):
             n, q = _varint(raw, 0)  # RocksDB prefixes LZ4 and ZSTD blocks with the decompressed size
             # (a damaged size must not reach the decompressor: it allocates it, and aborts when it cannot)

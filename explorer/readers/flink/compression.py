@@ -15,9 +15,8 @@
 
 from __future__ import annotations
 
-import cramjam
-
 from ...errors import FlinkCorruptError, FlinkFormatError
+from ...format import snappy
 from ...format.checksums import masked_crc32c
 
 
@@ -36,11 +35,8 @@ def unframe(buf: bytes | memoryview, start: int, end: int) -> bytes:
             if n < 4:
                 raise FlinkCorruptError(f"Snappy chunk at offset {p} holds {n} bytes, less than its 4-byte CRC")
             if ctype == 0x00:
-                try:
-                    data = bytes(cramjam.snappy.decompress_raw(mv[body + 4 : body + n]))
-                except cramjam.DecompressionError as exc:
-                    raise FlinkCorruptError(f"the Snappy chunk at offset {p} ({n} bytes) does not decompress "
-                                            f"({exc})") from exc
+                data = snappy.decompress_raw(mv[body + 4 : body + n], f"the Snappy chunk at offset {p}",
+                                             FlinkCorruptError, limit=snappy.FRAMED_CHUNK_MAX)
             else:
                 data = bytes(mv[body + 4 : body + n])
             stored = int.from_bytes(mv[body : body + 4], "little")
@@ -60,7 +56,4 @@ def unframe(buf: bytes | memoryview, start: int, end: int) -> bytes:
 
 
 def snappy_raw(data: bytes | memoryview) -> bytes:
-    try:
-        return bytes(cramjam.snappy.decompress_raw(data))
-    except cramjam.DecompressionError as exc:
-        raise FlinkCorruptError(f"a raw Snappy block of {len(data)} bytes does not decompress ({exc})") from exc
+    return snappy.decompress_raw(data, "a raw Snappy block", FlinkCorruptError)

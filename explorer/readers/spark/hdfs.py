@@ -65,6 +65,9 @@ def lz4_block_stream(data: bytes, where: str = "<bytes>") -> bytes:
         if clen < 0 or dlen < 0 or len(body) != clen:
             raise SnapshotCorruptError(f"{where}: an LZ4 block at byte {i - _HEADER} says {clen} bytes "
                                        f"({dlen} decompressed), the file has {len(body)} left")
+        if dlen > 255 * clen + 64:  # LZ4 expands at most ~255x; the decompressor would allocate dlen first
+            raise SnapshotCorruptError(f"{where}: an LZ4 block at byte {i - _HEADER} of {clen} bytes states {dlen} "
+                                       f"decompressed; expected at most {255 * clen + 64}")
         i += clen
         method = token & 0xF0
         if method == 0x10:
