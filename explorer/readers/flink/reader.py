@@ -469,8 +469,8 @@ class FlinkSnapshotReader(SnapshotReader):
         if key in self._layouts:
             return self._layouts[key]
         header = self._header(op, st)
-        data = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, frozenset())  # (its first span)
-        spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
+        first = [kg for kg, off in enumerate(h.offsets, h.start) if off >= header.end][:1]
+        data, spans = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, frozenset(first))
         layout = "full"
         # the heap stream writes every key group and every state; try it on the first one
         for span in spans[:1]:
@@ -483,6 +483,9 @@ class FlinkSnapshotReader(SnapshotReader):
                 # not the heap layout, or a damaged first key group: a heap stream starts every key group
                 # with its id, which a full stream's first bytes (a state id, a key length under 64 KiB)
                 # can equal only for key group 0
+                # (the first bytes of the first 16 key groups with bytes, read by range)
+                present = frozenset([kg for kg, off in enumerate(h.offsets, h.start) if off >= header.end][:16])
+                data, spans = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, present, head=4)
                 ids = [(kg, int.from_bytes(data[s : s + 4], "big")) for kg, s, _ in spans if kg]
                 layout = "heap" if ids and all(kg == found for kg, found in ids) else "full"
         self._layouts[key] = layout
@@ -681,10 +684,10 @@ class FlinkSnapshotReader(SnapshotReader):
             elif isinstance(h, IncrementalHandle):
                 yield from self._rocksdb_pieces(op, st, h, header, wanted, query, where)
             else:
-                data = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, kgs)
-                spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
-                if kgs is not None:
-                    spans = [s for s in spans if s[0] in kgs]
+                if kgs is not None and not kgs & frozenset(range(h.start, h.end + 1)):
+                    return  # (none of the asked key groups is this subtask's: nothing read)
+                # only the asked key groups' bytes are read (by range), the whole stream when all are asked
+                data, spans = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, kgs)
                 if self._layout(op, st) == "heap":
                     buffers = {sid: RowBuffer(header.states[sid]) for sid in wanted}
                     skipped: dict[int, str] = {}
