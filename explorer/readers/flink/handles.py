@@ -126,6 +126,8 @@ class HandleResolver:
         # a retained checkpoint lives in <job-dir>/chk-N/; its shared files in <job-dir>/shared/
         self.job_dir = self.exclusive_dir.parent if self.exclusive_dir.name.startswith("chk-") else self.exclusive_dir
         self._roots = [self.exclusive_dir.resolve(), self.job_dir.resolve()]
+        #: bytes of keyed-state stream files read so far by :meth:`read_key_groups` (what a key-group range costs)
+        self.key_group_bytes_read = 0
 
     def local_path(self, handle: StreamHandle) -> Path:
         if handle.kind == "relative":
@@ -208,6 +210,8 @@ class HandleResolver:
         bytes of each span (a layout trial's look at key-group ids)."""
         if key_groups is None or handle.kind == "bytes":
             data = self.read(handle)
+            if handle.kind != "bytes":  # (inline in _metadata: already in memory)
+                self.key_group_bytes_read += len(data)
             spans = key_group_spans(offsets, first_kg, header_end, len(data))
             return data, spans if key_groups is None else [s for s in spans if s[0] in key_groups]
         path = self.local_path(handle)
@@ -260,6 +264,7 @@ class HandleResolver:
                 run += 1
             shift = moved[runs[run][0]] - runs[run][0]
             out.append((kg, b + shift, e + shift))
+        self.key_group_bytes_read += len(buf)
         return bytes(buf), out
 
     def sst_column_family(self, handle: StreamHandle) -> str | None:

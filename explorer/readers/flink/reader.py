@@ -456,6 +456,40 @@ class FlinkSnapshotReader(SnapshotReader):
     def estimated_rows(self, query: KeyedStateQuery) -> int | None:
         return None
 
+    #: bytes a row of keyed state takes at least in Flink's streams (a key and a value length, a key-group
+    #: prefix, a value byte): rows estimated from bytes this way are never too few
+    MIN_ROW_BYTES = 12
+
+    def key_group_rows(self, query: KeyedStateQuery) -> np.ndarray:
+        """Rows per key group ``0..M-1`` (``M`` the largest max parallelism asked), an upper estimate from the
+        metadata alone: each key group's bytes in its stream (from the key-group offsets) over
+        :data:`MIN_ROW_BYTES`; a RocksDB instance's or a changelog's bytes spread evenly over its range.
+        Analyses under a memory budget plan their key-group ranges from it (``analysis._ranges``)."""
+        ops = [o for o in self.meta.operators if query.wants_operator(o.display_name) and self._keyed_subtasks(o)]
+        out = np.zeros(max([o.max_parallelism for o in ops], default=0), dtype=np.float64)
+        for o in ops:
+            for st in self._keyed_subtasks(o):
+                h = st.managed_keyed
+                if isinstance(h, KeyGroupsHandle) and h.stream is not None:
+                    present = [off for off in h.offsets if off > 0]
+                    size = h.stream.size if h.stream.size >= 0 else 0
+                    try:
+                        spans = fullformat.key_group_spans(h.offsets, h.start, min(present, default=0), size)
+                    except FlinkCorruptError:  # (reported where the state is read)
+                        spans = [(h.start, 0, size)]
+                    for kg, b, e in spans:
+                        if kg < len(out):
+                            out[kg] += (e - b) / self.MIN_ROW_BYTES
+                    continue
+                if isinstance(h, IncrementalHandle):
+                    size = sum(x.size for _, x in h.shared + h.private)
+                else:  # changelog
+                    size = h.checkpointed_size
+                lo, hi = h.start, min(h.end, len(out) - 1)
+                if hi >= lo:
+                    out[lo : hi + 1] += max(size, 0) / self.MIN_ROW_BYTES / (hi - lo + 1)
+        return out
+
     # -- keyed state ----------------------------------------------------------------------
 
     def _layout(self, op: OperatorState, st: SubtaskState) -> str:
