@@ -30,6 +30,7 @@ does not map into it raises :class:`~explorer.errors.UnsafePathError`.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -128,6 +129,7 @@ class HandleResolver:
         self._roots = [self.exclusive_dir.resolve(), self.job_dir.resolve()]
         #: bytes of keyed-state stream files read so far by :meth:`read_key_groups` (what a key-group range costs)
         self.key_group_bytes_read = 0
+        self._count_lock = threading.Lock()  # (subtasks are read by two threads side by side)
 
     def local_path(self, handle: StreamHandle) -> Path:
         if handle.kind == "relative":
@@ -211,7 +213,7 @@ class HandleResolver:
         if key_groups is None or handle.kind == "bytes":
             data = self.read(handle)
             if handle.kind != "bytes":  # (inline in _metadata: already in memory)
-                self.key_group_bytes_read += len(data)
+                self._count(len(data))
             spans = key_group_spans(offsets, first_kg, header_end, len(data))
             return data, spans if key_groups is None else [s for s in spans if s[0] in key_groups]
         path = self.local_path(handle)
@@ -264,8 +266,12 @@ class HandleResolver:
                 run += 1
             shift = moved[runs[run][0]] - runs[run][0]
             out.append((kg, b + shift, e + shift))
-        self.key_group_bytes_read += len(buf)
+        self._count(len(buf))
         return bytes(buf), out
+
+    def _count(self, n: int) -> None:
+        with self._count_lock:
+            self.key_group_bytes_read += n
 
     def sst_column_family(self, handle: StreamHandle) -> str | None:
         """The column family (Flink: the state) of an SST file on a remote store not in the local cache,
