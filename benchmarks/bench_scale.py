@@ -24,6 +24,9 @@ Hooks for the other parts of issue 19 (wired when those modules exist)::
     python -m benchmarks.bench_scale --keys 2000000       # a quick run
     python -m benchmarks.bench_scale --part spark         # benchmarks/_scale_spark.py run(path, results)
     python -m benchmarks.bench_scale --part s3            # benchmarks/_scale_s3.py run(path, results)
+    python -m benchmarks.bench_scale --only flink         # the Flink savepoints only (python -m
+                                                          # benchmarks._scale_flink builds them), keeping
+                                                          # the engine's entries of scale.json
 
 The full run takes long (building 2 x 100 M keys the first time, then each question reads
 2.5 GB of Parquet): run it as ``flock /tmp/bench.lock nice -n 5 python -m benchmarks.bench_scale``.
@@ -66,11 +69,40 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+#: files a generator leaves beside a snapshot's own (what it wrote, the build marker): not the snapshot's bytes
+_NOT_SNAPSHOT = {"SCALE.json", ".complete", "EXPECTED.json"}
+
+
 def _files(path: Path) -> list[Path]:
     path = Path(path)
     if (path / "keyed").is_dir():
         return sorted((path / "keyed").rglob("*.parquet"))
-    return sorted(p for p in path.rglob("*") if p.is_file())
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.name not in _NOT_SNAPSHOT)
+
+
+def _flink_scan(path: Path) -> dict[str, int]:
+    """Every entry of a Flink snapshot's key-group streams found without decoding a value: each subtask's
+    stream read a few key groups at a time (by range, as the analyses do) and walked with the reader's
+    fastest path (``fullformat.scan``: Snappy frames undone, the vectorised entry walk)."""
+    from explorer.readers.flink import fullformat
+    from explorer.readers.flink.handles import KeyGroupsHandle
+    from explorer.readers.flink.reader import FlinkSnapshotReader
+
+    reader = FlinkSnapshotReader(path)
+    entries = nbytes = 0
+    for op in reader.meta.operators:
+        for st in reader._keyed_subtasks(op):
+            h = st.managed_keyed
+            if not isinstance(h, KeyGroupsHandle) or h.stream is None:
+                continue
+            header = reader._header(op, st)
+            prefix = 2 if op.max_parallelism > 128 else 1
+            for lo in range(h.start, h.end + 1, 8):
+                data, spans = reader.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end,
+                                                              frozenset(range(lo, min(lo + 8, h.end + 1))))
+                nbytes += len(data)
+                entries += len(fullformat.scan(data, spans, header.compressed, prefix)[1])
+    return {"entries": entries, "stream_bytes": nbytes}
 
 
 def child(task: str, path: str, other: str | None, budget: str) -> dict[str, Any]:
@@ -82,6 +114,13 @@ def child(task: str, path: str, other: str | None, budget: str) -> dict[str, Any
 
         rows = nbytes = 0
         for p in [path] + ([other] if other else []):
+            if (Path(p) / "_metadata").exists():  # Flink: the files' bytes, read in 16 MiB pieces (no decoding)
+                for f in _files(Path(p)):
+                    nbytes += f.stat().st_size
+                    with open(f, "rb") as fh:
+                        while fh.read(1 << 24):
+                            pass
+                continue
             for f in _files(Path(p)):
                 nbytes += f.stat().st_size
                 if f.suffix != ".parquet":
@@ -92,16 +131,19 @@ def child(task: str, path: str, other: str | None, budget: str) -> dict[str, Any
                 for b in pq.ParquetFile(f).iter_batches(batch_size=1 << 18):
                     rows += b.num_rows
         out.update(rows=rows, bytes=nbytes)
+    elif task == "raw_scan":  # Flink: every entry found, no value decoded
+        found = [_flink_scan(Path(p)) for p in [path] + ([other] if other else [])]
+        out.update(rows=sum(f["entries"] for f in found), bytes=sum(f["stream_bytes"] for f in found))
     else:
         import explorer
 
         snap = explorer.open(path, memory_budget=budget)
         if task == "key_group_distribution":
             d = snap.key_group_distribution()
+            imb = snap.imbalance()  # (one row per operator and metric: the worst operator's)
             out["answer"] = {"key_groups": int(len(d)), "keys": int(d["keys"].sum()), "entries": int(d["entries"].sum()),
                              "bytes": int(d["bytes"].sum()), "records": int(d["records"].sum()),
-                             "max_over_mean_bytes": float(snap.imbalance().set_index("metric").loc["bytes",
-                                                                                              "max_over_mean"])}
+                             "max_over_mean_bytes": float(imb.loc[imb["metric"] == "bytes", "max_over_mean"].max())}
         elif task == "hot_keys":
             h = snap.hot_keys(10, by="bytes")
             t1 = time.perf_counter()
@@ -148,6 +190,11 @@ def _snapshot_figures(name: str, path: Path, other: Any, keys: int | None, budge
     entry["rows"] = raw.get("rows")
     print(f"  {name}: raw read {raw.get('seconds')} s, {raw.get('rows')} rows, peak {raw.get('peak_rss_mb')} MB",
           flush=True)
+    flink = (path / "_metadata").exists()
+    if flink:
+        entry["raw_scan"] = _run_child("raw_scan", path, None, budget)
+        entry["rows"] = entry["raw_scan"].get("rows")
+        print(f"  {name}: raw scan {entry['raw_scan'].get('seconds')} s, {entry['rows']} entries", flush=True)
     tasks: dict[str, Any] = {}
     entry["tasks"] = tasks
     for task in ("key_group_distribution", "hot_keys") + (("diff",) if other is not None else ()):
@@ -159,8 +206,10 @@ def _snapshot_figures(name: str, path: Path, other: Any, keys: int | None, budge
         limit = raw if task != "diff" else _run_child("raw_read", path, variant, budget)
         if task == "diff":
             res["raw_read_both"] = limit
+            if flink:
+                res["raw_scan_both"] = _run_child("raw_scan", path, variant, budget)
         if "error" not in res:
-            res["keys"] = keys
+            res["keys"] = keys if keys is not None else res.get("keys")
             res["ratio_to_raw_read"] = round(limit["seconds"] / res["seconds"], 3) if res["seconds"] else None
             res["meets_rss_limit"] = bool(res["peak_rss_mb"] <= LIMIT_RSS_MB)
         tasks[task] = res
@@ -170,9 +219,23 @@ def _snapshot_figures(name: str, path: Path, other: Any, keys: int | None, budge
     return entry
 
 
-def _flink_snapshots(cache: Path) -> list[tuple[str, Path]]:
-    """Flink canonical savepoints under ``cache`` (``flink-*`` folders holding a ``_metadata``)."""
-    return [(p.name, p) for p in sorted(cache.glob("flink-*")) if (p / "_metadata").exists()]
+def _flink_snapshots(cache: Path) -> list[tuple[str, Path, Path | None, int | None]]:
+    """Flink canonical savepoints under ``cache`` (``flink-*`` folders holding a ``_metadata``): (name, path,
+    the same job's later savepoint for the diff or None, keys). ``benchmarks._scale_flink`` writes them in
+    pairs, ``flink-<backend>-a`` and ``-b``, with a ``SCALE.json`` saying what the job wrote."""
+    found = {p.name: p for p in sorted(cache.glob("flink-*")) if (p / "_metadata").exists()}
+    out = []
+    for name, p in found.items():
+        if name.endswith("-b") and name[:-2] + "-a" in found:
+            continue  # (the diff's other side)
+        other = found.get(name[:-2] + "-b") if name.endswith("-a") else None
+        keys = None
+        if (p / "SCALE.json").exists():
+            info = json.loads((p / "SCALE.json").read_text())
+            keys = info.get("keys_a")
+            name = f"Flink {info.get('flink_version', '')} canonical savepoint, {info.get('backend')} backend"
+        out.append((name, p, other, keys))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", default="1GB", help="memory_budget= given to explorer.open (default 1GB)")
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/scale.json")
     ap.add_argument("--cache", type=Path, default=None, help="default: .cache/scale")
+    ap.add_argument("--only", choices=["engine", "flink"], default=None,
+                    help="--part local: measure only these snapshots, keeping the other entries of the results file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--path", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--other", default=None, help=argparse.SUPPRESS)
@@ -210,10 +275,14 @@ def main(argv: list[str] | None = None) -> int:
                   "peak_rss_mb": "MiB, peak resident memory of that process (VmHWM)", "bytes": "bytes of snapshot files"},
         "limit_peak_rss_mb": LIMIT_RSS_MB,
         "peer": "raw_read: every Parquet file of the same snapshot(s) decoded to Arrow with "
-                "pyarrow.parquet.ParquetFile.iter_batches, in its own process, same run",
+                "pyarrow.parquet.ParquetFile.iter_batches, in its own process, same run; for a Flink savepoint "
+                "(no Parquet) raw_read is every file's bytes read in 16 MiB pieces (no decoding), and raw_scan "
+                "every entry of its key-group streams found by the reader's fastest path (Snappy frames undone, "
+                "the vectorised entry walk of fullformat.scan, a few key groups at a time) with no value decoded",
     })
     t_build = time.perf_counter()
-    path = engine_savepoint(args.keys, cache=cache)
+    engine = args.only != "flink"
+    path = engine_savepoint(args.keys, cache=cache) if engine or args.part != "local" else None
     built = round(time.perf_counter() - t_build, 1)
 
     def variant() -> Path:
@@ -237,24 +306,35 @@ def main(argv: list[str] | None = None) -> int:
         write()
     if args.part in ("local", "all"):
         machine_at_start = machine()
-        print(f"engine savepoint of {args.keys:,} keys: {path} (ready in {built} s)", flush=True)
-        local = {"command": "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:]),
-                 "date": started.isoformat(timespec="seconds"), "budget": args.budget, "machine": machine_at_start,
-                 "snapshots": []}
+        command = "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:])
+        run = {"command": command, "date": started.isoformat(timespec="seconds"), "budget": args.budget,
+               "machine": machine_at_start}
+        # --only: this run's snapshots replace their own entries, the others' stay with their run's figures
+        old = report.get("local") or {}
+        kept = [dict(e, run=e.get("run") or {k: old.get(k) for k in ("command", "date", "budget", "machine")})
+                for e in old.get("snapshots", []) if args.only is not None
+                and (str(e.get("path", "")).split("/")[-1].startswith("flink-")) != (args.only == "flink")]
+        local = {**run, "snapshots": kept}
         report["local"] = local
 
         def keep(entry: dict[str, Any]) -> None:
+            if args.only is not None:
+                entry["run"] = run
             if entry not in local["snapshots"]:
                 local["snapshots"].append(entry)
             write()
 
-        _snapshot_figures("engine savepoint (canonical Parquet)", path, variant, args.keys, args.budget, keep)
-        flink = _flink_snapshots(cache)
-        for name, fpath in flink:
-            _snapshot_figures(name, fpath, None, None, args.budget, keep)
-        if not flink:
-            local["flink_note"] = (f"no Flink canonical savepoint under {cache} (flink-*/ with a _metadata): "
-                                   "none measured in this run")
+        if engine:
+            print(f"engine savepoint of {args.keys:,} keys: {path} (ready in {built} s)", flush=True)
+            _snapshot_figures("engine savepoint (canonical Parquet)", path, variant, args.keys, args.budget, keep)
+        if args.only != "engine":
+            flink = _flink_snapshots(cache)
+            for name, fpath, other, keys in flink:
+                _snapshot_figures(name, fpath, (lambda o=other: o) if other is not None else None, keys,
+                                  args.budget, keep)
+            if not flink:
+                local["flink_note"] = (f"no Flink canonical savepoint under {cache} (flink-*/ with a _metadata; "
+                                       "python -m benchmarks._scale_flink builds them): none measured in this run")
         local["machine_at_end"] = {"load_average": list(os.getloadavg()),
                                    "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         report["local"] = local

@@ -173,3 +173,33 @@ def test_every_row_of_the_issue_is_listed_measured_or_with_the_reason_it_is_miss
     assert "| checkpoints at 100 MB: ours full vs incremental, recovery | **missing**" in lines
     assert "Apache Flink full vs incremental, recovery | **missing**: Flink not run" in lines
     assert "| interaction: dashboard update latency p50/p95 at 1 M keys | **missing**: no widgets result |" in lines
+
+
+def test_scale_only_flink_measures_the_flink_pairs_and_keeps_the_engine_entries(tmp_path):
+    """``bench_scale --only flink`` on a real (small) Flink savepoint pair: the Flink entry gets its raw read,
+    raw scan, the three questions (the diff against the pair's ``-b``) with their peak RSS, and the engine
+    entry already in the results file stays, with the figures of its own run."""
+    import shutil
+
+    from benchmarks import bench_scale
+
+    cache = tmp_path / "cache"
+    src = ROOT / "sample_data/flink/heap-canonical-savepoint"
+    for side in ("a", "b"):
+        shutil.copytree(src, cache / f"flink-hashmap-{side}")
+    engine = {"name": "engine savepoint (canonical Parquet)", "path": ".cache/scale/engine-100", "keys": 100}
+    out = tmp_path / "scale.json"
+    out.write_text(json.dumps({"local": {"command": "python -m benchmarks.bench_scale", "date": "then",
+                                         "budget": "1GB", "machine": {"cpus": 2}, "snapshots": [engine]}}))
+    assert bench_scale.main(["--only", "flink", "--cache", str(cache), "--out", str(out), "--budget", "64MB"]) == 0
+    local = json.loads(out.read_text())["local"]
+    kept, flink = local["snapshots"]
+    assert kept["name"] == engine["name"] and kept["run"]["date"] == "then"
+    assert flink["path"].endswith("flink-hashmap-a") and flink["raw_read"]["bytes"] == flink["bytes"] > 0
+    rows = len(__import__("explorer").open(src).keyed_state())
+    assert 0 < flink["raw_scan"]["rows"] <= rows  # (stream entries: a list state's elements are one entry)
+    assert set(flink["tasks"]) == {"key_group_distribution", "hot_keys", "diff"}
+    for task in flink["tasks"].values():
+        assert "error" not in task and task["meets_rss_limit"] is True
+    assert 0 < flink["tasks"]["key_group_distribution"]["answer"]["entries"] <= rows
+    assert flink["tasks"]["diff"]["answer"]["rows"] == 0  # (the same savepoint twice, unchanged=False)

@@ -30,6 +30,7 @@ does not map into it raises :class:`~explorer.errors.UnsafePathError`.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -126,6 +127,9 @@ class HandleResolver:
         # a retained checkpoint lives in <job-dir>/chk-N/; its shared files in <job-dir>/shared/
         self.job_dir = self.exclusive_dir.parent if self.exclusive_dir.name.startswith("chk-") else self.exclusive_dir
         self._roots = [self.exclusive_dir.resolve(), self.job_dir.resolve()]
+        #: bytes of keyed-state stream files read so far by :meth:`read_key_groups` (what a key-group range costs)
+        self.key_group_bytes_read = 0
+        self._count_lock = threading.Lock()  # (subtasks are read by two threads side by side)
 
     def local_path(self, handle: StreamHandle) -> Path:
         if handle.kind == "relative":
@@ -195,36 +199,79 @@ class HandleResolver:
         return data
 
     def read_key_groups(self, handle: StreamHandle, offsets: list[int], first_kg: int, header_end: int,
-                        key_groups: frozenset[int] | None) -> bytes:
-        """The bytes of a key-groups stream as :meth:`read` gives them; but for a file on a remote store not
-        in the local cache and a query of some key groups, only the header, the first key group (a layout
-        trial decodes it) and the spans of ``key_groups`` are fetched, by range, in a buffer of the stream's
-        length whose other bytes are zero (never decoded: the caller decodes the spans of ``key_groups``)."""
-        if key_groups is None or handle.kind not in ("file", "relative") or handle.size <= 0:
-            return self.read(handle)
+                        key_groups: frozenset[int] | None, head: int | None = None
+                        ) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """The bytes of a key-groups stream and its spans ``(key group, start, end)`` indexing them.
+
+        ``key_groups`` None: the whole stream (:meth:`read`) and the span of every key group with bytes.
+        Else only the bytes of the spans of ``key_groups`` are read, by range (``seek``), joined in file
+        order into one buffer that the returned spans index: reading a key-group range of a subtask
+        costs that range's bytes, not the stream's, whether the file is local, cached or on a remote
+        store (an empty ``key_groups``: no span, no read). A remote file of which more than half is
+        wanted is fetched into the local cache first and read from there. ``head``: only the first ``head``
+        bytes of each span (a layout trial's look at key-group ids)."""
+        if key_groups is None or handle.kind == "bytes":
+            data = self.read(handle)
+            if handle.kind != "bytes":  # (inline in _metadata: already in memory)
+                self._count(len(data))
+            spans = key_group_spans(offsets, first_kg, header_end, len(data))
+            return data, spans if key_groups is None else [s for s in spans if s[0] in key_groups]
         path = self.local_path(handle)
-        if not isinstance(path, StoragePath) or path.store.cached(path.key) is not None:
-            return self.read(handle)
-        spans = key_group_spans(offsets, first_kg, header_end, handle.size)
-        ranges = sorted([(0, header_end)] + [(b, e) for i, (kg, b, e) in enumerate(spans) if i == 0 or kg in key_groups])
-        merged: list[list[int]] = []
-        for b, e in ranges:
-            if merged and b <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], e)
+        size = handle.size
+        if size < 0 or handle.kind != "segment":  # (a file's size: the metadata's, checked against the file)
+            try:
+                found = path.stat().st_size
+            except FileNotFoundError as exc:
+                raise SnapshotCorruptError(
+                    f"{self.metadata_file}: state file {path} named in the metadata is missing "
+                    f"(expected {handle.size} bytes)") from exc
+            if handle.size >= 0 and found < handle.size:
+                raise SnapshotCorruptError(
+                    f"{path}: found {found} bytes, the metadata expects {handle.size} (file truncated?)")
+            size = found
+        spans = [s for s in key_group_spans(offsets, first_kg, header_end, size) if s[0] in key_groups]
+        if head is not None:
+            spans = [(kg, b, min(e, b + head)) for kg, b, e in spans]
+        if not spans:
+            return b"", []
+        runs: list[list[int]] = []  # adjacent spans read in one go
+        for _, b, e in spans:
+            if runs and b == runs[-1][1]:
+                runs[-1][1] = e
             else:
-                merged.append([b, e])
-        if sum(e - b for b, e in merged) > handle.size // 2:
-            return self.read(handle)  # most of it: fetch it whole, into the cache
-        buf = bytearray(handle.size)
+                runs.append([b, e])
+        if isinstance(path, StoragePath) and path.store.cached(path.key) is None \
+                and sum(e - b for b, e in runs) > size // 2:
+            path.local()  # most of it: fetch it whole into the cache (on disk), then read the spans from there
+        base = handle.offset if handle.kind == "segment" else 0
+        buf = bytearray(sum(e - b for b, e in runs))
+        moved: dict[int, int] = {}  # a run's start in the file -> in buf
+        at = 0
         with path.open("rb") as f:
-            for b, e in merged:
-                f.seek(b)
-                chunk = f.read(e - b)
-                if len(chunk) < e - b:
-                    raise SnapshotCorruptError(f"{path}: found {b + len(chunk)} bytes, the metadata expects "
-                                               f"{handle.size} (file truncated?)")
-                buf[b:e] = chunk
-        return bytes(buf)
+            for b, e in runs:
+                f.seek(base + b)
+                view = memoryview(buf)[at : at + e - b]
+                got = 0
+                while got < e - b:
+                    n = f.readinto(view[got:])
+                    if not n:
+                        raise SnapshotCorruptError(f"{path}: found {base + b + got} bytes, the metadata expects "
+                                                   f"{base + size} (file truncated?)")
+                    got += n
+                moved[b] = at
+                at += e - b
+        out, run = [], 0
+        for kg, b, e in spans:
+            while runs[run][1] < e:
+                run += 1
+            shift = moved[runs[run][0]] - runs[run][0]
+            out.append((kg, b + shift, e + shift))
+        self._count(len(buf))
+        return bytes(buf), out
+
+    def _count(self, n: int) -> None:
+        with self._count_lock:
+            self.key_group_bytes_read += n
 
     def sst_column_family(self, handle: StreamHandle) -> str | None:
         """The column family (Flink: the state) of an SST file on a remote store not in the local cache,

@@ -456,6 +456,40 @@ class FlinkSnapshotReader(SnapshotReader):
     def estimated_rows(self, query: KeyedStateQuery) -> int | None:
         return None
 
+    #: bytes a row of keyed state takes at least in Flink's streams (a key and a value length, a key-group
+    #: prefix, a value byte): rows estimated from bytes this way are never too few
+    MIN_ROW_BYTES = 12
+
+    def key_group_rows(self, query: KeyedStateQuery) -> np.ndarray:
+        """Rows per key group ``0..M-1`` (``M`` the largest max parallelism asked), an upper estimate from the
+        metadata alone: each key group's bytes in its stream (from the key-group offsets) over
+        :data:`MIN_ROW_BYTES`; a RocksDB instance's or a changelog's bytes spread evenly over its range.
+        Analyses under a memory budget plan their key-group ranges from it (``analysis._ranges``)."""
+        ops = [o for o in self.meta.operators if query.wants_operator(o.display_name) and self._keyed_subtasks(o)]
+        out = np.zeros(max([o.max_parallelism for o in ops], default=0), dtype=np.float64)
+        for o in ops:
+            for st in self._keyed_subtasks(o):
+                h = st.managed_keyed
+                if isinstance(h, KeyGroupsHandle) and h.stream is not None:
+                    present = [off for off in h.offsets if off > 0]
+                    size = h.stream.size if h.stream.size >= 0 else 0
+                    try:
+                        spans = fullformat.key_group_spans(h.offsets, h.start, min(present, default=0), size)
+                    except FlinkCorruptError:  # (reported where the state is read)
+                        spans = [(h.start, 0, size)]
+                    for kg, b, e in spans:
+                        if kg < len(out):
+                            out[kg] += (e - b) / self.MIN_ROW_BYTES
+                    continue
+                if isinstance(h, IncrementalHandle):
+                    size = sum(x.size for _, x in h.shared + h.private)
+                else:  # changelog
+                    size = h.checkpointed_size
+                lo, hi = h.start, min(h.end, len(out) - 1)
+                if hi >= lo:
+                    out[lo : hi + 1] += max(size, 0) / self.MIN_ROW_BYTES / (hi - lo + 1)
+        return out
+
     # -- keyed state ----------------------------------------------------------------------
 
     def _layout(self, op: OperatorState, st: SubtaskState) -> str:
@@ -469,8 +503,8 @@ class FlinkSnapshotReader(SnapshotReader):
         if key in self._layouts:
             return self._layouts[key]
         header = self._header(op, st)
-        data = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, frozenset())  # (its first span)
-        spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
+        first = [kg for kg, off in enumerate(h.offsets, h.start) if off >= header.end][:1]
+        data, spans = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, frozenset(first))
         layout = "full"
         # the heap stream writes every key group and every state; try it on the first one
         for span in spans[:1]:
@@ -483,6 +517,9 @@ class FlinkSnapshotReader(SnapshotReader):
                 # not the heap layout, or a damaged first key group: a heap stream starts every key group
                 # with its id, which a full stream's first bytes (a state id, a key length under 64 KiB)
                 # can equal only for key group 0
+                # (the first bytes of the first 16 key groups with bytes, read by range)
+                present = frozenset([kg for kg, off in enumerate(h.offsets, h.start) if off >= header.end][:16])
+                data, spans = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, present, head=4)
                 ids = [(kg, int.from_bytes(data[s : s + 4], "big")) for kg, s, _ in spans if kg]
                 layout = "heap" if ids and all(kg == found for kg, found in ids) else "full"
         self._layouts[key] = layout
@@ -681,10 +718,10 @@ class FlinkSnapshotReader(SnapshotReader):
             elif isinstance(h, IncrementalHandle):
                 yield from self._rocksdb_pieces(op, st, h, header, wanted, query, where)
             else:
-                data = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, kgs)
-                spans = fullformat.key_group_spans(h.offsets, h.start, header.end, len(data))
-                if kgs is not None:
-                    spans = [s for s in spans if s[0] in kgs]
+                if kgs is not None and not kgs & frozenset(range(h.start, h.end + 1)):
+                    return  # (none of the asked key groups is this subtask's: nothing read)
+                # only the asked key groups' bytes are read (by range), the whole stream when all are asked
+                data, spans = self.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, kgs)
                 if self._layout(op, st) == "heap":
                     buffers = {sid: RowBuffer(header.states[sid]) for sid in wanted}
                     skipped: dict[int, str] = {}
