@@ -145,9 +145,7 @@ class State:
 
     def clear_many(self, key_groups: list[int], keys: list[Any]) -> None:
         """:meth:`clear` for each key (default namespace)."""
-        remove = self.table.remove
-        for g, k in zip(key_groups, keys):
-            remove(g, k, None)
+        self.table.remove_many(key_groups, keys)
 
 
 class ValueState(State):

@@ -205,12 +205,13 @@ class TimerQueue:
             return out
         if self._fresh:
             self._drain_fresh()
-        h, buckets, heappop, new = self._heap, self._buckets, heapq.heappop, tuple.__new__
+        h, buckets, heappop, new, add = self._heap, self._buckets, heapq.heappop, tuple.__new__, out.append
         while h and h[0] <= time:
             ts = heappop(h)
             b = buckets.pop(ts, None)
-            if b is not None:
-                out += [new(Timer, (ts, key, ns, kg)) for (key, ns), kg in b.items()]
+            if b is not None:  # most buckets hold one timer: a loop, not a comprehension per bucket
+                for (key, ns), kg in b.items():
+                    add(new(Timer, (ts, key, ns, kg)))
         self._n -= len(out)
         return out
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain, repeat
-from operator import attrgetter, eq, is_not
+from operator import attrgetter, eq, is_not, itemgetter
 from typing import Sequence
 
 import numpy as np
@@ -86,6 +86,7 @@ def summarize(user_id: str, events: list[Event]) -> SessionSummary:
 
 
 _KIND_OF = attrgetter("kind")
+_TIMESTAMP, _KEY, _KEY_GROUP = itemgetter(0), itemgetter(1), itemgetter(3)  # of a Timer
 
 
 def summarize_many(user_ids: list[str], sessions: list[list[Event]]) -> list[SessionSummary]:
@@ -219,7 +220,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         by_key = list(map(values.__getitem__, order.tolist()))
         bounds = starts.tolist() + [n]
         if not closes.any():
-            self.session.add_all_many(groups, users, [by_key[a:b] for a, b in zip(bounds, bounds[1:])])
+            self.session.add_all_many(groups, users, list(map(by_key.__getitem__, map(slice, bounds, bounds[1:]))))
             return
         # keys with a session closed inside the batch: each closed at its record, in arrival order
         cpos = np.flatnonzero(closes)
@@ -240,9 +241,10 @@ class SessionWindowFunction(KeyedProcessFunction):
         rest = np.ones(nu, dtype=bool)
         rest[closing] = False
         if rest.any():
-            rl = np.flatnonzero(rest).tolist()
-            self.session.add_all_many([groups[u] for u in rl], [users[u] for u in rl],
-                                      [by_key[bounds[u]:bounds[u + 1]] for u in rl])
+            ra = np.flatnonzero(rest)
+            rl = ra.tolist()
+            self.session.add_all_many(list(map(groups.__getitem__, rl)), list(map(users.__getitem__, rl)),
+                                      list(map(by_key.__getitem__, map(slice, starts[ra].tolist(), (last[ra] + 1).tolist()))))
 
     def _process_batch_records(self, records, ctx, out):
         """:meth:`process_batch` walking the records one by one (timestamps that are not all
@@ -307,24 +309,25 @@ class SessionWindowFunction(KeyedProcessFunction):
     def on_timer_batch(self, timers, ctx, out):
         """``on_timer`` for the timers a watermark makes due, in firing order: the ends read in one
         call, the sessions whose end is the timer's read, summarised and cleared in one call each."""
-        users = [t.key for t in timers]
-        groups = [t.key_group for t in timers]
+        users = list(map(_KEY, timers))
+        groups = list(map(_KEY_GROUP, timers))
+        stamps = list(map(_TIMESTAMP, timers))
         ends = self.session_end.values_of(groups, users)
-        closing = [i for i, (t, e) in enumerate(zip(timers, ends)) if e == t.timestamp]
+        closing = [i for i, (t, e) in enumerate(zip(stamps, ends)) if e == t]
         if len(set(users)) < len(users):  # a user twice: later timers see the state the earlier cleared
             seen: set = set()
             closing = [i for i in closing if not (users[i] in seen or seen.add(users[i]))]
         if not closing:
             return
-        c_users = [users[i] for i in closing]
-        c_groups = [groups[i] for i in closing]
+        c_users = list(map(users.__getitem__, closing))
+        c_groups = list(map(groups.__getitem__, closing))
         lists = self.session.pop_many(c_groups, c_users)
         if not all(lists):
             kept = [j for j, events in enumerate(lists) if events]
             closing, lists = [closing[j] for j in kept], [lists[j] for j in kept]
         if closing:
-            out.collect_all_with_timestamps(summarize_many([users[i] for i in closing], lists),
-                                            [timers[i].timestamp for i in closing])
+            out.collect_all_with_timestamps(summarize_many(list(map(users.__getitem__, closing)), lists),
+                                            list(map(stamps.__getitem__, closing)))
         self.session_end.clear_many(c_groups, c_users)
 
     def on_timer(self, timestamp: int, ctx, out):

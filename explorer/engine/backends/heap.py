@@ -76,6 +76,16 @@ class HeapStateTable(StateTable):
         else:
             cur.extend(elements)
 
+    def remove_many(self, key_groups, keys, namespace=None):
+        groups, start = self._groups, self._start
+        for g, k in zip(key_groups, keys):
+            grp = groups[g - start]
+            m = grp.get(namespace)
+            if m is not None:
+                m.pop(k, None)
+                if not m:
+                    del grp[namespace]
+
     def pop_many(self, key_groups, keys, namespace=None):
         groups, start = self._groups, self._start
         out = []

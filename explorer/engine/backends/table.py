@@ -94,6 +94,12 @@ class StateTable(ABC):
         for g, k, e in zip(key_groups, keys, entries):
             put(g, k, namespace, e)
 
+    def remove_many(self, key_groups: list[int], keys: list[Any], namespace: Any = None) -> None:
+        """``remove`` for many keys of one namespace (backends may do it in bulk)."""
+        remove = self.remove
+        for g, k in zip(key_groups, keys):
+            remove(g, k, namespace)
+
     def append(self, key_group: int, key: Any, namespace: Any, elements: list[Any]) -> None:
         cur = self.get(key_group, key, namespace)
         self.put(key_group, key, namespace, (list(cur) if cur else []) + list(elements))
