@@ -199,9 +199,10 @@ class ValueState(State):
             self._each(key_groups, keys, lambda i: self.update(values[i]))
             return
         exact = self._exact
-        for v in values:
-            if type(v) is not exact:
-                self.info.check(v, self._where())
+        if not set(map(type, values)) <= {exact}:  # one pass in C when every value has the exact type
+            for v in values:
+                if type(v) is not exact:
+                    self.info.check(v, self._where())
         self.table.put_many(key_groups, keys, values)
 
 
