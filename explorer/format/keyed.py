@@ -36,26 +36,13 @@ from .types import TypeInfo
 ROW_GROUP_TARGET = 1 << 16
 
 
+_KINDS = {bool: "bool", int: "int", float: "float", str: "str", tuple: "tuple"}
+
+
 def _kind_of(values: Sequence[Any]) -> str:
-    kinds = set()
-    for v in values:
-        if v is None:
-            continue
-        t = type(v)
-        if t is bool:
-            kinds.add("bool")
-        elif t is int:
-            kinds.add("int")
-        elif t is float:
-            kinds.add("float")
-        elif t is str:
-            kinds.add("str")
-        elif t is tuple:
-            kinds.add("tuple")
-        else:
-            kinds.add("other:" + t.__name__)
-        if len(kinds) > 1:
-            break
+    types = set(map(type, values))  # one pass in C; the kinds from the few distinct types
+    types.discard(type(None))
+    kinds = {_KINDS.get(t) or "other:" + t.__name__ for t in types}
     if not kinds:
         return "null"
     if len(kinds) > 1:
