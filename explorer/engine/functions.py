@@ -53,6 +53,13 @@ class Collector:
         self.values.append(value)
         self.timestamps.append(timestamp)
 
+    def collect_all_with_timestamps(self, values: list[Any], timestamps: list[int | None]) -> None:
+        """``collect_with_timestamp(values[i], timestamps[i])`` for each ``i`` in order."""
+        if len(values) != len(timestamps):
+            raise ValueError(f"{len(values)} values but {len(timestamps)} timestamps")
+        self.values += values
+        self.timestamps += timestamps
+
     def drain(self) -> tuple[list[Any], list[int | None]]:
         v, t = self.values, self.timestamps
         self.values, self.timestamps = [], []
@@ -167,19 +174,22 @@ class KeyedRecords:
 
     ``values``, ``keys``, ``key_groups`` and ``timestamps`` (None without event time) per record,
     in arrival order; ``uniques`` the batch's distinct keys in order of first appearance and
-    ``unique_key_groups`` their key groups (plain lists).
+    ``unique_key_groups`` their key groups (plain lists); ``codes`` (a NumPy integer array, or
+    None) each record's position in ``uniques``.
     """
 
-    __slots__ = ("values", "keys", "key_groups", "timestamps", "uniques", "unique_key_groups")
+    __slots__ = ("values", "keys", "key_groups", "timestamps", "uniques", "unique_key_groups", "codes")
 
     def __init__(self, values: list[Any], keys: list[Any], key_groups: list[int], timestamps: list[int] | None,
-                 uniques: list[Any], unique_key_groups: list[int]) -> None:
+                 uniques: list[Any], unique_key_groups: list[int], codes: Any = None) -> None:
         self.values = values
         self.keys = keys
         self.key_groups = key_groups
         self.timestamps = timestamps
         self.uniques = uniques
         self.unique_key_groups = unique_key_groups
+        #: per record, the position of its key in ``uniques`` (a NumPy integer array), or None
+        self.codes = codes
 
     def __len__(self) -> int:
         return len(self.values)

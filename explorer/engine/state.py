@@ -145,9 +145,7 @@ class State:
 
     def clear_many(self, key_groups: list[int], keys: list[Any]) -> None:
         """:meth:`clear` for each key (default namespace)."""
-        remove = self.table.remove
-        for g, k in zip(key_groups, keys):
-            remove(g, k, None)
+        self.table.remove_many(key_groups, keys)
 
 
 class ValueState(State):
@@ -201,9 +199,10 @@ class ValueState(State):
             self._each(key_groups, keys, lambda i: self.update(values[i]))
             return
         exact = self._exact
-        for v in values:
-            if type(v) is not exact:
-                self.info.check(v, self._where())
+        if not set(map(type, values)) <= {exact}:  # one pass in C when every value has the exact type
+            for v in values:
+                if type(v) is not exact:
+                    self.info.check(v, self._where())
         self.table.put_many(key_groups, keys, values)
 
 

@@ -78,6 +78,8 @@ class TimerQueue:
         """:meth:`register` of each ``(timestamps[i], keys[i], key_groups[i])`` in order (one namespace)."""
         buckets, fresh = self._buckets, self._fresh
         cur_ts, cur_live = self._cur_ts, self._cur_live
+        if not cur_live:  # no bucket half fired: nothing to skip
+            cur_ts = None
         n = 0
         for ts, key, kg in zip(timestamps, keys, key_groups):
             ident = (key, namespace)
@@ -205,12 +207,13 @@ class TimerQueue:
             return out
         if self._fresh:
             self._drain_fresh()
-        h, buckets, heappop, new = self._heap, self._buckets, heapq.heappop, tuple.__new__
+        h, buckets, heappop, new, add = self._heap, self._buckets, heapq.heappop, tuple.__new__, out.append
         while h and h[0] <= time:
             ts = heappop(h)
             b = buckets.pop(ts, None)
-            if b is not None:
-                out += [new(Timer, (ts, key, ns, kg)) for (key, ns), kg in b.items()]
+            if b is not None:  # most buckets hold one timer: a loop, not a comprehension per bucket
+                for (key, ns), kg in b.items():
+                    add(new(Timer, (ts, key, ns, kg)))
         self._n -= len(out)
         return out
 
@@ -240,6 +243,13 @@ class TimerQueue:
         self._fresh.clear()
         self._n = 0
         self._cur_ts, self._cur, self._cur_live = None, [], {}
+
+
+def _ints(timestamps: list[Any]) -> list[int]:
+    """``timestamps`` as Python ints (as they are when they all are already)."""
+    if set(map(type, timestamps)) <= {int}:
+        return timestamps
+    return [int(t) for t in timestamps]
 
 
 class TimerService:
@@ -281,13 +291,13 @@ class TimerService:
     def register_event_time_timers(self, timestamps: list[int], keys: list[Any], key_groups: list[int]) -> None:
         """``register_event_time_timer(timestamps[i])`` for ``keys[i]`` (in ``key_groups[i]``,
         default namespace), in this order: for ``process_batch``, which has no current key."""
-        self._op.event_timers.register_many([int(t) for t in timestamps], keys, key_groups)
+        self._op.event_timers.register_many(_ints(timestamps), keys, key_groups)
 
     def delete_event_time_timers(self, timestamps: list[int], keys: list[Any]) -> None:
         """``delete_event_time_timer(timestamps[i])`` for ``keys[i]`` (default namespace)."""
         if self.firing_batch:
             self._no_delete_in_batch()
-        self._op.event_timers.delete_many([int(t) for t in timestamps], keys)
+        self._op.event_timers.delete_many(_ints(timestamps), keys)
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
         ctx = self._op.backend.ctx

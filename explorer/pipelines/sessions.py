@@ -21,7 +21,8 @@ minutes or more.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, eq, is_not, itemgetter
 from typing import Sequence
 
 import numpy as np
@@ -84,6 +85,37 @@ def summarize(user_id: str, events: list[Event]) -> SessionSummary:
                           [e.kind for e in events].count("purchase"))
 
 
+_KIND_OF = attrgetter("kind")
+_TIMESTAMP, _KEY, _KEY_GROUP = itemgetter(0), itemgetter(1), itemgetter(3)  # of a Timer
+
+
+def summarize_many(user_ids: list[str], sessions: list[list[Event]]) -> list[SessionSummary]:
+    """``summarize`` of each ``(user_ids[i], sessions[i])`` (none empty), column-wise: the
+    timestamps and kinds of all the sessions' events read in one pass each, start, end, count
+    and purchases per session by NumPy reductions over the concatenation."""
+    counts = list(map(len, sessions))
+    flat = list(chain.from_iterable(sessions))
+    # both fields read a few hundred events at a time: the second read finds the event in the cache
+    # (the events of many sessions lie all over memory, and a cache miss per read is most of the cost)
+    stamps: list = []
+    kinds: list = []
+    for i in range(0, len(flat), 256):
+        chunk = flat[i:i + 256]
+        stamps += map(_TS, chunk)
+        kinds += map(_KIND_OF, chunk)
+    times = np.array(stamps)
+    if times.dtype != np.int64 or times.shape != (len(flat),) or not all(counts):
+        return [summarize(u, events) for u, events in zip(user_ids, sessions)]
+    offsets = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
+    starts = np.minimum.reduceat(times, offsets).tolist()
+    ends = np.maximum.reduceat(times, offsets).tolist()
+    purchase = np.fromiter(map(eq, kinds, repeat("purchase")), dtype=bool, count=len(flat))
+    purchases = np.add.reduceat(purchase.astype(np.int64), offsets).tolist()
+    ids = list(map("{}@{}".format, user_ids, starts))
+    return list(map(SessionSummary, user_ids, ids, starts, ends, counts, purchases))
+
+
 class SessionWindowFunction(KeyedProcessFunction):
     """Per-user sessions with an inactivity gap (30 minutes unless told otherwise)."""
 
@@ -117,10 +149,106 @@ class SessionWindowFunction(KeyedProcessFunction):
         self.session_end.update(new_end)
 
     def process_batch(self, records, ctx, out):
-        """``process_element`` for a whole batch: per distinct key, the session end is read once
-        and the session list, the end and the timer written once; the records are walked in
-        arrival order as ``process_element`` walks them (a session that the gap closes before
-        the watermark does is summarised at that record, with its timestamp)."""
+        """``process_element`` for a whole batch, column-wise: per distinct key, the session end
+        is read once and the session list, the end and the timer written once; the records are
+        walked in arrival order only where a session closes before the watermark closes it (it
+        is summarised at that record, with its timestamp).
+
+        Per key, ``process_element`` leaves the end ``max(end before, t + gap)`` over its records
+        so far (a closing record's ``t`` is at least that end, so the maximum is its own end),
+        and a record closes the session when its ``t`` reaches the end before it. Both are
+        running maxima per key: a sort by key and one accumulate, no Python call per record."""
+        values, users, groups = records.values, records.uniques, records.unique_key_groups
+        n, nu = len(values), len(users)
+        if not n:
+            return
+        ts = np.array(list(map(_TS, values)))
+        codes = records.codes
+        if ts.dtype != np.int64 or codes is None or ts.shape != (n,):
+            return self._process_batch_records(records, ctx, out)
+        tmin = int(ts.min())
+        span = int(ts.max()) - tmin + 1
+        gap = self.gap_ms
+        if span * nu >= 1 << 62 or tmin - gap < -(1 << 62) or tmin + span + gap > 1 << 62:
+            return self._process_batch_records(records, ctx, out)
+        ends0 = self.session_end.values_of(groups, users)
+        has0 = np.fromiter(map(is_not, ends0, repeat(None)), dtype=bool, count=nu)
+        try:
+            e0 = np.array([_NO_END if e is None else e for e in ends0], dtype=np.int64)
+        except (OverflowError, TypeError, ValueError):  # an end beyond int64: the record walk
+            return self._process_batch_records(records, ctx, out)
+        # the records grouped by key (codes are positions in ``users``), arrival order within a key
+        order = np.argsort(codes, kind="stable")
+        sc = codes[order].astype(np.int64)
+        st = ts[order]
+        # the latest timestamp per key up to each record: keys sorted ascending, so offsetting each
+        # key's timestamps past the previous key's keeps one running maximum from crossing keys
+        base = sc * span - tmin
+        upto = np.maximum.accumulate(st + base) - base
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(sc[1:], sc[:-1], out=first[1:])
+        before = np.empty(n, dtype=np.int64)  # the end before each record, _NO_END for none
+        before[0] = 0
+        before[1:] = upto[:-1] + gap
+        before[first] = _NO_END
+        before = np.maximum(before, np.where(has0, e0, _NO_END)[sc])
+        has = before != _NO_END
+        closes = has & (st >= before)
+        moves = ~has | (st + gap > before)  # a close moves the end too: t + gap > t >= before
+        starts = np.flatnonzero(first)
+        last = np.empty(nu, dtype=np.int64)
+        last[:-1] = starts[1:] - 1
+        last[-1] = n - 1
+        final = np.maximum(upto[last] + gap, np.where(has0, e0, _NO_END))
+        # the timers of the keys whose end moved, in the order of their last move
+        last_move = np.maximum.reduceat(np.where(moves, order, -1), starts)
+        moved = np.flatnonzero(~has0 | (final != e0))
+        if len(moved):
+            moved = moved[np.argsort(last_move[moved], kind="stable")]
+            mv = moved.tolist()
+            m_users = [users[i] for i in mv]
+            m_groups = [groups[i] for i in mv]
+            m_ends = final[moved].tolist()
+            timers = ctx.timer_service()
+            old = [i for i in mv if ends0[i] is not None]
+            if old:
+                timers.delete_event_time_timers([ends0[i] for i in old], [users[i] for i in old])
+            timers.register_event_time_timers(m_ends, m_users, m_groups)
+            self.session_end.update_many(m_groups, m_users, m_ends)
+        # the events per key, in arrival order
+        by_key = list(map(values.__getitem__, order.tolist()))
+        bounds = starts.tolist() + [n]
+        if not closes.any():
+            self.session.add_all_many(groups, users, list(map(by_key.__getitem__, map(slice, bounds, bounds[1:]))))
+            return
+        # keys with a session closed inside the batch: each closed at its record, in arrival order
+        cpos = np.flatnonzero(closes)
+        arrival = order[cpos]
+        by_arrival = np.argsort(arrival, kind="stable")
+        stamps = records.timestamps
+        seg_start: dict[int, int] = {}
+        closed = []
+        for i, p, u in zip(arrival[by_arrival].tolist(), cpos[by_arrival].tolist(), sc[cpos][by_arrival].tolist()):
+            cleared = u in seg_start
+            closed.append((users[u], groups[u], by_key[seg_start[u] if cleared else bounds[u]:p], cleared,
+                           None if stamps is None else stamps[i]))
+            seg_start[u] = p
+        self._close_in_batch(closed, out)
+        closing = sorted(seg_start)
+        self.session.update_many([groups[u] for u in closing], [users[u] for u in closing],
+                                 [by_key[seg_start[u]:bounds[u + 1]] for u in closing])
+        rest = np.ones(nu, dtype=bool)
+        rest[closing] = False
+        if rest.any():
+            ra = np.flatnonzero(rest)
+            rl = ra.tolist()
+            self.session.add_all_many(list(map(groups.__getitem__, rl)), list(map(users.__getitem__, rl)),
+                                      list(map(by_key.__getitem__, map(slice, starts[ra].tolist(), (last[ra] + 1).tolist()))))
+
+    def _process_batch_records(self, records, ctx, out):
+        """:meth:`process_batch` walking the records one by one (timestamps that are not all
+        ints, or span too much of the int64 range for the column-wise path)."""
         users, groups = records.uniques, records.unique_key_groups
         gap = self.gap_ms
         # per user: [end now, end before the batch, events added since the list was read or cleared,
@@ -133,7 +261,8 @@ class SessionWindowFunction(KeyedProcessFunction):
             end = w[0]
             t = event.ts
             if end is not None and t >= end:  # the gap has passed before the watermark: close first
-                self._close_in_batch(user, w, None if stamps is None else stamps[i], out)
+                self._close_in_batch([(user, w[5], w[2], w[3], None if stamps is None else stamps[i])], out)
+                w[0], w[2], w[3] = None, [], True
                 end = None
             w[2].append(event)
             if end is None or t + gap > end:
@@ -159,35 +288,46 @@ class SessionWindowFunction(KeyedProcessFunction):
             kept = [(w[5], u, w[2]) for u, w in work.items() if not w[3]]
             self.session.add_all_many([c[0] for c in kept], [c[1] for c in kept], [c[2] for c in kept])
 
-    def _close_in_batch(self, user, w, stamp, out) -> None:
-        """``_close`` inside ``process_batch``: the stored list (unless cleared in this batch) and
-        the events added since make the session."""
-        events = w[2]
-        if not w[3]:
-            events = self.session.get_many([w[5]], [user])[0] + events
-        if events:
-            out.collect_with_timestamp(summarize(user, events), stamp)
-        w[0] = None
-        w[2] = []
-        w[3] = True
+    def _close_in_batch(self, closed: list[tuple], out) -> None:
+        """``_close`` inside ``process_batch`` for sessions closed by the gap, in the order of
+        their records: ``(user, key group, events added since the list was read or cleared,
+        whether the stored list was cleared, the record's timestamp)`` each. The stored list
+        (unless cleared in this batch) and the events added since make the session; the stored
+        lists are read in one call, the sessions summarised in one."""
+        first = [j for j, c in enumerate(closed) if not c[3]]
+        sessions = [c[2] for c in closed]
+        if first:
+            got = self.session.get_many([closed[j][1] for j in first], [closed[j][0] for j in first])
+            for j, stored in zip(first, got):
+                if stored:
+                    sessions[j] = stored + sessions[j]
+        kept = [j for j, events in enumerate(sessions) if events]
+        if kept:
+            out.collect_all_with_timestamps(summarize_many([closed[j][0] for j in kept], [sessions[j] for j in kept]),
+                                            [closed[j][4] for j in kept])
 
     def on_timer_batch(self, timers, ctx, out):
         """``on_timer`` for the timers a watermark makes due, in firing order: the ends read in one
         call, the sessions whose end is the timer's read, summarised and cleared in one call each."""
-        users = [t.key for t in timers]
-        groups = [t.key_group for t in timers]
+        users = list(map(_KEY, timers))
+        groups = list(map(_KEY_GROUP, timers))
+        stamps = list(map(_TIMESTAMP, timers))
         ends = self.session_end.values_of(groups, users)
-        closing = [i for i, (t, e) in enumerate(zip(timers, ends)) if e == t.timestamp]
+        closing = [i for i, (t, e) in enumerate(zip(stamps, ends)) if e == t]
         if len(set(users)) < len(users):  # a user twice: later timers see the state the earlier cleared
             seen: set = set()
             closing = [i for i in closing if not (users[i] in seen or seen.add(users[i]))]
         if not closing:
             return
-        c_users = [users[i] for i in closing]
-        c_groups = [groups[i] for i in closing]
-        for i, events in zip(closing, self.session.pop_many(c_groups, c_users)):
-            if events:
-                out.collect_with_timestamp(summarize(users[i], events), timers[i].timestamp)
+        c_users = list(map(users.__getitem__, closing))
+        c_groups = list(map(groups.__getitem__, closing))
+        lists = self.session.pop_many(c_groups, c_users)
+        if not all(lists):
+            kept = [j for j, events in enumerate(lists) if events]
+            closing, lists = [closing[j] for j in kept], [lists[j] for j in kept]
+        if closing:
+            out.collect_all_with_timestamps(summarize_many(list(map(users.__getitem__, closing)), lists),
+                                            list(map(stamps.__getitem__, closing)))
         self.session_end.clear_many(c_groups, c_users)
 
     def on_timer(self, timestamp: int, ctx, out):
@@ -204,6 +344,10 @@ class SessionWindowFunction(KeyedProcessFunction):
 
 def _last_move(w: list) -> int:
     return w[4]
+
+
+#: no session end (below any end a record can make)
+_NO_END = -(1 << 63)
 
 
 # --- input -------------------------------------------------------------------------------

@@ -169,3 +169,37 @@ def test_the_batch_path_leaves_what_the_record_path_leaves(events, backend, tick
     assert Counter(batched[0]) == expected_sessions(events)
     if tick > 1:
         assert len({t for t, *_ in batched[2]}) < len(batched[2]) or len(batched[0]) > len({s.end_ms for s in batched[0]})
+
+
+def test_the_record_walk_of_process_batch_leaves_what_the_record_path_leaves(events, monkeypatch):
+    # process_batch walks the records one by one when its column-wise path cannot take the batch
+    # (timestamps that are not all ints, or span too much of the int64 range): that walk too
+    # leaves exactly what process_element does
+    events = [Event(e.user_id, e.ts - e.ts % 60_000, e.kind, e.page) for e in events]
+    walk = sessions.SessionWindowFunction._process_batch_records
+    monkeypatch.setattr(sessions.SessionWindowFunction, "process_batch", walk)
+    for rounds in (12, None):
+        assert _run_rounds(events, "heap", True, rounds, 256) == _run_rounds(events, "heap", False, rounds, 256)
+
+
+def test_timestamps_too_far_apart_for_the_column_path_take_the_record_walk(monkeypatch):
+    walked = []
+    real = sessions.SessionWindowFunction._process_batch_records
+    monkeypatch.setattr(sessions.SessionWindowFunction, "_process_batch_records",
+                        lambda self, *a: (walked.append(1), real(self, *a))[1])
+    far = 1 << 61
+    evs = [Event(u, t, "purchase" if i % 3 == 0 else "view", "/")
+           for i, (u, t) in enumerate([("a", T0), ("b", far), ("a", T0 + 31 * MIN), ("b", far + MIN), ("c", -far)])]
+    got = Counter(run(evs, batch_size=64).output("sessions"))
+    assert walked
+    assert got == expected_sessions(evs)
+
+
+def test_summarize_many_is_summarize_of_each(events):
+    by_user = defaultdict(list)
+    for e in events:
+        by_user[e.user_id].append(e)
+    users = sorted(by_user)
+    lists = [by_user[u][: 1 + i * 7 % 600] for i, u in enumerate(users)]
+    assert sessions.summarize_many(users, lists) == [sessions.summarize(u, evs) for u, evs in zip(users, lists)]
+    assert any(s.purchases for s in sessions.summarize_many(users, lists))

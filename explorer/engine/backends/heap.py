@@ -7,7 +7,7 @@ they are serialized (never pickled) only when a snapshot is written.
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any, Iterator
 
@@ -17,6 +17,7 @@ from ...errors import StateError
 from ...keygroups import KeyGroupRange
 from ..state import StateDescriptor, StateKind
 from .base import KeyedStateBackend, StateTable
+from .table import ColumnSnapshot
 
 
 class HeapStateTable(StateTable):
@@ -74,6 +75,16 @@ class HeapStateTable(StateTable):
             m[key] = list(elements)
         else:
             cur.extend(elements)
+
+    def remove_many(self, key_groups, keys, namespace=None):
+        groups, start = self._groups, self._start
+        for g, k in zip(key_groups, keys):
+            grp = groups[g - start]
+            m = grp.get(namespace)
+            if m is not None:
+                m.pop(k, None)
+                if not m:
+                    del grp[namespace]
 
     def pop_many(self, key_groups, keys, namespace=None):
         groups, start = self._groups, self._start
@@ -169,6 +180,36 @@ class HeapStateTable(StateTable):
                 else:
                     out += [(kg, key, ns, None, e, None) for key, e in list(m.items()) if e is not None]
             yield from out
+
+    def snapshot_columns(self) -> ColumnSnapshot | None:
+        """The rows of a value or list state copied column-wise (references only: per address its
+        key group, key and namespace, per element a reference; no tuple per row). None for map state."""
+        kind = self.kind
+        if kind is StateKind.MAP:
+            return None
+        is_list = kind is StateKind.LIST
+        kgs: list[int] = []
+        keys: list[Any] = []
+        nss: list[Any] = []
+        counts: list[int] | None = [] if is_list else None
+        entries: list[Any] = []
+        start = self._start
+        for i, g in enumerate(self._groups):
+            if not g:
+                continue
+            kg = start + i
+            for ns, m in g.items():
+                n = len(m)
+                kgs += [kg] * n
+                nss += [ns] * n
+                keys += m
+                if is_list:
+                    vals = m.values()
+                    counts += map(len, vals)  # type: ignore[operator]
+                    entries += chain.from_iterable(vals)
+                else:
+                    entries += m.values()
+        return ColumnSnapshot(kind, self.has_ttl, kgs, keys, nss, counts, entries)
 
     def entries_per_key_group(self) -> dict[int, int]:
         out = {}

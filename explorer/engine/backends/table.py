@@ -10,6 +10,8 @@ implements it (:mod:`.heap`, :mod:`.rocksdb`, the Spark adapter's bucket tables)
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from itertools import repeat
+from operator import is_, itemgetter
 from typing import Any, Iterator
 
 from ...errors import StateMigrationError
@@ -17,11 +19,45 @@ from ...keygroups import KeyGroupRange
 from ..descriptors import StateDescriptor, StateKind
 from ..ttl import is_expired
 
-__all__ = ["Row", "StateTable"]
+__all__ = ["ColumnSnapshot", "Row", "StateTable"]
 
 #: one stored row, flattened: list elements and map entries get one row each
 #: (key_group, key, namespace, user_key_or_index_or_None, value, last_access_ms_or_None)
 Row = tuple[int, Any, Any, Any, Any, "int | None"]
+
+
+class ColumnSnapshot:
+    """The rows of a value or list state, copied column-wise: what :meth:`StateTable.rows` would
+    yield, but held as one list per column and one item per address where rows share it.
+
+    ``key_groups``, ``keys`` and ``namespaces`` name each address once, in the rows' order;
+    ``counts`` is the number of elements per address (list state; None: one each, value
+    state); ``entries`` holds the entries (value state) or the elements (list state), as
+    the table stores them (``(value, last_access)`` with TTL), address by address. Taking it
+    copies references only (the values are the table's own, as the rows' would be); turning
+    it into columns (:meth:`columns`) is the part left to the asynchronous phase.
+    """
+
+    __slots__ = ("kind", "ttl", "key_groups", "keys", "namespaces", "counts", "entries")
+
+    def __init__(self, kind: StateKind, ttl: bool, key_groups: list[int], keys: list[Any], namespaces: list[Any],
+                 counts: list[int] | None, entries: list[Any]) -> None:
+        self.kind, self.ttl = kind, ttl
+        self.key_groups, self.keys, self.namespaces, self.counts, self.entries = key_groups, keys, namespaces, counts, entries
+
+    def columns(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`explorer.format.keyed.columns_to_table` (without the types)."""
+        kgs, keys, nss, counts, entries = self.key_groups, self.keys, self.namespaces, self.counts, self.entries
+        if self.kind is not StateKind.LIST and any(map(is_, entries, repeat(None))):  # rows skip empty values
+            keep = [i for i, e in enumerate(entries) if e is not None]
+            kgs, keys, nss = [kgs[i] for i in keep], [keys[i] for i in keep], [nss[i] for i in keep]
+            entries = [entries[i] for i in keep]
+        if self.ttl:
+            values, last_access = list(map(itemgetter(0), entries)), list(map(itemgetter(1), entries))
+        else:
+            values, last_access = entries, None
+        return {"key_groups": kgs, "keys": keys, "namespaces": nss, "counts": counts, "values": values,
+                "last_access": last_access}
 
 
 class StateTable(ABC):
@@ -57,6 +93,12 @@ class StateTable(ABC):
         put = self.put
         for g, k, e in zip(key_groups, keys, entries):
             put(g, k, namespace, e)
+
+    def remove_many(self, key_groups: list[int], keys: list[Any], namespace: Any = None) -> None:
+        """``remove`` for many keys of one namespace (backends may do it in bulk)."""
+        remove = self.remove
+        for g, k in zip(key_groups, keys):
+            remove(g, k, namespace)
 
     def append(self, key_group: int, key: Any, namespace: Any, elements: list[Any]) -> None:
         cur = self.get(key_group, key, namespace)
@@ -128,6 +170,11 @@ class StateTable(ABC):
                     yield (kg, key, ns, None, e[0], e[1])
                 else:
                     yield (kg, key, ns, None, e, None)
+
+    def snapshot_columns(self) -> ColumnSnapshot | None:
+        """A copy of :meth:`rows` taken column-wise (what a heap checkpoint's synchronous phase
+        takes), or None when this table has no such copy (then :meth:`rows` is copied)."""
+        return None
 
     def load_restored(self, pending: Any, descriptor: StateDescriptor, operator: str) -> int:
         """Load a restored state (``pending.rows(descriptor, operator)``) into this empty table;

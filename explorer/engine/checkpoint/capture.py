@@ -30,11 +30,12 @@ from typing import Any, Callable
 import pyarrow as pa
 from rocksdict import AccessType, Options, Rdict
 
-from ...format.keyed import encode_keys, rows_to_table, write_parquet_by_key_group
+from ...format.keyed import columns_to_table, encode_keys, rows_to_table, write_parquet_by_key_group
 from ...format.rocksdb.native import write_native_table
 from ...format.snapshot import file_entry
 from ...format.types import type_from_description, type_info
 from ..backends.rocksdb import StagingDir
+from ..backends.table import ColumnSnapshot
 from ..operators import KeyedOperatorBase, SourceOperator
 from ..state import StateKind
 from ..ttl import is_expired
@@ -48,6 +49,7 @@ class StateCapture:
     value_info: Any
     user_key: Any
     expire: tuple[int, int] | None = None  # (ttl_ms, now_ms): drop expired rows when reading the view
+    columns: ColumnSnapshot | None = None  # the rows copied column-wise (a heap table): written instead of rows
 
 
 class PinnedView:
@@ -157,8 +159,11 @@ def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = 
             desc = table.descriptor
             ttl = getattr(desc, "ttl", None)
             expire = (ttl.ttl_ms, now_ms) if ttl is not None and ttl.cleanup.full_snapshot else None
+            columns = None
             if cap.view is not None:
                 rows = None
+            elif expire is None and (columns := table.snapshot_columns()) is not None:
+                rows = None  # references copied column-wise; the columns are built when written
             else:
                 rows = list(table.rows())
                 if expire is not None:
@@ -169,7 +174,7 @@ def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = 
                 uk = "index"
             else:
                 uk = None
-            cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk, expire))
+            cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk, expire, columns))
         for domain, q in (("event_time", op.event_timers), ("processing_time", op.processing_timers)):
             for t in q:
                 cap.timers.append((t.key_group, t.key, t.namespace, t.timestamp, domain))
@@ -222,7 +227,10 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
             rel = f"keyed/{uid_dir}/{_safe(sc.descriptor['name'])}/{cap.index}.parquet"
             path = folder / rel
             digest = None
-            if sc.rows is None:
+            if sc.columns is not None:
+                table, kinds = columns_to_table(value_info=sc.value_info, user_key=sc.user_key, **sc.columns.columns())
+                groups, rows = write_parquet_by_key_group(table, path), table.num_rows
+            elif sc.rows is None:
                 groups, rows, kinds, digest = _write_view_state(cap.view, sc, path)
             else:
                 table, kinds = rows_to_table(sc.rows, sc.value_info, sc.user_key)
