@@ -45,6 +45,20 @@ Options (all strings in Spark; :func:`read_state` takes Python values and conver
     JSON lists or comma-separated); the jars must be readable by the executors
 ``batch_id``
     the micro-batch of a Spark checkpoint (default: the latest committed)
+``partition_bytes``
+    for the formats that seek to a key group (engine snapshots: Parquet row groups cut at
+    key-group boundaries), a subtask holding more state bytes than this (default 64 MiB,
+    ``"0"`` for one partition per subtask) is cut into as many key-group ranges as it takes;
+    with ``splits``, the larger count wins
+``aggregate``
+    ``key_groups`` or ``hot_keys``: each partition aggregates what it read and sends only the
+    aggregates (:data:`AGGREGATE_SCHEMA`), for :mod:`explorer.spark.analysis`. Every entry of a key
+    lies in one key group, hence in one partition, so per-key and per-key-group figures summed
+    over partitions are exact. ``key_groups``: a row per (operator, key group) with the entries,
+    bytes and distinct keys of its non-timer state (``row = "key_group"``). ``hot_keys`` adds, per
+    ranking of the ``by`` option (``bytes``, ``entries``, comma-separated), the partition's ``top``
+    keys in :func:`rank_hot_keys`'s order (``row = "top:bytes"``...), and the keys listed in the
+    ``keys`` option (a JSON list of their JSON texts, ``row = "key"``) with their figures
 ``verify``
     the engine reader's checksum verification (default true)
 
@@ -60,11 +74,13 @@ same class and message on the driver.
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -103,7 +119,8 @@ SPARK_SCHEMA = ", ".join(f"{c} {SPARK_TYPES[c]}" for c in CONTRACT_COLUMNS)
 #: the columns whose type differs from state to state: JSON text unless a schema says otherwise
 JSON_COLUMNS = ("key", "namespace", "user_key", "value")
 
-_SOURCE_OPTIONS = ("path", "operator", "state", "key_groups", "columns", "splits")
+_SOURCE_OPTIONS = ("path", "operator", "state", "key_groups", "columns", "splits", "partition_bytes", "aggregate",
+                   "top", "by", "keys")
 _READER_OPTIONS = {
     "engine": ("verify",),
     "flink": ("ttl", "jars", "uids", "type_hints", "kryo_version", "pyflink"),
@@ -113,6 +130,19 @@ _ALL_READER_OPTIONS = tuple(o for opts in _READER_OPTIONS.values() for o in opts
 
 #: rows per Arrow record batch handed to Spark
 BATCH_ROWS = 65_536
+#: state bytes per partition (``partition_bytes``) for the formats that seek to a key group
+PARTITION_BYTES = 64 << 20
+#: the formats whose readers read one key group's rows without reading the rest of the file
+_SEEKING_FORMATS = ("engine",)
+
+#: the rows of an ``aggregate=`` read (see the module doc)
+AGGREGATE_SCHEMA = "row string, operator string, key_group int, key string, entries bigint, bytes bigint, keys bigint"
+AGGREGATES = ("key_groups", "hot_keys")
+TIMER_KINDS = ("event_timer", "processing_timer")
+#: the contract columns an aggregating partition reads
+_AGGREGATE_READ = ("operator", "state", "kind", "key", "key_group", "size_bytes")
+#: tied keys at a partition's top-``n`` boundary sent whole up to this many (past it, the first ones in key order)
+_TIE_ROWS = 4096
 
 
 # --- options ------------------------------------------------------------------------------------
@@ -183,6 +213,27 @@ def _reader_options(options: Mapping[str, str]) -> dict[str, Any]:
                               "expected ttl as JSON {\"state\": milliseconds}, lists as JSON or comma-separated, "
                               "numbers as integers") from exc
     return out
+
+
+def _aggregate_option(options: Mapping[str, str]) -> str | None:
+    opts = {k.lower(): v for k, v in options.items()}
+    agg = (opts.get("aggregate") or "").strip().lower() or None
+    if agg is not None and agg not in AGGREGATES:
+        raise ReaderError(f"option aggregate={agg!r} of the {NAME} data source: expected one of {list(AGGREGATES)}")
+    return agg
+
+
+def _int_option(options: Mapping[str, str], name: str, default: int) -> int:
+    text = options.get(name)
+    if text is None or str(text).strip() == "":
+        return default
+    try:
+        value = int(str(text).strip())
+    except ValueError as exc:
+        raise ReaderError(f"option {name}={text!r} of the {NAME} data source: expected a whole number") from exc
+    if value < 0:
+        raise ReaderError(f"option {name}={text!r} of the {NAME} data source: expected 0 or more")
+    return value
 
 
 def _check_options_fit(fmt: str, kwargs: Mapping[str, Any], path: str) -> None:
@@ -302,6 +353,174 @@ def _spark_piece(piece: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(out, schema=schema)
 
 
+# --- aggregates computed in the partition ---------------------------------------------------------------
+def key_order(text: str | None) -> tuple:
+    """Where a key (its JSON text) goes among tied keys: numbers by value (``try_cast(key AS double)``, NaN after
+    the other numbers), then the other keys by their text (a string's without its quotes), as
+    :func:`explorer.spark.analysis` ranks them in Spark."""
+    if text is None:
+        return (1, 0, 0.0, "")
+    number = None
+    if not text.startswith('"'):
+        try:
+            number = float(text)
+        except ValueError:
+            number = None
+    plain = text[1:-1] if text.startswith('"') and len(text) >= 2 else text
+    if number is None:
+        return (1, 0, 0.0, plain)
+    return (0, 1 if math.isnan(number) else 0, 0.0 if math.isnan(number) else number, plain)
+
+
+def rank_hot_keys(rows: pd.DataFrame, metric: str, n: int) -> pd.DataFrame:
+    """The ``n`` top rows of per-key sums (``operator, key`` as JSON text, ``entries``, ``bytes``...) of each
+    operator: ``metric`` falling, then entries falling, then :func:`key_order`; with a ``rank`` column (1..)."""
+    if not len(rows):
+        return rows.assign(rank=pd.Series(dtype="int64"))
+    parts = []
+    for _, g in rows.groupby("operator", sort=True):
+        order = sorted(range(len(g)), key=lambda i, m=g[metric].to_numpy(), e=g["entries"].to_numpy(),
+                       k=list(g["key"]): (-int(m[i]), -int(e[i]), key_order(k[i])))
+        top = g.iloc[order[:n]].copy()
+        top["rank"] = range(1, len(top) + 1)
+        parts.append(top)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _groupable(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+
+
+def _per_key_group_and_key(piece: pa.Table) -> pa.Table:
+    """``key_group, key, entries, bytes`` of one piece's non-timer rows, one row per (key group, key)."""
+    kind = piece.column("kind")
+    timers = pc.is_in(kind, value_set=pa.array(TIMER_KINDS))
+    if pc.any(timers).as_py():
+        piece = piece.filter(pc.invert(timers))
+    key = piece.column("key").combine_chunks()
+    if pa.types.is_dictionary(key.type):
+        key = key.dictionary_decode()
+    encoded = not _groupable(key.type)
+    if encoded:  # tuple keys, floats...: grouped by their JSON text
+        key = _json_column(key).cast(pa.large_string())
+    elif pa.types.is_string(key.type):
+        key = key.cast(pa.large_string())
+    elif pa.types.is_integer(key.type):
+        key = key.cast(pa.int64())
+    t = pa.table({"key_group": piece.column("key_group").cast(pa.int32()), "key": key,
+                  "size_bytes": piece.column("size_bytes").cast(pa.int64())})
+    g = t.group_by(["key_group", "key"], use_threads=False).aggregate([("size_bytes", "count"),
+                                                                       ("size_bytes", "sum")])
+    out = pa.table({"key_group": g.column("key_group"), "key": g.column("key"),
+                    "entries": g.column("size_bytes_count").cast(pa.int64()),
+                    "bytes": pc.fill_null(g.column("size_bytes_sum"), 0).cast(pa.int64())})
+    return out.replace_schema_metadata({"json_keys": "1"}) if encoded else out
+
+
+def _key_texts(keys: pa.Array, encoded: bool) -> list[str | None]:
+    """The JSON texts of ``keys`` (already JSON text when ``encoded``)."""
+    if encoded:
+        return keys.to_pylist()
+    if pa.types.is_large_string(keys.type):
+        keys = keys.cast(pa.string())
+    return _json_column(keys).to_pylist()
+
+
+def aggregate_partition(pieces: Iterable[pa.Table], operator: str, aggregate: str, top: int = 10,
+                        by: Iterable[str] = ("bytes",), keys: Iterable[str] | None = None) -> pa.Table:
+    """What one partition sends for ``aggregate=`` (rows of :data:`AGGREGATE_SCHEMA`), from the pieces it read:
+    per key group the entries, bytes and distinct keys; for ``hot_keys`` also the top keys of each ranking of
+    ``by`` and the figures of the listed ``keys`` (JSON texts). Timers are left out, as the analyses do."""
+    grouped = [_per_key_group_and_key(p) for p in pieces if p.num_rows]
+    grouped = [g for g in grouped if g.num_rows]
+    cols = {"row": [], "operator": [], "key_group": [], "key": [], "entries": [], "bytes": [], "keys": []}
+
+    def add(row: str, kg, key, entries, nbytes, nkeys) -> None:
+        cols["row"].extend([row] * len(kg))
+        cols["operator"].extend([operator] * len(kg))
+        cols["key_group"].extend(kg)
+        cols["key"].extend(key if key is not None else [None] * len(kg))
+        cols["entries"].extend(entries)
+        cols["bytes"].extend(nbytes)
+        cols["keys"].extend(nkeys if nkeys is not None else [None] * len(kg))
+
+    if grouped:
+        json_keys = [bool(g.schema.metadata and g.schema.metadata.get(b"json_keys")) for g in grouped]
+        encoded = any(json_keys) or len({g.schema.field("key").type for g in grouped}) > 1
+        if encoded:  # keys of several types in one operator, or keys grouped by their JSON text: all as text
+            grouped = [g if j else g.set_column(1, "key", pa.array(_key_texts(g.column("key").combine_chunks(), False),
+                                                                   pa.large_string()))
+                       for g, j in zip(grouped, json_keys)]
+            grouped = [g.replace_schema_metadata(None) for g in grouped]
+        g = pa.concat_tables(grouped).combine_chunks()
+        if len(grouped) > 1:  # a key's entries in several pieces (several states): one row per (key group, key)
+            g = g.group_by(["key_group", "key"], use_threads=False).aggregate([("entries", "sum"), ("bytes", "sum")])
+            g = pa.table({"key_group": g.column("key_group"), "key": g.column("key"),
+                          "entries": g.column("entries_sum"), "bytes": g.column("bytes_sum")})
+        kg = g.group_by("key_group", use_threads=False).aggregate([("entries", "sum"), ("bytes", "sum"),
+                                                                   ("key", "count")])
+        add("key_group", kg.column("key_group").to_pylist(), None, kg.column("entries_sum").to_pylist(),
+            kg.column("bytes_sum").to_pylist(), kg.column("key_count").to_pylist())
+        if aggregate == "hot_keys":
+            per_key = g
+            if pc.count_distinct(g.column("key"), mode="all").as_py() != g.num_rows:  # a key in two key groups
+                a = g.group_by("key", use_threads=False).aggregate([("key_group", "min"), ("entries", "sum"),
+                                                                    ("bytes", "sum")])
+                per_key = pa.table({"key_group": a.column("key_group_min"), "key": a.column("key"),
+                                    "entries": a.column("entries_sum"), "bytes": a.column("bytes_sum")})
+            for metric in dict.fromkeys(by):
+                rows = _top_rows(per_key, metric, top, encoded)
+                add(f"top:{metric}", *rows, None)
+            if keys:
+                rows = _listed_rows(per_key, list(keys), encoded)
+                add("key", *rows, None)
+    return pa.table({"row": pa.array(cols["row"], pa.string()), "operator": pa.array(cols["operator"], pa.string()),
+                     "key_group": pa.array(cols["key_group"], pa.int32()), "key": pa.array(cols["key"], pa.string()),
+                     "entries": pa.array(cols["entries"], pa.int64()), "bytes": pa.array(cols["bytes"], pa.int64()),
+                     "keys": pa.array(cols["keys"], pa.int64())})
+
+
+def _top_rows(per_key: pa.Table, metric: str, n: int, encoded: bool):
+    """The partition's candidates for the ``n`` top keys by ``metric``: every key above the ``n``-th's
+    (metric, entries), and the keys tied with it (past :data:`_TIE_ROWS` of them, the first in key order)."""
+    if metric not in ("bytes", "entries"):
+        raise ReaderError(f"option by={metric!r} of the {NAME} data source: expected bytes or entries")
+    if n <= 0 or not per_key.num_rows:
+        return [], [], [], []
+    idx = pc.select_k_unstable(per_key, k=min(n, per_key.num_rows),
+                               sort_keys=[(metric, "descending"), ("entries", "descending")])
+    sel = per_key.take(idx)
+    pairs = sorted(zip(sel.column(metric).to_pylist(), sel.column("entries").to_pylist()))
+    m_n, e_n = pairs[0]  # the n-th largest (metric, entries)
+    m, e = per_key.column(metric), per_key.column("entries")
+    above = per_key.filter(pc.or_(pc.greater(m, m_n), pc.and_(pc.equal(m, m_n), pc.greater(e, e_n))))
+    tied = per_key.filter(pc.and_(pc.equal(m, m_n), pc.equal(e, e_n)))
+    if tied.num_rows > _TIE_ROWS:
+        texts = _key_texts(tied.column("key").combine_chunks(), encoded)
+        keep = sorted(range(len(texts)), key=lambda i: key_order(texts[i]))[:max(0, n - above.num_rows)]
+        tied = tied.take(pa.array(keep, pa.int64()))
+    rows = pa.concat_tables([above, tied]).combine_chunks()
+    return (rows.column("key_group").to_pylist(), _key_texts(rows.column("key").combine_chunks(), encoded),
+            rows.column("entries").to_pylist(), rows.column("bytes").to_pylist())
+
+
+def _listed_rows(per_key: pa.Table, texts: list[str], encoded: bool):
+    """The rows of the keys whose JSON texts are ``texts`` (those this partition holds)."""
+    key = per_key.column("key").combine_chunks()
+    if encoded:
+        wanted = pa.array(texts, key.type)
+    else:
+        values = [from_json(t, tuples=False) for t in texts]
+        if pa.types.is_integer(key.type):
+            values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        else:
+            values = [v for v in values if isinstance(v, str)]
+        wanted = pa.array(values, key.type)
+    rows = per_key.filter(pc.is_in(key, value_set=wanted))
+    return (rows.column("key_group").to_pylist(), _key_texts(rows.column("key").combine_chunks(), encoded),
+            rows.column("entries").to_pylist(), rows.column("bytes").to_pylist())
+
+
 # --- the data source ------------------------------------------------------------------------------
 class StatePartition(InputPartition):
     """One (operator, subtask, key-group range) of a resolved snapshot (picklable plain values)."""
@@ -327,6 +546,9 @@ class StateExplorerDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
+        agg = _aggregate_option(self.options)
+        if agg is not None:
+            return AGGREGATE_SCHEMA
         cols = _names(self.options.get("columns")) or list(CONTRACT_COLUMNS)
         unknown = [c for c in cols if c not in CONTRACT_COLUMNS]
         if unknown:
@@ -370,7 +592,9 @@ class StateReader(DataSourceReader):
         operators = _names(self.options.get("operator"))
         states = _names(self.options.get("state"))
         only = _key_groups(self.options.get("key_groups"))
-        splits = max(1, int(self.options.get("splits") or 1))
+        splits = max(1, _int_option(self.options, "splits", 1))
+        per_part = _int_option(self.options, "partition_bytes", PARTITION_BYTES)
+        _aggregate_option(self.options)
         subs = reader.subtasks()
         if operators is not None:
             known = set(subs["operator"])
@@ -386,7 +610,11 @@ class StateReader(DataSourceReader):
             if row.operator not in with_states:
                 continue
             lo, hi = int(row.key_group_start), int(row.key_group_end)
-            step = max(1, -(-(hi - lo + 1) // splits))
+            cuts = splits
+            nbytes = getattr(row, "bytes", None)
+            if per_part and fmt in _SEEKING_FORMATS and nbytes is not None and not pd.isna(nbytes):
+                cuts = max(cuts, -(-int(nbytes) // per_part))  # partitions sized by bytes
+            step = max(1, -(-(hi - lo + 1) // cuts))
             for a in range(lo, hi + 1, step):
                 b = min(hi, a + step - 1)
                 if only is not None and not any(a <= k <= b for k in only):
@@ -402,11 +630,19 @@ class StateReader(DataSourceReader):
             reader = _cached_reader(partition.path, partition.fmt, partition.kwargs)
             lo, hi = partition.key_groups
             groups = frozenset(partition.only) if partition.only is not None else frozenset(range(lo, hi + 1))
-            columns = tuple(self.arrow_schema.names)  # a reader may skip decoding what is not asked (values)
+            agg = _aggregate_option(self.options)
+            columns = _AGGREGATE_READ if agg else tuple(self.arrow_schema.names)  # a reader may skip the values
             query = KeyedStateQuery(operators=frozenset([partition.operator]),
                                     states=None if partition.states is None else frozenset(partition.states),
                                     key_groups=groups,
                                     columns=None if set(CONTRACT_COLUMNS) <= set(columns) else columns)
+            if agg:
+                table = aggregate_partition(reader.keyed_pieces(query), partition.operator, agg,
+                                            top=_int_option(self.options, "top", 10),
+                                            by=_names(self.options.get("by")) or ["bytes"],
+                                            keys=_names(self.options.get("keys")))
+                yield from table.cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
+                return
             for piece in reader.keyed_pieces(query):
                 if not piece.num_rows:
                     continue
