@@ -185,11 +185,7 @@ def reader_for(path: str | Path, storage_options: dict[str, Any] | None = None,
         tried.add(reader_cls)
         if _detect(reader_cls, p):
             if isinstance(p, StoragePath) and reader_cls is _SPARK:
-                local = p.mirror()  # Spark's reader (and its JVM) reads a local folder
-                reader = reader_cls(local, **options)
-                reader.notes.insert(0, f"{p}: read from a local mirror of its files, {local} (each file fetched "
-                                       "once into the cache)")
-                return reader
+                return reader_cls.on_store(p, **options)  # a local folder of the files of the batch read
             return reader_cls(p, **options)
     listing = sorted(x.name for x in p.iterdir())[:10] if p.is_dir() else [p.name]
     raise SnapshotNotFoundError(

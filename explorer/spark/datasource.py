@@ -247,7 +247,9 @@ def _open(path: str, fmt: str | None, kwargs: Mapping[str, Any]):
     """The snapshot's reader. Spark checkpoints are read from their files only (``jvm=False``): an executor
     cannot start a SparkSession of its own."""
     if fmt == "spark-checkpoint":
-        reader = SparkCheckpointReader(path, jvm=False, **kwargs)
+        where = as_path(path)
+        reader = (SparkCheckpointReader(path, jvm=False, **kwargs) if isinstance(where, Path) else
+                  SparkCheckpointReader.on_store(where, jvm=False, **kwargs))  # the batch's files, fetched
         try:
             reader.jvm_free  # noqa: B018 - raises when the stores need Spark's own reader
         except ReaderError as exc:
