@@ -236,6 +236,17 @@ def _int_option(options: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _source_options(options: Mapping[str, str]) -> None:
+    """Refuse bad values of the data source's own options (on the driver, before Spark plans the read)."""
+    for name, default in (("splits", 1), ("partition_bytes", PARTITION_BYTES), ("top", 10)):
+        _int_option(options, name, default)
+    _aggregate_option(options)
+    wrong = sorted(set(_names(options.get("by")) or []) - {"bytes", "entries"})
+    if wrong:
+        raise ReaderError(f"option by={options.get('by')!r} of the {NAME} data source: expected bytes or entries "
+                          f"(comma-separated), found {wrong}")
+
+
 def _check_options_fit(fmt: str, kwargs: Mapping[str, Any], path: str) -> None:
     wrong = sorted(set(kwargs) - set(_READER_OPTIONS.get(fmt, ())))
     if wrong:
@@ -719,4 +730,5 @@ def read_state(spark, path: str | Path, **options: Any):
     register(spark)
     texts = {k: _option_text(k, v) for k, v in options.items() if v is not None}
     _resolve(str(path), _reader_options(texts))  # fail early on the driver (metadata only)
+    _source_options(texts)
     return spark.read.format(NAME).options(**texts).load(_absolute(str(path)))
