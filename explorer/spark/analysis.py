@@ -41,7 +41,7 @@ from ..analysis.ttl import TIMELINE_COLUMNS, timeline_frame
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, key_groups_for, operator_indices_for_key_groups
 from ..stored import StoredSnapshot, open_stored
-from .datasource import from_json, raise_state_error, rank_hot_keys, read_state, to_json
+from .datasource import check_read, from_json, raise_state_error, rank_hot_keys, read_state, to_json
 from .session import get_spark
 
 __all__ = ["diff", "diff_summary", "expired_not_cleaned", "growth_by_key", "hot_keys", "key_group_aggregates",
@@ -71,11 +71,12 @@ class _Source:
         self.snap: StoredSnapshot | None = None
         self.json_keys = options.pop("json_keys", True)
         self.path, self.options, self.state = None, dict(options), state
+        self._df = None
         if isinstance(source, (str, Path)):
             self.path = source
             self.snap = open_stored(source, **{k: v for k, v in options.items() if k in _READER_OPTIONS})
-            self.df = read_state(self.spark, source, columns=list(columns), operator=_listed(operator),
-                                 state=_listed(state), **options)
+            self._read = dict(columns=list(columns), operator=_listed(operator), state=_listed(state), **options)
+            check_read(source, **self._read)  # a wrong path or option fails now, before any Spark job
         elif hasattr(source, "groupBy") and hasattr(source, "columns"):
             missing = [c for c in columns if c not in source.columns]
             if missing:
@@ -88,11 +89,18 @@ class _Source:
                 df = df.where(F.col("operator").isin(_listed(operator)))
             if state is not None:
                 df = df.where(F.col("state").isin(_listed(state)))
-            self.df = df
+            self._df = df
         else:
             raise AnalysisError(f"expected a snapshot path or a Spark DataFrame of explorer.spark.read_state, found "
                                 f"{type(source).__name__}")
         self.operator = operator
+
+    @property
+    def df(self):
+        """The rows as a Spark DataFrame (made when first asked for: an aggregated read does not need it)."""
+        if self._df is None:
+            self._df = read_state(self.spark, self.path, **self._read)
+        return self._df
 
     def can_aggregate(self) -> bool:
         """Whether the partitions may aggregate what they read (a path whose operators' subtasks own disjoint

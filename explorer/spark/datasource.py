@@ -92,8 +92,8 @@ from ..readers.spark import SparkCheckpointReader
 from ..storage import as_path
 from ..stored import reader_for
 
-__all__ = ["NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "from_json", "raise_state_error", "read_state",
-           "register", "to_json"]
+__all__ = ["AGGREGATE_SCHEMA", "NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "aggregate_partition", "check_read",
+           "from_json", "raise_state_error", "rank_hot_keys", "read_state", "register", "to_json"]
 
 #: the format name ``spark.read.format(...)`` takes
 NAME = "state-explorer"
@@ -728,7 +728,14 @@ def read_state(spark, path: str | Path, **options: Any):
     project's error, rather than at the first action.
     """
     register(spark)
-    texts = {k: _option_text(k, v) for k, v in options.items() if v is not None}
-    _resolve(str(path), _reader_options(texts))  # fail early on the driver (metadata only)
-    _source_options(texts)
+    texts = check_read(path, **options)
     return spark.read.format(NAME).options(**texts).load(_absolute(str(path)))
+
+
+def check_read(path: str | Path, **options: Any) -> dict[str, str]:
+    """The options of a read of ``path`` as Spark's strings, checked on the driver first (the snapshot's metadata
+    opened once, the options parsed): a wrong path or option fails here with the project's error."""
+    texts = {k: _option_text(k, v) for k, v in options.items() if v is not None}
+    _resolve(str(path), _reader_options(texts))
+    _source_options(texts)
+    return texts
