@@ -80,6 +80,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -404,38 +405,35 @@ def _groupable(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
 
 
-def _per_key_group_and_key(piece: pa.Table) -> pa.Table:
-    """``key_group, key, entries, bytes`` of one piece's non-timer rows, one row per (key group, key)."""
+def _rows_of(piece: pa.Table) -> tuple[pa.ChunkedArray, pa.ChunkedArray, pa.ChunkedArray, bool] | None:
+    """``key, key_group, size_bytes`` of one piece's non-timer rows, the key in a type that hashes (strings and
+    integers as they are, anything else as its JSON text), and whether the key is that JSON text."""
     kind = piece.column("kind")
     timers = pc.is_in(kind, value_set=pa.array(TIMER_KINDS))
     if pc.any(timers).as_py():
         piece = piece.filter(pc.invert(timers))
-    key = piece.column("key").combine_chunks()
+    if not piece.num_rows:
+        return None
+    key = piece.column("key")
     if pa.types.is_dictionary(key.type):
-        key = key.dictionary_decode()
-    encoded = not _groupable(key.type)
-    if encoded:  # tuple keys, floats...: grouped by their JSON text
-        key = _json_column(key).cast(pa.large_string())
-    elif pa.types.is_string(key.type):
-        key = key.cast(pa.large_string())
+        key = pa.chunked_array([c.dictionary_decode() for c in key.chunks], key.type.value_type)
+    if not _groupable(key.type):  # tuple keys, floats...: grouped by their JSON text
+        return pa.chunked_array([_json_column(c) for c in key.chunks], pa.string()), piece.column("key_group"), \
+            piece.column("size_bytes"), True
+    if pa.types.is_large_string(key.type):
+        key = key.cast(pa.string())
     elif pa.types.is_integer(key.type):
         key = key.cast(pa.int64())
-    t = pa.table({"key_group": piece.column("key_group").cast(pa.int32()), "key": key,
-                  "size_bytes": piece.column("size_bytes").cast(pa.int64())})
-    g = t.group_by(["key_group", "key"], use_threads=False).aggregate([("size_bytes", "count"),
-                                                                       ("size_bytes", "sum")])
-    out = pa.table({"key_group": g.column("key_group"), "key": g.column("key"),
-                    "entries": g.column("size_bytes_count").cast(pa.int64()),
-                    "bytes": pc.fill_null(g.column("size_bytes_sum"), 0).cast(pa.int64())})
-    return out.replace_schema_metadata({"json_keys": "1"}) if encoded else out
+    return key, piece.column("key_group"), piece.column("size_bytes"), False
 
 
-def _key_texts(keys: pa.Array, encoded: bool) -> list[str | None]:
-    """The JSON texts of ``keys`` (already JSON text when ``encoded``)."""
-    if encoded:
-        return keys.to_pylist()
-    if pa.types.is_large_string(keys.type):
-        keys = keys.cast(pa.string())
+def _numpy(col: pa.ChunkedArray, dtype) -> np.ndarray:
+    return np.concatenate([c.to_numpy(zero_copy_only=False) for c in col.chunks]).astype(dtype, copy=False) \
+        if col.num_chunks else np.zeros(0, dtype)
+
+
+def _key_texts(keys: pa.Array) -> list[str | None]:
+    """The JSON texts of ``keys``, as the data source's ``key`` column has them."""
     return _json_column(keys).to_pylist()
 
 
@@ -443,95 +441,116 @@ def aggregate_partition(pieces: Iterable[pa.Table], operator: str, aggregate: st
                         by: Iterable[str] = ("bytes",), keys: Iterable[str] | None = None) -> pa.Table:
     """What one partition sends for ``aggregate=`` (rows of :data:`AGGREGATE_SCHEMA`), from the pieces it read:
     per key group the entries, bytes and distinct keys; for ``hot_keys`` also the top keys of each ranking of
-    ``by`` and the figures of the listed ``keys`` (JSON texts). Timers are left out, as the analyses do."""
-    grouped = [_per_key_group_and_key(p) for p in pieces if p.num_rows]
-    grouped = [g for g in grouped if g.num_rows]
-    cols = {"row": [], "operator": [], "key_group": [], "key": [], "entries": [], "bytes": [], "keys": []}
+    ``by`` and the figures of the listed ``keys`` (JSON texts). Timers are left out, as the analyses do.
 
-    def add(row: str, kg, key, entries, nbytes, nkeys) -> None:
-        cols["row"].extend([row] * len(kg))
-        cols["operator"].extend([operator] * len(kg))
-        cols["key_group"].extend(kg)
-        cols["key"].extend(key if key is not None else [None] * len(kg))
-        cols["entries"].extend(entries)
-        cols["bytes"].extend(nbytes)
-        cols["keys"].extend(nkeys if nkeys is not None else [None] * len(kg))
+    The keys are dictionary-encoded once (one hash pass), the sums are NumPy ``bincount``s over the codes."""
+    parts = [r for r in (_rows_of(p) for p in pieces if p.num_rows) if r is not None]
+    cols: dict[str, list] = {"row": [], "operator": [], "key_group": [], "key": [], "entries": [], "bytes": [],
+                             "keys": []}
 
-    if grouped:
-        json_keys = [bool(g.schema.metadata and g.schema.metadata.get(b"json_keys")) for g in grouped]
-        encoded = any(json_keys) or len({g.schema.field("key").type for g in grouped}) > 1
-        if encoded:  # keys of several types in one operator, or keys grouped by their JSON text: all as text
-            grouped = [g if j else g.set_column(1, "key", pa.array(_key_texts(g.column("key").combine_chunks(), False),
-                                                                   pa.large_string()))
-                       for g, j in zip(grouped, json_keys)]
-            grouped = [g.replace_schema_metadata(None) for g in grouped]
-        g = pa.concat_tables(grouped).combine_chunks()
-        if len(grouped) > 1:  # a key's entries in several pieces (several states): one row per (key group, key)
-            g = g.group_by(["key_group", "key"], use_threads=False).aggregate([("entries", "sum"), ("bytes", "sum")])
-            g = pa.table({"key_group": g.column("key_group"), "key": g.column("key"),
-                          "entries": g.column("entries_sum"), "bytes": g.column("bytes_sum")})
-        kg = g.group_by("key_group", use_threads=False).aggregate([("entries", "sum"), ("bytes", "sum"),
-                                                                   ("key", "count")])
-        add("key_group", kg.column("key_group").to_pylist(), None, kg.column("entries_sum").to_pylist(),
-            kg.column("bytes_sum").to_pylist(), kg.column("key_count").to_pylist())
+    def add(row: str, kg, key, entries, nbytes, nkeys=None) -> None:
+        n = len(kg)
+        cols["row"].extend([row] * n)
+        cols["operator"].extend([operator] * n)
+        cols["key_group"].extend(int(x) for x in kg)
+        cols["key"].extend(key if key is not None else [None] * n)
+        cols["entries"].extend(int(x) for x in entries)
+        cols["bytes"].extend(int(x) for x in nbytes)
+        cols["keys"].extend((int(x) for x in nkeys) if nkeys is not None else [None] * n)
+
+    if parts:
+        json_keys = any(j for *_, j in parts)
+        if json_keys or len({k.type for k, *_ in parts}) > 1:  # keys of several types: all as JSON text
+            parts = [(k if j else pa.chunked_array([_json_column(c) for c in k.chunks], pa.string()), g, b, True)
+                     for k, g, b, j in parts]
+            json_keys = True
+        key = pa.chunked_array([c for k, *_ in parts for c in k.chunks], parts[0][0].type)
+        kg = _numpy(pa.chunked_array([c for _, g, _, _ in parts for c in g.chunks], pa.int32()), np.int64)
+        size = _numpy(pa.chunked_array([c for _, _, b, _ in parts for c in b.chunks], pa.int64()), np.int64)
+        encoded = pc.dictionary_encode(key)  # one dictionary for every chunk
+        dictionary = encoded.chunks[0].dictionary if encoded.num_chunks else pa.array([], key.type)
+        n = len(dictionary)
+        codes = _numpy(pa.chunked_array([c.indices.fill_null(n) for c in encoded.chunks], pa.int32()), np.int64)
+        has_null = bool((codes == n).any())  # a null key: one group of its own, as Spark groups it
+        m = n + 1
+        entries = np.bincount(codes, minlength=m)
+        nbytes = np.bincount(codes, weights=size, minlength=m)
+        key_kg = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
+        key_kg[codes] = kg
+        if not (key_kg[codes] == kg).all():  # a key in two key groups (damaged data): the smallest, as Spark
+            key_kg[:] = np.iinfo(np.int64).max
+            np.minimum.at(key_kg, codes, kg)
+            pairs = np.unique(kg * m + codes)
+            pairs = pairs[pairs % m != n]
+            keys_per_kg = np.bincount(pairs // m)
+        else:
+            present = key_kg[:n][entries[:n] > 0]
+            keys_per_kg = np.bincount(present) if len(present) else np.zeros(0, np.int64)
+        kg_entries = np.bincount(kg)
+        kg_bytes = np.bincount(kg, weights=size, minlength=len(kg_entries))
+        keys_per_kg = np.pad(keys_per_kg, (0, max(0, len(kg_entries) - len(keys_per_kg))))
+        groups = np.flatnonzero(kg_entries)
+        add("key_group", groups, None, kg_entries[groups], np.rint(kg_bytes[groups]), keys_per_kg[groups])
         if aggregate == "hot_keys":
-            per_key = g
-            if pc.count_distinct(g.column("key"), mode="all").as_py() != g.num_rows:  # a key in two key groups
-                a = g.group_by("key", use_threads=False).aggregate([("key_group", "min"), ("entries", "sum"),
-                                                                    ("bytes", "sum")])
-                per_key = pa.table({"key_group": a.column("key_group_min"), "key": a.column("key"),
-                                    "entries": a.column("entries_sum"), "bytes": a.column("bytes_sum")})
+            nbytes = np.rint(nbytes).astype(np.int64)
+            held = np.flatnonzero(entries) if has_null else np.flatnonzero(entries[:n])
+
+            def texts(codes_: np.ndarray) -> list[str | None]:
+                real = dictionary.take(pa.array(codes_[codes_ < n], pa.int64()))
+                out = iter(real.to_pylist() if json_keys else _key_texts(real))
+                return [None if c == n else next(out) for c in codes_]
+
             for metric in dict.fromkeys(by):
-                rows = _top_rows(per_key, metric, top, encoded)
-                add(f"top:{metric}", *rows, None)
+                chosen = _top_codes(held, nbytes if metric == "bytes" else entries, entries, top, texts)
+                add(f"top:{metric}", key_kg[chosen], texts(chosen), entries[chosen], nbytes[chosen])
             if keys:
-                rows = _listed_rows(per_key, list(keys), encoded)
-                add("key", *rows, None)
+                wanted = _listed_codes(dictionary, list(keys), json_keys)
+                wanted = wanted[entries[wanted] > 0] if len(wanted) else wanted
+                add("key", key_kg[wanted], texts(wanted), entries[wanted], nbytes[wanted])
     return pa.table({"row": pa.array(cols["row"], pa.string()), "operator": pa.array(cols["operator"], pa.string()),
                      "key_group": pa.array(cols["key_group"], pa.int32()), "key": pa.array(cols["key"], pa.string()),
                      "entries": pa.array(cols["entries"], pa.int64()), "bytes": pa.array(cols["bytes"], pa.int64()),
                      "keys": pa.array(cols["keys"], pa.int64())})
 
 
-def _top_rows(per_key: pa.Table, metric: str, n: int, encoded: bool):
-    """The partition's candidates for the ``n`` top keys by ``metric``: every key above the ``n``-th's
-    (metric, entries), and the keys tied with it (past :data:`_TIE_ROWS` of them, the first in key order)."""
-    if metric not in ("bytes", "entries"):
-        raise ReaderError(f"option by={metric!r} of the {NAME} data source: expected bytes or entries")
-    if n <= 0 or not per_key.num_rows:
-        return [], [], [], []
-    idx = pc.select_k_unstable(per_key, k=min(n, per_key.num_rows),
-                               sort_keys=[(metric, "descending"), ("entries", "descending")])
-    sel = per_key.take(idx)
-    pairs = sorted(zip(sel.column(metric).to_pylist(), sel.column("entries").to_pylist()))
-    m_n, e_n = pairs[0]  # the n-th largest (metric, entries)
-    m, e = per_key.column(metric), per_key.column("entries")
-    above = per_key.filter(pc.or_(pc.greater(m, m_n), pc.and_(pc.equal(m, m_n), pc.greater(e, e_n))))
-    tied = per_key.filter(pc.and_(pc.equal(m, m_n), pc.equal(e, e_n)))
-    if tied.num_rows > _TIE_ROWS:
-        texts = _key_texts(tied.column("key").combine_chunks(), encoded)
-        keep = sorted(range(len(texts)), key=lambda i: key_order(texts[i]))[:max(0, n - above.num_rows)]
-        tied = tied.take(pa.array(keep, pa.int64()))
-    rows = pa.concat_tables([above, tied]).combine_chunks()
-    return (rows.column("key_group").to_pylist(), _key_texts(rows.column("key").combine_chunks(), encoded),
-            rows.column("entries").to_pylist(), rows.column("bytes").to_pylist())
-
-
-def _listed_rows(per_key: pa.Table, texts: list[str], encoded: bool):
-    """The rows of the keys whose JSON texts are ``texts`` (those this partition holds)."""
-    key = per_key.column("key").combine_chunks()
-    if encoded:
-        wanted = pa.array(texts, key.type)
+def _top_codes(held: np.ndarray, metric: np.ndarray, entries: np.ndarray, n: int, texts) -> np.ndarray:
+    """The partition's candidates for the ``n`` top keys by ``metric`` (codes among ``held``): every key above
+    the ``n``-th's (metric, entries), and the keys tied with it (past :data:`_TIE_ROWS` of them, the first in
+    key order, ``texts(codes)`` giving their JSON texts)."""
+    if n <= 0 or not len(held):
+        return np.zeros(0, np.int64)
+    m, e = metric[held], entries[held]
+    if len(held) > n:
+        t_m = np.partition(m, len(m) - n)[len(m) - n]  # the n-th largest metric
+        above = m > t_m
+        tied = m == t_m
+        k = n - int(above.sum())  # places left for the tied keys, by entries
+        e_t = np.partition(e[tied], int(tied.sum()) - k)[int(tied.sum()) - k]
+        tied &= e >= e_t
+        above |= tied & (e > e_t)
+        tied &= e == e_t
     else:
-        values = [from_json(t, tuples=False) for t in texts]
-        if pa.types.is_integer(key.type):
-            values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-        else:
-            values = [v for v in values if isinstance(v, str)]
-        wanted = pa.array(values, key.type)
-    rows = per_key.filter(pc.is_in(key, value_set=wanted))
-    return (rows.column("key_group").to_pylist(), _key_texts(rows.column("key").combine_chunks(), encoded),
-            rows.column("entries").to_pylist(), rows.column("bytes").to_pylist())
+        above, tied = np.ones(len(held), bool), np.zeros(len(held), bool)
+    out, ties = held[above], held[tied & ~above]
+    if len(ties) > _TIE_ROWS:
+        order = sorted(range(len(ties)), key=lambda i, t=texts(ties): key_order(t[i]))
+        ties = ties[order[:max(0, n - len(out))]]
+    return np.concatenate([out, ties])
+
+
+def _listed_codes(dictionary: pa.Array, texts: list[str], json_keys: bool) -> np.ndarray:
+    """The codes of the keys whose JSON texts are ``texts`` (those in ``dictionary``; its values are those texts
+    when ``json_keys``)."""
+    if json_keys:
+        wanted = pa.array(texts, dictionary.type)
+    elif pa.types.is_integer(dictionary.type):
+        values = [v for v in (from_json(t, tuples=False) for t in texts) if isinstance(v, int)
+                  and not isinstance(v, bool)]
+        wanted = pa.array(values, dictionary.type)
+    else:
+        wanted = pa.array([v for v in (from_json(t, tuples=False) for t in texts) if isinstance(v, str)],
+                          dictionary.type)
+    return np.flatnonzero(pc.is_in(dictionary, value_set=wanted).to_numpy(zero_copy_only=False))
 
 
 # --- the data source ------------------------------------------------------------------------------
