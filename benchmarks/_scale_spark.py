@@ -14,7 +14,8 @@ Timed, once each, in this (fresh) process, in this order (what a user meets):
 * ``raw_read``: every file of the snapshot read into memory (8 MiB reads, no decoding) and, for the engine's
   Parquet files, ``pyarrow.parquet.read_table`` of each: the limit a reader of the same files meets;
 * ``source_read``: the data source's read alone (``read_state(columns=the analyses' columns).count()``:
-  every partition decoded into Arrow batches by the executors, nothing aggregated);
+  every partition decoded into Arrow batches by the executors and handed to the JVM, nothing aggregated;
+  the analyses below do not pay this, their partitions aggregate, see :mod:`explorer.spark.datasource`);
 * ``key_group_distribution``, ``hot_keys`` (by bytes, n=20) and, with a second snapshot,
   ``diff`` (``diff_summary(diff(a, b))``): each question from the path, as
   :mod:`explorer.spark.analysis` answers it, the snapshot read again each time.
@@ -105,7 +106,9 @@ def run(snapshot_path: str | Path, results: dict, diff_with: str | Path | None =
     out["conf"] = {k: spark.sparkContext.getConf().get(k, None) if not k.startswith("spark.sql.") else spark.conf.get(k)
                    for k in CONF}
     out["raw_read"] = raw_read(Path(snapshot_path))
-    fig, rows = _timed(lambda: read_state(spark, snapshot_path, columns=LOAD_COLUMNS).count())
+    df = read_state(spark, snapshot_path, columns=LOAD_COLUMNS)
+    out["partitions"] = df.rdd.getNumPartitions()
+    fig, rows = _timed(lambda: df.count())
     out["source_read"] = {**fig, "rows": int(rows)}
     fig, dist = _timed(lambda: analysis.key_group_distribution(snapshot_path, spark=spark))
     keys = int(dist["keys"].sum())

@@ -18,15 +18,18 @@ Each records wall seconds, CPU seconds of the process (the fairer figure on a sh
 machine), ``peak_rss_mb`` (the child's ``VmHWM``) and the keys, rows and bytes read, with
 a summary of the answer. The target: peak RSS at most 2 GB for each.
 
-Hooks for the other parts of issue 19 (wired when those modules exist)::
+The other parts of issue 19::
 
     python -m benchmarks.bench_scale                      # --part local: this machine, 100 M keys
     python -m benchmarks.bench_scale --keys 2000000       # a quick run
-    python -m benchmarks.bench_scale --part spark         # benchmarks/_scale_spark.py run(path, results)
-    python -m benchmarks.bench_scale --part s3            # benchmarks/_scale_s3.py run(path, results)
+    python -m benchmarks.bench_scale --part spark         # (b) Spark local[2], benchmarks/_scale_spark.py
+    python -m benchmarks.bench_scale --part s3            # (c) the local S3 server, benchmarks/_scale_s3.py
     python -m benchmarks.bench_scale --only flink         # the Flink savepoints only (python -m
                                                           # benchmarks._scale_flink builds them), keeping
                                                           # the engine's entries of scale.json
+
+``--part spark`` and ``--part s3`` write their figures under the ``spark`` and ``s3`` keys of the same
+scale.json, next to the ``local`` ones (each part keeps what the others wrote).
 
 The full run takes long (building 2 x 100 M keys the first time, then each question reads
 2.5 GB of Parquet): run it as ``flock /tmp/bench.lock nice -n 5 python -m benchmarks.bench_scale``.
@@ -301,8 +304,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.part != "all":
                 return 1
             continue
-        results = report.setdefault(part, {})
-        mod.run(path, results)
+        holder: dict[str, Any] = {}
+        started_part = _dt.datetime.now(_dt.timezone.utc)
+        mod.run(path, holder)
+        report[part] = {**holder.get(part, holder), "keys": args.keys,
+                        "command": "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None
+                                                                                   else sys.argv[1:]),
+                        "date": started_part.isoformat(timespec="seconds")}
         write()
     if args.part in ("local", "all"):
         machine_at_start = machine()

@@ -44,6 +44,7 @@ from .readers.base import (
 )
 from .readers.engine import EngineSnapshotReader
 from .storage import FileCache, StoragePath, as_path
+from .storage.sizes import parse_size
 
 _CHK = re.compile(r"^chk-(\d+)$")
 
@@ -184,11 +185,7 @@ def reader_for(path: str | Path, storage_options: dict[str, Any] | None = None,
         tried.add(reader_cls)
         if _detect(reader_cls, p):
             if isinstance(p, StoragePath) and reader_cls is _SPARK:
-                local = p.mirror()  # Spark's reader (and its JVM) reads a local folder
-                reader = reader_cls(local, **options)
-                reader.notes.insert(0, f"{p}: read from a local mirror of its files, {local} (each file fetched "
-                                       "once into the cache)")
-                return reader
+                return reader_cls.on_store(p, **options)  # a local folder of the files of the batch read
             return reader_cls(p, **options)
     listing = sorted(x.name for x in p.iterdir())[:10] if p.is_dir() else [p.name]
     raise SnapshotNotFoundError(
@@ -236,18 +233,11 @@ def default_memory_budget() -> int:
 
 
 def parse_memory_budget(budget: int | str | None) -> int:
-    """``memory_budget=`` as bytes: an int, a string such as ``"2GB"``/``"512MB"``, or None (the default)."""
+    """``memory_budget=`` as bytes: an int, a string such as ``"2GB"``/``"512MB"`` (GB means GiB, as in Flink's and
+    Spark's memory settings: :mod:`explorer.storage.sizes`), or None (the default)."""
     if budget is None:
         return default_memory_budget()
-    if isinstance(budget, str):
-        m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?i?B?)\s*", budget.upper())
-        if not m:
-            raise ValueError(f"memory_budget={budget!r}: expected bytes as an int or a size such as '2GB' or '512MB'")
-        unit = {"": 1, "B": 1, "K": 1 << 10, "M": _MB, "G": 1 << 30, "T": 1 << 40}[m.group(2)[:1] if m.group(2) else ""]
-        budget = int(float(m.group(1)) * unit)
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
-        raise ValueError(f"memory_budget={budget!r}: expected a positive number of bytes")
-    return int(budget)
+    return parse_size(budget, what="memory_budget", error=ValueError)
 
 
 class AnalysisCache:

@@ -54,6 +54,10 @@ LAZY_EDGES = {
     ("explorer.stored", "explorer.readers.spark"): "readers registered at the first open: `import explorer` stays light",
     ("explorer.spark", "explorer.spark.datasource"):
         "the data source subclasses pyspark's DataSource: `import explorer.spark` stays free of pyspark",
+    ("explorer.spark", "explorer.pipelines"):
+        "the engine adapter loads on first use: a data source worker imports only what a partition read needs",
+    ("explorer.spark", "explorer.spark.pipelines"):
+        "the engine adapter loads on first use: a data source worker imports only what a partition read needs",
     ("explorer.keygroups._vectorised", "explorer.spark.partitioning"):
         "explorer.spark's package loads the Spark adapter, which itself uses keygroups",
     **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "

@@ -1,6 +1,9 @@
 """Apache Spark integration: a local session, Spark's key partitioning, engine functions on Spark.
 
-Importing this package neither starts Spark nor imports pyspark; :func:`get_spark` does.
+Importing this package neither starts Spark nor imports pyspark; :func:`get_spark` does. The engine
+adapter (:mod:`explorer.spark.adapter`, :mod:`explorer.spark.pipelines`: the engine, numba) is imported
+when one of its names is first used, so that a Python worker reading the ``state-explorer`` data source
+imports only what a partition read needs.
 
 * :func:`get_spark` - the shared SparkSession (local[2], RocksDB state store, 4 shuffle partitions)
 * :func:`run_on_spark` - an example pipeline (:mod:`explorer.spark.pipelines`), or an engine
@@ -13,14 +16,23 @@ Importing this package neither starts Spark nor imports pyspark; :func:`get_spar
 * :class:`explorer.readers.spark.SparkCheckpointReader` - what ``explorer.open()`` uses for Spark checkpoints
 """
 
+import importlib
 from typing import Any
 
-from ..pipelines import Pipeline
-from . import adapter
-from .adapter import SparkRun, keyed_process, write_input
 from .partitioning import partition_ids, spark_hash
-from .pipelines import PipelineRun, engine_outputs, run_pipeline_on_spark
 from .session import get_spark, stop_spark
+
+#: names of the engine adapter, imported on first use (see the module doc)
+_ADAPTER_NAMES = {"SparkRun": "adapter", "keyed_process": "adapter", "write_input": "adapter",
+                  "adapter": None, "pipelines": None,
+                  "PipelineRun": "pipelines", "engine_outputs": "pipelines", "run_pipeline_on_spark": "pipelines"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ADAPTER_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_ADAPTER_NAMES[name] or name}")  # the engine, numba: on first use
+    return module if _ADAPTER_NAMES[name] is None else getattr(module, name)
 
 
 def run_on_spark(what: Any, *args: Any, **kwargs: Any):
@@ -32,9 +44,11 @@ def run_on_spark(what: Any, *args: Any, **kwargs: Any):
     key, output_schema, checkpoint_dir, ...)`` is :func:`explorer.spark.adapter.run_on_spark`
     (a :class:`SparkRun`).
     """
+    from ..pipelines import Pipeline
+
     if isinstance(what, (Pipeline, str)):
-        return run_pipeline_on_spark(what, *args, **kwargs)
-    return adapter.run_on_spark(what, *args, **kwargs)
+        return __getattr__("run_pipeline_on_spark")(what, *args, **kwargs)
+    return __getattr__("adapter").run_on_spark(what, *args, **kwargs)
 
 def read_state(spark: Any, path: Any, **options: Any):
     """The keyed state of the snapshot at ``path`` as a Spark DataFrame (:func:`explorer.spark.datasource.read_state`).

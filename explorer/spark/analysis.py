@@ -41,7 +41,7 @@ from ..analysis.ttl import TIMELINE_COLUMNS, timeline_frame
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, key_groups_for, operator_indices_for_key_groups
 from ..stored import StoredSnapshot, open_stored
-from .datasource import from_json, raise_state_error, read_state, to_json
+from .datasource import check_read, from_json, raise_state_error, rank_hot_keys, read_state, to_json
 from .session import get_spark
 
 __all__ = ["diff", "diff_summary", "expired_not_cleaned", "growth_by_key", "hot_keys", "key_group_aggregates",
@@ -70,10 +70,13 @@ class _Source:
         self.spark = spark or get_spark()
         self.snap: StoredSnapshot | None = None
         self.json_keys = options.pop("json_keys", True)
+        self.path, self.options, self.state = None, dict(options), state
+        self._df = None
         if isinstance(source, (str, Path)):
+            self.path = source
             self.snap = open_stored(source, **{k: v for k, v in options.items() if k in _READER_OPTIONS})
-            self.df = read_state(self.spark, source, columns=list(columns), operator=_listed(operator),
-                                 state=_listed(state), **options)
+            self._read = dict(columns=list(columns), operator=_listed(operator), state=_listed(state), **options)
+            check_read(source, **self._read)  # a wrong path or option fails now, before any Spark job
         elif hasattr(source, "groupBy") and hasattr(source, "columns"):
             missing = [c for c in columns if c not in source.columns]
             if missing:
@@ -86,11 +89,35 @@ class _Source:
                 df = df.where(F.col("operator").isin(_listed(operator)))
             if state is not None:
                 df = df.where(F.col("state").isin(_listed(state)))
-            self.df = df
+            self._df = df
         else:
             raise AnalysisError(f"expected a snapshot path or a Spark DataFrame of explorer.spark.read_state, found "
                                 f"{type(source).__name__}")
         self.operator = operator
+
+    @property
+    def df(self):
+        """The rows as a Spark DataFrame (made when first asked for: an aggregated read does not need it)."""
+        if self._df is None:
+            self._df = read_state(self.spark, self.path, **self._read)
+        return self._df
+
+    def can_aggregate(self) -> bool:
+        """Whether the partitions may aggregate what they read (a path whose operators' subtasks own disjoint
+        key-group ranges: every key then lies in one partition, and sums over partitions are exact)."""
+        if self.snap is None:
+            return False
+        subs = self.snap.subtasks.dropna(subset=["key_group_start", "key_group_end"])
+        for _, g in subs.groupby("operator"):
+            g = g.sort_values("key_group_start")
+            if (g["key_group_start"].to_numpy()[1:] <= g["key_group_end"].to_numpy()[:-1]).any():
+                return False
+        return True
+
+    def aggregated(self, aggregate: str, **options: Any) -> pd.DataFrame:
+        """The partitions' aggregates (:data:`explorer.spark.datasource.AGGREGATE_SCHEMA`) of the path."""
+        return collect(read_state(self.spark, self.path, aggregate=aggregate, operator=_listed(self.operator),
+                                  state=_listed(self.state), **self.options, **options))
 
     def key(self, text: Any) -> Any:
         return from_json(text) if self.json_keys and isinstance(text, str) else text
@@ -172,6 +199,11 @@ def _concat(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
 def _kg_sums(src: _Source, per_key=None) -> pd.DataFrame:
     from pyspark.sql import functions as F
 
+    if isinstance(per_key, pd.DataFrame):  # the partitions' aggregates: summed over partitions
+        rows = per_key[per_key["row"] == "key_group"]
+        return rows.groupby(["operator", "key_group"], as_index=False)[["entries", "bytes", "keys"]].sum()
+    if per_key is None and src.can_aggregate():
+        return _kg_sums(src, src.aggregated("key_groups"))
     if per_key is not None:  # every key lives in one key group: its sums are the key group's
         return collect(per_key.groupBy("operator", "key_group").agg(
             F.sum("entries").alias("entries"), F.sum("bytes").alias("bytes"), F.count(F.lit(1)).alias("keys")))
@@ -295,6 +327,8 @@ def hot_keys(source: Any, n: int = 10, by: str = "auto", *, operator: str | Iter
 
     src = _Source(source, LOAD_COLUMNS, operator, state, spark, options)
     lays = src.layouts(parallelism, max_parallelism)
+    if src.can_aggregate():  # the partitions rank their own keys: only aggregates leave them
+        return _hot_keys(src, None, lays, metric, n, max_parallelism)
     per_key = _per_key(src.df).persist(StorageLevel.MEMORY_AND_DISK)  # the snapshot is read once, not per question
     try:
         return _hot_keys(src, per_key, lays, metric, n, max_parallelism)
@@ -306,7 +340,6 @@ def _hot_keys(src: _Source, per_key, lays: dict[str, tuple[int, int]], metric: s
               max_parallelism: int | None) -> pd.DataFrame:
     from pyspark.sql import functions as F
 
-    aggs = _aggregates(src, lays, max_parallelism, per_key)
     hh = src.sketch()
     hh = hh[hh["operator"].isin(list(lays))] if len(hh) else hh
     sketch_json = {}
@@ -314,9 +347,19 @@ def _hot_keys(src: _Source, per_key, lays: dict[str, tuple[int, int]], metric: s
         hh = hh.assign(_json=[to_json(k) for k in hh["key"]])
         sketch_json = {(op, j): (int(c), int(e)) for op, j, c, e in zip(hh["operator"], hh["_json"], hh["count"],
                                                                         hh["error"])}
+    pushed = None
+    if per_key is None:  # one read: key-group sums, each partition's top keys, and the sketch's keys
+        ranks = {"auto": ["bytes"], "records": []}.get(metric, [metric])
+        pushed = src.aggregated("hot_keys", top=n, by=",".join(ranks) or None,
+                                keys=sorted({j for _, j in sketch_json}) or None)
+        per_key = pushed
+    aggs = _aggregates(src, lays, max_parallelism, per_key)
     # the sketch's keys that hold state (for by=auto and by=traffic), and the per-metric top keys
     held = pd.DataFrame(columns=["operator", "key", "key_group", "entries", "bytes"])
-    if sketch_json:
+    if pushed is not None:
+        held = pushed[pushed["row"] == "key"][held.columns]
+        held = held[[(op, k) in sketch_json for op, k in zip(held["operator"], held["key"])]]
+    elif sketch_json:
         held = collect(per_key.where(F.col("key").isin(sorted({j for _, j in sketch_json}))))
         held = held[[(op, k) in sketch_json for op, k in zip(held["operator"], held["key"])]]
     metrics_used: dict[str, str] = {}
@@ -325,8 +368,12 @@ def _hot_keys(src: _Source, per_key, lays: dict[str, tuple[int, int]], metric: s
         metrics_used[name] = "records" if known else ("bytes" if metric == "auto" else metric)
     tops = {}
     for m in sorted(set(metrics_used.values()) - {"records"}):
-        got = collect(_ranked(per_key.where(F.col("operator").isin([k for k, v in metrics_used.items() if v == m])),
-                              m, n))
+        ops = [k for k, v in metrics_used.items() if v == m]
+        if pushed is not None:
+            rows = pushed[(pushed["row"] == f"top:{m}") & pushed["operator"].isin(ops)]
+            tops[m] = rank_hot_keys(rows[["operator", "key", "key_group", "entries", "bytes"]], m, n)
+            continue
+        got = collect(_ranked(per_key.where(F.col("operator").isin(ops)), m, n))
         tops[m] = got
     rec_kg = src.metrics()
     parts = []

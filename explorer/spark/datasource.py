@@ -45,6 +45,20 @@ Options (all strings in Spark; :func:`read_state` takes Python values and conver
     JSON lists or comma-separated); the jars must be readable by the executors
 ``batch_id``
     the micro-batch of a Spark checkpoint (default: the latest committed)
+``partition_bytes``
+    for the formats that seek to a key group (engine snapshots: Parquet row groups cut at
+    key-group boundaries), a subtask holding more state bytes than this (default 64 MiB,
+    ``"0"`` for one partition per subtask) is cut into as many key-group ranges as it takes;
+    with ``splits``, the larger count wins
+``aggregate``
+    ``key_groups`` or ``hot_keys``: each partition aggregates what it read and sends only the
+    aggregates (:data:`AGGREGATE_SCHEMA`), for :mod:`explorer.spark.analysis`. Every entry of a key
+    lies in one key group, hence in one partition, so per-key and per-key-group figures summed
+    over partitions are exact. ``key_groups``: a row per (operator, key group) with the entries,
+    bytes and distinct keys of its non-timer state (``row = "key_group"``). ``hot_keys`` adds, per
+    ranking of the ``by`` option (``bytes``, ``entries``, comma-separated), the partition's ``top``
+    keys in :func:`rank_hot_keys`'s order (``row = "top:bytes"``...), and the keys listed in the
+    ``keys`` option (a JSON list of their JSON texts, ``row = "key"``) with their figures
 ``verify``
     the engine reader's checksum verification (default true)
 
@@ -60,11 +74,14 @@ same class and message on the driver.
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -76,8 +93,8 @@ from ..readers.spark import SparkCheckpointReader
 from ..storage import as_path
 from ..stored import reader_for
 
-__all__ = ["NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "from_json", "raise_state_error", "read_state",
-           "register", "to_json"]
+__all__ = ["AGGREGATE_SCHEMA", "NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "aggregate_partition", "check_read",
+           "from_json", "raise_state_error", "rank_hot_keys", "read_state", "register", "to_json"]
 
 #: the format name ``spark.read.format(...)`` takes
 NAME = "state-explorer"
@@ -103,7 +120,8 @@ SPARK_SCHEMA = ", ".join(f"{c} {SPARK_TYPES[c]}" for c in CONTRACT_COLUMNS)
 #: the columns whose type differs from state to state: JSON text unless a schema says otherwise
 JSON_COLUMNS = ("key", "namespace", "user_key", "value")
 
-_SOURCE_OPTIONS = ("path", "operator", "state", "key_groups", "columns", "splits")
+_SOURCE_OPTIONS = ("path", "operator", "state", "key_groups", "columns", "splits", "partition_bytes", "aggregate",
+                   "top", "by", "keys")
 _READER_OPTIONS = {
     "engine": ("verify",),
     "flink": ("ttl", "jars", "uids", "type_hints", "kryo_version", "pyflink"),
@@ -113,6 +131,19 @@ _ALL_READER_OPTIONS = tuple(o for opts in _READER_OPTIONS.values() for o in opts
 
 #: rows per Arrow record batch handed to Spark
 BATCH_ROWS = 65_536
+#: state bytes per partition (``partition_bytes``) for the formats that seek to a key group
+PARTITION_BYTES = 64 << 20
+#: the formats whose readers read one key group's rows without reading the rest of the file
+_SEEKING_FORMATS = ("engine",)
+
+#: the rows of an ``aggregate=`` read (see the module doc)
+AGGREGATE_SCHEMA = "row string, operator string, key_group int, key string, entries bigint, bytes bigint, keys bigint"
+AGGREGATES = ("key_groups", "hot_keys")
+TIMER_KINDS = ("event_timer", "processing_timer")
+#: the contract columns an aggregating partition reads
+_AGGREGATE_READ = ("operator", "state", "kind", "key", "key_group", "size_bytes")
+#: tied keys at a partition's top-``n`` boundary sent whole up to this many (past it, the first ones in key order)
+_TIE_ROWS = 4096
 
 
 # --- options ------------------------------------------------------------------------------------
@@ -185,6 +216,38 @@ def _reader_options(options: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+def _aggregate_option(options: Mapping[str, str]) -> str | None:
+    opts = {k.lower(): v for k, v in options.items()}
+    agg = (opts.get("aggregate") or "").strip().lower() or None
+    if agg is not None and agg not in AGGREGATES:
+        raise ReaderError(f"option aggregate={agg!r} of the {NAME} data source: expected one of {list(AGGREGATES)}")
+    return agg
+
+
+def _int_option(options: Mapping[str, str], name: str, default: int) -> int:
+    text = options.get(name)
+    if text is None or str(text).strip() == "":
+        return default
+    try:
+        value = int(str(text).strip())
+    except ValueError as exc:
+        raise ReaderError(f"option {name}={text!r} of the {NAME} data source: expected a whole number") from exc
+    if value < 0:
+        raise ReaderError(f"option {name}={text!r} of the {NAME} data source: expected 0 or more")
+    return value
+
+
+def _source_options(options: Mapping[str, str]) -> None:
+    """Refuse bad values of the data source's own options (on the driver, before Spark plans the read)."""
+    for name, default in (("splits", 1), ("partition_bytes", PARTITION_BYTES), ("top", 10)):
+        _int_option(options, name, default)
+    _aggregate_option(options)
+    wrong = sorted(set(_names(options.get("by")) or []) - {"bytes", "entries"})
+    if wrong:
+        raise ReaderError(f"option by={options.get('by')!r} of the {NAME} data source: expected bytes or entries "
+                          f"(comma-separated), found {wrong}")
+
+
 def _check_options_fit(fmt: str, kwargs: Mapping[str, Any], path: str) -> None:
     wrong = sorted(set(kwargs) - set(_READER_OPTIONS.get(fmt, ())))
     if wrong:
@@ -196,7 +259,9 @@ def _open(path: str, fmt: str | None, kwargs: Mapping[str, Any]):
     """The snapshot's reader. Spark checkpoints are read from their files only (``jvm=False``): an executor
     cannot start a SparkSession of its own."""
     if fmt == "spark-checkpoint":
-        reader = SparkCheckpointReader(path, jvm=False, **kwargs)
+        where = as_path(path)
+        reader = (SparkCheckpointReader(path, jvm=False, **kwargs) if isinstance(where, Path) else
+                  SparkCheckpointReader.on_store(where, jvm=False, **kwargs))  # the batch's files, fetched
         try:
             reader.jvm_free  # noqa: B018 - raises when the stores need Spark's own reader
         except ReaderError as exc:
@@ -302,6 +367,192 @@ def _spark_piece(piece: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(out, schema=schema)
 
 
+# --- aggregates computed in the partition ---------------------------------------------------------------
+def key_order(text: str | None) -> tuple:
+    """Where a key (its JSON text) goes among tied keys: numbers by value (``try_cast(key AS double)``, NaN after
+    the other numbers), then the other keys by their text (a string's without its quotes), as
+    :func:`explorer.spark.analysis` ranks them in Spark."""
+    if text is None:
+        return (1, 0, 0.0, "")
+    number = None
+    if not text.startswith('"'):
+        try:
+            number = float(text)
+        except ValueError:
+            number = None
+    plain = text[1:-1] if text.startswith('"') and len(text) >= 2 else text
+    if number is None:
+        return (1, 0, 0.0, plain)
+    return (0, 1 if math.isnan(number) else 0, 0.0 if math.isnan(number) else number, plain)
+
+
+def rank_hot_keys(rows: pd.DataFrame, metric: str, n: int) -> pd.DataFrame:
+    """The ``n`` top rows of per-key sums (``operator, key`` as JSON text, ``entries``, ``bytes``...) of each
+    operator: ``metric`` falling, then entries falling, then :func:`key_order`; with a ``rank`` column (1..)."""
+    if not len(rows):
+        return rows.assign(rank=pd.Series(dtype="int64"))
+    parts = []
+    for _, g in rows.groupby("operator", sort=True):
+        order = sorted(range(len(g)), key=lambda i, m=g[metric].to_numpy(), e=g["entries"].to_numpy(),
+                       k=list(g["key"]): (-int(m[i]), -int(e[i]), key_order(k[i])))
+        top = g.iloc[order[:n]].copy()
+        top["rank"] = range(1, len(top) + 1)
+        parts.append(top)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _groupable(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+
+
+def _rows_of(piece: pa.Table) -> tuple[pa.ChunkedArray, pa.ChunkedArray, pa.ChunkedArray, bool] | None:
+    """``key, key_group, size_bytes`` of one piece's non-timer rows, the key in a type that hashes (strings and
+    integers as they are, anything else as its JSON text), and whether the key is that JSON text."""
+    kind = piece.column("kind")
+    timers = pc.is_in(kind, value_set=pa.array(TIMER_KINDS))
+    if pc.any(timers).as_py():
+        piece = piece.filter(pc.invert(timers))
+    if not piece.num_rows:
+        return None
+    key = piece.column("key")
+    if pa.types.is_dictionary(key.type):
+        key = pa.chunked_array([c.dictionary_decode() for c in key.chunks], key.type.value_type)
+    if not _groupable(key.type):  # tuple keys, floats...: grouped by their JSON text
+        return pa.chunked_array([_json_column(c) for c in key.chunks], pa.string()), piece.column("key_group"), \
+            piece.column("size_bytes"), True
+    if pa.types.is_large_string(key.type):
+        key = key.cast(pa.string())
+    elif pa.types.is_integer(key.type):
+        key = key.cast(pa.int64())
+    return key, piece.column("key_group"), piece.column("size_bytes"), False
+
+
+def _numpy(col: pa.ChunkedArray, dtype) -> np.ndarray:
+    return np.concatenate([c.to_numpy(zero_copy_only=False) for c in col.chunks]).astype(dtype, copy=False) \
+        if col.num_chunks else np.zeros(0, dtype)
+
+
+def _key_texts(keys: pa.Array) -> list[str | None]:
+    """The JSON texts of ``keys``, as the data source's ``key`` column has them."""
+    return _json_column(keys).to_pylist()
+
+
+def aggregate_partition(pieces: Iterable[pa.Table], operator: str, aggregate: str, top: int = 10,
+                        by: Iterable[str] = ("bytes",), keys: Iterable[str] | None = None) -> pa.Table:
+    """What one partition sends for ``aggregate=`` (rows of :data:`AGGREGATE_SCHEMA`), from the pieces it read:
+    per key group the entries, bytes and distinct keys; for ``hot_keys`` also the top keys of each ranking of
+    ``by`` and the figures of the listed ``keys`` (JSON texts). Timers are left out, as the analyses do.
+
+    The keys are dictionary-encoded once (one hash pass), the sums are NumPy ``bincount``s over the codes."""
+    parts = [r for r in (_rows_of(p) for p in pieces if p.num_rows) if r is not None]
+    cols: dict[str, list] = {"row": [], "operator": [], "key_group": [], "key": [], "entries": [], "bytes": [],
+                             "keys": []}
+
+    def add(row: str, kg, key, entries, nbytes, nkeys=None) -> None:
+        n = len(kg)
+        cols["row"].extend([row] * n)
+        cols["operator"].extend([operator] * n)
+        cols["key_group"].extend(int(x) for x in kg)
+        cols["key"].extend(key if key is not None else [None] * n)
+        cols["entries"].extend(int(x) for x in entries)
+        cols["bytes"].extend(int(x) for x in nbytes)
+        cols["keys"].extend((int(x) for x in nkeys) if nkeys is not None else [None] * n)
+
+    if parts:
+        json_keys = any(j for *_, j in parts)
+        if json_keys or len({k.type for k, *_ in parts}) > 1:  # keys of several types: all as JSON text
+            parts = [(k if j else pa.chunked_array([_json_column(c) for c in k.chunks], pa.string()), g, b, True)
+                     for k, g, b, j in parts]
+            json_keys = True
+        key = pa.chunked_array([c for k, *_ in parts for c in k.chunks], parts[0][0].type)
+        kg = _numpy(pa.chunked_array([c for _, g, _, _ in parts for c in g.chunks], pa.int32()), np.int64)
+        size = _numpy(pa.chunked_array([c for _, _, b, _ in parts for c in b.chunks], pa.int64()), np.int64)
+        encoded = pc.dictionary_encode(key)  # one dictionary for every chunk
+        dictionary = encoded.chunks[0].dictionary if encoded.num_chunks else pa.array([], key.type)
+        n = len(dictionary)
+        codes = _numpy(pa.chunked_array([c.indices.fill_null(n) for c in encoded.chunks], pa.int32()), np.int64)
+        has_null = bool((codes == n).any())  # a null key: one group of its own, as Spark groups it
+        m = n + 1
+        entries = np.bincount(codes, minlength=m)
+        nbytes = np.bincount(codes, weights=size, minlength=m)
+        key_kg = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
+        key_kg[codes] = kg
+        if not (key_kg[codes] == kg).all():  # a key in two key groups (damaged data): the smallest, as Spark
+            key_kg[:] = np.iinfo(np.int64).max
+            np.minimum.at(key_kg, codes, kg)
+            pairs = np.unique(kg * m + codes)
+            pairs = pairs[pairs % m != n]
+            keys_per_kg = np.bincount(pairs // m)
+        else:
+            present = key_kg[:n][entries[:n] > 0]
+            keys_per_kg = np.bincount(present) if len(present) else np.zeros(0, np.int64)
+        kg_entries = np.bincount(kg)
+        kg_bytes = np.bincount(kg, weights=size, minlength=len(kg_entries))
+        keys_per_kg = np.pad(keys_per_kg, (0, max(0, len(kg_entries) - len(keys_per_kg))))
+        groups = np.flatnonzero(kg_entries)
+        add("key_group", groups, None, kg_entries[groups], np.rint(kg_bytes[groups]), keys_per_kg[groups])
+        if aggregate == "hot_keys":
+            nbytes = np.rint(nbytes).astype(np.int64)
+            held = np.flatnonzero(entries) if has_null else np.flatnonzero(entries[:n])
+
+            def texts(codes_: np.ndarray) -> list[str | None]:
+                real = dictionary.take(pa.array(codes_[codes_ < n], pa.int64()))
+                out = iter(real.to_pylist() if json_keys else _key_texts(real))
+                return [None if c == n else next(out) for c in codes_]
+
+            for metric in dict.fromkeys(by):
+                chosen = _top_codes(held, nbytes if metric == "bytes" else entries, entries, top, texts)
+                add(f"top:{metric}", key_kg[chosen], texts(chosen), entries[chosen], nbytes[chosen])
+            if keys:
+                wanted = _listed_codes(dictionary, list(keys), json_keys)
+                wanted = wanted[entries[wanted] > 0] if len(wanted) else wanted
+                add("key", key_kg[wanted], texts(wanted), entries[wanted], nbytes[wanted])
+    return pa.table({"row": pa.array(cols["row"], pa.string()), "operator": pa.array(cols["operator"], pa.string()),
+                     "key_group": pa.array(cols["key_group"], pa.int32()), "key": pa.array(cols["key"], pa.string()),
+                     "entries": pa.array(cols["entries"], pa.int64()), "bytes": pa.array(cols["bytes"], pa.int64()),
+                     "keys": pa.array(cols["keys"], pa.int64())})
+
+
+def _top_codes(held: np.ndarray, metric: np.ndarray, entries: np.ndarray, n: int, texts) -> np.ndarray:
+    """The partition's candidates for the ``n`` top keys by ``metric`` (codes among ``held``): every key above
+    the ``n``-th's (metric, entries), and the keys tied with it (past :data:`_TIE_ROWS` of them, the first in
+    key order, ``texts(codes)`` giving their JSON texts)."""
+    if n <= 0 or not len(held):
+        return np.zeros(0, np.int64)
+    m, e = metric[held], entries[held]
+    if len(held) > n:
+        t_m = np.partition(m, len(m) - n)[len(m) - n]  # the n-th largest metric
+        above = m > t_m
+        tied = m == t_m
+        k = n - int(above.sum())  # places left for the tied keys, by entries
+        e_t = np.partition(e[tied], int(tied.sum()) - k)[int(tied.sum()) - k]
+        tied &= e >= e_t
+        above |= tied & (e > e_t)
+        tied &= e == e_t
+    else:
+        above, tied = np.ones(len(held), bool), np.zeros(len(held), bool)
+    out, ties = held[above], held[tied & ~above]
+    if len(ties) > _TIE_ROWS:
+        order = sorted(range(len(ties)), key=lambda i, t=texts(ties): key_order(t[i]))
+        ties = ties[order[:max(0, n - len(out))]]
+    return np.concatenate([out, ties])
+
+
+def _listed_codes(dictionary: pa.Array, texts: list[str], json_keys: bool) -> np.ndarray:
+    """The codes of the keys whose JSON texts are ``texts`` (those in ``dictionary``; its values are those texts
+    when ``json_keys``)."""
+    if json_keys:
+        wanted = pa.array(texts, dictionary.type)
+    elif pa.types.is_integer(dictionary.type):
+        values = [v for v in (from_json(t, tuples=False) for t in texts) if isinstance(v, int)
+                  and not isinstance(v, bool)]
+        wanted = pa.array(values, dictionary.type)
+    else:
+        wanted = pa.array([v for v in (from_json(t, tuples=False) for t in texts) if isinstance(v, str)],
+                          dictionary.type)
+    return np.flatnonzero(pc.is_in(dictionary, value_set=wanted).to_numpy(zero_copy_only=False))
+
+
 # --- the data source ------------------------------------------------------------------------------
 class StatePartition(InputPartition):
     """One (operator, subtask, key-group range) of a resolved snapshot (picklable plain values)."""
@@ -327,6 +578,9 @@ class StateExplorerDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
+        agg = _aggregate_option(self.options)
+        if agg is not None:
+            return AGGREGATE_SCHEMA
         cols = _names(self.options.get("columns")) or list(CONTRACT_COLUMNS)
         unknown = [c for c in cols if c not in CONTRACT_COLUMNS]
         if unknown:
@@ -370,7 +624,9 @@ class StateReader(DataSourceReader):
         operators = _names(self.options.get("operator"))
         states = _names(self.options.get("state"))
         only = _key_groups(self.options.get("key_groups"))
-        splits = max(1, int(self.options.get("splits") or 1))
+        splits = max(1, _int_option(self.options, "splits", 1))
+        per_part = _int_option(self.options, "partition_bytes", PARTITION_BYTES)
+        _aggregate_option(self.options)
         subs = reader.subtasks()
         if operators is not None:
             known = set(subs["operator"])
@@ -386,7 +642,11 @@ class StateReader(DataSourceReader):
             if row.operator not in with_states:
                 continue
             lo, hi = int(row.key_group_start), int(row.key_group_end)
-            step = max(1, -(-(hi - lo + 1) // splits))
+            cuts = splits
+            nbytes = getattr(row, "bytes", None)
+            if per_part and fmt in _SEEKING_FORMATS and nbytes is not None and not pd.isna(nbytes):
+                cuts = max(cuts, -(-int(nbytes) // per_part))  # partitions sized by bytes
+            step = max(1, -(-(hi - lo + 1) // cuts))
             for a in range(lo, hi + 1, step):
                 b = min(hi, a + step - 1)
                 if only is not None and not any(a <= k <= b for k in only):
@@ -402,11 +662,19 @@ class StateReader(DataSourceReader):
             reader = _cached_reader(partition.path, partition.fmt, partition.kwargs)
             lo, hi = partition.key_groups
             groups = frozenset(partition.only) if partition.only is not None else frozenset(range(lo, hi + 1))
-            columns = tuple(self.arrow_schema.names)  # a reader may skip decoding what is not asked (values)
+            agg = _aggregate_option(self.options)
+            columns = _AGGREGATE_READ if agg else tuple(self.arrow_schema.names)  # a reader may skip the values
             query = KeyedStateQuery(operators=frozenset([partition.operator]),
                                     states=None if partition.states is None else frozenset(partition.states),
                                     key_groups=groups,
                                     columns=None if set(CONTRACT_COLUMNS) <= set(columns) else columns)
+            if agg:
+                table = aggregate_partition(reader.keyed_pieces(query), partition.operator, agg,
+                                            top=_int_option(self.options, "top", 10),
+                                            by=_names(self.options.get("by")) or ["bytes"],
+                                            keys=_names(self.options.get("keys")))
+                yield from table.cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
+                return
             for piece in reader.keyed_pieces(query):
                 if not piece.num_rows:
                     continue
@@ -479,6 +747,14 @@ def read_state(spark, path: str | Path, **options: Any):
     project's error, rather than at the first action.
     """
     register(spark)
-    texts = {k: _option_text(k, v) for k, v in options.items() if v is not None}
-    _resolve(str(path), _reader_options(texts))  # fail early on the driver (metadata only)
+    texts = check_read(path, **options)
     return spark.read.format(NAME).options(**texts).load(_absolute(str(path)))
+
+
+def check_read(path: str | Path, **options: Any) -> dict[str, str]:
+    """The options of a read of ``path`` as Spark's strings, checked on the driver first (the snapshot's metadata
+    opened once, the options parsed): a wrong path or option fails here with the project's error."""
+    texts = {k: _option_text(k, v) for k, v in options.items() if v is not None}
+    _resolve(str(path), _reader_options(texts))
+    _source_options(texts)
+    return texts

@@ -35,20 +35,15 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
 from ..errors import StorageError
+from . import sizes
 
 DEFAULT_MAX_BYTES = 10 << 30
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes from ``123``, ``"123"``, ``"20GB"``, ``"500 MiB"``."""
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise StorageError(f"cache size {text!r}: expected a number of bytes or a size like '20GB' or '500MiB'")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    """Bytes from ``123``, ``"123"``, ``"20GB"``, ``"500 MiB"`` (:func:`explorer.storage.sizes.parse_size`: GB means
+    GiB)."""
+    return sizes.parse_size(text, what="cache size", error=StorageError)
 
 
 def default_root() -> Path:

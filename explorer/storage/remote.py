@@ -521,18 +521,29 @@ class StoragePath:
             return pa.OSFile(str(cached), "rb")
         return pa.PythonFile(self.store.open_ranged(self.key), mode="r")
 
-    def mirror(self) -> Path:
-        """A local folder holding every file under this one (each fetched into the cache, hard-linked
-        or copied here), for readers that need a folder on disk (Spark's JVM); removed at exit."""
-        files = self.walk_files()
-        root = self.store.cache.root / "trees"
-        root.mkdir(parents=True, exist_ok=True)
-        target = Path(tempfile.mkdtemp(prefix="tree-", dir=root))
-        _TREES.append(target)
-        with tqdm(total=sum(s for _, s in files), unit="B", unit_scale=True, desc=f"mirroring {self.name}",
-                  disable=sum(s for _, s in files) < PROGRESS_BYTES, leave=False) as bar:
-            for f, size in files:
-                dst = target / f.relative_to(self)
+    def mirror(self, select: Callable[[str], bool] | None = None, into: Path | None = None,
+               files: list[tuple["StoragePath", int]] | None = None) -> Path:
+        """A local folder holding the files under this one (each fetched into the cache, hard-linked
+        or copied here), for readers that need a folder on disk (Spark's JVM); removed at exit.
+
+        ``select(relative path)`` keeps only the files a reader needs (default: all); ``into`` adds them to a
+        folder an earlier call returned (files already there are kept); ``files`` is this folder's listing
+        (:meth:`walk_files`) when the caller has it."""
+        files = self.walk_files() if files is None else files
+        rels = [(f, size, f.relative_to(self).as_posix()) for f, size in files]
+        if select is not None:
+            rels = [r for r in rels if select(r[2])]
+        if into is None:
+            root = self.store.cache.root / "trees"
+            root.mkdir(parents=True, exist_ok=True)
+            into = Path(tempfile.mkdtemp(prefix="tree-", dir=root))
+            _TREES.append(into)
+        rels = [r for r in rels if not (into / r[2]).exists()]
+        total = sum(size for _, size, _ in rels)
+        with tqdm(total=total, unit="B", unit_scale=True, desc=f"mirroring {self.name}",
+                  disable=total < PROGRESS_BYTES, leave=False) as bar:
+            for f, size, rel in rels:
+                dst = into / rel
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 src = f.local()
                 try:
@@ -540,7 +551,7 @@ class StoragePath:
                 except OSError:
                     shutil.copyfile(src, dst)
                 bar.update(size)
-        return target
+        return into
 
 
 _TREES: list[Path] = []

@@ -113,3 +113,80 @@ def test_bad_options_and_paths_are_refused_clearly(spark, tmp_path):
         read_state(spark, tmp_path / "missing")
     with pytest.raises(ReaderError, match="Spark's own state data source"):
         read_state(spark, "sample_data/spark/tws-rows")  # transformWithState: RocksDB stores, read with a JVM
+
+
+@pytest.mark.parametrize("path", FORMATS)
+def test_partitions_aggregate_to_the_local_key_group_figures(spark, path):
+    """aggregate=key_groups: each partition sends its per-key-group sums; summed they are the local answer."""
+    from explorer import analysis as local
+
+    expected = local.key_group_aggregates(explorer.open(path))
+    got = collect(read_state(spark, path, aggregate="key_groups"))
+    assert set(got["row"]) == {"key_group"} and got["key"].isna().all()
+    sums = got.groupby(["operator", "key_group"], as_index=False)[["entries", "bytes", "keys"]].sum()
+    exp = expected[expected["entries"] > 0][["operator", "key_group", "entries", "bytes", "keys"]]
+    pd.testing.assert_frame_equal(sums.sort_values(["operator", "key_group"], ignore_index=True),
+                                  exp.sort_values(["operator", "key_group"], ignore_index=True), check_dtype=False)
+
+
+def test_engine_partitions_are_sized_by_bytes(spark):
+    path = "sample_data/url_counts/savepoint-heap"
+    snap = explorer.open(path)
+    keyed = snap.subtasks.dropna(subset=["key_group_start"])
+    half = int(keyed["bytes"].max()) // 2 + 1
+    df = read_state(spark, path, partition_bytes=half)
+    assert df.rdd.getNumPartitions() == sum(2 if b >= half else 1 for b in keyed["bytes"]) > len(keyed)
+    assert df.count() == len(snap.keyed_state())
+    assert read_state(spark, path, partition_bytes=0).rdd.getNumPartitions() == len(keyed)
+    with pytest.raises(ReaderError, match="partition_bytes"):
+        read_state(spark, path, partition_bytes="lots")
+    with pytest.raises(ReaderError, match="aggregate='everything'"):
+        read_state(spark, path, aggregate="everything")
+
+
+def _piece(keys, kgs, sizes, kind="value"):
+    import pyarrow as pa
+
+    n = len(keys)
+    return pa.table({"operator": ["op"] * n, "state": ["s"] * n, "kind": [kind] * n, "key": keys,
+                     "key_group": pa.array(kgs, pa.int32()), "size_bytes": pa.array(sizes, pa.int64())})
+
+
+def test_a_partitions_top_keys_keep_every_candidate_and_cut_long_ties_in_key_order(monkeypatch):
+    """Without Spark: the partition's candidates for the top n hold the global order's top n (ties past the
+    cap are cut by the key order the final ranking uses: numbers by value, then text)."""
+    from explorer.spark import datasource as ds
+
+    keys = [f"k{i:03d}" for i in range(50)]
+    sizes = [100] * 50
+    sizes[7] = 500  # one clear winner, then 49 tied keys
+    pieces = [_piece(keys, [i % 4 for i in range(50)], sizes),
+              _piece(["k001", "k001"], [1, 1], [0, 0], kind="event_timer")]  # timers are left out
+    t = ds.aggregate_partition(pieces, "op", "hot_keys", top=3, by=["bytes"], keys=[to_json("k010"), '"zz"'])
+    rows = t.to_pandas()
+    kg = rows[rows["row"] == "key_group"].sort_values("key_group")
+    assert kg["entries"].tolist() == [13, 13, 12, 12] and kg["keys"].sum() == 50
+    top = rows[rows["row"] == "top:bytes"]
+    assert len(top) == 50  # few ties: every tied key goes, the final ranking orders them
+    ranked = ds.rank_hot_keys(top[["operator", "key", "key_group", "entries", "bytes"]], "bytes", 3)
+    assert [from_json(k) for k in ranked["key"]] == ["k007", "k000", "k001"]
+    assert rows[rows["row"] == "key"]["key"].tolist() == [to_json("k010")]
+    monkeypatch.setattr(ds, "_TIE_ROWS", 5)
+    t = ds.aggregate_partition(pieces, "op", "hot_keys", top=3, by=["bytes"]).to_pandas()
+    assert [from_json(k) for k in t[t["row"] == "top:bytes"]["key"]] == ["k007", "k000", "k001"]
+
+
+def test_number_keys_order_by_value_and_tuple_keys_group_by_their_text():
+    import pyarrow as pa
+
+    from explorer.spark import datasource as ds
+
+    t = ds.aggregate_partition([_piece([10, 9, 100, 9], [0, 0, 1, 0], [5, 5, 5, 0])], "op", "hot_keys", top=2,
+                               by=["bytes", "entries"]).to_pandas()
+    by_bytes = ds.rank_hot_keys(t[t["row"] == "top:bytes"][["operator", "key", "key_group", "entries", "bytes"]],
+                                "bytes", 2)
+    assert by_bytes["key"].tolist() == ["9", "10"]  # 9 has 2 entries; then 10 before 100 (by value)
+    struct = pa.array([{"f0": "a", "f1": 1}, {"f0": "a", "f1": 1}, {"f0": "b", "f1": 2}])
+    t = ds.aggregate_partition([_piece(struct, [3, 3, 4], [1, 2, 3])], "op", "key_groups").to_pandas()
+    assert t.sort_values("key_group")[["key_group", "entries", "bytes", "keys"]].values.tolist() == \
+        [[3, 2, 3, 1], [4, 1, 3, 1]]

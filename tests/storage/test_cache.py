@@ -99,7 +99,7 @@ def test_location_and_bound_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("STATE_EXPLORER_CACHE_MAX_BYTES", "2MiB")
     cache = FileCache()
     assert cache.root == tmp_path / "c" and cache.max_bytes == 2 << 20 and (tmp_path / "c").is_dir()
-    assert FileCache(tmp_path / "d", max_bytes="1GB").max_bytes == 10**9
+    assert FileCache(tmp_path / "d", max_bytes="1GB").max_bytes == 1 << 30  # GB means GiB, as memory_budget=
     assert parse_size("500 MiB") == 500 << 20 and parse_size(123) == 123
     with pytest.raises(StorageError, match="'lots'"):
         parse_size("lots")

@@ -268,3 +268,62 @@ def test_flink_rocksdb_state_question_fetches_only_that_states_sst_files(s3, mon
     whole = fetch_stats()["bytes_fetched"]
     pd.testing.assert_frame_equal(got.astype(str), here.keyed_state(operator=op, state=state).astype(str))
     assert len(got) and one < whole, (one, whole)
+
+
+def _table(reader, **query) -> pd.DataFrame:
+    from explorer.readers.base import KeyedStateQuery
+
+    pieces = [p.to_pandas() for p in reader.keyed_pieces(KeyedStateQuery(**query))]
+    df = pd.concat(pieces, ignore_index=True).astype(str) if pieces else pd.DataFrame()
+    return df.sort_values(list(df.columns), ignore_index=True) if len(df) else df
+
+
+@pytest.mark.parametrize("rel", ["spark/agg-rocksdb", "spark/multi-operator-hdfs", "spark/agg-rocksdb-v2"])
+def test_a_spark_checkpoint_fetches_only_the_files_of_the_batch_read(s3, rel):
+    """Not the whole checkpoint: the asked batch's logs and the store files of its version back to the last
+    full snapshot; other batches' files come when a question needs them (another batch, the history)."""
+    from explorer.readers.spark import SparkCheckpointReader
+
+    local = SAMPLES / rel
+    total = sum(f.stat().st_size for f in local.rglob("*") if f.is_file())
+    url = s3.upload(local, "snapshots", f"{local.name}-{next(_n)}")
+    reset_fetch_stats()
+    remote = explorer.open(url)
+    here = explorer.open(local)
+    pd.testing.assert_frame_equal(_frame(remote), _frame(here))
+    fetched = fetch_stats()["bytes_fetched"]
+    assert 0 < fetched < 0.6 * total, (fetched, total)
+    mirror = Path(remote.reader.path)
+    newest = max(int(p.name) for p in (local / "commits").iterdir() if p.name.isdigit())
+    assert {p.name for p in (mirror / "offsets").iterdir() if p.name.isdigit()} == {str(newest)}
+    assert not (mirror / "sources").exists()
+    assert "files of batch" in remote.notes[0]
+    assert remote.reader.checkpoint_ids() == SparkCheckpointReader(local).checkpoint_ids()
+    # an older batch: its files are fetched then, and read as locally
+    older = remote.reader.at_batch(newest - 3)
+    pd.testing.assert_frame_equal(_table(older), _table(SparkCheckpointReader(local).at_batch(newest - 3)))
+    assert (mirror / "offsets" / str(newest - 3)).is_file()
+    # the history over every batch fetches the rest
+    pd.testing.assert_frame_equal(remote.reader.history().drop(columns="path").astype(str),
+                                  SparkCheckpointReader(local).history().drop(columns="path").astype(str))
+    assert fetch_stats()["bytes_fetched"] <= total
+
+
+def test_batch_files_keeps_a_version_back_to_its_full_snapshot():
+    from explorer.readers.spark.layout import batch_files
+
+    u = "0c6d5bb1-7d1e-4a52-9d8e-6a1f3f1c2b9a"
+    rels = ["metadata", ".metadata.crc", "offsets/6", "offsets/.6.crc", "offsets/7", "commits/6", "commits/7",
+            "commits/.7.crc", "sources/0/0", "state/0/_metadata/metadata",
+            *[f"state/0/0/{v}.delta" for v in range(1, 9)], *[f"state/0/0/.{v}.delta.crc" for v in range(1, 9)],
+            "state/0/0/4.snapshot", "state/0/0/.4.snapshot.crc",
+            "state/1/0/3.zip", "state/1/0/6.zip", "state/1/0/7.changelog", "state/1/0/8.changelog",
+            "state/1/0/SSTs/000009.sst", f"state/1/1/7_{u}.changelog", f"state/1/1/7_{u}.changelog.crc",
+            f"state/1/1/.7_{u}.changelog.crc.crc", f"state/1/1/8_{u}.zip"]
+    got = batch_files(rels, 6)  # batch 6 reads version 7
+    assert got == sorted([
+        "metadata", ".metadata.crc", "offsets/6", "offsets/.6.crc", "commits/6", "commits/7", "commits/.7.crc",
+        "state/0/_metadata/metadata", "state/0/0/4.snapshot", "state/0/0/.4.snapshot.crc",
+        *[f"state/0/0/{v}.delta" for v in (4, 5, 6, 7)], *[f"state/0/0/.{v}.delta.crc" for v in (4, 5, 6, 7)],
+        "state/1/0/6.zip", "state/1/0/7.changelog", "state/1/0/SSTs/000009.sst", f"state/1/1/7_{u}.changelog",
+        f"state/1/1/7_{u}.changelog.crc", f"state/1/1/.7_{u}.changelog.crc.crc"])

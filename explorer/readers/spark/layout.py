@@ -33,6 +33,9 @@ from ...format.checksums import crc32c, verify_hadoop_crc
 
 __all__ = [
     "JOIN_STORES",
+    "BatchMirror",
+    "batch_files",
+    "committed_batches",
     "StoreFile",
     "checkpoint_format_version",
     "discover_operators",
@@ -281,3 +284,93 @@ def verified_text(f: Path) -> str:
     except UnicodeDecodeError as exc:
         raise SnapshotCorruptError(f"{f}: byte {exc.start} is not UTF-8 ({data[exc.start:exc.start + 4]!r}); "
                                    "expected Spark's JSON log text") from exc
+
+
+# --- a checkpoint on an object store, fetched batch by batch -------------------------------------------
+#: the store files holding a whole version (the others, deltas and changelogs, build on the one before)
+_FULL = ("snapshot", "zip")
+_LOG = re.compile(r"^(offsets|commits)/(\d+)$")
+
+
+def _owner(name: str) -> str:
+    """The file a Hadoop checksum side file belongs to (``.5.delta.crc`` -> ``5.delta``; v2's ``x.crc``, ``.x.crc.crc``)."""
+    while name.endswith(".crc"):
+        name = name[1:-4] if name.startswith(".") else name[:-4]
+    return name
+
+
+def committed_batches(rels: list[str]) -> list[int]:
+    """The committed micro-batches of a checkpoint from its files' relative paths (``commits/<id>``)."""
+    return sorted(int(m.group(2)) for r in rels if (m := _LOG.match(r)) and m.group(1) == "commits")
+
+
+def batch_files(rels: list[str], batch: int) -> list[str]:
+    """Of a checkpoint's files (relative paths), those reading micro-batch ``batch`` needs: ``metadata``; that
+    batch's offset and commit logs (and the newest commit, which says the checkpoint format); every operator's
+    metadata and schema files; and in each store folder the files of state version ``batch + 1`` back to the
+    newest full snapshot (``.snapshot``/``.zip``) at or below it, with RocksDB's ``SSTs/`` (shared between
+    versions). Left out: other batches' logs, ``sources/``, versions after the batch and before its snapshot.
+    Each file's checksum side file goes with it."""
+    version = batch + 1
+    newest = max(committed_batches(rels), default=batch)
+    versioned: dict[str, list[tuple[str, int, str]]] = {}
+    out = []
+    for rel in rels:
+        parts = rel.split("/")
+        owner = _owner(parts[-1])
+        if len(parts) == 1:
+            if owner == "metadata":
+                out.append(rel)
+            continue
+        if parts[0] in ("offsets", "commits"):
+            if len(parts) == 2 and owner.isdigit() and (int(owner) == batch or (parts[0] == "commits"
+                                                                                 and int(owner) == newest)):
+                out.append(rel)
+            continue
+        if parts[0] != "state":
+            continue  # sources/, the sink's files: no state
+        m = _FILE.match(owner)
+        if m is None:
+            out.append(rel)  # operator metadata, schemas, SSTs/
+            continue
+        versioned.setdefault("/".join(parts[:-1]), []).append((rel, int(m.group(1)), m.group(3)))
+    for files in versioned.values():
+        full = max((v for _, v, kind in files if kind in _FULL and v <= version), default=0)
+        out.extend(rel for rel, v, _ in files if full <= v <= version)
+    return sorted(out)
+
+
+class BatchMirror:
+    """A Spark checkpoint on an object store as a local folder holding only what the batches asked for need
+    (:func:`batch_files`): one listing, then each batch's files fetched (through the cache) when first read.
+    :meth:`everything` fetches the rest (Spark's own reader, a history over every batch)."""
+
+    def __init__(self, remote: Any) -> None:
+        self.remote = remote
+        self.listing = remote.walk_files()
+        self.rels = [f.relative_to(remote).as_posix() for f, _ in self.listing]
+        self.committed = committed_batches(self.rels)
+        self.local: Path | None = None
+        self.batches: set[int] = set()
+        self.whole = False
+
+    def batch(self, batch: int) -> Path:
+        """The local folder, with the files of ``batch``."""
+        if not self.whole and batch not in self.batches:
+            wanted = set(batch_files(self.rels, batch))
+            self.local = self.remote.mirror(select=wanted.__contains__, into=self.local, files=self.listing)
+            self.batches.add(batch)
+        return self.local
+
+    def everything(self) -> Path:
+        """The local folder, with every file of the checkpoint."""
+        if not self.whole:
+            self.local = self.remote.mirror(into=self.local, files=self.listing)
+            self.whole = True
+        return self.local
+
+    def note(self) -> str:
+        got = "every file" if self.whole else f"the files of batch{'es' if len(self.batches) > 1 else ''} " \
+            f"{', '.join(map(str, sorted(self.batches)))}"
+        return (f"{self.remote}: read from a local mirror holding {got} (fetched once into the cache; other "
+                f"batches' files are fetched when asked for), {self.local}")

@@ -137,10 +137,19 @@ class SparkCheckpointReader(SnapshotReader):
 
     format_name = "spark-checkpoint"
 
-    def __init__(self, path: str | Path, batch_id: int | None = None, spark=None, jvm: bool | None = None) -> None:
+    def __init__(self, path: str | Path, batch_id: int | None = None, spark=None, jvm: bool | None = None,
+                 mirror: layout.BatchMirror | None = None) -> None:
         """``jvm=False`` reads HDFS-backed stores from their files only (no JVM started), ``True`` always through
         Spark's data source; ``None`` (default): from the files when every operator's store is HDFS-backed
-        and of the built-in operators, through Spark otherwise."""
+        and of the built-in operators, through Spark otherwise.
+
+        ``mirror``: the checkpoint is on an object store (``path`` is ignored); only the files of the batch
+        read are fetched (:class:`.layout.BatchMirror`), the rest when a question needs them."""
+        self._mirror = mirror
+        if mirror is not None:
+            if batch_id is None and mirror.committed:
+                batch_id = mirror.committed[-1]
+            path = mirror.batch(batch_id) if batch_id in mirror.committed else mirror.everything()
         super().__init__(path)
         self._jvm = jvm
         if not self.detect(self.path):
@@ -149,7 +158,7 @@ class SparkCheckpointReader(SnapshotReader):
                 "'offsets/' and 'commits/' folders"
             )
         self._spark = spark
-        self.committed = _batch_ids(self.path / "commits")
+        self.committed = list(mirror.committed) if mirror is not None else _batch_ids(self.path / "commits")
         if not self.committed:
             raise SnapshotFormatError(f"{self.path}: the checkpoint has no committed micro-batch (commits/ is empty)")
         if batch_id is None:
@@ -162,6 +171,15 @@ class SparkCheckpointReader(SnapshotReader):
         self.batch_id = int(batch_id)
         #: checkpoint format version (1 or 2), from the commit log and the store files' names
         self.format_version = layout.checkpoint_format_version(self.path, self.committed)
+
+    @classmethod
+    def on_store(cls, remote: Any, **options: Any) -> "SparkCheckpointReader":
+        """The checkpoint at ``remote`` (a :class:`~explorer.storage.StoragePath`), read from a local folder that
+        holds only the files of the batch read (:class:`.layout.BatchMirror`); a note says so."""
+        mirror = layout.BatchMirror(remote)
+        reader = cls(remote, mirror=mirror, **options)
+        reader.notes.insert(0, mirror.note())
+        return reader
 
     # --- cheap metadata (files only) ------------------------------------------------------
     @classmethod
@@ -198,7 +216,8 @@ class SparkCheckpointReader(SnapshotReader):
 
     def at_batch(self, batch_id: int) -> "SparkCheckpointReader":
         """The same checkpoint as of another committed micro-batch."""
-        other = SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark, jvm=self._jvm)
+        other = SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark, jvm=self._jvm,
+                                      mirror=self._mirror)
         if "_spark_path" in self.__dict__:
             other.__dict__["_spark_path"] = self.__dict__["_spark_path"]
         return other
@@ -226,8 +245,15 @@ class SparkCheckpointReader(SnapshotReader):
             },
         )
 
+    def _everything(self) -> None:
+        """A checkpoint mirrored batch by batch: fetch the rest of its files (Spark's own reader, every batch)."""
+        if self._mirror is not None and not self._mirror.whole:
+            self._mirror.everything()
+            self.notes[:] = [self._mirror.note() if n.startswith(str(self._mirror.remote)) else n for n in self.notes]
+
     def snapshot_batches(self, operator_id: int = 0, partition: int = 0) -> list[int]:
         """Batches whose full snapshot (``<batch + 1>.zip``) exists for one store partition."""
+        self._everything()
         d = self.path / "state" / str(operator_id) / str(partition)
         out = []
         if d.is_dir():
@@ -247,6 +273,7 @@ class SparkCheckpointReader(SnapshotReader):
     @cached_property
     def _spark_path(self) -> Path:
         """The folder Spark reads: the checkpoint, or for a moved copy one whose metadata points at the copy."""
+        self._everything()
         resolved = layout.resolved_copy(self.path)
         if resolved != self.path.resolve():
             self.notes.append(
@@ -859,6 +886,7 @@ class SparkCheckpointReader(SnapshotReader):
     def history(self, keys: bool = True, per_state: bool = True) -> pd.DataFrame:
         """Every retained batch (what :func:`explorer.history` shows for a Spark checkpoint):
         see :func:`explorer.readers.spark.history.spark_history`."""
+        self._everything()
         return spark_history(self, keys=keys, per_state=per_state)
 
 
