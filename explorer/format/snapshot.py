@@ -10,7 +10,8 @@ A snapshot (checkpoint or savepoint) is a folder::
     inflight/<uid>/<subtask>.jsonl in-flight records of an unaligned checkpoint
     native/<uid>/<subtask>/...     incremental checkpoints of the RocksDB backend: a
                                    subtask's MANIFEST, CURRENT, OPTIONS; its SST files
-                                   are in ``../shared/<uid>/`` (:mod:`explorer.format.rocksdb.native`)
+                                   are in ``../shared/<uid>/`` (:mod:`explorer.format.rocksdb.native`),
+                                   or here too in a full native checkpoint (nothing shared)
 
 ``_metadata`` starts with the 8 magic bytes ``b"SXSNAP\\r\\n"``, then the format
 version (4 bytes, big-endian), the JSON length (8 bytes, big-endian), the JSON
