@@ -27,6 +27,7 @@ from explorer.engine.checkpoint.storage import CheckpointStorage
 from explorer.errors import SnapshotCorruptError, StateMigrationError
 from explorer.format.rocksdb.native import NATIVE_FORMAT
 from explorer.format.snapshot import read_metadata, verify_snapshot
+from explorer.readers.engine import EngineSnapshotReader
 
 DATA = [(f"k{(i * 7919) % 61}", i) for i in range(5000)]
 TS = WatermarkStrategy.for_bounded_out_of_orderness(3).with_timestamp_assigner(lambda r: r[1])
@@ -197,6 +198,8 @@ def test_a_full_checkpoint_of_an_incremental_job_copies_every_file_and_shares_no
     finally:
         client.close()
     assert not shared_of(full)
+    info = EngineSnapshotReader(full).info()
+    assert info.extra["checkpoint_type"] == "full" and not info.extra["incremental"]
     want = entries(full)
     assert len(want) > 100
     for backend, p in (("rocksdb", 3), ("heap", 1)):
