@@ -18,11 +18,14 @@ state as the database's own files:
 A *full* checkpoint taken while incremental checkpoints are on
 (``JobClient.trigger_checkpoint(full=True)``, Flink's ``CheckpointType.FULL``)
 is captured the same way but shares nothing: every SST file is copied into
-the checkpoint's own ``chk-N/native/<uid>/<subtask>/`` (by a few threads, each
-hashing what it copies), none is reused from or recorded for later checkpoints,
-so the checkpoint stands alone and goes with its folder. This is the quick full
-checkpoint of a RocksDB job (a file copy, no re-encoding); savepoints and
-checkpoints with ``incremental=False`` stay canonical Parquet.
+the checkpoint's own ``chk-N/native/<uid>/<subtask>/``: hard-linked where the file
+system allows (SST files are immutable; RocksDB's own checkpoints and the
+restore link them the same way), copied otherwise, and hashed unless this
+backend hashed that file before (an SST name is never reused). None is reused
+from or recorded for later checkpoints' ``shared/`` area, so the checkpoint
+stands alone and goes with its folder. This is the quick full checkpoint of a
+RocksDB job (no re-encoding); savepoints and checkpoints with
+``incremental=False`` stay canonical Parquet.
 
 The metadata lists every file (shared ones as ``../shared/...``) with size and
 SHA-256, like any other snapshot file, and marks the subtask with
@@ -54,7 +57,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ...format.rocksdb.native import NATIVE_FORMAT, NativeFiles, materialize, native_rows
-from ...format.snapshot import file_entry, read_metadata
+from ...format.snapshot import file_entry, read_metadata, sha256_file
 from ...format.states import StoredState
 from ..backends.rocksdb import StagingDir
 from .migration import check_declaration, converter
@@ -144,26 +147,58 @@ def _copy_hashing(src: Path, dst: Path) -> str:
     return h.hexdigest()
 
 
-#: threads copying the SST files of a full native checkpoint (each hashes what it copies)
+#: threads hashing (or copying) the files of a full native checkpoint
 COPY_THREADS = 4
 
 
+def _digest_of(nc: NativeCapture, name: str, size: int) -> str | None:
+    """The SHA-256 of SST ``name`` of the captured backend if hashed before (uploaded by an incremental
+    checkpoint, restored from one, or in an earlier full checkpoint) with this size, else None."""
+    be = nc.backend
+    for known in (getattr(be, "uploaded", {}).get(name), getattr(be, "sst_digests", {}).get(name)):
+        if known is not None and known.get("bytes") == size:
+            return known["sha256"]
+    return None
+
+
+def _put_private(nc: NativeCapture, src: Path, dst: Path) -> tuple[str, int]:
+    """One file of a full checkpoint into its folder: an SST file hard-linked where the file system
+    allows (immutable: RocksDB never writes into an existing SST, and deleting it only drops the
+    database's link; this is how RocksDB's own checkpoints and the restore place them) and hashed
+    unless hashed before; anything else (or an SST across file systems) copied and hashed on the way.
+    Returns its SHA-256 and the bytes written."""
+    if src.suffix == ".sst":
+        try:
+            os.link(src, dst)
+        except OSError:
+            pass
+        else:
+            size = dst.stat().st_size
+            digest = _digest_of(nc, src.name, size)
+            if digest is None:
+                digest = sha256_file(dst)
+                getattr(nc.backend, "sst_digests", {})[src.name] = {"bytes": size, "sha256": digest}
+            return digest, 0
+    digest = _copy_hashing(src, dst)
+    return digest, dst.stat().st_size
+
+
 def _copy_private(nc: NativeCapture, folder: Path, uid_dir: str, index: int) -> tuple[dict[str, str], dict, int]:
-    """A full checkpoint's native files: all copied (SHA-256 computed on the way) into
-    ``folder/native/<uid>/<index>/``, the largest first, by up to :data:`COPY_THREADS` threads."""
+    """A full checkpoint's native files, all in ``folder/native/<uid>/<index>/`` (:func:`_put_private`),
+    the largest first, by up to :data:`COPY_THREADS` threads (hashlib and file copies release the GIL)."""
     base = f"native/{uid_dir}/{index}"
     (folder / base).mkdir(parents=True, exist_ok=True)
     names = sorted(nc.names, key=lambda n: -(nc.staging / n).stat().st_size)
     workers = max(1, min(COPY_THREADS, os.cpu_count() or 1, len(names)))
     with ThreadPoolExecutor(workers, thread_name_prefix="checkpoint-copy") as pool:
-        digests = dict(zip(names, pool.map(lambda n: _copy_hashing(nc.staging / n, folder / base / n), names)))
+        done = dict(zip(names, pool.map(lambda n: _put_private(nc, nc.staging / n, folder / base / n), names)))
     native_files, files, written = {}, {}, 0
     for name in sorted(names):
         rel = f"{base}/{name}"
-        size = (folder / rel).stat().st_size
+        digest, wrote = done[name]
         native_files[name] = rel
-        files[rel] = {"bytes": size, "sha256": digests[name]}
-        written += size
+        files[rel] = {"bytes": (folder / rel).stat().st_size, "sha256": digest}
+        written += wrote
     return native_files, files, written
 
 
