@@ -180,8 +180,9 @@ def test_a_full_checkpoint_of_an_incremental_job_copies_every_file_and_shares_no
         assert all(s["state_format"] == NATIVE_FORMAT for s in subs)
         ssts = [rel for rel in meta["files"] if rel.endswith(".sst")]
         assert ssts and all(rel.startswith("native/tracking/") for rel in ssts)
-        # SST files hard-linked (same file system), hashed from the incremental upload before: only the
-        # small files are written
+        # SST files hard-linked (same file system): only the small files are written; every file carries
+        # an XXH3-128 checksum
+        assert all(set(e) == {"bytes", "xxh3_128"} for r, e in meta["files"].items() if r.startswith("native/"))
         assert meta["timing"]["bytes_written"] == sum(e["bytes"] for r, e in meta["files"].items()
                                                       if not r.endswith(".sst"))
         assert not any((chk / "shared").rglob("*.sst"))  # nothing of first's is named by a retained checkpoint

@@ -195,8 +195,8 @@ class RocksDBStateBackend(KeyedStateBackend):
         #: instance never reuses a file number, so a name here needs no second upload
         #: (filled by incremental checkpoints and by a restore from one)
         self.uploaded: dict[str, dict[str, Any]] = {}
-        #: SHA-256 of this instance's SST files hashed for a full native checkpoint: file name ->
-        #: {"bytes": n, "sha256": hex} (immutable files, never a reused number: hashed once)
+        #: XXH3-128 of this instance's SST files hashed for a full native checkpoint: file name ->
+        #: {"bytes": n, "xxh3_128": hex} (immutable files, never a reused number: hashed once)
         self.sst_digests: dict[str, dict[str, Any]] = {}
 
     # --- opening -------------------------------------------------------------------------------
