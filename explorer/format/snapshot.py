@@ -10,13 +10,17 @@ A snapshot (checkpoint or savepoint) is a folder::
     inflight/<uid>/<subtask>.jsonl in-flight records of an unaligned checkpoint
     native/<uid>/<subtask>/...     incremental checkpoints of the RocksDB backend: a
                                    subtask's MANIFEST, CURRENT, OPTIONS; its SST files
-                                   are in ``../shared/<uid>/`` (:mod:`explorer.format.rocksdb.native`)
+                                   are in ``../shared/<uid>/`` (:mod:`explorer.format.rocksdb.native`),
+                                   or here too in a full native checkpoint (nothing shared)
 
 ``_metadata`` starts with the 8 magic bytes ``b"SXSNAP\\r\\n"``, then the format
 version (4 bytes, big-endian), the JSON length (8 bytes, big-endian), the JSON
 (UTF-8), and a CRC-32 of the JSON (4 bytes). A reader refuses an unknown
 magic or version and a CRC mismatch (a torn write). Every data file is listed
-in the JSON with its size and SHA-256. All paths in the JSON are relative to
+in the JSON with its size and SHA-256, or XXH3-128 (``"xxh3_128"``: the files
+of a full native checkpoint, hashed at 20+ GB/s instead of ~1.8). Both detect
+a damaged file alike (a random change escapes a 128-bit hash with probability
+2^-128); neither authenticates a snapshot, whose ``_metadata`` carries only a CRC. All paths in the JSON are relative to
 the snapshot folder and may not leave it, so a snapshot can be moved or
 copied anywhere (savepoints are self-contained); incremental checkpoints
 may also name files in the checkpoint directory's ``shared/`` area, one
@@ -41,6 +45,11 @@ from typing import Any
 
 from ..errors import SnapshotCorruptError, SnapshotFormatError, UnsafePathError
 from ..storage import as_path
+
+try:  # XXH3-128 of full native checkpoints' files (a declared dependency)
+    import xxhash
+except ImportError:  # pragma: no cover - depends on the environment
+    xxhash = None
 
 MAGIC = b"SXSNAP\r\n"
 FORMAT_VERSION = 1
@@ -179,6 +188,19 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def xxh3_128_file(path: Path) -> str:
+    """The XXH3-128 of a file (hex), read through one reused buffer."""
+    if xxhash is None:  # pragma: no cover - depends on the environment
+        raise SnapshotFormatError(f"{path}: its checksum is XXH3-128 and the xxhash package is not installed")
+    h = xxhash.xxh3_128()
+    buf = bytearray(4 << 20)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
 def file_entry(folder: Path, path: Path) -> dict[str, Any]:
     return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
@@ -195,10 +217,16 @@ def check_file_size(folder: Path, relative: str, entry: dict[str, Any]) -> Path:
 
 
 def check_file_digest(path: Path, entry: dict[str, Any]) -> None:
-    """Check a data file's SHA-256 against its entry."""
-    digest = sha256_file(path)
-    if digest != entry["sha256"]:
-        raise SnapshotCorruptError(f"{path}: SHA-256 {digest[:16]}… does not match the recorded {entry['sha256'][:16]}…")
+    """Check a data file's SHA-256 (or XXH3-128) against its entry."""
+    if "sha256" in entry:
+        name, key, digest = "SHA-256", "sha256", sha256_file(path)
+    elif "xxh3_128" in entry:
+        name, key, digest = "XXH3-128", "xxh3_128", xxh3_128_file(path)
+    else:
+        raise SnapshotFormatError(f"{path}: its entry in the snapshot's metadata records no checksum "
+                                  f"(found {sorted(entry)}, expected 'sha256' or 'xxh3_128')")
+    if digest != entry[key]:
+        raise SnapshotCorruptError(f"{path}: {name} {digest[:16]}… does not match the recorded {str(entry[key])[:16]}…")
 
 
 def verify_file(folder: Path, relative: str, entry: dict[str, Any]) -> Path:

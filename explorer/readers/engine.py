@@ -113,7 +113,7 @@ class EngineSnapshotReader(SnapshotReader):
             created_at=pd.Timestamp(m["created_at_ms"], unit="ms", tz="UTC"),
             job_name=m["job"].get("name"),
             extra={"backend": m.get("backend"), "mode": m.get("mode"), "unaligned": m.get("unaligned"),
-                   "incremental": m.get("incremental")},
+                   "incremental": m.get("incremental"), "checkpoint_type": m.get("checkpoint_type")},
         )
 
     def operators(self) -> pd.DataFrame:

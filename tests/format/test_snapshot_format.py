@@ -118,3 +118,18 @@ def test_a_stored_state_round_trips_its_metadata_json_and_refuses_a_description_
     assert state.describe() == desc and StoredState.of(state) is state
     with pytest.raises(SnapshotFormatError, match="value_type"):
         StoredState.of({"name": "counts", "kind": "map"})
+
+
+def test_a_file_entry_is_checked_against_its_sha256_or_xxh3_128_and_needs_one(tmp_path):
+    from explorer.format.snapshot import check_file_digest, sha256_file, xxh3_128_file
+
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"state" * 1000)
+    check_file_digest(path, {"bytes": 5000, "sha256": sha256_file(path)})
+    check_file_digest(path, {"bytes": 5000, "xxh3_128": xxh3_128_file(path)})
+    good = xxh3_128_file(path)
+    path.write_bytes(b"stats" * 1000)  # same size, other bytes
+    with pytest.raises(SnapshotCorruptError, match="XXH3-128"):
+        check_file_digest(path, {"bytes": 5000, "xxh3_128": good})
+    with pytest.raises(SnapshotFormatError, match="records no checksum"):
+        check_file_digest(path, {"bytes": 5000})

@@ -11,7 +11,10 @@
 3. *Snapshot*: the subtask captures its state synchronously, forwards the
    barrier, and writes files asynchronously (a thread pool). In an
    incremental checkpoint a RocksDB subtask's keyed state is captured as
-   RocksDB's own files instead, sharing unchanged ones (:mod:`.incremental`).
+   RocksDB's own files instead, sharing unchanged ones (:mod:`.incremental`);
+   a *full* checkpoint triggered while incremental checkpoints are on
+   (``trigger(full=True)``, Flink's ``CheckpointType.FULL``) copies all of
+   them into its own folder, sharing none.
 4. *Complete*: once every subtask has acknowledged, ``_metadata`` is written
    last, via rename; only then does the checkpoint exist. Sinks commit the
    output staged for it. Older checkpoints beyond the retained count go.
@@ -60,6 +63,7 @@ class PendingCheckpoint:
     savepoint: bool
     triggered_ms: int
     started: float
+    full: bool = False  # CheckpointType.FULL: native files all copied into this checkpoint, none shared
     acks: dict[str, Future] = field(default_factory=dict)
     alignments: dict[str, _Alignment] = field(default_factory=dict)
     expected: set[str] = field(default_factory=set)
@@ -103,8 +107,13 @@ class CheckpointCoordinator:
             return True
         return False
 
-    def trigger(self, savepoint: bool = False, target: Path | None = None) -> PendingCheckpoint:
-        """Start a checkpoint (or a savepoint into ``target``)."""
+    def trigger(self, savepoint: bool = False, target: Path | None = None, full: bool = False) -> PendingCheckpoint:
+        """Start a checkpoint (or a savepoint into ``target``).
+
+        ``full`` is Flink's ``CheckpointType.FULL``: with incremental checkpoints on, each
+        RocksDB subtask's files are all copied into this checkpoint's own folder (none
+        shared with other checkpoints, none reused); otherwise every checkpoint is full already.
+        """
         cid = self.next_id
         self.next_id += 1
         folder = Path(target) if target is not None else self.storage.folder_for(cid)
@@ -112,7 +121,7 @@ class CheckpointCoordinator:
             raise JobError(f"{folder}: the target of checkpoint {cid} already exists and is not empty")
         folder.mkdir(parents=True, exist_ok=True)
         now = self.clock.now_ms()
-        pc = PendingCheckpoint(cid, folder, savepoint, now, time.perf_counter())
+        pc = PendingCheckpoint(cid, folder, savepoint, now, time.perf_counter(), full=full and not savepoint)
         self.pending[cid] = pc
         self._last_trigger_ms = now
         self._records_at_last_trigger = self.source_records()
@@ -216,7 +225,7 @@ class CheckpointCoordinator:
 
     # --- snapshots and acknowledgements ---------------------------------------------------------
     def _native_capture(self, pc: PendingCheckpoint):
-        """For an incremental checkpoint: how a RocksDB backend is captured natively (else None)."""
+        """For an incremental (or a native full) checkpoint: how a RocksDB backend is captured natively (else None)."""
         if not self.config.incremental or pc.savepoint:
             return None
 
@@ -224,7 +233,7 @@ class CheckpointCoordinator:
             if not is_native_backend(backend):
                 return None
             staging = backend.path.parent / f".{backend.path.name}-chk-{pc.id}"
-            return capture_native(backend, staging, self.storage, pc.id)
+            return capture_native(backend, staging, self.storage, pc.id, full=pc.full)
 
         return native
 
@@ -396,7 +405,10 @@ class CheckpointCoordinator:
             "backend": _backend_name(rt),
             "mode": self.config.mode.value,
             "unaligned": self.config.unaligned,
-            "incremental": any(s.get("state_format") == NATIVE_FORMAT for s in subtasks.values()),
+            "incremental": not pc.full and any(s.get("state_format") == NATIVE_FORMAT for s in subtasks.values()),
+            # Flink's CheckpointType: FULL (nothing shared with another checkpoint) or INCREMENTAL
+            "checkpoint_type": "incremental" if not pc.full and any(
+                s.get("state_format") == NATIVE_FORMAT for s in subtasks.values()) else "full",
             "operators": operators,
             "files": files,
             "timing": {

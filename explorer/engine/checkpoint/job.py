@@ -140,9 +140,14 @@ class JobClient:
             raise JobError(f"checkpoint {pc.id} into {pc.folder} was aborted: {reason}")
         return pc.folder
 
-    def trigger_checkpoint(self) -> Path:
-        """Take a checkpoint now and return its folder once complete."""
-        return self._until_complete(self.coordinator.trigger())
+    def trigger_checkpoint(self, full: bool = False) -> Path:
+        """Take a checkpoint now and return its folder once complete.
+
+        ``full=True`` is Flink's ``CheckpointType.FULL``: with incremental checkpoints on,
+        the RocksDB subtasks' files are all copied into this checkpoint's folder, none
+        shared with or reused from other checkpoints (without them it changes nothing).
+        """
+        return self._until_complete(self.coordinator.trigger(full=full))
 
     def trigger_savepoint(self, target: str | Path) -> Path:
         """Take a savepoint into ``target`` (a new folder) and keep running."""

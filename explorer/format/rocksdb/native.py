@@ -1,4 +1,4 @@
-"""Reading the RocksDB backend's native files (incremental checkpoints) without the engine.
+"""Reading the RocksDB backend's native files (incremental and full native checkpoints) without the engine.
 
 An incremental checkpoint stores a RocksDB subtask's keyed state as the
 database's own files, not as Parquet. Its metadata marks such a subtask with
@@ -10,7 +10,8 @@ database's own files, not as Parquet. Its metadata marks such a subtask with
 
 (SST files live in the checkpoint directory's ``shared/`` area and are named
 by content, so consecutive checkpoints share them; the small files are private
-to the checkpoint.) The byte layout of keys and values is the one of
+to the checkpoint. A *full* native checkpoint, Flink's ``CheckpointType.FULL``,
+keeps its SST files private too: ``native/<uid>/<subtask>/000012.sst``.) The byte layout of keys and values is the one of
 :mod:`.layout` (format version 1), which the engine writes; this module decodes
 it with the state's declared type from the metadata, so a reader needs neither
 the job's code nor the engine.

@@ -24,9 +24,10 @@ from explorer.engine import (
 )
 from explorer.engine.checkpoint.job import CRASH_POINTS, CrashInjector, JobClient, run_with_recovery
 from explorer.engine.checkpoint.storage import CheckpointStorage
-from explorer.errors import StateMigrationError
+from explorer.errors import SnapshotCorruptError, StateMigrationError
 from explorer.format.rocksdb.native import NATIVE_FORMAT
 from explorer.format.snapshot import read_metadata, verify_snapshot
+from explorer.readers.engine import EngineSnapshotReader
 
 DATA = [(f"k{(i * 7919) % 61}", i) for i in range(5000)]
 TS = WatermarkStrategy.for_bounded_out_of_orderness(3).with_timestamp_assigner(lambda r: r[1])
@@ -160,6 +161,60 @@ def test_full_checkpoints_and_savepoints_stay_canonical(tmp_path):
     meta = verify_snapshot(sp)
     assert meta["kind"] == "savepoint" and not meta["incremental"]
     assert not shared_of(sp) and all("native" not in s for s in tracking_subtasks(sp))
+
+
+def test_a_full_checkpoint_of_an_incremental_job_copies_every_file_and_shares_none(tmp_path):
+    """CheckpointType.FULL: the native files all in the checkpoint's own folder, checksummed; the incremental
+    checkpoints before and after it are unaffected, also once it is retired; the explorer reads it, and a
+    restore from it holds the same rows."""
+    chk = tmp_path / "chk"
+    client = JobClient(make_env(chk, CollectSink("out"), retained=1), "job")
+    try:
+        first = checkpoint_after(client, 25)  # incremental: uploads everything to shared/
+        client.run(max_rounds=5)
+        full = client.trigger_checkpoint(full=True)
+        meta = verify_snapshot(full)
+        assert not meta["incremental"] and meta["checkpoint_type"] == "full"
+        assert not shared_of(full) and not first.exists()  # retained=1
+        subs = tracking_subtasks(full)
+        assert all(s["state_format"] == NATIVE_FORMAT for s in subs)
+        ssts = [rel for rel in meta["files"] if rel.endswith(".sst")]
+        assert ssts and all(rel.startswith("native/tracking/") for rel in ssts)
+        # SST files hard-linked (same file system): only the small files are written; every file carries
+        # an XXH3-128 checksum
+        assert all(set(e) == {"bytes", "xxh3_128"} for r, e in meta["files"].items() if r.startswith("native/"))
+        assert meta["timing"]["bytes_written"] == sum(e["bytes"] for r, e in meta["files"].items()
+                                                      if not r.endswith(".sst"))
+        assert not any((chk / "shared").rglob("*.sst"))  # nothing of first's is named by a retained checkpoint
+        after = checkpoint_after(client, 3)  # incremental again: uploads what it needs, nothing from full/
+        m2 = verify_snapshot(after)
+        assert m2["incremental"] and m2["checkpoint_type"] == "incremental"
+        assert all(rel.startswith("../shared/") for rel in m2["files"] if rel.endswith(".sst"))
+    finally:
+        client.close()
+    assert not full.exists()  # retired with its own files
+    # the explorer reads a full native checkpoint like an incremental one; restored into either backend at
+    # another parallelism, the canonical savepoint taken at once holds the same rows
+    client = JobClient(make_env(tmp_path / "chk2", CollectSink("out"), retained=3), "job")
+    try:
+        client.run(max_rounds=30)
+        full = client.trigger_checkpoint(full=True)
+    finally:
+        client.close()
+    assert not shared_of(full)
+    info = EngineSnapshotReader(full).info()
+    assert info.extra["checkpoint_type"] == "full" and not info.extra["incremental"]
+    want = entries(full)
+    assert len(want) > 100
+    for backend, p in (("rocksdb", 3), ("heap", 1)):
+        assert entries_of_restored(tmp_path, full, p, backend) == want, (backend, p)
+    # its SST files are checked before a restore: one flipped byte fails it, naming the file
+    sst = next((full / "native").rglob("*.sst"))
+    data = bytearray(sst.read_bytes())
+    data[len(data) // 2] ^= 1
+    sst.write_bytes(bytes(data))
+    with pytest.raises(SnapshotCorruptError, match=sst.name):
+        JobClient(make_env(tmp_path / "chk4", CollectSink("out")), "job", restore_from=full).close()
 
 
 # --- reference counting ---------------------------------------------------------------------------------------

@@ -195,6 +195,9 @@ class RocksDBStateBackend(KeyedStateBackend):
         #: instance never reuses a file number, so a name here needs no second upload
         #: (filled by incremental checkpoints and by a restore from one)
         self.uploaded: dict[str, dict[str, Any]] = {}
+        #: XXH3-128 of this instance's SST files hashed for a full native checkpoint: file name ->
+        #: {"bytes": n, "xxh3_128": hex} (immutable files, never a reused number: hashed once)
+        self.sst_digests: dict[str, dict[str, Any]] = {}
 
     # --- opening -------------------------------------------------------------------------------
     @staticmethod
