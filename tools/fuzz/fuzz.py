@@ -338,8 +338,10 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
          log=print, max_seconds: float | None = None, checkpoint=None, skip: int = 0) -> dict:
     """Run up to ``n`` cases (fewer if ``max_seconds`` runs out); ``checkpoint(result)`` is
     called with the report so far every 500 cases, so that a run stopped early leaves its figures.
-    ``skip``: draw the first ``skip`` cases of the seed without running them (a case's damage
-    depends only on the seed and its number), so that a stopped run can be continued."""
+    ``skip``: draw the first ``skip`` cases of the seed without running them, so that a stopped
+    run can be continued. A case depends only on the seed and its number while the snapshots are
+    the same; the engine checkpoints made afresh for each run may differ (file counts and sizes),
+    so a continued run then draws cases of the same kinds, not always the same ones."""
     rng = random.Random(seed)
     counts: dict[str, dict[str, int]] = {f: {} for f in formats}
     seconds: dict[str, float] = {f: 0.0 for f in formats}
