@@ -41,7 +41,7 @@ function plotlyRegistry() {
   if (!g.__stateExplorerPlotly) {
     let resolve, reject;
     const promise = new Promise((res, rej) => { resolve = res; reject = rej; });
-    g.__stateExplorerPlotly = { promise, resolve, reject, loading: false, managers: new WeakSet() };
+    g.__stateExplorerPlotly = { promise, resolve, reject, loading: false, managers: new WeakSet(), releasing: 0 };
   }
   return g.__stateExplorerPlotly;
 }
@@ -59,13 +59,17 @@ function releaseWithDocument(manager) {
       context.isDisposed || registry.managers.has(manager)) return;
   registry.managers.add(manager);
   context.disposed.connect(async () => {
-    const models = manager._models || {};
-    await Promise.all(Object.keys(models).map((id) => Promise.resolve(models[id]).then(
-      (m) => m && typeof m.close === "function" && m.close(true), () => {})));
+    // how many closed documents are still being released (the page-side release is asynchronous)
+    registry.releasing += 1;
     try {
+      const models = manager._models || {};
+      await Promise.all(Object.keys(models).map((id) => Promise.resolve(models[id]).then(
+        (m) => m && typeof m.close === "function" && m.close(true), () => {})));
       if (typeof manager.clear_state === "function") await manager.clear_state();
     } catch (error) {
       console.debug("[state-explorer] widget manager not cleared", error);
+    } finally {
+      registry.releasing -= 1;
     }
   });
 }
