@@ -33,6 +33,7 @@ from .errors import AnalysisError, SnapshotError, SnapshotNotFoundError
 from .keygroups import assign_to_key_group
 from .readers.base import (
     CONTRACT_COLUMNS,
+    CONSTANT_COLUMNS,
     TUPLE_COLUMNS,
     KeyedStateQuery,
     SnapshotReader,
@@ -567,10 +568,14 @@ def _as_set(x: str | Iterable[str] | None) -> frozenset[str] | None:
 _PER_PIECE_COLUMNS = ("operator", "state", "kind")
 
 
-def _constant(column: pa.ChunkedArray) -> tuple[bool, Any]:
+def _constant(piece: pa.Table, name: str) -> tuple[bool, Any]:
+    """Whether column ``name`` of ``piece`` holds one value, and that value."""
+    column = piece.column(name)
     if len(column) == 0 or column.null_count:
         return False, None
     first = column[0]
+    if name in (piece.schema.metadata or {}).get(CONSTANT_COLUMNS, b"").decode().split(","):
+        return True, first.as_py()  # make_piece filled it with one value
     if not pc.all(pc.equal(column, first)).as_py():
         return False, None
     return True, first.as_py()
@@ -615,7 +620,7 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
             continue
         values = []
         for p in pieces:
-            ok, v = _constant(p.column(c))
+            ok, v = _constant(p, c)
             if not ok:
                 break
             values.append(v)
@@ -625,11 +630,7 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
         pieces = [p.drop_columns(list(filled)) for p in pieces]
     if any((p.schema.metadata and TUPLE_COLUMNS in p.schema.metadata) or any(has_union(f.type) for f in p.schema)
            for p in pieces):
-        df = pd.concat([_piece_to_pandas(p) for p in pieces], ignore_index=True)
-        for c in cols:
-            if c in filled:
-                df.insert(cols.index(c), c, filled[c])
-        return df if list(df.columns) == cols else df[cols]
+        return _assemble(pd.concat([_piece_to_pandas(p) for p in pieces], ignore_index=True), filled, cols)
     try:
         table = pa.concat_tables(pieces, promote_options="permissive")
         gaps = [c for c in ("user_key", "value") if c in table.column_names
@@ -639,12 +640,20 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
         df = table.drop_columns(gaps).to_pandas(maps_as_pydicts="strict", split_blocks=True,
                                                 integer_object_nulls=True, deduplicate_objects=False)
         for c in gaps:  # integers with gaps (states mixed) stay exact Python ints: not float64
-            at = sum(1 for x in table.column_names[: table.column_names.index(c)] if x not in gaps or x in df)
-            df.insert(at, c, _ints_with_nulls(table.column(c)))  # in place: no reordering copy after
+            filled[c] = _ints_with_nulls(table.column(c))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         df = pd.concat([p.to_pandas(maps_as_pydicts="strict", integer_object_nulls=True, deduplicate_objects=False)
                         for p in pieces], ignore_index=True)
-    for c in cols:
-        if c in filled:
-            df.insert(cols.index(c), c, filled[c])
-    return df if list(df.columns) == cols else df[cols]
+    return _assemble(df, filled, cols)
+
+
+def _assemble(df: pd.DataFrame, filled: dict[str, np.ndarray], cols: list[str]) -> pd.DataFrame:
+    """``df``'s columns and the object arrays of ``filled`` as one frame in ``cols`` order, nothing copied.
+
+    ``DataFrame.insert`` copies the column it is given and scans an object column for datetimes: for the
+    three per-piece columns of 12 M rows that took 1.3 s of a 6 s load; a frame built from the columns
+    as they are, without consolidating them, takes a millisecond.
+    """
+    parts = {c: pd.Series(filled[c], index=df.index, dtype=object, copy=False) if c in filled else df[c]
+             for c in cols}
+    return pd.DataFrame(parts, index=df.index, copy=False)

@@ -82,6 +82,9 @@ TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
 #: piece schema metadata naming struct columns (``f0, f1, ...``) that stand for tuple keys
 TUPLE_COLUMNS = b"explorer.tuple_columns"
+#: piece schema metadata naming the columns :func:`make_piece` filled with one value (operator, state, kind):
+#: whoever combines pieces takes that value from the first row instead of comparing every row
+CONSTANT_COLUMNS = b"explorer.constant_columns"
 
 
 def struct_to_tuple(value):
@@ -408,13 +411,16 @@ def make_piece(data: dict[str, Any], columns: Iterable[str] | None = None) -> pa
     if n is None:
         raise ValueError("make_piece needs at least one column array")
     arrays = {}
+    constant = []
     for c in CONTRACT_COLUMNS:
         v = data.get(c)
         t = FIXED_TYPES.get(c)
         if v is None:
             arrays[c] = pa.nulls(n, type=t or pa.null())
         elif isinstance(v, (str, int)):
-            arrays[c] = pa.array([v] * n, type=t) if t is not None else pa.array([v] * n)
+            # built in Arrow: a Python list of n copies was the slowest step of loading
+            arrays[c] = pa.repeat(pa.scalar(v, type=t), n)
+            constant.append(c)
         else:
             arr = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v, from_pandas=True)
             if t is not None and arr.type != t:
@@ -423,4 +429,7 @@ def make_piece(data: dict[str, Any], columns: Iterable[str] | None = None) -> pa
     table = pa.table(arrays)
     if columns is not None:
         table = table.select(list(columns))
+    constant = [c for c in constant if c in table.column_names]
+    if constant:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), CONSTANT_COLUMNS: ",".join(constant).encode()})
     return table

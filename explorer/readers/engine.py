@@ -314,11 +314,8 @@ class EngineSnapshotReader(SnapshotReader):
         expires = pc.add(la, ttl) if ttl is not None else None
         value = t.column("value")
         sizes = value_sizes(value)
-        n = t.num_rows
         return _mark_tuples(make_piece({
-            # constants as Arrow arrays (pa.repeat), not Python strings: make_piece would
-            # build an n-element Python list for each, the slowest step of loading
-            "operator": _repeat(o["name"], n), "state": _repeat(state, n), "kind": _repeat(kind, n),
+            "operator": o["name"], "state": state, "kind": kind,
             "key": self._keys(t.column("key"), smeta["key_kind"]),
             "key_group": t.column("key_group"), "subtask": subtask,
             "namespace": self._keys(t.column("namespace"), smeta["namespace_kind"]),
@@ -331,10 +328,9 @@ class EngineSnapshotReader(SnapshotReader):
     def _timer_piece(self, o, name, t: pa.Table, tmeta, maxp, p) -> pa.Table:
         kg = t.column("key_group").to_numpy()
         subtask = operator_indices_for_key_groups(maxp, p, kg).astype(np.int32)
-        n = t.num_rows
         return _mark_tuples(make_piece({
-            "operator": _repeat(o["name"], n), "state": _repeat(name, n),
-            "kind": _repeat("event_timer" if name == "event_timers" else "processing_timer", n),
+            "operator": o["name"], "state": name,
+            "kind": "event_timer" if name == "event_timers" else "processing_timer",
             "key": self._keys(t.column("key"), tmeta["key_kind"]), "key_group": t.column("key_group"),
             "subtask": subtask, "namespace": self._keys(t.column("namespace"), tmeta["namespace_kind"]),
             "value": t.column("timestamp"), "size_bytes": np.full(t.num_rows, 8, dtype=np.int64),
@@ -393,11 +389,6 @@ class EngineSnapshotReader(SnapshotReader):
 
     def timings(self) -> dict[str, Any]:
         return dict(self.meta.get("timing", {}))
-
-
-def _repeat(text: str, n: int) -> pa.Array:
-    """A string column of ``n`` copies of ``text``, built in Arrow."""
-    return pa.repeat(pa.scalar(text, pa.string()), n)
 
 
 def _mark_tuples(piece: pa.Table, smeta: dict) -> pa.Table:
