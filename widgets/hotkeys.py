@@ -17,6 +17,7 @@ import pandas as pd
 import traitlets as t
 
 from explorer.analysis.hotkeys import gini, lorenz_curve, salted_key, top_share
+from explorer.ranking import nth_largest
 from explorer.keygroups import assign_key_groups, operator_indices_for_key_groups
 
 from ._base import View, figure, html_table, show_drawn, show_empty, subtask_colour
@@ -155,8 +156,8 @@ class HotKeysTab(View):
         # the top n without sorting a million values; ties by key text, so every run ranks alike
         v = values[cand]
         if n < len(cand):
-            cut = np.partition(-v, n - 1)[n - 1]
-            cand, v = cand[-v <= cut], v[-v <= cut]
+            cut = nth_largest(v, n)
+            cand, v = cand[v >= cut], v[v >= cut]
         keys_text = ks["key"].to_numpy()[cand].astype(str)
         top_idx = cand[np.lexsort((keys_text, -v))][:n]
         top = ks.iloc[top_idx]

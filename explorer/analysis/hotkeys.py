@@ -42,6 +42,7 @@ import pandas as pd
 
 from ..errors import AnalysisError
 from ..keygroups import key_groups_for, operator_indices_for_key_groups
+from ..ranking import nth_largest
 from . import _ranges
 from ._columns import filter_key, memo
 from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
@@ -189,7 +190,7 @@ def _top_rows(kt: KeyTable, metric: str, n: int) -> np.ndarray:
     candidates = np.flatnonzero(v >= 0) if metric == "records" else np.arange(len(v))
     if len(candidates) > n:
         cv = v[candidates]
-        cut = np.partition(cv, len(cv) - n)[len(cv) - n]
+        cut = nth_largest(cv, n)
         above, at = candidates[cv > cut], candidates[cv == cut]
     else:
         above, at = candidates, np.zeros(0, dtype=np.int64)

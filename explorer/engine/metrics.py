@@ -14,6 +14,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..ranking import nth_largest
+
 
 class SpaceSaving:
     def __init__(self, capacity: int = 64) -> None:
@@ -67,7 +69,7 @@ class SpaceSaving:
         if n > cap:
             # heapq.nlargest is a stable descending sort cut at ``cap``: candidates are every weight
             # at least the cap-th largest, in their original order, then stably sorted
-            kth = np.partition(weights, n - cap)[n - cap]
+            kth = nth_largest(weights, cap)
             cand = np.flatnonzero(weights >= kth)
         else:
             cand = np.arange(n)

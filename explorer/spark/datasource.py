@@ -88,6 +88,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from .. import errors as errors_module
 from ..errors import ReaderError, StateExplorerError
+from ..ranking import nth_largest
 from ..readers.base import CONTRACT_COLUMNS, KeyedStateQuery, convert_failure
 from ..readers.spark import SparkCheckpointReader
 from ..storage import as_path
@@ -521,11 +522,11 @@ def _top_codes(held: np.ndarray, metric: np.ndarray, entries: np.ndarray, n: int
         return np.zeros(0, np.int64)
     m, e = metric[held], entries[held]
     if len(held) > n:
-        t_m = np.partition(m, len(m) - n)[len(m) - n]  # the n-th largest metric
+        t_m = nth_largest(m, n)
         above = m > t_m
         tied = m == t_m
         k = n - int(above.sum())  # places left for the tied keys, by entries
-        e_t = np.partition(e[tied], int(tied.sum()) - k)[int(tied.sum()) - k]
+        e_t = nth_largest(e[tied], k)
         tied &= e >= e_t
         above |= tied & (e > e_t)
         tied &= e == e_t
