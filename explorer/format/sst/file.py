@@ -46,9 +46,10 @@ TYPE_DELETION, TYPE_VALUE, TYPE_MERGE, TYPE_SINGLE_DELETION = 0, 1, 2, 7
 TYPE_RANGE_DELETION = 0xF
 
 
-#: the most a RocksDB data block is taken to expand when decompressed (LZ4's limit is ~255x; a larger
+#: the most a compressed block (a RocksDB data block, a Spark LZ4 block) is taken to expand when decompressed
+#: (LZ4's limit is ~255x; a larger
 #: stated size is a damaged header)
-_MAX_EXPANSION = 256
+MAX_EXPANSION = 256
 
 
 class SstError(SnapshotCorruptError, ValueError):
@@ -165,9 +166,9 @@ class SstFile:
         if ctype in (4, 5, 7):
             n, q = _varint(raw, 0)  # RocksDB prefixes LZ4 and ZSTD blocks with the decompressed size
             # (a damaged size must not reach the decompressor: it allocates it, and aborts when it cannot)
-            if n > _MAX_EXPANSION * size + 64:
+            if n > MAX_EXPANSION * size + 64:
                 raise SstError(f"{self.name}: the block at {off} ({size} bytes, compression type {ctype}) claims "
-                               f"{n} bytes decompressed, more than {_MAX_EXPANSION} times its size")
+                               f"{n} bytes decompressed, more than {MAX_EXPANSION} times its size")
             out = bytearray(n)  # into a buffer of the stated size: the output cannot grow past it
             try:
                 into = cramjam.zstd.decompress_into if ctype == 7 else cramjam.lz4.decompress_block_into

@@ -33,6 +33,7 @@ import numpy as np
 import xxhash
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
+from ...format.sst.file import MAX_EXPANSION
 from .layout import verified_bytes
 
 __all__ = ["lz4_block_stream", "read_hdfs_store", "read_schema", "records", "store_dir"]
@@ -65,9 +66,9 @@ def lz4_block_stream(data: bytes, where: str = "<bytes>") -> bytes:
         if clen < 0 or dlen < 0 or len(body) != clen:
             raise SnapshotCorruptError(f"{where}: an LZ4 block at byte {i - _HEADER} says {clen} bytes "
                                        f"({dlen} decompressed), the file has {len(body)} left")
-        if dlen > 255 * clen + 64:  # LZ4 expands at most ~255x; the decompressor would allocate dlen first
+        if dlen > MAX_EXPANSION * clen + 64:  # the decompressor would allocate dlen first
             raise SnapshotCorruptError(f"{where}: an LZ4 block at byte {i - _HEADER} of {clen} bytes states {dlen} "
-                                       f"decompressed; expected at most {255 * clen + 64}")
+                                       f"decompressed; expected at most {MAX_EXPANSION * clen + 64}")
         i += clen
         method = token & 0xF0
         if method == 0x10:
