@@ -14,6 +14,7 @@ notebook display.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import warnings
@@ -33,10 +34,11 @@ from .errors import AnalysisError, SnapshotError, SnapshotNotFoundError
 from .keygroups import assign_to_key_group
 from .readers.base import (
     CONTRACT_COLUMNS,
-    CONSTANT_COLUMNS,
+    FIXED_TYPES,
     TUPLE_COLUMNS,
     KeyedStateQuery,
     SnapshotReader,
+    constant_values,
     convert_failure,
     empty_piece,
     has_union,
@@ -372,6 +374,18 @@ class StoredSnapshot:
         q = self.query(operator, state, key_groups, columns)
         if key is not None and q.key_groups is None:
             q = self._key_query(q, key)
+        # the columns with one value a piece (operator, state, kind) are not built row by row in Arrow only to
+        # be dropped: readers leave them out and give their values with the piece (``_combine`` fills them)
+        light = [c for c in (columns or CONTRACT_COLUMNS) if c not in _PER_PIECE_COLUMNS]
+        try:
+            return self._keyed_frame(dataclasses.replace(q, columns=tuple(light)) if light and (
+                not columns or set(columns) & set(_PER_PIECE_COLUMNS)) else q, key, columns, progress, limit,
+                offset, unbounded)
+        except _LeftOut:  # a reader that does not give them: read them
+            return self._keyed_frame(q, key, columns, progress, limit, offset, unbounded)
+
+    def _keyed_frame(self, q: KeyedStateQuery, key: Any, columns: Sequence[str] | None, progress: bool | None,
+                     limit: int | None, offset: int, unbounded: bool) -> pd.DataFrame:
         total = self.reader.estimated_rows(q)
         if limit is None and not unbounded and key is None and total \
                 and total * FRAME_BYTES_PER_ROW > self.memory_budget:
@@ -391,7 +405,7 @@ class StoredSnapshot:
                 if left is not None and left <= 0:
                     break
                 if columns:
-                    piece = piece.select([c for c in CONTRACT_COLUMNS if c in columns])
+                    piece = piece.select([c for c in CONTRACT_COLUMNS if c in columns and c in piece.column_names])
                 bar.update(piece.num_rows)
                 if skip:
                     if piece.num_rows <= skip:
@@ -404,6 +418,8 @@ class StoredSnapshot:
                 pieces.append(piece)
         try:
             df = _combine(pieces, columns)
+        except _LeftOut:
+            raise
         except Exception as exc:  # noqa: BLE001 - pieces that do not fit together are damaged input
             err = convert_failure(exc, self.path, what="combining the pieces read from")
             if err is exc:
@@ -569,13 +585,17 @@ _PER_PIECE_COLUMNS = ("operator", "state", "kind")
 
 
 def _constant(piece: pa.Table, name: str) -> tuple[bool, Any]:
-    """Whether column ``name`` of ``piece`` holds one value, and that value."""
+    """Whether column ``name`` of ``piece`` holds one value, and that value; the piece may have been read
+    without that column when its metadata gives the value."""
+    given = constant_values(piece)
+    if name in given:
+        return True, given[name]
+    if name not in piece.column_names:
+        return piece.num_rows == 0, None  # an empty piece has no value to give
     column = piece.column(name)
     if len(column) == 0 or column.null_count:
         return False, None
     first = column[0]
-    if name in (piece.schema.metadata or {}).get(CONSTANT_COLUMNS, b"").decode().split(","):
-        return True, first.as_py()  # make_piece filled it with one value
     if not pc.all(pc.equal(column, first)).as_py():
         return False, None
     return True, first.as_py()
@@ -616,7 +636,7 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     filled: dict[str, np.ndarray] = {}
     for c in _PER_PIECE_COLUMNS:
-        if c not in cols or not all(c in p.column_names for p in pieces):
+        if c not in cols:
             continue
         values = []
         for p in pieces:
@@ -626,8 +646,11 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
             values.append(v)
         else:
             filled[c] = np.repeat(np.array(values, dtype=object), [p.num_rows for p in pieces])
+            continue
+        # not one value a piece: converted row by row, each piece's column built where it was left out
+        pieces = [_with_constant(p, c) for p in pieces]
     if filled:
-        pieces = [p.drop_columns(list(filled)) for p in pieces]
+        pieces = [p.drop_columns([c for c in filled if c in p.column_names]) for p in pieces]
     if any((p.schema.metadata and TUPLE_COLUMNS in p.schema.metadata) or any(has_union(f.type) for f in p.schema)
            for p in pieces):
         return _assemble(pd.concat([_piece_to_pandas(p) for p in pieces], ignore_index=True), filled, cols)
@@ -647,6 +670,21 @@ def _combine(pieces: list[pa.Table], columns: Sequence[str] | None) -> pd.DataFr
     return _assemble(df, filled, cols)
 
 
+class _LeftOut(Exception):
+    """A piece was read without a per-piece column it holds row by row: read again with that column."""
+
+
+def _with_constant(piece: pa.Table, name: str) -> pa.Table:
+    """``piece`` with its column ``name``, built from the metadata's value when the piece was read without it."""
+    if name in piece.column_names:
+        return piece
+    given = constant_values(piece)
+    if name not in given and piece.num_rows:
+        raise _LeftOut(name)
+    at = sum(1 for c in CONTRACT_COLUMNS[: CONTRACT_COLUMNS.index(name)] if c in piece.column_names)
+    return piece.add_column(at, name, pa.repeat(pa.scalar(given.get(name), type=FIXED_TYPES.get(name)), piece.num_rows))
+
+
 def _assemble(df: pd.DataFrame, filled: dict[str, np.ndarray], cols: list[str]) -> pd.DataFrame:
     """``df``'s columns and the object arrays of ``filled`` as one frame in ``cols`` order, nothing copied.
 
@@ -654,6 +692,6 @@ def _assemble(df: pd.DataFrame, filled: dict[str, np.ndarray], cols: list[str]) 
     three per-piece columns of 12 M rows that took 1.3 s of a 6 s load; a frame built from the columns
     as they are, without consolidating them, takes a millisecond.
     """
-    parts = {c: pd.Series(filled[c], index=df.index, dtype=object, copy=False) if c in filled else df[c]
-             for c in cols}
-    return pd.DataFrame(parts, index=df.index, copy=False)
+    index = df.index if len(df.columns) or not filled else pd.RangeIndex(len(next(iter(filled.values()))))
+    parts = {c: pd.Series(filled[c], index=index, dtype=object, copy=False) if c in filled else df[c] for c in cols}
+    return pd.DataFrame(parts, index=index, copy=False)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import struct
 import zlib
 from abc import ABC, abstractmethod
@@ -82,9 +83,10 @@ TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
 #: piece schema metadata naming struct columns (``f0, f1, ...``) that stand for tuple keys
 TUPLE_COLUMNS = b"explorer.tuple_columns"
-#: piece schema metadata naming the columns :func:`make_piece` filled with one value (operator, state, kind):
-#: whoever combines pieces takes that value from the first row instead of comparing every row
-CONSTANT_COLUMNS = b"explorer.constant_columns"
+#: piece schema metadata: a JSON object of the columns :func:`make_piece` was given one value for (operator,
+#: state, kind) and that value, also for such columns the query left out; whoever combines pieces takes the
+#: value from here instead of comparing every row, and can leave those columns out of what it reads
+CONSTANT_VALUES = b"explorer.constant_values"
 
 
 def struct_to_tuple(value):
@@ -398,10 +400,39 @@ def empty_piece(columns: Sequence[str] = CONTRACT_COLUMNS) -> pa.Table:
     return pa.table({c: pa.array([], type=FIXED_TYPES.get(c, pa.null())) for c in columns})
 
 
-def make_piece(data: dict[str, Any], columns: Iterable[str] | None = None) -> pa.Table:
+def constant_values(piece: pa.Table) -> dict[str, Any]:
+    """The columns :func:`make_piece` was given one value for, and those values (:data:`CONSTANT_VALUES`)."""
+    raw = (piece.schema.metadata or {}).get(CONSTANT_VALUES)
+    return json.loads(raw) if raw else {}
+
+
+def piece_value(piece: pa.Table, name: str) -> Any:
+    """The value of a one-value column of ``piece`` (operator, state, kind), whether the piece holds the column
+    or only its value (a query that left the column out); None when the piece has neither or no rows."""
+    given = constant_values(piece)
+    if name in given:
+        return given[name]
+    if name in piece.column_names and piece.num_rows:
+        return piece.column(name)[0].as_py()
+    return None
+
+
+def _repeat_string(text: str, n: int) -> pa.Array:
+    """``text`` ``n`` times as an Arrow string array, built from its buffers (~3x faster than pa.repeat)."""
+    raw = text.encode("utf-8")
+    if not raw or n * len(raw) >= 1 << 31:
+        return pa.repeat(pa.scalar(text, pa.string()), n)
+    offsets = np.arange(0, (n + 1) * len(raw), len(raw), dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+
+
+def make_piece(data: dict[str, Any], columns: Iterable[str] | None = None, *,
+               leave_out: Iterable[str] = ()) -> pa.Table:
     """Build a contract piece from column arrays, casting fixed columns to their types.
 
-    Missing columns become nulls. ``data`` values may be lists, NumPy arrays or Arrow arrays.
+    Missing columns become nulls. ``data`` values may be lists, NumPy arrays or Arrow arrays, or one
+    ``str``/``int`` for the whole column: its value is recorded in :data:`CONSTANT_VALUES`, and the
+    column is not built at all when ``columns`` or ``leave_out`` leaves it out.
     """
     n = None
     for v in data.values():
@@ -410,17 +441,21 @@ def make_piece(data: dict[str, Any], columns: Iterable[str] | None = None) -> pa
             break
     if n is None:
         raise ValueError("make_piece needs at least one column array")
+    keep = None if columns is None else set(columns)
+    leave_out = set(leave_out)
     arrays = {}
-    constant = []
+    constant = {}
     for c in CONTRACT_COLUMNS:
         v = data.get(c)
         t = FIXED_TYPES.get(c)
         if v is None:
             arrays[c] = pa.nulls(n, type=t or pa.null())
         elif isinstance(v, (str, int)):
-            # built in Arrow: a Python list of n copies was the slowest step of loading
-            arrays[c] = pa.repeat(pa.scalar(v, type=t), n)
-            constant.append(c)
+            constant[c] = v
+            if (keep is None or c in keep) and c not in leave_out:  # not a Python list of n copies: that was
+                # the slowest step of loading
+                arrays[c] = _repeat_string(v, n) if isinstance(v, str) and t == pa.string() else \
+                    pa.repeat(pa.scalar(v, type=t), n)
         else:
             arr = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v, from_pandas=True)
             if t is not None and arr.type != t:
@@ -429,7 +464,7 @@ def make_piece(data: dict[str, Any], columns: Iterable[str] | None = None) -> pa
     table = pa.table(arrays)
     if columns is not None:
         table = table.select(list(columns))
-    constant = [c for c in constant if c in table.column_names]
     if constant:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), CONSTANT_COLUMNS: ",".join(constant).encode()})
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               CONSTANT_VALUES: json.dumps(constant).encode()})
     return table

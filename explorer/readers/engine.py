@@ -257,7 +257,7 @@ class EngineSnapshotReader(SnapshotReader):
                             continue
                         part = t.filter(pc.equal(t.column("domain"), dom))
                         if part.num_rows:
-                            yield self._timer_piece(o, name, part, tm, maxp, p)
+                            yield self._timer_piece(o, name, part, tm, maxp, p, query)
 
     def _files_for(self, query: KeyedStateQuery) -> list[str]:
         """The listed files :meth:`keyed_pieces` reads for ``query`` (all its key groups), in reading order."""
@@ -323,9 +323,9 @@ class EngineSnapshotReader(SnapshotReader):
             "last_access": la.cast(pa.timestamp("ms")).cast(TIMESTAMP) if la.null_count < len(la) else None,
             "expires_at": expires.cast(pa.timestamp("ms")).cast(TIMESTAMP) if expires is not None else None,
             "size_bytes": sizes,
-        }), smeta)
+        }, leave_out=_left_out(query)), smeta)
 
-    def _timer_piece(self, o, name, t: pa.Table, tmeta, maxp, p) -> pa.Table:
+    def _timer_piece(self, o, name, t: pa.Table, tmeta, maxp, p, query) -> pa.Table:
         kg = t.column("key_group").to_numpy()
         subtask = operator_indices_for_key_groups(maxp, p, kg).astype(np.int32)
         return _mark_tuples(make_piece({
@@ -334,7 +334,7 @@ class EngineSnapshotReader(SnapshotReader):
             "key": self._keys(t.column("key"), tmeta["key_kind"]), "key_group": t.column("key_group"),
             "subtask": subtask, "namespace": self._keys(t.column("namespace"), tmeta["namespace_kind"]),
             "value": t.column("timestamp"), "size_bytes": np.full(t.num_rows, 8, dtype=np.int64),
-        }), tmeta)
+        }, leave_out=_left_out(query)), tmeta)
 
     def operator_state(self) -> pd.DataFrame:
         rows = []
@@ -389,6 +389,12 @@ class EngineSnapshotReader(SnapshotReader):
 
     def timings(self) -> dict[str, Any]:
         return dict(self.meta.get("timing", {}))
+
+
+def _left_out(query: KeyedStateQuery) -> list[str]:
+    """The one-value columns (operator, state, kind) ``query`` does not ask for: not built, only their values
+    given (every other column is read whatever was asked: the analyses hash the entries they are handed)."""
+    return [] if query.columns is None else [c for c in ("operator", "state", "kind") if c not in query.columns]
 
 
 def _mark_tuples(piece: pa.Table, smeta: dict) -> pa.Table:

@@ -8,6 +8,8 @@ buffer's zero margins.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -15,7 +17,7 @@ import pytest
 rocksdict = pytest.importorskip("rocksdict")
 
 from explorer.format.sst import columns as sstvec  # noqa: E402
-from explorer.readers.flink.reader import _repeat_string  # noqa: E402
+from explorer.readers.base import CONSTANT_VALUES, make_piece  # noqa: E402
 from explorer.format.sst.instance import resolve  # noqa: E402
 from explorer.format.sst.file import SstError, SstFile  # noqa: E402
 
@@ -89,9 +91,15 @@ def test_the_same_keys_in_two_files_resolve_to_one_row_each(tmp_path):
 @pytest.mark.parametrize("text", ["user-state", "", "é-🔥", "x" * 300])
 @pytest.mark.parametrize("n", [0, 1, 1000])
 def test_repeated_strings_equal_pa_repeat(text, n):
-    got = _repeat_string(text, n)
+    """A piece's one-value columns are built from buffers, equal to pa.repeat, and their values recorded."""
+    piece = make_piece({"operator": text, "state": text, "key": pa.array(range(n))})
+    got = piece.column("operator").combine_chunks()
     got.validate(full=True)
     assert got.equals(pa.repeat(pa.scalar(text, pa.string()), n))
+    assert json.loads(piece.schema.metadata[CONSTANT_VALUES]) == {"operator": text, "state": text}
+    left_out = make_piece({"operator": text, "state": text, "key": pa.array(range(n))}, columns=["key", "state"])
+    assert left_out.column_names == ["key", "state"] and left_out.num_rows == n  # operator never built
+    assert json.loads(left_out.schema.metadata[CONSTANT_VALUES])["operator"] == text
 
 
 def test_states_with_the_same_keys_share_one_decoded_key_column(monkeypatch):

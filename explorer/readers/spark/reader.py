@@ -742,7 +742,7 @@ class SparkCheckpointReader(SnapshotReader):
                     last = la.cast(pa.timestamp("ms")).cast(TIMESTAMP)
                     expires = pc.add(la, int(st["ttl_ms"])).cast(pa.timestamp("ms")).cast(TIMESTAMP)
             pieces.append(make_piece({
-                "operator": pa.array([op["operator"]] * n, pa.string()), "state": st["state"], "kind": kind,
+                "operator": op["operator"], "state": st["state"], "kind": kind,
                 "key": key, "key_group": pa.array([part] * n, pa.int32()), "subtask": pa.array([part] * n, pa.int32()),
                 "user_key": user_key, "value": value, "last_access": last, "expires_at": expires,
                 "size_bytes": pa.array(size, pa.int64()),
