@@ -46,10 +46,14 @@ Options (all strings in Spark; :func:`read_state` takes Python values and conver
 ``batch_id``
     the micro-batch of a Spark checkpoint (default: the latest committed)
 ``partition_bytes``
-    for the formats that seek to a key group (engine snapshots: Parquet row groups cut at
-    key-group boundaries), a subtask holding more state bytes than this (default 64 MiB,
-    ``"0"`` for one partition per subtask) is cut into as many key-group ranges as it takes;
-    with ``splits``, the larger count wins
+    for the snapshots whose key groups are read by range (engine snapshots: Parquet row groups
+    cut at key-group boundaries; Apache Flink's key-group streams, the canonical savepoints and the
+    heap backend's, through the key-group offsets in ``_metadata``), a subtask holding more state
+    bytes than this (default 64 MiB; for ``aggregate=diff`` 16 MiB of both snapshots together;
+    ``"0"`` for one partition per subtask) is cut into as many key-group ranges of about equal
+    bytes as it takes (whole key groups: the engine's bytes per key group from its row groups,
+    Flink's exact from the offsets); with ``splits``, the larger count wins. RocksDB instances and
+    changelogs, read whole per subtask, are cut by ``splits`` only
 ``aggregate``
     ``key_groups`` or ``hot_keys``: each partition aggregates what it read and sends only the
     aggregates (:data:`AGGREGATE_SCHEMA`), for :mod:`explorer.spark.analysis`. Every entry of a key
@@ -58,7 +62,17 @@ Options (all strings in Spark; :func:`read_state` takes Python values and conver
     bytes and distinct keys of its non-timer state (``row = "key_group"``). ``hot_keys`` adds, per
     ranking of the ``by`` option (``bytes``, ``entries``, comma-separated), the partition's ``top``
     keys in :func:`rank_hot_keys`'s order (``row = "top:bytes"``...), and the keys listed in the
-    ``keys`` option (a JSON list of their JSON texts, ``row = "key"``) with their figures
+    ``keys`` option (a JSON list of their JSON texts, ``row = "key"``) with their figures.
+    ``diff`` (with ``other``): rows of :data:`DIFF_SCHEMA`, see below
+``other``, ``diff_keys``
+    ``aggregate=diff``: the diff from the loaded snapshot to the one at ``other``. Both are planned
+    by the same key-group ranges (cut where a subtask of either starts), and each partition reads
+    its range of both and diffs it with the local :func:`explorer.analysis.diff` (every entry of a
+    key lies in one key group, the same on both sides at the same max parallelism: the per-range
+    diffs are the whole diff, nothing is joined across partitions). It sends, per (operator, state,
+    status), the keys and their entries and bytes in both snapshots (``row = "status"``), and a row
+    per key (``row = "key"``): for the changed, added and removed keys (``diff_keys=changes``, the
+    default), every key (``all``) or none (``none``). The reader options apply to both snapshots
 ``verify``
     the engine reader's checksum verification (default true)
 
@@ -132,7 +146,7 @@ _ALL_READER_OPTIONS = tuple(o for opts in _READER_OPTIONS.values() for o in opts
 
 #: rows per Arrow record batch handed to Spark
 BATCH_ROWS = 65_536
-#: state bytes per partition (``partition_bytes``) for the formats that seek to a key group
+#: state bytes per partition (``partition_bytes``) for the snapshots whose key groups are read by range
 PARTITION_BYTES = 64 << 20
 #: state bytes of both snapshots together per partition of ``aggregate=diff`` (its default ``partition_bytes``):
 #: a partition holds both sides' rows of its range at once, about 2 M rows of an engine snapshot here
@@ -255,6 +269,9 @@ def _source_options(options: Mapping[str, str]) -> None:
     if keys not in DIFF_KEYS:
         raise ReaderError(f"option diff_keys={options.get('diff_keys')!r} of the {NAME} data source: expected one "
                           f"of {list(DIFF_KEYS)}")
+    if options.get("other") and _aggregate_option(options) != "diff":
+        raise ReaderError(f"option other={options.get('other')!r} of the {NAME} data source names the second snapshot "
+                          "of aggregate='diff'; expected aggregate='diff' with it")
     if _aggregate_option(options) == "diff" and not options.get("other"):
         raise ReaderError(f"option aggregate='diff' of the {NAME} data source needs the second snapshot: "
                           "option other=PATH (the diff goes from the loaded path to it)")
@@ -689,6 +706,17 @@ class _Side:
         return np.pad(out, (0, max(0, m - len(out))))[:m]
 
 
+def _same_key_groups(a: _Side, b: _Side) -> None:
+    """Refuse a diff by key-group ranges of two snapshots whose common operators differ in max parallelism."""
+    for name in sorted(a.keyed_operators() & b.keyed_operators()):
+        ma, mb = a.max_parallelism(name), b.max_parallelism(name)
+        if ma is not None and mb is not None and ma != mb:
+            raise ReaderError(
+                f"{a.path} and {b.path}: operator {name!r} has max parallelism {ma} in the first snapshot and {mb} "
+                "in the second, so a key's key group differs between them; aggregate=diff needs the same max "
+                "parallelism (explorer.spark.analysis.diff joins the keys instead)")
+
+
 def _segments(operator: str, sides: list[_Side]) -> list[tuple[int, int, int, bool]]:
     """``(lo, hi, subtask, seeks)``: the operator's key groups cut where a subtask of any side starts or ends, so
     that each segment lies in one subtask of each side (``subtask``: the first side's holding it, else the
@@ -755,14 +783,7 @@ class StateReader(DataSourceReader):
                 raise ReaderError(f"{self.path}: no operator named {missing}; the operators are {sorted(known)}")
         names = sorted(set().union(*(s.keyed_operators() for s in sides)))
         if other is not None:
-            for name in names:
-                ma, mb = side.max_parallelism(name), other.max_parallelism(name)
-                if ma is not None and mb is not None and ma != mb:
-                    raise ReaderError(
-                        f"{self.path} and {other.path}: operator {name!r} has max parallelism {ma} in the first "
-                        f"snapshot and {mb} in the second, so a key's key group differs between them; "
-                        "aggregate=diff needs the same max parallelism (explorer.spark.analysis.diff joins the "
-                        "keys instead)")
+            _same_key_groups(side, other)
         out: list[StatePartition] = []
         for name in names:
             if operators is not None and name not in operators:
@@ -934,8 +955,9 @@ def check_read(path: str | Path, **options: Any) -> dict[str, str]:
     if "other" in texts:
         texts["other"] = _absolute(texts["other"])
     kwargs = _reader_options(texts)
-    _resolve(str(path), kwargs)
     _source_options(texts)
-    if texts.get("other"):
-        _resolve(texts["other"], kwargs)
+    if texts.get("other") and _aggregate_option(texts) == "diff":
+        _same_key_groups(_Side.of(str(path), kwargs), _Side.of(texts["other"], kwargs))
+    else:
+        _resolve(str(path), kwargs)
     return texts
