@@ -118,9 +118,9 @@ def test_diff_by_key_group_ranges_equals_the_local_diff(spark, a, b):
 
     d = local.diff(explorer.open(a), explorer.open(b))
     assert len(d)
-    keyed = explorer.open(a).subtasks.dropna(subset=["key_group_start"])
-    options = {"partition_bytes": int(keyed["bytes"].max()) // 2}
-    assert read_state(spark, a, aggregate="diff", other=b, **options).rdd.getNumPartitions() > len(keyed)
+    keyed = [explorer.open(p).subtasks.dropna(subset=["key_group_start"]) for p in (a, b)]
+    options = {"partition_bytes": max(int(k["bytes"].max()) for k in keyed) // 2}  # the largest subtask cut in two
+    assert read_state(spark, a, aggregate="diff", other=b, **options).rdd.getNumPartitions() > max(map(len, keyed))
     got = on_spark.diff_summary(a, b, spark=spark, **options)
     pd.testing.assert_frame_equal(got, _sorted(local.diff_summary(d), ["operator", "state"]), check_dtype=False)
     assert _diff_rows(on_spark.diff(a, b, spark=spark, **options).toPandas(), True) == _diff_rows(d, False)
