@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     })
     t_build = time.perf_counter()
     engine = args.only != "flink"
-    path = engine_savepoint(args.keys, cache=cache) if engine or args.part != "local" else None
+    path = engine_savepoint(args.keys, cache=cache) if engine or args.part not in ("local", "spark") else None
     built = round(time.perf_counter() - t_build, 1)
 
     def variant() -> Path:
