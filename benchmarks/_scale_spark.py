@@ -77,13 +77,36 @@ def _reset_peaks() -> bool:
     return done
 
 
+def _peaks_by_kind() -> dict[str, float]:
+    """Peak RSS (VmHWM, MB) of the JVM(s) and of the Python workers (summed, and the largest) under this process."""
+    me = os.getpid()
+    jvm = workers = largest = 0.0
+    for pid in _tree_pids():
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/status") as f:
+                hwm = next((int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:")), 0.0)
+        except OSError:
+            continue
+        if comm == "java":
+            jvm += hwm
+        elif comm.startswith("python"):
+            workers += hwm
+            largest = max(largest, hwm)
+    return {"jvm_peak_rss_mb": round(jvm, 1), "python_workers_peak_rss_mb": round(workers, 1),
+            "largest_python_worker_peak_rss_mb": round(largest, 1)}
+
+
 def _timed(fn) -> tuple[dict[str, Any], Any]:
     reset = _reset_peaks()
     cpu0, t0 = tree_cpu_seconds(), time.perf_counter()
     out = fn()
     wall, cpu = time.perf_counter() - t0, tree_cpu_seconds() - cpu0
     return {"seconds": round(wall, 3), "cpu_seconds": round(cpu, 2), "driver_peak_rss_mb": round(vm_hwm_mb(), 1),
-            "tree_peak_rss_mb": round(tree_rss_mb(), 1), "peaks_reset": reset,
+            "tree_peak_rss_mb": round(tree_rss_mb(), 1), **_peaks_by_kind(), "peaks_reset": reset,
             "load_average": [round(x, 2) for x in os.getloadavg()]}, out
 
 
