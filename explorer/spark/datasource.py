@@ -108,8 +108,9 @@ from ..readers.spark import SparkCheckpointReader
 from ..storage import as_path
 from ..stored import StoredSnapshot, reader_for
 
-__all__ = ["AGGREGATE_SCHEMA", "NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "aggregate_partition", "check_read",
-           "from_json", "raise_state_error", "rank_hot_keys", "read_state", "register", "to_json"]
+__all__ = ["AGGREGATE_SCHEMA", "DIFF_SCHEMA", "NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "aggregate_partition",
+           "check_read", "diff_rows", "from_json", "raise_state_error", "rank_hot_keys", "read_state", "register",
+           "to_json"]
 
 #: the format name ``spark.read.format(...)`` takes
 NAME = "state-explorer"
