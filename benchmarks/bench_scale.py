@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/scale.json")
     ap.add_argument("--cache", type=Path, default=None, help="default: .cache/scale")
     ap.add_argument("--only", choices=["engine", "flink"], default=None,
-                    help="--part local: measure only these snapshots, keeping the other entries of the results file")
+                    help="--part local or spark: measure only these snapshots, keeping the other entries of the results "
+                         "file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--path", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--other", default=None, help=argparse.SUPPRESS)
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     })
     t_build = time.perf_counter()
     engine = args.only != "flink"
-    path = engine_savepoint(args.keys, cache=cache) if engine or args.part != "local" else None
+    path = engine_savepoint(args.keys, cache=cache) if engine or args.part not in ("local", "spark") else None
     built = round(time.perf_counter() - t_build, 1)
 
     def variant() -> Path:
@@ -306,12 +307,21 @@ def main(argv: list[str] | None = None) -> int:
             continue
         holder: dict[str, Any] = {}
         started_part = _dt.datetime.now(_dt.timezone.utc)
-        mod.run(path, holder)
-        report[part] = {**holder.get(part, holder), "keys": args.keys,
-                        "command": "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None
-                                                                                   else sys.argv[1:]),
-                        "date": started_part.isoformat(timespec="seconds")}
-        write()
+        command = "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:])
+
+        def save_part(got: dict[str, Any], part: str = part) -> None:
+            report[part] = {**got, "keys": args.keys, "command": command,
+                            "date": started_part.isoformat(timespec="seconds")}
+            write()
+
+        if part == "spark":  # the engine savepoint and its variant, the Flink pairs; --only: some of them
+            mod.run(path if args.only != "flink" else None, holder,
+                    diff_with=variant() if args.only != "flink" else None,
+                    flink=_flink_snapshots(cache) if args.only != "engine" else [], local=report.get("local"),
+                    previous=report.get("spark"), save=save_part)
+        else:
+            mod.run(path, holder)
+        save_part(holder.get(part, holder))
     if args.part in ("local", "all"):
         machine_at_start = machine()
         command = "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:])

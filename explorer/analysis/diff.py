@@ -118,6 +118,19 @@ def diff(a: Source, b: Source, *, operator: str | Iterable[str] | None = None,
     return out
 
 
+def diff_key_groups(a: Any, b: Any, lo: int, hi: int, key_groups: Iterable[int] | None = None, *,
+                    operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
+                    unchanged: bool = True) -> pd.DataFrame:
+    """:func:`diff` of two StoredSnapshots restricted to key groups ``lo..hi`` (``key_groups``: only these of
+    them), each side reading that range only (Parquet row groups, Flink key-group offsets).
+
+    Every entry of a key lies in the key's one key group, the same in both snapshots when their max
+    parallelism is the same, so the diff of a snapshot is the concatenation of its ranges' diffs: what
+    :mod:`explorer.spark.datasource`'s ``aggregate=diff`` partitions compute, one range each."""
+    return diff(_ranges.view(a, lo, hi, key_groups), _ranges.view(b, lo, hi, key_groups), operator=operator,
+                state=state, unchanged=unchanged)
+
+
 def _joint_codes(kva: KeyValues, kvb: KeyValues, groups=None) -> tuple[np.ndarray, np.ndarray]:
     """Map b's key codes into a's code space; b-only keys get codes after a's.
 

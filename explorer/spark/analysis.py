@@ -13,7 +13,7 @@ creation time, TTLs, the traffic sketch), as :func:`explorer.open` does.
     spark = get_spark()                      # local[2]; get_spark("spark://host:7077") for a cluster
     analysis.key_group_distribution("s3://.../savepoint-7", spark=spark)
     analysis.hot_keys(path, n=20, by="bytes")
-    analysis.diff_summary(analysis.diff(path_a, path_b))
+    analysis.diff_summary(path_a, path_b)            # counts only; analysis.diff(a, b) has a row per key
 
 ``source`` is a snapshot path (opened as ``explorer.open`` would, reader options such as
 ``ttl=`` or ``jars=`` passed on) or a DataFrame of :func:`explorer.spark.read_state`
@@ -24,7 +24,9 @@ the data source's JSON text of the key).
 Answers equal the local ones column for column; rows come sorted by operator and state (the
 local analyses keep the order of the snapshot's pieces). :func:`diff` returns the per-key
 comparison as a Spark DataFrame (it has a row per key; ``.cache()`` it to ask it several
-questions); :func:`diff_summary` and :func:`growth_by_key` bring back its aggregates.
+questions); :func:`diff_summary` and :func:`growth_by_key` bring back its aggregates. For two snapshot paths
+of the same max parallelism the diff runs range by range in the partitions (``aggregate=diff`` of the data
+source: no join across the cluster), and ``diff_summary(path_a, path_b)`` brings back counts only.
 """
 
 from __future__ import annotations
@@ -358,10 +360,10 @@ def _hot_keys(src: _Source, per_key, lays: dict[str, tuple[int, int]], metric: s
     held = pd.DataFrame(columns=["operator", "key", "key_group", "entries", "bytes"])
     if pushed is not None:
         held = pushed[pushed["row"] == "key"][held.columns]
-        held = held[[(op, k) in sketch_json for op, k in zip(held["operator"], held["key"])]]
+        held = held[np.array([(op, k) in sketch_json for op, k in zip(held["operator"], held["key"])], dtype=bool)]
     elif sketch_json:
         held = collect(per_key.where(F.col("key").isin(sorted({j for _, j in sketch_json}))))
-        held = held[[(op, k) in sketch_json for op, k in zip(held["operator"], held["key"])]]
+        held = held[np.array([(op, k) in sketch_json for op, k in zip(held["operator"], held["key"])], dtype=bool)]
     metrics_used: dict[str, str] = {}
     for name in lays:
         known = metric == "records" or (metric == "auto" and (held["operator"] == name).any())
@@ -584,14 +586,47 @@ def _side(source: Any, operator, state, spark, options: dict[str, Any]):
         F.bit_xor(F.xxhash64("namespace", "user_key", "value")).alias("fp"))
 
 
+def _diff_read(a: Any, b: Any, operator, state, spark, options: dict[str, Any], keys: str):
+    """The ``aggregate=diff`` read of paths ``a`` and ``b`` (rows of
+    :data:`explorer.spark.datasource.DIFF_SCHEMA`): each partition diffs one key-group range of both snapshots,
+    planned by the same ranges; None when the snapshots cannot be diffed range by range (a DataFrame given, a
+    format whose subtasks overlap, an operator with another max parallelism on each side)."""
+    if not (isinstance(a, (str, Path)) and isinstance(b, (str, Path))):
+        return None
+    src_a = _Source(a, _DIFF_READ, operator, state, spark, dict(options))
+    src_b = _Source(b, _DIFF_READ, operator, state, spark, dict(options))
+    if not (src_a.can_aggregate() and src_b.can_aggregate()):
+        return None
+    ma = dict(zip(src_a.snap.operators["operator"], src_a.snap.operators["max_parallelism"]))
+    mb = dict(zip(src_b.snap.operators["operator"], src_b.snap.operators["max_parallelism"]))
+    if any(ma[k] != mb[k] for k in set(ma) & set(mb) if not (pd.isna(ma[k]) or pd.isna(mb[k]))):
+        return None
+    opts = {k: v for k, v in options.items() if k != "json_keys"}
+    return read_state(src_a.spark, a, aggregate="diff", other=str(b), diff_keys=keys,
+                      operator=_listed(operator), state=_listed(state), **opts)
+
+
 def diff(a: Any, b: Any, *, operator: str | Iterable[str] | None = None, state: str | Iterable[str] | None = None,
          unchanged: bool = True, spark: Any = None, **options: Any):
     """Per (operator, state, key): status and growth from snapshot ``a`` to ``b``
     (:func:`explorer.analysis.diff`), as a Spark DataFrame (one row per key: it stays on the cluster; keys as the
     data source's JSON text). A key is ``changed`` when its entries' count or their contents (namespace, map key
-    or list index, value) differ."""
+    or list index, value) differ.
+
+    For two snapshot paths whose operators keep their max parallelism, each partition reads one key-group range
+    of both snapshots and diffs it with the local diff (every entry of a key lies in one key group of both):
+    nothing is joined across the cluster, and ``unchanged=False`` sends only the changed, added and removed keys.
+    Otherwise (DataFrames, another max parallelism) the keys are joined in Spark. The DataFrame is computed again
+    by each action: ``.cache()`` it to ask it several questions; :func:`diff_summary` of the two paths gives the
+    counts without a row per key."""
     from pyspark.sql import functions as F
 
+    agg = _diff_read(a, b, operator, state, spark, options, "all" if unchanged else "changes")
+    if agg is not None:
+        ea, eb, ba, bb = (F.col(c) for c in ("entries_a", "entries_b", "bytes_a", "bytes_b"))
+        return agg.where(F.col("row") == "key").select(
+            "operator", "state", "key", "status", ea, eb, (eb - ea).alias("entries_delta"), ba, bb,
+            (bb - ba).alias("bytes_delta"))
     _, sa = _side(a, operator, state, spark, options)
     _, sb = _side(b, operator, state, spark, options)
     j = sa.alias("a").join(sb.alias("b"), on=["operator", "state", "key"], how="full_outer")
@@ -608,16 +643,30 @@ def diff(a: Any, b: Any, *, operator: str | Iterable[str] | None = None, state: 
     return out
 
 
-def diff_summary(d) -> pd.DataFrame:
-    """Per (operator, state) of a :func:`diff`: keys added/removed/changed/unchanged and growth
-    (:func:`explorer.analysis.diff_summary`), sorted by operator and state."""
+_SUMMARY_COLUMNS = ["operator", "state", "keys_added", "keys_removed", "keys_changed", "keys_unchanged", "entries_a",
+                    "entries_b", "entries_growth", "bytes_a", "bytes_b", "bytes_growth", "growth_pct"]
+
+
+def diff_summary(d, b: Any = None, *, operator: str | Iterable[str] | None = None,
+                 state: str | Iterable[str] | None = None, spark: Any = None, **options: Any) -> pd.DataFrame:
+    """Per (operator, state): keys added/removed/changed/unchanged and growth
+    (:func:`explorer.analysis.diff_summary`), sorted by operator and state; of a :func:`diff` DataFrame ``d``,
+    or of two snapshots ``diff_summary(a, b)``: then, where :func:`diff` diffs by key-group ranges, each
+    partition sends its totals per (operator, state, status) only, no row per key."""
     from pyspark.sql import functions as F
 
-    got = collect(d.groupBy("operator", "state").agg(
-        *[F.count(F.when(F.col("status") == s, 1)).alias(f"keys_{s}") for s in STATUSES],
-        *[F.sum(c).alias(c) for c in ("entries_a", "entries_b", "bytes_a", "bytes_b")]))
-    cols = ["operator", "state", "keys_added", "keys_removed", "keys_changed", "keys_unchanged", "entries_a",
-            "entries_b", "entries_growth", "bytes_a", "bytes_b", "bytes_growth", "growth_pct"]
+    if b is not None:
+        agg = _diff_read(d, b, operator, state, spark, options, "none")
+        if agg is None:
+            return diff_summary(diff(d, b, operator=operator, state=state, spark=spark, **options))
+        got = collect(agg.where(F.col("row") == "status").groupBy("operator", "state").agg(
+            *[F.sum(F.when(F.col("status") == s, F.col("keys")).otherwise(0)).alias(f"keys_{s}") for s in STATUSES],
+            *[F.sum(c).alias(c) for c in ("entries_a", "entries_b", "bytes_a", "bytes_b")]))
+    else:
+        got = collect(d.groupBy("operator", "state").agg(
+            *[F.count(F.when(F.col("status") == s, 1)).alias(f"keys_{s}") for s in STATUSES],
+            *[F.sum(c).alias(c) for c in ("entries_a", "entries_b", "bytes_a", "bytes_b")]))
+    cols = _SUMMARY_COLUMNS
     if not len(got):
         return pd.DataFrame(columns=cols)
     for c in got.columns[2:]:

@@ -46,10 +46,14 @@ Options (all strings in Spark; :func:`read_state` takes Python values and conver
 ``batch_id``
     the micro-batch of a Spark checkpoint (default: the latest committed)
 ``partition_bytes``
-    for the formats that seek to a key group (engine snapshots: Parquet row groups cut at
-    key-group boundaries), a subtask holding more state bytes than this (default 64 MiB,
-    ``"0"`` for one partition per subtask) is cut into as many key-group ranges as it takes;
-    with ``splits``, the larger count wins
+    for the snapshots whose key groups are read by range (engine snapshots: Parquet row groups
+    cut at key-group boundaries; Apache Flink's key-group streams, the canonical savepoints and the
+    heap backend's, through the key-group offsets in ``_metadata``), a subtask holding more state
+    bytes than this (default 64 MiB; for ``aggregate=diff`` 16 MiB of both snapshots together;
+    ``"0"`` for one partition per subtask) is cut into as many key-group ranges of about equal
+    bytes as it takes (whole key groups: the engine's bytes per key group from its row groups,
+    Flink's exact from the offsets); with ``splits``, the larger count wins. RocksDB instances and
+    changelogs, read whole per subtask, are cut by ``splits`` only
 ``aggregate``
     ``key_groups`` or ``hot_keys``: each partition aggregates what it read and sends only the
     aggregates (:data:`AGGREGATE_SCHEMA`), for :mod:`explorer.spark.analysis`. Every entry of a key
@@ -58,7 +62,17 @@ Options (all strings in Spark; :func:`read_state` takes Python values and conver
     bytes and distinct keys of its non-timer state (``row = "key_group"``). ``hot_keys`` adds, per
     ranking of the ``by`` option (``bytes``, ``entries``, comma-separated), the partition's ``top``
     keys in :func:`rank_hot_keys`'s order (``row = "top:bytes"``...), and the keys listed in the
-    ``keys`` option (a JSON list of their JSON texts, ``row = "key"``) with their figures
+    ``keys`` option (a JSON list of their JSON texts, ``row = "key"``) with their figures.
+    ``diff`` (with ``other``): rows of :data:`DIFF_SCHEMA`, see below
+``other``, ``diff_keys``
+    ``aggregate=diff``: the diff from the loaded snapshot to the one at ``other``. Both are planned
+    by the same key-group ranges (cut where a subtask of either starts), and each partition reads
+    its range of both and diffs it with the local :func:`explorer.analysis.diff` (every entry of a
+    key lies in one key group, the same on both sides at the same max parallelism: the per-range
+    diffs are the whole diff, nothing is joined across partitions). It sends, per (operator, state,
+    status), the keys and their entries and bytes in both snapshots (``row = "status"``), and a row
+    per key (``row = "key"``): for the changed, added and removed keys (``diff_keys=changes``, the
+    default), every key (``all``) or none (``none``). The reader options apply to both snapshots
 ``verify``
     the engine reader's checksum verification (default true)
 
@@ -87,15 +101,17 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from .. import errors as errors_module
+from ..analysis.diff import diff_key_groups
 from ..errors import ReaderError, StateExplorerError
 from ..ranking import nth_largest
 from ..readers.base import CONTRACT_COLUMNS, KeyedStateQuery, convert_failure
 from ..readers.spark import SparkCheckpointReader
 from ..storage import as_path
-from ..stored import reader_for
+from ..stored import StoredSnapshot, reader_for
 
-__all__ = ["AGGREGATE_SCHEMA", "NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "aggregate_partition", "check_read",
-           "from_json", "raise_state_error", "rank_hot_keys", "read_state", "register", "to_json"]
+__all__ = ["AGGREGATE_SCHEMA", "DIFF_SCHEMA", "NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "aggregate_partition",
+           "check_read", "diff_rows", "from_json", "raise_state_error", "rank_hot_keys", "read_state", "register",
+           "to_json"]
 
 #: the format name ``spark.read.format(...)`` takes
 NAME = "state-explorer"
@@ -122,7 +138,7 @@ SPARK_SCHEMA = ", ".join(f"{c} {SPARK_TYPES[c]}" for c in CONTRACT_COLUMNS)
 JSON_COLUMNS = ("key", "namespace", "user_key", "value")
 
 _SOURCE_OPTIONS = ("path", "operator", "state", "key_groups", "columns", "splits", "partition_bytes", "aggregate",
-                   "top", "by", "keys")
+                   "top", "by", "keys", "other", "diff_keys")
 _READER_OPTIONS = {
     "engine": ("verify",),
     "flink": ("ttl", "jars", "uids", "type_hints", "kryo_version", "pyflink"),
@@ -132,14 +148,22 @@ _ALL_READER_OPTIONS = tuple(o for opts in _READER_OPTIONS.values() for o in opts
 
 #: rows per Arrow record batch handed to Spark
 BATCH_ROWS = 65_536
-#: state bytes per partition (``partition_bytes``) for the formats that seek to a key group
+#: state bytes per partition (``partition_bytes``) for the snapshots whose key groups are read by range
 PARTITION_BYTES = 64 << 20
-#: the formats whose readers read one key group's rows without reading the rest of the file
-_SEEKING_FORMATS = ("engine",)
+#: state bytes of both snapshots together per partition of ``aggregate=diff`` (its default ``partition_bytes``):
+#: a partition holds both sides' rows of its range at once, about 2 M rows of an engine snapshot here
+DIFF_PARTITION_BYTES = 16 << 20
+#: Flink handles whose key groups are read by range (key-group offsets into one stream)
+_SEEKING_FLINK_HANDLES = ("key-groups", "savepoint-key-groups")
 
 #: the rows of an ``aggregate=`` read (see the module doc)
 AGGREGATE_SCHEMA = "row string, operator string, key_group int, key string, entries bigint, bytes bigint, keys bigint"
-AGGREGATES = ("key_groups", "hot_keys")
+AGGREGATES = ("key_groups", "hot_keys", "diff")
+#: the rows of an ``aggregate=diff`` read (see the module doc)
+DIFF_SCHEMA = ("row string, operator string, state string, key string, status string, keys bigint, entries_a bigint, "
+               "entries_b bigint, bytes_a bigint, bytes_b bigint")
+#: which keys an ``aggregate=diff`` partition sends a row for (besides its per-status totals)
+DIFF_KEYS = ("changes", "all", "none")
 TIMER_KINDS = ("event_timer", "processing_timer")
 #: the contract columns an aggregating partition reads
 _AGGREGATE_READ = ("operator", "state", "kind", "key", "key_group", "size_bytes")
@@ -243,6 +267,16 @@ def _source_options(options: Mapping[str, str]) -> None:
     for name, default in (("splits", 1), ("partition_bytes", PARTITION_BYTES), ("top", 10)):
         _int_option(options, name, default)
     _aggregate_option(options)
+    keys = (options.get("diff_keys") or "changes").strip().lower()
+    if keys not in DIFF_KEYS:
+        raise ReaderError(f"option diff_keys={options.get('diff_keys')!r} of the {NAME} data source: expected one "
+                          f"of {list(DIFF_KEYS)}")
+    if options.get("other") and _aggregate_option(options) != "diff":
+        raise ReaderError(f"option other={options.get('other')!r} of the {NAME} data source names the second snapshot "
+                          "of aggregate='diff'; expected aggregate='diff' with it")
+    if _aggregate_option(options) == "diff" and not options.get("other"):
+        raise ReaderError(f"option aggregate='diff' of the {NAME} data source needs the second snapshot: "
+                          "option other=PATH (the diff goes from the loaded path to it)")
     wrong = sorted(set(_names(options.get("by")) or []) - {"bytes", "entries"})
     if wrong:
         raise ReaderError(f"option by={options.get('by')!r} of the {NAME} data source: expected bytes or entries "
@@ -560,11 +594,13 @@ class StatePartition(InputPartition):
 
     def __init__(self, path: str, fmt: str, kwargs: dict[str, Any], operator: str, subtask: int,
                  key_groups: tuple[int, int], states: tuple[str, ...] | None,
-                 only: tuple[int, ...] | None) -> None:
+                 only: tuple[int, ...] | None, other: tuple[str, str, dict[str, Any]] | None = None) -> None:
         super().__init__((operator, subtask, key_groups))
         self.path, self.fmt, self.kwargs = path, fmt, kwargs
         self.operator, self.subtask, self.key_groups = operator, subtask, key_groups
         self.states, self.only = states, only
+        #: ``aggregate=diff``: the second snapshot's (path, format, reader options), read over the same range
+        self.other = other
 
     def __repr__(self) -> str:
         return (f"StatePartition({self.operator!r}, subtask={self.subtask}, key_groups={self.key_groups[0]}.."
@@ -580,6 +616,8 @@ class StateExplorerDataSource(DataSource):
 
     def schema(self) -> str:
         agg = _aggregate_option(self.options)
+        if agg == "diff":
+            return DIFF_SCHEMA
         if agg is not None:
             return AGGREGATE_SCHEMA
         cols = _names(self.options.get("columns")) or list(CONTRACT_COLUMNS)
@@ -606,6 +644,115 @@ def _cached_reader(path: str, fmt: str, kwargs: dict[str, Any]):
     return _OPEN[key]
 
 
+def _cached_stored(path: str, fmt: str, kwargs: dict[str, Any], reader: Any = None) -> StoredSnapshot:
+    """A StoredSnapshot over this worker's reader of the snapshot (its metadata read once per worker)."""
+    key = json.dumps(["stored", path, fmt, sorted((k, repr(v)) for k, v in kwargs.items())])
+    reader = reader if reader is not None else _cached_reader(path, fmt, kwargs)
+    got = _OPEN.get(key)
+    if got is None or got.reader is not reader:
+        got = _OPEN[key] = StoredSnapshot(reader)
+    return got
+
+
+class _Side:
+    """One snapshot of a read, resolved on the planner: its reader, format, options and keyed subtasks."""
+
+    def __init__(self, path: str, reader: Any, fmt: str, kwargs: dict[str, Any]) -> None:
+        self.reader, self.fmt, self.kwargs = reader, fmt, kwargs
+        self.path = _absolute(path if str(as_path(path)) == str(reader.path) else str(reader.path))
+        subs = reader.subtasks()
+        self.operators = set(subs["operator"])
+        subs = subs.dropna(subset=["key_group_start", "key_group_end"])
+        self.subs = subs[subs["operator"].isin(set(reader.states()["operator"]))]
+        self._bytes: dict[str, np.ndarray] = {}
+
+    @classmethod
+    def of(cls, path: str, kwargs: dict[str, Any]) -> "_Side":
+        reader, fmt, kwargs = _resolve(path, kwargs)
+        return cls(path, reader, fmt, kwargs)
+
+    def keyed_operators(self) -> set[str]:
+        return set(self.subs["operator"])
+
+    def max_parallelism(self, operator: str) -> int | None:
+        ops = self.reader.operators()
+        got = ops[ops["operator"] == operator]["max_parallelism"] if "max_parallelism" in ops else ()
+        return int(got.iloc[0]) if len(got) and not pd.isna(got.iloc[0]) else None
+
+    def seeks(self, row: Any) -> bool:
+        """Whether this subtask's key groups are read by range (a range costs its bytes, not the subtask's)."""
+        return self.fmt == "engine" or (self.fmt == "flink" and getattr(row, "handle", None) in _SEEKING_FLINK_HANDLES)
+
+    def bytes_per_key_group(self, operator: str, m: int) -> np.ndarray:
+        """The operator's state bytes per key group ``0..m-1``: each subtask's bytes spread over its key groups as
+        the reader's metadata counts rows (engine: Parquet row groups; Flink: key-group offsets, so exact)."""
+        if operator not in self._bytes:
+            rows = None
+            fn = getattr(self.reader, "key_group_rows", None)
+            if callable(fn):
+                rows = np.asarray(fn(KeyedStateQuery(operators=frozenset([operator]))), dtype=np.float64)
+            g = self.subs[self.subs["operator"] == operator]
+            size = int(g["key_group_end"].max()) + 1 if len(g) else 0
+            out = np.zeros(size, dtype=np.float64)
+            for row in g.itertuples(index=False):
+                lo, hi = int(row.key_group_start), int(row.key_group_end)
+                nbytes = getattr(row, "bytes", None)
+                nbytes = 0.0 if nbytes is None or pd.isna(nbytes) else float(nbytes)
+                w = rows[lo: hi + 1] if rows is not None and len(rows) > hi else None
+                if w is None or not w.sum() > 0:
+                    out[lo: hi + 1] += nbytes / (hi - lo + 1)
+                else:
+                    out[lo: hi + 1] += nbytes * w / w.sum()
+            self._bytes[operator] = out
+        out = self._bytes[operator]
+        return np.pad(out, (0, max(0, m - len(out))))[:m]
+
+
+def _same_key_groups(a: _Side, b: _Side) -> None:
+    """Refuse a diff by key-group ranges of two snapshots whose common operators differ in max parallelism."""
+    for name in sorted(a.keyed_operators() & b.keyed_operators()):
+        ma, mb = a.max_parallelism(name), b.max_parallelism(name)
+        if ma is not None and mb is not None and ma != mb:
+            raise ReaderError(
+                f"{a.path} and {b.path}: operator {name!r} has max parallelism {ma} in the first snapshot and {mb} "
+                "in the second, so a key's key group differs between them; aggregate=diff needs the same max "
+                "parallelism (explorer.spark.analysis.diff joins the keys instead)")
+
+
+def _segments(operator: str, sides: list[_Side]) -> list[tuple[int, int, int, bool]]:
+    """``(lo, hi, subtask, seeks)``: the operator's key groups cut where a subtask of any side starts or ends, so
+    that each segment lies in one subtask of each side (``subtask``: the first side's holding it, else the
+    second's); ``seeks`` when every side holding it reads it by range."""
+    spans = []
+    for i, side in enumerate(sides):
+        g = side.subs[side.subs["operator"] == operator]
+        spans += [(int(r.key_group_start), int(r.key_group_end), i, int(r.subtask), side.seeks(r))
+                  for r in g.itertuples(index=False)]
+    bounds = sorted({lo for lo, *_ in spans} | {hi + 1 for _, hi, *_ in spans})
+    out = []
+    for lo, nxt in zip(bounds[:-1], bounds[1:]):
+        hi = nxt - 1
+        holders = sorted((i, sub, seeks) for a, b, i, sub, seeks in spans if a <= lo and hi <= b)
+        if holders:
+            out.append((lo, hi, holders[0][1], all(seeks for *_, seeks in holders)))
+    return out
+
+
+def _cut(lo: int, hi: int, weights: np.ndarray | None, parts: int) -> list[tuple[int, int]]:
+    """``lo..hi`` cut into at most ``parts`` ranges of whole key groups: of about equal ``weights`` (bytes per key
+    group) where given, else of equal key-group counts."""
+    if parts <= 1 or hi <= lo:
+        return [(lo, hi)]
+    w = None if weights is None else weights[lo: hi + 1]
+    if w is None or not w.sum() > 0:
+        step = max(1, -(-(hi - lo + 1) // parts))
+        return [(a, min(hi, a + step - 1)) for a in range(lo, hi + 1, step)]
+    cum = np.cumsum(w)
+    ends = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="left")  # the range ending there
+    starts = sorted({lo} | {lo + int(e) + 1 for e in ends if e + 1 < len(w)})
+    return [(a, b - 1) for a, b in zip(starts, starts[1:] + [hi + 1])]
+
+
 class StateReader(DataSourceReader):
     """Plans the partitions (on the driver's planner) and reads one (on an executor)."""
 
@@ -620,41 +767,42 @@ class StateReader(DataSourceReader):
         if not self.path:
             raise ReaderError(f"the {NAME} data source needs a path: spark.read.format({NAME!r}).load(path)")
         kwargs = _reader_options(self.options)
-        reader, fmt, kwargs = _resolve(self.path, kwargs)
-        resolved = _absolute(self.path if str(as_path(self.path)) == str(reader.path) else str(reader.path))
+        _source_options(self.options)
+        side = _Side.of(self.path, kwargs)
         operators = _names(self.options.get("operator"))
         states = _names(self.options.get("state"))
         only = _key_groups(self.options.get("key_groups"))
         splits = max(1, _int_option(self.options, "splits", 1))
-        per_part = _int_option(self.options, "partition_bytes", PARTITION_BYTES)
-        _aggregate_option(self.options)
-        subs = reader.subtasks()
+        agg = _aggregate_option(self.options)
+        per_part = _int_option(self.options, "partition_bytes", DIFF_PARTITION_BYTES if agg == "diff"
+                               else PARTITION_BYTES)
+        other = _Side.of(self.options["other"], kwargs) if agg == "diff" else None
+        sides = [side] if other is None else [side, other]
         if operators is not None:
-            known = set(subs["operator"])
+            known = set().union(*(s.operators for s in sides))
             missing = sorted(set(operators) - known)
             if missing:
                 raise ReaderError(f"{self.path}: no operator named {missing}; the operators are {sorted(known)}")
+        names = sorted(set().union(*(s.keyed_operators() for s in sides)))
+        if other is not None:
+            _same_key_groups(side, other)
         out: list[StatePartition] = []
-        keyed = subs.dropna(subset=["key_group_start", "key_group_end"])
-        with_states = set(reader.states()["operator"])
-        for row in keyed.itertuples(index=False):
-            if operators is not None and row.operator not in operators:
+        for name in names:
+            if operators is not None and name not in operators:
                 continue
-            if row.operator not in with_states:
-                continue
-            lo, hi = int(row.key_group_start), int(row.key_group_end)
-            cuts = splits
-            nbytes = getattr(row, "bytes", None)
-            if per_part and fmt in _SEEKING_FORMATS and nbytes is not None and not pd.isna(nbytes):
-                cuts = max(cuts, -(-int(nbytes) // per_part))  # partitions sized by bytes
-            step = max(1, -(-(hi - lo + 1) // cuts))
-            for a in range(lo, hi + 1, step):
-                b = min(hi, a + step - 1)
-                if only is not None and not any(a <= k <= b for k in only):
-                    continue
-                part_only = None if only is None else tuple(sorted(k for k in only if a <= k <= b))
-                out.append(StatePartition(resolved, fmt, kwargs, row.operator, int(row.subtask), (a, b),
-                                          None if states is None else tuple(states), part_only))
+            for lo, hi, subtask, seeks in _segments(name, sides):
+                cuts = splits
+                weights = None
+                if per_part and seeks:
+                    weights = sum(s.bytes_per_key_group(name, hi + 1) for s in sides)
+                    cuts = max(cuts, -(-int(round(float(weights[lo: hi + 1].sum()))) // per_part))  # sized by bytes
+                for a, b in _cut(lo, hi, weights, cuts):
+                    if only is not None and not any(a <= k <= b for k in only):
+                        continue
+                    part_only = None if only is None else tuple(sorted(k for k in only if a <= k <= b))
+                    out.append(StatePartition(side.path, side.fmt, side.kwargs, name, subtask, (a, b),
+                                              None if states is None else tuple(states), part_only,
+                                              None if other is None else (other.path, other.fmt, other.kwargs)))
         return out
 
     def read(self, partition: StatePartition) -> Iterator[pa.RecordBatch]:
@@ -664,6 +812,10 @@ class StateReader(DataSourceReader):
             lo, hi = partition.key_groups
             groups = frozenset(partition.only) if partition.only is not None else frozenset(range(lo, hi + 1))
             agg = _aggregate_option(self.options)
+            if agg == "diff":
+                table = self._diff(partition, reader)
+                yield from table.cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
+                return
             columns = _AGGREGATE_READ if agg else tuple(self.arrow_schema.names)  # a reader may skip the values
             query = KeyedStateQuery(operators=frozenset([partition.operator]),
                                     states=None if partition.states is None else frozenset(partition.states),
@@ -686,6 +838,52 @@ class StateReader(DataSourceReader):
         except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
             err = convert_failure(exc, partition.path, getattr(reader, "current_file", None))
             raise _with_partition(err, partition) from exc
+
+
+    def _diff(self, partition: StatePartition, reader: Any) -> pa.Table:
+        """``aggregate=diff``: the local diff of the partition's key-group range of both snapshots
+        (:func:`explorer.analysis.diff.diff_key_groups`), as :func:`diff_rows`."""
+        a = _cached_stored(partition.path, partition.fmt, partition.kwargs, reader)
+        b = _cached_stored(*partition.other)
+        lo, hi = partition.key_groups
+        d = diff_key_groups(a, b, lo, hi, partition.only, operator=partition.operator, state=partition.states,
+                            unchanged=True)
+        return diff_rows(d, (self.options.get("diff_keys") or "changes").strip().lower())
+
+
+def diff_rows(d: pd.DataFrame, keys: str = "changes") -> pa.Table:
+    """What an ``aggregate=diff`` partition sends (rows of :data:`DIFF_SCHEMA`) from its range's diff ``d`` (the
+    columns of :func:`explorer.analysis.diff`, unchanged keys included): per (operator, state, status) the keys
+    and their entries and bytes in both snapshots (``row = "status"``), and a row per key (``row = "key"``,
+    ``keys = 1``, the key as JSON text) for the changed, added and removed keys (``keys="changes"``), every key
+    (``"all"``) or none (``"none"``)."""
+    sums = ["entries_a", "entries_b", "bytes_a", "bytes_b"]
+    g = d.groupby(["operator", "state", "status"], observed=True, sort=True)
+    status = g[sums].sum()
+    status.insert(0, "keys", g.size())
+    status = status.reset_index()
+    status["status"] = status["status"].astype(str)
+    status.insert(0, "row", "status")
+    status["key"] = None
+    rows = d if keys == "all" else d.iloc[0:0] if keys == "none" else d[(d["status"] != "unchanged").to_numpy()]
+    out = pd.DataFrame({"row": "key", "operator": rows["operator"].astype(str).to_numpy(),
+                        "state": rows["state"].astype(str).to_numpy(), "key": _key_json(rows["key"]),
+                        "status": rows["status"].astype(str).to_numpy(), "keys": 1,
+                        **{c: rows[c].to_numpy(dtype=np.int64) for c in sums}})
+    both = pd.concat([status, out], ignore_index=True) if len(out) else status
+    cols = ["row", "operator", "state", "key", "status", "keys", *sums]
+    return pa.table({c: pa.array(both[c].to_numpy(dtype=object if c in cols[:5] else np.int64),
+                                 pa.string() if c in cols[:5] else pa.int64()) for c in cols})
+
+
+def _key_json(keys: pd.Series) -> list[str | None]:
+    """The JSON texts of a diff's keys, as the data source's ``key`` column has them."""
+    values = keys.to_numpy(dtype=object)
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return [None if v is None else to_json(v) for v in values]
+    return _json_column(arr).to_pylist()
 
 
 def _with_partition(err: StateExplorerError, partition: StatePartition) -> StateExplorerError:
@@ -756,6 +954,12 @@ def check_read(path: str | Path, **options: Any) -> dict[str, str]:
     """The options of a read of ``path`` as Spark's strings, checked on the driver first (the snapshot's metadata
     opened once, the options parsed): a wrong path or option fails here with the project's error."""
     texts = {k: _option_text(k, v) for k, v in options.items() if v is not None}
-    _resolve(str(path), _reader_options(texts))
+    if "other" in texts:
+        texts["other"] = _absolute(texts["other"])
+    kwargs = _reader_options(texts)
     _source_options(texts)
+    if texts.get("other") and _aggregate_option(texts) == "diff":
+        _same_key_groups(_Side.of(str(path), kwargs), _Side.of(texts["other"], kwargs))
+    else:
+        _resolve(str(path), kwargs)
     return texts

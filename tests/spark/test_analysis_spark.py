@@ -94,3 +94,43 @@ def test_dataframe_source_needs_max_parallelism(spark):
     pd.testing.assert_frame_equal(got[["operator", "key_group", "entries", "bytes", "keys"]],
                                   expected[["operator", "key_group", "entries", "bytes", "keys"]], check_dtype=False)
     assert np.all(got["records"] == 0)  # traffic counts are the snapshot's metadata, not rows
+
+
+def _diff_rows(df: pd.DataFrame, json_keys: bool) -> list[tuple]:
+    """A diff's rows as comparable tuples, keys as the data source's JSON text."""
+    from explorer.spark.datasource import to_json
+
+    return sorted((r.operator, r.state, r.key if json_keys else to_json(r.key), str(r.status), int(r.entries_a),
+                   int(r.entries_b), int(r.entries_delta), int(r.bytes_a), int(r.bytes_b), int(r.bytes_delta))
+                  for r in df.itertuples(index=False))
+
+
+@pytest.mark.parametrize("a,b", [
+    ("sample_data/url_counts/checkpoints/chk-2", "sample_data/url_counts/checkpoints/chk-5"),  # added, changed
+    (FLINK_HEAP, "sample_data/flink/heap-checkpoint-compressed"),  # the same state, another Flink format
+    ("sample_data/flink/production/plain-rocksdb-canonical-savepoint", FLINK_HEAP),  # another job: added, removed
+    (FLINK_HEAP, "sample_data/flink/flink-1.20-heap-canonical-savepoint"),  # operators of one side only
+])
+def test_diff_by_key_group_ranges_equals_the_local_diff(spark, a, b):
+    """Each partition diffs one key-group range of both snapshots (small partitions: several per subtask): the
+    rows and the summary are the local diff's."""
+    from explorer.spark import read_state
+
+    d = local.diff(explorer.open(a), explorer.open(b))
+    assert len(d)
+    keyed = [explorer.open(p).subtasks.dropna(subset=["key_group_start"]) for p in (a, b)]
+    options = {"partition_bytes": max(int(k["bytes"].max()) for k in keyed) // 2}  # the largest subtask cut in two
+    assert read_state(spark, a, aggregate="diff", other=b, **options).rdd.getNumPartitions() > max(map(len, keyed))
+    got = on_spark.diff_summary(a, b, spark=spark, **options)
+    pd.testing.assert_frame_equal(got, _sorted(local.diff_summary(d), ["operator", "state"]), check_dtype=False)
+    assert _diff_rows(on_spark.diff(a, b, spark=spark, **options).toPandas(), True) == _diff_rows(d, False)
+    changes = on_spark.diff(a, b, unchanged=False, spark=spark, **options).toPandas()
+    assert _diff_rows(changes, True) == _diff_rows(d[d["status"] != "unchanged"], False)
+
+
+def test_diff_of_another_max_parallelism_joins_the_keys(spark):
+    """A key's key group differs between the sides: no range-by-range diff, the keys are joined in Spark."""
+    a, b = FLINK_HEAP, "sample_data/flink/maxp1000-heap-canonical-savepoint"
+    d = local.diff(explorer.open(a), explorer.open(b))
+    got = on_spark.diff_summary(a, b, spark=spark)
+    pd.testing.assert_frame_equal(got, _sorted(local.diff_summary(d), ["operator", "state"]), check_dtype=False)

@@ -4,13 +4,15 @@ explorer.open, one partition per (operator, subtask, key-group range), options, 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 import explorer
 from explorer.errors import ReaderError, SnapshotCorruptError, StateExplorerError
-from explorer.readers.base import CONTRACT_COLUMNS
+from explorer.readers.base import CONTRACT_COLUMNS, KeyedStateQuery
 from explorer.spark import read_state
 from explorer.spark.analysis import collect
 from explorer.spark.datasource import NAME, from_json, to_json
@@ -190,3 +192,57 @@ def test_number_keys_order_by_value_and_tuple_keys_group_by_their_text():
     t = ds.aggregate_partition([_piece(struct, [3, 3, 4], [1, 2, 3])], "op", "key_groups").to_pandas()
     assert t.sort_values("key_group")[["key_group", "entries", "bytes", "keys"]].values.tolist() == \
         [[3, 2, 3, 1], [4, 1, 3, 1]]
+
+
+@pytest.mark.parametrize("path", ["sample_data/flink/heap-canonical-savepoint",
+                                  "sample_data/flink/rocksdb-canonical-savepoint-compressed"])
+def test_flink_key_group_streams_are_cut_into_partitions_by_their_offsets(spark, path):
+    """A Flink subtask's key-group stream is read by range (its key-group offsets), so its partitions are sized by
+    bytes like the engine's: several per subtask, each within one subtask, together every key group once."""
+    from explorer import analysis as local
+    from explorer.spark.datasource import StateExplorerDataSource
+
+    snap = explorer.open(path)
+    keyed = snap.subtasks.dropna(subset=["key_group_start"])
+    keyed = keyed[keyed["operator"].isin(set(snap.states["operator"]))]
+    per_part = int(keyed["bytes"].max()) // 4
+    source = StateExplorerDataSource({"path": str(Path(path).absolute()), "partition_bytes": str(per_part)})
+    parts = source.reader(read_state(spark, path).schema).partitions()
+    assert len(parts) > len(keyed)
+    bytes_per_kg = snap.reader.key_group_rows(KeyedStateQuery()) * snap.reader.MIN_ROW_BYTES  # from the offsets
+    for row in keyed.itertuples(index=False):
+        mine = sorted(p.key_groups for p in parts if p.operator == row.operator and p.subtask == row.subtask)
+        assert mine[0][0] == row.key_group_start and mine[-1][1] == row.key_group_end
+        assert all(a[1] + 1 == b[0] for a, b in zip(mine, mine[1:]))  # the subtask's range tiled, in order
+        if row.bytes > per_part:
+            assert len(mine) > 1
+    got = collect(read_state(spark, path, aggregate="key_groups", partition_bytes=per_part))
+    sums = got.groupby(["operator", "key_group"], as_index=False)[["entries", "bytes", "keys"]].sum()
+    expected = local.key_group_aggregates(snap)
+    exp = expected[expected["entries"] > 0][["operator", "key_group", "entries", "bytes", "keys"]]
+    pd.testing.assert_frame_equal(sums.sort_values(["operator", "key_group"], ignore_index=True),
+                                  exp.sort_values(["operator", "key_group"], ignore_index=True), check_dtype=False)
+    assert read_state(spark, path, partition_bytes=per_part).count() == len(snap.keyed_state())
+    assert bytes_per_kg.sum() > 0
+
+
+def test_ranges_are_cut_by_bytes_within_whole_key_groups():
+    from explorer.spark.datasource import _cut
+
+    assert _cut(0, 3, np.ones(4), 2) == [(0, 1), (2, 3)]
+    assert _cut(10, 13, np.r_[np.zeros(10), [1, 1, 1, 1]], 2) == [(10, 11), (12, 13)]
+    assert _cut(0, 3, np.array([100.0, 1, 1, 1]), 3) == [(0, 0), (1, 3)]  # a key group is never split
+    assert _cut(0, 7, None, 3) == [(0, 2), (3, 5), (6, 7)]  # no bytes known: equal key-group counts
+    assert _cut(0, 7, np.zeros(8), 1) == [(0, 7)]
+
+
+def test_diff_aggregate_options_are_checked(spark):
+    flink = "sample_data/flink/heap-canonical-savepoint"
+    with pytest.raises(ReaderError, match="other=PATH"):
+        read_state(spark, flink, aggregate="diff")
+    with pytest.raises(ReaderError, match="diff_keys='some'"):
+        read_state(spark, flink, aggregate="diff", other=flink, diff_keys="some")
+    with pytest.raises(ReaderError, match="max parallelism 128 in the first snapshot and 1000"):
+        read_state(spark, flink, aggregate="diff", other="sample_data/flink/maxp1000-heap-canonical-savepoint")
+    with pytest.raises(ReaderError, match="expected aggregate='diff' with it"):
+        read_state(spark, flink, other=flink)
