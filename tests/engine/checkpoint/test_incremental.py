@@ -253,6 +253,11 @@ def test_concurrent_checkpoints_with_retained_1_never_lose_a_shared_file(tmp_pat
     def complete(pc):
         orig(pc)
         if not pc.savepoint:
+            if not pc.folder.exists():
+                # its async writes ended after a newer checkpoint's: completed last, it is not among the
+                # newest one kept (retained=1) and was removed at once; only that may remove it
+                assert max(client.coordinator.completed) > pc.id, (pc.id, client.coordinator.completed)
+                return
             verify_snapshot(pc.folder)
             completed.append(pc.id)
 
