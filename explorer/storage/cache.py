@@ -283,16 +283,25 @@ class FileCache:
         entry, the gaps fetched with ``fetch(start, length)`` (one call per gap) and kept. Returns
         ``(bytes, bytes fetched)``."""
         n = max(0, min(n, size - offset))
+        out = bytearray(n)
+        got, fetched = self.read_range_into(key, url, size, mtime_ns, offset, memoryview(out), fetch, etag)
+        return bytes(out[:got]) if got < n else bytes(out), fetched
+
+    def read_range_into(self, key: str, url: str, size: int, mtime_ns: int | None, offset: int, out: memoryview,
+                        fetch: Callable[[int, int], bytes], etag: str | None = None) -> tuple[int, int]:
+        """:meth:`read_range` into the caller's buffer ``out`` (as many bytes as it holds, fewer at the object's
+        end): no copy of the bytes but the one into ``out``. Returns ``(bytes read, bytes fetched)``."""
+        n = max(0, min(len(out), size - offset))
         if n == 0:
-            return b"", 0
+            return 0, 0
         if n > self.max_bytes // 2:  # more than the cache should hold at once: read through
             data = fetch(offset, n)
-            return data, len(data)
+            out[: len(data)] = data
+            return len(data), len(data)
         end = offset + n
         with self._locked(key):
             self._range_entry(key, url, size, mtime_ns, etag, create=True)
-        part, _, log = self._range_paths(key)
-        out = bytearray(n)
+        part, _, _ = self._range_paths(key)
         bad: list[tuple[int, int, int]] = []
         have = self._serve(key, part, offset, end, out, bad)
         gaps, at = [], offset
@@ -303,7 +312,6 @@ class FileCache:
         if at < end:
             gaps.append((at, end))
         fetched = 0
-        got: list[tuple[int, bytes]] = []
         for a, b in gaps:
             data = fetch(a, b - a)
             if len(data) != b - a:
@@ -311,12 +319,12 @@ class FileCache:
                                    f"object is {size} bytes; changed while read? try again)")
             out[a - offset:b - offset] = data
             fetched += len(data)
-            got.append((a, data))
-        if got:
-            self._keep(key, url, size, mtime_ns, etag, got, bad)
-        return bytes(out), fetched
+            del data
+        if gaps:
+            self._keep(key, url, size, mtime_ns, etag, [(a, out[a - offset:b - offset]) for a, b in gaps], bad)
+        return n, fetched
 
-    def _serve(self, key: str, part: Path, start: int, end: int, out: bytearray,
+    def _serve(self, key: str, part: Path, start: int, end: int, out: "bytearray | memoryview",
                bad: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
         """Copy the held pieces overlapping ``[start, end)`` into ``out``; the intervals served. A piece
         read the first time is checked against its CRC-32 (whole: the parts outside the read too); one
@@ -361,7 +369,7 @@ class FileCache:
         return served
 
     def _keep(self, key: str, url: str, size: int, mtime_ns: int | None, etag: str | None,
-              got: list[tuple[int, bytes]], bad: list[tuple[int, int, int]]) -> None:
+              got: "list[tuple[int, bytes | memoryview]]", bad: list[tuple[int, int, int]]) -> None:
         """Write fetched pieces into the range entry (only what no one else wrote meanwhile; pieces that
         failed their check are dropped first), then make a fully covered entry the whole-file entry and
         keep the bound."""

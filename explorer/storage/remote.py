@@ -295,6 +295,22 @@ class Store:
         self.stats.add(bytes_from_cache=len(data) - fetched, **({"range_hits": 1} if not fetched else {}))
         return data
 
+    def read_range_into(self, key: str, info: pafs.FileInfo, offset: int, out: memoryview,
+                        fetch: Callable[[int, int], bytes]) -> int:
+        """:meth:`read_range` into ``out`` (the bytes copied once); returns how many were read."""
+        url = self.url_of(key)
+        ckey = FileCache.key(self.store_id, url)
+        whole = self.cache.lookup(ckey, info.size, info.mtime_ns)
+        if whole is not None:
+            with open(whole, "rb") as f:
+                f.seek(offset)
+                got = f.readinto(out[: max(0, min(len(out), info.size - offset))])
+            self.stats.add(bytes_from_cache=got)
+            return got
+        got, fetched = self.cache.read_range_into(ckey, url, info.size, info.mtime_ns, offset, out, fetch)
+        self.stats.add(bytes_from_cache=got - fetched, **({"range_hits": 1} if not fetched else {}))
+        return got
+
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
@@ -366,9 +382,13 @@ class RangedFile(io.RawIOBase):
         return data
 
     def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
+        view = memoryview(b).cast("B")
+        n = max(0, min(len(view), self._size - self._pos))
+        if n == 0:
+            return 0
+        got = self._store.read_range_into(self._key, self._info, self._pos, view[:n], self._fetch)
+        self._pos += got
+        return got
 
     def readall(self) -> bytes:
         return self.read(-1)
