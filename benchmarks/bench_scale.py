@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/scale.json")
     ap.add_argument("--cache", type=Path, default=None, help="default: .cache/scale")
     ap.add_argument("--only", choices=["engine", "flink"], default=None,
-                    help="--part local or spark: measure only these snapshots, keeping the other entries of the results "
+                    help="--part local, spark or s3: measure only these snapshots, keeping the other entries of the "
+                         "results "
                          "file")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--path", default=None, help=argparse.SUPPRESS)
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     })
     t_build = time.perf_counter()
     engine = args.only != "flink"
-    path = engine_savepoint(args.keys, cache=cache) if engine or args.part not in ("local", "spark") else None
+    path = engine_savepoint(args.keys, cache=cache) if engine or args.part not in ("local", "spark", "s3") else None
     built = round(time.perf_counter() - t_build, 1)
 
     def variant() -> Path:
@@ -307,6 +308,13 @@ def main(argv: list[str] | None = None) -> int:
             continue
         holder: dict[str, Any] = {}
         started_part = _dt.datetime.now(_dt.timezone.utc)
+        if part == "s3":  # the engine savepoint and the Flink ones, each diffed with its twin, cold and warm
+            mod.run_scale(path, variant, args.keys, _flink_snapshots(cache), report, write, args.budget, args.only)
+            report["s3"].update(keys=args.keys, date=started_part.isoformat(timespec="seconds"),
+                                command="python -m benchmarks.bench_scale " + " ".join(
+                                    argv if argv is not None else sys.argv[1:]))
+            write()
+            continue
         command = "python -m benchmarks.bench_scale " + " ".join(argv if argv is not None else sys.argv[1:])
 
         def save_part(got: dict[str, Any], part: str = part) -> None:

@@ -15,7 +15,9 @@ How a :class:`StoragePath` reads:
   ``pq.ParquetFile(path)``) fetch the whole file into the :class:`~.cache.FileCache` at
   first use and read the cached copy (a local file: what rocksdict and Spark's JVM need);
 * ``open("rb")`` reads a cached copy when there is a valid one, else by range from the
-  store (a header, a segment of a shared file): bytes not asked for are never fetched;
+  store (a header, a segment of a shared file): bytes not asked for are never fetched, and the
+  ranges fetched are kept in the cache (:meth:`FileCache.read_range`), so a second question
+  over the same ranges fetches nothing;
 * ``open_input()`` is the same as a pyarrow ``RandomAccessFile`` (Parquet row groups by range).
 
 A :class:`Store` lists each folder at most once per ``explorer.open`` and answers
@@ -61,6 +63,10 @@ class FetchStats:
     ranged_reads: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
+    #: bytes of ranged reads served by the cache (its byte ranges or a whole cached copy)
+    bytes_from_cache: int = 0
+    #: ranged reads the cache served without a fetch
+    range_hits: int = 0
 
     def add(self, **kw: int) -> None:
         with _STATS_LOCK:
@@ -270,8 +276,40 @@ class Store:
 
     def open_ranged(self, key: str) -> "RangedFile":
         info = self._file_info(key)
-        nf = self._call(key, "opening", lambda: self.fs.open_input_file(key))
-        return RangedFile(nf, self, self.url_of(key))
+        return RangedFile(self, key, info)
+
+    def read_range(self, key: str, info: pafs.FileInfo, offset: int, n: int,
+                   fetch: Callable[[int, int], bytes]) -> bytes:
+        """``n`` bytes of the file ``key`` at ``offset``: from its whole cached copy when there is one, else
+        through the cache's byte ranges (:meth:`FileCache.read_range`: what is held is read locally, the
+        gaps fetched with ``fetch`` and kept)."""
+        url = self.url_of(key)
+        ckey = FileCache.key(self.store_id, url)
+        whole = self.cache.lookup(ckey, info.size, info.mtime_ns)
+        if whole is not None:
+            with open(whole, "rb") as f:
+                data = os.pread(f.fileno(), max(0, min(n, info.size - offset)), offset)
+            self.stats.add(bytes_from_cache=len(data))
+            return data
+        data, fetched = self.cache.read_range(ckey, url, info.size, info.mtime_ns, offset, n, fetch)
+        self.stats.add(bytes_from_cache=len(data) - fetched, **({"range_hits": 1} if not fetched else {}))
+        return data
+
+    def read_range_into(self, key: str, info: pafs.FileInfo, offset: int, out: memoryview,
+                        fetch: Callable[[int, int], bytes]) -> int:
+        """:meth:`read_range` into ``out`` (the bytes copied once); returns how many were read."""
+        url = self.url_of(key)
+        ckey = FileCache.key(self.store_id, url)
+        whole = self.cache.lookup(ckey, info.size, info.mtime_ns)
+        if whole is not None:
+            with open(whole, "rb") as f:
+                f.seek(offset)
+                got = f.readinto(out[: max(0, min(len(out), info.size - offset))])
+            self.stats.add(bytes_from_cache=got)
+            return got
+        got, fetched = self.cache.read_range_into(ckey, url, info.size, info.mtime_ns, offset, out, fetch)
+        self.stats.add(bytes_from_cache=got - fetched, **({"range_hits": 1} if not fetched else {}))
+        return got
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
@@ -292,11 +330,17 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
 
 
 class RangedFile(io.RawIOBase):
-    """A remote file read by range (each ``read`` one ranged request), counted in its store's stats."""
+    """A remote file read by range: each ``read`` serves what the cache's byte ranges hold and fetches the
+    rest (one ranged request per gap), counted in its store's stats. The store's file is opened at the
+    first fetch, so a read the cache serves whole sends no request."""
 
-    def __init__(self, nf: pa.NativeFile, store: Store, url: str) -> None:
+    def __init__(self, store: Store, key: str, info: pafs.FileInfo) -> None:
         super().__init__()
-        self._nf, self._store, self.name = nf, store, url
+        self._store, self._key, self._info = store, key, info
+        self.name = store.url_of(key)
+        self._nf: pa.NativeFile | None = None
+        self._pos = 0
+        self._size = int(info.size or 0)
 
     def readable(self) -> bool:
         return True
@@ -305,36 +349,52 @@ class RangedFile(io.RawIOBase):
         return True
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        return self._nf.seek(offset, whence)
+        base = {0: 0, 1: self._pos, 2: self._size}.get(whence)
+        if base is None or base + offset < 0:
+            raise OSError(22, f"{self.name}: invalid seek ({offset}, {whence})")
+        self._pos = base + offset
+        return self._pos
 
     def tell(self) -> int:
-        return self._nf.tell()
+        return self._pos
 
     def size(self) -> int:
-        return self._nf.size()
+        return self._size
 
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            n = self._nf.size() - self._nf.tell()
-        if n == 0:
-            return b""
+    def _fetch(self, start: int, n: int) -> bytes:
+        if self._nf is None:
+            self._nf = self._store._call(self._key, "opening", lambda: self._store.fs.open_input_file(self._key))
         try:
-            data = self._nf.read(n)
+            data = self._nf.read_at(n, start)
         except (OSError, pa.ArrowException) as exc:
             raise storage_error(exc, self.name, "reading") from exc
         self._store.stats.add(bytes_fetched=len(data), requests=1, ranged_reads=1)
         return data
 
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self._size - self._pos
+        n = max(0, min(n, self._size - self._pos))
+        if n == 0:
+            return b""
+        data = self._store.read_range(self._key, self._info, self._pos, n, self._fetch)
+        self._pos += len(data)
+        return data
+
     def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
+        view = memoryview(b).cast("B")
+        n = max(0, min(len(view), self._size - self._pos))
+        if n == 0:
+            return 0
+        got = self._store.read_range_into(self._key, self._info, self._pos, view[:n], self._fetch)
+        self._pos += got
+        return got
 
     def readall(self) -> bytes:
         return self.read(-1)
 
     def close(self) -> None:
-        if not self.closed:
+        if not self.closed and self._nf is not None:
             self._nf.close()
         super().close()
 

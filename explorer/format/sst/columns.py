@@ -92,8 +92,8 @@ def _handle_arrays(f: SstFile) -> tuple[np.ndarray, np.ndarray]:
         handles = f.data_handles()
         return (np.array([h[0] for h in handles], dtype=np.int64), np.array([h[1] for h in handles], dtype=np.int64))
 
-    if f.prop_int("rocksdb.block.based.table.index.type", 0) != 0:
-        return by_entries()
+    if f.prop_int("rocksdb.block.based.table.index.type", 0) != 0 or f.key_groups is not None:
+        return by_entries()  # (only some key groups: the index keys say which blocks)
     delta = f.prop_int("rocksdb.index.value.is.delta.encoded", 0) == 1
     block = f.block(f.index)
     n = len(block)
@@ -138,6 +138,8 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         if over.any():
             i = int(np.flatnonzero(over)[0])
             raise SstError(f"{f.name}: block at {int(off[i])} (+{int(size[i])}) runs past the end of the file")
+        if f.ensure is not None and len(off):
+            f.ensure(list(zip(off.tolist(), (size + 5).tolist())))  # a sparse file: its wanted blocks' bytes
         f.verify_blocks(off, size)  # the trailers' checksums, before anything is decompressed
         ctype = fb[off + size]
         length = size.copy()
@@ -310,12 +312,13 @@ def read_column_family(files: list[SstFile], types: tuple[int, ...] | None = Non
     return values, kbuf, ks, ks + ulen[keep], vs, ve, merged
 
 
-def column_families(sst_files: list[tuple[str, bytes]]) -> tuple[dict[str, list[SstFile]], dict[str, int]]:
-    """The SST files of one RocksDB instance by column family (footers and properties only); stats."""
+def column_families(sst_files: list[tuple[str, "bytes | SstFile"]]) -> tuple[dict[str, list[SstFile]], dict[str, int]]:
+    """The SST files of one RocksDB instance by column family (footers and properties only); stats. A file
+    may be given as its bytes or as an :class:`SstFile` already opened (a sparse one, say)."""
     by_cf: dict[str, list[SstFile]] = defaultdict(list)
     stats = {"sst_files": 0, "merged_keys": 0, "range_deletions": 0}
     for name, data in sst_files:
-        f = SstFile(data, name)
+        f = data if isinstance(data, SstFile) else SstFile(data, name)
         stats["sst_files"] += 1
         stats["range_deletions"] += int(f.has_range_deletions)
         by_cf[f.column_family or "default"].append(f)

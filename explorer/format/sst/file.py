@@ -26,11 +26,20 @@ trailer ``(sequence << 8) | type``: 0 deletion, 1 value, 2 merge operand,
 (``rocksdb.properties``), whose entries include the column family name (Flink
 names each column family after its state) and whether index values are
 delta-encoded.
+
+*Reading only some key groups*: an index entry's key is at least the last key of its data block
+and less than the first key of the next, so the index says which key groups each data block
+may hold (Flink's keys start with their key group, one byte, or two when the maximum parallelism
+is over 128). :meth:`SstFile.only_key_groups` keeps the data blocks that may hold a wanted key
+group (a file none of whose blocks may: no block at all); the others are never read. ``ensure``
+lets the file's bytes be a sparse buffer filled on demand (only the footer, the index and the
+wanted blocks of a file on an object store are fetched).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import cramjam
 import numpy as np
@@ -67,11 +76,20 @@ class SstEntries:
 
 
 class SstFile:
-    def __init__(self, data: bytes, name: str) -> None:
+    def __init__(self, data: bytes, name: str, ensure: "Callable[[list[tuple[int, int]]], None] | None" = None
+                 ) -> None:
         self.data = data
         self.name = name
+        #: fills byte ranges ``(offset, length)`` of a sparse ``data`` before they are read (None: all there)
+        self.ensure = ensure
+        #: (key-group prefix bytes, the wanted key groups sorted), see :meth:`only_key_groups`
+        self.key_groups: tuple[int, np.ndarray] | None = None
+        #: data blocks of the index, and of those the ones kept by :meth:`only_key_groups`
+        self.blocks_indexed = self.blocks_kept = 0
         if len(data) < 53:
             raise SstError(f"{name}: found {len(data)} bytes, expected an SST file of at least 53")
+        if ensure is not None:
+            ensure([(len(data) - 53, 53)])
         magic = int.from_bytes(data[-8:], "little")
         if magic != BLOCK_MAGIC:
             raise SstError(f"{name}: found table magic {magic:#x}, expected {BLOCK_MAGIC:#x} (block-based table)")
@@ -154,8 +172,10 @@ class SstFile:
 
     def block(self, handle: tuple[int, int]) -> bytes:
         off, size = handle
-        if off + size + 5 > len(self.data):
+        if off < 0 or size < 0 or off + size + 5 > len(self.data):
             raise SstError(f"{self.name}: block at {off} (+{size}) runs past the end of the file")
+        if self.ensure is not None:
+            self.ensure([(off, size + 5)])
         self.verify_block(off, size)
         raw = self.data[off : off + size]
         ctype = self.data[off + size]
@@ -237,25 +257,104 @@ class SstFile:
         delta = self.prop_int("rocksdb.index.value.is.delta.encoded", 0) == 1
         block = self.block(self.index)
         if index_type != 2:
-            return self._index_handles(block, delta)
+            keys: list[bytes] = []
+            handles = self._index_handles(block, delta, keys)
+            return self._kept(handles, keys, count=True)
         # the top-level index holds one handle per partition (encoded like the partitions' values);
-        # each partition is an index block of its own
-        handles: list[tuple[int, int]] = []
-        for off, size in self._index_handles(block, delta):
+        # each partition is an index block of its own (a partition none of whose blocks is wanted: not read)
+        handles = []
+        tops: list[bytes] = []
+        parts = self._index_handles(block, delta, tops)
+        keep = self._keep_mask(tops) if self.key_groups is not None else None
+        for i, (off, size) in enumerate(parts):
             if size <= 0 or off + size + 5 > len(self.data):
                 raise SstError(f"{self.name}: found index partition at {off} (+{size}), expected a block "
                                f"inside the file's {len(self.data)} bytes (partitioned index)")
-            handles.extend(self._index_handles(self.block((off, size)), delta))
+            if keep is not None and not keep[i]:
+                continue
+            keys = []
+            got = self._index_handles(self.block((off, size)), delta, keys)
+            handles.extend(self._kept(got, keys, count=False, before=tops[i - 1] if i else None))
+        self.blocks_kept = len(handles)
         return handles
 
-    def _index_handles(self, block: bytes, delta: bool) -> list[tuple[int, int]]:
-        """The block handles one index block holds (values full handles, or delta-encoded sizes)."""
+    # -- reading only some key groups -------------------------------------------------------
+    def only_key_groups(self, prefix: int, key_groups) -> None:
+        """From now on :meth:`data_handles` (and the column-wise reader) give only the data blocks that
+        may hold one of ``key_groups`` (keys starting with their key group in ``prefix`` bytes, big-endian)."""
+        self.key_groups = (prefix, np.unique(np.fromiter(key_groups, dtype=np.int64)))
+
+    def _index_user_key_bytes(self) -> int:
+        """Bytes after the user key in an index entry's key: 0 when the index holds user keys, else 8."""
+        return 0 if self.prop_int("rocksdb.index.key.is.user.key", 0) == 1 else 8
+
+    def key_group_bounds(self, keys: list[bytes], before: bytes | None = None) -> np.ndarray:
+        """For index keys ``keys`` (in order), the key-group range ``[lo, hi]`` each block may hold (rows);
+        ``before``: the index key before the first (a partition's lower bound)."""
+        prefix = self.key_groups[0] if self.key_groups is not None else 1
+        trail = self._index_user_key_bytes()
+
+        def kg(k: bytes) -> int:
+            user = k[: max(0, len(k) - trail)][:prefix]
+            return int.from_bytes(user.ljust(prefix, b"\0"), "big")  # (a short separator: zeros after it)
+
+        hi = np.fromiter((kg(k) for k in keys), dtype=np.int64, count=len(keys))
+        lo = np.empty_like(hi)
+        if len(hi):
+            lo[0] = kg(before) if before is not None else 0
+            lo[1:] = hi[:-1]
+        return np.stack([lo, hi], axis=1) if len(hi) else np.zeros((0, 2), dtype=np.int64)
+
+    def _keep_mask(self, keys: list[bytes], before: bytes | None = None) -> np.ndarray:
+        bounds = self.key_group_bounds(keys, before)
+        wanted = self.key_groups[1]
+        at = np.searchsorted(wanted, bounds[:, 0], side="left")
+        return (at < len(wanted)) & (wanted[np.minimum(at, len(wanted) - 1)] <= bounds[:, 1]) if len(wanted) \
+            else np.zeros(len(keys), dtype=bool)
+
+    def _kept(self, handles: list[tuple[int, int]], keys: list[bytes], count: bool,
+              before: bytes | None = None) -> list[tuple[int, int]]:
+        if count:
+            self.blocks_indexed = len(handles)
+        else:
+            self.blocks_indexed += len(handles)
+        if self.key_groups is None:
+            if count:
+                self.blocks_kept = len(handles)
+            return handles
+        keep = self._keep_mask(keys, before)
+        if before is None and len(handles) and keep[0] and keep.sum() == 1:
+            # only the first block may hold a wanted key group, as far as the index tells (nothing bounds it
+            # from below): its first key does (an SST file wholly after the wanted key groups: no block)
+            first = self._first_user_key(handles[0])
+            if first is not None:
+                bounds = self.key_group_bounds(keys[:1])
+                lo = int.from_bytes(first[: self.key_groups[0]].ljust(self.key_groups[0], b"\0"), "big")
+                wanted = self.key_groups[1]
+                keep[0] = bool(((wanted >= lo) & (wanted <= bounds[0, 1])).any())
+        out = [h for h, k in zip(handles, keep.tolist()) if k]
+        if count:
+            self.blocks_kept = len(out)
+        return out
+
+    def _first_user_key(self, handle: tuple[int, int]) -> bytes | None:
+        """The user key of the first entry of the data block at ``handle`` (None: the block holds none)."""
+        block = self.block(handle)
+        for key, _ in self.iter_block(block):
+            return key[:-8] if len(key) >= 8 else None
+        return None
+
+    def _index_handles(self, block: bytes, delta: bool, keys: list[bytes] | None = None) -> list[tuple[int, int]]:
+        """The block handles one index block holds (values full handles, or delta-encoded sizes); their
+        index keys are appended to ``keys`` when given."""
         handles: list[tuple[int, int]] = []
         if not delta:
-            for _, v in self.iter_block(block):
+            for k, v in self.iter_block(block):
                 off, q = _varint(v, 0)
                 size, _ = _varint(v, q)
                 handles.append((off, size))
+                if keys is not None:
+                    keys.append(k)
             return handles
         # delta-encoded values: a full handle at restart points, else a zigzag size delta
         n = len(block)
@@ -266,10 +365,14 @@ class SstFile:
         }
         limit = n - 4 - 4 * num_restarts
         p = 0
+        key = b""
         while p < limit:
             entry_start = p
-            _, p = _varint(block, p)
+            shared, p = _varint(block, p)
             non_shared, p = _varint(block, p)
+            if keys is not None:
+                key = key[:shared] + block[p : p + non_shared]
+                keys.append(key)
             p += non_shared
             if entry_start in restarts or not handles:
                 off, p = _varint(block, p)

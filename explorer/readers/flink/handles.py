@@ -30,6 +30,7 @@ does not map into it raises :class:`~explorer.errors.UnsafePathError`.
 
 from __future__ import annotations
 
+import mmap
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,8 @@ class HandleResolver:
         self._roots = [self.exclusive_dir.resolve(), self.job_dir.resolve()]
         #: bytes of keyed-state stream files read so far by :meth:`read_key_groups` (what a key-group range costs)
         self.key_group_bytes_read = 0
+        #: bytes of SST files read so far by the sparse files of :meth:`sst_for_key_groups`
+        self.sst_bytes_read = 0
         self._count_lock = threading.Lock()  # (subtasks are read by two threads side by side)
 
     def local_path(self, handle: StreamHandle) -> Path:
@@ -269,9 +272,12 @@ class HandleResolver:
         self._count(len(buf))
         return bytes(buf), out
 
-    def _count(self, n: int) -> None:
+    def _count(self, n: int, sst: bool = False) -> None:
         with self._count_lock:
-            self.key_group_bytes_read += n
+            if sst:
+                self.sst_bytes_read += n
+            else:
+                self.key_group_bytes_read += n
 
     def sst_column_family(self, handle: StreamHandle) -> str | None:
         """The column family (Flink: the state) of an SST file on a remote store not in the local cache,
@@ -297,6 +303,33 @@ class HandleResolver:
         except (SstError, ValueError, IndexError):
             return None
 
+    def sst_for_key_groups(self, handle: StreamHandle, name: str) -> SstFile:
+        """An SST file opened to read only some key groups (the caller sets them, ``only_key_groups``): its
+        bytes a sparse buffer of the file's size, of which only what is read is read from the file, local or
+        remote (through the cache's byte ranges): the footer and metaindex first, then the properties and
+        the index, then only the data blocks the index says may hold a wanted key group."""
+        if handle.kind == "bytes":
+            return SstFile(handle.data or b"", name)
+        path = self.local_path(handle)
+        base = handle.offset if handle.kind == "segment" else 0
+        size = handle.size
+        if size < 0 or handle.kind != "segment":
+            try:
+                found = path.stat().st_size
+            except FileNotFoundError as exc:
+                raise SnapshotCorruptError(f"{self.metadata_file}: state file {path} named in the metadata is "
+                                           f"missing (expected {handle.size} bytes)") from exc
+            if handle.size >= 0 and found < handle.size:
+                raise SnapshotCorruptError(
+                    f"{path}: found {found} bytes, the metadata expects {handle.size} (file truncated?)")
+            size = found
+        sparse = _SparseFile(path, base, size, self)
+        if isinstance(path, StoragePath) and path.store.cached(path.key) is None:
+            # one request for the footer, metaindex, properties and (mostly) the index, RocksDB's last blocks;
+            # a local file reads each where SstFile asks (footer first)
+            sparse.ensure([(max(0, size - min(size, SST_TAIL)), min(size, SST_TAIL))])
+        return SstFile(sparse.data, name, sparse.ensure)
+
     def _read_segment(self, handle: StreamHandle, path: Path, limit: int | None) -> bytes:
         """The bytes of one segment of a shared file (``limit``: only its first bytes)."""
         want = handle.size if limit is None else min(limit, handle.size)
@@ -315,3 +348,49 @@ class HandleResolver:
                 f"{handle.size} bytes at offset {handle.offset} (file truncated?)"
             )
         return data
+
+
+class _SparseFile:
+    """A file's bytes as an anonymous memory map of its size (pages untouched until written: zeros cost
+    nothing), filled range by range from the file as they are asked for (:meth:`ensure`)."""
+
+    def __init__(self, path: Path, base: int, size: int, resolver: HandleResolver) -> None:
+        self.path, self.base, self.size, self.resolver = path, base, size, resolver
+        self.data = mmap.mmap(-1, max(size, 1))
+        if size < len(self.data):  # (an empty file: SstFile says it is too short)
+            self.data = memoryview(self.data)[:size]
+        self._filled: list[tuple[int, int]] = []
+
+    def ensure(self, ranges: list[tuple[int, int]]) -> None:
+        """Read the parts of ``ranges`` (``(offset, length)`` in the file) not read yet: adjacent ones in one
+        read, each read where the file is (a ranged read of a remote file, served by the cache when held)."""
+        need: list[list[int]] = []
+        for off, n in sorted(ranges):
+            a, b = max(0, off), min(self.size, off + n)
+            for lo, hi in self._filled:
+                if lo <= a < hi:
+                    a = hi
+                if lo < b <= hi:
+                    b = lo
+            if a >= b:
+                continue
+            if need and a <= need[-1][1]:
+                need[-1][1] = max(need[-1][1], b)
+            else:
+                need.append([a, b])
+        if not need:
+            return
+        with self.path.open("rb") as f:
+            for a, b in need:
+                f.seek(self.base + a)
+                view = memoryview(self.data)[a:b]
+                got = 0
+                while got < b - a:
+                    k = f.readinto(view[got:])
+                    if not k:
+                        raise SnapshotCorruptError(f"{self.path}: found {self.base + a + got} bytes, the metadata "
+                                                   f"expects {self.base + self.size} (file truncated?)")
+                    got += k
+                self._filled.append((a, b))
+                self.resolver._count(b - a, sst=True)
+        self._filled.sort()

@@ -771,10 +771,23 @@ class FlinkSnapshotReader(SnapshotReader):
         # each SST file named by its RocksDB name and, when it is a file of its own, where it is stored
         # (on a remote store, a file whose column family is another state's is not fetched)
         names = {header.states[sid].name for sid in wanted} if len(wanted) < len(header.states) else None
-        files = [(local if sh.kind == "bytes" else f"{local} ({self.resolver.local_path(sh)})", self.resolver.read(sh))
-                 for local, sh in h.shared + h.private if local.endswith(".sst")
-                 and (names is None or self.resolver.sst_column_family(sh) in (None, *names))]
+        prefix = 2 if op.max_parallelism > 128 else 1
+        ssts = [(local if sh.kind == "bytes" else f"{local} ({self.resolver.local_path(sh)})", sh)
+                for local, sh in h.shared + h.private if local.endswith(".sst")]
         try:
+            if kgs is None:
+                files = [(name, self.resolver.read(sh)) for name, sh in ssts
+                         if names is None or self.resolver.sst_column_family(sh) in (None, *names)]
+            else:
+                # some key groups: each file's footer, properties and index are read, then only the data blocks
+                # whose index keys say they may hold a wanted key group (Flink's keys start with it); a file
+                # of another state, or whose blocks all lie outside, gives no block to read
+                files = []
+                for name, sh in ssts:
+                    f = self.resolver.sst_for_key_groups(sh, name)
+                    if names is None or (f.column_family or "default") in names:
+                        f.only_key_groups(prefix, kgs)
+                        files.append((name, f))
             by_cf, stats = sstvec.column_families(files)
         except ValueError as exc:
             raise SnapshotCorruptError(f"{where}: {exc}") from exc
@@ -782,7 +795,6 @@ class FlinkSnapshotReader(SnapshotReader):
             self._note(f"{where}: {stats['range_deletions']} SST files hold range deletions, which are not "
                        "applied; deleted ranges may still show")
         by_name = {header.states[sid].name: sid for sid in wanted}
-        prefix = 2 if op.max_parallelism > 128 else 1
         key_cache = columnar.KeyCache()  # states with the same keys decode them once
         for cf_name, cf_files in by_cf.items():
             sid = by_name.get(cf_name)
