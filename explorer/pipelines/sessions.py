@@ -116,6 +116,65 @@ def summarize_many(user_ids: list[str], sessions: list[list[Event]]) -> list[Ses
     return list(map(SessionSummary, user_ids, ids, starts, ends, counts, purchases))
 
 
+class OpenSessions:
+    """Per key, what closing its open session emits besides the key - the earliest and latest
+    timestamp, the number of events and of purchases - kept up to date as ``process_batch``
+    appends the events to the ``session`` list, so a session is summarised without reading its
+    events again (they lie all over memory by then; reading them back was a third of the job).
+
+    Not state: nothing of it is checkpointed, and the ``session`` list stays the state, written
+    exactly as before. A function starts without it (``open``) and a session it does not cover
+    (begun before a restore, or touched by ``process_element``/``on_timer``) is summarised from
+    its list as before. Columns in NumPy arrays, one slot per key with an open session; a closed
+    session's slot is reused."""
+
+    __slots__ = ("slots", "free", "start", "end", "events", "purchases", "valid", "size")
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.slots: dict = {}
+        self.free: list[int] = []
+        self.size = 0
+        self.start = np.zeros(capacity, dtype=np.int64)
+        self.end = np.zeros(capacity, dtype=np.int64)
+        self.events = np.zeros(capacity, dtype=np.int64)
+        self.purchases = np.zeros(capacity, dtype=np.int64)
+        #: whether the slot's figures are those of the key's whole open session
+        self.valid = np.zeros(capacity, dtype=bool)
+
+    def slots_of(self, keys: list) -> np.ndarray:
+        """Each key's slot (distinct keys); keys without one get a fresh slot, not valid."""
+        got = np.array(list(map(self.slots.get, keys, repeat(-1))), dtype=np.int64)
+        missing = np.flatnonzero(got < 0)
+        if len(missing):
+            k, free = len(missing), self.free
+            reuse = min(k, len(free))
+            new = free[len(free) - reuse:]
+            del free[len(free) - reuse:]
+            if k > reuse:
+                new += range(self.size, self.size + k - reuse)
+                self.size += k - reuse
+                if self.size > len(self.start):
+                    cap = max(self.size, 2 * len(self.start))
+                    for name in ("start", "end", "events", "purchases", "valid"):
+                        old = getattr(self, name)
+                        grown = np.zeros(cap, dtype=old.dtype)
+                        grown[:len(old)] = old
+                        setattr(self, name, grown)
+            self.slots.update(zip(map(keys.__getitem__, missing.tolist()), new))
+            got[missing] = new
+            self.valid[new] = False
+        return got
+
+    def release(self, keys: list) -> None:
+        """The keys' sessions closed: their slots freed."""
+        self.free += [s for s in map(self.slots.pop, keys, repeat(-1)) if s >= 0]
+
+    def release_one(self, key) -> None:
+        s = self.slots.pop(key, -1)
+        if s >= 0:
+            self.free.append(s)
+
+
 class SessionWindowFunction(KeyedProcessFunction):
     """Per-user sessions with an inactivity gap (30 minutes unless told otherwise)."""
 
@@ -130,8 +189,10 @@ class SessionWindowFunction(KeyedProcessFunction):
     def open(self, ctx):
         self.session = ctx.get_list_state(self.SESSION)
         self.session_end = ctx.get_state(self.SESSION_END)
+        self.open_sessions = OpenSessions()
 
     def process_element(self, event: Event, ctx, out):
+        self.open_sessions.release_one(ctx.get_current_key())  # this path keeps no figures
         timers = ctx.timer_service()
         end = self.session_end.value()
         if end is not None and event.ts >= end:
@@ -166,6 +227,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         codes = records.codes
         if ts.dtype != np.int64 or codes is None or ts.shape != (n,):
             return self._process_batch_records(records, ctx, out)
+        purchase = np.fromiter(map(_KIND_OF, values), dtype=object, count=n) == "purchase"
         tmin = int(ts.min())
         span = int(ts.max()) - tmin + 1
         gap = self.gap_ms
@@ -217,24 +279,77 @@ class SessionWindowFunction(KeyedProcessFunction):
             timers.register_event_time_timers(m_ends, m_users, m_groups)
             self.session_end.update_many(m_groups, m_users, m_ends)
         # the events per key, in arrival order
-        by_key = list(map(values.__getitem__, order.tolist()))
+        by_key = np.fromiter(values, dtype=object, count=n)[order].tolist()
         bounds = starts.tolist() + [n]
+        # the open sessions' figures: what each key's session held before the batch (a key without
+        # a session end has an empty list; one whose figures are not kept is not covered)
+        agg = self.open_sessions
+        slots = agg.slots_of(users)
+        covered = agg.valid[slots] | ~has0
+        p_start = np.where(has0, agg.start[slots], _NO_START)
+        p_end = np.where(has0, agg.end[slots], _NO_END)
+        p_events = np.where(has0, agg.events[slots], 0)
+        p_purchases = np.where(has0, agg.purchases[slots], 0)
+        sp = purchase[order].astype(np.int64)
         if not closes.any():
             self.session.add_all_many(groups, users, list(map(by_key.__getitem__, map(slice, bounds, bounds[1:]))))
+            agg.start[slots] = np.minimum(p_start, np.minimum.reduceat(st, starts))
+            agg.end[slots] = np.maximum(p_end, np.maximum.reduceat(st, starts))
+            agg.events[slots] = p_events + np.diff(np.append(starts, n))
+            agg.purchases[slots] = p_purchases + np.add.reduceat(sp, starts)
+            agg.valid[slots] = covered
             return
-        # keys with a session closed inside the batch: each closed at its record, in arrival order
+        # keys with a session closed inside the batch: each closed at its record, in arrival order.
+        # Segments: each key's records cut at its closing records; a session closed at record p
+        # ends with the segment before p (the key's first close: after what it held before)
         cpos = np.flatnonzero(closes)
+        cut = np.union1d(starts, cpos)
+        g_start, g_end = np.minimum.reduceat(st, cut), np.maximum.reduceat(st, cut)
+        g_events, g_purchases = np.diff(np.append(cut, n)), np.add.reduceat(sp, cut)
+        cu = sc[cpos]
+        first_close = np.empty(len(cpos), dtype=bool)
+        first_close[0] = True
+        np.not_equal(cu[1:], cu[:-1], out=first_close[1:])
+        seg = np.searchsorted(cut, cpos) - 1  # the segment before each closing record
+        prev = cpos > starts[cu]  # it is the key's (not a segment of the key before)
+        seg = np.where(prev, seg, 0)
+        c_start = np.where(prev, g_start[seg], _NO_START)
+        c_end = np.where(prev, g_end[seg], _NO_END)
+        c_events = np.where(prev, g_events[seg], 0)
+        c_purchases = np.where(prev, g_purchases[seg], 0)
+        fc = first_close
+        c_start[fc] = np.minimum(c_start[fc], p_start[cu[fc]])
+        c_end[fc] = np.maximum(c_end[fc], p_end[cu[fc]])
+        c_events[fc] += p_events[cu[fc]]
+        c_purchases[fc] += p_purchases[cu[fc]]
+        c_covered = ~fc | covered[cu]
+        # each key's open session after the batch: from its last close on, or all it held plus the batch
+        last_seg = np.searchsorted(cut, last, side="right") - 1
+        has_close = np.zeros(nu, dtype=bool)
+        has_close[cu] = True
+        agg.start[slots] = np.where(has_close, g_start[last_seg], np.minimum(p_start, g_start[last_seg]))
+        agg.end[slots] = np.where(has_close, g_end[last_seg], np.maximum(p_end, g_end[last_seg]))
+        agg.events[slots] = np.where(has_close, 0, p_events) + g_events[last_seg]
+        agg.purchases[slots] = np.where(has_close, 0, p_purchases) + g_purchases[last_seg]
+        agg.valid[slots] = has_close | covered
         arrival = order[cpos]
         by_arrival = np.argsort(arrival, kind="stable")
         stamps = records.timestamps
         seg_start: dict[int, int] = {}
         closed = []
-        for i, p, u in zip(arrival[by_arrival].tolist(), cpos[by_arrival].tolist(), sc[cpos][by_arrival].tolist()):
+        figures = []
+        c_figs = zip(c_start.tolist(), c_end.tolist(), c_events.tolist(), c_purchases.tolist())
+        c_figs = [f if ok else None for f, ok in zip(c_figs, c_covered.tolist())]
+        for i, p, u, j in zip(arrival[by_arrival].tolist(), cpos[by_arrival].tolist(), cu[by_arrival].tolist(),
+                              by_arrival.tolist()):
             cleared = u in seg_start
-            closed.append((users[u], groups[u], by_key[seg_start[u] if cleared else bounds[u]:p], cleared,
+            f = c_figs[j]
+            closed.append((users[u], groups[u],
+                           None if f is not None else by_key[seg_start[u] if cleared else bounds[u]:p], cleared,
                            None if stamps is None else stamps[i]))
+            figures.append(f)
             seg_start[u] = p
-        self._close_in_batch(closed, out)
+        self._close_in_batch(closed, out, figures)
         closing = sorted(seg_start)
         self.session.update_many([groups[u] for u in closing], [users[u] for u in closing],
                                  [by_key[seg_start[u]:bounds[u + 1]] for u in closing])
@@ -250,6 +365,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         """:meth:`process_batch` walking the records one by one (timestamps that are not all
         ints, or span too much of the int64 range for the column-wise path)."""
         users, groups = records.uniques, records.unique_key_groups
+        self.open_sessions.release(users)  # this path keeps no figures
         gap = self.gap_ms
         # per user: [end now, end before the batch, events added since the list was read or cleared,
         #            whether the stored list was cleared, the record that last moved the timer, key group, user]
@@ -288,27 +404,41 @@ class SessionWindowFunction(KeyedProcessFunction):
             kept = [(w[5], u, w[2]) for u, w in work.items() if not w[3]]
             self.session.add_all_many([c[0] for c in kept], [c[1] for c in kept], [c[2] for c in kept])
 
-    def _close_in_batch(self, closed: list[tuple], out) -> None:
+    def _close_in_batch(self, closed: list[tuple], out, figures: list | None = None) -> None:
         """``_close`` inside ``process_batch`` for sessions closed by the gap, in the order of
         their records: ``(user, key group, events added since the list was read or cleared,
-        whether the stored list was cleared, the record's timestamp)`` each. The stored list
-        (unless cleared in this batch) and the events added since make the session; the stored
-        lists are read in one call, the sessions summarised in one."""
-        first = [j for j, c in enumerate(closed) if not c[3]]
-        sessions = [c[2] for c in closed]
-        if first:
-            got = self.session.get_many([closed[j][1] for j in first], [closed[j][0] for j in first])
-            for j, stored in zip(first, got):
-                if stored:
-                    sessions[j] = stored + sessions[j]
-        kept = [j for j, events in enumerate(sessions) if events]
+        whether the stored list was cleared, the record's timestamp)`` each, and the session's
+        ``(start, end, events, purchases)`` where the open-session figures cover it (``figures``,
+        else None: the session is read). The stored list (unless cleared in this batch) and the
+        events added since make a session that is read; the stored lists are read in one call,
+        the sessions summarised in one."""
+        summaries: list = [None] * len(closed)
+        read = list(range(len(closed))) if figures is None else [j for j, f in enumerate(figures) if f is None]
+        if read:
+            first = [j for j in read if not closed[j][3]]
+            sessions = {j: closed[j][2] for j in read}
+            if first:
+                got = self.session.get_many([closed[j][1] for j in first], [closed[j][0] for j in first])
+                for j, stored in zip(first, got):
+                    if stored:
+                        sessions[j] = stored + sessions[j]
+            kept = [j for j in read if sessions[j]]
+            for j, summary in zip(kept, summarize_many([closed[j][0] for j in kept], [sessions[j] for j in kept])):
+                summaries[j] = summary
+        if figures is not None:
+            for j, f in enumerate(figures):
+                if f is not None and f[2]:
+                    user = closed[j][0]
+                    summaries[j] = SessionSummary(user, f"{user}@{f[0]}", *f)
+        kept = [j for j, summary in enumerate(summaries) if summary is not None]
         if kept:
-            out.collect_all_with_timestamps(summarize_many([closed[j][0] for j in kept], [sessions[j] for j in kept]),
-                                            [closed[j][4] for j in kept])
+            out.collect_all_with_timestamps([summaries[j] for j in kept], [closed[j][4] for j in kept])
 
     def on_timer_batch(self, timers, ctx, out):
         """``on_timer`` for the timers a watermark makes due, in firing order: the ends read in one
-        call, the sessions whose end is the timer's read, summarised and cleared in one call each."""
+        call; the sessions whose end is the timer's closed - summarised from the open-session
+        figures where they cover the session, else read and summarised in one call - and
+        cleared in one call each."""
         users = list(map(_KEY, timers))
         groups = list(map(_KEY_GROUP, timers))
         stamps = list(map(_TIMESTAMP, timers))
@@ -321,13 +451,36 @@ class SessionWindowFunction(KeyedProcessFunction):
             return
         c_users = list(map(users.__getitem__, closing))
         c_groups = list(map(groups.__getitem__, closing))
-        lists = self.session.pop_many(c_groups, c_users)
-        if not all(lists):
-            kept = [j for j, events in enumerate(lists) if events]
-            closing, lists = [closing[j] for j in kept], [lists[j] for j in kept]
-        if closing:
-            out.collect_all_with_timestamps(summarize_many(list(map(users.__getitem__, closing)), lists),
-                                            list(map(stamps.__getitem__, closing)))
+        c_stamps = list(map(stamps.__getitem__, closing))
+        agg = self.open_sessions
+        slot = np.array(list(map(agg.slots.get, c_users, repeat(-1))), dtype=np.int64)
+        covered = slot >= 0
+        covered[covered] = agg.valid[slot[covered]]
+        summaries: list = [None] * len(closing)
+        if covered.all():
+            self.session.clear_many(c_groups, c_users)
+        else:
+            read = np.flatnonzero(~covered).tolist()
+            lists = self.session.pop_many([c_groups[j] for j in read], [c_users[j] for j in read])
+            kept = [j for j, events in zip(read, lists) if events]
+            got = summarize_many([c_users[j] for j in kept], [events for events in lists if events])
+            for j, summary in zip(kept, got):
+                summaries[j] = summary
+            if covered.any():
+                fig = np.flatnonzero(covered).tolist()
+                self.session.clear_many([c_groups[j] for j in fig], [c_users[j] for j in fig])
+        if covered.any():
+            cs = slot[covered]
+            fig = np.flatnonzero(covered).tolist()
+            for j, start, end, n, purchases in zip(fig, agg.start[cs].tolist(), agg.end[cs].tolist(),
+                                                   agg.events[cs].tolist(), agg.purchases[cs].tolist()):
+                if n:
+                    user = c_users[j]
+                    summaries[j] = SessionSummary(user, f"{user}@{start}", start, end, n, purchases)
+        kept = [j for j, summary in enumerate(summaries) if summary is not None]
+        if kept:
+            out.collect_all_with_timestamps([summaries[j] for j in kept], [c_stamps[j] for j in kept])
+        agg.release(c_users)
         self.session_end.clear_many(c_groups, c_users)
 
     def on_timer(self, timestamp: int, ctx, out):
@@ -335,6 +488,7 @@ class SessionWindowFunction(KeyedProcessFunction):
             self._close(ctx, out)
 
     def _close(self, ctx, out) -> None:
+        self.open_sessions.release_one(ctx.get_current_key())
         events = self.session.get()
         if events:
             out.collect(summarize(ctx.get_current_key(), events))
@@ -348,6 +502,8 @@ def _last_move(w: list) -> int:
 
 #: no session end (below any end a record can make)
 _NO_END = -(1 << 63)
+#: no session start (above any start a record can make)
+_NO_START = (1 << 63) - 1
 
 
 # --- input -------------------------------------------------------------------------------
