@@ -20,6 +20,7 @@ minutes or more.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter, eq, is_not, itemgetter
@@ -112,8 +113,24 @@ def summarize_many(user_ids: list[str], sessions: list[list[Event]]) -> list[Ses
     ends = np.maximum.reduceat(times, offsets).tolist()
     purchase = np.fromiter(map(eq, kinds, repeat("purchase")), dtype=bool, count=len(flat))
     purchases = np.add.reduceat(purchase.astype(np.int64), offsets).tolist()
+    return make_summaries(user_ids, starts, ends, counts, purchases)
+
+
+_SUMMARY_FIELDS = tuple(getattr(SessionSummary, f).__set__
+                        for f in ("user_id", "session_id", "start_ms", "end_ms", "events", "purchases"))
+
+
+def make_summaries(user_ids: list[str], starts: list[int], ends: list[int], counts: list[int],
+                   purchases: list[int]) -> list[SessionSummary]:
+    """``SessionSummary(user, f"{user}@{start}", start, end, count, purchases)`` of each, built a
+    field at a time over all of them (the frozen dataclass's ``__init__`` sets its six fields
+    through ``object.__setattr__``, a Python call each; the fields' slot descriptors set them
+    the same way, from C)."""
+    objs = list(map(object.__new__, repeat(SessionSummary, len(user_ids))))
     ids = list(map("{}@{}".format, user_ids, starts))
-    return list(map(SessionSummary, user_ids, ids, starts, ends, counts, purchases))
+    for field, column in zip(_SUMMARY_FIELDS, (user_ids, ids, starts, ends, counts, purchases)):
+        deque(map(field, objs, column), maxlen=0)
+    return objs
 
 
 class OpenSessions:
@@ -122,18 +139,20 @@ class OpenSessions:
     appends the events to the ``session`` list, so a session is summarised without reading its
     events again (they lie all over memory by then; reading them back was a third of the job).
 
-    Not state: nothing of it is checkpointed, and the ``session`` list stays the state, written
-    exactly as before. A function starts without it (``open``) and a session it does not cover
-    (begun before a restore, or touched by ``process_element``/``on_timer``) is summarised from
-    its list as before. Columns in NumPy arrays, one slot per key with an open session; a closed
-    session's slot is reused."""
+    Not state: nothing of it is checkpointed, and the ``session`` list and ``sessionEnd`` stay
+    the state, written exactly as before. A function starts without it (``open``) and a session
+    it does not cover (begun before a restore, or touched by ``process_element``/``on_timer``)
+    is read from its list as before. Columns in NumPy arrays, a slot per key; a key keeps its
+    slot after its session closes (marked not valid), and slots of keys without an open session
+    are dropped when they outnumber the rest."""
 
-    __slots__ = ("slots", "free", "start", "end", "events", "purchases", "valid", "size")
+    __slots__ = ("slots", "start", "end", "events", "purchases", "valid", "size", "limit")
 
     def __init__(self, capacity: int = 1024) -> None:
         self.slots: dict = {}
-        self.free: list[int] = []
         self.size = 0
+        #: slots made before those of keys without an open session are dropped
+        self.limit = 1 << 20
         self.start = np.zeros(capacity, dtype=np.int64)
         self.end = np.zeros(capacity, dtype=np.int64)
         self.events = np.zeros(capacity, dtype=np.int64)
@@ -146,33 +165,47 @@ class OpenSessions:
         got = np.array(list(map(self.slots.get, keys, repeat(-1))), dtype=np.int64)
         missing = np.flatnonzero(got < 0)
         if len(missing):
-            k, free = len(missing), self.free
-            reuse = min(k, len(free))
-            new = free[len(free) - reuse:]
-            del free[len(free) - reuse:]
-            if k > reuse:
-                new += range(self.size, self.size + k - reuse)
-                self.size += k - reuse
-                if self.size > len(self.start):
-                    cap = max(self.size, 2 * len(self.start))
-                    for name in ("start", "end", "events", "purchases", "valid"):
-                        old = getattr(self, name)
-                        grown = np.zeros(cap, dtype=old.dtype)
-                        grown[:len(old)] = old
-                        setattr(self, name, grown)
-            self.slots.update(zip(map(keys.__getitem__, missing.tolist()), new))
+            k = len(missing)
+            if self.size + k > self.limit:
+                self._drop_closed()
+            new = np.arange(self.size, self.size + k)
+            self.size += k
+            if self.size > len(self.start):
+                self._grow(max(self.size, 2 * len(self.start)))
+            self.slots.update(zip(map(keys.__getitem__, missing.tolist()), new.tolist()))
             got[missing] = new
             self.valid[new] = False
         return got
 
-    def release(self, keys: list) -> None:
-        """The keys' sessions closed: their slots freed."""
-        self.free += [s for s in map(self.slots.pop, keys, repeat(-1)) if s >= 0]
+    def _grow(self, capacity: int) -> None:
+        for name in ("start", "end", "events", "purchases", "valid"):
+            old = getattr(self, name)
+            grown = np.zeros(capacity, dtype=old.dtype)
+            grown[:len(old)] = old
+            setattr(self, name, grown)
 
-    def release_one(self, key) -> None:
-        s = self.slots.pop(key, -1)
-        if s >= 0:
-            self.free.append(s)
+    def _drop_closed(self) -> None:
+        """Only the keys with a valid open session keep a slot (renumbered in order)."""
+        keys = list(self.slots)
+        old = np.fromiter(self.slots.values(), dtype=np.int64, count=len(keys))
+        keep = np.flatnonzero(self.valid[old])
+        live = old[keep]
+        for name in ("start", "end", "events", "purchases", "valid"):
+            col = getattr(self, name)
+            col[:len(live)] = col[live]
+        self.slots = dict(zip(map(keys.__getitem__, keep.tolist()), range(len(live))))
+        self.size = len(live)
+        self.limit = max(1 << 20, 2 * len(live))
+
+    def close(self, slots: np.ndarray) -> None:
+        """The sessions in these slots closed."""
+        self.valid[slots] = False
+
+    def forget(self, key) -> None:
+        """The key's session is no longer covered."""
+        s = self.slots.get(key)
+        if s is not None:
+            self.valid[s] = False
 
 
 class SessionWindowFunction(KeyedProcessFunction):
@@ -192,7 +225,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         self.open_sessions = OpenSessions()
 
     def process_element(self, event: Event, ctx, out):
-        self.open_sessions.release_one(ctx.get_current_key())  # this path keeps no figures
+        self.open_sessions.forget(ctx.get_current_key())  # this path keeps no figures
         timers = ctx.timer_service()
         end = self.session_end.value()
         if end is not None and event.ts >= end:
@@ -303,7 +336,9 @@ class SessionWindowFunction(KeyedProcessFunction):
         # Segments: each key's records cut at its closing records; a session closed at record p
         # ends with the segment before p (the key's first close: after what it held before)
         cpos = np.flatnonzero(closes)
-        cut = np.union1d(starts, cpos)
+        cut_at = first.copy()
+        cut_at[cpos] = True
+        cut = np.flatnonzero(cut_at)
         g_start, g_end = np.minimum.reduceat(st, cut), np.maximum.reduceat(st, cut)
         g_events, g_purchases = np.diff(np.append(cut, n)), np.add.reduceat(sp, cut)
         cu = sc[cpos]
@@ -365,7 +400,8 @@ class SessionWindowFunction(KeyedProcessFunction):
         """:meth:`process_batch` walking the records one by one (timestamps that are not all
         ints, or span too much of the int64 range for the column-wise path)."""
         users, groups = records.uniques, records.unique_key_groups
-        self.open_sessions.release(users)  # this path keeps no figures
+        agg = self.open_sessions
+        agg.close(agg.slots_of(users))  # this path keeps no figures
         gap = self.gap_ms
         # per user: [end now, end before the batch, events added since the list was read or cleared,
         #            whether the stored list was cleared, the record that last moved the timer, key group, user]
@@ -426,23 +462,34 @@ class SessionWindowFunction(KeyedProcessFunction):
             for j, summary in zip(kept, summarize_many([closed[j][0] for j in kept], [sessions[j] for j in kept])):
                 summaries[j] = summary
         if figures is not None:
-            for j, f in enumerate(figures):
-                if f is not None and f[2]:
-                    user = closed[j][0]
-                    summaries[j] = SessionSummary(user, f"{user}@{f[0]}", *f)
+            fig = [j for j, f in enumerate(figures) if f is not None and f[2]]
+            if fig:
+                made = make_summaries([closed[j][0] for j in fig], *zip(*(figures[j] for j in fig)))
+                for j, summary in zip(fig, made):
+                    summaries[j] = summary
         kept = [j for j, summary in enumerate(summaries) if summary is not None]
         if kept:
             out.collect_all_with_timestamps([summaries[j] for j in kept], [closed[j][4] for j in kept])
 
     def on_timer_batch(self, timers, ctx, out):
-        """``on_timer`` for the timers a watermark makes due, in firing order: the ends read in one
-        call; the sessions whose end is the timer's closed - summarised from the open-session
-        figures where they cover the session, else read and summarised in one call - and
-        cleared in one call each."""
+        """``on_timer`` for the timers a watermark makes due, in firing order. A session the
+        open-session figures cover has its end there (its latest timestamp plus the gap) and is
+        summarised from them; the ends of the others are read in one call, and those closing
+        read and summarised in one. The closing sessions' state is cleared in one call each."""
         users = list(map(_KEY, timers))
         groups = list(map(_KEY_GROUP, timers))
         stamps = list(map(_TIMESTAMP, timers))
-        ends = self.session_end.values_of(groups, users)
+        agg = self.open_sessions
+        slot = np.array(list(map(agg.slots.get, users, repeat(-1))), dtype=np.int64)
+        covered = slot >= 0
+        covered[covered] = agg.valid[slot[covered]]
+        if covered.all():
+            ends = (agg.end[slot] + self.gap_ms).tolist()
+        else:
+            ends = np.where(covered, agg.end[slot] + self.gap_ms, 0).tolist()
+            read = np.flatnonzero(~covered).tolist()
+            for j, e in zip(read, self.session_end.values_of([groups[j] for j in read], [users[j] for j in read])):
+                ends[j] = e
         closing = [i for i, (t, e) in enumerate(zip(stamps, ends)) if e == t]
         if len(set(users)) < len(users):  # a user twice: later timers see the state the earlier cleared
             seen: set = set()
@@ -452,35 +499,37 @@ class SessionWindowFunction(KeyedProcessFunction):
         c_users = list(map(users.__getitem__, closing))
         c_groups = list(map(groups.__getitem__, closing))
         c_stamps = list(map(stamps.__getitem__, closing))
-        agg = self.open_sessions
-        slot = np.array(list(map(agg.slots.get, c_users, repeat(-1))), dtype=np.int64)
-        covered = slot >= 0
-        covered[covered] = agg.valid[slot[covered]]
-        summaries: list = [None] * len(closing)
-        if covered.all():
+        c_slot = slot[closing]
+        c_covered = covered[closing]
+        if c_covered.all():
             self.session.clear_many(c_groups, c_users)
+            n = agg.events[c_slot]
+            summaries = make_summaries(c_users, agg.start[c_slot].tolist(), agg.end[c_slot].tolist(), n.tolist(),
+                                       agg.purchases[c_slot].tolist())
+            if not n.all():
+                summaries = [summary for summary, k in zip(summaries, n.tolist()) if k]
+                c_stamps = [t for t, k in zip(c_stamps, n.tolist()) if k]
         else:
-            read = np.flatnonzero(~covered).tolist()
+            by_pos: list = [None] * len(closing)
+            read = np.flatnonzero(~c_covered).tolist()
             lists = self.session.pop_many([c_groups[j] for j in read], [c_users[j] for j in read])
             kept = [j for j, events in zip(read, lists) if events]
-            got = summarize_many([c_users[j] for j in kept], [events for events in lists if events])
-            for j, summary in zip(kept, got):
-                summaries[j] = summary
-            if covered.any():
-                fig = np.flatnonzero(covered).tolist()
+            for j, summary in zip(kept, summarize_many([c_users[j] for j in kept], [e for e in lists if e])):
+                by_pos[j] = summary
+            fig = np.flatnonzero(c_covered).tolist()
+            if fig:
                 self.session.clear_many([c_groups[j] for j in fig], [c_users[j] for j in fig])
-        if covered.any():
-            cs = slot[covered]
-            fig = np.flatnonzero(covered).tolist()
-            for j, start, end, n, purchases in zip(fig, agg.start[cs].tolist(), agg.end[cs].tolist(),
-                                                   agg.events[cs].tolist(), agg.purchases[cs].tolist()):
-                if n:
-                    user = c_users[j]
-                    summaries[j] = SessionSummary(user, f"{user}@{start}", start, end, n, purchases)
-        kept = [j for j, summary in enumerate(summaries) if summary is not None]
-        if kept:
-            out.collect_all_with_timestamps([summaries[j] for j in kept], [c_stamps[j] for j in kept])
-        agg.release(c_users)
+                cs = c_slot[fig]
+                for j, summary in zip(fig, make_summaries([c_users[j] for j in fig], agg.start[cs].tolist(),
+                                                          agg.end[cs].tolist(), agg.events[cs].tolist(),
+                                                          agg.purchases[cs].tolist())):
+                    if summary.events:
+                        by_pos[j] = summary
+            kept = [j for j, summary in enumerate(by_pos) if summary is not None]
+            summaries, c_stamps = [by_pos[j] for j in kept], [c_stamps[j] for j in kept]
+        if summaries:
+            out.collect_all_with_timestamps(summaries, c_stamps)
+        agg.close(c_slot[c_slot >= 0])
         self.session_end.clear_many(c_groups, c_users)
 
     def on_timer(self, timestamp: int, ctx, out):
@@ -488,7 +537,7 @@ class SessionWindowFunction(KeyedProcessFunction):
             self._close(ctx, out)
 
     def _close(self, ctx, out) -> None:
-        self.open_sessions.release_one(ctx.get_current_key())
+        self.open_sessions.forget(ctx.get_current_key())
         events = self.session.get()
         if events:
             out.collect(summarize(ctx.get_current_key(), events))
