@@ -178,18 +178,27 @@ class KeyedRecords:
     None) each record's position in ``uniques``.
     """
 
-    __slots__ = ("values", "keys", "key_groups", "timestamps", "uniques", "unique_key_groups", "codes")
+    __slots__ = ("values", "keys", "_key_groups", "timestamps", "uniques", "unique_key_groups", "codes")
 
-    def __init__(self, values: list[Any], keys: list[Any], key_groups: list[int], timestamps: list[int] | None,
+    def __init__(self, values: list[Any], keys: list[Any], key_groups: Any, timestamps: list[int] | None,
                  uniques: list[Any], unique_key_groups: list[int], codes: Any = None) -> None:
         self.values = values
         self.keys = keys
-        self.key_groups = key_groups
+        #: a list, or a NumPy array made a list when first asked for (most functions never ask)
+        self._key_groups = key_groups
         self.timestamps = timestamps
         self.uniques = uniques
         self.unique_key_groups = unique_key_groups
         #: per record, the position of its key in ``uniques`` (a NumPy integer array), or None
         self.codes = codes
+
+    @property
+    def key_groups(self) -> list[int]:
+        """Each record's key group (a list)."""
+        kgs = self._key_groups
+        if not isinstance(kgs, list):
+            kgs = self._key_groups = kgs.tolist()
+        return kgs
 
     def __len__(self) -> int:
         return len(self.values)

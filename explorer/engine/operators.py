@@ -256,7 +256,7 @@ class KeyedProcessOperator(KeyedOperatorBase):
         else:
             codes, uniques = factorize_keys(keys)
             ukgs = kgs[_first_index(codes, len(uniques))].tolist()
-        records = KeyedRecords(batch.values, keys, kgs.tolist(), batch.timestamps, uniques, ukgs, codes)
+        records = KeyedRecords(batch.values, keys, kgs, batch.timestamps, uniques, ukgs, codes)
         kctx, ctx, out = self.backend.ctx, self.ctx, self.out
         kctx._set = False  # no current key inside process_batch
         ctx._timestamp = out._ts = None

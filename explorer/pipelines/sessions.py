@@ -325,7 +325,8 @@ class SessionWindowFunction(KeyedProcessFunction):
         p_purchases = np.where(has0, agg.purchases[slots], 0)
         sp = purchase[order].astype(np.int64)
         if not closes.any():
-            self.session.add_all_many(groups, users, list(map(by_key.__getitem__, map(slice, bounds, bounds[1:]))))
+            self.session.add_all_many(groups, users, list(map(by_key.__getitem__, map(slice, bounds, bounds[1:]))),
+                                      handed_over=True)
             agg.start[slots] = np.minimum(p_start, np.minimum.reduceat(st, starts))
             agg.end[slots] = np.maximum(p_end, np.maximum.reduceat(st, starts))
             agg.events[slots] = p_events + np.diff(np.append(starts, n))
@@ -394,7 +395,8 @@ class SessionWindowFunction(KeyedProcessFunction):
             ra = np.flatnonzero(rest)
             rl = ra.tolist()
             self.session.add_all_many(list(map(groups.__getitem__, rl)), list(map(users.__getitem__, rl)),
-                                      list(map(by_key.__getitem__, map(slice, starts[ra].tolist(), (last[ra] + 1).tolist()))))
+                                      list(map(by_key.__getitem__, map(slice, starts[ra].tolist(), (last[ra] + 1).tolist()))),
+                                      handed_over=True)
 
     def _process_batch_records(self, records, ctx, out):
         """:meth:`process_batch` walking the records one by one (timestamps that are not all
