@@ -214,10 +214,13 @@ class SessionWindowFunction(KeyedProcessFunction):
     SESSION = ListStateDescriptor("session", Event)
     SESSION_END = ValueStateDescriptor("sessionEnd", int)
 
-    def __init__(self, gap_ms: int = SESSION_GAP_MS) -> None:
+    def __init__(self, gap_ms: int = SESSION_GAP_MS, *, ts_is_record_timestamp: bool = False) -> None:
         if gap_ms <= 0:
             raise ValueError(f"the session gap must be positive, found {gap_ms} ms")
         self.gap_ms = int(gap_ms)
+        #: whether each record's event-time timestamp is its event's ``ts`` (``build`` assigns them
+        #: so): ``process_batch`` then takes the batch's timestamps instead of reading every event again
+        self.ts_is_record_timestamp = ts_is_record_timestamp
 
     def open(self, ctx):
         self.session = ctx.get_list_state(self.SESSION)
@@ -256,7 +259,8 @@ class SessionWindowFunction(KeyedProcessFunction):
         n, nu = len(values), len(users)
         if not n:
             return
-        ts = np.array(list(map(_TS, values)))
+        stamps = records.timestamps
+        ts = np.array(stamps if self.ts_is_record_timestamp and stamps is not None else list(map(_TS, values)))
         codes = records.codes
         if ts.dtype != np.int64 or codes is None or ts.shape != (n,):
             return self._process_batch_records(records, ctx, out)
@@ -273,7 +277,8 @@ class SessionWindowFunction(KeyedProcessFunction):
         except (OverflowError, TypeError, ValueError):  # an end beyond int64: the record walk
             return self._process_batch_records(records, ctx, out)
         # the records grouped by key (codes are positions in ``users``), arrival order within a key
-        order = np.argsort(codes, kind="stable")
+        # (as 16-bit codes when they fit: NumPy's stable sort of those is a radix sort, 5x faster)
+        order = np.argsort(codes.astype(np.uint16) if nu <= 1 << 16 else codes, kind="stable")
         sc = codes[order].astype(np.int64)
         st = ts[order]
         # the latest timestamp per key up to each record: keys sorted ascending, so offsetting each
@@ -370,7 +375,6 @@ class SessionWindowFunction(KeyedProcessFunction):
         agg.valid[slots] = has_close | covered
         arrival = order[cpos]
         by_arrival = np.argsort(arrival, kind="stable")
-        stamps = records.timestamps
         seg_start: dict[int, int] = {}
         closed = []
         figures = []
@@ -623,7 +627,7 @@ def build(
     (
         env.from_source(as_source(records, num_splits), wm, name="events", uid="events")
         .key_by("user_id")
-        .process(SessionWindowFunction(gap_ms), name="sessions", uid="sessions")
+        .process(SessionWindowFunction(gap_ms, ts_is_record_timestamp=True), name="sessions", uid="sessions")
         .collect("sessions")
     )
 
