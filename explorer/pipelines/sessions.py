@@ -13,6 +13,13 @@ session first instead of extending it. The result is then the same however
 the input is batched or partitioned: per user, sessions split at gaps of 30
 minutes or more.
 
+Run a batch at a time (``process_batch``/``on_timer_batch``), the function also keeps,
+per open session, its start, end, event count and purchases (:class:`OpenSessions`) as it
+appends the events, so a closing session is summarised from those figures instead of reading
+its events back. They are not state: the ``session`` list and ``sessionEnd`` are written as
+before (the layout a snapshot shows is unchanged), nothing of the figures is checkpointed, and
+a session they do not cover (open at a restore) is summarised from its list.
+
 ::
 
     source "events" (bounded out-of-orderness) -> key_by(user_id) -> process "sessions" -> collect "sessions"
