@@ -506,9 +506,12 @@ class SessionWindowFunction(KeyedProcessFunction):
             closing = [i for i in closing if not (users[i] in seen or seen.add(users[i]))]
         if not closing:
             return
-        c_users = list(map(users.__getitem__, closing))
-        c_groups = list(map(groups.__getitem__, closing))
-        c_stamps = list(map(stamps.__getitem__, closing))
+        if len(closing) == len(users):  # every timer closes its session (the usual case)
+            c_users, c_groups, c_stamps = list(users), list(groups), list(stamps)
+        else:
+            c_users = list(map(users.__getitem__, closing))
+            c_groups = list(map(groups.__getitem__, closing))
+            c_stamps = list(map(stamps.__getitem__, closing))
         c_slot = slot[closing]
         c_covered = covered[closing]
         if c_covered.all():
