@@ -152,7 +152,7 @@ class OpenSessions:
     slot after its session closes (marked not valid), and slots of keys without an open session
     are dropped when they outnumber the rest."""
 
-    __slots__ = ("slots", "start", "end", "events", "purchases", "valid", "size", "limit")
+    __slots__ = ("slots", "start", "end", "events", "purchases", "valid", "size", "limit", "by_code")
 
     def __init__(self, capacity: int = 1024) -> None:
         self.slots: dict = {}
@@ -165,9 +165,37 @@ class OpenSessions:
         self.purchases = np.zeros(capacity, dtype=np.int64)
         #: whether the slot's figures are those of the key's whole open session
         self.valid = np.zeros(capacity, dtype=bool)
+        #: per key dictionary (by id): the slot of each of its codes, -1 for none yet
+        self.by_code: dict[int, np.ndarray] = {}
 
-    def slots_of(self, keys: list) -> np.ndarray:
-        """Each key's slot (distinct keys); keys without one get a fresh slot, not valid."""
+    def slots_of(self, keys: list, codes: np.ndarray | None = None, dictionary=None) -> np.ndarray:
+        """Each key's slot (distinct keys); keys without one get a fresh slot, not valid. With
+        the keys' ``codes`` in their ``dictionary`` (``KeyedRecords.unique_codes`` and
+        ``key_dictionary``), a key seen before in that dictionary is found by its code, without
+        a lookup by key."""
+        if codes is None or dictionary is None:
+            return self._slots_by_key(keys)
+        table = self.by_code.get(dictionary.id)
+        top = int(codes.max()) + 1 if len(codes) else 0
+        if table is None or len(table) < top:
+            grown = np.full(max(1024, top + top // 2), -1, dtype=np.int64)
+            if table is not None:
+                grown[:len(table)] = table
+            elif len(self.by_code) >= 4:  # a few dictionaries (upstream subtasks) at a time
+                self.by_code.clear()
+            table = self.by_code[dictionary.id] = grown
+        got = table[codes]
+        missing = np.flatnonzero(got < 0)
+        if len(missing):
+            size = self.size
+            found = self._slots_by_key(list(map(keys.__getitem__, missing.tolist())))
+            if self.size < size:  # the slots were renumbered meanwhile (closed ones dropped)
+                return self._slots_by_key(keys)
+            got[missing] = found
+            table[codes[missing]] = found
+        return got
+
+    def _slots_by_key(self, keys: list) -> np.ndarray:
         got = np.array(list(map(self.slots.get, keys, repeat(-1))), dtype=np.int64)
         missing = np.flatnonzero(got < 0)
         if len(missing):
@@ -200,6 +228,7 @@ class OpenSessions:
             col = getattr(self, name)
             col[:len(live)] = col[live]
         self.slots = dict(zip(map(keys.__getitem__, keep.tolist()), range(len(live))))
+        self.by_code.clear()  # the slots are renumbered
         self.size = len(live)
         self.limit = max(1 << 20, 2 * len(live))
 
@@ -328,7 +357,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         # the open sessions' figures: what each key's session held before the batch (a key without
         # a session end has an empty list; one whose figures are not kept is not covered)
         agg = self.open_sessions
-        slots = agg.slots_of(users)
+        slots = agg.slots_of(users, records.unique_codes, records.key_dictionary)
         covered = agg.valid[slots] | ~has0
         p_start = np.where(has0, agg.start[slots], _NO_START)
         p_end = np.where(has0, agg.end[slots], _NO_END)

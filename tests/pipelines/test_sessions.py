@@ -276,3 +276,22 @@ def test_open_sessions_drop_the_slots_of_closed_sessions():
     assert agg.start[again].tolist() == [100, 300, 500, 700, 900] and agg.events[again].tolist() == [2, 4, 6, 8, 10]
     assert not agg.valid[fresh].any() and set(fresh.tolist()).isdisjoint(again.tolist())
     assert not agg.valid[agg.slots_of(["u0"])].any()  # a closed session's key comes back without figures
+
+
+def test_open_sessions_find_slots_by_dictionary_code_as_by_key():
+    from explorer.engine.channels import KeyDictionary
+
+    d = KeyDictionary([f"u{i}" for i in range(2000)])
+    by_code, by_key = sessions.OpenSessions(capacity=4), sessions.OpenSessions(capacity=4)
+    rng = np.random.default_rng(1)
+    for step in range(40):
+        codes = rng.choice(2000, size=int(rng.integers(1, 60)), replace=False)
+        keys = [d.values[c] for c in codes.tolist()]
+        got = by_code.slots_of(keys, codes, d)
+        assert got.tolist() == by_code.slots_of(keys).tolist()  # the code's slot is the key's
+        assert len(set(got.tolist())) == len(keys)
+        by_key.slots_of(keys)
+        by_code.valid[got[::2]] = True  # some sessions open, the rest closed
+        if step == 25:
+            by_code.limit = by_code.size  # the next new key drops the closed ones' slots
+    assert by_code.limit == 1 << 20 and set(by_code.slots) <= set(by_key.slots)
