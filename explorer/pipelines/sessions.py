@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from itertools import chain, repeat
-from operator import attrgetter, eq, is_not
+from operator import attrgetter, eq, is_not, itemgetter
 from typing import Sequence
 
 import numpy as np
@@ -94,6 +94,7 @@ def summarize(user_id: str, events: list[Event]) -> SessionSummary:
 
 
 _KIND_OF = attrgetter("kind")
+_TIMESTAMP, _KEY, _KEY_GROUP = itemgetter(0), itemgetter(1), itemgetter(3)  # of a Timer
 
 
 def summarize_many(user_ids: list[str], sessions: list[list[Event]]) -> list[SessionSummary]:
@@ -517,7 +518,9 @@ class SessionWindowFunction(KeyedProcessFunction):
         open-session figures cover has its end there (its latest timestamp plus the gap) and is
         summarised from them; the ends of the others are read in one call, and those closing
         read and summarised in one. The closing sessions' state is cleared in one call each."""
-        stamps, users, _, groups = zip(*timers)  # the timers' columns in one pass
+        users = list(map(_KEY, timers))
+        groups = list(map(_KEY_GROUP, timers))
+        stamps = list(map(_TIMESTAMP, timers))
         agg = self.open_sessions
         slot = np.array(list(map(agg.slots.get, users, repeat(-1))), dtype=np.int64)
         covered = slot >= 0
