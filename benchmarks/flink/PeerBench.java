@@ -5,7 +5,10 @@
 //   count     keyBy(user) -> KeyedProcessFunction with a ValueState<Long>, (user, count) out per record
 //   sessions  keyBy(user) -> KeyedProcessFunction with a ListState<Event> and a ValueState<Long> session end,
 //             30-minute inactivity event-time timers (the same logic as explorer.pipelines.sessions),
-//             5 s bounded out-of-orderness watermarks
+//             5 s bounded out-of-orderness watermarks; like explorer.pipelines.sessions it keeps each open
+//             session's start, end, events and purchases beside the state as events arrive (a field, not
+//             state: a session begun before a restore is read from its list), so a closing session is
+//             summarised without reading its list back
 // on the HashMap or the embedded RocksDB state backend, optionally checkpointing every N ms.
 //
 // Usage: PeerBench <input.csv> <count|sessions> <hashmap|rocksdb> <checkpoint-ms, 0 = off> <work-dir>
@@ -115,11 +118,14 @@ public class PeerBench {
     public static class SessionFn extends KeyedProcessFunction<String, Event, Summary> {
         private transient ListState<Event> session;
         private transient ValueState<Long> sessionEnd;
+        /** per user with an open session begun in this attempt: {start, end, events, purchases} (not state) */
+        private transient HashMap<String, long[]> open;
 
         @Override
         public void open(OpenContext ctx) {
             session = getRuntimeContext().getListState(new ListStateDescriptor<>("session", TypeInformation.of(Event.class)));
             sessionEnd = getRuntimeContext().getState(new ValueStateDescriptor<>("sessionEnd", Types.LONG));
+            open = new HashMap<>();
         }
 
         @Override
@@ -131,6 +137,18 @@ public class PeerBench {
                 end = null;
             }
             session.add(e);
+            long purchase = "purchase".equals(e.kind) ? 1 : 0;
+            if (end == null) { // a new session: its list was empty
+                open.put(e.user, new long[] {e.ts, e.ts, 1, purchase});
+            } else {
+                long[] a = open.get(e.user);
+                if (a != null) {
+                    a[0] = Math.min(a[0], e.ts);
+                    a[1] = Math.max(a[1], e.ts);
+                    a[2]++;
+                    a[3] += purchase;
+                }
+            }
             long newEnd = e.ts + SESSION_GAP_MS;
             if (end != null) {
                 if (newEnd <= end) return; // out of order, inside the session
@@ -155,11 +173,19 @@ public class PeerBench {
         private void close(String user, Collector<Summary> out) throws Exception {
             long start = Long.MAX_VALUE, last = Long.MIN_VALUE;
             int n = 0, purchases = 0;
-            for (Event e : session.get()) {
-                start = Math.min(start, e.ts);
-                last = Math.max(last, e.ts);
-                n++;
-                if ("purchase".equals(e.kind)) purchases++;
+            long[] a = open.remove(user);
+            if (a != null) { // the figures kept as the events came: the list is not read
+                start = a[0];
+                last = a[1];
+                n = (int) a[2];
+                purchases = (int) a[3];
+            } else {
+                for (Event e : session.get()) {
+                    start = Math.min(start, e.ts);
+                    last = Math.max(last, e.ts);
+                    n++;
+                    if ("purchase".equals(e.kind)) purchases++;
+                }
             }
             if (n > 0) {
                 Summary s = new Summary();

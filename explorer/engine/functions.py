@@ -175,21 +175,38 @@ class KeyedRecords:
     ``values``, ``keys``, ``key_groups`` and ``timestamps`` (None without event time) per record,
     in arrival order; ``uniques`` the batch's distinct keys in order of first appearance and
     ``unique_key_groups`` their key groups (plain lists); ``codes`` (a NumPy integer array, or
-    None) each record's position in ``uniques``.
+    None) each record's position in ``uniques``. When the keys came over a hash edge,
+    ``key_dictionary`` is that edge's :class:`~explorer.engine.channels.KeyDictionary` (the keys
+    it has seen, in order) and ``unique_codes`` (a NumPy array) each distinct key's position in
+    it: the same key has the same code in every batch from that dictionary (its ``id`` tells
+    dictionaries apart), so a function may index per-key arrays by it; both are None otherwise.
     """
 
-    __slots__ = ("values", "keys", "key_groups", "timestamps", "uniques", "unique_key_groups", "codes")
+    __slots__ = ("values", "keys", "_key_groups", "timestamps", "uniques", "unique_key_groups", "codes",
+                 "unique_codes", "key_dictionary")
 
-    def __init__(self, values: list[Any], keys: list[Any], key_groups: list[int], timestamps: list[int] | None,
-                 uniques: list[Any], unique_key_groups: list[int], codes: Any = None) -> None:
+    def __init__(self, values: list[Any], keys: list[Any], key_groups: Any, timestamps: list[int] | None,
+                 uniques: list[Any], unique_key_groups: list[int], codes: Any = None, unique_codes: Any = None,
+                 key_dictionary: Any = None) -> None:
         self.values = values
         self.keys = keys
-        self.key_groups = key_groups
+        #: a list, or a NumPy array made a list when first asked for (most functions never ask)
+        self._key_groups = key_groups
         self.timestamps = timestamps
         self.uniques = uniques
         self.unique_key_groups = unique_key_groups
         #: per record, the position of its key in ``uniques`` (a NumPy integer array), or None
         self.codes = codes
+        self.unique_codes = unique_codes
+        self.key_dictionary = key_dictionary
+
+    @property
+    def key_groups(self) -> list[int]:
+        """Each record's key group (a list)."""
+        kgs = self._key_groups
+        if not isinstance(kgs, list):
+            kgs = self._key_groups = kgs.tolist()
+        return kgs
 
     def __len__(self) -> int:
         return len(self.values)

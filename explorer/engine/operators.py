@@ -249,14 +249,18 @@ class KeyedProcessOperator(KeyedOperatorBase):
         self._timer_batch_fn = getattr(self.fn, "on_timer_batch", None) if batches else None
 
     def _process_whole(self, batch, keys, kgs) -> None:
+        ucodes = dictionary = None
         if batch.uniques is not None and batch.ukgs is not None and batch.codes is not None:
             uniques = batch.uniques if isinstance(batch.uniques, list) else batch.uniques.tolist()
             ukgs = batch.ukgs.tolist()
             codes = batch.codes
+            ucodes, dictionary = getattr(batch, "ucodes", None), getattr(batch, "dictionary", None)
+            if ucodes is None or dictionary is None or len(ucodes) != len(uniques):
+                ucodes = dictionary = None
         else:
             codes, uniques = factorize_keys(keys)
             ukgs = kgs[_first_index(codes, len(uniques))].tolist()
-        records = KeyedRecords(batch.values, keys, kgs.tolist(), batch.timestamps, uniques, ukgs, codes)
+        records = KeyedRecords(batch.values, keys, kgs, batch.timestamps, uniques, ukgs, codes, ucodes, dictionary)
         kctx, ctx, out = self.backend.ctx, self.ctx, self.out
         kctx._set = False  # no current key inside process_batch
         ctx._timestamp = out._ts = None

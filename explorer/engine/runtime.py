@@ -38,7 +38,7 @@ from .routing import (
 
 
 #: CPython's collector thresholds while a job runs (at least these; see :func:`fewer_collections`)
-JOB_GC_THRESHOLDS = (10_000, 10, 100)
+JOB_GC_THRESHOLDS = (50_000, 10, 100)
 _gc_lock = threading.Lock()
 _gc_jobs = 0
 _gc_saved: tuple[int, ...] | None = None

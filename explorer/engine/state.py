@@ -335,13 +335,16 @@ class ListState(State):
                 if type(v) is not self._exact:
                     self.info.check(v, self._where())
 
-    def add_all_many(self, key_groups: list[int], keys: list[Any], lists: list[list[Any]]) -> None:
-        """:meth:`add_all` of ``lists[i]`` to each key's list (default namespace)."""
+    def add_all_many(self, key_groups: list[int], keys: list[Any], lists: list[list[Any]],
+                     handed_over: bool = False) -> None:
+        """:meth:`add_all` of ``lists[i]`` to each key's list (default namespace). ``handed_over``:
+        the caller neither keeps nor changes the lists after the call (the heap backend then keeps
+        a new key's list itself instead of a copy)."""
         if not self._plain():
             self._each(key_groups, keys, lambda i: self.add_all(lists[i]))
             return
         self._checked(lists)
-        self.table.append_many(key_groups, keys, lists)
+        self.table.append_many(key_groups, keys, lists, handed_over=handed_over)
 
     def update_many(self, key_groups: list[int], keys: list[Any], lists: list[list[Any]]) -> None:
         """:meth:`update` of each key's list (default namespace) to ``lists[i]`` (empty clears it)."""

@@ -30,7 +30,9 @@ class TimerQueue:
     """A deduplicated priority queue of timers of one time domain.
 
     Timers live in buckets per timestamp, ``timestamp -> {(key, namespace): key_group}`` (a dict,
-    so in registration order), over a heap of plain integer timestamps with one entry per bucket
+    so in registration order; a bucket of one timer made as such is the pair
+    ``((key, namespace), key_group)``, most are, and a pair is cheaper to make and to read when it
+    fires than a dict), over a heap of plain integer timestamps with one entry per bucket
     made. Registering, deleting or moving a timer is a dict operation, plus one heap push when its
     timestamp has no bucket yet; a deleted timer leaves nothing behind but, once its bucket is
     empty, a timestamp that is skipped when it reaches the top. Firing takes a whole bucket off
@@ -44,7 +46,7 @@ class TimerQueue:
     __slots__ = ("_buckets", "_heap", "_fresh", "_n", "_cur_ts", "_cur", "_cur_live")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, dict[tuple[Any, Any], int]] = {}
+        self._buckets: dict[int, Any] = {}  # a dict of timers, or one timer as ((key, namespace), key_group)
         self._heap: list[int] = []
         #: timestamps whose bucket was made since the heap was last needed: pushed then, if their
         #: bucket still exists (a timer moved on before the watermark reached it costs no heap work)
@@ -62,11 +64,15 @@ class TimerQueue:
             return False
         b = self._buckets.get(timestamp)
         if b is None:
-            self._buckets[timestamp] = {ident: key_group}
+            self._buckets[timestamp] = (ident, key_group)
             fresh = self._fresh
             fresh.append(timestamp)
             if len(fresh) > 65536 and len(fresh) > 2 * len(self._buckets):  # no watermark for long: stay bounded
                 self._drain_fresh()
+        elif type(b) is tuple:
+            if b[0] == ident:
+                return False
+            self._buckets[timestamp] = {b[0]: b[1], ident: key_group}
         elif ident in b:
             return False
         else:
@@ -87,11 +93,15 @@ class TimerQueue:
                 continue
             b = buckets.get(ts)
             if b is None:
-                buckets[ts] = {ident: kg}
+                buckets[ts] = (ident, kg)
                 fresh.append(ts)
                 if len(fresh) > 65536 and len(fresh) > 2 * len(buckets):
                     self._drain_fresh()
                     fresh = self._fresh
+            elif type(b) is tuple:
+                if b[0] == ident:
+                    continue
+                buckets[ts] = {b[0]: b[1], ident: kg}
             elif ident in b:
                 continue
             else:
@@ -102,9 +112,8 @@ class TimerQueue:
     def delete(self, timestamp: int, key: Any, namespace: Any) -> bool:
         ident = (key, namespace)
         b = self._buckets.get(timestamp)
-        if b is not None and b.pop(ident, -1) >= 0:
-            if not b:
-                del self._buckets[timestamp]
+        if b is not None and _take(self._buckets, timestamp, b, ident):
+            pass
         elif not (timestamp == self._cur_ts and self._cur_live.pop(ident, -1) >= 0):
             return False
         self._n -= 1
@@ -117,10 +126,8 @@ class TimerQueue:
         for ts, key in zip(timestamps, keys):
             b = buckets.get(ts)
             ident = (key, namespace)
-            if b is not None and b.pop(ident, -1) >= 0:
+            if b is not None and _take(buckets, ts, b, ident):
                 n += 1
-                if not b:
-                    del buckets[ts]
             elif ts == self._cur_ts and self._cur_live.pop(ident, -1) >= 0:
                 n += 1
         self._n -= n
@@ -160,7 +167,7 @@ class TimerQueue:
         rest = {ident: live[ident] for ident in reversed(self._cur) if ident in live}
         newer = self._buckets.get(ts)
         if newer is not None:
-            rest.update(newer)  # registered while the bucket was fired: after the rest
+            rest.update(_as_dict(newer))  # registered while the bucket was fired: after the rest
             self._buckets[ts] = rest
         elif rest:
             self._buckets[ts] = rest
@@ -191,7 +198,7 @@ class TimerQueue:
             if ts is None or ts > time:
                 return None
             heapq.heappop(self._heap)
-            live = self._buckets.pop(ts)
+            live = _as_dict(self._buckets.pop(ts))
             order = list(live)
             order.reverse()
             self._cur_ts, self._cur, self._cur_live = ts, order, live
@@ -211,7 +218,12 @@ class TimerQueue:
         while h and h[0] <= time:
             ts = heappop(h)
             b = buckets.pop(ts, None)
-            if b is not None:  # most buckets hold one timer: a loop, not a comprehension per bucket
+            if b is None:
+                continue
+            if type(b) is tuple:  # most buckets hold one timer
+                (key, ns), kg = b
+                add(new(Timer, (ts, key, ns, kg)))
+            else:
                 for (key, ns), kg in b.items():
                     add(new(Timer, (ts, key, ns, kg)))
         self._n -= len(out)
@@ -227,10 +239,11 @@ class TimerQueue:
             live = self._cur_live
             pending[self._cur_ts] = [(i, live[i]) for i in reversed(self._cur) if i in live]
         for ts, b in self._buckets.items():
+            items = [b] if type(b) is tuple else b.items()
             if ts in pending:
-                pending[ts].extend(b.items())
+                pending[ts].extend(items)
             else:
-                pending[ts] = b.items()
+                pending[ts] = items
         new = tuple.__new__
         out: list[Timer] = []
         for ts in sorted(pending):
@@ -243,6 +256,25 @@ class TimerQueue:
         self._fresh.clear()
         self._n = 0
         self._cur_ts, self._cur, self._cur_live = None, [], {}
+
+
+def _as_dict(bucket: Any) -> dict[tuple[Any, Any], int]:
+    """A bucket as a dict (a one-timer pair made one)."""
+    return {bucket[0]: bucket[1]} if type(bucket) is tuple else bucket
+
+
+def _take(buckets: dict, ts: int, b: Any, ident: tuple[Any, Any]) -> bool:
+    """Remove ``ident``'s timer from bucket ``b`` of ``ts`` (and the bucket once empty); whether it was there."""
+    if type(b) is tuple:
+        if b[0] != ident:
+            return False
+        del buckets[ts]
+        return True
+    if b.pop(ident, -1) < 0:
+        return False
+    if not b:
+        del buckets[ts]
+    return True
 
 
 def _ints(timestamps: list[Any]) -> list[int]:

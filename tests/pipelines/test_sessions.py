@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+import numpy as np
 import pytest
 
 from explorer.engine import StreamEnvironment
@@ -203,3 +204,94 @@ def test_summarize_many_is_summarize_of_each(events):
     lists = [by_user[u][: 1 + i * 7 % 600] for i, u in enumerate(users)]
     assert sessions.summarize_many(users, lists) == [sessions.summarize(u, evs) for u, evs in zip(users, lists)]
     assert any(s.purchases for s in sessions.summarize_many(users, lists))
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_sessions_are_summarised_from_their_figures_without_reading_their_events(events, backend, monkeypatch):
+    # from a fresh start every session is covered by the figures process_batch keeps: none is read
+    # back (neither summarised from its events nor popped from the list state), and the summaries
+    # are those of the events
+    read = []
+    monkeypatch.setattr(sessions, "summarize_many", lambda *a: read.append(1) or [])
+    got = run(events, batch_size=256, state_backend=backend).output("sessions")
+    assert not read
+    assert Counter(got) == expected_sessions(events)
+
+
+def test_a_session_begun_before_a_restore_is_read_from_its_list(events, tmp_path, monkeypatch):
+    # the figures are not state: after a restore, the sessions open at the savepoint are read from
+    # their lists (as before the figures existed) and the results are still exactly once
+    day = 86_400_000
+    read = []
+    real = sessions.summarize_many
+    monkeypatch.setattr(sessions, "summarize_many", lambda *a: read.append(len(a[0])) or real(*a))
+
+    def make():
+        env = StreamEnvironment(parallelism=1, batch_size=128)
+        env.enable_checkpointing(tmp_path / "chk", interval_records=10**9, timeout_ms=365 * day, asynchronous=False)
+        sessions.build(env, events)
+        return env
+
+    client = make().execute_async("sessions")
+    client.run(until=lambda rt: rt.round >= 12)
+    assert not client.finished
+    savepoint = client.stop_with_savepoint(tmp_path / "sp")
+    first = client.result().output("sessions")
+    assert not read
+    second = make().execute("sessions", restore_from=savepoint).output("sessions")
+    assert read  # the sessions open at the savepoint
+    assert Counter(first) + Counter(second) == expected_sessions(events)
+
+
+def test_the_batch_path_reads_each_events_ts_unless_told_they_are_the_record_timestamps(events):
+    # SessionWindowFunction() on its own reads event.ts (its records' timestamps may be others);
+    # build() says they are the events' ts. Both leave the same sessions, in the same order
+    def job(fn, assign):
+        from explorer.engine import WatermarkStrategy
+
+        env = StreamEnvironment(parallelism=1, batch_size=256)
+        wm = WatermarkStrategy.for_bounded_out_of_orderness(sessions.MAX_OUT_OF_ORDERNESS_MS).with_timestamp_assigner(assign)
+        env.from_collection(events, wm).key_by("user_id").process(fn, name="sessions").collect("sessions")
+        return env.execute("sessions").output("sessions")
+
+    told = job(sessions.SessionWindowFunction(ts_is_record_timestamp=True), sessions.timestamp_of)
+    assert job(sessions.SessionWindowFunction(), sessions.timestamp_of) == told
+    assert Counter(told) == expected_sessions(events)
+
+
+def test_open_sessions_drop_the_slots_of_closed_sessions():
+    agg = sessions.OpenSessions(capacity=4)
+    keys = [f"u{i}" for i in range(10)]
+    slots = agg.slots_of(keys)
+    assert sorted(slots.tolist()) == list(range(10)) and not agg.valid[slots].any()
+    agg.start[slots], agg.events[slots] = np.arange(10) * 100, np.arange(10) + 1
+    agg.valid[slots] = True
+    agg.close(slots[::2])  # u0, u2, ... closed
+    assert agg.slots_of(keys).tolist() == slots.tolist()  # kept while there is room
+    agg.limit = 12
+    fresh = agg.slots_of(["v0", "v1", "v2"])  # past the limit: only the open ones keep a slot
+    assert len(agg.slots) == 5 + 3 and agg.size == 8 and agg.limit == 1 << 20
+    again = agg.slots_of(keys[1::2])
+    assert agg.valid[again].all()
+    assert agg.start[again].tolist() == [100, 300, 500, 700, 900] and agg.events[again].tolist() == [2, 4, 6, 8, 10]
+    assert not agg.valid[fresh].any() and set(fresh.tolist()).isdisjoint(again.tolist())
+    assert not agg.valid[agg.slots_of(["u0"])].any()  # a closed session's key comes back without figures
+
+
+def test_open_sessions_find_slots_by_dictionary_code_as_by_key():
+    from explorer.engine.channels import KeyDictionary
+
+    d = KeyDictionary([f"u{i}" for i in range(2000)])
+    by_code, by_key = sessions.OpenSessions(capacity=4), sessions.OpenSessions(capacity=4)
+    rng = np.random.default_rng(1)
+    for step in range(40):
+        codes = rng.choice(2000, size=int(rng.integers(1, 60)), replace=False)
+        keys = [d.values[c] for c in codes.tolist()]
+        got = by_code.slots_of(keys, codes, d)
+        assert got.tolist() == by_code.slots_of(keys).tolist()  # the code's slot is the key's
+        assert len(set(got.tolist())) == len(keys)
+        by_key.slots_of(keys)
+        by_code.valid[got[::2]] = True  # some sessions open, the rest closed
+        if step == 25:
+            by_code.limit = by_code.size  # the next new key drops the closed ones' slots
+    assert by_code.limit == 1 << 20 and set(by_code.slots) <= set(by_key.slots)

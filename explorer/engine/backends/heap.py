@@ -100,8 +100,9 @@ class HeapStateTable(StateTable):
                 del grp[namespace]
         return out
 
-    def append_many(self, key_groups, keys, lists, namespace=None):
+    def append_many(self, key_groups, keys, lists, namespace=None, handed_over=False):
         groups, start = self._groups, self._start
+        own = handed_over and set(map(type, lists)) <= {list}  # a new key's list kept, not copied
         for g, k, elems in zip(key_groups, keys, lists):
             if not elems:
                 continue
@@ -111,7 +112,7 @@ class HeapStateTable(StateTable):
                 m = grp[namespace] = {}
             cur = m.get(k)
             if cur is None:
-                m[k] = list(elems)
+                m[k] = elems if own else list(elems)
             else:
                 cur.extend(elems)
 

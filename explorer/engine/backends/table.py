@@ -112,8 +112,10 @@ class StateTable(ABC):
             remove(g, k, namespace)
         return got
 
-    def append_many(self, key_groups: list[int], keys: list[Any], lists: list[list[Any]], namespace: Any = None) -> None:
-        """``append`` for many keys of one namespace (backends may do it in bulk)."""
+    def append_many(self, key_groups: list[int], keys: list[Any], lists: list[list[Any]], namespace: Any = None,
+                    handed_over: bool = False) -> None:
+        """``append`` for many keys of one namespace (backends may do it in bulk). ``handed_over``:
+        the lists are the caller's no more, so a backend keeping objects may keep them as they are."""
         append = self.append
         for g, k, e in zip(key_groups, keys, lists):
             if e:

@@ -295,7 +295,7 @@ class RocksDBStateTable(StateTable):
         dec = self._decode_value
         return [None if raw is None else dec(raw) for raw in raws]
 
-    def append_many(self, key_groups, keys, lists, namespace=None):
+    def append_many(self, key_groups, keys, lists, namespace=None, handed_over=False):
         """``append`` of each list; the keys not read or written in this batch yet are read in
         one multi-get first."""
         address, w, r, c = self._address, self._w, self._r, self._c
