@@ -201,7 +201,10 @@ def xxh3_128_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def file_entry(folder: Path, path: Path) -> dict[str, Any]:
+def file_entry(folder: Path, path: Path, checksum: str = "sha256") -> dict[str, Any]:
+    """A data file's ``_metadata`` entry: its size and its ``checksum`` (``"sha256"`` or ``"xxh3_128"``)."""
+    if checksum == "xxh3_128" and xxhash is not None:
+        return {"bytes": path.stat().st_size, "xxh3_128": xxh3_128_file(path)}
     return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 

@@ -34,8 +34,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from typing import Any
+
 import cramjam
 import numpy as np
+import pyarrow as pa
 
 from .. import snappy as snappy_format
 from .instance import combine
@@ -47,6 +50,20 @@ _MARGIN = 128  # zero bytes around the joined blocks
 
 class Unsupported(Exception):
     """These SST files need the entry-by-entry reader."""
+
+
+def pooled_empty(n: int, dtype: Any = np.uint8) -> np.ndarray:
+    """An uninitialised array of ``n`` items in Arrow's memory pool (mimalloc or jemalloc).
+
+    For the large, short-lived buffers of a snapshot (joined data blocks, gathered values):
+    the pool keeps freed memory for the next one, where ``np.empty`` maps fresh pages each
+    time (and asks for transparent huge pages, whose direct compaction stalled a first touch
+    of 1 GB for 2-4 s on the benchmark machine against 0.2 s for a reused pool buffer). The
+    array holds the buffer: it lives as long as the array or anything made from it.
+    """
+    dt = np.dtype(dtype)
+    buf = pa.allocate_buffer(max(1, n * dt.itemsize), resizable=False)
+    return np.frombuffer(buf, dtype=dt, count=n)
 
 
 def _u32le(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -117,11 +134,13 @@ def _handle_arrays(f: SstFile) -> tuple[np.ndarray, np.ndarray]:
     return off, size
 
 
-def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every data block of ``files`` decompressed into one zero-margined buffer: the buffer, each block's
-    start in it, its file (index into ``files``) and its offset in that file.
+    start in it, its length, its file (index into ``files``) and its offset in that file.
 
-    Snappy blocks are decompressed straight into place (``cramjam``'s
+    Stored (uncompressed) blocks are not copied one by one: the span of a file holding them is
+    copied whole (one bulk copy; the trailers between them stay in the buffer, unread).
+    Snappy blocks are decompressed straight into place after it (``cramjam``'s
     ``decompress_raw_into``), their lengths read from their headers all at
     once; :data:`_MARGIN` zero bytes before and after let fixed-width rows be
     read at any value without running off the buffer. A block that does not
@@ -159,21 +178,34 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
                                f"{int(ctype[i])}) does not decompress ({exc})") from exc
             length[i] = len(other[i])
         plans.append((f, off, size, ctype, length, other))
-    blen = np.concatenate([p[4] for p in plans]) if plans else np.zeros(0, dtype=np.int64)
-    starts = _MARGIN + np.cumsum(blen) - blen
-    out = np.zeros(_MARGIN + int(blen.sum()) + _MARGIN, dtype=np.uint8)
+    # layout: per file, the span of its stored (uncompressed) blocks copied whole, in one bulk copy
+    # (trailers and all; blocks are addressed by start and length), then its decompressed blocks
+    regions = []  # per file: (span start in the file, span length, decompressed bytes)
+    for f, off, size, ctype, length, other in plans:
+        plain = ctype == 0
+        lo = int(off[plain].min()) if plain.any() else 0
+        hi = int((off + size)[plain].max()) if plain.any() else 0
+        regions.append((lo, hi - lo, int(length[~plain].sum())))
+    total = sum(r[1] + r[2] for r in regions)
+    out = pooled_empty(_MARGIN + total + _MARGIN)
+    out[:_MARGIN] = 0
+    out[_MARGIN + total:] = 0
     into = cramjam.snappy.decompress_raw_into
     om = memoryview(out)
-    first = 0
-    for f, off, size, ctype, length, other in plans:
+    where_all = []
+    at = _MARGIN
+    for (f, off, size, ctype, length, other), (lo, span, packed) in zip(plans, regions):
         mv = memoryview(f.data)
-        where = starts[first : first + len(off)]
         plain = ctype == 0
-        if plain.any():  # stored blocks: copied in one kernel call
-            from .kernels import copy_blocks
-
-            copy_blocks(np.frombuffer(f.data, dtype=np.uint8), off[plain], size[plain], out, where[plain])
+        where = np.empty(len(off), dtype=np.int64)
+        if span:
+            out[at : at + span] = np.frombuffer(f.data, dtype=np.uint8, count=span, offset=lo)
+            where[plain] = at + off[plain] - lo
+        at += span
         rest = np.flatnonzero(~plain)
+        if len(rest):
+            where[rest] = at + np.cumsum(length[rest]) - length[rest]
+        at += packed
         for i, o, z, c, d, n in zip(rest.tolist(), off[rest].tolist(), size[rest].tolist(), ctype[rest].tolist(),
                                     where[rest].tolist(), length[rest].tolist()):
             if c == 1:
@@ -186,10 +218,12 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
                     raise SstError(f"{f.name}: the Snappy block at {o} decompressed short of its stated {n} bytes")
             else:
                 om[d : d + n] = other[i]
-        first += len(off)
+        where_all.append(where)
+    starts = np.concatenate(where_all) if where_all else np.zeros(0, dtype=np.int64)
+    blen = np.concatenate([p[4] for p in plans]) if plans else np.zeros(0, dtype=np.int64)
     block_file = np.repeat(np.arange(len(plans)), [len(p[1]) for p in plans]).astype(np.int64)
     block_offset = np.concatenate([p[1] for p in plans]) if plans else np.zeros(0, dtype=np.int64)
-    return out, starts, block_file, block_offset
+    return out, starts, blen, block_file, block_offset
 
 
 _MESSAGES = {
@@ -227,8 +261,7 @@ def _entries(files: list[SstFile]):
     """
     from . import kernels
 
-    joined, base, bfile, boff = _blocks(files)
-    blen = np.diff(np.append(base, len(joined) - _MARGIN))
+    joined, base, blen, bfile, boff = _blocks(files)
     counts = np.zeros(len(base), dtype=np.int64)
     code, block, at, longest = kernels.scan_blocks(joined, base, blen, counts)
     if code:
