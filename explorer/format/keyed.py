@@ -116,32 +116,11 @@ def decode_keys(column: pa.Array | pa.ChunkedArray, kind: str) -> list[Any]:
 
 
 def rows_to_table(rows: list[tuple], value_info: TypeInfo, user_key: str | TypeInfo | None) -> tuple[pa.Table, dict[str, str]]:
-    """Rows ``(kg, key, ns, user_key, value, last_access)`` to an Arrow table (sorted by key group)."""
-    if rows and any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
-        rows = sorted(rows, key=lambda r: r[0])
+    """Rows ``(kg, key, ns, user_key, value, last_access)`` to an Arrow table (sorted by key group, stably):
+    :func:`columns_to_table` of the rows' columns, their user keys (list positions, map keys) as given."""
     kgs, keys, nss, uks, vals, tss = (list(c) for c in zip(*rows)) if rows else ([], [], [], [], [], [])
-    key_col, key_kind = encode_keys(keys)
-    ns_col, ns_kind = encode_keys(nss)
-    if user_key is None:
-        uk_col = pa.nulls(len(rows))
-    elif user_key == "index":
-        uk_col = pa.array(uks, type=pa.int32())
-    else:
-        uk_info: TypeInfo = user_key  # type: ignore[assignment]
-        uk_col = pa.array([uk_info.to_arrow(u) for u in uks], type=uk_info.arrow_type)
-    to_arrow = value_info.to_arrow
-    val_col = pa.array([None if v is None else to_arrow(v) for v in vals], type=value_info.arrow_type)
-    table = pa.table(
-        {
-            "key_group": pa.array(kgs, type=pa.int32()),
-            "key": key_col,
-            "namespace": ns_col,
-            "user_key": uk_col,
-            "value": val_col,
-            "last_access": pa.array(tss, type=pa.int64()),
-        }
-    )
-    return table, {"key_kind": key_kind, "namespace_kind": ns_kind}
+    return columns_to_table(kgs, keys, nss, None, vals, value_info, user_key,
+                            user_keys=None if user_key is None else uks, last_access=tss)
 
 
 def columns_to_table(
@@ -189,7 +168,8 @@ def columns_to_table(
     if user_key is None:
         uk_col = pa.nulls(total)
     elif user_key == "index":
-        uk_col = pa.array(np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(c) - c, c), type=pa.int32())
+        uk_col = pa.array(user_keys if user_keys is not None else
+                          np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(c) - c, c), type=pa.int32())
     else:
         uk_col = user_key.to_arrow_array(user_keys)  # type: ignore[union-attr]
     columns = {

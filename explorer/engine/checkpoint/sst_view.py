@@ -62,6 +62,7 @@ def column_family_files(staging: Path) -> dict[str, list | None] | None:
             with open(p, "rb") as fh:
                 data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if p.stat().st_size else b""
             f = SstFile(data, p.name)
+            f.path = p  # mapped whole, side by side with the others, when read (format.sst.columns)
             if f.has_range_deletions or f.column_family is None:
                 return None
             by_cf.setdefault(f.column_family, []).append(f)
