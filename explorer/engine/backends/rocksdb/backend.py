@@ -365,23 +365,30 @@ class RocksDBStateBackend(KeyedStateBackend):
         ascending, or None), ``num_rows`` and ``rows()``. Raw batches whose keys
         ascend from one batch to the next are written as SST files by
         :func:`explorer.format.sst.writer.write_sst` (whole batches at once, outside
-        the GIL; a file holds batches up to :data:`INGEST_FILE_BYTES`) in a folder
+        the GIL, two files at a time in threads while the next batches are read;
+        a file holds batches up to :data:`INGEST_FILE_BYTES`) in a folder
         next to the database and ingested in one ``IngestExternalFile`` call (moved,
         not copied; they land in the bottom level as one sorted run). From the first
         other batch on, the files written so far are ingested and the rest is loaded
         with :meth:`RocksDBStateTable.load_rows`. Returns the rows loaded.
         """
+        from concurrent.futures import ThreadPoolExecutor
+
         import pyarrow as pa
 
         from ....format.sst.writer import write_sst
 
         staging: StagingDir | None = None
         files: list[str] = []
+        writing: list[Any] = []  # futures of the files being written
         pending: list[tuple[Any, Any]] = []
         pending_bytes = 0
         last: bytes | None = None
         by_rows = False
         n = 0
+        # files are built and written (numba, file writes: outside the GIL) by two threads while the
+        # next batches are read and encoded
+        pool = ThreadPoolExecutor(2, thread_name_prefix="restore-sst")
 
         def write_pending() -> None:
             nonlocal staging, pending_bytes
@@ -392,12 +399,16 @@ class RocksDBStateBackend(KeyedStateBackend):
             keys = pending[0][0] if len(pending) == 1 else pa.concat_arrays([k for k, _ in pending])
             values = pending[0][1] if len(pending) == 1 else pa.concat_arrays([v for _, v in pending])
             files.append(str(staging.path / f"{len(files):06d}.sst"))
-            write_sst(Path(files[-1]), keys, values)
+            writing.append(pool.submit(write_sst, Path(files[-1]), keys, values))
+            while len(writing) > 2:  # at most two files in memory at once
+                writing.pop(0).result()
             pending.clear()
             pending_bytes = 0
 
         def ingest() -> None:
             write_pending()
+            while writing:
+                writing.pop(0).result()
             if files:
                 opts = IngestExternalFileOptions()
                 opts.set_move_files(True)
@@ -424,6 +435,9 @@ class RocksDBStateBackend(KeyedStateBackend):
                     write_pending()
             ingest()
         finally:
+            for f in writing:
+                f.cancel()
+            pool.shutdown(wait=True)
             if staging is not None:
                 staging.release()
         return n
