@@ -18,7 +18,8 @@ version (4 bytes, big-endian), the JSON length (8 bytes, big-endian), the JSON
 (UTF-8), and a CRC-32 of the JSON (4 bytes). A reader refuses an unknown
 magic or version and a CRC mismatch (a torn write). Every data file is listed
 in the JSON with its size and SHA-256, or XXH3-128 (``"xxh3_128"``: the files
-of a full native checkpoint, hashed at 20+ GB/s instead of ~1.8). Both detect
+of a full native checkpoint and the Parquet files of a canonical checkpoint,
+hashed at 20+ GB/s instead of ~1.8; savepoints keep SHA-256). Both detect
 a damaged file alike (a random change escapes a 128-bit hash with probability
 2^-128); neither authenticates a snapshot, whose ``_metadata`` carries only a CRC. All paths in the JSON are relative to
 the snapshot folder and may not leave it, so a snapshot can be moved or

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..keycodec import INT, NONE, STR
+from ..sst.columns import pooled_empty
 from ..ttl import alive as ttl_alive
 from .layout import LIST_DELIMITER
 
@@ -145,8 +146,7 @@ def _viewed_array(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, vali
     total = int(lengths.sum()) if n else 0
     if n and total >= 16 * n and total < 1 << 31 and bool((starts >= 0).all()) \
             and bool((starts + lengths <= len(buf)).all()) and bool((lengths >= 0).all()):
-        from ..sst.columns import pooled_empty
-        from ..sst.kernels import gather_segments
+        from ..sst.kernels import gather_segments  # numba: loaded where used
 
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])

@@ -32,8 +32,11 @@ caller then uses the entry-by-entry reader.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
+import sys
 from collections import defaultdict
-
 from typing import Any
 
 import cramjam
@@ -146,16 +149,12 @@ class _FileMapping:
     _PRIVATE, _ANON, _FIXED, _POPULATE = 0x02, 0x20, 0x10, 0x8000
 
     def __init__(self, paths: list[str], extra: int) -> None:
-        import ctypes
-        import mmap as _mmap
-        import os
-
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
         libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         self._munmap = libc.munmap
-        page = _mmap.PAGESIZE
+        page = mmap.PAGESIZE
         sizes = [os.path.getsize(p) for p in paths]
         self.starts = []
         at = page  # a zero page first: the margin before the first block
@@ -203,8 +202,6 @@ MAP_FILES = True
 
 def _mapped_blocks(files: list[SstFile], plans: list) -> tuple | None:
     """:func:`_blocks` by :class:`_FileMapping` where every file has a ``path`` (None elsewhere)."""
-    import sys
-
     paths = [getattr(f, "path", None) for f in files]
     if not MAP_FILES or not sys.platform.startswith("linux") or not files or any(p is None for p in paths):
         return None

@@ -74,8 +74,11 @@ import itertools
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
+
+import pyarrow as pa
 
 from rocksdict import (
     AccessType,
@@ -372,11 +375,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         other batch on, the files written so far are ingested and the rest is loaded
         with :meth:`RocksDBStateTable.load_rows`. Returns the rows loaded.
         """
-        from concurrent.futures import ThreadPoolExecutor
-
-        import pyarrow as pa
-
-        from ....format.sst.writer import write_sst
+        from ....format.sst.writer import write_sst  # numba: loaded where used
 
         staging: StagingDir | None = None
         files: list[str] = []
