@@ -241,7 +241,7 @@ def verify_file(folder: Path, relative: str, entry: dict[str, Any]) -> Path:
 
 
 class BackgroundVerification:
-    """SHA-256 checks of data files run in a thread (hashlib releases the GIL on large
+    """Checksum checks (SHA-256, XXH3-128) of data files run in a thread (hashlib and xxhash release the GIL on large
     buffers) while the restore loads them; :meth:`wait` joins it and raises the first
     mismatch (the same :class:`SnapshotCorruptError` as :func:`verify_file`).
 
@@ -267,7 +267,7 @@ class BackgroundVerification:
                 self.error = e
                 return
             except OSError as e:
-                self.error = SnapshotCorruptError(f"{path}: unreadable while checking its SHA-256 ({e})")
+                self.error = SnapshotCorruptError(f"{path}: unreadable while checking its checksum ({e})")
                 return
 
     @property

@@ -1,4 +1,4 @@
-"""Restoring a full checkpoint while its data files' SHA-256 checks run in a thread.
+"""Restoring a full checkpoint while its data files' checksums (XXH3-128) are checked in a thread.
 
 A damaged keyed-state file must still fail the restore with the checksum error
 (naming the file, found vs recorded), leave no RocksDB directory and no ingest
@@ -72,7 +72,7 @@ def _damage(folder: Path) -> Path:
     rel = next(s["file"] for o in meta["operators"] if o["keyed"] for sub in o["subtasks"] for s in sub["states"])
     victim = folder / rel
     data = bytearray(victim.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # same size: only the SHA-256 (checked in the background) can tell
+    data[len(data) // 2] ^= 0xFF  # same size: only the checksum (checked in the background) can tell
     victim.write_bytes(bytes(data))
     return victim
 
@@ -100,7 +100,7 @@ def test_a_good_checkpoint_restores_the_same_state(tmp_path, backend):
 def test_a_damaged_file_found_during_the_load_aborts_the_restore(tmp_path, backend):
     folder, _ = _snapshot(tmp_path, backend)
     victim = _damage(folder)
-    with pytest.raises(SnapshotCorruptError, match="SHA-256") as err:
+    with pytest.raises(SnapshotCorruptError, match="XXH3-128") as err:
         JobClient(_env(tmp_path, backend, "state-b"), "job", restore_from=folder)
     assert str(victim.resolve()) in str(err.value) and "does not match the recorded" in str(err.value)
     _no_state_left(tmp_path / "state-b")  # no ingest staging folder left
