@@ -241,8 +241,8 @@ def verify_file(folder: Path, relative: str, entry: dict[str, Any]) -> Path:
 
 
 class BackgroundVerification:
-    """Checksum checks (SHA-256, XXH3-128) of data files run in a thread (hashlib and xxhash release the GIL on large
-    buffers) while the restore loads them; :meth:`wait` joins it and raises the first
+    """Checksum checks (SHA-256, XXH3-128) of data files run in a thread (hashlib and xxhash
+    release the GIL on large buffers) while the restore loads them; :meth:`wait` joins it and raises the first
     mismatch (the same :class:`SnapshotCorruptError` as :func:`verify_file`).
 
     Sizes are checked by the caller before (no read needed); this only hashes. The
