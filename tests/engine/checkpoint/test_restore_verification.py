@@ -175,3 +175,33 @@ def test_a_damaged_sst_of_an_incremental_checkpoint_fails_the_parallel_check(tmp
         JobClient(_env(tmp_path, "rocksdb", "state-c", True), "job", restore_from=folder)
     assert str(victim) in str(err.value)
     _no_state_left(tmp_path / "state-c")
+
+
+@pytest.mark.parametrize("backend", ["rocksdb", "heap"])
+def test_checkpoints_and_savepoints_are_written_with_their_own_profiles(tmp_path, backend):
+    """A canonical checkpoint's Parquet files: uncompressed, XXH3-128; a savepoint's (the portable
+    archive): zstd, SHA-256. Both restore the same entries, and the explorer reads both."""
+    import explorer
+    import pyarrow.parquet as pq
+
+    folder, before = _snapshot(tmp_path, backend)
+    client = JobClient(_env(tmp_path, backend, "state-b"), "job", restore_from=folder)
+    client.runtime.hold_sources_open = True
+    savepoint = client.trigger_savepoint(tmp_path / "sp")
+    client.close()
+    for snap, digest, codec in ((folder, "xxh3_128", "UNCOMPRESSED"), (savepoint, "sha256", "ZSTD")):
+        meta = read_metadata(snap)
+        keyed = {rel: e for rel, e in meta["files"].items() if rel.startswith("keyed/")}
+        assert keyed and all(set(e) == {"bytes", digest} for e in keyed.values()), snap
+        for rel in keyed:
+            md = pq.ParquetFile(resolve(snap, rel)).metadata
+            names = md.schema.to_arrow_schema().names
+            col = md.row_group(0).column(names.index("value"))
+            assert col.compression == codec, (snap, rel)
+        df = explorer.open(snap).keyed_state()
+        assert dict(zip(df["key"], df["value"])) == before
+        restored = JobClient(_env(tmp_path, backend, f"state-{digest}"), "job", restore_from=snap)
+        try:
+            assert {k: _get(restored, k) for k in before} == before
+        finally:
+            restored.close()
