@@ -99,3 +99,14 @@ def test_mapped_files_read_like_copied_ones(tmp_path, monkeypatch, compression):
     assert mapped == entries(files(False))
     monkeypatch.setattr(sstvec, "MAP_FILES", False)
     assert mapped == entries(files(True))
+
+
+def test_direct_and_buffered_writes_give_the_same_file(tmp_path, monkeypatch):
+    from explorer.format.sst import writer
+
+    keys, values = _entries(6, 4000)  # a few MB: the bulk written directly, the tail buffered
+    k, v = pa.array(keys, pa.binary()), pa.array(values, pa.binary())
+    write_sst(tmp_path / "direct.sst", k, v)
+    monkeypatch.setattr(writer, "DIRECT_WRITES", False)
+    write_sst(tmp_path / "buffered.sst", k, v)
+    assert (tmp_path / "direct.sst").read_bytes() == (tmp_path / "buffered.sst").read_bytes()
