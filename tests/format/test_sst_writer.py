@@ -110,3 +110,17 @@ def test_direct_and_buffered_writes_give_the_same_file(tmp_path, monkeypatch):
     monkeypatch.setattr(writer, "DIRECT_WRITES", False)
     write_sst(tmp_path / "buffered.sst", k, v)
     assert (tmp_path / "direct.sst").read_bytes() == (tmp_path / "buffered.sst").read_bytes()
+
+
+def test_a_reused_buffer_gives_the_same_files(tmp_path):
+    import threading
+
+    scratch = threading.local()
+    for seed, n in ((7, 3000), (8, 500), (9, 4000)):  # smaller, then larger than the kept buffer
+        keys, values = _entries(seed, n)
+        k, v = pa.array(keys, pa.binary()), pa.array(values, pa.binary())
+        write_sst(tmp_path / "reused.sst", k, v, scratch)
+        write_sst(tmp_path / "fresh.sst", k, v)
+        assert (tmp_path / "reused.sst").read_bytes() == (tmp_path / "fresh.sst").read_bytes(), seed
+        (tmp_path / "reused.sst").unlink()
+        (tmp_path / "fresh.sst").unlink()

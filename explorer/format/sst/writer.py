@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -186,10 +187,14 @@ def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return data, offs.astype(np.int64)
 
 
-def write_sst(path: Path, keys: pa.Array, values: pa.Array) -> int:
+def write_sst(path: Path, keys: pa.Array, values: pa.Array, scratch: Any = None) -> int:
     """Write raw ``keys`` (strictly ascending, bytewise) and ``values`` (binary arrays of one length) to a
     new SST file at ``path`` for ``IngestExternalFile``; returns its size. The caller guarantees the order
-    (RocksDB refuses an ingested file whose keys are not ascending)."""
+    (RocksDB refuses an ingested file whose keys are not ascending).
+
+    ``scratch``, an object with attributes (a ``threading.local()`` for calls from several threads),
+    keeps the file's buffer for the next call: fresh memory is slow to touch on the benchmark
+    machine (0.5-2 s per GB), so a restore writing many files reuses one buffer per thread."""
     n = len(keys)
     if n == 0 or len(values) != n:
         raise ValueError(f"an SST file needs one value per key and at least one entry ({n} keys, {len(values)} values)")
@@ -201,7 +206,11 @@ def write_sst(path: Path, keys: pa.Array, values: pa.Array) -> int:
     # trailer and index entry (4 + 5 + 35 with its key, when each entry is a block of its own)
     bound = raw_k + raw_v + n * (15 + 8 + 4 + 4 + 5 + 35) + 2 * raw_k + 4096
 
-    out = pooled_empty(bound + _ALIGN)
+    out = getattr(scratch, "sst_buffer", None)
+    if out is None or len(out) < bound + _ALIGN:
+        out = pooled_empty(bound + _ALIGN)
+        if scratch is not None:
+            scratch.sst_buffer = out
     out = out[(-out.ctypes.data) % _ALIGN :]  # block-aligned, for a direct write
     boff = np.empty(n, dtype=np.int64)
     bsize = np.empty(n, dtype=np.int64)

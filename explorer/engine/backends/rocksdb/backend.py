@@ -74,6 +74,7 @@ import itertools
 import json
 import os
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
@@ -388,6 +389,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         # files are built and written (numba, file writes: outside the GIL) by two threads while the
         # next batches are read and encoded
         pool = ThreadPoolExecutor(2, thread_name_prefix="restore-sst")
+        scratch = threading.local()  # one reused file buffer per writing thread, dropped with this call
 
         def write_pending() -> None:
             nonlocal staging, pending_bytes
@@ -398,7 +400,7 @@ class RocksDBStateBackend(KeyedStateBackend):
             keys = pending[0][0] if len(pending) == 1 else pa.concat_arrays([k for k, _ in pending])
             values = pending[0][1] if len(pending) == 1 else pa.concat_arrays([v for _, v in pending])
             files.append(str(staging.path / f"{len(files):06d}.sst"))
-            writing.append(pool.submit(write_sst, Path(files[-1]), keys, values))
+            writing.append(pool.submit(write_sst, Path(files[-1]), keys, values, scratch))
             while len(writing) > 2:  # at most two files in memory at once
                 writing.pop(0).result()
             pending.clear()
