@@ -84,7 +84,8 @@ def _file_digests(snap: Any) -> dict[str, int] | None:
     meta = getattr(snap.reader, "meta", None)
     if not isinstance(meta, dict) or "files" not in meta:
         return None
-    return {e.get("sha256", rel): int(e["bytes"]) for rel, e in meta["files"].items()}
+    # a file is known by its content's digest (SHA-256, or XXH3-128 in checkpoints' files), else by its path
+    return {e.get("sha256") or e.get("xxh3_128") or rel: int(e["bytes"]) for rel, e in meta["files"].items()}
 
 
 def _operator_bytes(snap: Any) -> dict[str, int]:

@@ -18,7 +18,8 @@ version (4 bytes, big-endian), the JSON length (8 bytes, big-endian), the JSON
 (UTF-8), and a CRC-32 of the JSON (4 bytes). A reader refuses an unknown
 magic or version and a CRC mismatch (a torn write). Every data file is listed
 in the JSON with its size and SHA-256, or XXH3-128 (``"xxh3_128"``: the files
-of a full native checkpoint, hashed at 20+ GB/s instead of ~1.8). Both detect
+of a full native checkpoint and the Parquet files of a canonical checkpoint,
+hashed at 20+ GB/s instead of ~1.8; savepoints keep SHA-256). Both detect
 a damaged file alike (a random change escapes a 128-bit hash with probability
 2^-128); neither authenticates a snapshot, whose ``_metadata`` carries only a CRC. All paths in the JSON are relative to
 the snapshot folder and may not leave it, so a snapshot can be moved or
@@ -201,7 +202,10 @@ def xxh3_128_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def file_entry(folder: Path, path: Path) -> dict[str, Any]:
+def file_entry(folder: Path, path: Path, checksum: str = "sha256") -> dict[str, Any]:
+    """A data file's ``_metadata`` entry: its size and its ``checksum`` (``"sha256"`` or ``"xxh3_128"``)."""
+    if checksum == "xxh3_128" and xxhash is not None:
+        return {"bytes": path.stat().st_size, "xxh3_128": xxh3_128_file(path)}
     return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
@@ -237,8 +241,8 @@ def verify_file(folder: Path, relative: str, entry: dict[str, Any]) -> Path:
 
 
 class BackgroundVerification:
-    """SHA-256 checks of data files run in a thread (hashlib releases the GIL on large
-    buffers) while the restore loads them; :meth:`wait` joins it and raises the first
+    """Checksum checks (SHA-256, XXH3-128) of data files run in a thread (hashlib and xxhash
+    release the GIL on large buffers) while the restore loads them; :meth:`wait` joins it and raises the first
     mismatch (the same :class:`SnapshotCorruptError` as :func:`verify_file`).
 
     Sizes are checked by the caller before (no read needed); this only hashes. The
@@ -263,7 +267,7 @@ class BackgroundVerification:
                 self.error = e
                 return
             except OSError as e:
-                self.error = SnapshotCorruptError(f"{path}: unreadable while checking its SHA-256 ({e})")
+                self.error = SnapshotCorruptError(f"{path}: unreadable while checking its checksum ({e})")
                 return
 
     @property

@@ -132,3 +132,19 @@ def test_history_times_are_the_slowest_subtasks_and_the_snapshots_own(tmp_path):
         assert mine["subtask"].nunique() > 1
         assert row.sync_ms == pytest.approx(mine["sync_ms"].max(), abs=1e-3)
         assert row.created_at == pd.Timestamp(start, unit="ms", tz="UTC")
+
+
+def test_incremental_bytes_count_every_file_whose_content_changed(planted_job):
+    """A checkpoint's new bytes are its files whose content no earlier checkpoint of the run had (read
+    from the files themselves), whichever checksum (SHA-256, XXH3-128) the metadata records."""
+    from explorer.format.snapshot import read_metadata, resolve, sha256_file
+
+    chks = checkpoints_in(planted_job.checkpoint_dir)
+    summary = checkpoint_summary(explorer.history(planted_job.checkpoint_dir)).set_index("checkpoint_id")
+    seen: set[str] = set()
+    for c in chks:
+        meta = read_metadata(c)
+        contents = {rel: sha256_file(resolve(c, rel)) for rel in meta["files"]}
+        new = sum(int(e["bytes"]) for rel, e in meta["files"].items() if contents[rel] not in seen)
+        assert summary.loc[explorer.open(c).checkpoint_id, "incremental_bytes"] == new, c
+        seen = set(contents.values())

@@ -32,7 +32,7 @@ def test_same_file_and_row_groups_for_any_batching(tmp_path, cuts, target):
         w.write(table.slice(a, b - a))
     assert w.close() == want
     assert w.rows == table.num_rows
-    assert w.sha256 == sha256_file(tmp_path / "whole.parquet")
+    assert w.checksum == {"sha256": sha256_file(tmp_path / "whole.parquet")}
     assert (tmp_path / "batches.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
 
 

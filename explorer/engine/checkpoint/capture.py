@@ -30,7 +30,8 @@ from typing import Any, Callable
 import pyarrow as pa
 from rocksdict import AccessType, Options, Rdict
 
-from ...format.keyed import columns_to_table, encode_keys, rows_to_table, write_parquet_by_key_group
+from ...format.keyed import CHECKPOINT, SAVEPOINT, ParquetProfile, columns_to_table, encode_keys, rows_to_table, \
+    write_parquet_by_key_group
 from ...format.rocksdb.native import write_native_table
 from ...format.snapshot import file_entry
 from ...format.types import type_from_description, type_info
@@ -206,12 +207,17 @@ def _safe(name: str) -> str:
     return out or "_"
 
 
-def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tuple] | None = None) -> dict[str, Any]:
+def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tuple] | None = None,
+                  savepoint: bool = True) -> dict[str, Any]:
     """Write one subtask's capture under ``folder``; return its metadata fragment.
 
     ``upload`` writes a native capture (``cap.native``) and returns its
     ``native`` metadata, file entries and bytes written (:func:`.incremental.upload_native`).
+    A savepoint's Parquet files are written with :data:`explorer.format.keyed.SAVEPOINT`
+    (zstd, SHA-256), a checkpoint's with :data:`~explorer.format.keyed.CHECKPOINT`
+    (uncompressed, XXH3-128): the same columns and row groups, read and verified alike.
     """
+    profile = SAVEPOINT if savepoint else CHECKPOINT
     t0 = time.perf_counter()
     files: dict[str, dict[str, Any]] = {}
     states_meta = []
@@ -229,14 +235,15 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
             digest = None
             if sc.columns is not None:
                 table, kinds = columns_to_table(value_info=sc.value_info, user_key=sc.user_key, **sc.columns.columns())
-                groups, rows = write_parquet_by_key_group(table, path), table.num_rows
+                groups, rows = write_parquet_by_key_group(table, path, profile=profile), table.num_rows
             elif sc.rows is None:
-                groups, rows, kinds, digest = _write_view_state(cap.view, sc, path)
+                groups, rows, kinds, digest = _write_view_state(cap.view, sc, path, profile)
             else:
                 table, kinds = rows_to_table(sc.rows, sc.value_info, sc.user_key)
-                groups, rows = write_parquet_by_key_group(table, path), table.num_rows
-            # the SHA-256 of a file written batch by batch was computed as it was written
-            files[rel] = file_entry(folder, path) if digest is None else {"bytes": path.stat().st_size, "sha256": digest}
+                groups, rows = write_parquet_by_key_group(table, path, profile=profile), table.num_rows
+            # the checksum of a file written batch by batch was computed as it was written
+            files[rel] = file_entry(folder, path, profile.checksum) if digest is None else \
+                {"bytes": path.stat().st_size, **digest}
             states_meta.append({"name": sc.descriptor["name"], "file": rel, "rows": rows,
                                 "row_groups": groups, **kinds})
     finally:
@@ -250,8 +257,8 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
         t = pa.table({"key_group": pa.array(kgs, pa.int32()), "key": key_col, "namespace": ns_col,
                       "timestamp": pa.array(tss, pa.int64()), "domain": pa.array(doms, pa.string())})
         rel = f"timers/{uid_dir}/{cap.index}.parquet"
-        groups = write_parquet_by_key_group(t, folder / rel)
-        files[rel] = file_entry(folder, folder / rel)
+        groups = write_parquet_by_key_group(t, folder / rel, profile=profile)
+        files[rel] = file_entry(folder, folder / rel, profile.checksum)
         timers_meta = {"file": rel, "rows": t.num_rows, "row_groups": groups, "key_kind": key_kind, "namespace_kind": ns_kind}
         if written is not None:
             written += files[rel]["bytes"]
@@ -295,20 +302,20 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
 READ_SST_FILES = True
 
 
-def _write_view_state(view: PinnedView, sc: StateCapture, path: Path):
+def _write_view_state(view: PinnedView, sc: StateCapture, path: Path, profile: ParquetProfile = SAVEPOINT):
     """One state read from a pinned view and written to ``path`` batch by batch (the asynchronous
-    half of a RocksDB full snapshot): its row groups, row count, kinds and SHA-256 (or None)."""
+    half of a RocksDB full snapshot): its row groups, row count, kinds and checksum entry (or None)."""
     if READ_SST_FILES:
         files = view.sst_files(sc.descriptor["name"])
         if files is not None:
             got = sst_view.write_view_state_sst(files, sc.descriptor, view.prefix_bytes, view.key_group_range,
-                                       sc.value_info, sc.user_key, path, expire=sc.expire)
+                                                sc.value_info, sc.user_key, path, expire=sc.expire, profile=profile)
             if got is not None:
                 return got
     cf = view.column_family(sc.descriptor["name"])
     try:
         return write_native_table(cf, sc.descriptor, view.prefix_bytes, [view.key_group_range],
-                                  sc.value_info, sc.user_key, path, expire=sc.expire)
+                                  sc.value_info, sc.user_key, path, expire=sc.expire, profile=profile)
     finally:
         cf.close()
 

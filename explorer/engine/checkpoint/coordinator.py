@@ -268,7 +268,8 @@ class CheckpointCoordinator:
                         shutil.rmtree(cap.native.staging, ignore_errors=True)
                     raise
             return write_capture(cap, pc.folder,
-                                 upload=lambda nc: upload_native(nc, pc.folder, self.storage, pc.id, cap.uid, cap.index))
+                                 upload=lambda nc: upload_native(nc, pc.folder, self.storage, pc.id, cap.uid, cap.index),
+                                 savepoint=pc.savepoint)
 
         if self._pool is not None:
             pc.acks[subtask.name] = self._pool.submit(job)

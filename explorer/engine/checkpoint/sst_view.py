@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ...format.keyed import rows_to_table
+from ...format.keyed import SAVEPOINT, ParquetProfile, rows_to_table
 from ...format.prefetch import prefetch
 from ...format.rocksdb.columns import decode_flat, supported
 from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
@@ -62,6 +62,7 @@ def column_family_files(staging: Path) -> dict[str, list | None] | None:
             with open(p, "rb") as fh:
                 data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if p.stat().st_size else b""
             f = SstFile(data, p.name)
+            f.path = p  # mapped whole, side by side with the others, when read (format.sst.columns)
             if f.has_range_deletions or f.column_family is None:
                 return None
             by_cf.setdefault(f.column_family, []).append(f)
@@ -107,9 +108,10 @@ def _sorted_entries(files: list, prefix_bytes: int, first: int, last: int):
 
 
 def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", prefix_bytes: int, key_group_range: tuple[int, int],
-                         value_info: Any, user_key: Any, path: Path, expire: tuple[int, int] | None = None):
+                         value_info: Any, user_key: Any, path: Path, expire: tuple[int, int] | None = None,
+                         profile: ParquetProfile = SAVEPOINT):
     """:func:`explorer.format.rocksdb.native.write_native_table` of one state from its SST ``files``:
-    ``(row groups, rows, kinds, SHA-256)``, or None (nothing written) where this path does not apply."""
+    ``(row groups, rows, kinds, checksum entry)``, or None (nothing written) where this path does not apply."""
 
     state = StoredState.of(desc)
     if not supported(state.kind, value_info, user_key):
@@ -144,7 +146,8 @@ def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", pref
     # None where kinds or schemas differ between batches: the rocksdict path reports or reconciles it.
     # The next batch is decoded (NumPy, Arrow: mostly outside the GIL) in a thread while the current
     # one is Parquet-encoded, hashed and written (also outside the GIL).
-    return write_decoded(path, prefetch(pieces(), "snapshot-decode"), lambda: rows_to_table([], value_info, user_key))
+    return write_decoded(path, prefetch(pieces(), "snapshot-decode"), lambda: rows_to_table([], value_info, user_key),
+                         profile)
 
 
 __all__ = ["column_family_files", "write_view_state_sst"]

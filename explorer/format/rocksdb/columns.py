@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..keycodec import INT, NONE, STR
+from ..sst.columns import pooled_empty
 from ..ttl import alive as ttl_alive
 from .layout import LIST_DELIMITER
 
@@ -129,33 +130,46 @@ def _viewed_array(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, vali
                   binary: bool) -> pa.Array:
     """The (start, length) segments of ``buf`` as a binary / UTF-8 string array.
 
-    The segments are first described as an Arrow binary-view array over ``buf``
-    itself (16 bytes per row: the length, then the bytes inline when at most
-    12, else a 4-byte prefix, buffer 0 and the offset), which Arrow then casts
-    to a plain binary array with one copy per segment: faster than cutting the
-    gaps out of ``buf`` with a mask when segments are long (values).
+    Long segments (values) are copied by one numba kernel straight into the array's data
+    buffer (:func:`explorer.format.sst.kernels.gather_segments`, outside the GIL); short ones,
+    or any set whose bounds do not check out, are first described as an Arrow binary-view
+    array over ``buf`` itself (16 bytes per row: the length, then the bytes inline when at
+    most 12, else a 4-byte prefix, buffer 0 and the offset), which Arrow then casts to a
+    plain binary array with one copy per segment.
     """
     n = len(starts)
-    views = np.zeros((n, 16), dtype=np.uint8)
-    views[:, :4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
-    last = max(len(buf) - 1, 0)
-    width = np.arange(12, dtype=np.int64)
-    short = lengths <= 12
-    if len(buf):
-        s = starts[short]
-        inline = buf[np.minimum(s[:, None] + width, last)]
-        inline[width[None, :] >= lengths[short][:, None]] = 0
-        views[short, 4:] = inline
-        lng = ~short
-        views[lng, 4:8] = buf[np.minimum(starts[lng][:, None] + width[:4], last)]
-        views[lng, 12:16] = starts[lng].astype("<i4").view(np.uint8).reshape(-1, 4)
     bitmap = None
     nulls = 0
     if valid is not None and not valid.all():
         bitmap = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
         nulls = int(n - valid.sum())
-    arr = pa.Array.from_buffers(pa.binary_view(), n, [bitmap, pa.py_buffer(views), pa.py_buffer(buf)],
-                                null_count=nulls).cast(pa.binary())
+    total = int(lengths.sum()) if n else 0
+    if n and total >= 16 * n and total < 1 << 31 and bool((starts >= 0).all()) \
+            and bool((starts + lengths <= len(buf)).all()) and bool((lengths >= 0).all()):
+        from ..sst.kernels import gather_segments  # numba: loaded where used
+
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        data = pooled_empty(total)
+        gather_segments(buf, starts.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False), data, offsets)
+        arr = pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets.astype(np.int32)), data.base],
+                                    null_count=nulls)
+    else:
+        views = np.zeros((n, 16), dtype=np.uint8)
+        views[:, :4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
+        last = max(len(buf) - 1, 0)
+        width = np.arange(12, dtype=np.int64)
+        short = lengths <= 12
+        if len(buf):
+            s = starts[short]
+            inline = buf[np.minimum(s[:, None] + width, last)]
+            inline[width[None, :] >= lengths[short][:, None]] = 0
+            views[short, 4:] = inline
+            lng = ~short
+            views[lng, 4:8] = buf[np.minimum(starts[lng][:, None] + width[:4], last)]
+            views[lng, 12:16] = starts[lng].astype("<i4").view(np.uint8).reshape(-1, 4)
+        arr = pa.Array.from_buffers(pa.binary_view(), n, [bitmap, pa.py_buffer(views), pa.py_buffer(buf)],
+                                    null_count=nulls).cast(pa.binary())
     if binary:
         return arr
     out = pa.Array.from_buffers(pa.string(), n, arr.buffers(), null_count=arr.null_count)

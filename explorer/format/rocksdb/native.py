@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pyarrow as pa
 
 from ...errors import SnapshotFormatError
-from ..keyed import KeyGroupParquetWriter, rows_to_table, write_parquet_by_key_group
+from ..keyed import SAVEPOINT, KeyGroupParquetWriter, ParquetProfile, rows_to_table, write_parquet_by_key_group
 from ..prefetch import prefetch
 from ..snapshot import resolve
 from ...storage import as_path
@@ -185,37 +185,41 @@ def native_table(cf, desc: "StoredState | dict[str, Any]", prefix_bytes: int, ru
 
 
 def write_native_table(cf, desc: "StoredState | dict[str, Any]", prefix_bytes: int, runs: list[tuple[int, int]],
-                       value_info: TypeInfo, user_key: Any, path: Path, expire: tuple[int, int] | None = None
-                       ) -> tuple[list[list[int]], int, dict[str, str], str | None]:
+                       value_info: TypeInfo, user_key: Any, path: Path, expire: tuple[int, int] | None = None,
+                       profile: ParquetProfile = SAVEPOINT
+                       ) -> tuple[list[list[int]], int, dict[str, str], dict[str, str] | None]:
     """:func:`native_table` written to ``path`` as :func:`explorer.format.keyed.write_parquet_by_key_group`
     writes it (the same file), each batch as soon as it is decoded, so the Parquet encoding
     overlaps the scan. Returns the row groups, the row count, the kinds, and the file's
-    SHA-256 when it was computed while writing (else None)."""
+    checksum entry (``{"sha256": hex}`` or ``{"xxh3_128": hex}``, the ``profile``'s) when it was
+    computed while writing (else None)."""
 
     def whole(table_kinds):
         table, kinds = table_kinds
-        return write_parquet_by_key_group(table, path), table.num_rows, kinds, None
+        return write_parquet_by_key_group(table, path, profile=profile), table.num_rows, kinds, None
 
     if not supported(StoredState.of(desc).kind, value_info, user_key):
         return whole(_row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire))
     got = write_decoded(path, _decoded_tables(cf, desc, prefix_bytes, runs, value_info, user_key, expire),
-                        lambda: rows_to_table([], value_info, user_key))
+                        lambda: rows_to_table([], value_info, user_key), profile)
     return whole(_row_table(cf, desc, prefix_bytes, runs, value_info, user_key, expire)) if got is None else got
 
 
-def write_decoded(path: Path, pieces: Iterable[tuple[Any, dict[str, str]]], empty: Callable[[], tuple[Any, dict]]
-                  ) -> tuple[list[list[int]], int, dict[str, str], str | None] | None:
+def write_decoded(path: Path, pieces: Iterable[tuple[Any, dict[str, str]]], empty: Callable[[], tuple[Any, dict]],
+                  profile: ParquetProfile = SAVEPOINT
+                  ) -> tuple[list[list[int]], int, dict[str, str], dict[str, str] | None] | None:
     """Write decoded ``(table, kinds)`` pieces of one state to ``path`` as they come, as one
-    key-group Parquet file: ``(row groups, rows, kinds, SHA-256)``. None, with the file
+    key-group Parquet file: ``(row groups, rows, kinds, checksum entry)``. None, with the file
     aborted, when a piece's kinds or schema differ from the first's (the caller takes the
-    row path, which reports or reconciles it); without pieces, ``empty()`` written whole."""
+    row path, which reports or reconciles it); without pieces, ``empty()`` written whole
+    (checksum None: the caller hashes the file)."""
 
     writer: KeyGroupParquetWriter | None = None
     kinds: dict[str, str] | None = None
     try:
         for table, k in pieces:
             if writer is None:
-                writer = KeyGroupParquetWriter(path, table.schema)
+                writer = KeyGroupParquetWriter(path, table.schema, profile=profile)
                 kinds = k
             elif k != kinds or table.schema != writer.schema:
                 writer.abort()
@@ -228,9 +232,9 @@ def write_decoded(path: Path, pieces: Iterable[tuple[Any, dict[str, str]]], empt
         raise
     if writer is None:
         table, kinds = empty()
-        return write_parquet_by_key_group(table, path), table.num_rows, kinds, None
+        return write_parquet_by_key_group(table, path, profile=profile), table.num_rows, kinds, None
     groups = writer.close()
-    return groups, writer.rows, kinds, writer.sha256
+    return groups, writer.rows, kinds, writer.checksum
 
 
 def _entries(cf, prefix_bytes: int, runs: list[tuple[int, int]]) -> Iterator[tuple[bytes, bytes]]:

@@ -63,13 +63,15 @@ def _copy(dst, d, src, s, n):
 
 
 @_jit
-def copy_blocks(src, offsets, sizes, out, starts):
-    """``out[starts[i] : starts[i] + sizes[i]] = src[offsets[i] : offsets[i] + sizes[i]]`` for every i
-    (stored, uncompressed blocks into the joined buffer; the caller checks the bounds)."""
-    for i in range(len(offsets)):
+def gather_segments(src, starts, lengths, out, offsets):
+    """``out[offsets[i] : offsets[i] + lengths[i]] = src[starts[i] : starts[i] + lengths[i]]`` for every i:
+    segments of a buffer (values in joined data blocks) made one contiguous Arrow data buffer (the caller
+    checks the bounds)."""
+    for i in range(len(starts)):
+        s = starts[i]
         o = offsets[i]
-        d = starts[i]
-        out[d : d + sizes[i]] = src[o : o + sizes[i]]
+        n = lengths[i]
+        out[o : o + n] = src[s : s + n]
 
 
 @_jit

@@ -285,7 +285,7 @@ def test_a_checkpoint_damaged_after_the_crash_is_skipped_for_the_one_before(tmp_
     _, restarts = run_with_recovery(make, "job", CrashInjector("round", 40))
     assert restarts == 1 and len(damaged) == 1
     newest, victim = damaged[0]
-    assert any(str(newest) in r.getMessage() and "SHA-256" in r.getMessage() and r.levelname == "WARNING"
+    assert any(str(newest) in r.getMessage() and "XXH3-128" in r.getMessage() and r.levelname == "WARNING"
                for r in caplog.records)
     assert counts[str(victim.resolve())] == 1
     assert len(calls) == 3  # the failed attempt's environment was not reused

@@ -1,4 +1,4 @@
-"""Restoring a full checkpoint while its data files' SHA-256 checks run in a thread.
+"""Restoring a full checkpoint while its data files' checksums (XXH3-128) are checked in a thread.
 
 A damaged keyed-state file must still fail the restore with the checksum error
 (naming the file, found vs recorded), leave no RocksDB directory and no ingest
@@ -72,7 +72,7 @@ def _damage(folder: Path) -> Path:
     rel = next(s["file"] for o in meta["operators"] if o["keyed"] for sub in o["subtasks"] for s in sub["states"])
     victim = folder / rel
     data = bytearray(victim.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # same size: only the SHA-256 (checked in the background) can tell
+    data[len(data) // 2] ^= 0xFF  # same size: only the checksum (checked in the background) can tell
     victim.write_bytes(bytes(data))
     return victim
 
@@ -100,7 +100,7 @@ def test_a_good_checkpoint_restores_the_same_state(tmp_path, backend):
 def test_a_damaged_file_found_during_the_load_aborts_the_restore(tmp_path, backend):
     folder, _ = _snapshot(tmp_path, backend)
     victim = _damage(folder)
-    with pytest.raises(SnapshotCorruptError, match="SHA-256") as err:
+    with pytest.raises(SnapshotCorruptError, match="XXH3-128") as err:
         JobClient(_env(tmp_path, backend, "state-b"), "job", restore_from=folder)
     assert str(victim.resolve()) in str(err.value) and "does not match the recorded" in str(err.value)
     _no_state_left(tmp_path / "state-b")  # no ingest staging folder left
@@ -175,3 +175,33 @@ def test_a_damaged_sst_of_an_incremental_checkpoint_fails_the_parallel_check(tmp
         JobClient(_env(tmp_path, "rocksdb", "state-c", True), "job", restore_from=folder)
     assert str(victim) in str(err.value)
     _no_state_left(tmp_path / "state-c")
+
+
+@pytest.mark.parametrize("backend", ["rocksdb", "heap"])
+def test_checkpoints_and_savepoints_are_written_with_their_own_profiles(tmp_path, backend):
+    """A canonical checkpoint's Parquet files: uncompressed, XXH3-128; a savepoint's (the portable
+    archive): zstd, SHA-256. Both restore the same entries, and the explorer reads both."""
+    import explorer
+    import pyarrow.parquet as pq
+
+    folder, before = _snapshot(tmp_path, backend)
+    client = JobClient(_env(tmp_path, backend, "state-b"), "job", restore_from=folder)
+    client.runtime.hold_sources_open = True
+    savepoint = client.trigger_savepoint(tmp_path / "sp")
+    client.close()
+    for snap, digest, codec in ((folder, "xxh3_128", "UNCOMPRESSED"), (savepoint, "sha256", "ZSTD")):
+        meta = read_metadata(snap)
+        keyed = {rel: e for rel, e in meta["files"].items() if rel.startswith("keyed/")}
+        assert keyed and all(set(e) == {"bytes", digest} for e in keyed.values()), snap
+        for rel in keyed:
+            md = pq.ParquetFile(resolve(snap, rel)).metadata
+            names = md.schema.to_arrow_schema().names
+            col = md.row_group(0).column(names.index("value"))
+            assert col.compression == codec, (snap, rel)
+        df = explorer.open(snap).keyed_state()
+        assert dict(zip(df["key"], df["value"])) == before
+        restored = JobClient(_env(tmp_path, backend, f"state-{digest}"), "job", restore_from=snap)
+        try:
+            assert {k: _get(restored, k) for k in before} == before
+        finally:
+            restored.close()

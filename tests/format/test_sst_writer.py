@@ -1,0 +1,126 @@
+"""SST files written without RocksDB (restore's bulk load) and SST files joined by mapping (full snapshots)."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from explorer.format.sst import columns as sstvec
+from explorer.format.sst.file import SstFile
+from explorer.format.sst.writer import write_sst
+
+rocksdict = pytest.importorskip("rocksdict")
+
+
+def _entries(seed: int, n: int) -> tuple[list[bytes], list[bytes]]:
+    rng = np.random.default_rng(seed)
+    # keys sharing prefixes, some a prefix of the next; values empty to several blocks long
+    keys = sorted({bytes([i % 3]) + b"user-%07d" % int(rng.integers(0, 10**6)) + b"x" * int(rng.integers(0, 4))
+                   for i in range(n)})
+    values = [rng.bytes(int(rng.choice([0, 1, 17, 300, 5000]))) for _ in keys]
+    return keys, values
+
+
+@pytest.mark.parametrize("seed,n", [(1, 1), (2, 17), (3, 3000)])
+def test_written_file_reads_back_and_ingests(tmp_path, seed, n):
+    keys, values = _entries(seed, n)
+    path = tmp_path / "x.sst"
+    size = write_sst(path, pa.array(keys, pa.binary()), pa.array(values, pa.binary()))
+    assert size == path.stat().st_size
+    f = SstFile(path.read_bytes(), path.name)
+    got = f.entries()
+    assert (got.keys, got.values) == (keys, values)
+    assert set(got.seqs) == {0} and set(got.types) == {1}
+    db = rocksdict.Rdict(str(tmp_path / "db"), rocksdict.Options(raw_mode=True))
+    try:
+        cf = db.create_column_family("s", rocksdict.Options(raw_mode=True))
+        opts = rocksdict.IngestExternalFileOptions()
+        opts.set_move_files(True)
+        cf.ingest_external_file([str(path)], opts)  # RocksDB reads its properties, index and first/last keys
+        assert list(cf.keys()) == keys and list(cf.values()) == values  # every block's checksum checked
+        for k, v in zip(keys[::7], values[::7]):
+            assert cf[k] == v
+        assert cf.get(keys[-1] + b"\xff") is None
+        cf.close()
+    finally:
+        db.close()
+
+
+def test_damaged_block_is_caught(tmp_path):
+    keys, values = _entries(4, 200)
+    path = tmp_path / "x.sst"
+    write_sst(path, pa.array(keys, pa.binary()), pa.array(values, pa.binary()))
+    raw = bytearray(path.read_bytes())
+    raw[100] ^= 0x40
+    with pytest.raises(Exception, match="checksum"):
+        f = SstFile(bytes(raw), path.name)
+        off, size = sstvec._handle_arrays(f)
+        f.verify_blocks(off, size)
+
+
+@pytest.mark.parametrize("compression", ["none", "snappy", "zstd"])
+def test_mapped_files_read_like_copied_ones(tmp_path, monkeypatch, compression):
+    """Files joined by mapping them side by side give the entries the copying join gives."""
+    paths = []
+    rng = np.random.default_rng(5)
+    for j in range(3):
+        opts = rocksdict.Options(raw_mode=True)
+        opts.set_compression_type(getattr(rocksdict.DBCompressionType, compression)())
+        w = rocksdict.SstFileWriter(options=opts)
+        p = tmp_path / f"{j}.sst"
+        w.open(str(p))
+        for i in range(2000):  # half compressible, half random values
+            w[bytes([j]) + b"k%06d" % i] = (b"ab" * 200) if i % 2 else rng.bytes(400)
+        w.finish()
+        paths.append(p)
+
+    def files(with_path: bool):
+        out = []
+        for p in paths:
+            with open(p, "rb") as fh:
+                f = SstFile(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), p.name)
+            if with_path:
+                f.path = p
+            out.append(f)
+        return out
+
+    def entries(fs):
+        values, keys, ks, ke, vs, ve, _ = sstvec.read_column_family(fs)
+        kb, vb = keys.tobytes(), values.tobytes()
+        return [(kb[a:b], vb[c:d]) for a, b, c, d in zip(ks.tolist(), ke.tolist(), vs.tolist(), ve.tolist())]
+
+    assert not sstvec._blocks(files(True))[0].flags.writeable  # the mapped join (read-only), not a copy
+    assert sstvec._blocks(files(False))[0].flags.writeable
+    mapped = entries(files(True))
+    assert len(mapped) == 6000
+    assert mapped == entries(files(False))
+    monkeypatch.setattr(sstvec, "MAP_FILES", False)
+    assert mapped == entries(files(True))
+
+
+def test_direct_and_buffered_writes_give_the_same_file(tmp_path, monkeypatch):
+    from explorer.format.sst import writer
+
+    keys, values = _entries(6, 4000)  # a few MB: the bulk written directly, the tail buffered
+    k, v = pa.array(keys, pa.binary()), pa.array(values, pa.binary())
+    write_sst(tmp_path / "direct.sst", k, v)
+    monkeypatch.setattr(writer, "DIRECT_WRITES", False)
+    write_sst(tmp_path / "buffered.sst", k, v)
+    assert (tmp_path / "direct.sst").read_bytes() == (tmp_path / "buffered.sst").read_bytes()
+
+
+def test_a_reused_buffer_gives_the_same_files(tmp_path):
+    import threading
+
+    scratch = threading.local()
+    for seed, n in ((7, 3000), (8, 500), (9, 4000)):  # smaller, then larger than the kept buffer
+        keys, values = _entries(seed, n)
+        k, v = pa.array(keys, pa.binary()), pa.array(values, pa.binary())
+        write_sst(tmp_path / "reused.sst", k, v, scratch)
+        write_sst(tmp_path / "fresh.sst", k, v)
+        assert (tmp_path / "reused.sst").read_bytes() == (tmp_path / "fresh.sst").read_bytes(), seed
+        (tmp_path / "reused.sst").unlink()
+        (tmp_path / "fresh.sst").unlink()
