@@ -453,6 +453,15 @@ def explorer_section(res: dict, charts: Path) -> list[str]:
     lines = table(["keys", "rows", "Parquet MB", "explorer s", "raw Parquet s", "explorer rows/s", "raw rows/s",
                    "raw time ÷ explorer time"], body)
     lines.append("")
+    first = [[f"{s.get('keys'):,}", get(f, "explorer", "seconds"), get(f, "raw", "seconds"),
+              get(f, "speed_ratio_explorer_over_raw"), get(f, "explorer", "cpu_seconds"), get(f, "raw", "cpu_seconds"),
+              get(f, "cpu_ratio_explorer_over_raw"), get(f, "target_ratio_at_least")]
+             for s in res.get("sizes", []) if (f := get(s, "load", "first_load_fresh_process"))]
+    if first:
+        lines += ["The first load in a fresh Python process (what a user meets; above: the best of the runs in one "
+                  "process):", ""]
+        lines += table(["keys", "explorer s", "raw s", "raw ÷ explorer", "explorer CPU s", "raw CPU s",
+                        "CPU raw ÷ explorer", "target"], first) + [""]
     lines += write_chart(charts, "explorer-load", "snapshot → pandas", bars, "rows/s",
                          legend={"ours": "explorer", "limit": "raw Parquet read (limit)"})
     lines.append("")
@@ -506,10 +515,62 @@ def spark_section(res: dict, charts: Path) -> list[str]:
     return lines
 
 
+_SCALE_QUESTIONS = (("key_group_distribution", "key-group distribution"), ("hot_keys", "hot keys"),
+                   ("diff", "diff of two snapshots"))
+
+
+def scale_section(res: dict, charts: Path) -> list[str]:
+    """Issue 19's matrix: each snapshot and question on one machine, on Spark local[2] and from S3."""
+    by_name: dict[str, dict[str, Any]] = {}
+    for where, snaps in (("local", get(res, "local", "snapshots", default=[])),
+                         ("spark", get(res, "spark", "snapshots", default=[])),
+                         ("s3", get(res, "s3", "snapshots", default=[]))):
+        for snap in snaps or []:
+            by_name.setdefault(snap.get("name", "?"), {})[where] = snap
+    limit = res.get("limit_peak_rss_mb")
+    rows, bars = [], []
+    for name, w in by_name.items():
+        local, spark, s3 = w.get("local", {}), w.get("spark", {}), w.get("s3", {})
+        keys = local.get("keys") or spark.get("keys") or s3.get("keys")
+        for q, label in _SCALE_QUESTIONS:
+            lt, st, sq = get(local, "tasks", q) or {}, spark.get(q) or {}, get(s3, "questions", q) or {}
+            rows.append([name, f"{keys:,}" if keys else "", label,
+                         lt.get("seconds"), lt.get("cpu_seconds"), lt.get("peak_rss_mb"),
+                         st.get("seconds"), st.get("tree_peak_rss_mb"),
+                         get(sq, "cold", "wall_seconds"), get(sq, "cold_fetched_over_snapshot"),
+                         get(sq, "warm_cache", "wall_seconds"), get(sq, "warm_cache", "bytes_fetched"),
+                         get(local, "raw_read", "seconds")])
+            if lt.get("peak_rss_mb"):
+                bars.append((f"{name[:40]}: {label}", lt["peak_rss_mb"], "ours"))
+        one = get(s3, "questions", "one_state") or {}
+        if one:
+            rows.append([name, f"{keys:,}" if keys else "", f"one state ({s3.get('state', '?')}) from S3",
+                         None, None, None, None, None, get(one, "cold", "wall_seconds"),
+                         get(one, "question_fetched_over_state_bytes"), get(one, "warm_cache", "wall_seconds"),
+                         get(one, "warm_cache", "bytes_fetched"), None])
+    lines = [f"- **limit**: peak RSS on one machine ≤ {fmt(limit)} MiB; S3: bytes fetched for a one-state question "
+             "≤ 1.1x the bytes that state occupies",
+             f"- **commands**: {get(res, 'local', 'command')}; {get(res, 'spark', 'command')}; "
+             f"{get(res, 's3', 'command')}",
+             f"- **dates**: one machine {get(res, 'local', 'date')}, Spark {get(res, 'spark', 'date')}, "
+             f"S3 {get(res, 's3', 'date')} (loads in `benchmarks/results/scale.json`)", ""]
+    lines += table(["snapshot", "keys", "question", "one machine s", "CPU s", "peak RSS MiB", "Spark local[2] s",
+                    "Spark tree RSS MiB", "S3 cold s", "S3 fetched ÷ asked", "S3 warm s", "S3 warm bytes fetched",
+                    "raw read s (one machine)"], rows, align="lllrrrrrrrrrr")
+    lines.append("")
+    if bars:
+        if limit:
+            bars.append(("limit", float(limit), "limit"))
+        lines += write_chart(charts, "scale-rss", "peak RSS on one machine (memory budget 1 GB)", bars, "MiB",
+                             legend={"ours": "State Explorer", "limit": "limit (2 GiB)"})
+        lines.append("")
+    return lines
+
+
 SECTIONS: dict[str, Callable[[dict, Path], list[str]]] = {
     "engine": engine_section, "peers": peers_section, "checkpoints": checkpoints_section,
     "explorer": explorer_section, "widgets": widgets_section, "flink_reader": flink_reader_section,
-    "spark": spark_section,
+    "spark": spark_section, "scale": scale_section,
 }
 
 
