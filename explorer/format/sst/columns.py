@@ -200,6 +200,26 @@ class _FileMapping:
 MAP_FILES = True
 
 
+def _place_blocks(f: SstFile, rest: np.ndarray, off: np.ndarray, size: np.ndarray, ctype: np.ndarray,
+                  where: np.ndarray, length: np.ndarray, other: list, om: memoryview, shift: int) -> None:
+    """Put the compressed blocks ``rest`` of ``f`` at ``where - shift`` in ``om``: Snappy blocks decompressed
+    straight into place, others (already decompressed into ``other``) copied."""
+    mv = memoryview(f.data)
+    into = cramjam.snappy.decompress_raw_into
+    for i, o, z, c, d, n in zip(rest.tolist(), off[rest].tolist(), size[rest].tolist(), ctype[rest].tolist(),
+                                where[rest].tolist(), length[rest].tolist()):
+        if c == 1:
+            try:
+                got = into(mv[o : o + z], om[d - shift : d - shift + n])
+            except cramjam.DecompressionError as exc:
+                raise SstError(f"{f.name}: the Snappy block at {o} ({z} bytes) does not decompress "
+                               f"({exc})") from exc
+            if got != n:
+                raise SstError(f"{f.name}: the Snappy block at {o} decompressed short of its stated {n} bytes")
+        else:
+            om[d - shift : d - shift + n] = other[i]
+
+
 def _mapped_blocks(files: list[SstFile], plans: list) -> tuple | None:
     """:func:`_blocks` by :class:`_FileMapping` where every file has a ``path`` (None elsewhere)."""
     paths = [getattr(f, "path", None) for f in files]
@@ -211,7 +231,6 @@ def _mapped_blocks(files: list[SstFile], plans: list) -> tuple | None:
     except OSError:
         return None
     out = m.array
-    into = cramjam.snappy.decompress_raw_into
     om = m.writable  # om[d - m.extra_start] is out[d]
     at = m.extra_start
     x0 = m.extra_start
@@ -224,19 +243,7 @@ def _mapped_blocks(files: list[SstFile], plans: list) -> tuple | None:
         if len(rest):
             where[rest] = at + np.cumsum(length[rest]) - length[rest]
             at += int(length[rest].sum())
-        mv = memoryview(f.data)
-        for i, o, z, c, d, n in zip(rest.tolist(), off[rest].tolist(), size[rest].tolist(), ctype[rest].tolist(),
-                                    where[rest].tolist(), length[rest].tolist()):
-            if c == 1:
-                try:
-                    got = into(mv[o : o + z], om[d - x0 : d - x0 + n])
-                except cramjam.DecompressionError as exc:
-                    raise SstError(f"{f.name}: the Snappy block at {o} ({z} bytes) does not decompress "
-                                   f"({exc})") from exc
-                if got != n:
-                    raise SstError(f"{f.name}: the Snappy block at {o} decompressed short of its stated {n} bytes")
-            else:
-                om[d - x0 : d - x0 + n] = other[i]
+        _place_blocks(f, rest, off, size, ctype, where, length, other, om, x0)
         where_all.append(where)
     m.writable.release()
     starts = np.concatenate(where_all)
@@ -307,12 +314,10 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     out = pooled_empty(_MARGIN + total + _MARGIN)
     out[:_MARGIN] = 0
     out[_MARGIN + total:] = 0
-    into = cramjam.snappy.decompress_raw_into
     om = memoryview(out)
     where_all = []
     at = _MARGIN
     for (f, off, size, ctype, length, other), (lo, span, packed) in zip(plans, regions):
-        mv = memoryview(f.data)
         plain = ctype == 0
         where = np.empty(len(off), dtype=np.int64)
         if span:
@@ -323,18 +328,7 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         if len(rest):
             where[rest] = at + np.cumsum(length[rest]) - length[rest]
         at += packed
-        for i, o, z, c, d, n in zip(rest.tolist(), off[rest].tolist(), size[rest].tolist(), ctype[rest].tolist(),
-                                    where[rest].tolist(), length[rest].tolist()):
-            if c == 1:
-                try:
-                    got = into(mv[o : o + z], om[d : d + n])
-                except cramjam.DecompressionError as exc:
-                    raise SstError(f"{f.name}: the Snappy block at {o} ({z} bytes) does not decompress "
-                                   f"({exc})") from exc
-                if got != n:
-                    raise SstError(f"{f.name}: the Snappy block at {o} decompressed short of its stated {n} bytes")
-            else:
-                om[d : d + n] = other[i]
+        _place_blocks(f, rest, off, size, ctype, where, length, other, om, 0)
         where_all.append(where)
     starts = np.concatenate(where_all) if where_all else np.zeros(0, dtype=np.int64)
     blen = np.concatenate([p[4] for p in plans]) if plans else np.zeros(0, dtype=np.int64)

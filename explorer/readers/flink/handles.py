@@ -252,15 +252,7 @@ class HandleResolver:
         at = 0
         with path.open("rb") as f:
             for b, e in runs:
-                f.seek(base + b)
-                view = memoryview(buf)[at : at + e - b]
-                got = 0
-                while got < e - b:
-                    n = f.readinto(view[got:])
-                    if not n:
-                        raise SnapshotCorruptError(f"{path}: found {base + b + got} bytes, the metadata expects "
-                                                   f"{base + size} (file truncated?)")
-                    got += n
+                _read_exactly(f, path, base + b, memoryview(buf)[at : at + e - b], base + size)
                 moved[b] = at
                 at += e - b
         out, run = [], 0
@@ -350,6 +342,19 @@ class HandleResolver:
         return data
 
 
+def _read_exactly(f, path, offset: int, view: memoryview, expected_size: int) -> None:
+    """Fill ``view`` from ``f`` at ``offset``; a file that ends first is truncated (it should hold
+    ``expected_size`` bytes)."""
+    f.seek(offset)
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            raise SnapshotCorruptError(f"{path}: found {offset + got} bytes, the metadata expects {expected_size} "
+                                       "(file truncated?)")
+        got += n
+
+
 class _SparseFile:
     """A file's bytes as an anonymous memory map of its size (pages untouched until written: zeros cost
     nothing), filled range by range from the file as they are asked for (:meth:`ensure`)."""
@@ -382,15 +387,7 @@ class _SparseFile:
             return
         with self.path.open("rb") as f:
             for a, b in need:
-                f.seek(self.base + a)
-                view = memoryview(self.data)[a:b]
-                got = 0
-                while got < b - a:
-                    k = f.readinto(view[got:])
-                    if not k:
-                        raise SnapshotCorruptError(f"{self.path}: found {self.base + a + got} bytes, the metadata "
-                                                   f"expects {self.base + self.size} (file truncated?)")
-                    got += k
+                _read_exactly(f, self.path, self.base + a, memoryview(self.data)[a:b], self.base + self.size)
                 self._filled.append((a, b))
                 self.resolver._count(b - a, sst=True)
         self._filled.sort()
