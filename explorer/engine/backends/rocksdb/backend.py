@@ -428,6 +428,8 @@ class RocksDBStateBackend(KeyedStateBackend):
                     n += table.load_rows(chunk.rows())
                     continue
                 keys, values = raw
+                if staging is None:  # from the first batch on: a load killed before its first file is written
+                    staging = StagingDir(self.path, "ingest")  # still leaves a folder the next open removes
                 pending.append((keys, values))
                 pending_bytes += keys.nbytes + values.nbytes
                 last = keys[-1].as_py()
