@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..readers.base import KeyedStateQuery
+from ..readers.base import KeyedStateQuery, constant_values
 from ._keys import KeyValues, factorize_keys
 
 #: columns the cached frame holds
@@ -248,6 +248,8 @@ def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]], np.
 
 def _constant_per_piece(pieces: list[pa.Table], column: str, firsts: list[Any]) -> bool:
     for p, v in zip(pieces, firsts):
+        if column in constant_values(p):
+            continue  # the reader gave the piece this one value: no need to compare every row
         col = p.column(column)
         if col.null_count or not pc.all(pc.equal(col, pa.scalar(v, col.type))).as_py():
             return False

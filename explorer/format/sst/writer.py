@@ -31,7 +31,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..checksums import rocksdb_block_checksums
+from ..types import encode_varint
 from .columns import pooled_empty
+from .file import BLOCK_MAGIC
 
 __all__ = ["BLOCK_SIZE", "write_sst"]
 
@@ -39,7 +41,6 @@ __all__ = ["BLOCK_SIZE", "write_sst"]
 BLOCK_SIZE = 4096
 RESTART_INTERVAL = 16
 FORMAT_VERSION = 2
-MAGIC = 0x88E241B785F4CFF7
 CHECKSUM_XXH3 = 4
 
 _jit = numba.njit(cache=True, nogil=True)
@@ -151,10 +152,7 @@ def _index_block(kdata, koffs, boff, bsize, blast, nb, out, pos):
 
 def _varint(v: int) -> bytes:
     out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
+    encode_varint(v, out)
     return bytes(out)
 
 
@@ -282,7 +280,7 @@ def write_sst(path: Path, keys: pa.Array, values: pa.Array, scratch: Any = None)
     m_off, m_size = add_block(_small_block([(b"rocksdb.properties", _varint(p_off) + _varint(p_size))]))
     handles = _varint(m_off) + _varint(m_size) + _varint(ix_off) + _varint(ix_size)
     footer = bytes([CHECKSUM_XXH3]) + handles + b"\0" * (40 - len(handles)) + FORMAT_VERSION.to_bytes(4, "little") \
-        + MAGIC.to_bytes(8, "little")
+        + BLOCK_MAGIC.to_bytes(8, "little")
     _write(Path(path), memoryview(out)[:pos], bytes(tail) + footer)
     return pos + len(tail) + len(footer)
 
