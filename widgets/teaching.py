@@ -170,6 +170,13 @@ def build_steps(events: pd.DataFrame, nodes: Sequence[str], channels: Sequence[t
             add(row, name, f"Every subtask has acknowledged: checkpoint <b>{checkpoint}</b> is <b>complete</b>"
                            + (f" ({int(size):,} bytes)" if size == size and size is not None else "")
                            + ". It is now the point a failed job restarts from.")
+        elif kind == "checkpoint_aborted":
+            reason = str(row.get("reason"))
+            add(row, name, f"Checkpoint <b>{checkpoint}</b> is <b>aborted</b>: {reason}. "
+                + ("A newer checkpoint completed first, so this one would never be restored from; its files are "
+                   "removed once its writes end, and the output it staged is committed with the newer one."
+                   if reason.startswith("subsumed") else
+                   "Its files are removed; the last completed checkpoint stays the one a failed job restarts from."))
     return steps
 
 

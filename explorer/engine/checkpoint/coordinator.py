@@ -17,7 +17,11 @@
    them into its own folder, sharing none.
 4. *Complete*: once every subtask has acknowledged, ``_metadata`` is written
    last, via rename; only then does the checkpoint exist. Sinks commit the
-   output staged for it. Older checkpoints beyond the retained count go.
+   output staged for it (and for any older one). Older checkpoints beyond the
+   retained count go, and so do older checkpoints still pending (with
+   ``max_concurrent > 1``): as in Flink, a completed checkpoint *subsumes* them
+   (``CHECKPOINT_SUBSUMED``; savepoints are never subsumed). Their folders are
+   removed once their asynchronous writes have ended.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class CheckpointCoordinator:
         self.clock = runtime.clock
         self.crash = crash
         self.pending: dict[int, PendingCheckpoint] = {}
+        #: subsumed checkpoints whose asynchronous writes may still run: removed once they end
+        self.discarding: list[PendingCheckpoint] = []
         self.completed: list[int] = []
         self.history: list[dict[str, Any]] = []
         self.next_id = storage.latest_id() + 1
@@ -287,7 +293,11 @@ class CheckpointCoordinator:
         return al is not None and al.capture is not None and not al.submitted
 
     def tick(self, runtime) -> None:
+        if self.discarding:
+            self._discard_finished()
         for cid in sorted(self.pending):
+            if cid not in self.pending:  # subsumed by a newer one completed in this tick
+                continue
             pc = self.pending[cid]
             # a subtask that finished before its barrier came has its final state: snapshot it as is
             for st in runtime.subtasks:
@@ -323,6 +333,8 @@ class CheckpointCoordinator:
                 ch.blocked = False
         shutil.rmtree(pc.folder, ignore_errors=True)
         self.storage.release(pc.id)
+        rt = self.runtime
+        rt.trace.add(rt.round, "checkpoint_aborted", "coordinator", -1, checkpoint=pc.id, reason=why)
         self.history.append({"checkpoint_id": pc.id, "status": "aborted", "reason": why})
 
     def _write_failed(self, pc: PendingCheckpoint, exc: OSError) -> CheckpointError:
@@ -364,9 +376,51 @@ class CheckpointCoordinator:
             if writer is not None and hasattr(writer, "commit"):
                 writer.commit(pc.id)
         if not pc.savepoint:
-            self.storage.retain(self.config.retained, in_flight=set(self.pending))
+            self._subsume(pc.id)
+            self.storage.retain(self.config.retained, in_flight=self._in_flight())
         for fn in pc.on_complete:
             fn(pc, pc.folder)
+
+    # --- subsumed checkpoints ----------------------------------------------------------------
+    def _subsume(self, completed_id: int) -> None:
+        """Abort the checkpoints still pending that are older than ``completed_id`` (Flink's
+        ``dropSubsumedCheckpoints``: a newer completed checkpoint makes them useless; savepoints
+        are never subsumed). Every barrier of theirs has passed (the newer one's came after them
+        on every channel), so no channel waits for them; their writes may still be running, so
+        their folders and shared-file holds go once those end (:meth:`_discard_finished`)."""
+        rt = self.runtime
+        for cid in sorted(self.pending):
+            if cid >= completed_id:
+                break
+            pc = self.pending[cid]
+            if pc.savepoint:
+                continue
+            del self.pending[cid]
+            self.discarding.append(pc)
+            reason = f"subsumed by checkpoint {completed_id}"
+            rt.trace.add(rt.round, "checkpoint_aborted", "coordinator", -1, checkpoint=cid, reason=reason)
+            self.history.append({"checkpoint_id": cid, "status": "aborted", "reason": reason})
+        self._discard_finished()
+
+    def _discard_finished(self, wait: bool = False) -> None:
+        """Remove the folders of subsumed checkpoints whose writes have ended (all of them
+        with ``wait``) and release their shared-file holds."""
+        left = []
+        for pc in self.discarding:
+            futures = list(pc.acks.values())
+            if wait:
+                for f in futures:
+                    f.exception()  # waits; what a discarded write raised does not matter
+            elif not all(f.done() for f in futures):
+                left.append(pc)
+                continue
+            shutil.rmtree(pc.folder, ignore_errors=True)
+            self.storage.release(pc.id)
+        self.discarding = left
+
+    def _in_flight(self) -> set[int]:
+        """Checkpoints whose folders are still being written: pending, or subsumed and not yet discarded."""
+        return set(self.pending) | {pc.id for pc in self.discarding}
 
     def _metadata(self, pc: PendingCheckpoint, subtasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
         rt = self.runtime
@@ -428,6 +482,7 @@ class CheckpointCoordinator:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        self._discard_finished(wait=True)
 
 
 def _backend_name(rt) -> str:

@@ -146,6 +146,9 @@ class JobClient:
         ``full=True`` is Flink's ``CheckpointType.FULL``: with incremental checkpoints on,
         the RocksDB subtasks' files are all copied into this checkpoint's folder, none
         shared with or reused from other checkpoints (without them it changes nothing).
+        Raises :class:`~explorer.errors.JobError` if it does not complete: timed out, a write
+        failed, or (with ``max_concurrent > 1``) a newer checkpoint completed first and
+        subsumed it, as Flink aborts it with ``CHECKPOINT_SUBSUMED``.
         """
         return self._until_complete(self.coordinator.trigger(full=full))
 

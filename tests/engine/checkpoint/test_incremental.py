@@ -251,13 +251,10 @@ def test_concurrent_checkpoints_with_retained_1_never_lose_a_shared_file(tmp_pat
     orig = client.coordinator._complete
 
     def complete(pc):
+        # a checkpoint completes only while no newer one has: a newer one would have subsumed it
+        assert all(c < pc.id for c in client.coordinator.completed), (pc.id, client.coordinator.completed)
         orig(pc)
         if not pc.savepoint:
-            if not pc.folder.exists():
-                # its async writes ended after a newer checkpoint's: completed last, it is not among the
-                # newest one kept (retained=1) and was removed at once; only that may remove it
-                assert max(client.coordinator.completed) > pc.id, (pc.id, client.coordinator.completed)
-                return
             verify_snapshot(pc.folder)
             completed.append(pc.id)
 
@@ -272,6 +269,63 @@ def test_concurrent_checkpoints_with_retained_1_never_lose_a_shared_file(tmp_pat
     last = CheckpointStorage(tmp_path / "chk").latest_valid()
     on_disk = {"../shared/" + p.relative_to(shared).as_posix() for p in shared.rglob("*") if p.is_file()}
     assert on_disk == shared_of(last)
+
+
+def test_a_newer_completed_checkpoint_subsumes_an_older_one_still_writing(tmp_path, reference, monkeypatch):
+    """Flink's CHECKPOINT_SUBSUMED: checkpoint 1's write of one subtask is held back while
+    checkpoint 2 completes; 1 is aborted as subsumed (never completed, never retained), its
+    folder goes once its write ends, its shared-file holds are released, and the output it
+    staged is committed with 2's, exactly once."""
+    import threading
+
+    from explorer.engine.checkpoint import coordinator as coordinator_module
+
+    gate, writing = threading.Event(), threading.Event()
+    real_write = coordinator_module.write_capture
+
+    def write(cap, folder, *args, **kwargs):
+        if folder.name == "chk-1" and cap.uid == "tracking" and cap.index == 0:
+            writing.set()
+            assert gate.wait(60)
+        return real_write(cap, folder, *args, **kwargs)
+
+    monkeypatch.setattr(coordinator_module, "write_capture", write)
+    sink = CollectSink("out")
+    env = make_env(tmp_path / "chk", sink, retained=1, max_concurrent=2)
+    env.trace = True
+    client = JobClient(env, "job")
+    coord = client.coordinator
+    try:
+        client.run(max_rounds=20)
+        first = coord.trigger()
+        while not writing.is_set():  # checkpoint 1's barriers reach the tracking subtask
+            assert client.runtime.run_round()
+        client.run(max_rounds=5)
+        second = client.trigger_checkpoint()
+        assert first.id not in coord.pending and first.id not in coord.completed
+        assert coord.completed == [2] and second.name == "chk-2"
+        history = {h["checkpoint_id"]: h for h in coord.history}
+        assert history[1]["status"] == "aborted" and history[1]["reason"] == "subsumed by checkpoint 2"
+        assert [d.id for d in coord.discarding] == [1] and first.folder.is_dir()  # still being written
+        assert 1 in coord.storage._holders or not any(  # the write has not reached its shared files yet
+            (tmp_path / "chk" / "shared").rglob("*.sst"))
+        gate.set()
+        client.run()
+    finally:
+        gate.set()
+        client.close()
+    assert not first.folder.exists() and coord.discarding == []
+    assert 1 not in coord.storage._holders and not coord.storage._held
+    assert CheckpointStorage(tmp_path / "chk").completed_ids() == [max(coord.completed)]
+    verify_snapshot(second if second.exists() else CheckpointStorage(tmp_path / "chk").latest_valid())
+    assert sorted(map(repr, sink.results)) == reference
+    trace = client.runtime.trace.to_frame()
+    aborted = trace[trace["kind"] == "checkpoint_aborted"]
+    assert aborted["checkpoint"].tolist() == [1]
+    from widgets import CheckpointStepper  # the teaching view tells the story of checkpoint 1 to its end
+
+    last = CheckpointStepper(client, checkpoint=1).steps[-1]
+    assert last.kind == "checkpoint_aborted" and "subsumed by checkpoint 2" in last.caption
 
 
 def test_a_shared_file_held_by_a_checkpoint_in_flight_is_never_collected(tmp_path):
