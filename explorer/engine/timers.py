@@ -62,7 +62,7 @@ class TimerBatch(Sequence):
         return f"TimerBatch({len(self)} timers)"
 
 
-_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 _new = tuple.__new__  # a Timer from its fields without NamedTuple's Python-level __new__
 _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
@@ -71,19 +71,20 @@ class TimerQueue:
     """A deduplicated priority queue of timers of one time domain.
 
     Timers live in buckets per timestamp, ``timestamp -> {(key, namespace): key_group}`` (a dict,
-    so in registration order; a bucket of one timer made as such is the pair
-    ``((key, namespace), key_group)``, most are, and a pair is cheaper to make and to read when it
-    fires than a dict), over the buckets' timestamps in order, one entry per bucket made. Registering, deleting or moving a timer is a dict operation; a timestamp whose bucket is
-    made is noted (``_fresh``) and put in order with the others when the queue's order is next
-    needed (a watermark), only if its bucket still exists then; a deleted timer leaves nothing
-    behind but, once its bucket is empty, a timestamp that is skipped when it reaches the front.
-    The timestamps in order are a sorted NumPy array (``_sorted`` from ``_pos`` on; a
-    watermark's new ones merged in one stable sort, the due ones taken as a prefix in one
-    slice) rather than a binary heap (a push and a pop of log n steps per timestamp, in Python
-    calls). Firing takes a whole bucket off
-    (so a bucket of many timers is fired in linear time) and hands its timers out one by one;
-    timers deleted meanwhile are skipped, timers registered meanwhile for that timestamp come
-    after it, and one registered meanwhile for an earlier timestamp fires first. The order is
+    so in registration order; a bucket of one timer made as such is the triple ``(key,
+    namespace, key_group)``, most are, and a triple is cheaper to make and to read when it fires
+    than a dict, or than a pair holding a pair), over the buckets' timestamps in order, one entry
+    per bucket made. Registering, deleting or moving a timer is a dict operation; a timestamp
+    whose bucket is made is noted (``_fresh``) and put in order with the others when the queue's
+    order is next needed (a watermark), only if its bucket still exists then; a deleted timer
+    leaves nothing behind but, once its bucket is empty, a timestamp that is skipped when it
+    reaches the front. The timestamps in order are a sorted NumPy array (``_sorted`` from
+    ``_pos`` on; a watermark's new ones merged in one stable sort, the due ones taken as a prefix
+    in one slice) rather than a binary heap (a push and a pop of log n steps per timestamp, in
+    Python calls). Firing takes a whole bucket off (so a bucket of many timers is fired in linear
+    time) and hands its timers out one by one; timers deleted meanwhile are skipped, timers
+    registered meanwhile for that timestamp come after it, and one registered meanwhile for an
+    earlier timestamp fires first. The order is
     exactly a heap's of ``(timestamp, registration number)``: timestamps ascending, ties in
     registration order, a timer deleted and registered again taking its new place.
     """
@@ -91,7 +92,7 @@ class TimerQueue:
     __slots__ = ("_buckets", "_sorted", "_pos", "_fresh", "_n", "_cur_ts", "_cur", "_cur_live")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, Any] = {}  # a dict of timers, or one timer as ((key, namespace), key_group)
+        self._buckets: dict[int, Any] = {}  # a dict of timers, or one timer as (key, namespace, key_group)
         #: bucket timestamps in ascending order from ``_pos`` on (some stale: their bucket went, or
         #: twice); int64, or object (Python ints) once a timestamp does not fit in 64 bits
         self._sorted: np.ndarray = np.empty(0, dtype=np.int64)
@@ -107,24 +108,23 @@ class TimerQueue:
         self._cur_live: dict[tuple[Any, Any], int] = {}
 
     def register(self, timestamp: int, key: Any, namespace: Any, key_group: int) -> bool:
-        ident = (key, namespace)
-        if timestamp == self._cur_ts and ident in self._cur_live:
+        if timestamp == self._cur_ts and (key, namespace) in self._cur_live:
             return False
         b = self._buckets.get(timestamp)
         if b is None:
-            self._buckets[timestamp] = (ident, key_group)
+            self._buckets[timestamp] = (key, namespace, key_group)
             fresh = self._fresh
             fresh.append(timestamp)
             if len(fresh) > 65536 and len(fresh) > 2 * len(self._buckets):  # no watermark for long: stay bounded
                 self._drain_fresh()
         elif type(b) is tuple:
-            if b[0] == ident:
+            if _same(b, key, namespace):
                 return False
-            self._buckets[timestamp] = {b[0]: b[1], ident: key_group}
-        elif ident in b:
+            self._buckets[timestamp] = {(b[0], b[1]): b[2], (key, namespace): key_group}
+        elif (key, namespace) in b:
             return False
         else:
-            b[ident] = key_group
+            b[(key, namespace)] = key_group
         self._n += 1
         return True
 
@@ -136,33 +136,31 @@ class TimerQueue:
             cur_ts = None
         n = 0
         for ts, key, kg in zip(timestamps, keys, key_groups):
-            ident = (key, namespace)
-            if ts == cur_ts and ident in cur_live:
+            if ts == cur_ts and (key, namespace) in cur_live:
                 continue
             b = buckets.get(ts)
             if b is None:
-                buckets[ts] = (ident, kg)
+                buckets[ts] = (key, namespace, kg)
                 fresh.append(ts)
                 if len(fresh) > 65536 and len(fresh) > 2 * len(buckets):
                     self._drain_fresh()
                     fresh = self._fresh
             elif type(b) is tuple:
-                if b[0] == ident:
+                if _same(b, key, namespace):
                     continue
-                buckets[ts] = {b[0]: b[1], ident: kg}
-            elif ident in b:
+                buckets[ts] = {(b[0], b[1]): b[2], (key, namespace): kg}
+            elif (key, namespace) in b:
                 continue
             else:
-                b[ident] = kg
+                b[(key, namespace)] = kg
             n += 1
         self._n += n
 
     def delete(self, timestamp: int, key: Any, namespace: Any) -> bool:
-        ident = (key, namespace)
         b = self._buckets.get(timestamp)
-        if b is not None and _take(self._buckets, timestamp, b, ident):
+        if b is not None and _take(self._buckets, timestamp, b, key, namespace):
             pass
-        elif not (timestamp == self._cur_ts and self._cur_live.pop(ident, -1) >= 0):
+        elif not (timestamp == self._cur_ts and self._cur_live.pop((key, namespace), -1) >= 0):
             return False
         self._n -= 1
         return True
@@ -173,10 +171,9 @@ class TimerQueue:
         n = 0
         for ts, key in zip(timestamps, keys):
             b = buckets.get(ts)
-            ident = (key, namespace)
-            if b is not None and _take(buckets, ts, b, ident):
+            if b is not None and _take(buckets, ts, b, key, namespace):
                 n += 1
-            elif ts == self._cur_ts and self._cur_live.pop(ident, -1) >= 0:
+            elif ts == self._cur_ts and self._cur_live.pop((key, namespace), -1) >= 0:
                 n += 1
         self._n -= n
 
@@ -307,27 +304,25 @@ class TimerQueue:
         many = list(map(isinstance, buckets, repeat(dict)))  # buckets of several timers
         if not any(many):  # one timer per bucket (the usual case)
             stamps = due
-            idents = list(map(_FIRST, buckets))
-            kgs = list(map(_SECOND, buckets))
+            keys, nss, kgs = list(map(_FIRST, buckets)), list(map(_SECOND, buckets)), list(map(_THIRD, buckets))
         else:  # the runs of one-timer buckets a column at a time, the others timer by timer
-            stamps, idents, kgs = [], [], []
+            stamps, keys, nss, kgs = [], [], [], []
             prev = 0
-            for j in compress(range(len(buckets)), many):
+            for j in [*compress(range(len(buckets)), many), len(buckets)]:
                 run = buckets[prev:j]
                 stamps += due[prev:j]
-                idents += map(_FIRST, run)
-                kgs += map(_SECOND, run)
-                b = buckets[j]
-                stamps += repeat(due[j], len(b))
-                idents += b.keys()
-                kgs += b.values()
+                keys += map(_FIRST, run)
+                nss += map(_SECOND, run)
+                kgs += map(_THIRD, run)
+                if j < len(buckets):
+                    b = buckets[j]
+                    stamps += repeat(due[j], len(b))
+                    keys += map(_FIRST, b)
+                    nss += map(_SECOND, b)
+                    kgs += b.values()
                 prev = j + 1
-            run = buckets[prev:]
-            stamps += due[prev:]
-            idents += map(_FIRST, run)
-            kgs += map(_SECOND, run)
         self._n -= len(stamps)
-        return TimerBatch(stamps, list(map(_FIRST, idents)), list(map(_SECOND, idents)), kgs)
+        return TimerBatch(stamps, keys, nss, kgs)
 
     def __len__(self) -> int:
         return self._n
@@ -339,7 +334,7 @@ class TimerQueue:
             live = self._cur_live
             pending[self._cur_ts] = [(i, live[i]) for i in reversed(self._cur) if i in live]
         for ts, b in self._buckets.items():
-            items = [b] if type(b) is tuple else b.items()
+            items = [((b[0], b[1]), b[2])] if type(b) is tuple else b.items()
             if ts in pending:
                 pending[ts].extend(items)
             else:
@@ -360,18 +355,25 @@ class TimerQueue:
 
 
 def _as_dict(bucket: Any) -> dict[tuple[Any, Any], int]:
-    """A bucket as a dict (a one-timer pair made one)."""
-    return {bucket[0]: bucket[1]} if type(bucket) is tuple else bucket
+    """A bucket as a dict (a one-timer bucket made one)."""
+    return {(bucket[0], bucket[1]): bucket[2]} if type(bucket) is tuple else bucket
 
 
-def _take(buckets: dict, ts: int, b: Any, ident: tuple[Any, Any]) -> bool:
-    """Remove ``ident``'s timer from bucket ``b`` of ``ts`` (and the bucket once empty); whether it was there."""
+def _same(b: tuple, key: Any, namespace: Any) -> bool:
+    """Whether one-timer bucket ``b`` is the timer of ``(key, namespace)`` (as the pairs compare)."""
+    k, ns = b[0], b[1]
+    return (k is key or k == key) and (ns is namespace or ns == namespace)
+
+
+def _take(buckets: dict, ts: int, b: Any, key: Any, namespace: Any) -> bool:
+    """Remove the timer of ``(key, namespace)`` from bucket ``b`` of ``ts`` (and the bucket once
+    empty); whether it was there."""
     if type(b) is tuple:
-        if b[0] != ident:
+        if not _same(b, key, namespace):
             return False
         del buckets[ts]
         return True
-    if b.pop(ident, -1) < 0:
+    if b.pop((key, namespace), -1) < 0:
         return False
     if not b:
         del buckets[ts]
