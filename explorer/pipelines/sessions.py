@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, eq, is_not, itemgetter
 from typing import Sequence
 
@@ -561,7 +561,8 @@ class SessionWindowFunction(KeyedProcessFunction):
             read = np.flatnonzero(~covered).tolist()
             for j, e in zip(read, self.session_end.values_of([groups[j] for j in read], [users[j] for j in read])):
                 ends[j] = e
-        closing = [i for i, (t, e) in enumerate(zip(stamps, ends)) if e == t]
+        hit = list(map(eq, ends, stamps))  # the timer is the session's end: it closes
+        closing = list(range(len(hit))) if all(hit) else list(compress(range(len(hit)), hit))
         if len(set(users)) < len(users):  # a user twice: later timers see the state the earlier cleared
             seen: set = set()
             closing = [i for i in closing if not (users[i] in seen or seen.add(users[i]))]
