@@ -8,6 +8,7 @@ or the clock (processing time) reaches them.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import is_not, itemgetter
@@ -132,6 +133,20 @@ class TimerQueue:
         """:meth:`register` of each ``(timestamps[i], keys[i], key_groups[i])`` in order (one namespace)."""
         buckets, fresh = self._buckets, self._fresh
         cur_ts, cur_live = self._cur_ts, self._cur_live
+        count = len(timestamps)
+        if not cur_live and count > 8 and len(keys) == count == len(key_groups) \
+                and not any(map(buckets.__contains__, timestamps)):
+            # every timestamp without a bucket (the usual case): the buckets made in one C-level pass,
+            # kept if the timestamps are distinct too (the table grew by one per timer), else undone
+            before = len(buckets)
+            buckets.update(zip(timestamps, zip(keys, repeat(namespace), key_groups)))
+            if len(buckets) - before == count:
+                fresh += timestamps
+                self._n += count
+                if len(fresh) > 65536 and len(fresh) > 2 * len(buckets):
+                    self._drain_fresh()
+                return
+            deque(map(buckets.pop, timestamps, repeat(None)), maxlen=0)
         if not cur_live:  # no bucket half fired: nothing to skip
             cur_ts = None
         n = 0

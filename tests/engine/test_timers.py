@@ -133,3 +133,23 @@ def test_timestamps_beyond_64_bits_keep_their_order():
     q.register(7, "f", None, 1)  # a 64-bit one after Python ints
     assert [(t.timestamp, t.key) for t in q.pop_all_due(big)] == [(7, "f"), (big, "a")]
     assert len(q) == 0 and q.peek_time() is None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_registering_many_at_once_is_registering_each_in_turn(seed):
+    # batches of new timestamps (taken in one pass), with a timestamp twice in the batch, or one
+    # that has a bucket already, or a timer registered again: the same queue as one by one
+    rng = random.Random(seed)
+    bulk, single = TimerQueue(), TimerQueue()
+    for round_ in range(30):
+        n = rng.randrange(5, 40)
+        base = round_ * 1000
+        ts = [base + rng.randrange(0, 5000 if rng.random() < 0.5 else 10 ** 6) for _ in range(n)]
+        keys = [f"k{rng.randrange(50)}" for _ in range(n)]
+        kgs = [hash(k) % 7 for k in keys]
+        bulk.register_many(ts, keys, kgs)
+        for t, k, g in zip(ts, keys, kgs):
+            single.register(t, k, None, g)
+        assert list(bulk) == list(single) and len(bulk) == len(single)
+        now = base + rng.randrange(0, 3000)
+        assert bulk.pop_all_due(now) == single.pop_all_due(now)
