@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 from pathlib import Path
 
@@ -70,3 +71,12 @@ def read_events(path: Path) -> tuple[list[str], list[int], list[str]]:
             ts.append(int(t))
             kinds.append(k)
     return users, ts, kinds
+
+
+def sessions_digest(summaries: list[tuple]) -> str:
+    """SHA-256 of the sorted (user, start, end, events, purchases) tuples of a sessions run: equal
+    outputs, equal digests (bench_peers compares the engine's with a bare loop's)."""
+    h = hashlib.sha256()
+    for row in sorted(summaries):
+        h.update(repr(row).encode())
+    return h.hexdigest()

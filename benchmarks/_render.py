@@ -283,8 +283,11 @@ def peers_section(res: dict, charts: Path) -> list[str]:
             short = label.split("/", 1)[-1]
             if short.endswith("/head") or short == "head":
                 short = short.removesuffix("head").rstrip("/") + f" (first {r.get('records', 0):,} records)"
-            bars.append((f"{PEER_LABEL.get(system, 'bare Python loop')}: {short}"
-                         if system != "bare_python" else "bare Python loop (limit)", r.get("value"), group))
+            if system == "bare_python_output":
+                group = "limit"
+            bars.append((f"{PEER_LABEL.get(system, 'bare Python loop')}: {short}" if system not in (
+                "bare_python", "bare_python_output") else "bare Python loop (limit)" if system == "bare_python"
+                else "bare Python loop building the job's output", r.get("value"), group))
         lines += table(["run", "records", "records/s per core", "records/s wall", "Spark steady records/s wall", "peak RSS MB",
                         "RSS after input loaded MB", "outputs", "checkpoints taken", "mini cluster start-up + teardown s",
                         "whole process wall s",

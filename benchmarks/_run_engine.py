@@ -19,7 +19,7 @@ import resource
 import time
 from pathlib import Path
 
-from benchmarks._inputs import read_events
+from benchmarks._inputs import read_events, sessions_digest
 from explorer.engine import KeyedProcessFunction, StreamEnvironment, ValueStateDescriptor
 from explorer.engine.sinks import Sink, SinkWriter
 
@@ -104,10 +104,13 @@ def main(argv: list[str] | None = None) -> dict:
     if args.workload == "sessions":
         summaries = result.output("sessions")
         out_records, checksum = len(summaries), sum(s.events for s in summaries)
+        digest = sessions_digest([(s.user_id, s.start_ms, s.end_ms, s.events, s.purchases) for s in summaries])
     else:
         out_records, checksum = sink.box[0], sink.box[0]
     report = {"records": len(records), "output_records": out_records, "checksum": checksum,
               "seconds": seconds, "cpu_seconds": cpu, "rss_after_load_mb": round(loaded, 1)}
+    if args.workload == "sessions":
+        report["output_digest"] = digest
     report["vm_hwm_mb"] = round(vm_hwm_mb(), 1)  # this process's own peak (the new image's, after exec)
     if args.checkpoint_dir is not None:
         report["checkpoints_completed"] = len(getattr(result, "checkpoints", None) or [])

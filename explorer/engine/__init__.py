@@ -27,7 +27,7 @@ from .state import (
     StateKind,
     ValueStateDescriptor,
 )
-from .timers import EVENT_TIME, PROCESSING_TIME
+from .timers import EVENT_TIME, PROCESSING_TIME, Timer, TimerBatch
 from .ttl import (
     CleanupStrategies,
     IncrementalCleanup,
@@ -74,6 +74,8 @@ __all__ = [
     "StateVisibility",
     "StreamEnvironment",
     "SystemClock",
+    "Timer",
+    "TimerBatch",
     "Trace",
     "UpdateType",
     "ValueStateDescriptor",

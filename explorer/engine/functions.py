@@ -226,8 +226,10 @@ class KeyedProcessFunction(ProcessFunction):
     ``add_all_many``/``update_many``/``clear_many``) and the timer service's
     ``register_event_time_timers``/``delete_event_time_timers``; there is no current key.
     Likewise ``on_timer_batch(timers, ctx, out)`` gets the event-time timers due at a
-    watermark as one list of :class:`~explorer.engine.timers.Timer` (timestamp, key,
-    namespace, key group) in firing order, and must do what ``on_timer`` for each in turn
+    watermark as one :class:`~explorer.engine.timers.TimerBatch`, a sequence of
+    :class:`~explorer.engine.timers.Timer` (timestamp, key, namespace, key group) in firing
+    order that also hands out its columns (``timestamps``, ``keys``, ``namespaces``,
+    ``key_groups``) without a Timer made per timer, and must do what ``on_timer`` for each in turn
     would; it may not delete timers (they are off the queue already) nor register one due
     before the last of its batch (both raise). Neither path runs when a state has TTL.
     ``explorer.pipelines.sessions.SessionWindowFunction`` is the worked example; its tests

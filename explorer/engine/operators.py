@@ -371,7 +371,7 @@ class KeyedProcessOperator(KeyedOperatorBase):
         q, ctx, out, fire = self.event_timers, self.ctx, self.out, self._timer_batch_fn
         kctx, service = self.backend.ctx, self.timer_service
         while True:
-            due = q.pop_all_due(watermark)
+            due = q.pop_all_due_columns(watermark)
             if not due:
                 return
             kctx._set = False  # no current key: the batch has many
@@ -384,9 +384,10 @@ class KeyedProcessOperator(KeyedOperatorBase):
                 service.firing_batch = False
                 ctx._domain = None
             nxt = q.peek_time()
-            if nxt is not None and nxt <= watermark and nxt < due[-1].timestamp:
+            last = due.timestamps[-1]
+            if nxt is not None and nxt <= watermark and nxt < last:
                 raise JobError(f"operator {self.name!r}: on_timer_batch registered an event-time timer at {nxt}, "
-                               f"due before the last timer of its batch ({due[-1].timestamp}); define only "
+                               f"due before the last timer of its batch ({last}); define only "
                                "on_timer for functions whose timers register earlier timers")
 
     def on_processing_time(self, now_ms):

@@ -69,6 +69,11 @@ def factorize_column(column: Any) -> tuple[np.ndarray, list[Any]]:
     return factorize_keys(list(column))
 
 
+def _copy_str(s: str) -> str:
+    """An equal ``str`` made now (``s`` itself is what slicing or ``str()`` would return)."""
+    return s.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+
+
 def _pick(values: Any, idx: np.ndarray) -> Any:
     if isinstance(values, DictUniques):
         return DictUniques(values.dictionary, values.codes[idx])
@@ -250,6 +255,12 @@ class KeyGroupPartitioner(Partitioner):
         self.intern: dict[Any, int] = {}
         self.dictionary = KeyDictionary([])
         self.intern_size = 1 << 20
+        #: whether every key so far is a ``str``: the dictionary then holds its own copy of each,
+        #: made when the key is first seen, so the copies lie together in memory (a record's key
+        #: lies wherever its record was made), and a batch's distinct keys are handed on as these
+        #: copies; every table keyed by them (keyed state, timers) then finds its stored key is the
+        #: very object it is given, without reading a string from all over memory per lookup
+        self.compact = True
         self.max_parallelism = max_parallelism
         self.parallelism = parallelism
         # owner of each key group, computed once
@@ -290,6 +301,8 @@ class KeyGroupPartitioner(Partitioner):
         codes, uniques = factorize_keys(keys)  # a small hash table per batch
         ucodes = self.encode(uniques)  # one lookup per distinct key in the big one
         d = self.dictionary
+        if self.compact:  # the dictionary's own copies travel on (see encode)
+            uniques = _pick(d.values, ucodes)
         return codes, uniques, keys, d.key_groups(self.max_parallelism)[ucodes], ucodes, d
 
     def encode(self, keys: list[Any]) -> np.ndarray:
@@ -310,6 +323,10 @@ class KeyGroupPartitioner(Partitioner):
             new_keys = _pick(keys, missing)
             if None in new_keys:
                 raise KeyTypeError("a key is None; null keys are not allowed")
+            if self.compact and not set(map(type, new_keys)) <= {str}:
+                self.compact = False
+            if self.compact:
+                new_keys = list(map(_copy_str, new_keys))
             values = self.dictionary.values
             start = len(values)
             intern.update(zip(new_keys, range(start, start + len(new_keys))))

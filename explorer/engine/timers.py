@@ -8,8 +8,13 @@ or the clock (processing time) reaches them.
 
 from __future__ import annotations
 
-import heapq
+from collections import deque
+from collections.abc import Sequence
+from itertools import compress, repeat
+from operator import is_not, itemgetter
 from typing import Any, Iterator, NamedTuple
+
+import numpy as np
 
 from ..errors import JobError
 
@@ -26,30 +31,75 @@ class Timer(NamedTuple):
     key_group: int
 
 
+class TimerBatch(Sequence):
+    """Timers as the queue hands a watermark's due ones out (``pop_all_due_columns``): a
+    sequence of :class:`Timer` in firing order, held as four columns (``timestamps``, ``keys``,
+    ``namespaces``, ``key_groups``, lists of the same length); a :class:`Timer` is made only
+    when one is read as such, so a function reading the columns makes none."""
+
+    __slots__ = ("timestamps", "keys", "namespaces", "key_groups")
+
+    def __init__(self, timestamps: list[int], keys: list[Any], namespaces: list[Any], key_groups: list[int]) -> None:
+        self.timestamps, self.keys, self.namespaces, self.key_groups = timestamps, keys, namespaces, key_groups
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(map(_new, repeat(Timer), zip(self.timestamps[i], self.keys[i], self.namespaces[i],
+                                                      self.key_groups[i])))
+        return _new(Timer, (self.timestamps[i], self.keys[i], self.namespaces[i], self.key_groups[i]))
+
+    def __iter__(self) -> Iterator[Timer]:
+        return map(_new, repeat(Timer), zip(self.timestamps, self.keys, self.namespaces, self.key_groups))
+
+    def __eq__(self, other: Any) -> bool:
+        return list(self) == (list(other) if isinstance(other, TimerBatch) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TimerBatch({len(self)} timers)"
+
+
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+_new = tuple.__new__  # a Timer from its fields without NamedTuple's Python-level __new__
+_INT64_MAX = (1 << 63) - 1
+_INT64_MIN = -(1 << 63)
+
 class TimerQueue:
     """A deduplicated priority queue of timers of one time domain.
 
     Timers live in buckets per timestamp, ``timestamp -> {(key, namespace): key_group}`` (a dict,
-    so in registration order; a bucket of one timer made as such is the pair
-    ``((key, namespace), key_group)``, most are, and a pair is cheaper to make and to read when it
-    fires than a dict), over a heap of plain integer timestamps with one entry per bucket
-    made. Registering, deleting or moving a timer is a dict operation, plus one heap push when its
-    timestamp has no bucket yet; a deleted timer leaves nothing behind but, once its bucket is
-    empty, a timestamp that is skipped when it reaches the top. Firing takes a whole bucket off
-    (so a bucket of many timers is fired in linear time) and hands its timers out one by one;
-    timers deleted meanwhile are skipped, timers registered meanwhile for that timestamp come
-    after it, and one registered meanwhile for an earlier timestamp fires first. The order is
+    so in registration order; a bucket of one timer made as such is the triple ``(key,
+    namespace, key_group)``, most are, and a triple is cheaper to make and to read when it fires
+    than a dict, or than a pair holding a pair), over the buckets' timestamps in order, one entry
+    per bucket made. Registering, deleting or moving a timer is a dict operation; a timestamp
+    whose bucket is made is noted (``_fresh``) and put in order with the others when the queue's
+    order is next needed (a watermark), only if its bucket still exists then; a deleted timer
+    leaves nothing behind but, once its bucket is empty, a timestamp that is skipped when it
+    reaches the front. The timestamps in order are a sorted NumPy array (``_sorted`` from
+    ``_pos`` on; a watermark's new ones merged in one stable sort, the due ones taken as a prefix
+    in one slice) rather than a binary heap (a push and a pop of log n steps per timestamp, in
+    Python calls). Firing takes a whole bucket off (so a bucket of many timers is fired in linear
+    time) and hands its timers out one by one; timers deleted meanwhile are skipped, timers
+    registered meanwhile for that timestamp come after it, and one registered meanwhile for an
+    earlier timestamp fires first. The order is
     exactly a heap's of ``(timestamp, registration number)``: timestamps ascending, ties in
     registration order, a timer deleted and registered again taking its new place.
     """
 
-    __slots__ = ("_buckets", "_heap", "_fresh", "_n", "_cur_ts", "_cur", "_cur_live")
+    __slots__ = ("_buckets", "_sorted", "_pos", "_fresh", "_n", "_cur_ts", "_cur", "_cur_live")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, Any] = {}  # a dict of timers, or one timer as ((key, namespace), key_group)
-        self._heap: list[int] = []
-        #: timestamps whose bucket was made since the heap was last needed: pushed then, if their
-        #: bucket still exists (a timer moved on before the watermark reached it costs no heap work)
+        self._buckets: dict[int, Any] = {}  # a dict of timers, or one timer as (key, namespace, key_group)
+        #: bucket timestamps in ascending order from ``_pos`` on (some stale: their bucket went, or
+        #: twice); int64, or object (Python ints) once a timestamp does not fit in 64 bits
+        self._sorted: np.ndarray = np.empty(0, dtype=np.int64)
+        self._pos = 0
+        #: timestamps whose bucket was made since the order was last needed: merged then, if their
+        #: bucket still exists (a timer moved on before the watermark reached it costs no ordering)
         self._fresh: list[int] = []
         self._n = 0
         #: the bucket being fired: its timestamp, its timers not handed out yet (last first), and
@@ -59,24 +109,23 @@ class TimerQueue:
         self._cur_live: dict[tuple[Any, Any], int] = {}
 
     def register(self, timestamp: int, key: Any, namespace: Any, key_group: int) -> bool:
-        ident = (key, namespace)
-        if timestamp == self._cur_ts and ident in self._cur_live:
+        if timestamp == self._cur_ts and (key, namespace) in self._cur_live:
             return False
         b = self._buckets.get(timestamp)
         if b is None:
-            self._buckets[timestamp] = (ident, key_group)
+            self._buckets[timestamp] = (key, namespace, key_group)
             fresh = self._fresh
             fresh.append(timestamp)
             if len(fresh) > 65536 and len(fresh) > 2 * len(self._buckets):  # no watermark for long: stay bounded
                 self._drain_fresh()
         elif type(b) is tuple:
-            if b[0] == ident:
+            if _same(b, key, namespace):
                 return False
-            self._buckets[timestamp] = {b[0]: b[1], ident: key_group}
-        elif ident in b:
+            self._buckets[timestamp] = {(b[0], b[1]): b[2], (key, namespace): key_group}
+        elif (key, namespace) in b:
             return False
         else:
-            b[ident] = key_group
+            b[(key, namespace)] = key_group
         self._n += 1
         return True
 
@@ -84,37 +133,49 @@ class TimerQueue:
         """:meth:`register` of each ``(timestamps[i], keys[i], key_groups[i])`` in order (one namespace)."""
         buckets, fresh = self._buckets, self._fresh
         cur_ts, cur_live = self._cur_ts, self._cur_live
+        count = len(timestamps)
+        if not cur_live and count > 8 and len(keys) == count == len(key_groups) \
+                and not any(map(buckets.__contains__, timestamps)):
+            # every timestamp without a bucket (the usual case): the buckets made in one C-level pass,
+            # kept if the timestamps are distinct too (the table grew by one per timer), else undone
+            before = len(buckets)
+            buckets.update(zip(timestamps, zip(keys, repeat(namespace), key_groups)))
+            if len(buckets) - before == count:
+                fresh += timestamps
+                self._n += count
+                if len(fresh) > 65536 and len(fresh) > 2 * len(buckets):
+                    self._drain_fresh()
+                return
+            deque(map(buckets.pop, timestamps, repeat(None)), maxlen=0)
         if not cur_live:  # no bucket half fired: nothing to skip
             cur_ts = None
         n = 0
         for ts, key, kg in zip(timestamps, keys, key_groups):
-            ident = (key, namespace)
-            if ts == cur_ts and ident in cur_live:
+            if ts == cur_ts and (key, namespace) in cur_live:
                 continue
             b = buckets.get(ts)
             if b is None:
-                buckets[ts] = (ident, kg)
+                buckets[ts] = (key, namespace, kg)
                 fresh.append(ts)
                 if len(fresh) > 65536 and len(fresh) > 2 * len(buckets):
                     self._drain_fresh()
                     fresh = self._fresh
             elif type(b) is tuple:
-                if b[0] == ident:
+                if _same(b, key, namespace):
                     continue
-                buckets[ts] = {b[0]: b[1], ident: kg}
-            elif ident in b:
+                buckets[ts] = {(b[0], b[1]): b[2], (key, namespace): kg}
+            elif (key, namespace) in b:
                 continue
             else:
-                b[ident] = kg
+                b[(key, namespace)] = kg
             n += 1
         self._n += n
 
     def delete(self, timestamp: int, key: Any, namespace: Any) -> bool:
-        ident = (key, namespace)
         b = self._buckets.get(timestamp)
-        if b is not None and _take(self._buckets, timestamp, b, ident):
+        if b is not None and _take(self._buckets, timestamp, b, key, namespace):
             pass
-        elif not (timestamp == self._cur_ts and self._cur_live.pop(ident, -1) >= 0):
+        elif not (timestamp == self._cur_ts and self._cur_live.pop((key, namespace), -1) >= 0):
             return False
         self._n -= 1
         return True
@@ -125,34 +186,54 @@ class TimerQueue:
         n = 0
         for ts, key in zip(timestamps, keys):
             b = buckets.get(ts)
-            ident = (key, namespace)
-            if b is not None and _take(buckets, ts, b, ident):
+            if b is not None and _take(buckets, ts, b, key, namespace):
                 n += 1
-            elif ts == self._cur_ts and self._cur_live.pop(ident, -1) >= 0:
+            elif ts == self._cur_ts and self._cur_live.pop((key, namespace), -1) >= 0:
                 n += 1
         self._n -= n
 
     def _drain_fresh(self) -> None:
-        h, buckets = self._heap, self._buckets
-        live = [ts for ts in self._fresh if ts in buckets]
+        """The fresh timestamps whose bucket still exists merged into the order (one stable sort
+        of the sorted rest followed by them: a merge)."""
+        live = list(filter(self._buckets.__contains__, self._fresh))
         self._fresh = []
-        if len(live) > len(h):
-            h.extend(live)
-            heapq.heapify(h)
-        else:
-            for ts in live:
-                heapq.heappush(h, ts)
+        if not live:
+            return
+        try:
+            new = np.array(live)
+        except OverflowError:
+            new = None
+        if new is None or new.dtype != np.int64 or new.shape != (len(live),):  # beyond 64 bits: Python ints
+            new = np.empty(len(live), dtype=object)
+            new[:] = live
+        rest = self._sorted[self._pos:]
+        # int64 with object (Python ints) makes object, the int64 ones made Python ints
+        merged = np.concatenate([rest, new]) if len(rest) else new
+        self._sorted = np.sort(merged, kind="stable")
+        self._pos = 0
+
+    def _front(self) -> int | None:
+        """The first timestamp in order, as a Python int (stale or not), or None."""
+        pos, srt = self._pos, self._sorted
+        if pos >= len(srt):
+            return None
+        return srt[pos] if srt.dtype == object else srt[pos].item()
 
     def _clean_top(self) -> int | None:
-        """The smallest timestamp with a bucket (stale heap entries dropped), or None."""
-        h, buckets = self._heap, self._buckets
+        """The smallest timestamp with a bucket (stale entries passed over), or None."""
+        buckets = self._buckets
         if self._fresh:
             self._drain_fresh()
-        while h:
-            ts = h[0]
+        srt, pos = self._sorted, self._pos
+        n = len(srt)
+        while pos < n:
+            ts = srt[pos]
+            ts = ts.item() if srt.dtype != object else ts
             if ts in buckets:
+                self._pos = pos
                 return ts
-            heapq.heappop(h)
+            pos += 1
+        self._pos = pos
         return None
 
     def peek_time(self) -> int | None:
@@ -171,7 +252,7 @@ class TimerQueue:
             self._buckets[ts] = rest
         elif rest:
             self._buckets[ts] = rest
-            heapq.heappush(self._heap, ts)
+            self._fresh.append(ts)
         self._cur_ts, self._cur, self._cur_live = None, [], {}
 
     def pop_due(self, time: int) -> Timer | None:
@@ -182,7 +263,8 @@ class TimerQueue:
                 ts = self._cur_ts
                 if ts > time:
                     return None
-                top = self._clean_top() if self._fresh or (self._heap and self._heap[0] < ts) else None
+                front = self._front()
+                top = self._clean_top() if self._fresh or (front is not None and front < ts) else None
                 if top is not None and top < ts:
                     self._suspend()
                     continue
@@ -197,7 +279,7 @@ class TimerQueue:
             ts = self._clean_top()
             if ts is None or ts > time:
                 return None
-            heapq.heappop(self._heap)
+            self._pos += 1
             live = _as_dict(self._buckets.pop(ts))
             order = list(live)
             order.reverse()
@@ -206,28 +288,56 @@ class TimerQueue:
     def pop_all_due(self, time: int) -> list[Timer]:
         """Every live timer with ``timestamp <= time``, removed, in firing order (whole buckets
         at a time)."""
-        out: list[Timer] = []
+        return list(self.pop_all_due_columns(time))
+
+    def pop_all_due_columns(self, time: int) -> TimerBatch:
+        """:meth:`pop_all_due` as columns: the due timestamps are a prefix of the order, taken in
+        one slice, their buckets popped in one pass and read a column at a time (no
+        :class:`Timer` made)."""
         if self._cur or self._cur_live:  # a bucket is half fired: hand the rest out one by one first
             pop = self.pop_due
+            out: list[Timer] = []
             while (t := pop(time)) is not None:
                 out.append(t)
-            return out
+            return TimerBatch(*(list(c) for c in zip(*out))) if out else TimerBatch([], [], [], [])
         if self._fresh:
             self._drain_fresh()
-        h, buckets, heappop, new, add = self._heap, self._buckets, heapq.heappop, tuple.__new__, out.append
-        while h and h[0] <= time:
-            ts = heappop(h)
-            b = buckets.pop(ts, None)
-            if b is None:
-                continue
-            if type(b) is tuple:  # most buckets hold one timer
-                (key, ns), kg = b
-                add(new(Timer, (ts, key, ns, kg)))
-            else:
-                for (key, ns), kg in b.items():
-                    add(new(Timer, (ts, key, ns, kg)))
-        self._n -= len(out)
-        return out
+        srt, pos = self._sorted, self._pos
+        if srt.dtype == object or _INT64_MIN <= time <= _INT64_MAX:
+            end = pos + int(np.searchsorted(srt[pos:], time, side="right"))
+        else:
+            end = len(srt) if time > 0 else pos
+        if end == pos:
+            return TimerBatch([], [], [], [])
+        due = srt[pos:end].tolist()
+        self._pos = end
+        buckets = list(map(self._buckets.pop, due, repeat(None)))
+        live = list(map(is_not, buckets, repeat(None)))
+        if not all(live):  # stale timestamps (their bucket went, or taken already)
+            due = list(compress(due, live))
+            buckets = list(compress(buckets, live))
+        many = list(map(isinstance, buckets, repeat(dict)))  # buckets of several timers
+        if not any(many):  # one timer per bucket (the usual case)
+            stamps = due
+            keys, nss, kgs = list(map(_FIRST, buckets)), list(map(_SECOND, buckets)), list(map(_THIRD, buckets))
+        else:  # the runs of one-timer buckets a column at a time, the others timer by timer
+            stamps, keys, nss, kgs = [], [], [], []
+            prev = 0
+            for j in [*compress(range(len(buckets)), many), len(buckets)]:
+                run = buckets[prev:j]
+                stamps += due[prev:j]
+                keys += map(_FIRST, run)
+                nss += map(_SECOND, run)
+                kgs += map(_THIRD, run)
+                if j < len(buckets):
+                    b = buckets[j]
+                    stamps += repeat(due[j], len(b))
+                    keys += map(_FIRST, b)
+                    nss += map(_SECOND, b)
+                    kgs += b.values()
+                prev = j + 1
+        self._n -= len(stamps)
+        return TimerBatch(stamps, keys, nss, kgs)
 
     def __len__(self) -> int:
         return self._n
@@ -239,7 +349,7 @@ class TimerQueue:
             live = self._cur_live
             pending[self._cur_ts] = [(i, live[i]) for i in reversed(self._cur) if i in live]
         for ts, b in self._buckets.items():
-            items = [b] if type(b) is tuple else b.items()
+            items = [((b[0], b[1]), b[2])] if type(b) is tuple else b.items()
             if ts in pending:
                 pending[ts].extend(items)
             else:
@@ -252,25 +362,33 @@ class TimerQueue:
 
     def clear(self) -> None:
         self._buckets.clear()
-        self._heap.clear()
+        self._sorted = np.empty(0, dtype=np.int64)
+        self._pos = 0
         self._fresh.clear()
         self._n = 0
         self._cur_ts, self._cur, self._cur_live = None, [], {}
 
 
 def _as_dict(bucket: Any) -> dict[tuple[Any, Any], int]:
-    """A bucket as a dict (a one-timer pair made one)."""
-    return {bucket[0]: bucket[1]} if type(bucket) is tuple else bucket
+    """A bucket as a dict (a one-timer bucket made one)."""
+    return {(bucket[0], bucket[1]): bucket[2]} if type(bucket) is tuple else bucket
 
 
-def _take(buckets: dict, ts: int, b: Any, ident: tuple[Any, Any]) -> bool:
-    """Remove ``ident``'s timer from bucket ``b`` of ``ts`` (and the bucket once empty); whether it was there."""
+def _same(b: tuple, key: Any, namespace: Any) -> bool:
+    """Whether one-timer bucket ``b`` is the timer of ``(key, namespace)`` (as the pairs compare)."""
+    k, ns = b[0], b[1]
+    return (k is key or k == key) and (ns is namespace or ns == namespace)
+
+
+def _take(buckets: dict, ts: int, b: Any, key: Any, namespace: Any) -> bool:
+    """Remove the timer of ``(key, namespace)`` from bucket ``b`` of ``ts`` (and the bucket once
+    empty); whether it was there."""
     if type(b) is tuple:
-        if b[0] != ident:
+        if not _same(b, key, namespace):
             return False
         del buckets[ts]
         return True
-    if b.pop(ident, -1) < 0:
+    if b.pop((key, namespace), -1) < 0:
         return False
     if not b:
         del buckets[ts]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, eq, is_not, itemgetter
 from typing import Sequence
 
@@ -39,6 +39,7 @@ from ..engine import (
     KeyedProcessFunction,
     ListStateDescriptor,
     StreamEnvironment,
+    TimerBatch,
     ValueStateDescriptor,
     WatermarkStrategy,
 )
@@ -150,10 +151,11 @@ class OpenSessions:
     the state, written exactly as before. A function starts without it (``open``) and a session
     it does not cover (begun before a restore, or touched by ``process_element``/``on_timer``)
     is read from its list as before. Columns in NumPy arrays, a slot per key; a key keeps its
-    slot after its session closes (marked not valid), and slots of keys without an open session
+    slot after its session closes (marked not valid, and ``empty``: the function cleared the
+    key's state, so its session end is known to be none without reading it), and slots of keys without an open session
     are dropped when they outnumber the rest."""
 
-    __slots__ = ("slots", "start", "end", "events", "purchases", "valid", "size", "limit", "by_code")
+    __slots__ = ("slots", "start", "end", "events", "purchases", "valid", "empty", "size", "limit", "by_code")
 
     def __init__(self, capacity: int = 1024) -> None:
         self.slots: dict = {}
@@ -166,6 +168,8 @@ class OpenSessions:
         self.purchases = np.zeros(capacity, dtype=np.int64)
         #: whether the slot's figures are those of the key's whole open session
         self.valid = np.zeros(capacity, dtype=bool)
+        #: whether the key has no open session, as the function left it (its state cleared)
+        self.empty = np.zeros(capacity, dtype=bool)
         #: per key dictionary (by id): the slot of each of its codes, -1 for none yet
         self.by_code: dict[int, np.ndarray] = {}
 
@@ -210,10 +214,11 @@ class OpenSessions:
             self.slots.update(zip(map(keys.__getitem__, missing.tolist()), new.tolist()))
             got[missing] = new
             self.valid[new] = False
+            self.empty[new] = False
         return got
 
     def _grow(self, capacity: int) -> None:
-        for name in ("start", "end", "events", "purchases", "valid"):
+        for name in ("start", "end", "events", "purchases", "valid", "empty"):
             old = getattr(self, name)
             grown = np.zeros(capacity, dtype=old.dtype)
             grown[:len(old)] = old
@@ -225,7 +230,7 @@ class OpenSessions:
         old = np.fromiter(self.slots.values(), dtype=np.int64, count=len(keys))
         keep = np.flatnonzero(self.valid[old])
         live = old[keep]
-        for name in ("start", "end", "events", "purchases", "valid"):
+        for name in ("start", "end", "events", "purchases", "valid", "empty"):
             col = getattr(self, name)
             col[:len(live)] = col[live]
         self.slots = dict(zip(map(keys.__getitem__, keep.tolist()), range(len(live))))
@@ -234,14 +239,21 @@ class OpenSessions:
         self.limit = max(1 << 20, 2 * len(live))
 
     def close(self, slots: np.ndarray) -> None:
-        """The sessions in these slots closed."""
+        """The sessions in these slots closed (and their state cleared)."""
         self.valid[slots] = False
+        self.empty[slots] = True
+
+    def uncover(self, slots: np.ndarray) -> None:
+        """The sessions in these slots are no longer covered (whether open or not)."""
+        self.valid[slots] = False
+        self.empty[slots] = False
 
     def forget(self, key) -> None:
         """The key's session is no longer covered."""
         s = self.slots.get(key)
         if s is not None:
             self.valid[s] = False
+            self.empty[s] = False
 
 
 class SessionWindowFunction(KeyedProcessFunction):
@@ -306,7 +318,21 @@ class SessionWindowFunction(KeyedProcessFunction):
         gap = self.gap_ms
         if span * nu >= 1 << 62 or tmin - gap < -(1 << 62) or tmin + span + gap > 1 << 62:
             return self._process_batch_records(records, ctx, out)
-        ends0 = self.session_end.values_of(groups, users)
+        # each key's session end before the batch: a session the open-session figures cover ends at
+        # its latest timestamp plus the gap (what ``sessionEnd`` holds), a key whose session this
+        # function closed has none; only the others are read
+        agg = self.open_sessions
+        slots = agg.slots_of(users, records.unique_codes, records.key_dictionary)
+        known = agg.valid[slots]
+        ends = (agg.end[slots] + gap).astype(object)
+        ends[~known] = None
+        unknown = ~(known | agg.empty[slots])
+        if unknown.any():
+            read = np.flatnonzero(unknown).tolist()
+            got = self.session_end.values_of(list(map(groups.__getitem__, read)), list(map(users.__getitem__, read)))
+            for j, e in zip(read, got):
+                ends[j] = e
+        ends0 = ends.tolist()
         has0 = np.fromiter(map(is_not, ends0, repeat(None)), dtype=bool, count=nu)
         try:
             e0 = np.array([_NO_END if e is None else e for e in ends0], dtype=np.int64)
@@ -357,9 +383,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         bounds = starts.tolist() + [n]
         # the open sessions' figures: what each key's session held before the batch (a key without
         # a session end has an empty list; one whose figures are not kept is not covered)
-        agg = self.open_sessions
-        slots = agg.slots_of(users, records.unique_codes, records.key_dictionary)
-        covered = agg.valid[slots] | ~has0
+        covered = known | ~has0
         p_start = np.where(has0, agg.start[slots], _NO_START)
         p_end = np.where(has0, agg.end[slots], _NO_END)
         p_events = np.where(has0, agg.events[slots], 0)
@@ -373,6 +397,7 @@ class SessionWindowFunction(KeyedProcessFunction):
             agg.events[slots] = p_events + np.diff(np.append(starts, n))
             agg.purchases[slots] = p_purchases + np.add.reduceat(sp, starts)
             agg.valid[slots] = covered
+            agg.empty[slots] = False
             return
         # keys with a session closed inside the batch: each closed at its record, in arrival order.
         # Segments: each key's records cut at its closing records; a session closed at record p
@@ -409,6 +434,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         agg.events[slots] = np.where(has_close, 0, p_events) + g_events[last_seg]
         agg.purchases[slots] = np.where(has_close, 0, p_purchases) + g_purchases[last_seg]
         agg.valid[slots] = has_close | covered
+        agg.empty[slots] = False
         arrival = order[cpos]
         by_arrival = np.argsort(arrival, kind="stable")
         seg_start: dict[int, int] = {}
@@ -443,7 +469,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         ints, or span too much of the int64 range for the column-wise path)."""
         users, groups = records.uniques, records.unique_key_groups
         agg = self.open_sessions
-        agg.close(agg.slots_of(users))  # this path keeps no figures
+        agg.uncover(agg.slots_of(users))  # this path keeps no figures
         gap = self.gap_ms
         # per user: [end now, end before the batch, events added since the list was read or cleared,
         #            whether the stored list was cleared, the record that last moved the timer, key group, user]
@@ -518,9 +544,12 @@ class SessionWindowFunction(KeyedProcessFunction):
         open-session figures cover has its end there (its latest timestamp plus the gap) and is
         summarised from them; the ends of the others are read in one call, and those closing
         read and summarised in one. The closing sessions' state is cleared in one call each."""
-        users = list(map(_KEY, timers))
-        groups = list(map(_KEY_GROUP, timers))
-        stamps = list(map(_TIMESTAMP, timers))
+        if isinstance(timers, TimerBatch):  # the columns as the queue hands them out
+            users, groups, stamps = timers.keys, timers.key_groups, timers.timestamps
+        else:
+            users = list(map(_KEY, timers))
+            groups = list(map(_KEY_GROUP, timers))
+            stamps = list(map(_TIMESTAMP, timers))
         agg = self.open_sessions
         slot = np.array(list(map(agg.slots.get, users, repeat(-1))), dtype=np.int64)
         covered = slot >= 0
@@ -532,7 +561,8 @@ class SessionWindowFunction(KeyedProcessFunction):
             read = np.flatnonzero(~covered).tolist()
             for j, e in zip(read, self.session_end.values_of([groups[j] for j in read], [users[j] for j in read])):
                 ends[j] = e
-        closing = [i for i, (t, e) in enumerate(zip(stamps, ends)) if e == t]
+        hit = list(map(eq, ends, stamps))  # the timer is the session's end: it closes
+        closing = list(range(len(hit))) if all(hit) else list(compress(range(len(hit)), hit))
         if len(set(users)) < len(users):  # a user twice: later timers see the state the earlier cleared
             seen: set = set()
             closing = [i for i in closing if not (users[i] in seen or seen.add(users[i]))]

@@ -352,3 +352,26 @@ def test_hash_edges_code_keys_consistently_even_when_their_dictionary_starts_afr
             assert b.ukgs.tolist() == [assign_to_key_group(k, 128) for k in b.uniques]
             assert all(kg * 3 // 128 == owner for kg in b.key_groups.tolist())
     assert seen == 600
+
+
+def test_a_hash_edge_hands_on_its_own_copy_of_each_string_key_and_other_keys_as_given():
+    import operator
+
+    from explorer.engine.channels import Batch, Channel
+    from explorer.engine.routing import KeyGroupPartitioner
+
+    part = KeyGroupPartitioner(operator.itemgetter(0), 128, 1)
+    chans = [Channel("src[0]", "op[0]")]
+    first = [("".join(["user-", str(i % 7)]), i) for i in range(20)]
+    again = [("".join(["user-", str(i % 9)]), i) for i in range(20)]  # equal keys, other objects
+    (_, b1), = part.route(Batch(first), chans, 0)
+    (_, b2), = part.route(Batch(again), chans, 0)
+    copies = {id(k): k for k in b1.uniques}
+    assert b1.uniques == [f"user-{i}" for i in range(7)] and b2.uniques == [f"user-{i}" for i in range(9)]
+    assert not any(k is r[0] for k in b1.uniques for r in first)  # the dictionary's own objects
+    assert all(id(k) in copies for k in b2.uniques[:7])  # the same object for the same key in every batch
+    assert b2.keys == [r[0] for r in again]  # the records' own keys stay as they came
+    mixed = KeyGroupPartitioner(operator.itemgetter(0), 128, 1)
+    recs = [(1, 0), ("a", 1), ((2, 3), 2)]
+    (_, b3), = mixed.route(Batch(recs), chans, 0)
+    assert b3.uniques == [1, "a", (2, 3)] and all(u is r[0] for u, r in zip(b3.uniques, recs))

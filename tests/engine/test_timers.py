@@ -103,3 +103,53 @@ def test_a_big_bucket_fires_in_linear_time_in_registration_order():
         fired.append(t.key)
     assert fired == list(range(1, n, 2))
     assert len(q) == 0 and q.peek_time() is None
+
+
+def test_a_watermarks_timers_come_out_as_columns_in_firing_order():
+    # pop_all_due_columns: one-timer buckets, a bucket of several (ties in registration order),
+    # a timer moved before it was due (its old timestamp left stale) and one not due yet
+    q = TimerQueue()
+    q.register_many([30, 10, 20, 10, 50], ["a", "b", "c", "d", "e"], [1, 2, 3, 4, 5])
+    q.delete(30, "a", None)
+    q.register(40, "a", None, 1)
+    q.register(20, "f", "w", 6)
+    due = q.pop_all_due_columns(45)
+    assert due.timestamps == [10, 10, 20, 20, 40]
+    assert due.keys == ["b", "d", "c", "f", "a"] and due.namespaces == [None, None, None, "w", None]
+    assert due.key_groups == [2, 4, 3, 6, 1]
+    assert list(due) == [(10, "b", None, 2), (10, "d", None, 4), (20, "c", None, 3), (20, "f", "w", 6), (40, "a", None, 1)]
+    assert due[-1].timestamp == 40 and due[1:3] == list(due)[1:3] and len(due) == 5
+    assert len(q) == 1 and q.peek_time() == 50 and not q.pop_all_due_columns(49)
+
+
+def test_timestamps_beyond_64_bits_keep_their_order():
+    q = TimerQueue()
+    big = 1 << 70
+    for ts, k in [(big, "a"), (5, "b"), (-big, "c"), (big - 1, "d"), (5, "e")]:
+        q.register(ts, k, None, 0)
+    assert q.peek_time() == -big
+    got = q.pop_all_due_columns(big - 1)
+    assert got.timestamps == [-big, 5, 5, big - 1] and got.keys == ["c", "b", "e", "d"]
+    q.register(7, "f", None, 1)  # a 64-bit one after Python ints
+    assert [(t.timestamp, t.key) for t in q.pop_all_due(big)] == [(7, "f"), (big, "a")]
+    assert len(q) == 0 and q.peek_time() is None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_registering_many_at_once_is_registering_each_in_turn(seed):
+    # batches of new timestamps (taken in one pass), with a timestamp twice in the batch, or one
+    # that has a bucket already, or a timer registered again: the same queue as one by one
+    rng = random.Random(seed)
+    bulk, single = TimerQueue(), TimerQueue()
+    for round_ in range(30):
+        n = rng.randrange(5, 40)
+        base = round_ * 1000
+        ts = [base + rng.randrange(0, 5000 if rng.random() < 0.5 else 10 ** 6) for _ in range(n)]
+        keys = [f"k{rng.randrange(50)}" for _ in range(n)]
+        kgs = [hash(k) % 7 for k in keys]
+        bulk.register_many(ts, keys, kgs)
+        for t, k, g in zip(ts, keys, kgs):
+            single.register(t, k, None, g)
+        assert list(bulk) == list(single) and len(bulk) == len(single)
+        now = base + rng.randrange(0, 3000)
+        assert bulk.pop_all_due(now) == single.pop_all_due(now)
