@@ -321,3 +321,18 @@ def _write(path: Path, body: memoryview, rest: bytes) -> None:
         f.write(body[n:])
         f.write(rest)
         f.truncate()
+
+
+def warm_kernels() -> None:
+    """Load the numba kernels of full snapshots and restores (this module's and
+    :func:`.kernels.warm`'s) from numba's cache, so that the first checkpoint or restore does not pay
+    for it; meant for a background thread when a RocksDB backend opens (the kernels release the GIL,
+    loading them mostly does not)."""
+    from . import kernels
+
+    kernels.warm()
+    i64 = np.zeros(0, dtype=np.int64)
+    u8 = np.zeros(16, dtype=np.uint8)
+    _data_blocks(u8, np.zeros(1, dtype=np.int64), u8, np.zeros(1, dtype=np.int64), u8.copy(), np.int64(BLOCK_SIZE),
+                 np.int64(RESTART_INTERVAL), i64, i64.copy(), i64.copy())
+    _index_block(u8, np.zeros(1, dtype=np.int64), i64, i64.copy(), i64.copy(), np.int64(0), u8.copy(), np.int64(0))
