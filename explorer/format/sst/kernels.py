@@ -68,10 +68,20 @@ def gather_segments(src, starts, lengths, out, offsets):
     segments of a buffer (values in joined data blocks) made one contiguous Arrow data buffer (the caller
     checks the bounds)."""
     for i in range(len(starts)):
-        s = starts[i]
-        o = offsets[i]
-        n = lengths[i]
-        out[o : o + n] = src[s : s + n]
+        copy_bytes(out, offsets[i], src, starts[i], lengths[i])
+
+
+@_jit
+def copy_bytes(dst, d, src, s, n):
+    """``dst[d : d + n] = src[s : s + n]`` (the caller checks the bounds) as a byte loop over unsigned
+    indices, which LLVM turns into vector copies: 4x the speed of numba's slice assignment (its
+    views and index wrap-around per call cost more than the copy of a 1 KB value)."""
+    d = _U(d)
+    s = _U(s)
+    j = _U(0)
+    while j < _U(n):
+        dst[d + j] = src[s + j]
+        j += _U(1)
 
 
 @_jit

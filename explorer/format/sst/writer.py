@@ -34,6 +34,7 @@ from ..checksums import rocksdb_block_checksums
 from ..types import encode_varint
 from .columns import pooled_empty
 from .file import BLOCK_MAGIC
+from .kernels import copy_bytes
 
 __all__ = ["BLOCK_SIZE", "write_sst"]
 
@@ -97,12 +98,13 @@ def _data_blocks(kdata, koffs, vdata, voffs, out, block_size, restart_interval, 
             pos = _put_varint(out, pos, shared)
             pos = _put_varint(out, pos, kl + 8 - shared)
             pos = _put_varint(out, pos, vl)
-            out[pos : pos + kl - shared] = kdata[ks + shared : ks + kl]
+            copy_bytes(out, pos, kdata, ks + shared, kl - shared)
             pos += kl - shared
             out[pos] = 1  # (sequence 0 << 8) | type 1 (a value), little-endian
-            out[pos + 1 : pos + 8] = 0
+            for b in range(1, 8):
+                out[pos + b] = 0
             pos += 8
-            out[pos : pos + vl] = vdata[vs : vs + vl]
+            copy_bytes(out, pos, vdata, vs, vl)
             pos += vl
             cnt += 1
             i += 1
@@ -137,10 +139,11 @@ def _index_block(kdata, koffs, boff, bsize, blast, nb, out, pos):
         pos = _put_varint(out, pos, 0)
         pos = _put_varint(out, pos, kl + 8)
         pos = _put_varint(out, pos, hl)
-        out[pos : pos + kl] = kdata[ks : ks + kl]
+        copy_bytes(out, pos, kdata, ks, kl)
         pos += kl
         out[pos] = 1
-        out[pos + 1 : pos + 8] = 0
+        for b in range(1, 8):
+            out[pos + b] = 0
         pos += 8
         out[pos : pos + hl] = handle[:hl]
         pos += hl
