@@ -49,6 +49,22 @@ def test_written_file_reads_back_and_ingests(tmp_path, seed, n):
         db.close()
 
 
+@pytest.mark.parametrize("seed,n", [(5, 1), (6, 3000)])
+def test_values_in_two_parts_write_the_same_file(tmp_path, seed, n):
+    """(heads, bodies) values (a restore's length prefixes and the value column, not joined first) give the
+    bytes of the joined values, a head of any length (none, one byte, several) included."""
+    keys, values = _entries(seed, n)
+    cut = [min(len(v), i % 3) for i, v in enumerate(values)]
+    heads = pa.array([v[:c] for v, c in zip(values, cut)], pa.binary())
+    bodies = pa.array([v[c:] for v, c in zip(values, cut)], pa.binary())
+    k = pa.array(keys, pa.binary())
+    write_sst(tmp_path / "joined.sst", k, pa.array(values, pa.binary()))
+    write_sst(tmp_path / "parts.sst", k, (heads.slice(0), bodies))
+    assert (tmp_path / "parts.sst").read_bytes() == (tmp_path / "joined.sst").read_bytes()
+    with pytest.raises(ValueError, match="one value per key"):
+        write_sst(tmp_path / "bad.sst", k, (heads[:-1], bodies))
+
+
 def test_damaged_block_is_caught(tmp_path):
     keys, values = _entries(4, 200)
     path = tmp_path / "x.sst"

@@ -145,7 +145,7 @@ class RestoredKeyedState:
             raw = None
             if same_type:
                 raw = encode_batch(t, d.kind, prefix_bytes, ttl, d.value_type, d.user_key_type,
-                                   smeta["key_kind"], smeta["namespace_kind"])
+                                   smeta["key_kind"], smeta["namespace_kind"], split=True)
             return RestoredChunk(raw, t.num_rows, lambda: self._rows_of(t, smeta, conv, uk_info))
 
         def read(group: tuple[Path, dict, int]) -> RestoredChunk | None:
@@ -160,7 +160,8 @@ class RestoredKeyedState:
 
 
 class RestoredChunk:
-    """One batch of a restored state: ``rows()``, and ``raw`` = the RocksDB ``(keys, values)`` or None."""
+    """One batch of a restored state: ``rows()``, and ``raw`` = the RocksDB ``(keys, values)`` or None (values
+    may be two arrays whose items join, see :func:`explorer.format.rocksdb.encode.encode_batch`)."""
 
     __slots__ = ("raw", "num_rows", "_rows")
 

@@ -439,6 +439,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         pending_bytes = 0
         last: bytes | None = None
         by_rows = False
+        by_parts: bool | None = None  # the pending batches' values come in two parts (heads, bodies)
         n = 0
         # files are built and written (numba, file writes: outside the GIL) by two threads while the
         # next batches are read and encoded
@@ -452,7 +453,12 @@ class RocksDBStateBackend(KeyedStateBackend):
             if staging is None:
                 staging = StagingDir(self.path, "ingest")
             keys = pending[0][0] if len(pending) == 1 else pa.concat_arrays([k for k, _ in pending])
-            values = pending[0][1] if len(pending) == 1 else pa.concat_arrays([v for _, v in pending])
+            if len(pending) == 1:
+                values = pending[0][1]
+            elif isinstance(pending[0][1], tuple):  # (heads, bodies) each
+                values = tuple(pa.concat_arrays([v[j] for _, v in pending]) for j in range(2))
+            else:
+                values = pa.concat_arrays([v for _, v in pending])
             files.append(str(staging.path / f"{len(files):06d}.sst"))
             writing.append(pool.submit(write_sst, Path(files[-1]), keys, values, scratch))
             while len(writing) > 2:  # at most two files in memory at once
@@ -482,10 +488,15 @@ class RocksDBStateBackend(KeyedStateBackend):
                     n += table.load_rows(chunk.rows())
                     continue
                 keys, values = raw
+                if by_parts is None:
+                    by_parts = isinstance(values, tuple)
+                if isinstance(values, tuple) != by_parts:  # batches of both shapes: each file one shape
+                    write_pending()
+                    by_parts = isinstance(values, tuple)
                 if staging is None:  # from the first batch on: a load killed before its first file is written
                     staging = StagingDir(self.path, "ingest")  # still leaves a folder the next open removes
                 pending.append((keys, values))
-                pending_bytes += keys.nbytes + values.nbytes
+                pending_bytes += keys.nbytes + (sum(v.nbytes for v in values) if by_parts else values.nbytes)
                 last = keys[-1].as_py()
                 n += chunk.num_rows
                 if pending_bytes >= INGEST_FILE_BYTES:
