@@ -140,3 +140,27 @@ def test_a_reused_buffer_gives_the_same_files(tmp_path):
         assert (tmp_path / "reused.sst").read_bytes() == (tmp_path / "fresh.sst").read_bytes(), seed
         (tmp_path / "reused.sst").unlink()
         (tmp_path / "fresh.sst").unlink()
+
+
+@pytest.mark.parametrize("with_path", [True, False])
+def test_a_damaged_block_fails_the_column_read_with_its_checksum(tmp_path, with_path):
+    """Uncompressed files' checksums are verified beside the walk (from the mapped join, or from each file's
+    own bytes): a block damaged in one of several files fails the read with the checksum error, naming it."""
+    paths = []
+    for j in range(3):
+        keys, values = _entries(20 + j, 400)
+        p = tmp_path / f"{j}.sst"
+        write_sst(p, pa.array([bytes([j]) + k for k in keys], pa.binary()), pa.array(values, pa.binary()))
+        paths.append(p)
+    raw = bytearray(paths[1].read_bytes())
+    raw[len(raw) // 3] ^= 0x01  # inside a data block's value bytes: the walk alone would not notice
+    paths[1].write_bytes(bytes(raw))
+    fs = []
+    for p in paths:
+        with open(p, "rb") as fh:
+            f = SstFile(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), p.name)
+        if with_path:
+            f.path = p
+        fs.append(f)
+    with pytest.raises(Exception, match=r"1\.sst.*checksum|checksum.*1\.sst"):
+        sstvec.read_column_family(fs)

@@ -269,7 +269,8 @@ def _blocks(files: list[SstFile], deferred: list | None = None
 
     Every block's checksum is verified before anything is decompressed; with ``deferred`` (a list) and
     no compressed block in any file, the verification is left to the caller instead: ``(file, offsets,
-    sizes)`` per file are appended to ``deferred`` (see :func:`_entries`).
+    sizes, bytes)`` per file are appended to ``deferred`` (see :func:`_entries`; ``bytes``: the file's span
+    of the mapped buffer, or None to read the file's own).
     """
     plans = []  # per file: (file, block offsets, sizes, compression types, decompressed lengths, other blocks)
     to_verify: list = []
@@ -311,9 +312,19 @@ def _blocks(files: list[SstFile], deferred: list | None = None
                                f"{int(ctype[i])}) does not decompress ({exc})") from exc
             length[i] = len(other[i])
         plans.append((f, off, size, ctype, length, other))
-    if deferred is not None:
-        deferred.extend(to_verify)
     mapped = _mapped_blocks(files, plans)
+    if deferred is not None:
+        # (f, offsets, sizes, the file's bytes to verify): with the files mapped side by side, each
+        # file's own span of the joined buffer (its pages mapped already; plain blocks sit at start + offset)
+        at = 0
+        for f, off, size in to_verify:
+            data = None
+            if mapped is not None and len(off):
+                start = int(mapped[1][at]) - int(off[0])
+                if 0 <= start and start + len(f.data) <= len(mapped[0]):
+                    data = mapped[0][start : start + len(f.data)]
+            deferred.append((f, off, size, data))
+            at += len(off)
     if mapped is not None:
         return mapped
     # layout: per file, the span of its stored (uncompressed) blocks copied whole, in one bulk copy
@@ -402,8 +413,8 @@ def _entries(files: list[SstFile]):
 
 
 def _verify(deferred: list) -> None:
-    for f, off, size in deferred:
-        f.verify_blocks(off, size)
+    for f, off, size, data in deferred:
+        f.verify_blocks(off, size, data)
 
 
 def _walk(files: list[SstFile], joined: np.ndarray, base: np.ndarray, blen: np.ndarray, bfile: np.ndarray,
