@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import mmap
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -164,3 +167,38 @@ def test_a_damaged_block_fails_the_column_read_with_its_checksum(tmp_path, with_
         fs.append(f)
     with pytest.raises(Exception, match=r"1\.sst.*checksum|checksum.*1\.sst"):
         sstvec.read_column_family(fs)
+
+
+def test_warming_loads_the_kernels_a_snapshot_and_a_restore_call(tmp_path):
+    """warm_kernels() loads each kernel for the argument types the readers and the writer pass (a read-only
+    mapped join, writable outputs): in a fresh process, a column read and an SST write afterwards add no
+    signature of their own (each would be a load, or a compile, in the first checkpoint or restore)."""
+    script = r"""
+import mmap, sys
+from pathlib import Path
+import pyarrow as pa
+from explorer.format.sst import columns, kernels, writer
+from explorer.format.sst.file import SstFile
+names = ("gather_segments", "scan_blocks", "fill_entries", "merge_runs", "visible_entries")
+def sigs():
+    out = {n: len(getattr(kernels, n).signatures) for n in names}
+    out.update(data_blocks=len(writer._data_blocks.signatures), index_block=len(writer._index_block.signatures))
+    return out
+writer.warm_kernels()
+before = sigs()
+keys = [b"\x01user-%06d" % i for i in range(300)]
+fs = []
+for j in range(2):  # two files of the same keys: the merge kernels too
+    p = Path(sys.argv[1]) / f"{j}.sst"
+    writer.write_sst(p, pa.array(keys, pa.binary()), pa.array([bytes([j]) * 40] * 300, pa.binary()))
+    with open(p, "rb") as fh:
+        f = SstFile(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), p.name)
+    f.path = p
+    fs.append(f)
+columns.read_column_family(fs)
+print(before == sigs() and all(before.values()), before, sigs())
+"""
+    got = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2], timeout=300)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("True"), got.stdout
