@@ -122,13 +122,13 @@ from ..base import KeyedStateBackend, StateTable
 from .staging import StagingDir, missing_dirs, sweep_staging, wipe_rocksdb_dir
 from .table import CACHE_ENTRIES, KeyCache, RocksDBStateTable
 
-__all__ = ["FORMAT_VERSION", "INGEST_FILE_BYTES", "RocksDBStateBackend"]
+__all__ = ["FORMAT_VERSION", "INGEST_FILE_BYTES", "RocksDBStateBackend", "warm_kernels_in_background"]
 
 #: size at which a restore's bulk load starts a new SST file (RocksDB's default target file size)
 INGEST_FILE_BYTES = 64 << 20
 
-#: load the numba kernels of full snapshots and restores in a background thread when the first writable
-#: backend of the process opens (a cache load of 0.2-0.5 s, otherwise paid by the first checkpoint)
+#: :func:`warm_kernels_in_background` loads the numba kernels of canonical snapshots and restores (off: each
+#: is loaded at its first use)
 WARM_KERNELS = True
 _warming: list[threading.Thread] = []  # the one warm-up thread of this process, once started
 _warm_lock = threading.Lock()
@@ -165,11 +165,25 @@ def _no_huge_pages() -> None:
         pass
 
 
-def warm_kernels_in_background() -> threading.Thread | None:
-    """Start (once per process) a daemon thread loading the SST kernels; the thread, or None when off."""
+_huge_pages_off: list[bool] = []
+
+
+def _huge_pages_off_once() -> None:
     with _warm_lock:
-        if not _warming and NO_HUGE_PAGES and sys.platform.startswith("linux"):
+        if not _huge_pages_off and NO_HUGE_PAGES and sys.platform.startswith("linux"):
             _no_huge_pages()
+            _huge_pages_off.append(True)
+
+
+def warm_kernels_in_background() -> threading.Thread | None:
+    """Start (once per process) a daemon thread loading the kernels of canonical snapshots and restores
+    (:func:`explorer.format.sst.writer.warm_kernels`); the thread, or None when off.
+
+    For a job whose checkpoints are canonical, when its RocksDB backends open: the first use of numba
+    in a process sets numba up (0.5-0.8 s: its typing registries) and loads each kernel from the cache,
+    which the first checkpoint would otherwise wait for. A job with incremental checkpoints does not
+    start it (its first seconds would share the GIL with it for nothing but a later savepoint)."""
+    with _warm_lock:
         if not WARM_KERNELS:
             return None
         if not _warming:
@@ -246,7 +260,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         self._write_opts.disable_wal = True
         self._families = set(Rdict.list_cf(str(self.path), self._options())) if (self.path / "CURRENT").exists() else set()
         self._db = self._open(read_only=False)
-        warm_kernels_in_background()  # its first full snapshot or restore needs them
+        _huge_pages_off_once()
         self._check_or_write_format()
         self._adopt_existing_states()
         #: SST files of this instance already in a checkpoint's shared area: file name ->
