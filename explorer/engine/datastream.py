@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ..errors import JobError
 from ..keygroups import check_parallelism, compute_default_max_parallelism
 from .backends.heap import HeapStateBackend
-from .backends.rocksdb import RocksDBStateBackend
+from .backends.rocksdb import RocksDBStateBackend, warm_kernels_in_background
 from .checkpoint.config import CheckpointConfig
 from .checkpoint.job import JobClient, run_with_checkpoints
 from .clock import Clock, SystemClock
@@ -198,7 +198,11 @@ class StreamEnvironment:
         if sb == "rocksdb":
             def make(maxp, kgr, clock, spec, index):
                 path = self.state_dir() / "rocksdb" / f"{spec.uid}-{index}"
-                return RocksDBStateBackend(maxp, kgr, clock, path)
+                backend = RocksDBStateBackend(maxp, kgr, clock, path)
+                cfg = self.checkpoint_config
+                if cfg is not None and not cfg.incremental:  # canonical checkpoints: their kernels, ahead of time
+                    warm_kernels_in_background()
+                return backend
 
             return make
         raise JobError(f"unknown state backend {sb!r}; expected 'heap', 'rocksdb' or a factory")

@@ -6,16 +6,20 @@ producer's step overlaps the consumer's. One item is computed ahead, so memory
 holds at most two items. The iterator is advanced in one worker thread only,
 one step at a time; an exception raised by it is raised to the consumer at the
 item where it happened; closing the generator early waits for the step under way.
+
+:func:`map_ahead` is the same for independent items: ``fn`` of each computed by
+several threads at once (each on its own item), the results in order.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
-__all__ = ["prefetch"]
+__all__ = ["map_ahead", "prefetch"]
 
 T = TypeVar("T")
+U = TypeVar("U")
 _END = object()
 
 
@@ -34,3 +38,23 @@ def prefetch(items: Iterable[T], name: str = "prefetch") -> Iterator[T]:
                 return
             ahead = pool.submit(step)
             yield item
+
+
+def map_ahead(fn: Callable[[T], U], items: Iterable[T], workers: int = 2, name: str = "prefetch") -> Iterator[U]:
+    """``fn(item)`` for each of ``items``, in order, computed by ``workers`` threads ahead of the consumer
+    (at most ``workers`` results waiting, so memory holds at most ``workers + 1``). ``items`` are taken in
+    the consumer's thread; an exception raised by ``fn`` is raised at its item; closing the generator
+    early cancels the calls not started and waits for those under way."""
+    it = iter(items)
+    pending: list = []
+    with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
+        try:
+            for item in it:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > workers:
+                    yield pending.pop(0).result()
+            while pending:
+                yield pending.pop(0).result()
+        finally:
+            for f in pending:
+                f.cancel()

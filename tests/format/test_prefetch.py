@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from explorer.format.prefetch import prefetch
+from explorer.format.prefetch import map_ahead, prefetch
 
 
 def test_items_in_order_from_one_worker_thread():
@@ -46,3 +46,38 @@ def test_closing_early_stops_the_producer():
     assert next(it) == 0
     it.close()
     assert len(advanced) <= 2  # the current item and at most one ahead
+
+
+def test_map_ahead_gives_results_in_order_from_worker_threads():
+    threads = set()
+    gate = threading.Barrier(2, timeout=30)
+
+    def fn(i):
+        threads.add(threading.get_ident())
+        if i < 2:
+            gate.wait()  # the first two items are computed at the same time, by two threads
+        return i * i
+
+    assert list(map_ahead(fn, range(40), workers=2)) == [i * i for i in range(40)]
+    assert len(threads) == 2 and threading.get_ident() not in threads
+
+
+def test_map_ahead_raises_an_error_at_its_item_and_stops_taking_items():
+    taken = []
+
+    def items():
+        for i in range(100):
+            taken.append(i)
+            yield i
+
+    def fn(i):
+        if i == 3:
+            raise ValueError("bad row group 3")
+        return i
+
+    got = []
+    with pytest.raises(ValueError, match="bad row group 3"):
+        for x in map_ahead(fn, items(), workers=2):
+            got.append(x)
+    assert got == [0, 1, 2]
+    assert len(taken) <= 3 + 3  # no more than the workers' lead past the failed item

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from ...errors import RestoreError, StateMigrationError
 from ...format.keyed import decode_keys, read_parquet_key_groups
 from ...format.rocksdb.encode import encode_batch
-from ...format.prefetch import prefetch
+from ...format.prefetch import map_ahead
 from ...format.records import decode_record
 from ...format.snapshot import BackgroundVerification, check_file_size, read_metadata, resolve, verify_file
 from ...format.states import StoredState
@@ -86,23 +86,34 @@ class RestoredKeyedState:
         where = f"operator {operator!r}, state {self.desc.name!r}"
         return converter(self.desc.value_type, descriptor.value_info, where), descriptor.user_key_info
 
-    def _tables(self) -> Iterator[tuple[pa.Table, dict]]:
-        """Each Parquet row group holding wanted key groups, cut to them, in file order."""
+    def _groups(self) -> Iterator[tuple[Path, dict, int]]:
+        """``(file, state metadata, row group)`` of each Parquet row group holding wanted key groups, in file order."""
         lo, hi = self.key_groups.start, self.key_groups.stop - 1
         for rel, smeta in self.files:
             groups = smeta["row_groups"]
-            ids = [i for i, (first, last, _) in enumerate(groups) if first <= hi and last >= lo]
-            if not ids:
-                continue
-            pf = pq.ParquetFile(resolve(self.folder, rel))
-            for i in ids:
-                t = pf.read_row_group(i)
-                first, last, _ = groups[i]
-                if first < lo or last > hi:
-                    kg = t.column("key_group")
-                    t = t.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
-                if t.num_rows:
-                    yield t, smeta
+            path = resolve(self.folder, rel)
+            for i, (first, last, _) in enumerate(groups):
+                if first <= hi and last >= lo:
+                    yield path, smeta, i
+
+    def _read_group(self, path: Path, smeta: dict, i: int) -> pa.Table:
+        """Row group ``i`` of ``path``, cut to the wanted key groups. The file is memory-mapped (its
+        page-cache pages read in place: no buffer of fresh memory per row group); each call opens it
+        (a footer read), so that threads read row groups side by side."""
+        lo, hi = self.key_groups.start, self.key_groups.stop - 1
+        t = pq.ParquetFile(path, memory_map=True).read_row_group(i)
+        first, last, _ = smeta["row_groups"][i]
+        if first < lo or last > hi:
+            kg = t.column("key_group")
+            t = t.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
+        return t
+
+    def _tables(self) -> Iterator[tuple[pa.Table, dict]]:
+        """Each Parquet row group holding wanted key groups, cut to them, in file order."""
+        for path, smeta, i in self._groups():
+            t = self._read_group(path, smeta, i)
+            if t.num_rows:
+                yield t, smeta
 
     @staticmethod
     def _rows_of(t: pa.Table, smeta: dict, conv: Any, uk_info: TypeInfo | None) -> Iterator[tuple]:
@@ -134,16 +145,23 @@ class RestoredKeyedState:
             raw = None
             if same_type:
                 raw = encode_batch(t, d.kind, prefix_bytes, ttl, d.value_type, d.user_key_type,
-                                   smeta["key_kind"], smeta["namespace_kind"])
+                                   smeta["key_kind"], smeta["namespace_kind"], split=True)
             return RestoredChunk(raw, t.num_rows, lambda: self._rows_of(t, smeta, conv, uk_info))
 
-        # the next batch is read and encoded (Arrow and NumPy, which release the GIL) in a
-        # thread while the caller writes the current one
-        yield from self._checked(prefetch((chunk(t, smeta) for t, smeta in self._tables()), "restore-read"))
+        def read(group: tuple[Path, dict, int]) -> RestoredChunk | None:
+            t = self._read_group(*group)
+            return chunk(t, group[1]) if t.num_rows else None
+
+        # the next batches are read and encoded (Arrow and NumPy, which release the GIL) by two
+        # threads, a row group each, while the caller writes the current one
+        for c in self._checked(map_ahead(read, self._groups(), 2, "restore-read")):
+            if c is not None:
+                yield c
 
 
 class RestoredChunk:
-    """One batch of a restored state: ``rows()``, and ``raw`` = the RocksDB ``(keys, values)`` or None."""
+    """One batch of a restored state: ``rows()``, and ``raw`` = the RocksDB ``(keys, values)`` or None (values
+    may be two arrays whose items join, see :func:`explorer.format.rocksdb.encode.encode_batch`)."""
 
     __slots__ = ("raw", "num_rows", "_rows")
 

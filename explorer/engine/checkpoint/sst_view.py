@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ...format.keyed import SAVEPOINT, ParquetProfile, rows_to_table
-from ...format.prefetch import prefetch
+from ...format.prefetch import map_ahead
 from ...format.rocksdb.columns import decode_flat, supported
 from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
 from ...format.states import StoredState
@@ -123,31 +123,30 @@ def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", pref
     ttl, kind = state.has_ttl, state.kind
     n, width = keys.shape
 
-    def pieces():
-        for i in range(0, n, TABLE_BATCH):
-            j = min(n, i + TABLE_BATCH)
-            kb = keys[i:j].reshape(-1)
-            kst = np.arange(j - i, dtype=np.int64) * width
-            kl = klen[i:j]
-            bs, bl = vs[i:j], vlen[i:j]
-            lo = int(bs.min())
-            hi = int((bs + bl).max())
-            vb = values[lo:hi]
-            got = decode_flat((kb, kst, kl), (vb, bs - lo, bl), kind, prefix_bytes, ttl, value_info, user_key, expire)
-            if got is None:
-                entries = [(kb[s : s + ln].tobytes(), vb[s2 : s2 + ln2].tobytes())
-                           for s, ln, s2, ln2 in zip(kst.tolist(), kl.tolist(), (bs - lo).tolist(), bl.tolist())]
-                rows = list(decoded_rows(entries, desc, prefix_bytes, value_info, expire))
-                if not rows:
-                    continue
-                got = rows_to_table(rows, value_info, user_key)
-            yield got
+    def piece(i: int):
+        j = min(n, i + TABLE_BATCH)
+        kb = keys[i:j].reshape(-1)
+        kst = np.arange(j - i, dtype=np.int64) * width
+        kl = klen[i:j]
+        bs, bl = vs[i:j], vlen[i:j]
+        lo = int(bs.min())
+        hi = int((bs + bl).max())
+        vb = values[lo:hi]
+        got = decode_flat((kb, kst, kl), (vb, bs - lo, bl), kind, prefix_bytes, ttl, value_info, user_key, expire)
+        if got is None:
+            entries = [(kb[s : s + ln].tobytes(), vb[s2 : s2 + ln2].tobytes())
+                       for s, ln, s2, ln2 in zip(kst.tolist(), kl.tolist(), (bs - lo).tolist(), bl.tolist())]
+            rows = list(decoded_rows(entries, desc, prefix_bytes, value_info, expire))
+            if not rows:
+                return None
+            got = rows_to_table(rows, value_info, user_key)
+        return got
 
     # None where kinds or schemas differ between batches: the rocksdict path reports or reconciles it.
-    # The next batch is decoded (NumPy, Arrow: mostly outside the GIL) in a thread while the current
-    # one is Parquet-encoded, hashed and written (also outside the GIL).
-    return write_decoded(path, prefetch(pieces(), "snapshot-decode"), lambda: rows_to_table([], value_info, user_key),
-                         profile)
+    # The next batches are decoded (NumPy, numba, Arrow: mostly outside the GIL) by two threads, a
+    # batch each, while the current one is Parquet-encoded, hashed and written (also outside the GIL).
+    pieces = (p for p in map_ahead(piece, range(0, n, TABLE_BATCH), 2, "snapshot-decode") if p is not None)
+    return write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile)
 
 
 __all__ = ["column_family_files", "write_view_state_sst"]

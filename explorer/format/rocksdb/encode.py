@@ -132,17 +132,36 @@ def _payload(col: pa.Array, type_name: str) -> pa.Array:
         v = col.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)
         out = _fixed(v.reshape(-1, 1))
     elif type_name in ("str", "bytes"):
-        want = pa.types.is_string if type_name == "str" else pa.types.is_binary
-        if not want(col.type):
-            raise _Unsupported
-        raw = col.cast(pa.binary()) if type_name == "str" else col
-        lengths = pc.binary_length(raw).fill_null(0).to_numpy(zero_copy_only=False)
-        out = pc.binary_join_element_wise(_varints(lengths), raw, _EMPTY)
+        out = pc.binary_join_element_wise(*_payload_parts(col, type_name), _EMPTY)
     else:
         raise _Unsupported
     if col.null_count:
         out = pc.if_else(col.is_valid(), out, _EMPTY)
     return out
+
+
+def _payload_parts(col: pa.Array, type_name: str) -> tuple[pa.Array, pa.Array]:
+    """A string or bytes column's encoding as two parts: each value's varint length, and its bytes."""
+    want = pa.types.is_string if type_name == "str" else pa.types.is_binary
+    if not want(col.type):
+        raise _Unsupported
+    raw = col.cast(pa.binary()) if type_name == "str" else col
+    lengths = pc.binary_length(raw).fill_null(0).to_numpy(zero_copy_only=False)
+    return _varints(lengths), raw
+
+
+def _sorted_last(keys: pa.Array, parts: tuple[pa.Array, pa.Array]) -> tuple[pa.Array, tuple[pa.Array, pa.Array]]:
+    """``keys`` and their two-part values sorted by key, the last put of equal keys kept (as :func:`_encode`)."""
+    if keys.null_count:
+        raise _Unsupported
+    if not _nondecreasing(keys):
+        order = pc.sort_indices(keys)  # stable: equal keys keep their row order
+        keys, parts = keys.take(order), tuple(p.take(order) for p in parts)
+    first = _run_starts(keys)
+    if not first.all():  # equal raw keys: the last put wins
+        idx = pa.array(np.flatnonzero(np.append(first[1:], True)))
+        keys, parts = keys.take(idx), tuple(p.take(idx) for p in parts)
+    return keys, parts
 
 
 def _array(a: Any) -> pa.Array:
@@ -164,21 +183,26 @@ def _run_starts(keys: pa.Array) -> np.ndarray:
 
 
 def encode_batch(table: pa.Table, kind: str, prefix_bytes: int, ttl: bool, value_type: dict,
-                 user_key_type: dict | None, key_kind: str, namespace_kind: str
-                 ) -> tuple[pa.Array, pa.Array] | None:
+                 user_key_type: dict | None, key_kind: str, namespace_kind: str, split: bool = False
+                 ) -> tuple[pa.Array, Any] | None:
     """The raw RocksDB ``(keys, values)`` (binary arrays, keys strictly ascending) that
     loading ``table``'s rows into an empty state of this shape writes, or None when
-    the batch is not in a shape encoded here (then load it row by row)."""
+    the batch is not in a shape encoded here (then load it row by row).
+
+    With ``split``, values that are a length and the bytes of a string or ``bytes`` (value,
+    reducing and aggregating state without TTL) come as two arrays ``(lengths, bytes)``, the
+    value column itself as the second (no copy of it): what
+    :func:`explorer.format.sst.writer.write_sst` takes."""
     if table.num_rows == 0 or namespace_kind != "null" or not supported(kind, value_type, user_key_type):
         return None
     try:
-        return _encode(table, kind, prefix_bytes, ttl, _simple(value_type), _simple(user_key_type), key_kind)
+        return _encode(table, kind, prefix_bytes, ttl, _simple(value_type), _simple(user_key_type), key_kind, split)
     except (_Unsupported, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowCapacityError, OverflowError):
         return None
 
 
 def _encode(table: pa.Table, kind: str, prefix_bytes: int, ttl: bool, vname: str, ukname: str | None,
-            key_kind: str) -> tuple[pa.Array, pa.Array]:
+            key_kind: str, split: bool = False) -> tuple[pa.Array, Any]:
     n = table.num_rows
     if table.column("namespace").null_count != n:
         raise _Unsupported
@@ -194,6 +218,9 @@ def _encode(table: pa.Table, kind: str, prefix_bytes: int, ttl: bool, vname: str
     value_col = _array(table.column("value"))
     if value_col.null_count and kind != "map":
         raise _Unsupported  # None values cannot be stored: the row path says why
+    if split and kind in ("value", "reducing", "aggregating") and not ttl and vname in ("str", "bytes") \
+            and not value_col.null_count:
+        return _sorted_last(keys, _payload_parts(value_col, vname))
     body = [_payload(value_col, vname)]
     if kind == "map":
         body.insert(0, _fixed(value_col.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8).reshape(-1, 1)))

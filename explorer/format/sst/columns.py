@@ -37,6 +37,7 @@ import mmap
 import os
 import sys
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cramjam
@@ -253,7 +254,8 @@ def _mapped_blocks(files: list[SstFile], plans: list) -> tuple | None:
     return out, starts, blen, block_file, block_offset
 
 
-def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _blocks(files: list[SstFile], deferred: list | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every data block of ``files`` decompressed into one zero-margined buffer: the buffer, each block's
     start in it, its length, its file (index into ``files``) and its offset in that file.
 
@@ -264,8 +266,14 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     once; :data:`_MARGIN` zero bytes before and after let fixed-width rows be
     read at any value without running off the buffer. A block that does not
     decompress raises :class:`SstError` naming the file.
+
+    Every block's checksum is verified before anything is decompressed; with ``deferred`` (a list) and
+    no compressed block in any file, the verification is left to the caller instead: ``(file, offsets,
+    sizes, bytes)`` per file are appended to ``deferred`` (see :func:`_entries`; ``bytes``: the file's span
+    of the mapped buffer, or None to read the file's own).
     """
     plans = []  # per file: (file, block offsets, sizes, compression types, decompressed lengths, other blocks)
+    to_verify: list = []
     for f in files:
         try:
             off, size = _handle_arrays(f)
@@ -278,8 +286,13 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
             raise SstError(f"{f.name}: block at {int(off[i])} (+{int(size[i])}) runs past the end of the file")
         if f.ensure is not None and len(off):
             f.ensure(list(zip(off.tolist(), (size + 5).tolist())))  # a sparse file: its wanted blocks' bytes
-        f.verify_blocks(off, size)  # the trailers' checksums, before anything is decompressed
         ctype = fb[off + size]
+        to_verify.append((f, off, size))
+        if deferred is None or ctype.any():
+            deferred = None  # (a compressed block: every checksum now, before anything is decompressed)
+            for g, o, z in to_verify:  # the trailers' checksums
+                g.verify_blocks(o, z)
+            to_verify = []
         length = size.copy()
         snappy = np.flatnonzero(ctype == 1)
         if len(snappy):
@@ -300,6 +313,18 @@ def _blocks(files: list[SstFile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
             length[i] = len(other[i])
         plans.append((f, off, size, ctype, length, other))
     mapped = _mapped_blocks(files, plans)
+    if deferred is not None:
+        # (f, offsets, sizes, the file's bytes to verify): with the files mapped side by side, each
+        # file's own span of the joined buffer (its pages mapped already; plain blocks sit at start + offset)
+        at = 0
+        for f, off, size in to_verify:
+            data = None
+            if mapped is not None and len(off):
+                start = int(mapped[1][at]) - int(off[0])
+                if 0 <= start and start + len(f.data) <= len(mapped[0]):
+                    data = mapped[0][start : start + len(f.data)]
+            deferred.append((f, off, size, data))
+            at += len(off)
     if mapped is not None:
         return mapped
     # layout: per file, the span of its stored (uncompressed) blocks copied whole, in one bulk copy
@@ -370,9 +395,33 @@ def _entries(files: list[SstFile]):
     previous entry of its file (``kernels.FIRST`` ...); where each file's
     entries start, then their count.
     """
+    deferred: list = []
+    joined, base, blen, bfile, boff = _blocks(files, deferred)
+    if not deferred:
+        return _walk(files, joined, base, blen, bfile, boff)
+    # no compressed blocks: their checksums are verified in a thread (a C call per block, with the GIL)
+    # while the kernels walk the same bytes (without it); a damaged block's checksum error comes first
+    with ThreadPoolExecutor(1, thread_name_prefix="sst-verify") as pool:
+        check = pool.submit(_verify, deferred)
+        try:
+            got = _walk(files, joined, base, blen, bfile, boff)
+        except BaseException:
+            check.result()
+            raise
+        check.result()
+    return got
+
+
+def _verify(deferred: list) -> None:
+    for f, off, size, data in deferred:
+        f.verify_blocks(off, size, data)
+
+
+def _walk(files: list[SstFile], joined: np.ndarray, base: np.ndarray, blen: np.ndarray, bfile: np.ndarray,
+          boff: np.ndarray):
+    """:func:`_entries` of the joined blocks."""
     from . import kernels
 
-    joined, base, blen, bfile, boff = _blocks(files)
     counts = np.zeros(len(base), dtype=np.int64)
     code, block, at, longest = kernels.scan_blocks(joined, base, blen, counts)
     if code:

@@ -39,7 +39,7 @@ wanted blocks of a file on an object store are fetched).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import cramjam
 import numpy as np
@@ -145,19 +145,21 @@ class SstFile:
         raise SstError(f"{self.name}: the block at offset {off} ({size} bytes) has {CHECKSUM_NAMES[ct]} checksum "
                        f"{computed:#010x}, its trailer records {stored:#010x} (the file is damaged)")
 
-    def verify_blocks(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
+    def verify_blocks(self, offsets: np.ndarray, sizes: np.ndarray, data: Any = None) -> None:
         """:meth:`verify_block` of every block ``(offsets[i], sizes[i])`` (in the file's bounds, checked by the
         caller), the checksums computed in one pass where the type allows; the first mismatch raises
-        the same error as :meth:`verify_block`."""
+        the same error as :meth:`verify_block`. ``data``: the file's bytes held elsewhere (another mapping
+        of the same file, already populated), read instead of :attr:`data`."""
         ct = self.checksum_type
         if ct == 0 or not available(ct) or not len(offsets):
             return
-        computed = rocksdb_block_checksums(ct, self.data, offsets, sizes)
+        data = self.data if data is None else data
+        computed = rocksdb_block_checksums(ct, data, offsets, sizes)
         if computed is None:
             for o, z in zip(offsets.tolist(), sizes.tolist()):
                 self.verify_block(o, z)
             return
-        fb = np.frombuffer(self.data, dtype=np.uint8)
+        fb = np.frombuffer(data, dtype=np.uint8)
         t = offsets + sizes + 1
         stored = (fb[t].astype(np.uint32) | (fb[t + 1].astype(np.uint32) << 8) | (fb[t + 2].astype(np.uint32) << 16)
                   | (fb[t + 3].astype(np.uint32) << 24))

@@ -34,6 +34,7 @@ from ..checksums import rocksdb_block_checksums
 from ..types import encode_varint
 from .columns import pooled_empty
 from .file import BLOCK_MAGIC
+from .kernels import copy_bytes
 
 __all__ = ["BLOCK_SIZE", "write_sst"]
 
@@ -66,8 +67,9 @@ def _put_u32(out, p, v):
 
 
 @_jit
-def _data_blocks(kdata, koffs, vdata, voffs, out, block_size, restart_interval, boff, bsize, blast):
-    """Lay out the data blocks of entries ``i`` (key ``kdata[koffs[i]:koffs[i+1]]``, value likewise) in
+def _data_blocks(kdata, koffs, hdata, hoffs, vdata, voffs, out, block_size, restart_interval, boff, bsize, blast):
+    """Lay out the data blocks of entries ``i`` (key ``kdata[koffs[i]:koffs[i+1]]``, value ``hdata[hoffs[i]:
+    hoffs[i+1]]`` followed by ``vdata[voffs[i]:voffs[i+1]]``: a head, e.g. a length, and a body) in
     ``out``, each followed by 5 trailer bytes (compression type 0, checksum left for the caller).
     Returns ``(bytes used, blocks)``; block ``j`` starts at ``boff[j]``, holds ``bsize[j]`` bytes before
     its trailer, and ends with entry ``blast[j]``."""
@@ -83,6 +85,8 @@ def _data_blocks(kdata, koffs, vdata, voffs, out, block_size, restart_interval, 
         while True:
             ks = koffs[i]
             kl = koffs[i + 1] - ks
+            hs = hoffs[i]
+            hl = hoffs[i + 1] - hs
             vs = voffs[i]
             vl = voffs[i + 1] - vs
             shared = 0
@@ -96,13 +100,16 @@ def _data_blocks(kdata, koffs, vdata, voffs, out, block_size, restart_interval, 
                     shared += 1
             pos = _put_varint(out, pos, shared)
             pos = _put_varint(out, pos, kl + 8 - shared)
-            pos = _put_varint(out, pos, vl)
-            out[pos : pos + kl - shared] = kdata[ks + shared : ks + kl]
+            pos = _put_varint(out, pos, hl + vl)
+            copy_bytes(out, pos, kdata, ks + shared, kl - shared)
             pos += kl - shared
             out[pos] = 1  # (sequence 0 << 8) | type 1 (a value), little-endian
-            out[pos + 1 : pos + 8] = 0
+            for b in range(1, 8):
+                out[pos + b] = 0
             pos += 8
-            out[pos : pos + vl] = vdata[vs : vs + vl]
+            copy_bytes(out, pos, hdata, hs, hl)
+            pos += hl
+            copy_bytes(out, pos, vdata, vs, vl)
             pos += vl
             cnt += 1
             i += 1
@@ -137,10 +144,11 @@ def _index_block(kdata, koffs, boff, bsize, blast, nb, out, pos):
         pos = _put_varint(out, pos, 0)
         pos = _put_varint(out, pos, kl + 8)
         pos = _put_varint(out, pos, hl)
-        out[pos : pos + kl] = kdata[ks : ks + kl]
+        copy_bytes(out, pos, kdata, ks, kl)
         pos += kl
         out[pos] = 1
-        out[pos + 1 : pos + 8] = 0
+        for b in range(1, 8):
+            out[pos + b] = 0
         pos += 8
         out[pos : pos + hl] = handle[:hl]
         pos += hl
@@ -185,21 +193,28 @@ def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return data, offs.astype(np.int64)
 
 
-def write_sst(path: Path, keys: pa.Array, values: pa.Array, scratch: Any = None) -> int:
+def write_sst(path: Path, keys: pa.Array, values: "pa.Array | tuple[pa.Array, pa.Array]", scratch: Any = None) -> int:
     """Write raw ``keys`` (strictly ascending, bytewise) and ``values`` (binary arrays of one length) to a
     new SST file at ``path`` for ``IngestExternalFile``; returns its size. The caller guarantees the order
-    (RocksDB refuses an ingested file whose keys are not ascending).
+    (RocksDB refuses an ingested file whose keys are not ascending). ``values`` may also be two binary
+    arrays ``(heads, bodies)``: value ``i`` is ``heads[i] + bodies[i]`` (joined here, as the blocks are
+    laid out, instead of in a joined array first).
 
     ``scratch``, an object with attributes (a ``threading.local()`` for calls from several threads),
     keeps the file's buffer for the next call: fresh memory is slow to touch on the benchmark
     machine (0.5-2 s per GB), so a restore writing many files reuses one buffer per thread."""
     n = len(keys)
-    if n == 0 or len(values) != n:
-        raise ValueError(f"an SST file needs one value per key and at least one entry ({n} keys, {len(values)} values)")
+    heads, bodies = values if isinstance(values, tuple) else (None, values)
+    if n == 0 or len(bodies) != n or (heads is not None and len(heads) != n):
+        raise ValueError(f"an SST file needs one value per key and at least one entry ({n} keys, {len(bodies)} values)")
     kdata, koffs = _buffers(keys)
-    vdata, voffs = _buffers(values)
+    vdata, voffs = _buffers(bodies)
+    if heads is None:
+        hdata, hoffs = np.zeros(1, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64)
+    else:
+        hdata, hoffs = _buffers(heads)
     raw_k = int(koffs[-1] - koffs[0])
-    raw_v = int(voffs[-1] - voffs[0])
+    raw_v = int(voffs[-1] - voffs[0]) + int(hoffs[-1] - hoffs[0])
     # per entry at most 15 bytes of varints, 8 of trailer, a restart (4) and a block's restart count,
     # trailer and index entry (4 + 5 + 35 with its key, when each entry is a block of its own)
     bound = raw_k + raw_v + n * (15 + 8 + 4 + 4 + 5 + 35) + 2 * raw_k + 4096
@@ -213,7 +228,8 @@ def write_sst(path: Path, keys: pa.Array, values: pa.Array, scratch: Any = None)
     boff = np.empty(n, dtype=np.int64)
     bsize = np.empty(n, dtype=np.int64)
     blast = np.empty(n, dtype=np.int64)
-    pos, nb = _data_blocks(kdata, koffs, vdata, voffs, out, BLOCK_SIZE, RESTART_INTERVAL, boff, bsize, blast)
+    pos, nb = _data_blocks(kdata, koffs, hdata, hoffs, vdata, voffs, out, BLOCK_SIZE, RESTART_INTERVAL, boff, bsize,
+                           blast)
     boff, bsize, blast = boff[:nb], bsize[:nb], blast[:nb]
     data_size = pos
     ix_off = pos
@@ -321,3 +337,18 @@ def _write(path: Path, body: memoryview, rest: bytes) -> None:
         f.write(body[n:])
         f.write(rest)
         f.truncate()
+
+
+def warm_kernels() -> None:
+    """Load the numba kernels of full snapshots and restores (this module's and
+    :func:`.kernels.warm`'s) from numba's cache, so that the first checkpoint or restore does not pay
+    for it; meant for a background thread when a RocksDB backend opens (the kernels release the GIL,
+    loading them mostly does not)."""
+    from . import kernels
+
+    kernels.warm()
+    i64 = np.zeros(0, dtype=np.int64)
+    u8 = np.zeros(16, dtype=np.uint8)
+    _data_blocks(u8, np.zeros(1, dtype=np.int64), u8, np.zeros(1, dtype=np.int64), u8, np.zeros(1, dtype=np.int64),
+                 u8.copy(), np.int64(BLOCK_SIZE), np.int64(RESTART_INTERVAL), i64, i64.copy(), i64.copy())
+    _index_block(u8, np.zeros(1, dtype=np.int64), i64, i64.copy(), i64.copy(), np.int64(0), u8.copy(), np.int64(0))

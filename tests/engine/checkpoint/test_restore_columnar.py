@@ -211,6 +211,25 @@ def test_encode_batch_sorts_groups_lists_and_keeps_the_last_put():
     assert native_encode.encode_batch(t, "value", 1, False, {"type": "str"}, None, "str", "null") is None  # int column
 
 
+def test_encode_batch_split_gives_the_joined_values_in_two_parts():
+    t = pa.table({
+        "key_group": pa.array([2, 1, 2, 1], pa.int32()),
+        "key": pa.array(["b", "a", "b", "c"]),
+        "namespace": pa.nulls(4),
+        "user_key": pa.nulls(4),
+        "value": pa.array(["x", "", "y" * 200, "zz"]),
+        "last_access": pa.nulls(4, pa.int64()),
+    })
+    info = {"type": "str"}
+    keys, values = native_encode.encode_batch(t, "value", 1, False, info, None, "str", "null")
+    keys2, (heads, bodies) = native_encode.encode_batch(t, "value", 1, False, info, None, "str", "null", split=True)
+    assert keys2.equals(keys)
+    assert [h + b for h, b in zip(heads.to_pylist(), bodies.to_pylist())] == values.to_pylist()
+    assert values.to_pylist()[1] == b"\x02zz" and len(heads.to_pylist()[2]) == 2  # a 2-byte varint length (200)
+    keys3, joined = native_encode.encode_batch(t, "list", 1, False, info, None, "str", "null", split=True)
+    assert isinstance(joined, pa.Array)  # lists are joined by ",": one array
+
+
 def test_ttl_state_without_last_access_fails_as_the_row_path_does(make_backend, tmp_path):
     desc = ValueStateDescriptor("v", int, ttl=TTL)
     rows = [(assign_to_key_group(k, 128), k, None, None, i, None) for i, k in enumerate(["a", "b", "c"])]

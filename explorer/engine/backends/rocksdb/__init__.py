@@ -15,7 +15,7 @@ logs under its own name, ``explorer.engine.backends.rocksdb``.
 """
 
 from ....format.rocksdb.layout import FORMAT_VERSION
-from .backend import INGEST_FILE_BYTES, RocksDBStateBackend
+from .backend import INGEST_FILE_BYTES, RocksDBStateBackend, warm_kernels_in_background
 from .staging import STAGING_KINDS, StagingDir, remove_created_dirs, sweep_staging
 from .table import BUFFER_ENTRIES, RocksDBStateTable
 
@@ -29,4 +29,5 @@ __all__ = [
     "StagingDir",
     "remove_created_dirs",
     "sweep_staging",
+    "warm_kernels_in_background",
 ]

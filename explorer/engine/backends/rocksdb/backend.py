@@ -70,10 +70,12 @@ What rocksdict (0.3.29) can and cannot do -- verified against the installed whee
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import os
 import shutil
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -120,10 +122,75 @@ from ..base import KeyedStateBackend, StateTable
 from .staging import StagingDir, missing_dirs, sweep_staging, wipe_rocksdb_dir
 from .table import CACHE_ENTRIES, KeyCache, RocksDBStateTable
 
-__all__ = ["FORMAT_VERSION", "INGEST_FILE_BYTES", "RocksDBStateBackend"]
+__all__ = ["FORMAT_VERSION", "INGEST_FILE_BYTES", "RocksDBStateBackend", "warm_kernels_in_background"]
 
 #: size at which a restore's bulk load starts a new SST file (RocksDB's default target file size)
 INGEST_FILE_BYTES = 64 << 20
+
+#: :func:`warm_kernels_in_background` loads the numba kernels of canonical snapshots and restores (off: each
+#: is loaded at its first use)
+WARM_KERNELS = True
+_warming: list[threading.Thread] = []  # the one warm-up thread of this process, once started
+_warm_lock = threading.Lock()
+
+
+def _warm_kernels() -> None:
+    try:
+        from ....format.sst.writer import warm_kernels  # numba: loaded where used
+
+        warm_kernels()
+    except Exception:  # noqa: BLE001 - only an optimisation: the first real call loads (or reports) them
+        pass
+
+
+#: turn transparent huge pages off for this process when the first writable backend opens (Linux)
+NO_HUGE_PAGES = True
+_PR_SET_THP_DISABLE = 41
+
+
+def _no_huge_pages() -> None:
+    """``prctl(PR_SET_THP_DISABLE)``: fresh anonymous memory faulted in 4 KiB pages, not 2 MiB ones.
+
+    A full snapshot or restore of 1 GB allocates some 500 MB of buffers (Arrow's pool, NumPy);
+    Arrow's mimalloc and NumPy ask for transparent huge pages for them, and each first touch
+    then zeroes a 2 MiB page (or waits for compaction to make one): on the benchmark machine
+    that was 40-57 % of a canonical checkpoint's and recovery's CPU samples (``perf``:
+    ``clear_page_erms`` under ``do_huge_pmd_anonymous_page``), 1.0-1.6 s of system time per
+    GB against 0.6 s with small pages. Applies to the whole process from here on (faults
+    already served keep their pages); off with ``NO_HUGE_PAGES = False`` before the first backend opens.
+    """
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux, or no prctl: nothing to turn off
+        pass
+
+
+_huge_pages_off: list[bool] = []
+
+
+def _huge_pages_off_once() -> None:
+    with _warm_lock:
+        if not _huge_pages_off and NO_HUGE_PAGES and sys.platform.startswith("linux"):
+            _no_huge_pages()
+            _huge_pages_off.append(True)
+
+
+def warm_kernels_in_background() -> threading.Thread | None:
+    """Start (once per process) a daemon thread loading the kernels of canonical snapshots and restores
+    (:func:`explorer.format.sst.writer.warm_kernels`); the thread, or None when off.
+
+    For a job whose checkpoints are canonical, when its RocksDB backends open: the first use of numba
+    in a process sets numba up (0.5-0.8 s: its typing registries) and loads each kernel from the cache,
+    which the first checkpoint would otherwise wait for. A job with incremental checkpoints does not
+    start it (its first seconds would share the GIL with it for nothing but a later savepoint)."""
+    with _warm_lock:
+        if not WARM_KERNELS:
+            return None
+        if not _warming:
+            t = threading.Thread(target=_warm_kernels, name="warm-sst-kernels", daemon=True)
+            t.start()
+            _warming.append(t)
+        return _warming[0]
 
 
 class _Closed:
@@ -193,6 +260,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         self._write_opts.disable_wal = True
         self._families = set(Rdict.list_cf(str(self.path), self._options())) if (self.path / "CURRENT").exists() else set()
         self._db = self._open(read_only=False)
+        _huge_pages_off_once()
         self._check_or_write_format()
         self._adopt_existing_states()
         #: SST files of this instance already in a checkpoint's shared area: file name ->
@@ -385,6 +453,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         pending_bytes = 0
         last: bytes | None = None
         by_rows = False
+        by_parts: bool | None = None  # the pending batches' values come in two parts (heads, bodies)
         n = 0
         # files are built and written (numba, file writes: outside the GIL) by two threads while the
         # next batches are read and encoded
@@ -398,7 +467,12 @@ class RocksDBStateBackend(KeyedStateBackend):
             if staging is None:
                 staging = StagingDir(self.path, "ingest")
             keys = pending[0][0] if len(pending) == 1 else pa.concat_arrays([k for k, _ in pending])
-            values = pending[0][1] if len(pending) == 1 else pa.concat_arrays([v for _, v in pending])
+            if len(pending) == 1:
+                values = pending[0][1]
+            elif isinstance(pending[0][1], tuple):  # (heads, bodies) each
+                values = tuple(pa.concat_arrays([v[j] for _, v in pending]) for j in range(2))
+            else:
+                values = pa.concat_arrays([v for _, v in pending])
             files.append(str(staging.path / f"{len(files):06d}.sst"))
             writing.append(pool.submit(write_sst, Path(files[-1]), keys, values, scratch))
             while len(writing) > 2:  # at most two files in memory at once
@@ -428,10 +502,15 @@ class RocksDBStateBackend(KeyedStateBackend):
                     n += table.load_rows(chunk.rows())
                     continue
                 keys, values = raw
+                if by_parts is None:
+                    by_parts = isinstance(values, tuple)
+                if isinstance(values, tuple) != by_parts:  # batches of both shapes: each file one shape
+                    write_pending()
+                    by_parts = isinstance(values, tuple)
                 if staging is None:  # from the first batch on: a load killed before its first file is written
                     staging = StagingDir(self.path, "ingest")  # still leaves a folder the next open removes
                 pending.append((keys, values))
-                pending_bytes += keys.nbytes + values.nbytes
+                pending_bytes += keys.nbytes + (sum(v.nbytes for v in values) if by_parts else values.nbytes)
                 last = keys[-1].as_py()
                 n += chunk.num_rows
                 if pending_bytes >= INGEST_FILE_BYTES:
