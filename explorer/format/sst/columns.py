@@ -142,8 +142,8 @@ class _FileMapping:
     """SST files mapped side by side into one reserved stretch of address space (Linux): the joined
     buffer of :func:`_blocks` without copying a byte of them. Files are mapped read-only (their
     page-cache pages, populated in one call), page-aligned one after the other behind a zero
-    page; ``extra`` writable zero bytes follow for decompressed blocks (:attr:`writable`). The
-    array handed on (:attr:`array`) is read-only. Unmapped when the last array over it goes
+    page; ``extra`` writable zero bytes follow for decompressed blocks (the writable view of
+    :meth:`views`). The array handed on (:meth:`views`) is read-only. Unmapped when the last array over it goes
     (the ctypes array holding the address keeps this object alive)."""
 
     _READ, _WRITE = 0x1, 0x2
@@ -182,11 +182,20 @@ class _FileMapping:
         except BaseException:
             self.close()
             raise
-        holder = (ctypes.c_uint8 * self.size).from_address(base)
-        holder._mapping = self  # the array keeps the mapping; the mapping is unmapped when both go
-        self.writable = memoryview(holder).cast("B")[self.extra_start :]  # the decompressed blocks' area
-        self.array = np.frombuffer(holder, dtype=np.uint8)
-        self.array.flags.writeable = False
+
+    def views(self) -> tuple[np.ndarray, memoryview]:
+        """The read-only array over the whole mapping, and the writable view of its area for
+        decompressed blocks (release it when they are in place). Neither is kept here: the
+        array holds the mapping (through the ctypes array under it), not the other way round,
+        so the mapping is unmapped as the last array over it goes. (It once kept its array: a
+        cycle through a NumPy array, which the garbage collector cannot see, so no mapping
+        was ever unmapped and every full snapshot kept its SST files mapped, deleted or not.)"""
+        holder = (ctypes.c_uint8 * self.size).from_address(self.base)
+        holder._mapping = self
+        writable = memoryview(holder).cast("B")[self.extra_start :]
+        array = np.frombuffer(holder, dtype=np.uint8)
+        array.flags.writeable = False
+        return array, writable
 
     def close(self) -> None:
         if self.base:
@@ -231,8 +240,7 @@ def _mapped_blocks(files: list[SstFile], plans: list) -> tuple | None:
         m = _FileMapping([str(p) for p in paths], extra)
     except OSError:
         return None
-    out = m.array
-    om = m.writable  # om[d - m.extra_start] is out[d]
+    out, om = m.views()  # om[d - m.extra_start] is out[d]
     at = m.extra_start
     x0 = m.extra_start
     where_all = []
@@ -246,7 +254,7 @@ def _mapped_blocks(files: list[SstFile], plans: list) -> tuple | None:
             at += int(length[rest].sum())
         _place_blocks(f, rest, off, size, ctype, where, length, other, om, x0)
         where_all.append(where)
-    m.writable.release()
+    om.release()
     starts = np.concatenate(where_all)
     blen = np.concatenate([p[4] for p in plans])
     block_file = np.repeat(np.arange(len(plans)), [len(p[1]) for p in plans]).astype(np.int64)
