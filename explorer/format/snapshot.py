@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import struct
 import threading
@@ -190,15 +191,32 @@ def sha256_file(path: Path) -> str:
 
 
 def xxh3_128_file(path: Path) -> str:
-    """The XXH3-128 of a file (hex), read through one reused buffer."""
+    """The XXH3-128 of a file (hex), hashed from its pages mapped read-only (no copy into a buffer:
+    half the CPU of reading it, which matters as the restore hashes beside its own work)."""
     if xxhash is None:  # pragma: no cover - depends on the environment
         raise SnapshotFormatError(f"{path}: its checksum is XXH3-128 and the xxhash package is not installed")
     h = xxhash.xxh3_128()
-    buf = bytearray(4 << 20)
-    view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return h.hexdigest()
+        try:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # a file that cannot be mapped: read through one reused buffer
+            buf = bytearray(4 << 20)
+            view = memoryview(buf)
+            while n := f.readinto(buf):
+                h.update(view[:n])
+            return h.hexdigest()
+    with mapped:
+        if hasattr(mapped, "madvise"):
+            mapped.madvise(mmap.MADV_SEQUENTIAL)
+        view = memoryview(mapped)
+        try:
+            for i in range(0, len(view), 16 << 20):
+                h.update(view[i : i + (16 << 20)])
+        finally:
+            view.release()
     return h.hexdigest()
 
 
