@@ -80,6 +80,19 @@ def test_damaged_block_is_caught(tmp_path):
         f.verify_blocks(off, size)
 
 
+def _opened(paths, with_path: bool) -> list:
+    """The SST files at ``paths`` opened (mapped) for the column-wise reader; ``with_path``: each
+    also names its path, so the reader maps them side by side instead of copying them."""
+    out = []
+    for p in paths:
+        with open(p, "rb") as fh:
+            f = SstFile(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), p.name)
+        if with_path:
+            f.path = p
+        out.append(f)
+    return out
+
+
 @pytest.mark.parametrize("compression", ["none", "snappy", "zstd"])
 def test_mapped_files_read_like_copied_ones(tmp_path, monkeypatch, compression):
     """Files joined by mapping them side by side give the entries the copying join gives."""
@@ -97,14 +110,7 @@ def test_mapped_files_read_like_copied_ones(tmp_path, monkeypatch, compression):
         paths.append(p)
 
     def files(with_path: bool):
-        out = []
-        for p in paths:
-            with open(p, "rb") as fh:
-                f = SstFile(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), p.name)
-            if with_path:
-                f.path = p
-            out.append(f)
-        return out
+        return _opened(paths, with_path)
 
     def entries(fs):
         values, keys, ks, ke, vs, ve, _ = sstvec.read_column_family(fs)
@@ -170,13 +176,7 @@ def test_a_damaged_block_fails_the_column_read_with_its_checksum(tmp_path, with_
     raw = bytearray(paths[1].read_bytes())
     raw[len(raw) // 3] ^= 0x01  # inside a data block's value bytes: the walk alone would not notice
     paths[1].write_bytes(bytes(raw))
-    fs = []
-    for p in paths:
-        with open(p, "rb") as fh:
-            f = SstFile(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), p.name)
-        if with_path:
-            f.path = p
-        fs.append(f)
+    fs = _opened(paths, with_path)
     with pytest.raises(Exception, match=r"1\.sst.*checksum|checksum.*1\.sst"):
         sstvec.read_column_family(fs)
 
