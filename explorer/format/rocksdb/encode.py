@@ -150,18 +150,24 @@ def _payload_parts(col: pa.Array, type_name: str) -> tuple[pa.Array, pa.Array]:
     return _varints(lengths), raw
 
 
-def _sorted_last(keys: pa.Array, parts: tuple[pa.Array, pa.Array]) -> tuple[pa.Array, tuple[pa.Array, pa.Array]]:
-    """``keys`` and their two-part values sorted by key, the last put of equal keys kept (as :func:`_encode`)."""
-    if keys.null_count:
+def _by_key(keys: pa.Array, columns: tuple[pa.Array, ...]) -> tuple[pa.Array, tuple[pa.Array, ...], np.ndarray]:
+    """``keys`` and the value ``columns`` beside them sorted by key (stable: equal keys keep their
+    row order), and where each run of equal keys starts."""
+    if keys.null_count or any(c.null_count for c in columns):
         raise _Unsupported
     if not _nondecreasing(keys):
-        order = pc.sort_indices(keys)  # stable: equal keys keep their row order
-        keys, parts = keys.take(order), tuple(p.take(order) for p in parts)
-    first = _run_starts(keys)
-    if not first.all():  # equal raw keys: the last put wins
+        order = pc.sort_indices(keys)
+        keys, columns = keys.take(order), tuple(c.take(order) for c in columns)
+    return keys, columns, _run_starts(keys)
+
+
+def _sorted_last(keys: pa.Array, columns: tuple[pa.Array, ...]) -> tuple[pa.Array, tuple[pa.Array, ...]]:
+    """:func:`_by_key`, the last put of equal keys kept (what writing them in row order leaves)."""
+    keys, columns, first = _by_key(keys, columns)
+    if not first.all():
         idx = pa.array(np.flatnonzero(np.append(first[1:], True)))
-        keys, parts = keys.take(idx), tuple(p.take(idx) for p in parts)
-    return keys, parts
+        keys, columns = keys.take(idx), tuple(c.take(idx) for c in columns)
+    return keys, columns
 
 
 def _array(a: Any) -> pa.Array:
@@ -228,20 +234,12 @@ def _encode(table: pa.Table, kind: str, prefix_bytes: int, ttl: bool, vname: str
         ts = _numbers(_array(table.column("last_access")), np.int64)
         body.insert(0, _fixed(_big_endian(ts, ">i8")))
     values = pc.binary_join_element_wise(*body, _EMPTY) if len(body) > 1 else body[0]
-    if keys.null_count or values.null_count:
-        raise _Unsupported
-
-    if not _nondecreasing(keys):
-        order = pc.sort_indices(keys)  # stable: equal keys keep their row order
-        keys, values = keys.take(order), values.take(order)
-    first = _run_starts(keys)
-    if kind == "list":  # one RocksDB value per key: its elements joined by ","
-        starts = np.flatnonzero(first)
-        offsets = np.append(starts, n).astype(np.int32)
-        values = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), values), LIST_DELIMITER)
-        keys = keys.take(pa.array(starts))
-    elif not first.all():  # equal raw keys: the last put wins
-        last = np.append(first[1:], True)
-        idx = pa.array(np.flatnonzero(last))
-        keys, values = keys.take(idx), values.take(idx)
-    return keys, values
+    if kind != "list":  # equal raw keys: the last put wins
+        keys, (values,) = _sorted_last(keys, (values,))
+        return keys, values
+    # one RocksDB value per key: its elements joined by ","
+    keys, (values,), first = _by_key(keys, (values,))
+    starts = np.flatnonzero(first)
+    offsets = np.append(starts, n).astype(np.int32)
+    values = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), values), LIST_DELIMITER)
+    return keys.take(pa.array(starts)), values

@@ -455,6 +455,9 @@ def visible_entries(keys, base, width, ulen, seq, typ, vpos, vlen, order, out, o
     return keep[:count], vs[:count], ve[:count], first[:count], last[:count], tie, True
 
 
+_PAD_WARM = 16  # bytes of the arrays warm() passes
+
+
 def warm() -> None:
     """Load this module's kernels from numba's cache (compile them if it has none) by calling each
     once on empty arrays of the types the readers pass: the first real call then runs at once
@@ -472,5 +475,3 @@ def warm() -> None:
     visible_entries(rw, z, np.int64(8), i64, i64.copy(), np.zeros(0, dtype=np.uint8), i64.copy(), i64.copy(),
                     i64.copy(), rw.copy(), z)
 
-
-_PAD_WARM = 16
