@@ -189,15 +189,26 @@ def test_warming_loads_the_kernels_a_snapshot_and_a_restore_call(tmp_path):
 import mmap, sys
 from pathlib import Path
 import pyarrow as pa
+from explorer.format import parquet_pages
 from explorer.format.sst import columns, kernels, writer
 from explorer.format.sst.file import SstFile
 names = ("gather_segments", "scan_blocks", "fill_entries", "merge_runs", "visible_entries")
 def sigs():
     out = {n: len(getattr(kernels, n).signatures) for n in names}
-    out.update(data_blocks=len(writer._data_blocks.signatures), index_block=len(writer._index_block.signatures))
+    out.update(data_blocks=len(writer._data_blocks.signatures), index_block=len(writer._index_block.signatures),
+               plain_spans=len(parquet_pages._kernel().signatures))
     return out
 writer.warm_kernels()
 before = sigs()
+# a restore of an uncompressed checkpoint: values located in the mapped Parquet file, two-part values
+import pyarrow.parquet as pq
+pq.write_table(pa.table({"value": [b"x" * 30] * 300}), Path(sys.argv[1]) / "v.parquet", compression="none",
+               use_dictionary=False)
+md = pq.ParquetFile(Path(sys.argv[1]) / "v.parquet").metadata
+spans = parquet_pages.column_spans(parquet_pages.map_file(Path(sys.argv[1]) / "v.parquet"), md.row_group(0).column(0),
+                                   1, 0, "v.parquet")
+writer.write_sst(Path(sys.argv[1]) / "s.sst", pa.array([b"\x01k%04d" % i for i in range(300)], pa.binary()),
+                 (pa.array([b"\x1e"] * 300, pa.binary()), spans))
 keys = [b"\x01user-%06d" % i for i in range(300)]
 fs = []
 for j in range(2):  # two files of the same keys: the merge kernels too

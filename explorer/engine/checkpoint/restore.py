@@ -10,7 +10,10 @@ RocksDB subtask, or read out row by row into any other backend
 at a time (the next one read and encoded in a thread while the current one is
 written); a RocksDB subtask gets each row group's raw entries encoded
 column-wise (:mod:`explorer.format.rocksdb.encode`) and bulk-loads them as SST
-files, other backends (and shapes not encoded column-wise) get rows.
+files, other backends (and shapes not encoded column-wise) get rows. Strings
+and bytes of value, reducing and aggregating states in an uncompressed
+checkpoint are not read out by Arrow: they are copied into the SST blocks
+straight from the mapped Parquet file (:mod:`explorer.format.parquet_pages`).
 
 State is checked when the restored job registers it (Flink's state
 migration): the same kind, a compatible type (a dataclass may gain fields
@@ -24,17 +27,20 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ...errors import RestoreError, StateMigrationError
 from ...format.keyed import decode_keys, read_parquet_key_groups
-from ...format.rocksdb.encode import encode_batch
+from ...format.parquet_pages import ByteSpans
+from ...format.rocksdb.encode import encode_batch, splits
 from ...format.prefetch import map_ahead
 from ...format.records import decode_record
 from ...format.snapshot import BackgroundVerification, check_file_size, read_metadata, resolve, verify_file
@@ -108,6 +114,40 @@ class RestoredKeyedState:
             t = t.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
         return t
 
+    def _read_spans(self, path: Path, smeta: dict, i: int, mapped: dict[Path, Any], lock: threading.Lock
+                    ) -> tuple[pa.Table, ByteSpans] | None:
+        """Row group ``i`` of ``path`` cut to the wanted key groups as :meth:`_read_group` reads it, but
+        for its value column: those values' bytes in place in the mapped file
+        (:func:`explorer.format.parquet_pages.column_spans`); None when that column is not stored
+        so (compressed, a dictionary, nulls: a savepoint's files)."""
+        from ...format.parquet_pages import column_spans, map_file  # numba: loaded where used
+
+        pf = pq.ParquetFile(path, memory_map=True)
+        md = pf.metadata
+        j = next((k for k in range(md.num_columns) if md.schema.column(k).path == "value"), None)
+        if j is None:
+            return None
+        col = md.schema.column(j)
+        with lock:
+            data = mapped.get(path)
+            if data is None:
+                data = mapped[path] = map_file(path)
+        spans = column_spans(data, md.row_group(i).column(j), col.max_definition_level, col.max_repetition_level,
+                             f"{path}: row group {i}")
+        if spans is None:
+            return None
+        t = pf.read_row_group(i, columns=[n for n in pf.schema_arrow.names if n != "value"])
+        if len(spans) != t.num_rows:
+            return None
+        lo, hi = self.key_groups.start, self.key_groups.stop - 1
+        first, last, _ = smeta["row_groups"][i]
+        if first < lo or last > hi:
+            kg = t.column("key_group")
+            keep = pc.fill_null(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)), False)
+            t = t.filter(keep)
+            spans = spans.filter(np.asarray(keep.to_numpy(), dtype=bool))
+        return t, spans
+
     def _tables(self) -> Iterator[tuple[pa.Table, dict]]:
         """Each Parquet row group holding wanted key groups, cut to them, in file order."""
         for path, smeta, i in self._groups():
@@ -148,7 +188,23 @@ class RestoredKeyedState:
                                    smeta["key_kind"], smeta["namespace_kind"], split=True)
             return RestoredChunk(raw, t.num_rows, lambda: self._rows_of(t, smeta, conv, uk_info))
 
+        # values of value/reducing/aggregating states of strings or bytes in an uncompressed checkpoint:
+        # located in place in the mapped file (format.parquet_pages) instead of copied out by Arrow
+        direct = same_type and splits(d.kind, d.value_type)
+        mapped: dict[Path, Any] = {}
+        lock = threading.Lock()
+
         def read(group: tuple[Path, dict, int]) -> RestoredChunk | None:
+            got = self._read_spans(*group, mapped, lock) if direct else None
+            if got is not None:
+                t, spans = got
+                if not t.num_rows:
+                    return None
+                path, smeta, _ = group
+                raw = encode_batch(t, d.kind, prefix_bytes, ttl, d.value_type, d.user_key_type, smeta["key_kind"],
+                                   smeta["namespace_kind"], split=True, values=spans)
+                # the rows, if wanted after all, from the whole row group read again
+                return RestoredChunk(raw, t.num_rows, lambda: self._rows_of(self._read_group(*group), smeta, conv, uk_info))
             t = self._read_group(*group)
             return chunk(t, group[1]) if t.num_rows else None
 

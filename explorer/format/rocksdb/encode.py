@@ -28,9 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..parquet_pages import ByteSpans
 from .layout import LIST_DELIMITER
 
-__all__ = ["encode_batch", "supported"]
+__all__ = ["encode_batch", "splits", "supported"]
 
 _SIGN = np.uint64(1 << 63)
 _SCALAR_TYPES = ("int", "float", "bool", "str", "bytes")
@@ -140,8 +141,11 @@ def _payload(col: pa.Array, type_name: str) -> pa.Array:
     return out
 
 
-def _payload_parts(col: pa.Array, type_name: str) -> tuple[pa.Array, pa.Array]:
-    """A string or bytes column's encoding as two parts: each value's varint length, and its bytes."""
+def _payload_parts(col: "pa.Array | ByteSpans", type_name: str) -> tuple[pa.Array, "pa.Array | ByteSpans"]:
+    """A string or bytes column's encoding as two parts: each value's varint length, and its bytes
+    (the column itself: values in place in a mapped file stay there)."""
+    if isinstance(col, ByteSpans):
+        return _varints(col.lengths()), col
     want = pa.types.is_string if type_name == "str" else pa.types.is_binary
     if not want(col.type):
         raise _Unsupported
@@ -188,27 +192,38 @@ def _run_starts(keys: pa.Array) -> np.ndarray:
     return first
 
 
+def splits(kind: str, value_type: dict) -> bool:
+    """Whether :func:`encode_batch` gives a state of this shape its values in two parts with ``split``
+    (and so takes its value column as :class:`~explorer.format.parquet_pages.ByteSpans`)."""
+    return kind in ("value", "reducing", "aggregating") and _simple(value_type) in ("str", "bytes")
+
+
 def encode_batch(table: pa.Table, kind: str, prefix_bytes: int, ttl: bool, value_type: dict,
-                 user_key_type: dict | None, key_kind: str, namespace_kind: str, split: bool = False
-                 ) -> tuple[pa.Array, Any] | None:
+                 user_key_type: dict | None, key_kind: str, namespace_kind: str, split: bool = False,
+                 values: ByteSpans | None = None) -> tuple[pa.Array, Any] | None:
     """The raw RocksDB ``(keys, values)`` (binary arrays, keys strictly ascending) that
     loading ``table``'s rows into an empty state of this shape writes, or None when
     the batch is not in a shape encoded here (then load it row by row).
 
     With ``split``, values that are a length and the bytes of a string or ``bytes`` (value,
-    reducing and aggregating state without TTL) come as two arrays ``(lengths, bytes)``, the
-    value column itself as the second (no copy of it): what
-    :func:`explorer.format.sst.writer.write_sst` takes."""
+    reducing and aggregating state, :func:`splits`) come as two arrays ``(heads, bytes)``, the
+    heads each value's last-access time (with TTL) and length, the value column itself as the
+    second (no copy of it): what :func:`explorer.format.sst.writer.write_sst` takes. ``values``,
+    for such a state only, stands for the table's value column (then not read): its bytes in
+    place in the mapped Parquet file (:func:`explorer.format.parquet_pages.column_spans`)."""
     if table.num_rows == 0 or namespace_kind != "null" or not supported(kind, value_type, user_key_type):
         return None
+    if values is not None and (not split or not splits(kind, value_type) or len(values) != table.num_rows):
+        return None
     try:
-        return _encode(table, kind, prefix_bytes, ttl, _simple(value_type), _simple(user_key_type), key_kind, split)
+        return _encode(table, kind, prefix_bytes, ttl, _simple(value_type), _simple(user_key_type), key_kind, split,
+                       values)
     except (_Unsupported, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowCapacityError, OverflowError):
         return None
 
 
 def _encode(table: pa.Table, kind: str, prefix_bytes: int, ttl: bool, vname: str, ukname: str | None,
-            key_kind: str, split: bool = False) -> tuple[pa.Array, Any]:
+            key_kind: str, split: bool = False, spans: ByteSpans | None = None) -> tuple[pa.Array, Any]:
     n = table.num_rows
     if table.column("namespace").null_count != n:
         raise _Unsupported
@@ -221,12 +236,15 @@ def _encode(table: pa.Table, kind: str, prefix_bytes: int, ttl: bool, vname: str
         parts.append(_key_part(_array(table.column("user_key")), ukname))
     keys = pc.binary_join_element_wise(*parts, _EMPTY)
 
-    value_col = _array(table.column("value"))
+    value_col = spans if spans is not None else _array(table.column("value"))
     if value_col.null_count and kind != "map":
         raise _Unsupported  # None values cannot be stored: the row path says why
-    if split and kind in ("value", "reducing", "aggregating") and not ttl and vname in ("str", "bytes") \
-            and not value_col.null_count:
-        return _sorted_last(keys, _payload_parts(value_col, vname))
+    if split and kind in ("value", "reducing", "aggregating") and vname in ("str", "bytes"):
+        heads, bodies = _payload_parts(value_col, vname)
+        if ttl:  # the last-access time before the length
+            ts = _numbers(_array(table.column("last_access")), np.int64)
+            heads = pc.binary_join_element_wise(_fixed(_big_endian(ts, ">i8")), heads, _EMPTY)
+        return _sorted_last(keys, (heads, bodies))
     body = [_payload(value_col, vname)]
     if kind == "map":
         body.insert(0, _fixed(value_col.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8).reshape(-1, 1)))

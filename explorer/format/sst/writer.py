@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..checksums import rocksdb_block_checksums
+from ..parquet_pages import ByteSpans
 from ..types import encode_varint
 from .columns import pooled_empty
 from .file import BLOCK_MAGIC
@@ -67,9 +68,10 @@ def _put_u32(out, p, v):
 
 
 @_jit
-def _data_blocks(kdata, koffs, hdata, hoffs, vdata, voffs, out, block_size, restart_interval, boff, bsize, blast):
+def _data_blocks(kdata, koffs, hdata, hoffs, vdata, vstarts, vends, out, block_size, restart_interval, boff, bsize,
+                 blast):
     """Lay out the data blocks of entries ``i`` (key ``kdata[koffs[i]:koffs[i+1]]``, value ``hdata[hoffs[i]:
-    hoffs[i+1]]`` followed by ``vdata[voffs[i]:voffs[i+1]]``: a head, e.g. a length, and a body) in
+    hoffs[i+1]]`` followed by ``vdata[vstarts[i]:vends[i]]``: a head, e.g. a length, and a body) in
     ``out``, each followed by 5 trailer bytes (compression type 0, checksum left for the caller).
     Returns ``(bytes used, blocks)``; block ``j`` starts at ``boff[j]``, holds ``bsize[j]`` bytes before
     its trailer, and ends with entry ``blast[j]``."""
@@ -87,8 +89,8 @@ def _data_blocks(kdata, koffs, hdata, hoffs, vdata, voffs, out, block_size, rest
             kl = koffs[i + 1] - ks
             hs = hoffs[i]
             hl = hoffs[i + 1] - hs
-            vs = voffs[i]
-            vl = voffs[i + 1] - vs
+            vs = vstarts[i]
+            vl = vends[i] - vs
             shared = 0
             if cnt % restart_interval == 0:
                 restarts[nr] = pos - bstart
@@ -177,6 +179,18 @@ def _small_block(entries: list[tuple[bytes, bytes]]) -> bytes:
     return bytes(body)
 
 
+def _spans(values: "pa.Array | ByteSpans") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The data bytes, starts and ends of binary values: an Arrow array's (its offsets, as views) or
+    :class:`~explorer.format.parquet_pages.ByteSpans` (values in place in a mapped file)."""
+    if isinstance(values, ByteSpans):
+        if len(values) and (int(values.starts.min()) < 0 or int(values.ends.max()) > len(values.data)
+                            or bool(np.any(values.ends < values.starts))):
+            raise ValueError("byte spans outside their buffer")
+        return values.data, values.starts, values.ends
+    data, offs = _buffers(values)
+    return data, offs[:-1], offs[1:]
+
+
 def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """The data bytes and ``len + 1`` int64 offsets of a binary array (its slice offset applied)."""
     if arr.null_count:
@@ -193,12 +207,14 @@ def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return data, offs.astype(np.int64)
 
 
-def write_sst(path: Path, keys: pa.Array, values: "pa.Array | tuple[pa.Array, pa.Array]", scratch: Any = None) -> int:
+def write_sst(path: Path, keys: pa.Array, values: "pa.Array | tuple[pa.Array, pa.Array | ByteSpans]", scratch: Any = None
+              ) -> int:
     """Write raw ``keys`` (strictly ascending, bytewise) and ``values`` (binary arrays of one length) to a
     new SST file at ``path`` for ``IngestExternalFile``; returns its size. The caller guarantees the order
     (RocksDB refuses an ingested file whose keys are not ascending). ``values`` may also be two binary
     arrays ``(heads, bodies)``: value ``i`` is ``heads[i] + bodies[i]`` (joined here, as the blocks are
-    laid out, instead of in a joined array first).
+    laid out, instead of in a joined array first); the bodies may be
+    :class:`~explorer.format.parquet_pages.ByteSpans`, values in place in a mapped file.
 
     ``scratch``, an object with attributes (a ``threading.local()`` for calls from several threads),
     keeps the file's buffer for the next call: fresh memory is slow to touch on the benchmark
@@ -208,13 +224,13 @@ def write_sst(path: Path, keys: pa.Array, values: "pa.Array | tuple[pa.Array, pa
     if n == 0 or len(bodies) != n or (heads is not None and len(heads) != n):
         raise ValueError(f"an SST file needs one value per key and at least one entry ({n} keys, {len(bodies)} values)")
     kdata, koffs = _buffers(keys)
-    vdata, voffs = _buffers(bodies)
+    vdata, vstarts, vends = _spans(bodies)
     if heads is None:
         hdata, hoffs = np.zeros(1, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64)
     else:
         hdata, hoffs = _buffers(heads)
     raw_k = int(koffs[-1] - koffs[0])
-    raw_v = int(voffs[-1] - voffs[0]) + int(hoffs[-1] - hoffs[0])
+    raw_v = int((vends - vstarts).sum()) + int(hoffs[-1] - hoffs[0])
     # per entry at most 15 bytes of varints, 8 of trailer, a restart (4) and a block's restart count,
     # trailer and index entry (4 + 5 + 35 with its key, when each entry is a block of its own)
     bound = raw_k + raw_v + n * (15 + 8 + 4 + 4 + 5 + 35) + 2 * raw_k + 4096
@@ -228,8 +244,8 @@ def write_sst(path: Path, keys: pa.Array, values: "pa.Array | tuple[pa.Array, pa
     boff = np.empty(n, dtype=np.int64)
     bsize = np.empty(n, dtype=np.int64)
     blast = np.empty(n, dtype=np.int64)
-    pos, nb = _data_blocks(kdata, koffs, hdata, hoffs, vdata, voffs, out, BLOCK_SIZE, RESTART_INTERVAL, boff, bsize,
-                           blast)
+    pos, nb = _data_blocks(kdata, koffs, hdata, hoffs, vdata, vstarts, vends, out, BLOCK_SIZE, RESTART_INTERVAL, boff,
+                           bsize, blast)
     boff, bsize, blast = boff[:nb], bsize[:nb], blast[:nb]
     data_size = pos
     ix_off = pos
@@ -344,11 +360,16 @@ def warm_kernels() -> None:
     :func:`.kernels.warm`'s) from numba's cache, so that the first checkpoint or restore does not pay
     for it; meant for a background thread when a RocksDB backend opens (the kernels release the GIL,
     loading them mostly does not)."""
+    from .. import parquet_pages
     from . import kernels
 
     kernels.warm()
+    parquet_pages.warm()
     i64 = np.zeros(0, dtype=np.int64)
     u8 = np.zeros(16, dtype=np.uint8)
-    _data_blocks(u8, np.zeros(1, dtype=np.int64), u8, np.zeros(1, dtype=np.int64), u8, np.zeros(1, dtype=np.int64),
-                 u8.copy(), np.int64(BLOCK_SIZE), np.int64(RESTART_INTERVAL), i64, i64.copy(), i64.copy())
+    z = np.zeros(1, dtype=np.int64)
+    # values from Arrow's buffers (writable arrays) or in place in a mapped Parquet file (read-only)
+    for vdata in (u8, np.frombuffer(bytes(16), dtype=np.uint8)):
+        _data_blocks(u8, z, u8, z, vdata, z[:0], z[:0], u8.copy(), np.int64(BLOCK_SIZE), np.int64(RESTART_INTERVAL),
+                     i64, i64.copy(), i64.copy())
     _index_block(u8, np.zeros(1, dtype=np.int64), i64, i64.copy(), i64.copy(), np.int64(0), u8.copy(), np.int64(0))

@@ -96,6 +96,7 @@ from rocksdict import (
 
 from ....errors import RestoreError, SnapshotFormatError, StateMigrationError
 from ....format.keycodec import prefix_successor
+from ....format.parquet_pages import ByteSpans
 from ....format.rocksdb.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -191,6 +192,15 @@ def warm_kernels_in_background() -> threading.Thread | None:
             t.start()
             _warming.append(t)
         return _warming[0]
+
+
+def _shape(values: Any) -> Any:
+    """What batches of restored values must share to be joined into one SST file: one array; two parts
+    (heads, bodies) of Arrow arrays; two parts whose bodies lie in one mapped file (``ByteSpans``)."""
+    if not isinstance(values, tuple):
+        return "array"
+    bodies = values[1]
+    return ("spans", id(bodies.data)) if isinstance(bodies, ByteSpans) else "parts"
 
 
 class _Closed:
@@ -453,7 +463,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         pending_bytes = 0
         last: bytes | None = None
         by_rows = False
-        by_parts: bool | None = None  # the pending batches' values come in two parts (heads, bodies)
+        shape: Any = None  # the pending batches' values: one array, or two parts (bodies of one buffer)
         n = 0
         # files are built and written (numba, file writes: outside the GIL) by two threads while the
         # next batches are read and encoded
@@ -470,7 +480,9 @@ class RocksDBStateBackend(KeyedStateBackend):
             if len(pending) == 1:
                 values = pending[0][1]
             elif isinstance(pending[0][1], tuple):  # (heads, bodies) each
-                values = tuple(pa.concat_arrays([v[j] for _, v in pending]) for j in range(2))
+                bodies = [v[1] for _, v in pending]
+                values = (pa.concat_arrays([v[0] for _, v in pending]),
+                          ByteSpans.concat(bodies) if isinstance(bodies[0], ByteSpans) else pa.concat_arrays(bodies))
             else:
                 values = pa.concat_arrays([v for _, v in pending])
             files.append(str(staging.path / f"{len(files):06d}.sst"))
@@ -502,15 +514,13 @@ class RocksDBStateBackend(KeyedStateBackend):
                     n += table.load_rows(chunk.rows())
                     continue
                 keys, values = raw
-                if by_parts is None:
-                    by_parts = isinstance(values, tuple)
-                if isinstance(values, tuple) != by_parts:  # batches of both shapes: each file one shape
+                if _shape(values) != shape:  # batches of other shapes: each file one shape
                     write_pending()
-                    by_parts = isinstance(values, tuple)
+                    shape = _shape(values)
                 if staging is None:  # from the first batch on: a load killed before its first file is written
                     staging = StagingDir(self.path, "ingest")  # still leaves a folder the next open removes
                 pending.append((keys, values))
-                pending_bytes += keys.nbytes + (sum(v.nbytes for v in values) if by_parts else values.nbytes)
+                pending_bytes += keys.nbytes + (sum(v.nbytes for v in values) if shape != "array" else values.nbytes)
                 last = keys[-1].as_py()
                 n += chunk.num_rows
                 if pending_bytes >= INGEST_FILE_BYTES:

@@ -1,0 +1,363 @@
+"""The values of a Parquet ``BYTE_ARRAY`` column chunk located in place: the direct route of a canonical restore.
+
+A canonical checkpoint (profile :data:`explorer.format.keyed.CHECKPOINT`) stores the
+``value`` column uncompressed, ``PLAIN``-encoded and without a dictionary: in each data
+page every value is its 4-byte little-endian length followed by its bytes. Reading such
+a column with Arrow copies every value into a fresh buffer (1 GB of state: 1 GB of new
+memory, whose first touch costs more on a VM than the copy itself) only for the restore
+to copy it once more into the blocks of an SST file. Here the column chunk's page
+headers (Thrift compact protocol) are parsed, every page checksum the writer stored is
+verified, the definition levels are checked to say "no nulls", and a numba kernel walks
+the values to give each one's start and end in the memory-mapped file
+(:class:`ByteSpans`); the SST writer copies straight from there.
+
+:func:`column_spans` returns None, having read nothing but headers, for any chunk not in
+that shape (compressed, a dictionary page, another encoding, nulls, repetition levels);
+the caller then reads it with Arrow. Bytes that contradict themselves (a page or value
+running past its chunk, a header Thrift cannot parse, a page checksum that does not
+match) raise :class:`~explorer.errors.SnapshotCorruptError` naming the file, the row
+group, the offset, what was found and what was expected.
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SnapshotCorruptError
+
+__all__ = ["ByteSpans", "column_spans", "map_file"]
+
+# parquet.thrift: PageType, Encoding, CompressionCodec
+_DATA_PAGE, _INDEX_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 1, 2, 3
+_PLAIN, _RLE = 0, 3
+
+#: MADV_POPULATE_READ (Linux 5.14): map a stretch of the page cache in one call instead of a fault per 64 KiB
+_MADV_POPULATE_READ = 22
+
+
+class ByteSpans:
+    """Byte strings given as ``data[starts[i]:ends[i]]`` (no copy of ``data``): what
+    :func:`explorer.format.sst.writer.write_sst` takes as values beside Arrow binary arrays.
+    Never null; ``take`` and ``concat`` act on the spans, not the bytes."""
+
+    __slots__ = ("data", "starts", "ends", "nbytes")
+    null_count = 0
+
+    def __init__(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.data = data
+        self.starts = starts
+        self.ends = ends
+        self.nbytes = int((ends - starts).sum())
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def lengths(self) -> np.ndarray:
+        return self.ends - self.starts
+
+    def take(self, indices: Any) -> "ByteSpans":
+        idx = np.asarray(indices.to_numpy(zero_copy_only=False) if hasattr(indices, "to_numpy") else indices)
+        return ByteSpans(self.data, self.starts[idx], self.ends[idx])
+
+    def filter(self, mask: np.ndarray) -> "ByteSpans":
+        return ByteSpans(self.data, self.starts[mask], self.ends[mask])
+
+    def to_pylist(self) -> list[bytes]:
+        return [self.data[s:e].tobytes() for s, e in zip(self.starts.tolist(), self.ends.tolist())]
+
+    @staticmethod
+    def concat(parts: "list[ByteSpans]") -> "ByteSpans":
+        """The spans of ``parts`` one after the other; they must share one ``data``."""
+        data = parts[0].data
+        if any(p.data is not data for p in parts):
+            raise ValueError("spans over different buffers cannot be joined without copying them")
+        return ByteSpans(data, np.concatenate([p.starts for p in parts]), np.concatenate([p.ends for p in parts]))
+
+
+def map_file(path: Path) -> np.ndarray:
+    """The file at ``path`` memory-mapped read-only, as a uint8 array (unmapped when the last array
+    over it goes)."""
+    with open(path, "rb") as fh:
+        m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(m, dtype=np.uint8)
+
+
+def _populate(data: np.ndarray, start: int, length: int) -> None:
+    """Map ``data[start:start+length]``'s pages of the page cache now (a fault per 64 KiB otherwise)."""
+    base = data.base
+    if not isinstance(base, mmap.mmap) or length <= 0:
+        return
+    lo = start - start % mmap.PAGESIZE
+    try:
+        base.madvise(_MADV_POPULATE_READ, lo, start + length - lo)
+    except (OSError, ValueError):  # an older kernel: the reads fault the pages in
+        pass
+
+
+class _Corrupt(Exception):
+    pass
+
+
+class _Thrift:
+    """The few Thrift compact-protocol reads a page header needs (``buf`` from ``pos``, not past ``end``)."""
+
+    __slots__ = ("buf", "pos", "end")
+
+    def __init__(self, buf: np.ndarray, pos: int, end: int) -> None:
+        self.buf, self.pos, self.end = buf, pos, end
+
+    def byte(self) -> int:
+        if self.pos >= self.end:
+            raise _Corrupt("a page header running past its column chunk")
+        b = int(self.buf[self.pos])
+        self.pos += 1
+        return b
+
+    def varint(self) -> int:
+        v = shift = 0
+        while True:
+            b = self.byte()
+            v |= (b & 0x7F) << shift
+            if b < 0x80:
+                return v
+            shift += 7
+            if shift > 63:
+                raise _Corrupt("a varint of more than 10 bytes in a page header")
+
+    def zigzag(self) -> int:
+        v = self.varint()
+        return (v >> 1) ^ -(v & 1)
+
+    def skip(self, ttype: int, depth: int = 0) -> None:
+        if depth > 32:
+            raise _Corrupt("page header structs nested more than 32 deep")
+        if ttype in (1, 2):  # bool in a field header
+            return
+        if ttype == 3:
+            self.byte()
+        elif ttype in (4, 5, 6):
+            self.varint()
+        elif ttype == 7:
+            self.pos += 8
+        elif ttype == 8:
+            n = self.varint()  # read before the position it moves is added to
+            self.pos += n
+        elif ttype in (9, 10):
+            h = self.byte()
+            size = h >> 4 if h >> 4 != 15 else self.varint()
+            for _ in range(size):
+                self.skip(h & 0x0F if h & 0x0F not in (1, 2) else 3, depth + 1)
+        elif ttype == 11:
+            size = self.varint()
+            if size:
+                kv = self.byte()
+                for _ in range(size):
+                    self.skip(kv >> 4 if kv >> 4 not in (1, 2) else 3, depth + 1)
+                    self.skip(kv & 0x0F if kv & 0x0F not in (1, 2) else 3, depth + 1)
+        elif ttype == 12:
+            self.struct(lambda fid, t: None, depth + 1)
+        else:
+            raise _Corrupt(f"Thrift type {ttype} in a page header (expected 1-12)")
+        if self.pos > self.end:
+            raise _Corrupt("a page header running past its column chunk")
+
+    def struct(self, on_field, depth: int = 0) -> None:
+        """Read one struct, calling ``on_field(field id, type)`` for each field; it returns True when it
+        consumed the field's value, anything else to have it skipped."""
+        fid = 0
+        while True:
+            h = self.byte()
+            if h == 0:
+                return
+            delta, ttype = h >> 4, h & 0x0F
+            fid = fid + delta if delta else self.zigzag()
+            if not on_field(fid, ttype):
+                self.skip(ttype, depth)
+
+
+def _page_header(t: _Thrift) -> dict[str, int]:
+    """The fields of a PageHeader (and of its data page header, v1 or v2) read here."""
+    head: dict[str, int] = {}
+
+    def data_v1(fid: int, ttype: int) -> bool:
+        if ttype == 5 and fid in (1, 2, 3, 4):
+            head[("num_values", "encoding", "def_encoding", "rep_encoding")[fid - 1]] = t.zigzag()
+            return True
+        return False
+
+    def data_v2(fid: int, ttype: int) -> bool:
+        if ttype == 5 and fid in (1, 2, 3, 4, 5, 6):
+            head[("num_values", "num_nulls", "num_rows", "encoding", "def_bytes", "rep_bytes")[fid - 1]] = t.zigzag()
+            return True
+        if fid == 7 and ttype in (1, 2):
+            head["is_compressed"] = int(ttype == 1)
+            return True
+        return False
+
+    def page(fid: int, ttype: int) -> bool:
+        if ttype == 5 and fid in (1, 2, 3, 4):
+            head[("type", "uncompressed", "compressed", "crc")[fid - 1]] = t.zigzag()
+            return True
+        if ttype == 12 and fid in (5, 8):
+            t.struct(data_v1 if fid == 5 else data_v2, 1)
+            return True
+        return False
+
+    t.struct(page)
+    for need in ("type", "uncompressed", "compressed"):
+        if need not in head:
+            raise _Corrupt(f"a page header without its required field {need!r}")
+    return head
+
+
+def _all_defined(buf: np.ndarray, pos: int, end: int, n: int) -> bool:
+    """Whether the RLE/bit-packed hybrid definition levels (bit width 1) at ``buf[pos:end]`` say
+    that the first ``n`` values are all present."""
+    t = _Thrift(buf, pos, end)
+    seen = 0
+    while seen < n:
+        header = t.varint()
+        if header & 1:  # bit-packed: header >> 1 groups of 8 one-bit levels
+            count = (header >> 1) * 8
+            nbytes = header >> 1
+            if t.pos + nbytes > end:
+                raise _Corrupt("definition levels running past their page")
+            take = min(count, n - seen)
+            bits = int.from_bytes(buf[t.pos : t.pos + nbytes].tobytes(), "little") & ((1 << take) - 1)
+            if bits.bit_count() != take:
+                return False
+            t.pos += nbytes
+            seen += take
+        else:  # a run of one value, in one byte
+            count = header >> 1
+            if count == 0:
+                raise _Corrupt("an empty run of definition levels")
+            if t.byte() != 1:
+                return False
+            seen += min(count, n - seen)
+    return True
+
+
+def _plain_spans_py(buf, pages, starts, ends):  # pragma: no cover - compiled by _kernel
+    """For each page ``(values start, values end, count, first index)``: the PLAIN byte arrays' starts and ends.
+    Returns -1, or the index of the first page whose values run past its end or fall short of it."""
+    for j in range(pages.shape[0]):
+        p = pages[j, 0]
+        stop = pages[j, 1]
+        at = pages[j, 3]
+        for _ in range(pages[j, 2]):
+            if p + 4 > stop:
+                return j
+            n = np.int64(buf[p]) | (np.int64(buf[p + 1]) << 8) | (np.int64(buf[p + 2]) << 16) | (np.int64(buf[p + 3]) << 24)
+            p += 4
+            if p + n > stop:
+                return j
+            starts[at] = p
+            ends[at] = p + n
+            p += n
+            at += 1
+        if p != stop:
+            return j
+    return -1
+
+
+_compiled: list[Any] = []
+_compile_lock = threading.Lock()
+
+
+def _kernel() -> Any:
+    """:func:`_plain_spans_py` compiled (numba, imported on first use: this module is imported with the
+    restore code, the kernel needed only by a restore of an uncompressed checkpoint)."""
+    with _compile_lock:
+        if not _compiled:
+            import numba
+
+            _compiled.append(numba.njit(cache=True, nogil=True)(_plain_spans_py))
+    return _compiled[0]
+
+
+def column_spans(data: np.ndarray, column: Any, max_def: int, max_rep: int, where: str) -> ByteSpans | None:
+    """The values of one column chunk (``column``: pyarrow's ``ColumnChunkMetaData``) of the file mapped
+    as ``data``, or None when the chunk is not uncompressed PLAIN ``BYTE_ARRAY`` without nulls.
+    ``max_def`` and ``max_rep`` are the column's maximum definition and repetition levels; ``where``
+    names the file and row group in errors."""
+    if (column.physical_type != "BYTE_ARRAY" or column.compression != "UNCOMPRESSED" or column.has_dictionary_page
+            or max_rep != 0 or max_def > 1):
+        return None
+    start = int(column.data_page_offset)
+    end = start + int(column.total_compressed_size)
+    total = int(column.num_values)
+    try:
+        if start < 0 or end > len(data):
+            raise _Corrupt(f"a column chunk at bytes {start}-{end} of a file of {len(data)}")
+        _populate(data, start, end - start)
+        pages = []
+        pos = at = 0
+        pos = start
+        while at < total:
+            if pos >= end:
+                raise _Corrupt(f"{at} of its {total} values found in the column chunk's pages")
+            t = _Thrift(data, pos, end)
+            head = _page_header(t)
+            body = t.pos
+            size = head["compressed"]
+            if size < 0 or body + size > end:
+                raise _Corrupt(f"a page of {size} bytes at byte {pos} running past its column chunk (ends at {end})")
+            if "crc" in head and zlib.crc32(data[body : body + size]) != head["crc"] & 0xFFFFFFFF:
+                raise _Corrupt(f"the page at byte {pos}: CRC-32 {zlib.crc32(data[body:body + size]):08x} of its "
+                               f"{size} bytes, its header says {head['crc'] & 0xFFFFFFFF:08x}")
+            kind = head["type"]
+            if kind == _INDEX_PAGE:
+                pos = body + size
+                continue
+            if kind not in (_DATA_PAGE, _DATA_PAGE_V2) or head.get("encoding") != _PLAIN:
+                return None  # a dictionary page, another encoding
+            n = head.get("num_values", -1)
+            if n < 0 or at + n > total:
+                raise _Corrupt(f"a page at byte {pos} with {n} values, {total - at} left to the chunk's {total}")
+            vals = body
+            if kind == _DATA_PAGE_V2:
+                if head.get("is_compressed", 1) and size != head["uncompressed"]:
+                    return None
+                if head.get("num_nulls", 0) or head.get("rep_bytes", 0):
+                    return None
+                vals += head.get("def_bytes", 0) + head.get("rep_bytes", 0)
+            elif max_def:
+                if head.get("def_encoding") != _RLE:
+                    return None
+                if body + 4 > body + size:
+                    raise _Corrupt(f"the page at byte {pos} too short for its definition levels")
+                ln = int.from_bytes(data[body : body + 4].tobytes(), "little")
+                vals = body + 4 + ln
+                if vals > body + size:
+                    raise _Corrupt(f"definition levels of {ln} bytes in a page of {size} at byte {pos}")
+                if not _all_defined(data, body + 4, vals, n):
+                    return None  # nulls
+            if vals > body + size:
+                raise _Corrupt(f"levels longer than the page at byte {pos}")
+            pages.append((vals, body + size, n, at))
+            at += n
+            pos = body + size
+    except _Corrupt as exc:
+        raise SnapshotCorruptError(f"{where}: column {column.path_in_schema!r}: {exc}") from None
+    starts = np.empty(total, dtype=np.int64)
+    ends = np.empty(total, dtype=np.int64)
+    bad = _kernel()(data, np.array(pages, dtype=np.int64).reshape(-1, 4), starts, ends)
+    if bad >= 0:
+        vals, stop, n, _ = pages[bad]
+        raise SnapshotCorruptError(
+            f"{where}: column {column.path_in_schema!r}: the {n} PLAIN values of the page ending at byte {stop} "
+            "do not fill it exactly (a length running past the page, or bytes left over)")
+    return ByteSpans(data, starts, ends)
+
+
+def warm() -> None:
+    """Load the kernel here from numba's cache (for a background warm-up)."""
+    buf = np.frombuffer(bytes([1, 0, 0, 0, 7]), dtype=np.uint8)  # read-only, as a mapped file
+    _kernel()(buf, np.array([[0, 5, 1, 0]], dtype=np.int64), np.empty(1, np.int64), np.empty(1, np.int64))
