@@ -96,7 +96,7 @@ def _populate(data: np.ndarray, start: int, length: int) -> None:
     lo = start - start % mmap.PAGESIZE
     try:
         base.madvise(_MADV_POPULATE_READ, lo, start + length - lo)
-    except (OSError, ValueError):  # an older kernel: the reads fault the pages in
+    except (OSError, ValueError, AttributeError):  # an older kernel, no madvise: the reads fault the pages in
         pass
 
 
