@@ -127,6 +127,8 @@ __all__ = ["FORMAT_VERSION", "INGEST_FILE_BYTES", "RocksDBStateBackend", "warm_k
 
 #: size at which a restore's bulk load starts a new SST file (RocksDB's default target file size)
 INGEST_FILE_BYTES = 64 << 20
+#: SST files a restore's bulk load builds and writes at once (a thread and a buffer of a file's size each)
+INGEST_WRITERS = 2
 
 #: :func:`warm_kernels_in_background` loads the numba kernels of canonical snapshots and restores (off: each
 #: is loaded at its first use)
@@ -467,7 +469,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         n = 0
         # files are built and written (numba, file writes: outside the GIL) by two threads while the
         # next batches are read and encoded
-        pool = ThreadPoolExecutor(2, thread_name_prefix="restore-sst")
+        pool = ThreadPoolExecutor(INGEST_WRITERS, thread_name_prefix="restore-sst")
         scratch = threading.local()  # one reused file buffer per writing thread, dropped with this call
 
         def write_pending() -> None:
@@ -487,7 +489,7 @@ class RocksDBStateBackend(KeyedStateBackend):
                 values = pa.concat_arrays([v for _, v in pending])
             files.append(str(staging.path / f"{len(files):06d}.sst"))
             writing.append(pool.submit(write_sst, Path(files[-1]), keys, values, scratch))
-            while len(writing) > 2:  # at most two files in memory at once
+            while len(writing) > INGEST_WRITERS:  # at most this many files in memory at once
                 writing.pop(0).result()
             pending.clear()
             pending_bytes = 0
