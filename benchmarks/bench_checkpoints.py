@@ -41,7 +41,9 @@ the checkpoint's own metadata, its total size (every file it names, shared ones
 included) and the bytes it actually wrote. Recovery: a new job restoring the
 last full, full canonical and incremental checkpoint (``JobClient(restore_from=...)``:
 checksum verification of every file, restore, the job opening and
-registering its state), plus the verification alone. Disk: sequential write of
+registering its state), plus the verification alone; each also again as the first thing a new
+Python process does (``restore_fresh_process``: what a restarted job meets, numba's one-off set-up
+included; the process's start and imports reported apart). Disk: sequential write of
 ``--disk-mb`` in 4 MiB blocks, with and without fsync, best of 3 (the physical limit of
 any checkpoint; without fsync it is the page cache, which is what checkpoint
 writes here hit too: no data file is fsynced, only ``_metadata``).
@@ -193,6 +195,39 @@ def recover(folder: Path, chk_dir: Path, state_dir: Path, n_keys: int) -> dict[s
     return {"restore_s": restore_s, "verify_only_s": verify_s}
 
 
+def recover_fresh(folder: Path, chk_dir: Path, state_dir: Path, n_keys: int) -> dict[str, float]:
+    """:func:`recover` in a new Python process (what a restarted job meets: numba's one-off set-up and
+    every kernel loaded from its cache inside the restore, no page of the process touched before),
+    that process's start and imports timed apart."""
+    import subprocess
+
+    got = subprocess.run([sys.executable, "-m", "benchmarks.bench_checkpoints", "--recover-child", str(folder),
+                          str(chk_dir), str(state_dir), str(n_keys)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    if got.returncode != 0:
+        raise RuntimeError(f"the fresh-process recovery of {folder} failed:\n{got.stderr[-3000:]}")
+    return json.loads(got.stdout.strip().splitlines()[-1])
+
+
+def _recover_child(argv: list[str]) -> int:
+    folder, chk_dir, state_dir, n_keys = Path(argv[0]), Path(argv[1]), Path(argv[2]), int(argv[3])
+    started = time.perf_counter()
+    r = recover(folder, chk_dir, state_dir, n_keys)
+    r["start_and_imports_s"] = _process_age() - (time.perf_counter() - started)
+    print(json.dumps(r))
+    return 0
+
+
+def _process_age() -> float:
+    """Seconds since this process started (Linux: its start time in /proc, in clock ticks after boot)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def disk_bandwidth(folder: Path, total_mb: int, repeat: int = 3) -> dict[str, Any]:
     """Sequential write of ``total_mb`` in 4 MiB blocks, best of ``repeat`` (others load this machine)."""
     block = os.urandom(4 << 20)
@@ -257,6 +292,10 @@ def run_size(size_mb: int, value_bytes: int, rounds: int, work: Path, seed: int)
     rec_full = recover(fulls[-1]["path"], work / f"rchk-full-{size_mb}", work / f"rstate-full-{size_mb}", n_keys)
     rec_canon = recover(canons[-1]["path"], work / f"rchk-canon-{size_mb}", work / f"rstate-canon-{size_mb}", n_keys)
     rec_inc = recover(incs[-1]["path"], work / f"rchk-inc-{size_mb}", work / f"rstate-inc-{size_mb}", n_keys)
+    fresh = {kind: recover_fresh(runs[-1]["path"], work / f"rchk-fresh-{size_mb}", work / f"rstate-fresh-{size_mb}",
+                                 n_keys) for kind, runs in (("full", fulls), ("full_canonical", canons),
+                                                            ("incremental", incs))}
+    shutil.rmtree(work / f"rchk-fresh-{size_mb}", ignore_errors=True)
     shutil.rmtree(work / f"rchk-full-{size_mb}", ignore_errors=True)
     shutil.rmtree(work / f"rchk-inc-{size_mb}", ignore_errors=True)
     shutil.rmtree(work / f"rchk-canon-{size_mb}", ignore_errors=True)
@@ -289,6 +328,9 @@ def run_size(size_mb: int, value_bytes: int, rounds: int, work: Path, seed: int)
         "full_canonical": {"restore": _v(rec_canon["restore_s"], "s"), "verify_only": _v(rec_canon["verify_only_s"], "s")},
         "incremental": {"restore": _v(rec_inc["restore_s"], "s"), "verify_only": _v(rec_inc["verify_only_s"], "s")},
     }
+    for kind, r in fresh.items():  # the same recovery as the first thing a new process does
+        result["recovery"][kind]["restore_fresh_process"] = _v(r["restore_s"], "s")
+        result["recovery"][kind]["fresh_process_start_and_imports"] = _v(r["start_and_imports_s"], "s", 2)
     shutil.rmtree(chk_dir, ignore_errors=True)
     shutil.rmtree(state_dir, ignore_errors=True)
     return result
@@ -419,6 +461,9 @@ def run_flink(sizes: list[int], value_bytes: int, rounds: int, work: Path) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--recover-child"]:  # recover_fresh's child process
+        return _recover_child(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="1 MB and 10 MB only")
     ap.add_argument("--sizes", type=int, nargs="*", help="state sizes in MB (default 10 100 1000)")
