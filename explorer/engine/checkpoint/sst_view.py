@@ -24,17 +24,18 @@ then reads the view with rocksdict.
 from __future__ import annotations
 
 import mmap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from ...format.keyed import SAVEPOINT, ParquetProfile, rows_to_table
-from ...format.prefetch import map_ahead
+from ...format.prefetch import map_ahead, prefetch
 from ...format.rocksdb.columns import decode_flat, supported
 from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
 from ...format.states import StoredState
-from ...format.sst.columns import Unsupported, read_column_family
+from ...format.sst.columns import ColumnFamilyBlocks, Recycled, Unsupported
 from ...format.sst.file import SstError, SstFile
 
 #: entry types read here: deletion, value, single deletion (no merge operands, no blob or entity entries)
@@ -77,17 +78,16 @@ def column_family_files(staging: Path) -> dict[str, list | None] | None:
     return by_cf
 
 
-def _sorted_entries(files: list, prefix_bytes: int, first: int, last: int):
-    """Visible entries of key groups ``first..last`` in RocksDB's key order:
-    ``(keys (n, width) uint8, key lengths, values buffer, value starts, value lengths)``."""
+#: block bytes per key-group range read at a time: the next range is walked (one thread) while this
+#: one's batches are decoded and written (1 GB of state: 16 ranges; the first range is the only wait)
+CHUNK_BYTES = 64 << 20
 
-    if not files:
-        return np.zeros((0, 8), dtype=np.uint8), np.zeros(0, np.int64), np.zeros(0, np.uint8), \
-            np.zeros(0, np.int64), np.zeros(0, np.int64)
-    try:
-        values, kbuf, ks, ke, vs, ve, merged = read_column_family(files, types=_TYPES)
-    except (SstError, Unsupported, ValueError, IndexError) as exc:
-        raise _Fallback(str(exc)) from exc
+
+def _rows(got: tuple, prefix_bytes: int, first: int, last: int):
+    """Entries of :func:`~explorer.format.sst.columns.read_column_family` as
+    ``(keys (n, width) uint8, key lengths, values buffer, value starts, value lengths)``, only those of
+    key groups ``first..last``, in RocksDB's key order."""
+    values, kbuf, ks, ke, vs, ve, merged = got
     if merged:
         raise _Fallback("merge operands")
     n = len(ks)
@@ -101,52 +101,160 @@ def _sorted_entries(files: list, prefix_bytes: int, first: int, last: int):
     kg = np.zeros(n, dtype=np.int64)
     for j in range(prefix_bytes):
         kg = kg * 256 + rows[:, j]
-    # read_column_family gives the rows in RocksDB's key order already: keep those of these key groups
+    # the rows are in RocksDB's key order already: keep those of these key groups
+    if n and int(kg[0]) >= first and int(kg[-1]) <= last:
+        return rows, klen, values, vs, ve - vs  # (kg ascends with the rows: all of them)
     order = np.flatnonzero((kg >= first) & (kg <= last))
-    keys = np.take(rows, order, axis=0)
-    return keys, klen[order], values, vs[order], (ve - vs)[order]
+    return np.take(rows, order, axis=0), klen[order], values, vs[order], (ve - vs)[order]
+
+
+def _ranges(fkg: np.ndarray | None, blocks: ColumnFamilyBlocks, first: int, last: int) -> list[tuple[int, int]]:
+    """Key-group ranges covering ``first..last``, each of about :data:`CHUNK_BYTES` of blocks (one range
+    where the blocks' first keys are not known)."""
+    total = int(blocks.blen.sum()) if len(blocks) else 0
+    k = min(64, total // max(1, CHUNK_BYTES))
+    if fkg is None or k <= 1 or first >= last:
+        return [(first, last)]
+    inside = np.sort(fkg[(fkg > first) & (fkg <= last)])
+    if not len(inside):
+        return [(first, last)]
+    cuts = np.unique(inside[(np.arange(1, k) * len(inside)) // k])  # each range starts at a cut
+    bounds = [first, *cuts.tolist(), last + 1]
+    return [(lo, hi - 1) for lo, hi in zip(bounds, bounds[1:]) if lo < hi]
+
+
+def _chunks(blocks: ColumnFamilyBlocks, prefix_bytes: int, first: int, last: int) -> Iterator[tuple]:
+    """:func:`_rows` of each key-group range of :func:`_ranges`, in order."""
+    fkg = blocks.first_key_groups(prefix_bytes)
+    for lo, hi in _ranges(fkg, blocks, first, last):
+        sel = np.arange(len(blocks)) if fkg is None else blocks.blocks_of(fkg, lo, hi)
+        try:
+            got = blocks.read(sel, types=_TYPES)
+        except (SstError, Unsupported, ValueError, IndexError) as exc:
+            raise _Fallback(str(exc)) from exc
+        yield _rows(got, prefix_bytes, lo, hi)
+
+
+def _batches(chunks: Iterator[tuple]) -> Iterator[list[tuple]]:
+    """The entries of ``chunks`` cut into batches of :data:`TABLE_BATCH` counted from the first entry, as
+    the rocksdict path cuts them (a batch may span two chunks): each a list of ``(chunk, i, j)``."""
+    pending: list[tuple] = []
+    have = 0
+    for c in chunks:
+        n = len(c[1])
+        i = 0
+        while i < n:
+            j = min(n, i + TABLE_BATCH - have)
+            pending.append((c, i, j))
+            have += j - i
+            i = j
+            if have == TABLE_BATCH:
+                yield pending
+                pending, have = [], 0
+    if pending:
+        yield pending
+
+
+def _flat(parts: list[tuple]):
+    """The keys and values of one batch as ``(key buffer, starts, lengths)``, ``(value buffer, starts,
+    lengths)``: views of its chunk's arrays, joined (keys padded to one width) where it spans two."""
+    if len(parts) == 1:
+        (keys, klen, values, vs, vlen), i, j = parts[0]
+        width = keys.shape[1]
+        kb = keys[i:j].reshape(-1)
+        kl = klen[i:j]
+        bs, bl = vs[i:j], vlen[i:j]
+    else:
+        width = max(c[0].shape[1] for c, _, _ in parts)
+        rows = np.zeros((sum(j - i for _, i, j in parts), width), dtype=np.uint8)
+        at = 0
+        for (keys, *_), i, j in parts:
+            rows[at : at + j - i, : keys.shape[1]] = keys[i:j]
+            at += j - i
+        kb = rows.reshape(-1)
+        kl = np.concatenate([c[1][i:j] for c, i, j in parts])
+        bufs = [c[2] for c, _, _ in parts]
+        if all(b is bufs[0] for b in bufs):  # one buffer (the joined blocks): no copy
+            values = bufs[0]
+            bs = np.concatenate([c[3][i:j] for c, i, j in parts])
+        else:
+            segs, starts, at = [], [], 0
+            for (_, _, v, s, ln), i, j in parts:
+                lo, hi = int(s[i:j].min()), int((s[i:j] + ln[i:j]).max())
+                segs.append(v[lo:hi])
+                starts.append(s[i:j] - lo + at)
+                at += hi - lo
+            values, bs = np.concatenate(segs), np.concatenate(starts)
+        bl = np.concatenate([c[4][i:j] for c, i, j in parts])
+    kst = np.arange(len(kl), dtype=np.int64) * width
+    lo = int(bs.min())
+    hi = int((bs + bl).max())
+    return (kb, kst, kl), (values[lo:hi], bs - lo, bl)
 
 
 def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", prefix_bytes: int, key_group_range: tuple[int, int],
                          value_info: Any, user_key: Any, path: Path, expire: tuple[int, int] | None = None,
                          profile: ParquetProfile = SAVEPOINT):
     """:func:`explorer.format.rocksdb.native.write_native_table` of one state from its SST ``files``:
-    ``(row groups, rows, kinds, checksum entry)``, or None (nothing written) where this path does not apply."""
+    ``(row groups, rows, kinds, checksum entry)``, or None where this path does not apply (the file at
+    ``path`` then is not written, or only partly: the caller writes it again, the rocksdict way)."""
 
     state = StoredState.of(desc)
     if not supported(state.kind, value_info, user_key):
         return None
-    try:
-        keys, klen, values, vs, vlen = _sorted_entries(files, prefix_bytes, *key_group_range)
-    except _Fallback:
-        return None
     ttl, kind = state.has_ttl, state.kind
-    n, width = keys.shape
+    if not files:
+        return write_decoded(path, iter(()), lambda: rows_to_table([], value_info, user_key), profile)
+    try:
+        blocks = ColumnFamilyBlocks(files)
+    except (SstError, Unsupported, ValueError, IndexError):
+        return None
 
-    def piece(i: int):
-        j = min(n, i + TABLE_BATCH)
-        kb = keys[i:j].reshape(-1)
-        kst = np.arange(j - i, dtype=np.int64) * width
-        kl = klen[i:j]
-        bs, bl = vs[i:j], vlen[i:j]
-        lo = int(bs.min())
-        hi = int((bs + bl).max())
-        vb = values[lo:hi]
-        got = decode_flat((kb, kst, kl), (vb, bs - lo, bl), kind, prefix_bytes, ttl, value_info, user_key, expire)
+    def piece(parts: list[tuple]):
+        kflat, vflat = _flat(parts)
+        got = decode_flat(kflat, vflat, kind, prefix_bytes, ttl, value_info, user_key, expire, buffers.empty)
         if got is None:
+            (kb, kst, kl), (vb, bs, bl) = kflat, vflat
             entries = [(kb[s : s + ln].tobytes(), vb[s2 : s2 + ln2].tobytes())
-                       for s, ln, s2, ln2 in zip(kst.tolist(), kl.tolist(), (bs - lo).tolist(), bl.tolist())]
+                       for s, ln, s2, ln2 in zip(kst.tolist(), kl.tolist(), bs.tolist(), bl.tolist())]
             rows = list(decoded_rows(entries, desc, prefix_bytes, value_info, expire))
             if not rows:
                 return None
             got = rows_to_table(rows, value_info, user_key)
         return got
 
-    # None where kinds or schemas differ between batches: the rocksdict path reports or reconciles it.
-    # The next batches are decoded (NumPy, numba, Arrow: mostly outside the GIL) by two threads, a
-    # batch each, while the current one is Parquet-encoded, hashed and written (also outside the GIL).
-    pieces = (p for p in map_ahead(piece, range(0, n, TABLE_BATCH), 2, "snapshot-decode") if p is not None)
-    return write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile)
+    # The blocks' checksums are verified in one thread, the next key-group range is walked in another
+    # (numba, outside the GIL), its batches decoded by two more (NumPy, numba, Arrow: mostly outside the
+    # GIL), while the current batch is Parquet-encoded, hashed and written (also outside the GIL).
+    # Nothing is returned before every checksum is known good; a bad one or anything not read here
+    # (see the module's notes) ends in None, the file aborted. Kinds or schemas that differ between
+    # batches: None too (the rocksdict path reports or reconciles it).
+    buffers = Recycled()  # the values of a batch gathered into the buffer of one written before
+    with ThreadPoolExecutor(1, thread_name_prefix="sst-verify") as pool:
+        check = pool.submit(blocks.verify)
+        chunks = prefetch(_chunks(blocks, prefix_bytes, *key_group_range), "snapshot-walk")
+        pieces = (p for p in map_ahead(piece, _batches(chunks), 2, "snapshot-decode") if p is not None)
+        try:
+            got = write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile)
+        except _Fallback:
+            got = None
+        except BaseException:
+            if _bad(check):
+                return None  # (an error of the damaged bytes)
+            raise
+        finally:
+            chunks.close()
+            buffers.close()
+        return None if _bad(check) else got
 
 
-__all__ = ["column_family_files", "write_view_state_sst"]
+def _bad(check) -> bool:
+    """Whether the checksum verification ``check`` (a future) found a damaged block."""
+    try:
+        check.result()
+    except (SstError, ValueError, IndexError):
+        return True
+    return False
+
+
+__all__ = ["CHUNK_BYTES", "column_family_files", "write_view_state_sst"]
