@@ -24,14 +24,14 @@ then reads the view with rocksdict.
 from __future__ import annotations
 
 import mmap
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
 from ...format.keyed import SAVEPOINT, ParquetProfile, rows_to_table
-from ...format.prefetch import map_ahead, prefetch
 from ...format.rocksdb.columns import decode_flat, supported
 from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
 from ...format.states import StoredState
@@ -108,31 +108,39 @@ def _rows(got: tuple, prefix_bytes: int, first: int, last: int):
     return np.take(rows, order, axis=0), klen[order], values, vs[order], (ve - vs)[order]
 
 
-def _ranges(fkg: np.ndarray | None, blocks: ColumnFamilyBlocks, first: int, last: int) -> list[tuple[int, int]]:
-    """Key-group ranges covering ``first..last``, each of about :data:`CHUNK_BYTES` of blocks (one range
-    where the blocks' first keys are not known)."""
+def _ranges(bounds: tuple | None, blocks: ColumnFamilyBlocks, first: int, last: int) -> list[tuple[int, int]]:
+    """Key-group ranges covering ``first..last``, each of about :data:`CHUNK_BYTES` of blocks; one range
+    where the blocks' key groups are not known (``bounds``: ``ColumnFamilyBlocks.key_group_bounds``)."""
     total = int(blocks.blen.sum()) if len(blocks) else 0
     k = min(64, total // max(1, CHUNK_BYTES))
-    if fkg is None or k <= 1 or first >= last:
+    if bounds is None or k <= 1 or first >= last:
         return [(first, last)]
-    inside = np.sort(fkg[(fkg > first) & (fkg <= last)])
-    if not len(inside):
+    kg = bounds[1]
+    inside = (kg >= first) & (kg <= last)
+    # the blocks' bytes by the last key group they may hold, summed: a range starts where the sum
+    # passes the next multiple of a range's share
+    sums = np.cumsum(np.bincount(kg[inside] - first, weights=blocks.blen[inside], minlength=last - first + 1))
+    if not len(sums) or sums[-1] <= 0:
         return [(first, last)]
-    cuts = np.unique(inside[(np.arange(1, k) * len(inside)) // k])  # each range starts at a cut
-    bounds = [first, *cuts.tolist(), last + 1]
+    share = sums[-1] / k
+    marks = share * np.arange(1, k)
+    cuts = np.unique(first + 1 + np.searchsorted(sums, marks, side="left"))
+    bounds = [first, *cuts[cuts <= last].tolist(), last + 1]
     return [(lo, hi - 1) for lo, hi in zip(bounds, bounds[1:]) if lo < hi]
 
 
 def _chunks(blocks: ColumnFamilyBlocks, prefix_bytes: int, first: int, last: int) -> Iterator[tuple]:
     """:func:`_rows` of each key-group range of :func:`_ranges`, in order."""
-    fkg = blocks.first_key_groups(prefix_bytes)
-    for lo, hi in _ranges(fkg, blocks, first, last):
-        sel = np.arange(len(blocks)) if fkg is None else blocks.blocks_of(fkg, lo, hi)
-        try:
+    try:
+        bounds = blocks.key_group_bounds(prefix_bytes)
+        for lo, hi in _ranges(bounds, blocks, first, last):
+            sel = np.arange(len(blocks)) if bounds is None else blocks.blocks_of(bounds, lo, hi)
+            blocks.verify(sel)  # (their checksums: before anything is read from them)
             got = blocks.read(sel, types=_TYPES)
-        except (SstError, Unsupported, ValueError, IndexError) as exc:
-            raise _Fallback(str(exc)) from exc
-        yield _rows(got, prefix_bytes, lo, hi)
+            yield _rows(got, prefix_bytes, lo, hi)
+        blocks.verify()  # the blocks of no range too: every checksum of the files
+    except (SstError, Unsupported, ValueError, IndexError) as exc:
+        raise _Fallback(str(exc)) from exc
 
 
 def _batches(chunks: Iterator[tuple]) -> Iterator[list[tuple]]:
@@ -206,7 +214,7 @@ def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", pref
     if not files:
         return write_decoded(path, iter(()), lambda: rows_to_table([], value_info, user_key), profile)
     try:
-        blocks = ColumnFamilyBlocks(files)
+        blocks = ColumnFamilyBlocks(files, lazy=True)  # (pages mapped as they are read, by the walk's thread)
     except (SstError, Unsupported, ValueError, IndexError):
         return None
 
@@ -223,38 +231,57 @@ def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", pref
             got = rows_to_table(rows, value_info, user_key)
         return got
 
-    # The blocks' checksums are verified in one thread, the next key-group range is walked in another
-    # (numba, outside the GIL), its batches decoded by two more (NumPy, numba, Arrow: mostly outside the
-    # GIL), while the current batch is Parquet-encoded, hashed and written (also outside the GIL).
-    # Nothing is returned before every checksum is known good; a bad one or anything not read here
-    # (see the module's notes) ends in None, the file aborted. Kinds or schemas that differ between
-    # batches: None too (the rocksdict path reports or reconciles it).
+    # The next key-group range is verified and walked in one thread (numba, outside the GIL), the
+    # batches of this one decoded by two more (NumPy, numba, Arrow: mostly outside the GIL), while the
+    # current batch is Parquet-encoded, hashed and written (also outside the GIL). A damaged block or
+    # anything not read here (see the module's notes) ends in None, the file aborted; so do kinds or
+    # schemas that differ between batches (the rocksdict path reports or reconciles it).
+    # About the file's size: an uncompressed checkpoint holds about the blocks' bytes (the file system
+    # allocates them at once; what is not written is given back).
+    size_hint = int(blocks.blen.sum()) * 9 // 8 if profile.compression == "none" else 0
     buffers = Recycled()  # the values of a batch gathered into the buffer of one written before
-    with ThreadPoolExecutor(1, thread_name_prefix="sst-verify") as pool:
-        check = pool.submit(blocks.verify)
-        chunks = prefetch(_chunks(blocks, prefix_bytes, *key_group_range), "snapshot-walk")
-        pieces = (p for p in map_ahead(piece, _batches(chunks), 2, "snapshot-decode") if p is not None)
-        try:
-            got = write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile)
-        except _Fallback:
-            got = None
-        except BaseException:
-            if _bad(check):
-                return None  # (an error of the damaged bytes)
-            raise
-        finally:
-            chunks.close()
-            buffers.close()
-        return None if _bad(check) else got
-
-
-def _bad(check) -> bool:
-    """Whether the checksum verification ``check`` (a future) found a damaged block."""
+    decoded = _decode_ahead(piece, _batches(_chunks(blocks, prefix_bytes, *key_group_range)), 2)
+    pieces = (p for p in decoded if p is not None)
     try:
-        check.result()
-    except (SstError, ValueError, IndexError):
-        return True
-    return False
+        return write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile, size_hint)
+    except _Fallback:
+        return None
+    finally:
+        decoded.close()
+        buffers.close()
+
+
+_END = object()
+
+
+def _decode_ahead(fn, items: Iterator, workers: int) -> Iterator:
+    """``fn`` of each of ``items``, in order, by ``workers`` threads, with ``items`` advanced in a thread
+    of its own (the walk of the next key-group range): a result is handed on as soon as it is ready,
+    not after the next item is (:func:`explorer.format.prefetch.map_ahead` takes the next item first,
+    which held the first batch back until the third was walked). At most ``workers + 1`` calls are
+    under way or waiting; closing the generator early cancels those not started and waits for the rest."""
+    pending: deque = deque()
+    with ThreadPoolExecutor(1, thread_name_prefix="snapshot-walk") as feeder, \
+            ThreadPoolExecutor(workers, thread_name_prefix="snapshot-decode") as pool:
+        try:
+            nxt = feeder.submit(next, items, _END)
+            while True:
+                if nxt is not None and len(pending) <= workers:
+                    wait([nxt, *list(pending)[:1]], return_when=FIRST_COMPLETED)
+                    if nxt.done():
+                        item = nxt.result()
+                        if item is _END:
+                            nxt = None
+                        else:
+                            pending.append(pool.submit(fn, item))
+                            nxt = feeder.submit(next, items, _END)
+                        continue
+                if not pending:
+                    return
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
 
 
 __all__ = ["CHUNK_BYTES", "column_family_files", "write_view_state_sst"]

@@ -13,6 +13,7 @@ import pytest
 from explorer.engine.checkpoint import capture, sst_view
 from explorer.engine.checkpoint.capture import PinnedView, StateCapture, _write_view_state
 from explorer.engine.state import StateKind
+from explorer.format.keyed import CHECKPOINT, SAVEPOINT
 from explorer.format.rocksdb import columns as native_columns
 from explorer.format.rocksdb import native
 from explorer.keygroups import assign_to_key_group
@@ -182,9 +183,9 @@ def test_a_key_group_range_reads_like_rocksdict(make_backend, monkeypatch, tmp_p
         view.release()
 
 
-@pytest.mark.parametrize("max_parallelism", [128, 300])
+@pytest.mark.parametrize("max_parallelism,profile", [(128, SAVEPOINT), (300, SAVEPOINT), (128, CHECKPOINT)])
 def test_key_group_ranges_read_one_after_another_give_the_same_file(make_backend, monkeypatch, tmp_path,
-                                                                     max_parallelism):
+                                                                     max_parallelism, profile):
     """Read a key-group range at a time (the next walked while this one is written), with batches that
     span two ranges: the same file as rocksdict's, for the whole range and for a part of it."""
     monkeypatch.setattr(native, "TABLE_BATCH", 97)
@@ -205,10 +206,12 @@ def test_key_group_ranges_read_one_after_another_give_the_same_file(make_backend
                 files = view.sst_files(d.name)
                 expire = (TTL.ttl_ms, NOW)
                 fast = sst_view.write_view_state_sst(files, d.describe(), b.key_group_prefix_bytes, kgs, d.value_info,
-                                                     _user_key(d), tmp_path / "sst.parquet", expire=expire)
+                                                     _user_key(d), tmp_path / "sst.parquet", expire=expire,
+                                                     profile=profile)
                 cf = view.column_family(d.name)
                 slow = native.write_native_table(cf, d.describe(), b.key_group_prefix_bytes, [kgs], d.value_info,
-                                                 _user_key(d), tmp_path / "rocksdict.parquet", expire=expire)
+                                                 _user_key(d), tmp_path / "rocksdict.parquet", expire=expire,
+                                                 profile=profile)
                 cf.close()
                 assert len(ranges) == 1 and len(ranges[0]) > 3, (d.name, ranges)
                 assert ranges[0][0][0] == kgs[0] and ranges[0][-1][1] == kgs[1]
