@@ -43,3 +43,20 @@ def test_empty(tmp_path):
     w.write(table)
     assert w.close() == want == []
     assert (tmp_path / "batches.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+
+
+@pytest.mark.parametrize("hint", [1, 4096, 64 << 20])
+def test_a_size_hint_leaves_the_file_as_written(tmp_path, hint):
+    """Space allocated up front (more or less than is written): the same bytes and size, the rest given back."""
+    from explorer.format.keyed import CHECKPOINT
+    from explorer.format.snapshot import xxh3_128_file
+
+    table = _table(np.sort(np.random.default_rng(3).integers(0, 30, 5000)).tolist())
+    want = write_parquet_by_key_group(table, tmp_path / "whole.parquet", profile=CHECKPOINT)
+    w = KeyGroupParquetWriter(tmp_path / "hinted.parquet", table.schema, profile=CHECKPOINT, size_hint=hint)
+    w.write(table)
+    assert w.close() == want
+    path = tmp_path / "hinted.parquet"
+    assert path.read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    assert w.checksum == {"xxh3_128": xxh3_128_file(path)}
+    assert path.stat().st_blocks * 512 < path.stat().st_size + (1 << 20)  # not the 64 MB asked for

@@ -3,38 +3,45 @@
 :func:`.capture.write_capture` writes a RocksDB backend's full snapshot from a
 :class:`.capture.PinnedView` (a RocksDB checkpoint folder: hard-linked SSTs,
 memtables flushed, the WAL off). Iterating it with rocksdict makes a Python
-``bytes`` per key and per value; here the state's SST files are parsed at once
-by :mod:`explorer.format.sst.columns` (data blocks decompressed into one
-buffer, versions of a key resolved by sequence number, deletions hiding their
-keys), the visible entries sorted into RocksDB's byte order, cut into the
-same batches of :data:`explorer.format.rocksdb.native.TABLE_BATCH` raw entries and
-decoded by :func:`explorer.format.rocksdb.columns.decode_flat` from buffers and
-offsets. The written file is the one the rocksdict path writes: same batches,
-same decoding, same tables (a batch the column-wise decoder declines is decoded
-row by row from its raw bytes, as there).
+``bytes`` per key and per value; here the state's SST files are read by
+:mod:`explorer.format.sst.columns` (data blocks mapped side by side, versions of a
+key resolved by sequence number, deletions hiding their keys) one key-group range
+at a time (:data:`CHUNK_BYTES` of blocks each, chosen from the files' index
+blocks): the next range's blocks are checksum-verified and walked in one thread
+while the batches of this one are decoded in another and Parquet-encoded, hashed
+and written in the caller's (1 GB: the first batch is written ~0.15 s in, not
+after the whole 0.4 s walk). The entries are cut into the same batches of
+:data:`explorer.format.rocksdb.native.TABLE_BATCH` raw entries as the rocksdict
+path, counted from the first entry (a batch may span two ranges), and decoded by
+:func:`explorer.format.rocksdb.columns.decode_flat` from buffers and offsets. The
+written file is the one the rocksdict path writes: same batches, same decoding,
+same tables (a batch the column-wise decoder declines is decoded row by row from
+its raw bytes, as there).
 
-:func:`write_view_state_sst` returns None, having written nothing, whenever
-the files hold anything not handled here: a non-empty WAL, range deletions,
-merge operands or other entry types, two versions of a key with one sequence
-number, a file the parser rejects (format version, compression, index type),
-state types not decoded column-wise, or batches whose kinds differ. The caller
-then reads the view with rocksdict.
+:func:`write_view_state_sst` returns None whenever the files hold anything not
+handled here: a non-empty WAL, range deletions, merge operands or other entry
+types, two versions of a key with one sequence number, a file the parser rejects
+(format version, compression, index type), a damaged block, a compressed block
+among uncompressed ones, state types not decoded column-wise, or batches whose
+kinds differ. Some ranges may have been written by then (the file is aborted);
+the caller then writes it again, reading the view with rocksdict.
 """
 
 from __future__ import annotations
 
 import mmap
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from ...format.keyed import SAVEPOINT, ParquetProfile, rows_to_table
-from ...format.prefetch import map_ahead
 from ...format.rocksdb.columns import decode_flat, supported
 from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
 from ...format.states import StoredState
-from ...format.sst.columns import Unsupported, read_column_family
+from ...format.sst.columns import ColumnFamilyBlocks, Recycled, Unsupported
 from ...format.sst.file import SstError, SstFile
 
 #: entry types read here: deletion, value, single deletion (no merge operands, no blob or entity entries)
@@ -77,17 +84,19 @@ def column_family_files(staging: Path) -> dict[str, list | None] | None:
     return by_cf
 
 
-def _sorted_entries(files: list, prefix_bytes: int, first: int, last: int):
-    """Visible entries of key groups ``first..last`` in RocksDB's key order:
-    ``(keys (n, width) uint8, key lengths, values buffer, value starts, value lengths)``."""
+#: block bytes per key-group range read at a time: the next range is walked (one thread) while this
+#: one's batches are decoded and written (1 GB of state: 16 ranges; the first range is the only wait)
+CHUNK_BYTES = 64 << 20
+#: threads decoding batches while the current one is written (one keeps up with the writer: 1 GB, 25 ms a
+#: batch against 33 ms; a second only adds to what the writer's thread shares two cores with)
+DECODE_THREADS = 1
 
-    if not files:
-        return np.zeros((0, 8), dtype=np.uint8), np.zeros(0, np.int64), np.zeros(0, np.uint8), \
-            np.zeros(0, np.int64), np.zeros(0, np.int64)
-    try:
-        values, kbuf, ks, ke, vs, ve, merged = read_column_family(files, types=_TYPES)
-    except (SstError, Unsupported, ValueError, IndexError) as exc:
-        raise _Fallback(str(exc)) from exc
+
+def _rows(got: tuple, prefix_bytes: int, first: int, last: int):
+    """Entries of :func:`~explorer.format.sst.columns.read_column_family` as
+    ``(keys (n, width) uint8, key lengths, values buffer, value starts, value lengths)``, only those of
+    key groups ``first..last``, in RocksDB's key order."""
+    values, kbuf, ks, ke, vs, ve, merged = got
     if merged:
         raise _Fallback("merge operands")
     n = len(ks)
@@ -101,52 +110,187 @@ def _sorted_entries(files: list, prefix_bytes: int, first: int, last: int):
     kg = np.zeros(n, dtype=np.int64)
     for j in range(prefix_bytes):
         kg = kg * 256 + rows[:, j]
-    # read_column_family gives the rows in RocksDB's key order already: keep those of these key groups
+    # the rows are in RocksDB's key order already: keep those of these key groups
+    if n and int(kg[0]) >= first and int(kg[-1]) <= last:
+        return rows, klen, values, vs, ve - vs  # (kg ascends with the rows: all of them)
     order = np.flatnonzero((kg >= first) & (kg <= last))
-    keys = np.take(rows, order, axis=0)
-    return keys, klen[order], values, vs[order], (ve - vs)[order]
+    return np.take(rows, order, axis=0), klen[order], values, vs[order], (ve - vs)[order]
+
+
+def _ranges(bounds: tuple | None, blocks: ColumnFamilyBlocks, first: int, last: int) -> list[tuple[int, int]]:
+    """Key-group ranges covering ``first..last``, each of about :data:`CHUNK_BYTES` of blocks; one range
+    where the blocks' key groups are not known (``bounds``: ``ColumnFamilyBlocks.key_group_bounds``)."""
+    total = int(blocks.blen.sum()) if len(blocks) else 0
+    k = min(64, total // max(1, CHUNK_BYTES))
+    if bounds is None or k <= 1 or first >= last:
+        return [(first, last)]
+    kg = bounds[1]
+    inside = (kg >= first) & (kg <= last)
+    # the blocks' bytes by the last key group they may hold, summed: a range starts where the sum
+    # passes the next multiple of a range's share
+    sums = np.cumsum(np.bincount(kg[inside] - first, weights=blocks.blen[inside], minlength=last - first + 1))
+    if not len(sums) or sums[-1] <= 0:
+        return [(first, last)]
+    share = sums[-1] / k
+    marks = share * np.arange(1, k)
+    cuts = np.unique(first + 1 + np.searchsorted(sums, marks, side="left"))
+    bounds = [first, *cuts[cuts <= last].tolist(), last + 1]
+    return [(lo, hi - 1) for lo, hi in zip(bounds, bounds[1:]) if lo < hi]
+
+
+def _chunks(blocks: ColumnFamilyBlocks, prefix_bytes: int, first: int, last: int) -> Iterator[tuple]:
+    """:func:`_rows` of each key-group range of :func:`_ranges`, in order."""
+    try:
+        bounds = blocks.key_group_bounds(prefix_bytes)
+        for lo, hi in _ranges(bounds, blocks, first, last):
+            sel = np.arange(len(blocks)) if bounds is None else blocks.blocks_of(bounds, lo, hi)
+            blocks.verify(sel)  # (their checksums: before anything is read from them)
+            got = blocks.read(sel, types=_TYPES)
+            yield _rows(got, prefix_bytes, lo, hi)
+        blocks.verify()  # the blocks of no range too: every checksum of the files
+    except (SstError, Unsupported, ValueError, IndexError) as exc:
+        raise _Fallback(str(exc)) from exc
+
+
+def _batches(chunks: Iterator[tuple]) -> Iterator[list[tuple]]:
+    """The entries of ``chunks`` cut into batches of :data:`TABLE_BATCH` counted from the first entry, as
+    the rocksdict path cuts them (a batch may span two chunks): each a list of ``(chunk, i, j)``."""
+    pending: list[tuple] = []
+    have = 0
+    for c in chunks:
+        n = len(c[1])
+        i = 0
+        while i < n:
+            j = min(n, i + TABLE_BATCH - have)
+            pending.append((c, i, j))
+            have += j - i
+            i = j
+            if have == TABLE_BATCH:
+                yield pending
+                pending, have = [], 0
+    if pending:
+        yield pending
+
+
+def _flat(parts: list[tuple]):
+    """The keys and values of one batch as ``(key buffer, starts, lengths)``, ``(value buffer, starts,
+    lengths)``: views of its chunk's arrays, joined (keys padded to one width) where it spans two."""
+    if len(parts) == 1:
+        (keys, klen, values, vs, vlen), i, j = parts[0]
+        width = keys.shape[1]
+        kb = keys[i:j].reshape(-1)
+        kl = klen[i:j]
+        bs, bl = vs[i:j], vlen[i:j]
+    else:
+        width = max(c[0].shape[1] for c, _, _ in parts)
+        rows = np.zeros((sum(j - i for _, i, j in parts), width), dtype=np.uint8)
+        at = 0
+        for (keys, *_), i, j in parts:
+            rows[at : at + j - i, : keys.shape[1]] = keys[i:j]
+            at += j - i
+        kb = rows.reshape(-1)
+        kl = np.concatenate([c[1][i:j] for c, i, j in parts])
+        bufs = [c[2] for c, _, _ in parts]
+        if all(b is bufs[0] for b in bufs):  # one buffer (the joined blocks): no copy
+            values = bufs[0]
+            bs = np.concatenate([c[3][i:j] for c, i, j in parts])
+        else:
+            segs, starts, at = [], [], 0
+            for (_, _, v, s, ln), i, j in parts:
+                lo, hi = int(s[i:j].min()), int((s[i:j] + ln[i:j]).max())
+                segs.append(v[lo:hi])
+                starts.append(s[i:j] - lo + at)
+                at += hi - lo
+            values, bs = np.concatenate(segs), np.concatenate(starts)
+        bl = np.concatenate([c[4][i:j] for c, i, j in parts])
+    kst = np.arange(len(kl), dtype=np.int64) * width
+    lo = int(bs.min())
+    hi = int((bs + bl).max())
+    return (kb, kst, kl), (values[lo:hi], bs - lo, bl)
 
 
 def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", prefix_bytes: int, key_group_range: tuple[int, int],
                          value_info: Any, user_key: Any, path: Path, expire: tuple[int, int] | None = None,
                          profile: ParquetProfile = SAVEPOINT):
     """:func:`explorer.format.rocksdb.native.write_native_table` of one state from its SST ``files``:
-    ``(row groups, rows, kinds, checksum entry)``, or None (nothing written) where this path does not apply."""
+    ``(row groups, rows, kinds, checksum entry)``, or None where this path does not apply (the file at
+    ``path`` then is not written, or only partly: the caller writes it again, the rocksdict way)."""
 
     state = StoredState.of(desc)
     if not supported(state.kind, value_info, user_key):
         return None
-    try:
-        keys, klen, values, vs, vlen = _sorted_entries(files, prefix_bytes, *key_group_range)
-    except _Fallback:
-        return None
     ttl, kind = state.has_ttl, state.kind
-    n, width = keys.shape
+    if not files:
+        return write_decoded(path, iter(()), lambda: rows_to_table([], value_info, user_key), profile)
+    try:
+        blocks = ColumnFamilyBlocks(files, lazy=True)  # (pages mapped as they are read, by the walk's thread)
+    except (SstError, Unsupported, ValueError, IndexError):
+        return None
 
-    def piece(i: int):
-        j = min(n, i + TABLE_BATCH)
-        kb = keys[i:j].reshape(-1)
-        kst = np.arange(j - i, dtype=np.int64) * width
-        kl = klen[i:j]
-        bs, bl = vs[i:j], vlen[i:j]
-        lo = int(bs.min())
-        hi = int((bs + bl).max())
-        vb = values[lo:hi]
-        got = decode_flat((kb, kst, kl), (vb, bs - lo, bl), kind, prefix_bytes, ttl, value_info, user_key, expire)
+    def piece(parts: list[tuple]):
+        kflat, vflat = _flat(parts)
+        got = decode_flat(kflat, vflat, kind, prefix_bytes, ttl, value_info, user_key, expire, buffers.empty)
         if got is None:
+            (kb, kst, kl), (vb, bs, bl) = kflat, vflat
             entries = [(kb[s : s + ln].tobytes(), vb[s2 : s2 + ln2].tobytes())
-                       for s, ln, s2, ln2 in zip(kst.tolist(), kl.tolist(), (bs - lo).tolist(), bl.tolist())]
+                       for s, ln, s2, ln2 in zip(kst.tolist(), kl.tolist(), bs.tolist(), bl.tolist())]
             rows = list(decoded_rows(entries, desc, prefix_bytes, value_info, expire))
             if not rows:
                 return None
             got = rows_to_table(rows, value_info, user_key)
         return got
 
-    # None where kinds or schemas differ between batches: the rocksdict path reports or reconciles it.
-    # The next batches are decoded (NumPy, numba, Arrow: mostly outside the GIL) by two threads, a
-    # batch each, while the current one is Parquet-encoded, hashed and written (also outside the GIL).
-    pieces = (p for p in map_ahead(piece, range(0, n, TABLE_BATCH), 2, "snapshot-decode") if p is not None)
-    return write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile)
+    # The next key-group range is verified and walked in one thread (numba, outside the GIL), the
+    # batches of this one decoded in another (NumPy, numba, Arrow: mostly outside the GIL), while the
+    # current batch is Parquet-encoded, hashed and written (also outside the GIL). A damaged block or
+    # anything not read here (see the module's notes) ends in None, the file aborted; so do kinds or
+    # schemas that differ between batches (the rocksdict path reports or reconciles it).
+    # About the file's size: an uncompressed checkpoint holds about the blocks' bytes (the file system
+    # allocates them at once; what is not written is given back).
+    size_hint = int(blocks.blen.sum()) * 9 // 8 if profile.compression == "none" else 0
+    buffers = Recycled()  # the values of a batch gathered into the buffer of one written before
+    decoded = _decode_ahead(piece, _batches(_chunks(blocks, prefix_bytes, *key_group_range)), DECODE_THREADS)
+    pieces = (p for p in decoded if p is not None)
+    try:
+        return write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile, size_hint)
+    except _Fallback:
+        return None
+    finally:
+        decoded.close()
+        buffers.close()
 
 
-__all__ = ["column_family_files", "write_view_state_sst"]
+_END = object()
+
+
+def _decode_ahead(fn, items: Iterator, workers: int) -> Iterator:
+    """``fn`` of each of ``items``, in order, by ``workers`` threads, with ``items`` advanced in a thread
+    of its own (the walk of the next key-group range): a result is handed on as soon as it is ready,
+    not after the next item is (:func:`explorer.format.prefetch.map_ahead` takes the next item first,
+    which held the first batch back until the third was walked). At most ``workers + 1`` calls are
+    under way or waiting; closing the generator early cancels those not started and waits for the rest."""
+    pending: deque = deque()
+    with ThreadPoolExecutor(1, thread_name_prefix="snapshot-walk") as feeder, \
+            ThreadPoolExecutor(workers, thread_name_prefix="snapshot-decode") as pool:
+        try:
+            nxt = feeder.submit(next, items, _END)
+            while True:
+                if nxt is not None and len(pending) <= workers:
+                    wait([nxt, *list(pending)[:1]], return_when=FIRST_COMPLETED)
+                    if nxt.done():
+                        item = nxt.result()
+                        if item is _END:
+                            nxt = None
+                        else:
+                            pending.append(pool.submit(fn, item))
+                            nxt = feeder.submit(next, items, _END)
+                        continue
+                if not pending:
+                    return
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+
+
+__all__ = ["CHUNK_BYTES", "column_family_files", "write_view_state_sst"]

@@ -22,7 +22,7 @@ builds from the decoded rows: the same columns, types and values.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -111,6 +111,25 @@ def _segments(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple
     return data, offsets.astype(np.int32)
 
 
+def _gathered(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_segments`, the bytes copied by one numba kernel (:func:`explorer.format.sst.kernels.gather_segments`,
+    a loop over the segments instead of an index array as long as the data) where the segments are in
+    bounds, in buffer order and do not overlap; by :func:`_segments` otherwise."""
+    n = len(starts)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1]) if n else 0
+    ends = starts + lengths
+    if n and 0 < total < 1 << 31 and bool((lengths >= 0).all()) and int(starts[0]) >= 0 \
+            and int(ends[-1]) <= len(buf) and bool((starts[1:] >= ends[:-1]).all()):
+        from ..sst.kernels import gather_segments  # numba: loaded where used
+
+        data = np.empty(total, dtype=np.uint8)
+        gather_segments(buf, starts.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False), data, offsets)
+        return data, offsets.astype(np.int32)
+    return _segments(buf, starts, lengths)
+
+
 def _string_array(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray | None = None,
                   binary: bool = False) -> pa.Array:
     n = len(offsets) - 1
@@ -127,7 +146,7 @@ def _string_array(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray | Non
 
 
 def _viewed_array(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None,
-                  binary: bool) -> pa.Array:
+                  binary: bool, alloc: Callable[[int], np.ndarray] | None = None) -> pa.Array:
     """The (start, length) segments of ``buf`` as a binary / UTF-8 string array.
 
     Long segments (values) are copied by one numba kernel straight into the array's data
@@ -150,9 +169,10 @@ def _viewed_array(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, vali
 
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        data = pooled_empty(total)
+        data = pooled_empty(total) if alloc is None else alloc(total)
         gather_segments(buf, starts.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False), data, offsets)
-        arr = pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets.astype(np.int32)), data.base],
+        arr = pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets.astype(np.int32)),
+                                                     data.base if alloc is None else pa.py_buffer(data)],
                                     null_count=nulls)
     else:
         views = np.zeros((n, 16), dtype=np.uint8)
@@ -199,13 +219,13 @@ def _key_part(buf: np.ndarray, pos: np.ndarray, zeros: np.ndarray) -> tuple[str,
         end = zeros[i]
         _need(buf[np.minimum(end + 1, len(buf) - 1)] == 1)  # 00 01 terminator, not an escaped 00 FF
         _need(end + 1 < len(buf))
-        data, offsets = _segments(buf, first, end - first)
+        data, offsets = _gathered(buf, first, end - first)
         return "str", _string_array(data, offsets), end + 2
     raise _Unsupported
 
 
-def _decode(kflat, vflat, kind: str, prefix_bytes: int, ttl: bool,
-            value_info: Any, user_key: Any) -> tuple[dict[str, Any], str, np.ndarray | None]:
+def _decode(kflat, vflat, kind: str, prefix_bytes: int, ttl: bool, value_info: Any, user_key: Any,
+            alloc: Callable[[int], np.ndarray] | None = None) -> tuple[dict[str, Any], str, np.ndarray | None]:
     kbuf, kstart, klen = kflat
     n = len(kstart)
     kend = kstart + klen
@@ -285,7 +305,7 @@ def _decode(kflat, vflat, kind: str, prefix_bytes: int, ttl: bool,
         _need((start + length == vend)[ok])
         length = np.where(ok, length, 0)
         if len(vbuf) < 1 << 31:
-            vals = _viewed_array(vbuf, np.where(ok, start, 0), length, valid, binary=vname == "bytes")
+            vals = _viewed_array(vbuf, np.where(ok, start, 0), length, valid, binary=vname == "bytes", alloc=alloc)
         else:
             data, offsets = _segments(vbuf, np.where(ok, start, vend), length)  # a null: empty, in place
             vals = _string_array(data, offsets, valid, binary=vname == "bytes")
@@ -327,14 +347,17 @@ def decode_batch(keys: list[bytes], values: list[bytes], kind: str, prefix_bytes
 
 def decode_flat(kflat: tuple[np.ndarray, np.ndarray, np.ndarray], vflat: tuple[np.ndarray, np.ndarray, np.ndarray],
                 kind: str, prefix_bytes: int, ttl: bool, value_info: Any, user_key: Any,
-                expire: tuple[int, int] | None = None) -> tuple[pa.Table, dict[str, str]] | None:
+                expire: tuple[int, int] | None = None, alloc: Callable[[int], np.ndarray] | None = None
+                ) -> tuple[pa.Table, dict[str, str]] | None:
     """:func:`decode_batch` of entries given as ``(buffer, starts, lengths)`` of uint8 keys and values
     (no Python object per entry). Keys must lie in buffer order, without overlapping; values may
-    lie anywhere in theirs (a buffer of 2 GiB or more then needs them in order)."""
+    lie anywhere in theirs (a buffer of 2 GiB or more then needs them in order). ``alloc(n)``: where
+    long values are gathered (an uninitialised uint8 array of ``n`` bytes; default :func:`pooled_empty`),
+    e.g. :meth:`explorer.format.sst.columns.Recycled.empty`."""
     if not len(kflat[1]) or not supported(kind, value_info, user_key):
         return None
     try:
-        cols, key_kind, ts = _decode(kflat, vflat, kind, prefix_bytes, ttl, value_info, user_key)
+        cols, key_kind, ts = _decode(kflat, vflat, kind, prefix_bytes, ttl, value_info, user_key, alloc)
     except (_Unsupported, pa.ArrowInvalid, IndexError):
         return None
     rows = len(cols["key_group"])

@@ -168,6 +168,32 @@ def _block_limit(buf, s, length):
 
 
 @_jit
+def first_key_groups(buf, bstart, blen, prefix, out):
+    """The key group of the first key of every block (its first ``prefix`` bytes, big-endian) into ``out``;
+    False where a block's first entry is not a whole key with no shared prefix and at least ``prefix``
+    bytes before its 8-byte trailer, within the block's entries."""
+    for b in range(len(bstart)):
+        s = bstart[b]
+        end = _block_limit(buf, s, blen[b])
+        if end < 0:
+            return False
+        shared, p = varint(buf, s, end, 5)
+        if p < 0 or shared != 0:
+            return False
+        nonshared, p = varint(buf, p, end, 5)
+        if p < 0 or nonshared < 8 + prefix:
+            return False
+        _, p = varint(buf, p, end, 5)
+        if p < 0 or p + nonshared > end:
+            return False
+        kg = np.int64(0)
+        for j in range(prefix):
+            kg = kg * 256 + np.int64(buf[p + j])
+        out[b] = kg
+    return True
+
+
+@_jit
 def scan_blocks(buf, bstart, blen, counts):
     """Count the entries of every block (into ``counts``) and check them all.
 
@@ -468,7 +494,9 @@ def warm() -> None:
     rw = np.zeros(_PAD_WARM, dtype=np.uint8)
     z = np.int64(0)
     gather_segments(ro, i64, i64, rw, np.zeros(1, dtype=np.int64))
+    gather_segments(rw, i64, i64, rw.copy(), np.zeros(1, dtype=np.int64))  # (key rows: a writable buffer)
     scan_blocks(ro, i64, i64, i64.copy())
+    first_key_groups(ro, i64, i64, z, i64.copy())
     fill_entries(ro, i64, i64, i64, rw, z, np.int64(8), i64, i64.copy(), i64.copy(), i64.copy(),
                  np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int8))
     merge_runs(rw, z, np.int64(8), i64, i64.copy(), np.zeros(2, dtype=np.int64))

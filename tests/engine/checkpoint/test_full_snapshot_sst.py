@@ -13,6 +13,7 @@ import pytest
 from explorer.engine.checkpoint import capture, sst_view
 from explorer.engine.checkpoint.capture import PinnedView, StateCapture, _write_view_state
 from explorer.engine.state import StateKind
+from explorer.format.keyed import CHECKPOINT, SAVEPOINT
 from explorer.format.rocksdb import columns as native_columns
 from explorer.format.rocksdb import native
 from explorer.keygroups import assign_to_key_group
@@ -180,3 +181,83 @@ def test_a_key_group_range_reads_like_rocksdict(make_backend, monkeypatch, tmp_p
             assert (tmp_path / "sst.parquet").read_bytes() == (tmp_path / "rocksdict.parquet").read_bytes(), d.name
     finally:
         view.release()
+
+
+@pytest.mark.parametrize("max_parallelism,profile", [(128, SAVEPOINT), (300, SAVEPOINT), (128, CHECKPOINT)])
+def test_key_group_ranges_read_one_after_another_give_the_same_file(make_backend, monkeypatch, tmp_path,
+                                                                     max_parallelism, profile):
+    """Read a key-group range at a time (the next walked while this one is written), with batches that
+    span two ranges: the same file as rocksdict's, for the whole range and for a part of it."""
+    monkeypatch.setattr(native, "TABLE_BATCH", 97)
+    monkeypatch.setattr(sst_view, "TABLE_BATCH", 97)
+    monkeypatch.setattr(sst_view, "CHUNK_BYTES", 1)  # as many ranges as the blocks' key groups allow
+    ranges = []
+    real = sst_view._ranges
+    monkeypatch.setattr(sst_view, "_ranges", lambda *a: ranges.append(real(*a)) or ranges[-1])
+    b = make_backend("rocksdb", max_parallelism=max_parallelism)
+    descs = [x for x in _descs(True) if x.name in ("v_str", "l_int", "m_int_str")]
+    tables = {d.name: _plant(b, d, "str", n=1500) for d in descs}
+    _churn(b, tables, descs, "str", n=1500)
+    view = PinnedView(b)
+    try:
+        for d in descs:
+            for kgs in ((0, max_parallelism - 1), (17, 93)):
+                ranges.clear()
+                files = view.sst_files(d.name)
+                expire = (TTL.ttl_ms, NOW)
+                fast = sst_view.write_view_state_sst(files, d.describe(), b.key_group_prefix_bytes, kgs, d.value_info,
+                                                     _user_key(d), tmp_path / "sst.parquet", expire=expire,
+                                                     profile=profile)
+                cf = view.column_family(d.name)
+                slow = native.write_native_table(cf, d.describe(), b.key_group_prefix_bytes, [kgs], d.value_info,
+                                                 _user_key(d), tmp_path / "rocksdict.parquet", expire=expire,
+                                                 profile=profile)
+                cf.close()
+                assert len(ranges) == 1 and len(ranges[0]) > 3, (d.name, ranges)
+                assert ranges[0][0][0] == kgs[0] and ranges[0][-1][1] == kgs[1]
+                assert fast is not None and fast[:3] == slow[:3] and fast[1] > 97, d.name
+                assert (tmp_path / "sst.parquet").read_bytes() == (tmp_path / "rocksdict.parquet").read_bytes(), d.name
+    finally:
+        view.release()
+
+
+def test_a_damaged_block_found_after_some_ranges_were_written_falls_back(make_backend, monkeypatch, tmp_path):
+    """The blocks' checksums are verified while ranges are written: a damaged one gives None (the
+    rocksdict path then writes the file) however much was written before it was found."""
+    import shutil
+
+    from explorer.format.sst.file import SstFile
+
+    import random
+
+    monkeypatch.setattr(sst_view, "CHUNK_BYTES", 1)
+    b = make_backend("rocksdb")
+    d = [x for x in _descs(False) if x.name == "v_str"][0]
+    t = b.register(d)
+    rng = random.Random(7)
+    for key in _keys("str", 1500):  # random letters: Snappy leaves the blocks uncompressed (checked later)
+        t.put(assign_to_key_group(key, b.max_parallelism), key, None,
+              "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(200)))
+    b.flush()
+    view = PinnedView(b)
+    try:
+        copy = tmp_path / "db"
+        shutil.copytree(view.staging, copy)  # (the view's files are links to the live database's)
+    finally:
+        view.release()
+    files = sst_view.column_family_files(copy)[d.name]
+    assert sst_view.write_view_state_sst(files, d.describe(), 1, (0, 127), d.value_info, None,
+                                         tmp_path / "good.parquet") is not None
+    big = max(files, key=lambda f: len(f.data))
+    handles = SstFile(big.path.read_bytes(), big.name).data_handles()
+    off, size = handles[-1]  # the last block of the largest file: found after the first ranges
+    raw = bytearray(big.path.read_bytes())
+    restarts = int.from_bytes(raw[off + size - 4 : off + size], "little")
+    at = off + size - 4 - 4 * restarts - 1  # the last byte of the block's last value: the walk reads it well
+    assert 0x20 < raw[at] < 0x7F  # (ASCII, in a string value)
+    raw[at] = ord("x") if raw[at] != ord("x") else ord("y")
+    assert raw[off + size] == 0  # an uncompressed block: its checksum is verified while ranges are written
+    big.path.write_bytes(bytes(raw))
+    files = sst_view.column_family_files(copy)[d.name]
+    assert sst_view.write_view_state_sst(files, d.describe(), 1, (0, 127), d.value_info, None,
+                                         tmp_path / "bad.parquet") is None
