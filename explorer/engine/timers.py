@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import is_not, itemgetter
+from operator import is_, is_not, itemgetter
 from typing import Any, Iterator, NamedTuple
 
 import numpy as np
@@ -183,6 +183,16 @@ class TimerQueue:
     def delete_many(self, timestamps: list[int], keys: list[Any], namespace: Any = None) -> None:
         """:meth:`delete` of each ``(timestamps[i], keys[i])``."""
         buckets = self._buckets
+        count = len(timestamps)
+        if not self._cur_live and count > 8 and len(keys) == count:
+            got = list(map(buckets.get, timestamps))
+            if set(map(type, got)) == {tuple} and all(map(is_, map(_FIRST, got), keys)) \
+                    and all(map(is_, map(_SECOND, got), repeat(namespace))):
+                # each the one-timer bucket of exactly this timer (the usual case): the buckets go in
+                # one C-level pass (a timestamp twice: its second delete finds none, as one by one)
+                gone = list(map(buckets.pop, timestamps, repeat(None)))
+                self._n -= count - gone.count(None)
+                return
         n = 0
         for ts, key in zip(timestamps, keys):
             b = buckets.get(ts)
@@ -199,8 +209,8 @@ class TimerQueue:
         self._fresh = []
         if not live:
             return
-        try:
-            new = np.array(live)
+        try:  # registered timestamps are Python ints (register_many takes them through _ints)
+            new = np.fromiter(live, dtype=np.int64, count=len(live)) if set(map(type, live)) <= {int} else None
         except OverflowError:
             new = None
         if new is None or new.dtype != np.int64 or new.shape != (len(live),):  # beyond 64 bits: Python ints

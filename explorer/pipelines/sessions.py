@@ -135,7 +135,7 @@ def make_summaries(user_ids: list[str], starts: list[int], ends: list[int], coun
     through ``object.__setattr__``, a Python call each; the fields' slot descriptors set them
     the same way, from C)."""
     objs = list(map(object.__new__, repeat(SessionSummary, len(user_ids))))
-    ids = list(map("{}@{}".format, user_ids, starts))
+    ids = [f"{u}@{t}" for u, t in zip(user_ids, starts)]  # an f-string: no format string parsed per id
     for field, column in zip(_SUMMARY_FIELDS, (user_ids, ids, starts, ends, counts, purchases)):
         deque(map(field, objs, column), maxlen=0)
     return objs
@@ -324,20 +324,18 @@ class SessionWindowFunction(KeyedProcessFunction):
         agg = self.open_sessions
         slots = agg.slots_of(users, records.unique_codes, records.key_dictionary)
         known = agg.valid[slots]
-        ends = (agg.end[slots] + gap).astype(object)
-        ends[~known] = None
+        has0 = known.copy()  # whether the key has a session end before the batch
+        e0 = np.where(known, agg.end[slots] + gap, _NO_END)  # that end, _NO_END for none
         unknown = ~(known | agg.empty[slots])
         if unknown.any():
-            read = np.flatnonzero(unknown).tolist()
-            got = self.session_end.values_of(list(map(groups.__getitem__, read)), list(map(users.__getitem__, read)))
-            for j, e in zip(read, got):
-                ends[j] = e
-        ends0 = ends.tolist()
-        has0 = np.fromiter(map(is_not, ends0, repeat(None)), dtype=bool, count=nu)
-        try:
-            e0 = np.array([_NO_END if e is None else e for e in ends0], dtype=np.int64)
-        except (OverflowError, TypeError, ValueError):  # an end beyond int64: the record walk
-            return self._process_batch_records(records, ctx, out)
+            read = np.flatnonzero(unknown)
+            rl = read.tolist()
+            got = self.session_end.values_of(list(map(groups.__getitem__, rl)), list(map(users.__getitem__, rl)))
+            try:
+                e0[read] = np.array([_NO_END if e is None else e for e in got], dtype=np.int64)
+            except (OverflowError, TypeError, ValueError):  # an end beyond int64: the record walk
+                return self._process_batch_records(records, ctx, out)
+            has0[read] = np.fromiter(map(is_not, got, repeat(None)), dtype=bool, count=len(got))
         # the records grouped by key (codes are positions in ``users``), arrival order within a key
         # (as 16-bit codes when they fit: NumPy's stable sort of those is a radix sort, 5x faster)
         order = np.argsort(codes.astype(np.uint16) if nu <= 1 << 16 else codes, kind="stable")
@@ -369,13 +367,13 @@ class SessionWindowFunction(KeyedProcessFunction):
         if len(moved):
             moved = moved[np.argsort(last_move[moved], kind="stable")]
             mv = moved.tolist()
-            m_users = [users[i] for i in mv]
-            m_groups = [groups[i] for i in mv]
+            m_users = list(map(users.__getitem__, mv))
+            m_groups = list(map(groups.__getitem__, mv))
             m_ends = final[moved].tolist()
             timers = ctx.timer_service()
-            old = [i for i in mv if ends0[i] is not None]
-            if old:
-                timers.delete_event_time_timers([ends0[i] for i in old], [users[i] for i in old])
+            old = moved[has0[moved]]
+            if len(old):
+                timers.delete_event_time_timers(e0[old].tolist(), list(map(users.__getitem__, old.tolist())))
             timers.register_event_time_timers(m_ends, m_users, m_groups)
             self.session_end.update_many(m_groups, m_users, m_ends)
         # the events per key, in arrival order
@@ -391,7 +389,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         sp = purchase[order].astype(np.int64)
         if not closes.any():
             self.session.add_all_many(groups, users, list(map(by_key.__getitem__, map(slice, bounds, bounds[1:]))),
-                                      handed_over=True)
+                                      handed_over=True, drawn_from=values)
             agg.start[slots] = np.minimum(p_start, np.minimum.reduceat(st, starts))
             agg.end[slots] = np.maximum(p_end, np.maximum.reduceat(st, starts))
             agg.events[slots] = p_events + np.diff(np.append(starts, n))
@@ -462,7 +460,7 @@ class SessionWindowFunction(KeyedProcessFunction):
             rl = ra.tolist()
             self.session.add_all_many(list(map(groups.__getitem__, rl)), list(map(users.__getitem__, rl)),
                                       list(map(by_key.__getitem__, map(slice, starts[ra].tolist(), (last[ra] + 1).tolist()))),
-                                      handed_over=True)
+                                      handed_over=True, drawn_from=values)
 
     def _process_batch_records(self, records, ctx, out):
         """:meth:`process_batch` walking the records one by one (timestamps that are not all
