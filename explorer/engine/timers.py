@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import is_, is_not, itemgetter
+from operator import is_, is_not, itemgetter, not_
 from typing import Any, Iterator, NamedTuple
 
 import numpy as np
@@ -134,19 +134,36 @@ class TimerQueue:
         buckets, fresh = self._buckets, self._fresh
         cur_ts, cur_live = self._cur_ts, self._cur_live
         count = len(timestamps)
-        if not cur_live and count > 8 and len(keys) == count == len(key_groups) \
-                and not any(map(buckets.__contains__, timestamps)):
-            # every timestamp without a bucket (the usual case): the buckets made in one C-level pass,
-            # kept if the timestamps are distinct too (the table grew by one per timer), else undone
+        if not cur_live and count > 8 and len(keys) == count == len(key_groups):
+            # the timers whose timestamp has no bucket (most): their buckets made in one C-level pass,
+            # kept if those timestamps are distinct too (the table grew by one per timer), else undone;
+            # the others (a bucket there already) then one by one below, in order. Timers of different
+            # timestamps are independent, and each timestamp's timers keep their order (one without a
+            # bucket comes before any other of its timestamp here).
+            had = list(map(buckets.__contains__, timestamps))
+            some = any(had)
+            if some:
+                new = list(map(not_, had))
+                ts_new = list(compress(timestamps, new))
+                made = zip(ts_new, zip(compress(keys, new), repeat(namespace), compress(key_groups, new)))
+            else:
+                ts_new = timestamps
+                made = zip(timestamps, zip(keys, repeat(namespace), key_groups))
             before = len(buckets)
-            buckets.update(zip(timestamps, zip(keys, repeat(namespace), key_groups)))
-            if len(buckets) - before == count:
-                fresh += timestamps
-                self._n += count
+            buckets.update(made)
+            if len(buckets) - before == len(ts_new):
+                fresh += ts_new
+                self._n += len(ts_new)
                 if len(fresh) > 65536 and len(fresh) > 2 * len(buckets):
                     self._drain_fresh()
-                return
-            deque(map(buckets.pop, timestamps, repeat(None)), maxlen=0)
+                    fresh = self._fresh
+                if not some:
+                    return
+                timestamps = list(compress(timestamps, had))
+                keys = list(compress(keys, had))
+                key_groups = list(compress(key_groups, had))
+            else:
+                deque(map(buckets.pop, ts_new, repeat(None)), maxlen=0)
         if not cur_live:  # no bucket half fired: nothing to skip
             cur_ts = None
         n = 0

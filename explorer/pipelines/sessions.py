@@ -201,7 +201,7 @@ class OpenSessions:
         return got
 
     def _slots_by_key(self, keys: list) -> np.ndarray:
-        got = np.array(list(map(self.slots.get, keys, repeat(-1))), dtype=np.int64)
+        got = np.fromiter(map(self.slots.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
         missing = np.flatnonzero(got < 0)
         if len(missing):
             k = len(missing)
@@ -549,7 +549,7 @@ class SessionWindowFunction(KeyedProcessFunction):
             groups = list(map(_KEY_GROUP, timers))
             stamps = list(map(_TIMESTAMP, timers))
         agg = self.open_sessions
-        slot = np.array(list(map(agg.slots.get, users, repeat(-1))), dtype=np.int64)
+        slot = np.fromiter(map(agg.slots.get, users, repeat(-1)), dtype=np.int64, count=len(users))
         covered = slot >= 0
         covered[covered] = agg.valid[slot[covered]]
         if covered.all():
