@@ -202,14 +202,25 @@ class TimerQueue:
         buckets = self._buckets
         count = len(timestamps)
         if not self._cur_live and count > 8 and len(keys) == count:
+            # the deletes whose bucket is the one-timer bucket of exactly that timer (most): those
+            # buckets go in one C-level pass, the others one by one below. Timers of different
+            # timestamps are independent; a timestamp twice, or also among the others, finds the
+            # bucket gone after its first delete, as one by one.
             got = list(map(buckets.get, timestamps))
-            if set(map(type, got)) == {tuple} and all(map(is_, map(_FIRST, got), keys)) \
-                    and all(map(is_, map(_SECOND, got), repeat(namespace))):
-                # each the one-timer bucket of exactly this timer (the usual case): the buckets go in
-                # one C-level pass (a timestamp twice: its second delete finds none, as one by one)
+            simple = np.fromiter(map(is_, map(type, got), repeat(tuple)), dtype=bool, count=count)
+            whole = simple.all()
+            cand, ck = (got, keys) if whole else (list(compress(got, simple)), list(compress(keys, simple)))
+            same = np.fromiter(map(is_, map(_FIRST, cand), ck), dtype=bool, count=len(cand))
+            same &= np.fromiter(map(is_, map(_SECOND, cand), repeat(namespace)), dtype=bool, count=len(cand))
+            if whole and same.all():
                 gone = list(map(buckets.pop, timestamps, repeat(None)))
                 self._n -= count - gone.count(None)
                 return
+            simple[simple] = same
+            gone = list(map(buckets.pop, compress(timestamps, simple), repeat(None)))
+            self._n -= len(gone) - gone.count(None)
+            rest = ~simple
+            timestamps, keys = list(compress(timestamps, rest)), list(compress(keys, rest))
         n = 0
         for ts, key in zip(timestamps, keys):
             b = buckets.get(ts)
