@@ -561,7 +561,7 @@ class SessionWindowFunction(KeyedProcessFunction):
                 ends[j] = e
         hit = list(map(eq, ends, stamps))  # the timer is the session's end: it closes
         closing = list(range(len(hit))) if all(hit) else list(compress(range(len(hit)), hit))
-        if len(set(users)) < len(users):  # a user twice: later timers see the state the earlier cleared
+        if _repeats(slot, users):  # a user twice: later timers see the state the earlier cleared
             seen: set = set()
             closing = [i for i in closing if not (users[i] in seen or seen.add(users[i]))]
         if not closing:
@@ -616,6 +616,20 @@ class SessionWindowFunction(KeyedProcessFunction):
             out.collect(summarize(ctx.get_current_key(), events))
         self.session.clear()
         self.session_end.clear()
+
+
+def _repeats(slot: np.ndarray, users: Sequence) -> bool:
+    """Whether a user appears twice among ``users``, whose open-session slots are ``slot`` (-1
+    for none): equal users have the same slot, so the users with one repeat when their slots
+    do (one sort of integers), and the few without one are compared as keys."""
+    found = slot >= 0
+    if found.all():
+        return len(np.unique(slot)) < len(slot)
+    some = slot[found]
+    if len(np.unique(some)) < len(some):
+        return True
+    rest = [users[j] for j in np.flatnonzero(~found).tolist()]
+    return len(set(rest)) < len(rest)
 
 
 def _last_move(w: list) -> int:
