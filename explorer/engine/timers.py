@@ -135,20 +135,31 @@ class TimerQueue:
         cur_ts, cur_live = self._cur_ts, self._cur_live
         count = len(timestamps)
         if not cur_live and count > 8 and len(keys) == count == len(key_groups):
-            # the timers whose timestamp has no bucket (most): their buckets made in one C-level pass,
-            # kept if those timestamps are distinct too (the table grew by one per timer), else undone;
-            # the others (a bucket there already) then one by one below, in order. Timers of different
-            # timestamps are independent, and each timestamp's timers keep their order (one without a
-            # bucket comes before any other of its timestamp here).
+            # the timers whose timestamp has no bucket and comes first in the batch (most): their
+            # buckets made in one C-level pass; the others (a bucket there already, or a timestamp
+            # again) then one by one below, in order. Timers of different timestamps are independent,
+            # and each timestamp's timers keep their order (the one making its bucket comes first).
             had = list(map(buckets.__contains__, timestamps))
-            some = any(had)
-            if some:
-                new = list(map(not_, had))
-                ts_new = list(compress(timestamps, new))
-                made = zip(ts_new, zip(compress(keys, new), repeat(namespace), compress(key_groups, new)))
-            else:
+            new = None
+            try:
+                arr = np.fromiter(timestamps, dtype=np.int64, count=count)
+            except (OverflowError, TypeError, ValueError):  # beyond 64 bits: taken whole only if all new and distinct
+                arr = None
+            if arr is not None:
+                first = np.zeros(count, dtype=bool)
+                first[np.unique(arr, return_index=True)[1]] = True
+                if any(had):
+                    first &= ~np.fromiter(had, dtype=bool, count=count)
+                if not first.all():
+                    new = first
+            elif any(had):
+                new = np.zeros(count, dtype=bool)  # one by one
+            if new is None:
                 ts_new = timestamps
                 made = zip(timestamps, zip(keys, repeat(namespace), key_groups))
+            else:
+                ts_new = list(compress(timestamps, new))
+                made = zip(ts_new, zip(compress(keys, new), repeat(namespace), compress(key_groups, new)))
             before = len(buckets)
             buckets.update(made)
             if len(buckets) - before == len(ts_new):
@@ -157,12 +168,13 @@ class TimerQueue:
                 if len(fresh) > 65536 and len(fresh) > 2 * len(buckets):
                     self._drain_fresh()
                     fresh = self._fresh
-                if not some:
+                if new is None:
                     return
-                timestamps = list(compress(timestamps, had))
-                keys = list(compress(keys, had))
-                key_groups = list(compress(key_groups, had))
-            else:
+                rest = ~new
+                timestamps = list(compress(timestamps, rest))
+                keys = list(compress(keys, rest))
+                key_groups = list(compress(key_groups, rest))
+            else:  # timestamps beyond 64 bits, some twice
                 deque(map(buckets.pop, ts_new, repeat(None)), maxlen=0)
         if not cur_live:  # no bucket half fired: nothing to skip
             cur_ts = None
