@@ -155,7 +155,8 @@ class OpenSessions:
     key's state, so its session end is known to be none without reading it), and slots of keys without an open session
     are dropped when they outnumber the rest."""
 
-    __slots__ = ("slots", "start", "end", "events", "purchases", "valid", "empty", "size", "limit", "by_code")
+    __slots__ = ("slots", "start", "end", "events", "purchases", "valid", "empty", "size", "limit", "by_code",
+                 "by_id")
 
     def __init__(self, capacity: int = 1024) -> None:
         self.slots: dict = {}
@@ -172,6 +173,9 @@ class OpenSessions:
         self.empty = np.zeros(capacity, dtype=bool)
         #: per key dictionary (by id): the slot of each of its codes, -1 for none yet
         self.by_code: dict[int, np.ndarray] = {}
+        #: the keys of ``slots`` when last looked at: their ids sorted, and each one's slot (see
+        #: :meth:`slots_by_identity`); None until needed, and again when slots are renumbered
+        self.by_id: tuple[np.ndarray, np.ndarray] | None = None
 
     def slots_of(self, keys: list, codes: np.ndarray | None = None, dictionary=None) -> np.ndarray:
         """Each key's slot (distinct keys); keys without one get a fresh slot, not valid. With
@@ -199,6 +203,37 @@ class OpenSessions:
             got[missing] = found
             table[codes[missing]] = found
         return got
+
+    def slots_by_identity(self, keys: Sequence) -> np.ndarray:
+        """Each key's slot, -1 for none (keys may repeat; none gets a slot). A key that is the very
+        object ``slots`` holds (the hash edge hands on the key dictionary's own copies, and timers
+        and state keep them) is found by its ``id`` among those of the slots' keys, sorted: no
+        string read per key (the keys lie all over memory by the time their timers fire); the
+        others by a lookup by key. An id matches only the object itself while ``slots`` holds it,
+        and a key leaves ``slots`` only when slots are renumbered, which drops the ids."""
+        n = len(keys)
+        if self.by_id is None:
+            self._index_ids()
+        ids, id_slots = self.by_id
+        q = np.fromiter(map(id, keys), dtype=np.int64, count=n)
+        pos = np.searchsorted(ids, q)
+        np.minimum(pos, len(ids) - 1, out=pos)
+        hit = ids[pos] == q if len(ids) else np.zeros(n, dtype=bool)
+        got = np.where(hit, id_slots[pos] if len(ids) else -1, -1)
+        if not hit.all():
+            miss = np.flatnonzero(~hit)
+            ml = miss.tolist()
+            got[miss] = np.fromiter(map(self.slots.get, map(keys.__getitem__, ml), repeat(-1)), dtype=np.int64,
+                                    count=len(ml))
+            if len(ml) > max(256, n // 8):  # keys given slots since: index them next time
+                self.by_id = None
+        return got
+
+    def _index_ids(self) -> None:
+        n = len(self.slots)
+        ids = np.fromiter(map(id, self.slots), dtype=np.int64, count=n)
+        order = np.argsort(ids)
+        self.by_id = (ids[order], np.fromiter(self.slots.values(), dtype=np.int64, count=n)[order])
 
     def _slots_by_key(self, keys: list) -> np.ndarray:
         got = np.fromiter(map(self.slots.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
@@ -235,6 +270,7 @@ class OpenSessions:
             col[:len(live)] = col[live]
         self.slots = dict(zip(map(keys.__getitem__, keep.tolist()), range(len(live))))
         self.by_code.clear()  # the slots are renumbered
+        self.by_id = None  # (and keys left: their ids may be reused)
         self.size = len(live)
         self.limit = max(1 << 20, 2 * len(live))
 
@@ -549,7 +585,7 @@ class SessionWindowFunction(KeyedProcessFunction):
             groups = list(map(_KEY_GROUP, timers))
             stamps = list(map(_TIMESTAMP, timers))
         agg = self.open_sessions
-        slot = np.fromiter(map(agg.slots.get, users, repeat(-1)), dtype=np.int64, count=len(users))
+        slot = agg.slots_by_identity(users)
         covered = slot >= 0
         covered[covered] = agg.valid[slot[covered]]
         if covered.all():
