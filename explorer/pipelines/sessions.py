@@ -246,7 +246,14 @@ class OpenSessions:
             self.size += k
             if self.size > len(self.start):
                 self._grow(max(self.size, 2 * len(self.start)))
-            self.slots.update(zip(map(keys.__getitem__, missing.tolist()), new.tolist()))
+            added = list(map(keys.__getitem__, missing.tolist()))
+            self.slots.update(zip(added, new.tolist()))
+            if self.by_id is not None:  # their ids into the index while the keys are at hand
+                ids, id_slots = self.by_id
+                nid = np.fromiter(map(id, added), dtype=np.int64, count=k)
+                o = np.argsort(nid)
+                at = np.searchsorted(ids, nid[o])
+                self.by_id = (np.insert(ids, at, nid[o]), np.insert(id_slots, at, new[o]))
             got[missing] = new
             self.valid[new] = False
             self.empty[new] = False
