@@ -33,13 +33,7 @@ def factorize_keys(keys: list[Any]) -> tuple[np.ndarray, list[Any]]:
     ``None`` and NaN are not keys (Flink rejects null keys).
     """
     n = len(keys)
-    arr = None
-    try:
-        arr = np.array(keys, dtype=object)
-    except ValueError:  # ragged sequences as keys
-        pass
-    if arr is None or arr.shape != (n,):
-        arr = np.fromiter(keys, dtype=object, count=n)  # tuples as keys stay whole
+    arr = np.fromiter(keys, dtype=object, count=n)  # each key whole (tuples too), no shape discovered
     try:
         codes, uniques = pd.factorize(arr)
     except TypeError as exc:
@@ -166,7 +160,7 @@ class KeyGroupAssigner:
         """Key groups of distinct keys (a batch's ``uniques``); new strings are hashed in one vectorised pass."""
         memo = self.memo
         try:
-            got = np.array(list(map(memo.get, uniques, repeat(-1))), dtype=np.int64)
+            got = np.fromiter(map(memo.get, uniques, repeat(-1)), dtype=np.int64, count=len(uniques))
         except TypeError as exc:
             raise KeyTypeError(f"a key in {uniques[:3]!r}... is not hashable") from exc
         missing = np.flatnonzero(got < 0)
@@ -311,7 +305,7 @@ class KeyGroupPartitioner(Partitioner):
         reaches ``intern_size`` keys."""
         intern = self.intern
         try:
-            g = np.array(list(map(intern.get, keys, repeat(-1))), dtype=np.int64)
+            g = np.fromiter(map(intern.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
         except TypeError as exc:
             raise KeyTypeError(f"a key in {keys[:3]!r}... is not hashable") from exc
         missing = np.flatnonzero(g < 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import is_not, itemgetter
+from operator import is_, is_not, itemgetter, not_
 from typing import Any, Iterator, NamedTuple
 
 import numpy as np
@@ -134,19 +134,48 @@ class TimerQueue:
         buckets, fresh = self._buckets, self._fresh
         cur_ts, cur_live = self._cur_ts, self._cur_live
         count = len(timestamps)
-        if not cur_live and count > 8 and len(keys) == count == len(key_groups) \
-                and not any(map(buckets.__contains__, timestamps)):
-            # every timestamp without a bucket (the usual case): the buckets made in one C-level pass,
-            # kept if the timestamps are distinct too (the table grew by one per timer), else undone
+        if not cur_live and count > 8 and len(keys) == count == len(key_groups):
+            # the timers whose timestamp has no bucket and comes first in the batch (most): their
+            # buckets made in one C-level pass; the others (a bucket there already, or a timestamp
+            # again) then one by one below, in order. Timers of different timestamps are independent,
+            # and each timestamp's timers keep their order (the one making its bucket comes first).
+            had = list(map(buckets.__contains__, timestamps))
+            new = None
+            try:
+                arr = np.fromiter(timestamps, dtype=np.int64, count=count)
+            except (OverflowError, TypeError, ValueError):  # beyond 64 bits: taken whole only if all new and distinct
+                arr = None
+            if arr is not None:
+                first = np.zeros(count, dtype=bool)
+                first[np.unique(arr, return_index=True)[1]] = True
+                if any(had):
+                    first &= ~np.fromiter(had, dtype=bool, count=count)
+                if not first.all():
+                    new = first
+            elif any(had):
+                new = np.zeros(count, dtype=bool)  # one by one
+            if new is None:
+                ts_new = timestamps
+                made = zip(timestamps, zip(keys, repeat(namespace), key_groups))
+            else:
+                ts_new = list(compress(timestamps, new))
+                made = zip(ts_new, zip(compress(keys, new), repeat(namespace), compress(key_groups, new)))
             before = len(buckets)
-            buckets.update(zip(timestamps, zip(keys, repeat(namespace), key_groups)))
-            if len(buckets) - before == count:
-                fresh += timestamps
-                self._n += count
+            buckets.update(made)
+            if len(buckets) - before == len(ts_new):
+                fresh += ts_new
+                self._n += len(ts_new)
                 if len(fresh) > 65536 and len(fresh) > 2 * len(buckets):
                     self._drain_fresh()
-                return
-            deque(map(buckets.pop, timestamps, repeat(None)), maxlen=0)
+                    fresh = self._fresh
+                if new is None:
+                    return
+                rest = ~new
+                timestamps = list(compress(timestamps, rest))
+                keys = list(compress(keys, rest))
+                key_groups = list(compress(key_groups, rest))
+            else:  # timestamps beyond 64 bits, some twice
+                deque(map(buckets.pop, ts_new, repeat(None)), maxlen=0)
         if not cur_live:  # no bucket half fired: nothing to skip
             cur_ts = None
         n = 0
@@ -183,6 +212,27 @@ class TimerQueue:
     def delete_many(self, timestamps: list[int], keys: list[Any], namespace: Any = None) -> None:
         """:meth:`delete` of each ``(timestamps[i], keys[i])``."""
         buckets = self._buckets
+        count = len(timestamps)
+        if not self._cur_live and count > 8 and len(keys) == count:
+            # the deletes whose bucket is the one-timer bucket of exactly that timer (most): those
+            # buckets go in one C-level pass, the others one by one below. Timers of different
+            # timestamps are independent; a timestamp twice, or also among the others, finds the
+            # bucket gone after its first delete, as one by one.
+            got = list(map(buckets.get, timestamps))
+            simple = np.fromiter(map(is_, map(type, got), repeat(tuple)), dtype=bool, count=count)
+            whole = simple.all()
+            cand, ck = (got, keys) if whole else (list(compress(got, simple)), list(compress(keys, simple)))
+            same = np.fromiter(map(is_, map(_FIRST, cand), ck), dtype=bool, count=len(cand))
+            same &= np.fromiter(map(is_, map(_SECOND, cand), repeat(namespace)), dtype=bool, count=len(cand))
+            if whole and same.all():
+                gone = list(map(buckets.pop, timestamps, repeat(None)))
+                self._n -= count - gone.count(None)
+                return
+            simple[simple] = same
+            gone = list(map(buckets.pop, compress(timestamps, simple), repeat(None)))
+            self._n -= len(gone) - gone.count(None)
+            rest = ~simple
+            timestamps, keys = list(compress(timestamps, rest)), list(compress(keys, rest))
         n = 0
         for ts, key in zip(timestamps, keys):
             b = buckets.get(ts)
@@ -199,8 +249,8 @@ class TimerQueue:
         self._fresh = []
         if not live:
             return
-        try:
-            new = np.array(live)
+        try:  # registered timestamps are Python ints (register_many takes them through _ints)
+            new = np.fromiter(live, dtype=np.int64, count=len(live)) if set(map(type, live)) <= {int} else None
         except OverflowError:
             new = None
         if new is None or new.dtype != np.int64 or new.shape != (len(live),):  # beyond 64 bits: Python ints

@@ -135,7 +135,7 @@ def make_summaries(user_ids: list[str], starts: list[int], ends: list[int], coun
     through ``object.__setattr__``, a Python call each; the fields' slot descriptors set them
     the same way, from C)."""
     objs = list(map(object.__new__, repeat(SessionSummary, len(user_ids))))
-    ids = list(map("{}@{}".format, user_ids, starts))
+    ids = [f"{u}@{t}" for u, t in zip(user_ids, starts)]  # an f-string: no format string parsed per id
     for field, column in zip(_SUMMARY_FIELDS, (user_ids, ids, starts, ends, counts, purchases)):
         deque(map(field, objs, column), maxlen=0)
     return objs
@@ -155,7 +155,8 @@ class OpenSessions:
     key's state, so its session end is known to be none without reading it), and slots of keys without an open session
     are dropped when they outnumber the rest."""
 
-    __slots__ = ("slots", "start", "end", "events", "purchases", "valid", "empty", "size", "limit", "by_code")
+    __slots__ = ("slots", "start", "end", "events", "purchases", "valid", "empty", "size", "limit", "by_code",
+                 "by_id")
 
     def __init__(self, capacity: int = 1024) -> None:
         self.slots: dict = {}
@@ -172,6 +173,9 @@ class OpenSessions:
         self.empty = np.zeros(capacity, dtype=bool)
         #: per key dictionary (by id): the slot of each of its codes, -1 for none yet
         self.by_code: dict[int, np.ndarray] = {}
+        #: the keys of ``slots`` when last looked at: their ids sorted, and each one's slot (see
+        #: :meth:`slots_by_identity`); None until needed, and again when slots are renumbered
+        self.by_id: tuple[np.ndarray, np.ndarray] | None = None
 
     def slots_of(self, keys: list, codes: np.ndarray | None = None, dictionary=None) -> np.ndarray:
         """Each key's slot (distinct keys); keys without one get a fresh slot, not valid. With
@@ -200,8 +204,39 @@ class OpenSessions:
             table[codes[missing]] = found
         return got
 
+    def slots_by_identity(self, keys: Sequence) -> np.ndarray:
+        """Each key's slot, -1 for none (keys may repeat; none gets a slot). A key that is the very
+        object ``slots`` holds (the hash edge hands on the key dictionary's own copies, and timers
+        and state keep them) is found by its ``id`` among those of the slots' keys, sorted: no
+        string read per key (the keys lie all over memory by the time their timers fire); the
+        others by a lookup by key. An id matches only the object itself while ``slots`` holds it,
+        and a key leaves ``slots`` only when slots are renumbered, which drops the ids."""
+        n = len(keys)
+        if self.by_id is None:
+            self._index_ids()
+        ids, id_slots = self.by_id
+        q = np.fromiter(map(id, keys), dtype=np.int64, count=n)
+        pos = np.searchsorted(ids, q)
+        np.minimum(pos, len(ids) - 1, out=pos)
+        hit = ids[pos] == q if len(ids) else np.zeros(n, dtype=bool)
+        got = np.where(hit, id_slots[pos] if len(ids) else -1, -1)
+        if not hit.all():
+            miss = np.flatnonzero(~hit)
+            ml = miss.tolist()
+            got[miss] = np.fromiter(map(self.slots.get, map(keys.__getitem__, ml), repeat(-1)), dtype=np.int64,
+                                    count=len(ml))
+            if len(ml) > max(256, n // 8):  # keys given slots since: index them next time
+                self.by_id = None
+        return got
+
+    def _index_ids(self) -> None:
+        n = len(self.slots)
+        ids = np.fromiter(map(id, self.slots), dtype=np.int64, count=n)
+        order = np.argsort(ids)
+        self.by_id = (ids[order], np.fromiter(self.slots.values(), dtype=np.int64, count=n)[order])
+
     def _slots_by_key(self, keys: list) -> np.ndarray:
-        got = np.array(list(map(self.slots.get, keys, repeat(-1))), dtype=np.int64)
+        got = np.fromiter(map(self.slots.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
         missing = np.flatnonzero(got < 0)
         if len(missing):
             k = len(missing)
@@ -211,7 +246,14 @@ class OpenSessions:
             self.size += k
             if self.size > len(self.start):
                 self._grow(max(self.size, 2 * len(self.start)))
-            self.slots.update(zip(map(keys.__getitem__, missing.tolist()), new.tolist()))
+            added = list(map(keys.__getitem__, missing.tolist()))
+            self.slots.update(zip(added, new.tolist()))
+            if self.by_id is not None:  # their ids into the index while the keys are at hand
+                ids, id_slots = self.by_id
+                nid = np.fromiter(map(id, added), dtype=np.int64, count=k)
+                o = np.argsort(nid)
+                at = np.searchsorted(ids, nid[o])
+                self.by_id = (np.insert(ids, at, nid[o]), np.insert(id_slots, at, new[o]))
             got[missing] = new
             self.valid[new] = False
             self.empty[new] = False
@@ -235,6 +277,7 @@ class OpenSessions:
             col[:len(live)] = col[live]
         self.slots = dict(zip(map(keys.__getitem__, keep.tolist()), range(len(live))))
         self.by_code.clear()  # the slots are renumbered
+        self.by_id = None  # (and keys left: their ids may be reused)
         self.size = len(live)
         self.limit = max(1 << 20, 2 * len(live))
 
@@ -324,20 +367,18 @@ class SessionWindowFunction(KeyedProcessFunction):
         agg = self.open_sessions
         slots = agg.slots_of(users, records.unique_codes, records.key_dictionary)
         known = agg.valid[slots]
-        ends = (agg.end[slots] + gap).astype(object)
-        ends[~known] = None
+        has0 = known.copy()  # whether the key has a session end before the batch
+        e0 = np.where(known, agg.end[slots] + gap, _NO_END)  # that end, _NO_END for none
         unknown = ~(known | agg.empty[slots])
         if unknown.any():
-            read = np.flatnonzero(unknown).tolist()
-            got = self.session_end.values_of(list(map(groups.__getitem__, read)), list(map(users.__getitem__, read)))
-            for j, e in zip(read, got):
-                ends[j] = e
-        ends0 = ends.tolist()
-        has0 = np.fromiter(map(is_not, ends0, repeat(None)), dtype=bool, count=nu)
-        try:
-            e0 = np.array([_NO_END if e is None else e for e in ends0], dtype=np.int64)
-        except (OverflowError, TypeError, ValueError):  # an end beyond int64: the record walk
-            return self._process_batch_records(records, ctx, out)
+            read = np.flatnonzero(unknown)
+            rl = read.tolist()
+            got = self.session_end.values_of(list(map(groups.__getitem__, rl)), list(map(users.__getitem__, rl)))
+            try:
+                e0[read] = np.array([_NO_END if e is None else e for e in got], dtype=np.int64)
+            except (OverflowError, TypeError, ValueError):  # an end beyond int64: the record walk
+                return self._process_batch_records(records, ctx, out)
+            has0[read] = np.fromiter(map(is_not, got, repeat(None)), dtype=bool, count=len(got))
         # the records grouped by key (codes are positions in ``users``), arrival order within a key
         # (as 16-bit codes when they fit: NumPy's stable sort of those is a radix sort, 5x faster)
         order = np.argsort(codes.astype(np.uint16) if nu <= 1 << 16 else codes, kind="stable")
@@ -369,13 +410,13 @@ class SessionWindowFunction(KeyedProcessFunction):
         if len(moved):
             moved = moved[np.argsort(last_move[moved], kind="stable")]
             mv = moved.tolist()
-            m_users = [users[i] for i in mv]
-            m_groups = [groups[i] for i in mv]
+            m_users = list(map(users.__getitem__, mv))
+            m_groups = list(map(groups.__getitem__, mv))
             m_ends = final[moved].tolist()
             timers = ctx.timer_service()
-            old = [i for i in mv if ends0[i] is not None]
-            if old:
-                timers.delete_event_time_timers([ends0[i] for i in old], [users[i] for i in old])
+            old = moved[has0[moved]]
+            if len(old):
+                timers.delete_event_time_timers(e0[old].tolist(), list(map(users.__getitem__, old.tolist())))
             timers.register_event_time_timers(m_ends, m_users, m_groups)
             self.session_end.update_many(m_groups, m_users, m_ends)
         # the events per key, in arrival order
@@ -391,7 +432,7 @@ class SessionWindowFunction(KeyedProcessFunction):
         sp = purchase[order].astype(np.int64)
         if not closes.any():
             self.session.add_all_many(groups, users, list(map(by_key.__getitem__, map(slice, bounds, bounds[1:]))),
-                                      handed_over=True)
+                                      handed_over=True, drawn_from=values)
             agg.start[slots] = np.minimum(p_start, np.minimum.reduceat(st, starts))
             agg.end[slots] = np.maximum(p_end, np.maximum.reduceat(st, starts))
             agg.events[slots] = p_events + np.diff(np.append(starts, n))
@@ -462,7 +503,7 @@ class SessionWindowFunction(KeyedProcessFunction):
             rl = ra.tolist()
             self.session.add_all_many(list(map(groups.__getitem__, rl)), list(map(users.__getitem__, rl)),
                                       list(map(by_key.__getitem__, map(slice, starts[ra].tolist(), (last[ra] + 1).tolist()))),
-                                      handed_over=True)
+                                      handed_over=True, drawn_from=values)
 
     def _process_batch_records(self, records, ctx, out):
         """:meth:`process_batch` walking the records one by one (timestamps that are not all
@@ -551,7 +592,7 @@ class SessionWindowFunction(KeyedProcessFunction):
             groups = list(map(_KEY_GROUP, timers))
             stamps = list(map(_TIMESTAMP, timers))
         agg = self.open_sessions
-        slot = np.array(list(map(agg.slots.get, users, repeat(-1))), dtype=np.int64)
+        slot = agg.slots_by_identity(users)
         covered = slot >= 0
         covered[covered] = agg.valid[slot[covered]]
         if covered.all():
@@ -563,7 +604,7 @@ class SessionWindowFunction(KeyedProcessFunction):
                 ends[j] = e
         hit = list(map(eq, ends, stamps))  # the timer is the session's end: it closes
         closing = list(range(len(hit))) if all(hit) else list(compress(range(len(hit)), hit))
-        if len(set(users)) < len(users):  # a user twice: later timers see the state the earlier cleared
+        if _repeats(slot, users):  # a user twice: later timers see the state the earlier cleared
             seen: set = set()
             closing = [i for i in closing if not (users[i] in seen or seen.add(users[i]))]
         if not closing:
@@ -618,6 +659,20 @@ class SessionWindowFunction(KeyedProcessFunction):
             out.collect(summarize(ctx.get_current_key(), events))
         self.session.clear()
         self.session_end.clear()
+
+
+def _repeats(slot: np.ndarray, users: Sequence) -> bool:
+    """Whether a user appears twice among ``users``, whose open-session slots are ``slot`` (-1
+    for none): equal users have the same slot, so the users with one repeat when their slots
+    do (one sort of integers), and the few without one are compared as keys."""
+    found = slot >= 0
+    if found.all():
+        return len(np.unique(slot)) < len(slot)
+    some = slot[found]
+    if len(np.unique(some)) < len(some):
+        return True
+    rest = [users[j] for j in np.flatnonzero(~found).tolist()]
+    return len(set(rest)) < len(rest)
 
 
 def _last_move(w: list) -> int:

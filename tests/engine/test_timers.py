@@ -153,3 +153,37 @@ def test_registering_many_at_once_is_registering_each_in_turn(seed):
         assert list(bulk) == list(single) and len(bulk) == len(single)
         now = base + rng.randrange(0, 3000)
         assert bulk.pop_all_due(now) == single.pop_all_due(now)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_deleting_many_at_once_is_deleting_each_in_turn(seed):
+    # batches of deletes that are all one-timer buckets of exactly those timers (taken in one pass),
+    # or with a timestamp twice, a timer not there, a key equal but not the same object, a bucket of
+    # several: the same queue as one by one
+    rng = random.Random(seed)
+    bulk, single = TimerQueue(), TimerQueue()
+    live: list[tuple[int, str]] = []
+    for round_ in range(30):
+        n = rng.randrange(10, 40)
+        ts = [round_ * 10_000 + rng.randrange(0, 50 if rng.random() < 0.3 else 10 ** 6) for _ in range(n)]
+        keys = [f"k{rng.randrange(50)}" for _ in range(n)]
+        kgs = [hash(k) % 7 for k in keys]
+        bulk.register_many(ts, keys, kgs)
+        single.register_many(ts, keys, kgs)
+        live += zip(ts, keys)
+        picked = rng.sample(live, min(len(live), rng.randrange(9, 30)))
+        if rng.random() < 0.3:
+            picked.append(picked[0])  # a timer deleted twice
+        if rng.random() < 0.3:
+            picked.append((-1, "nobody"))
+        if rng.random() < 0.3:
+            t, k = picked[1]
+            picked[1] = (t, "".join(k))  # equal, not the same object
+        d_ts, d_keys = [t for t, _ in picked], [k for _, k in picked]
+        bulk.delete_many(d_ts, d_keys)
+        for t, k in picked:
+            single.delete(t, k, None)
+        assert list(bulk) == list(single) and len(bulk) == len(single)
+        now = round_ * 10_000 + rng.randrange(0, 3000)
+        assert bulk.pop_all_due(now) == single.pop_all_due(now)
+        live = [(t, k) for t, k in live if t > now]

@@ -295,3 +295,23 @@ def test_open_sessions_find_slots_by_dictionary_code_as_by_key():
         if step == 25:
             by_code.limit = by_code.size  # the next new key drops the closed ones' slots
     assert by_code.limit == 1 << 20 and set(by_code.slots) <= set(by_key.slots)
+
+
+def test_open_sessions_find_slots_by_identity_as_by_key():
+    # keys that are the objects the slots hold, equal copies of them, keys without a slot, keys
+    # given slots after the ids were indexed, repeats, and a renumbering (closed ones dropped)
+    agg = sessions.OpenSessions(capacity=4)
+    rng = np.random.default_rng(2)
+    held = [f"user-{i}" for i in range(3000)]
+    for step in range(30):
+        fresh = rng.choice(3000, size=int(rng.integers(1, 400)))
+        agg.slots_of([held[i] for i in np.unique(fresh).tolist()])
+        agg.valid[rng.choice(agg.size, size=agg.size // 2)] = True
+        asked = rng.choice(3000, size=int(rng.integers(1, 600))).tolist()
+        keys = [held[i] if i % 3 else "".join(held[i]) for i in asked]  # a third equal copies
+        keys.append("nobody")
+        got = agg.slots_by_identity(keys)
+        assert got.tolist() == [agg.slots.get(k, -1) for k in keys]
+        if step == 20:
+            agg.limit = agg.size  # the next new key renumbers the slots
+    assert agg.limit == 1 << 20

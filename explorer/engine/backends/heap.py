@@ -52,12 +52,33 @@ class HeapStateTable(StateTable):
             if not m:
                 del g[namespace]
 
+    def _ns_maps(self, n: int, namespace: Any) -> list[dict | None] | None:
+        """Each key group's map of ``namespace`` (None where it has none) for a call on ``n`` keys,
+        when they are many for the key groups (one lookup per key group instead of one per key);
+        else None."""
+        groups = self._groups
+        if n < 256 or n * 2 < len(groups):
+            return None
+        return [g.get(namespace) for g in groups]
+
     def get_many(self, key_groups, keys, namespace=None):
         groups, start, empty = self._groups, self._start, {}
+        maps = self._ns_maps(len(keys), namespace)
+        if maps is not None:
+            maps = [empty if m is None else m for m in maps]
+            return [maps[g - start].get(k) for g, k in zip(key_groups, keys)]
         return [groups[g - start].get(namespace, empty).get(k) for g, k in zip(key_groups, keys)]
 
     def put_many(self, key_groups, keys, entries, namespace=None):
         groups, start = self._groups, self._start
+        maps = self._ns_maps(len(keys), namespace)
+        if maps is not None:
+            for g, k, e in zip(key_groups, keys, entries):
+                m = maps[g - start]
+                if m is None:
+                    m = maps[g - start] = groups[g - start][namespace] = {}
+                m[k] = e
+            return
         for g, k, e in zip(key_groups, keys, entries):
             grp = groups[g - start]
             m = grp.get(namespace)
@@ -78,6 +99,16 @@ class HeapStateTable(StateTable):
 
     def remove_many(self, key_groups, keys, namespace=None):
         groups, start = self._groups, self._start
+        maps = self._ns_maps(len(keys), namespace)
+        if maps is not None:
+            for g, k in zip(key_groups, keys):
+                m = maps[g - start]
+                if m is not None:
+                    m.pop(k, None)
+                    if not m:
+                        del groups[g - start][namespace]
+                        maps[g - start] = None
+            return
         for g, k in zip(key_groups, keys):
             grp = groups[g - start]
             m = grp.get(namespace)
@@ -89,6 +120,18 @@ class HeapStateTable(StateTable):
     def pop_many(self, key_groups, keys, namespace=None):
         groups, start = self._groups, self._start
         out = []
+        maps = self._ns_maps(len(keys), namespace)
+        if maps is not None:
+            for g, k in zip(key_groups, keys):
+                m = maps[g - start]
+                if m is None:
+                    out.append(None)
+                    continue
+                out.append(m.pop(k, None))
+                if not m:
+                    del groups[g - start][namespace]
+                    maps[g - start] = None
+            return out
         for g, k in zip(key_groups, keys):
             grp = groups[g - start]
             m = grp.get(namespace)
@@ -103,6 +146,20 @@ class HeapStateTable(StateTable):
     def append_many(self, key_groups, keys, lists, namespace=None, handed_over=False):
         groups, start = self._groups, self._start
         own = handed_over and set(map(type, lists)) <= {list}  # a new key's list kept, not copied
+        maps = self._ns_maps(len(keys), namespace)
+        if maps is not None:
+            for g, k, elems in zip(key_groups, keys, lists):
+                if not elems:
+                    continue
+                m = maps[g - start]
+                if m is None:
+                    m = maps[g - start] = groups[g - start][namespace] = {}
+                cur = m.get(k)
+                if cur is None:
+                    m[k] = elems if own else list(elems)
+                else:
+                    cur.extend(elems)
+            return
         for g, k, elems in zip(key_groups, keys, lists):
             if not elems:
                 continue
