@@ -140,6 +140,35 @@ def _data_handles(f: SstFile) -> list[tuple[int, int]]:
     return list(zip(off.tolist(), size.tolist()))
 
 
+def _index_restarts(f: SstFile) -> tuple | None:
+    """The entries of ``f``'s index block read at its restart points, all at once: ``(block bytes (padded),
+    entry starts, end of entries, shared and non-shared key lengths, position of each key)``; None
+    where the index is not a binary-search index, its restart array is malformed or an entry's
+    varints run off the block (the callers then read entry by entry, or not at all)."""
+    if f.prop_int("rocksdb.block.based.table.index.type", 0) != 0:
+        return None
+    delta = f.prop_int("rocksdb.index.value.is.delta.encoded", 0) == 1
+    block = f.block(f.index)
+    n = len(block)
+    b = np.frombuffer(block + b"\0" * _PAD, dtype=np.uint8)
+    packed = int.from_bytes(block[n - 4 :], "little")
+    nr = packed & 0x7FFFFFFF
+    limit = n - 4 - 4 * nr
+    if packed >> 31 or nr < 1 or limit < 0:
+        return None
+    starts = _u32le(b, limit + 4 * np.arange(nr))
+    if (starts >= limit).any():
+        return None
+    try:
+        shared, p = _varints(b, starts)
+        nonshared, p = _varints(b, p)
+        if not delta:
+            _, p = _varints(b, p)
+    except SstError:
+        return None
+    return b, starts, limit, shared, nonshared, p
+
+
 def _handle_arrays(f: SstFile) -> tuple[np.ndarray, np.ndarray]:
     """Offsets and sizes of ``f``'s data blocks, all at once when every index entry is a restart point.
 
@@ -151,24 +180,12 @@ def _handle_arrays(f: SstFile) -> tuple[np.ndarray, np.ndarray]:
         handles = f.data_handles()
         return (np.array([h[0] for h in handles], dtype=np.int64), np.array([h[1] for h in handles], dtype=np.int64))
 
-    if f.prop_int("rocksdb.block.based.table.index.type", 0) != 0 or f.key_groups is not None:
+    if f.key_groups is not None:
         return by_entries()  # (only some key groups: the index keys say which blocks)
-    delta = f.prop_int("rocksdb.index.value.is.delta.encoded", 0) == 1
-    block = f.block(f.index)
-    n = len(block)
-    b = np.frombuffer(block + b"\0" * _PAD, dtype=np.uint8)
-    packed = int.from_bytes(block[n - 4 :], "little")
-    nr = packed & 0x7FFFFFFF
-    limit = n - 4 - 4 * nr
-    if packed >> 31 or nr < 1 or limit < 0:
+    got = _index_restarts(f)
+    if got is None:
         return by_entries()
-    starts = _u32le(b, limit + 4 * np.arange(nr))
-    if (starts >= limit).any():
-        return by_entries()
-    shared, p = _varints(b, starts)
-    nonshared, p = _varints(b, p)
-    if not delta:
-        _, p = _varints(b, p)
+    b, starts, limit, shared, nonshared, p = got
     off, p = _varints(b, p + nonshared)
     size, p = _varints(b, p)
     if shared.any() or not (p == np.append(starts[1:], limit)).all():
@@ -602,30 +619,15 @@ class ColumnFamilyBlocks:
 def _index_key_groups(f: SstFile, prefix_bytes: int) -> np.ndarray | None:
     """The key group of each index key of ``f`` (the first ``prefix_bytes`` bytes), read all at once where
     every index entry is a restart point (see :func:`_handle_arrays`); None otherwise."""
-    if f.prop_int("rocksdb.block.based.table.index.type", 0) != 0 or f.key_groups is not None:
+    if f.key_groups is not None:
         return None
-    delta = f.prop_int("rocksdb.index.value.is.delta.encoded", 0) == 1
-    block = f.block(f.index)
-    n = len(block)
-    b = np.frombuffer(block + b"\0" * _PAD, dtype=np.uint8)
-    packed = int.from_bytes(block[n - 4 :], "little")
-    nr = packed & 0x7FFFFFFF
-    limit = n - 4 - 4 * nr
-    if packed >> 31 or nr < 1 or limit < 0:
+    got = _index_restarts(f)
+    if got is None:
         return None
-    starts = _u32le(b, limit + 4 * np.arange(nr))
-    if (starts >= limit).any():
-        return None
-    try:
-        shared, p = _varints(b, starts)
-        nonshared, p = _varints(b, p)
-        if not delta:
-            _, p = _varints(b, p)
-    except SstError:
-        return None
+    b, starts, limit, shared, nonshared, p = got
     if shared.any() or (nonshared < prefix_bytes).any() or (p + prefix_bytes > limit).any():
         return None
-    kg = np.zeros(nr, dtype=np.int64)
+    kg = np.zeros(len(starts), dtype=np.int64)
     for j in range(prefix_bytes):
         kg = kg * 256 + b[p + j]
     return kg
