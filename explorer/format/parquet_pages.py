@@ -298,8 +298,7 @@ def column_spans(data: np.ndarray, column: Any, max_def: int, max_rep: int, wher
             raise _Corrupt(f"a column chunk at bytes {start}-{end} of a file of {len(data)}")
         _populate(data, start, end - start)
         pages = []
-        pos = at = 0
-        pos = start
+        pos, at = start, 0
         while at < total:
             if pos >= end:
                 raise _Corrupt(f"{at} of its {total} values found in the column chunk's pages")

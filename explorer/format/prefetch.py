@@ -8,15 +8,18 @@ one step at a time; an exception raised by it is raised to the consumer at the
 item where it happened; closing the generator early waits for the step under way.
 
 :func:`map_ahead` is the same for independent items: ``fn`` of each computed by
-several threads at once (each on its own item), the results in order.
+several threads at once (each on its own item), the results in order;
+:func:`map_fed` also advances the items in a thread of their own (when taking
+the next item is itself work, e.g. walking the next key-group range).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable, Iterable, Iterator, TypeVar
 
-__all__ = ["map_ahead", "prefetch"]
+__all__ = ["map_ahead", "map_fed", "prefetch"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -55,6 +58,37 @@ def map_ahead(fn: Callable[[T], U], items: Iterable[T], workers: int = 2, name: 
                     yield pending.pop(0).result()
             while pending:
                 yield pending.pop(0).result()
+        finally:
+            for f in pending:
+                f.cancel()
+
+
+def map_fed(fn: Callable[[T], U], items: Iterator[T], workers: int = 1, name: str = "prefetch",
+            feeder_name: str = "prefetch-feed") -> Iterator[U]:
+    """``fn`` of each of ``items``, in order, by ``workers`` threads, with ``items`` advanced in a thread of
+    its own: a result is handed on as soon as it is ready, not after the next item is (:func:`map_ahead`
+    takes the next item in the consumer's thread first, which holds the first result back while a slow
+    item is made). At most ``workers + 1`` calls are under way or waiting; closing the generator early
+    cancels those not started and waits for the rest."""
+    pending: deque = deque()
+    with ThreadPoolExecutor(1, thread_name_prefix=feeder_name) as feeder, \
+            ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
+        try:
+            nxt = feeder.submit(next, items, _END)
+            while True:
+                if nxt is not None and len(pending) <= workers:
+                    wait([nxt, *list(pending)[:1]], return_when=FIRST_COMPLETED)
+                    if nxt.done():
+                        item = nxt.result()
+                        if item is _END:
+                            nxt = None
+                        else:
+                            pending.append(pool.submit(fn, item))
+                            nxt = feeder.submit(next, items, _END)
+                        continue
+                if not pending:
+                    return
+                yield pending.popleft().result()
         finally:
             for f in pending:
                 f.cancel()

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from explorer.format.prefetch import map_ahead, prefetch
+from explorer.format.prefetch import map_ahead, map_fed, prefetch
 
 
 def test_items_in_order_from_one_worker_thread():
@@ -81,3 +81,35 @@ def test_map_ahead_raises_an_error_at_its_item_and_stops_taking_items():
             got.append(x)
     assert got == [0, 1, 2]
     assert len(taken) <= 3 + 3  # no more than the workers' lead past the failed item
+
+
+def test_map_fed_hands_a_result_on_before_the_next_item_is_made():
+    """Items advanced in a thread of their own: the first result is not held back while a slow
+    next item is made (map_ahead takes the next item first)."""
+    made_second = threading.Event()
+    first_taken = threading.Event()
+
+    def items():
+        yield 1
+        assert first_taken.wait(30)  # the second item only once the first result is in the caller's hands
+        made_second.set()
+        yield 2
+
+    got = map_fed(lambda x: x * 10, items(), workers=1)
+    assert next(got) == 10
+    first_taken.set()
+    assert list(got) == [20]
+    assert made_second.is_set()
+
+
+def test_map_fed_raises_an_error_at_its_item():
+    def fn(i):
+        if i == 3:
+            raise ValueError("bad batch 3")
+        return i
+
+    got = []
+    with pytest.raises(ValueError, match="bad batch 3"):
+        for x in map_fed(fn, iter(range(10)), workers=2):
+            got.append(x)
+    assert got == [0, 1, 2]

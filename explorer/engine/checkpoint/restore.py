@@ -106,13 +106,19 @@ class RestoredKeyedState:
         """Row group ``i`` of ``path``, cut to the wanted key groups. The file is memory-mapped (its
         page-cache pages read in place: no buffer of fresh memory per row group); each call opens it
         (a footer read), so that threads read row groups side by side."""
-        lo, hi = self.key_groups.start, self.key_groups.stop - 1
         t = pq.ParquetFile(path, memory_map=True).read_row_group(i)
+        keep = self._wanted(t, smeta, i)
+        return t if keep is None else t.filter(keep)
+
+    def _wanted(self, t: pa.Table, smeta: dict, i: int) -> Any:
+        """Which rows of row group ``i`` (read as ``t``) are of the wanted key groups: None for all of them
+        (the row group's key groups, in ``smeta``, all wanted), else a boolean mask."""
+        lo, hi = self.key_groups.start, self.key_groups.stop - 1
         first, last, _ = smeta["row_groups"][i]
-        if first < lo or last > hi:
-            kg = t.column("key_group")
-            t = t.filter(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)))
-        return t
+        if first >= lo and last <= hi:
+            return None
+        kg = t.column("key_group")
+        return pc.fill_null(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)), False)
 
     def _read_spans(self, path: Path, smeta: dict, i: int, mapped: dict[Path, Any], lock: threading.Lock
                     ) -> tuple[pa.Table, ByteSpans] | None:
@@ -139,11 +145,8 @@ class RestoredKeyedState:
         t = pf.read_row_group(i, columns=[n for n in pf.schema_arrow.names if n != "value"])
         if len(spans) != t.num_rows:
             return None
-        lo, hi = self.key_groups.start, self.key_groups.stop - 1
-        first, last, _ = smeta["row_groups"][i]
-        if first < lo or last > hi:
-            kg = t.column("key_group")
-            keep = pc.fill_null(pc.and_(pc.greater_equal(kg, lo), pc.less_equal(kg, hi)), False)
+        keep = self._wanted(t, smeta, i)
+        if keep is not None:
             t = t.filter(keep)
             spans = spans.filter(np.asarray(keep.to_numpy(), dtype=bool))
         return t, spans
@@ -181,13 +184,6 @@ class RestoredKeyedState:
         same_type = descriptor.describe()["value_type"] == d.value_type
         ttl = d.has_ttl
 
-        def chunk(t: pa.Table, smeta: dict) -> RestoredChunk:
-            raw = None
-            if same_type:
-                raw = encode_batch(t, d.kind, prefix_bytes, ttl, d.value_type, d.user_key_type,
-                                   smeta["key_kind"], smeta["namespace_kind"], split=True)
-            return RestoredChunk(raw, t.num_rows, lambda: self._rows_of(t, smeta, conv, uk_info))
-
         # values of value/reducing/aggregating states of strings or bytes in an uncompressed checkpoint:
         # located in place in the mapped file (format.parquet_pages) instead of copied out by Arrow
         direct = same_type and splits(d.kind, d.value_type)
@@ -195,18 +191,22 @@ class RestoredKeyedState:
         lock = threading.Lock()
 
         def read(group: tuple[Path, dict, int]) -> RestoredChunk | None:
+            smeta = group[1]
             got = self._read_spans(*group, mapped, lock) if direct else None
-            if got is not None:
+            if got is None:
+                t, spans = self._read_group(*group), None
+                rows = (lambda: self._rows_of(t, smeta, conv, uk_info))
+            else:
                 t, spans = got
-                if not t.num_rows:
-                    return None
-                path, smeta, _ = group
+                # the rows, if wanted after all, from the whole row group read again
+                rows = (lambda: self._rows_of(self._read_group(*group), smeta, conv, uk_info))
+            if not t.num_rows:
+                return None
+            raw = None
+            if same_type:
                 raw = encode_batch(t, d.kind, prefix_bytes, ttl, d.value_type, d.user_key_type, smeta["key_kind"],
                                    smeta["namespace_kind"], split=True, values=spans)
-                # the rows, if wanted after all, from the whole row group read again
-                return RestoredChunk(raw, t.num_rows, lambda: self._rows_of(self._read_group(*group), smeta, conv, uk_info))
-            t = self._read_group(*group)
-            return chunk(t, group[1]) if t.num_rows else None
+            return RestoredChunk(raw, t.num_rows, rows)
 
         # the next batches are read and encoded (Arrow and NumPy, which release the GIL) by two
         # threads, a row group each, while the caller writes the current one

@@ -30,14 +30,13 @@ the caller then writes it again, reading the view with rocksdict.
 from __future__ import annotations
 
 import mmap
-from collections import deque
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
 from ...format.keyed import SAVEPOINT, ParquetProfile, rows_to_table
+from ...format.prefetch import map_fed
 from ...format.rocksdb.columns import decode_flat, supported
 from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
 from ...format.states import StoredState
@@ -249,7 +248,8 @@ def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", pref
     # allocates them at once; what is not written is given back).
     size_hint = int(blocks.blen.sum()) * 9 // 8 if profile.compression == "none" else 0
     buffers = Recycled()  # the values of a batch gathered into the buffer of one written before
-    decoded = _decode_ahead(piece, _batches(_chunks(blocks, prefix_bytes, *key_group_range)), DECODE_THREADS)
+    decoded = map_fed(piece, _batches(_chunks(blocks, prefix_bytes, *key_group_range)), DECODE_THREADS,
+                      "snapshot-decode", "snapshot-walk")
     pieces = (p for p in decoded if p is not None)
     try:
         return write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile, size_hint)
@@ -258,39 +258,6 @@ def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", pref
     finally:
         decoded.close()
         buffers.close()
-
-
-_END = object()
-
-
-def _decode_ahead(fn, items: Iterator, workers: int) -> Iterator:
-    """``fn`` of each of ``items``, in order, by ``workers`` threads, with ``items`` advanced in a thread
-    of its own (the walk of the next key-group range): a result is handed on as soon as it is ready,
-    not after the next item is (:func:`explorer.format.prefetch.map_ahead` takes the next item first,
-    which held the first batch back until the third was walked). At most ``workers + 1`` calls are
-    under way or waiting; closing the generator early cancels those not started and waits for the rest."""
-    pending: deque = deque()
-    with ThreadPoolExecutor(1, thread_name_prefix="snapshot-walk") as feeder, \
-            ThreadPoolExecutor(workers, thread_name_prefix="snapshot-decode") as pool:
-        try:
-            nxt = feeder.submit(next, items, _END)
-            while True:
-                if nxt is not None and len(pending) <= workers:
-                    wait([nxt, *list(pending)[:1]], return_when=FIRST_COMPLETED)
-                    if nxt.done():
-                        item = nxt.result()
-                        if item is _END:
-                            nxt = None
-                        else:
-                            pending.append(pool.submit(fn, item))
-                            nxt = feeder.submit(next, items, _END)
-                        continue
-                if not pending:
-                    return
-                yield pending.popleft().result()
-        finally:
-            for f in pending:
-                f.cancel()
 
 
 __all__ = ["CHUNK_BYTES", "column_family_files", "write_view_state_sst"]
