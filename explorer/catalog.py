@@ -13,20 +13,19 @@ Flink or engine incremental checkpoint's ``shared/`` files are the job's, not co
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from .errors import SnapshotNotFoundError, StateExplorerError
+from .format.checkpoint_dir import checkpoint_id, has_metadata
 from .stored import READERS, register_optional_readers
 from .storage import FileCache, StoragePath, as_path
 
 #: how many folder levels below ``path`` are searched
 MAX_DEPTH = 3
 COLUMNS = ["path", "id", "kind", "format", "time", "size_bytes", "files", "complete", "note"]
-_CHK = re.compile(r"^chk-(\d+)$")
 #: folders inside snapshots and job directories that hold no snapshot of their own
 _SKIP = {"shared", "taskowned", "keyed", "timers", "operator", "native", "inflight", "state", "offsets", "commits",
          "sources", "_spark_metadata"}
@@ -85,9 +84,9 @@ def _scan(folder: Any, rows: list[dict[str, Any]], depth: int) -> None:
     for child in sorted(folder.iterdir()):
         if not child.is_dir() or child.name in _SKIP:
             continue
-        if _CHK.match(child.name) and not (child / "_metadata").is_file():
+        if (chk := checkpoint_id(child.name)) is not None and not has_metadata(child):
             size, n = _files(child)
-            rows.append({"path": str(child), "id": int(_CHK.match(child.name).group(1)), "kind": "checkpoint",
+            rows.append({"path": str(child), "id": chk, "kind": "checkpoint",
                          "format": None, "time": None, "size_bytes": size, "files": n, "complete": False,
                          "note": "no _metadata: being written, or aborted (the engines skip it on restore)"})
             continue
@@ -97,7 +96,7 @@ def _scan(folder: Any, rows: list[dict[str, Any]], depth: int) -> None:
 def _snapshot_row(folder: Any) -> dict[str, Any]:
     size, n = _files(folder)
     row: dict[str, Any] = {"path": str(folder), "size_bytes": size, "files": n}
-    m = _CHK.match(folder.name)
+    chk = checkpoint_id(folder.name)
     try:
         mtime = pd.Timestamp((folder / "_metadata").stat().st_mtime, unit="s", tz="UTC")
     except OSError:
@@ -108,7 +107,7 @@ def _snapshot_row(folder: Any) -> dict[str, Any]:
             raise StateExplorerError(f"{folder / '_metadata'}: a _metadata of no format State Explorer knows")
         info = cls(folder).info()
     except StateExplorerError as exc:
-        row.update({"id": int(m.group(1)) if m else None, "kind": "checkpoint" if m else None, "format": None,
+        row.update({"id": chk, "kind": "checkpoint" if chk is not None else None, "format": None,
                     "time": mtime, "complete": False, "note": str(exc)[:300]})
         return row
     row.update({"id": info.checkpoint_id, "kind": info.kind, "format": info.format,

@@ -17,6 +17,7 @@ import pandas as pd
 from plotly.offline import get_plotlyjs
 
 from . import analysis, plots
+from .format.checkpoint_dir import checkpoint_id
 from .plots import format as fmt
 from .storage import as_path
 from .stored import checkpoints_in, open_stored
@@ -383,6 +384,6 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
 
 def _checkpoint_dir_of(snap: Any) -> Path | None:
     p = as_path(snap.path)
-    if p.name.startswith("chk-"):
+    if checkpoint_id(p.name) is not None:
         return p.parent
     return None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from .errors import AnalysisError, SnapshotError, SnapshotNotFoundError
+from .format.checkpoint_dir import checkpoint_folders
 from .keygroups import assign_to_key_group
 from .readers.base import (
     CONTRACT_COLUMNS,
@@ -48,8 +48,6 @@ from .readers.base import (
 from .readers.engine import EngineSnapshotReader
 from .storage import FileCache, StoragePath, as_path
 from .storage.sizes import parse_size
-
-_CHK = re.compile(r"^chk-(\d+)$")
 
 #: readers tried in order by :func:`reader_for`
 READERS: list[type[SnapshotReader]] = [EngineSnapshotReader]
@@ -89,32 +87,15 @@ def checkpoints_in(directory: Path) -> list[Path]:
     Folders that vanish while they are looked at (a job's retention deleting old
     checkpoints) are left out, not an error.
     """
-    found = []
     try:
-        entries = list(as_path(directory).iterdir())
+        return [p for _, p in checkpoint_folders(as_path(directory), EngineSnapshotReader.detect)]
     except FileNotFoundError as exc:
         raise SnapshotNotFoundError(f"{directory}: vanished while listing its chk-N folders") from exc
-    for p in entries:
-        m = _CHK.match(p.name)
-        if not m:
-            continue
-        try:
-            complete = EngineSnapshotReader.detect(p)
-        except OSError:  # deleted (or made unreadable) between listing and looking
-            continue
-        if complete:
-            found.append((int(m.group(1)), p))
-    return [p for _, p in sorted(found)]
 
 
 def _chk_folders(directory: Any) -> list[tuple[int, Any]]:
     """``(N, folder)`` of the ``chk-N`` folders of ``directory``, newest first."""
-    chks = []
-    for p in directory.iterdir():
-        m = _CHK.match(p.name)
-        if m:
-            chks.append((int(m.group(1)), p))
-    return sorted(chks, key=lambda t: t[0], reverse=True)
+    return checkpoint_folders(directory)[::-1]
 
 
 def _detect(reader_cls: type[SnapshotReader], p: Any) -> bool:

@@ -25,7 +25,6 @@ so their sum is no duration of anything and can exceed the checkpoint's own dura
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
+from ..format.checkpoint_dir import checkpoint_folders, has_metadata
 from ..storage import StoragePath, as_path
 from ..stored import checkpoints_in, open_stored
 from . import _ranges
@@ -45,14 +45,9 @@ HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "s
                    "keys", "checkpoint_bytes", "incremental_bytes", "delta_bytes", "duration_ms", "sync_ms",
                    "async_ms", "alignment_ms", "operator_bytes"]
 
-_CHK = re.compile(r"^chk-(\d+)$")
-
-
 def _metadata_checkpoints(directory: Path) -> list[Path]:
     """``chk-N`` folders holding a ``_metadata`` file (Apache Flink's retained checkpoints), oldest first."""
-    found = [(int(m.group(1)), p) for p in directory.iterdir()
-             if (m := _CHK.match(p.name)) and (p / "_metadata").is_file()]
-    return [p for _, p in sorted(found)]
+    return [p for _, p in checkpoint_folders(directory, has_metadata)]
 
 
 def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:

@@ -14,16 +14,14 @@ reuse (Flink's ``SharedStateRegistry`` plays this part).
 
 from __future__ import annotations
 
-import re
 import shutil
 import threading
 from collections import Counter
 from pathlib import Path
 
 from ...errors import SnapshotError
+from ...format.checkpoint_dir import checkpoint_folders, folder_name
 from ...format.snapshot import METADATA_FILE, is_snapshot_folder, read_metadata, verify_snapshot
-
-_CHK = re.compile(r"^chk-(\d+)$")
 
 
 class CheckpointStorage:
@@ -56,15 +54,10 @@ class CheckpointStorage:
                     del self._held[rel]
 
     def folder_for(self, checkpoint_id: int) -> Path:
-        return self.directory / f"chk-{checkpoint_id}"
+        return self.directory / folder_name(checkpoint_id)
 
     def all_ids(self) -> list[int]:
-        ids = []
-        for p in self.directory.iterdir():
-            m = _CHK.match(p.name)
-            if m and p.is_dir():
-                ids.append(int(m.group(1)))
-        return sorted(ids)
+        return [n for n, _ in checkpoint_folders(self.directory, lambda p: p.is_dir())]
 
     def completed_ids(self) -> list[int]:
         return [i for i in self.all_ids() if is_snapshot_folder(self.folder_for(i))]

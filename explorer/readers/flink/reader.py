@@ -61,6 +61,7 @@ from ...errors import (
     StateExplorerError,
 )
 from ...storage import as_path
+from ...format.checkpoint_dir import METADATA_NAME, newest_complete
 from ...format.sst import columns as sstvec
 from ...format.sst.instance import resolve
 from ...keygroups import assign_key_groups, key_groups_for_hash_codes, operator_indices_for_key_groups
@@ -88,8 +89,6 @@ from .rows import KeyValueDecoder, RowBuffer, hashable_keys, to_arrow
 from .serializers import RowDataDecoder, UnknownLayout
 from .statemeta import PYFLINK_KINDS, BackendMeta, StateMeta, read_backend_meta
 
-_CHK = re.compile(r"^chk-(\d+)$")
-
 #: what decoding a damaged keyed-state stream raises: the parsers' own errors (with the offset), and
 #: Python's for bytes that end early, index past the data or are not UTF-8
 #: (ValueError and OverflowError: a damaged length or character code, e.g. ``chr()`` of an impossible one)
@@ -110,13 +109,9 @@ def find_metadata(path: Path) -> Path:
         raise SnapshotNotFoundError(f"{path}: no such file or folder")
     if (path / "_metadata").is_file():
         return path / "_metadata"
-    chks = sorted(
-        (int(m.group(1)), p)
-        for p in path.iterdir()
-        if (m := _CHK.match(p.name)) and (p / "_metadata").is_file()
-    )
-    if chks:
-        return chks[-1][1] / "_metadata"
+    newest = newest_complete(path)
+    if newest is not None:
+        return newest / METADATA_NAME
     raise SnapshotNotFoundError(
         f"{path}: found no '_metadata' file here or in a chk-N folder; expected a Flink savepoint or checkpoint"
     )
