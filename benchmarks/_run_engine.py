@@ -80,11 +80,11 @@ def main(argv: list[str] | None = None) -> dict:
         env.enable_checkpointing(args.checkpoint_dir, interval_ms=1000)
     sink = CountingSink()
     if args.workload == "sessions":
-        from explorer.pipelines import sessions
+        from explorer.pipelines import sessions, sessions_batch
 
         records = [sessions.Event(u, t, k, "") for u, t, k in zip(users, ts, kinds)]
         del users, ts, kinds
-        sessions.build(env, records)
+        sessions_batch.build(env, records)
     else:
         records = list(zip(users, ts))
         del users, ts, kinds

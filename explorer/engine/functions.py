@@ -232,8 +232,9 @@ class KeyedProcessFunction(ProcessFunction):
     ``key_groups``) without a Timer made per timer, and must do what ``on_timer`` for each in turn
     would; it may not delete timers (they are off the queue already) nor register one due
     before the last of its batch (both raise). Neither path runs when a state has TTL.
-    ``explorer.pipelines.sessions.SessionWindowFunction`` is the worked example; its tests
-    run both paths and compare outputs, state and timers.
+    ``explorer.pipelines.sessions_batch.BatchSessionWindowFunction`` is the worked example (the
+    batch paths of ``explorer.pipelines.sessions.SessionWindowFunction``); its tests run both
+    paths and compare outputs, state and timers.
     """
 
     def on_timer(self, timestamp: int, ctx: ProcessContext, out: Collector) -> None:

@@ -6,7 +6,9 @@ hot_share, seed, start_ms, ...)`` (deterministic for a seed, skew from
 :mod:`explorer.pipelines._common`) and ``build(env, records, **options)``,
 which wires source -> ... -> ``collect(<name>)`` onto a
 :class:`~explorer.engine.StreamEnvironment`. Operators have stable names
-and uids: they are state identities in snapshots.
+and uids: they are state identities in snapshots. ``sessions_batch`` is no
+pipeline of its own: it is ``sessions``' job run a batch at a time (the
+fast path the registry runs), to be read after ``sessions``.
 
 =============  ============================================================================
 pipeline       what it exercises
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..engine import StreamEnvironment
-from . import consumer_lag, dedup, fraud, orders, sessions, url_counts
+from . import consumer_lag, dedup, fraud, orders, sessions, sessions_batch, url_counts
 from ._common import ReplayClock
 
 __all__ = ["PIPELINES", "Pipeline", "ReplayClock", "get"]
@@ -92,12 +94,12 @@ class Pipeline:
 
 
 def _pipeline(module, name: str, description: str, keyed_state: dict[str, tuple[str, ...]], outputs, side_outputs=(),
-              event_time: bool = True, replay_clock: bool = False) -> Pipeline:
+              event_time: bool = True, replay_clock: bool = False, build: Callable[..., None] | None = None) -> Pipeline:
     return Pipeline(
         name=name,
         description=description,
         generate=module.generate,
-        build=module.build,
+        build=module.build if build is None else build,
         default_records=module.DEFAULT_RECORDS,
         keyed_state=keyed_state,
         outputs=tuple(outputs),
@@ -128,6 +130,7 @@ PIPELINES: dict[str, Pipeline] = {
             "ListState[Event] of the open session and ValueState[int] of its end.",
             {"sessions": ("session", "sessionEnd")},
             ("sessions",),
+            build=sessions_batch.build,  # (the same job as sessions.build, a batch at a time: for speed)
         ),
         _pipeline(
             fraud,

@@ -298,7 +298,7 @@ def test_harness_side_outputs_of_the_order_state_machine():
 
 
 def test_harness_agrees_with_the_job_on_the_sessions_pipeline():
-    from explorer.pipelines import sessions
+    from explorer.pipelines import sessions, sessions_batch
 
     events = sessions.generate(1500, keys=15, seed=8)
     with KeyedProcessFunctionHarness(sessions.SessionWindowFunction(), key_selector=lambda e: e.user_id) as h:
@@ -312,7 +312,7 @@ def test_harness_agrees_with_the_job_on_the_sessions_pipeline():
         h.advance_watermark(2**62)
         from_harness = Counter(h.output)
     env = StreamEnvironment(parallelism=3)
-    sessions.build(env, events)
+    sessions_batch.build(env, events)
     assert Counter(env.execute().output("sessions")) == from_harness
 
 

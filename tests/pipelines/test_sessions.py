@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from explorer.engine import StreamEnvironment
-from explorer.pipelines import sessions
+from explorer.pipelines import sessions, sessions_batch
 from explorer.pipelines.sessions import Event, SessionSummary
 
 MIN = 60_000
@@ -45,7 +45,7 @@ def expected_sessions(events, gap_ms=30 * MIN):
 def run(events, parallelism=1, **kw):
     build_kw = {k: kw.pop(k) for k in list(kw) if k in ("gap_ms",)}
     env = StreamEnvironment(parallelism=parallelism, **kw)
-    sessions.build(env, events, **build_kw)
+    sessions_batch.build(env, events, **build_kw)
     return env.execute("sessions")
 
 
@@ -134,10 +134,10 @@ def test_generator_keeps_each_users_events_in_time_order():
     assert evs == sessions.generate(3000, keys=30, seed=2)
 
 
-def _run_rounds(events, backend, batch_process, rounds, batch_size):
+def _run_rounds(events, backend, batch_process, rounds, batch_size, build=sessions_batch.build):
     """The job after ``rounds`` scheduler rounds (None: to the end): outputs, state rows, timers."""
     env = StreamEnvironment(parallelism=1, batch_size=batch_size, state_backend=backend, batch_process=batch_process)
-    sessions.build(env, events)
+    build(env, events)
     client = env.execute_async()
     client.run(max_rounds=rounds)
     op = client.runtime.subtasks_of("sessions")[0].operator
@@ -157,8 +157,8 @@ def test_the_batch_path_leaves_what_the_record_path_leaves(events, backend, tick
     # with timestamps on whole minutes many timers tie, and ties fire in registration order
     events = [Event(e.user_id, e.ts - e.ts % tick, e.kind, e.page) for e in events]
     closes = []
-    real = sessions.SessionWindowFunction._close_in_batch
-    monkeypatch.setattr(sessions.SessionWindowFunction, "_close_in_batch",
+    real = sessions_batch.BatchSessionWindowFunction._close_in_batch
+    monkeypatch.setattr(sessions_batch.BatchSessionWindowFunction, "_close_in_batch",
                         lambda self, *a: (closes.append(1), real(self, *a)))
     for rounds in (3, 12, 25, None):
         batched = _run_rounds(events, backend, True, rounds, 256)
@@ -172,21 +172,37 @@ def test_the_batch_path_leaves_what_the_record_path_leaves(events, backend, tick
         assert len({t for t, *_ in batched[2]}) < len(batched[2]) or len(batched[0]) > len({s.end_ms for s in batched[0]})
 
 
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_the_readable_function_and_the_fast_path_leave_the_same(events, backend):
+    # sessions.SessionWindowFunction (the seed's function, a record and a timer at a time) and
+    # sessions_batch's (a batch of records or of timers at a time, the job the registry runs) on the
+    # same input: the same outputs in the same order, the same state and the same timers, mid-run too
+    events = [Event(e.user_id, e.ts - e.ts % 60_000, e.kind, e.page) for e in events]
+    for rounds in (3, 12, None):
+        fast = _run_rounds(events, backend, True, rounds, 256)
+        readable = _run_rounds(events, backend, True, rounds, 256, build=sessions.build)
+        assert readable == fast
+        if rounds == 12:
+            assert fast[1] and fast[2]  # mid-run: open sessions and pending timers compared
+    assert Counter(fast[0]) == expected_sessions(events)
+    assert not hasattr(sessions.SessionWindowFunction, "process_batch")  # (the readable one took no batch path)
+
+
 def test_the_record_walk_of_process_batch_leaves_what_the_record_path_leaves(events, monkeypatch):
     # process_batch walks the records one by one when its column-wise path cannot take the batch
     # (timestamps that are not all ints, or span too much of the int64 range): that walk too
     # leaves exactly what process_element does
     events = [Event(e.user_id, e.ts - e.ts % 60_000, e.kind, e.page) for e in events]
-    walk = sessions.SessionWindowFunction._process_batch_records
-    monkeypatch.setattr(sessions.SessionWindowFunction, "process_batch", walk)
+    walk = sessions_batch.BatchSessionWindowFunction._process_batch_records
+    monkeypatch.setattr(sessions_batch.BatchSessionWindowFunction, "process_batch", walk)
     for rounds in (12, None):
         assert _run_rounds(events, "heap", True, rounds, 256) == _run_rounds(events, "heap", False, rounds, 256)
 
 
 def test_timestamps_too_far_apart_for_the_column_path_take_the_record_walk(monkeypatch):
     walked = []
-    real = sessions.SessionWindowFunction._process_batch_records
-    monkeypatch.setattr(sessions.SessionWindowFunction, "_process_batch_records",
+    real = sessions_batch.BatchSessionWindowFunction._process_batch_records
+    monkeypatch.setattr(sessions_batch.BatchSessionWindowFunction, "_process_batch_records",
                         lambda self, *a: (walked.append(1), real(self, *a))[1])
     far = 1 << 61
     evs = [Event(u, t, "purchase" if i % 3 == 0 else "view", "/")
@@ -202,8 +218,8 @@ def test_summarize_many_is_summarize_of_each(events):
         by_user[e.user_id].append(e)
     users = sorted(by_user)
     lists = [by_user[u][: 1 + i * 7 % 600] for i, u in enumerate(users)]
-    assert sessions.summarize_many(users, lists) == [sessions.summarize(u, evs) for u, evs in zip(users, lists)]
-    assert any(s.purchases for s in sessions.summarize_many(users, lists))
+    assert sessions_batch.summarize_many(users, lists) == [sessions.summarize(u, evs) for u, evs in zip(users, lists)]
+    assert any(s.purchases for s in sessions_batch.summarize_many(users, lists))
 
 
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
@@ -212,7 +228,7 @@ def test_sessions_are_summarised_from_their_figures_without_reading_their_events
     # back (neither summarised from its events nor popped from the list state), and the summaries
     # are those of the events
     read = []
-    monkeypatch.setattr(sessions, "summarize_many", lambda *a: read.append(1) or [])
+    monkeypatch.setattr(sessions_batch, "summarize_many", lambda *a: read.append(1) or [])
     got = run(events, batch_size=256, state_backend=backend).output("sessions")
     assert not read
     assert Counter(got) == expected_sessions(events)
@@ -223,13 +239,13 @@ def test_a_session_begun_before_a_restore_is_read_from_its_list(events, tmp_path
     # their lists (as before the figures existed) and the results are still exactly once
     day = 86_400_000
     read = []
-    real = sessions.summarize_many
-    monkeypatch.setattr(sessions, "summarize_many", lambda *a: read.append(len(a[0])) or real(*a))
+    real = sessions_batch.summarize_many
+    monkeypatch.setattr(sessions_batch, "summarize_many", lambda *a: read.append(len(a[0])) or real(*a))
 
     def make():
         env = StreamEnvironment(parallelism=1, batch_size=128)
         env.enable_checkpointing(tmp_path / "chk", interval_records=10**9, timeout_ms=365 * day, asynchronous=False)
-        sessions.build(env, events)
+        sessions_batch.build(env, events)
         return env
 
     client = make().execute_async("sessions")
@@ -254,13 +270,13 @@ def test_the_batch_path_reads_each_events_ts_unless_told_they_are_the_record_tim
         env.from_collection(events, wm).key_by("user_id").process(fn, name="sessions").collect("sessions")
         return env.execute("sessions").output("sessions")
 
-    told = job(sessions.SessionWindowFunction(ts_is_record_timestamp=True), sessions.timestamp_of)
-    assert job(sessions.SessionWindowFunction(), sessions.timestamp_of) == told
+    told = job(sessions_batch.BatchSessionWindowFunction(ts_is_record_timestamp=True), sessions.timestamp_of)
+    assert job(sessions_batch.BatchSessionWindowFunction(), sessions.timestamp_of) == told
     assert Counter(told) == expected_sessions(events)
 
 
 def test_open_sessions_drop_the_slots_of_closed_sessions():
-    agg = sessions.OpenSessions(capacity=4)
+    agg = sessions_batch.OpenSessions(capacity=4)
     keys = [f"u{i}" for i in range(10)]
     slots = agg.slots_of(keys)
     assert sorted(slots.tolist()) == list(range(10)) and not agg.valid[slots].any()
@@ -282,7 +298,7 @@ def test_open_sessions_find_slots_by_dictionary_code_as_by_key():
     from explorer.engine.channels import KeyDictionary
 
     d = KeyDictionary([f"u{i}" for i in range(2000)])
-    by_code, by_key = sessions.OpenSessions(capacity=4), sessions.OpenSessions(capacity=4)
+    by_code, by_key = sessions_batch.OpenSessions(capacity=4), sessions_batch.OpenSessions(capacity=4)
     rng = np.random.default_rng(1)
     for step in range(40):
         codes = rng.choice(2000, size=int(rng.integers(1, 60)), replace=False)
@@ -300,7 +316,7 @@ def test_open_sessions_find_slots_by_dictionary_code_as_by_key():
 def test_open_sessions_find_slots_by_identity_as_by_key():
     # keys that are the objects the slots hold, equal copies of them, keys without a slot, keys
     # given slots after the ids were indexed, repeats, and a renumbering (closed ones dropped)
-    agg = sessions.OpenSessions(capacity=4)
+    agg = sessions_batch.OpenSessions(capacity=4)
     rng = np.random.default_rng(2)
     held = [f"user-{i}" for i in range(3000)]
     for step in range(30):

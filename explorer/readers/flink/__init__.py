@@ -6,7 +6,12 @@ parser for the one Java-serialized object in ``_metadata``), ``metadata``
 (serializer snapshots and value decoders), ``statemeta`` (the keyed backend
 header), ``fullformat`` (canonical savepoints, RocksDB full snapshots),
 ``heapformat`` (HashMap backend snapshots), ``compression`` (Snappy), ``rows`` (entries to
-contract rows), ``operatorstate`` (operator and broadcast state), ``reader``.
+contract rows), ``operatorstate`` (operator and broadcast state), ``reader``
+(``FlinkSnapshotReader``, opened there and composed of parts of one role each:
+``layout`` the metadata's answers and ``find_metadata``, ``keyed`` keyed state
+subtask by subtask, ``sstread`` RocksDB instances, ``pieces`` entries to
+pieces with key groups checked, ``windows`` merged session windows,
+``pyflinkstates`` PyFlink's Python states, ``operatorstate``, ``notes``).
 RocksDB native/incremental snapshots are read with the SST format of
 :mod:`explorer.format.sst`, which the engine uses too.
 

@@ -16,16 +16,24 @@ offset points at ``int n`` and ``n`` (key, value) pairs.
 With snapshot compression, the data after the header is Snappy-framed and
 Flink flushes the compressor before recording each offset, so every offset
 starts a run of frames that decodes to exactly what it points at.
+
+:class:`OperatorStates` is the part of :class:`~.reader.FlinkSnapshotReader` that reads every
+subtask's operator-state stream into ``operator_state()``'s rows; a stream that cannot be read
+is a note, and the others are read.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import pandas as pd
+
 from ...errors import ReaderError
+from ..base import OPERATOR_STATE_COLUMNS
 from .compression import unframe
 from .datainput import DataInput
-from .handles import OperatorStreamHandle
+from .handles import HandleResolver, OperatorStreamHandle
+from .notes import Notes
 from .serializers import Decoder, RawDecoder, UnknownLayout, UnknownSnapshot, read_top_level_snapshot
 
 _MODES = {"SPLIT_DISTRIBUTE": "split", "UNION": "union", "BROADCAST": "broadcast"}
@@ -108,3 +116,26 @@ def read_operator_state(
         except (UnknownLayout, AttributeError, EOFError, ValueError) as exc:
             note(f"{where}: operator state {name!r} could not be decoded ({exc}); skipped")
     return rows
+
+
+class OperatorStates(Notes):
+    """Operator and broadcast state of every subtask (see module doc); a part of ``FlinkSnapshotReader``."""
+
+    resolver: HandleResolver
+
+    def operator_state(self) -> pd.DataFrame:
+        rows = []
+        for op in self.meta.operators:
+            for st in op.subtasks:
+                h = st.managed_operator
+                if h is None or h.stream is None:
+                    continue
+                where = f"{self.metadata_file} (operator {op.display_name!r}, subtask {st.index})"
+                try:
+                    data = self.resolver.read(h.stream)
+                    for r in read_operator_state(data, h, where, self._note):
+                        r.update(operator=op.display_name, subtask=st.index)
+                        rows.append(r)
+                except ReaderError as exc:
+                    self._note(str(exc))
+        return pd.DataFrame(rows, columns=list(OPERATOR_STATE_COLUMNS))

@@ -155,6 +155,15 @@ class KeyValueDecoder:
             out.add(kg, key, ns, None, value, len(vbytes))
 
 
+def dict_key(k: Any) -> Any:
+    """``k`` where it can be a dict key, else its ``repr`` (a decoded key may be a list or a dict)."""
+    try:
+        hash(k)
+        return k
+    except TypeError:
+        return repr(k)
+
+
 def hashable_keys(decoder: Decoder, keys: list[Any]) -> list[Any] | None:
     """Keys as explorer.keygroups hashes them, or None when Java's hash is not reproducible."""
     kind = decoder.key_kind
