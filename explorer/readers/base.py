@@ -336,6 +336,10 @@ class SnapshotReader(ABC):
     format_name: str = "unknown"
     #: the file being read, when the reader knows it (named by the error boundary)
     current_file: Path | None = None
+    #: whether this format's snapshots are the ``chk-N`` folders of a job's checkpoint directory (the
+    #: engine's, Flink's), so the newest of them is looked for with this reader; False for a format whose
+    #: one folder holds every checkpoint (Spark's)
+    in_chk_folders: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -348,6 +352,15 @@ class SnapshotReader(ABC):
         self.path = as_path(path)
         #: things the user should know (an unknown serializer, a skipped file)
         self.notes: list[str] = []
+
+    @classmethod
+    def on_store(cls, remote: Any, **options: Any) -> "SnapshotReader":
+        """The reader of ``remote``, a :class:`~explorer.storage.StoragePath` this format detected.
+
+        The default reads through the path itself (its files fetched into the local cache as they
+        are read); a format that needs a local folder (Spark's) mirrors the files it reads first.
+        """
+        return cls(remote, **options)
 
     @classmethod
     @abstractmethod

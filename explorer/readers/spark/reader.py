@@ -136,6 +136,7 @@ class SparkCheckpointReader(SnapshotReader):
     """One micro-batch of a Spark Structured Streaming checkpoint (the latest committed by default)."""
 
     format_name = "spark-checkpoint"
+    in_chk_folders = False  # one folder holds every batch
 
     def __init__(self, path: str | Path, batch_id: int | None = None, spark=None, jvm: bool | None = None,
                  mirror: layout.BatchMirror | None = None) -> None:
