@@ -178,7 +178,7 @@ class StoredSnapshot:
             if err is exc:
                 raise
             raise err from exc
-        if key is not None and not getattr(self.reader, "filters_keys", False):
+        if key is not None and not self.reader.filters_keys:
             df = df[df["key"].map(lambda k: k == key)].reset_index(drop=True)
         return df
 
@@ -215,7 +215,7 @@ class StoredSnapshot:
             for piece in self.reader.keyed_pieces(q):
                 if columns:
                     piece = piece.select([c for c in CONTRACT_COLUMNS if c in columns])
-                if key is not None and not getattr(self.reader, "filters_keys", False) and piece.num_rows:
+                if key is not None and not self.reader.filters_keys and piece.num_rows:
                     keys = piece.column("key").to_pylist()
                     piece = piece.filter(pa.array([k == key or struct_to_tuple(k) == key for k in keys]))
                 bar.update(piece.num_rows)
@@ -258,18 +258,15 @@ class StoredSnapshot:
         (their key and value types): pass ``state=`` otherwise. Other formats (Flink, Spark) get
         an in-memory dataset of :meth:`to_arrow` (read once, so it must fit the memory budget).
         """
-        files = getattr(self.reader, "parquet_files", None)
-        q = self.query(operator, state)
-        if callable(files):
-            found = files(q)
-            if found is not None:
-                return parquet_dataset(self.path, found)
+        found = self.reader.parquet_files(self.query(operator, state))
+        if found is not None:
+            return parquet_dataset(self.path, found)
         return ds.dataset(self.to_arrow(operator=operator, state=state))
 
     def _key_query(self, q: KeyedStateQuery, key: Any) -> KeyedStateQuery:
-        own = getattr(self.reader, "key_query", None)  # a reader whose keys are placed its own way (Spark's)
+        own = self.reader.key_query(q, key)  # a reader whose keys are placed its own way (Spark's)
         if own is not None:
-            return own(q, key)
+            return own
         try:
             kg = assign_to_key_group(key, self.max_parallelism())
         except Exception:  # noqa: BLE001 - foreign key types: no push-down, filter after reading
