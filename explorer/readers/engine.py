@@ -27,7 +27,7 @@ from ..format.snapshot import (
     resolve,
 )
 from ..keygroups import operator_indices_for_key_groups
-from ..storage import StoragePath, as_path
+from ..storage import StoragePath
 from .base import (
     TUPLE_COLUMNS,
     TIMESTAMP,
@@ -101,7 +101,7 @@ class EngineSnapshotReader(SnapshotReader):
 
     @classmethod
     def detect(cls, path: Path) -> bool:
-        return as_path(path).is_dir() and is_snapshot_folder(as_path(path))
+        return path.is_dir() and is_snapshot_folder(path)
 
     def info(self) -> SnapshotInfo:
         m = self.meta

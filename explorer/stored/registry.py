@@ -69,8 +69,12 @@ def checkpoints_in(directory: Path) -> list[Path]:
     Folders that vanish while they are looked at (a job's retention deleting old
     checkpoints) are left out, not an error.
     """
+    return _engine_checkpoints(as_path(directory))
+
+
+def _engine_checkpoints(directory: Any) -> list[Any]:
     try:
-        return [p for _, p in checkpoint_folders(as_path(directory), EngineSnapshotReader.detect)]
+        return [p for _, p in checkpoint_folders(directory, EngineSnapshotReader.detect)]
     except FileNotFoundError as exc:
         raise SnapshotNotFoundError(f"{directory}: vanished while listing its chk-N folders") from exc
 
@@ -81,9 +85,10 @@ def retained_checkpoints(directory: Path) -> list[Path]:
     The engine's complete ``chk-N`` folders (:func:`checkpoints_in`); else the ``chk-N`` folders holding
     a ``_metadata`` (Apache Flink's retained checkpoints); else none (a snapshot, or not a directory).
     """
+    directory = as_path(directory)
     if not directory.is_dir():
         return []
-    return checkpoints_in(directory) or [p for _, p in checkpoint_folders(directory, has_metadata)]
+    return _engine_checkpoints(directory) or [p for _, p in checkpoint_folders(directory, has_metadata)]
 
 
 def _detect(reader_cls: type[SnapshotReader], p: Any) -> bool:
