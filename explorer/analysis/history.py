@@ -32,9 +32,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
-from ..format.checkpoint_dir import checkpoint_folders, has_metadata
 from ..storage import StoragePath, as_path
-from ..stored import checkpoints_in, open_stored
+from ..stored import open_stored, retained_checkpoints
 from . import _ranges
 from ._columns import cached_frame, state_rows
 from ._common import is_snapshot
@@ -45,11 +44,6 @@ HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "s
                    "keys", "checkpoint_bytes", "incremental_bytes", "delta_bytes", "duration_ms", "sync_ms",
                    "async_ms", "alignment_ms", "operator_bytes"]
 
-def _metadata_checkpoints(directory: Path) -> list[Path]:
-    """``chk-N`` folders holding a ``_metadata`` file (Apache Flink's retained checkpoints), oldest first."""
-    return [p for _, p in checkpoint_folders(directory, has_metadata)]
-
-
 def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:
     if is_snapshot(source):
         return [source]
@@ -57,7 +51,7 @@ def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:
         p = as_path(source)
         if not p.exists():
             raise AnalysisError(f"{p}: no such checkpoint directory")
-        chks = (checkpoints_in(p) or _metadata_checkpoints(p)) if p.is_dir() else []
+        chks = retained_checkpoints(p)
         if chks:
             return [open_stored(c, **options) for c in chks]
         return [open_stored(p, **options)]

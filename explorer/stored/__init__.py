@@ -9,7 +9,7 @@ One module per job:
 
 * :mod:`.registry`: which reader opens a path (:data:`READERS`, :func:`register`,
   :func:`reader_for`, :func:`open_stored`), a job's checkpoint directory (:func:`checkpoints_in`,
-  :func:`retained_checkpoints`) and its newest checkpoint;
+  :func:`retained_checkpoints`, :func:`checkpoint_directory_of`) and its newest checkpoint;
 * :mod:`.snapshot`: :class:`StoredSnapshot`, metadata and keyed state read in parts (pages,
   Arrow batches, one Arrow table, a Dataset);
 * :mod:`.frames`: reader pieces assembled into the contract DataFrame;
@@ -28,6 +28,7 @@ from .memory import (
 )
 from .registry import (
     READERS,
+    checkpoint_directory_of,
     checkpoints_in,
     open_stored,
     reader_for,
@@ -44,6 +45,7 @@ __all__ = [
     "AnalysisCache",
     "StoredSnapshot",
     "available_memory",
+    "checkpoint_directory_of",
     "checkpoints_in",
     "default_memory_budget",
     "open_stored",

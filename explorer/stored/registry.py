@@ -26,7 +26,7 @@ from ..readers.engine import EngineSnapshotReader
 from ..storage import FileCache, StoragePath, as_path
 from .snapshot import StoredSnapshot
 
-__all__ = ["READERS", "checkpoints_in", "open_stored", "reader_for", "register", "register_optional_readers",
+__all__ = ["READERS", "checkpoint_directory_of", "checkpoints_in", "open_stored", "reader_for", "register", "register_optional_readers",
            "retained_checkpoints"]
 
 #: readers tried in order by :func:`reader_for` (add one with :func:`register`)
@@ -89,6 +89,20 @@ def retained_checkpoints(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return _engine_checkpoints(directory) or [p for _, p in checkpoint_folders(directory, has_metadata)]
+
+
+def checkpoint_directory_of(snapshot: StoredSnapshot) -> Any | None:
+    """What :func:`explorer.history` reads as the checkpoints of ``snapshot``'s job, or None.
+
+    The folder of its retained ``chk-N`` when it is one of them (the engine's, Apache Flink's:
+    :func:`retained_checkpoints`); the snapshot's own folder when that one folder holds every checkpoint
+    (Spark's: ``in_chk_folders`` False, the reader has a history of its own); None for a snapshot on its
+    own (a savepoint). The dashboards' History and Diff tabs ask here.
+    """
+    if not snapshot.reader.in_chk_folders:
+        return snapshot.path
+    parent = snapshot.path.parent  # a pathlib.Path, or a StoragePath (s3://...)
+    return parent if retained_checkpoints(parent) else None
 
 
 def _detect(reader_cls: type[SnapshotReader], p: Any) -> bool:
