@@ -383,7 +383,7 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
 
 
 def _checkpoint_dir_of(snap: Any) -> Path | None:
-    p = as_path(snap.path)
+    p = snap.path
     if checkpoint_id(p.name) is not None:
         return p.parent
     return None

@@ -31,9 +31,18 @@ from .analysis import (
     ttl_summary,
 )
 from .report import snapshot_html
-from .stored import READERS, AnalysisCache, StoredSnapshot, checkpoints_in, reader_for
+from .stored import (
+    READERS,
+    AnalysisCache,
+    StoredSnapshot,
+    checkpoint_directory_of,
+    checkpoints_in,
+    reader_for,
+    retained_checkpoints,
+)
 
-__all__ = ["READERS", "AnalysisCache", "Snapshot", "checkpoints_in", "open"]
+__all__ = ["READERS", "AnalysisCache", "Snapshot", "checkpoint_directory_of", "checkpoints_in", "open",
+           "retained_checkpoints"]
 
 
 def open(path: str | Path, memory_budget: int | str | None = None, **options: Any) -> "Snapshot":  # noqa: A001

@@ -51,8 +51,8 @@ LAZY_ALLOWED = (
 #: project modules imported inside a function on purpose, each for the reason given
 LAZY_EDGES = {
     ("explorer", "explorer.ipython"): "IPython's extension hook: IPython is loaded only by %load_ext",
-    ("explorer.stored", "explorer.readers.flink"): "readers registered at the first open: `import explorer` stays light",
-    ("explorer.stored", "explorer.readers.spark"): "readers registered at the first open: `import explorer` stays light",
+    ("explorer.stored.registry", "explorer.readers.flink"): "readers registered at the first open: `import explorer` stays light",
+    ("explorer.stored.registry", "explorer.readers.spark"): "readers registered at the first open: `import explorer` stays light",
     ("explorer.spark", "explorer.spark.datasource"):
         "the data source subclasses pyspark's DataSource: `import explorer.spark` stays free of pyspark",
     ("explorer.spark", "explorer.pipelines"):

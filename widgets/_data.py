@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from explorer.analysis import LOAD_COLUMNS, key_group_aggregates, key_stats, with_key_codes
-from explorer.snapshot import Snapshot, checkpoints_in
+from explorer.snapshot import Snapshot, checkpoint_directory_of
 from explorer.snapshot import open as open_snapshot
 from explorer.storage import as_path
 
@@ -43,15 +43,10 @@ class SnapshotData:
         """
         if isinstance(source, SnapshotData):
             return source
-        if isinstance(source, Snapshot):
-            parent = source.path.parent  # a pathlib.Path, or an explorer.storage.StoragePath (s3://...)
-            return cls(source, parent if checkpoints_in(parent) else None)
-        p = as_path(source)
-        if p.is_dir() and checkpoints_in(p):
-            return cls(open_snapshot(p, **options), p)
-        snap = open_snapshot(p, **options)
-        parent = snap.path.parent
-        return cls(snap, parent if parent.is_dir() and checkpoints_in(parent) else None)
+        snap = source if isinstance(source, Snapshot) else open_snapshot(as_path(source), **options)
+        # what explorer.history reads for it: a job's checkpoint directory (any engine's chk-N), or the
+        # snapshot's own folder when it holds every checkpoint (Spark's); None for a savepoint on its own
+        return cls(snap, checkpoint_directory_of(snap))
 
     # --- metadata -----------------------------------------------------------------------
     @cached_property

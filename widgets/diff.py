@@ -10,7 +10,7 @@ import traitlets as t
 
 from explorer.analysis import diff, diff_summary, growth_by_key
 from explorer.plots import diff_waterfall
-from explorer.snapshot import Snapshot, checkpoints_in
+from explorer.snapshot import Snapshot, retained_checkpoints
 from explorer.snapshot import open as open_snapshot
 
 from ._base import View, figure, html_table, replace_figure
@@ -28,7 +28,7 @@ class DiffTab(View):
         super().__init__(errors, **kwargs)
         self.data = data
         self._open: dict[str, Snapshot] = {str(data.snapshot.path): data.snapshot}
-        options = [(p.name, str(p)) for p in checkpoints_in(data.checkpoint_dir)] if data.checkpoint_dir else []
+        options = [(p.name, str(p)) for p in retained_checkpoints(data.checkpoint_dir)] if data.checkpoint_dir else []
         if str(data.snapshot.path) not in [v for _, v in options]:
             options.append((f"opened: {data.snapshot.path.name}", str(data.snapshot.path)))
         if len(options) < 2:  # no figure made: each one costs the browser a plotly model

@@ -16,6 +16,10 @@ from ._data import SnapshotData
 from ._errors import ErrorArea
 
 
+#: the duration columns of a history and their colours
+DURATIONS = (("duration_ms", "#EF553B"), ("sync_ms", "#00CC96"), ("async_ms", "#AB63FA"), ("alignment_ms", "#19D3F3"))
+
+
 class HistoryTab(View):
     """Size (stacked by state), incremental and total deltas, and durations of every checkpoint."""
 
@@ -31,21 +35,25 @@ class HistoryTab(View):
                 "<i>History needs a checkpoint directory (a folder of chk-N): open one with "
                 "<code>widgets.explore('path/to/checkpoints')</code>.</i>"))]
             return
+        self.history = history(self.directory)
+        self.summary = checkpoint_summary(self.history)
         self.metric_select = self.own(w.ToggleButtons(options=["bytes", "entries", "keys"], value="bytes",
                                                       description="size as", style={"button_width": "80px"}))
         self.size_figure = self.own(figure(340))
         self.delta_figure = self.own(figure(300, barmode="group", width=470))
-        self.duration_figure = self.own(figure(300, width=470))
+        # Flink and Spark store no durations: no figure then (an empty one would be drawn), a line saying so
+        self.duration_figure = self.own(figure(300, width=470)) if any(
+            c in self.summary and self.summary[c].notna().any() for c, _ in DURATIONS) else None
         self.table = self.own(w.HTML())
         t.link((self.metric_select, "value"), (self, "metric"))
-        self.history = history(self.directory)
-        self.summary = checkpoint_summary(self.history)
         self.on_change(["metric"], self.update, "drawing the checkpoint history")
         self._draw_static()
         self.update()
+        durations = self.duration_figure if self.duration_figure is not None else self.own(w.HTML(
+            "<i>No checkpoint durations: this format's checkpoints do not record them.</i>"))
         self.children = [self.own(w.HTML(f"<b>{len(self.summary)}</b> checkpoints in <code>{self.directory}</code>")),
                          self.metric_select, self.size_figure,
-                         self.own(w.HBox([self.delta_figure, self.duration_figure])), self.table]
+                         self.own(w.HBox([self.delta_figure, durations])), self.table]
 
     def _draw_static(self) -> None:
         s = self.summary
@@ -57,14 +65,14 @@ class HistoryTab(View):
                                       marker_color="#FFA15A")
             self.delta_figure.update_layout(title_text="Bytes each checkpoint added", xaxis_title="checkpoint",
                                             yaxis_title="bytes", legend=dict(orientation="h", y=-0.3))
-        with self.duration_figure.batch_update():
-            for col, colour in (("duration_ms", "#EF553B"), ("sync_ms", "#00CC96"), ("async_ms", "#AB63FA"),
-                                ("alignment_ms", "#19D3F3")):
-                if col in s and s[col].notna().any():
-                    self.duration_figure.add_scatter(x=x, y=s[col].to_numpy(), mode="lines+markers",
-                                                     name=col.replace("_ms", ""), line_color=colour)
-            self.duration_figure.update_layout(title_text="Checkpoint durations", xaxis_title="checkpoint",
-                                               yaxis_title="milliseconds", legend=dict(orientation="h", y=-0.3))
+        if self.duration_figure is not None:
+            with self.duration_figure.batch_update():
+                for col, colour in DURATIONS:
+                    if col in s and s[col].notna().any():
+                        self.duration_figure.add_scatter(x=x, y=s[col].to_numpy(), mode="lines+markers",
+                                                         name=col.replace("_ms", ""), line_color=colour)
+                self.duration_figure.update_layout(title_text="Checkpoint durations", xaxis_title="checkpoint",
+                                                   yaxis_title="milliseconds", legend=dict(orientation="h", y=-0.3))
         self.table.value = html_table(s.drop(columns=["path"]))
 
     def update(self) -> None:

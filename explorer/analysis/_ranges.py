@@ -51,9 +51,9 @@ class RangeReader:
         self.key_groups = frozenset(range(self.lo, self.hi + 1)) if key_groups is None else frozenset(key_groups)
         self.path = base.path
         self.notes = base.notes
-        self.format_name = getattr(base, "format_name", "unknown")
+        self.format_name = base.format_name
 
-    def __getattr__(self, name: str) -> Any:  # flags and helpers of the reader (filters_keys, key_query, ...)
+    def __getattr__(self, name: str) -> Any:  # the reader's declared abilities (filters_keys, key_query, ...)
         return getattr(self.base, name)
 
     def info(self):
@@ -117,10 +117,8 @@ class RangeReader:
 
 def key_group_rows(reader: Any, query: KeyedStateQuery) -> np.ndarray | None:
     """Rows per key group as the reader's metadata tells (None when it cannot)."""
-    fn = getattr(reader, "key_group_rows", None)
-    if callable(fn):
-        return np.asarray(fn(query), dtype=np.float64)
-    return None
+    rows = reader.key_group_rows(query)
+    return None if rows is None else np.asarray(rows, dtype=np.float64)
 
 
 def _max_parallelism(snap: Any, operator: Any) -> int:

@@ -32,9 +32,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import AnalysisError
-from ..format.checkpoint_dir import checkpoint_folders, has_metadata
 from ..storage import StoragePath, as_path
-from ..stored import checkpoints_in, open_stored
+from ..stored import open_stored, retained_checkpoints
 from . import _ranges
 from ._columns import cached_frame, state_rows
 from ._common import is_snapshot
@@ -45,11 +44,6 @@ HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "s
                    "keys", "checkpoint_bytes", "incremental_bytes", "delta_bytes", "duration_ms", "sync_ms",
                    "async_ms", "alignment_ms", "operator_bytes"]
 
-def _metadata_checkpoints(directory: Path) -> list[Path]:
-    """``chk-N`` folders holding a ``_metadata`` file (Apache Flink's retained checkpoints), oldest first."""
-    return [p for _, p in checkpoint_folders(directory, has_metadata)]
-
-
 def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:
     if is_snapshot(source):
         return [source]
@@ -57,7 +51,7 @@ def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:
         p = as_path(source)
         if not p.exists():
             raise AnalysisError(f"{p}: no such checkpoint directory")
-        chks = (checkpoints_in(p) or _metadata_checkpoints(p)) if p.is_dir() else []
+        chks = retained_checkpoints(p)
         if chks:
             return [open_stored(c, **options) for c in chks]
         return [open_stored(p, **options)]
@@ -65,26 +59,13 @@ def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:
     return sorted(snaps, key=lambda s: (s.checkpoint_id is None, s.checkpoint_id or 0))
 
 
-def _stored_files(snap: Any) -> pd.DataFrame | None:
-    """The reader's list of stored files (operator, file, bytes), where it has one (Flink's)."""
-    fn = getattr(snap.reader, "stored_files", None)
-    return fn() if callable(fn) else None
-
-
 def _file_digests(snap: Any) -> dict[str, int] | None:
-    files = _stored_files(snap)
-    if files is not None:
-        stored = files[~files["inline"].astype(bool)] if "inline" in files else files
-        return {str(f): int(b) for f, b in zip(stored["file"], stored["bytes"])}
-    meta = getattr(snap.reader, "meta", None)
-    if not isinstance(meta, dict) or "files" not in meta:
-        return None
-    # a file is known by its content's digest (SHA-256, or XXH3-128 in checkpoints' files), else by its path
-    return {e.get("sha256") or e.get("xxh3_128") or rel: int(e["bytes"]) for rel, e in meta["files"].items()}
+    """Bytes of each stored file by an identity shared by checkpoints that share the file (the reader's)."""
+    return snap.reader.file_bytes()
 
 
 def _operator_bytes(snap: Any) -> dict[str, int]:
-    files = _stored_files(snap)
+    files = snap.reader.stored_files()
     if files is None:
         return {}
     named = files.dropna(subset=["operator"])
@@ -107,24 +88,12 @@ def _entry_figures(snap: Any) -> dict[tuple[str, str], tuple[int, int]]:
 
 
 def _state_bytes(snap: Any) -> dict[tuple[str, str], int]:
-    meta = getattr(snap.reader, "meta", None)
-    out: dict[tuple[str, str], int] = {}
-    if _stored_files(snap) is not None:
+    own = snap.reader.state_bytes()
+    if own is not None:  # a format storing each state in files of its own (the engine's)
+        return own
+    if snap.reader.stored_files() is not None:  # files named, but not per state (Flink): the entries' sizes
         return {k: b for k, (_, b) in _entry_figures(snap).items()}
-    if not isinstance(meta, dict):
-        return out
-    files = meta.get("files", {})
-    for o in meta.get("operators", []):
-        for sub in o.get("subtasks", []):
-            for s in sub.get("states", []):
-                # an incremental checkpoint's RocksDB state has no file of its own, only its SST bytes
-                b = files.get(s["file"], {}).get("bytes", 0) if s.get("file") else s.get("bytes", 0)
-                out[(o["name"], s["name"])] = out.get((o["name"], s["name"]), 0) + int(b)
-            tm = sub.get("timers")
-            if tm:
-                b = int(files.get(tm["file"], {}).get("bytes", 0))
-                out[(o["name"], "timers")] = out.get((o["name"], "timers"), 0) + b
-    return out
+    return {}
 
 
 def _keys_per_state(snap: Any) -> dict[tuple[str, str], int]:
@@ -169,9 +138,10 @@ def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True, **op
     snaps = _snapshots(checkpoints, open_options)
     if not snaps:
         raise AnalysisError(f"{checkpoints}: no complete checkpoints found")
-    own = getattr(snaps[0].reader, "history", None) if len(snaps) == 1 and hasattr(snaps[0], "reader") else None
+    own = snaps[0].reader.history(keys=keys, per_state=per_state) \
+        if len(snaps) == 1 and hasattr(snaps[0], "reader") else None
     if own is not None:  # a format whose one folder holds every batch (Spark): its reader reads them all
-        return own(keys=keys, per_state=per_state)
+        return own
     rows = []
     prev_digests: dict[str, int] | None = None
     prev_total: int | None = None

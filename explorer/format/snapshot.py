@@ -89,9 +89,10 @@ def _fsync_dir(folder: Path) -> None:
 def read_metadata(folder: Path) -> dict[str, Any]:
     """Read and check ``_metadata`` of a snapshot folder (itself inside the folder once symlinks
     are resolved: a ``_metadata`` linking elsewhere is refused, never read)."""
-    path = as_path(folder) / METADATA_FILE
+    folder = as_path(folder)
+    path = folder / METADATA_FILE
     real = path.resolve()
-    if path.is_symlink() and as_path(folder).resolve() not in real.parents:
+    if path.is_symlink() and folder.resolve() not in real.parents:
         raise UnsafePathError(f"{path}: a symlink to {real}, outside the snapshot folder; expected the snapshot's "
                               "own _metadata")
     try:

@@ -336,6 +336,10 @@ class SnapshotReader(ABC):
     format_name: str = "unknown"
     #: the file being read, when the reader knows it (named by the error boundary)
     current_file: Path | None = None
+    #: whether this format's snapshots are the ``chk-N`` folders of a job's checkpoint directory (the
+    #: engine's, Flink's), so the newest of them is looked for with this reader; False for a format whose
+    #: one folder holds every checkpoint (Spark's)
+    in_chk_folders: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -348,6 +352,15 @@ class SnapshotReader(ABC):
         self.path = as_path(path)
         #: things the user should know (an unknown serializer, a skipped file)
         self.notes: list[str] = []
+
+    @classmethod
+    def on_store(cls, remote: Any, **options: Any) -> "SnapshotReader":
+        """The reader of ``remote``, a :class:`~explorer.storage.StoragePath` this format detected.
+
+        The default reads through the path itself (its files fetched into the local cache as they
+        are read); a format that needs a local folder (Spark's) mirrors the files it reads first.
+        """
+        return cls(remote, **options)
 
     @classmethod
     @abstractmethod
@@ -393,6 +406,57 @@ class SnapshotReader(ABC):
     def timings(self) -> dict[str, Any]:
         """Checkpoint timing figures (sync/async duration, alignment, bytes), if any."""
         return {}
+
+    # --- optional abilities: each declared here with its default, overridden by the formats that have it ---
+    #: whether :meth:`keyed_pieces` of a query with ``keys`` (from :meth:`key_query`) yields only the rows of
+    #: those keys; False: the caller filters the rows it gets by key (the default)
+    filters_keys: bool = False
+
+    def key_query(self, query: KeyedStateQuery, key: Any) -> KeyedStateQuery | None:
+        """The query that reads the rows of ``key`` (``keyed_state(key=...)``), for a format that places
+        keys its own way (Spark's partitions); None: keys are placed by key group, as Flink places them,
+        and the caller restricts the query to ``key``'s key group (the default)."""
+        return None
+
+    def key_group_rows(self, query: KeyedStateQuery) -> np.ndarray | None:
+        """Rows per key group ``0..M-1`` (``M`` the largest max parallelism asked) that :meth:`keyed_pieces`
+        would yield, estimated from the metadata alone (what key-group ranges are planned from,
+        :mod:`explorer.analysis._ranges`); None: not known without reading (the default)."""
+        return None
+
+    def parquet_files(self, query: KeyedStateQuery) -> list[dict[str, Any]] | None:
+        """The Parquet files holding the keyed state asked for, for a Dataset over them, not a copy:
+        ``file`` (a local path), ``operator``, ``state``, ``subtask``, ``key_group_start``,
+        ``key_group_end`` each; None: the state is not stored as such files (the default)."""
+        return None
+
+    def stored_files(self) -> pd.DataFrame | None:
+        """Every stored file (or piece of one) the snapshot names, for :func:`explorer.history`, from the
+        metadata alone: ``operator`` (None for the snapshot's own files), ``file`` (an identity equal
+        across the checkpoints of a job that share the file), ``bytes`` and ``inline`` (stored inside
+        a file another row counts); None: the format lists none (the default)."""
+        return None
+
+    def file_bytes(self) -> dict[str, int] | None:
+        """Bytes of each file the snapshot stores, by an identity equal across checkpoints that share the
+        file's content (what :func:`explorer.history`'s incremental bytes compare); None: not known. The
+        default: :meth:`stored_files`' rows not ``inline``."""
+        files = self.stored_files()
+        if files is None:
+            return None
+        stored = files[~files["inline"].astype(bool)] if "inline" in files else files
+        return {str(f): int(b) for f, b in zip(stored["file"], stored["bytes"])}
+
+    def state_bytes(self) -> dict[tuple[str, str], int] | None:
+        """Bytes of the files of each ``(operator, state)`` (timers as state ``"timers"``), for a format
+        that stores a state's rows in files of their own; None: the format does not (the default)."""
+        return None
+
+    def history(self, keys: bool = True, per_state: bool = True) -> pd.DataFrame | None:
+        """Every checkpoint this one snapshot holds, as :func:`explorer.history` gives them, for a format
+        whose one folder holds them all (Spark's); None: the reader has no history of its own (the
+        default: the history is read from a checkpoint directory's snapshots)."""
+        return None
 
 
 def empty_piece(columns: Sequence[str] = CONTRACT_COLUMNS) -> pa.Table:

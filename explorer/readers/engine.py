@@ -27,7 +27,7 @@ from ..format.snapshot import (
     resolve,
 )
 from ..keygroups import operator_indices_for_key_groups
-from ..storage import StoragePath, as_path
+from ..storage import StoragePath
 from .base import (
     TUPLE_COLUMNS,
     TIMESTAMP,
@@ -101,7 +101,7 @@ class EngineSnapshotReader(SnapshotReader):
 
     @classmethod
     def detect(cls, path: Path) -> bool:
-        return as_path(path).is_dir() and is_snapshot_folder(as_path(path))
+        return path.is_dir() and is_snapshot_folder(path)
 
     def info(self) -> SnapshotInfo:
         m = self.meta
@@ -389,6 +389,28 @@ class EngineSnapshotReader(SnapshotReader):
 
     def timings(self) -> dict[str, Any]:
         return dict(self.meta.get("timing", {}))
+
+    def file_bytes(self) -> dict[str, int] | None:
+        """Bytes of each listed file by its content's digest (SHA-256, or XXH3-128 in checkpoints' files),
+        else by its path: a checkpoint sharing a file's content with the previous one did not write it."""
+        if "files" not in self.meta:
+            return None
+        return {e.get("sha256") or e.get("xxh3_128") or rel: int(e["bytes"]) for rel, e in self._files.items()}
+
+    def state_bytes(self) -> dict[tuple[str, str], int] | None:
+        """Bytes of each state's files (its Parquet files; an incremental checkpoint's RocksDB state, which has
+        no file of its own: its SST bytes) and of the timers' (as state ``"timers"``), summed over subtasks."""
+        files, out = self._files, {}
+        for o in self.meta["operators"]:
+            for sub in o.get("subtasks", []):
+                for s in sub.get("states", []):
+                    b = files.get(s["file"], {}).get("bytes", 0) if s.get("file") else s.get("bytes", 0)
+                    out[(o["name"], s["name"])] = out.get((o["name"], s["name"]), 0) + int(b)
+                tm = sub.get("timers")
+                if tm:
+                    b = int(files.get(tm["file"], {}).get("bytes", 0))
+                    out[(o["name"], "timers")] = out.get((o["name"], "timers"), 0) + b
+        return out
 
 
 def _left_out(query: KeyedStateQuery) -> list[str]:

@@ -325,7 +325,7 @@ def test_mixed_values_keep_their_types(values):
 def test_mixed_values_through_keyed_state(tmp_path):
     """Pieces whose value columns differ (one typed, one a union) combine into one DataFrame of the same values."""
     from explorer.readers.base import make_piece
-    from explorer.stored import _combine  # noqa: PLC2701 - the combining step itself, without a snapshot
+    from explorer.stored.frames import combine as _combine  # the combining step itself, without a snapshot
 
     typed = make_piece({"operator": ["op"], "state": ["s"], "kind": ["value"], "key": ["k1"], "value": to_arrow([7])})
     mixed = make_piece({"operator": ["op"] * 3, "state": ["s"] * 3, "kind": ["value"] * 3, "key": ["k2", "k3", "k4"],
@@ -339,7 +339,7 @@ def test_nanosecond_timestamps_stay_nanoseconds():
     """Instant / LocalDateTime values carry nanoseconds: inside a POJO (a struct) they must reach pandas
     whole, not as microseconds (Arrow's inference) or integers (Arrow's pandas conversion of nested values)."""
     from explorer.readers.base import make_piece
-    from explorer.stored import _combine  # noqa: PLC2701
+    from explorer.stored.frames import combine as _combine
 
     ts = pd.Timestamp("2023-11-14T22:13:29.387009007Z")
     local = pd.Timestamp("2023-11-14T22:21:15.047000123")

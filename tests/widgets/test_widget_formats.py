@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import explorer
 import ipywidgets as w
 import plotly.graph_objects as go
 import pytest
@@ -138,3 +139,62 @@ def test_a_spark_checkpoint_opens_in_every_tab():
         assert d.overview_tab.fact_values["state entries"] != "0"
     finally:
         d.close()
+
+
+# --- the History and Diff tabs take what explorer.history takes (issue 28) -----------------------------------
+def _history_ids(tab) -> list[int]:
+    return sorted(int(i) for i in tab.summary["checkpoint_id"])
+
+
+def test_history_tab_reads_a_flink_checkpoint_folder_as_explorer_history_does():
+    from widgets._data import SnapshotData
+    from widgets.history import HistoryTab
+
+    folder = SAMPLE / "flink" / "heap-checkpoint-compressed"  # a job's folder with one retained chk-N
+    data = SnapshotData.from_any(folder)
+    tab = HistoryTab(data)
+    try:
+        assert data.checkpoint_dir == folder
+        assert tab.history is not None
+        want = sorted(int(i) for i in explorer.history(folder)["checkpoint_id"].unique())
+        assert _history_ids(tab) == want == [19]
+        assert problems(tab) == []  # Flink stores no durations: no empty figure for them
+    finally:
+        tab.close()
+
+
+def test_history_tab_reads_a_spark_checkpoint_as_explorer_history_does():
+    from widgets._data import SnapshotData
+    from widgets.history import HistoryTab
+
+    path = SAMPLE / "spark" / "agg-rocksdb"  # read from its files: no JVM
+    data = SnapshotData.from_any(path)
+    tab = HistoryTab(data)
+    try:
+        assert data.checkpoint_dir == path
+        assert tab.history is not None
+        want = sorted(int(i) for i in explorer.history(path)["checkpoint_id"].unique())
+        assert _history_ids(tab) == want and len(want) > 1
+        assert problems(tab) == []
+    finally:
+        tab.close()
+
+
+def test_diff_tab_offers_the_retained_checkpoints_of_a_flink_job_folder(tmp_path):
+    import shutil
+
+    from widgets._data import SnapshotData
+    from widgets.diff import DiffTab
+
+    chk = SAMPLE / "flink" / "heap-checkpoint-compressed" / "chk-19"
+    for name in ("chk-19", "chk-20"):  # a job that retained two checkpoints (the same state twice)
+        shutil.copytree(chk, tmp_path / name)
+    data = SnapshotData.from_any(tmp_path)
+    tab = DiffTab(data)
+    try:
+        assert data.checkpoint_dir == tmp_path
+        assert [p for _, p in tab.a_select.options] == [str(tmp_path / "chk-19"), str(tmp_path / "chk-20")]
+        assert (tab.a, tab.b) == (str(tmp_path / "chk-19"), str(tmp_path / "chk-20"))
+        assert tab.result is not None
+    finally:
+        tab.close()

@@ -80,7 +80,6 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
-from ...storage import as_path
 from ...spark.buckets import STATE_NAME, TIMERS, decode_tables
 from ...spark.partitioning import partition_ids
 from ...spark.session import get_spark, log_path, root_cause
@@ -136,6 +135,7 @@ class SparkCheckpointReader(SnapshotReader):
     """One micro-batch of a Spark Structured Streaming checkpoint (the latest committed by default)."""
 
     format_name = "spark-checkpoint"
+    in_chk_folders = False  # one folder holds every batch
 
     def __init__(self, path: str | Path, batch_id: int | None = None, spark=None, jvm: bool | None = None,
                  mirror: layout.BatchMirror | None = None) -> None:
@@ -184,7 +184,6 @@ class SparkCheckpointReader(SnapshotReader):
     # --- cheap metadata (files only) ------------------------------------------------------
     @classmethod
     def detect(cls, path: Path) -> bool:
-        path = as_path(path)
         return (path / "metadata").is_file() and (path / "offsets").is_dir() and (path / "commits").is_dir()
 
     @cached_property
