@@ -28,8 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the layers, lowest first: a module may import modules of its own layer or of a lower one
 LAYERS: list[tuple[str, ...]] = [
     ("explorer.errors",),
-    ("explorer.keygroups", "explorer.ranking", "explorer.format", "explorer.storage", "explorer.spark.session",
-     "explorer.spark.partitioning"),
+    ("explorer.keygroups", "explorer.ranking", "explorer.format", "explorer.storage", "explorer.spark.session"),
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark.statemap",
      "explorer.spark.context", "explorer.spark.adapter", "explorer.spark.buckets"),
     ("explorer.readers",),
@@ -59,8 +58,6 @@ LAZY_EDGES = {
         "the engine adapter loads on first use: a data source worker imports only what a partition read needs",
     ("explorer.spark", "explorer.spark.pipelines"):
         "the engine adapter loads on first use: a data source worker imports only what a partition read needs",
-    ("explorer.keygroups._vectorised", "explorer.spark.partitioning"):
-        "explorer.spark's package loads the Spark adapter, which itself uses keygroups",
     **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "
        "and analyses are imported" for m in ("_data", "diff", "history", "hotkeys", "keygroups", "keys", "overview",
                                              "ttl")},

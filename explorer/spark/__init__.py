@@ -19,7 +19,7 @@ imports only what a partition read needs.
 import importlib
 from typing import Any
 
-from .partitioning import partition_ids, spark_hash
+from ..keygroups.spark import partition_ids, spark_hash
 from .session import get_spark, stop_spark
 
 #: names of the engine adapter, imported on first use (see the module doc)

@@ -14,7 +14,7 @@ from explorer.errors import JobError, ReaderError
 from explorer.readers.base import CONTRACT_COLUMNS, KeyedStateQuery
 from explorer.readers.spark import SparkCheckpointReader
 from explorer.spark import buckets as bk
-from explorer.spark.partitioning import partition_ids
+from explorer.keygroups.spark import partition_ids
 
 from tests.support.spark_functions import RemindLater, by_value, one_file_per_batch
 
