@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the layers, lowest first: a module may import modules of its own layer or of a lower one
 LAYERS: list[tuple[str, ...]] = [
     ("explorer.errors",),
-    ("explorer.keygroups", "explorer.ranking", "explorer.format", "explorer.storage", "explorer.spark.session"),
+    ("explorer.keygroups", "explorer.ranking", "explorer.format", "explorer.storage", "explorer.spark_session"),
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark.statemap",
      "explorer.spark.context", "explorer.spark.adapter", "explorer.spark.buckets"),
     ("explorer.readers",),

@@ -20,7 +20,7 @@ import importlib
 from typing import Any
 
 from ..keygroups.spark import partition_ids, spark_hash
-from .session import get_spark, stop_spark
+from ..spark_session import get_spark, stop_spark
 
 #: names of the engine adapter, imported on first use (see the module doc)
 _ADAPTER_NAMES = {"SparkRun": "adapter", "keyed_process": "adapter", "write_input": "adapter",

@@ -107,7 +107,7 @@ from ..format.types import type_info
 from . import buckets as bk
 from .context import (END_OF_INPUT_MS, MAIN_OUTPUT, OUTPUT_COLUMN, OutputRows, ProcessContext, RuntimeContext, TimerService, record_maker,
                       row_class, tagged_schema, to_ms)
-from .session import get_spark
+from ..spark_session import get_spark
 from .statemap import StateBinding
 
 __all__ = ["SparkRun", "in_file_order", "keyed_process", "run_on_spark", "write_input"]

@@ -44,7 +44,7 @@ from ..errors import AnalysisError
 from ..keygroups import check_parallelism, key_groups_for, operator_indices_for_key_groups
 from ..stored import StoredSnapshot, open_stored
 from .datasource import check_read, from_json, raise_state_error, rank_hot_keys, read_state, to_json
-from .session import get_spark
+from ..spark_session import get_spark
 
 __all__ = ["diff", "diff_summary", "expired_not_cleaned", "growth_by_key", "hot_keys", "key_group_aggregates",
            "key_group_distribution", "state_sizes", "subtask_distribution", "ttl_expiry"]

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from ..pipelines import PIPELINES
 from ..snapshot import open as open_snapshot
 from .pipelines import PipelineRun, engine_outputs, run_pipeline_on_spark
-from .session import get_spark
+from ..spark_session import get_spark
 
 __all__ = ["output_to", "run_spark_demo"]
 

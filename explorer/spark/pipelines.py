@@ -51,7 +51,7 @@ from ..format.types import type_info
 from ..pipelines import PIPELINES, Pipeline, ReplayClock, consumer_lag, dedup, fraud, orders, sessions, url_counts
 from .adapter import SparkRun, run_on_spark as run_function, write_input
 from .context import MAIN_OUTPUT, OUTPUT_COLUMN, tagged_schema
-from .session import get_spark
+from ..spark_session import get_spark
 from .statemap import spark_type
 
 __all__ = ["PipelineRun", "RollingCount", "as_rows", "engine_outputs", "run_pipeline_on_spark"]

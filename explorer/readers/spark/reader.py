@@ -83,7 +83,7 @@ from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
 from ...storage import as_path
 from ...spark.buckets import STATE_NAME, TIMERS, decode_tables
 from ...keygroups.spark import partition_ids
-from ...spark.session import get_spark, log_path, root_cause
+from ...spark_session import get_spark, log_path, root_cause
 from ..base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
