@@ -81,7 +81,7 @@ from tqdm.auto import tqdm
 
 from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
 from ...storage import as_path
-from ...spark.buckets import STATE_NAME, TIMERS, decode_tables
+from ...format.spark_buckets import STATE_NAME, TIMERS, decode_tables
 from ...keygroups.spark import partition_ids
 from ...spark_session import get_spark, log_path, root_cause
 from ..base import (
