@@ -18,7 +18,7 @@ from explorer.engine import (
 )
 from explorer.errors import JobError, SnapshotFormatError
 from explorer.format import spark_buckets as codec
-from explorer.spark import buckets as bk
+from explorer.spark_engine import buckets as bk
 
 pytestmark = pytest.mark.spark
 
