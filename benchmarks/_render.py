@@ -295,7 +295,7 @@ def peers_section(res: dict, charts: Path) -> list[str]:
         if any(k.endswith("/head") for k in rows_wl):
             lines += ["", "`…/head` rows ran on the first records of the same input (Spark is too slow per key "
                       "for the full file here); their ratio is to our engine on that same prefix. "
-                      "`bucket_layout` = the Spark adapter's key-group layout (`explorer.spark.buckets`: one Spark "
+                      "`bucket_layout` = the Spark adapter's key-group layout (`explorer.spark_engine.buckets`: one Spark "
                       "state value per bucket of keys); the other Spark row keeps Spark state per key."]
         lines.append("")
         lines += write_chart(charts, f"peers-{wl}", f"{wl}: records/s per core (parallelism 1)", bars,

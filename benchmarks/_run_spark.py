@@ -23,7 +23,7 @@ input record, and any output for it would be dropped (none is emitted).
 The steady rate leaves out the first micro-batch (query planning, Python
 worker start-up); for sessions it includes the end-of-input batches, in which
 the timers of every open session fire. ``--layout bucket`` runs the adapter's
-key-group bucket layout (``explorer.spark.buckets``: one Spark state value per
+key-group bucket layout (``explorer.spark_engine.buckets``: one Spark state value per
 bucket of keys) instead of Spark state per key. CPU time is summed over this process and all its descendants (the Spark JVM
 and the Python workers) from /proc, before and after the query.
 
@@ -95,7 +95,7 @@ def tree_rss_mb(root: int | None = None) -> float:
 def end_of_input_markers(src: Path, last_ts: int, work: Path) -> None:
     """Two one-record Parquet files after the input's (see the module's doc): Spark's end of input."""
     from explorer.pipelines import sessions
-    from explorer.spark.adapter import write_input
+    from explorer.spark_engine.adapter import write_input
 
     files = sorted(src.glob("*.parquet"))
     newest = max(f.stat().st_mtime for f in files)
@@ -154,14 +154,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--files", type=int, default=8, help="Parquet files = micro-batches")
     ap.add_argument("--layout", choices=("key", "bucket"), default="key",
                     help="the adapter's state layout: Spark state per key (transformWithStateInPandas per user) "
-                         "or per key-group bucket (explorer.spark.buckets)")
+                         "or per key-group bucket (explorer.spark_engine.buckets)")
     args = ap.parse_args(argv)
 
     from pyspark import cloudpickle
 
     from explorer.pipelines import sessions
     from explorer.spark import get_spark
-    from explorer.spark.adapter import run_on_spark, write_input
+    from explorer.spark_engine.adapter import run_on_spark, write_input
 
     cloudpickle.register_pickle_by_value(sys.modules["benchmarks._run_engine"])  # workers cannot import benchmarks/
     users, ts, kinds = read_events(args.input)

@@ -21,7 +21,7 @@ Timed in this (fresh) process, in this order (what a user meets), for each snaps
   (``diff_summary(a, b)``: each partition diffs one key-group range of both snapshots and sends its counts per
   status) and ``diff_changes`` (``diff(a, b, unchanged=False)`` brought to the driver with ``toPandas()``: a
   row per changed, added or removed key, what ``explorer.diff(a, b, unchanged=False)`` returns on one machine):
-  each question from the paths, as :mod:`explorer.spark.analysis` answers it, the snapshots read again each time.
+  each question from the paths, as :mod:`explorer.distributed.analysis` answers it, the snapshots read again each time.
 
 Each figure: wall seconds, CPU seconds of this process and all its descendants (the JVM, the Python
 workers: comparable under load), the driver's peak RSS (this Python process, VmHWM), the peak RSS of the
@@ -166,7 +166,8 @@ def _local_entry(local: dict | None, path: Path) -> dict | None:
 def measure(spark, name: str, path: Path, other: Path | None, keys: int | None, n: int = 20,
             local: dict | None = None, source_read: bool = False) -> dict[str, Any]:
     """The figures of one snapshot (and its diff with ``other``) on Spark."""
-    from explorer.spark import analysis, read_state
+    from explorer.distributed import analysis
+    from explorer.spark import read_state
 
     entry: dict[str, Any] = {"name": name, "path": str(path), "keys": keys, "machine_before": machine()}
     print(f"spark: {name} ({path})", flush=True)

@@ -35,7 +35,7 @@ at exit (for Spark: summed over the driver, the JVM and the Python workers):
   sessions). Its per-key cost is so high that it runs on the first
   ``--spark-records`` records (20 k, a few minutes per run here) of the same
   file, beside our engine on the same prefix for the ratio; when the adapter
-  has the key-group bucket layout (``explorer.spark.buckets``), that layout
+  has the key-group bucket layout (``explorer.spark_engine.buckets``), that layout
   runs on the same prefix too;
 * the bare Python loop doing the same per-record work on a dict, in this
   process: the physical limit of per-record work in CPython. It is timed
@@ -311,7 +311,7 @@ def spark_bucket_layout() -> bool:
     try:
         import inspect
 
-        from explorer.spark.adapter import run_on_spark
+        from explorer.spark_engine.adapter import run_on_spark
     except ImportError:
         return False
     return "layout" in inspect.signature(run_on_spark).parameters

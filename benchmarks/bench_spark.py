@@ -27,7 +27,7 @@ checkpointing, 4 shuffle partitions), each into its own fresh checkpoint:
     input record, more output than the processors above (one row per key and batch).
 ``adapter_bucket_pandas`` / ``adapter_bucket_row``
     the same function in the adapter's bucket layout (``layout="bucket"``,
-    ``--buckets`` buckets, :mod:`explorer.spark.buckets`): one Python call and one
+    ``--buckets`` buckets, :mod:`explorer.spark_engine.buckets`): one Python call and one
     state read and write per bucket and micro-batch.
 
 The target of issue 6 is our adapter at least 10x the straightforward
@@ -76,7 +76,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from explorer.spark.pipelines import RollingCount as KeyedCount  # the engine function: a running count per key
+from explorer.spark_engine.pipelines import RollingCount as KeyedCount  # the engine function: a running count per key
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spark.json"
 
@@ -172,7 +172,7 @@ OUT = "key string, count long"
 
 
 def build_query(path: str, spark, df):
-    from explorer.spark.adapter import keyed_process
+    from explorer.spark_engine.adapter import keyed_process
 
     PandasPerRecord, PandasPerKey, RowPerKey = _processors()
     g = df.groupBy("key")
@@ -204,7 +204,7 @@ PATHS = ("builtin_groupby_count", "apply_in_pandas_with_state", "tws_pandas_per_
 NOTES = ("All figures from this one run on a machine shared with other jobs; the first batch includes query "
          "planning and Python worker start-up, so 'total' ratios are lower than steady ones with few batches. "
          "Steady rows/s are the batches after the first. Adapter paths emit one row per input record. "
-         "The bucket layout keeps per-key state in one Spark value per bucket (explorer.spark.buckets); "
+         "The bucket layout keeps per-key state in one Spark value per bucket (explorer.spark_engine.buckets); "
          "adapter_bucket_pandas also packs rows per bucket before the shuffle.")
 #: buckets of the adapter's bucket layout (``--buckets``)
 BUCKETS = 64

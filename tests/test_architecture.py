@@ -28,17 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the layers, lowest first: a module may import modules of its own layer or of a lower one
 LAYERS: list[tuple[str, ...]] = [
     ("explorer.errors",),
-    ("explorer.keygroups", "explorer.ranking", "explorer.format", "explorer.storage", "explorer.spark.session",
-     "explorer.spark.partitioning"),
-    ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark.statemap",
-     "explorer.spark.context", "explorer.spark.adapter", "explorer.spark.buckets"),
+    ("explorer.keygroups", "explorer.ranking", "explorer.format", "explorer.storage", "explorer.spark_session"),
+    ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark_engine"),
     ("explorer.readers",),
     ("explorer.stored", "explorer.catalog"),
-    ("explorer.analysis", "explorer.spark.analysis", "explorer.spark.datasource"),
+    ("explorer.analysis", "explorer.distributed"),
     ("explorer.plots",),
     ("explorer.report",),
     ("explorer.snapshot",),
-    ("explorer.spark", "explorer.spark.demo", "explorer.ipython", "explorer.cli", "explorer"),
+    ("explorer.spark", "explorer.ipython", "explorer.cli", "explorer"),
     ("widgets",),
 ]
 
@@ -53,14 +51,6 @@ LAZY_EDGES = {
     ("explorer", "explorer.ipython"): "IPython's extension hook: IPython is loaded only by %load_ext",
     ("explorer.stored.registry", "explorer.readers.flink"): "readers registered at the first open: `import explorer` stays light",
     ("explorer.stored.registry", "explorer.readers.spark"): "readers registered at the first open: `import explorer` stays light",
-    ("explorer.spark", "explorer.spark.datasource"):
-        "the data source subclasses pyspark's DataSource: `import explorer.spark` stays free of pyspark",
-    ("explorer.spark", "explorer.pipelines"):
-        "the engine adapter loads on first use: a data source worker imports only what a partition read needs",
-    ("explorer.spark", "explorer.spark.pipelines"):
-        "the engine adapter loads on first use: a data source worker imports only what a partition read needs",
-    ("explorer.keygroups._vectorised", "explorer.spark.partitioning"):
-        "explorer.spark's package loads the Spark adapter, which itself uses keygroups",
     **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "
        "and analyses are imported" for m in ("_data", "diff", "history", "hotkeys", "keygroups", "keys", "overview",
                                              "ttl")},
@@ -261,7 +251,8 @@ def test_architecture_page_names_only_paths_that_exist():
     page = (ROOT / "explorer" / "ARCHITECTURE.md").read_text()
     names = set(re.findall(r"`([\w/]+(?:\.py|/))`", page))
     rooted = [n for n in names if n.split("/")[0] in {
-        "keygroups", "format", "engine", "readers", "analysis", "plots", "spark", "pipelines"}]
+        "keygroups", "format", "engine", "readers", "analysis", "plots", "spark", "pipelines", "spark_engine",
+        "distributed"}]
     assert len(rooted) > 20
     missing = [n for n in rooted if not (ROOT / "explorer" / n).exists()]
     bare = [n for n in names if "/" not in n.rstrip("/") and n.endswith(".py")]

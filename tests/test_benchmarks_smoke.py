@@ -140,7 +140,7 @@ def test_spark_end_of_input_markers_come_last_and_close_every_session(tmp_path):
 
     from benchmarks._run_spark import END_KEY, end_of_input_markers
     from explorer.pipelines import sessions
-    from explorer.spark.adapter import write_input
+    from explorer.spark_engine.adapter import write_input
 
     events = [sessions.Event(f"u{i % 3}", 1_000 + 7_000 * i, "view", "") for i in range(9)]
     src = write_input(events, tmp_path / "input", files=3)

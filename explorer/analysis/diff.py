@@ -126,7 +126,7 @@ def diff_key_groups(a: Any, b: Any, lo: int, hi: int, key_groups: Iterable[int] 
 
     Every entry of a key lies in the key's one key group, the same in both snapshots when their max
     parallelism is the same, so the diff of a snapshot is the concatenation of its ranges' diffs: what
-    :mod:`explorer.spark.datasource`'s ``aggregate=diff`` partitions compute, one range each."""
+    :mod:`explorer.distributed.datasource`'s ``aggregate=diff`` partitions compute, one range each."""
     return diff(_ranges.view(a, lo, hi, key_groups), _ranges.view(b, lo, hi, key_groups), operator=operator,
                 state=state, unchanged=unchanged)
 

@@ -40,6 +40,8 @@ One home for this arithmetic, in three forms that agree element for element:
 * :mod:`._vectorised`: columns of keys in NumPy, Arrow strings from their buffers
   (``assign_key_groups``, ``key_groups_of``, ``java_string_hashes``), and Spark's
   partitioning behind the same call (``key_groups_for(..., scheme="spark")``);
+* :mod:`.spark`: Spark's own rule beside Flink's, ``pmod(hash(cols...), partitions)`` with
+  Spark SQL's Murmur3 (seed 42) column by column (``partition_ids``, ``spark_hash``), in NumPy;
 * :mod:`.kernels`: ``String.hashCode`` in numba, for kernels that hash while they decode
   (the Flink reader's string decoder) and for columns of a million strings or more.
   Imported only then: ``import explorer`` does not load numba.

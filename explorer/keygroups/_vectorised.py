@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..errors import KeyGroupError, KeyTypeError
 from ._scalar import MASK32, UPPER_BOUND_MAX_PARALLELISM, check_parallelism, java_hash_code, murmur_hash
+from .spark import partition_ids
 
 #: strings from which :func:`java_string_hashes` uses the numba kernel: below, NumPy's passes
 #: cost less than loading numba in a process that has not yet (~0.3 s)
@@ -381,12 +382,8 @@ def spark_partitions_of(keys: Any, num_partitions: int) -> np.ndarray:
     """Spark's shuffle partition of each key with ``num_partitions`` partitions (int64).
 
     A key of several grouping columns is a tuple (or an Arrow struct); its fields are hashed
-    column by column, as Spark's ``hash(col1, col2, ...)`` does (:mod:`explorer.spark.partitioning`).
+    column by column, as Spark's ``hash(col1, col2, ...)`` does (:mod:`explorer.keygroups.spark`).
     """
-    # explorer.spark's package loads its Spark adapter: imported when a Spark key is hashed,
-    # not by every import of the key-group arithmetic (the engine's too)
-    from ..spark.partitioning import partition_ids
-
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     if isinstance(keys, pa.Array) and pa.types.is_struct(keys.type):

@@ -1,69 +1,64 @@
 """Apache Spark integration: a local session, Spark's key partitioning, engine functions on Spark.
 
-Importing this package neither starts Spark nor imports pyspark; :func:`get_spark` does. The engine
-adapter (:mod:`explorer.spark.adapter`, :mod:`explorer.spark.pipelines`: the engine, numba) is imported
-when one of its names is first used, so that a Python worker reading the ``state-explorer`` data source
-imports only what a partition read needs.
+The names users call, gathered from where each lives:
 
-* :func:`get_spark` - the shared SparkSession (local[2], RocksDB state store, 4 shuffle partitions)
-* :func:`run_on_spark` - an example pipeline (:mod:`explorer.spark.pipelines`), or an engine
+* :func:`get_spark` - the shared SparkSession (local[2], RocksDB state store, 4 shuffle partitions;
+  :mod:`explorer.spark_session`)
+* :func:`run_on_spark` - an example pipeline (:mod:`explorer.spark_engine.pipelines`), or an engine
   ``KeyedProcessFunction`` (:func:`keyed_process`) on ``transformWithState``
-* :func:`partition_ids` - which Spark partition (state store) a key lands in (Murmur3, seed 42)
+  (:mod:`explorer.spark_engine.adapter`)
+* :func:`partition_ids` - which Spark partition (state store) a key lands in (Murmur3, seed 42;
+  :mod:`explorer.keygroups.spark`)
 * :func:`read_state` - a snapshot's keyed state as a Spark DataFrame, read in parallel by the executors
-  through the ``state-explorer`` data source (:mod:`explorer.spark.datasource`; :func:`register_datasource`)
-* :mod:`explorer.spark.analysis` - the analyses computed by Spark from that DataFrame (aggregates only
+  through the ``state-explorer`` data source (:mod:`explorer.distributed.datasource`; :func:`register_datasource`)
+* :mod:`explorer.distributed.analysis` - the analyses computed by Spark from that DataFrame (aggregates only
   come back to the driver)
 * :class:`explorer.readers.spark.SparkCheckpointReader` - what ``explorer.open()`` uses for Spark checkpoints
+
+Importing this package neither starts Spark nor imports pyspark: :func:`get_spark` does, and the data
+source (a subclass of pyspark's ``DataSource``) is imported by :func:`read_state` and
+:func:`register_datasource` when called.
 """
 
-import importlib
 from typing import Any
 
-from .partitioning import partition_ids, spark_hash
-from .session import get_spark, stop_spark
-
-#: names of the engine adapter, imported on first use (see the module doc)
-_ADAPTER_NAMES = {"SparkRun": "adapter", "keyed_process": "adapter", "write_input": "adapter",
-                  "adapter": None, "pipelines": None,
-                  "PipelineRun": "pipelines", "engine_outputs": "pipelines", "run_pipeline_on_spark": "pipelines"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _ADAPTER_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_ADAPTER_NAMES[name] or name}")  # the engine, numba: on first use
-    return module if _ADAPTER_NAMES[name] is None else getattr(module, name)
+from ..keygroups.spark import partition_ids, spark_hash
+from ..pipelines import Pipeline
+from ..spark_engine.adapter import SparkRun, keyed_process, run_on_spark as run_function, write_input
+from ..spark_engine.pipelines import PipelineRun, engine_outputs, run_pipeline_on_spark
+from ..spark_session import get_spark, stop_spark
 
 
 def run_on_spark(what: Any, *args: Any, **kwargs: Any):
     """Run on Spark: an example pipeline (a :class:`~explorer.pipelines.Pipeline` or its name) or a function.
 
     ``run_on_spark("orders", n=3000, out="spark/")`` is
-    :func:`~explorer.spark.pipelines.run_pipeline_on_spark` (a :class:`PipelineRun`, its
+    :func:`~explorer.spark_engine.pipelines.run_pipeline_on_spark` (a :class:`PipelineRun`, its
     outputs equal to the engine's, :func:`engine_outputs`); ``run_on_spark(function, source,
-    key, output_schema, checkpoint_dir, ...)`` is :func:`explorer.spark.adapter.run_on_spark`
+    key, output_schema, checkpoint_dir, ...)`` is :func:`explorer.spark_engine.adapter.run_on_spark`
     (a :class:`SparkRun`).
     """
-    from ..pipelines import Pipeline
-
     if isinstance(what, (Pipeline, str)):
-        return __getattr__("run_pipeline_on_spark")(what, *args, **kwargs)
-    return __getattr__("adapter").run_on_spark(what, *args, **kwargs)
+        return run_pipeline_on_spark(what, *args, **kwargs)
+    return run_function(what, *args, **kwargs)
+
 
 def read_state(spark: Any, path: Any, **options: Any):
-    """The keyed state of the snapshot at ``path`` as a Spark DataFrame (:func:`explorer.spark.datasource.read_state`).
+    """The keyed state of the snapshot at ``path`` as a Spark DataFrame
+    (:func:`explorer.distributed.datasource.read_state`).
 
     ``spark.read.format("state-explorer").load(path)`` after :func:`register_datasource`; one input
     partition per (operator, subtask, key-group range), read by the executors from ``path``.
     """
-    from .datasource import read_state as read  # pyspark's DataSource: imported when asked for
+    from ..distributed.datasource import read_state as read  # pyspark's DataSource: imported when asked for
 
     return read(spark, path, **options)
 
 
 def register_datasource(spark: Any) -> None:
-    """Make ``spark.read.format("state-explorer")`` known to ``spark`` (:func:`explorer.spark.datasource.register`)."""
-    from .datasource import register  # pyspark's DataSource: imported when asked for
+    """Make ``spark.read.format("state-explorer")`` known to ``spark``
+    (:func:`explorer.distributed.datasource.register`)."""
+    from ..distributed.datasource import register  # pyspark's DataSource: imported when asked for
 
     register(spark)
 

@@ -1,7 +1,7 @@
 """The Spark part of ``make demo``: every example pipeline on local Spark, each checkpoint opened.
 
 ``run_spark_demo(out)`` runs each pipeline of :mod:`explorer.pipelines` through
-:func:`explorer.spark.run_on_spark` (:mod:`explorer.spark.pipelines`) over a small generated
+:func:`explorer.spark.run_on_spark` (:mod:`explorer.spark_engine.pipelines`) over a small generated
 input, compares its outputs with the engine's on the same records, opens every checkpoint
 with :func:`explorer.open` and prints one line per pipeline::
 
@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterator
 
 from ..pipelines import PIPELINES
 from ..snapshot import open as open_snapshot
-from .pipelines import PipelineRun, engine_outputs, run_pipeline_on_spark
-from .session import get_spark
+from ..spark_engine.pipelines import PipelineRun, engine_outputs, run_pipeline_on_spark
+from ..spark_session import get_spark
 
 __all__ = ["output_to", "run_spark_demo"]
 

@@ -15,7 +15,7 @@ from explorer.analysis._keys import KeyValues
 from explorer.analysis.diff import _joint_by_hash, _joint_by_lookup
 from explorer.keygroups import assign_to_key_group
 from explorer.snapshot import checkpoints_in
-from explorer.spark.partitioning import partition_ids
+from explorer.keygroups.spark import partition_ids
 
 from tests.support.fixtures import PLANT_HOT_KEYS
 

@@ -35,7 +35,7 @@ class Run:
 
     records: list[Any]
     engine_output: list[Any]
-    spark: Any  # explorer.spark.adapter.SparkRun
+    spark: Any  # explorer.spark_engine.adapter.SparkRun
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +43,7 @@ def url_stats_run(spark, tmp_path_factory) -> Run:
     """UrlStats (ValueState + MapState) over 1,500 access-log lines, 3 micro-batches."""
     from explorer.engine import StreamEnvironment
     from explorer.pipelines import url_counts
-    from explorer.spark.adapter import run_on_spark, write_input
+    from explorer.spark_engine.adapter import run_on_spark, write_input
 
     lines = url_counts.generate(1500, keys=40, seed=3)
     env = StreamEnvironment(parallelism=2)
@@ -61,7 +61,7 @@ def sessions_run(spark, tmp_path_factory) -> Run:
     """SessionWindowFunction (ListState, ValueState, event-time timers), 4 micro-batches."""
     from explorer.engine import StreamEnvironment
     from explorer.pipelines import sessions
-    from explorer.spark.adapter import run_on_spark, write_input
+    from explorer.spark_engine.adapter import run_on_spark, write_input
 
     events = sessions.generate(1200, seed=5)
     env = StreamEnvironment(parallelism=1)
@@ -80,7 +80,7 @@ def dedup_run(spark, tmp_path_factory) -> Run:
     """Deduplicator (ValueState with a 24 h TTL) on processing time, 2 micro-batches."""
     from explorer.engine import StreamEnvironment
     from explorer.pipelines import dedup
-    from explorer.spark.adapter import run_on_spark, write_input
+    from explorer.spark_engine.adapter import run_on_spark, write_input
 
     events = dedup.generate(800, seed=2)
     env = StreamEnvironment(parallelism=1)
@@ -94,12 +94,12 @@ def dedup_run(spark, tmp_path_factory) -> Run:
     return Run(events, engine_out, run)
 
 
-# --- the same pipelines in the adapter's bucket layout (explorer.spark.buckets) ------------------------
+# --- the same pipelines in the adapter's bucket layout (explorer.spark_engine.buckets) ------------------------
 @pytest.fixture(scope="session")
 def url_stats_bucket_run(spark, url_stats_run, tmp_path_factory) -> Run:
     """UrlStats in the bucket layout, over the same input files as url_stats_run."""
     from explorer.pipelines import url_counts
-    from explorer.spark.adapter import run_on_spark
+    from explorer.spark_engine.adapter import run_on_spark
 
     base = tmp_path_factory.mktemp("url-stats-bucket")
     src = url_stats_run.spark.checkpoint_dir.with_name("input")
@@ -112,7 +112,7 @@ def url_stats_bucket_run(spark, url_stats_run, tmp_path_factory) -> Run:
 def sessions_bucket_run(spark, sessions_run, tmp_path_factory) -> Run:
     """SessionWindowFunction (ListState, ValueState, event-time timers) in the bucket layout."""
     from explorer.pipelines import sessions
-    from explorer.spark.adapter import run_on_spark
+    from explorer.spark_engine.adapter import run_on_spark
 
     base = tmp_path_factory.mktemp("sessions-bucket")
     src = sessions_run.spark.checkpoint_dir.with_name("input")
@@ -126,7 +126,7 @@ def sessions_bucket_run(spark, sessions_run, tmp_path_factory) -> Run:
 def dedup_bucket_run(spark, dedup_run, tmp_path_factory) -> Run:
     """Deduplicator (ValueState with a 24 h TTL, applied by the adapter) in the bucket layout."""
     from explorer.pipelines import dedup
-    from explorer.spark.adapter import run_on_spark
+    from explorer.spark_engine.adapter import run_on_spark
 
     base = tmp_path_factory.mktemp("dedup-bucket")
     src = dedup_run.spark.checkpoint_dir.with_name("input")

@@ -14,8 +14,8 @@ from explorer.engine import (
     ValueStateDescriptor,
 )
 from explorer.errors import JobError, StateNotDeclaredError
-from explorer.spark.context import ProcessContext as _ProcessContext, TimerService as _TimerService
-from explorer.spark.statemap import StateBinding, state_schema
+from explorer.spark_engine.context import ProcessContext as _ProcessContext, TimerService as _TimerService
+from explorer.spark_engine.statemap import StateBinding, state_schema
 
 from tests.support.spark_functions import RemindLater, by_value, one_file_per_batch
 
@@ -46,7 +46,7 @@ def test_spark_reads_the_input_files_in_order(url_stats_run):
 
 
 def test_write_input_spaces_modification_times_in_file_order(tmp_path):
-    from explorer.spark.adapter import write_input
+    from explorer.spark_engine.adapter import write_input
 
     src = write_input([{"k": str(i)} for i in range(40)], tmp_path / "in", files=8)
     times = [p.stat().st_mtime_ns for p in sorted(src.glob("*.parquet"))]
@@ -295,7 +295,7 @@ def test_state_schemas_follow_declared_types():
 
 def test_processing_time_timers_fire_and_the_query_ends(spark, tmp_path):
     """With processing-time timers an availableNow query of PySpark 4.3 would never end; run_on_spark's does."""
-    from explorer.spark.adapter import run_on_spark
+    from explorer.spark_engine.adapter import run_on_spark
 
     by_value()
     src = one_file_per_batch(tmp_path, [[{"k": "a"}, {"k": "b"}], [{"k": "a"}, {"k": "c"}], [{"k": "d"}]])

@@ -13,8 +13,8 @@ from explorer.engine import KeyedProcessFunction, StateTtlConfig, ValueStateDesc
 from explorer.errors import JobError, ReaderError
 from explorer.readers.base import CONTRACT_COLUMNS, KeyedStateQuery
 from explorer.readers.spark import SparkCheckpointReader
-from explorer.spark import buckets as bk
-from explorer.spark.partitioning import partition_ids
+from explorer.spark_engine import buckets as bk
+from explorer.keygroups.spark import partition_ids
 
 from tests.support.spark_functions import RemindLater, by_value, one_file_per_batch
 
@@ -110,7 +110,7 @@ class ForgetFast(KeyedProcessFunction):
 def test_processing_time_timers_and_adapter_ttl_in_the_bucket_layout(spark, tmp_path):
     from pyspark import cloudpickle
 
-    from explorer.spark.adapter import run_on_spark
+    from explorer.spark_engine.adapter import run_on_spark
 
     by_value()
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # for ForgetFast: Spark's workers cannot import tests/
@@ -130,7 +130,7 @@ def test_processing_time_timers_and_adapter_ttl_in_the_bucket_layout(spark, tmp_
 
 
 def test_layout_arguments_are_checked(spark, tmp_path):
-    from explorer.spark.adapter import keyed_process
+    from explorer.spark_engine.adapter import keyed_process
 
     df = spark.createDataFrame([("a", 1)], "k string, v long")
     with pytest.raises(JobError, match="layout must be"):

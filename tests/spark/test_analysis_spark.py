@@ -1,4 +1,4 @@
-"""The analyses on Spark (explorer.spark.analysis, through the state-explorer data source) give the local
+"""The analyses on Spark (explorer.distributed.analysis, through the state-explorer data source) give the local
 explorer's answers on sample snapshots of every format, on local[2]."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import explorer
 from explorer import analysis as local
 from explorer.errors import AnalysisError
-from explorer.spark import analysis as on_spark
+from explorer.distributed import analysis as on_spark
 
 pytestmark = pytest.mark.spark
 
@@ -98,7 +98,7 @@ def test_dataframe_source_needs_max_parallelism(spark):
 
 def _diff_rows(df: pd.DataFrame, json_keys: bool) -> list[tuple]:
     """A diff's rows as comparable tuples, keys as the data source's JSON text."""
-    from explorer.spark.datasource import to_json
+    from explorer.distributed.datasource import to_json
 
     return sorted((r.operator, r.state, r.key if json_keys else to_json(r.key), str(r.status), int(r.entries_a),
                    int(r.entries_b), int(r.entries_delta), int(r.bytes_a), int(r.bytes_b), int(r.bytes_delta))

@@ -17,7 +17,8 @@ from explorer.engine import (
     ValueStateDescriptor,
 )
 from explorer.errors import JobError, SnapshotFormatError
-from explorer.spark import buckets as bk
+from explorer.format import spark_buckets as codec
+from explorer.spark_engine import buckets as bk
 
 pytestmark = pytest.mark.spark
 
@@ -29,7 +30,7 @@ class FakeStore:
         self.log, self.values, self.bucket = [], {}, 0
 
     def getValueState(self, name, schema, ttl=None):
-        assert name == bk.STATE_NAME and ttl is None
+        assert name == codec.STATE_NAME and ttl is None
         return self
 
     def get(self):
@@ -130,7 +131,7 @@ def test_a_bucket_is_read_once_and_written_once_whatever_its_keys():
     out = _feed(p, [("b", "/z", 7)])
     assert out == [("b", 2, "data")]
     assert store.log == ["get", "update"]  # the earliest timer is still 101: no timer calls
-    tables = bk.decode_tables(store.values[0], "test")
+    tables = codec.decode_tables(store.values[0], "test")
     counts = dict(zip(*(tables["count"][2].column(c).to_pylist() for c in ("key", "value"))))
     assert counts == {"a": 3, "b": 2, "c": 1}
     seen = tables["seen"][2]
@@ -138,7 +139,7 @@ def test_a_bucket_is_read_once_and_written_once_whatever_its_keys():
         ["/x", "/y", "/x"]  # list order kept per key
     per_page = tables["per_page"][2].to_pylist()
     assert {"key": "a", "user_key": "/x", "value": 2} in per_page
-    timers = tables[bk.TIMERS]
+    timers = tables[codec.TIMERS]
     assert timers[0] == "event_timer"
     assert timers[2].column("timestamp").to_pylist() == sorted(timers[2].column("timestamp").to_pylist())
 
@@ -196,7 +197,7 @@ def test_ttl_follows_the_engine_rule_on_the_batch_timestamp():
     assert _feed(p, [("a", "/", 0)], tv=TV(now=1_000)) == [("a", -1, "seen")]
     assert _feed(p, [("a", "/", 0)], tv=TV(now=1_099)) == [("a", 1_000, "seen")]  # alive until last + ttl - 1
     assert _feed(p, [("a", "/", 0)], tv=TV(now=1_199)) == [("a", -1, "seen")]  # expired at last + ttl
-    table = bk.decode_tables(store.values[0], "test")["seen"]
+    table = codec.decode_tables(store.values[0], "test")["seen"]
     assert table[1] == 100 and table[2].column("last_access").to_pylist() == [1_199]
 
 
@@ -205,7 +206,7 @@ def test_expired_entries_are_dropped_when_the_bucket_is_written():
     p, store = _processor(Remember(ttl), time_mode="processing", event_time_column=None)
     _feed(p, [("a", "/", 0)], tv=TV(now=1_000))
     _feed(p, [("b", "/", 0)], tv=TV(now=1_150))  # a expired at 1_100: left out when the bucket is written
-    assert bk.decode_tables(store.values[0], "test")["seen"][2].column("key").to_pylist() == ["b"]
+    assert codec.decode_tables(store.values[0], "test")["seen"][2].column("key").to_pylist() == ["b"]
 
 
 def test_multi_column_keys_round_trip_as_structs():
@@ -222,7 +223,7 @@ def test_multi_column_keys_round_trip_as_structs():
                           record=tuple, key_type=kt)
     _feed(p, [("a", "/x", 1), ("a", "/y", 1), ("a", "/x", 1)])
     assert _feed(p, [("a", "/x", 1)]) == [(str(("a", "/x")), 3, "pair")]
-    keys = bk.decode_tables(store.values[0], "test")["count"][2].column("key").to_pylist()
+    keys = codec.decode_tables(store.values[0], "test")["count"][2].column("key").to_pylist()
     assert {"user": "a", "page": "/x"} in keys
 
 
@@ -239,11 +240,11 @@ def test_row_variant_runs_the_same_function():
 
 def test_stored_values_name_their_format_and_version():
     with pytest.raises(SnapshotFormatError, match="format 'explorer-spark-buckets'"):
-        bk.decode_tables(("something-else", 1, 8, []), "ckpt/state")
+        codec.decode_tables(("something-else", 1, 8, []), "ckpt/state")
     with pytest.raises(SnapshotFormatError, match="unknown bucket format version 7"):
-        bk.decode_tables((bk.FORMAT, 7, 8, []), "ckpt/state")
+        codec.decode_tables((codec.FORMAT, 7, 8, []), "ckpt/state")
     with pytest.raises(SnapshotFormatError, match="not a readable Arrow IPC stream"):
-        bk.decode_tables((bk.FORMAT, bk.VERSION, 8, [("count", "value", None, b"garbage")]), "ckpt/state")
+        codec.decode_tables((codec.FORMAT, codec.VERSION, 8, [("count", "value", None, b"garbage")]), "ckpt/state")
 
 
 def test_a_different_bucket_count_is_refused():
@@ -268,7 +269,7 @@ def test_a_stored_state_the_function_does_not_declare_is_reported():
 def test_the_timer_table_name_is_reserved():
     class Bad(KeyedProcessFunction):
         def open(self, ctx):
-            ctx.get_state(ValueStateDescriptor(bk.TIMERS, int))
+            ctx.get_state(ValueStateDescriptor(codec.TIMERS, int))
 
     with pytest.raises(JobError, match="reserved"):
         _processor(Bad())

@@ -14,8 +14,8 @@ import explorer
 from explorer.errors import ReaderError, SnapshotCorruptError, StateExplorerError
 from explorer.readers.base import CONTRACT_COLUMNS, KeyedStateQuery
 from explorer.spark import read_state
-from explorer.spark.analysis import collect
-from explorer.spark.datasource import NAME, from_json, to_json
+from explorer.distributed.analysis import collect
+from explorer.distributed.datasource import NAME, from_json, to_json
 
 pytestmark = pytest.mark.spark
 
@@ -157,7 +157,7 @@ def _piece(keys, kgs, sizes, kind="value"):
 def test_a_partitions_top_keys_keep_every_candidate_and_cut_long_ties_in_key_order(monkeypatch):
     """Without Spark: the partition's candidates for the top n hold the global order's top n (ties past the
     cap are cut by the key order the final ranking uses: numbers by value, then text)."""
-    from explorer.spark import datasource as ds
+    from explorer.distributed import datasource as ds
 
     keys = [f"k{i:03d}" for i in range(50)]
     sizes = [100] * 50
@@ -181,7 +181,7 @@ def test_a_partitions_top_keys_keep_every_candidate_and_cut_long_ties_in_key_ord
 def test_number_keys_order_by_value_and_tuple_keys_group_by_their_text():
     import pyarrow as pa
 
-    from explorer.spark import datasource as ds
+    from explorer.distributed import datasource as ds
 
     t = ds.aggregate_partition([_piece([10, 9, 100, 9], [0, 0, 1, 0], [5, 5, 5, 0])], "op", "hot_keys", top=2,
                                by=["bytes", "entries"]).to_pandas()
@@ -200,7 +200,7 @@ def test_flink_key_group_streams_are_cut_into_partitions_by_their_offsets(spark,
     """A Flink subtask's key-group stream is read by range (its key-group offsets), so its partitions are sized by
     bytes like the engine's: several per subtask, each within one subtask, together every key group once."""
     from explorer import analysis as local
-    from explorer.spark.datasource import StateExplorerDataSource
+    from explorer.distributed.datasource import StateExplorerDataSource
 
     snap = explorer.open(path)
     keyed = snap.subtasks.dropna(subset=["key_group_start"])
@@ -227,7 +227,7 @@ def test_flink_key_group_streams_are_cut_into_partitions_by_their_offsets(spark,
 
 
 def test_ranges_are_cut_by_bytes_within_whole_key_groups():
-    from explorer.spark.datasource import _cut
+    from explorer.distributed.datasource import _cut
 
     assert _cut(0, 3, np.ones(4), 2) == [(0, 1), (2, 3)]
     assert _cut(10, 13, np.r_[np.zeros(10), [1, 1, 1, 1]], 2) == [(10, 11), (12, 13)]

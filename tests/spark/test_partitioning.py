@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from explorer.errors import KeyTypeError
-from explorer.spark.partitioning import partition_ids, spark_hash, spark_hash_value, spark_partition
+from explorer.keygroups.spark import partition_ids, spark_hash, spark_hash_value, spark_partition
 
 pytestmark = pytest.mark.spark
 

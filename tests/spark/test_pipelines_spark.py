@@ -2,7 +2,7 @@
 
 One Spark run per pipeline (session-scoped); each is compared with the engine over the same
 records, every output and side output. Input files are read in order
-(:func:`explorer.spark.adapter.in_file_order`), so the comparison is exact, not up to order.
+(:func:`explorer.spark_engine.adapter.in_file_order`), so the comparison is exact, not up to order.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from explorer.engine.operator_state import OperatorStateStore
 from explorer.errors import JobError, StateError
 from explorer.pipelines import PIPELINES, fraud
-from explorer.spark.context import ProcessContext, TimerService
+from explorer.spark_engine.context import ProcessContext, TimerService
 
 pytestmark = pytest.mark.spark
 

@@ -13,7 +13,7 @@ import pytest
 from explorer.errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
 from explorer.readers.base import CONTRACT_COLUMNS, KeyedStateQuery
 from explorer.readers.spark import SparkCheckpointReader
-from explorer.spark.partitioning import partition_ids
+from explorer.keygroups.spark import partition_ids
 
 pytestmark = pytest.mark.spark
 

@@ -244,7 +244,7 @@ def test_changes_of_one_key_end_at_its_expected_value(spark):
 
 
 def test_spark_errors_name_the_file_and_the_root_cause(spark, tmp_path, capfd):
-    from explorer.spark.session import log_path
+    from explorer.spark_session import log_path
 
     bad = tmp_path / "ckpt"
     shutil.copytree(ROOT / "window-tumbling", bad)

@@ -9,7 +9,7 @@ import pytest
 
 from explorer.errors import JobError
 from explorer.spark import get_spark
-from explorer.spark.session import ROCKSDB_PROVIDER
+from explorer.spark_session import ROCKSDB_PROVIDER
 
 pytestmark = pytest.mark.spark
 

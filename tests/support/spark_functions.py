@@ -35,7 +35,7 @@ class RemindLater(KeyedProcessFunction):
 
 def one_file_per_batch(tmp_path: Path, batches: list[list[dict]]) -> Path:
     """An input folder of one Parquet file per batch, in order: one micro-batch each (run_on_spark reads one file per trigger)."""
-    from explorer.spark.adapter import in_file_order, write_input
+    from explorer.spark_engine.adapter import in_file_order, write_input
 
     src = tmp_path / "in"
     paths = []

@@ -44,7 +44,7 @@ checksum the files carry verified; ``jvm=True`` forces Spark's data source,
 which ``toArrow()`` refuses: they are renamed by position (``count_2``) before; the
 query's aliases are not in the checkpoint (a note says so).
 
-Queries of the adapter's bucket layout (:mod:`explorer.spark.buckets`) keep all
+Queries of the adapter's bucket layout (:mod:`explorer.format.spark_buckets`) keep all
 keys' state in one Spark value per bucket (``__explorer_buckets``); this reader
 decodes those values (Arrow IPC tables, format name and version checked) into
 the same per-key rows: one state per descriptor, with the descriptor's kind,
@@ -80,9 +80,9 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
-from ...spark.buckets import STATE_NAME, TIMERS, decode_tables
-from ...spark.partitioning import partition_ids
-from ...spark.session import get_spark, log_path, root_cause
+from ...format.spark_buckets import STATE_NAME, TIMERS, decode_tables
+from ...keygroups.spark import partition_ids
+from ...spark_session import get_spark, log_path, root_cause
 from ..base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,

@@ -28,23 +28,9 @@ adapter
    watermark (event time) or the batch timestamp (processing time) fires, in
    timestamp order, as on the engine.
 
-Stored value (versioned; nothing pickled, nothing executed on read)::
-
-    struct<format: string = "explorer-spark-buckets", version: int = 1, buckets: int,
-           tables: array<struct<name: string, kind: string, ttl_ms: bigint, data: binary>>>
-
-(``buckets`` is checked on restart: another bucket count would lose keys' state).
-
-``data`` is an Arrow IPC stream. State tables have the columns ``key`` (the
-key column, or a struct of the key columns), ``user_key`` (map state),
-``value`` (the declared type's Arrow type) and ``last_access`` (epoch ms, TTL
-only); list elements are rows in list order. The timer table (kind
-``event_timer`` / ``processing_timer``, name :data:`TIMERS`) has ``key`` and
-``timestamp`` in firing order. A broadcast state (kind ``broadcast``, see
-:func:`broadcast_input`) has ``user_key`` and ``value``: the bucket's copy of it,
-the same in every bucket. The schema metadata holds the descriptor's JSON
-description. :mod:`explorer.readers.spark` decodes it, so ``explorer.open()``
-shows one row per key and state entry, as for the per-key layout.
+The stored value (one versioned struct per bucket, its tables as Arrow IPC streams, nothing
+pickled) is :mod:`explorer.format.spark_buckets`, which :mod:`explorer.readers.spark` decodes too,
+so ``explorer.open()`` shows one row per key and state entry, as for the per-key layout.
 
 TTL follows **our engine's** semantics (:mod:`explorer.engine.ttl`: update type,
 visibility, the one expiry rule), with the batch timestamp as the clock
@@ -72,7 +58,6 @@ from __future__ import annotations
 
 import copy
 import io
-import json
 import operator
 import time
 from typing import Any, Iterable, Sequence
@@ -85,36 +70,28 @@ from ..engine.backends.base import StateTable
 from ..engine.functions import Collector, KeyedProcessFunction
 from ..engine.state import STATE_CLASSES, KeyContext, StateKind
 from ..engine.timers import TimerQueue
-from ..engine.ttl import is_expired
-from ..errors import JobError, SnapshotFormatError
+from ..errors import JobError
+from ..format.spark_buckets import (BROADCAST, FORMAT, STATE_NAME, TIMERS, VERSION, check_value, describe, encode_tables,
+                                    from_arrow_values, from_ipc, to_arrow_values, to_ipc)
 from ..keygroups import KeyGroupRange
 from ..engine.operator_state import OperatorStateStore
 from .context import END_OF_INPUT_MS, OutputRows, ProcessContext, RuntimeContext, TimerService, record_maker, row_class, to_ms
 
-__all__ = ["BROADCAST", "BROADCAST_COLUMN", "BUCKET_COLUMN", "DEFAULT_BUCKETS", "FORMAT", "PACKED_COLUMN", "STATE_NAME", "TIMERS", "VERSION",
-           "broadcast_columns", "broadcast_input", "bucket_column", "bucket_input", "data_columns", "decode_tables", "encode_tables", "key_codec",
+__all__ = ["BROADCAST_COLUMN", "BUCKET_COLUMN", "DEFAULT_BUCKETS", "PACKED_COLUMN",
+           "broadcast_columns", "broadcast_input", "bucket_column", "bucket_input", "data_columns", "key_codec",
            "make_processor", "pack_batches", "unpack"]
 
 #: the grouping column the adapter adds: ``pmod(hash(key...), buckets)``
 BUCKET_COLUMN = "__explorer_bucket"
-#: the one Spark state variable of the bucket layout
-STATE_NAME = "__explorer_buckets"
-FORMAT = "explorer-spark-buckets"
-VERSION = 1
-#: the name of the per-key timer table in a bucket
-TIMERS = "timers"
-#: the kind of a stored broadcast state (``user_key``, ``value``; one copy per bucket)
-BROADCAST = "broadcast"
 #: the column that marks the rows of the broadcast input (see :func:`broadcast_input`)
 BROADCAST_COLUMN = "__explorer_broadcast"
 DEFAULT_BUCKETS = 64
 
 _ONE_GROUP = KeyGroupRange(0, 0)
-_PRIMS = (pa.int64(), pa.float64(), pa.string(), pa.bool_(), pa.binary())
 
 
 def value_schema():
-    """The Spark schema of a bucket's stored value."""
+    """The Spark schema of a bucket's stored value (:mod:`explorer.format.spark_buckets`)."""
     from pyspark.sql.types import (
         ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
     )
@@ -189,36 +166,7 @@ class BucketTable(StateTable):
             yield 0, key, None
 
 
-# --- the stored form -----------------------------------------------------------------------------
-def _ipc(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue()
-
-
-def _from_ipc(data: bytes, where: str) -> pa.Table:
-    try:
-        return pa.ipc.open_stream(pa.py_buffer(bytes(data))).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise SnapshotFormatError(f"{where}: a bucket table is not a readable Arrow IPC stream ({exc})") from exc
-
-
-def _to_arrow_values(info, values: list, arrow_type: pa.DataType) -> pa.Array:
-    if arrow_type in _PRIMS:
-        return pa.array(values, arrow_type)
-    conv = info.to_arrow
-    return pa.array([None if v is None else conv(v) for v in values], arrow_type)
-
-
-def _from_arrow_values(info, arr) -> list:
-    vals = arr.to_pylist()
-    if arr.type in _PRIMS:
-        return vals
-    conv = info.from_arrow
-    return [None if v is None else conv(v) for v in vals]
-
-
+# --- the stored form (explorer.format.spark_buckets) ----------------------------------------------
 def key_codec(key_type: pa.DataType):
     """(Arrow column -> keys, keys -> Arrow array): multi-column keys are tuples here, structs when stored."""
     if pa.types.is_struct(key_type):
@@ -228,121 +176,17 @@ def key_codec(key_type: pa.DataType):
     return (lambda col: col.to_pylist()), (lambda keys: pa.array(keys, key_type))
 
 
-def encode_tables(tables: Sequence[BucketTable], timers: TimerQueue | None, timer_kind: str,
-                  key_array, now_ms: int) -> list[tuple]:
-    """The ``tables`` field of a bucket's stored value (expired entries at ``now_ms`` left out)."""
-    out = []
-    for t in tables:
-        if not t.data:
-            continue
-        d = t.descriptor
-        info = d.value_info
-        ttl = getattr(d, "ttl", None)
-        ttl_ms = None if ttl is None else ttl.ttl_ms
-        keys: list = []
-        uks: list = []
-        vals: list = []
-        last: list = []
-        kind = d.kind
-        if kind is StateKind.MAP or kind is StateKind.LIST:
-            is_map = kind is StateKind.MAP
-            for k, uk, e in _elements(is_map, t.data):
-                if ttl_ms is not None:
-                    if is_expired(e[1], ttl_ms, now_ms):
-                        continue
-                    vals.append(e[0])
-                    last.append(e[1])
-                else:
-                    vals.append(e)
-                keys.append(k)
-                if is_map:
-                    uks.append(uk)
-        else:
-            if ttl_ms is None:
-                keys = list(t.data.keys())
-                vals = list(t.data.values())
-            else:
-                for k, e in t.data.items():
-                    if not is_expired(e[1], ttl_ms, now_ms):
-                        keys.append(k)
-                        vals.append(e[0])
-                        last.append(e[1])
-        if not keys:
-            continue
-        cols = {"key": key_array(keys)}
-        if kind is StateKind.MAP:
-            uinfo = d.user_key_info
-            cols["user_key"] = _to_arrow_values(uinfo, uks, uinfo.arrow_type)
-        cols["value"] = _to_arrow_values(info, vals, info.arrow_type)
-        if ttl_ms is not None:
-            cols["last_access"] = pa.array(last, pa.int64())
-        table = pa.table(cols).replace_schema_metadata({"explorer.descriptor": _describe(d)})
-        out.append((d.name, kind.value, ttl_ms, _ipc(table)))
-    if timers is not None and len(timers):
-        live = list(timers)
-        table = pa.table({"key": key_array([x.key for x in live]),
-                          "timestamp": pa.array([x.timestamp for x in live], pa.int64())})
-        out.append((TIMERS, timer_kind, None, _ipc(table)))
-    return out
-
-
-
-def _elements(is_map: bool, data: dict) -> Iterable[tuple[Any, Any, Any]]:
-    """``(key, user key, stored entry)`` of every map entry, or ``(key, None, stored element)``
-    of every list element, of one bucket table's data."""
-    if is_map:
-        return ((k, uk, e) for k, m in data.items() for uk, e in m.items())
-    return ((k, None, e) for k, elems in data.items() for e in elems)
-
-_DESCRIBED: dict[int, str] = {}
-
-
-def _describe(d) -> str:
-    s = _DESCRIBED.get(id(d))
-    if s is None:
-        s = _DESCRIBED[id(d)] = json.dumps(d.describe())
-    return s
-
-
-def check_value(row: Any, where: str, buckets: int | None = None) -> list:
-    """The ``tables`` of a stored bucket value, after checking its format name, version and bucket count."""
-    fmt, version, stored_buckets, tables = row[0], row[1], row[2], row[3]
-    if fmt != FORMAT:
-        raise SnapshotFormatError(f"{where}: expected a bucket value of format {FORMAT!r}, found {fmt!r}")
-    if version != VERSION:
-        raise SnapshotFormatError(f"{where}: unknown bucket format version {version!r} (known: {VERSION})")
-    if buckets is not None and stored_buckets != buckets:
-        raise JobError(f"{where}: the checkpoint was written with buckets={stored_buckets}, this query runs with "
-                       f"buckets={buckets}; keys would land in other buckets and lose their state: run it with "
-                       f"buckets={stored_buckets}")
-    return list(tables or [])
-
-
-def decode_tables(row: Any, where: str, broadcast: bool = False) -> dict[str, tuple[str, int | None, pa.Table]]:
-    """``name -> (kind, ttl_ms, Arrow table)`` of one stored bucket value (for readers).
-
-    Keyed states and timers only; ``broadcast=True`` returns the broadcast states instead
-    (kind :data:`BROADCAST`, columns ``user_key`` and ``value``: operator state, the same
-    in every bucket, not keyed state).
-    """
-    out = {}
-    for name, kind, ttl_ms, data in check_value(row, where):
-        if (kind == BROADCAST) == broadcast:
-            out[name] = (kind, ttl_ms, _from_ipc(data, f"{where}, table {name!r}"))
-    return out
-
-
 def _load_table(t: BucketTable, table: pa.Table, key_of) -> None:
     d = t.descriptor
     keys = key_of(table.column("key"))
-    vals = _from_arrow_values(d.value_info, table.column("value").combine_chunks())
+    vals = from_arrow_values(d.value_info, table.column("value").combine_chunks())
     ttl = "last_access" in table.column_names
     if ttl:
         vals = list(zip(vals, table.column("last_access").to_pylist()))
     data = t.data
     kind = d.kind
     if kind is StateKind.MAP:
-        uks = _from_arrow_values(d.user_key_info, table.column("user_key").combine_chunks())
+        uks = from_arrow_values(d.user_key_info, table.column("user_key").combine_chunks())
         for k, uk, e in zip(keys, uks, vals):
             m = data.get(k)
             if m is None:
@@ -508,12 +352,12 @@ class _BucketMixin:
                 if self._broadcast_columns is None:
                     raise JobError(f"{where}: the checkpoint holds broadcast state {name!r} but this query has no "
                                    "broadcast input; run it with run_on_spark(..., broadcast=...)")
-                table = _from_ipc(data, f"{where}, broadcast state {name!r}")
+                table = from_ipc(data, f"{where}, broadcast state {name!r}")
                 self.ctx.broadcast.restored_broadcast[name] = dict(zip(table.column("user_key").to_pylist(),
                                                                        table.column("value").to_pylist()))
                 self._broadcast_raw[name] = data
                 continue
-            table = _from_ipc(data, f"{where}, table {name!r}")
+            table = from_ipc(data, f"{where}, table {name!r}")
             if name == TIMERS:
                 q = self.timers.queue
                 for k, ts in zip(self._key_of(table.column("key")), table.column("timestamp").to_pylist()):
@@ -554,10 +398,10 @@ class _BucketMixin:
             d = st.descriptor
             kinfo, vinfo = d.user_key_info, d.value_info
             keys, vals = list(st.entries), list(st.entries.values())
-            table = pa.table({"user_key": _to_arrow_values(kinfo, keys, kinfo.arrow_type),
-                              "value": _to_arrow_values(vinfo, vals, vinfo.arrow_type)})
-            table = table.replace_schema_metadata({"explorer.descriptor": _describe(d)})
-            out.append((name, BROADCAST, None, _ipc(table)))
+            table = pa.table({"user_key": to_arrow_values(kinfo, keys, kinfo.arrow_type),
+                              "value": to_arrow_values(vinfo, vals, vinfo.arrow_type)})
+            table = table.replace_schema_metadata({"explorer.descriptor": describe(d)})
+            out.append((name, BROADCAST, None, to_ipc(table)))
         out += [(name, BROADCAST, None, data) for name, data in self._broadcast_raw.items()
                 if name not in store.broadcast]
         return out

@@ -56,7 +56,7 @@ Options (all strings in Spark; :func:`read_state` takes Python values and conver
     changelogs, read whole per subtask, are cut by ``splits`` only
 ``aggregate``
     ``key_groups`` or ``hot_keys``: each partition aggregates what it read and sends only the
-    aggregates (:data:`AGGREGATE_SCHEMA`), for :mod:`explorer.spark.analysis`. Every entry of a key
+    aggregates (:data:`AGGREGATE_SCHEMA`), for :mod:`explorer.distributed.analysis`. Every entry of a key
     lies in one key group, hence in one partition, so per-key and per-key-group figures summed
     over partitions are exact. ``key_groups``: a row per (operator, key group) with the entries,
     bytes and distinct keys of its non-timer state (``row = "key_group"``). ``hot_keys`` adds, per
@@ -81,7 +81,7 @@ reads the same ``chk-N`` (or micro-batch) even if a newer one completes meanwhil
 
 A partition that fails raises the project's :class:`~explorer.errors.StateExplorerError`
 in the executor, naming the file; Spark wraps it in its own exception, and
-:func:`raise_state_error` (used by :mod:`explorer.spark.analysis`) turns that back into the
+:func:`raise_state_error` (used by :mod:`explorer.distributed.analysis`) turns that back into the
 same class and message on the driver.
 """
 
@@ -406,7 +406,7 @@ def _spark_piece(piece: pa.Table, schema: pa.Schema) -> pa.Table:
 def key_order(text: str | None) -> tuple:
     """Where a key (its JSON text) goes among tied keys: numbers by value (``try_cast(key AS double)``, NaN after
     the other numbers), then the other keys by their text (a string's without its quotes), as
-    :func:`explorer.spark.analysis` ranks them in Spark."""
+    :func:`explorer.distributed.analysis` ranks them in Spark."""
     if text is None:
         return (1, 0, 0.0, "")
     number = None
@@ -687,10 +687,9 @@ class _Side:
         """The operator's state bytes per key group ``0..m-1``: each subtask's bytes spread over its key groups as
         the reader's metadata counts rows (engine: Parquet row groups; Flink: key-group offsets, so exact)."""
         if operator not in self._bytes:
-            rows = None
-            fn = getattr(self.reader, "key_group_rows", None)
-            if callable(fn):
-                rows = np.asarray(fn(KeyedStateQuery(operators=frozenset([operator]))), dtype=np.float64)
+            rows = self.reader.key_group_rows(KeyedStateQuery(operators=frozenset([operator])))
+            if rows is not None:
+                rows = np.asarray(rows, dtype=np.float64)
             g = self.subs[self.subs["operator"] == operator]
             size = int(g["key_group_end"].max()) + 1 if len(g) else 0
             out = np.zeros(size, dtype=np.float64)
@@ -716,7 +715,7 @@ def _same_key_groups(a: _Side, b: _Side) -> None:
             raise ReaderError(
                 f"{a.path} and {b.path}: operator {name!r} has max parallelism {ma} in the first snapshot and {mb} "
                 "in the second, so a key's key group differs between them; aggregate=diff needs the same max "
-                "parallelism (explorer.spark.analysis.diff joins the keys instead)")
+                "parallelism (explorer.distributed.analysis.diff joins the keys instead)")
 
 
 def _segments(operator: str, sides: list[_Side]) -> list[tuple[int, int, int, bool]]:

@@ -1,7 +1,7 @@
 """The analyses on Spark: the same answers as :mod:`explorer.analysis`, for state bigger than one machine.
 
 Each function reads the snapshot through the ``state-explorer`` data source
-(:mod:`explorer.spark.datasource`: the executors read their partitions of the snapshot
+(:mod:`explorer.distributed.datasource`: the executors read their partitions of the snapshot
 themselves, only the columns the answer needs) and lets Spark aggregate; only the
 aggregates come back to the driver (one row per key group, per state, per time window, or
 the ``n`` hottest keys), never the rows. The driver opens the snapshot's metadata (layouts,
@@ -9,7 +9,8 @@ creation time, TTLs, the traffic sketch), as :func:`explorer.open` does.
 
 ::
 
-    from explorer.spark import analysis, get_spark
+    from explorer.distributed import analysis
+    from explorer.spark import get_spark
     spark = get_spark()                      # local[2]; get_spark("spark://host:7077") for a cluster
     analysis.key_group_distribution("s3://.../savepoint-7", spark=spark)
     analysis.hot_keys(path, n=20, by="bytes")
@@ -42,9 +43,9 @@ from ..analysis.hotkeys import rank_hot_key_rows
 from ..analysis.ttl import TIMELINE_COLUMNS, timeline_frame
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, key_groups_for, operator_indices_for_key_groups
+from ..spark_session import get_spark
 from ..stored import StoredSnapshot, open_stored
 from .datasource import check_read, from_json, raise_state_error, rank_hot_keys, read_state, to_json
-from .session import get_spark
 
 __all__ = ["diff", "diff_summary", "expired_not_cleaned", "growth_by_key", "hot_keys", "key_group_aggregates",
            "key_group_distribution", "state_sizes", "subtask_distribution", "ttl_expiry"]
@@ -117,7 +118,7 @@ class _Source:
         return True
 
     def aggregated(self, aggregate: str, **options: Any) -> pd.DataFrame:
-        """The partitions' aggregates (:data:`explorer.spark.datasource.AGGREGATE_SCHEMA`) of the path."""
+        """The partitions' aggregates (:data:`explorer.distributed.datasource.AGGREGATE_SCHEMA`) of the path."""
         return collect(read_state(self.spark, self.path, aggregate=aggregate, operator=_listed(self.operator),
                                   state=_listed(self.state), **self.options, **options))
 
@@ -588,7 +589,7 @@ def _side(source: Any, operator, state, spark, options: dict[str, Any]):
 
 def _diff_read(a: Any, b: Any, operator, state, spark, options: dict[str, Any], keys: str):
     """The ``aggregate=diff`` read of paths ``a`` and ``b`` (rows of
-    :data:`explorer.spark.datasource.DIFF_SCHEMA`): each partition diffs one key-group range of both snapshots,
+    :data:`explorer.distributed.datasource.DIFF_SCHEMA`): each partition diffs one key-group range of both snapshots,
     planned by the same ranges; None when the snapshots cannot be diffed range by range (a DataFrame given, a
     format whose subtasks overlap, an operator with another max parallelism on each side)."""
     if not (isinstance(a, (str, Path)) and isinstance(b, (str, Path))):

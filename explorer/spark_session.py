@@ -42,7 +42,7 @@ from typing import Any, Iterator
 
 from tqdm.auto import tqdm
 
-from ..errors import JobError
+from .errors import JobError
 
 __all__ = ["DEFAULT_CONF", "DEFAULT_MASTER", "ROCKSDB_PROVIDER", "get_spark", "log_path", "root_cause", "stop_spark"]
 

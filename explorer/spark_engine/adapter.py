@@ -37,7 +37,7 @@ timer of the other domain raises :class:`~explorer.errors.JobError`.
 a Spark query has one sink, and a second query over the same stateful operator
 would run it, and its state, twice. So the operator's output is tagged: a column
 ``output`` names the output of each row, and each output's fields sit in a struct
-column of its own (:func:`~explorer.spark.context.tagged_schema`); the Parquet
+column of its own (:func:`~explorer.spark_engine.context.tagged_schema`); the Parquet
 sink is partitioned by ``output``, so every output lands in a folder of its own
 (``output=main/``, ``output=illegal/``), written exactly once with the batch
 like any file-sink output. :meth:`SparkRun.output` reads one of them.
@@ -48,7 +48,7 @@ parallel instance receives every broadcast element and keeps its own copy of the
 broadcast state, identical everywhere because every copy sees the same elements
 in the same order. The bucket layout has exactly that shape: its buckets are
 the parallel instances, so each broadcast row is repeated once per bucket and
-unioned with the data (:func:`~explorer.spark.buckets.broadcast_input`), and each
+unioned with the data (:func:`~explorer.spark_engine.buckets.broadcast_input`), and each
 bucket keeps its copy in its stored value. Within a micro-batch a bucket applies
 the broadcast rows first, in input order, then the data rows, so a rule applies
 from the micro-batch it arrives in. As in Flink the state is read-write in
@@ -63,7 +63,7 @@ layout (the default with a broadcast input).
 **End of input** (``end_of_input=True``): a bounded input ends on the engine (and
 in Flink) with a final watermark that fires every timer. Spark's watermark stops
 at the last record's time less the delay; a marker row with the event time
-:data:`~explorer.spark.context.END_OF_INPUT_MS` moves it past every timer, and
+:data:`~explorer.spark_engine.context.END_OF_INPUT_MS` moves it past every timer, and
 the processors drop the row itself.
 
 Two layouts of the state (``layout=``):
@@ -104,10 +104,10 @@ import pyarrow.parquet as pq
 from ..engine.functions import Collector, KeyedBroadcastProcessFunction, KeyedProcessFunction
 from ..errors import JobError
 from ..format.types import type_info
+from ..spark_session import get_spark
 from . import buckets as bk
 from .context import (END_OF_INPUT_MS, MAIN_OUTPUT, OUTPUT_COLUMN, OutputRows, ProcessContext, RuntimeContext, TimerService, record_maker,
                       row_class, tagged_schema, to_ms)
-from .session import get_spark
 from .statemap import StateBinding
 
 __all__ = ["SparkRun", "in_file_order", "keyed_process", "run_on_spark", "write_input"]
@@ -297,11 +297,11 @@ def keyed_process(df, function: KeyedProcessFunction, key: str | Sequence[str], 
     than the pandas worker's columnar conversion.
 
     ``side_outputs`` (tag -> schema) declares what ``ctx.output(tag, value)`` may emit: the
-    result then has the tagged layout of :func:`~explorer.spark.context.tagged_schema`
+    result then has the tagged layout of :func:`~explorer.spark_engine.context.tagged_schema`
     (``output``, ``main``, one struct column per tag). ``broadcast`` (a streaming DataFrame)
     is the broadcast input of a ``KeyedBroadcastProcessFunction``, its rows given to
     ``process_broadcast_element`` as ``broadcast_record`` says (like ``record``); it needs the
-    bucket layout (the default with ``broadcast``), see :func:`~explorer.spark.buckets.broadcast_input`.
+    bucket layout (the default with ``broadcast``), see :func:`~explorer.spark_engine.buckets.broadcast_input`.
     ``ttl_clock`` (bucket layout) is the clock TTL runs on instead of the batch timestamp: a
     :class:`~explorer.pipelines.ReplayClock` the function moves to each record's event time.
     """
@@ -559,7 +559,7 @@ def run_on_spark(function: KeyedProcessFunction, source: str | Path | Sequence[A
     broadcast input of a ``KeyedBroadcastProcessFunction``, read one file per micro-batch
     like ``source``) are described at :func:`keyed_process`; :meth:`SparkRun.output` reads
     each output. ``end_of_input=True`` (event time, ``source`` given as records) ends the
-    input with a marker row whose event time is :data:`~explorer.spark.context.END_OF_INPUT_MS`:
+    input with a marker row whose event time is :data:`~explorer.spark_engine.context.END_OF_INPUT_MS`:
     the watermark then passes every timer and they all fire, as at the end of a bounded
     input on the engine and in Flink. ``prepare`` (a function of the streaming DataFrame,
     e.g. a stateless ``mapInArrow`` parse) runs on the input before the keyed function.

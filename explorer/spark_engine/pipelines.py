@@ -19,7 +19,7 @@ url_counts     lines parsed by a stateless ``mapInArrow``; two queries (Spark ca
 sessions       :class:`~explorer.pipelines.sessions.SessionWindowFunction`, event-time timers
 fraud          :class:`~explorer.pipelines.fraud.FraudDetector` with the rules as a broadcast input
                (bucket layout: every bucket keeps its copy of the broadcast state, see
-               :func:`~explorer.spark.buckets.broadcast_input`)
+               :func:`~explorer.spark_engine.buckets.broadcast_input`)
 dedup          :class:`~explorer.pipelines.dedup.Deduplicator`, its TTL on a
                :class:`~explorer.pipelines.ReplayClock` as on the engine (bucket layout: Spark's
                own TTL runs on the wall clock only)
@@ -29,10 +29,10 @@ consumer_lag   stateless: one ``mapInArrow`` query writing ``lag`` and ``lagging
 =============  ==================================================================================
 
 Event-time pipelines end their input with the end-of-input marker (see
-:data:`~explorer.spark.context.END_OF_INPUT_MS`), so every timer fires at the end as on the
+:data:`~explorer.spark_engine.context.END_OF_INPUT_MS`), so every timer fires at the end as on the
 engine, and Spark's watermark delay is the pipeline's bounded out-of-orderness plus one
 second, so no record is late. Input files are read one per micro-batch in order
-(:func:`~explorer.spark.adapter.in_file_order`).
+(:func:`~explorer.spark_engine.adapter.in_file_order`).
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from ..engine import KeyedProcessFunction, ValueStateDescriptor
 from ..errors import JobError
 from ..format.types import type_info
 from ..pipelines import PIPELINES, Pipeline, ReplayClock, consumer_lag, dedup, fraud, orders, sessions, url_counts
+from ..spark_session import get_spark
 from .adapter import SparkRun, run_on_spark as run_function, write_input
 from .context import MAIN_OUTPUT, OUTPUT_COLUMN, tagged_schema
-from .session import get_spark
 from .statemap import spark_type
 
 __all__ = ["PipelineRun", "RollingCount", "as_rows", "engine_outputs", "run_pipeline_on_spark"]
