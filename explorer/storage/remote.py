@@ -46,7 +46,7 @@ import pyarrow.fs as pafs
 from tqdm.auto import tqdm
 
 from ..errors import SnapshotNotFoundError, StateExplorerError, StorageError, UnsafePathError
-from .cache import FileCache
+from .cache import FILE_MODE, FileCache, private_dir
 
 _CHUNK = 4 << 20
 #: files at least this large show a progress bar while they are fetched
@@ -597,8 +597,8 @@ class StoragePath:
             plain_relative(rel, str(f))
         if into is None:
             root = self.store.cache.root / "trees"
-            root.mkdir(parents=True, exist_ok=True)
-            into = Path(tempfile.mkdtemp(prefix="tree-", dir=root))
+            private_dir(root)
+            into = private_dir(Path(tempfile.mkdtemp(prefix="tree-", dir=root)))
             _TREES.append(into)
         rels = [r for r in rels if not confined(into, r[2], str(r[0])).exists()]
         total = sum(size for _, size, _ in rels)
@@ -606,12 +606,13 @@ class StoragePath:
                   disable=total < PROGRESS_BYTES, leave=False) as bar:
             for f, size, rel in rels:
                 dst = confined(into, rel, str(f))
-                dst.parent.mkdir(parents=True, exist_ok=True)
+                private_dir(dst.parent)
                 src = f.local()
                 try:
-                    os.link(src, dst)
+                    os.link(src, dst)  # (the cache's file: 0600)
                 except OSError:
                     shutil.copyfile(src, dst)
+                    os.chmod(dst, FILE_MODE)
                 bar.update(size)
         return into
 
