@@ -182,7 +182,7 @@ def snapshot_html(snap: Any) -> str:
     """The notebook display of a Snapshot: what it is, its operators and states (metadata only)."""
     t = snap.timings()
     parts = [
-        f"<div class='sx-snapshot'><b>{html.escape(snap.format)}</b> #{snap.checkpoint_id} "
+        f"<div class='sx-snapshot'><b>{html.escape(snap.format)}</b> #{html.escape(str(snap.checkpoint_id))} "
         f"<span class='muted'>{html.escape(str(snap.path))}</span><br>created {html.escape(created_text(snap))}"
         + (f", {fmt.human_bytes(t.get('bytes'))}" if t.get("bytes") is not None else ""),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ class HistoryTab(View):
         self.on_change(["metric"], self.update, "drawing the checkpoint history")
         self._draw_static()
         self.update()
-        self.children = [self.own(w.HTML(f"<b>{len(self.summary)}</b> checkpoints in <code>{self.directory}</code>")),
+        self.children = [self.own(w.HTML(f"<b>{len(self.summary)}</b> checkpoints in <code>{html.escape(str(self.directory))}</code>")),
                          self.metric_select, self.size_figure,
                          self.own(w.HBox([self.delta_figure, self.duration_figure])), self.table]
 

@@ -7,6 +7,7 @@ re-read: the per-key-group aggregates are summed per subtask again.
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import ipywidgets as w
@@ -165,6 +166,6 @@ class KeyGroupsTab(View):
         current = " (the snapshot's)" if p == self.snapshot_parallelism else f" (snapshot: {self.snapshot_parallelism})"
         heaviest = int(np.argmax(loads)) if len(loads) else 0
         self.summary.value = (
-            f"<b>{self.operator}</b> at parallelism <b>{p}</b>{current}, max parallelism {m}: "
+            f"<b>{html.escape(str(self.operator))}</b> at parallelism <b>{p}</b>{current}, max parallelism {m}: "
             f"each subtask owns {m // p}–{-(-m // p)} key groups; heaviest subtask <b>{heaviest}</b> carries "
-            f"<b>{self.imbalance:.2f}×</b> the mean {metric}.")
+            f"<b>{self.imbalance:.2f}×</b> the mean {html.escape(str(metric))}.")
