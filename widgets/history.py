@@ -11,6 +11,7 @@ import traitlets as t
 
 from explorer.analysis import checkpoint_summary, history
 from explorer.plots import checkpoint_history
+from explorer.plots.text import plot_text
 
 from ._base import View, figure, html_table, replace_figure
 from ._data import SnapshotData
@@ -50,7 +51,7 @@ class HistoryTab(View):
 
     def _draw_static(self) -> None:
         s = self.summary
-        x = s["checkpoint_id"].astype(str).to_numpy()
+        x = [plot_text(c) for c in s["checkpoint_id"]]
         with self.delta_figure.batch_update():
             self.delta_figure.add_bar(x=x, y=s["incremental_bytes"].to_numpy(), name="new files (incremental)",
                                       marker_color="#636EFA")

@@ -16,6 +16,7 @@ import traitlets as t
 
 from explorer.analysis.distribution import METRICS, imbalance_figures
 from explorer.keygroups import operator_indices_for_key_groups
+from explorer.plots.text import plot_text
 
 from ._base import View, figure, subtask_colour
 from ._data import SnapshotData
@@ -149,7 +150,7 @@ class KeyGroupsTab(View):
             bar.customdata = sub
             bar.marker.color = [colours[s] for s in sub]
             self.key_group_figure.layout.title.text = (
-                f"{metric} per key group of {self.operator}: {m} key groups on {p} subtask{'s' * (p != 1)}")
+                f"{metric} per key group of {plot_text(self.operator)}: {m} key groups on {p} subtask{'s' * (p != 1)}")
             self.key_group_figure.layout.yaxis.title.text = metric
         with self.subtask_figure.batch_update():
             bar = self.subtask_figure.data[0]
