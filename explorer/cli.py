@@ -35,10 +35,17 @@ from .plots.format import human_bytes as _human_bytes
 from .report import build_report, summary_text
 from .catalog import list_snapshots
 from .snapshot import open as open_snapshot
+from .plots.text import terminal_text
 from .spark.demo import run_spark_demo
 
 
 # --- argparse types: a bad value is a usage error (exit 2 with the usage), not a traceback --------
+def say(*parts: Any, file: Any = None) -> None:
+    """``print`` for the CLI: snapshot strings (keys, names, paths, notes, error messages) reach the terminal
+    only through :func:`explorer.plots.text.terminal_text`, control characters shown as ``\\x1b``."""
+    print(*(terminal_text(p) for p in parts), file=file)
+
+
 def _whole_number(least: int):
     """An argparse type: an integer of at least ``least`` (a bad value is a usage error)."""
     def parse(text: str) -> int:
@@ -221,10 +228,10 @@ def _print_summary(s: dict[str, Any]) -> None:
             f"{(s['records_per_s'] or 0):>10,} rec/s  {s['keys']:>7,} keys  {s['state_entries']:>8,} entries {where}")
     if "state_bytes" in s:
         line += f"  {_human_bytes(s['state_bytes']):>9} savepoint"
-    print(line)
+    say(line)
     if s["hottest_keys"]:
         tops = ", ".join(f"{h['key']} ({h['records']:,})" for h in s["hottest_keys"][:3])
-        print(f"{'':<14} hottest keys {where}: {tops}")
+        say(f"{'':<14} hottest keys {where}: {tops}")
 
 
 def cmd_demo(args) -> int:
@@ -232,31 +239,31 @@ def cmd_demo(args) -> int:
     if out.exists():
         shutil.rmtree(out)
     pipes = PIPELINES
-    print(f"State Explorer demo: {len(pipes)} pipelines, parallelism {args.parallelism}, backends {args.backends}")
-    print(f"writing outputs, checkpoints and savepoints under {out}/\n")
+    say(f"State Explorer demo: {len(pipes)} pipelines, parallelism {args.parallelism}, backends {args.backends}")
+    say(f"writing outputs, checkpoints and savepoints under {out}/\n")
     for backend in args.backends.split(","):
-        print(f"== {backend} backend")
+        say(f"== {backend} backend")
         for name, pipe in pipes.items():
             target = out / name / backend
             run_pipeline(name, records=args.records or None, parallelism=args.parallelism, backend=backend,
                          out=target, checkpoint_every=max(1, (args.records or pipe.default_records) // 4),
                          savepoint_to=target / "savepoint", seed=args.seed, max_parallelism=args.max_parallelism,
                          batch_size=args.batch_size, savepoint_at=0.8)
-        print()
+        say()
     if not args.no_spark:
         _spark_demo(out)
-    print(f"Open a snapshot:  python -c \"import explorer; print(explorer.open('{out}/url_counts/heap/savepoint'))\"")
-    print(f"Or in a terminal: state-explorer inspect {out}/url_counts/heap/savepoint")
+    say(f"Open a snapshot:  python -c \"import explorer; print(explorer.open('{out}/url_counts/heap/savepoint'))\"")
+    say(f"Or in a terminal: state-explorer inspect {out}/url_counts/heap/savepoint")
     return 0
 
 
 def _spark_demo(out: Path) -> None:
     """Every example pipeline on local Spark, compared with the engine, each checkpoint opened
     (one line each; the JVM's and Spark's own output go to out/spark/spark.log)."""
-    print("== Spark (local[2], RocksDB state store): every pipeline, outputs compared with the engine")
+    say("== Spark (local[2], RocksDB state store): every pipeline, outputs compared with the engine")
     s = run_spark_demo(out)
-    print(f"summary: {out}/spark/summary.json, Spark's log: {s['log']}")
-    print()
+    say(f"summary: {out}/spark/summary.json, Spark's log: {s['log']}")
+    say()
 
 
 def cmd_run(args) -> int:
@@ -272,29 +279,29 @@ def cmd_savepoint(args) -> int:
     s = run_pipeline(args.name, records=args.records, parallelism=args.parallelism, backend=args.backend,
                      out=None, savepoint_to=Path(args.output), stop_after=args.after_records, seed=args.seed,
                      max_parallelism=args.max_parallelism, batch_size=args.batch_size, quiet=True)
-    print(f"savepoint written to {s['savepoint']} ({_human_bytes(s['state_bytes'])})")
+    say(f"savepoint written to {s['savepoint']} ({_human_bytes(s['state_bytes'])})")
     return 0
 
 
 def cmd_inspect(args) -> int:
     snap = open_for_cli(args.path, args.ttl, args.uids)
-    print(summary_text(snap, top=args.top))
+    say(summary_text(snap, top=args.top))
     return 0
 
 
 def cmd_ls(args) -> int:
     df = list_snapshots(args.path)
     if df.empty:
-        print(f"{args.path}: no checkpoints or savepoints found")
+        say(f"{args.path}: no checkpoints or savepoints found")
         return 0
     out = df.copy()
     out["size"] = [_human_bytes(int(b)) for b in out["size_bytes"]]
     out["time"] = [t.strftime("%Y-%m-%d %H:%M:%S") if pd.notna(t) else "-" for t in out["time"]]
     out["complete"] = ["yes" if c else "NO" for c in out["complete"]]
     cols = ["id", "kind", "format", "time", "size", "files", "complete", "path"]
-    print(out[cols].fillna("-").to_string(index=False))
+    say(out[cols].fillna("-").to_string(index=False))
     for _, r in df[df["note"].notna()].iterrows():
-        print(f"note: {r['path']}: {r['note']}")
+        say(f"note: {r['path']}: {r['note']}")
     return 0
 
 
@@ -304,13 +311,13 @@ def cmd_report(args) -> int:
     out = build_report(snap, Path(args.output), top=args.top, history_dir=history_dir, parallelisms=args.parallelisms,
                        plotly_js="inline" if args.self_contained else "shared")
     shared = "" if args.self_contained else " plus the shared plotly.js beside it"
-    print(f"report written to {out} ({_human_bytes(out.stat().st_size)}{shared})")
+    say(f"report written to {out} ({_human_bytes(out.stat().st_size)}{shared})")
     return 0
 
 
 def cmd_list(args) -> int:
     for name, pipe in PIPELINES.items():
-        print(f"{name:<14} {pipe.description}")
+        say(f"{name:<14} {pipe.description}")
     return 0
 
 
@@ -383,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.fn(args)
     except StateExplorerError as exc:
-        print(f"state-explorer: {exc}", file=sys.stderr)
+        say(f"state-explorer: {exc}", file=sys.stderr)
         return 2
 
 

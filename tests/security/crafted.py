@@ -15,9 +15,12 @@ HOSTILE_LINK = '<a href="https://evil.example">/api/search</a>'
 HOSTILE_TERMINAL = ("\x1b]0;pwned\x07\x1b[2J\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"
                     "\u202etxt.exe\u2066x\u2069\x9b31m\x7f")
 
+#: shown as "txt.exe" reversed: a right-to-left override
+HOSTILE_BIDI = "\u202eexe.txt"
+
 
 def hostile_job(root: Path, operator: str = HOSTILE_HTML, checkpoints: str = HOSTILE_HTML,
-                keys: tuple[str, ...] = (HOSTILE_LINK, HOSTILE_TERMINAL, HOSTILE_HTML)) -> tuple[Path, Path]:
+                keys: tuple[str, ...] = (HOSTILE_LINK, HOSTILE_TERMINAL, HOSTILE_HTML, HOSTILE_BIDI)) -> tuple[Path, Path]:
     """Run a small keyed job whose operator is named ``operator`` and whose keys include ``keys``, with
     checkpoints in a folder named ``checkpoints``; returns ``(savepoint, checkpoint directory)``."""
     import explorer.engine as eng
