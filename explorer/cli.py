@@ -144,8 +144,10 @@ def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: s
     client = env.execute_async(name, restore_from=from_savepoint)
     read = lambda rt: sum(s.operator.records_in for s in rt.subtasks if s.is_source)  # noqa: E731
     sp = None
-    if savepoint_to is not None and savepoint_to.exists():
-        shutil.rmtree(savepoint_to)
+    if savepoint_to is not None and savepoint_to.exists() and any(savepoint_to.iterdir()):
+        # never deleted: it may be someone's savepoint (the demo clears only its own folders first)
+        raise StateExplorerError(f"{savepoint_to}: the savepoint folder exists and is not empty; expected a new or "
+                                 "empty folder (remove it yourself, or choose another)")
     if stop_after is not None:
         client.run(until=lambda rt: read(rt) >= stop_after)
     elif savepoint_at is not None and savepoint_to is not None:
@@ -234,10 +236,54 @@ def _print_summary(s: dict[str, Any]) -> None:
         say(f"{'':<14} hottest keys {where}: {tops}")
 
 
+#: the file the demo writes into its --out folder: the entries of that folder it created (and only those are
+#: replaced when it runs again into the same folder)
+DEMO_MARKER = ".state-explorer-demo.json"
+
+
+def _demo_folder(out: Path, planned: list[str]) -> list[str]:
+    """Make ``out`` ready for the demo and return the names it may (re)create there. A new or empty folder is
+    taken as it is; a folder an earlier demo wrote (its :data:`DEMO_MARKER`) has the entries that demo created
+    removed, nothing else; any other folder with something in it is refused, nothing deleted."""
+    marker = out / DEMO_MARKER
+    if out.exists() and not out.is_dir():
+        raise StateExplorerError(f"{out}: --out names a file; expected a new or empty folder, or one an earlier "
+                                 "demo wrote")
+    created: list[str] = []
+    if marker.is_file():
+        try:
+            created = [str(n) for n in json.loads(marker.read_text(encoding="utf-8"))["created"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StateExplorerError(f"{marker}: not the demo's record of what it created ({exc}); expected "
+                                     "JSON with a 'created' list (remove the folder yourself to start again)") from exc
+        for name in created:
+            if not name or name in (".", "..") or "/" in name or "\0" in name:
+                raise StateExplorerError(f"{marker}: lists {name!r}; expected the plain names of the folders the "
+                                         "demo created in it")
+            target = out / name
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target.is_dir():
+                shutil.rmtree(target)
+    elif out.exists() and any(out.iterdir()):
+        found = sorted(p.name for p in out.iterdir())
+        raise StateExplorerError(f"{out}: --out is a folder that holds {found[:5]}{' …' if len(found) > 5 else ''} and "
+                                 f"that no demo wrote (no {DEMO_MARKER}); expected a new or empty folder: the demo "
+                                 "deletes nothing it did not create")
+    taken = sorted(set(planned) & {p.name for p in out.iterdir()}) if out.exists() else []
+    if taken:
+        raise StateExplorerError(f"{out}: holds {taken}, which the demo would write and did not create; expected "
+                                 "them absent (move them, or choose another --out)")
+    out.mkdir(parents=True, exist_ok=True)
+    names = sorted(set(created) | set(planned))
+    marker.write_text(json.dumps({"created": names}, indent=1), encoding="utf-8")
+    return names
+
+
 def cmd_demo(args) -> int:
     out = Path(args.out)
-    if out.exists():
-        shutil.rmtree(out)
+    pipes = PIPELINES
+    _demo_folder(out, list(pipes) + ([] if args.no_spark else ["spark"]))
     pipes = PIPELINES
     say(f"State Explorer demo: {len(pipes)} pipelines, parallelism {args.parallelism}, backends {args.backends}")
     say(f"writing outputs, checkpoints and savepoints under {out}/\n")
