@@ -35,10 +35,17 @@ from .plots.format import human_bytes as _human_bytes
 from .report import build_report, summary_text
 from .catalog import list_snapshots
 from .snapshot import open as open_snapshot
+from .plots.text import terminal_text
 from .spark.demo import run_spark_demo
 
 
 # --- argparse types: a bad value is a usage error (exit 2 with the usage), not a traceback --------
+def say(*parts: Any, file: Any = None) -> None:
+    """``print`` for the CLI: snapshot strings (keys, names, paths, notes, error messages) reach the terminal
+    only through :func:`explorer.plots.text.terminal_text`, control characters shown as ``\\x1b``."""
+    print(*(terminal_text(p) for p in parts), file=file)
+
+
 def _whole_number(least: int):
     """An argparse type: an integer of at least ``least`` (a bad value is a usage error)."""
     def parse(text: str) -> int:
@@ -137,8 +144,10 @@ def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: s
     client = env.execute_async(name, restore_from=from_savepoint)
     read = lambda rt: sum(s.operator.records_in for s in rt.subtasks if s.is_source)  # noqa: E731
     sp = None
-    if savepoint_to is not None and savepoint_to.exists():
-        shutil.rmtree(savepoint_to)
+    if savepoint_to is not None and savepoint_to.exists() and any(savepoint_to.iterdir()):
+        # never deleted: it may be someone's savepoint (the demo clears only its own folders first)
+        raise StateExplorerError(f"{savepoint_to}: the savepoint folder exists and is not empty; expected a new or "
+                                 "empty folder (remove it yourself, or choose another)")
     if stop_after is not None:
         client.run(until=lambda rt: read(rt) >= stop_after)
     elif savepoint_at is not None and savepoint_to is not None:
@@ -221,42 +230,86 @@ def _print_summary(s: dict[str, Any]) -> None:
             f"{(s['records_per_s'] or 0):>10,} rec/s  {s['keys']:>7,} keys  {s['state_entries']:>8,} entries {where}")
     if "state_bytes" in s:
         line += f"  {_human_bytes(s['state_bytes']):>9} savepoint"
-    print(line)
+    say(line)
     if s["hottest_keys"]:
         tops = ", ".join(f"{h['key']} ({h['records']:,})" for h in s["hottest_keys"][:3])
-        print(f"{'':<14} hottest keys {where}: {tops}")
+        say(f"{'':<14} hottest keys {where}: {tops}")
+
+
+#: the file the demo writes into its --out folder: the entries of that folder it created (and only those are
+#: replaced when it runs again into the same folder)
+DEMO_MARKER = ".state-explorer-demo.json"
+
+
+def _demo_folder(out: Path, planned: list[str]) -> list[str]:
+    """Make ``out`` ready for the demo and return the names it may (re)create there. A new or empty folder is
+    taken as it is; a folder an earlier demo wrote (its :data:`DEMO_MARKER`) has the entries that demo created
+    removed, nothing else; any other folder with something in it is refused, nothing deleted."""
+    marker = out / DEMO_MARKER
+    if out.exists() and not out.is_dir():
+        raise StateExplorerError(f"{out}: --out names a file; expected a new or empty folder, or one an earlier "
+                                 "demo wrote")
+    created: list[str] = []
+    if marker.is_file():
+        try:
+            created = [str(n) for n in json.loads(marker.read_text(encoding="utf-8"))["created"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StateExplorerError(f"{marker}: not the demo's record of what it created ({exc}); expected "
+                                     "JSON with a 'created' list (remove the folder yourself to start again)") from exc
+        for name in created:
+            if not name or name in (".", "..") or "/" in name or "\0" in name:
+                raise StateExplorerError(f"{marker}: lists {name!r}; expected the plain names of the folders the "
+                                         "demo created in it")
+            target = out / name
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target.is_dir():
+                shutil.rmtree(target)
+    elif out.exists() and any(out.iterdir()):
+        found = sorted(p.name for p in out.iterdir())
+        raise StateExplorerError(f"{out}: --out is a folder that holds {found[:5]}{' …' if len(found) > 5 else ''} and "
+                                 f"that no demo wrote (no {DEMO_MARKER}); expected a new or empty folder: the demo "
+                                 "deletes nothing it did not create")
+    taken = sorted(set(planned) & {p.name for p in out.iterdir()}) if out.exists() else []
+    if taken:
+        raise StateExplorerError(f"{out}: holds {taken}, which the demo would write and did not create; expected "
+                                 "them absent (move them, or choose another --out)")
+    out.mkdir(parents=True, exist_ok=True)
+    names = sorted(set(created) | set(planned))
+    marker.write_text(json.dumps({"created": names}, indent=1), encoding="utf-8")
+    return names
 
 
 def cmd_demo(args) -> int:
     out = Path(args.out)
-    if out.exists():
-        shutil.rmtree(out)
     pipes = PIPELINES
-    print(f"State Explorer demo: {len(pipes)} pipelines, parallelism {args.parallelism}, backends {args.backends}")
-    print(f"writing outputs, checkpoints and savepoints under {out}/\n")
+    _demo_folder(out, list(pipes) + ([] if args.no_spark else ["spark"]))
+    pipes = PIPELINES
+    say(f"State Explorer demo: {len(pipes)} pipelines, parallelism {args.parallelism}, backends {args.backends}")
+    say(f"writing outputs, checkpoints and savepoints under {out}/\n")
     for backend in args.backends.split(","):
-        print(f"== {backend} backend")
+        say(f"== {backend} backend")
         for name, pipe in pipes.items():
             target = out / name / backend
             run_pipeline(name, records=args.records or None, parallelism=args.parallelism, backend=backend,
                          out=target, checkpoint_every=max(1, (args.records or pipe.default_records) // 4),
                          savepoint_to=target / "savepoint", seed=args.seed, max_parallelism=args.max_parallelism,
                          batch_size=args.batch_size, savepoint_at=0.8)
-        print()
+        say()
     if not args.no_spark:
         _spark_demo(out)
-    print(f"Open a snapshot:  python -c \"import explorer; print(explorer.open('{out}/url_counts/heap/savepoint'))\"")
-    print(f"Or in a terminal: state-explorer inspect {out}/url_counts/heap/savepoint")
+    say(f"Open a snapshot:  python -c \"import explorer; print(explorer.open('{out}/url_counts/heap/savepoint'))\"")
+    say(f"Or in a terminal: state-explorer inspect {out}/url_counts/heap/savepoint")
     return 0
 
 
 def _spark_demo(out: Path) -> None:
     """Every example pipeline on local Spark, compared with the engine, each checkpoint opened
     (one line each; the JVM's and Spark's own output go to out/spark/spark.log)."""
-    print("== Spark (local[2], RocksDB state store): every pipeline, outputs compared with the engine")
+    say("== Spark (local[2], RocksDB state store): every pipeline, outputs compared with the engine")
     s = run_spark_demo(out)
-    print(f"summary: {out}/spark/summary.json, Spark's log: {s['log']}")
-    print()
+    say(f"summary: {out}/spark/summary.json, Spark's log: {s['log']}")
+    say()
 
 
 def cmd_run(args) -> int:
@@ -272,29 +325,29 @@ def cmd_savepoint(args) -> int:
     s = run_pipeline(args.name, records=args.records, parallelism=args.parallelism, backend=args.backend,
                      out=None, savepoint_to=Path(args.output), stop_after=args.after_records, seed=args.seed,
                      max_parallelism=args.max_parallelism, batch_size=args.batch_size, quiet=True)
-    print(f"savepoint written to {s['savepoint']} ({_human_bytes(s['state_bytes'])})")
+    say(f"savepoint written to {s['savepoint']} ({_human_bytes(s['state_bytes'])})")
     return 0
 
 
 def cmd_inspect(args) -> int:
     snap = open_for_cli(args.path, args.ttl, args.uids)
-    print(summary_text(snap, top=args.top))
+    say(summary_text(snap, top=args.top))
     return 0
 
 
 def cmd_ls(args) -> int:
     df = list_snapshots(args.path)
     if df.empty:
-        print(f"{args.path}: no checkpoints or savepoints found")
+        say(f"{args.path}: no checkpoints or savepoints found")
         return 0
     out = df.copy()
     out["size"] = [_human_bytes(int(b)) for b in out["size_bytes"]]
     out["time"] = [t.strftime("%Y-%m-%d %H:%M:%S") if pd.notna(t) else "-" for t in out["time"]]
     out["complete"] = ["yes" if c else "NO" for c in out["complete"]]
     cols = ["id", "kind", "format", "time", "size", "files", "complete", "path"]
-    print(out[cols].fillna("-").to_string(index=False))
+    say(out[cols].fillna("-").to_string(index=False))
     for _, r in df[df["note"].notna()].iterrows():
-        print(f"note: {r['path']}: {r['note']}")
+        say(f"note: {r['path']}: {r['note']}")
     return 0
 
 
@@ -304,13 +357,13 @@ def cmd_report(args) -> int:
     out = build_report(snap, Path(args.output), top=args.top, history_dir=history_dir, parallelisms=args.parallelisms,
                        plotly_js="inline" if args.self_contained else "shared")
     shared = "" if args.self_contained else " plus the shared plotly.js beside it"
-    print(f"report written to {out} ({_human_bytes(out.stat().st_size)}{shared})")
+    say(f"report written to {out} ({_human_bytes(out.stat().st_size)}{shared})")
     return 0
 
 
 def cmd_list(args) -> int:
     for name, pipe in PIPELINES.items():
-        print(f"{name:<14} {pipe.description}")
+        say(f"{name:<14} {pipe.description}")
     return 0
 
 
@@ -383,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.fn(args)
     except StateExplorerError as exc:
-        print(f"state-explorer: {exc}", file=sys.stderr)
+        say(f"state-explorer: {exc}", file=sys.stderr)
         return 2
 
 

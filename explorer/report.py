@@ -19,6 +19,7 @@ from plotly.offline import get_plotlyjs
 from . import analysis, plots
 from .format.checkpoint_dir import checkpoint_id
 from .plots import format as fmt
+from .plots.text import terminal_text
 from .storage import as_path
 from .stored import checkpoints_in, open_stored
 
@@ -158,7 +159,8 @@ def summary_text(snap: Any, top: int = 5) -> str:
 def _fmt_hot(hk: pd.DataFrame) -> str:
     cols = ["rank", "operator", "key", "subtask", "entries", "bytes", "records", "share", "overload"]
     df = hk[cols].copy()
-    df["key"] = df["key"].map(lambda k: str(k)[:40])
+    # clipped as shown (control characters visible first: a clip never splits an escape sequence)
+    df["key"] = df["key"].map(lambda k: (t[:39] + "…") if len(t := terminal_text(k)) > 40 else t)
     return fmt.format_frame(df).to_string(index=False)
 
 
@@ -182,7 +184,7 @@ def snapshot_html(snap: Any) -> str:
     """The notebook display of a Snapshot: what it is, its operators and states (metadata only)."""
     t = snap.timings()
     parts = [
-        f"<div class='sx-snapshot'><b>{html.escape(snap.format)}</b> #{snap.checkpoint_id} "
+        f"<div class='sx-snapshot'><b>{html.escape(snap.format)}</b> #{html.escape(str(snap.checkpoint_id))} "
         f"<span class='muted'>{html.escape(str(snap.path))}</span><br>created {html.escape(created_text(snap))}"
         + (f", {fmt.human_bytes(t.get('bytes'))}" if t.get("bytes") is not None else ""),
     ]

@@ -87,7 +87,7 @@ def html_table(df: pd.DataFrame, max_rows: int = 20, caption: str | None = None)
                    + "</tr>" for row in text.itertuples(index=False, name=None))
     more = (f"<div style='font-size:11px;color:#666'>first {max_rows:,} of {len(df):,} rows</div>"
             if len(df) > max_rows else "")
-    cap = f"<div style='font-size:12px;color:#555;margin-top:2px'>{caption}</div>" if caption else ""
+    cap = f"<div style='font-size:12px;color:#555;margin-top:2px'>{html.escape(caption)}</div>" if caption else ""
     return (TABLE_CSS + cap + f"<div class='sx-scroll'><table class='sx-table'><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table></div>" + more)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import traitlets as t
 
 from explorer.analysis import checkpoint_summary, history
 from explorer.plots import checkpoint_history
+from explorer.plots.text import plot_text
 
 from ._base import View, figure, html_table, replace_figure
 from ._data import SnapshotData
@@ -51,13 +53,13 @@ class HistoryTab(View):
         self.update()
         durations = self.duration_figure if self.duration_figure is not None else self.own(w.HTML(
             "<i>No checkpoint durations: this format's checkpoints do not record them.</i>"))
-        self.children = [self.own(w.HTML(f"<b>{len(self.summary)}</b> checkpoints in <code>{self.directory}</code>")),
+        self.children = [self.own(w.HTML(f"<b>{len(self.summary)}</b> checkpoints in <code>{html.escape(str(self.directory))}</code>")),
                          self.metric_select, self.size_figure,
                          self.own(w.HBox([self.delta_figure, durations])), self.table]
 
     def _draw_static(self) -> None:
         s = self.summary
-        x = s["checkpoint_id"].astype(str).to_numpy()
+        x = [plot_text(c) for c in s["checkpoint_id"]]
         with self.delta_figure.batch_update():
             self.delta_figure.add_bar(x=x, y=s["incremental_bytes"].to_numpy(), name="new files (incremental)",
                                       marker_color="#636EFA")

@@ -17,6 +17,7 @@ import pandas as pd
 import traitlets as t
 
 from explorer.analysis.hotkeys import gini, lorenz_curve, salted_key, top_share
+from explorer.plots.text import plot_text
 from explorer.ranking import nth_largest
 from explorer.keygroups import assign_key_groups, operator_indices_for_key_groups
 
@@ -163,7 +164,7 @@ class HotKeysTab(View):
         top = ks.iloc[top_idx]
         self.top = top.reset_index(drop=True)
         total = float(loads.sum())
-        labels = [str(k) for k in top["key"]]
+        labels = [plot_text(k) for k in top["key"]]
         unit = "records" if col == "records" else col
         with self.hot_figure.batch_update():
             bar = self.hot_figure.data[0]
@@ -171,7 +172,7 @@ class HotKeysTab(View):
             bar.y = values[top_idx]
             bar.customdata = top["subtask"].to_numpy()
             bar.marker.color = [subtask_colour(s) for s in top["subtask"]]
-            self.hot_figure.layout.title.text = (f"Top {n} keys of {self.operator} by {self.by} "
+            self.hot_figure.layout.title.text = (f"Top {n} keys of {plot_text(self.operator)} by {self.by} "
                                                  "(colour: the subtask holding the key)")
             self.hot_figure.layout.yaxis.title.text = unit
             self.hot_figure.layout.xaxis.type = "category"
@@ -206,7 +207,7 @@ class HotKeysTab(View):
             self.salt_figure.data[1].x = np.arange(p)
             self.salt_figure.data[1].y = after
             self.salt_figure.data[1].marker.color = [subtask_colour(s) for s in range(p)]
-            self.salt_figure.layout.title.text = (f"Salting {hot_key!s} into {self.salt} sub-keys: "
+            self.salt_figure.layout.title.text = (f"Salting {plot_text(hot_key)} into {self.salt} sub-keys: "
                                                   f"max/mean {self.imbalance_before:.2f} → {self.imbalance_after:.2f}")
             self.salt_figure.layout.yaxis.title.text = f"{unit} per subtask"
         top1 = float(values[top_idx[0]] / total) if len(top_idx) and total else 0.0

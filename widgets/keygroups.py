@@ -7,6 +7,7 @@ re-read: the per-key-group aggregates are summed per subtask again.
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import ipywidgets as w
@@ -15,6 +16,7 @@ import traitlets as t
 
 from explorer.analysis.distribution import METRICS, imbalance_figures
 from explorer.keygroups import operator_indices_for_key_groups
+from explorer.plots.text import plot_text
 
 from ._base import View, figure, subtask_colour
 from ._data import SnapshotData
@@ -148,7 +150,7 @@ class KeyGroupsTab(View):
             bar.customdata = sub
             bar.marker.color = [colours[s] for s in sub]
             self.key_group_figure.layout.title.text = (
-                f"{metric} per key group of {self.operator}: {m} key groups on {p} subtask{'s' * (p != 1)}")
+                f"{metric} per key group of {plot_text(self.operator)}: {m} key groups on {p} subtask{'s' * (p != 1)}")
             self.key_group_figure.layout.yaxis.title.text = metric
         with self.subtask_figure.batch_update():
             bar = self.subtask_figure.data[0]
@@ -165,6 +167,6 @@ class KeyGroupsTab(View):
         current = " (the snapshot's)" if p == self.snapshot_parallelism else f" (snapshot: {self.snapshot_parallelism})"
         heaviest = int(np.argmax(loads)) if len(loads) else 0
         self.summary.value = (
-            f"<b>{self.operator}</b> at parallelism <b>{p}</b>{current}, max parallelism {m}: "
+            f"<b>{html.escape(str(self.operator))}</b> at parallelism <b>{p}</b>{current}, max parallelism {m}: "
             f"each subtask owns {m // p}–{-(-m // p)} key groups; heaviest subtask <b>{heaviest}</b> carries "
-            f"<b>{self.imbalance:.2f}×</b> the mean {metric}.")
+            f"<b>{self.imbalance:.2f}×</b> the mean {html.escape(str(metric))}.")

@@ -11,6 +11,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from explorer.plots.text import plot_text
 from explorer.plots.format import MISSING, human_bytes, human_count, human_duration, human_time
 
 from ._base import View, figure, html_table, loading_html, show_empty, subtask_colour
@@ -131,7 +132,7 @@ class OverviewTab(View):
         if not len(df):
             show_empty(fig, "no keyed state in this snapshot")
             return
-        df = df.assign(label=df["operator"].astype(str) + " / " + df["state"].astype(str))
+        df = df.assign(label=[plot_text(f"{o} / {s}") for o, s in zip(df["operator"], df["state"])])
         sizes = df.groupby(["label", "subtask"], sort=True)["size_bytes"].sum().reset_index()
         with fig.batch_update():
             for s, g in sizes.groupby("subtask", sort=True):

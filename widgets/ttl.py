@@ -18,6 +18,7 @@ import traitlets as t
 
 from explorer.analysis.ttl import TIMELINE_COLUMNS
 from explorer.plots import EXPIRED_COLOR, PALETTE
+from explorer.plots.text import plot_text
 
 from ._base import View, figure, html_table
 from ._data import SnapshotData
@@ -101,7 +102,7 @@ class TTLTab(View):
         fig = self.timeline_figure
         with fig.batch_update():
             for i, g in enumerate(self._sorted):
-                fig.add_bar(x=[], y=[], name=f"{g['operator']} / {g['state']}", marker_color=PALETTE[i % len(PALETTE)],
+                fig.add_bar(x=[], y=[], name=plot_text(f"{g['operator']} / {g['state']}"), marker_color=PALETTE[i % len(PALETTE)],
                             hovertemplate="%{x}<br>%{y:,} bytes<extra>%{fullData.name}</extra>")
             fig.add_bar(x=[], y=[], name="expired, not cleaned", marker_color=EXPIRED_COLOR,
                         hovertemplate="%{text}<br>%{y:,} bytes expired<extra></extra>")
@@ -223,7 +224,7 @@ class TTLTab(View):
             last = fig.data[len(self._sorted)]
             last.x = gone["window_end"].dt.strftime("%Y-%m-%d %H:%M:%S").tolist()
             last.y = gone["bytes"].to_numpy()
-            last.text = (gone["operator"].astype(str) + " / " + gone["state"].astype(str)).tolist()
+            last.text = [plot_text(f"{o} / {s}") for o, s in zip(gone["operator"], gone["state"])]
             stamp = now.strftime("%Y-%m-%d %H:%M:%S")
             fig.layout.shapes = [dict(type="line", x0=stamp, x1=stamp, yref="paper", y0=0, y1=1,
                                       line=dict(dash="dot", color="black"))]

@@ -9,6 +9,7 @@ from ..analysis.hotkeys import gini as _gini
 from ..analysis.hotkeys import lorenz_curve as _lorenz
 from ..errors import AnalysisError
 from ._doc import document
+from .text import plot_categories, plot_text
 
 #: plotly's default qualitative palette, cycled per trace
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",
@@ -40,8 +41,9 @@ def _one_operator(df: pd.DataFrame, operator: str | None) -> tuple[pd.DataFrame,
 
 
 def _layout(fig: go.Figure, title: str, height: int | None, **kw) -> go.Figure:
-    fig.update_layout(title=title, template="plotly_white", height=height, legend_title_text=kw.pop("legend", None),
-                      **kw)
+    legend = kw.pop("legend", None)
+    fig.update_layout(title=plot_text(title), template="plotly_white", height=height,
+                      legend_title_text=None if legend is None else plot_text(legend), **kw)
     fig.update_xaxes(automargin=True)  # long tick labels and axis titles get room instead of being clipped
     fig.update_yaxes(automargin=True)
     return fig
@@ -53,7 +55,7 @@ def _floats(col: pd.Series):
 
 
 def _label(key) -> str:
-    return str(key)
+    return plot_text(key)
 
 
 @document
@@ -67,10 +69,12 @@ def key_group_bars(data_frame: pd.DataFrame, *, x: str = "key_group", y: str = "
     df, op = _one_operator(data_frame, operator)
     fig = go.Figure()
     for i, (c, g) in enumerate(df.groupby(color, sort=True, observed=True)):
-        fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].to_numpy(), name=f"{color} {c}", marker_color=_colour(i),
-                             hovertemplate=f"{x} %{{x}}<br>{y} %{{y:,}}<extra>{color} {c}</extra>"))
-    fig.update_xaxes(title_text=x.replace("_", " "))
-    fig.update_yaxes(title_text=y)
+        fig.add_trace(go.Bar(x=plot_categories(g[x]), y=g[y].to_numpy(), name=plot_text(f"{color} {c}"),
+                             marker_color=_colour(i),
+                             hovertemplate=f"{plot_text(x)} %{{x}}<br>{plot_text(y)} %{{y:,}}"
+                                           f"<extra>{plot_text(f'{color} {c}')}</extra>"))
+    fig.update_xaxes(title_text=plot_text(x.replace("_", " ")))
+    fig.update_yaxes(title_text=plot_text(y))
     return _layout(fig, title or f"{y} per key group of {op}", height, bargap=0, legend=color)
 
 
@@ -86,11 +90,11 @@ def subtask_bars(data_frame: pd.DataFrame, *, x: str = "subtask", y: str = "byte
     fig = go.Figure()
     groups = df.groupby(color, sort=False, observed=True) if color else [(y, df)]
     for i, (c, g) in enumerate(groups):
-        fig.add_trace(go.Bar(x=g[x].to_numpy(), y=_floats(g[y]), name=str(c), marker_color=_colour(i)))
+        fig.add_trace(go.Bar(x=plot_categories(g[x]), y=_floats(g[y]), name=plot_text(c), marker_color=_colour(i)))
         mean = float(g[y].mean()) if len(g) and g[y].notna().any() else 0.0
-        fig.add_hline(y=mean, line_dash="dash", line_color=_colour(i), annotation_text=f"mean {c}")
-    fig.update_xaxes(title_text=x, dtick=1)
-    fig.update_yaxes(title_text=y)
+        fig.add_hline(y=mean, line_dash="dash", line_color=_colour(i), annotation_text=plot_text(f"mean {c}"))
+    fig.update_xaxes(title_text=plot_text(x), dtick=1)
+    fig.update_yaxes(title_text=plot_text(y))
     return _layout(fig, title or f"{y} per subtask of {op}", height, barmode="group", legend=color)
 
 
@@ -111,14 +115,14 @@ def rescale_comparison(data_frame: pd.DataFrame, *, x: str = "parallelism", y: s
     fig = go.Figure()
     for i, (c, g) in enumerate(df.groupby(color, sort=False, observed=True)):
         g = g.sort_values(x)
-        fig.add_trace(go.Scatter(x=g[x].to_numpy(), y=g[y].to_numpy(), mode="lines+markers", name=str(c),
+        fig.add_trace(go.Scatter(x=g[x].to_numpy(), y=g[y].to_numpy(), mode="lines+markers", name=plot_text(c),
                                  line_color=_colour(i)))
     if "is_current" in df.columns and df["is_current"].any():
         fig.add_vline(x=int(df.loc[df["is_current"], x].iloc[0]), line_dash="dot", line_color="black",
                       annotation_text="now")
     fig.add_hline(y=1.0, line_color="lightgray")
-    fig.update_xaxes(title_text=x)
-    fig.update_yaxes(title_text=y.replace("_", " "))
+    fig.update_xaxes(title_text=plot_text(x))
+    fig.update_yaxes(title_text=plot_text(y.replace("_", " ")))
     return _layout(fig, title or f"Rescale what-if for {op} (max parallelism {max_parallelism})", height,
                    legend=color)
 
@@ -133,11 +137,11 @@ def hot_key_bars(data_frame: pd.DataFrame, *, x: str = "key", y: str = "bytes", 
     fig = go.Figure()
     order = [_label(k) for k in df[x]]
     for i, (c, g) in enumerate(df.groupby(color, sort=True, observed=True)):
-        fig.add_trace(go.Bar(x=[_label(k) for k in g[x]], y=_floats(g[y]), name=f"{color} {c}",
+        fig.add_trace(go.Bar(x=[_label(k) for k in g[x]], y=_floats(g[y]), name=plot_text(f"{color} {c}"),
                              marker_color=_colour(i)))
-    fig.update_xaxes(title_text=x, categoryorder="array", categoryarray=order,
+    fig.update_xaxes(title_text=plot_text(x), categoryorder="array", categoryarray=order,
                      tickangle=-30 if len(order) > 5 or any(len(k) > 12 for k in order) else 0)
-    fig.update_yaxes(title_text=y)
+    fig.update_yaxes(title_text=plot_text(y))
     return _layout(fig, title or f"Hottest keys of {op} by {y}", height, legend=color)
 
 
@@ -162,9 +166,9 @@ def lorenz_curve(data_frame: pd.DataFrame, *, value: str = "bytes", color: str =
         lc = _lorenz(known)
         part = "" if len(known) == len(g) else f", {len(known):,} of {len(g):,} keys known"
         fig.add_trace(go.Scatter(x=lc["key_share"].to_numpy(), y=lc["load_share"].to_numpy(), mode="lines",
-                                 name=f"{c} (Gini {_gini(known):.2f}{part})", line_color=_colour(i)))
+                                 name=plot_text(f"{c} (Gini {_gini(known):.2f}{part})"), line_color=_colour(i)))
     fig.update_xaxes(title_text="share of keys (smallest first)", range=[0, 1], tickformat=".0%")
-    fig.update_yaxes(title_text=f"share of {value}", range=[0, 1], tickformat=".0%")
+    fig.update_yaxes(title_text=plot_text(f"share of {value}"), range=[0, 1], tickformat=".0%")
     return _layout(fig, title or f"Lorenz curve of {value} per key", height)
 
 
@@ -177,15 +181,15 @@ def ttl_timeline(data_frame: pd.DataFrame, *, x: str = "window_start", y: str = 
     df, op = _one_operator(data_frame, operator) if len(data_frame) else (data_frame, operator)
     fig = go.Figure()
     for i, (c, g) in enumerate(df[df["status"] == "expiring"].groupby(color, sort=True, observed=True)):
-        fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].to_numpy(), name=str(c), marker_color=_colour(i),
+        fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].to_numpy(), name=plot_text(c), marker_color=_colour(i),
                              offsetgroup="expiring"))
     expired = df[df["status"] == "expired"]
     if len(expired):
         fig.add_trace(go.Bar(x=expired["window_end"].to_numpy(), y=expired[y].to_numpy(),
                              name="expired, not cleaned", marker_color=EXPIRED_COLOR,
-                             text=[str(s) for s in expired[color]], offsetgroup="expired"))
+                             text=[plot_text(s) for s in expired[color]], offsetgroup="expired"))
     fig.update_xaxes(title_text="expires (window start)")
-    fig.update_yaxes(title_text=y)
+    fig.update_yaxes(title_text=plot_text(y))
     return _layout(fig, title or f"TTL expiry timeline{f' of {op}' if op else ''}", height, barmode="stack",
                    legend=color)
 
@@ -201,20 +205,21 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
     if color in df.columns and df[color].notna().any():
         labels = df["operator"].astype(str) + "/" + df[color].astype(str) if "operator" in df.columns else df[color]
         for i, (c, g) in enumerate(df.assign(_label=labels).groupby("_label", sort=True, observed=True)):
-            fig.add_trace(go.Bar(x=g[x].to_numpy(), y=g[y].fillna(0).to_numpy(), name=str(c), marker_color=_colour(i)))
+            fig.add_trace(go.Bar(x=plot_categories(g[x]), y=g[y].fillna(0).to_numpy(), name=plot_text(c),
+                                 marker_color=_colour(i)))
     else:
-        fig.add_trace(go.Bar(x=df[x].to_numpy(), y=df[y].to_numpy(), name=y, marker_color=_colour(0)))
+        fig.add_trace(go.Bar(x=plot_categories(df[x]), y=df[y].to_numpy(), name=plot_text(y), marker_color=_colour(0)))
     per_chk = df.drop_duplicates(x).sort_values(x)
     if "incremental_bytes" in df.columns:
-        fig.add_trace(go.Scatter(x=per_chk[x].to_numpy(), y=per_chk["incremental_bytes"].to_numpy(), mode="markers",
+        fig.add_trace(go.Scatter(x=plot_categories(per_chk[x]), y=per_chk["incremental_bytes"].to_numpy(), mode="markers",
                                  name="incremental bytes", marker=dict(symbol="diamond", size=10, color="black")))
     if "duration_ms" in df.columns:
-        fig.add_trace(go.Scatter(x=per_chk[x].to_numpy(), y=per_chk["duration_ms"].to_numpy(), mode="lines+markers",
+        fig.add_trace(go.Scatter(x=plot_categories(per_chk[x]), y=per_chk["duration_ms"].to_numpy(), mode="lines+markers",
                                  name="duration (ms)", yaxis="y2", line=dict(color="#FF6692")))
         fig.update_layout(yaxis2=dict(title="duration (ms)", overlaying="y", side="right", showgrid=False,
                                       automargin=True, rangemode="tozero"))
     fig.update_xaxes(title_text="checkpoint", type="category")
-    fig.update_layout(yaxis_title_text=y)  # the left axis only: the right one is the duration
+    fig.update_layout(yaxis_title_text=plot_text(y))  # the left axis only: the right one is the duration
     return _layout(fig, title or "Checkpoint history", height, barmode="stack")
 
 
@@ -234,15 +239,15 @@ def diff_waterfall(data_frame: pd.DataFrame, *, value: str = "bytes", by: str = 
         for status in ("added", "removed", "changed"):
             d = int(g.loc[g["status"] == status, f"{value}_delta"].sum())
             if d:
-                labels.append(f"{name}: {status}")
+                labels.append(plot_text(f"{name}: {status}"))
                 measures.append("relative")
                 ys.append(d)
     labels.append("b")
     measures.append("total")
     ys.append(int(df[f"{value}_b"].sum()))
-    fig = go.Figure(go.Waterfall(x=labels, y=ys, measure=measures, name=value,
+    fig = go.Figure(go.Waterfall(x=labels, y=ys, measure=measures, name=plot_text(value),
                                  increasing=dict(marker=dict(color="#EF553B")),
                                  decreasing=dict(marker=dict(color="#00CC96")),
                                  totals=dict(marker=dict(color="#636EFA"))))
-    fig.update_yaxes(title_text=value)
+    fig.update_yaxes(title_text=plot_text(value))
     return _layout(fig, title or f"Growth in {value} from a to b", height, showlegend=False)

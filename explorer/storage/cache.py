@@ -47,6 +47,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 import threading
 import time
@@ -66,6 +67,47 @@ def parse_size(text: str | int) -> int:
     return sizes.parse_size(text, what="cache size", error=StorageError)
 
 
+#: the modes of everything the cache writes, whatever the umask: the cache holds the bytes of snapshots and the
+#: names of buckets and keys (its sidecar JSON), which are nobody else's to read
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def private_dir(path: Path) -> Path:
+    """Make the folder ``path`` (and its missing parents) 0700 whatever the umask; an existing ``path`` is set
+    to 0700 too (the cache's own folders only: never called on a folder the user named but the cache root's)."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=DIR_MODE)
+        os.chmod(d, DIR_MODE)
+    if path not in missing and path.is_dir() and stat.S_IMODE(path.stat().st_mode) != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+    return path
+
+
+def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
+    """``os.open(path, flags)`` for a file of the cache, made (or set to) 0600 whatever the umask; returns the fd."""
+    fd = os.open(path, flags | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to the cache file ``path`` (0600)."""
+    with os.fdopen(open_private(path), "w") as f:
+        f.write(text)
+
+
 def default_root() -> Path:
     if os.environ.get("STATE_EXPLORER_CACHE_DIR"):
         return Path(os.environ["STATE_EXPLORER_CACHE_DIR"]).expanduser()
@@ -82,7 +124,10 @@ class FileCache:
         self.max_bytes = parse_size(max_bytes if max_bytes is not None else (env or DEFAULT_MAX_BYTES))
         self.objects = self.root / "objects"
         try:
-            self.objects.mkdir(parents=True, exist_ok=True)
+            created = not self.root.exists()
+            private_dir(self.objects)
+            if created:
+                os.chmod(self.root, DIR_MODE)
         except OSError as exc:
             raise StorageError(f"{self.root}: cannot create the cache folder ({exc}); expected a writable folder "
                                "(set STATE_EXPLORER_CACHE_DIR or cache_dir=)") from exc
@@ -128,8 +173,8 @@ class FileCache:
     @contextlib.contextmanager
     def _locked(self, key: str, blocking: bool = True) -> Iterator[bool]:
         _, _, lock = self._paths(key)
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        private_dir(lock.parent)
+        fd = open_private(lock, os.O_RDWR | os.O_CREAT)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -162,8 +207,8 @@ class FileCache:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
-            side.write_text(json.dumps({"url": url, "size": size, "mtime_ns": mtime_ns, "etag": etag,
-                                        "fetched_at": time.time()}))
+            write_private(side, json.dumps({"url": url, "size": size, "mtime_ns": mtime_ns, "etag": etag,
+                                            "fetched_at": time.time()}))
             self._drop_ranges(key)  # (the whole file holds every range)
         self.evict(keep=key)
         return data, True
@@ -240,12 +285,12 @@ class FileCache:
         self._drop_ranges(key)
         if not create:
             return False
-        part.parent.mkdir(parents=True, exist_ok=True)
-        with open(part, "wb") as f:
+        private_dir(part.parent)
+        with os.fdopen(open_private(part), "wb") as f:
             f.truncate(size)  # sparse: holds nothing until pieces are written
-        log.touch()
-        side.write_text(json.dumps({"url": url, "size": size, "mtime_ns": mtime_ns, "etag": etag,
-                                    "created_at": time.time()}))
+        os.close(open_private(log, os.O_WRONLY | os.O_CREAT))
+        write_private(side, json.dumps({"url": url, "size": size, "mtime_ns": mtime_ns, "etag": etag,
+                                        "created_at": time.time()}))
         return True
 
     def _read_pieces(self, key: str) -> list[tuple[int, int, int]]:
@@ -423,9 +468,10 @@ class FileCache:
                     pos += len(chunk)
                 if c != crc:
                     return
+        os.chmod(part, FILE_MODE)  # (an entry an older version wrote 0644 does not stay so when promoted)
         os.replace(part, data)
-        side.write_text(json.dumps({"url": url, "size": size, "mtime_ns": mtime_ns, "etag": etag,
-                                    "fetched_at": time.time(), "from_ranges": len(pieces)}))
+        write_private(side, json.dumps({"url": url, "size": size, "mtime_ns": mtime_ns, "etag": etag,
+                                        "fetched_at": time.time(), "from_ranges": len(pieces)}))
         self._drop_ranges(key)
 
     def ranges_held(self, key: str) -> list[tuple[int, int]]:

@@ -45,8 +45,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from tqdm.auto import tqdm
 
-from ..errors import SnapshotNotFoundError, StateExplorerError, StorageError
-from .cache import FileCache
+from ..errors import SnapshotNotFoundError, StateExplorerError, StorageError, UnsafePathError
+from .cache import FILE_MODE, FileCache, private_dir
 
 _CHUNK = 4 << 20
 #: files at least this large show a progress bar while they are fetched
@@ -593,25 +593,56 @@ class StoragePath:
         rels = [(f, size, f.relative_to(self).as_posix()) for f, size in files]
         if select is not None:
             rels = [r for r in rels if select(r[2])]
+        for f, _, rel in rels:  # every key checked before anything is fetched or written
+            plain_relative(rel, str(f))
         if into is None:
             root = self.store.cache.root / "trees"
-            root.mkdir(parents=True, exist_ok=True)
-            into = Path(tempfile.mkdtemp(prefix="tree-", dir=root))
+            private_dir(root)
+            into = private_dir(Path(tempfile.mkdtemp(prefix="tree-", dir=root)))
             _TREES.append(into)
-        rels = [r for r in rels if not (into / r[2]).exists()]
+        rels = [r for r in rels if not confined(into, r[2], str(r[0])).exists()]
         total = sum(size for _, size, _ in rels)
         with tqdm(total=total, unit="B", unit_scale=True, desc=f"mirroring {self.name}",
                   disable=total < PROGRESS_BYTES, leave=False) as bar:
             for f, size, rel in rels:
-                dst = into / rel
-                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst = confined(into, rel, str(f))
+                private_dir(dst.parent)
                 src = f.local()
                 try:
-                    os.link(src, dst)
+                    os.link(src, dst)  # (the cache's file: 0600)
                 except OSError:
                     shutil.copyfile(src, dst)
+                    os.chmod(dst, FILE_MODE)
                 bar.update(size)
         return into
+
+
+def plain_relative(rel: str, source: str) -> str:
+    """``rel`` (a path from a remote object key; ``source``, its URL, is named in the error) when it is a
+    relative path of plain names: not absolute, no empty, ``.``, ``..`` or NUL component. Raises
+    :class:`~explorer.errors.UnsafePathError` otherwise."""
+    parts = rel.split("/")
+    bad = next((p for p in parts if p in ("", ".", "..") or "\0" in p), None)
+    if rel.startswith("/") or bad is not None:
+        found = "an absolute path" if rel.startswith("/") else f"the component {bad!r}"
+        raise UnsafePathError(f"{source}: object key names {rel!r} ({found}) under the mirrored folder; expected "
+                              "a relative path of plain names inside it (refused before anything was fetched or "
+                              "written)")
+    return rel
+
+
+def confined(root: Path, rel: str, source: str) -> Path:
+    """``root / rel`` for a path ``rel`` that came from a snapshot or a remote object key (``source``, named
+    in the error: the object's URL), after checking that it stays inside ``root``: :func:`plain_relative`, and
+    once resolved (symlinks followed) still under ``root``. Raises :class:`~explorer.errors.UnsafePathError`
+    otherwise. Every file :meth:`StoragePath.mirror` writes goes through it."""
+    plain_relative(rel, source)
+    base = root.resolve()
+    target = (root / rel).resolve()
+    if not target.is_relative_to(base):
+        raise UnsafePathError(f"{source}: object key names {rel!r}, which resolves to {target}, outside the mirror "
+                              f"{base}; expected a path inside it")
+    return target
 
 
 _TREES: list[Path] = []
