@@ -7,10 +7,11 @@
     state-explorer savepoint NAME --after-records N -o PATH   run, then stop with a savepoint
     state-explorer inspect PATH [--ttl STATE=1h] [--uids a,b]   summary of a checkpoint or savepoint
     state-explorer report PATH -o report.html       HTML report with the charts (every format)
+    state-explorer ls PATH                          the checkpoints and savepoints under a path
+    state-explorer list                             the example pipelines
 
 PATH is a savepoint or checkpoint folder, a checkpoint directory, or a Flink ``_metadata``
 file. Options are checked by argparse: a bad value is a usage error, never a traceback.
-    state-explorer list                             the example pipelines
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import shutil
 import sys
 import time
@@ -25,17 +27,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
 
-import pandas as pd
-
-from . import analysis
 from .errors import StateExplorerError
-from .format.snapshot import read_metadata
-from .pipelines import PIPELINES
-from .plots.format import human_bytes as _human_bytes
-from .report import build_report, summary_text
-from .catalog import list_snapshots
-from .snapshot import open as open_snapshot
-from .spark.demo import run_spark_demo
+
+# Only the standard library and the error tree load at the top: ``--help``, a usage error and the
+# parser cost no pandas, pyarrow, numba or plotly. Each command imports what it needs when it runs
+# (the LAZY_EDGES of tests/test_architecture.py name them).
+
+
+def _human_bytes(n: Any) -> str:
+    from .plots.format import human_bytes
+
+    return human_bytes(n)
 
 
 # --- argparse types: a bad value is a usage error (exit 2 with the usage), not a traceback --------
@@ -70,6 +72,36 @@ def parallelism_list(text: str) -> list[int]:
     return out
 
 
+#: a duration's parts, as ``--ttl`` takes them: ``90s``, ``30min``, ``1h``, ``1h30min``, ``2d``, ``1.5h``, ``1w``
+_DURATION_UNITS = {
+    "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1_000, "sec": 1_000, "secs": 1_000, "second": 1_000, "seconds": 1_000,
+    "m": 60_000, "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000, "t": 60_000,
+    "h": 3_600_000, "hr": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+    "w": 604_800_000, "week": 604_800_000, "weeks": 604_800_000,
+}
+_DURATION_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]+)\s*")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``30min``, ``1h30min``, ``2d``, ``1.5h`` or whole milliseconds (``86400000``) as a timedelta
+    (the units pandas' Timedelta takes; parsed here so the command line starts without pandas)."""
+    text = text.strip()
+    if text.isdigit():
+        return timedelta(milliseconds=int(text))
+    pos, ms = 0, 0.0
+    for m in _DURATION_PART.finditer(text):
+        unit = _DURATION_UNITS.get(m.group(2).lower())
+        if m.start() != pos or unit is None:
+            raise ValueError(text)
+        ms += float(m.group(1)) * unit
+        pos = m.end()
+    if pos == 0 or pos != len(text):
+        raise ValueError(text)
+    return timedelta(milliseconds=ms)
+
+
 def ttl_option(text: str) -> tuple[str, timedelta]:
     """``STATE=DURATION`` for ``--ttl``: ``last_seen=1h``, ``per_category=2d``, ``dedup=86400000`` (ms)."""
     name, sep, dur = text.partition("=")
@@ -77,13 +109,13 @@ def ttl_option(text: str) -> tuple[str, timedelta]:
         raise argparse.ArgumentTypeError(f"found {text!r}, expected STATE=DURATION such as last_seen=1h")
     dur = dur.strip()
     try:
-        td = pd.Timedelta(int(dur), unit="ms") if dur.isdigit() else pd.Timedelta(dur)
+        td = parse_duration(dur)
     except ValueError:
         raise argparse.ArgumentTypeError(f"in {text!r}: found the duration {dur!r}, expected a duration such as "
                                          "30min, 1h, 2d or milliseconds") from None
-    if td <= pd.Timedelta(0):
+    if td <= timedelta(0):
         raise argparse.ArgumentTypeError(f"in {text!r}: expected a positive duration")
-    return name.strip(), td.to_pytimedelta()
+    return name.strip(), td
 
 
 def uid_list(text: str) -> list[str]:
@@ -97,6 +129,8 @@ def uid_list(text: str) -> list[str]:
 def open_for_cli(path: str, ttl: list[tuple[str, timedelta]] | None = None, uids: list[str] | None = None):
     """Open ``path``; ``--ttl`` and ``--uids`` go to an Apache Flink snapshot (others store their TTLs
     and names themselves, and saying so is clearer than ignoring the options)."""
+    from .snapshot import open as open_snapshot
+
     snap = open_snapshot(path)
     options = {}
     if ttl:
@@ -117,6 +151,8 @@ def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: s
                  max_parallelism: int | None = None, batch_size: int = 1024, quiet: bool = False,
                  savepoint_at: float | None = None) -> dict[str, Any]:
     """Run one example pipeline; optionally checkpoint, restore, and end with a savepoint."""
+    from .pipelines import PIPELINES
+
     pipes = PIPELINES
     if name not in pipes:
         raise StateExplorerError(f"no pipeline named {name!r}; the pipelines are {sorted(pipes)}")
@@ -184,6 +220,10 @@ def _summarise(name: str, result, records: int, elapsed: float, savepoint: Path 
         "outputs": {k: len(v) for k, v in result.outputs.items()},
     }
     if savepoint is not None:
+        from . import analysis
+        from .format.snapshot import read_metadata
+        from .snapshot import open as open_snapshot
+
         meta = read_metadata(savepoint)
         snap = open_snapshot(savepoint)
         rows = snap.keyed_state(columns=["operator", "kind", "key"])
@@ -231,6 +271,8 @@ def cmd_demo(args) -> int:
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
+    from .pipelines import PIPELINES
+
     pipes = PIPELINES
     print(f"State Explorer demo: {len(pipes)} pipelines, parallelism {args.parallelism}, backends {args.backends}")
     print(f"writing outputs, checkpoints and savepoints under {out}/\n")
@@ -254,6 +296,8 @@ def _spark_demo(out: Path) -> None:
     """Every example pipeline on local Spark, compared with the engine, each checkpoint opened
     (one line each; the JVM's and Spark's own output go to out/spark/spark.log)."""
     print("== Spark (local[2], RocksDB state store): every pipeline, outputs compared with the engine")
+    from .spark.demo import run_spark_demo
+
     s = run_spark_demo(out)
     print(f"summary: {out}/spark/summary.json, Spark's log: {s['log']}")
     print()
@@ -277,19 +321,23 @@ def cmd_savepoint(args) -> int:
 
 
 def cmd_inspect(args) -> int:
+    from .report import summary_text
+
     snap = open_for_cli(args.path, args.ttl, args.uids)
     print(summary_text(snap, top=args.top))
     return 0
 
 
 def cmd_ls(args) -> int:
+    from .catalog import list_snapshots
+
     df = list_snapshots(args.path)
     if df.empty:
         print(f"{args.path}: no checkpoints or savepoints found")
         return 0
     out = df.copy()
     out["size"] = [_human_bytes(int(b)) for b in out["size_bytes"]]
-    out["time"] = [t.strftime("%Y-%m-%d %H:%M:%S") if pd.notna(t) else "-" for t in out["time"]]
+    out["time"] = [t.strftime("%Y-%m-%d %H:%M:%S") if t == t and t is not None else "-" for t in out["time"]]
     out["complete"] = ["yes" if c else "NO" for c in out["complete"]]
     cols = ["id", "kind", "format", "time", "size", "files", "complete", "path"]
     print(out[cols].fillna("-").to_string(index=False))
@@ -299,6 +347,8 @@ def cmd_ls(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from .report import build_report
+
     snap = open_for_cli(args.path, args.ttl, args.uids)
     history_dir = Path(args.path) if Path(args.path).is_dir() and not (Path(args.path) / "_metadata").exists() else None
     out = build_report(snap, Path(args.output), top=args.top, history_dir=history_dir, parallelisms=args.parallelisms,
@@ -309,6 +359,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_list(args) -> int:
+    from .pipelines import PIPELINES
+
     for name, pipe in PIPELINES.items():
         print(f"{name:<14} {pipe.description}")
     return 0

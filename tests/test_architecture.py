@@ -61,6 +61,11 @@ LAZY_EDGES = {
         "the engine adapter loads on first use: a data source worker imports only what a partition read needs",
     ("explorer.keygroups._vectorised", "explorer.spark.partitioning"):
         "explorer.spark's package loads the Spark adapter, which itself uses keygroups",
+    **{("explorer", f"explorer.{m}"): "`import explorer` is light (PEP 562): its heavy names (pandas, pyarrow, "
+       "numba) load on first use" for m in ("analysis", "catalog", "keygroups", "readers.base", "snapshot")},
+    **{("explorer.cli", f"explorer.{m}"): "each command imports what it needs when it runs: `--help`, usage "
+       "errors and `ls` start without pandas, numba, plotly or Spark" for m in (
+        "analysis", "catalog", "format.snapshot", "pipelines", "plots.format", "report", "snapshot", "spark.demo")},
     **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "
        "and analyses are imported" for m in ("_data", "diff", "history", "hotkeys", "keygroups", "keys", "overview",
                                              "ttl")},

@@ -180,3 +180,39 @@ def test_demo_summary_describes_the_savepoint_it_wrote(tmp_path, capsys):
     assert s["described"] == "savepoint"
     assert s["keys"] == rows["key"].nunique() and s["state_entries"] == len(rows)
     assert "entries in the savepoint" in capsys.readouterr().out
+
+
+HEAVY = ("pandas", "pyarrow", "numba", "plotly", "pyspark")
+
+
+@pytest.mark.parametrize("code", ["import explorer.cli; explorer.cli.build_parser()", "import explorer"])
+def test_the_command_line_and_import_explorer_load_no_heavy_dependency(code):
+    """`state-explorer --help` and usage errors start without pandas, pyarrow, numba or plotly (issue 30):
+    the commands import them when they run, and `import explorer` loads its heavy names on first use."""
+    import subprocess
+    import sys
+
+    probe = f"import sys; {code}; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], check=True)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_lazy_names_of_explorer_are_listed_and_load_on_use():
+    import explorer
+
+    assert set(explorer.__all__) <= set(dir(explorer))
+    assert explorer.open is explorer.snapshot.open and explorer.list.__name__ == "list_snapshots"
+
+
+@pytest.mark.parametrize("text, ms", [("86400000", 86_400_000), ("1h", 3_600_000), ("30min", 1_800_000),
+                                      ("2d", 172_800_000), ("1h30min", 5_400_000), ("1.5h", 5_400_000),
+                                      ("90s", 90_000), ("250ms", 250), ("1 w", 604_800_000)])
+def test_ttl_durations_parse_as_pandas_would(text, ms):
+    import pandas as pd
+
+    from explorer.cli import parse_duration
+
+    assert parse_duration(text).total_seconds() * 1000 == ms == pd.Timedelta(text if not text.isdigit() else
+                                                                              int(text), unit=None if not
+                                                                              text.isdigit() else "ms") / pd.Timedelta(1, "ms")
