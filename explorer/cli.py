@@ -34,6 +34,11 @@ from .errors import StateExplorerError
 # (the LAZY_EDGES of tests/test_architecture.py name them).
 
 
+class UsageError(StateExplorerError):
+    """An option that parses but does not fit the snapshot (``--ttl`` of a state it does not hold): shown
+    with the usage, exit 2."""
+
+
 def _human_bytes(n: Any) -> str:
     from .plots.format import human_bytes
 
@@ -142,6 +147,12 @@ def open_for_cli(path: str, ttl: list[tuple[str, timedelta]] | None = None, uids
     if not snap.format.startswith("flink"):
         raise StateExplorerError(f"{path}: --ttl and --uids apply to Apache Flink snapshots; found a {snap.format}, "
                                  "which stores its TTLs and operator names itself")
+    if ttl:
+        states = sorted({str(s) for s in snap.states["state"]}) if len(snap.states) else []
+        unknown = [name for name, _ in ttl if name not in states]
+        if unknown:
+            raise UsageError(f"--ttl names {', '.join(map(repr, unknown))}, which {path} does not hold; its states "
+                             f"are {', '.join(states) or 'none'}")
     return open_snapshot(path, **options)
 
 
@@ -379,6 +390,7 @@ def _snapshot_options(p: argparse.ArgumentParser) -> None:
                    help="a Flink state's TTL, which Flink does not store (repeatable): --ttl last_seen=1h")
     p.add_argument("--uids", type=uid_list, default=None, metavar="UID,UID",
                    help="the job's operator uids, to name operators of Flink snapshots that store only IDs")
+    p.set_defaults(subparser=p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -434,6 +446,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
+    except UsageError as exc:
+        sub = args.subparser  # shown as argparse shows its own usage errors
+        print(f"{sub.format_usage()}{sub.prog}: error: {exc}", file=sys.stderr)
+        return 2
     except StateExplorerError as exc:
         print(f"state-explorer: {exc}", file=sys.stderr)
         return 2

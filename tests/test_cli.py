@@ -216,3 +216,11 @@ def test_ttl_durations_parse_as_pandas_would(text, ms):
     assert parse_duration(text).total_seconds() * 1000 == ms == pd.Timedelta(text if not text.isdigit() else
                                                                               int(text), unit=None if not
                                                                               text.isdigit() else "ms") / pd.Timedelta(1, "ms")
+
+
+def test_a_ttl_for_a_state_the_snapshot_does_not_hold_is_a_usage_error(capsys):
+    path = SAMPLES / "flink" / "heap-canonical-savepoint"
+    assert main(["inspect", str(path), "--ttl", "nosuch=1h", "--ttl", "last_seen=1h"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: state-explorer inspect" in err and "'nosuch'" in err
+    assert "last_seen" in err and "per_category" in err and "Traceback" not in err
