@@ -348,10 +348,13 @@ def cmd_ls(args) -> int:
         return 0
     out = df.copy()
     out["size"] = [_human_bytes(int(b)) for b in out["size_bytes"]]
-    out["time"] = [t.strftime("%Y-%m-%d %H:%M:%S") if t == t and t is not None else "-" for t in out["time"]]
+    out["time (UTC)"] = [t.strftime("%Y-%m-%d %H:%M:%S") if t == t and t is not None else "-" for t in out["time"]]
+    out["time of"] = out["time_from"].map({"snapshot": "snapshot", "file": "file mtime"})
     out["complete"] = ["yes" if c else "NO" for c in out["complete"]]
-    cols = ["id", "kind", "format", "time", "size", "files", "complete", "path"]
+    cols = ["id", "kind", "format", "time (UTC)", "time of", "size", "files", "complete", "path"]
     print(out[cols].fillna("-").to_string(index=False))
+    print("time of: 'snapshot' is when the snapshot was taken, from its own metadata (as inspect shows it); "
+          "'file mtime' is when its metadata file was last written, for formats that store no time")
     for _, r in df[df["note"].notna()].iterrows():
         print(f"note: {r['path']}: {r['note']}")
     return 0
@@ -362,11 +365,22 @@ def cmd_report(args) -> int:
 
     snap = open_for_cli(args.path, args.ttl, args.uids)
     history_dir = Path(args.path) if Path(args.path).is_dir() and not (Path(args.path) / "_metadata").exists() else None
-    out = build_report(snap, Path(args.output), top=args.top, history_dir=history_dir, parallelisms=args.parallelisms,
+    output = Path(args.output)
+    if output.is_dir() or args.output.endswith(("/", "\\")):  # a folder: the report goes in it, named after the snapshot
+        output = output / f"{_report_name(snap.path)}.html"
+    out = build_report(snap, output, top=args.top, history_dir=history_dir, parallelisms=args.parallelisms,
                        plotly_js="inline" if args.self_contained else "shared")
     shared = "" if args.self_contained else " plus the shared plotly.js beside it"
     print(f"report written to {out} ({_human_bytes(out.stat().st_size)}{shared})")
     return 0
+
+
+def _report_name(path: Any) -> str:
+    """A file name for the report of the snapshot at ``path``: ``chk-3`` of a checkpoint directory is
+    ``<job folder>-chk-3``, a ``_metadata`` file its folder's name."""
+    parts = [p for p in str(path).replace("\\", "/").rstrip("/").split("/") if p and p != "_metadata"]
+    name = "-".join(parts[-3:]) if parts and parts[-1].startswith("chk-") else (parts[-1] if parts else "report")
+    return re.sub(r"[^\w.-]+", "_", name).strip("._") or "report"
 
 
 def cmd_list(args) -> int:
@@ -426,7 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write a self-contained HTML report with the charts")
     rp.add_argument("path", help="a checkpoint, savepoint, Flink _metadata file, or checkpoint directory (adds "
                                  "the history)")
-    rp.add_argument("--output", "-o", default="report.html")
+    rp.add_argument("--output", "-o", default="report.html",
+                    help="the HTML file to write (default: report.html); an existing folder, or a path ending in /, "
+                         "gets <snapshot>.html inside it, named after the snapshot's folder")
     rp.add_argument("--top", type=positive_int, default=10, help="how many hot keys to chart")
     rp.add_argument("--parallelisms", type=parallelism_list, default=None,
                     help="comma-separated candidates for the rescale what-if: 2,4,8")

@@ -322,9 +322,11 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
             caption += (f"; by traffic over the {int(r.known_keys):,} keys the sketch counted (of {int(r['keys']):,}),"
                         f" which carry {fmt.human_share(r.known_share)} of the counted traffic; other keys are unknown")
         parts.append(_table(skew, caption=caption))
-        if len(hk):
-            key = hk["key"].iloc[0]
-            parts.append(f"<h3>Salting the hottest key ({html.escape(str(key))}) into 4 sub-keys</h3>")
+        key, why_not = _salting_key(snap, op, "records" if measure_skew == "traffic" else "bytes")
+        if key is None:
+            parts.append(f"<h3>Salting</h3><p class='muted'>No salting what-if: {html.escape(why_not)}.</p>")
+        else:
+            parts.append(f"<h3>Salting the hottest key holding state ({html.escape(str(key))}) into 4 sub-keys</h3>")
             sw = analysis.salting_whatif(snap, key, 4, operator=op)
             y = analysis.salting_measure(sw)
             fig(parts, plots.subtask_bars(sw, y=y, color="scenario",
@@ -380,6 +382,21 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def _salting_key(snap: Any, operator: str, measure: str) -> tuple[Any, str]:
+    """The key a salting what-if acts on: the hottest by ``measure`` among the keys that hold state (the
+    hottest by traffic may hold none any more), or None and why (nothing counted, or a tie at the top)."""
+    ks = analysis.key_stats(snap, operator=operator)
+    ks = ks[ks["entries"] > 0]
+    if measure == "records":
+        ks = ks[ks["records"].notna()]
+        if not len(ks):
+            return None, (f"none of the keys the traffic sketch counted holds state in {operator} now, and a "
+                          "what-if on a key without state would move nothing")
+    values = ks[measure].to_numpy(dtype="float64")
+    key, why_not = analysis.hottest_key(values, list(ks["key"]), "records" if measure == "records" else measure)
+    return key, why_not or ""
 
 
 def _checkpoint_dir_of(snap: Any) -> Path | None:
