@@ -308,7 +308,7 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
                                           f"{'traffic' if measure == 'records' else measure}"))
             parts.append(_table(hk.drop(columns=["operator"]), caption=analysis.OVERLOAD_CAPTION +
                                 "; share: the key's part of the operator's total; records: the sketch's count "
-                                "(an upper bound, within records_error), – where the key is outside the sketch"))
+                                "(an upper bound, within records_error), unknown where the key is outside the sketch"))
         if not has_traffic:
             parts.append(f"<p class='muted'>{html.escape(NO_TRAFFIC)}.</p>")
         measure_skew = "traffic" if has_traffic and len(hk) and hk["by"].iloc[0] == "records" else "bytes"

@@ -106,7 +106,7 @@ class KeyGroupsTab(View):
     def _loads(self, metric: str, p: int) -> np.ndarray:
         agg = self.data.key_group_aggregates(self.operator)
         sub = operator_indices_for_key_groups(self.max_parallelism, p, agg["key_group"].to_numpy())
-        return np.bincount(sub, weights=agg[metric].to_numpy(np.float64), minlength=p)
+        return np.bincount(sub, weights=agg[metric].to_numpy(np.float64, na_value=np.nan), minlength=p)  # NaN: unknown
 
     def _whatif_curve(self) -> None:
         m = self.max_parallelism
@@ -135,8 +135,8 @@ class KeyGroupsTab(View):
         agg = self.data.key_group_aggregates(self.operator)
         kg = agg["key_group"].to_numpy()
         sub = operator_indices_for_key_groups(m, p, kg)
-        values = agg[metric].to_numpy()
-        loads = np.bincount(sub, weights=values.astype(np.float64), minlength=p)
+        values = agg[metric].to_numpy(np.float64, na_value=np.nan)  # NaN: traffic not counted, unknown
+        loads = np.bincount(sub, weights=values, minlength=p)
         fig = imbalance_figures(loads)
         self.subtask_loads = loads
         self.set_trait("imbalance", float(fig["max_over_mean"]) if np.isfinite(fig["max_over_mean"]) else 1.0)

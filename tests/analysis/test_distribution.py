@@ -117,3 +117,32 @@ def test_imbalance_of_a_perfectly_even_load():
     im = imbalance(df).set_index("metric")
     assert im.loc["bytes", "max_over_mean"] == 1.0 and im.loc["bytes", "cv"] == 0.0
     assert np.isnan(im.loc["records", "max_over_mean"])
+
+
+def test_traffic_a_snapshot_did_not_count_is_unknown_never_zero():
+    """Flink snapshots count no records per key group: <NA> (nullable Int64) everywhere, shown as
+    'unknown', and no imbalance or rescale figure made from it (issue 30)."""
+    from pathlib import Path
+
+    import explorer
+    from explorer.analysis import imbalance, key_group_distribution, rescale_whatif, subtask_distribution
+    from explorer.plots.format import format_frame
+
+    snap = explorer.open(Path(__file__).resolve().parents[2] / "sample_data/flink/heap-canonical-savepoint")
+    kg = key_group_distribution(snap)
+    assert str(kg["records"].dtype) == "Int64" and kg["records"].isna().all()
+    sub = subtask_distribution(snap)
+    assert str(sub["records"].dtype) == "Int64" and sub["records"].isna().all()
+    assert set(format_frame(sub)["records"]) == {"unknown"}
+    assert "records" not in set(imbalance(sub)["metric"])
+    assert "records" not in set(rescale_whatif(snap, [2])["metric"])
+
+
+def test_counted_traffic_stays_a_count(planted_job):
+    import explorer
+    from explorer.analysis import key_group_distribution, subtask_distribution
+
+    snap = explorer.open(planted_job.savepoint)
+    kg = key_group_distribution(snap)
+    assert kg["records"].notna().all() and kg["records"].sum() > 0
+    assert subtask_distribution(snap)["records"].sum() == kg["records"].sum()
