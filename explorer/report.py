@@ -120,9 +120,13 @@ def summary_text(snap: Any, top: int = 5) -> str:
             figs = ", ".join(f"{r.metric} {r.max_over_mean:.2f} (cv {r.cv:.2f})" for r in g.itertuples()
                              if r.total > 0)
             out.append(f"  {name} at parallelism {int(g['parallelism'].iloc[0])}: {figs}")
-        best = analysis.best_parallelisms(snap, metric="bytes", n=3)
+        fixed = analysis.fixed_partitioning(snap)
+        if fixed:
+            out.append(f"  rescaling: {fixed}")
+        best = analysis.best_parallelisms(snap, n=3)
         for name, g in best.groupby("operator", sort=True, observed=True):
-            out.append(f"  {name}: best parallelisms for bytes " +
+            measure = "traffic (records)" if g["metric"].iloc[0] == "records" else str(g["metric"].iloc[0])
+            out.append(f"  {name}: best parallelisms from 2 by {measure}: " +
                        ", ".join(f"{int(r.parallelism)} ({r.max_over_mean:.2f})" for r in g.itertuples()))
         hk = analysis.hot_keys(snap, n=top, by="bytes")
         if len(hk):
@@ -299,7 +303,15 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
         parts = section(f"Rescale what-if for {op}")
         w = analysis.rescale_whatif(snap, parallelisms, operator=op)
         fig(parts, plots.rescale_comparison(w))
-        parts.append(_table(analysis.best_parallelisms(w, metric="bytes", n=5)))
+        fixed = analysis.fixed_partitioning(snap)
+        best = analysis.best_parallelisms(w if parallelisms else snap, n=5, operator=op)
+        if fixed:
+            parts.append(f"<p class='muted'>No best parallelism: {html.escape(fixed)}.</p>")
+        elif len(best):
+            by = "traffic (records)" if best["metric"].iloc[0] == "records" else str(best["metric"].iloc[0])
+            parts.append(_table(best, caption=f"the most even parallelisms from 2 by {by} (1 is trivially even)"))
+        else:
+            parts.append("<p class='muted'>No best parallelism: no candidate of at least 2 subtasks.</p>")
         parts = section(f"Hot keys of {op}")
         hk = analysis.hot_keys(snap, n=top, operator=op)
         if len(hk):

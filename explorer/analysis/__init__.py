@@ -29,6 +29,7 @@ from .diff import diff, diff_summary, growth_by_key
 from .distribution import (
     OVERLOAD_CAPTION,
     best_parallelisms,
+    fixed_partitioning,
     imbalance,
     key_group_aggregates,
     key_group_distribution,
@@ -52,6 +53,7 @@ __all__ = [
     "diff",
     "diff_summary",
     "expired_not_cleaned",
+    "fixed_partitioning",
     "gini",
     "growth_by_key",
     "history",

@@ -381,22 +381,57 @@ def rescale_whatif(source: Source, parallelisms: int | Sequence[int] | None = No
                                        "key_groups_max", "is_current"])
 
 
-def best_parallelisms(source: Source | pd.DataFrame, parallelisms: Sequence[int] | None = None, *,
-                      metric: str = "bytes", n: int = 5, operator: str | Iterable[str] | None = None,
-                      max_parallelism: int | Sequence[int] | None = None) -> pd.DataFrame:
-    """The ``n`` parallelisms with the best balance of ``metric`` (lowest max/mean, then lowest p).
+#: the largest parallelism :func:`best_parallelisms` ranks by default (past it, each subtask holds a handful of key
+#: groups at most and the ranking says little more)
+BEST_UP_TO = 1024
 
-    ``source`` may be a :func:`rescale_whatif` result. Rows of :func:`rescale_whatif`, best first,
-    per operator (and max parallelism), with a ``rank`` column.
+
+def fixed_partitioning(source: Source | pd.DataFrame) -> str | None:
+    """Why ``source``'s parallelism cannot be chosen on restore, or None where it can (Flink, the engine)."""
+    if partitioner(source) == "spark":
+        return ("a Spark checkpoint's partitioning is fixed: spark.sql.shuffle.partitions is stored in the "
+                "checkpoint and a restarted query keeps it, so there is no parallelism to choose")
+    return None
+
+
+def best_parallelisms(source: Source | pd.DataFrame, parallelisms: Sequence[int] | None = None, *,
+                      metric: str = "auto", n: int = 5, operator: str | Iterable[str] | None = None,
+                      max_parallelism: int | Sequence[int] | None = None) -> pd.DataFrame:
+    """The ``n`` parallelisms ``p >= 2`` with the best balance of ``metric`` (lowest max/mean, then lowest p).
+
+    ``metric="auto"`` ranks by traffic (``records``) where the snapshot counted it, else by
+    ``bytes``, per operator; the ``metric`` column says which. Parallelism 1 is left out (one
+    subtask is trivially balanced: no choice at all); the default candidates are
+    ``2..min(max parallelism, BEST_UP_TO)``. A Spark checkpoint gives no rows: its partitioning
+    is fixed (:func:`fixed_partitioning` says why). ``source`` may be a :func:`rescale_whatif`
+    result. Rows of :func:`rescale_whatif`, best first, per operator (and max parallelism), with
+    a ``rank`` column.
     """
-    if metric not in METRICS:
-        raise AnalysisError(f"unknown metric {metric!r}; expected one of {list(METRICS)}")
+    if metric not in METRICS and metric != "auto":
+        raise AnalysisError(f"unknown metric {metric!r}; expected 'auto' or one of {list(METRICS)}")
     if isinstance(source, pd.DataFrame) and "max_over_mean" in source.columns:
         w = source
+    elif fixed_partitioning(source):
+        w = rescale_whatif(source, [], operator=operator, metrics=["bytes"])
     else:
-        w = rescale_whatif(source, parallelisms, operator=operator, max_parallelism=max_parallelism, metrics=[metric])
-    w = w[w["metric"] == metric].sort_values(["operator", "max_parallelism", "max_over_mean", "parallelism"],
-                                            na_position="last")
+        if parallelisms is None:
+            lays = layouts(source, _NO_ROWS if is_snapshot(source) else frame(source, LOAD_COLUMNS, operator, None),
+                           operator, None, _first(max_parallelism))
+            top = min([min(lay.max_parallelism, BEST_UP_TO) for lay in lays.values()] +
+                      ([min(_as_ints(max_parallelism))] if max_parallelism is not None else []))
+            parallelisms = list(range(2, top + 1))
+        metrics = ["records", "bytes"] if metric == "auto" else [metric]
+        w = rescale_whatif(source, parallelisms, operator=operator, max_parallelism=max_parallelism, metrics=metrics)
+    w = w[w["parallelism"] >= 2]
+    if metric == "auto":
+        counted = w[(w["metric"] == "records") & (w["total"] > 0)]
+        by_records = set(zip(counted["operator"], counted["max_parallelism"]))
+        pick = [("records" if (o, m) in by_records else "bytes") == x
+                for o, m, x in zip(w["operator"], w["max_parallelism"], w["metric"])]
+        w = w[np.asarray(pick, dtype=bool)] if len(w) else w
+    else:
+        w = w[w["metric"] == metric]
+    w = w.sort_values(["operator", "max_parallelism", "max_over_mean", "parallelism"], na_position="last")
     w = w.groupby(["operator", "max_parallelism"], sort=True, observed=True).head(n).copy()
     w.insert(0, "rank", w.groupby(["operator", "max_parallelism"], observed=True).cumcount() + 1)
     return w.reset_index(drop=True)
