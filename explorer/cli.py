@@ -269,12 +269,13 @@ def _summarise(name: str, result, records: int, elapsed: float, savepoint: Path 
 def _print_summary(s: dict[str, Any]) -> None:
     where = "in the savepoint" if s.get("described") == "savepoint" else "at the end"
     line = (f"{s['pipeline']:<14} {s['records']:>9,} records  {s['seconds']:>7.2f} s  "
-            f"{(s['records_per_s'] or 0):>10,} rec/s  {s['keys']:>7,} keys  {s['state_entries']:>8,} entries {where}")
+            f"{(s['records_per_s'] or 0):>10,} rec/s  {s['keys']:>7,} distinct keys  {s['state_entries']:>8,} entries "
+            f"{where}")
     if "state_bytes" in s:
         line += f"  {_human_bytes(s['state_bytes']):>9} savepoint"
     print(line)
     if s["hottest_keys"]:
-        tops = ", ".join(f"{h['key']} ({h['records']:,})" for h in s["hottest_keys"][:3])
+        tops = ", ".join(f"{h['key']} in {h['operator']} ({h['records']:,})" for h in s["hottest_keys"][:3])
         print(f"{'':<14} hottest keys {where}: {tops}")
 
 

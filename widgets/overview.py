@@ -22,6 +22,10 @@ from ._errors import ErrorArea
 COUNTING = "counting…"
 
 
+#: a key held by two operators is two keys of state (one per operator): the count says so
+KEYS_FACT = "keys (distinct per operator, summed)"
+
+
 def _metadata_facts(data: SnapshotData) -> dict[str, str]:
     """The header facts the snapshot's metadata gives, at once; the counted ones say :data:`COUNTING`."""
     snap = data.snapshot
@@ -32,7 +36,7 @@ def _metadata_facts(data: SnapshotData) -> dict[str, str]:
         "operators": human_count(len(snap.operators)),
         "keyed states": human_count(len(snap.states)),
         "state entries": COUNTING,
-        "keys": COUNTING,
+        KEYS_FACT: COUNTING,
         "state size (serialized values)": COUNTING,
     }
 
@@ -55,7 +59,7 @@ def facts(data: SnapshotData) -> dict[str, str]:
     out = _metadata_facts(data)
     out.update({
         "state entries": human_count(len(df)),
-        "keys": human_count(df.groupby("operator", sort=False)["key"].nunique().sum()) if len(df) else "0",
+        KEYS_FACT: human_count(df.groupby("operator", sort=False)["key"].nunique().sum()) if len(df) else "0",
         "state size (serialized values)": human_bytes(float(df["size_bytes"].sum()) if len(df) else 0),
     })
     out.update(_timing_facts(data))

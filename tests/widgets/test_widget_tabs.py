@@ -156,3 +156,10 @@ def test_hot_keys_tab_names_a_tie_and_orders_it_as_the_analyses_do():
         assert tab.salt_figure.layout.title.text.startswith("No salting what-if")
     finally:
         tab.close()
+
+
+def test_overview_says_its_key_count_is_per_operator(dash):
+    from widgets.overview import KEYS_FACT, facts
+
+    shown = facts(dash.data)
+    assert KEYS_FACT == "keys (distinct per operator, summed)" and KEYS_FACT in shown and "keys" not in shown
