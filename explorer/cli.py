@@ -23,6 +23,7 @@ import re
 import shutil
 import sys
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
@@ -145,7 +146,7 @@ def open_for_cli(path: str, ttl: list[tuple[str, timedelta]] | None = None, uids
     if not options:
         return snap
     if not snap.format.startswith("flink"):
-        raise StateExplorerError(f"{path}: --ttl and --uids apply to Apache Flink snapshots; found a {snap.format}, "
+        raise StateExplorerError(f"{path}: --ttl and --uids apply to Apache Flink snapshots; found {'an' if snap.format[:1] in 'aeiou' else 'a'} {snap.format}, "
                                  "which stores its TTLs and operator names itself")
     if ttl:
         states = sorted({str(s) for s in snap.states["state"]}) if len(snap.states) else []
@@ -462,7 +463,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        with warnings.catch_warnings(record=True) as caught:  # a warning is a one-line note, not a source line
+            warnings.simplefilter("always", UserWarning)
+            try:
+                return args.fn(args)
+            finally:
+                for w in caught:
+                    if issubclass(w.category, UserWarning):
+                        print(f"state-explorer: note: {w.message}", file=sys.stderr)
+                    else:
+                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     except UsageError as exc:
         sub = args.subparser  # shown as argparse shows its own usage errors
         print(f"{sub.format_usage()}{sub.prog}: error: {exc}", file=sys.stderr)

@@ -44,10 +44,11 @@ from .readers.base import (
     has_union,
     python_values,
     struct_to_tuple,
+    tidy_metadata,
 )
 from .readers.engine import EngineSnapshotReader
 from .storage import FileCache, StoragePath, as_path
-from .storage.sizes import parse_size
+from .storage.sizes import format_size, parse_size
 
 #: readers tried in order by :func:`reader_for`
 READERS: list[type[SnapshotReader]] = [EngineSnapshotReader]
@@ -304,11 +305,11 @@ class StoredSnapshot:
 
     @property
     def states(self) -> pd.DataFrame:
-        return self.reader.states()
+        return tidy_metadata(self.reader.states())
 
     @property
     def subtasks(self) -> pd.DataFrame:
-        return self.reader.subtasks()
+        return tidy_metadata(self.reader.subtasks())
 
     @property
     def notes(self) -> list[str]:
@@ -372,8 +373,8 @@ class StoredSnapshot:
                 and total * FRAME_BYTES_PER_ROW > self.memory_budget:
             raise AnalysisError(
                 f"{self.path}: keyed_state() would hold about {total:,} rows, about "
-                f"{total * FRAME_BYTES_PER_ROW / _MB:,.0f} MB as a DataFrame, over the memory budget of "
-                f"{self.memory_budget / _MB:,.0f} MB; expected a part that fits: filter (operator=, state=, key=, "
+                f"{format_size(total * FRAME_BYTES_PER_ROW)} as a DataFrame, over the memory budget of "
+                f"{format_size(self.memory_budget)}; expected a part that fits: filter (operator=, state=, key=, "
                 "key_groups=), page (limit=, offset=), stream (snap.batches(), snap.dataset()), or pass "
                 "unbounded=True (or open with a larger memory_budget=)")
         if limit is not None and total:

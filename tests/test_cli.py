@@ -281,3 +281,32 @@ def test_ls_says_which_time_it_shows(capsys):
     assert "file mtime" in out and "'snapshot' is when the snapshot was taken" in out
     assert main(["ls", str(SAMPLES / "url_counts" / "checkpoints")]) == 0
     assert " snapshot " in capsys.readouterr().out.splitlines()[1]
+
+
+def test_a_warning_is_a_one_line_note_not_a_source_line(capsys):
+    """A checkpoint directory whose newest chk-N is incomplete: the note, without Python's source line."""
+    assert main(["inspect", str(SAMPLES / "flink" / "heap-unaligned-checkpoint")]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("state-explorer: note: ") and "passed over newer chk-2" in err
+    assert "UserWarning" not in err and "return " not in err and len(err.strip().splitlines()) == 1
+
+
+def test_wording_of_articles_sizes_and_missing_metadata():
+    import pandas as pd
+
+    import explorer
+    from explorer.errors import AnalysisError
+    from explorer.storage.sizes import format_size
+
+    assert format_size(1024) == "1.0 KB" and format_size(512) == "512 B" and format_size(2 << 30) == "2.0 GB"
+    snap = explorer.open(SAMPLES / "url_counts" / "savepoint-heap")
+    with pytest.raises(AnalysisError, match=r"an engine-savepoint snapshot"):
+        explorer.changes(snap)
+    small = explorer.open(SAMPLES / "url_counts" / "savepoint-heap", memory_budget="1KB")
+    with pytest.raises(AnalysisError, match=r"memory budget of 1\.0 KB"):
+        small.keyed_state()
+    for frame in (snap.states, snap.subtasks, explorer.open(SAMPLES / "flink" / "heap-canonical-savepoint").states):
+        assert not frame.map(lambda v: v is None).any().any()
+    assert str(snap.subtasks["key_group_start"].dtype) == "Int64" and str(snap.states["ttl_ms"].dtype) == "Int64"
+    assert pd.isna(snap.subtasks["key_group_start"]).any()  # operators without keyed state: no range
+

@@ -21,6 +21,14 @@ from ._data import SnapshotData
 from ._errors import ErrorArea
 
 
+def owns_text(max_parallelism: int, parallelism: int) -> str:
+    """How many key groups each subtask owns, in words: a range only where the counts differ."""
+    lo, hi = max_parallelism // parallelism, -(-max_parallelism // parallelism)
+    if lo == hi:
+        return "each subtask owns one key group" if lo == 1 else f"each subtask owns {lo} key groups"
+    return f"each subtask owns {lo}–{hi} key groups"
+
+
 class KeyGroupsTab(View):
     """Key-group distribution of one keyed operator at a chosen parallelism."""
 
@@ -166,5 +174,5 @@ class KeyGroupsTab(View):
         heaviest = int(np.argmax(loads)) if len(loads) else 0
         self.summary.value = (
             f"<b>{self.operator}</b> at parallelism <b>{p}</b>{current}, max parallelism {m}: "
-            f"each subtask owns {m // p}–{-(-m // p)} key groups; heaviest subtask <b>{heaviest}</b> carries "
+            f"{owns_text(m, p)}; heaviest subtask <b>{heaviest}</b> carries "
             f"<b>{self.imbalance:.2f}×</b> the mean {metric}.")

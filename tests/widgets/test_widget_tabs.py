@@ -163,3 +163,11 @@ def test_overview_says_its_key_count_is_per_operator(dash):
 
     shown = facts(dash.data)
     assert KEYS_FACT == "keys (distinct per operator, summed)" and KEYS_FACT in shown and "keys" not in shown
+
+
+def test_key_groups_tab_says_how_many_groups_a_subtask_owns():
+    from widgets.keygroups import owns_text
+
+    assert owns_text(128, 2) == "each subtask owns 64 key groups"
+    assert owns_text(128, 3) == "each subtask owns 42–43 key groups"
+    assert owns_text(4, 4) == "each subtask owns one key group"
