@@ -489,6 +489,14 @@ def widgets_section(res: dict, charts: Path) -> list[str]:
     lines.append("")
     if res.get("targets"):
         lines += [f"Targets: {json.dumps(res['targets'])}", ""]
+    cli = res.get("command line start")
+    if cli:
+        rows = cli.get("results", {})
+        lines += ["Command line start (fresh processes, wall time, machine load "
+                  f"{(cli.get('machine') or {}).get('load_average')}):", ""]
+        lines += table(["measure", "value", "unit"], [[k, r.get("value"), r.get("unit", "")] for k, r in rows.items()],
+                       "lrl")
+        lines.append("")
     return lines
 
 

@@ -38,13 +38,38 @@ from .errors import (
     StorageError,
     UnsafePathError,
 )
-from .analysis import changes, diff, history
-from .catalog import list_snapshots as list  # noqa: A004 - explorer.list(path), the public name
-from .keygroups import assign_to_key_group, compute_default_max_parallelism, operator_index_for_key_group
-from .readers.base import CONTRACT_COLUMNS
-from .snapshot import Snapshot, open
 
 __version__ = "0.1.0"
+
+#: names imported on first use (PEP 562): they pull in pandas, pyarrow, numba and plotly, which a
+#: command's ``--help``, the errors and ``explorer.keygroups`` do not need, so ``import explorer`` stays light
+_LAZY = ("CONTRACT_COLUMNS", "Snapshot", "assign_to_key_group", "changes", "compute_default_max_parallelism", "diff",
+         "history", "list", "open", "operator_index_for_key_group")
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name in ("changes", "diff", "history"):
+        from . import analysis as module
+    elif name == "list":
+        from . import catalog
+
+        value = catalog.list_snapshots
+    elif name == "CONTRACT_COLUMNS":
+        from .readers import base as module
+    elif name in ("Snapshot", "open"):
+        from . import snapshot as module
+    else:
+        from . import keygroups as module
+    if name != "list":
+        value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "AnalysisError",

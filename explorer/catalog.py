@@ -5,7 +5,7 @@ job's checkpoint directory lists each ``chk-N`` (complete or not: a ``chk-N`` wi
 ``_metadata`` is one being written, or aborted, and the engines skip it on restore), a
 savepoint folder itself, a Spark checkpoint (its latest committed batch). Columns: ``path``,
 ``id``, ``kind``, ``format``, ``time`` (the snapshot's own time where it stores one, else when
-its metadata file was written), ``size_bytes`` and ``files`` (the files under its folder; a
+its metadata file was written), ``time_from`` (which of the two: ``"snapshot"`` or ``"file"``), ``size_bytes`` and ``files`` (the files under its folder; a
 Flink or engine incremental checkpoint's ``shared/`` files are the job's, not counted),
 ``complete``, ``note``. Only metadata is read: no state file is fetched.
 """
@@ -25,7 +25,7 @@ from .storage import FileCache, StoragePath, as_path
 
 #: how many folder levels below ``path`` are searched
 MAX_DEPTH = 3
-COLUMNS = ["path", "id", "kind", "format", "time", "size_bytes", "files", "complete", "note"]
+COLUMNS = ["path", "id", "kind", "format", "time", "time_from", "size_bytes", "files", "complete", "note"]
 #: folders inside snapshots and job directories that hold no snapshot of their own
 _SKIP = {"shared", "taskowned", "keyed", "timers", "operator", "native", "inflight", "state", "offsets", "commits",
          "sources", "_spark_metadata"}
@@ -87,7 +87,7 @@ def _scan(folder: Any, rows: list[dict[str, Any]], depth: int) -> None:
         if (chk := checkpoint_id(child.name)) is not None and not has_metadata(child):
             size, n = _files(child)
             rows.append({"path": str(child), "id": chk, "kind": "checkpoint",
-                         "format": None, "time": None, "size_bytes": size, "files": n, "complete": False,
+                         "format": None, "time": None, "time_from": None, "size_bytes": size, "files": n, "complete": False,
                          "note": "no _metadata: being written, or aborted (the engines skip it on restore)"})
             continue
         _scan(child, rows, depth + 1)
@@ -108,10 +108,13 @@ def _snapshot_row(folder: Any) -> dict[str, Any]:
         info = cls(folder).info()
     except StateExplorerError as exc:
         row.update({"id": chk, "kind": "checkpoint" if chk is not None else None, "format": None,
-                    "time": mtime, "complete": False, "note": str(exc)[:300]})
+                    "time": mtime, "time_from": "file" if mtime is not None else None, "complete": False,
+                    "note": str(exc)[:300]})
         return row
     row.update({"id": info.checkpoint_id, "kind": info.kind, "format": info.format,
-                "time": info.created_at if info.created_at is not None else mtime, "complete": True, "note": None})
+                "time": info.created_at if info.created_at is not None else mtime,
+                "time_from": "snapshot" if info.created_at is not None else "file" if mtime is not None else None,
+                "complete": True, "note": None})
     return row
 
 
@@ -125,5 +128,6 @@ def _spark_row(folder: Any) -> dict[str, Any]:
         note = f"batch {max(offsets)} started but not committed (the query resumes from it)"
     return {"path": str(folder), "id": last[0] if last else None, "kind": "checkpoint", "format": "spark-checkpoint",
             "time": pd.Timestamp(last[1].stat().st_mtime, unit="s", tz="UTC") if last else None,
+            "time_from": "file" if last else None,
             "size_bytes": size, "files": n, "complete": last is not None, "note": note}
 

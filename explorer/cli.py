@@ -7,10 +7,11 @@
     state-explorer savepoint NAME --after-records N -o PATH   run, then stop with a savepoint
     state-explorer inspect PATH [--ttl STATE=1h] [--uids a,b]   summary of a checkpoint or savepoint
     state-explorer report PATH -o report.html       HTML report with the charts (every format)
+    state-explorer ls PATH                          the checkpoints and savepoints under a path
+    state-explorer list                             the example pipelines
 
 PATH is a savepoint or checkpoint folder, a checkpoint directory, or a Flink ``_metadata``
 file. Options are checked by argparse: a bad value is a usage error, never a traceback.
-    state-explorer list                             the example pipelines
 """
 
 from __future__ import annotations
@@ -18,31 +19,38 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import shutil
 import sys
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
 
-import pandas as pd
-
-from . import analysis
 from .errors import StateExplorerError
-from .format.snapshot import read_metadata
-from .pipelines import PIPELINES
-from .plots.format import human_bytes as _human_bytes
-from .report import build_report, summary_text
-from .catalog import list_snapshots
-from .snapshot import open as open_snapshot
-from .plots.text import terminal_text
-from .spark.demo import run_spark_demo
+from .escape import terminal_text
+
+# Only the standard library and the error tree load at the top: ``--help``, a usage error and the
+# parser cost no pandas, pyarrow, numba or plotly. Each command imports what it needs when it runs
+# (the LAZY_EDGES of tests/test_architecture.py name them).
+
+
+class UsageError(StateExplorerError):
+    """An option that parses but does not fit the snapshot (``--ttl`` of a state it does not hold): shown
+    with the usage, exit 2."""
+
+
+def _human_bytes(n: Any) -> str:
+    from .plots.format import human_bytes
+
+    return human_bytes(n)
 
 
 # --- argparse types: a bad value is a usage error (exit 2 with the usage), not a traceback --------
 def say(*parts: Any, file: Any = None) -> None:
     """``print`` for the CLI: snapshot strings (keys, names, paths, notes, error messages) reach the terminal
-    only through :func:`explorer.plots.text.terminal_text`, control characters shown as ``\\x1b``."""
+    only through :func:`explorer.escape.terminal_text`, control characters shown as ``\\x1b``."""
     print(*(terminal_text(p) for p in parts), file=file)
 
 
@@ -77,6 +85,36 @@ def parallelism_list(text: str) -> list[int]:
     return out
 
 
+#: a duration's parts, as ``--ttl`` takes them: ``90s``, ``30min``, ``1h``, ``1h30min``, ``2d``, ``1.5h``, ``1w``
+_DURATION_UNITS = {
+    "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1_000, "sec": 1_000, "secs": 1_000, "second": 1_000, "seconds": 1_000,
+    "m": 60_000, "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000, "t": 60_000,
+    "h": 3_600_000, "hr": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+    "w": 604_800_000, "week": 604_800_000, "weeks": 604_800_000,
+}
+_DURATION_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]+)\s*")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``30min``, ``1h30min``, ``2d``, ``1.5h`` or whole milliseconds (``86400000``) as a timedelta
+    (the units pandas' Timedelta takes; parsed here so the command line starts without pandas)."""
+    text = text.strip()
+    if text.isdigit():
+        return timedelta(milliseconds=int(text))
+    pos, ms = 0, 0.0
+    for m in _DURATION_PART.finditer(text):
+        unit = _DURATION_UNITS.get(m.group(2).lower())
+        if m.start() != pos or unit is None:
+            raise ValueError(text)
+        ms += float(m.group(1)) * unit
+        pos = m.end()
+    if pos == 0 or pos != len(text):
+        raise ValueError(text)
+    return timedelta(milliseconds=ms)
+
+
 def ttl_option(text: str) -> tuple[str, timedelta]:
     """``STATE=DURATION`` for ``--ttl``: ``last_seen=1h``, ``per_category=2d``, ``dedup=86400000`` (ms)."""
     name, sep, dur = text.partition("=")
@@ -84,13 +122,13 @@ def ttl_option(text: str) -> tuple[str, timedelta]:
         raise argparse.ArgumentTypeError(f"found {text!r}, expected STATE=DURATION such as last_seen=1h")
     dur = dur.strip()
     try:
-        td = pd.Timedelta(int(dur), unit="ms") if dur.isdigit() else pd.Timedelta(dur)
+        td = parse_duration(dur)
     except ValueError:
         raise argparse.ArgumentTypeError(f"in {text!r}: found the duration {dur!r}, expected a duration such as "
                                          "30min, 1h, 2d or milliseconds") from None
-    if td <= pd.Timedelta(0):
+    if td <= timedelta(0):
         raise argparse.ArgumentTypeError(f"in {text!r}: expected a positive duration")
-    return name.strip(), td.to_pytimedelta()
+    return name.strip(), td
 
 
 def uid_list(text: str) -> list[str]:
@@ -104,6 +142,8 @@ def uid_list(text: str) -> list[str]:
 def open_for_cli(path: str, ttl: list[tuple[str, timedelta]] | None = None, uids: list[str] | None = None):
     """Open ``path``; ``--ttl`` and ``--uids`` go to an Apache Flink snapshot (others store their TTLs
     and names themselves, and saying so is clearer than ignoring the options)."""
+    from .snapshot import open as open_snapshot
+
     snap = open_snapshot(path)
     options = {}
     if ttl:
@@ -113,8 +153,14 @@ def open_for_cli(path: str, ttl: list[tuple[str, timedelta]] | None = None, uids
     if not options:
         return snap
     if not snap.format.startswith("flink"):
-        raise StateExplorerError(f"{path}: --ttl and --uids apply to Apache Flink snapshots; found a {snap.format}, "
+        raise StateExplorerError(f"{path}: --ttl and --uids apply to Apache Flink snapshots; found {'an' if snap.format[:1] in 'aeiou' else 'a'} {snap.format}, "
                                  "which stores its TTLs and operator names itself")
+    if ttl:
+        states = sorted({str(s) for s in snap.states["state"]}) if len(snap.states) else []
+        unknown = [name for name, _ in ttl if name not in states]
+        if unknown:
+            raise UsageError(f"--ttl names {', '.join(map(repr, unknown))}, which {path} does not hold; its states "
+                             f"are {', '.join(states) or 'none'}")
     return open_snapshot(path, **options)
 
 
@@ -124,6 +170,8 @@ def run_pipeline(name: str, *, records: int | None, parallelism: int, backend: s
                  max_parallelism: int | None = None, batch_size: int = 1024, quiet: bool = False,
                  savepoint_at: float | None = None) -> dict[str, Any]:
     """Run one example pipeline; optionally checkpoint, restore, and end with a savepoint."""
+    from .pipelines import PIPELINES
+
     pipes = PIPELINES
     if name not in pipes:
         raise StateExplorerError(f"no pipeline named {name!r}; the pipelines are {sorted(pipes)}")
@@ -193,6 +241,10 @@ def _summarise(name: str, result, records: int, elapsed: float, savepoint: Path 
         "outputs": {k: len(v) for k, v in result.outputs.items()},
     }
     if savepoint is not None:
+        from . import analysis
+        from .format.snapshot import read_metadata
+        from .snapshot import open as open_snapshot
+
         meta = read_metadata(savepoint)
         snap = open_snapshot(savepoint)
         rows = snap.keyed_state(columns=["operator", "kind", "key"])
@@ -227,12 +279,13 @@ def _summarise(name: str, result, records: int, elapsed: float, savepoint: Path 
 def _print_summary(s: dict[str, Any]) -> None:
     where = "in the savepoint" if s.get("described") == "savepoint" else "at the end"
     line = (f"{s['pipeline']:<14} {s['records']:>9,} records  {s['seconds']:>7.2f} s  "
-            f"{(s['records_per_s'] or 0):>10,} rec/s  {s['keys']:>7,} keys  {s['state_entries']:>8,} entries {where}")
+            f"{(s['records_per_s'] or 0):>10,} rec/s  {s['keys']:>7,} distinct keys  {s['state_entries']:>8,} entries "
+            f"{where}")
     if "state_bytes" in s:
         line += f"  {_human_bytes(s['state_bytes']):>9} savepoint"
     say(line)
     if s["hottest_keys"]:
-        tops = ", ".join(f"{h['key']} ({h['records']:,})" for h in s["hottest_keys"][:3])
+        tops = ", ".join(f"{h['key']} in {h['operator']} ({h['records']:,})" for h in s["hottest_keys"][:3])
         say(f"{'':<14} hottest keys {where}: {tops}")
 
 
@@ -282,9 +335,10 @@ def _demo_folder(out: Path, planned: list[str]) -> list[str]:
 
 def cmd_demo(args) -> int:
     out = Path(args.out)
+    from .pipelines import PIPELINES
+
     pipes = PIPELINES
     _demo_folder(out, list(pipes) + ([] if args.no_spark else ["spark"]))
-    pipes = PIPELINES
     say(f"State Explorer demo: {len(pipes)} pipelines, parallelism {args.parallelism}, backends {args.backends}")
     say(f"writing outputs, checkpoints and savepoints under {out}/\n")
     for backend in args.backends.split(","):
@@ -307,6 +361,8 @@ def _spark_demo(out: Path) -> None:
     """Every example pipeline on local Spark, compared with the engine, each checkpoint opened
     (one line each; the JVM's and Spark's own output go to out/spark/spark.log)."""
     say("== Spark (local[2], RocksDB state store): every pipeline, outputs compared with the engine")
+    from .spark.demo import run_spark_demo
+
     s = run_spark_demo(out)
     say(f"summary: {out}/spark/summary.json, Spark's log: {s['log']}")
     say()
@@ -330,38 +386,60 @@ def cmd_savepoint(args) -> int:
 
 
 def cmd_inspect(args) -> int:
+    from .report import summary_text
+
     snap = open_for_cli(args.path, args.ttl, args.uids)
     say(summary_text(snap, top=args.top))
     return 0
 
 
 def cmd_ls(args) -> int:
+    from .catalog import list_snapshots
+
     df = list_snapshots(args.path)
     if df.empty:
         say(f"{args.path}: no checkpoints or savepoints found")
         return 0
     out = df.copy()
     out["size"] = [_human_bytes(int(b)) for b in out["size_bytes"]]
-    out["time"] = [t.strftime("%Y-%m-%d %H:%M:%S") if pd.notna(t) else "-" for t in out["time"]]
+    out["time (UTC)"] = [t.strftime("%Y-%m-%d %H:%M:%S") if t == t and t is not None else "-" for t in out["time"]]
+    out["time of"] = out["time_from"].map({"snapshot": "snapshot", "file": "file mtime"})
     out["complete"] = ["yes" if c else "NO" for c in out["complete"]]
-    cols = ["id", "kind", "format", "time", "size", "files", "complete", "path"]
+    cols = ["id", "kind", "format", "time (UTC)", "time of", "size", "files", "complete", "path"]
     say(out[cols].fillna("-").to_string(index=False))
+    say("time of: 'snapshot' is when the snapshot was taken, from its own metadata (as inspect shows it); "
+          "'file mtime' is when its metadata file was last written, for formats that store no time")
     for _, r in df[df["note"].notna()].iterrows():
         say(f"note: {r['path']}: {r['note']}")
     return 0
 
 
 def cmd_report(args) -> int:
+    from .report import build_report
+
     snap = open_for_cli(args.path, args.ttl, args.uids)
     history_dir = Path(args.path) if Path(args.path).is_dir() and not (Path(args.path) / "_metadata").exists() else None
-    out = build_report(snap, Path(args.output), top=args.top, history_dir=history_dir, parallelisms=args.parallelisms,
+    output = Path(args.output)
+    if output.is_dir() or args.output.endswith(("/", "\\")):  # a folder: the report goes in it, named after the snapshot
+        output = output / f"{_report_name(snap.path)}.html"
+    out = build_report(snap, output, top=args.top, history_dir=history_dir, parallelisms=args.parallelisms,
                        plotly_js="inline" if args.self_contained else "shared")
     shared = "" if args.self_contained else " plus the shared plotly.js beside it"
     say(f"report written to {out} ({_human_bytes(out.stat().st_size)}{shared})")
     return 0
 
 
+def _report_name(path: Any) -> str:
+    """A file name for the report of the snapshot at ``path``: ``chk-3`` of a checkpoint directory is
+    ``<job folder>-chk-3``, a ``_metadata`` file its folder's name."""
+    parts = [p for p in str(path).replace("\\", "/").rstrip("/").split("/") if p and p != "_metadata"]
+    name = "-".join(parts[-3:]) if parts and parts[-1].startswith("chk-") else (parts[-1] if parts else "report")
+    return re.sub(r"[^\w.-]+", "_", name).strip("._") or "report"
+
+
 def cmd_list(args) -> int:
+    from .pipelines import PIPELINES
+
     for name, pipe in PIPELINES.items():
         say(f"{name:<14} {pipe.description}")
     return 0
@@ -380,6 +458,7 @@ def _snapshot_options(p: argparse.ArgumentParser) -> None:
                    help="a Flink state's TTL, which Flink does not store (repeatable): --ttl last_seen=1h")
     p.add_argument("--uids", type=uid_list, default=None, metavar="UID,UID",
                    help="the job's operator uids, to name operators of Flink snapshots that store only IDs")
+    p.set_defaults(subparser=p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -415,7 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write a self-contained HTML report with the charts")
     rp.add_argument("path", help="a checkpoint, savepoint, Flink _metadata file, or checkpoint directory (adds "
                                  "the history)")
-    rp.add_argument("--output", "-o", default="report.html")
+    rp.add_argument("--output", "-o", default="report.html",
+                    help="the HTML file to write (default: report.html); an existing folder, or a path ending in /, "
+                         "gets <snapshot>.html inside it, named after the snapshot's folder")
     rp.add_argument("--top", type=positive_int, default=10, help="how many hot keys to chart")
     rp.add_argument("--parallelisms", type=parallelism_list, default=None,
                     help="comma-separated candidates for the rescale what-if: 2,4,8")
@@ -434,7 +515,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        with warnings.catch_warnings(record=True) as caught:  # a warning is a one-line note, not a source line
+            warnings.simplefilter("always", UserWarning)
+            try:
+                return args.fn(args)
+            finally:
+                for w in caught:
+                    if issubclass(w.category, UserWarning):
+                        say(f"state-explorer: note: {w.message}", file=sys.stderr)
+                    else:
+                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    except UsageError as exc:
+        sub = args.subparser  # shown as argparse shows its own usage errors
+        say(f"{sub.format_usage()}{sub.prog}: error: {exc}", file=sys.stderr)
+        return 2
     except StateExplorerError as exc:
         say(f"state-explorer: {exc}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ from plotly.offline import get_plotlyjs
 from . import analysis, plots
 from .format.checkpoint_dir import checkpoint_id
 from .plots import format as fmt
-from .plots.text import terminal_text
+from .escape import terminal_text
 from .storage import as_path
 from .stored import checkpoints_in, open_stored
 
@@ -121,9 +121,13 @@ def summary_text(snap: Any, top: int = 5) -> str:
             figs = ", ".join(f"{r.metric} {r.max_over_mean:.2f} (cv {r.cv:.2f})" for r in g.itertuples()
                              if r.total > 0)
             out.append(f"  {name} at parallelism {int(g['parallelism'].iloc[0])}: {figs}")
-        best = analysis.best_parallelisms(snap, metric="bytes", n=3)
+        fixed = analysis.fixed_partitioning(snap)
+        if fixed:
+            out.append(f"  rescaling: {fixed}")
+        best = analysis.best_parallelisms(snap, n=3)
         for name, g in best.groupby("operator", sort=True, observed=True):
-            out.append(f"  {name}: best parallelisms for bytes " +
+            measure = "traffic (records)" if g["metric"].iloc[0] == "records" else str(g["metric"].iloc[0])
+            out.append(f"  {name}: best parallelisms from 2 by {measure}: " +
                        ", ".join(f"{int(r.parallelism)} ({r.max_over_mean:.2f})" for r in g.itertuples()))
         hk = analysis.hot_keys(snap, n=top, by="bytes")
         if len(hk):
@@ -301,7 +305,15 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
         parts = section(f"Rescale what-if for {op}")
         w = analysis.rescale_whatif(snap, parallelisms, operator=op)
         fig(parts, plots.rescale_comparison(w))
-        parts.append(_table(analysis.best_parallelisms(w, metric="bytes", n=5)))
+        fixed = analysis.fixed_partitioning(snap)
+        best = analysis.best_parallelisms(w if parallelisms else snap, n=5, operator=op)
+        if fixed:
+            parts.append(f"<p class='muted'>No best parallelism: {html.escape(fixed)}.</p>")
+        elif len(best):
+            by = "traffic (records)" if best["metric"].iloc[0] == "records" else str(best["metric"].iloc[0])
+            parts.append(_table(best, caption=f"the most even parallelisms from 2 by {by} (1 is trivially even)"))
+        else:
+            parts.append("<p class='muted'>No best parallelism: no candidate of at least 2 subtasks.</p>")
         parts = section(f"Hot keys of {op}")
         hk = analysis.hot_keys(snap, n=top, operator=op)
         if len(hk):
@@ -310,7 +322,7 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
                                           f"{'traffic' if measure == 'records' else measure}"))
             parts.append(_table(hk.drop(columns=["operator"]), caption=analysis.OVERLOAD_CAPTION +
                                 "; share: the key's part of the operator's total; records: the sketch's count "
-                                "(an upper bound, within records_error), – where the key is outside the sketch"))
+                                "(an upper bound, within records_error), unknown where the key is outside the sketch"))
         if not has_traffic:
             parts.append(f"<p class='muted'>{html.escape(NO_TRAFFIC)}.</p>")
         measure_skew = "traffic" if has_traffic and len(hk) and hk["by"].iloc[0] == "records" else "bytes"
@@ -324,9 +336,11 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
             caption += (f"; by traffic over the {int(r.known_keys):,} keys the sketch counted (of {int(r['keys']):,}),"
                         f" which carry {fmt.human_share(r.known_share)} of the counted traffic; other keys are unknown")
         parts.append(_table(skew, caption=caption))
-        if len(hk):
-            key = hk["key"].iloc[0]
-            parts.append(f"<h3>Salting the hottest key ({html.escape(str(key))}) into 4 sub-keys</h3>")
+        key, why_not = _salting_key(snap, op, "records" if measure_skew == "traffic" else "bytes")
+        if key is None:
+            parts.append(f"<h3>Salting</h3><p class='muted'>No salting what-if: {html.escape(why_not)}.</p>")
+        else:
+            parts.append(f"<h3>Salting the hottest key holding state ({html.escape(str(key))}) into 4 sub-keys</h3>")
             sw = analysis.salting_whatif(snap, key, 4, operator=op)
             y = analysis.salting_measure(sw)
             fig(parts, plots.subtask_bars(sw, y=y, color="scenario",
@@ -382,6 +396,21 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def _salting_key(snap: Any, operator: str, measure: str) -> tuple[Any, str]:
+    """The key a salting what-if acts on: the hottest by ``measure`` among the keys that hold state (the
+    hottest by traffic may hold none any more), or None and why (nothing counted, or a tie at the top)."""
+    ks = analysis.key_stats(snap, operator=operator)
+    ks = ks[ks["entries"] > 0]
+    if measure == "records":
+        ks = ks[ks["records"].notna()]
+        if not len(ks):
+            return None, (f"none of the keys the traffic sketch counted holds state in {operator} now, and a "
+                          "what-if on a key without state would move nothing")
+    values = ks[measure].to_numpy(dtype="float64")
+    key, why_not = analysis.hottest_key(values, list(ks["key"]), "records" if measure == "records" else measure)
+    return key, why_not or ""
 
 
 def _checkpoint_dir_of(snap: Any) -> Path | None:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the layers, lowest first: a module may import modules of its own layer or of a lower one
 LAYERS: list[tuple[str, ...]] = [
     ("explorer.errors",),
-    ("explorer.keygroups", "explorer.ranking", "explorer.format", "explorer.storage", "explorer.spark_session"),
+    ("explorer.keygroups", "explorer.ranking", "explorer.escape", "explorer.format", "explorer.storage", "explorer.spark_session"),
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark_engine"),
     ("explorer.readers",),
     ("explorer.stored", "explorer.catalog"),
@@ -51,6 +51,11 @@ LAZY_EDGES = {
     ("explorer", "explorer.ipython"): "IPython's extension hook: IPython is loaded only by %load_ext",
     ("explorer.stored.registry", "explorer.readers.flink"): "readers registered at the first open: `import explorer` stays light",
     ("explorer.stored.registry", "explorer.readers.spark"): "readers registered at the first open: `import explorer` stays light",
+    **{("explorer", f"explorer.{m}"): "`import explorer` is light (PEP 562): its heavy names (pandas, pyarrow, "
+       "numba) load on first use" for m in ("analysis", "catalog", "keygroups", "readers.base", "snapshot")},
+    **{("explorer.cli", f"explorer.{m}"): "each command imports what it needs when it runs: `--help`, usage "
+       "errors and `ls` start without pandas, numba, plotly or Spark" for m in (
+        "analysis", "catalog", "format.snapshot", "pipelines", "plots.format", "report", "snapshot", "spark.demo")},
     **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "
        "and analyses are imported" for m in ("_data", "diff", "history", "hotkeys", "keygroups", "keys", "overview",
                                              "ttl")},

@@ -20,7 +20,10 @@ def public_names(module: types.ModuleType, lazy: dict | None = None) -> list[str
 
 
 def test_explorer_all_is_every_public_name_sorted():
-    assert explorer.__all__ == public_names(explorer)
+    assert explorer.__all__ == public_names(explorer, explorer._LAZY)
+    for name in explorer.__all__:
+        assert getattr(explorer, name) is not None, name
+    assert set(explorer.__all__) <= set(dir(explorer))
 
 
 def test_explorer_exports_the_whole_error_tree():

@@ -11,7 +11,7 @@ import traitlets as t
 
 from explorer.analysis import checkpoint_summary, history
 from explorer.plots import checkpoint_history
-from explorer.plots.text import plot_text
+from explorer.escape import plot_text
 
 from ._base import View, figure, html_table, replace_figure
 from ._data import SnapshotData

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import traitlets as t
 
-from explorer.analysis.hotkeys import gini, lorenz_curve, salted_key, top_share
-from explorer.plots.text import plot_text
+from explorer.analysis.hotkeys import gini, hottest_key, lorenz_curve, rank_order, salted_key, top_share
+from explorer.escape import plot_text
 from explorer.ranking import nth_largest
 from explorer.keygroups import assign_key_groups, operator_indices_for_key_groups
 
@@ -154,13 +154,14 @@ class HotKeysTab(View):
         values, known, loads = self._loads(col, p)
         cand = np.flatnonzero(known)
         n = min(self.n, len(cand))
-        # the top n without sorting a million values; ties by key text, so every run ranks alike
+        # the top n without sorting a million values; ties by the analyses' one rule (explorer.analysis.rank_order)
         v = values[cand]
         if n < len(cand):
             cut = nth_largest(v, n)
             cand, v = cand[v >= cut], v[v >= cut]
-        keys_text = ks["key"].to_numpy()[cand].astype(str)
-        top_idx = cand[np.lexsort((keys_text, -v))][:n]
+        top_idx = cand[rank_order(v, ks["entries"].to_numpy()[cand], list(ks["key"].to_numpy()[cand]))][:n]
+        # no hottest key where the largest value is shared (every key the same size): named, and not salted
+        _, no_hottest = hottest_key(values[known], [None] * int(known.sum()), "records" if col == "records" else col)
         top = ks.iloc[top_idx]
         self.top = top.reset_index(drop=True)
         total = float(loads.sum())
@@ -186,7 +187,7 @@ class HotKeysTab(View):
             self.lorenz_figure.layout.yaxis.title.text = f"share of {unit}"
         # salting what-if for the hottest key, on the measure ranked
         after = loads.copy()
-        if len(top) and total > 0:
+        if len(top) and total > 0 and no_hottest is None:
             hot = top.iloc[0]
             hv = float(values[top_idx[0]])
             after[int(hot["subtask"])] -= hv
@@ -208,7 +209,9 @@ class HotKeysTab(View):
             self.salt_figure.data[1].y = after
             self.salt_figure.data[1].marker.color = [subtask_colour(s) for s in range(p)]
             self.salt_figure.layout.title.text = (f"Salting {plot_text(hot_key)} into {self.salt} sub-keys: "
-                                                  f"max/mean {self.imbalance_before:.2f} → {self.imbalance_after:.2f}")
+                                                  f"max/mean {self.imbalance_before:.2f} → {self.imbalance_after:.2f}"
+                                                  if no_hottest is None else
+                                                  f"No salting what-if: {plot_text(no_hottest)}")
             self.salt_figure.layout.yaxis.title.text = f"{unit} per subtask"
         top1 = float(values[top_idx[0]] / total) if len(top_idx) and total else 0.0
         counted = ""
@@ -218,9 +221,11 @@ class HotKeysTab(View):
         elif col == "records":
             counted = " <i>(traffic: counts of the engine's heavy-hitter sketch, upper bounds)</i>"
         hot_text = "–" if hot_key is None else html.escape(str(hot_key))
+        hottest = (f"hottest key <b>{hot_text}</b> holds <b>{top1:.1%}</b> of {unit}" if no_hottest is None
+                   else f"<b>{html.escape(no_hottest)}</b> ({top1:.1%} of {unit} each)")
         self.stats.value = (
             f"{len(ks):,} keys · Gini <b>{g:.2f}</b> · top 1 % of keys hold <b>{t1:.0%}</b> · "
-            f"hottest key <b>{hot_text}</b> holds <b>{top1:.1%}</b> of {unit}{counted}"
+            f"{hottest}{counted}"
             "<div style='font-size:11px;color:#666'>Gini: 0 when every key holds the same, towards 1 when one key "
             "holds everything. max/mean: the heaviest subtask's load over the mean subtask load (1.00 is perfect "
             "balance). Salting splits the hottest key into sub-keys <code>key#0…key#n-1</code> spread over their "

@@ -16,11 +16,19 @@ import traitlets as t
 
 from explorer.analysis.distribution import METRICS, imbalance_figures
 from explorer.keygroups import operator_indices_for_key_groups
-from explorer.plots.text import plot_text
+from explorer.escape import plot_text
 
 from ._base import View, figure, subtask_colour
 from ._data import SnapshotData
 from ._errors import ErrorArea
+
+
+def owns_text(max_parallelism: int, parallelism: int) -> str:
+    """How many key groups each subtask owns, in words: a range only where the counts differ."""
+    lo, hi = max_parallelism // parallelism, -(-max_parallelism // parallelism)
+    if lo == hi:
+        return "each subtask owns one key group" if lo == 1 else f"each subtask owns {lo} key groups"
+    return f"each subtask owns {lo}–{hi} key groups"
 
 
 class KeyGroupsTab(View):
@@ -108,7 +116,7 @@ class KeyGroupsTab(View):
     def _loads(self, metric: str, p: int) -> np.ndarray:
         agg = self.data.key_group_aggregates(self.operator)
         sub = operator_indices_for_key_groups(self.max_parallelism, p, agg["key_group"].to_numpy())
-        return np.bincount(sub, weights=agg[metric].to_numpy(np.float64), minlength=p)
+        return np.bincount(sub, weights=agg[metric].to_numpy(np.float64, na_value=np.nan), minlength=p)  # NaN: unknown
 
     def _whatif_curve(self) -> None:
         m = self.max_parallelism
@@ -137,8 +145,8 @@ class KeyGroupsTab(View):
         agg = self.data.key_group_aggregates(self.operator)
         kg = agg["key_group"].to_numpy()
         sub = operator_indices_for_key_groups(m, p, kg)
-        values = agg[metric].to_numpy()
-        loads = np.bincount(sub, weights=values.astype(np.float64), minlength=p)
+        values = agg[metric].to_numpy(np.float64, na_value=np.nan)  # NaN: traffic not counted, unknown
+        loads = np.bincount(sub, weights=values, minlength=p)
         fig = imbalance_figures(loads)
         self.subtask_loads = loads
         self.set_trait("imbalance", float(fig["max_over_mean"]) if np.isfinite(fig["max_over_mean"]) else 1.0)
@@ -168,5 +176,5 @@ class KeyGroupsTab(View):
         heaviest = int(np.argmax(loads)) if len(loads) else 0
         self.summary.value = (
             f"<b>{html.escape(str(self.operator))}</b> at parallelism <b>{p}</b>{current}, max parallelism {m}: "
-            f"each subtask owns {m // p}–{-(-m // p)} key groups; heaviest subtask <b>{heaviest}</b> carries "
+            f"{owns_text(m, p)}; heaviest subtask <b>{heaviest}</b> carries "
             f"<b>{self.imbalance:.2f}×</b> the mean {html.escape(str(metric))}.")

@@ -11,7 +11,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from explorer.plots.text import plot_text
+from explorer.escape import plot_text
 from explorer.plots.format import MISSING, human_bytes, human_count, human_duration, human_time
 
 from ._base import View, figure, html_table, loading_html, show_empty, subtask_colour
@@ -21,6 +21,10 @@ from ._errors import ErrorArea
 
 #: the facts counted from the keyed state, shown as this while it is read
 COUNTING = "counting…"
+
+
+#: a key held by two operators is two keys of state (one per operator): the count says so
+KEYS_FACT = "keys (distinct per operator, summed)"
 
 
 def _metadata_facts(data: SnapshotData) -> dict[str, str]:
@@ -33,7 +37,7 @@ def _metadata_facts(data: SnapshotData) -> dict[str, str]:
         "operators": human_count(len(snap.operators)),
         "keyed states": human_count(len(snap.states)),
         "state entries": COUNTING,
-        "keys": COUNTING,
+        KEYS_FACT: COUNTING,
         "state size (serialized values)": COUNTING,
     }
 
@@ -56,7 +60,7 @@ def facts(data: SnapshotData) -> dict[str, str]:
     out = _metadata_facts(data)
     out.update({
         "state entries": human_count(len(df)),
-        "keys": human_count(df.groupby("operator", sort=False)["key"].nunique().sum()) if len(df) else "0",
+        KEYS_FACT: human_count(df.groupby("operator", sort=False)["key"].nunique().sum()) if len(df) else "0",
         "state size (serialized values)": human_bytes(float(df["size_bytes"].sum()) if len(df) else 0),
     })
     out.update(_timing_facts(data))

@@ -18,7 +18,7 @@ import traitlets as t
 
 from explorer.analysis.ttl import TIMELINE_COLUMNS
 from explorer.plots import EXPIRED_COLOR, PALETTE
-from explorer.plots.text import plot_text
+from explorer.escape import plot_text
 
 from ._base import View, figure, html_table
 from ._data import SnapshotData

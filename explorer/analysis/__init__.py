@@ -29,6 +29,7 @@ from .diff import diff, diff_summary, growth_by_key
 from .distribution import (
     OVERLOAD_CAPTION,
     best_parallelisms,
+    fixed_partitioning,
     imbalance,
     key_group_aggregates,
     key_group_distribution,
@@ -39,8 +40,8 @@ from .distribution import (
     subtask_loads,
 )
 from .history import checkpoint_summary, history
-from .hotkeys import (gini, hot_keys, key_skew, key_stats, lorenz_curve, salted_key, salting_measure, salting_whatif,
-                      top_share)
+from .hotkeys import (gini, hot_keys, hottest_key, key_order, key_skew, key_stats, lorenz_curve, rank_order, salted_key,
+                      salting_measure, salting_whatif, top_share)
 from .ttl import expired_not_cleaned, missing_ttls, ttl_expiry, ttl_hint, ttl_summary, unbounded_growth
 
 __all__ = [
@@ -52,19 +53,23 @@ __all__ = [
     "diff",
     "diff_summary",
     "expired_not_cleaned",
+    "fixed_partitioning",
     "gini",
     "growth_by_key",
     "history",
     "hot_keys",
+    "hottest_key",
     "imbalance",
     "key_group_aggregates",
     "key_group_distribution",
+    "key_order",
     "key_skew",
     "key_stats",
     "keyed_operators",
     "lorenz_curve",
     "missing_ttls",
     "overload",
+    "rank_order",
     "rescale_whatif",
     "salted_key",
     "salting_measure",

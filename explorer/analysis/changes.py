@@ -34,7 +34,7 @@ def changes(path: str | Path | Any, key: Any = None, from_batch: int | None = No
     snap = path if hasattr(path, "reader") else open_stored(path)
     reader = snap.reader
     if not hasattr(reader, "changes") or not hasattr(reader, "checkpoint_ids"):
-        raise AnalysisError(f"{snap.path}: a {snap.format} snapshot has no change feed; compare two checkpoints "
+        raise AnalysisError(f"{snap.path}: {'an' if snap.format[:1] in 'aeiou' else 'a'} {snap.format} snapshot has no change feed; compare two checkpoints "
                             "with explorer.diff(a, b) instead")
     ids = reader.checkpoint_ids()
     start = ids[0] if from_batch is None else int(from_batch)

@@ -43,7 +43,8 @@ METRICS = ("entries", "bytes", "keys", "records")
 
 def _aggregate(kt: KeyTable, lay: Layout, records: pd.DataFrame | None, *,
                key_groups: np.ndarray | None = None, max_parallelism: int | None = None) -> pd.DataFrame:
-    """Per key group ``0..M-1`` of one operator: entries, bytes, keys, records (zero filled).
+    """Per key group ``0..M-1`` of one operator: entries, bytes, keys (zero filled), records (the traffic
+    the engine counted, zero filled; ``<NA>`` in every key group where the snapshot counted none).
 
     ``kt`` holds the operator's keys (:func:`._common.per_key_codes`; timers excluded):
     every key lives in one key group, so the sums over its keys are the sums over its rows.
@@ -57,19 +58,20 @@ def _aggregate(kt: KeyTable, lay: Layout, records: pd.DataFrame | None, *,
     entries = np.bincount(kg, weights=kt.entries.astype(np.float64), minlength=m)
     nbytes = np.bincount(kg, weights=kt.bytes.astype(np.float64), minlength=m)
     keys = np.bincount(kg, minlength=m)
-    rec = np.zeros(m, dtype=np.int64)
+    rec = pd.array([pd.NA] * m, dtype="Int64")  # unknown, never 0
     if records is not None and len(records) and max_parallelism in (None, lay.max_parallelism):
         r = records[records["operator"] == lay.operator]
         if len(r):
-            rec = np.bincount(r["key_group"].to_numpy().astype(np.int64),
-                              weights=r["records"].to_numpy(dtype=np.float64), minlength=m)
+            rec = pd.array(np.rint(np.bincount(r["key_group"].to_numpy().astype(np.int64),
+                                               weights=r["records"].to_numpy(dtype=np.float64), minlength=m)
+                                   ).astype(np.int64), dtype="Int64")
     return pd.DataFrame({
         "operator": lay.operator,
         "key_group": np.arange(m, dtype=np.int64),
         "entries": np.rint(entries).astype(np.int64),
         "bytes": np.rint(nbytes).astype(np.int64),
         "keys": keys.astype(np.int64),
-        "records": np.rint(rec).astype(np.int64),
+        "records": rec,
     })
 
 
@@ -102,7 +104,7 @@ def key_group_aggregates(source: Source, *, operator: str | Iterable[str] | None
     """One row per (operator, key group) for every key group: entries, bytes, keys, records.
 
     ``records`` is the traffic per key group the engine counted (a Snapshot's
-    :meth:`~explorer.snapshot.Snapshot.metrics`), zero when unknown.
+    :meth:`~explorer.snapshot.Snapshot.metrics`), ``<NA>`` where the snapshot counted none (nullable Int64).
     """
     if _ranges.needs_ranges(source, operator, state):
         lays = layouts(source, _NO_ROWS, operator, None, max_parallelism)
@@ -147,7 +149,7 @@ def _streamed(source: Source, operator, state, max_parallelism: int | None = Non
                 else:
                     cur = acc[name]
                     for metric in METRICS:
-                        cur[metric] = cur[metric].to_numpy() + g[metric].to_numpy()
+                        cur[metric] = cur[metric].reset_index(drop=True) + g[metric].reset_index(drop=True)
             del v
         return acc
 
@@ -183,7 +185,7 @@ def subtask_loads(distribution: pd.DataFrame, parallelism: int | None = None,
     at another ``parallelism``).
 
     Columns: ``operator, parallelism, subtask, key_group_start, key_group_end, key_groups,``
-    ``entries, bytes, keys, records, bytes_share``.
+    ``entries, bytes, keys, records, bytes_share`` (``records`` nullable: ``<NA>`` where unknown).
     """
     parts = []
     for name, g in distribution.groupby("operator", sort=True, observed=True):
@@ -209,7 +211,13 @@ def subtask_loads(distribution: pd.DataFrame, parallelism: int | None = None,
         out["key_group_end"] = last
         out["key_groups"] = np.bincount(sub, minlength=p)
         for metric in METRICS:
-            out[metric] = np.bincount(sub, weights=g[metric].to_numpy(dtype=np.float64), minlength=p).round().astype(np.int64)
+            if g[metric].isna().all():  # traffic the snapshot did not count: unknown per subtask too
+                out[metric] = pd.array([pd.NA] * p, dtype="Int64")
+                continue
+            sums = np.bincount(sub, weights=g[metric].to_numpy(dtype=np.float64, na_value=0), minlength=p)
+            out[metric] = sums.round().astype(np.int64)
+            if metric == "records":
+                out[metric] = pd.array(out[metric], dtype="Int64")
         total = out["bytes"].sum()
         out["bytes_share"] = out["bytes"] / total if total else np.zeros(p)
         parts.append(pd.DataFrame(out))
@@ -300,7 +308,8 @@ def imbalance(source: Source | pd.DataFrame, parallelism: int | None = None, *,
     """Imbalance figures per operator and metric at ``parallelism``.
 
     ``source`` is a Snapshot, a keyed-state DataFrame, or a :func:`subtask_distribution`.
-    Columns: ``operator, parallelism, metric, total, mean, max, min, max_over_mean, cv, heaviest_subtask``.
+    Columns: ``operator, parallelism, metric, total, mean, max, min, max_over_mean, cv, heaviest_subtask``;
+    no ``records`` rows for an operator whose traffic the snapshot did not count (unknown, not 0).
     """
     if isinstance(source, pd.DataFrame) and "key_groups" in source.columns and "bytes_share" in source.columns:
         loads = source
@@ -310,7 +319,9 @@ def imbalance(source: Source | pd.DataFrame, parallelism: int | None = None, *,
     rows = []
     for name, g in loads.groupby("operator", sort=True, observed=True):
         for metric in METRICS:
-            v = g[metric].to_numpy()
+            if g[metric].isna().all():  # traffic the snapshot did not count: no figure, rather than a 0
+                continue
+            v = g[metric].to_numpy(dtype=np.float64, na_value=0)
             rows.append({"operator": name, "parallelism": len(g), "metric": metric, **imbalance_figures(v),
                          "heaviest_subtask": int(g["subtask"].to_numpy()[np.argmax(v)]) if len(v) else -1})
     return pd.DataFrame(rows, columns=["operator", "parallelism", "metric", "total", "mean", "max", "min",
@@ -358,7 +369,9 @@ def rescale_whatif(source: Source, parallelisms: int | Sequence[int] | None = No
                 sub = operator_indices_for_key_groups(m, p, kg)
                 n_kg = np.bincount(sub, minlength=p)
                 for metric in metrics:
-                    loads = np.bincount(sub, weights=agg[metric].to_numpy(dtype=np.float64), minlength=p)
+                    if agg[metric].isna().all():  # traffic not counted (or counted per the old M): unknown
+                        continue
+                    loads = np.bincount(sub, weights=agg[metric].to_numpy(dtype=np.float64, na_value=0), minlength=p)
                     rows.append({"operator": name, "max_parallelism": m, "parallelism": p, "metric": metric,
                                  **imbalance_figures(loads), "heaviest_subtask": int(np.argmax(loads)),
                                  "key_groups_min": int(n_kg.min()), "key_groups_max": int(n_kg.max()),
@@ -368,22 +381,57 @@ def rescale_whatif(source: Source, parallelisms: int | Sequence[int] | None = No
                                        "key_groups_max", "is_current"])
 
 
-def best_parallelisms(source: Source | pd.DataFrame, parallelisms: Sequence[int] | None = None, *,
-                      metric: str = "bytes", n: int = 5, operator: str | Iterable[str] | None = None,
-                      max_parallelism: int | Sequence[int] | None = None) -> pd.DataFrame:
-    """The ``n`` parallelisms with the best balance of ``metric`` (lowest max/mean, then lowest p).
+#: the largest parallelism :func:`best_parallelisms` ranks by default (past it, each subtask holds a handful of key
+#: groups at most and the ranking says little more)
+BEST_UP_TO = 1024
 
-    ``source`` may be a :func:`rescale_whatif` result. Rows of :func:`rescale_whatif`, best first,
-    per operator (and max parallelism), with a ``rank`` column.
+
+def fixed_partitioning(source: Source | pd.DataFrame) -> str | None:
+    """Why ``source``'s parallelism cannot be chosen on restore, or None where it can (Flink, the engine)."""
+    if partitioner(source) == "spark":
+        return ("a Spark checkpoint's partitioning is fixed: spark.sql.shuffle.partitions is stored in the "
+                "checkpoint and a restarted query keeps it, so there is no parallelism to choose")
+    return None
+
+
+def best_parallelisms(source: Source | pd.DataFrame, parallelisms: Sequence[int] | None = None, *,
+                      metric: str = "auto", n: int = 5, operator: str | Iterable[str] | None = None,
+                      max_parallelism: int | Sequence[int] | None = None) -> pd.DataFrame:
+    """The ``n`` parallelisms ``p >= 2`` with the best balance of ``metric`` (lowest max/mean, then lowest p).
+
+    ``metric="auto"`` ranks by traffic (``records``) where the snapshot counted it, else by
+    ``bytes``, per operator; the ``metric`` column says which. Parallelism 1 is left out (one
+    subtask is trivially balanced: no choice at all); the default candidates are
+    ``2..min(max parallelism, BEST_UP_TO)``. A Spark checkpoint gives no rows: its partitioning
+    is fixed (:func:`fixed_partitioning` says why). ``source`` may be a :func:`rescale_whatif`
+    result. Rows of :func:`rescale_whatif`, best first, per operator (and max parallelism), with
+    a ``rank`` column.
     """
-    if metric not in METRICS:
-        raise AnalysisError(f"unknown metric {metric!r}; expected one of {list(METRICS)}")
+    if metric not in METRICS and metric != "auto":
+        raise AnalysisError(f"unknown metric {metric!r}; expected 'auto' or one of {list(METRICS)}")
     if isinstance(source, pd.DataFrame) and "max_over_mean" in source.columns:
         w = source
+    elif fixed_partitioning(source):
+        w = rescale_whatif(source, [], operator=operator, metrics=["bytes"])
     else:
-        w = rescale_whatif(source, parallelisms, operator=operator, max_parallelism=max_parallelism, metrics=[metric])
-    w = w[w["metric"] == metric].sort_values(["operator", "max_parallelism", "max_over_mean", "parallelism"],
-                                            na_position="last")
+        if parallelisms is None:
+            lays = layouts(source, _NO_ROWS if is_snapshot(source) else frame(source, LOAD_COLUMNS, operator, None),
+                           operator, None, _first(max_parallelism))
+            top = min([min(lay.max_parallelism, BEST_UP_TO) for lay in lays.values()] +
+                      ([min(_as_ints(max_parallelism))] if max_parallelism is not None else []))
+            parallelisms = list(range(2, top + 1))
+        metrics = ["records", "bytes"] if metric == "auto" else [metric]
+        w = rescale_whatif(source, parallelisms, operator=operator, max_parallelism=max_parallelism, metrics=metrics)
+    w = w[w["parallelism"] >= 2]
+    if metric == "auto":
+        counted = w[(w["metric"] == "records") & (w["total"] > 0)]
+        by_records = set(zip(counted["operator"], counted["max_parallelism"]))
+        pick = [("records" if (o, m) in by_records else "bytes") == x
+                for o, m, x in zip(w["operator"], w["max_parallelism"], w["metric"])]
+        w = w[np.asarray(pick, dtype=bool)] if len(w) else w
+    else:
+        w = w[w["metric"] == metric]
+    w = w.sort_values(["operator", "max_parallelism", "max_over_mean", "parallelism"], na_position="last")
     w = w.groupby(["operator", "max_parallelism"], sort=True, observed=True).head(n).copy()
     w.insert(0, "rank", w.groupby(["operator", "max_parallelism"], observed=True).cumcount() + 1)
     return w.reset_index(drop=True)

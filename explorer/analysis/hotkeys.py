@@ -35,7 +35,7 @@ computed again.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -206,10 +206,43 @@ def _key_order(kt: KeyTable, rows: np.ndarray) -> np.ndarray:
     """Positions that sort ``rows`` by their key's text (by snapshot position past ``_TIES_BY_TEXT``)."""
     if len(rows) > _TIES_BY_TEXT:
         return np.argsort(kt.key[rows], kind="stable")
-    keys = list(kt.values.take(kt.key[rows]))
+    return key_order(list(kt.values.take(kt.key[rows])))
+
+
+def key_order(keys: Sequence[Any]) -> np.ndarray:
+    """Positions that sort ``keys`` for breaking ties: numbers by value (``-25`` before ``-1``), any other
+    keys by their text. The one tie rule of :func:`hot_keys`, the report and the dashboard's Hot keys tab."""
+    keys = list(keys)
     if keys and all(isinstance(k, (int, float, np.integer, np.floating)) and not isinstance(k, bool) for k in keys):
         return np.argsort(np.asarray(keys, dtype=np.float64), kind="stable")  # numbers by value
     return np.argsort(np.array([str(k) for k in keys], dtype=object), kind="stable")
+
+
+def rank_order(values: np.ndarray, entries: np.ndarray, keys: Sequence[Any]) -> np.ndarray:
+    """Positions that rank keys hottest first: by ``values``, ties by more ``entries``, then by
+    :func:`key_order` (what :func:`hot_keys` does, for callers holding their own per-key arrays)."""
+    tie = np.empty(len(keys), dtype=np.int64)
+    tie[key_order(keys)] = np.arange(len(keys))
+    return np.lexsort((tie, -np.asarray(entries), -np.asarray(values, dtype=np.float64)))
+
+
+def hottest_key(values: np.ndarray, keys: Sequence[Any], unit: str) -> tuple[Any, str | None]:
+    """The hottest of ``keys`` by ``values`` (known values, one per key), or ``None`` and why there is none.
+
+    A what-if acts on one key that stands out: where the largest value is shared (every key the same
+    size, or a few tied at the top), there is no hottest key, and the answer says so
+    (``"no hottest key: 992 keys tie at 120 bytes"``) rather than picking one of them.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if not len(v):
+        return None, f"no key holds state measured in {unit}"
+    top = v.max()
+    tied = int((v == top).sum())
+    if tied > 1:
+        shown = f"{top:,.0f}" if float(top).is_integer() else f"{top:,.2f}"
+        every = ", every key the same" if tied == len(v) else ""
+        return None, f"no hottest key: {tied:,} keys tie at {shown} {unit}{every}"
+    return keys[int(np.argmax(v))], None
 
 
 def _key_order_rank(kt: KeyTable, rows: np.ndarray) -> np.ndarray:
@@ -593,7 +626,9 @@ def salting_whatif(source: Source, keys: Any = None, n: int = 4, *, operator: st
     metric = _check_by(by)
     given = None
     if keys is not None:
-        given = [keys] if isinstance(keys, (str, int, float, tuple)) or not isinstance(keys, Iterable) else list(keys)
+        # one key, unless a list of keys: a key may itself be a tuple or a dict (a Flink Row or Tuple2 key)
+        many = isinstance(keys, (list, set, frozenset, np.ndarray, pd.Series, pd.Index, Iterator))
+        given = list(keys) if many else [keys]
     if _ranges.needs_ranges(source, operator, state):
         return _salting_streamed(source, given, n, metric, by, operator, state, parallelism, max_parallelism)
     df = frame(source, LOAD_COLUMNS, operator, state)

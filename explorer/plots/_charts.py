@@ -9,7 +9,7 @@ from ..analysis.hotkeys import gini as _gini
 from ..analysis.hotkeys import lorenz_curve as _lorenz
 from ..errors import AnalysisError
 from ._doc import document
-from .text import plot_categories, plot_text
+from ..escape import plot_categories, plot_text
 
 #: plotly's default qualitative palette, cycled per trace
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",

@@ -122,6 +122,11 @@ def human_value(value: Any) -> str:
     return str(value)
 
 
+def human_traffic(n: Any) -> str:
+    """A traffic count (``records``): ``unknown`` where the snapshot did not count it, never 0 or a dash."""
+    return "unknown" if is_missing(n) else human_count(n)
+
+
 def formatter_for(column: str, series: pd.Series | None = None):
     """The function that shows the values of ``column`` (by its name, then by its dtype)."""
     if column in _BYTE_COLUMNS or column.endswith("_bytes"):
@@ -134,7 +139,9 @@ def formatter_for(column: str, series: pd.Series | None = None):
         return human_ratio
     if series is not None and pd.api.types.is_datetime64_any_dtype(series.dtype):
         return human_time
-    if column in ("entries", "keys", "records", "records_error", "rank", "expired_entries", "cum_entries"):
+    if column in ("records", "records_error"):
+        return human_traffic
+    if column in ("entries", "keys", "rank", "expired_entries", "cum_entries"):
         return human_count
     return human_value
 

@@ -177,6 +177,26 @@ OPERATOR_COLUMNS = ("operator", "operator_id", "uid", "parallelism", "max_parall
 STATE_COLUMNS = ("operator", "state", "kind", "key_type", "value_type", "ttl_ms", "update_type", "visibility")
 #: Columns of :meth:`SnapshotReader.subtasks` (readers may add more after these).
 SUBTASK_COLUMNS = ("operator", "subtask", "key_group_start", "key_group_end")
+#: metadata columns of whole numbers that may be missing (a TTL a format does not store, the key-group range of
+#: an operator without keyed state): nullable Int64, never floats (``0.0 42.0``) or ``None`` in an object column
+WHOLE_NUMBER_COLUMNS = ("ttl_ms", "key_group_start", "key_group_end", "parallelism", "max_parallelism")
+
+
+def tidy_metadata(df: pd.DataFrame) -> pd.DataFrame:
+    """A metadata frame (operators, states, subtasks) with missing values as ``<NA>`` in sensible dtypes:
+    :data:`WHOLE_NUMBER_COLUMNS` as nullable Int64, text columns holding ``None`` as ``<NA>``."""
+    out = df.copy()
+    for c in out.columns:
+        col = out[c]
+        if c in WHOLE_NUMBER_COLUMNS and str(col.dtype) != "Int64":
+            num = pd.to_numeric(col, errors="coerce")
+            if num.notna().sum() == col.notna().sum() and (num.dropna() % 1 == 0).all():
+                out[c] = num.round().astype("Int64")
+        elif col.dtype == object and col.map(lambda v: v is None).any():
+            out[c] = col.where(col.map(lambda v: v is not None), pd.NA)
+    return out
+
+
 #: Columns of :meth:`SnapshotReader.operator_state`.
 OPERATOR_STATE_COLUMNS = ("operator", "state", "mode", "subtask", "user_key", "value", "size_bytes")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numbers
 import re
 
-__all__ = ["UNITS", "parse_size"]
+__all__ = ["UNITS", "format_size", "parse_size"]
 
 #: bytes per unit (lower case, without spaces); every unit is a power of 1024 (see the module doc)
 UNITS: dict[str, int] = {"": 1, "b": 1}
@@ -43,3 +43,14 @@ def parse_size(text: int | str, what: str = "size", error: type[Exception] = Val
     if value <= 0:
         raise error(f"{what}={text!r}: expected a positive number of bytes")
     return value
+
+
+def format_size(n: float) -> str:
+    """Bytes as people read them, in the units :func:`parse_size` takes: ``"1.0 KB"``, ``"512 B"``, ``"2.0 GB"``
+    (never ``"0 MB"`` for a small size)."""
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024:
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TB"

@@ -28,11 +28,13 @@ from ..readers.base import (
     convert_failure,
     empty_piece,
     struct_to_tuple,
+    tidy_metadata,
 )
+from ..storage.sizes import format_size
 from .cache import AnalysisCache
 from .dataset import parquet_dataset
 from .frames import PER_PIECE_COLUMNS, LeftOut, combine
-from .memory import FRAME_BYTES_PER_ROW, MB, parse_memory_budget
+from .memory import FRAME_BYTES_PER_ROW, parse_memory_budget
 
 __all__ = ["StoredSnapshot"]
 
@@ -76,11 +78,11 @@ class StoredSnapshot:
 
     @property
     def states(self) -> pd.DataFrame:
-        return self.reader.states()
+        return tidy_metadata(self.reader.states())
 
     @property
     def subtasks(self) -> pd.DataFrame:
-        return self.reader.subtasks()
+        return tidy_metadata(self.reader.subtasks())
 
     @property
     def notes(self) -> list[str]:
@@ -144,8 +146,8 @@ class StoredSnapshot:
                 and total * FRAME_BYTES_PER_ROW > self.memory_budget:
             raise AnalysisError(
                 f"{self.path}: keyed_state() would hold about {total:,} rows, about "
-                f"{total * FRAME_BYTES_PER_ROW / MB:,.0f} MB as a DataFrame, over the memory budget of "
-                f"{self.memory_budget / MB:,.0f} MB; expected a part that fits: filter (operator=, state=, key=, "
+                f"{format_size(total * FRAME_BYTES_PER_ROW)} as a DataFrame, over the memory budget of "
+                f"{format_size(self.memory_budget)}; expected a part that fits: filter (operator=, state=, key=, "
                 "key_groups=), page (limit=, offset=), stream (snap.batches(), snap.dataset()), or pass "
                 "unbounded=True (or open with a larger memory_budget=)")
         if limit is not None and total:

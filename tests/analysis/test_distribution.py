@@ -1,5 +1,7 @@
 """Key-group distribution, imbalance and the rescale what-if against answers planted in a real job."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,6 +12,8 @@ from explorer.errors import AnalysisError, KeyGroupError
 from explorer.keygroups import assign_to_key_group
 
 from tests.support.truth import bytes_per_key, entries_per_key, records_per_key, subtask_loads as expected_loads
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_data"
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +81,24 @@ def test_rescale_whatif_to_another_max_parallelism(snap, planted_job):
 def test_best_parallelisms_rank_by_balance(snap):
     best = snap.best_parallelisms(list(range(1, 9)), metric="bytes", n=3)
     assert best["rank"].tolist() == [1, 2, 3]
-    assert best["parallelism"].iloc[0] == 1  # one subtask is always perfectly balanced
+    assert best["parallelism"].min() >= 2  # one subtask is trivially balanced: no choice (issue 30)
     assert best["max_over_mean"].is_monotonic_increasing
+
+
+def test_best_parallelisms_rank_real_choices_by_traffic_where_counted(snap):
+    best = snap.best_parallelisms(n=200)
+    assert set(best["metric"]) == {"records"}  # the engine counted traffic
+    assert best["parallelism"].min() == 2 and best["parallelism"].max() == 128  # up to max parallelism
+    flink = explorer.open(SAMPLES / "flink" / "heap-canonical-savepoint").best_parallelisms(n=3)
+    assert set(flink["metric"]) == {"bytes"} and (flink["parallelism"] >= 2).all()
+
+
+def test_best_parallelisms_of_a_spark_checkpoint_say_the_partitioning_is_fixed():
+    from explorer.analysis import fixed_partitioning
+
+    spark = explorer.open(SAMPLES / "spark" / "agg-hdfs")
+    assert "spark.sql.shuffle.partitions" in fixed_partitioning(spark)
+    assert spark.best_parallelisms().empty
 
 
 def test_keys_planted_hot_make_their_subtask_heavy(snap, planted_job):
@@ -117,3 +137,32 @@ def test_imbalance_of_a_perfectly_even_load():
     im = imbalance(df).set_index("metric")
     assert im.loc["bytes", "max_over_mean"] == 1.0 and im.loc["bytes", "cv"] == 0.0
     assert np.isnan(im.loc["records", "max_over_mean"])
+
+
+def test_traffic_a_snapshot_did_not_count_is_unknown_never_zero():
+    """Flink snapshots count no records per key group: <NA> (nullable Int64) everywhere, shown as
+    'unknown', and no imbalance or rescale figure made from it (issue 30)."""
+    from pathlib import Path
+
+    import explorer
+    from explorer.analysis import imbalance, key_group_distribution, rescale_whatif, subtask_distribution
+    from explorer.plots.format import format_frame
+
+    snap = explorer.open(Path(__file__).resolve().parents[2] / "sample_data/flink/heap-canonical-savepoint")
+    kg = key_group_distribution(snap)
+    assert str(kg["records"].dtype) == "Int64" and kg["records"].isna().all()
+    sub = subtask_distribution(snap)
+    assert str(sub["records"].dtype) == "Int64" and sub["records"].isna().all()
+    assert set(format_frame(sub)["records"]) == {"unknown"}
+    assert "records" not in set(imbalance(sub)["metric"])
+    assert "records" not in set(rescale_whatif(snap, [2])["metric"])
+
+
+def test_counted_traffic_stays_a_count(planted_job):
+    import explorer
+    from explorer.analysis import key_group_distribution, subtask_distribution
+
+    snap = explorer.open(planted_job.savepoint)
+    kg = key_group_distribution(snap)
+    assert kg["records"].notna().all() and kg["records"].sum() > 0
+    assert subtask_distribution(snap)["records"].sum() == kg["records"].sum()

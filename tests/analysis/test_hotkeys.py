@@ -199,3 +199,25 @@ def test_salting_acts_on_the_hot_key_and_shows_its_traffic(url_counts):
 def test_salting_without_operator_covers_every_operator_holding_the_key(url_counts):
     s = url_counts.salting_whatif(["/api/search"], 8)
     assert sorted(set(s["operator"])) == ["url-count", "url-stats"]
+
+
+def test_salting_takes_a_row_key_whole():
+    """A Flink Row key is a dict: one key, not the list of its field names (issue 30)."""
+    snap = explorer.open(Path(__file__).resolve().parents[2] / "sample_data/flink/production/"
+                         "pyflink-heap-canonical-savepoint")
+    key = snap.hot_keys(1, by="bytes")["key"].iloc[0]
+    assert isinstance(key, dict)
+    s = salting_whatif(snap, key, 2)
+    assert set(s["scenario"]) == {"before", "after"}
+
+
+def test_ties_at_the_top_are_named_and_ordered_by_one_rule():
+    from explorer.analysis import hottest_key, key_order, rank_order
+
+    assert hottest_key(np.array([3.0, 3.0, 3.0]), ["a", "b", "c"], "bytes") == \
+        (None, "no hottest key: 3 keys tie at 3 bytes, every key the same")
+    assert hottest_key(np.array([5.0, 5.0, 1.0]), ["a", "b", "c"], "records")[1] == \
+        "no hottest key: 2 keys tie at 5 records"
+    assert hottest_key(np.array([5.0, 7.0, 1.0]), ["a", "b", "c"], "bytes") == ("b", None)
+    assert [[-1, -25, 3][i] for i in key_order([-1, -25, 3])] == [-25, -1, 3]  # numbers by value
+    assert list(rank_order(np.array([1, 2, 2]), np.array([1, 1, 1]), [-1, -1, -25])) == [2, 1, 0]

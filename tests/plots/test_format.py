@@ -30,4 +30,4 @@ def test_format_frame_by_column_name():
     out = format_frame(df)
     assert out.to_dict("list") == {"entries": ["994", MISSING], "bytes": ["2.0 KB", "1 B"],
                                    "ttl_ms": ["1 d", MISSING], "share": ["50.0 %", "25.0 %"],
-                                   "records": ["3", MISSING], "key": ["a", MISSING]}
+                                   "records": ["3", "unknown"], "key": ["a", MISSING]}  # traffic: issue 30

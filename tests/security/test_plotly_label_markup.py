@@ -13,7 +13,7 @@ import pytest
 import explorer
 from explorer import plots
 from explorer.analysis import checkpoint_summary, history, key_stats
-from explorer.plots.text import plot_text
+from explorer.escape import plot_text
 from tests.security.crafted import HOSTILE_HTML, HOSTILE_LINK, hostile_job
 
 RAW = re.compile(r"<\s*(a|img)\b", re.I)

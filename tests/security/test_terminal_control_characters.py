@@ -9,7 +9,7 @@ import re
 import pytest
 
 from explorer.cli import main
-from explorer.plots.text import terminal_text
+from explorer.escape import terminal_text
 from tests.security.crafted import HOSTILE_TERMINAL, hostile_job
 
 CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

@@ -134,3 +134,40 @@ def test_ttl_now_control_moves_expiry(planted_ttl_heap):
         assert dash.errors.last_error is None
     finally:
         dash.close()
+
+
+def test_hot_keys_tab_names_a_tie_and_orders_it_as_the_analyses_do():
+    """Every bucket of this Flink checkpoint holds 8 bytes: no hottest key, no salting what-if, and the
+    tied keys in the order hot_keys() gives them (numbers by value: -25 before -1), as in the report."""
+    from explorer.analysis import hot_keys
+    from widgets.hotkeys import HotKeysTab
+    from widgets._data import SnapshotData
+
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "sample_data/flink/heap-checkpoint-compressed/chk-19"
+    tab = HotKeysTab(SnapshotData.from_any(path))
+    try:
+        tab.operator_select.value = "bucket-state"
+        tab.by_select.value = "bytes"
+        expected = hot_keys(explorer.open(path), n=tab.n, by="bytes", operator="bucket-state")["key"].tolist()
+        assert tab.top["key"].tolist() == expected
+        assert "no hottest key: 50 keys tie at 8 bytes, every key the same" in tab.stats.value
+        assert tab.salt_figure.layout.title.text.startswith("No salting what-if")
+    finally:
+        tab.close()
+
+
+def test_overview_says_its_key_count_is_per_operator(dash):
+    from widgets.overview import KEYS_FACT, facts
+
+    shown = facts(dash.data)
+    assert KEYS_FACT == "keys (distinct per operator, summed)" and KEYS_FACT in shown and "keys" not in shown
+
+
+def test_key_groups_tab_says_how_many_groups_a_subtask_owns():
+    from widgets.keygroups import owns_text
+
+    assert owns_text(128, 2) == "each subtask owns 64 key groups"
+    assert owns_text(128, 3) == "each subtask owns 42–43 key groups"
+    assert owns_text(4, 4) == "each subtask owns one key group"

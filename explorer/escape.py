@@ -1,4 +1,6 @@
-"""Text from a snapshot, made safe to draw in a plotly figure or print in a terminal.
+"""Text from a snapshot, made safe to draw in a plotly figure or print in a terminal (one home for both sinks:
+the plots, the dashboards, the report and the CLI import it; it imports nothing of the project, so the CLI
+escapes what it prints without loading pandas or plotly).
 
 Plotly reads every label, tick text, legend name, title, annotation and hover text as its own small
 HTML (``<a href>``, ``<b>``, ``<br>``, ``<span style>``): a key ``<a href="https://evil.example">/api/search</a>``
