@@ -37,6 +37,7 @@ from .errors import (
     StateNotDeclaredError,
     StorageError,
     UnsafePathError,
+    VersionGoneError,
 )
 from .analysis import changes, diff, history
 from .catalog import list_snapshots as list  # noqa: A004 - explorer.list(path), the public name
@@ -69,6 +70,7 @@ __all__ = [
     "StateNotDeclaredError",
     "StorageError",
     "UnsafePathError",
+    "VersionGoneError",
     "assign_to_key_group",
     "changes",
     "compute_default_max_parallelism",
