@@ -148,3 +148,17 @@ def test_a_fallback_to_spark_says_why(tmp_path):
     assert reader.jvm_free is False
     assert any("read through Spark's state data source" in n and "rowChecksum.enabled=true" in n
                for n in reader.notes)
+
+
+def test_session_windows_with_several_sessions_and_collect_buffers_equal_the_query():
+    name = "session-window-collect"
+    snap = explorer.open(ROOT / name, jvm=False)
+    df = snap.keyed_state()
+    got = sorted((k, _iso(v["session_window"]["start"]), v["count"], sorted(v["buf"]), sorted(v["buf_2"]))
+                 for k, v in zip(df["key"], df["value"]))
+    want = sorted((r["key"]["user"], r["value"]["session_window"]["start"], r["value"]["n.count"],
+                   r["collect"]["items"], r["collect"]["qtys"]) for r in _expected(name))
+    assert got == want and len({g[0] for g in got}) < len(got)  # several sessions per user
+    assert any("collect_list/collect_set buffer" in n for n in snap.notes)
+    user = got[0][0]
+    assert len(snap.keyed_state(key=user)) == sum(g[0] == user for g in got)

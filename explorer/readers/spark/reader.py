@@ -97,6 +97,7 @@ from ..base import (
     make_piece,
 )
 from . import layout
+from .collect import decode_collect_buffers
 from .hdfs import read_schema
 from .history import spark_history
 from .keys import key_leaves, leaf_types, unique_names
@@ -619,6 +620,11 @@ class SparkCheckpointReader(SnapshotReader):
                 piece = piece.filter(pa.array(mask, pa.bool_()))
             yield piece
 
+    @cached_property
+    def _collect_notes(self) -> list[str]:
+        """Notes of decoded collect buffers, each added once to :attr:`notes`."""
+        return _OnceNotes(self.notes)
+
     def _converted(self, op, st, t: pa.Table, query: KeyedStateQuery) -> pa.Table:
         """:meth:`_to_contract`, its own failures (not the files') a :class:`ReaderError` naming the state: the
         bytes decoded already, so a failure here is the explorer's, never a damaged file."""
@@ -703,6 +709,8 @@ class SparkCheckpointReader(SnapshotReader):
             size = _row_bytes(key_col) + _row_bytes(vraw)
         else:
             raw_value = t.column("value").combine_chunks()
+            if op["spark_operator"].lower().startswith(("statestoresave", "sessionwindowstatestoresave")):
+                raw_value = decode_collect_buffers(raw_value, f"values of {op['operator']!r}", self._collect_notes)
             value, expires, vraw = _value_and_ttl(raw_value)
             if expires is None:
                 expires = _expiry_in_value(raw_value)
@@ -964,6 +972,18 @@ class SparkCheckpointReader(SnapshotReader):
         see :func:`explorer.readers.spark.history.spark_history`."""
         self._everything()
         return spark_history(self, keys=keys, per_state=per_state)
+
+
+class _OnceNotes(list):
+    """A list that passes each new note on to ``target`` once."""
+
+    def __init__(self, target: list[str]) -> None:
+        super().__init__()
+        self._target = target
+
+    def append(self, note: str) -> None:
+        if note not in self._target:
+            self._target.append(note)
 
 
 # --- Arrow helpers -------------------------------------------------------------------------
