@@ -37,6 +37,7 @@ from .errors import (
     StateNotDeclaredError,
     StorageError,
     UnsafePathError,
+    VersionGoneError,
 )
 
 __version__ = "0.1.0"
@@ -94,6 +95,7 @@ __all__ = [
     "StateNotDeclaredError",
     "StorageError",
     "UnsafePathError",
+    "VersionGoneError",
     "assign_to_key_group",
     "changes",
     "compute_default_max_parallelism",

@@ -13,7 +13,8 @@
     ├── SnapshotError               anything wrong with a snapshot on disk
     │   ├── SnapshotNotFoundError   the path holds no snapshot we know
     │   ├── SnapshotFormatError     wrong magic number, unknown version, bad layout
-    │   │   └── FlinkFormatError    Flink bytes in a layout we do not know (also a ValueError)
+    │   │   ├── FlinkFormatError    Flink bytes in a layout we do not know (also a ValueError)
+    │   │   └── VersionGoneError    an older version whose files retention deleted (Spark's maintenance)
     │   ├── SnapshotCorruptError    checksum mismatch, torn or missing file
     │   │   └── FlinkCorruptError   a Flink state stream cut short or inconsistent (also a ValueError)
     │   └── UnsafePathError         a path in metadata escapes the snapshot folder
@@ -76,6 +77,10 @@ class SnapshotFormatError(SnapshotError):
 
 class FlinkFormatError(SnapshotFormatError, ValueError):
     """Bytes of a Flink snapshot in a layout the reader does not know (a magic number, a type code)."""
+
+
+class VersionGoneError(SnapshotFormatError):
+    """An older version of a store whose files the system's own retention deleted: not damage, not rebuildable."""
 
 
 class SnapshotCorruptError(SnapshotError):

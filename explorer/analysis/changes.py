@@ -48,6 +48,7 @@ def changes(path: str | Path | Any, key: Any = None, from_batch: int | None = No
         if (operator is not None and r.operator != operator) or (state is not None and r.state != state):
             continue
         df = reader.changes(r.state, start, end, operator=r.operator)
+        notes += df.attrs.get("notes", [])  # batches the reader could not answer, and why
         if key is not None:
             df = df[[reader.key_matches(k, key) for k in df["key"]]]
         df.insert(1, "operator", r.operator)

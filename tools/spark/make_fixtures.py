@@ -152,6 +152,10 @@ class Fixture:
     conf: dict[str, str] = field(default_factory=dict)
     copy_to: str | None = None  # also copy the finished checkpoint here, then delete the original
     stop_when_done: bool = False  # default trigger and stop once the input is read (ProcessingTime mode)
+    #: stop after this many input batches and restart the query on the same checkpoint with ``restart_conf``
+    #: (a query whose settings changed between runs, as in production)
+    restart_after: int | None = None
+    restart_conf: dict[str, str] = field(default_factory=dict)
 
 
 EVENT_SCHEMA = "event_id STRING, user STRING, item STRING, amount BIGINT, qty BIGINT, ts_ms BIGINT"
@@ -656,6 +660,144 @@ def multi_expected(inputs) -> dict:
     ]}
 
 
+# far-future and far-past timestamps in keys (issue 33) -------------------------------------------------
+#: 9999-12-31T00:00:00Z and 1500-01-01T00:00:00Z in microseconds: outside pandas' nanosecond range
+FAR_FUTURE_US = 253402214400 * 1_000_000
+FAR_PAST_US = -14831769600 * 1_000_000
+CONTRACT_SCHEMA = "user STRING, amount BIGINT, valid_to_us BIGINT, ts_ms BIGINT"
+
+
+def iso_us(us: int) -> str:
+    """ISO-8601 UTC with milliseconds of any microsecond timestamp (years 1..9999)."""
+    from datetime import timedelta
+    dt = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=us)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def contract_inputs(seed=SEED + 21):
+    """Per user a price row valid until an hour, or open-ended (9999-12-31, as warehouses write it), or one
+    back-dated to 1500 (a data-entry slip): both outside pandas' ns range."""
+    def make():
+        out = []
+        for rows in make_events(seed, batches=4, per_batch=40, users=12):
+            batch = []
+            for r in rows:
+                v = (FAR_FUTURE_US if r["qty"] == 1 else FAR_PAST_US if r["qty"] == 2 and r["amount"] % 5 == 0
+                     else (r["ts_ms"] // (60 * MIN) + 1) * 60 * MIN * 1000)
+                batch.append({"user": r["user"], "amount": r["amount"], "valid_to_us": v, "ts_ms": r["ts_ms"]})
+            out.append(batch)
+        return {"contracts": out}
+    return make
+
+
+FAR_KEYS_QUERY = """
+from pyspark.sql import functions as F
+per_period = (contracts.withColumn("valid_to", F.expr("timestamp_micros(valid_to_us)"))
+              .groupBy("user", "valid_to")
+              .agg(F.count("*").alias("n"), F.sum("amount").alias("amount")))
+sink = per_period.writeStream.outputMode("update").format("noop")
+"""
+
+
+def far_keys_expected(inputs) -> dict:
+    acc: dict[tuple, list[int]] = {}
+    for rows in inputs["contracts"]:
+        for r in rows:
+            a = acc.setdefault((r["user"], r["valid_to_us"]), [0, 0])
+            a[0] += 1
+            a[1] += r["amount"]
+    rows = [{"key": {"user": u, "valid_to": iso_us(v)}, "value": {"n.count": n, "amount.sum": amt},
+             "buffer": [["count", n], ["sum", amt]]} for (u, v), (n, amt) in acc.items()]
+    return {"final_watermark_ms": None, "operators": [_op(0, "stateStoreSave", "aggregation", [
+        _store(rows=rows, key_columns=["user", "valid_to"], value_fields=["count", "sum"],
+               note="valid_to 9999-12-31 and 1500-01-01 lie outside pandas' nanosecond range")])]}
+
+
+# decimals: a decimal key (precision <= 18: a long) and decimal sums (precision 22: bytes) --------------
+PRICE_SCHEMA = "user STRING, price DECIMAL(10,2), amount DECIMAL(12,2), ts_ms BIGINT"
+
+
+def price_inputs(seed=SEED + 23):
+    def make():
+        rnd = random.Random(seed)
+        out = []
+        for rows in make_events(seed, batches=4, per_batch=40, users=10):
+            out.append([{"user": r["user"], "price": float(f"{rnd.choice([0.99, 1.25, 19.99, 99999999.99, -5.5]):.2f}"),
+                         "amount": float(f"{r['amount'] * 1234567.89 / 7:.2f}"), "ts_ms": r["ts_ms"]} for r in rows])
+        return {"prices": out}
+    return make
+
+
+DECIMAL_QUERY = """
+from pyspark.sql import functions as F
+per_price = (prices.groupBy("user", "price")
+             .agg(F.count("*").alias("n"), F.sum("amount").alias("total"), F.avg("amount").alias("mean")))
+sink = per_price.writeStream.outputMode("update").format("noop")
+"""
+
+
+def decimal_expected(inputs) -> dict:
+    from decimal import Decimal
+    acc: dict[tuple, list] = {}
+    for rows in inputs["prices"]:
+        for r in rows:
+            a = acc.setdefault((r["user"], Decimal(repr(r["price"]))), [0, Decimal(0)])
+            a[0] += 1
+            a[1] += Decimal(f"{r['amount']:.2f}")
+    rows = []
+    for (u, p), (n, tot) in acc.items():
+        buf = [["count", n], ["sum", float(tot)], ["isEmpty", False], ["sum", float(tot)], ["count", n]]
+        rows.append({"key": {"user": u, "price": float(p)},
+                     "value": {"n.count": n, "total.sum": float(tot), "total.isEmpty": False, "mean.sum": float(tot),
+                               "mean.count": n}, "buffer": buf, "exact": {"price": str(p), "total": str(tot)}})
+    return {"final_watermark_ms": None, "operators": [_op(0, "stateStoreSave", "aggregation", [
+        _store(rows=rows, key_columns=["user", "price"], value_fields=["count", "sum", "isEmpty", "sum", "count"],
+               note="price decimal(10,2) is a long in the UnsafeRow; the sums are decimal(22,2), bytes in its "
+                    "variable part; 'exact' has the decimals as text")])]}
+
+
+# session windows with several sessions per user and collect_list / collect_set buffers ----------------
+SESSION_COLLECT_QUERY = """
+from pyspark.sql import functions as F
+sessions = (events.withColumn("ts", F.expr("timestamp_millis(ts_ms)"))
+            .withWatermark("ts", "15 minutes")
+            .groupBy(F.session_window("ts", "2 minutes"), "user")
+            .agg(F.count("*").alias("n"), F.collect_list("item").alias("items"),
+                 F.collect_set("qty").alias("qtys")))
+sink = sessions.writeStream.outputMode("append").format("noop")
+"""
+
+
+def session_collect_expected(inputs, gap_ms=2 * MIN, delay_ms=15 * MIN) -> dict:
+    batches = inputs["events"]
+    wms = watermarks(batches, delay_ms)
+    sessions: dict[str, list[list]] = {}  # user -> [start, end, count, items, qtys]
+    for rows, wm in zip(batches, wms):
+        for r in rows:
+            assert r["ts_ms"] > wm
+            ss = sessions.setdefault(r["user"], [])
+            new = [r["ts_ms"], r["ts_ms"] + gap_ms, 1, [r["item"]], {r["qty"]}]
+            keep = []
+            for s in ss:
+                if s[0] < new[1] and new[0] < s[1]:
+                    new = [min(s[0], new[0]), max(s[1], new[1]), s[2] + new[2], s[3] + new[3], s[4] | new[4]]
+                else:
+                    keep.append(s)
+            sessions[r["user"]] = sorted(keep + [new])
+        for u in list(sessions):
+            sessions[u] = [s for s in sessions[u] if s[1] > wm]
+            if not sessions[u]:
+                del sessions[u]
+    rows = [{"key": {"user": u}, "value": {"session_window": {"start": iso(s), "end": iso(e)}, "user": u,
+                                          "n.count": n},
+             "collect": {"items": sorted(items), "qtys": sorted(qtys)}}
+            for u, ss in sessions.items() for s, e, n, items, qtys in ss]
+    return {"final_watermark_ms": wms[-1], "operators": [_op(0, "sessionWindowStateStoreSaveExec", "session_window", [
+        _store(rows=rows, key_columns=["user"], value_fields=["session_window", "user", "count", "buf", "buf"],
+               note="several sessions per user; 'collect' has each session's collected items (as sorted lists: "
+                    "their order inside Spark's buffer follows its merges)")])]}
+
+
 def _q(text, how=None):
     def query(spark, src):
         ns: dict[str, Any] = dict(src)
@@ -711,6 +853,32 @@ def fixtures() -> list[Fixture]:
                 provider="hdfs", changelog=None),
         Fixture("tws-rows-copied", "the transformWithState (rows) checkpoint written elsewhere, copied here, "
                 "and the original deleted", ev, _q(TWS_ROWS_QUERY), tws_rows_expected, copy_to="tws-rows-copied"),
+        # issue 33: the last few percent of real state
+        Fixture("far-future-keys", "groupBy(user, valid_to).agg(count, sum) where valid_to is 9999-12-31 or "
+                "1500-01-01 for some rows (outside pandas' ns range); RocksDB, changelog on",
+                contract_inputs(), _q(FAR_KEYS_QUERY), far_keys_expected),
+        Fixture("agg-rocksdb-changelog-restarted", "the aggregation on RocksDB, run 3 batches with changelog "
+                "checkpointing off, then restarted with it on (the first batches have no changelog)",
+                ev, _q(AGG_QUERY), agg_expected, changelog=False, restart_after=3,
+                restart_conf={"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}),
+        Fixture("agg-rocksdb-maintained", "the aggregation on RocksDB with changelog on, a snapshot every 2 "
+                "versions, 3 batches retained and maintenance every second: old changelogs and zips deleted",
+                _events(batches=10, per_batch=20), _q(AGG_QUERY), agg_expected, stop_when_done=True,
+                conf={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+                      "spark.sql.streaming.minBatchesToRetain": "3",
+                      "spark.sql.streaming.stateStore.maintenanceInterval": "1s"}),
+        Fixture("agg-hdfs-zstd", "the aggregation on the HDFS-backed store with the zstd codec",
+                ev, _q(AGG_QUERY), agg_expected, provider="hdfs", changelog=None,
+                conf={"spark.sql.streaming.stateStore.compression.codec": "zstd"}),
+        Fixture("agg-rocksdb-zstd", "the aggregation on RocksDB, changelog on, changelogs compressed with zstd",
+                ev, _q(AGG_QUERY), agg_expected,
+                conf={"spark.sql.streaming.stateStore.compression.codec": "zstd"}),
+        Fixture("agg-decimal-key", "groupBy(user, price decimal(10,2)).agg(count, sum, avg of decimal(12,2)): "
+                "decimal keys (longs) and decimal(22,2) buffers (bytes); HDFS-backed",
+                price_inputs(), _q(DECIMAL_QUERY), decimal_expected, provider="hdfs", changelog=None),
+        Fixture("session-window-collect", "session windows (2-minute gap: several per user) with count, "
+                "collect_list(item) and collect_set(qty), 15-minute watermark; HDFS-backed",
+                ev, _q(SESSION_COLLECT_QUERY), session_collect_expected, provider="hdfs", changelog=None),
         # Spark 3.5: no operator _metadata
         Fixture("spark35-agg-hdfs", "Spark 3.5: groupBy(user).agg(count, avg, sum, sum, min, max), HDFS-backed",
                 ev, _q(AGG_QUERY), agg_expected, provider="hdfs", changelog=None, spark="3.5"),
@@ -724,7 +892,8 @@ def fixtures() -> list[Fixture]:
 
 
 # --- running ------------------------------------------------------------------------------------
-SCHEMAS = {"events": EVENT_SCHEMA, "impressions": JOIN_IMP_SCHEMA, "clicks": JOIN_CLICK_SCHEMA, "orders": ORDER_SCHEMA}
+SCHEMAS = {"events": EVENT_SCHEMA, "impressions": JOIN_IMP_SCHEMA, "clicks": JOIN_CLICK_SCHEMA, "orders": ORDER_SCHEMA,
+           "contracts": CONTRACT_SCHEMA, "prices": PRICE_SCHEMA}
 
 
 def session(fx: Fixture):
@@ -784,6 +953,19 @@ def run(fx: Fixture, out: Path) -> dict:
                          .json(str(Path(tmp) / "input" / name)))
         where = Path(tmp) / "checkpoint" if fx.copy_to else target
         started = int(time.time() * 1000)
+        if fx.restart_after:  # the first run reads the first batches only, the restart the rest
+            for name, batches in inputs.items():
+                for f in sorted((Path(tmp) / "input" / name).iterdir())[fx.restart_after:]:
+                    f.rename(Path(tmp) / f"{name}-{f.name}")
+            q = fx.query(spark, src).option("checkpointLocation", str(where)).trigger(availableNow=True).start()
+            q.awaitTermination()
+            if q.exception() is not None:
+                raise RuntimeError(f"{fx.name}: the first run failed: {q.exception()}")
+            for name in inputs:
+                for f in sorted(Path(tmp).glob(f"{name}-batch-*.json")):
+                    f.rename(Path(tmp) / "input" / name / f.name[len(name) + 1:])
+            for k, v in fx.restart_conf.items():
+                spark.conf.set(k, v)
         w = fx.query(spark, src).option("checkpointLocation", str(where))
         if fx.stop_when_done:
             # ProcessingTime mode runs a no-data batch after every batch, for its timers: availableNow
@@ -820,6 +1002,7 @@ def run(fx: Fixture, out: Path) -> dict:
         "input_rows": {k: sum(len(b) for b in v) for k, v in inputs.items()},
         "run": {"started_ms": started, "finished_ms": finished},
         **({"copied_from": str(where)} if fx.copy_to else {}),
+        **({"restarted": {"after_batches": fx.restart_after, "conf": fx.restart_conf}} if fx.restart_after else {}),
         **exp,
     }
     (target / "EXPECTED.json").write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")

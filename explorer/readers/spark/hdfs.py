@@ -6,7 +6,8 @@ Facts (from Spark's ``HDFSBackedStateStoreProvider``, ``UnsafeRow`` and
 * ``state/<op>/<part>[/<store>]/<v>.delta`` holds what micro-batch ``v - 1``
   changed, ``<v>.snapshot`` the whole store at ``v``. The state at ``v`` is the
   newest snapshot at or below ``v`` plus the deltas after it, in order.
-* Both are compressed with Spark's ``lz4`` codec: lz4-java's block stream, blocks of
+* Both are compressed with the store's codec (:func:`spark_stream`; ``lz4`` by default:
+  ``zstd`` files are plain zstd frames, ``snappy`` snappy-java's chunks). lz4 is lz4-java's block stream, blocks of
   ``"LZ4Block"``, a token (method ``0x10`` raw / ``0x20`` LZ4, low nibble the
   level), little-endian compressed length, decompressed length and checksum,
   then the block; an empty block ends the stream.
@@ -32,11 +33,11 @@ import cramjam
 import numpy as np
 import xxhash
 
-from ...errors import SnapshotCorruptError, SnapshotFormatError
+from ...errors import SnapshotCorruptError, SnapshotFormatError, VersionGoneError
 from ...format.sst.file import MAX_EXPANSION
 from .layout import verified_bytes
 
-__all__ = ["lz4_block_stream", "read_hdfs_store", "read_schema", "records", "store_dir"]
+__all__ = ["lz4_block_stream", "read_hdfs_store", "read_schema", "records", "spark_stream", "store_dir"]
 
 _MAGIC = b"LZ4Block"
 _HEADER = len(_MAGIC) + 13
@@ -91,6 +92,91 @@ def lz4_block_stream(data: bytes, where: str = "<bytes>") -> bytes:
                                        "(the file is damaged)")
         out.append(block)
     return b"".join(out)
+
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_SNAPPY_MAGIC = b"\x82SNAPPY\x00"
+_ZSTD_BLOCK_MAX = 128 * 1024  # the most one compressed zstd block decompresses to
+
+
+def _zstd_size_bound(data: bytes, where: str) -> int:
+    """The most a stream of zstd frames decompresses to, from its frame and block headers (RFC 8878): raw and
+    RLE blocks state their size, a compressed block makes at most 128 KiB. Nothing is allocated before."""
+    i, total, n = 0, 0, len(data)
+    while i < n:
+        if i + 8 <= n and data[i + 1:i + 4] == b"\x2a\x4d\x18" and data[i] & 0xF0 == 0x50:  # a skippable frame
+            i += 8 + int.from_bytes(data[i + 4:i + 8], "little")
+            continue
+        if data[i:i + 4] != _ZSTD_MAGIC or i + 5 > n:
+            raise SnapshotCorruptError(f"{where}: expected a zstd frame (28 b5 2f fd) at byte {i}, found "
+                                       f"{data[i:i + 4].hex(' ')}")
+        fhd = data[i + 4]
+        single = fhd >> 5 & 1
+        fcs = (0, 2, 4, 8)[fhd >> 6] or single
+        i += 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
+        while True:
+            if i + 3 > n:
+                raise SnapshotCorruptError(f"{where}: a zstd frame is cut off at byte {n}")
+            head = int.from_bytes(data[i:i + 3], "little")
+            kind, size = head >> 1 & 3, head >> 3
+            i += 3
+            if kind == 0:
+                total, i = total + size, i + size
+            elif kind == 1:
+                total, i = total + size, i + 1
+            elif kind == 2:
+                total, i = total + _ZSTD_BLOCK_MAX, i + size
+            else:
+                raise SnapshotCorruptError(f"{where}: a zstd block at byte {i - 3} has the reserved type 3")
+            if head & 1:
+                break
+        i += 4 if fhd >> 2 & 1 else 0
+    return total
+
+
+def _zstd_stream(data: bytes, where: str) -> bytes:
+    out = np.empty(_zstd_size_bound(data, where), np.uint8)
+    try:
+        size = cramjam.zstd.decompress_into(data, out)
+    except Exception as exc:  # noqa: BLE001 - cramjam raises its own DecompressionError
+        raise SnapshotCorruptError(f"{where}: the zstd stream does not decompress ({exc})") from exc
+    return out[:size].tobytes()
+
+
+def _snappy_stream(data: bytes, where: str) -> bytes:
+    """snappy-java's stream (Spark's ``snappy`` codec): its 16-byte header (magic, version, compatible
+    version), then chunks of a big-endian int size and a raw snappy block."""
+    out, i = [], 16
+    while i < len(data):
+        if i + 4 > len(data):
+            raise SnapshotCorruptError(f"{where}: a snappy chunk header at byte {i} is cut off")
+        (size,) = struct.unpack_from(">i", data, i)
+        body = data[i + 4:i + 4 + size]
+        if size < 0 or len(body) != size:
+            raise SnapshotCorruptError(f"{where}: a snappy chunk at byte {i} says {size} bytes, the file has "
+                                       f"{len(data) - i - 4} left")
+        try:
+            if cramjam.snappy.decompress_raw_len(body) > MAX_EXPANSION * size + 64:
+                raise SnapshotCorruptError(f"{where}: a snappy chunk at byte {i} of {size} bytes states more "
+                                           f"than {MAX_EXPANSION * size + 64} decompressed")
+            out.append(bytes(cramjam.snappy.decompress_raw(body)))
+        except SnapshotCorruptError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise SnapshotCorruptError(f"{where}: the snappy chunk at byte {i} does not decompress ({exc})") from exc
+        i += 4 + size
+    return b"".join(out)
+
+
+def spark_stream(data: bytes, where: str = "<bytes>") -> bytes:
+    """The bytes of a file written through Spark's state store codec (``spark.sql.streaming.stateStore.
+    compression.codec``), told by its first bytes: ``lz4`` (lz4-java's blocks, checksums verified), ``zstd``
+    (zstd-jni writes plain zstd frames), ``snappy`` (snappy-java's chunked stream)."""
+    if data[:4] == _ZSTD_MAGIC:
+        return _zstd_stream(data, where)
+    if data[:8] == _SNAPPY_MAGIC:
+        return _snappy_stream(data, where)
+    return lz4_block_stream(data, where)
 
 
 def read_schema(path: Path) -> tuple[dict, dict]:
@@ -165,11 +251,12 @@ def read_hdfs_store(ckpt: Path, op: int, part: int, version: int, store: str = "
     start = max(snaps) if snaps else 0
     missing = [v for v in range(start + 1, version + 1) if "delta" not in files.get(v, {})]
     if (start == 0 and version > 0 and not files) or missing:
-        raise SnapshotFormatError(
+        raise (VersionGoneError if files and min(files) > 1 and missing and max(missing) < min(files) else
+               SnapshotFormatError)(
             f"{d}: the HDFS-backed store at version {version} needs "
             f"{', '.join(f'{v}.delta' for v in missing) or 'its files'}, which are not there")
     rows: dict[bytes, bytes | None] = {}
     todo = ([files[start]["snapshot"]] if start else []) + [files[v]["delta"] for v in range(start + 1, version + 1)]
     for f in todo:
-        records(lz4_block_stream(verified_bytes(f), str(f)), str(f), rows)
+        records(spark_stream(verified_bytes(f), str(f)), str(f), rows)
     return rows  # type: ignore[return-value]

@@ -3,7 +3,9 @@
 Rows, distinct keys and the rows added / removed since the previous batch come
 from reading each batch's state (``batchId=``); bytes come from the store files
 on disk (``<v>.delta|snapshot|changelog|zip``, ``v = batch + 1``, what that batch
-wrote), so they need no JVM.
+wrote), so they need no JVM. A retained batch whose store files the store's maintenance deleted (a
+RocksDB store keeps versions from its oldest retained snapshot on; the offset log may keep older batches)
+is a row with ``reconstructable`` False and a ``note`` naming the missing files, not an error.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ...errors import SnapshotFormatError
+from ...errors import SnapshotFormatError, VersionGoneError
 from ..base import KeyedStateQuery
 from . import layout
 from .keys import key_leaves
@@ -27,7 +29,8 @@ __all__ = ["SPARK_HISTORY_COLUMNS", "spark_history"]
 #: the batch's event-time watermark
 SPARK_HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "state", "ttl_ms", "entries",
                          "bytes", "keys", "added", "removed", "checkpoint_bytes", "incremental_bytes", "delta_bytes",
-                         "watermark_ms", "duration_ms", "sync_ms", "async_ms", "alignment_ms"]
+                         "watermark_ms", "duration_ms", "sync_ms", "async_ms", "alignment_ms", "reconstructable",
+                         "note"]
 
 
 def _row_ids(df: pd.DataFrame) -> set:
@@ -57,7 +60,8 @@ def spark_history(reader: "SparkCheckpointReader", keys: bool = True, per_state:
     states = reader.states()
     ttl = {(r.operator, r.state): r.ttl_ms for r in states.itertuples(index=False)}
     rows: list[dict[str, Any]] = []
-    prev_ids: dict[tuple[str, str], set] = {}
+    prev_ids: dict[tuple[str, str], set | None] = {}  # None: the batch before could not be rebuilt
+    gap = False  # the batch before could not be rebuilt: what this one added and removed is unknown
     prev_total: int | None = None
     for b in retained:
         version = b + 1
@@ -75,9 +79,19 @@ def spark_history(reader: "SparkCheckpointReader", keys: bool = True, per_state:
         }
         prev_total = on_disk
         at = reader.at_batch(b)
-        pieces = list(at.keyed_pieces(KeyedStateQuery(columns=("operator", "state", "key", "user_key", "value"))))
+        try:
+            pieces = list(at.keyed_pieces(KeyedStateQuery(columns=("operator", "state", "key", "user_key",
+                                                                    "value"))))
+        except VersionGoneError as exc:  # the store's maintenance deleted what this batch is rebuilt from
+            gone = {**common, "entries": None, "bytes": None, "keys": None, "added": None, "removed": None,
+                    "reconstructable": False, "note": f"batch {b} cannot be rebuilt: {exc}"}
+            pairs = [(r.operator, r.state) for r in states.itertuples(index=False)] if per_state else [(None, None)]
+            rows += [{**gone, "operator": op, "state": st, "ttl_ms": ttl.get((op, st))} for op, st in pairs]
+            prev_ids, gap = {k: None for k in prev_ids}, True
+            continue
         df = (pd.concat([p.to_pandas() for p in pieces], ignore_index=True) if pieces
               else pd.DataFrame(columns=["operator", "state", "key", "user_key", "value"]))
+        common = {**common, "reconstructable": True, "note": None}
         batch_rows = []
         for (op, st), g in df.groupby(["operator", "state"], sort=True):
             ids = _row_ids(g)
@@ -89,23 +103,27 @@ def spark_history(reader: "SparkCheckpointReader", keys: bool = True, per_state:
                 **common, "operator": op, "state": st, "ttl_ms": ttl.get((op, st)), "entries": len(g),
                 "bytes": sum(f.size for f in written if f.operator_id == op_id and f.store == store),
                 "keys": int(pd.Series([repr(k) for k in g["key"]]).nunique()) if keys else None,
-                "added": len(ids - before) if before is not None else len(ids),
-                "removed": len(before - ids) if before is not None else 0,
+                "added": len(ids - before) if before is not None else (None if gap else len(ids)),
+                "removed": len(before - ids) if before is not None else (None if gap else 0),
             })
         for key in list(prev_ids):  # a state that emptied out this batch
-            if key not in {(r["operator"], r["state"]) for r in batch_rows} and prev_ids[key]:
+            if key not in {(r["operator"], r["state"]) for r in batch_rows} and prev_ids[key] is None:
+                prev_ids[key] = set()
+            elif key not in {(r["operator"], r["state"]) for r in batch_rows} and prev_ids[key]:
                 batch_rows.append({**common, "operator": key[0], "state": key[1], "ttl_ms": ttl.get(key),
                                    "entries": 0, "bytes": 0, "keys": 0 if keys else None, "added": 0,
                                    "removed": len(prev_ids[key])})
                 prev_ids[key] = set()
+        gap = False
         if per_state:
             rows += batch_rows
         else:
+            unknown = any(r["added"] is None for r in batch_rows)
             rows.append({**common, "operator": None, "state": None, "ttl_ms": None,
                          "entries": sum(r["entries"] for r in batch_rows), "bytes": common["incremental_bytes"],
                          "keys": int(pd.Series([repr(k) for k in df["key"]]).nunique()) if keys else None,
-                         "added": sum(r["added"] for r in batch_rows),
-                         "removed": sum(r["removed"] for r in batch_rows)})
+                         "added": None if unknown else sum(r["added"] for r in batch_rows),
+                         "removed": None if unknown else sum(r["removed"] for r in batch_rows)})
     out = pd.DataFrame(rows, columns=SPARK_HISTORY_COLUMNS)
     out["created_at"] = pd.to_datetime(out["created_at"], utc=True)
     return out

@@ -9,12 +9,32 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["key_leaves", "leaf_types", "unique_names"]
+__all__ = ["key_leaves", "leaf_types", "timestamp_micros", "unique_names"]
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_MICRO = _dt.timedelta(microseconds=1)
+
+
+def timestamp_micros(v: Any) -> int:
+    """Epoch microseconds of a timestamp (naive ones are UTC), exact over Spark's whole range: years 1 to 9999
+    as ``datetime``, ``pd.Timestamp`` of any unit or ``np.datetime64``, never through nanoseconds (a
+    ``pd.Timestamp`` of 9999-12-31 has no nanosecond value: ``.value`` overflows)."""
+    if isinstance(v, np.datetime64):
+        return int(v.astype("datetime64[us]").astype(np.int64))
+    if isinstance(v, pd.Timestamp):
+        if v.tzinfo is not None:
+            v = v.tz_convert("UTC").tz_localize(None)
+        return int(v.asm8.astype("datetime64[us]").astype(np.int64))
+    if v.tzinfo is None:
+        v = v.replace(tzinfo=_dt.timezone.utc)
+    return (v - _EPOCH) // _MICRO
 
 
 def key_leaves(key: Any) -> tuple:
-    """A key as the tuple of its leaf values, in order: struct fields (dicts) and tuples flattened,
-    timestamps as epoch microseconds (so a ``pd.Timestamp`` matches Spark's timestamp), numbers exact."""
+    """A key as the tuple of its leaf values, in order: struct fields (dicts: a window as ``{"start", "end"}``)
+    and tuples flattened, timestamps as epoch microseconds (so a ``pd.Timestamp``, a ``datetime`` or an
+    ``np.datetime64`` matches Spark's timestamp, far-future ones too), numbers exact."""
     out: list[Any] = []
 
     def walk(v: Any) -> None:
@@ -24,11 +44,11 @@ def key_leaves(key: Any) -> tuple:
         elif isinstance(v, (tuple, list)):
             for x in v:
                 walk(x)
-        elif isinstance(v, (pd.Timestamp, _dt.datetime)):
-            ts = pd.Timestamp(v)
-            if ts.tzinfo is None:
-                ts = ts.tz_localize("UTC")
-            out.append(("ts", int(ts.value // 1000)))
+        elif isinstance(v, (pd.Timestamp, _dt.datetime, np.datetime64)):
+            if v is pd.NaT or (isinstance(v, np.datetime64) and np.isnat(v)):
+                out.append(None)
+            else:
+                out.append(("ts", timestamp_micros(v)))
         elif isinstance(v, np.generic):
             out.append(v.item())
         else:

@@ -79,7 +79,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError
+from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError, VersionGoneError
 from ...format.spark_buckets import STATE_NAME, TIMERS, decode_tables
 from ...keygroups.spark import partition_ids
 from ...spark_session import get_spark, log_path, root_cause
@@ -97,6 +97,7 @@ from ..base import (
     make_piece,
 )
 from . import layout
+from .collect import decode_collect_buffers
 from .hdfs import read_schema
 from .history import spark_history
 from .keys import key_leaves, leaf_types, unique_names
@@ -296,20 +297,24 @@ class SparkCheckpointReader(SnapshotReader):
         stores of the built-in operators, checkpoint format v1 and v2."""
         provider = self.provider
         conf = self.sql_conf
-        # encodings the files are read in: UnsafeRow values without row checksums, Spark's lz4 codec
-        other = {k: conf[k] for k, ok in (("spark.sql.streaming.stateStore.encodingFormat", "unsaferow"),
-                                          ("spark.sql.streaming.stateStore.rowChecksum.enabled", "false"),
-                                          ("spark.sql.streaming.stateStore.compression.codec", "lz4"))
-                 if conf.get(k, ok).lower() != ok}
+        # encodings the files are read in: UnsafeRow values without row checksums, Spark's lz4, zstd or snappy codec
+        other = {k: conf[k] for k, ok in (("spark.sql.streaming.stateStore.encodingFormat", ("unsaferow",)),
+                                          ("spark.sql.streaming.stateStore.rowChecksum.enabled", ("false",)),
+                                          ("spark.sql.streaming.stateStore.compression.codec",
+                                           ("lz4", "zstd", "snappy")))
+                 if conf.get(k, ok[0]).lower().rsplit(".", 1)[-1].replace("compressioncodec", "") not in ok}
         rows = self._file_metadata_rows()  # None: some operator has transformWithState's metadata
         possible = provider in PROVIDERS and self.format_version in (1, 2) and not other and rows is not None and all(
             r["operatorProperties"] in (None, "") for r in rows)
+        why = (f"its store is {provider.rsplit('.', 1)[-1]}"
+               f"{' with transformWithState' if provider in PROVIDERS and rows is None else ''}"
+               f"{''.join(f', {k}={v}' for k, v in other.items())}")
         if self._jvm is False and not possible:
             raise ReaderError(f"{self.path}: only HDFS-backed and RocksDB stores of the built-in operators (UnsafeRow "
-                              f"encoding, lz4) are read without Spark; this checkpoint's store is "
-                              f"{provider.rsplit('.', 1)[-1]}"
-                              f"{' with transformWithState' if provider in PROVIDERS and rows is None else ''}"
-                              f"{''.join(f', {k}={v}' for k, v in other.items())} (open it with jvm=None)")
+                              f"encoding; lz4, zstd or snappy) are read without Spark; {why} (open it with jvm=None)")
+        if not possible and self._jvm is None:
+            self.notes.append(f"{self.path}: read through Spark's state data source (a JVM, seconds per read), not "
+                              f"from the files: {why}, which the explorer does not read without Spark")
         return possible and self._jvm is not True
 
     def _file_metadata_rows(self) -> list[dict[str, Any]] | None:
@@ -543,7 +548,7 @@ class SparkCheckpointReader(SnapshotReader):
                                 st["options"].get("storeName", "default"), self.provider, self.format_version,
                                 None if op.get("discovered") else op["spark_operator"].startswith("sessionWindow"))
             except SnapshotFormatError as exc:
-                if self._jvm is False:
+                if self._jvm is False or isinstance(exc, VersionGoneError):  # Spark needs the same files
                     raise
                 self.notes.append(f"{where}: read through Spark's data source: {exc}")
             else:
@@ -597,18 +602,38 @@ class SparkCheckpointReader(SnapshotReader):
                 found = self._partitions_of(op, st, types, query.keys)
                 wanted = None if found is None else frozenset(found)
             parts = [p for p in range(op["num_partitions"]) if wanted is None or p in wanted]
-            pieces = (self._to_contract(op, st, self._read(op, st, dataclasses.replace(
+            pieces = (self._converted(op, st, self._read(op, st, dataclasses.replace(
                 query, key_groups=frozenset([p]))), query) for p in parts)
         else:
-            pieces = [self._to_contract(op, st, self._read(op, st, query), query)]
+            pieces = [self._converted(op, st, self._read(op, st, query), query)]
         for piece in pieces:
             if query.keys is not None and "key" in piece.column_names:
                 # a key of several columns is a struct: matched with a tuple (or dict) of its fields,
                 # in order; timestamps by their instant, a window as {"start", "end"}
-                keys = {key_leaves(k) for k in query.keys}
-                mask = [key_leaves(d) in keys for d in piece.column("key").to_pylist()]
+                try:
+                    keys = {key_leaves(k) for k in query.keys}
+                    mask = [key_leaves(d) in keys for d in piece.column("key").to_pylist()]
+                except Exception as exc:  # noqa: BLE001 - our own conversion failed, not the input
+                    raise ReaderError(f"state {st['state']!r} of operator {op['operator']!r} in {self.path}: "
+                                      f"matching its keys with {list(query.keys)!r} failed "
+                                      f"({type(exc).__name__}: {exc})") from exc
                 piece = piece.filter(pa.array(mask, pa.bool_()))
             yield piece
+
+    @cached_property
+    def _collect_notes(self) -> list[str]:
+        """Notes of decoded collect buffers, each added once to :attr:`notes`."""
+        return _OnceNotes(self.notes)
+
+    def _converted(self, op, st, t: pa.Table, query: KeyedStateQuery) -> pa.Table:
+        """:meth:`_to_contract`, its own failures (not the files') a :class:`ReaderError` naming the state: the
+        bytes decoded already, so a failure here is the explorer's, never a damaged file."""
+        try:
+            return self._to_contract(op, st, t, query)
+        except Exception as exc:  # noqa: BLE001
+            raise ReaderError(f"state {st['state']!r} of operator {op['operator']!r} at batch {self.batch_id} in "
+                              f"{self.path}: converting its decoded rows to the explorer's columns failed "
+                              f"({type(exc).__name__}: {exc})") from exc
 
     # --- key= lookups ---------------------------------------------------------------------
     #: the reader matches keys itself (StoredSnapshot leaves keyed_state(key=) to it)
@@ -684,6 +709,8 @@ class SparkCheckpointReader(SnapshotReader):
             size = _row_bytes(key_col) + _row_bytes(vraw)
         else:
             raw_value = t.column("value").combine_chunks()
+            if op["spark_operator"].lower().startswith(("statestoresave", "sessionwindowstatestoresave")):
+                raw_value = decode_collect_buffers(raw_value, f"values of {op['operator']!r}", self._collect_notes)
             value, expires, vraw = _value_and_ttl(raw_value)
             if expires is None:
                 expires = _expiry_in_value(raw_value)
@@ -766,17 +793,23 @@ class SparkCheckpointReader(SnapshotReader):
         end = self.batch_id if end_batch_id is None else int(end_batch_id)
         if st["kind"] in ("event_timer", "processing_timer"):
             return self._timer_changes(op, st, int(start_batch_id), end)
+        if self.jvm_free:  # the stores' files are at hand: consecutive batches compared, no JVM
+            return self._diff_changes(op, st, int(start_batch_id), end, [])
         extra = {"readChangeFeed": "true", "changeStartBatchId": int(start_batch_id), "changeEndBatchId": end}
         opts = {k: v for k, v in st["options"].items()}
         where = f"the change feed of {state!r} ({start_batch_id}..{end}) in {self.path}"
         try:
             df = self._frame(op, opts, extra)
             t = _unique_names(df).toArrow()
-        except Exception as exc:
-            hint = ""
-            if "changelog" in str(exc).lower():
-                hint = " (the change feed needs changelog checkpointing, which was off for this query)"
-            raise ReaderError(f"reading {where} failed: {_short(exc)}{hint}") from exc
+        except Exception as exc:  # noqa: BLE001 - Spark's feed needs every changelog: compare batches instead
+            on = self.sql_conf.get("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+                                   "false").lower() == "true"
+            why = ("changelog checkpointing was on, so a changelog of this range is gone (the store's maintenance "
+                   "deletes old ones) or was written before it was switched on" if on else
+                   "changelog checkpointing was off for this query")
+            return self._diff_changes(op, st, int(start_batch_id), end, [
+                f"reading {where} failed ({why}): {_short(exc)}; the changes were found by comparing the state "
+                "of consecutive batches instead"])
         out = {"batch_id": t.column("batch_id").to_numpy(), "change_type": t.column("change_type").to_pylist(),
                "key": _unwrap(t.column("key").combine_chunks()).to_pylist(),
                "key_group": t.column("partition_id").to_numpy()}
@@ -790,6 +823,58 @@ class SparkCheckpointReader(SnapshotReader):
         df = pd.DataFrame(out)
         df["expires_at"] = pd.to_datetime(df["expires_at"], utc=True)  # NaT too: one dtype with the timers'
         return df.sort_values(["batch_id", "key_group"], kind="stable").reset_index(drop=True)
+
+    def _diff_changes(self, op, st, start: int, end: int, notes: list[str]) -> pd.DataFrame:
+        """The changes of one state in batches ``start..end`` from the state of each batch and the one before:
+        ``update`` a row added or whose value (or expiry) changed, ``delete`` a row gone (its value null, as in
+        Spark's feed). A key re-written with the same value is no change here. A batch that cannot be rebuilt
+        (its files deleted by the store's maintenance, or its commit purged) has no rows, and a note in
+        ``attrs["notes"]`` says which batch and why; so has the batch after it (nothing to compare with)."""
+        cols = ["batch_id", "change_type", "key", "key_group", "user_key", "value", "expires_at"]
+        query = KeyedStateQuery(operators=frozenset([op["operator"]]), states=frozenset([st["state"]]))
+        where = f"state {st['state']!r} of operator {op['operator']!r} in {self.path}"
+
+        def state_at(batch: int) -> dict[tuple, dict[str, Any]]:
+            if batch < 0:
+                return {}
+            if batch not in self.committed:
+                raise VersionGoneError(f"batch {batch} is not in the commit log (committed: "
+                                       f"{self.committed[0]}..{self.committed[-1]}; older entries are purged)")
+            out = {}
+            for piece in self.at_batch(batch)._pieces_of(op, st, query):
+                for r in piece.select(["key", "key_group", "user_key", "value", "expires_at"]).to_pylist():
+                    out[(r["key_group"], key_leaves(r["key"]), key_leaves(r["user_key"]))] = r
+            return out
+
+        def attempt(batch: int) -> tuple[dict | None, str | None]:
+            try:
+                return state_at(batch), None
+            except (VersionGoneError, ReaderError) as exc:
+                return None, str(exc)
+
+        rows = []
+        before, why_before = attempt(start - 1)
+        for b in range(start, end + 1):
+            now, why = attempt(b)
+            if now is None:
+                notes.append(f"{where}: the changes of batch {b} are unknown: its state cannot be rebuilt: {why}")
+            elif before is None:
+                notes.append(f"{where}: the changes of batch {b} are unknown: the state of batch {b - 1} before it "
+                             f"cannot be rebuilt: {why_before}")
+            else:
+                for k, r in now.items():
+                    old = before.get(k)
+                    if old is None or repr(old["value"]) != repr(r["value"]) or old["expires_at"] != r["expires_at"]:
+                        rows.append({**r, "batch_id": b, "change_type": "update"})
+                for k in before.keys() - now.keys():
+                    rows.append({**before[k], "batch_id": b, "change_type": "delete", "value": None})
+            before, why_before = now, why
+        df = pd.DataFrame(rows, columns=cols)
+        df["batch_id"] = df["batch_id"].astype("int64")
+        df["expires_at"] = pd.to_datetime(df["expires_at"], utc=True)
+        df = df.sort_values(["batch_id", "key_group", "change_type"], kind="stable").reset_index(drop=True)
+        df.attrs["notes"] = notes
+        return df
 
     def _timer_changes(self, op, st, start: int, end: int) -> pd.DataFrame:
         """The change feed of a timer state, from the registered timers of consecutive batches."""
@@ -887,6 +972,18 @@ class SparkCheckpointReader(SnapshotReader):
         see :func:`explorer.readers.spark.history.spark_history`."""
         self._everything()
         return spark_history(self, keys=keys, per_state=per_state)
+
+
+class _OnceNotes(list):
+    """A list that passes each new note on to ``target`` once."""
+
+    def __init__(self, target: list[str]) -> None:
+        super().__init__()
+        self._target = target
+
+    def append(self, note: str) -> None:
+        if note not in self._target:
+            self._target.append(note)
 
 
 # --- Arrow helpers -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Facts (from Spark's ``RocksDBFileManager``, ``RocksDBCheckpointMetadata``,
   visible data of those SST files (:mod:`explorer.format.sst`, block checksums
   checked), the zip's members checked against their CRC-32.
 * With changelog checkpointing, ``<v>.changelog`` holds what batch ``v - 1``
-  changed, compressed with Spark's ``lz4`` codec (:func:`.hdfs.lz4_block_stream`):
+  changed, compressed with the store's codec (:func:`.hdfs.spark_stream`: lz4, zstd or snappy):
   version 1 is the HDFS-backed store's record stream; later versions start with
   ``writeUTF("v<n>")``: v2 and v4 records are a type byte (``0x01`` put,
   ``0x10`` delete, ``0x11`` merge, ``0x00`` the end) then the sizes and bytes; v3
@@ -38,10 +38,10 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from ...errors import SnapshotCorruptError, SnapshotFormatError
+from ...errors import SnapshotCorruptError, SnapshotFormatError, VersionGoneError
 from ...format.sst.columns import Unsupported, column_families, read_column_family
 from ...format.sst.instance import read_instance
-from .hdfs import lz4_block_stream, records, store_dir
+from .hdfs import records, spark_stream, store_dir
 from .layout import verified_bytes
 
 __all__ = ["ENCODING_VERSION", "changelog_records", "read_rocksdb_store"]
@@ -66,7 +66,7 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
     """Apply one changelog file to ``rows``; return its lineage ``[(version, uuid)]`` (empty before version 3).
     ``keep_deletes``: a deleted key is kept as None instead of dropped."""
     where = str(f)
-    data = lz4_block_stream(verified_bytes(f), where)
+    data = spark_stream(verified_bytes(f), where)
     version, pos = 1, 0
     if len(data) >= 3 and data[2:3] == b"v":
         text, after = _utf(data, 0, where)
@@ -189,10 +189,14 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
         start = max(zips) if zips else 0
         missing = [v for v in range(start + 1, version + 1) if "changelog" not in files.get((v, None), {})]
         if missing:
-            raise SnapshotFormatError(
+            # files of versions after this one but none at or below it: the store's maintenance deleted them
+            gone = not zips and any(v > version for v, _ in files)
+            oldest = min((v for (v, u), k in files.items() if u is None and "zip" in k), default=None)
+            raise (VersionGoneError if gone else SnapshotFormatError)(
                 f"{d}: the RocksDB store at version {version} needs {version}.zip or "
                 f"{', '.join(f'{v}.changelog' for v in missing)} after {f'{start}.zip' if start else 'the start'}, "
-                "which are not there")
+                "which are not there" + (f" (the store keeps versions from {oldest}.zip on: its maintenance deleted "
+                                         "the older files)" if gone and oldest else ""))
         if start:
             _zip_rows(files[(start, None)]["zip"], rows)
         for v in range(start + 1, version + 1):

@@ -18,6 +18,7 @@ file (an error naming it), never a wrong value.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -41,8 +42,20 @@ _PARTITIONING_TYPES = {"long": "long", "integer": "int", "short": "short", "byte
                        "timestamp": "timestamp", "timestamp_ntz": "timestamp", "date": "date"}
 
 
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(-?\d+)\)$")
+
+
+def _decimal(t: Any) -> tuple[int, int] | None:
+    """(precision, scale) of a Spark ``decimal(p,s)`` type name, None for other types."""
+    m = _DECIMAL.match(t) if isinstance(t, str) else None
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
 def arrow_type(t: Any, where: str) -> pa.DataType:
     """The Arrow type of a Spark schema JSON type (struct field names made unique by position)."""
+    dec = _decimal(t)
+    if dec is not None and 0 < dec[0] <= 38:
+        return pa.decimal128(*dec)
     if isinstance(t, dict) and t.get("type") == "struct":
         names = unique_names([f["name"] for f in t["fields"]])
         return pa.struct([pa.field(n, arrow_type(f["type"], where)) for n, f in zip(names, t["fields"])])
@@ -106,6 +119,11 @@ def _struct(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: np.nda
                 arr = pa.array(vals, type=child_type, mask=mask)
             children.append(arr)
             continue
+        dec = _decimal(ft)
+        if dec is not None and dec[0] <= 18:  # the unscaled value as a long, in place
+            children.append(_decimals_from_longs(np.ascontiguousarray(_gather(buf, slot, 8)).view("<i8").reshape(n),
+                                                 ok, child_type))
+            continue
         word = np.ascontiguousarray(_gather(buf, slot, 8)).view("<u8").reshape(n)
         off = (word >> np.uint64(32)).astype(np.int64)
         size = (word & np.uint64(0xFFFFFFFF)).astype(np.int64)
@@ -119,6 +137,9 @@ def _struct(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: np.nda
                                        f"{int(off[i] + size[i])} outside its row of {int(ends[i] - starts[i])} bytes")
         if isinstance(ft, dict):
             children.append(_struct(buf, begin, begin + size, ok, ft, child_type, where))
+            continue
+        if dec is not None:  # precision > 18: the unscaled value's big-endian two's complement bytes
+            children.append(_decimals_from_bytes(buf, begin, size, ok, child_type, f"{where}: field {f['name']!r}"))
             continue
         if ft not in ("string", "binary"):
             arrow_type(ft, where)  # raises: not read without Spark
@@ -139,6 +160,28 @@ def _struct(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: np.nda
         children.append(arr)
     mask = None if valid.all() else pa.array(~valid)
     return pa.StructArray.from_arrays(children, fields=[t.field(i) for i in range(t.num_fields)], mask=mask)
+
+
+def _decimals_from_longs(unscaled: np.ndarray, ok: np.ndarray, t: pa.DataType) -> pa.Array:
+    """Decimals of precision <= 18 (Spark keeps the unscaled value as a long) as Arrow decimal128 (16 bytes,
+    little-endian two's complement: the long and its sign)."""
+    words = np.empty((len(unscaled), 2), np.int64)
+    words[:, 0] = unscaled
+    words[:, 1] = np.where(unscaled < 0, -1, 0)
+    return pa.Array.from_buffers(t, len(unscaled), [_validity(ok), pa.py_buffer(words.tobytes())])
+
+
+def _decimals_from_bytes(buf: np.ndarray, begin: np.ndarray, size: np.ndarray, ok: np.ndarray, t: pa.DataType,
+                         where: str) -> pa.Array:
+    """Decimals of precision > 18: Spark writes the unscaled ``BigInteger``'s big-endian bytes (at most 16)."""
+    if (size[ok] > 16).any() or (size[ok] < 1).any():
+        i = int(np.flatnonzero(ok & ((size > 16) | (size < 1)))[0])
+        raise SnapshotCorruptError(f"{where}: row {i} holds a decimal of {int(size[i])} bytes; expected 1 to 16")
+    out = bytearray(16 * len(begin))
+    for i in np.flatnonzero(ok).tolist():
+        v = int.from_bytes(buf[begin[i]:begin[i] + size[i]].tobytes(), "big", signed=True)
+        out[16 * i:16 * i + 16] = v.to_bytes(16, "little", signed=True)
+    return pa.Array.from_buffers(t, len(begin), [_validity(ok), pa.py_buffer(bytes(out))])
 
 
 def _max_header(schema: dict) -> int:
