@@ -41,6 +41,7 @@ from pathlib import Path
 from ...errors import SnapshotCorruptError, SnapshotFormatError
 from ...format.sst.columns import Unsupported, column_families, read_column_family
 from ...format.sst.instance import read_instance
+from ...format.untrusted import Roots, excerpt, plain_name
 from .hdfs import lz4_block_stream, records, store_dir
 from .layout import verified_bytes
 
@@ -123,8 +124,10 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
         pos += vs
 
 
-def _zip_rows(f: Path, rows: dict[bytes, bytes | None]) -> None:
-    """The visible rows of one RocksDB checkpoint zip and the SST files it names."""
+def _zip_rows(f: Path, rows: dict[bytes, bytes | None], roots: Roots) -> None:
+    """The visible rows of one RocksDB checkpoint zip and the SST files it names (plain file names in the
+    store's ``SSTs/`` folder, resolved inside ``roots``: a name with a separator, ``..``, a NUL or an absolute
+    path, or one linking out of the checkpoint, is refused before anything is read)."""
     where = str(f)
     try:
         zf = zipfile.ZipFile(io.BytesIO(verified_bytes(f)))
@@ -139,7 +142,8 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None]) -> None:
         raise SnapshotFormatError(f"{where}: expected a 'metadata' member naming the SST files, found "
                                   f"{zf.namelist()}") from exc
     if not lines or lines[0] != "v1":
-        raise SnapshotFormatError(f"{where}: metadata version {lines[:1]} is unknown (known: 'v1')")
+        raise SnapshotFormatError(f"{where}: metadata version {excerpt(lines[0] if lines else '')} is unknown "
+                                  "(known: 'v1')")
     try:
         meta = json.loads(lines[1])
         names = [s["dfsSstFileName"] for s in meta.get("sstFiles", [])]
@@ -149,11 +153,13 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None]) -> None:
         raise SnapshotFormatError(
             f"{where}: holds column families {sorted(meta['columnFamilyMapping'])} (transformWithState), which are "
             "not read without Spark yet; read it through Spark's data source")
+    folder = f.parent / "SSTs"
     ssts = []
     for name in names:
-        sst = f.parent / "SSTs" / name
+        sst = folder / plain_name(name, where, str(folder))
         if not sst.is_file():
-            raise SnapshotFormatError(f"{where}: names SST file {name}, which is not in {f.parent / 'SSTs'}")
+            raise SnapshotFormatError(f"{where}: names SST file {name!r}, which is not in {folder}")
+        roots.confine(sst, where, name)
         ssts.append((str(sst), verified_bytes(sst)))
     rows.clear()
     try:  # column-wise (numba), the visible entries as byte ranges
@@ -171,10 +177,12 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None]) -> None:
 
 
 def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str = "default",
-                       uuids: list[str] | None = None) -> dict[bytes, bytes]:
+                       uuids: list[str] | None = None, roots: Roots | None = None) -> dict[bytes, bytes]:
     """The rows (key bytes -> value bytes, each still with its version byte) of one RocksDB store partition
     at ``version`` (batch + 1). ``uuids``: the partition's ids of checkpoint format v2 for this version
-    (``commits/<batch>``), one of which names this store's file."""
+    (``commits/<batch>``), one of which names this store's file. ``roots``: where files may be read from
+    (default: ``ckpt``)."""
+    roots = Roots.of(ckpt) if roots is None else roots
     d = store_dir(ckpt, op, part, store)
     files: dict[tuple[int, str | None], dict[str, Path]] = {}
     for f in d.iterdir() if d.is_dir() else []:
@@ -194,7 +202,7 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
                 f"{', '.join(f'{v}.changelog' for v in missing)} after {f'{start}.zip' if start else 'the start'}, "
                 "which are not there")
         if start:
-            _zip_rows(files[(start, None)]["zip"], rows)
+            _zip_rows(files[(start, None)]["zip"], rows, roots)
         for v in range(start + 1, version + 1):
             changelog_records(files[(v, None)]["changelog"], rows)
         return rows  # type: ignore[return-value]
@@ -204,7 +212,7 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
                                   f"({', '.join(uuids)})")
     here = files[(version, uuid)]
     if "zip" in here:
-        _zip_rows(here["zip"], rows)
+        _zip_rows(here["zip"], rows, roots)
         return rows  # type: ignore[return-value]
     # the changelog's lineage names the versions back to the last snapshot: read it first (records kept apart)
     own: dict[bytes, bytes | None] = {}
@@ -215,7 +223,7 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
         raise SnapshotFormatError(f"{d}: the lineage of {here['changelog'].name} starts at version {chain[0][0]} "
                                   f"but {chain[0][0]}_{chain[0][1]}.zip is not there")
     if base is not None:
-        _zip_rows(files[chain[base]]["zip"], rows)
+        _zip_rows(files[chain[base]]["zip"], rows, roots)
     for v, u in chain[(base + 1 if base is not None else 0):-1]:
         f = files.get((v, u), {}).get("changelog")
         if f is None:
