@@ -63,11 +63,12 @@ def _utf(data: bytes, i: int, where: str) -> tuple[str, int]:
     return data[i + 2:i + 2 + n].decode("utf-8", errors="replace"), i + 2 + n
 
 
-def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bool = False) -> list[tuple[int, str]]:
-    """Apply one changelog file to ``rows``; return its lineage ``[(version, uuid)]`` (empty before version 3).
-    ``keep_deletes``: a deleted key is kept as None instead of dropped."""
+def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bool = False, *,
+                      roots: Roots | Path) -> list[tuple[int, str]]:
+    """Apply one changelog file (inside ``roots``) to ``rows``; return its lineage ``[(version, uuid)]`` (empty
+    before version 3). ``keep_deletes``: a deleted key is kept as None instead of dropped."""
     where = str(f)
-    data = lz4_block_stream(verified_bytes(f), where)
+    data = lz4_block_stream(verified_bytes(f, roots), where)
     version, pos = 1, 0
     if len(data) >= 3 and data[2:3] == b"v":
         text, after = _utf(data, 0, where)
@@ -81,7 +82,8 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
         try:
             lineage = [(int(x["version"]), str(x["checkpointUniqueId"])) for x in json.loads(text)]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise SnapshotCorruptError(f"{where}: expected the changelog's lineage as JSON, found {text[:80]!r}") from exc
+            raise SnapshotCorruptError(f"{where}: expected the changelog's lineage as JSON, found {len(text)} "
+                                       "characters that are not a list of versions and ids") from exc
     if version in (1, 3):
         records(data, where, rows, keep_deletes, start=pos)
         return lineage
@@ -130,7 +132,7 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None], roots: Roots) -> None:
     path, or one linking out of the checkpoint, is refused before anything is read)."""
     where = str(f)
     try:
-        zf = zipfile.ZipFile(io.BytesIO(verified_bytes(f)))
+        zf = zipfile.ZipFile(io.BytesIO(verified_bytes(f, roots)))
         bad = zf.testzip()  # every member against its CRC-32
     except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
         raise SnapshotCorruptError(f"{where}: not a readable zip ({exc})") from exc
@@ -160,7 +162,7 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None], roots: Roots) -> None:
         if not sst.is_file():
             raise SnapshotFormatError(f"{where}: names SST file {name!r}, which is not in {folder}")
         roots.confine(sst, where, name)
-        ssts.append((str(sst), verified_bytes(sst)))
+        ssts.append((str(sst), verified_bytes(sst, roots)))
     rows.clear()
     try:  # column-wise (numba), the visible entries as byte ranges
         by_cf, _stats = column_families(ssts)
@@ -204,7 +206,7 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
         if start:
             _zip_rows(files[(start, None)]["zip"], rows, roots)
         for v in range(start + 1, version + 1):
-            changelog_records(files[(v, None)]["changelog"], rows)
+            changelog_records(files[(v, None)]["changelog"], rows, roots=roots)
         return rows  # type: ignore[return-value]
     uuid = next((u for u in uuids if (version, u) in files), None)
     if uuid is None:
@@ -216,7 +218,7 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
         return rows  # type: ignore[return-value]
     # the changelog's lineage names the versions back to the last snapshot: read it first (records kept apart)
     own: dict[bytes, bytes | None] = {}
-    lineage = changelog_records(here["changelog"], own, keep_deletes=True)
+    lineage = changelog_records(here["changelog"], own, keep_deletes=True, roots=roots)
     chain = lineage + [(version, uuid)]
     base = next((i for i in range(len(chain) - 1, -1, -1) if "zip" in files.get(chain[i], {})), None)
     if base is None and chain[0][0] != 1:
@@ -228,7 +230,7 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
         f = files.get((v, u), {}).get("changelog")
         if f is None:
             raise SnapshotFormatError(f"{d}: version {version} needs {v}_{u}.changelog (its lineage), not there")
-        changelog_records(f, rows)
+        changelog_records(f, rows, roots=roots)
     for k, val in own.items():  # the last changelog's records, replayed in their order
         if val is None:
             rows.pop(k, None)
