@@ -58,13 +58,14 @@ class Roots:
         real = _real(path)
         return any(_inside(real, r) for r in self.folders + self.extra)
 
-    def confine(self, path: Any, named_by: Any = None, name: str | None = None) -> Any:
+    def confine(self, path: Any, named_by: Any = None, name: str | None = None, also: Iterable[Any] = ()) -> Any:
         """``path`` resolved, or :class:`UnsafePathError` when that lies outside every root.
 
         ``named_by``: the file (or folder) that named ``path``, where the error starts;
-        ``name``: how it named it (a handle's path, an archive's entry), quoted escaped."""
+        ``name``: how it named it (a handle's path, an archive's entry), quoted escaped;
+        ``also``: folders allowed for this path only (Flink: the other ``chk-M`` a handle names)."""
         real = _real(path)
-        if any(_inside(real, r) for r in self.folders + self.extra):
+        if any(_inside(real, r) for r in self.folders + self.extra + [_real(a) for a in also]):
             return real
         where = named_by if named_by is not None else path
         named = f"names {name!r}, which" if name is not None else "is a link that"
