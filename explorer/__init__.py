@@ -6,7 +6,7 @@
 
 What ``import explorer`` exports (``__all__``; ``tests/test_public_api.py`` checks it equals the
 public names here): the entry points (``open``, ``list``, ``history``, ``diff``, ``changes``,
-``Snapshot``, ``CONTRACT_COLUMNS``), the IPython extension's hook, every class of the error tree
+``verify``, ``Snapshot``, ``CONTRACT_COLUMNS``), the IPython extension's hook, every class of the error tree
 (``explorer/errors.py``, so ``except explorer.SnapshotCorruptError`` works without knowing the
 module), and Flink's three key-group rules for one key (``assign_to_key_group``,
 ``operator_index_for_key_group``, ``compute_default_max_parallelism``). The rest of the key-group
@@ -43,6 +43,7 @@ from .catalog import list_snapshots as list  # noqa: A004 - explorer.list(path),
 from .keygroups import assign_to_key_group, compute_default_max_parallelism, operator_index_for_key_group
 from .readers.base import CONTRACT_COLUMNS
 from .snapshot import Snapshot, open
+from .verification import verify
 
 __version__ = "0.1.0"
 
@@ -78,6 +79,7 @@ __all__ = [
     "load_ipython_extension",
     "open",
     "operator_index_for_key_group",
+    "verify",
 ]
 
 

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark.statemap",
      "explorer.spark.context", "explorer.spark.adapter", "explorer.spark.buckets"),
     ("explorer.readers",),
-    ("explorer.stored", "explorer.catalog"),
+    ("explorer.stored", "explorer.catalog", "explorer.verification"),
     ("explorer.analysis", "explorer.spark.analysis", "explorer.spark.datasource"),
     ("explorer.plots",),
     ("explorer.report",),
@@ -52,6 +52,7 @@ LAZY_ALLOWED = (
 LAZY_EDGES = {
     ("explorer", "explorer.ipython"): "IPython's extension hook: IPython is loaded only by %load_ext",
     ("explorer.stored", "explorer.readers.flink"): "readers registered at the first open: `import explorer` stays light",
+    ("explorer.cli", "explorer.verification"): "`state-explorer verify` imports what it needs in its own command",
     ("explorer.stored", "explorer.readers.spark"): "readers registered at the first open: `import explorer` stays light",
     ("explorer.spark", "explorer.spark.datasource"):
         "the data source subclasses pyspark's DataSource: `import explorer.spark` stays free of pyspark",

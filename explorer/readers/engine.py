@@ -28,6 +28,7 @@ from ..format.snapshot import (
 )
 from ..keygroups import operator_indices_for_key_groups
 from ..storage import StoragePath, as_path
+from .checks import engine_checks
 from .base import (
     TUPLE_COLUMNS,
     TIMESTAMP,
@@ -390,6 +391,11 @@ class EngineSnapshotReader(SnapshotReader):
     def timings(self) -> dict[str, Any]:
         return dict(self.meta.get("timing", {}))
 
+
+    @classmethod
+    def check_files(cls, path: Path, **options: Any) -> list:
+        """Every listed file checked: ``_metadata``'s CRC, each file inside the snapshot, its size and digest."""
+        return engine_checks(as_path(path))
 
 def _left_out(query: KeyedStateQuery) -> list[str]:
     """The one-value columns (operator, state, kind) ``query`` does not ask for: not built, only their values

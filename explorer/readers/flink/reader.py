@@ -59,6 +59,7 @@ from ...errors import SnapshotError, StateExplorerError
 from ...format.untrusted import Roots
 from ...storage import as_path
 from .changelog import ChangelogState
+from .checks import flink_checks
 from .handles import HandleResolver
 from .keyed import KeyedReads
 from .layout import SnapshotLayout, find_metadata, metadata_file_in, unwrap_changelog_handles
@@ -132,6 +133,11 @@ class FlinkSnapshotReader(SnapshotLayout, KeyedReads, MergedWindows, PyFlinkStat
                 except StateExplorerError:
                     continue
                 self._note_undeclared_pyflink(o, header)
+
+    @classmethod
+    def check_files(cls, path: Path, **options) -> list:
+        """Every file the metadata names: inside the roots, there, of its size; SST files' checksums (``checks``)."""
+        return flink_checks(as_path(path), **options)
 
     @classmethod
     def detect(cls, path: Path) -> bool:

@@ -99,6 +99,7 @@ from ..base import (
     make_piece,
 )
 from . import layout
+from .checks import spark_checks
 from .hdfs import read_schema
 from .history import spark_history
 from .keys import key_leaves, leaf_types, unique_names
@@ -187,6 +188,11 @@ class SparkCheckpointReader(SnapshotReader):
         reader = cls(remote, mirror=mirror, **options)
         reader.notes.insert(0, mirror.note())
         return reader
+
+    @classmethod
+    def check_files(cls, path: Path, **options: Any) -> list:
+        """Every file the newest committed batch needs, checked without a JVM (:mod:`.checks`)."""
+        return spark_checks(as_path(path), **options)
 
     # --- cheap metadata (files only) ------------------------------------------------------
     @classmethod
