@@ -310,3 +310,30 @@ def test_wording_of_articles_sizes_and_missing_metadata():
     assert str(snap.subtasks["key_group_start"].dtype) == "Int64" and str(snap.states["ttl_ms"].dtype) == "Int64"
     assert pd.isna(snap.subtasks["key_group_start"]).any()  # operators without keyed state: no range
 
+
+
+
+def test_verify_prints_every_file_and_exits_0_when_whole(capsys):
+    root = Path(__file__).resolve().parents[1] / "sample_data"
+    assert main(["verify", str(root / "flink" / "rocksdb-incremental-checkpoint")]) == 0
+    out = capsys.readouterr().out
+    assert ": OK: " in out.splitlines()[0] and "  ok       _metadata:" in out
+
+
+def test_verify_exits_1_naming_the_damaged_file(tmp_path, capsys):
+    import shutil
+
+    snap = tmp_path / "sp"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_data" / "sessions" / "savepoint-heap", snap)
+    f = sorted(snap.rglob("*.parquet"))[0]
+    f.unlink()
+    (snap / "x\x1b[31m").write_text("")  # (not listed: never looked at)
+    assert main(["verify", str(snap), "--problems"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT OK" in out and f"missing  {f.relative_to(snap).as_posix()}" in out
+    assert len(out.splitlines()) == 2 and "\x1b" not in out
+
+
+def test_verify_of_a_missing_path_fails_cleanly(tmp_path, capsys):
+    assert main(["verify", str(tmp_path / "nope")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err

@@ -477,6 +477,13 @@ class SnapshotReader(ABC):
         whose one folder holds them all (Spark's); None: the reader has no history of its own (the
         default: the history is read from a checkpoint directory's snapshots)."""
         return None
+    @classmethod
+    def check_files(cls, path: Path, **options: Any) -> list:
+        """Every file of the snapshot at ``path`` checked without decoding a value: a list of
+        :class:`~explorer.readers.checks.FileCheck` (``explorer.verify``). A class method: a snapshot too
+        damaged to open is still checked. Formats that cannot say so."""
+        raise ReaderError(f"{path}: checking the files of a {cls.format_name} snapshot is not supported; "
+                          "expected an engine, Apache Flink or Spark snapshot")
 
 
 def empty_piece(columns: Sequence[str] = CONTRACT_COLUMNS) -> pa.Table:

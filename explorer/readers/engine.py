@@ -27,7 +27,8 @@ from ..format.snapshot import (
     resolve,
 )
 from ..keygroups import operator_indices_for_key_groups
-from ..storage import StoragePath
+from ..storage import StoragePath, as_path
+from .checks import engine_checks
 from .base import (
     TUPLE_COLUMNS,
     TIMESTAMP,
@@ -412,6 +413,11 @@ class EngineSnapshotReader(SnapshotReader):
                     out[(o["name"], "timers")] = out.get((o["name"], "timers"), 0) + b
         return out
 
+
+    @classmethod
+    def check_files(cls, path: Path, **options: Any) -> list:
+        """Every listed file checked: ``_metadata``'s CRC, each file inside the snapshot, its size and digest."""
+        return engine_checks(as_path(path))
 
 def _left_out(query: KeyedStateQuery) -> list[str]:
     """The one-value columns (operator, state, kind) ``query`` does not ask for: not built, only their values

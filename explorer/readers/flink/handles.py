@@ -24,8 +24,16 @@ instance, shared and private).
 Checkpoints are not relocatable in Flink, but copies of them are common (and
 our fixtures are copies), so an absolute path is mapped onto the folder the
 snapshot was opened from by its tail (``chk-N/...``, ``shared/...``,
-``taskowned/...``). Nothing outside that folder is ever opened: a path that
-does not map into it raises :class:`~explorer.errors.UnsafePathError`.
+``taskowned/...``). What may be opened is exact (resolved, symlinks followed,
+then checked; :class:`~explorer.format.untrusted.Roots`): a savepoint's own
+folder; a checkpoint's ``chk-N`` folder and its job folder's ``shared/`` and
+``taskowned/`` (and another ``chk-M`` of the job that a handle names), never
+the rest of the job folder, which may be a home folder. Folders beyond those
+(the changelog backend's ``dstl/``, which Flink's
+``state.changelog.dstl.dfs.base-path`` puts anywhere) only when the user names
+them: ``allow_roots=[...]``; a handle's absolute path inside one is opened
+there, else its tail after the folder's name is mapped onto it. Anything else
+raises :class:`~explorer.errors.UnsafePathError`, saying which option allows it.
 """
 
 from __future__ import annotations
@@ -34,9 +42,12 @@ import mmap
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ...errors import FlinkFormatError, SnapshotCorruptError, UnsafePathError
+from ...format.checkpoint_dir import checkpoint_id
+from ...format.untrusted import ALLOW_OPTION, Roots
 from ...storage import StoragePath
 from ...format.sst.file import SstError, SstFile
 from .fullformat import key_group_spans
@@ -122,12 +133,15 @@ SST_TAIL = 16 << 10
 class HandleResolver:
     """Opens stream handles, confined to the snapshot's folder (see module doc)."""
 
-    def __init__(self, metadata_file: Path) -> None:
+    def __init__(self, metadata_file: Path, allow_roots: Any = None) -> None:
         self.metadata_file = metadata_file
         self.exclusive_dir = metadata_file.parent
         # a retained checkpoint lives in <job-dir>/chk-N/; its shared files in <job-dir>/shared/
-        self.job_dir = self.exclusive_dir.parent if self.exclusive_dir.name.startswith("chk-") else self.exclusive_dir
-        self._roots = [self.exclusive_dir.resolve(), self.job_dir.resolve()]
+        in_job = checkpoint_id(self.exclusive_dir.name) is not None
+        self.job_dir = self.exclusive_dir.parent if in_job else self.exclusive_dir
+        #: where state files may be read from: the snapshot's own folders, then the user's ``allow_roots``
+        self.roots = Roots([self.exclusive_dir] + ([self.job_dir / a for a in _ANCHORS] if in_job else []),
+                           allow_roots)
         #: bytes of keyed-state stream files read so far by :meth:`read_key_groups` (what a key-group range costs)
         self.key_group_bytes_read = 0
         #: bytes of SST files read so far by the sparse files of :meth:`sst_for_key_groups`
@@ -152,27 +166,41 @@ class HandleResolver:
         # map the tail onto our folder: .../chk-N/<file>, .../shared/<file>, .../taskowned/<file>
         for i in range(len(parts) - 1, -1, -1):
             p = parts[i]
-            if p.startswith("chk-") and p == self.exclusive_dir.name:
+            n = checkpoint_id(p)
+            if n is not None and p == self.exclusive_dir.name:
                 return self._confine(self.exclusive_dir.joinpath(*parts[i + 1 :]), handle.name)
-            if p.startswith("chk-") and self.job_dir != self.exclusive_dir:
-                return self._confine(self.job_dir.joinpath(*parts[i:]), handle.name)  # another chk-N of the job
+            if n is not None and self.job_dir != self.exclusive_dir:  # another chk-M of the job: that folder
+                return self._confine(self.job_dir.joinpath(*parts[i:]), handle.name, also=[self.job_dir / p])
             if p in _ANCHORS:
                 return self._confine(self.job_dir.joinpath(*parts[i:]), handle.name)
+        allowed = self._in_allowed_root(raw, parts)
+        if allowed is not None:
+            return self._confine(allowed, handle.name)
         if len(parts) >= 1 and Path(raw).parent.name == self.exclusive_dir.name:
             return self._confine(self.exclusive_dir / parts[-1], handle.name)
         raise UnsafePathError(
             f"{self.metadata_file}: state file {handle.name!r} is outside the snapshot folder "
-            f"{self.job_dir}; expected a path under chk-N/, shared/ or taskowned/"
+            f"{self.job_dir}; expected a path under chk-N/, shared/ or taskowned/. A folder kept elsewhere "
+            f"(the changelog's dstl/, Flink's state.changelog.dstl.dfs.base-path) is read when named: "
+            f"open with {ALLOW_OPTION}=['<the local folder holding {Path(raw).parent.name or raw}/>']"
         )
 
-    def _confine(self, path: Path, original: str) -> Path:
-        resolved = path.resolve()
-        if not any(resolved == r or r in resolved.parents for r in self._roots):
-            raise UnsafePathError(
-                f"{self.metadata_file}: state file {original!r} resolves to {resolved}, "
-                f"outside the snapshot folder {self.job_dir}"
-            )
-        return resolved
+    def _in_allowed_root(self, raw: str, parts: tuple[str, ...]) -> Path | None:
+        """Where a handle's absolute path lies in a folder the user allowed: the path itself when inside one,
+        else its tail after the folder's name mapped onto it (the first such file there, or the first
+        mapping when none is there yet: then it is missing)."""
+        extra = self.roots.extra
+        if not extra:
+            return None
+        if not isinstance(self.exclusive_dir, StoragePath) and Path(raw).is_absolute() \
+                and any(r in Path(raw).parents for r in extra):
+            return Path(raw)
+        found = [r.joinpath(*parts[i + 1:]) for r in extra for i, p in enumerate(parts) if p == r.name
+                 and i + 1 < len(parts)]
+        return next((f for f in found if f.exists()), found[0] if found else None)
+
+    def _confine(self, path: Path, original: str, also: list[Path] | tuple = ()) -> Path:
+        return self.roots.confine(path, self.metadata_file, original, also)
 
     def read(self, handle: StreamHandle, limit: int | None = None) -> bytes:
         """All bytes of ``handle``, or its first ``limit`` bytes (a header)."""

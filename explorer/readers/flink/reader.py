@@ -56,8 +56,10 @@ from pathlib import Path
 from typing import Iterable
 
 from ...errors import SnapshotError, StateExplorerError
+from ...format.untrusted import Roots
 from ...storage import as_path
 from .changelog import ChangelogState
+from .checks import flink_checks
 from .handles import HandleResolver
 from .keyed import KeyedReads
 from .layout import SnapshotLayout, find_metadata, metadata_file_in, unwrap_changelog_handles
@@ -81,16 +83,20 @@ class FlinkSnapshotReader(SnapshotLayout, KeyedReads, MergedWindows, PyFlinkStat
     def __init__(
         self, path: str | Path, ttl: dict[str, timedelta] | None = None, uids: Iterable[str] | None = None,
         jars: Iterable[str | Path] | None = None, type_hints: dict | None = None, kryo_version: int | None = None,
-        pyflink: bool = False, pyflink_kinds: dict[str, str] | None = None,
+        pyflink: bool = False, pyflink_kinds: dict[str, str] | None = None, allow_roots: Iterable[str | Path] | None = None,
     ) -> None:
         """``uids``: operator uids of the job, to name operators in metadata that stores only IDs (Flink < 1.20).
         ``jars``, ``type_hints``, ``kryo_version``: what decodes Kryo values (see ``readers.flink.kryo``);
         ``pyflink``: byte arrays are PyFlink-coded (see ``readers.flink.pickles``; states PyFlink names
         ``python-state-*`` are read so anyway, and shown under the name the job gave them);
         ``pyflink_kinds``: the kind each PyFlink Python state was declared as (``{"summary": "value"}``): PyFlink
-        keeps value, reducing and aggregating states as list states, and the snapshot does not say which."""
+        keeps value, reducing and aggregating states as list states, and the snapshot does not say which.
+        ``allow_roots``: folders beyond the snapshot's own that state files may be read from (the changelog
+        backend's ``dstl/`` kept beside the job folder); see ``handles``."""
         super().__init__(path)
         self.metadata_file = metadata_file_in(self.path)  # (self.path: as_path's)
+        if self.metadata_file != self.path and self.metadata_file.is_symlink():  # (a folder's _metadata)
+            Roots([self.metadata_file.parent], allow_roots).confine(self.metadata_file)
         self.meta: CheckpointMetadata = read_metadata(self.metadata_file)
         self.decode_options = {"jars": list(jars or []), "type_hints": dict(type_hints or {}),
                                "kryo_version": kryo_version, "flink_metadata_version": self.meta.version,
@@ -103,7 +109,7 @@ class FlinkSnapshotReader(SnapshotLayout, KeyedReads, MergedWindows, PyFlinkStat
             for op in self.meta.operators:
                 if op.uid is None and op.operator_id in by_id:
                     op.uid = by_id[op.operator_id]
-        self.resolver = HandleResolver(self.metadata_file)
+        self.resolver = HandleResolver(self.metadata_file, allow_roots)
         self._changelogs: dict[tuple[str, int], ChangelogState] = {}
         unwrap_changelog_handles(self.meta, self.metadata_file)
         self.ttl: dict[str, timedelta] = {}
@@ -127,6 +133,11 @@ class FlinkSnapshotReader(SnapshotLayout, KeyedReads, MergedWindows, PyFlinkStat
                 except StateExplorerError:
                     continue
                 self._note_undeclared_pyflink(o, header)
+
+    @classmethod
+    def check_files(cls, path: Path, **options) -> list:
+        """Every file the metadata names: inside the roots, there, of its size; SST files' checksums (``checks``)."""
+        return flink_checks(as_path(path), **options)
 
     @classmethod
     def detect(cls, path: Path) -> bool:

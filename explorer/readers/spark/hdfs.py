@@ -35,6 +35,7 @@ import xxhash
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError, VersionGoneError
 from ...format.sst.file import MAX_EXPANSION
+from ...format.untrusted import Roots, excerpt
 from .layout import verified_bytes
 
 __all__ = ["lz4_block_stream", "read_hdfs_store", "read_schema", "records", "spark_stream", "store_dir"]
@@ -179,9 +180,10 @@ def spark_stream(data: bytes, where: str = "<bytes>") -> bytes:
     return lz4_block_stream(data, where)
 
 
-def read_schema(path: Path) -> tuple[dict, dict]:
-    """(key schema, value schema) as Spark's JSON of a ``_metadata/schema`` file (version 2)."""
-    data = verified_bytes(Path(path))
+def read_schema(path: Path, roots: Roots | Path) -> tuple[dict, dict]:
+    """(key schema, value schema) as Spark's JSON of a ``_metadata/schema`` file (version 2), a file inside
+    ``roots``."""
+    data = verified_bytes(Path(path), roots)
     i = 0
 
     def utf() -> str:
@@ -193,7 +195,7 @@ def read_schema(path: Path) -> tuple[dict, dict]:
 
     version = utf()
     if version != "v2":
-        raise SnapshotFormatError(f"{path}: unknown state schema version {version!r} (known: 'v2')")
+        raise SnapshotFormatError(f"{path}: unknown state schema version {excerpt(version)} (known: 'v2')")
     out = []
     for _ in range(2):
         (chunks,) = struct.unpack_from(">i", data, i)
@@ -238,9 +240,12 @@ def records(data: bytes, where: str, rows: dict[bytes, bytes | None], keep_delet
     rows.update(zip(keys[prev:], vals[prev:]))
 
 
-def read_hdfs_store(ckpt: Path, op: int, part: int, version: int, store: str = "default") -> dict[bytes, bytes]:
+def read_hdfs_store(ckpt: Path, op: int, part: int, version: int, store: str = "default",
+                    roots: Roots | None = None) -> dict[bytes, bytes]:
     """The rows (``UnsafeRow`` key bytes -> value bytes) of one HDFS-backed store partition at ``version``
-    (batch + 1): the newest snapshot at or below it plus the deltas after it, each file's checksums verified."""
+    (batch + 1): the newest snapshot at or below it plus the deltas after it, each file's checksums verified.
+    ``roots``: where files may be read from (default: ``ckpt``)."""
+    roots = Roots.of(ckpt) if roots is None else roots
     d = store_dir(ckpt, op, part, store)
     files: dict[int, dict[str, Path]] = {}
     for f in d.iterdir() if d.is_dir() else []:
@@ -258,5 +263,5 @@ def read_hdfs_store(ckpt: Path, op: int, part: int, version: int, store: str = "
     rows: dict[bytes, bytes | None] = {}
     todo = ([files[start]["snapshot"]] if start else []) + [files[v]["delta"] for v in range(start + 1, version + 1)]
     for f in todo:
-        records(spark_stream(verified_bytes(f), str(f)), str(f), rows)
+        records(spark_stream(verified_bytes(f, roots), str(f)), str(f), rows)
     return rows  # type: ignore[return-value]

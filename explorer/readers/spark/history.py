@@ -42,7 +42,7 @@ def _offsets(reader: "SparkCheckpointReader", batch: int) -> dict[str, Any]:
     f = reader.path / "offsets" / str(batch)
     if not f.is_file():
         return {}  # purged by Spark's retention since the listing
-    lines = layout.verified_text(f).splitlines()
+    lines = layout.verified_text(f, reader.roots).splitlines()
     try:
         doc = json.loads(lines[1])
     except (IndexError, json.JSONDecodeError) as exc:

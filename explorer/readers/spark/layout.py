@@ -21,6 +21,7 @@ Store files per version ``v`` (the micro-batch ``v - 1`` wrote them):
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -30,6 +31,7 @@ from typing import Any
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
 from ...format.checksums import crc32c, verify_hadoop_crc
+from ...format.untrusted import Roots
 
 __all__ = [
     "JOIN_STORES",
@@ -37,8 +39,10 @@ __all__ = [
     "batch_files",
     "committed_batches",
     "StoreFile",
+    "check_links",
     "checkpoint_format_version",
     "discover_operators",
+    "links_outside",
     "missing_partitions",
     "resolved_copy",
     "store_schema_file",
@@ -67,22 +71,23 @@ class StoreFile:
     size: int
 
 
-def _read_log(f: Path) -> list[str]:
-    return verified_text(f).splitlines()
+def _read_log(f: Path, roots: Roots | Path) -> list[str]:
+    return verified_text(f, roots).splitlines()
 
 
-def checkpoint_format_version(path: Path, committed: list[int]) -> int:
-    """1 or 2: ``stateUniqueIds`` in the latest commit log or ``<v>_<uuid>`` store files mean 2."""
+def checkpoint_format_version(path: Path, committed: list[int], roots: Roots | None = None) -> int:
+    """1 or 2: ``stateUniqueIds`` in the latest commit log or ``<v>_<uuid>`` store files mean 2.
+    ``roots``: where files may be read from (default: ``path``)."""
     if committed:
-        lines = _read_log(Path(path) / "commits" / str(committed[-1]))
+        lines = _read_log(Path(path) / "commits" / str(committed[-1]), roots or Roots.of(path))
         if len(lines) > 1:
             try:
                 if "stateUniqueIds" in json.loads(lines[1]):
                     return 2
             except json.JSONDecodeError as exc:
                 raise SnapshotFormatError(
-                    f"{path}/commits/{committed[-1]}: expected a version line and a JSON line, found "
-                    f"{lines[1][:80]!r}") from exc
+                    f"{path}/commits/{committed[-1]}: expected a version line and a JSON line; line 2 "
+                    f"({len(lines[1])} characters) is not JSON ({exc.msg} at character {exc.pos})") from exc
     state = Path(path) / "state"
     if state.is_dir():
         for f in state.glob("*/*/*"):
@@ -159,7 +164,8 @@ def store_files(path: Path) -> list[StoreFile]:
     return out
 
 
-def _schema_paths(meta_file: Path) -> list[str]:
+def _schema_paths(meta_file: Path, roots: Roots) -> list[str]:
+    roots.confine(meta_file)
     try:
         lines = meta_file.read_text().splitlines()
     except (OSError, UnicodeDecodeError):
@@ -179,20 +185,40 @@ def _local(p: str) -> str:
     return p[len("file:"):] if p.startswith("file:") else p
 
 
-def foreign_schema_paths(path: Path) -> dict[Path, list[str]]:
+def foreign_schema_paths(path: Path, roots: Roots | None = None) -> dict[Path, list[str]]:
     """Operator metadata files that name schema files outside this checkpoint (a moved copy)."""
     root = str(Path(path).resolve())
+    roots = roots or Roots.of(path)
     out: dict[Path, list[str]] = {}
     for f in (Path(path) / "state").glob("*/_metadata/v*/*"):
         if f.name.startswith(".") or not f.is_file():
             continue
-        foreign = [p for p in _schema_paths(f) if not _local(p).startswith(root + "/")]
+        foreign = [p for p in _schema_paths(f, roots) if not _local(p).startswith(root + "/")]
         if foreign:
             out[f] = foreign
     return out
 
 
-def resolved_copy(path: Path, cache_dir: Path | None = None) -> Path:
+def links_outside(path: Path, roots: Roots) -> list[Path]:
+    """The symlinks under ``path`` (not followed) whose targets resolve outside ``roots``, in walk order."""
+    out = []
+    for top, dirs, files in os.walk(path):
+        for name in sorted(dirs) + sorted(files):
+            p = Path(top) / name
+            if p.is_symlink() and not roots.contains(p):
+                out.append(p)
+    return out
+
+
+def check_links(path: Path, roots: Roots) -> None:
+    """Refuse a checkpoint with a symlink out of ``roots`` before a reader that follows links itself (Spark's
+    JVM) is given the folder: :class:`~explorer.errors.UnsafePathError` naming the first one."""
+    bad = links_outside(path, roots)
+    if bad:
+        roots.confine(bad[0])
+
+
+def resolved_copy(path: Path, cache_dir: Path | None = None, roots: Roots | None = None) -> Path:
     """``path`` itself, or for a moved checkpoint a folder Spark can read in its place.
 
     Spark 4 records the absolute path of ``transformWithState`` schema files in the operator
@@ -201,7 +227,8 @@ def resolved_copy(path: Path, cache_dir: Path | None = None) -> Path:
     to point at the copy's own ``state/<op>/_stateSchema/...`` (found by the part after ``/state/``).
     """
     path = Path(path).resolve()
-    foreign = foreign_schema_paths(path)
+    roots = roots or Roots.of(path)
+    foreign = foreign_schema_paths(path, roots)
     if not foreign:
         return path
     tmp = Path(tempfile.mkdtemp(prefix="explorer-spark-copy-", dir=cache_dir))
@@ -218,7 +245,7 @@ def resolved_copy(path: Path, cache_dir: Path | None = None) -> Path:
             shutil.copytree(op / "_metadata", dst / "_metadata", ignore=shutil.ignore_patterns(".*.crc"))
     for f, paths in foreign.items():
         rel = f.relative_to(path)
-        text = f.read_text()
+        text = roots.confine(f).read_text()
         for p in paths:
             local = _local(p)
             i = local.rfind("/state/")
@@ -243,10 +270,15 @@ _HADOOP_CRC_MAGIC = b"crc\x00"
 
 def _check_spark_checksum(f: Path, data: bytes, sidecar: Path) -> None:
     """Spark 4's ``<name>.crc`` (checkpoint file checksums): JSON with the algorithm, value and file size."""
+    raw = sidecar.read_bytes()
     try:
-        doc = json.loads(sidecar.read_text())
+        doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SnapshotCorruptError(f"{sidecar}: expected Spark's checksum JSON, found {sidecar.read_bytes()[:40]!r}") from exc
+        raise SnapshotCorruptError(f"{sidecar}: expected Spark's checksum JSON; its {len(raw)} bytes are not JSON "
+                                   f"({getattr(exc, 'msg', 'not UTF-8')} at byte {getattr(exc, 'pos', None) or getattr(exc, 'start', 0)})") from exc
+    if not isinstance(doc, dict) or "value" not in doc:
+        raise SnapshotCorruptError(f"{sidecar}: expected Spark's checksum JSON object with a 'value'; found "
+                                   f"{type(doc).__name__} {sorted(doc)[:5] if isinstance(doc, dict) else ''}")
     if doc.get("algorithm") != "CRC32C":
         return  # another algorithm: nothing we can check (the file is still read)
     size = doc.get("mainFileSize")
@@ -260,10 +292,16 @@ def _check_spark_checksum(f: Path, data: bytes, sidecar: Path) -> None:
                                    "(the file is damaged)")
 
 
-def verified_bytes(f: Path) -> bytes:
+def verified_bytes(f: Path, roots: Roots | Path) -> bytes:
     """The bytes of a checkpoint file, checked against the checksum files next to it when there are any:
-    Hadoop's ``.<name>.crc`` (CRC-32 per 512-byte chunk) and Spark 4's ``<name>.crc`` (CRC-32C of the file)."""
+    Hadoop's ``.<name>.crc`` (CRC-32 per 512-byte chunk) and Spark 4's ``<name>.crc`` (CRC-32C of the file).
+    ``roots``: the checkpoint folder (or :class:`~explorer.format.untrusted.Roots`) the file and its checksum
+    files must resolve inside; one linking elsewhere is refused unread (:class:`~explorer.errors.UnsafePathError`)."""
     f = Path(f)
+    roots = Roots.of(roots)
+    for p in (f, f.with_name(f".{f.name}.crc"), f.with_name(f"{f.name}.crc")):
+        if p is f or p.is_symlink():
+            roots.confine(p)
     try:
         data = f.read_bytes()
     except OSError as exc:
@@ -275,10 +313,10 @@ def verified_bytes(f: Path) -> bytes:
     return data
 
 
-def verified_text(f: Path) -> str:
+def verified_text(f: Path, roots: Roots | Path) -> str:
     """A checkpoint log or metadata file (``offsets/N``, ``commits/N``, ``metadata``, an operator's
     ``_metadata/metadata``) as text, checked like :func:`verified_bytes`."""
-    data = verified_bytes(f)
+    data = verified_bytes(f, roots)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -81,8 +81,10 @@ from tqdm.auto import tqdm
 
 from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError, VersionGoneError
 from ...format.spark_buckets import STATE_NAME, TIMERS, decode_tables
+from ...format.untrusted import Roots, excerpt
 from ...keygroups.spark import partition_ids
 from ...spark_session import get_spark, log_path, root_cause
+from ...storage import as_path
 from ..base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
@@ -97,6 +99,7 @@ from ..base import (
     make_piece,
 )
 from . import layout
+from .checks import spark_checks
 from .collect import decode_collect_buffers
 from .hdfs import read_schema
 from .history import spark_history
@@ -139,13 +142,16 @@ class SparkCheckpointReader(SnapshotReader):
     in_chk_folders = False  # one folder holds every batch
 
     def __init__(self, path: str | Path, batch_id: int | None = None, spark=None, jvm: bool | None = None,
-                 mirror: layout.BatchMirror | None = None) -> None:
+                 mirror: layout.BatchMirror | None = None, allow_roots: Any = None) -> None:
         """``jvm=False`` reads HDFS-backed stores from their files only (no JVM started), ``True`` always through
         Spark's data source; ``None`` (default): from the files when every operator's store is HDFS-backed
         and of the built-in operators, through Spark otherwise.
 
         ``mirror``: the checkpoint is on an object store (``path`` is ignored); only the files of the batch
-        read are fetched (:class:`.layout.BatchMirror`), the rest when a question needs them."""
+        read are fetched (:class:`.layout.BatchMirror`), the rest when a question needs them.
+
+        Every file read resolves inside the checkpoint folder (symlinks followed, then checked); ``allow_roots``:
+        more folders files may lie in (a ``state/`` folder linked to another disk)."""
         self._mirror = mirror
         if mirror is not None:
             if batch_id is None and mirror.committed:
@@ -153,6 +159,9 @@ class SparkCheckpointReader(SnapshotReader):
             path = mirror.batch(batch_id) if batch_id in mirror.committed else mirror.everything()
         super().__init__(path)
         self._jvm = jvm
+        self._allow_roots = list(allow_roots or [])
+        #: the folders this checkpoint's files may be read from (:class:`~explorer.format.untrusted.Roots`)
+        self.roots = Roots([self.path], self._allow_roots, what="the checkpoint folder")
         if not self.detect(self.path):
             raise SnapshotNotFoundError(
                 f"{self.path} is not a Spark Structured Streaming checkpoint: expected a 'metadata' file and "
@@ -171,7 +180,7 @@ class SparkCheckpointReader(SnapshotReader):
             )
         self.batch_id = int(batch_id)
         #: checkpoint format version (1 or 2), from the commit log and the store files' names
-        self.format_version = layout.checkpoint_format_version(self.path, self.committed)
+        self.format_version = layout.checkpoint_format_version(self.path, self.committed, self.roots)
 
     @classmethod
     def on_store(cls, remote: Any, **options: Any) -> "SparkCheckpointReader":
@@ -182,6 +191,11 @@ class SparkCheckpointReader(SnapshotReader):
         reader.notes.insert(0, mirror.note())
         return reader
 
+    @classmethod
+    def check_files(cls, path: Path, **options: Any) -> list:
+        """Every file the newest committed batch needs, checked without a JVM (:mod:`.checks`)."""
+        return spark_checks(as_path(path), **options)
+
     # --- cheap metadata (files only) ------------------------------------------------------
     @classmethod
     def detect(cls, path: Path) -> bool:
@@ -190,11 +204,11 @@ class SparkCheckpointReader(SnapshotReader):
     @cached_property
     def _offset_metadata(self) -> dict[str, Any]:
         f = self.path / "offsets" / str(self.batch_id)
-        lines = layout.verified_text(f).splitlines()
+        lines = layout.verified_text(f, self.roots).splitlines()
         if not lines or not lines[0].startswith("v"):
             raise SnapshotFormatError(f"{f}: expected an offset log starting with a version line like 'v1'")
         if lines[0] not in ("v1", "v2"):
-            raise SnapshotFormatError(f"{f}: unknown offset log version {lines[0]!r} (known: v1, v2)")
+            raise SnapshotFormatError(f"{f}: unknown offset log version {excerpt(lines[0])} (known: v1, v2)")
         try:
             return json.loads(lines[1])
         except (IndexError, json.JSONDecodeError) as exc:
@@ -217,7 +231,7 @@ class SparkCheckpointReader(SnapshotReader):
     def at_batch(self, batch_id: int) -> "SparkCheckpointReader":
         """The same checkpoint as of another committed micro-batch."""
         other = SparkCheckpointReader(self.path, batch_id=batch_id, spark=self._spark, jvm=self._jvm,
-                                      mirror=self._mirror)
+                                      mirror=self._mirror, allow_roots=self._allow_roots)
         if "_spark_path" in self.__dict__:
             other.__dict__["_spark_path"] = self.__dict__["_spark_path"]
         return other
@@ -225,7 +239,7 @@ class SparkCheckpointReader(SnapshotReader):
     def info(self) -> SnapshotInfo:
         meta = self._offset_metadata
         try:
-            query_id = json.loads(layout.verified_text(self.path / "metadata")).get("id")
+            query_id = json.loads(layout.verified_text(self.path / "metadata", self.roots)).get("id")
         except (SnapshotFormatError, json.JSONDecodeError, AttributeError):
             query_id = None
         ts = meta.get("batchTimestampMs")
@@ -274,7 +288,8 @@ class SparkCheckpointReader(SnapshotReader):
     def _spark_path(self) -> Path:
         """The folder Spark reads: the checkpoint, or for a moved copy one whose metadata points at the copy."""
         self._everything()
-        resolved = layout.resolved_copy(self.path)
+        layout.check_links(self.path, self.roots)  # Spark follows links itself: none may lead out
+        resolved = layout.resolved_copy(self.path, roots=self.roots)
         if resolved != self.path.resolve():
             self.notes.append(
                 f"{self.path} was copied from elsewhere: its operator metadata names schema files of the original "
@@ -327,7 +342,7 @@ class SparkCheckpointReader(SnapshotReader):
                 if layout.has_operator_metadata(self.path, op_id):
                     return None
                 continue
-            lines = layout.verified_text(f).splitlines()
+            lines = layout.verified_text(f, self.roots).splitlines()
             try:
                 doc = json.loads(lines[1])
             except (IndexError, json.JSONDecodeError) as exc:
@@ -546,7 +561,8 @@ class SparkCheckpointReader(SnapshotReader):
             try:
                 t = state_table(self.path, op["operator_id"], parts, self.batch_id,
                                 st["options"].get("storeName", "default"), self.provider, self.format_version,
-                                None if op.get("discovered") else op["spark_operator"].startswith("sessionWindow"))
+                                None if op.get("discovered") else op["spark_operator"].startswith("sessionWindow"),
+                                roots=self.roots)
             except SnapshotFormatError as exc:
                 if self._jvm is False or isinstance(exc, VersionGoneError):  # Spark needs the same files
                     raise
@@ -598,7 +614,7 @@ class SparkCheckpointReader(SnapshotReader):
             wanted = query.key_groups
             if query.keys is not None and wanted is None:  # key=: only the keys' partitions
                 types = json_leaf_types(read_schema(layout.store_schema_file(
-                    self.path, op["operator_id"], st["options"].get("storeName", "default")))[0])
+                    self.path, op["operator_id"], st["options"].get("storeName", "default")), self.roots)[0])
                 found = self._partitions_of(op, st, types, query.keys)
                 wanted = None if found is None else frozenset(found)
             parts = [p for p in range(op["num_partitions"]) if wanted is None or p in wanted]

@@ -41,6 +41,7 @@ from pathlib import Path
 from ...errors import SnapshotCorruptError, SnapshotFormatError, VersionGoneError
 from ...format.sst.columns import Unsupported, column_families, read_column_family
 from ...format.sst.instance import read_instance
+from ...format.untrusted import Roots, excerpt, plain_name
 from .hdfs import records, spark_stream, store_dir
 from .layout import verified_bytes
 
@@ -62,11 +63,12 @@ def _utf(data: bytes, i: int, where: str) -> tuple[str, int]:
     return data[i + 2:i + 2 + n].decode("utf-8", errors="replace"), i + 2 + n
 
 
-def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bool = False) -> list[tuple[int, str]]:
-    """Apply one changelog file to ``rows``; return its lineage ``[(version, uuid)]`` (empty before version 3).
-    ``keep_deletes``: a deleted key is kept as None instead of dropped."""
+def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bool = False, *,
+                      roots: Roots | Path) -> list[tuple[int, str]]:
+    """Apply one changelog file (inside ``roots``) to ``rows``; return its lineage ``[(version, uuid)]`` (empty
+    before version 3). ``keep_deletes``: a deleted key is kept as None instead of dropped."""
     where = str(f)
-    data = spark_stream(verified_bytes(f), where)
+    data = spark_stream(verified_bytes(f, roots), where)
     version, pos = 1, 0
     if len(data) >= 3 and data[2:3] == b"v":
         text, after = _utf(data, 0, where)
@@ -80,7 +82,8 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
         try:
             lineage = [(int(x["version"]), str(x["checkpointUniqueId"])) for x in json.loads(text)]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise SnapshotCorruptError(f"{where}: expected the changelog's lineage as JSON, found {text[:80]!r}") from exc
+            raise SnapshotCorruptError(f"{where}: expected the changelog's lineage as JSON, found {len(text)} "
+                                       "characters that are not a list of versions and ids") from exc
     if version in (1, 3):
         records(data, where, rows, keep_deletes, start=pos)
         return lineage
@@ -123,11 +126,13 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
         pos += vs
 
 
-def _zip_rows(f: Path, rows: dict[bytes, bytes | None]) -> None:
-    """The visible rows of one RocksDB checkpoint zip and the SST files it names."""
+def _zip_rows(f: Path, rows: dict[bytes, bytes | None], roots: Roots) -> None:
+    """The visible rows of one RocksDB checkpoint zip and the SST files it names (plain file names in the
+    store's ``SSTs/`` folder, resolved inside ``roots``: a name with a separator, ``..``, a NUL or an absolute
+    path, or one linking out of the checkpoint, is refused before anything is read)."""
     where = str(f)
     try:
-        zf = zipfile.ZipFile(io.BytesIO(verified_bytes(f)))
+        zf = zipfile.ZipFile(io.BytesIO(verified_bytes(f, roots)))
         bad = zf.testzip()  # every member against its CRC-32
     except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
         raise SnapshotCorruptError(f"{where}: not a readable zip ({exc})") from exc
@@ -139,7 +144,8 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None]) -> None:
         raise SnapshotFormatError(f"{where}: expected a 'metadata' member naming the SST files, found "
                                   f"{zf.namelist()}") from exc
     if not lines or lines[0] != "v1":
-        raise SnapshotFormatError(f"{where}: metadata version {lines[:1]} is unknown (known: 'v1')")
+        raise SnapshotFormatError(f"{where}: metadata version {excerpt(lines[0] if lines else '')} is unknown "
+                                  "(known: 'v1')")
     try:
         meta = json.loads(lines[1])
         names = [s["dfsSstFileName"] for s in meta.get("sstFiles", [])]
@@ -149,12 +155,14 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None]) -> None:
         raise SnapshotFormatError(
             f"{where}: holds column families {sorted(meta['columnFamilyMapping'])} (transformWithState), which are "
             "not read without Spark yet; read it through Spark's data source")
+    folder = f.parent / "SSTs"
     ssts = []
     for name in names:
-        sst = f.parent / "SSTs" / name
+        sst = folder / plain_name(name, where, str(folder))
         if not sst.is_file():
-            raise SnapshotFormatError(f"{where}: names SST file {name}, which is not in {f.parent / 'SSTs'}")
-        ssts.append((str(sst), verified_bytes(sst)))
+            raise SnapshotFormatError(f"{where}: names SST file {name!r}, which is not in {folder}")
+        roots.confine(sst, where, name)
+        ssts.append((str(sst), verified_bytes(sst, roots)))
     rows.clear()
     try:  # column-wise (numba), the visible entries as byte ranges
         by_cf, _stats = column_families(ssts)
@@ -171,10 +179,12 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None]) -> None:
 
 
 def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str = "default",
-                       uuids: list[str] | None = None) -> dict[bytes, bytes]:
+                       uuids: list[str] | None = None, roots: Roots | None = None) -> dict[bytes, bytes]:
     """The rows (key bytes -> value bytes, each still with its version byte) of one RocksDB store partition
     at ``version`` (batch + 1). ``uuids``: the partition's ids of checkpoint format v2 for this version
-    (``commits/<batch>``), one of which names this store's file."""
+    (``commits/<batch>``), one of which names this store's file. ``roots``: where files may be read from
+    (default: ``ckpt``)."""
+    roots = Roots.of(ckpt) if roots is None else roots
     d = store_dir(ckpt, op, part, store)
     files: dict[tuple[int, str | None], dict[str, Path]] = {}
     for f in d.iterdir() if d.is_dir() else []:
@@ -198,9 +208,9 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
                 "which are not there" + (f" (the store keeps versions from {oldest}.zip on: its maintenance deleted "
                                          "the older files)" if gone and oldest else ""))
         if start:
-            _zip_rows(files[(start, None)]["zip"], rows)
+            _zip_rows(files[(start, None)]["zip"], rows, roots)
         for v in range(start + 1, version + 1):
-            changelog_records(files[(v, None)]["changelog"], rows)
+            changelog_records(files[(v, None)]["changelog"], rows, roots=roots)
         return rows  # type: ignore[return-value]
     uuid = next((u for u in uuids if (version, u) in files), None)
     if uuid is None:
@@ -208,23 +218,23 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
                                   f"({', '.join(uuids)})")
     here = files[(version, uuid)]
     if "zip" in here:
-        _zip_rows(here["zip"], rows)
+        _zip_rows(here["zip"], rows, roots)
         return rows  # type: ignore[return-value]
     # the changelog's lineage names the versions back to the last snapshot: read it first (records kept apart)
     own: dict[bytes, bytes | None] = {}
-    lineage = changelog_records(here["changelog"], own, keep_deletes=True)
+    lineage = changelog_records(here["changelog"], own, keep_deletes=True, roots=roots)
     chain = lineage + [(version, uuid)]
     base = next((i for i in range(len(chain) - 1, -1, -1) if "zip" in files.get(chain[i], {})), None)
     if base is None and chain[0][0] != 1:
         raise SnapshotFormatError(f"{d}: the lineage of {here['changelog'].name} starts at version {chain[0][0]} "
                                   f"but {chain[0][0]}_{chain[0][1]}.zip is not there")
     if base is not None:
-        _zip_rows(files[chain[base]]["zip"], rows)
+        _zip_rows(files[chain[base]]["zip"], rows, roots)
     for v, u in chain[(base + 1 if base is not None else 0):-1]:
         f = files.get((v, u), {}).get("changelog")
         if f is None:
             raise SnapshotFormatError(f"{d}: version {version} needs {v}_{u}.changelog (its lineage), not there")
-        changelog_records(f, rows)
+        changelog_records(f, rows, roots=roots)
     for k, val in own.items():  # the last changelog's records, replayed in their order
         if val is None:
             rows.pop(k, None)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError
+from ...format.untrusted import Roots
 from .hdfs import read_hdfs_store, read_schema, store_dir
 from .layout import verified_text
 from .rocksdb import ENCODING_VERSION, read_rocksdb_store
@@ -26,11 +27,11 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 PROVIDERS = (HDFS, ROCKSDB)
 
 
-def state_unique_ids(ckpt: Path, batch_id: int, op: int) -> list[list[str]] | None:
+def state_unique_ids(ckpt: Path, batch_id: int, op: int, roots: Roots | None = None) -> list[list[str]] | None:
     """Checkpoint format v2: the ids per partition (a list per partition, one per store) that
     ``commits/<batch_id>`` gives operator ``op``; None when the commit log has none."""
     f = Path(ckpt) / "commits" / str(batch_id)
-    lines = verified_text(f).splitlines()
+    lines = verified_text(f, roots or Roots.of(ckpt)).splitlines()
     try:
         doc = json.loads(lines[1]) if len(lines) > 1 else {}
     except json.JSONDecodeError as exc:
@@ -69,14 +70,17 @@ def _decode_keys(keys: list[bytes], schema: dict, where: str, skip: int, prefix_
 
 
 def state_table(ckpt: Path, op: int, partitions: int | list[int], batch_id: int, store: str = "default",
-                provider: str = HDFS, format_version: int = 1, session_window: bool | None = None) -> pa.Table:
+                provider: str = HDFS, format_version: int = 1, session_window: bool | None = None,
+                roots: Roots | None = None) -> pa.Table:
     """``partition_id, key, value`` of one operator's store at ``batch_id``, like Spark's state data source
     (``partitions``: how many, or which). ``session_window``: whether the operator is a session window
-    (its RocksDB keys are in the prefix-scan layout); None: unknown (Spark 3.x), told by the keys."""
+    (its RocksDB keys are in the prefix-scan layout); None: unknown (Spark 3.x), told by the keys.
+    ``roots``: where files may be read from (default: ``ckpt``)."""
+    roots = Roots.of(ckpt) if roots is None else roots
     schema_dir = store_dir(ckpt, op, 0, store)  # Spark writes the schema into partition 0's folder only
-    key_schema, value_schema = read_schema(schema_dir / "_metadata" / "schema")
+    key_schema, value_schema = read_schema(schema_dir / "_metadata" / "schema", roots)
     where = str(store_dir(ckpt, op, 0, store).parent)
-    uuids = state_unique_ids(ckpt, batch_id, op) if format_version == 2 else None
+    uuids = state_unique_ids(ckpt, batch_id, op, roots) if format_version == 2 else None
     if format_version == 2 and uuids is None:
         raise SnapshotFormatError(f"{ckpt}/commits/{batch_id}: a checkpoint of format v2 without the state ids "
                                   f"of operator {op} (stateUniqueIds)")
@@ -84,9 +88,9 @@ def state_table(ckpt: Path, op: int, partitions: int | list[int], batch_id: int,
     for p in range(partitions) if isinstance(partitions, int) else partitions:
         if provider == ROCKSDB:
             ids = None if uuids is None else (uuids[p] if p < len(uuids) else [])
-            rows = read_rocksdb_store(ckpt, op, p, batch_id + 1, store, ids)
+            rows = read_rocksdb_store(ckpt, op, p, batch_id + 1, store, ids, roots)
         elif provider == HDFS:
-            rows = read_hdfs_store(ckpt, op, p, batch_id + 1, store)
+            rows = read_hdfs_store(ckpt, op, p, batch_id + 1, store, roots)
         else:
             raise SnapshotFormatError(f"{ckpt}: state store provider {provider} is not read without Spark "
                                       f"(known: {', '.join(x.rsplit('.', 1)[-1] for x in PROVIDERS)})")
