@@ -123,10 +123,9 @@ prod plain-forst-checkpoint plain forst checkpoint
 prod sqlagg-heap-canonical-savepoint sqlagg hashmap canonical
 prod sqlagg-rocksdb-incremental-checkpoint sqlagg rocksdb incremental
 prod sqlagg-rocksdb-native-savepoint sqlagg rocksdb native
-# the async state API (State V2) on ForSt, and on HashMap for comparison
+# the async state API (State V2) on ForSt (its backend; the HashMap backend fails this job in 2.3.0)
 prod asyncstate-forst-checkpoint asyncstate forst checkpoint
 prod asyncstate-forst-native-savepoint asyncstate forst native
-prod asyncstate-heap-canonical-savepoint asyncstate hashmap canonical
 use_prod 1.20.3
 prod flink-1.20-plain-heap-canonical-savepoint plain hashmap canonical
 prod flink-1.20-types-heap-canonical-savepoint types hashmap canonical      # Kryo 2

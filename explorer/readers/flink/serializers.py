@@ -61,6 +61,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ...errors import FlinkFormatError
+from ..base import ConversionFailure
 from .datainput import DataInput
 from .javaser import parse_java_object
 
@@ -508,13 +509,6 @@ def _var_bytes(slot: bytes, row: bytes) -> bytes:
         return slot[: (v >> 56) & 0x7F]
     o, ln = v >> 32, v & 0xFFFFFFFF
     return row[o : o + ln]
-
-
-class ConversionFailure(Exception):
-    """A value that decoded from its bytes but that State Explorer's own conversion (pandas, Arrow) cannot
-    hold, e.g. a timestamp past pandas' range (1677-2262). Not damage: the reader reports it as a
-    :class:`~explorer.errors.ReaderError` naming the state (not a ``ValueError``, so that the readers' tuples
-    of damaged-input errors never catch it)."""
 
 
 def timestamp_from_epoch(ms: int, nanos: int = 0, what: str = "timestamp") -> pd.Timestamp:
