@@ -924,7 +924,8 @@ public class ProductionFixtures {
                 StreamTableEnvironment tEnv = StreamTableEnvironment.create(env);
                 DataStream<Row> rows = stream.map(e -> Row.of(e.user, e.category, e.amount))
                         .returns(Types.ROW_NAMED(new String[] {"user_name", "category", "amount"}, Types.STRING, Types.STRING, Types.LONG))
-                        .uid("to-rows").name("to-rows");
+                        .setParallelism(1)  // one upstream subtask: each user's rows reach the aggregate in input order
+                        .uid("to-rows").name("to-rows");                                 // (LISTAGG, LAST_VALUE)
                 tEnv.createTemporaryView("events", tEnv.fromDataStream(rows));
                 tEnv.executeSql("CREATE TABLE agg_sink (user_name STRING, cats BIGINT, cnt BIGINT, mx BIGINT, cat_list STRING, "
                         + "last_cat STRING, PRIMARY KEY (user_name) NOT ENFORCED) WITH ('connector' = 'blackhole')");
