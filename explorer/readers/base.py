@@ -244,6 +244,35 @@ _CORRUPTION: tuple[type[BaseException], ...] = (
 )
 
 
+class ConversionFailure(Exception):
+    """Raised by a decoder for a value that decoded from its bytes but that State Explorer's own conversion
+    cannot hold (a timestamp past pandas' years 1677-2262, ...). Not damaged input: the error boundary and the
+    readers report it as a :class:`~explorer.errors.ReaderError` naming the conversion (not a ``ValueError``,
+    so that no reader's tuple of damaged-input errors catches it)."""
+
+
+def raised_by_conversion(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from State Explorer's own conversion of decoded values, not from their bytes:
+    a :class:`ConversionFailure`, or an error raised inside pandas (which never reads snapshot bytes here;
+    Arrow does, for Parquet, so Arrow's errors stay damage)."""
+    if isinstance(exc, ConversionFailure):
+        return True
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    return isinstance(exc, (OverflowError, ValueError, TypeError)) and module.split(".")[0] == "pandas"
+
+
+def conversion_error(exc: BaseException, where: str, what: str = "reading") -> ReaderError:
+    """The :class:`ReaderError` for a failure of State Explorer's own conversion (see :func:`raised_by_conversion`)."""
+    err = ReaderError(f"{where}: State Explorer could not convert a decoded value while {what} ({_found(exc)}); "
+                      "the bytes decoded: this is a limit of State Explorer's conversion to pandas/Arrow, "
+                      "not damaged input")
+    err.__cause__ = exc
+    return err
+
+
 def _found(exc: BaseException) -> str:
     text = str(exc).strip() or "no message"
     if len(text) > 300:
@@ -270,6 +299,9 @@ def convert_failure(exc: BaseException, path: Path | str, file: Path | str | Non
             return exc
         clone.__cause__ = exc
         return clone
+    if raised_by_conversion(exc):
+        where = f"{name}" if str(name) == str(path) else f"{name} (snapshot {path})"
+        return conversion_error(exc, where, what)
     if isinstance(exc, FileNotFoundError):
         err: StateExplorerError = SnapshotCorruptError(
             f"{name}: missing or vanished while {what} the snapshot {path} ({_found(exc)}); "

@@ -212,3 +212,33 @@ def test_unknown_serializer_in_the_heap_layout_skips_only_what_it_must(copy):
     sums = frames[("bucket-state", "amount_sum")]
     assert dict(zip(sums["key"].astype(str), sums["value"])) == exp["bucket_sums"]
     assert ("user-state", "first_event") not in frames
+
+
+def test_a_value_pandas_cannot_hold_is_a_reader_error_not_damage(tmp_path):
+    """A far-future Instant (year 3000: a valid Java value) decodes from its bytes; pandas cannot hold it.
+    That is State Explorer's conversion failing, reported as a ReaderError naming the state and the
+    conversion, never as damaged input (issue 33)."""
+    import datetime as dt
+    import struct
+
+    import explorer
+
+    name = "types-heap-canonical-savepoint"
+    src = FLINK_FIXTURES / "production" / name
+    dest = tmp_path / name
+    shutil.copytree(src, dest)
+    sec = int(dt.datetime(2023, 11, 14, 22, 13, 29, tzinfo=dt.timezone.utc).timestamp())
+    old = struct.pack(">qi", sec, 387009007)  # user-00's first_seen, as Flink's InstantSerializer wrote it
+    new = struct.pack(">qi", int(dt.datetime(3000, 1, 1, tzinfo=dt.timezone.utc).timestamp()), 387009007)
+    hits = 0
+    for f in dest.iterdir():
+        data = f.read_bytes()
+        if old in data:
+            hits += data.count(old)
+            f.write_bytes(data.replace(old, new))
+    assert hits >= 1  # (the POJO profile holds the same Instant too)
+    snap = explorer.open(dest, uids=["user-types"])
+    assert len(snap.keyed_state(operator="user-types", state="tier")) > 0  # the other states read
+    with pytest.raises(ReaderError, match=r"first_seen.*Instant of 32503680000 s does not fit a pandas Timestamp.*not damaged input") as info:
+        snap.keyed_state(operator="user-types", state="first_seen")
+    assert not isinstance(info.value, SnapshotCorruptError) and "damaged" not in str(info.value).replace("not damaged", "")

@@ -36,6 +36,10 @@ EXPECTED_FAILURES: list[tuple[str, str, str, str]] = [
     # Kryo's default serializers (Optional, java.time fields) decode without either.
     ("*types-heap-checkpoint", "kryo", "MISSING", "Kryo value on a heap checkpoint: skipped (no length)"),
     ("*types-*", "kryo", "RAW", "Kryo FieldSerializer class without a jar or hint"),
+    # Flink 1.20's metadata (version 4) stores no operator names, and a SQL job's operators have no uids to
+    # pass: the GroupAggregate shows under its OperatorID, and EXPECTED.json names it "GroupAggregate" (its
+    # values read right under the ID: tools/flink/SURVEY.md). Issue 33, left: name such operators by their states.
+    ("flink-1.20-sqlagg-*", "*", "MISSING", "SQL operator named by OperatorID in metadata v4"),
 ]
 
 

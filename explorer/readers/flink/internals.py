@@ -40,6 +40,7 @@ from .serializers import (
     UnknownSnapshot,
     read_composite_header,
     register_snapshot_decoder,
+    timestamp_from_epoch,
 )
 
 _CEP = "org.apache.flink.cep.nfa."
@@ -195,7 +196,7 @@ class TimestampDataDecoder(Decoder):
     def read(self, inp: DataInput):
         ms = inp.read_long()
         nanos = inp.read_int() if self.precision > 3 else 0
-        return pd.Timestamp(ms, unit="ms") + pd.Timedelta(nanoseconds=nanos)
+        return timestamp_from_epoch(ms, nanos, self.name)
 
 
 register_snapshot_decoder(

@@ -118,8 +118,10 @@ class JavaStreamParser:
                 for code, fname in d.fields:
                     reader = _PRIMITIVE_READERS.get(code)
                     obj[fname] = reader(self.inp) if reader else self.read_content(depth + 1)
-                if d.flags & SC_WRITE_METHOD:
-                    self._skip_annotation(depth)
+                if d.flags & SC_WRITE_METHOD:  # what a writeObject wrote (e.g. an ArrayList's elements)
+                    written = [x for x in self._skip_annotation(depth) if not isinstance(x, bytes)]
+                    if written:
+                        obj.setdefault("@written", []).extend(written)
             return obj
         if tc == TC_ARRAY:
             desc = self.read_class_desc(depth)
@@ -137,12 +139,14 @@ class JavaStreamParser:
             return self.inp.read_bytes(self.inp.read_int())
         raise FlinkFormatError(f"unsupported Java serialization type code {tc:#04x} at offset {self.inp.pos - 1}")
 
-    def _skip_annotation(self, depth: int) -> None:
+    def _skip_annotation(self, depth: int) -> list[Any]:
+        """The contents up to the end-of-block marker (block data as bytes)."""
+        out: list[Any] = []
         while True:
             if self.inp.read_ubyte() == TC_ENDBLOCKDATA:
-                return
+                return out
             self.inp.pos -= 1
-            self.read_content(depth + 1)
+            out.append(self.read_content(depth + 1))
 
     def read_class_desc(self, depth: int) -> _ClassDesc | None:
         tc = self.inp.read_ubyte()

@@ -21,7 +21,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from ...errors import FlinkCorruptError, FlinkFormatError, SnapshotCorruptError, SnapshotFormatError
-from ..base import KeyedStateQuery
+from ..base import ConversionFailure, KeyedStateQuery, conversion_error, raised_by_conversion
 from . import columnar, fullformat, heapformat
 from .changelog import ChangelogState, read_change_sets
 from .datainput import DataInput
@@ -252,7 +252,11 @@ class KeyedReads(Notes):
                     for sid in sorted(wanted):
                         sel = sids == sid
                         yield from self._kv_pieces(op, st, header, sid, buf, ks[sel], ke[sel], vs[sel], ve[sel], query)
+        except ConversionFailure as exc:
+            raise conversion_error(exc, f"{where}, state(s) {_names(header, wanted)}") from exc
         except _DAMAGED as exc:
+            if raised_by_conversion(exc):
+                raise conversion_error(exc, f"{where}, state(s) {_names(header, wanted)}") from exc
             stream = getattr(h, "stream", None)  # a key-groups handle's own file, where it has one
             stored = "" if stream is None or stream.kind == "bytes" else f", file {self.resolver.local_path(stream)}"
             raise SnapshotCorruptError(f"{where}{stored}: keyed state is damaged ({exc})") from exc
@@ -262,6 +266,10 @@ class KeyedReads(Notes):
             piece = self._piece(op, st, header, buf, query)
             if piece is not None:
                 yield piece
+
+
+def _names(header: BackendMeta, sids) -> str:
+    return ", ".join(repr(header.states[sid].display_name) for sid in sorted(sids))
 
 
 def _only_key_groups(buf: RowBuffer, kgs) -> RowBuffer:

@@ -54,12 +54,14 @@ from __future__ import annotations
 import datetime as dt
 import struct
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable, Mapping
 
 import pandas as pd
 import pyarrow as pa
 
 from ...errors import FlinkFormatError
+from ..base import ConversionFailure
 from .datainput import DataInput
 from .javaser import parse_java_object
 
@@ -347,11 +349,65 @@ _LOGICAL_NAMES = {
     "BigIntType": "BIGINT", "IntType": "INT", "SmallIntType": "SMALLINT", "TinyIntType": "TINYINT",
     "BooleanType": "BOOLEAN", "DoubleType": "DOUBLE", "FloatType": "FLOAT", "VarCharType": "STRING",
     "CharType": "CHAR", "DateType": "DATE", "TimestampType": "TIMESTAMP", "LocalZonedTimestampType": "TIMESTAMP_LTZ",
-    "DecimalType": "DECIMAL", "VarBinaryType": "BYTES", "BinaryType": "BINARY",
+    "DecimalType": "DECIMAL", "VarBinaryType": "BYTES", "BinaryType": "BINARY", "TimeType": "TIME",
 }
 
 
 _EPOCH_DAY = dt.date(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class SqlField:
+    """A field of a SQL row whose type is more than a name: its logical type's parameters, as written in the
+    ``RowDataSerializer`` snapshot (a Java-serialized ``LogicalType``)."""
+
+    type: str  # "ROW", "RAW", "DECIMAL", ... (the names of _LOGICAL_NAMES)
+    row: "RowDataDecoder | None" = None  # ROW: the nested row
+    raw_class: str | None = None  # RAW: the Java class it holds (a MapView / ListView data view, ...)
+    raw_serializer: str | None = None  # RAW: its serializer's class
+    precision: int | None = None
+    scale: int | None = None
+
+    def __str__(self) -> str:
+        if self.row is not None:
+            return self.row.name
+        if self.type == "RAW":
+            return f"RAW<{_short(self.raw_class or '?')}>"
+        if self.type == "DECIMAL":
+            return f"DECIMAL({self.precision}, {self.scale})"
+        return self.type
+
+
+#: RAW fields holding a data view (a SQL accumulator's MapView/ListView) serialized by NullSerializer: the
+#: view's entries live in a state of their own (named after the accumulator, e.g. ``distinctAcc_0``), the row
+#: holds only a placeholder
+_DATA_VIEWS = {"org.apache.flink.table.api.dataview.MapView": "MapView",
+               "org.apache.flink.table.api.dataview.ListView": "ListView"}
+
+
+def sql_field_type(obj: Any) -> "str | SqlField":
+    """A ``LogicalType`` object (parsed by :mod:`.javaser`) as a type name, or a :class:`SqlField`."""
+    if not isinstance(obj, dict):
+        return "?"
+    t = _short(str(obj.get("@class", "?")))
+    name = _LOGICAL_NAMES.get(t, t)
+    if t == "RowType":
+        fields = obj.get("fields")
+        written = fields.get("list", fields.get("c")) if isinstance(fields, dict) else None
+        items = written.get("@written") if isinstance(written, dict) else None
+        if not isinstance(items, list):
+            return name  # (the field list could not be read: the field stays raw, with a note)
+        names = [f.get("name") if isinstance(f, dict) else None for f in items]
+        types = [sql_field_type(f.get("type")) if isinstance(f, dict) else "?" for f in items]
+        return SqlField("ROW", row=RowDataDecoder(types, [None] * len(types), names))
+    if t == "RawType":
+        clazz, ser = obj.get("clazz"), obj.get("serializer")
+        return SqlField("RAW", raw_class=clazz.get("@class_object") if isinstance(clazz, dict) else None,
+                        raw_serializer=ser.get("@class") if isinstance(ser, dict) else None)
+    if t == "DecimalType":
+        p, sc = obj.get("precision"), obj.get("scale")
+        return SqlField("DECIMAL", precision=p if isinstance(p, int) else None, scale=sc if isinstance(sc, int) else None)
+    return name
 
 
 class RowDataDecoder(Decoder):
@@ -362,14 +418,18 @@ class RowDataDecoder(Decoder):
     little-endian within each byte), then one 8-byte little-endian slot per
     field, then a variable-length area. Fixed-size values live in their slot.
     A string or binary of at most 7 bytes lives in the slot too (highest bit of
-    the slot set, its length in the 7 bits below); a longer one is at
-    ``offset = slot >> 32`` with ``length = slot & 0xFFFFFFFF``.
+    the slot set, its length in the 7 bits below); a longer one, a nested row, a
+    RAW value and a DECIMAL of precision > 18 are at ``offset = slot >> 32`` with
+    ``length = slot & 0xFFFFFFFF`` (a nested row is a binary row itself). A field
+    type not decoded here leaves the whole value raw, with a note naming it.
     """
 
-    def __init__(self, types: list[str], precisions: list[int | None] | None = None):
+    def __init__(self, types: list, precisions: list[int | None] | None = None,
+                 names: list[str | None] | None = None):
         self.types = types
         self.precisions = precisions or [None] * len(types)
-        self.name = f"ROW<{', '.join(types)}>"
+        self.names = [n or f"f{i}" for i, n in enumerate(names or [None] * len(types))]
+        self.name = f"ROW<{', '.join(map(str, types))}>"
 
     def read(self, inp):
         n = inp.read_int()
@@ -382,13 +442,15 @@ class RowDataDecoder(Decoder):
         out = {}
         for i, t in enumerate(self.types):
             bit = i + 8
-            name = f"f{i}"
+            name = self.names[i]
             if row[bit >> 3] & (1 << (bit & 7)):
                 out[name] = None
                 continue
             off = null_bytes + 8 * i
             slot = row[off : off + 8]
-            if t in ("TIMESTAMP", "TIMESTAMP_LTZ"):
+            if isinstance(t, SqlField):
+                out[name] = self._field(t, slot, row)
+            elif t in ("TIMESTAMP", "TIMESTAMP_LTZ"):
                 # precision <= 3: epoch millis in the slot; else the slot holds (offset << 32 | nanos of
                 # the millisecond) and the millis are at offset in the variable-length area
                 prec = self.precisions[i]
@@ -398,13 +460,14 @@ class RowDataDecoder(Decoder):
                     ms = struct.unpack_from("<q", row, off)[0]
                 else:
                     ms, nanos = v, 0
-                out[name] = pd.Timestamp(ms, unit="ms") + pd.Timedelta(nanoseconds=nanos)
+                out[name] = timestamp_from_epoch(ms, nanos, t)
             elif t == "BIGINT":
                 out[name] = struct.unpack_from("<q", slot)[0]
             elif t == "DATE":
                 out[name] = _EPOCH_DAY + dt.timedelta(days=struct.unpack_from("<i", slot)[0])
-            elif t == "INT":
-                out[name] = struct.unpack_from("<i", slot)[0]
+            elif t in ("INT", "TIME"):  # (TIME: milliseconds of the day)
+                v = struct.unpack_from("<i", slot)[0]
+                out[name] = v if t == "INT" else dt.time(v // 3_600_000, v // 60_000 % 60, v // 1000 % 60, v % 1000 * 1000)
             elif t == "SMALLINT":
                 out[name] = struct.unpack_from("<h", slot)[0]
             elif t == "TINYINT":
@@ -416,16 +479,45 @@ class RowDataDecoder(Decoder):
             elif t == "FLOAT":
                 out[name] = struct.unpack_from("<f", slot)[0]
             elif t in ("STRING", "CHAR", "BYTES", "BINARY"):
-                v = struct.unpack_from("<Q", slot)[0]
-                if v >> 63:
-                    raw = slot[: (v >> 56) & 0x7F]
-                else:
-                    o, ln = v >> 32, v & 0xFFFFFFFF
-                    raw = row[o : o + ln]
+                raw = _var_bytes(slot, row)
                 out[name] = raw.decode("utf-8", "replace") if t in ("STRING", "CHAR") else bytes(raw)
-            else:
-                out[name] = bytes(slot)
+            else:  # never the slot's bytes as if they were the value: the whole value stays raw, noted
+                raise UnknownLayout(f"SQL field {name} of type {t} in {self.name} is not decoded by State Explorer")
         return out
+
+    def _field(self, f: SqlField, slot: bytes, row: bytes) -> Any:
+        if f.row is not None:
+            v = struct.unpack_from("<Q", slot)[0]
+            o, ln = v >> 32, v & 0xFFFFFFFF
+            return f.row.decode_row(row[o : o + ln])
+        if f.type == "RAW" and f.raw_class in _DATA_VIEWS and (f.raw_serializer or "").endswith(".NullSerializer"):
+            return {"data_view": _DATA_VIEWS[f.raw_class]}  # its entries: in the state named after it
+        if f.type == "DECIMAL" and f.precision is not None and f.scale is not None:
+            if f.precision <= 18:  # compact: the unscaled long in the slot
+                unscaled = struct.unpack_from("<q", slot)[0]
+            else:
+                unscaled = int.from_bytes(_var_bytes(slot, row), "big", signed=True)
+            return Decimal(unscaled).scaleb(-f.scale)
+        raise UnknownLayout(f"SQL field of type {f} in {self.name} is not decoded by State Explorer")
+
+
+def _var_bytes(slot: bytes, row: bytes) -> bytes:
+    """A variable-length field's bytes: in the slot (highest bit set, length in the 7 bits below) or at
+    ``offset = slot >> 32`` with ``length = slot & 0xFFFFFFFF``."""
+    v = struct.unpack_from("<Q", slot)[0]
+    if v >> 63:
+        return slot[: (v >> 56) & 0x7F]
+    o, ln = v >> 32, v & 0xFFFFFFFF
+    return row[o : o + ln]
+
+
+def timestamp_from_epoch(ms: int, nanos: int = 0, what: str = "timestamp") -> pd.Timestamp:
+    """``ms`` epoch milliseconds (+ ``nanos``) as a pandas Timestamp, or :class:`ConversionFailure`."""
+    try:
+        return pd.Timestamp(ms, unit="ms") + pd.Timedelta(nanoseconds=nanos)
+    except (OverflowError, ValueError) as exc:  # (pandas' OutOfBounds* are ValueErrors)
+        raise ConversionFailure(f"a {what} of {ms} ms since the epoch does not fit a pandas Timestamp "
+                                f"(years 1677 to 2262): {type(exc).__name__}: {exc}") from exc
 
 
 class RawDecoder(Decoder):
@@ -587,8 +679,7 @@ def _read_content(inp: DataInput, cls: str, version: int, options: Mapping[str, 
         types, precisions = [], []
         for _ in range(n):
             obj = parse_java_object(inp)
-            t = _short(str(obj.get("@class", "?"))) if isinstance(obj, dict) else "?"
-            types.append(_LOGICAL_NAMES.get(t, t))
+            types.append(sql_field_type(obj))
             p = obj.get("precision") if isinstance(obj, dict) else None
             precisions.append(p if isinstance(p, int) else None)
         _read_nested(inp)

@@ -38,7 +38,9 @@ from .serializers import (
     read_top_level_snapshot,
 )
 
-BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE")
+#: (KEY_VALUE_V2: a state of the async state API, Flink 2.x ``enableAsyncState()``; its VALUE_SERIALIZER is the
+#: element's, a map state's user keys have a USER_KEY_SERIALIZER of their own, see ``StateMeta.value_decoder``)
+BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE", "KEY_VALUE_V2")
 #: the prefix PyFlink's Java side (``BeamKeyedStateStore``) puts before the name of every Python keyed state
 PYTHON_STATE_PREFIX = "python-state-"
 #: kinds a PyFlink Python state may be declared as
@@ -86,7 +88,17 @@ class StateMeta:
 
     @property
     def value_decoder(self) -> Decoder | None:
-        return self.serializers.get("VALUE_SERIALIZER")
+        """The whole value's decoder, as the classic API declares it (a list state's ``List<T>``, a map
+        state's ``Map<K, V>``). The async state API (State V2) stores the element's serializer and, for a map,
+        the user key's as USER_KEY_SERIALIZER: the same bytes, the whole value's decoder is made from them."""
+        v = self.serializers.get("VALUE_SERIALIZER")
+        if self.backend_type != "KEY_VALUE_V2" or v is None:
+            return v
+        kind = self.kind
+        if kind == "map":
+            uk = self.serializers.get("USER_KEY_SERIALIZER")
+            return MapDecoder(uk, v) if uk is not None else RawDecoder("a State V2 map state without USER_KEY_SERIALIZER")
+        return ListDecoder(v) if kind == "list" else v
 
     @property
     def namespace_decoder(self) -> Decoder | None:
@@ -153,7 +165,8 @@ def read_backend_meta(
             for _ in range(inp.read_int()):
                 k = inp.read_utf()
                 state_options[k] = inp.read_utf()
-            meta = StateMeta(i, name, BACKEND_STATE_TYPES[t] if 0 <= t < 4 else f"TYPE_{t}", state_options)
+            meta = StateMeta(i, name, BACKEND_STATE_TYPES[t] if 0 <= t < len(BACKEND_STATE_TYPES) else f"TYPE_{t}",
+                             state_options)
             states.append(meta)
             state_decode = options
             if name.startswith(PYTHON_STATE_PREFIX) and len(name) > len(PYTHON_STATE_PREFIX):

@@ -44,6 +44,7 @@ from decimal import Decimal
 import pandas as pd
 import pyarrow as pa
 
+from ..base import ConversionFailure
 from .datainput import DataInput
 from .serializers import (
     PRIMITIVES,
@@ -57,6 +58,16 @@ _BASE = "org.apache.flink.api.common.typeutils.base."
 _LONG_MIN = -(1 << 63)
 _INT_MIN = -(1 << 31)
 _EPOCH = pd.Timestamp(0, tz="UTC")
+
+
+def _in_pandas(make, what: str):
+    """``make()``: a pandas Timestamp of a decoded value; one pandas cannot hold (outside the years 1677-2262) is
+    State Explorer's limit, not damage (:class:`~explorer.readers.base.ConversionFailure`)."""
+    try:
+        return make()
+    except (OverflowError, ValueError) as exc:  # (pandas' OutOfBounds* are ValueErrors)
+        raise ConversionFailure(f"{what} does not fit a pandas Timestamp (years 1677 to 2262): "
+                                f"{type(exc).__name__}: {exc}") from exc
 
 
 class EnumDecoder(Decoder):
@@ -90,7 +101,7 @@ def _instant(inp: DataInput):
     sec, nano = inp.read_long(), inp.read_int()
     if sec == _LONG_MIN:
         return None
-    return _EPOCH + pd.Timedelta(seconds=sec) + pd.Timedelta(nanoseconds=nano)
+    return _in_pandas(lambda: _EPOCH + pd.Timedelta(seconds=sec) + pd.Timedelta(nanoseconds=nano), f"an Instant of {sec} s")
 
 
 def _local_date_parts(inp: DataInput):
@@ -117,19 +128,21 @@ def _local_datetime(inp: DataInput):
     t, nano = _local_time_parts(inp)
     if d is None or t is None:
         return None
-    return pd.Timestamp(dt.datetime.combine(d, t.replace(microsecond=0))) + pd.Timedelta(nanoseconds=nano)
+    return _in_pandas(lambda: pd.Timestamp(dt.datetime.combine(d, t.replace(microsecond=0))) + pd.Timedelta(nanoseconds=nano),
+                      f"a LocalDateTime of {d} {t}")
 
 
 def _epoch_ms(inp: DataInput):
     ms = inp.read_long()
-    return None if ms == _LONG_MIN else _EPOCH + pd.Timedelta(milliseconds=ms)
+    return None if ms == _LONG_MIN else _in_pandas(lambda: _EPOCH + pd.Timedelta(milliseconds=ms), f"a Date of {ms} ms")
 
 
 def _sql_timestamp(inp: DataInput):
     ms, nanos = inp.read_long(), inp.read_int()
     if ms == _LONG_MIN:
         return None
-    return _EPOCH + pd.Timedelta(seconds=ms // 1000) + pd.Timedelta(nanoseconds=nanos)
+    return _in_pandas(lambda: _EPOCH + pd.Timedelta(seconds=ms // 1000) + pd.Timedelta(nanoseconds=nanos),
+                      f"a java.sql.Timestamp of {ms} ms")
 
 
 def _big_dec(inp: DataInput):

@@ -3,7 +3,7 @@
 // be there, see Expect.java and tools/flink/README.md).
 //
 // Usage: ProductionFixtures <out-root> <name> <job> <hashmap|rocksdb|forst> <canonical|native|checkpoint|incremental>
-//   job: plain | types | windows | joins | sql
+//   job: plain | types | windows | joins | sql | sqlagg | asyncstate (AsyncStateJob.java, Flink 2.x only)
 //   -Dfixtures.changelog=true      changelog state backend (filesystem changelog storage inside the job dir)
 //   -Dfixtures.filemerging=true    file-merging checkpoints (Flink 1.20+)
 //
@@ -731,6 +731,37 @@ public class ProductionFixtures {
         }
     }
 
+    /** A GroupAggregate whose accumulator row holds every kind of field: COUNT(DISTINCT) (its MapView in a state of
+     *  its own, a RawType placeholder in the row), COUNT, MAX (BIGINT fields), LISTAGG (two STRING fields) and
+     *  LAST_VALUE (a nested ROW(lastValue, lastOrder): a variable-length field of the BinaryRowData). The
+     *  accumulator fields are in aggregate order, the distinct views after them (Flink's AggsHandler layout). */
+    static final String SQLAGG = "INSERT INTO agg_sink SELECT user_name, COUNT(DISTINCT category), COUNT(*), "
+            + "MAX(amount), LISTAGG(category), LAST_VALUE(category) FROM events GROUP BY user_name";
+
+    static void expectSqlAgg(Expect x) {
+        for (Map.Entry<String, List<Event>> u : byUser(events()).entrySet()) {
+            Object key = rowKey(u.getKey());
+            TreeMap<String, Long> cats = new TreeMap<>();
+            long max = Long.MIN_VALUE;
+            StringBuilder list = new StringBuilder();
+            for (Event e : u.getValue()) {
+                cats.put(e.category, 1L);  // the distinct view's value: a bit per distinct aggregate using it
+                max = Math.max(max, e.amount);
+                list.append(list.length() > 0 ? "," : "").append(e.category);
+            }
+            for (Map.Entry<String, Long> c : cats.entrySet()) {
+                x.entry("GroupAggregate", "distinctAcc_0", "map", "MapView<category, Long>", key, null, rowKey(c.getKey()), c.getValue());
+            }
+            String last = u.getValue().get(u.getValue().size() - 1).category;
+            x.entry("GroupAggregate", "accState", "value",
+                    "Row(count distinct, count, max, listagg (delimiter, acc), last_value row(value, order), distinct view)",
+                    key, null, null, new Expect.Raw("{\"type\": \"row\", \"kind\": \"+I\", \"fields\": ["
+                            + cats.size() + ", " + u.getValue().size() + ", " + max + ", " + Expect.str(",") + ", "
+                            + Expect.str(list.toString()) + ", " + Expect.enc(rowKey(last, Long.MIN_VALUE)) + ", "
+                            + "{\"type\": \"dataview\", \"view\": \"MapView\"}]}"));
+        }
+    }
+
     // ------------------------------------------------------------------ driver ------------------------------
     public static void main(String[] args) {
         try {
@@ -788,7 +819,7 @@ public class ProductionFixtures {
         env.setMaxParallelism(128);
         if (checkpointMode) env.enableCheckpointing(300);
 
-        final boolean sql = job.equals("sql");
+        final boolean sql = job.startsWith("sql");
         // a sequence source (the same API in Flink 1.17 to 2.x) that idles after the last event, so the job keeps
         // running until the snapshot is taken
         DataStream<Event> stream = env.fromSequence(0, Long.MAX_VALUE).setParallelism(1).uid("sequence").name("sequence")
@@ -887,6 +918,27 @@ public class ProductionFixtures {
                 sqlResult = set.execute();
                 expectedOps = -1;
                 expectSql(x);
+                break;
+            }
+            case "sqlagg": {
+                StreamTableEnvironment tEnv = StreamTableEnvironment.create(env);
+                DataStream<Row> rows = stream.map(e -> Row.of(e.user, e.category, e.amount))
+                        .returns(Types.ROW_NAMED(new String[] {"user_name", "category", "amount"}, Types.STRING, Types.STRING, Types.LONG))
+                        .setParallelism(1)  // one upstream subtask: each user's rows reach the aggregate in input order
+                        .uid("to-rows").name("to-rows");                                 // (LISTAGG, LAST_VALUE)
+                tEnv.createTemporaryView("events", tEnv.fromDataStream(rows));
+                tEnv.executeSql("CREATE TABLE agg_sink (user_name STRING, cats BIGINT, cnt BIGINT, mx BIGINT, cat_list STRING, "
+                        + "last_cat STRING, PRIMARY KEY (user_name) NOT ENFORCED) WITH ('connector' = 'blackhole')");
+                StatementSet set = tEnv.createStatementSet();
+                set.addInsertSql(SQLAGG);
+                sqlResult = set.execute();
+                expectedOps = -1;
+                expectSqlAgg(x);
+                break;
+            }
+            case "asyncstate": {  // Flink 2.x only: the class is compiled only against 2.x
+                Class.forName("AsyncStateJob").getMethod("build", DataStream.class, Expect.class).invoke(null, stream, x);
+                expectedOps = EVENTS;
                 break;
             }
             default:
