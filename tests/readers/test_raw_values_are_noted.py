@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import explorer
@@ -64,7 +65,8 @@ def test_raw_bytes_are_noted(path, options):
     states = snap.states
     unnoted = []
     for row in states.itertuples(index=False):
-        declared = " ".join(str(getattr(row, c, "") or "") for c in ("key_type", "value_type")).lower()
+        declared = " ".join("" if pd.isna(t := getattr(row, c, None)) else str(t)
+                            for c in ("key_type", "value_type")).lower()  # NA: not declared (snap.states)
         if any(t in declared for t in _BYTES_TYPES):
             continue
         df = snap.keyed_state(operator=row.operator, state=row.state)
