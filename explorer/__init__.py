@@ -6,7 +6,7 @@
 
 What ``import explorer`` exports (``__all__``; ``tests/test_public_api.py`` checks it equals the
 public names here): the entry points (``open``, ``list``, ``history``, ``diff``, ``changes``,
-``Snapshot``, ``CONTRACT_COLUMNS``), the IPython extension's hook, every class of the error tree
+``edit``, ``Snapshot``, ``CONTRACT_COLUMNS``), the IPython extension's hook, every class of the error tree
 (``explorer/errors.py``, so ``except explorer.SnapshotCorruptError`` works without knowing the
 module), and Flink's three key-group rules for one key (``assign_to_key_group``,
 ``operator_index_for_key_group``, ``compute_default_max_parallelism``). The rest of the key-group
@@ -19,6 +19,7 @@ from . import errors  # noqa: F401 - explorer.errors, the tree's module, stays a
 from .errors import (
     AnalysisError,
     CheckpointError,
+    EditError,
     FlinkCorruptError,
     FlinkFormatError,
     JobError,
@@ -40,6 +41,7 @@ from .errors import (
 )
 from .analysis import changes, diff, history
 from .catalog import list_snapshots as list  # noqa: A004 - explorer.list(path), the public name
+from .edit import edit
 from .keygroups import assign_to_key_group, compute_default_max_parallelism, operator_index_for_key_group
 from .readers.base import CONTRACT_COLUMNS
 from .snapshot import Snapshot, open
@@ -50,6 +52,7 @@ __all__ = [
     "AnalysisError",
     "CONTRACT_COLUMNS",
     "CheckpointError",
+    "EditError",
     "FlinkCorruptError",
     "FlinkFormatError",
     "JobError",
@@ -73,6 +76,7 @@ __all__ = [
     "changes",
     "compute_default_max_parallelism",
     "diff",
+    "edit",
     "history",
     "list",
     "load_ipython_extension",

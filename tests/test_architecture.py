@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("explorer.keygroups", "explorer.ranking", "explorer.format", "explorer.storage", "explorer.spark_session"),
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark_engine"),
     ("explorer.readers",),
-    ("explorer.stored", "explorer.catalog"),
+    ("explorer.stored", "explorer.catalog", "explorer.edit"),
     ("explorer.analysis", "explorer.distributed"),
     ("explorer.plots",),
     ("explorer.report",),
