@@ -46,6 +46,7 @@ class OperatorPlan:
     uid: str | None
     operator_id: str
     max_parallelism: int
+    name: str | None = None
     dropped: bool = False
     dropped_states: set[str] = field(default_factory=set)
     dropped_keys: list[frozenset] = field(default_factory=list)
@@ -56,8 +57,8 @@ class OperatorPlan:
         out = {self.operator_id}
         if self.uid:
             out |= {self.uid, operator_id_for_uid(self.uid)}
-        if self.source.name and self.uid == self.source.uid:
-            out.add(self.source.name)
+        if self.name and self.uid == self.source.uid:
+            out.add(self.name)
         return out
 
 
@@ -69,7 +70,8 @@ class Editor:
         self.reader = FlinkSnapshotReader(path, **open_options)
         flink.check_editable(self.reader)
         self.steps: list[EditStep] = []
-        self._plans = [OperatorPlan(op, op.uid, op.operator_id, op.max_parallelism) for op in self.reader.meta.operators]
+        self._plans = [OperatorPlan(op, op.uid, op.operator_id, op.max_parallelism, op.name)
+                       for op in self.reader.meta.operators]
 
     # -- what is recorded ---------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -107,12 +109,15 @@ class Editor:
         return self._record("drop_operator", uid=uid)
 
     def rename_operator(self, old_uid: str, new_uid: str) -> Editor:
-        """Give the operator a new uid; its operator id becomes the one Flink derives from ``new_uid``."""
+        """Give the operator a new uid; its operator id becomes the one Flink derives from ``new_uid`` (as Flink's
+        ``SavepointWriter.changeOperatorIdentifier``); a name that was the old uid becomes the new one."""
         plan = self._plan(old_uid)
         new_id = operator_id_for_uid(new_uid)
         if any(p is not plan and not p.dropped and new_id == p.operator_id for p in self._plans):
             raise EditError(f"{self.path}: cannot rename {old_uid!r} to {new_uid!r}: another operator already has "
                             f"operator id {new_id}")
+        if plan.name is not None and plan.name == plan.uid:
+            plan.name = new_uid
         plan.uid, plan.operator_id = new_uid, new_id
         return self._record("rename_operator", old_uid=old_uid, new_uid=new_uid)
 

@@ -305,7 +305,7 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
     op, version = plan.source, reader.meta.version
     p, max_p = op.parallelism, plan.max_parallelism
     if version >= 5:
-        d.write_utf(op.name or "")
+        d.write_utf(plan.name or "")
         d.write_utf(plan.uid or "")
     raw_id = bytes.fromhex(plan.operator_id)
     d.write_long(int.from_bytes(raw_id[:8], "big", signed=True))
