@@ -52,6 +52,10 @@ class OperatorPlan:
     dropped_keys: list[frozenset] = field(default_factory=list)
     #: state name -> predicates on one row (``{"key", "namespace", "user_key", "value"}``) that keep it
     filters: dict[str, list[Callable[[dict], bool]]] = field(default_factory=dict)
+    #: state name -> functions of one row giving its new value, applied in order
+    mappers: dict[str, list[Callable[[dict], Any]]] = field(default_factory=dict)
+    #: [state, key, user key, rows changed] of each update(), checked after the write found its rows
+    updates: list[list] = field(default_factory=list)
 
     def names(self) -> set[str]:
         out = {self.operator_id}
@@ -144,6 +148,34 @@ class Editor:
         plan = self._plan(operator)
         plan.filters.setdefault(self._state(plan, state), []).append(where)
         return self._record("filter", operator=operator, state=state, where=where)
+
+    def map_values(self, *, operator: str, state: str, fn: Callable[[dict], Any]) -> Editor:
+        """Give every row of one state the value ``fn(row)`` (``row`` as for :meth:`filter`); values the
+        writer cannot encode exactly (see ``edit.values``) are refused when written."""
+        if not callable(fn):
+            raise TypeError(f"map_values(fn=...): found {type(fn).__name__}, expected a function of a row")
+        plan = self._plan(operator)
+        plan.mappers.setdefault(self._state(plan, state), []).append(fn)
+        return self._record("map_values", operator=operator, state=state, fn=fn)
+
+    def update(self, *, operator: str, state: str, key: Any, value: Any, user_key: Any = None) -> Editor:
+        """Set the value of one existing row (a key's value, or one map entry's with ``user_key``); a row the
+        savepoint does not hold is refused when written (adding state is not an edit of this kind)."""
+        plan = self._plan(operator)
+        name = self._state(plan, state)
+        want_key = _hashable(key)
+        record = [name, want_key, user_key, 0]
+        plan.updates.append(record)
+
+        def set_one(row: dict) -> Any:
+            if _hashable(row["key"]) == want_key and (user_key is None or row["user_key"] == user_key):
+                record[3] += 1
+                return value
+            return row["value"]
+
+        set_one.__name__ = f"set {key!r}"
+        plan.mappers.setdefault(name, []).append(set_one)
+        return self._record("update", operator=operator, state=state, key=key, value=value, user_key=user_key)
 
     def with_max_parallelism(self, max_parallelism: int, *, operator: str | None = None) -> Editor:
         """Re-assign every key to its key group under ``max_parallelism`` (every operator, or one); keys whose

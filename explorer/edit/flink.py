@@ -53,6 +53,7 @@ from ..readers.flink.reader import FlinkSnapshotReader
 from ..readers.flink.rows import KeyValueDecoder, RowBuffer, hashable_keys, prefix_bytes
 from ..readers.flink.statemeta import BackendMeta
 from .dataoutput import DataOutput
+from .values import encode
 
 if TYPE_CHECKING:
     from .editor import OperatorPlan
@@ -170,6 +171,9 @@ class _OperatorEntries:
                     value = self._filtered(dec, meta, kg, key, value, preds)
                     if value is None:
                         continue
+                fns = plan.mappers.get(meta.name)
+                if fns:
+                    value = self._mapped(dec, meta, kg, key, value, fns)
                 self.buckets[new_kg].append((out_ids[sid], key[prefix:], value))
                 self.entries_out += 1
 
@@ -206,6 +210,33 @@ class _OperatorEntries:
             raise FlinkCorruptError(f"{self.where}: a list value of state {meta.name!r} in key group {kg} has "
                                     f"{len(value)} bytes; its elements account for {p - 1}")
         return b",".join(parts) or None
+
+    def _rows(self, dec: KeyValueDecoder, meta, kg: int, key: bytes, value: bytes, what: str) -> list[dict]:
+        buf = RowBuffer(meta)
+        dec.decode(buf, kg, key, value)
+        if buf.raw_notes or meta.is_pyflink_bag or dec.timer is not None:
+            raise EditError(f"{self.where}: state {meta.name!r} has values State Explorer does not decode "
+                            f"({buf.raw_reason or 'PyFlink records or timers'}); {what} needs decoded values")
+        return [{"key": k, "namespace": n, "user_key": u, "value": v, "last_access": t}
+                for k, n, u, v, t in zip(buf.keys, buf.namespaces, buf.user_keys, buf.values, buf.last_access)]
+
+    def _mapped(self, dec: KeyValueDecoder, meta, kg: int, key: bytes, value: bytes, fns) -> bytes:
+        rows = self._rows(dec, meta, kg, key, value, "map_values/update")
+        if meta.has_ttl:
+            raise EditError(f"{self.where}: state {meta.name!r} has a TTL; changing its values (and their "
+                            "last-access times) is not written yet")
+        for row in rows:
+            for fn in fns:
+                row["value"] = fn(dict(row))
+        where = f"{self.where}, state {meta.name!r}, key {rows[0]['key']!r}" if rows else self.where
+        if dec.kind == "list":
+            return b",".join(encode(dec.elem, r["value"], where) for r in rows)
+        new = rows[0]["value"]
+        if dec.kind == "map":
+            return b"\x01" if new is None else b"\x00" + encode(dec.elem, new, where)
+        if new is None:
+            raise EditError(f"{where}: found None as a new value; to leave rows out use filter()")
+        return encode(dec.elem, new, where)
 
     def header(self) -> bytes:
         out = DataOutput()
@@ -318,6 +349,11 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
         return
     subtasks = {st.index: st for st in op.subtasks}
     keyed = _OperatorEntries(reader, plan) if _keyed_subtasks(op) else None
+    for state, key, user_key, hits in plan.updates:
+        if not hits:
+            at = f", user key {user_key!r}" if user_key is not None else ""
+            raise EditError(f"{reader.metadata_file}: operator {plan.uid or plan.operator_id!r}, state {state!r} "
+                            f"has no row of key {key!r}{at} to update (adding state is not an edit of this kind)")
     if keyed is not None:  # a subtask that had no state may own key groups now
         for kg in keyed.buckets:
             i = operator_index_for_key_group(max_p, p, kg)

@@ -61,8 +61,10 @@ def renumber_lists(snap_rows: dict, kinds: dict) -> dict:
 
 
 def expected_entries(path: Path, keep: Callable[[str, str, dict], bool] = lambda op, st, e: True,
-                     rename: dict[str, str] | None = None, operators: set[str] | None = None) -> list[tuple]:
-    """EXPECTED.json's entries (tools/flink/README.md) kept by ``keep``, operators renamed, as sorted JSON tuples."""
+                     rename: dict[str, str] | None = None, operators: set[str] | None = None,
+                     change: Callable[[str, str, dict], dict] = lambda op, st, e: e) -> list[tuple]:
+    """EXPECTED.json's entries (tools/flink/README.md) kept by ``keep``, changed by ``change``, operators renamed,
+    as sorted JSON tuples."""
     exp = json.loads((path / "EXPECTED.json").read_text())
     out = []
     for op, o in exp["operators"].items():
@@ -71,7 +73,7 @@ def expected_entries(path: Path, keep: Callable[[str, str, dict], bool] = lambda
         for st, s in o["states"].items():
             for e in s["entries"]:
                 if keep(op, st, e):
-                    out.append(entry((rename or {}).get(op, op), st, e))
+                    out.append(entry((rename or {}).get(op, op), st, change(op, st, dict(e))))
     return sorted(out)
 
 

@@ -184,3 +184,50 @@ def test_keys_whose_java_hash_is_not_reproduced_cannot_change_key_group(tmp_path
     with pytest.raises(explorer.EditError, match="Java hashCode"):
         explorer.edit(src).with_max_parallelism(256).write(tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_map_values_and_update_write_values_that_read_back_as_given(tmp_path):
+    out = (explorer.edit(PLAIN)
+           .map_values(operator="user-activity", state="total", fn=lambda r: r["value"] * 2)
+           .map_values(operator="user-activity", state="amounts", fn=lambda r: r["value"] + r["user_key"])
+           .update(operator="user-activity", state="per_category", key="user-00", user_key="books", value=999)
+           .map_values(operator="category-windows", state="window-contents", fn=lambda r: r["value"] + 1)
+           .write(tmp_path / "out"))
+    a, b = _open(PLAIN), _open(out)
+    for state, change in [("total", lambda r: r["value"] * 2), ("amounts", lambda r: r["value"] + r["user_key"]),
+                          ("per_category", lambda r: 999 if (r["key"], r["user_key"]) == ("user-00", "books") else r["value"])]:
+        x = a.keyed_state(operator="user-activity", state=state)
+        x["value"] = [change(r) for r in x.to_dict("records")]
+        y = b.keyed_state(operator="user-activity", state=state)
+        cols = ["key", "user_key", "value"]
+        assert sorted(map(tuple, x[cols].values.tolist())) == sorted(map(tuple, y[cols].values.tolist()))
+    w = a.keyed_state(operator="category-windows", state="window-contents")["value"].sum()
+    assert b.keyed_state(operator="category-windows", state="window-contents")["value"].sum() == w + 45
+
+
+def test_strings_are_encoded_as_flinks_string_serializer():
+    from explorer.edit.values import encode
+    from explorer.readers.flink.datainput import DataInput
+
+    reader = explorer.edit(PLAIN).reader
+    op = next(o for o in reader.meta.operators if o.uid == "user-activity")
+    dec = reader.keyed_header(op, op.subtasks[0]).key_decoder  # (the job's String keys: the reader's decoder)
+    for s in ["", "books", "ユーザー-🔥", "a\x00b", None]:
+        assert dec.read(DataInput(encode(dec, s, "t"), bounded=True)) == s
+    assert encode(dec, "ab", "t") == bytes([3, ord("a"), ord("b")])
+
+
+def test_values_the_writer_cannot_encode_exactly_are_refused(tmp_path):
+    def refused(ed, match):
+        with pytest.raises(explorer.EditError, match=match):
+            ed.write(tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+
+    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="total", fn=lambda r: r["value"] + 0.5),
+            "cannot encode 1152.5 as Long")
+    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="total", fn=lambda r: 2**63),
+            "cannot encode")
+    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="stats", fn=lambda r: r["value"]),
+            "cannot encode .* as .*Stats")
+    refused(explorer.edit(HEAP).map_values(operator="user-state", state="last_seen", fn=lambda r: r["value"]), "TTL")
+    refused(explorer.edit(PLAIN).update(operator="user-activity", state="total", key="nobody", value=1), "no row of key 'nobody'")

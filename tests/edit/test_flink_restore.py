@@ -44,7 +44,22 @@ CASES = {
         .filter(operator="user-activity", state="per_category", where=lambda r: r["user_key"] != "books"),
         ("user-activity", "category-windows"),
         dict(keep=lambda op, st, e: st != "total" and not (st == "per_category" and e["user_key"] == "books"))),
+    "map_values_and_update": (
+        lambda e: e.map_values(operator="user-activity", state="total", fn=lambda r: r["value"] * 2)
+        .map_values(operator="user-activity", state="amounts", fn=lambda r: r["value"] + r["user_key"])
+        .update(operator="user-activity", state="per_category", key="user-00", user_key="books", value=999),
+        ("user-activity", "category-windows"), dict(change=lambda op, st, e: _changed(st, e))),
 }
+
+
+def _changed(state: str, e: dict) -> dict:
+    if state == "total":
+        e["value"] *= 2
+    elif state == "amounts":
+        e["value"] += e["user_key"]
+    elif state == "per_category" and e["key"] == "user-00" and e["user_key"] == "books":
+        e["value"] = 999
+    return e
 
 
 @pytest.fixture(scope="module")
