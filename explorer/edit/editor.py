@@ -18,6 +18,7 @@ from ..readers.flink.metadata import OperatorState
 from ..readers.flink.operatorid import operator_id_for_uid
 from ..readers.flink.reader import FlinkSnapshotReader
 from . import flink
+from .flink import hashable_key
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class Editor:
         plan = self._plan(operator)
         if isinstance(keys, (str, bytes)):
             keys = [keys]
-        keys = frozenset(_hashable(k) for k in keys)
+        keys = frozenset(hashable_key(k) for k in keys)
         plan.dropped_keys.append(keys)
         return self._record("drop_keys", operator=operator, keys=sorted(keys, key=repr))
 
@@ -163,12 +164,12 @@ class Editor:
         savepoint does not hold is refused when written (adding state is not an edit of this kind)."""
         plan = self._plan(operator)
         name = self._state(plan, state)
-        want_key = _hashable(key)
+        want_key = hashable_key(key)
         record = [name, want_key, user_key, 0]
         plan.updates.append(record)
 
         def set_one(row: dict) -> Any:
-            if _hashable(row["key"]) == want_key and (user_key is None or row["user_key"] == user_key):
+            if hashable_key(row["key"]) == want_key and (user_key is None or row["user_key"] == user_key):
                 record[3] += 1
                 return value
             return row["value"]
@@ -197,10 +198,3 @@ class Editor:
         """Write the edited savepoint into ``out_path`` (new, or an empty folder); the input is not touched."""
         return flink.write_savepoint(self.reader, self._plans, Path(out_path))
 
-
-def _hashable(k: Any) -> Any:
-    if isinstance(k, dict):
-        return tuple(_hashable(v) for v in k.values())
-    if isinstance(k, list):
-        return tuple(_hashable(v) for v in k)
-    return k

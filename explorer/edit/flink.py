@@ -99,11 +99,12 @@ def state_names(reader: FlinkSnapshotReader, op: OperatorState) -> list[str]:
     return names
 
 
-def _hashable(k: Any) -> Any:
+def hashable_key(k: Any) -> Any:
+    """A key as edits compare it: Tuple and Row keys (dicts or lists as the reader shows them) as tuples."""
     if isinstance(k, dict):
-        return tuple(_hashable(v) for v in k.values())
+        return tuple(hashable_key(v) for v in k.values())
     if isinstance(k, list):
-        return tuple(_hashable(v) for v in k)
+        return tuple(hashable_key(v) for v in k)
     return k
 
 
@@ -162,7 +163,7 @@ class _OperatorEntries:
                 new_kg = kg
                 if plan.dropped_keys or new_p != old_p:
                     k = _key_of(dec, key)
-                    if any(_hashable(k) in keys for keys in plan.dropped_keys):
+                    if any(hashable_key(k) in keys for keys in plan.dropped_keys):
                         continue
                     if new_p != old_p:
                         new_kg = self._new_key_group(header, k, kg, old_p, new_p)
