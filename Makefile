@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: venv demo test test-fast lab sample-data bench bench-smoke flink-fixtures spark-fixtures browser-deps chaos chaos-kill fuzz clean
+.PHONY: venv demo test test-fast lab sample-data bench bench-smoke flink-fixtures flink-restore-check spark-fixtures browser-deps chaos chaos-kill fuzz clean
 
 venv: $(STAMP)
 
@@ -54,7 +54,7 @@ chaos-kill: $(STAMP)
 	$(BIN)/python -m explorer.engine.checkpoint.chaos --kill --kills $(KILLS) --trials 100000 --report benchmarks/results/recovery-kill.json
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not spark and not browser and not slow"
+	$(BIN)/python -m pytest -m "not spark and not browser and not slow and not flink"
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks
@@ -71,6 +71,10 @@ bench-smoke: $(STAMP)
 # Real Apache Flink savepoints and checkpoints under sample_data/flink (needs Java 17; fetches Flink's jars from PyPI).
 flink-fixtures:
 	tools/flink/make_fixtures.sh
+
+# Savepoints edited by explorer.edit, restored by real Apache Flink into HashMap and RocksDB (one JVM; also in make test).
+flink-restore-check: $(STAMP)
+	$(BIN)/python -m pytest -m flink tests/edit
 
 # Real Spark Structured Streaming checkpoints under sample_data/spark (PySpark 4.3 from .venv; Java 17),
 # each with EXPECTED.json computed from its input. The Spark 3.5 ones need a PySpark 3.5 venv,

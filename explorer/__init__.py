@@ -6,7 +6,7 @@
 
 What ``import explorer`` exports (``__all__``; ``tests/test_public_api.py`` checks it equals the
 public names here): the entry points (``open``, ``list``, ``history``, ``diff``, ``changes``,
-``verify``, ``Snapshot``, ``CONTRACT_COLUMNS``), the IPython extension's hook, every class of the error tree
+``verify``, ``edit``, ``Snapshot``, ``CONTRACT_COLUMNS``), the IPython extension's hook, every class of the error tree
 (``explorer/errors.py``, so ``except explorer.SnapshotCorruptError`` works without knowing the
 module), and Flink's three key-group rules for one key (``assign_to_key_group``,
 ``operator_index_for_key_group``, ``compute_default_max_parallelism``). The rest of the key-group
@@ -19,6 +19,7 @@ from . import errors  # noqa: F401 - explorer.errors, the tree's module, stays a
 from .errors import (
     AnalysisError,
     CheckpointError,
+    EditError,
     FlinkCorruptError,
     FlinkFormatError,
     JobError,
@@ -45,7 +46,7 @@ __version__ = "0.1.0"
 #: names imported on first use (PEP 562): they pull in pandas, pyarrow, numba and plotly, which a
 #: command's ``--help``, the errors and ``explorer.keygroups`` do not need, so ``import explorer`` stays light
 _LAZY = ("CONTRACT_COLUMNS", "Snapshot", "assign_to_key_group", "changes", "compute_default_max_parallelism", "diff",
-         "history", "list", "open", "operator_index_for_key_group", "verify")
+         "edit", "history", "list", "open", "operator_index_for_key_group", "verify")
 
 
 def __getattr__(name: str):
@@ -63,6 +64,8 @@ def __getattr__(name: str):
         from . import snapshot as module
     elif name == "verify":
         from . import verification as module
+    elif name == "edit":
+        from . import editing as module
     else:
         from . import keygroups as module
     if name != "list":
@@ -78,6 +81,7 @@ __all__ = [
     "AnalysisError",
     "CONTRACT_COLUMNS",
     "CheckpointError",
+    "EditError",
     "FlinkCorruptError",
     "FlinkFormatError",
     "JobError",
@@ -102,6 +106,7 @@ __all__ = [
     "changes",
     "compute_default_max_parallelism",
     "diff",
+    "edit",
     "history",
     "list",
     "load_ipython_extension",

@@ -23,7 +23,7 @@
     ├── ReaderError                 a foreign format (Spark, Flink) we could not read
     ├── StorageError                a remote store (S3, GCS, HDFS, Azure) or the local cache of its
     │                               files refused, could not be reached, or failed
-    └── AnalysisError               an analysis asked of data that cannot answer it
+    ├── AnalysisError               an analysis asked of data that cannot answer it
 
 Messages name the path or state, what was found and what was expected.
 """
@@ -113,3 +113,7 @@ class StorageError(StateExplorerError):
 
 class AnalysisError(StateExplorerError, ValueError):
     """An analysis was asked of data that cannot answer it (a missing column, an unknown operator)."""
+
+
+class EditError(StateExplorerError, ValueError):
+    """An edit names what the snapshot lacks, or would not be written back exactly."""

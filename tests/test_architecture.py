@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("explorer.keygroups", "explorer.ranking", "explorer.escape", "explorer.format", "explorer.storage", "explorer.spark_session"),
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark_engine"),
     ("explorer.readers",),
-    ("explorer.stored", "explorer.catalog", "explorer.verification"),
+    ("explorer.stored", "explorer.catalog", "explorer.verification", "explorer.editing"),
     ("explorer.analysis", "explorer.distributed"),
     ("explorer.plots",),
     ("explorer.report",),
@@ -58,6 +58,7 @@ LAZY_EDGES = {
         "analysis", "catalog", "format.snapshot", "pipelines", "plots.format", "report", "snapshot", "spark.demo")},
     ("explorer.cli", "explorer.verification"): "`state-explorer verify` imports what it needs in its own command",
     ("explorer", "explorer.verification"): "`import explorer` is light (PEP 562): verify loads on first use",
+    ("explorer", "explorer.editing"): "`import explorer` is light (PEP 562): edit loads on first use",
     **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "
        "and analyses are imported" for m in ("_data", "diff", "history", "hotkeys", "keygroups", "keys", "overview",
                                              "ttl")},

@@ -72,6 +72,10 @@ class KeyedReads(Notes):
                 for f in pending:
                     f.cancel()
 
+    def keyed_header(self, op: OperatorState, st: SubtaskState) -> BackendMeta:
+        """The keyed backend header of one subtask's keyed state (read once, then cached)."""
+        return self._header(op, st)
+
     def _header(self, op: OperatorState, st: SubtaskState) -> BackendMeta:
         key = (op.operator_id, st.index)
         if key not in self._headers and isinstance(st.managed_keyed, ChangelogHandle):

@@ -96,6 +96,8 @@ class OperatorState:
     max_parallelism: int
     subtasks: list[SubtaskState] = field(default_factory=list)
     fully_finished: bool = False
+    #: the operator coordinator's state (new Source API sources keep their split enumerator here)
+    coordinator: StreamHandle | None = None
 
     @property
     def display_name(self) -> str:
@@ -110,6 +112,8 @@ class CheckpointMetadata:
     master_states: int
     operators: list[OperatorState]
     properties: dict[str, Any] | None
+    #: the checkpoint properties as stored (Java serialization), for writers that keep them unchanged
+    properties_bytes: bytes | None = None
 
     @property
     def is_savepoint(self) -> bool | None:
@@ -170,8 +174,9 @@ class _MetadataParser:
             if n_ops < 0 or n_ops > 1_000_000:
                 raise self.fail(f"implausible operator count {n_ops}")
             operators = [self.operator() for _ in range(n_ops)]
-            properties = None
+            properties = properties_bytes = None
             if version >= 4 and not inp.at_end():
+                properties_bytes = bytes(inp.buf[inp.pos:])
                 try:
                     properties = parse_java_object(inp)
                 except (FlinkFormatError, UnicodeDecodeError) as exc:
@@ -184,7 +189,7 @@ class _MetadataParser:
             raise SnapshotCorruptError(
                 f"{self.path}: found a string that is not UTF-8 before byte {inp.pos} ({exc}); damaged metadata?"
             ) from exc
-        return CheckpointMetadata(self.path, version, checkpoint_id, n_master, operators, properties)
+        return CheckpointMetadata(self.path, version, checkpoint_id, n_master, operators, properties, properties_bytes)
 
     def operator(self) -> OperatorState:
         inp = self.inp
@@ -199,9 +204,9 @@ class _MetadataParser:
             raise SnapshotCorruptError(
                 f"{self.path}: operator {op_id} has parallelism {parallelism} and max parallelism {max_parallelism}; "
                 f"expected 0 < parallelism <= max parallelism <= {UPPER_BOUND_MAX_PARALLELISM} (the metadata is damaged)")
-        self.stream_handle()  # coordinator state
+        coordinator = self.stream_handle()
         n = inp.read_int()
-        op = OperatorState(name, uid, op_id, parallelism, max_parallelism)
+        op = OperatorState(name, uid, op_id, parallelism, max_parallelism, coordinator=coordinator)
         if n < 0:
             op.fully_finished = True
             return op

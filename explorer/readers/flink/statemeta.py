@@ -61,6 +61,8 @@ class StateMeta:
     #: the kind the user declared, where the snapshot stores it as another kind (PyFlink keeps every Python value,
     #: reducing and aggregating state as a list state); given by ``explorer.open(..., pyflink_kinds=...)``
     declared_kind: str | None = None
+    #: where this state's entry (name, type, options, serializer snapshots) lies in the header's bytes
+    span: tuple[int, int] | None = None
 
     @property
     def display_name(self) -> str:
@@ -133,6 +135,8 @@ class BackendMeta:
     states: list[StateMeta]
     end: int  # byte offset right after the header
     notes: list[str] = field(default_factory=list)
+    #: byte offset of the state count (the key serializer snapshot ends there), for writers copying the header
+    states_at: int | None = None
 
 
 def read_backend_meta(
@@ -154,11 +158,13 @@ def read_backend_meta(
                 f"{where}: the key serializer {exc.class_name} is not one State Explorer can decode; "
                 "expected String, primitives, Tuple, POJO or RowData keys"
             ) from exc
+        states_at = inp.pos
         n_states = inp.read_short()
         states: list[StateMeta] = []
         notes: list[str] = []
         i = 0
         while i < n_states:
+            entry_start = inp.pos
             name = inp.read_utf()
             t = inp.read_int()
             state_options = {}
@@ -209,6 +215,7 @@ def read_backend_meta(
             if next_state:
                 # the remaining serializers of this state were inside the unknown bytes
                 pass
+            meta.span = (entry_start, inp.pos)
             i += 1
     except EOFError as exc:
         raise ReaderError(f"{where}: keyed state header ends early ({exc})") from exc
@@ -216,7 +223,7 @@ def read_backend_meta(
     for sm in states:  # a PyFlink name that another state of the operator has stays as stored
         if sm.shown_name is not None and sm.shown_name in names:
             sm.shown_name = None
-    return BackendMeta(version, compressed, key_decoder, states, inp.pos, notes)
+    return BackendMeta(version, compressed, key_decoder, states, inp.pos, notes, states_at)
 
 
 _NEXT_STATE = re.compile(rb"\x00\x00\x00[\x00-\x03]\x00\x00\x00[\x00-\x09]")

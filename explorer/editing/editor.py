@@ -1,0 +1,200 @@
+"""``Editor``: the edits asked of a savepoint, recorded in order, applied when it is written.
+
+Each operation checks what it names against the savepoint as edited so far (an operator
+renamed by an earlier step is found under its new uid), records one :class:`EditStep`
+(``editor.steps``; ``print(editor)`` lists them) and returns the editor, so edits chain.
+Nothing is read past the metadata and the keyed-state headers until :meth:`Editor.write`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ..errors import EditError
+from ..keygroups import UPPER_BOUND_MAX_PARALLELISM
+from ..readers.flink.metadata import OperatorState
+from ..readers.flink.operatorid import operator_id_for_uid
+from ..readers.flink.reader import FlinkSnapshotReader
+from . import flink
+from .flink import hashable_key
+
+
+@dataclass(frozen=True)
+class EditStep:
+    """One recorded edit: the operation's name and its arguments."""
+
+    operation: str
+    arguments: tuple[tuple[str, Any], ...]
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={_show(v)}" for k, v in self.arguments)
+        return f"{self.operation}({args})"
+
+
+def _show(v: Any) -> str:
+    if callable(v):
+        return getattr(v, "__name__", "<function>")
+    return repr(v)
+
+
+@dataclass
+class OperatorPlan:
+    """What becomes of one operator of the input: its new identity and what of its keyed state is kept."""
+
+    source: OperatorState
+    uid: str | None
+    operator_id: str
+    max_parallelism: int
+    name: str | None = None
+    dropped: bool = False
+    dropped_states: set[str] = field(default_factory=set)
+    dropped_keys: list[frozenset] = field(default_factory=list)
+    #: state name -> predicates on one row (``{"key", "namespace", "user_key", "value"}``) that keep it
+    filters: dict[str, list[Callable[[dict], bool]]] = field(default_factory=dict)
+    #: state name -> functions of one row giving its new value, applied in order
+    mappers: dict[str, list[Callable[[dict], Any]]] = field(default_factory=dict)
+    #: [state, key, user key, rows changed] of each update(), checked after the write found its rows
+    updates: list[list] = field(default_factory=list)
+
+    def names(self) -> set[str]:
+        out = {self.operator_id}
+        if self.uid:
+            out |= {self.uid, operator_id_for_uid(self.uid)}
+        if self.name and self.uid == self.source.uid:
+            out.add(self.name)
+        return out
+
+
+class Editor:
+    """Edits of one Flink canonical savepoint (see module doc); :func:`explorer.edit` makes one."""
+
+    def __init__(self, path: str | Path, **open_options: Any) -> None:
+        self.path = Path(path)
+        self.reader = FlinkSnapshotReader(path, **open_options)
+        flink.check_editable(self.reader)
+        self.steps: list[EditStep] = []
+        self._plans = [OperatorPlan(op, op.uid, op.operator_id, op.max_parallelism, op.name)
+                       for op in self.reader.meta.operators]
+
+    # -- what is recorded ---------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        lines = [f"explorer.edit({str(self.path)!r})"] + [f"  .{s}" for s in self.steps]
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def _record(self, operation: str, **arguments: Any) -> Editor:
+        self.steps.append(EditStep(operation, tuple(arguments.items())))
+        return self
+
+    def _plan(self, operator: str) -> OperatorPlan:
+        found = [p for p in self._plans if not p.dropped and operator in p.names()]
+        if not found:
+            known = sorted(p.uid or p.operator_id for p in self._plans if not p.dropped)
+            raise EditError(f"{self.path}: no operator {operator!r} (after the edits so far); expected a uid or "
+                            f"operator id of one of: {', '.join(known)}")
+        return found[0]
+
+    def _states(self, plan: OperatorPlan) -> list[str]:
+        return [s for s in flink.state_names(self.reader, plan.source) if s not in plan.dropped_states]
+
+    def _state(self, plan: OperatorPlan, state: str) -> str:
+        names = self._states(plan)
+        if state not in names:
+            raise EditError(f"{self.path}: operator {plan.uid or plan.operator_id!r} has no keyed state {state!r} "
+                            f"(after the edits so far); expected one of: {', '.join(names) or 'none'}")
+        return state
+
+    # -- operations ---------------------------------------------------------------------------------------
+    def drop_operator(self, uid: str) -> Editor:
+        """Leave the operator (all its state, keyed and operator state) out of the written savepoint."""
+        self._plan(uid).dropped = True
+        return self._record("drop_operator", uid=uid)
+
+    def rename_operator(self, old_uid: str, new_uid: str) -> Editor:
+        """Give the operator a new uid; its operator id becomes the one Flink derives from ``new_uid`` (as Flink's
+        ``SavepointWriter.changeOperatorIdentifier``); a name that was the old uid becomes the new one."""
+        plan = self._plan(old_uid)
+        new_id = operator_id_for_uid(new_uid)
+        if any(p is not plan and not p.dropped and new_id == p.operator_id for p in self._plans):
+            raise EditError(f"{self.path}: cannot rename {old_uid!r} to {new_uid!r}: another operator already has "
+                            f"operator id {new_id}")
+        if plan.name is not None and plan.name == plan.uid:
+            plan.name = new_uid
+        plan.uid, plan.operator_id = new_uid, new_id
+        return self._record("rename_operator", old_uid=old_uid, new_uid=new_uid)
+
+    def drop_state(self, *, operator: str, state: str) -> Editor:
+        """Leave one keyed state (every entry, and its registration) out of the operator's state."""
+        plan = self._plan(operator)
+        plan.dropped_states.add(self._state(plan, state))
+        return self._record("drop_state", operator=operator, state=state)
+
+    def drop_keys(self, *, operator: str, keys: Iterable[Any]) -> Editor:
+        """Leave out every entry (of every keyed state and timer) of these keys, as the reader shows keys."""
+        plan = self._plan(operator)
+        if isinstance(keys, (str, bytes)):
+            keys = [keys]
+        keys = frozenset(hashable_key(k) for k in keys)
+        plan.dropped_keys.append(keys)
+        return self._record("drop_keys", operator=operator, keys=sorted(keys, key=repr))
+
+    def filter(self, *, operator: str, state: str, where: Callable[[dict], bool]) -> Editor:
+        """Keep the rows of one state for which ``where(row)`` is true (``row``: a dict of ``key``,
+        ``namespace``, ``user_key``, ``value`` as the reader decodes them); list elements one by one."""
+        if not callable(where):
+            raise TypeError(f"filter(where=...): found {type(where).__name__}, expected a function of a row")
+        plan = self._plan(operator)
+        plan.filters.setdefault(self._state(plan, state), []).append(where)
+        return self._record("filter", operator=operator, state=state, where=where)
+
+    def map_values(self, *, operator: str, state: str, fn: Callable[[dict], Any]) -> Editor:
+        """Give every row of one state the value ``fn(row)`` (``row`` as for :meth:`filter`); values the
+        writer cannot encode exactly (see ``edit.values``) are refused when written."""
+        if not callable(fn):
+            raise TypeError(f"map_values(fn=...): found {type(fn).__name__}, expected a function of a row")
+        plan = self._plan(operator)
+        plan.mappers.setdefault(self._state(plan, state), []).append(fn)
+        return self._record("map_values", operator=operator, state=state, fn=fn)
+
+    def update(self, *, operator: str, state: str, key: Any, value: Any, user_key: Any = None) -> Editor:
+        """Set the value of one existing row (a key's value, or one map entry's with ``user_key``); a row the
+        savepoint does not hold is refused when written (adding state is not an edit of this kind)."""
+        plan = self._plan(operator)
+        name = self._state(plan, state)
+        want_key = hashable_key(key)
+        record = [name, want_key, user_key, 0]
+        plan.updates.append(record)
+
+        def set_one(row: dict) -> Any:
+            if hashable_key(row["key"]) == want_key and (user_key is None or row["user_key"] == user_key):
+                record[3] += 1
+                return value
+            return row["value"]
+
+        set_one.__name__ = f"set {key!r}"
+        plan.mappers.setdefault(name, []).append(set_one)
+        return self._record("update", operator=operator, state=state, key=key, value=value, user_key=user_key)
+
+    def with_max_parallelism(self, max_parallelism: int, *, operator: str | None = None) -> Editor:
+        """Re-assign every key to its key group under ``max_parallelism`` (every operator, or one); keys whose
+        Java hash State Explorer cannot reproduce are refused when written."""
+        if isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int):
+            raise TypeError(f"with_max_parallelism: found {max_parallelism!r}, expected an int")
+        plans = [self._plan(operator)] if operator is not None else [p for p in self._plans if not p.dropped]
+        for p in plans:
+            if not 0 < p.source.parallelism <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+                raise EditError(f"{self.path}: operator {p.uid or p.operator_id!r} runs at parallelism "
+                                f"{p.source.parallelism}; expected {p.source.parallelism} <= max parallelism <= "
+                                f"{UPPER_BOUND_MAX_PARALLELISM}, found {max_parallelism}")
+        for p in plans:
+            p.max_parallelism = max_parallelism
+        return self._record("with_max_parallelism", max_parallelism=max_parallelism, operator=operator)
+
+    # -- writing ------------------------------------------------------------------------------------------
+    def write(self, out_path: str | Path) -> Path:
+        """Write the edited savepoint into ``out_path`` (new, or an empty folder); the input is not touched."""
+        return flink.write_savepoint(self.reader, self._plans, Path(out_path))
+

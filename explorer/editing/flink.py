@@ -1,0 +1,422 @@
+"""Flink canonical savepoints, written from an edited canonical savepoint.
+
+What is written is what Flink itself writes for a canonical savepoint (``SavepointFormatType.CANONICAL``),
+so that either state backend restores it:
+
+* ``_metadata`` in the input's version (3 to 7, see ``readers.flink.metadata``): the operators kept, each
+  under its (possibly new) operator id, uid and max parallelism, with its coordinator state, every
+  subtask's operator state (its bytes copied into a file of the new folder) and a
+  ``KeyGroupsSavepointStateHandle`` (type 7) whose stream is a ``RelativeFileStateHandle`` (type 6), so
+  the folder can be moved; the checkpoint properties copied byte for byte.
+* one keyed-state stream per subtask, in the full-snapshot layout (``readers.flink.fullformat``): the
+  keyed backend header (``readers.flink.statemeta``) with the kept states' entries copied byte for byte
+  and the "compressed" flag cleared (Flink reads the flag of each stream, not its own configuration),
+  then every key group of the subtask's range that holds entries, at the offset the handle records
+  (0 for none). A key group is its state id, its entries in state order, the last entry of each state
+  marked by the top bit of its key's first byte and followed by the next state id or 0xFFFF.
+
+Entries are copied as bytes: a key is its key-group prefix (1 byte up to max parallelism 128, else 2)
+and the serialized key, namespace and user key, which are kept; only the prefix is rewritten when keys
+move to other key groups. Values are not re-encoded: a filtered list is its kept elements' bytes joined
+by the list delimiter. Keys and values are decoded (with the reader's decoders) only where an edit asks
+about them.
+
+Refused, with an error saying why: anything but a canonical savepoint's keyed state (native and
+incremental snapshots, checkpoints with in-flight data, raw keyed state, file-merging segments), master
+states (not kept by the reader), and keys whose Java hash State Explorer cannot reproduce when
+``with_max_parallelism`` must move them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import EditError, FlinkCorruptError
+from ..keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
+from ..readers.flink.datainput import DataInput
+from ..readers.flink.fullformat import END_OF_KEY_GROUP, iter_entries
+from ..readers.flink.handles import KeyGroupsHandle, OperatorStreamHandle, StreamHandle
+from ..readers.flink.metadata import (
+    BYTE_STREAM,
+    MAGIC,
+    NULL_HANDLE,
+    OPERATOR_STATE,
+    OPERATOR_STATE_MODES,
+    RELATIVE_STREAM,
+    SAVEPOINT_KEY_GROUPS,
+    OperatorState,
+    SubtaskState,
+)
+from ..readers.flink.reader import FlinkSnapshotReader
+from ..readers.flink.rows import KeyValueDecoder, RowBuffer, hashable_keys, prefix_bytes
+from ..readers.flink.statemeta import BackendMeta
+from .dataoutput import DataOutput
+from .values import encode
+
+if TYPE_CHECKING:
+    from .editor import OperatorPlan
+
+_COPYABLE_STREAMS = ("bytes", "relative", "file")
+
+
+def check_editable(reader: FlinkSnapshotReader) -> None:
+    """Refuse, up front, a snapshot this writer cannot write back exactly (see module doc)."""
+    meta, where = reader.meta, reader.metadata_file
+    if meta.master_states:
+        raise EditError(f"{where}: found {meta.master_states} master states, which explorer.edit does not carry "
+                        "over; expected none (a canonical savepoint of a DataStream or SQL job)")
+    for op in meta.operators:
+        streams = [op.coordinator]
+        for st in op.subtasks:
+            name = f"{where}: operator {op.display_name!r}, subtask {st.index}"
+            if st.channel_state_handles:
+                raise EditError(f"{name}: found in-flight data of an unaligned checkpoint; expected a savepoint")
+            if st.raw_keyed is not None:
+                raise EditError(f"{name}: found raw keyed state, which explorer.edit does not write; expected none")
+            h = st.managed_keyed
+            if h is not None and not (isinstance(h, KeyGroupsHandle) and (h.savepoint or meta.savepoint_format == "CANONICAL")):
+                raise EditError(f"{name}: found a {type(h).__name__} (a native savepoint or a checkpoint); "
+                                "explorer.edit reads canonical savepoints: take one with "
+                                "'flink savepoint --type canonical'")
+            streams += [oh.stream for oh in (st.managed_operator, st.raw_operator) if oh is not None]
+        for s in streams:
+            if s is not None and s.kind not in _COPYABLE_STREAMS:
+                raise EditError(f"{where}: operator {op.display_name!r} has state in a {s.kind} handle "
+                                f"({s.name}); expected a savepoint's files or inline bytes")
+
+
+def _keyed_subtasks(op: OperatorState) -> list[SubtaskState]:
+    return [st for st in op.subtasks if not st.finished and st.managed_keyed is not None]
+
+
+def state_names(reader: FlinkSnapshotReader, op: OperatorState) -> list[str]:
+    """The operator's keyed states (timers included), as its headers name them, in order."""
+    names: list[str] = []
+    for st in _keyed_subtasks(op):
+        names += [s.name for s in reader.keyed_header(op, st).states if s.name not in names]
+    return names
+
+
+def hashable_key(k: Any) -> Any:
+    """A key as edits compare it: Tuple and Row keys (dicts or lists as the reader shows them) as tuples."""
+    if isinstance(k, dict):
+        return tuple(hashable_key(v) for v in k.values())
+    if isinstance(k, list):
+        return tuple(hashable_key(v) for v in k)
+    return k
+
+
+class _OperatorEntries:
+    """The kept entries of one operator, bucketed by their (new) key group, and the header they need."""
+
+    def __init__(self, reader: FlinkSnapshotReader, plan: OperatorPlan) -> None:
+        self.reader, self.plan, self.op = reader, plan, plan.source
+        self.where = f"{reader.metadata_file}: operator {self.op.display_name!r}"
+        self.header_start = b""
+        self.states: list[tuple[str, bytes]] = []  # (name, the state's entry in the header)
+        self.buckets: dict[int, list[tuple[int, bytes, bytes]]] = defaultdict(list)
+        self.entries_in = self.entries_out = 0
+        for st in _keyed_subtasks(self.op):
+            self._subtask(st)
+
+    def _subtask(self, st: SubtaskState) -> None:
+        op, plan = self.op, self.plan
+        h = st.managed_keyed
+        header = self.reader.keyed_header(op, st)
+        if h.stream is None or header.states_at is None or header.version < 2:
+            raise EditError(f"{self.where}, subtask {st.index}: found a keyed-state header of version "
+                            f"{header.version} without a stream or state list; expected version 2 or later")
+        data, spans = self.reader.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, None)
+        raw = bytes(data[: header.end])
+        if not self.header_start:  # version, "not compressed", the key serializer's snapshot
+            self.header_start = raw[:4] + b"\x00" + raw[5 : header.states_at]
+        out_ids = {}
+        for s in header.states:
+            if s.name in plan.dropped_states:
+                continue
+            known = [n for n, _ in self.states]
+            if s.name not in known:
+                self.states.append((s.name, raw[s.span[0] : s.span[1]]))
+                known.append(s.name)
+            out_ids[s.state_id] = known.index(s.name)
+        old_p, new_p = op.max_parallelism, plan.max_parallelism
+        prefix = prefix_bytes(old_p)
+        decoders: dict[int, KeyValueDecoder] = {}
+        for span in spans:
+            kg = span[0]
+            for sid, key, value in iter_entries(data, span, header.compressed):
+                self.entries_in += 1
+                if sid >= len(header.states):
+                    raise FlinkCorruptError(f"{self.where}, subtask {st.index}, key group {kg}: found state id {sid}, "
+                                            f"expected one of the header's {len(header.states)}")
+                if sid not in out_ids:
+                    continue
+                if int.from_bytes(key[:prefix], "big") != kg:
+                    raise FlinkCorruptError(f"{self.where}, key group {kg}: an entry's key starts with key group "
+                                            f"{int.from_bytes(key[:prefix], 'big')}; expected {kg}")
+                meta = header.states[sid]
+                dec = decoders.get(sid)
+                if dec is None:
+                    dec = decoders[sid] = KeyValueDecoder(meta, header.key_decoder, old_p)
+                new_kg = kg
+                if plan.dropped_keys or new_p != old_p:
+                    k = _key_of(dec, key)
+                    if any(hashable_key(k) in keys for keys in plan.dropped_keys):
+                        continue
+                    if new_p != old_p:
+                        new_kg = self._new_key_group(header, k, kg, old_p, new_p)
+                preds = plan.filters.get(meta.name)
+                if preds:
+                    value = self._filtered(dec, meta, kg, key, value, preds)
+                    if value is None:
+                        continue
+                fns = plan.mappers.get(meta.name)
+                if fns:
+                    value = self._mapped(dec, meta, kg, key, value, fns)
+                self.buckets[new_kg].append((out_ids[sid], key[prefix:], value))
+                self.entries_out += 1
+
+    def _new_key_group(self, header: BackendMeta, key: Any, kg: int, old_p: int, new_p: int) -> int:
+        hk = hashable_keys(header.key_decoder, [key])
+        if hk is None:
+            raise EditError(f"{self.where}: keys are {header.key_decoder.describe()}, whose Java hashCode State "
+                            f"Explorer does not reproduce; cannot move them to the key groups of max parallelism "
+                            f"{new_p} (expected String, boxed primitive, Tuple or Row keys of those)")
+        if assign_to_key_group(hk[0], old_p) != kg:
+            raise EditError(f"{self.where}: key {key!r} is in key group {kg} of the savepoint, but its Java hash "
+                            f"puts it in key group {assign_to_key_group(hk[0], old_p)}; refusing to move keys "
+                            "whose hash is not reproduced exactly")
+        return assign_to_key_group(hk[0], new_p)
+
+    def _filtered(self, dec: KeyValueDecoder, meta, kg: int, key: bytes, value: bytes, preds) -> bytes | None:
+        buf = RowBuffer(meta)
+        dec.decode(buf, kg, key, value)
+        if buf.raw_notes or meta.is_pyflink_bag:
+            raise EditError(f"{self.where}: state {meta.name!r} has values State Explorer does not decode "
+                            f"({buf.raw_reason or 'PyFlink records'}); filter() needs decoded values")
+        keep = [all(p({"key": k, "namespace": n, "user_key": u, "value": v, "last_access": t}) for p in preds)
+                for k, n, u, v, t in zip(buf.keys, buf.namespaces, buf.user_keys, buf.values, buf.last_access)]
+        if dec.kind != "list" or dec.timer is not None:
+            return value if all(keep) else None
+        if all(keep):
+            return value
+        parts, p = [], 0
+        for size, kept in zip(buf.sizes, keep):
+            if kept:
+                parts.append(value[p : p + size])
+            p += size + 1  # the element and its delimiter
+        if p - 1 != len(value):
+            raise FlinkCorruptError(f"{self.where}: a list value of state {meta.name!r} in key group {kg} has "
+                                    f"{len(value)} bytes; its elements account for {p - 1}")
+        return b",".join(parts) or None
+
+    def _rows(self, dec: KeyValueDecoder, meta, kg: int, key: bytes, value: bytes, what: str) -> list[dict]:
+        buf = RowBuffer(meta)
+        dec.decode(buf, kg, key, value)
+        if buf.raw_notes or meta.is_pyflink_bag or dec.timer is not None:
+            raise EditError(f"{self.where}: state {meta.name!r} has values State Explorer does not decode "
+                            f"({buf.raw_reason or 'PyFlink records or timers'}); {what} needs decoded values")
+        return [{"key": k, "namespace": n, "user_key": u, "value": v, "last_access": t}
+                for k, n, u, v, t in zip(buf.keys, buf.namespaces, buf.user_keys, buf.values, buf.last_access)]
+
+    def _mapped(self, dec: KeyValueDecoder, meta, kg: int, key: bytes, value: bytes, fns) -> bytes:
+        rows = self._rows(dec, meta, kg, key, value, "map_values/update")
+        if meta.has_ttl:
+            raise EditError(f"{self.where}: state {meta.name!r} has a TTL; changing its values (and their "
+                            "last-access times) is not written yet")
+        for row in rows:
+            for fn in fns:
+                row["value"] = fn(dict(row))
+        where = f"{self.where}, state {meta.name!r}, key {rows[0]['key']!r}" if rows else self.where
+        if dec.kind == "list":
+            return b",".join(encode(dec.elem, r["value"], where) for r in rows)
+        new = rows[0]["value"]
+        if dec.kind == "map":
+            return b"\x01" if new is None else b"\x00" + encode(dec.elem, new, where)
+        if new is None:
+            raise EditError(f"{where}: found None as a new value; to leave rows out use filter()")
+        return encode(dec.elem, new, where)
+
+    def header(self) -> bytes:
+        out = DataOutput()
+        out.write_bytes(self.header_start)
+        out.write_short(len(self.states))
+        for _, raw in self.states:
+            out.write_bytes(raw)
+        return bytes(out.buf)
+
+    def stream(self, first_kg: int, last_kg: int) -> tuple[bytes, list[int]]:
+        """The full-snapshot stream of one subtask owning key groups ``first_kg``..``last_kg``, and its offsets."""
+        out = DataOutput()
+        out.write_bytes(self.header())
+        offsets = [0] * (last_kg - first_kg + 1)
+        prefix = prefix_bytes(self.plan.max_parallelism)
+        for kg in range(first_kg, last_kg + 1):
+            entries = sorted(self.buckets.get(kg, ()), key=lambda e: e[0])  # (stable: each state's order kept)
+            if not entries:
+                continue
+            offsets[kg - first_kg] = len(out.buf)
+            out.write_short(entries[0][0])
+            for i, (sid, key, value) in enumerate(entries):
+                nxt = entries[i + 1][0] if i + 1 < len(entries) else END_OF_KEY_GROUP
+                full = bytearray(kg.to_bytes(prefix, "big") + key)
+                if nxt != sid:
+                    full[0] |= 0x80  # the state's last entry in this key group: a state id follows
+                out.write_int(len(full))
+                out.write_bytes(full)
+                out.write_int(len(value))
+                out.write_bytes(value)
+                if nxt != sid:
+                    out.write_short(nxt)
+        return bytes(out.buf), offsets
+
+
+def _key_of(dec: KeyValueDecoder, key: bytes) -> Any:
+    inp = DataInput(key, dec.prefix)
+    if dec.timer is not None:
+        return dec.timer.read(inp)[1]
+    return dec.key_decoder.read(inp)
+
+
+class _Writer:
+    """Writes the savepoint's files into ``out`` and remembers each, so a failure removes only them."""
+
+    def __init__(self, reader: FlinkSnapshotReader, out: Path) -> None:
+        self.reader, self.out = reader, out
+        self.written: list[Path] = []
+
+    def file(self, name: str, data: bytes) -> StreamHandle:
+        path = self.out / name
+        with path.open("xb") as fh:  # never over a file that is there
+            self.written.append(path)
+            fh.write(data)
+        return StreamHandle("relative", name, len(data))
+
+    def copy(self, h: StreamHandle | None, name: str) -> StreamHandle | None:
+        if h is None or h.kind == "bytes":
+            return h
+        return self.file(name, self.reader.resolver.read(h))
+
+
+def write_savepoint(reader: FlinkSnapshotReader, plans: list[OperatorPlan], out: Path) -> Path:
+    """Write the savepoint the plans describe into ``out`` (see module doc); returns ``out``."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise EditError(f"{out}: found an existing {'folder that is not empty' if out.is_dir() else 'file'}; "
+                        "expected a new or empty folder for the edited savepoint")
+    if out.resolve() == reader.metadata_file.parent.resolve():
+        raise EditError(f"{out}: is the input savepoint's folder; expected another one")
+    created = not out.exists()
+    out.mkdir(exist_ok=True)
+    w = _Writer(reader, out)
+    try:
+        meta = reader.meta
+        d = DataOutput()
+        d.write_int(MAGIC)
+        d.write_int(meta.version)
+        d.write_long(meta.checkpoint_id)
+        d.write_int(0)  # master states (check_editable: none)
+        kept = [p for p in plans if not p.dropped]
+        d.write_int(len(kept))
+        for plan in kept:
+            _write_operator(d, w, reader, plan)
+        if meta.properties_bytes is not None:
+            d.write_bytes(meta.properties_bytes)
+        w.file("_metadata", bytes(d.buf))
+    except BaseException:
+        for path in reversed(w.written):
+            path.unlink(missing_ok=True)
+        if created:
+            out.rmdir()
+        raise
+    return out
+
+
+def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan: OperatorPlan) -> None:
+    op, version = plan.source, reader.meta.version
+    p, max_p = op.parallelism, plan.max_parallelism
+    if version >= 5:
+        d.write_utf(plan.name or "")
+        d.write_utf(plan.uid or "")
+    raw_id = bytes.fromhex(plan.operator_id)
+    d.write_long(int.from_bytes(raw_id[:8], "big", signed=True))
+    d.write_long(int.from_bytes(raw_id[8:], "big", signed=True))
+    d.write_int(p)
+    d.write_int(max_p)
+    _stream(d, w.copy(op.coordinator, f"{plan.operator_id}-coordinator"))
+    if op.fully_finished:
+        d.write_int(-1)
+        return
+    subtasks = {st.index: st for st in op.subtasks}
+    keyed = _OperatorEntries(reader, plan) if _keyed_subtasks(op) else None
+    for state, key, user_key, hits in plan.updates:
+        if not hits:
+            at = f", user key {user_key!r}" if user_key is not None else ""
+            raise EditError(f"{reader.metadata_file}: operator {plan.uid or plan.operator_id!r}, state {state!r} "
+                            f"has no row of key {key!r}{at} to update (adding state is not an edit of this kind)")
+    if keyed is not None:  # a subtask that had no state may own key groups now
+        for kg in keyed.buckets:
+            i = operator_index_for_key_group(max_p, p, kg)
+            subtasks.setdefault(i, SubtaskState(i))
+    d.write_int(len(subtasks))
+    for i in sorted(subtasks):
+        st = subtasks[i]
+        if st.finished:
+            d.write_int(-i - 1)
+            continue
+        d.write_int(i)
+        for what, oh in (("operator", st.managed_operator), ("raw-operator", st.raw_operator)):
+            if oh is None:
+                d.write_int(0)
+            else:
+                d.write_int(1)
+                _operator_handle(d, oh, w.copy(oh.stream, f"{plan.operator_id}-{i}-{what}"))
+        if keyed is None:
+            d.write_byte(NULL_HANDLE)
+        else:
+            rng = key_group_range_for_operator(max_p, p, i)
+            data, offsets = keyed.stream(rng.start, rng.end)
+            h = w.file(f"{plan.operator_id}-{i}-keyed", data)
+            d.write_byte(SAVEPOINT_KEY_GROUPS)
+            d.write_int(rng.start)
+            d.write_int(len(offsets))
+            for off in offsets:
+                d.write_long(off)
+            _stream(d, h)
+        d.write_byte(NULL_HANDLE)  # raw keyed state (check_editable: none)
+        d.write_int(0)  # input channel state
+        d.write_int(0)  # result subpartition state
+        if version >= 7:
+            d.write_byte(0)  # no reference checkpoint id
+
+
+def _operator_handle(d: DataOutput, oh: OperatorStreamHandle, stream: StreamHandle | None) -> None:
+    d.write_byte(OPERATOR_STATE)
+    d.write_int(len(oh.states))
+    for name, (mode, offsets) in oh.states.items():
+        if mode not in OPERATOR_STATE_MODES:
+            raise EditError(f"operator state {name!r}: found distribution mode {mode}; expected one of "
+                            f"{', '.join(OPERATOR_STATE_MODES)}")
+        d.write_utf(name)
+        d.write_byte(OPERATOR_STATE_MODES.index(mode))
+        d.write_int(len(offsets))
+        for off in offsets:
+            d.write_long(off)
+    _stream(d, stream)
+
+
+def _stream(d: DataOutput, h: StreamHandle | None) -> None:
+    if h is None:
+        d.write_byte(NULL_HANDLE)
+    elif h.kind == "bytes":
+        d.write_byte(BYTE_STREAM)
+        d.write_utf(h.name)
+        d.write_int(len(h.data or b""))
+        d.write_bytes(h.data or b"")
+    elif h.kind == "relative":
+        d.write_byte(RELATIVE_STREAM)
+        d.write_utf(h.name)
+        d.write_long(h.size)
+    else:  # (copy() made every file a relative one)
+        raise EditError(f"cannot write a {h.kind} stream handle ({h.name}) into a savepoint")

@@ -1,0 +1,216 @@
+// Restores savepoints into real Apache Flink jobs and prints every keyed state entry they hold (issue 32:
+// "every edit is checked by a real Flink restore, never only by our own reader").
+//
+//   java -cp <build>:<flink jars> RestoreCheck LABEL=SAVEPOINT,BACKEND,USER_UID,WINDOWS_UID [...]
+//
+// Each case restores SAVEPOINT (without allowNonRestoredState) into the "plain" job of ProductionFixtures
+// (same source chain and uids, same state descriptors and types) on BACKEND (hashmap or rocksdb), with
+// the user-activity operator under USER_UID and the category-windows operator under WINDOWS_UID ("-": the
+// operator is left out of the job). The keyed operators are replaced by ones that, once restored, print
+// every entry of their states and timers as JSON lines "STATE <label> {...}" (schema: tools/flink/README.md),
+// then the job is cancelled. "RESTORED <label>" closes a case that restored, "FAILED <label> <error>" one
+// that did not. No max parallelism is set, so the job takes the savepoint's.
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeSet;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
+
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.state.AggregatingStateDescriptor;
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.state.MapState;
+import org.apache.flink.api.common.state.MapStateDescriptor;
+import org.apache.flink.api.common.state.ReducingState;
+import org.apache.flink.api.common.state.ReducingStateDescriptor;
+import org.apache.flink.api.common.state.ValueState;
+import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.java.tuple.Tuple2;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.runtime.state.KeyedStateBackend;
+import org.apache.flink.runtime.state.VoidNamespace;
+import org.apache.flink.runtime.state.VoidNamespaceSerializer;
+import org.apache.flink.runtime.state.internal.InternalAggregatingState;
+import org.apache.flink.streaming.api.datastream.DataStream;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
+import org.apache.flink.streaming.api.operators.InternalTimer;
+import org.apache.flink.streaming.api.operators.InternalTimerService;
+import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
+import org.apache.flink.streaming.api.operators.Triggerable;
+import org.apache.flink.streaming.api.windowing.windows.TimeWindow;
+import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.util.Collector;
+
+public class RestoreCheck {
+    static volatile CountDownLatch dumped;
+    static volatile String label;
+
+    static synchronized void out(String uid, String state, Object key, String ns, Object userKey, String value) {
+        System.out.println("STATE " + label + " {\"operator\": " + json(uid) + ", \"state\": " + json(state) + ", \"key\": "
+                + json(key) + ", \"namespace\": " + ns + ", \"user_key\": " + json(userKey) + ", \"value\": " + value + "}");
+    }
+
+    static String json(Object o) {
+        if (o == null) return "null";
+        if (o instanceof Number) return o.toString();
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : o.toString().toCharArray()) {
+            if (c == '"' || c == '\\') b.append('\\').append(c);
+            else if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
+            else b.append(c);
+        }
+        return b.append('"').toString();
+    }
+
+    static String window(TimeWindow w) {
+        return "{\"type\": \"time_window\", \"start\": " + w.getStart() + ", \"end\": " + w.getEnd() + "}";
+    }
+
+    /** Prints the restored state of one keyed operator of the plain job in open(), then idles. */
+    public static class Dump extends AbstractStreamOperator<String>
+            implements OneInputStreamOperator<ProductionFixtures.Event, String>, Triggerable<String, Object> {
+        final String uid;
+        final boolean windows;
+
+        Dump(String uid, boolean windows) { this.uid = uid; this.windows = windows; }
+
+        @Override
+        public void open() throws Exception {
+            super.open();
+            if (windows) dumpWindows(); else dumpUser();
+            dumped.countDown();
+        }
+
+        @SuppressWarnings("unchecked")
+        void dumpUser() throws Exception {
+            KeyedStateBackend<String> kb = (KeyedStateBackend<String>) (KeyedStateBackend<?>) getKeyedStateBackend();
+            ValueState<ProductionFixtures.Stats> stats = getPartitionedState(
+                    new ValueStateDescriptor<>("stats", ProductionFixtures.Stats.class));
+            ListState<Long> amounts = getPartitionedState(new ListStateDescriptor<>("amounts", Types.LONG));
+            MapState<String, Long> perCat = getPartitionedState(
+                    new MapStateDescriptor<>("per_category", Types.STRING, Types.LONG));
+            ReducingState<Long> total = getPartitionedState(new ReducingStateDescriptor<>("total", Long::sum, Types.LONG));
+            TreeSet<String> keys = new TreeSet<>();
+            for (String s : new String[] {"stats", "amounts", "per_category", "total"}) {
+                try (Stream<String> ks = kb.getKeys(s, VoidNamespace.INSTANCE)) { keys.addAll(ks.collect(Collectors.toList())); }
+            }
+            for (String k : keys) {
+                setCurrentKey(k);
+                ProductionFixtures.Stats st = stats.value();
+                if (st != null) {
+                    out(uid, "stats", k, "null", null, "{\"type\": \"pojo\", \"class\": \"ProductionFixtures$Stats\", \"fields\": "
+                            + "{\"count\": " + st.count + ", \"lastCategory\": " + json(st.lastCategory) + ", \"total\": " + st.total + "}}");
+                }
+                int i = 0;
+                Iterable<Long> as = amounts.get();
+                if (as != null) for (Long a : as) out(uid, "amounts", k, "null", i++, json(a));
+                for (Map.Entry<String, Long> e : perCat.entries()) out(uid, "per_category", k, "null", e.getKey(), json(e.getValue()));
+                Long t = total.get();
+                if (t != null) out(uid, "total", k, "null", null, json(t));
+            }
+            InternalTimerService<VoidNamespace> timers = getInternalTimerService("user-timers", VoidNamespaceSerializer.INSTANCE, (Triggerable<String, VoidNamespace>) (Triggerable<?, ?>) this);
+            timers.forEachEventTimeTimer((ns, ts) -> out(uid, "_timer_state/event_user-timers", getCurrentKey(), "null", null, json(ts)));
+            timers.forEachProcessingTimeTimer((ns, ts) -> out(uid, "_timer_state/processing_user-timers", getCurrentKey(), "null", null, json(ts)));
+        }
+
+        @SuppressWarnings("unchecked")
+        void dumpWindows() throws Exception {
+            KeyedStateBackend<String> kb = (KeyedStateBackend<String>) (KeyedStateBackend<?>) getKeyedStateBackend();
+            AggregatingStateDescriptor<ProductionFixtures.Event, Long, Long> d = new AggregatingStateDescriptor<>(
+                    "window-contents", new ProductionFixtures.CountAgg(), Types.LONG);
+            InternalAggregatingState<String, TimeWindow, ProductionFixtures.Event, Long, Long> contents =
+                    (InternalAggregatingState<String, TimeWindow, ProductionFixtures.Event, Long, Long>)
+                            getOrCreateKeyedState(new TimeWindow.Serializer(), d);
+            List<Tuple2<String, TimeWindow>> kns;
+            try (Stream<Tuple2<String, TimeWindow>> s = kb.getKeysAndNamespaces("window-contents")) { kns = s.collect(Collectors.toList()); }
+            for (Tuple2<String, TimeWindow> kn : kns) {
+                setCurrentKey(kn.f0);
+                contents.setCurrentNamespace(kn.f1);
+                Long acc = contents.getInternal();
+                if (acc != null) out(uid, "window-contents", kn.f0, window(kn.f1), null, json(acc));
+            }
+            InternalTimerService<TimeWindow> timers = getInternalTimerService("window-timers", new TimeWindow.Serializer(), (Triggerable<String, TimeWindow>) (Triggerable<?, ?>) this);
+            timers.forEachEventTimeTimer((w, ts) -> out(uid, "_timer_state/event_window-timers", getCurrentKey(), window(w), null, json(ts)));
+            timers.forEachProcessingTimeTimer((w, ts) -> out(uid, "_timer_state/processing_window-timers", getCurrentKey(), window(w), null, json(ts)));
+        }
+
+        @Override public void processElement(StreamRecord<ProductionFixtures.Event> element) {}
+        @Override public void onEventTime(InternalTimer<String, Object> timer) {}
+        @Override public void onProcessingTime(InternalTimer<String, Object> timer) {}
+    }
+
+    public static void main(String[] args) {
+        int failed = 0;
+        try {
+            for (String arg : args) failed += run(arg) ? 0 : 1;
+        } catch (Throwable t) {
+            t.printStackTrace();
+            System.exit(1);
+        }
+        System.exit(failed == 0 ? 0 : 3);  // (the mini cluster's threads would keep the JVM up)
+    }
+
+    static boolean run(String spec) throws Exception {
+        String[] lv = spec.split("=", 2);
+        String[] a = lv[1].split(",");
+        label = lv[0];
+        String savepoint = a[0], backend = a[1], userUid = a[2], windowsUid = a[3];
+        Path work = Files.createTempDirectory("restore-check");
+        Map<String, String> conf = new HashMap<>();
+        conf.put("state.backend.type", backend);
+        conf.put("state.backend", backend);
+        conf.put("execution.state-recovery.path", savepoint);
+        conf.put("execution.savepoint.path", savepoint);
+        conf.put("execution.state-recovery.ignore-unclaimed-state", "false");
+        conf.put("execution.checkpointing.dir", work.resolve("checkpoints").toUri().toString());
+        conf.put("taskmanager.numberOfTaskSlots", "8");
+        conf.put("rest.bind-port", "0");
+        conf.put("state.backend.rocksdb.memory.managed", "true");
+        conf.put("taskmanager.memory.managed.size", "256m");
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(Configuration.fromMap(conf));
+        env.setParallelism(2);
+        DataStream<ProductionFixtures.Event> stream = env.fromSequence(0, Long.MAX_VALUE).setParallelism(1).uid("sequence").name("sequence")
+                .flatMap((Long i, Collector<ProductionFixtures.Event> o) -> Thread.sleep(20))
+                .returns(TypeInformation.of(ProductionFixtures.Event.class)).setParallelism(1).uid("events").name("events")
+                .assignTimestampsAndWatermarks(WatermarkStrategy.<ProductionFixtures.Event>noWatermarks().withTimestampAssigner((e, t) -> e.ts))
+                .setParallelism(1).uid("timestamps").name("timestamps");
+        int operators = 0;
+        if (!userUid.equals("-")) {
+            stream.keyBy(e -> e.user, Types.STRING).transform("user-activity", Types.STRING, new Dump(userUid, false)).uid(userUid);
+            operators++;
+        }
+        if (!windowsUid.equals("-")) {
+            stream.keyBy(e -> e.category, Types.STRING).transform("category-windows", Types.STRING, new Dump(windowsUid, true)).uid(windowsUid);
+            operators++;
+        }
+        dumped = new CountDownLatch(2 * operators);
+        JobClient client = env.executeAsync("restore-check-" + label);
+        long deadline = System.currentTimeMillis() + 180_000;
+        while (!dumped.await(200, TimeUnit.MILLISECONDS)) {
+            if (client.getJobExecutionResult().isDone() || System.currentTimeMillis() > deadline) {
+                String why = "timed out";
+                try { client.getJobExecutionResult().get(1, TimeUnit.SECONDS); } catch (Exception e) {
+                    Throwable c = e;
+                    while (c.getCause() != null) c = c.getCause();
+                    why = c.toString().replace('\n', ' ');
+                }
+                System.out.println("FAILED " + label + " " + why);
+                try { client.cancel().get(30, TimeUnit.SECONDS); } catch (Exception ignored) {}
+                return false;
+            }
+        }
+        System.out.println("RESTORED " + label);
+        client.cancel().get(60, TimeUnit.SECONDS);
+        return true;
+    }
+}
