@@ -10,6 +10,7 @@ repository is after ``make demo``.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,8 +84,9 @@ def test_the_rescale_example_restores_live_state(demo_dir, monkeypatch, capsys):
     lines = [argv for page in [README, *PAGES] for b in code_blocks(page) if b.lang == "bash"
              for argv in bash_commands(b)]
     argv = next(a for a in lines if a[1:3] == ["savepoint", "sessions"])
-    assert main(argv[1:]) == 0, capsys.readouterr().err
     sp = Path(argv[argv.index("-o") + 1])
+    shutil.rmtree(sp, ignore_errors=True)  # the page's own run made it: `savepoint -o` refuses a non-empty folder
+    assert main(argv[1:]) == 0, capsys.readouterr().err
     assert explorer.open(sp).keyed_state()["key"].nunique() > 0
     rargv = next(a for a in lines if "--from-savepoint" in a)
     p = int(rargv[rargv.index("-p") + 1])
