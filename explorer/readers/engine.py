@@ -27,7 +27,7 @@ from ..format.snapshot import (
     resolve,
 )
 from ..keygroups import operator_indices_for_key_groups
-from ..storage import StoragePath, as_path
+from ..storage import StoragePath
 from .checks import engine_checks
 from .base import (
     TUPLE_COLUMNS,
@@ -417,7 +417,7 @@ class EngineSnapshotReader(SnapshotReader):
     @classmethod
     def check_files(cls, path: Path, **options: Any) -> list:
         """Every listed file checked: ``_metadata``'s CRC, each file inside the snapshot, its size and digest."""
-        return engine_checks(as_path(path))
+        return engine_checks(path)  # normalised at the door (explorer.verify)
 
 def _left_out(query: KeyedStateQuery) -> list[str]:
     """The one-value columns (operator, state, kind) ``query`` does not ask for: not built, only their values

@@ -137,7 +137,7 @@ class FlinkSnapshotReader(SnapshotLayout, KeyedReads, MergedWindows, PyFlinkStat
     @classmethod
     def check_files(cls, path: Path, **options) -> list:
         """Every file the metadata names: inside the roots, there, of its size; SST files' checksums (``checks``)."""
-        return flink_checks(as_path(path), **options)
+        return flink_checks(path, **options)  # normalised at the door (explorer.verify)
 
     @classmethod
     def detect(cls, path: Path) -> bool:

@@ -84,7 +84,6 @@ from ...format.spark_buckets import STATE_NAME, TIMERS, decode_tables
 from ...format.untrusted import Roots, excerpt
 from ...keygroups.spark import partition_ids
 from ...spark_session import get_spark, log_path, root_cause
-from ...storage import as_path
 from ..base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
@@ -194,7 +193,7 @@ class SparkCheckpointReader(SnapshotReader):
     @classmethod
     def check_files(cls, path: Path, **options: Any) -> list:
         """Every file the newest committed batch needs, checked without a JVM (:mod:`.checks`)."""
-        return spark_checks(as_path(path), **options)
+        return spark_checks(path, **options)  # normalised at the door (explorer.verify)
 
     # --- cheap metadata (files only) ------------------------------------------------------
     @classmethod
