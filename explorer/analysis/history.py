@@ -21,6 +21,12 @@ Sync, async and alignment times are those of the slowest subtask (the maximum ov
 subtasks, as Flink's checkpoint statistics give them): subtasks snapshot in parallel,
 so their sum is no duration of anything and can exceed the checkpoint's own duration.
 ``created_at`` is the snapshot's own time (its metadata), never a file's.
+
+A ``chk-N`` of a directory that cannot be read (a superseded checkpoint half deleted: its
+``_metadata`` still there, some of the files it names gone, as a cancelled job or a retention
+cut short leaves it) is one row with ``complete`` False and a ``note`` saying what is missing,
+its figures null; the other checkpoints go on (and are compared with the last complete one
+before them). The frame's ``attrs["notes"]`` repeats those notes.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import AnalysisError
+from ..errors import AnalysisError, SnapshotError
+from ..format.checkpoint_dir import checkpoint_id
 from ..storage import StoragePath, as_path
 from ..stored import open_stored, retained_checkpoints
 from . import _ranges
@@ -42,7 +49,29 @@ from .distribution import state_sizes
 
 HISTORY_COLUMNS = ["checkpoint_id", "created_at", "kind", "path", "operator", "state", "ttl_ms", "entries", "bytes",
                    "keys", "checkpoint_bytes", "incremental_bytes", "delta_bytes", "duration_ms", "sync_ms",
-                   "async_ms", "alignment_ms", "operator_bytes"]
+                   "async_ms", "alignment_ms", "operator_bytes", "complete", "note"]
+
+
+class _Unreadable:
+    """A ``chk-N`` of a checkpoint directory that did not read, and why."""
+
+    def __init__(self, path: Any, checkpoint: int | None, error: BaseException):
+        self.path, self.checkpoint_id, self.error = path, checkpoint, error
+
+    @property
+    def note(self) -> str:
+        return (f"{self.path}: checkpoint {self.checkpoint_id} cannot be read, left out "
+                f"(incomplete or partly deleted: {self.error})")
+
+
+_UNREADABLE = (SnapshotError, FileNotFoundError)
+
+
+def _open_chk(c: Any, options: dict[str, Any]) -> Any:
+    try:
+        return open_stored(c, **options)
+    except _UNREADABLE as exc:
+        return _Unreadable(c, checkpoint_id(c.name), exc)
 
 def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:
     if is_snapshot(source):
@@ -53,7 +82,7 @@ def _snapshots(source: Any, options: dict[str, Any]) -> list[Any]:
             raise AnalysisError(f"{p}: no such checkpoint directory")
         chks = retained_checkpoints(p)
         if chks:
-            return [open_stored(c, **options) for c in chks]
+            return [_open_chk(c, options) for c in chks]
         return [open_stored(p, **options)]
     snaps = [s if is_snapshot(s) else open_stored(s, **options) for s in source]
     return sorted(snaps, key=lambda s: (s.checkpoint_id is None, s.checkpoint_id or 0))
@@ -145,45 +174,69 @@ def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True, **op
     rows = []
     prev_digests: dict[str, int] | None = None
     prev_total: int | None = None
+    notes: list[str] = []
     for snap in snaps:
-        t = _timings(snap)
-        digests = _file_digests(snap)
-        total = int(t.get("bytes", sum(digests.values()) if digests else 0))
-        if digests is not None and prev_digests is not None:
-            incremental = sum(b for d, b in digests.items() if d not in prev_digests)
-        else:
-            incremental = total
-        common = {
-            "checkpoint_id": snap.checkpoint_id, "created_at": snap.created_at, "kind": snap.kind,
-            "path": str(snap.path), "checkpoint_bytes": total, "incremental_bytes": int(incremental),
-            "delta_bytes": total - prev_total if prev_total is not None else total,
-            "duration_ms": t.get("duration_ms"), "sync_ms": t.get("sync_ms"), "async_ms": t.get("async_ms"),
-            "alignment_ms": t.get("alignment_ms"),
-        }
-        prev_digests, prev_total = digests, total
-        op_bytes = _operator_bytes(snap)
-        if not per_state:
-            states = snap.states
-            rows.append({**common, "operator": None, "state": None, "ttl_ms": None,
-                         "entries": (int(states["entries"].sum()) if "entries" in states
-                                     else sum(n for n, _ in _entry_figures(snap).values())),
-                         "bytes": total, "keys": _total_keys(snap) if keys else None,
-                         "operator_bytes": sum(op_bytes.values()) if op_bytes else None})
-            continue
-        sbytes = _state_bytes(snap)
-        counted = _entry_figures(snap) if "entries" not in snap.states else {}
-        nkeys = _keys_per_state(snap) if keys else {}
-        for r in snap.states.itertuples(index=False):
-            rows.append({**common, "operator": r.operator, "state": r.state,
-                         "ttl_ms": None if pd.isna(r.ttl_ms) else int(r.ttl_ms),
-                         "entries": (int(getattr(r, "entries", 0) or 0) if not counted
-                                     else counted.get((r.operator, r.state), (0, 0))[0]),
-                         "bytes": sbytes.get((r.operator, r.state)),
-                         "keys": nkeys.get((r.operator, r.state), 0) if keys else None,
-                         "operator_bytes": op_bytes.get(r.operator)})
+        if not isinstance(snap, _Unreadable):
+            try:
+                before = len(rows)
+                prev_digests, prev_total = _rows_of(snap, rows, prev_digests, prev_total, keys, per_state)
+                continue
+            except _UNREADABLE as exc:  # a file it names went missing while reading its states
+                del rows[before:]
+                snap = _Unreadable(snap.path, checkpoint_id(snap.path.name) or snap.checkpoint_id, exc)
+        notes.append(snap.note)
+        rows.append({c: None for c in HISTORY_COLUMNS} | {
+            "checkpoint_id": snap.checkpoint_id, "path": str(snap.path), "complete": False, "note": snap.note})
     out = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
     out["created_at"] = pd.to_datetime(out["created_at"], utc=True)
+    out["complete"] = out["complete"].astype(bool)
+    if notes:  # the unreadable rows' figures are null: counts stay integers (nullable), not floats
+        for c in ("entries", "bytes", "keys", "checkpoint_bytes", "incremental_bytes", "delta_bytes",
+                  "operator_bytes", "ttl_ms"):
+            if out[c].notna().any() or c != "keys":
+                out[c] = out[c].astype("Int64")
+    out.attrs["notes"] = notes
     return out
+
+
+def _rows_of(snap: Any, rows: list[dict[str, Any]], prev_digests: dict[str, int] | None, prev_total: int | None,
+             keys: bool, per_state: bool) -> tuple[dict[str, int] | None, int]:
+    """Appends ``snap``'s rows to ``rows``; the figures the next checkpoint is compared with."""
+    t = _timings(snap)
+    digests = _file_digests(snap)
+    total = int(t.get("bytes", sum(digests.values()) if digests else 0))
+    if digests is not None and prev_digests is not None:
+        incremental = sum(b for d, b in digests.items() if d not in prev_digests)
+    else:
+        incremental = total
+    common = {
+        "checkpoint_id": snap.checkpoint_id, "created_at": snap.created_at, "kind": snap.kind,
+        "path": str(snap.path), "checkpoint_bytes": total, "incremental_bytes": int(incremental),
+        "delta_bytes": total - prev_total if prev_total is not None else total,
+        "duration_ms": t.get("duration_ms"), "sync_ms": t.get("sync_ms"), "async_ms": t.get("async_ms"),
+        "alignment_ms": t.get("alignment_ms"), "complete": True, "note": None,
+    }
+    op_bytes = _operator_bytes(snap)
+    if not per_state:
+        states = snap.states
+        rows.append({**common, "operator": None, "state": None, "ttl_ms": None,
+                     "entries": (int(states["entries"].sum()) if "entries" in states
+                                 else sum(n for n, _ in _entry_figures(snap).values())),
+                     "bytes": total, "keys": _total_keys(snap) if keys else None,
+                     "operator_bytes": sum(op_bytes.values()) if op_bytes else None})
+        return digests, total
+    sbytes = _state_bytes(snap)
+    counted = _entry_figures(snap) if "entries" not in snap.states else {}
+    nkeys = _keys_per_state(snap) if keys else {}
+    for r in snap.states.itertuples(index=False):
+        rows.append({**common, "operator": r.operator, "state": r.state,
+                     "ttl_ms": None if pd.isna(r.ttl_ms) else int(r.ttl_ms),
+                     "entries": (int(getattr(r, "entries", 0) or 0) if not counted
+                                 else counted.get((r.operator, r.state), (0, 0))[0]),
+                     "bytes": sbytes.get((r.operator, r.state)),
+                     "keys": nkeys.get((r.operator, r.state), 0) if keys else None,
+                     "operator_bytes": op_bytes.get(r.operator)})
+    return digests, total
 
 
 def _total_keys(snap: Any) -> int:
@@ -199,6 +252,7 @@ def checkpoint_summary(hist: pd.DataFrame) -> pd.DataFrame:
     """One row per checkpoint of a per-state :func:`history` (entries and keys summed over states)."""
     cols = ["checkpoint_id", "created_at", "kind", "path", "checkpoint_bytes", "incremental_bytes", "delta_bytes",
             "duration_ms", "sync_ms", "async_ms", "alignment_ms"]
+    cols += [c for c in ("complete", "note") if c in hist]
     g = hist.groupby("checkpoint_id", sort=True, observed=True)
     out = g[cols[1:]].first().reset_index()
     out["entries"] = g["entries"].sum().to_numpy()

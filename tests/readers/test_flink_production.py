@@ -36,10 +36,6 @@ EXPECTED_FAILURES: list[tuple[str, str, str, str]] = [
     # Kryo's default serializers (Optional, java.time fields) decode without either.
     ("*types-heap-checkpoint", "kryo", "MISSING", "Kryo value on a heap checkpoint: skipped (no length)"),
     ("*types-*", "kryo", "RAW", "Kryo FieldSerializer class without a jar or hint"),
-    # Flink 1.20's metadata (version 4) stores no operator names, and a SQL job's operators have no uids to
-    # pass: the GroupAggregate shows under its OperatorID, and EXPECTED.json names it "GroupAggregate" (its
-    # values read right under the ID: tools/flink/SURVEY.md). Issue 33, left: name such operators by their states.
-    ("flink-1.20-sqlagg-*", "*", "MISSING", "SQL operator named by OperatorID in metadata v4"),
 ]
 
 
@@ -228,3 +224,23 @@ def test_operator_names_note_says_what_uids_left_unnamed():
     snap = explorer.open(path, uids=[*uids, "sequence"])  # the job's source, which keeps operator state
     assert v4_notes(snap) == []
     assert {"sequence", *uids} <= set(snap.operators["operator"])
+
+
+def test_flink_1_20_sql_operator_is_named_by_its_states():
+    """Flink 1.20's metadata stores no operator names and SQL operators have no uids: the GroupAggregate is
+    named from the states it holds (accState, distinctAcc_*), marked inferred in snap.operators and in a note;
+    operators without such states keep their OperatorIDs; a 2.x snapshot's stored names are never replaced."""
+    fixture = "flink-1.20-sqlagg-rocksdb-incremental-checkpoint"
+    snap = explorer.open(PRODUCTION / fixture)
+    ops = snap.operators.set_index("operator_id")
+    keyed = ops[ops["has_keyed_state"]]
+    assert len(keyed) == 1
+    (oid,) = keyed.index
+    assert keyed.loc[oid, "operator"] == f"GroupAggregate[{oid[:8]}]" and keyed.loc[oid, "name_inferred"]
+    assert keyed.loc[oid, "name"] is None and keyed.loc[oid, "uid"] is None
+    others = ops[~ops["has_keyed_state"]]
+    assert list(others["operator"]) == list(others.index) and not others["name_inferred"].any()
+    assert any("inferred" in n and "GroupAggregate" in n and "accState" in n for n in snap.notes)
+    assert set(snap.states["operator"]) == {f"GroupAggregate[{oid[:8]}]"}
+    stored = explorer.open(PRODUCTION / "sqlagg-heap-canonical-savepoint").operators
+    assert not stored["name_inferred"].any() and any(o.startswith("GroupAggregate[") for o in stored["operator"])

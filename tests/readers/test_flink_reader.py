@@ -309,22 +309,18 @@ def test_sql_group_by(name):
 
 @pytest.mark.parametrize("name", DATASTREAM_FIXTURES + SQL_FIXTURES)
 def test_operator_state_of_the_source(name):
-    """The source's split state: one split whose next index is past every event the job emitted."""
-    import struct
-
+    """The source's split state: one split whose next index is past every event the job emitted, decoded
+    (explorer/readers/flink/splits.py: int version, int length, utf id, long from, long to)."""
     exp = expected(name)
     df = FlinkSnapshotReader(FLINK_FIXTURES / name, uids=UIDS).operator_state()
     src = df[df["state"] == "SourceReaderState"]
     # named "Source: events" by Flink 2.x metadata, by its uid for Flink 1.20 (no names stored)
     assert list(src["mode"]) == ["split"] and list(src["operator"]) in (["Source: events"], ["events-source"])
-    raw = src["value"].iat[0]
-    # NumberSequenceSplit, as the split serializer writes it: int version, int length, utf id, long from, long to
-    (version, n) = struct.unpack_from(">ii", raw)
-    split = raw[8 : 8 + n]
-    id_len = struct.unpack_from(">H", split)[0]
-    current, to = struct.unpack_from(">qq", split, 2 + id_len)
-    assert version == 1 and current >= exp["events"] and to > current
-    assert src["size_bytes"].iat[0] == len(raw) + 4
+    split = src["value"].iat[0]
+    assert split["split_type"] == "NumberSequenceSplit" and split["serializer_version"] == 1
+    assert split["from"] >= exp["events"] and split["to"] > split["from"]
+    # the list element (int length + the versioned bytes): 4 + 8 + utf (2 + id) + 16
+    assert src["size_bytes"].iat[0] == 4 + 8 + 2 + len(split["split_id"].encode()) + 16
 
 
 @pytest.mark.parametrize("name", [n for n in FIXTURE_NAMES if "canonical" in n or n.startswith("sql-")])

@@ -126,6 +126,13 @@ prod sqlagg-rocksdb-native-savepoint sqlagg rocksdb native
 # the async state API (State V2) on ForSt (its backend; the HashMap backend fails this job in 2.3.0)
 prod asyncstate-forst-checkpoint asyncstate forst checkpoint
 prod asyncstate-forst-native-savepoint asyncstate forst native
+# issue 33: a source's split state mid-run (NumberSequenceSource at parallelism 2), tools/flink/src/SourceSplits.java
+if wanted source-splits-heap-canonical-savepoint; then
+    echo "== source-splits-heap-canonical-savepoint" >&2
+    javac -nowarn -d "$PBUILD" -cp "$PCP" "$ROOT/tools/flink/src/SourceSplits.java"
+    java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 -Dlog4j2.level=ERROR -cp "$PBUILD:$PCP" SourceSplits \
+        "$OUT" source-splits-heap-canonical-savepoint >&2
+fi
 use_prod 1.20.3
 prod flink-1.20-plain-heap-canonical-savepoint plain hashmap canonical
 prod flink-1.20-types-heap-canonical-savepoint types hashmap canonical      # Kryo 2

@@ -143,9 +143,11 @@ class SnapshotLayout(Notes):
                     "has_operator_state": any(s.managed_operator is not None for s in o.subtasks),
                     "backend": self._backend_name(o),
                     "finished": o.fully_finished,
+                    "name_inferred": o.inferred_name is not None and o.display_name == o.inferred_name,
                 }
             )
-        df = pd.DataFrame(rows, columns=list(OPERATOR_COLUMNS) + ["name", "has_keyed_state", "has_operator_state", "backend", "finished"])
+        df = pd.DataFrame(rows, columns=list(OPERATOR_COLUMNS) + ["name", "has_keyed_state", "has_operator_state", "backend", "finished",
+                                                               "name_inferred"])
         return df
 
     def states(self) -> pd.DataFrame:

@@ -98,10 +98,13 @@ class OperatorState:
     fully_finished: bool = False
     #: the operator coordinator's state (new Source API sources keep their split enumerator here)
     coordinator: StreamHandle | None = None
+    #: a name inferred from the states the operator holds (a SQL operator in metadata that stores no names,
+    #: ``operatorid.infer_operator_name``), used only when neither a name nor a uid is known
+    inferred_name: str | None = None
 
     @property
     def display_name(self) -> str:
-        return self.name or self.uid or self.operator_id
+        return self.name or self.uid or self.inferred_name or self.operator_id
 
 
 @dataclass

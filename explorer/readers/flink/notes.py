@@ -58,11 +58,12 @@ class Notes(SnapshotReader):
         """What ``_metadata`` holds that is not read: operator names older metadata does not store, and
         records in flight of an unaligned checkpoint."""
         if self.meta.version < 5:
-            unnamed = [op for op in self.meta.operators if op.uid is None and op.name is None
+            unnamed = [op for op in self.meta.operators if op.uid is None and op.name is None and op.inferred_name is None
                        and any(st.managed_keyed is not None or st.managed_operator is not None for st in op.subtasks)]
             if not uids:
                 self._note(f"{self.metadata_file}: metadata version {self.meta.version} stores no operator names or "
-                           "uids; operators are named by OperatorID unless their uids are passed (uids=[...])")
+                           "uids; operators are named by OperatorID unless their uids are passed (uids=[...]), "
+                           "SQL operators by the states they hold (inferred)")
             elif unnamed:
                 self._note(f"{self.metadata_file}: metadata version {self.meta.version} stores no operator names or "
                            f"uids; {len(unnamed)} operators with state match none of the uids passed and are named "

@@ -10,6 +10,8 @@ can have them matched back to the IDs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 _M64 = (1 << 64) - 1
 _C1 = 0x87C37B91114253D5
 _C2 = 0x4CF5AD432745937F
@@ -67,3 +69,24 @@ def murmur3_x64_128(data: bytes, seed: int = 0) -> bytes:
 def operator_id_for_uid(uid: str) -> str:
     """The OperatorID (32 hex digits, as in ``_metadata``) Flink gives an operator with this uid."""
     return murmur3_x64_128(uid.encode("utf-8")).hex()
+
+
+#: (operator, state names it must hold): Flink's SQL runtime operators by the keyed states they register, as
+#: Flink 2.3 snapshots name both (``sample_data/flink/production/sql-*``); an operator holding every name of
+#: a row is that operator. (MATCH_RECOGNIZE is left out: its states are CEP's, shared with DataStream CEP.)
+SQL_OPERATOR_STATES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("GroupAggregate", frozenset({"accState"})),
+    ("Join", frozenset({"left-records", "right-records"})),
+    ("IntervalJoin", frozenset({"IntervalJoinLeftCache", "IntervalJoinRightCache"})),
+    ("Rank", frozenset({"data-state-with-append"})),
+    ("Deduplicate", frozenset({"already-emitted-state-boolean", "waiting-to-emit-on-timer"})),
+)
+
+
+def infer_operator_name(operator_id: str, state_names: Iterable[str]) -> str | None:
+    """A name for an operator stored without name or uid (Flink 1.20 and older metadata; SQL operators
+    have no uids to pass), from its keyed states: ``GroupAggregate[92d5105c]`` (the planner's kind and the
+    head of the OperatorID, so that several operators of one kind stay apart), or None."""
+    names = set(state_names)
+    hits = [op for op, need in SQL_OPERATOR_STATES if need <= names]
+    return f"{hits[0]}[{operator_id[:8]}]" if len(hits) == 1 else None

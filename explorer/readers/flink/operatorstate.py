@@ -19,7 +19,8 @@ starts a run of frames that decodes to exactly what it points at.
 
 :class:`OperatorStates` is the part of :class:`~.reader.FlinkSnapshotReader` that reads every
 subtask's operator-state stream into ``operator_state()``'s rows; a stream that cannot be read
-is a note, and the others are read.
+is a note, and the others are read. A source operator's ``SourceReaderState`` elements are decoded
+as source splits where their layout is known (:mod:`.splits`), else left raw with a note.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .compression import unframe
 from .datainput import DataInput
 from .handles import HandleResolver, OperatorStreamHandle
 from .notes import Notes
+from .splits import SOURCE_READER_STATE, decode_split
 from .serializers import Decoder, RawDecoder, UnknownLayout, UnknownSnapshot, read_top_level_snapshot
 
 _MODES = {"SPLIT_DISTRIBUTE": "split", "UNION": "union", "BROADCAST": "broadcast"}
@@ -135,6 +137,12 @@ class OperatorStates(Notes):
                     data = self.resolver.read(h.stream)
                     for r in read_operator_state(data, h, where, self._note):
                         r.update(operator=op.display_name, subtask=st.index)
+                        if r["state"] == SOURCE_READER_STATE and isinstance(r["value"], (bytes, bytearray)):
+                            r["value"], why = decode_split(bytes(r["value"]))
+                            if why:
+                                self._note(f"{self.metadata_file} (operator {op.display_name!r}): source split "
+                                           f"state {SOURCE_READER_STATE!r} holds a split State Explorer cannot "
+                                           f"decode: {why}")
                         rows.append(r)
                 except ReaderError as exc:
                     self._note(str(exc))

@@ -64,7 +64,7 @@ from .handles import HandleResolver
 from .keyed import KeyedReads
 from .layout import SnapshotLayout, find_metadata, metadata_file_in, unwrap_changelog_handles
 from .metadata import MAGIC, CheckpointMetadata, read_metadata
-from .operatorid import operator_id_for_uid
+from .operatorid import infer_operator_name, operator_id_for_uid
 from .operatorstate import OperatorStates
 from .pieces import Pieces
 from .pyflinkstates import PyFlinkStates
@@ -120,7 +120,6 @@ class FlinkSnapshotReader(SnapshotLayout, KeyedReads, MergedWindows, PyFlinkStat
         self._headers: dict[tuple[str, int], BackendMeta] = {}
         self._layouts: dict[tuple[str, int], str] = {}
         self._noted: set[str] = set()
-        self._note_unread_metadata(uids)
         # (operator id, subtask, state id) -> (rows checked, mismatches), from whole-state reads
         self._kg_checks: dict[tuple[str, int, int], tuple[int, int]] = {}
         # the keyed-state headers (small) are read now, so that notes on serializers are there from open() on;
@@ -133,6 +132,21 @@ class FlinkSnapshotReader(SnapshotLayout, KeyedReads, MergedWindows, PyFlinkStat
                 except StateExplorerError:
                     continue
                 self._note_undeclared_pyflink(o, header)
+                if o.name is None and o.uid is None:
+                    self._infer_name(o, header)
+        self._note_unread_metadata(uids)
+
+    def _infer_name(self, op, header: BackendMeta) -> None:
+        """Names an operator the metadata stores without name or uid by the SQL operator its states are
+        (``operatorid.infer_operator_name``), and says so: the name is inferred, not stored."""
+        states = [sm.name for sm in header.states]
+        name = infer_operator_name(op.operator_id, states)
+        if name is None or any(o.display_name == name for o in self.meta.operators):
+            return
+        op.inferred_name = name
+        self._note(f"{self.metadata_file}: operator {op.operator_id} has no name or uid in the metadata; named "
+                   f"{name!r} from the states it holds ({', '.join(sorted(s for s in states if not s.startswith('_timer')))}): "
+                   "inferred, not stored")
 
     @classmethod
     def check_files(cls, path: Path, **options) -> list:
