@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("explorer.keygroups", "explorer.ranking", "explorer.escape", "explorer.format", "explorer.storage", "explorer.spark_session"),
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark_engine"),
     ("explorer.readers",),
-    ("explorer.stored", "explorer.catalog", "explorer.verification", "explorer.editing"),
+    ("explorer.stored", "explorer.catalog", "explorer.verification", "explorer.editing",
+     "explorer.compatibility"),
     ("explorer.analysis", "explorer.distributed"),
     ("explorer.plots",),
     ("explorer.report",),
@@ -59,6 +60,8 @@ LAZY_EDGES = {
     ("explorer.cli", "explorer.verification"): "`state-explorer verify` imports what it needs in its own command",
     ("explorer", "explorer.verification"): "`import explorer` is light (PEP 562): verify loads on first use",
     ("explorer", "explorer.editing"): "`import explorer` is light (PEP 562): edit loads on first use",
+    ("explorer", "explorer.compatibility"): "`import explorer` is light (PEP 562): compatible loads on first use "
+    "(pandas and the Flink reader)",
     **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "
        "and analyses are imported" for m in ("_data", "diff", "history", "hotkeys", "keygroups", "keys", "overview",
                                              "ttl")},
