@@ -58,6 +58,8 @@ LAZY_EDGES = {
        "errors and `ls` start without pandas, numba, plotly or Spark" for m in (
         "analysis", "catalog", "format.snapshot", "pipelines", "plots.format", "report", "snapshot", "spark.demo")},
     ("explorer.cli", "explorer.verification"): "`state-explorer verify` imports what it needs in its own command",
+    ("explorer.cli", "explorer.compatibility"): "`state-explorer compatible` imports what it needs in its own command",
+    ("explorer.cli", "explorer.editing"): "`state-explorer edit` imports what it needs in its own command",
     ("explorer", "explorer.verification"): "`import explorer` is light (PEP 562): verify loads on first use",
     ("explorer", "explorer.editing"): "`import explorer` is light (PEP 562): edit loads on first use",
     ("explorer", "explorer.compatibility"): "`import explorer` is light (PEP 562): compatible loads on first use "
