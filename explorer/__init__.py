@@ -6,7 +6,7 @@
 
 What ``import explorer`` exports (``__all__``; ``tests/test_public_api.py`` checks it equals the
 public names here): the entry points (``open``, ``list``, ``history``, ``diff``, ``changes``,
-``verify``, ``edit``, ``Snapshot``, ``CONTRACT_COLUMNS``), the IPython extension's hook, every class of the error tree
+``verify``, ``edit``, ``compatible``, ``Snapshot``, ``CONTRACT_COLUMNS``), the IPython extension's hook, every class of the error tree
 (``explorer/errors.py``, so ``except explorer.SnapshotCorruptError`` works without knowing the
 module), and Flink's three key-group rules for one key (``assign_to_key_group``,
 ``operator_index_for_key_group``, ``compute_default_max_parallelism``). The rest of the key-group
@@ -45,8 +45,8 @@ __version__ = "0.1.0"
 
 #: names imported on first use (PEP 562): they pull in pandas, pyarrow, numba and plotly, which a
 #: command's ``--help``, the errors and ``explorer.keygroups`` do not need, so ``import explorer`` stays light
-_LAZY = ("CONTRACT_COLUMNS", "Snapshot", "assign_to_key_group", "changes", "compute_default_max_parallelism", "diff",
-         "edit", "history", "list", "open", "operator_index_for_key_group", "verify")
+_LAZY = ("CONTRACT_COLUMNS", "Snapshot", "assign_to_key_group", "changes", "compatible",
+         "compute_default_max_parallelism", "diff", "edit", "history", "list", "open", "operator_index_for_key_group", "verify")
 
 
 def __getattr__(name: str):
@@ -66,6 +66,8 @@ def __getattr__(name: str):
         from . import verification as module
     elif name == "edit":
         from . import editing as module
+    elif name == "compatible":
+        from . import compatibility as module
     else:
         from . import keygroups as module
     if name != "list":
@@ -104,6 +106,7 @@ __all__ = [
     "VersionGoneError",
     "assign_to_key_group",
     "changes",
+    "compatible",
     "compute_default_max_parallelism",
     "diff",
     "edit",

@@ -9,6 +9,9 @@
     state-explorer report PATH -o report.html       HTML report with the charts (every format)
     state-explorer ls PATH                          the checkpoints and savepoints under a path
     state-explorer list                             the example pipelines
+    state-explorer compatible OLD NEW               will the new job version restore OLD? (per operator and state)
+    state-explorer edit PATH -o OUT [--drop-key OP=KEY] [--drop-operator UID] [--rename-operator OLD=NEW]
+                   [--max-parallelism N]            write an edited savepoint (explorer.edit)
 
 PATH is a savepoint or checkpoint folder, a checkpoint directory, or a Flink ``_metadata``
 file. Options are checked by argparse: a bad value is a usage error, never a traceback.
@@ -457,6 +460,59 @@ def cmd_verify(args) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_compatible(args) -> int:
+    """Per operator and state of OLD: restores as is, needs migration, or will fail (exit 1 if anything will)."""
+    from .compatibility import FAIL, compatible  # (this command's own import, kept in its hunk)
+
+    report = compatible(args.old, args.new)
+    for r in report.itertuples():
+        where = r.operator if r.state is None else f"{r.operator} / {r.state}"
+        say(f"{r.verdict:<16} {where}: {r.reason}")
+    fails = int((report.verdict == FAIL).sum())
+    say(f"{len(report)} checked, {fails} will fail" if fails else f"{len(report)} checked: the new job restores it")
+    return 1 if fails else 0
+
+
+def _pair(text: str) -> tuple[str, str]:
+    """An argparse type: ``LEFT=RIGHT``, both non-empty."""
+    left, sep, right = text.partition("=")
+    if not sep or not left or not right:
+        raise argparse.ArgumentTypeError(f"found {text!r}, expected LEFT=RIGHT")
+    return left, right
+
+
+def _edit_key(text: str) -> Any:
+    """A key as typed: ``int:42`` an integer, anything else the string itself."""
+    if text.startswith("int:"):
+        try:
+            return int(text[4:])
+        except ValueError:
+            raise UsageError(f"--drop-key: found {text!r}, expected int: followed by a whole number") from None
+    return text
+
+
+def cmd_edit(args) -> int:
+    """Apply the edits in order (renames, dropped keys, dropped operators, max parallelism) and write OUT."""
+    from .editing import edit  # (this command's own import, kept in its hunk)
+
+    editor = edit(args.path)
+    for old, new in args.rename_operator or ():
+        editor.rename_operator(old, new)
+    for op, key in args.drop_key or ():
+        editor.drop_keys(operator=op, keys=[_edit_key(key)])
+    for uid in args.drop_operator or ():
+        editor.drop_operator(uid)
+    if args.max_parallelism is not None:
+        editor.with_max_parallelism(args.max_parallelism)
+    if not editor.steps:
+        raise UsageError("no edit given; expected --drop-key, --drop-operator, --rename-operator or --max-parallelism")
+    out = editor.write(args.output)
+    for step in editor.steps:
+        say(f"  {step}")
+    say(f"wrote {out}")
+    return 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallelism", "-p", type=positive_int, default=2)
     p.add_argument("--max-parallelism", type=positive_int, default=None)
@@ -528,6 +584,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a folder beyond the snapshot's own its files may lie in (repeatable): a Flink changelog's dstl/")
     v.add_argument("--problems", action="store_true", help="list only the files that are not ok")
     v.set_defaults(fn=cmd_verify)
+    c = sub.add_parser("compatible", help="will a new job version restore a savepoint? per operator and state: "
+                                          "restores as is, needs migration, or will fail (exit 1)")
+    c.add_argument("old", help="the savepoint (or checkpoint) to restore")
+    c.add_argument("new", help="a savepoint or checkpoint of the new job version")
+    c.set_defaults(fn=cmd_compatible, subparser=c)
+    e = sub.add_parser("edit", help="write an edited copy of a savepoint (the engine's or a Flink canonical one)")
+    e.add_argument("path", help="the savepoint to edit (never modified)")
+    e.add_argument("--output", "-o", required=True, help="a new or empty folder for the edited savepoint")
+    e.add_argument("--drop-key", type=_pair, action="append", metavar="OP=KEY",
+                   help="drop every state and timer of KEY in operator OP (repeatable; int:42 for an integer key)")
+    e.add_argument("--drop-operator", action="append", metavar="UID", help="leave an operator out (repeatable)")
+    e.add_argument("--rename-operator", type=_pair, action="append", metavar="OLD=NEW",
+                   help="give an operator a new uid (repeatable; applied first, so other options name NEW)")
+    e.add_argument("--max-parallelism", type=positive_int, default=None, metavar="N",
+                   help="move every key to its key group under max parallelism N")
+    e.set_defaults(fn=cmd_edit, subparser=e)
     return ap
 
 

@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("explorer.keygroups", "explorer.ranking", "explorer.escape", "explorer.format", "explorer.storage", "explorer.spark_session"),
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark_engine"),
     ("explorer.readers",),
-    ("explorer.stored", "explorer.catalog", "explorer.verification", "explorer.editing"),
+    ("explorer.stored", "explorer.catalog", "explorer.verification", "explorer.editing",
+     "explorer.compatibility"),
     ("explorer.analysis", "explorer.distributed"),
     ("explorer.plots",),
     ("explorer.report",),
@@ -57,8 +58,12 @@ LAZY_EDGES = {
        "errors and `ls` start without pandas, numba, plotly or Spark" for m in (
         "analysis", "catalog", "format.snapshot", "pipelines", "plots.format", "report", "snapshot", "spark.demo")},
     ("explorer.cli", "explorer.verification"): "`state-explorer verify` imports what it needs in its own command",
+    ("explorer.cli", "explorer.compatibility"): "`state-explorer compatible` imports what it needs in its own command",
+    ("explorer.cli", "explorer.editing"): "`state-explorer edit` imports what it needs in its own command",
     ("explorer", "explorer.verification"): "`import explorer` is light (PEP 562): verify loads on first use",
     ("explorer", "explorer.editing"): "`import explorer` is light (PEP 562): edit loads on first use",
+    ("explorer", "explorer.compatibility"): "`import explorer` is light (PEP 562): compatible loads on first use "
+    "(pandas and the Flink reader)",
     **{("widgets.dashboard", f"widgets.{m}"): "a dashboard's loading line shows before the tabs' pandas, plotly "
        "and analyses are imported" for m in ("_data", "diff", "history", "hotkeys", "keygroups", "keys", "overview",
                                              "ttl")},

@@ -17,7 +17,8 @@ from ..keygroups import UPPER_BOUND_MAX_PARALLELISM
 from ..readers.flink.metadata import OperatorState
 from ..readers.flink.operatorid import operator_id_for_uid
 from ..readers.flink.reader import FlinkSnapshotReader
-from . import flink
+from ..format.snapshot import is_snapshot_folder
+from . import engine, flink
 from .flink import hashable_key
 
 
@@ -58,25 +59,43 @@ class OperatorPlan:
     #: [state, key, user key, rows changed] of each update(), checked after the write found its rows
     updates: list[list] = field(default_factory=list)
 
+    #: the operator id a uid gives (Flink's hash of it; the engine's operators are identified by uid)
+    id_for: Callable[[str], str] = operator_id_for_uid
+
     def names(self) -> set[str]:
         out = {self.operator_id}
         if self.uid:
-            out |= {self.uid, operator_id_for_uid(self.uid)}
+            out |= {self.uid, self.id_for(self.uid)}
         if self.name and self.uid == self.source.uid:
             out.add(self.name)
         return out
 
 
 class Editor:
-    """Edits of one Flink canonical savepoint (see module doc); :func:`explorer.edit` makes one."""
+    """Edits of one Flink canonical savepoint, or of one of the engine's own savepoints (see module doc);
+    :func:`explorer.edit` makes one."""
 
     def __init__(self, path: str | Path, **open_options: Any) -> None:
         self.path = Path(path)
-        self.reader = FlinkSnapshotReader(path, **open_options)
-        flink.check_editable(self.reader)
         self.steps: list[EditStep] = []
-        self._plans = [OperatorPlan(op, op.uid, op.operator_id, op.max_parallelism, op.name)
-                       for op in self.reader.meta.operators]
+        if is_snapshot_folder(self.path):  # the engine's own format (explorer.format.snapshot)
+            self._format: Any = engine
+            self.reader: Any = engine.EngineSavepoint(path, **open_options)
+            engine.check_editable(self.reader)
+            operators = self.reader.operators
+        else:
+            self._format = flink
+            self.reader = FlinkSnapshotReader(path, **open_options)
+            flink.check_editable(self.reader)
+            operators = self.reader.meta.operators
+        self._plans = [OperatorPlan(op, op.uid, op.operator_id, op.max_parallelism, op.name,
+                                    id_for=self._format.operator_id if self._format is engine else operator_id_for_uid)
+                       for op in operators]
+
+    @property
+    def format(self) -> str:
+        """``"flink"`` (a Flink canonical savepoint) or ``"engine"`` (the engine's own)."""
+        return "engine" if self._format is engine else "flink"
 
     # -- what is recorded ---------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -98,7 +117,7 @@ class Editor:
         return found[0]
 
     def _states(self, plan: OperatorPlan) -> list[str]:
-        return [s for s in flink.state_names(self.reader, plan.source) if s not in plan.dropped_states]
+        return [s for s in self._format.state_names(self.reader, plan.source) if s not in plan.dropped_states]
 
     def _state(self, plan: OperatorPlan, state: str) -> str:
         names = self._states(plan)
@@ -117,7 +136,7 @@ class Editor:
         """Give the operator a new uid; its operator id becomes the one Flink derives from ``new_uid`` (as Flink's
         ``SavepointWriter.changeOperatorIdentifier``); a name that was the old uid becomes the new one."""
         plan = self._plan(old_uid)
-        new_id = operator_id_for_uid(new_uid)
+        new_id = plan.id_for(new_uid)
         if any(p is not plan and not p.dropped and new_id == p.operator_id for p in self._plans):
             raise EditError(f"{self.path}: cannot rename {old_uid!r} to {new_uid!r}: another operator already has "
                             f"operator id {new_id}")
@@ -196,5 +215,7 @@ class Editor:
     # -- writing ------------------------------------------------------------------------------------------
     def write(self, out_path: str | Path) -> Path:
         """Write the edited savepoint into ``out_path`` (new, or an empty folder); the input is not touched."""
+        if self._format is engine:
+            return engine.write_savepoint(self.reader, self._plans, Path(out_path), steps=self.steps)
         return flink.write_savepoint(self.reader, self._plans, Path(out_path))
 
