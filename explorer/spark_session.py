@@ -24,7 +24,12 @@ Why each default (all measured or hit on this project with PySpark 4.3):
   200+ ERROR lines a failed read prints) go to a log file, not the user's
   terminal or notebook: :func:`log_path` says where (``$EXPLORER_SPARK_LOG`` or
   ``<tmp>/state-explorer-spark-<pid>.log``). A progress bar shows while the
-  JVM starts (6-12 s).
+  JVM starts (6-12 s), on stderr in a terminal (also when it is not a TTY) and as a
+  widget in a notebook.
+* :func:`spark_progress` announces a slow read or analysis before it starts Spark
+  jobs and keeps one line current with the running Spark stages and their tasks
+  (Spark's status tracker, polled from a daemon thread); :func:`spark_stages` is that
+  poll, which the dashboard's loading line uses too.
 
 Errors raised by Spark are long chained Java traces whose first line (Py4J's
 "An error occurred while calling o75.getResult.") says nothing;
@@ -37,6 +42,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -44,7 +50,8 @@ from tqdm.auto import tqdm
 
 from .errors import JobError
 
-__all__ = ["DEFAULT_CONF", "DEFAULT_MASTER", "ROCKSDB_PROVIDER", "get_spark", "log_path", "root_cause", "stop_spark"]
+__all__ = ["DEFAULT_CONF", "DEFAULT_MASTER", "ROCKSDB_PROVIDER", "get_spark", "log_path", "root_cause", "spark_progress",
+           "spark_stages", "stop_spark"]
 
 DEFAULT_MASTER = "local[2]"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -132,7 +139,7 @@ def get_spark(master: str | None = None, app_name: str = "state-explorer", log_l
     for k, v in settings.items():
         builder = builder.config(k, v)
     with tqdm(total=1, desc=f"starting Spark (JVM log: {log_path()})", bar_format="{desc} {elapsed}",
-              disable=None) as bar, _jvm_output_to(log_path()):
+              disable=False, file=sys.stderr) as bar, _jvm_output_to(log_path()):
         spark = builder.getOrCreate()
         bar.update(1)
     spark.sparkContext.setLogLevel(log_level)
@@ -205,3 +212,72 @@ def stop_spark() -> None:
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
+
+
+#: seconds between two polls of Spark's status tracker in :func:`spark_progress`
+POLL_INTERVAL = 0.5
+
+
+def _running_tracker() -> Any:
+    """The status tracker of the running Spark session, or None (never starts Spark or imports it)."""
+    if "pyspark.sql" not in sys.modules:
+        return None
+    from pyspark.sql import SparkSession
+
+    session = SparkSession._instantiatedSession
+    return None if session is None else session.sparkContext.statusTracker()
+
+
+def spark_stages(tracker: Any = None) -> list[str]:
+    """The active stages (``Spark stage 3 (toArrow): 5/8 tasks``) of ``tracker``, an object with
+    Spark's ``StatusTracker`` methods ``getActiveStageIds()`` and ``getStageInfo(id)`` (default: the
+    running session's); empty when no session runs. Spark's status is a nicety: errors give ``[]``."""
+    try:
+        tracker = _running_tracker() if tracker is None else tracker
+        if tracker is None:
+            return []
+        out = []
+        for sid in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(sid)
+            if info is not None:
+                out.append(f"Spark stage {sid} ({info.name.split(' at ')[0]}): "
+                           f"{info.numCompletedTasks}/{info.numTasks} tasks")
+        return out
+    except Exception:  # noqa: BLE001 - the read itself reports its errors
+        return []
+
+
+@contextlib.contextmanager
+def spark_progress(label: str, *, tracker: Any = None, file: Any = None,
+                   interval: float = POLL_INTERVAL) -> Iterator[Any]:
+    """Announce ``label`` at once and, while the block runs, show Spark's running stages after it.
+
+    A tqdm line (stderr in a terminal, also when not a TTY, or ``file``; a widget in a notebook):
+    ``reading ... 12s Spark stage 3 (toArrow): 5/8 tasks``, updated when the stages change.
+    ``tracker`` is read as by :func:`spark_stages`. The bar carries ``spark_progress = True`` so a
+    view that polls the stages itself (the dashboard's loading line) shows only its label.
+    """
+    bar = tqdm(total=1, desc=label, bar_format="{desc} {elapsed}{postfix}", disable=False,
+               file=sys.stderr if file is None else file)
+    bar.spark_progress = True
+    stop = threading.Event()
+
+    def poll() -> None:
+        shown: list[str] = []
+        while True:
+            stages = spark_stages(tracker)
+            if stages and stages != shown:
+                shown = stages
+                bar.set_postfix_str(" · ".join(stages))
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=poll, name="state-explorer-spark-progress", daemon=True)
+    thread.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        thread.join(timeout=2 * interval)
+        bar.update(1)
+        bar.close()

@@ -20,6 +20,12 @@ import ipywidgets as w
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def failed_html(exc: BaseException, where: str) -> str:
+    """The line that replaces a loading line when the work it announced failed (no spinner left)."""
+    return ("<div class='sx-failed' style='padding:12px;color:#d62728;font-size:13px'>"
+            f"<b>{html.escape(where)} failed</b>: {html.escape(f'{type(exc).__name__}: {exc}')}</div>")
+
+
 class ErrorArea(w.HTML):
     """Shows the last callback error (empty and hidden while all is well)."""
 

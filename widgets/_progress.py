@@ -4,13 +4,13 @@ A tab's first build reads the snapshot in the kernel's main thread (a Spark chec
 Spark can take half a minute). While it runs, :func:`watching` keeps a loading line current from
 a daemon thread: the time so far, the progress bars the readers open (``tqdm``: "reading Spark state
 through Spark 1/3 states, agg/default"), and, when a local Spark session is running jobs, its
-active stages with their finished and total tasks. The widget's new value is sent from that thread
+active stages with their finished and total tasks (:func:`explorer.spark_session.spark_stages`,
+the poll :func:`~explorer.spark_session.spark_progress` uses). The widget's new value is sent from that thread
 (ipykernel sends comm messages from any thread); nothing is sent when the line has not changed.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -18,6 +18,8 @@ from typing import Callable, Iterator
 
 import ipywidgets as w
 from tqdm.std import tqdm
+
+from explorer.spark_session import spark_stages
 
 #: seconds between two updates of the line
 INTERVAL = 0.5
@@ -36,34 +38,14 @@ def _bars(skip: set[int]) -> list[str]:
         unit = getattr(b, "unit", "it")
         postfix = getattr(b, "postfix", None)
         desc = getattr(b, "desc", "") or ""
+        if getattr(b, "spark_progress", False):  # explorer.spark_session.spark_progress: the stages come once, below
+            postfix = None
         if total == 1 and unit == "it":  # a step, not a count ("starting Spark")
             out.append(desc + (f" ({postfix})" if postfix else ""))
             continue
         done = f"{n:,.0f}/{total:,.0f} {unit}" if total else f"{n:,.0f} {unit}"
         out.append(f"{desc}: {done}" + (f" ({postfix})" if postfix else ""))
     return out
-
-
-def _spark_stages() -> list[str]:
-    """The active stages of the running local Spark session (``stage 3: 5/8 tasks``), if one is running."""
-    if "pyspark.sql" not in sys.modules:  # never starts Spark or imports it
-        return []
-    try:
-        from pyspark.sql import SparkSession
-
-        session = SparkSession._instantiatedSession
-        if session is None:
-            return []
-        tracker = session.sparkContext.statusTracker()
-        out = []
-        for sid in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(sid)
-            if info is not None:
-                out.append(f"Spark stage {sid} ({info.name.split(' at ')[0]}): "
-                           f"{info.numCompletedTasks}/{info.numTasks} tasks")
-        return out
-    except Exception:  # noqa: BLE001 - Spark's status is a nicety; the read itself reports its errors
-        return []
 
 
 class ProgressLine:
@@ -79,7 +61,7 @@ class ProgressLine:
     def text(self) -> str:
         seconds = time.monotonic() - self.started
         parts = [f"{self.what} {seconds:.0f} s"] if seconds >= 1 else [self.what]
-        return " · ".join(parts + _bars(self._skip) + _spark_stages())
+        return " · ".join(parts + _bars(self._skip) + spark_stages())
 
     def poll(self, widget: w.HTML) -> None:
         """Put the current line into ``widget`` (sends a message only when it changed)."""

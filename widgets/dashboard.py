@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from ._errors import ErrorArea
+from ._errors import ErrorArea, failed_html
 from ._progress import watching
 from ._view import View, loading_html
 
@@ -129,9 +129,9 @@ class Dashboard(View):
             self.header.value = self._header()
         return self._data
 
-    def _header(self) -> str:
+    def _header(self, failed: bool = False) -> str:
         if self._data is None:
-            what, path = "opening", str(self._source)
+            what, path = "could not open" if failed else "opening", str(self._source)
         else:
             snap = self._data.snapshot
             what = (f"{snap.format} {snap.kind}{'' if snap.checkpoint_id is None else f' {snap.checkpoint_id}'}")
@@ -153,12 +153,20 @@ class Dashboard(View):
             pane.children = [loading]  # sent before the work starts
             times = self.timings.setdefault(title, {"asked": time.perf_counter()})
             what = LOADING.get(title, f"Building {title}…")
-            with watching(loading, what, loading_html):
-                staged = getattr(cls, "STAGED", False)
-                built = self.own(cls(self.data, self.errors, **({"staged": True} if staged else {})))
-                self.tabs[title] = built
-                pane.children = [built]
-                times["first answer"] = time.perf_counter()
+            try:
+                with watching(loading, what, loading_html):
+                    staged = getattr(cls, "STAGED", False)
+                    built = self.own(cls(self.data, self.errors, **({"staged": True} if staged else {})))
+                    self.tabs[title] = built
+                    pane.children = [built]
+                    times["first answer"] = time.perf_counter()
+            except Exception as exc:
+                # the loading line (and an "opening" header) must not spin on forever: the error replaces it
+                opened = self._data is not None
+                loading.value = failed_html(exc, f"building the {title} tab" if opened else "opening the snapshot")
+                if not opened:
+                    self.header.value = self._header(failed=True)
+                raise
             if staged:
                 with watching(built.pending, built.PENDING, loading_html):
                     built.fill()

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -44,6 +45,9 @@ CHANNEL_STYLES = {
 }
 
 
+_TAG = re.compile(r"<[^>]*>")
+
+
 @dataclass
 class Step:
     """The state of every subtask and channel just after one trace event."""
@@ -57,6 +61,11 @@ class Step:
     channels: dict[tuple[str, str], str]
     #: records sent into a channel after its barrier, while its consumer had not snapshotted yet
     behind_barrier: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The caption as plain text (for ``print``): its HTML tags dropped and entities decoded."""
+        return html.unescape(_TAG.sub("", self.caption))
 
 
 def _mode_of(runtime: Any) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import AnalysisError
+from ..spark_session import spark_progress
 from ..stored import open_stored
 
 __all__ = ["CHANGE_COLUMNS", "changes"]
@@ -42,8 +43,16 @@ def changes(path: str | Path | Any, key: Any = None, from_batch: int | None = No
     if start > end or end not in ids:
         raise AnalysisError(f"{snap.path}: batches {start}..{end} are not a range of committed batches "
                             f"{ids[0]}..{ids[-1]}")
-    frames, notes = [], []
     states = snap.states
+    if snap.format.startswith("spark") and not reader.jvm_free:  # Spark's change feed: jobs that take a while
+        with spark_progress(f"reading the changes of batches {start}..{end} of {snap.path} through Spark"):
+            return _changes(reader, states, start, end, key, operator, state)
+    return _changes(reader, states, start, end, key, operator, state)
+
+
+def _changes(reader: Any, states: pd.DataFrame, start: int, end: int, key: Any, operator: str | None,
+             state: str | None) -> pd.DataFrame:
+    frames, notes = [], []
     for r in states.itertuples(index=False):
         if (operator is not None and r.operator != operator) or (state is not None and r.state != state):
             continue

@@ -32,3 +32,22 @@ def test_running_session_is_reused_and_guarded(spark):
         get_spark("local[1]")
     with pytest.raises(JobError, match="cannot change"):
         get_spark(**{"spark.driver.memory": "3g"})
+
+
+def test_a_spark_job_shows_its_stages(spark):
+    """issue 30: a slow Spark job names its running stage while it runs (spark_progress)."""
+    import io
+    import time
+
+    from explorer.spark_session import spark_progress
+
+    def slow(batches):
+        for b in batches:
+            time.sleep(1.5)  # a job long enough for the poller (every 0.05 s) to see its stage
+            yield b
+
+    out = io.StringIO()
+    with spark_progress("a short job", file=out, interval=0.05):
+        spark.range(0, 2, numPartitions=2).mapInPandas(slow, "id long").collect()
+    assert "a short job" in out.getvalue()
+    assert "Spark stage " in out.getvalue() and " tasks" in out.getvalue(), out.getvalue()

@@ -88,3 +88,56 @@ def test_an_editable_install_gets_the_extension_where_jupyterlab_finds_it(tmp_pa
     assert re.match(r"state-explorer-labextension v0\.1\.0 enabled\s+OK", first.strip()), listing
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"pip install .*-e .*\n\t\$\(BIN\)/python -m widgets\._labextension", makefile)
+
+
+def _run_menu_rule(tmp_path, script: str) -> str:
+    """Run ``script`` against the pure functions of src/index.js in node (its JupyterLab import left out)."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("node") is None:
+        pytest.skip("needs node")
+    src = (EXT / "src" / "index.js").read_text()
+    src = "\n".join(line for line in src.splitlines() if not line.startswith("import "))
+    src = "const IFileBrowserFactory = null;  // the token of the left-out import\n" + src
+    module = tmp_path / "index.mjs"
+    module.write_text(src)
+    runner = tmp_path / "run.mjs"
+    runner.write_text(f"import * as ext from {json.dumps(module.as_uri())};\n{script}\n")
+    out = subprocess.run(["node", str(runner)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_command_is_offered_only_on_what_the_explorer_opens(tmp_path):
+    """issue 30: the menu rule mirrors the readers' detect, from a folder's listing (the contents API)."""
+    d, f = "directory", "file"
+    cases = {
+        "savepoint": ([("_metadata", f), ("keyed", d)], "snapshot"),
+        "spark": ([("metadata", f), ("offsets", d), ("commits", d), ("state", d)], "spark"),
+        "spark without commits": ([("metadata", f), ("offsets", d)], None),
+        "checkpoint dir": ([("chk-2", d), ("chk-10", d), ("shared", d)], "checkpoints"),
+        "chk-N as a file": ([("chk-2", f)], None),
+        "any folder": ([("notes.txt", f), ("data", d)], None),
+        "_metadata folder": ([("_metadata", d)], None),
+    }
+    listings = {k: [{"name": n, "type": t} for n, t in v[0]] for k, v in cases.items()}
+    out = _run_menu_rule(tmp_path, f"""
+const listings = {json.dumps(listings)};
+const kinds = Object.fromEntries(Object.entries(listings).map(([k, v]) => [k, ext.snapshotKind(v)]));
+const tree = {{ 'ckpts': [{{name: 'chk-1', type: 'directory'}}, {{name: 'chk-7', type: 'directory'}}],
+               'ckpts/chk-7': [{{name: '_metadata', type: 'file'}}],
+               'empty': [{{name: 'chk-3', type: 'directory'}}], 'empty/chk-3': [],
+               'plain': [{{name: 'a.csv', type: 'file'}}] }};
+const contents = {{ get: async path => ({{ content: tree[path] }}) }};
+const opens = {{}};
+for (const p of ['ckpts', 'empty', 'plain']) opens[p] = await ext.opensInExplorer(contents, p);
+console.log(JSON.stringify({{ kinds, opens, newest: ext.checkpointChild(tree['ckpts']),
+  file: ext.snapshotOf({{ type: 'file', name: '_metadata', path: 'a/sp/_metadata' }}),
+  other: ext.snapshotOf({{ type: 'file', name: 'x.txt', path: 'a/x.txt' }}) }}));
+""")
+    got = json.loads(out)
+    assert got["kinds"] == {k: v[1] for k, v in cases.items()}
+    assert got["opens"] == {"ckpts": True, "empty": False, "plain": False}  # the newest chk-N must hold _metadata
+    assert got["newest"] == "chk-7" and got["file"] == "a/sp" and got["other"] is None

@@ -142,6 +142,21 @@ def test_a_deferred_dashboard_shows_its_loading_line_before_opening_the_snapshot
         widgets.Dashboard(tmp_path / "missing", defer=True)
 
 
+def test_a_dashboard_on_a_folder_that_is_no_snapshot_ends_its_loading_line_with_the_error(tmp_path):
+    """issue 30: the spinner and the "opening" header of a deferred dashboard on a non-snapshot must not stay."""
+    (tmp_path / "notes.txt").write_text("not a snapshot")
+    dash = widgets.Dashboard(tmp_path, defer=True)
+    try:
+        assert "sx-loading" in dash._panes["Overview"].children[0].value
+        dash.guarded(dash.build_selected, "building the Overview tab")()  # what the deferred build does
+        line = dash._panes["Overview"].children[0].value
+        assert "sx-loading" not in line and "sx-failed" in line and "opening the snapshot failed" in line
+        assert str(type(dash.errors.last_error).__name__) in line
+        assert "could not open" in dash.header.value and "opening ·" not in dash.header.value
+    finally:
+        dash.close()
+
+
 def test_the_overview_answers_from_the_metadata_before_reading_the_keyed_state(planted_heap):
     from widgets._data import SnapshotData
 

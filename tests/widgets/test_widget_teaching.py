@@ -55,6 +55,9 @@ def test_exactly_once_blocks_and_buffers_while_aligning(tmp_path):
         assert 5 in widths
         assert any("buffered" in a.text for a in view.graph.layout.annotations)
         assert any("<b>blocks</b>" in s.caption for s in steps)
+        # issue 30: print(step.text) shows words, not markup
+        blocker = next(s for s in steps if "<b>blocks</b>" in s.caption)
+        assert "<" not in blocker.text and " blocks " in blocker.text, blocker.text
     finally:
         view.close()
 

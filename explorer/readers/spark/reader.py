@@ -83,7 +83,7 @@ from ...errors import ReaderError, SnapshotFormatError, SnapshotNotFoundError, V
 from ...format.spark_buckets import STATE_NAME, TIMERS, decode_tables
 from ...format.untrusted import Roots, excerpt
 from ...keygroups.spark import partition_ids
-from ...spark_session import get_spark, log_path, root_cause
+from ...spark_session import get_spark, log_path, root_cause, spark_progress
 from ..base import (
     CONTRACT_COLUMNS,
     OPERATOR_COLUMNS,
@@ -366,7 +366,8 @@ class SparkCheckpointReader(SnapshotReader):
             return []
         try:
             self._use_format_version()
-            rows = self.spark.read.format("state-metadata").load(str(self._spark_path)).collect()
+            with spark_progress(f"reading the operators of {self.path} through Spark"):
+                rows = self.spark.read.format("state-metadata").load(str(self._spark_path)).collect()
         except Exception as exc:  # pyspark raises many types; name the path and the cause
             raise ReaderError(f"{self.path}/state: Spark's state-metadata source could not read the operators' "
                               f"_metadata: {_short(exc)}") from exc
@@ -429,7 +430,8 @@ class SparkCheckpointReader(SnapshotReader):
         if op["operator_id"] not in cache:
             where = f"state {STATE_NAME!r} of operator {op['operator']!r} at batch {self.batch_id} in {self.path}"
             try:
-                t = self._frame(op, {"stateVarName": STATE_NAME}).toArrow()
+                with spark_progress(f"reading {where} through Spark"):
+                    t = self._frame(op, {"stateVarName": STATE_NAME}).toArrow()
             except Exception as exc:
                 raise ReaderError(f"reading {where} through Spark's state data source failed: {_short(exc)}") from exc
             parts = t.column("partition_id").to_pylist()
@@ -576,7 +578,8 @@ class SparkCheckpointReader(SnapshotReader):
                 parts = self._partitions_of(op, st, df.schema["key"].dataType, query.keys)
                 if parts is not None:
                     df = df.where(F.col("partition_id").isin(parts))
-            return _unique_names(df).toArrow()
+            with spark_progress(f"reading {where} through Spark"):
+                return _unique_names(df).toArrow()
         except ReaderError:
             raise
         except Exception as exc:
@@ -815,7 +818,8 @@ class SparkCheckpointReader(SnapshotReader):
         where = f"the change feed of {state!r} ({start_batch_id}..{end}) in {self.path}"
         try:
             df = self._frame(op, opts, extra)
-            t = _unique_names(df).toArrow()
+            with spark_progress(f"reading {where} through Spark"):
+                t = _unique_names(df).toArrow()
         except Exception as exc:  # noqa: BLE001 - Spark's feed needs every changelog: compare batches instead
             on = self.sql_conf.get("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                                    "false").lower() == "true"

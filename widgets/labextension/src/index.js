@@ -6,6 +6,11 @@
 // takes the working folder off sys.path (explorer/ipython.py: notebook_cell, the same text), and
 // runs it, so the dashboard opens in that notebook.
 //
+// The command is offered only on what the explorer opens, checked before the menu shows from the
+// file browser's own listings (the contents API, no kernel): a `_metadata` file, and a folder whose
+// listing has what the explorer's readers' `detect` look for (snapshotKind below). Folders are checked
+// when the browser lists them, at most CHECK_LIMIT per listing; one not checked yet gets no entry.
+//
 // Plain JavaScript (no TypeScript step); built into ../prebuilt by build.sh with
 // @jupyterlab/builder, and the built files are committed and shipped in the wheel.
 import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
@@ -35,6 +40,51 @@ export function snapshotOf(item) {
   }
   return null;
 }
+
+// What a folder holds, from its listing ([{name, type}]), as the explorer's readers detect it:
+// 'snapshot': a `_metadata` file (an engine checkpoint or savepoint, a Flink savepoint or checkpoint:
+//   explorer/readers/engine.py, explorer/readers/flink/reader.py);
+// 'spark': a `metadata` file with `offsets/` and `commits/` folders (explorer/readers/spark/reader.py);
+// 'checkpoints': `chk-N` folders, of which the newest must hold a `_metadata` (checkpointChild);
+// null: nothing the explorer opens.
+export function snapshotKind(listing) {
+  const has = (name, type) => listing.some(i => i.name === name && i.type === type);
+  if (has('_metadata', 'file')) {
+    return 'snapshot';
+  }
+  if (has('metadata', 'file') && has('offsets', 'directory') && has('commits', 'directory')) {
+    return 'spark';
+  }
+  return checkpointChild(listing) === null ? null : 'checkpoints';
+}
+
+// The name of the newest `chk-N` folder of a listing, or null.
+export function checkpointChild(listing) {
+  let best = null;
+  let bestN = -1;
+  for (const i of listing) {
+    const m = /^chk-(\d+)$/.exec(i.name);
+    if (i.type === 'directory' && m && Number(m[1]) > bestN) {
+      best = i.name;
+      bestN = Number(m[1]);
+    }
+  }
+  return best;
+}
+
+// Whether the folder at `path` opens in the explorer: one listing, two for a checkpoint directory.
+export async function opensInExplorer(contents, path) {
+  const listing = (await contents.get(path, { content: true })).content || [];
+  const kind = snapshotKind(listing);
+  if (kind !== 'checkpoints') {
+    return kind !== null;
+  }
+  const newest = (await contents.get(`${path}/${checkpointChild(listing)}`, { content: true })).content || [];
+  return snapshotKind(newest) === 'snapshot';
+}
+
+// At most this many folders of one listing are checked.
+export const CHECK_LIMIT = 200;
 
 // Where the notebooks go: a folder of the user at the root of the server.
 export const NOTEBOOKS = 'state-explorer';
@@ -72,10 +122,37 @@ const plugin = {
       const first = browser.selectedItems().next();
       return first && !first.done ? first.value : null;
     };
+    // path -> whether the folder opens in the explorer (checked when a file browser lists it)
+    const opens = new Map();
+    const check = model => {
+      let n = 0;
+      for (const item of model.items()) {
+        if (item.type !== 'directory' || opens.has(item.path) || n++ >= CHECK_LIMIT) {
+          continue;
+        }
+        opens.set(item.path, false);
+        opensInExplorer(app.serviceManager.contents, item.path).then(
+          ok => opens.set(item.path, ok),
+          () => opens.set(item.path, false)
+        );
+      }
+    };
+    const watch = browser => {
+      browser.model.refreshed.connect(check);
+      check(browser.model);
+    };
+    factory.tracker.forEach(watch);
+    factory.tracker.widgetAdded.connect((_, browser) => watch(browser));
+    const offered = item => {
+      if (!item) {
+        return false;
+      }
+      return item.type === 'directory' ? opens.get(item.path) === true : snapshotOf(item) !== null;
+    };
     app.commands.addCommand(COMMAND, {
       label: 'Open in State Explorer',
       caption: 'Open this checkpoint, savepoint or checkpoint folder in the State Explorer dashboard (a new notebook)',
-      isVisible: args => Boolean(args.path) || snapshotOf(selected()) !== null,
+      isVisible: args => Boolean(args.path) || offered(selected()),
       execute: async args => {
         const snapshot = args.path !== undefined ? String(args.path) : snapshotOf(selected());
         if (snapshot === null) {
