@@ -162,3 +162,14 @@ def test_session_windows_with_several_sessions_and_collect_buffers_equal_the_que
     assert any("collect_list/collect_set buffer" in n for n in snap.notes)
     user = got[0][0]
     assert len(snap.keyed_state(key=user)) == sum(g[0] == user for g in got)
+
+
+def test_a_key_lookup_with_columns_without_the_key_still_filters_by_key():
+    snap = explorer.open(ROOT / "agg-hdfs", jvm=False)
+    df = snap.keyed_state()
+    key = df["key"].iloc[0]
+    want = snap.keyed_state(key=key)
+    assert len(want) == 1
+    got = snap.keyed_state(key=key, columns=["value", "key_group"])
+    assert "key" not in got.columns and len(got) == 1
+    assert got["value"].iloc[0] == want["value"].iloc[0] and got["key_group"].iloc[0] == want["key_group"].iloc[0]

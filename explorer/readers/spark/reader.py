@@ -607,6 +607,12 @@ class SparkCheckpointReader(SnapshotReader):
                 bar.update(1)
 
     def _pieces_of(self, op: dict[str, Any], st: dict[str, Any], query: KeyedStateQuery) -> Iterator[pa.Table]:
+        if query.keys is not None and query.columns is not None and "key" not in query.columns:
+            # key= with columns= that leave the key out: the key column is read to match on, then dropped
+            inner = dataclasses.replace(query, columns=tuple(query.columns) + ("key",))
+            for piece in self._pieces_of(op, st, inner):
+                yield piece.drop_columns(["key"])
+            return
         if st.get("bucket"):
             pieces = [self._bucket_piece(op, st, query)]
         elif self.jvm_free:  # one piece per partition: the first rows come before the last are decoded
