@@ -24,6 +24,27 @@ def _expected(name: str) -> list[dict]:
     return json.loads((ROOT / name / "EXPECTED.json").read_text())["operators"][0]["stores"][0]["rows"]
 
 
+def _make_fixtures():
+    """tools/spark/make_fixtures.py, whose input generators made the fixtures (no Spark started by importing it)."""
+    import importlib.util
+    import sys
+
+    name = "spark_make_fixtures"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT.parents[1] / "tools" / "spark" / "make_fixtures.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # its dataclasses look their module up
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def _fixture_inputs(name: str) -> list[list[dict]]:
+    """The input batches of ``name`` (events), regenerated as make_fixtures.py made them."""
+    m = _make_fixtures()
+    fixture = next(f for f in m.fixtures() if f.name == name)
+    return fixture.inputs()["events"]
+
+
 def _iso(v) -> str:
     v = v if isinstance(v, dt.datetime) else v.to_pydatetime()
     return v.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z"
@@ -95,9 +116,19 @@ def test_changes_answer_the_batches_they_can_and_say_why_not_for_the_others():
     ch = explorer.changes(path)
     h = explorer.history(path)
     readable = h.loc[h["reconstructable"], "checkpoint_id"].tolist()
-    assert set(ch["batch_id"]) == set(readable[1:])
+    # the first readable batch (7: batch 6 before it is gone) is answered from its own changelog (8.changelog)
+    assert set(ch["batch_id"]) == set(readable) and readable[0] == 7
     notes = ch.attrs["notes"]
     assert any("batch 6" in n and "maintenance deleted" in n for n in notes)
+    assert any("changes of batch 7 are its own records" in n for n in notes)
+    # those are what batch 7's input made of its users: their aggregates over input batches 0..7
+    inputs = _fixture_inputs(path.name)
+    users = {r["user"] for r in inputs[7]}
+    agg = _make_fixtures().agg_expected({"events": inputs[:8]})["operators"][0]["stores"][0]["rows"]
+    want = {r["key"]["user"]: [x for _, x in r["buffer"]] for r in agg if r["key"]["user"] in users}
+    b7 = ch[ch["batch_id"] == 7]
+    assert (b7["change_type"] == "update").all()
+    assert {k["user"] if isinstance(k, dict) else k: list(v.values()) for k, v in zip(b7["key"], b7["value"])} == want
     # changelog checkpointing switched on after 3 batches: every batch answered, from the files alone
     ch = explorer.changes(ROOT / "agg-rocksdb-changelog-restarted")
     assert sorted(set(ch["batch_id"])) == list(range(6)) and ch.attrs["notes"] == []

@@ -104,7 +104,7 @@ from .collect import decode_collect_buffers
 from .hdfs import read_schema
 from .history import spark_history
 from .keys import key_leaves, leaf_types, unique_names
-from .stores import PROVIDERS, state_table
+from .stores import PROVIDERS, batch_records, state_table
 from .unsaferow import json_leaf_types
 from .values import flatten_values
 
@@ -878,11 +878,26 @@ class SparkCheckpointReader(SnapshotReader):
         before, why_before = attempt(start - 1)
         for b in range(start, end + 1):
             now, why = attempt(b)
+            if now is None or before is None:
+                own, why_own = self._own_records(op, st, b, query)
             if now is None:
-                notes.append(f"{where}: the changes of batch {b} are unknown: its state cannot be rebuilt: {why}")
+                if own is None:
+                    notes.append(f"{where}: the changes of batch {b} are unknown: its state cannot be rebuilt: {why}")
+                else:
+                    rows += own
+                    notes.append(f"{where}: the state of batch {b} cannot be rebuilt ({why}): its changes are its own "
+                                 "records in its changelog (delta) file: every key it wrote is an update, also one "
+                                 "written with the value it had")
             elif before is None:
-                notes.append(f"{where}: the changes of batch {b} are unknown: the state of batch {b - 1} before it "
-                             f"cannot be rebuilt: {why_before}")
+                if own is None:
+                    notes.append(f"{where}: the changes of batch {b} are unknown: the state of batch {b - 1} before "
+                                 f"it cannot be rebuilt ({why_before}) and batch {b}'s own records cannot be read "
+                                 f"({why_own})")
+                else:
+                    rows += own
+                    notes.append(f"{where}: the state of batch {b - 1} cannot be rebuilt ({why_before}): the changes "
+                                 f"of batch {b} are its own records in its changelog (delta) file: every key it "
+                                 "wrote is an update, also one written with the value it had")
             else:
                 for k, r in now.items():
                     old = before.get(k)
@@ -897,6 +912,32 @@ class SparkCheckpointReader(SnapshotReader):
         df = df.sort_values(["batch_id", "key_group", "change_type"], kind="stable").reset_index(drop=True)
         df.attrs["notes"] = notes
         return df
+
+    def _own_records(self, op, st, batch: int, query: KeyedStateQuery) -> tuple[list[dict] | None, str | None]:
+        """The changes of ``batch`` from its own changelog (RocksDB) or delta (HDFS-backed) file: what it put
+        (``update``) and deleted (``delete``, value null), without the state before it; (None, why) when
+        the file is not there or the store is read through Spark."""
+        if not self.jvm_free:
+            return None, "the store is read through Spark's data source"
+        if batch not in self.committed:
+            return None, f"batch {batch} is not in the commit log"
+        try:
+            self._check_partitions(op, query)
+            t = batch_records(self.path, op["operator_id"], op["num_partitions"], batch,
+                              st["options"].get("storeName", "default"), self.provider, self.format_version,
+                              None if op.get("discovered") else op["spark_operator"].startswith("sessionWindow"),
+                              roots=self.roots)
+        except (SnapshotFormatError, ReaderError) as exc:
+            return None, str(exc)
+        deleted = t.column("deleted").to_pylist()
+        piece = self.at_batch(batch)._converted(op, st, t.drop_columns(["deleted"]), query)
+        rows = []
+        for gone, r in zip(deleted, piece.select(["key", "key_group", "user_key", "value", "expires_at"]).to_pylist()):
+            if gone:
+                rows.append({**r, "batch_id": batch, "change_type": "delete", "value": None, "expires_at": None})
+            else:
+                rows.append({**r, "batch_id": batch, "change_type": "update"})
+        return rows, None
 
     def _timer_changes(self, op, st, start: int, end: int) -> pd.DataFrame:
         """The change feed of a timer state, from the registered timers of consecutive batches."""
