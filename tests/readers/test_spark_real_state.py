@@ -245,3 +245,39 @@ def test_a_decimal_key_lookup_reads_only_the_partition_the_key_is_in(monkeypatch
         read.clear()
         got = snap.keyed_state(key=key)
         assert len(got) == 1 and read == [[part]], (key, read)
+
+
+def test_operators_without_metadata_get_their_kind_from_the_state_schema():
+    from explorer.readers.spark import layout
+    from explorer.readers.spark.hdfs import read_schema
+
+    # every Spark 4 fixture's operator, told from its schema alone, is what its _metadata names
+    seen = set()
+    for meta in sorted(ROOT.glob("*/state/*/_metadata/metadata")):
+        doc = json.loads(meta.read_text().splitlines()[1])
+        name = doc["operatorInfo"]["operatorName"]
+        stores = [s["storeName"] for s in doc["stateStoreInfo"]]
+        op_dir = meta.parent.parent
+        store = "default" if "default" in stores else stores[0]
+        schema = layout.store_schema_file(op_dir.parent.parent, int(op_dir.name), store)
+        inferred = layout.infer_operator(*read_schema(schema, op_dir.parent.parent), stores)
+        want = "flatMapGroupsWithState" if name == "applyInPandasWithState" else name
+        assert inferred == want, (meta, name, inferred)
+        seen.add(name)
+    assert {"stateStoreSave", "dedupe", "dedupeWithinWatermark", "symmetricHashJoin",
+            "sessionWindowStateStoreSaveExec", "applyInPandasWithState"} <= seen
+    # Spark 3.5 checkpoints: named and kinded like Spark 4's, marked inferred, found by that name
+    for name, spark_op, kind in [("spark35-agg-hdfs", "stateStoreSave", "aggregation"),
+                                 ("spark35-dedup-watermark-rocksdb", "dedupe", "dedup"),
+                                 ("spark35-apply-in-pandas-with-state", "flatMapGroupsWithState", "group_state")]:
+        snap = explorer.open(ROOT / name, jvm=False)
+        ops = snap.reader.operators()
+        assert ops[["operator", "spark_operator", "operator_kind", "kind_inferred"]].values.tolist() == [
+            [spark_op, spark_op, kind, True]], name
+        assert any("inferred from its state schema" in n for n in snap.reader.notes)
+        rows = snap.keyed_state(operator=spark_op)
+        assert len(rows) == sum(len(s["rows"]) for s in json.loads(
+            (ROOT / name / "EXPECTED.json").read_text())["operators"][0]["stores"]), name
+    # Spark 4's operators carry the same column, not inferred
+    ops = explorer.open(ROOT / "dedup-within-watermark", jvm=False).reader.operators()
+    assert ops[["operator_kind", "kind_inferred"]].values.tolist() == [["dedup_within_watermark", False]]

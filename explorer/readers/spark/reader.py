@@ -401,17 +401,25 @@ class SparkCheckpointReader(SnapshotReader):
         for op_id, found in layout.discover_operators(self.path).items():
             if op_id in by_id:
                 continue
-            # Spark 3.x writes no state/<op>/_metadata (or it was lost): the folders say what there is
-            kind = "symmetricHashJoin" if found.is_join else "stateful operator"
-            self.notes.append(
-                f"{self.path}/state/{op_id}: no operator metadata (state/{op_id}/_metadata: Spark 3.x writes none, "
-                f"or it was deleted); read as a {kind} with store(s) {', '.join(found.stores)} from its folders, "
-                "its operator name is unknown")
+            # Spark 3.x writes no state/<op>/_metadata (or it was lost): the folders and schemas say what there is
+            inferred = self._inferred_operator(op_id, list(found.stores))
+            if inferred is not None:
+                self.notes.append(
+                    f"{self.path}/state/{op_id}: no operator metadata (state/{op_id}/_metadata: Spark 3.x writes "
+                    f"none, or it was deleted); read with store(s) {', '.join(found.stores)} from its folders; its "
+                    f"operator ({inferred}, a {layout.operator_kind(inferred)}) is inferred from its state schema"
+                    + (" (or applyInPandasWithState: the same state layout)"
+                       if inferred == "flatMapGroupsWithState" else ""))
+            else:
+                self.notes.append(
+                    f"{self.path}/state/{op_id}: no operator metadata (state/{op_id}/_metadata: Spark 3.x writes none, "
+                    f"or it was deleted); read as a stateful operator with store(s) {', '.join(found.stores)} from "
+                    "its folders, its operator name is unknown")
             by_id[op_id] = {
-                "operator_id": op_id, "spark_operator": f"operator-{op_id}" if not found.is_join else "symmetricHashJoin",
+                "operator_id": op_id, "spark_operator": inferred or f"operator-{op_id}",
                 "num_partitions": max(len(found.partitions), self.num_partitions),
                 "min_batch_id": None, "max_batch_id": None, "stores": list(found.stores), "variables": [],
-                "time_mode": None, "discovered": True,
+                "time_mode": None, "discovered": True, "inferred": inferred is not None,
             }
         names = [o["spark_operator"] for o in by_id.values()]
         for o in by_id.values():
@@ -420,6 +428,17 @@ class SparkCheckpointReader(SnapshotReader):
             if n.lower().startswith(("statestoresave", "sessionwindowstatestoresave")):
                 self.notes.append(_BUFFER_NOTE.format(operator=o["operator"]))
         return [by_id[k] for k in sorted(by_id)]
+
+    def _inferred_operator(self, op_id: int, stores: list[str]) -> str | None:
+        """Spark 4's name of an operator without metadata, from its stores and state schema
+        (:func:`.layout.infer_operator`); None when the schema is unreadable or fits no operator."""
+        if any(s.endswith(("keyToNumValues", "keyWithIndexToValue")) for s in stores):
+            return "symmetricHashJoin"
+        try:
+            key_schema, value_schema = read_schema(layout.store_schema_file(self.path, op_id, stores[0]), self.roots)
+        except (SnapshotFormatError, OSError, ValueError, KeyError):
+            return None
+        return layout.infer_operator(key_schema, value_schema, stores)
 
     def _is_bucket_layout(self, op: dict[str, Any]) -> bool:
         return any(v.get("stateName") == STATE_NAME for v in op["variables"])
@@ -515,11 +534,12 @@ class SparkCheckpointReader(SnapshotReader):
         rows = [{
             "operator": o["operator"], "operator_id": o["operator_id"], "uid": str(o["operator_id"]),
             "parallelism": o["num_partitions"], "max_parallelism": o["num_partitions"],
-            "spark_operator": o["spark_operator"], "time_mode": o["time_mode"],
+            "spark_operator": o["spark_operator"], "operator_kind": layout.operator_kind(o["spark_operator"]),
+            "kind_inferred": bool(o.get("inferred")), "time_mode": o["time_mode"],
             "min_batch_id": o["min_batch_id"], "max_batch_id": o["max_batch_id"],
         } for o in self._operators]
-        return pd.DataFrame(rows, columns=list(OPERATOR_COLUMNS) + ["spark_operator", "time_mode", "min_batch_id",
-                                                                     "max_batch_id"])
+        return pd.DataFrame(rows, columns=list(OPERATOR_COLUMNS) + [
+            "spark_operator", "operator_kind", "kind_inferred", "time_mode", "min_batch_id", "max_batch_id"])
 
     def states(self) -> pd.DataFrame:
         rows = []
