@@ -281,3 +281,37 @@ def test_operators_without_metadata_get_their_kind_from_the_state_schema():
     # Spark 4's operators carry the same column, not inferred
     ops = explorer.open(ROOT / "dedup-within-watermark", jvm=False).reader.operators()
     assert ops[["operator_kind", "kind_inferred"]].values.tolist() == [["dedup_within_watermark", False]]
+
+
+def test_format_v2_versions_that_retention_deleted_are_gone_not_damaged(tmp_path):
+    import shutil
+
+    from explorer.errors import SnapshotFormatError, VersionGoneError
+    from explorer.readers.base import KeyedStateQuery
+    from explorer.readers.spark import SparkCheckpointReader
+
+    name = "agg-rocksdb-v2-maintained"
+    path = ROOT / name
+    h = explorer.history(path)
+    gone = h[~h["reconstructable"]]
+    assert gone["checkpoint_id"].tolist() == [6] and gone["note"].str.contains("maintenance deleted").all()
+    assert h["entries"].iloc[-1] == len(_expected(name))
+    with pytest.raises(VersionGoneError, match=r"version 7 .*keeps versions from 8"):
+        list(SparkCheckpointReader(path, batch_id=6, jvm=False).keyed_pieces(KeyedStateQuery()))
+    # batch 7, after the gone one, is answered from its own <v>_<uuid>.changelog: its input's users
+    ch = explorer.changes(path)
+    assert sorted(set(ch["batch_id"])) == [7, 8, 9]
+    inputs = _fixture_inputs(name)
+    agg = _make_fixtures().agg_expected({"events": inputs[:8]})["operators"][0]["stores"][0]["rows"]
+    users = {r["user"] for r in inputs[7]}
+    b7 = ch[ch["batch_id"] == 7]
+    assert {k["user"] if isinstance(k, dict) else k: list(v.values()) for k, v in zip(b7["key"], b7["value"])} == {
+        r["key"]["user"]: [x for _, x in r["buffer"]] for r in agg if r["key"]["user"] in users}
+    # a file the newest batch needs, missing, is not retention: still a format error, not VersionGoneError
+    copy = tmp_path / name
+    shutil.copytree(path, copy)
+    for f in (copy / "state" / "0" / "1").glob("10_*"):
+        f.unlink()
+    with pytest.raises(SnapshotFormatError) as info:
+        list(SparkCheckpointReader(copy, jvm=False).keyed_pieces(KeyedStateQuery()))
+    assert not isinstance(info.value, VersionGoneError) and "state/0/1" in str(info.value)
