@@ -22,6 +22,10 @@ float                    ``hashInt(floatToIntBits(v))``, -0.0 as 0.0
 double                   ``hashLong(doubleToLongBits(v))``, -0.0 as 0.0
 string                   Spark's ``hashUnsafeBytes`` over the UTF-8 bytes
 binary                   the same over the raw bytes
+decimal(p, s), p <= 18   ``hashLong`` of the unscaled value (a long)
+decimal(p, s), p > 18    ``hashUnsafeBytes`` of the unscaled value's
+                         two's-complement big-endian bytes, shortest
+                         form (Java's ``BigInteger.toByteArray``)
 =======================  ==============================================
 
 ``hashUnsafeBytes`` is not textbook Murmur3: after the 4-byte words it mixes
@@ -36,6 +40,7 @@ Everything is vectorised over NumPy/Arrow arrays.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -73,6 +78,22 @@ SPARK_TYPES: dict[str, pa.DataType] = {
     "date": pa.date32(),
     "timestamp": pa.timestamp("us", tz="UTC"),
 }
+
+
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(-?\d+)\)$")
+#: the most digits a decimal keeps as a long (Spark's ``Decimal.MAX_LONG_DIGITS``)
+MAX_LONG_DIGITS = 18
+
+
+def _decimal_type(spark_type: str) -> pa.DataType | None:
+    """The Arrow type of a Spark ``decimal(p,s)`` type name, None for other names."""
+    m = _DECIMAL.match(spark_type.strip().lower())
+    if m is None:
+        return None
+    p, s = int(m.group(1)), int(m.group(2))
+    if not 0 < p <= 38:
+        raise KeyTypeError(f"Spark decimal precision must be 1 to 38, found {spark_type!r}")
+    return pa.decimal128(p, s)
 
 
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:
@@ -166,7 +187,7 @@ def _to_arrow(column: Any, spark_type: str | None) -> pa.Array:
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise KeyTypeError(f"cannot hash a key column like {column!r:.80}: {exc}") from exc
     if spark_type is not None:
-        t = SPARK_TYPES.get(spark_type.lower())
+        t = SPARK_TYPES.get(spark_type.lower()) or _decimal_type(spark_type)
         if t is None:
             raise KeyTypeError(f"unknown Spark type {spark_type!r}; expected one of {sorted(SPARK_TYPES)}")
         if column.type != t:
@@ -175,6 +196,36 @@ def _to_arrow(column: Any, spark_type: str | None) -> pa.Array:
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     return column
+
+
+def _unscaled(arr: pa.Array) -> list[int]:
+    """The unscaled integer of each decimal (nulls as 0): the value times ten to its scale."""
+    scale = arr.type.scale
+    out = []
+    for d in arr.to_pylist():
+        if d is None:
+            out.append(0)
+            continue
+        sign, digits, exp = d.as_tuple()  # exact, whatever the decimal context's precision
+        n = int("".join(map(str, digits)) or "0")
+        shift = exp + scale
+        n = n * 10**shift if shift >= 0 else n // 10**-shift
+        out.append(-n if sign else n)
+    return out
+
+
+def _java_bytes(n: int) -> bytes:
+    """``BigInteger.toByteArray``: two's complement, big-endian, the fewest bytes that keep the sign."""
+    bits = n.bit_length() if n >= 0 else (~n).bit_length()
+    return n.to_bytes(bits // 8 + 1, "big", signed=True)
+
+
+def _hash_decimal(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    """Spark's hash of a decimal column: its unscaled long for precision <= 18, else the unscaled value's bytes."""
+    unscaled = _unscaled(arr)
+    if arr.type.precision <= MAX_LONG_DIGITS:
+        return _hash_long(np.array(unscaled, dtype=np.int64), seed)
+    return _hash_bytes(pa.array([_java_bytes(n) for n in unscaled], pa.binary()), seed)
 
 
 def _hash_column(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
@@ -209,10 +260,12 @@ def _hash_column(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     elif pa.types.is_timestamp(t):
         us = arr.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64()).fill_null(0)
         h = _hash_long(np.asarray(us), seed)
+    elif pa.types.is_decimal(t):
+        h = _hash_decimal(arr, seed)
     else:
         raise KeyTypeError(
             f"cannot recompute Spark's hash of a key column of Arrow type {t}; supported: boolean, integers, "
-            "float, double, string, binary, date, timestamp"
+            "float, double, string, binary, date, timestamp, decimal"
         )
     if valid is not None:
         h = np.where(valid, h, seed)

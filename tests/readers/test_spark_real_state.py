@@ -24,6 +24,27 @@ def _expected(name: str) -> list[dict]:
     return json.loads((ROOT / name / "EXPECTED.json").read_text())["operators"][0]["stores"][0]["rows"]
 
 
+def _make_fixtures():
+    """tools/spark/make_fixtures.py, whose input generators made the fixtures (no Spark started by importing it)."""
+    import importlib.util
+    import sys
+
+    name = "spark_make_fixtures"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT.parents[1] / "tools" / "spark" / "make_fixtures.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # its dataclasses look their module up
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def _fixture_inputs(name: str) -> list[list[dict]]:
+    """The input batches of ``name`` (events), regenerated as make_fixtures.py made them."""
+    m = _make_fixtures()
+    fixture = next(f for f in m.fixtures() if f.name == name)
+    return fixture.inputs()["events"]
+
+
 def _iso(v) -> str:
     v = v if isinstance(v, dt.datetime) else v.to_pydatetime()
     return v.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z"
@@ -95,9 +116,19 @@ def test_changes_answer_the_batches_they_can_and_say_why_not_for_the_others():
     ch = explorer.changes(path)
     h = explorer.history(path)
     readable = h.loc[h["reconstructable"], "checkpoint_id"].tolist()
-    assert set(ch["batch_id"]) == set(readable[1:])
+    # the first readable batch (7: batch 6 before it is gone) is answered from its own changelog (8.changelog)
+    assert set(ch["batch_id"]) == set(readable) and readable[0] == 7
     notes = ch.attrs["notes"]
     assert any("batch 6" in n and "maintenance deleted" in n for n in notes)
+    assert any("changes of batch 7 are its own records" in n for n in notes)
+    # those are what batch 7's input made of its users: their aggregates over input batches 0..7
+    inputs = _fixture_inputs(path.name)
+    users = {r["user"] for r in inputs[7]}
+    agg = _make_fixtures().agg_expected({"events": inputs[:8]})["operators"][0]["stores"][0]["rows"]
+    want = {r["key"]["user"]: [x for _, x in r["buffer"]] for r in agg if r["key"]["user"] in users}
+    b7 = ch[ch["batch_id"] == 7]
+    assert (b7["change_type"] == "update").all()
+    assert {k["user"] if isinstance(k, dict) else k: list(v.values()) for k, v in zip(b7["key"], b7["value"])} == want
     # changelog checkpointing switched on after 3 batches: every batch answered, from the files alone
     ch = explorer.changes(ROOT / "agg-rocksdb-changelog-restarted")
     assert sorted(set(ch["batch_id"])) == list(range(6)) and ch.attrs["notes"] == []
@@ -162,3 +193,125 @@ def test_session_windows_with_several_sessions_and_collect_buffers_equal_the_que
     assert any("collect_list/collect_set buffer" in n for n in snap.notes)
     user = got[0][0]
     assert len(snap.keyed_state(key=user)) == sum(g[0] == user for g in got)
+
+
+def test_a_key_lookup_with_columns_without_the_key_still_filters_by_key():
+    snap = explorer.open(ROOT / "agg-hdfs", jvm=False)
+    df = snap.keyed_state()
+    key = df["key"].iloc[0]
+    want = snap.keyed_state(key=key)
+    assert len(want) == 1
+    got = snap.keyed_state(key=key, columns=["value", "key_group"])
+    assert "key" not in got.columns and len(got) == 1
+    assert got["value"].iloc[0] == want["value"].iloc[0] and got["key_group"].iloc[0] == want["key_group"].iloc[0]
+
+
+# Spark 4.3's own hash() of these decimals (spark.sql("select hash(cast(v as t))"), seed 42): the shuffle's hash
+_SPARK_DECIMAL_HASHES = [
+    ("12.34", "decimal(10,2)", -1028144669), ("-12.34", "decimal(10,2)", 180183791),
+    ("0.00", "decimal(10,2)", -1670924195), ("99999999.99", "decimal(10,2)", -138896179),
+    ("12.34", "decimal(30,2)", 1123058251), ("-12.34", "decimal(30,2)", -378694793),
+    ("0", "decimal(20,0)", -783713497), ("-128", "decimal(20,0)", 775851899), ("128", "decimal(20,0)", -544401882),
+    ("12345678901234567890123456.12", "decimal(38,2)", 1968586386),
+    ("-12345678901234567890123456.12", "decimal(38,2)", 1534658062),
+    ("255", "decimal(19,0)", 1246198977), ("-1", "decimal(19,0)", 1398487324),
+]
+
+
+@pytest.mark.parametrize("value,spark_type,want", _SPARK_DECIMAL_HASHES)
+def test_decimals_hash_as_spark_hashes_them(value, spark_type, want):
+    from explorer.keygroups.spark import spark_hash_value
+
+    assert spark_hash_value(Decimal(value), types=[spark_type]) == want
+
+
+def test_a_decimal_key_lookup_reads_only_the_partition_the_key_is_in(monkeypatch):
+    from explorer.readers.spark import reader as spark_reader
+
+    name = "agg-decimal-key"
+    snap = explorer.open(ROOT / name, jvm=False)
+    df = snap.keyed_state()
+    where = {(k["user"], k["price"]): int(g) for k, g in zip(df["key"], df["key_group"])}
+    assert len(where) == len(_expected(name)) and len(set(where.values())) > 1
+    r = spark_reader.SparkCheckpointReader(ROOT / name, jvm=False)
+    op = r._operators[0]
+    st = r._states_of(op)[0]
+    types = ["string", "decimal(10,2)"]
+    assert r._partition_list(op, st, types, list(where)) == list(where.values())
+    read = []
+    real = spark_reader.state_table
+    monkeypatch.setattr(spark_reader, "state_table", lambda *a, **k: read.append(list(a[2])) or real(*a, **k))
+    for key, part in list(where.items())[:: max(1, len(where) // 8)]:
+        read.clear()
+        got = snap.keyed_state(key=key)
+        assert len(got) == 1 and read == [[part]], (key, read)
+
+
+def test_operators_without_metadata_get_their_kind_from_the_state_schema():
+    from explorer.readers.spark import layout
+    from explorer.readers.spark.hdfs import read_schema
+
+    # every Spark 4 fixture's operator, told from its schema alone, is what its _metadata names
+    seen = set()
+    for meta in sorted(ROOT.glob("*/state/*/_metadata/metadata")):
+        doc = json.loads(meta.read_text().splitlines()[1])
+        name = doc["operatorInfo"]["operatorName"]
+        stores = [s["storeName"] for s in doc["stateStoreInfo"]]
+        op_dir = meta.parent.parent
+        store = "default" if "default" in stores else stores[0]
+        schema = layout.store_schema_file(op_dir.parent.parent, int(op_dir.name), store)
+        inferred = layout.infer_operator(*read_schema(schema, op_dir.parent.parent), stores)
+        want = "flatMapGroupsWithState" if name == "applyInPandasWithState" else name
+        assert inferred == want, (meta, name, inferred)
+        seen.add(name)
+    assert {"stateStoreSave", "dedupe", "dedupeWithinWatermark", "symmetricHashJoin",
+            "sessionWindowStateStoreSaveExec", "applyInPandasWithState"} <= seen
+    # Spark 3.5 checkpoints: named and kinded like Spark 4's, marked inferred, found by that name
+    for name, spark_op, kind in [("spark35-agg-hdfs", "stateStoreSave", "aggregation"),
+                                 ("spark35-dedup-watermark-rocksdb", "dedupe", "dedup"),
+                                 ("spark35-apply-in-pandas-with-state", "flatMapGroupsWithState", "group_state")]:
+        snap = explorer.open(ROOT / name, jvm=False)
+        ops = snap.reader.operators()
+        assert ops[["operator", "spark_operator", "operator_kind", "kind_inferred"]].values.tolist() == [
+            [spark_op, spark_op, kind, True]], name
+        assert any("inferred from its state schema" in n for n in snap.reader.notes)
+        rows = snap.keyed_state(operator=spark_op)
+        assert len(rows) == sum(len(s["rows"]) for s in json.loads(
+            (ROOT / name / "EXPECTED.json").read_text())["operators"][0]["stores"]), name
+    # Spark 4's operators carry the same column, not inferred
+    ops = explorer.open(ROOT / "dedup-within-watermark", jvm=False).reader.operators()
+    assert ops[["operator_kind", "kind_inferred"]].values.tolist() == [["dedup_within_watermark", False]]
+
+
+def test_format_v2_versions_that_retention_deleted_are_gone_not_damaged(tmp_path):
+    import shutil
+
+    from explorer.errors import SnapshotFormatError, VersionGoneError
+    from explorer.readers.base import KeyedStateQuery
+    from explorer.readers.spark import SparkCheckpointReader
+
+    name = "agg-rocksdb-v2-maintained"
+    path = ROOT / name
+    h = explorer.history(path)
+    gone = h[~h["reconstructable"]]
+    assert gone["checkpoint_id"].tolist() == [6] and gone["note"].str.contains("maintenance deleted").all()
+    assert h["entries"].iloc[-1] == len(_expected(name))
+    with pytest.raises(VersionGoneError, match=r"version 7 .*keeps versions from 8"):
+        list(SparkCheckpointReader(path, batch_id=6, jvm=False).keyed_pieces(KeyedStateQuery()))
+    # batch 7, after the gone one, is answered from its own <v>_<uuid>.changelog: its input's users
+    ch = explorer.changes(path)
+    assert sorted(set(ch["batch_id"])) == [7, 8, 9]
+    inputs = _fixture_inputs(name)
+    agg = _make_fixtures().agg_expected({"events": inputs[:8]})["operators"][0]["stores"][0]["rows"]
+    users = {r["user"] for r in inputs[7]}
+    b7 = ch[ch["batch_id"] == 7]
+    assert {k["user"] if isinstance(k, dict) else k: list(v.values()) for k, v in zip(b7["key"], b7["value"])} == {
+        r["key"]["user"]: [x for _, x in r["buffer"]] for r in agg if r["key"]["user"] in users}
+    # a file the newest batch needs, missing, is not retention: still a format error, not VersionGoneError
+    copy = tmp_path / name
+    shutil.copytree(path, copy)
+    for f in (copy / "state" / "0" / "1").glob("10_*"):
+        f.unlink()
+    with pytest.raises(SnapshotFormatError) as info:
+        list(SparkCheckpointReader(copy, jvm=False).keyed_pieces(KeyedStateQuery()))
+    assert not isinstance(info.value, VersionGoneError) and "state/0/1" in str(info.value)

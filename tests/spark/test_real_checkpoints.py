@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import explorer
-from explorer.errors import ReaderError
+from explorer.errors import ReaderError, VersionGoneError
 from tests.support.spark_expected import leaves, scalar
 
 pytestmark = pytest.mark.spark
@@ -311,7 +311,13 @@ def test_jvm_free_reader_equals_sparks_data_source_row_for_row(spark, name):
     assert all("no operator metadata" in n or "aggregation buffers" in n for n in free.notes)
     assert rows(free) == rows(SparkCheckpointReader(ROOT / name, jvm=True))
     for batch in free.checkpoint_ids()[:2]:  # older batches too: deltas replayed up to them
-        assert rows(free.at_batch(batch)) == rows(SparkCheckpointReader(ROOT / name, jvm=True).at_batch(batch))
+        try:
+            older = rows(free.at_batch(batch))
+        except VersionGoneError:  # its files deleted by the store's maintenance: Spark cannot read it either
+            with pytest.raises(Exception):  # noqa: B017 - Spark's own exception types vary
+                rows(SparkCheckpointReader(ROOT / name, jvm=True).at_batch(batch))
+            continue
+        assert older == rows(SparkCheckpointReader(ROOT / name, jvm=True).at_batch(batch))
 
 
 def test_jvm_free_path_starts_no_jvm_and_refuses_other_stores():

@@ -867,6 +867,14 @@ def fixtures() -> list[Fixture]:
                 conf={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
                       "spark.sql.streaming.minBatchesToRetain": "3",
                       "spark.sql.streaming.stateStore.maintenanceInterval": "1s"}),
+        Fixture("agg-rocksdb-v2-maintained", "the aggregation in checkpoint format v2 (RocksDB, changelog on), a "
+                "snapshot every 2 versions, 3 batches retained and maintenance every second: old <v>_<uuid> "
+                "changelogs and zips deleted",
+                _events(batches=10, per_batch=20), _q(AGG_QUERY), agg_expected, stop_when_done=True,
+                format_version=2,
+                conf={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+                      "spark.sql.streaming.minBatchesToRetain": "3",
+                      "spark.sql.streaming.stateStore.maintenanceInterval": "1s"}),
         Fixture("agg-hdfs-zstd", "the aggregation on the HDFS-backed store with the zstd codec",
                 ev, _q(AGG_QUERY), agg_expected, provider="hdfs", changelog=None,
                 conf={"spark.sql.streaming.stateStore.compression.codec": "zstd"}),

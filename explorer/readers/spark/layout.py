@@ -412,3 +412,47 @@ class BatchMirror:
             f"{', '.join(map(str, sorted(self.batches)))}"
         return (f"{self.remote}: read from a local mirror holding {got} (fetched once into the cache; other "
                 f"batches' files are fetched when asked for), {self.local}")
+
+
+#: operator kinds: what each Spark 4 operator name (``_metadata``'s ``operatorName``) is
+OPERATOR_KINDS = {"stateStoreSave": "aggregation", "dedupe": "dedup", "dedupeWithinWatermark": "dedup_within_watermark",
+                  "symmetricHashJoin": "join", "sessionWindowStateStoreSaveExec": "session_window",
+                  "flatMapGroupsWithState": "group_state", "applyInPandasWithState": "group_state",
+                  "transformWithStateExec": "transform_with_state",
+                  "transformWithStateInPySparkExec": "transform_with_state"}
+#: field names of Spark's aggregation buffers (one per slot: count, sum, avg's sum and count, ...)
+_BUFFER_FIELDS = re.compile(r"^(count|sum|min|max|isEmpty|avg|first|last|valueSet|buf|"
+                            r"(first|last)_?\w*|\w+(Set|List|Buffer))(_\d+)?$")
+
+
+def operator_kind(spark_operator: str) -> str | None:
+    """The kind of a Spark operator name (``stateStoreSave`` -> ``aggregation``), None if unknown."""
+    if spark_operator.startswith("transformWithState"):
+        return "transform_with_state"
+    return OPERATOR_KINDS.get(spark_operator)
+
+
+def infer_operator(key_schema: dict, value_schema: dict, stores: list[str]) -> str | None:
+    """Spark 4's operator name for an operator without ``_metadata`` (Spark 3.x), told from its stores and
+    state schema: a join's stores (``left-keyToNumValues`` ...); a session window's key ending in
+    ``sessionStartTime`` (its value carrying the ``session_window`` column); dropDuplicates' value of no
+    field (``__dummy__``, void) and dropDuplicatesWithinWatermark's ``expiresAtMicros``;
+    (flatMap|applyInPandas)WithState's ``groupState`` and ``timeoutTimestamp``; an aggregation's buffer
+    fields (``count``, ``sum``, ``min`` ...). None when nothing fits."""
+    if any(s.endswith(("keyToNumValues", "keyWithIndexToValue")) for s in stores):
+        return "symmetricHashJoin"
+    keys = [f["name"] for f in key_schema.get("fields", [])]
+    fields = value_schema.get("fields", [])
+    names = [f["name"] for f in fields]
+    if keys and keys[-1] == "sessionStartTime" or any((f.get("metadata") or {}).get("spark.sessionWindow")
+                                                       for f in fields):
+        return "sessionWindowStateStoreSaveExec"
+    if not fields or all(f["type"] == "void" for f in fields):
+        return "dedupe"
+    if names == ["expiresAtMicros"]:
+        return "dedupeWithinWatermark"
+    if "groupState" in names and "timeoutTimestamp" in names:
+        return "flatMapGroupsWithState"
+    if keys and all(_BUFFER_FIELDS.match(n) for n in names):
+        return "stateStoreSave"
+    return None

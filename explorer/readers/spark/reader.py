@@ -103,7 +103,7 @@ from .collect import decode_collect_buffers
 from .hdfs import read_schema
 from .history import spark_history
 from .keys import key_leaves, leaf_types, unique_names
-from .stores import PROVIDERS, state_table
+from .stores import PROVIDERS, batch_records, state_table
 from .unsaferow import json_leaf_types
 from .values import flatten_values
 
@@ -401,17 +401,25 @@ class SparkCheckpointReader(SnapshotReader):
         for op_id, found in layout.discover_operators(self.path).items():
             if op_id in by_id:
                 continue
-            # Spark 3.x writes no state/<op>/_metadata (or it was lost): the folders say what there is
-            kind = "symmetricHashJoin" if found.is_join else "stateful operator"
-            self.notes.append(
-                f"{self.path}/state/{op_id}: no operator metadata (state/{op_id}/_metadata: Spark 3.x writes none, "
-                f"or it was deleted); read as a {kind} with store(s) {', '.join(found.stores)} from its folders, "
-                "its operator name is unknown")
+            # Spark 3.x writes no state/<op>/_metadata (or it was lost): the folders and schemas say what there is
+            inferred = self._inferred_operator(op_id, list(found.stores))
+            if inferred is not None:
+                self.notes.append(
+                    f"{self.path}/state/{op_id}: no operator metadata (state/{op_id}/_metadata: Spark 3.x writes "
+                    f"none, or it was deleted); read with store(s) {', '.join(found.stores)} from its folders; its "
+                    f"operator ({inferred}, a {layout.operator_kind(inferred)}) is inferred from its state schema"
+                    + (" (or applyInPandasWithState: the same state layout)"
+                       if inferred == "flatMapGroupsWithState" else ""))
+            else:
+                self.notes.append(
+                    f"{self.path}/state/{op_id}: no operator metadata (state/{op_id}/_metadata: Spark 3.x writes none, "
+                    f"or it was deleted); read as a stateful operator with store(s) {', '.join(found.stores)} from "
+                    "its folders, its operator name is unknown")
             by_id[op_id] = {
-                "operator_id": op_id, "spark_operator": f"operator-{op_id}" if not found.is_join else "symmetricHashJoin",
+                "operator_id": op_id, "spark_operator": inferred or f"operator-{op_id}",
                 "num_partitions": max(len(found.partitions), self.num_partitions),
                 "min_batch_id": None, "max_batch_id": None, "stores": list(found.stores), "variables": [],
-                "time_mode": None, "discovered": True,
+                "time_mode": None, "discovered": True, "inferred": inferred is not None,
             }
         names = [o["spark_operator"] for o in by_id.values()]
         for o in by_id.values():
@@ -420,6 +428,17 @@ class SparkCheckpointReader(SnapshotReader):
             if n.lower().startswith(("statestoresave", "sessionwindowstatestoresave")):
                 self.notes.append(_BUFFER_NOTE.format(operator=o["operator"]))
         return [by_id[k] for k in sorted(by_id)]
+
+    def _inferred_operator(self, op_id: int, stores: list[str]) -> str | None:
+        """Spark 4's name of an operator without metadata, from its stores and state schema
+        (:func:`.layout.infer_operator`); None when the schema is unreadable or fits no operator."""
+        if any(s.endswith(("keyToNumValues", "keyWithIndexToValue")) for s in stores):
+            return "symmetricHashJoin"
+        try:
+            key_schema, value_schema = read_schema(layout.store_schema_file(self.path, op_id, stores[0]), self.roots)
+        except (SnapshotFormatError, OSError, ValueError, KeyError):
+            return None
+        return layout.infer_operator(key_schema, value_schema, stores)
 
     def _is_bucket_layout(self, op: dict[str, Any]) -> bool:
         return any(v.get("stateName") == STATE_NAME for v in op["variables"])
@@ -516,11 +535,12 @@ class SparkCheckpointReader(SnapshotReader):
         rows = [{
             "operator": o["operator"], "operator_id": o["operator_id"], "uid": str(o["operator_id"]),
             "parallelism": o["num_partitions"], "max_parallelism": o["num_partitions"],
-            "spark_operator": o["spark_operator"], "time_mode": o["time_mode"],
+            "spark_operator": o["spark_operator"], "operator_kind": layout.operator_kind(o["spark_operator"]),
+            "kind_inferred": bool(o.get("inferred")), "time_mode": o["time_mode"],
             "min_batch_id": o["min_batch_id"], "max_batch_id": o["max_batch_id"],
         } for o in self._operators]
-        return pd.DataFrame(rows, columns=list(OPERATOR_COLUMNS) + ["spark_operator", "time_mode", "min_batch_id",
-                                                                     "max_batch_id"])
+        return pd.DataFrame(rows, columns=list(OPERATOR_COLUMNS) + [
+            "spark_operator", "operator_kind", "kind_inferred", "time_mode", "min_batch_id", "max_batch_id"])
 
     def states(self) -> pd.DataFrame:
         rows = []
@@ -609,6 +629,12 @@ class SparkCheckpointReader(SnapshotReader):
                 bar.update(1)
 
     def _pieces_of(self, op: dict[str, Any], st: dict[str, Any], query: KeyedStateQuery) -> Iterator[pa.Table]:
+        if query.keys is not None and query.columns is not None and "key" not in query.columns:
+            # key= with columns= that leave the key out: the key column is read to match on, then dropped
+            inner = dataclasses.replace(query, columns=tuple(query.columns) + ("key",))
+            for piece in self._pieces_of(op, st, inner):
+                yield piece.drop_columns(["key"])
+            return
         if st.get("bucket"):
             pieces = [self._bucket_piece(op, st, query)]
         elif self.jvm_free:  # one piece per partition: the first rows come before the last are decoded
@@ -875,11 +901,26 @@ class SparkCheckpointReader(SnapshotReader):
         before, why_before = attempt(start - 1)
         for b in range(start, end + 1):
             now, why = attempt(b)
+            if now is None or before is None:
+                own, why_own = self._own_records(op, st, b, query)
             if now is None:
-                notes.append(f"{where}: the changes of batch {b} are unknown: its state cannot be rebuilt: {why}")
+                if own is None:
+                    notes.append(f"{where}: the changes of batch {b} are unknown: its state cannot be rebuilt: {why}")
+                else:
+                    rows += own
+                    notes.append(f"{where}: the state of batch {b} cannot be rebuilt ({why}): its changes are its own "
+                                 "records in its changelog (delta) file: every key it wrote is an update, also one "
+                                 "written with the value it had")
             elif before is None:
-                notes.append(f"{where}: the changes of batch {b} are unknown: the state of batch {b - 1} before it "
-                             f"cannot be rebuilt: {why_before}")
+                if own is None:
+                    notes.append(f"{where}: the changes of batch {b} are unknown: the state of batch {b - 1} before "
+                                 f"it cannot be rebuilt ({why_before}) and batch {b}'s own records cannot be read "
+                                 f"({why_own})")
+                else:
+                    rows += own
+                    notes.append(f"{where}: the state of batch {b - 1} cannot be rebuilt ({why_before}): the changes "
+                                 f"of batch {b} are its own records in its changelog (delta) file: every key it "
+                                 "wrote is an update, also one written with the value it had")
             else:
                 for k, r in now.items():
                     old = before.get(k)
@@ -894,6 +935,32 @@ class SparkCheckpointReader(SnapshotReader):
         df = df.sort_values(["batch_id", "key_group", "change_type"], kind="stable").reset_index(drop=True)
         df.attrs["notes"] = notes
         return df
+
+    def _own_records(self, op, st, batch: int, query: KeyedStateQuery) -> tuple[list[dict] | None, str | None]:
+        """The changes of ``batch`` from its own changelog (RocksDB) or delta (HDFS-backed) file: what it put
+        (``update``) and deleted (``delete``, value null), without the state before it; (None, why) when
+        the file is not there or the store is read through Spark."""
+        if not self.jvm_free:
+            return None, "the store is read through Spark's data source"
+        if batch not in self.committed:
+            return None, f"batch {batch} is not in the commit log"
+        try:
+            self._check_partitions(op, query)
+            t = batch_records(self.path, op["operator_id"], op["num_partitions"], batch,
+                              st["options"].get("storeName", "default"), self.provider, self.format_version,
+                              None if op.get("discovered") else op["spark_operator"].startswith("sessionWindow"),
+                              roots=self.roots)
+        except (SnapshotFormatError, ReaderError) as exc:
+            return None, str(exc)
+        deleted = t.column("deleted").to_pylist()
+        piece = self.at_batch(batch)._converted(op, st, t.drop_columns(["deleted"]), query)
+        rows = []
+        for gone, r in zip(deleted, piece.select(["key", "key_group", "user_key", "value", "expires_at"]).to_pylist()):
+            if gone:
+                rows.append({**r, "batch_id": batch, "change_type": "delete", "value": None, "expires_at": None})
+            else:
+                rows.append({**r, "batch_id": batch, "change_type": "update"})
+        return rows, None
 
     def _timer_changes(self, op, st, start: int, end: int) -> pd.DataFrame:
         """The change feed of a timer state, from the registered timers of consecutive batches."""

@@ -212,10 +212,20 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
         for v in range(start + 1, version + 1):
             changelog_records(files[(v, None)]["changelog"], rows, roots=roots)
         return rows  # type: ignore[return-value]
+    present = sorted({v for v, u in files if u is not None})
+
+    def missing(needed: int, what: str) -> SnapshotFormatError:
+        """The error for a file of version ``needed`` that is not there: VersionGoneError when the store's
+        maintenance deleted it (older than every file kept, and a version older than the newest is asked),
+        else a SnapshotFormatError (a file the newest version needs, or one missing among the kept ones)."""
+        if present and needed < present[0] and version < present[-1]:
+            return VersionGoneError(f"{d}: version {version} needs {what}, which is not there: the store keeps "
+                                    f"versions from {present[0]} on (its maintenance deleted the older files)")
+        return SnapshotFormatError(f"{d}: version {version} needs {what}, which is not there")
+
     uuid = next((u for u in uuids if (version, u) in files), None)
     if uuid is None:
-        raise SnapshotFormatError(f"{d}: no {version}_<uuid>.zip or .changelog for the ids of the commit log "
-                                  f"({', '.join(uuids)})")
+        raise missing(version, f"a {version}_<uuid>.zip or .changelog of the commit log's ids ({', '.join(uuids)})")
     here = files[(version, uuid)]
     if "zip" in here:
         _zip_rows(here["zip"], rows, roots)
@@ -226,14 +236,14 @@ def read_rocksdb_store(ckpt: Path, op: int, part: int, version: int, store: str 
     chain = lineage + [(version, uuid)]
     base = next((i for i in range(len(chain) - 1, -1, -1) if "zip" in files.get(chain[i], {})), None)
     if base is None and chain[0][0] != 1:
-        raise SnapshotFormatError(f"{d}: the lineage of {here['changelog'].name} starts at version {chain[0][0]} "
-                                  f"but {chain[0][0]}_{chain[0][1]}.zip is not there")
+        raise missing(chain[0][0], f"{chain[0][0]}_{chain[0][1]}.zip, where the lineage of "
+                                   f"{here['changelog'].name} starts")
     if base is not None:
         _zip_rows(files[chain[base]]["zip"], rows, roots)
     for v, u in chain[(base + 1 if base is not None else 0):-1]:
         f = files.get((v, u), {}).get("changelog")
         if f is None:
-            raise SnapshotFormatError(f"{d}: version {version} needs {v}_{u}.changelog (its lineage), not there")
+            raise missing(v, f"{v}_{u}.changelog (its lineage)")
         changelog_records(f, rows, roots=roots)
     for k, val in own.items():  # the last changelog's records, replayed in their order
         if val is None:

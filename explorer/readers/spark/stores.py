@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ...errors import SnapshotCorruptError, SnapshotFormatError
+from ...errors import SnapshotCorruptError, SnapshotFormatError, VersionGoneError
 from ...format.untrusted import Roots
-from .hdfs import read_hdfs_store, read_schema, store_dir
-from .layout import verified_text
-from .rocksdb import ENCODING_VERSION, read_rocksdb_store
+from .hdfs import read_hdfs_store, read_schema, records, spark_stream, store_dir
+from .layout import verified_bytes, verified_text
+from .rocksdb import ENCODING_VERSION, changelog_records, read_rocksdb_store
 from .unsaferow import decode_rows
 
-__all__ = ["PROVIDERS", "state_table", "state_unique_ids"]
+__all__ = ["PROVIDERS", "batch_records", "state_table", "state_unique_ids"]
 
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -97,6 +97,12 @@ def state_table(ckpt: Path, op: int, partitions: int | list[int], batch_id: int,
         parts += [p] * len(rows)
         keys += rows.keys()
         values += rows.values()
+    return _table(parts, keys, values, key_schema, value_schema, where, provider, session_window)
+
+
+def _table(parts: list[int], keys: list[bytes], values: list[bytes | None], key_schema: dict, value_schema: dict,
+           where: str, provider: str, session_window: bool | None) -> pa.Table:
+    """``partition_id, key, value`` decoded from the rows' bytes (a None value: a null value, a deleted row)."""
     skip, prefix_scan = 0, False
     if provider == ROCKSDB:
         # session windows keep their keys in the prefix-scan layout (grouping key, then the session's start)
@@ -104,8 +110,53 @@ def state_table(ckpt: Path, op: int, partitions: int | list[int], batch_id: int,
             session_window if session_window is not None
             else any(k[:1] != bytes([ENCODING_VERSION]) for k in keys[:64]))
         skip = 1
+    present = [v for v in values if v is not None]
+    value = decode_rows(present, value_schema, f"{where}: value", skip, ENCODING_VERSION if skip else None)
+    if len(present) != len(values):  # deleted rows: null values in their places
+        at = iter(range(len(present)))
+        value = value.take(pa.array([None if v is None else next(at) for v in values], pa.int64()))
     return pa.table({
         "partition_id": pa.array(parts, pa.int32()),
         "key": _decode_keys(keys, key_schema, where, skip, prefix_scan),
-        "value": decode_rows(values, value_schema, f"{where}: value", skip, ENCODING_VERSION if skip else None),
+        "value": value,
     })
+
+
+def batch_records(ckpt: Path, op: int, partitions: int | list[int], batch_id: int, store: str = "default",
+                  provider: str = HDFS, format_version: int = 1, session_window: bool | None = None,
+                  roots: Roots | None = None) -> pa.Table:
+    """What batch ``batch_id`` itself wrote to one operator's store, from its own file only: the RocksDB
+    store's ``<batch + 1>.changelog`` (format v2: ``<batch + 1>_<uuid>.changelog`` of the commit log's ids),
+    the HDFS-backed store's ``<batch + 1>.delta``. ``partition_id, key, value, deleted``: a put's key and
+    value, a delete's key with a null value; per key its last record in the batch. Answers the changes of a
+    batch whose state before it is gone (the store's maintenance deleted its files). A missing file is a
+    :class:`VersionGoneError` naming it."""
+    roots = Roots.of(ckpt) if roots is None else roots
+    key_schema, value_schema = read_schema(store_dir(ckpt, op, 0, store) / "_metadata" / "schema", roots)
+    where = str(store_dir(ckpt, op, 0, store).parent)
+    version = batch_id + 1
+    uuids = state_unique_ids(ckpt, batch_id, op, roots) if format_version == 2 else None
+    parts, keys, values = [], [], []
+    for p in range(partitions) if isinstance(partitions, int) else partitions:
+        d = store_dir(ckpt, op, p, store)
+        if provider == ROCKSDB:
+            names = ([f"{version}_{u}.changelog" for u in (uuids[p] if uuids and p < len(uuids) else [])]
+                     if format_version == 2 else [f"{version}.changelog"])
+        elif provider == HDFS:
+            names = [f"{version}.delta"]
+        else:
+            raise SnapshotFormatError(f"{ckpt}: state store provider {provider} is not read without Spark")
+        f = next((d / n for n in names if (d / n).is_file()), None)
+        if f is None:
+            raise VersionGoneError(f"{d}: the records of batch {batch_id} ({' or '.join(names) or 'its changelog'}) "
+                                   "are not there (a snapshot only, or deleted by the store's maintenance)")
+        rows: dict[bytes, bytes | None] = {}
+        if provider == ROCKSDB:
+            changelog_records(f, rows, keep_deletes=True, roots=roots)
+        else:
+            records(spark_stream(verified_bytes(f, roots), str(f)), str(f), rows, keep_deletes=True)
+        parts += [p] * len(rows)
+        keys += rows.keys()
+        values += rows.values()
+    t = _table(parts, keys, values, key_schema, value_schema, where, provider, session_window)
+    return t.append_column("deleted", pa.array([v is None for v in values], pa.bool_()))
