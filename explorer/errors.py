@@ -16,7 +16,9 @@
     │   │   └── FlinkFormatError    Flink bytes in a layout we do not know (also a ValueError)
     │   ├── SnapshotCorruptError    checksum mismatch, torn or missing file
     │   │   └── FlinkCorruptError   a Flink state stream cut short or inconsistent (also a ValueError)
-    │   └── UnsafePathError         a path in metadata escapes the snapshot folder
+    │   ├── UnsafePathError         a path in metadata escapes the snapshot folder
+    │   └── SnapshotTooLargeError   a declared or decompressed size over the memory budget, refused
+    │                               before it is allocated (not a MemoryError: nothing was allocated)
     ├── RestoreError                a snapshot that does not fit the job restoring it
     │   └── StateMigrationError     renamed descriptor, changed kind, type or TTL
     ├── ReaderError                 a foreign format (Spark, Flink) we could not read
@@ -88,6 +90,10 @@ class FlinkCorruptError(SnapshotCorruptError, ValueError):
 
 class UnsafePathError(SnapshotError):
     """A path named inside snapshot metadata escapes the snapshot folder."""
+
+
+class SnapshotTooLargeError(SnapshotError):
+    """A size in a snapshot (declared, decompressed or expanded) is over the memory budget; nothing was allocated."""
 
 
 class RestoreError(StateExplorerError):
