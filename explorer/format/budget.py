@@ -27,11 +27,16 @@ _BUDGET: ContextVar[int | None] = ContextVar("explorer_memory_budget", default=N
 _MB = 1 << 20
 #: bytes read at a time by :func:`read_capped`
 CHUNK = 1 << 20
+#: the smallest limit a refusal uses: a budget below it (tests force analyses to stream key-group ranges with
+#: budgets of kilobytes) still shapes how analyses stream, but refusing a 10 KB row group would help nobody
+FLOOR = 16 << 20
 
 
 def current() -> int | None:
-    """The memory budget of the reader call running now, in bytes (None outside one)."""
-    return _BUDGET.get()
+    """The limit of the reader call running now, in bytes: its memory budget, at least :data:`FLOOR` (None
+    outside one)."""
+    b = _BUDGET.get()
+    return None if b is None else max(b, FLOOR)
 
 
 @contextmanager
