@@ -683,9 +683,10 @@ def merge(reports: list[dict]) -> dict:
             for k, v in per.items():
                 mine[k] = mine.get(k, 0) + v
         for k, ex in r["examples"].items():
-            examples.setdefault(k, []).extend({**e, "seed": r["seed"]} for e in ex)
+            examples.setdefault(k, []).extend({"seed": r.get("seed"), **e} for e in ex)  # a merged report's keep theirs
     totals = _totals(counts)
-    return {"cases": cases, "seeds": [r["seed"] for r in reports], "counts": counts, "totals": totals, "by_kind": by_kind,
+    return {"cases": cases, "seeds": [s for r in reports for s in r.get("seeds", [r.get("seed")])], "counts": counts,
+            "totals": totals, "by_kind": by_kind,
             "examples": {k: v[:25] for k, v in examples.items()},
             "bugs": sum(totals.get(k, 0) for k in BUG_OUTCOMES),
             "seconds_per_case": {"value": round(secs / max(cases, 1), 4), "unit": "s",
@@ -694,7 +695,8 @@ def merge(reports: list[dict]) -> dict:
             "cpu_seconds_per_case": {"value": round(cpu / max(cases, 1), 4), "unit": "CPU s",
                                      "by_format": {f: round(fcpu[f] / sum(counts[f].values()), 4)
                                                    for f in counts if sum(counts[f].values())}},
-            "runs": [{k: r.get(k) for k in ("command", "seed", "first_case", "cases", "date", "seconds", "machine")} for r in reports]}
+            "runs": [run for r in reports for run in r.get("runs") or [{k: r.get(k) for k in (
+                "command", "seed", "first_case", "cases", "date", "seconds", "machine")}]]}
 
 
 def main(argv: list[str] | None = None) -> int:
