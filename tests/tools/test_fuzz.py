@@ -35,7 +35,8 @@ def test_a_short_fixed_seed_run_finds_no_bug(tmp_path):
     # In a fresh process, as `make fuzz` runs it: the harness forks one child per case, and a fork of
     # this test process (threads of earlier tests' Spark sessions) may inherit a lock held by another thread.
     code = subprocess.run([sys.executable, str(ROOT / "tools" / "fuzz" / "fuzz.py"), "--n", "30", "--seed", "16",
-                           "--formats", ",".join(formats), "--timeout", "120", "--report", str(report)],
+                           "--formats", ",".join(formats), "--kinds", ",".join(fuzz.BYTE_MUTATIONS),
+                           "--timeout", "120", "--report", str(report)],
                           cwd=ROOT, timeout=900).returncode
     result = json.loads(report.read_text())
     assert result["cases"] == 30 and sum(result["totals"].values()) == 30
