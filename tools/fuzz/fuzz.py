@@ -364,12 +364,12 @@ def _audit_opens(roots: list[str], found: list[str]) -> None:
     def hook(event: str, args: tuple) -> None:
         if event != "open" or not args or isinstance(args[0], int) or args[0] is None:
             return
-        if len(args) > 2 and isinstance(args[2], int) and args[2] & os.O_DIRECTORY:
-            return  # a folder, not a file's bytes (shutil.rmtree opens them relative to a dir_fd: unresolvable)
         try:
             real = os.path.realpath(os.fsdecode(args[0]))
         except Exception:  # noqa: BLE001 - a path that does not decode: report it as it is
             real = repr(args[0])
+        if not os.path.isfile(real):  # nothing read: an open that fails, or a folder (shutil.rmtree opens entries
+            return  # relative to a dir_fd, which the event does not carry: "db" resolved against the cwd)
         if real not in exact and not real.startswith(prefixes) and len(found) < 10:
             found.append(real)
 
