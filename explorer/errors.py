@@ -17,7 +17,9 @@
     │   │   └── VersionGoneError    an older version whose files retention deleted (Spark's maintenance)
     │   ├── SnapshotCorruptError    checksum mismatch, torn or missing file
     │   │   └── FlinkCorruptError   a Flink state stream cut short or inconsistent (also a ValueError)
-    │   └── UnsafePathError         a path in metadata escapes the snapshot folder
+    │   ├── UnsafePathError         a path in metadata escapes the snapshot folder
+    │   └── SnapshotTooLargeError   a declared or decompressed size over the memory budget, refused
+    │                               before it is allocated (not a MemoryError: nothing was allocated)
     ├── RestoreError                a snapshot that does not fit the job restoring it
     │   └── StateMigrationError     renamed descriptor, changed kind, type or TTL
     ├── ReaderError                 a foreign format (Spark, Flink) we could not read
@@ -93,6 +95,10 @@ class FlinkCorruptError(SnapshotCorruptError, ValueError):
 
 class UnsafePathError(SnapshotError):
     """A path named inside snapshot metadata escapes the snapshot folder."""
+
+
+class SnapshotTooLargeError(SnapshotError):
+    """A size in a snapshot (declared, decompressed or expanded) is over the memory budget; nothing was allocated."""
 
 
 class RestoreError(StateExplorerError):

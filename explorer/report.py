@@ -157,7 +157,17 @@ def summary_text(snap: Any, top: int = 5) -> str:
         out += ["", f"hint: {hint}"]
     for n in snap.notes:
         out.append(f"note: {n}")
-    return "\n".join(out)
+    return terminal_safe("\n".join(out))
+
+
+#: control characters a terminal would act on (ESC starts colour and cursor sequences), line feeds aside
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x0A}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with its control characters shown as ``\\x1b`` (names and keys in a snapshot are its writer's:
+    an ESC in a state name must not recolour or move the user's terminal); line feeds kept."""
+    return text.translate(_CONTROL)
 
 
 def _fmt_hot(hk: pd.DataFrame) -> str:

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import SnapshotFormatError
+from . import budget
 from .types import TypeInfo
 
 try:  # XXH3-128 of checkpoints' files (a declared dependency)
@@ -348,11 +349,31 @@ def _allocate(fd: int, size: int) -> bool:
     return fn is not None and fn(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0
 
 
+def _check_row_groups(path: Path, pf: pq.ParquetFile, ids: Iterable[int], columns: Sequence[str] | None) -> None:
+    """The uncompressed sizes Parquet's footer declares for the row groups ``ids`` (their column chunks of
+    ``columns``), each and together, against the memory budget before any page is read: a 14 KiB file can
+    hold a 300 MiB zstd value (:mod:`explorer.format.budget`)."""
+    md, wanted = pf.metadata, None if columns is None else set(columns)
+    total, read = 0, []
+    for i in ids:
+        rg = md.row_group(i)
+        size = sum(max(0, c.total_uncompressed_size) for c in (rg.column(j) for j in range(rg.num_columns))
+                   if wanted is None or c.path_in_schema.split(".")[0] in wanted)
+        if wanted is None:
+            size = max(size, rg.total_byte_size)
+        budget.check(size, file=path, what=f"row group {i} ({rg.num_rows:,} rows, uncompressed)")
+        total += size
+        read.append(i)
+    if len(read) > 1:
+        budget.check(total, file=path, what=f"row groups {read[0]}..{read[-1]} read together (uncompressed)")
+
+
 def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups: Iterable[int] | None,
                             columns: Sequence[str] | None = None) -> pa.Table:
     """Read the row groups of ``path`` that hold any of ``key_groups`` (all when None)."""
     pf = pq.ParquetFile(path)
     if key_groups is None:
+        _check_row_groups(path, pf, range(pf.metadata.num_row_groups), columns)
         return pf.read(columns=list(columns) if columns else None)
     wanted = np.unique(np.fromiter((int(k) for k in key_groups), dtype=np.int64))
     # a row group is wanted when some wanted key group lies in [lo, hi]: the first wanted >= lo is <= hi
@@ -363,6 +384,7 @@ def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups:
     cols = list(columns) if columns else None
     if cols is not None and "key_group" not in cols:
         cols = cols + ["key_group"]
+    _check_row_groups(path, pf, ids, cols)
     t = pf.read_row_groups(ids, columns=cols)
 
     if len(wanted) == int(wanted[-1]) - int(wanted[0]) + 1:  # a range: two comparisons, no hash set

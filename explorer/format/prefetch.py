@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextvars import copy_context
 from typing import Callable, Iterable, Iterator, TypeVar
 
 __all__ = ["map_ahead", "map_fed", "prefetch"]
@@ -34,12 +35,12 @@ def prefetch(items: Iterable[T], name: str = "prefetch") -> Iterator[T]:
         return next(it, _END)
 
     with ThreadPoolExecutor(1, thread_name_prefix=name) as pool:
-        ahead = pool.submit(step)
+        ahead = pool.submit(copy_context().run, step)
         while True:
             item = ahead.result()
             if item is _END:
                 return
-            ahead = pool.submit(step)
+            ahead = pool.submit(copy_context().run, step)
             yield item
 
 
@@ -53,7 +54,7 @@ def map_ahead(fn: Callable[[T], U], items: Iterable[T], workers: int = 2, name: 
     with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
         try:
             for item in it:
-                pending.append(pool.submit(fn, item))
+                pending.append(pool.submit(copy_context().run, fn, item))
                 if len(pending) > workers:
                     yield pending.pop(0).result()
             while pending:
@@ -74,7 +75,7 @@ def map_fed(fn: Callable[[T], U], items: Iterator[T], workers: int = 1, name: st
     with ThreadPoolExecutor(1, thread_name_prefix=feeder_name) as feeder, \
             ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
         try:
-            nxt = feeder.submit(next, items, _END)
+            nxt = feeder.submit(copy_context().run, next, items, _END)
             while True:
                 if nxt is not None and len(pending) <= workers:
                     wait([nxt, *list(pending)[:1]], return_when=FIRST_COMPLETED)
@@ -83,8 +84,8 @@ def map_fed(fn: Callable[[T], U], items: Iterator[T], workers: int = 1, name: st
                         if item is _END:
                             nxt = None
                         else:
-                            pending.append(pool.submit(fn, item))
-                            nxt = feeder.submit(next, items, _END)
+                            pending.append(pool.submit(copy_context().run, fn, item))
+                            nxt = feeder.submit(copy_context().run, next, items, _END)
                         continue
                 if not pending:
                     return

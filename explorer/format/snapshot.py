@@ -124,7 +124,45 @@ def read_metadata(folder: Path) -> dict[str, Any]:
         raise SnapshotCorruptError(f"{path}: metadata is not valid JSON ({exc})") from exc
     if not isinstance(meta, dict):
         raise SnapshotCorruptError(f"{path}: found metadata of type {type(meta).__name__}; expected a JSON object")
+    _check_key_group_arrays(path, meta)
     return meta
+
+
+def _check_key_group_arrays(path: Path, meta: dict[str, Any]) -> None:
+    """Each keyed subtask's ``key_group_range`` inside ``[0, max_parallelism)`` and its per-key-group arrays
+    (``records_per_key_group``) one count per key group of that range, before anything is built from them."""
+    for o in meta.get("operators", ()) if isinstance(meta.get("operators"), list) else ():
+        if not isinstance(o, dict):
+            continue
+        maxp = o.get("max_parallelism")
+        where = f"{path}: operator {str(o.get('name'))!r}"
+        for sub in o.get("subtasks", ()) if isinstance(o.get("subtasks"), list) else ():
+            if not isinstance(sub, dict):
+                continue
+            kgr, rec = sub.get("key_group_range"), sub.get("records_per_key_group")
+            if kgr is None:
+                if rec is not None:
+                    raise SnapshotFormatError(f"{where} subtask {sub.get('index')}: records_per_key_group without a "
+                                              "key_group_range; expected both or neither")
+                continue
+            if not (isinstance(kgr, list) and len(kgr) == 2 and all(type(k) is int for k in kgr)
+                    and isinstance(maxp, int) and 0 <= kgr[0] <= kgr[1] < maxp):
+                raise SnapshotFormatError(f"{where} subtask {sub.get('index')}: key_group_range {str(kgr)[:80]}; "
+                                          f"expected [first, last] with 0 <= first <= last < max parallelism {maxp}")
+            if rec is None:
+                continue
+            width = kgr[1] - kgr[0] + 1
+            if not isinstance(rec, list):
+                raise SnapshotFormatError(f"{where} subtask {sub.get('index')}: records_per_key_group is a "
+                                          f"{type(rec).__name__}; expected a list of {width} counts")
+            if len(rec) != width:
+                raise SnapshotFormatError(
+                    f"{where} subtask {sub.get('index')}: records_per_key_group holds {len(rec):,} counts; expected "
+                    f"{width}, one per key group of its range {kgr} (max parallelism {maxp})")
+            bad = next((r for r in rec if type(r) is not int or r < 0), None)
+            if bad is not None:
+                raise SnapshotFormatError(f"{where} subtask {sub.get('index')}: records_per_key_group holds "
+                                          f"{str(bad)[:40]!r}; expected counts (whole numbers >= 0)")
 
 
 def referenced_files(meta: dict[str, Any]) -> list[str]:

@@ -52,6 +52,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import ReaderError, SnapshotCorruptError, SnapshotFormatError, StateExplorerError
+from ..format import budget
 from ..storage import as_path
 
 CONTRACT_COLUMNS: tuple[str, ...] = (
@@ -338,9 +339,18 @@ def _reraise(exc: Exception, path: Any, file: Any, what: str = "reading"):
 
 
 def _guard_iter(reader: Any, it: Iterator) -> Iterator:
+    limit = getattr(reader, "memory_budget", None)
     try:
-        yield from it
+        while True:  # the reader's budget is current while it works, not while the caller holds a piece
+            with budget.using(limit):
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+            yield item
     except GeneratorExit:
+        if hasattr(it, "close"):
+            it.close()
         raise
     except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
         _reraise(exc, getattr(reader, "path", "?"), getattr(reader, "current_file", None))
@@ -359,7 +369,8 @@ def _guard(name: str, fn: Callable) -> Callable:
     @functools.wraps(fn)
     def call(self, *args, **kwargs):
         try:
-            out = fn(self, *args, **kwargs)
+            with budget.using(getattr(self, "memory_budget", None)):
+                out = fn(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
             if (name == "__init__" and isinstance(exc, (ValueError, TypeError))
                     and not isinstance(exc, UnicodeError) and _raised_in(exc, fn)):
@@ -392,6 +403,10 @@ class SnapshotReader(ABC):
     #: engine's, Flink's), so the newest of them is looked for with this reader; False for a format whose
     #: one folder holds every checkpoint (Spark's)
     in_chk_folders: bool = True
+
+    #: bytes a declared or decompressed size may take (``memory_budget=``; set by the stored snapshot): the
+    #: boundary makes it current for the decoders below (:mod:`explorer.format.budget`); None: unchecked
+    memory_budget: int | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

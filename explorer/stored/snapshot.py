@@ -50,6 +50,7 @@ class StoredSnapshot:
         #: bytes analyses may hold at once: past it they stream over key-group ranges
         #: (:mod:`explorer.analysis._ranges`); default half the memory available at opening
         self.memory_budget = parse_memory_budget(memory_budget)
+        reader.memory_budget = self.memory_budget  # what its decoders check declared sizes against
 
     # --- metadata ---------------------------------------------------------------------
     @property

@@ -35,7 +35,8 @@ def test_a_short_fixed_seed_run_finds_no_bug(tmp_path):
     # In a fresh process, as `make fuzz` runs it: the harness forks one child per case, and a fork of
     # this test process (threads of earlier tests' Spark sessions) may inherit a lock held by another thread.
     code = subprocess.run([sys.executable, str(ROOT / "tools" / "fuzz" / "fuzz.py"), "--n", "30", "--seed", "16",
-                           "--formats", ",".join(formats), "--timeout", "120", "--report", str(report)],
+                           "--formats", ",".join(formats), "--kinds", ",".join(fuzz.BYTE_MUTATIONS),
+                           "--timeout", "120", "--report", str(report)],
                           cwd=ROOT, timeout=900).returncode
     result = json.loads(report.read_text())
     assert result["cases"] == 30 and sum(result["totals"].values()) == 30
@@ -43,6 +44,64 @@ def test_a_short_fixed_seed_run_finds_no_bug(tmp_path):
     assert result["bugs"] == 0, result["examples"]
     assert code == 0
     assert result["totals"].get("clean-error", 0) > 0  # the damage was noticed, not only missed
+
+
+def test_hostile_mutations_keep_lengths_and_leave_the_snapshot():
+    rng = random.Random(29)
+    data = b"\x00\x05" + b"state/0a917e9e-1a1c.bin" + b"\x00name-of-a-state\x00"
+    out = fuzz.path_rewrite(data, [b"state/0a917e9e-1a1c.bin"], rng)
+    assert len(out) == len(data) and out != data
+    path = out[2:2 + len(b"state/0a917e9e-1a1c.bin")]
+    assert path.startswith((b"/", b"..")) and path.endswith(b"etc/hostname")
+    for length in (3, 7, 14, 15, 16, 17, 40):
+        assert len(fuzz._escaping_path(length, rng)) == length
+    assert fuzz.markup_name(data, rng).count(fuzz.MARKUP) == 1 and len(fuzz.markup_name(data, rng)) == len(data)
+    assert fuzz.path_rewrite(b"no names here", [b"state/x.bin"], rng) == b"no names here"
+
+
+def test_a_size_bomb_zip_declares_and_inflates_past_the_budget():
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("metadata", "v1\n{}")
+    bomb = fuzz.size_bomb(buf.getvalue(), Path("1.zip"), random.Random(1))
+    assert len(bomb) < 2 << 20
+    with zipfile.ZipFile(io.BytesIO(bomb)) as zf:
+        assert zf.getinfo("metadata").file_size > fuzz.BUDGET_MB << 20
+
+
+def test_a_read_outside_the_snapshot_is_an_outside_read(tmp_path):
+    # in a fresh process (the harness forks; see below): a read_all that also opens a file beside the snapshot
+    snap, outside = tmp_path / "snap", tmp_path / "secret"
+    snap.mkdir()
+    (snap / "f").write_bytes(b"x")
+    outside.write_bytes(b"y")
+    code = f"""
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("fz", {str(ROOT / "tools" / "fuzz" / "fuzz.py")!r})
+fz = importlib.util.module_from_spec(spec); sys.modules["fz"] = fz; spec.loader.exec_module(fz)
+fz.read_all = lambda path, budget=None, render=False: ((), [Path({str(outside)!r}).read_bytes().decode()])
+fz.same_as = lambda a, b: True
+t = fz.Target("x", Path({str(snap)!r}), [Path({str(snap / "f")!r})])
+print(fz.run_child(t, t.files[0], 60, 3072, "bitflip", fz._allowed_roots(t, Path({str(tmp_path)!r})))[0])
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "outside-read", out.stderr[-2000:]
+
+
+def test_a_short_run_of_the_hostile_kinds_finds_no_bug(tmp_path):
+    formats = ["engine-heap", "engine-checkpoints", "spark-hdfs", "flink-heap-snappy"]
+    report = tmp_path / "fuzz.json"
+    code = subprocess.run([sys.executable, str(ROOT / "tools" / "fuzz" / "fuzz.py"), "--n", "16", "--seed", "29",
+                           "--formats", ",".join(formats), "--kinds", ",".join(fuzz.HOSTILE_MUTATIONS),
+                           "--timeout", "120", "--report", str(report)], cwd=ROOT, timeout=900).returncode
+    result = json.loads(report.read_text())
+    assert result["cases"] == 16 and set(result["by_kind"]) == set(fuzz.HOSTILE_MUTATIONS)
+    assert result["bugs"] == 0, result["examples"]
+    assert code == 0
 
 
 def test_reports_of_several_seeds_merge():

@@ -1,7 +1,10 @@
 """Fuzz the snapshot readers with damaged copies of real snapshots (issue 16).
 
 Each *case* copies nothing: it damages one file of a private copy of a snapshot in place
-(a bit flip, an overwrite, a truncation, an insertion, or a huge length field), opens the
+(a bit flip, an overwrite, a truncation, an insertion, or a huge length field; or, issue 29's hostile
+kinds, a path or file name inside the file rewritten to leave the snapshot (``..``, absolute), the file
+replaced by a symlink to a copy of itself outside, a size bomb (a zip member or a Parquet value that
+inflates past the budget), markup (HTML and ANSI) written over a name), opens the
 snapshot with ``explorer.open`` in a forked child under a memory limit
 (``resource.setrlimit(RLIMIT_AS)``) and a timeout, reads all keyed and operator state and
 runs two analyses, then restores the file. The child reports what happened; the parent
@@ -22,6 +25,12 @@ outcome                                meaning
 ``silent-change-in-checksummed-file``  different results from a file that carries a checksum (a bug)
 ``silent-change-unchecksummed``        different results from a file without one (Flink ``_metadata``,
                                        heap streams: only structural checks can catch these)
+``outside-read``                       the child opened a file outside the snapshot (a bug; seen by
+                                       ``sys.addaudithook``'s ``open`` events, symlinks resolved)
+``over-budget``                        the child's resident memory grew past ``BUDGET_MB`` (its
+                                       ``memory_budget``) plus ``MARGIN_MB`` (a bug)
+``unescaped-markup``                   ``markup-name``'s HTML tag or ESC reached the HTML or terminal
+                                       summary raw (a bug)
 =====================================  =================================================================
 
 Each case costs what its read costs plus a fork: the parent imports everything and reads every
@@ -84,9 +93,24 @@ FORMATS: dict[str, str] = {
 #: store takes ~1.5 s to read (zip files unpacked), ten times the others
 WEIGHTS: dict[str, float] = {"spark-rocksdb": 0.1}
 
-MUTATIONS = ("bitflip", "overwrite", "truncate", "insert", "huge-length", "copy-inside")
+#: byte damage, then issue 29's hostile kinds: a path or file name inside a file rewritten to point outside
+#: (``..``, absolute; same length), a file replaced by a symlink to a copy of itself outside the snapshot, a
+#: size bomb (a zip member or a Parquet value that inflates past the budget, else a huge length), markup
+#: (HTML and ANSI) written over a name
+BYTE_MUTATIONS = ("bitflip", "overwrite", "truncate", "insert", "huge-length", "copy-inside")
+HOSTILE_MUTATIONS = ("path-rewrite", "symlink", "size-bomb", "markup-name")
+MUTATIONS = BYTE_MUTATIONS + HOSTILE_MUTATIONS
 BUG_OUTCOMES = ("clean-error-unnamed", "foreign-exception", "crash", "hang", "oom",
-                "silent-change-in-checksummed-file")
+                "silent-change-in-checksummed-file", "outside-read", "over-budget", "unescaped-markup")
+
+#: the memory budget each child reads with, and what its resident memory may grow by beyond it (the
+#: analyses' frames and Python's own churn on the small sample snapshots: ~100 MB measured)
+BUDGET_MB = 256
+MARGIN_MB = 512
+#: what a size bomb inflates to: past the budget, refused before it is allocated
+BOMB_BYTES = 384 << 20
+#: written over a name by ``markup-name``; rendered raw, it would be a tag and a colour change
+MARKUP = b"<sx-x>\x1b[31m"
 
 SST_MAGIC = (0x88E241B785F4CFF7).to_bytes(8, "little")
 
@@ -102,6 +126,8 @@ class Target:
     frames: tuple = ()
     notes: list[str] = field(default_factory=list)
     checksummed: dict[Path, bool] = field(default_factory=dict)
+    roots: list[str] = field(default_factory=list)  # where a child may open files (_allowed_roots)
+    names: list[bytes] = field(default_factory=list)  # its files' names and relative paths (path-rewrite)
 
 
 def carries_checksum(fmt: str, path: Path) -> bool:
@@ -118,16 +144,21 @@ def carries_checksum(fmt: str, path: Path) -> bool:
     return False
 
 
-def read_all(path: Path) -> tuple[tuple, list[str]]:
-    """What a reader makes of the snapshot at ``path``: all its state and two analyses, and its notes."""
+def read_all(path: Path, memory_budget: int | str | None = None, render: bool = False) -> tuple[tuple, list[str]]:
+    """What a reader makes of the snapshot at ``path``: all its state and two analyses, and its notes.
+    ``render``: also its HTML and text summaries, returned after the notes (for ``markup-name``)."""
     import warnings
 
     import explorer
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        snap = explorer.open(path)
+        snap = explorer.open(path, memory_budget=memory_budget)
         frames = (snap.keyed_state(), snap.operator_state(), snap.hot_keys(5), snap.key_group_distribution())
+        if render:
+            from explorer.report import snapshot_html, summary_text
+
+            return frames, [str(n) for n in snap.notes] + [snapshot_html(snap), summary_text(snap)]
     return frames, [str(n) for n in snap.notes]
 
 
@@ -199,12 +230,170 @@ def mutate(data: bytes, kind: str, rng: random.Random) -> bytes:
     raise ValueError(kind)
 
 
+#: an existing file outside any snapshot, named by ``path-rewrite`` (absolute, or by enough ``..``)
+_OUTSIDE = "etc/hostname"
+
+
+def _escaping_path(length: int, rng: random.Random) -> bytes:
+    """A path of exactly ``length`` bytes that leaves the folder it is joined to: absolute (``////etc/hostname``)
+    or by ``..`` (``..///../../etc/hostname``), or only ``..`` segments when too short for a name."""
+    if length < len(_OUTSIDE) + 3:
+        return (b"../" * (length // 3 + 1))[:length]
+    if rng.random() < 0.5:  # absolute: repeated slashes are one
+        return ("/" * (length - len(_OUTSIDE)) + _OUTSIDE).encode()
+    ups = (length - len(_OUTSIDE)) // 3
+    extra = length - len(_OUTSIDE) - 3 * ups
+    return (".." + "/" * (1 + extra) + "../" * (ups - 1) + _OUTSIDE).encode()
+
+
+def path_rewrite(data: bytes, names: list[bytes], rng: random.Random) -> bytes:
+    """``data`` with one mention of another file of the snapshot (its name or relative path) overwritten by a
+    path of the same length leaving the snapshot; unchanged when the file mentions none."""
+    found = [(m, len(name)) for name in names for m in _occurrences(data, name)]
+    if not found:
+        return data
+    at, k = rng.choice(found)
+    return data[:at] + _escaping_path(k, rng) + data[at + k:]
+
+
+def _occurrences(data: bytes, name: bytes, cap: int = 8) -> list[int]:
+    out, at = [], data.find(name)
+    while at >= 0 and len(out) < cap:
+        out.append(at)
+        at = data.find(name, at + 1)
+    return out
+
+
+def markup_name(data: bytes, rng: random.Random) -> bytes:
+    """``data`` with :data:`MARKUP` written over the start of one name-like run of text (unchanged if none)."""
+    import re
+
+    runs = [m.start() for m in re.finditer(rb"[A-Za-z][A-Za-z0-9_\-. ]{%d,}" % (len(MARKUP) - 1), data[:1 << 22])]
+    if not runs:
+        return data
+    at = rng.choice(runs)
+    return data[:at] + MARKUP + data[at + len(MARKUP):]
+
+
+def size_bomb(data: bytes, path: Path, rng: random.Random) -> bytes:
+    """A zip with one member that inflates to :data:`BOMB_BYTES`, a Parquet file with one value that does (its
+    footer declaring it), anything else a huge length field. Zips and Parquet files are made in a forked
+    child: the parent's memory (which every case's child inherits under its address-space limit) stays as
+    it was."""
+    if path.suffix not in (".zip", ".parquet"):
+        return mutate(data, "huge-length", rng)
+    pick = rng.random()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            out = _bomb_bytes(data, path.suffix, pick)
+        except BaseException:  # noqa: BLE001 - no bomb: the case changes nothing
+            out = data
+        with os.fdopen(w, "wb") as f:
+            f.write(out)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out or data
+
+
+def _bomb_bytes(data: bytes, suffix: str, pick: float) -> bytes:
+    import io
+    import zipfile
+
+    if suffix == ".zip":
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as src:
+                members = [(i.filename, src.read(i)) for i in src.infolist()]
+        except Exception:  # noqa: BLE001 - an undecodable zip: a bomb of its own
+            members = []
+        members = members or [("metadata", b"")]
+        victim = int(pick * len(members))
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for j, (name, body) in enumerate(members):
+                if j != victim:
+                    zf.writestr(name, body)
+                    continue
+                with zf.open(name, "w", force_zip64=True) as w:
+                    w.write(body)
+                    block = b" " * (1 << 20)
+                    for _ in range(BOMB_BYTES >> 20):
+                        w.write(block)
+        return out.getvalue()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(io.BytesIO(data))
+    if not t.num_rows:
+        return data
+    t = t.append_column("zz_bomb", pa.array(["a" * BOMB_BYTES] + [None] * (t.num_rows - 1), pa.large_string()))
+    out = io.BytesIO()
+    pq.write_table(t, out, compression="zstd")
+    return out.getvalue()
+
+
 def _names_file(text: str, target: Target, file: Path) -> bool:
     return str(file) in text or str(target.root) in text or file.name in text
 
 
-def run_child(target: Target, file: Path, timeout: float, memory_mb: int) -> tuple[str, str]:
-    """Read the (damaged) snapshot in a forked child; return (status, detail) from the child."""
+def _allowed_roots(target: Target, work: Path) -> list[str]:
+    """Where a child may open files: the snapshot, Python and its packages, the system's own files and
+    the explorer's code (never the fuzz folder around the snapshot, nor the repository's sample data)."""
+    import site
+    import tempfile as _tempfile
+
+    roots = [str(target.root.resolve()), sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(),
+             str(ROOT / "explorer"), str(ROOT / "tools"), "/usr", "/lib", "/etc/ssl", "/etc/localtime",
+             "/proc", "/sys", "/dev/null", "/dev/urandom", os.path.expanduser("~/.cache")]
+    tmp = os.path.realpath(_tempfile.gettempdir())
+    if not str(work.resolve()).startswith(tmp + os.sep):
+        roots.append(tmp)  # readers link RocksDB files into a temporary folder
+    return [os.path.realpath(r) for r in roots]
+
+
+def _audit_opens(roots: list[str], found: list[str]) -> None:
+    """Record each file the process opens outside ``roots`` (symlinks resolved) in ``found``."""
+    prefixes = tuple(r.rstrip(os.sep) + os.sep for r in roots)
+    exact = set(roots)
+
+    def hook(event: str, args: tuple) -> None:
+        if event != "open" or not args or isinstance(args[0], int) or args[0] is None:
+            return
+        try:
+            real = os.path.realpath(os.fsdecode(args[0]))
+        except Exception:  # noqa: BLE001 - a path that does not decode: report it as it is
+            real = repr(args[0])
+        if not os.path.isfile(real):  # nothing read: an open that fails, or a folder (shutil.rmtree opens entries
+            return  # relative to a dir_fd, which the event does not carry: "db" resolved against the cwd)
+        if real not in exact and not real.startswith(prefixes) and len(found) < 10:
+            found.append(real)
+
+    sys.addaudithook(hook)
+
+
+class _Unescaped(Exception):
+    """Markup from a snapshot reached a rendered summary as it was."""
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def run_child(target: Target, file: Path, timeout: float, memory_mb: int, kind: str = "bitflip",
+              roots: list[str] | None = None) -> tuple[str, str]:
+    """Read the (damaged) snapshot in a forked child; return (status, detail) from the child.
+
+    The child reads with ``memory_budget`` :data:`BUDGET_MB` and reports ``over-budget`` when its resident
+    memory grew by more than that plus :data:`MARGIN_MB` (the high-water mark is reset at the fork), and
+    ``outside-read`` when it opened a file outside ``roots`` (``sys.addaudithook``'s ``open`` events,
+    symlinks resolved); for ``markup-name``, ``unescaped-markup`` when :data:`MARKUP` reaches its HTML or
+    text summary unescaped."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
@@ -223,10 +412,25 @@ def run_child(target: Target, file: Path, timeout: float, memory_mb: int) -> tup
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             from explorer.errors import StateExplorerError
 
+            outside: list[str] = []
             try:
-                frames, notes = read_all(target.root)
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")  # the high-water mark starts again at what the fork shares
+            except OSError:
+                pass
+            base = _rss_kib("VmRSS")
+            if roots is not None:
+                _audit_opens(roots, outside)
+            try:
+                frames, notes = read_all(target.root, f"{BUDGET_MB}MB", render=kind == "markup-name")
+                if kind == "markup-name":
+                    notes, (page, text) = notes[:-2], notes[-2:]
+                    if "<sx-x>" in page or "\x1b" in text:  # a tag in HTML, an ESC in a terminal
+                        raise _Unescaped("<sx-x> in the HTML" if "<sx-x>" in page else "ESC in the terminal text")
                 same = same_as(frames, target.frames)
                 status, detail = "ok", [same, None if same else digest(frames), notes]
+            except _Unescaped as exc:
+                status, detail = "unescaped-markup", f"{exc} reached the rendered summary raw"
             except StateExplorerError as exc:
                 chain, e = [], exc
                 while e is not None:
@@ -245,6 +449,11 @@ def run_child(target: Target, file: Path, timeout: float, memory_mb: int) -> tup
                 where = "; ".join(f"{f.filename.split('/')[-1]}:{f.lineno} {f.name}" for f in (ours[-3:] + frames[-1:]))
                 status = "foreign-exception"
                 detail = f"{type(exc).__module__}.{type(exc).__name__} at {where}: {str(exc)[:300]}"
+            grown = (_rss_kib("VmHWM") - base) >> 10
+            if outside:
+                status, detail = "outside-read", f"opened {outside[:3]} ({status}: {str(detail)[:200]})"
+            elif grown > BUDGET_MB + MARGIN_MB:
+                status, detail = "over-budget", f"resident memory grew {grown} MiB ({status}: {str(detail)[:200]})"
         finally:
             try:
                 os.write(w, json.dumps([status, detail]).encode())
@@ -335,7 +544,8 @@ def _totals(counts: dict[str, dict[str, int]]) -> dict[str, int]:
 
 
 def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
-         log=print, max_seconds: float | None = None, checkpoint=None, skip: int = 0) -> dict:
+         log=print, max_seconds: float | None = None, checkpoint=None, skip: int = 0,
+         kinds: tuple[str, ...] = MUTATIONS) -> dict:
     """Run up to ``n`` cases (fewer if ``max_seconds`` runs out); ``checkpoint(result)`` is
     called with the report so far every 500 cases, so that a run stopped early leaves its figures.
     ``skip``: draw the first ``skip`` cases of the seed without running them, so that a stopped
@@ -344,6 +554,7 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
     so a continued run then draws cases of the same kinds, not always the same ones."""
     rng = random.Random(seed)
     counts: dict[str, dict[str, int]] = {f: {} for f in formats}
+    by_kind: dict[str, dict[str, int]] = {}  # mutation kind -> outcome -> cases
     seconds: dict[str, float] = {f: 0.0 for f in formats}
     cpu: dict[str, float] = {f: 0.0 for f in formats}  # CPU seconds of parent and child: comparable under load
     examples: dict[str, list[dict]] = {}
@@ -355,7 +566,8 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
     def result(done: int) -> dict:
         totals = _totals(counts)
         cases = {f: sum(c.values()) for f, c in counts.items()}
-        return {"cases": done - skip, "first_case": skip, "seed": seed, "counts": counts, "totals": totals, "examples": examples,
+        return {"cases": done - skip, "first_case": skip, "seed": seed, "counts": counts, "totals": totals,
+                "by_kind": by_kind, "examples": examples,
                 "bugs": sum(totals.get(k, 0) for k in BUG_OUTCOMES),
                 "seconds_per_case": {"value": round(sum(seconds.values()) / max(done - skip, 1), 4), "unit": "s",
                                      "by_format": {f: round(seconds[f] / cases[f], 4) for f in formats if cases[f]}},
@@ -366,6 +578,12 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
     shm = Path("/dev/shm")
     with tempfile.TemporaryDirectory(prefix="state-explorer-fuzz-", dir=shm if shm.is_dir() else None) as tmp:
         targets = [prepare(f, FORMATS[f], Path(tmp), timeout, memory_mb) for f in formats]
+        outside = Path(tmp) / "outside"  # beside the snapshots, inside no snapshot's roots
+        outside.mkdir()
+        for t in targets:
+            t.roots = _allowed_roots(t, Path(tmp))
+            t.names = sorted({n for p in t.files for n in (p.name.encode(), str(p.relative_to(t.root)).encode())
+                              if len(n) >= 6}, key=len, reverse=True)
         weights = [WEIGHTS.get(f, 1.0) for f in formats]
         # what the parent holds stays out of the children's garbage collections: a collection would
         # touch (and so copy) every page of it in each child
@@ -379,20 +597,38 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
             t = rng.choices(targets, weights)[0]
             c0, u0 = time.monotonic(), _cpu_seconds()
             file = rng.choice(t.files)
-            kind = rng.choice(MUTATIONS)
+            kind = rng.choice(kinds)
             original = file.read_bytes()
-            damaged = mutate(original, kind, rng)
+            if kind == "symlink":  # the file becomes a link to a copy of itself outside the snapshot
+                damaged = original
+            elif kind == "path-rewrite":
+                damaged = path_rewrite(original, t.names, rng)
+            elif kind == "size-bomb":
+                damaged = size_bomb(original, file, rng)
+            elif kind == "markup-name":
+                damaged = markup_name(original, rng)
+            else:
+                damaged = mutate(original, kind, rng)
             if i < skip:
                 done = i + 1
                 continue
             where = next((j for j, (a, b) in enumerate(zip(original, damaged)) if a != b), min(len(original), len(damaged)))
-            if damaged == original:
+            if damaged == original and kind != "symlink":
                 outcome, detail = "ok-same", "the mutation changed nothing"
             else:
-                file.write_bytes(damaged)
+                if kind == "symlink":
+                    copy = outside / f"{i}-{file.name}"
+                    copy.write_bytes(original)
+                    file.unlink()
+                    file.symlink_to(copy)
+                else:
+                    file.write_bytes(damaged)
                 try:
-                    status, detail = run_child(t, file, timeout, memory_mb)
+                    status, detail = run_child(t, file, timeout, memory_mb, kind, t.roots)
                 finally:
+                    if file.is_symlink():
+                        file.unlink()
+                        copy.unlink()
                     file.write_bytes(original)
                 if status == "ok":
                     same, digest_, notes = detail
@@ -411,6 +647,7 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
             cpu[t.name] += _cpu_seconds() - u0
             done = i + 1
             counts[t.name][outcome] = counts[t.name].get(outcome, 0) + 1
+            by_kind.setdefault(kind, {})[outcome] = by_kind.get(kind, {}).get(outcome, 0) + 1
             if outcome in BUG_OUTCOMES or outcome == "silent-change-unchecksummed":
                 ex = examples.setdefault(outcome, [])
                 if len(ex) < 25:
@@ -427,6 +664,7 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
 def merge(reports: list[dict]) -> dict:
     """One report of several runs (different seeds): counts and seconds added, examples joined."""
     counts: dict[str, dict[str, int]] = {}
+    by_kind: dict[str, dict[str, int]] = {}
     examples: dict[str, list[dict]] = {}
     cases, secs, cpu = 0, 0.0, 0.0
     fsecs: dict[str, float] = {}
@@ -442,10 +680,15 @@ def merge(reports: list[dict]) -> dict:
                 mine[k] = mine.get(k, 0) + v
             fsecs[f] = fsecs.get(f, 0.0) + r["seconds_per_case"]["by_format"].get(f, 0.0) * sum(per.values())
             fcpu[f] = fcpu.get(f, 0.0) + rcpu["by_format"].get(f, 0.0) * sum(per.values())
+        for kind, per in r.get("by_kind", {}).items():
+            mine = by_kind.setdefault(kind, {})
+            for k, v in per.items():
+                mine[k] = mine.get(k, 0) + v
         for k, ex in r["examples"].items():
-            examples.setdefault(k, []).extend({**e, "seed": r["seed"]} for e in ex)
+            examples.setdefault(k, []).extend({"seed": r.get("seed"), **e} for e in ex)  # a merged report's keep theirs
     totals = _totals(counts)
-    return {"cases": cases, "seeds": [r["seed"] for r in reports], "counts": counts, "totals": totals,
+    return {"cases": cases, "seeds": [s for r in reports for s in r.get("seeds", [r.get("seed")])], "counts": counts,
+            "totals": totals, "by_kind": by_kind,
             "examples": {k: v[:25] for k, v in examples.items()},
             "bugs": sum(totals.get(k, 0) for k in BUG_OUTCOMES),
             "seconds_per_case": {"value": round(secs / max(cases, 1), 4), "unit": "s",
@@ -454,7 +697,8 @@ def merge(reports: list[dict]) -> dict:
             "cpu_seconds_per_case": {"value": round(cpu / max(cases, 1), 4), "unit": "CPU s",
                                      "by_format": {f: round(fcpu[f] / sum(counts[f].values()), 4)
                                                    for f in counts if sum(counts[f].values())}},
-            "runs": [{k: r.get(k) for k in ("command", "seed", "first_case", "cases", "date", "seconds", "machine")} for r in reports]}
+            "runs": [run for r in reports for run in r.get("runs") or [{k: r.get(k) for k in (
+                "command", "seed", "first_case", "cases", "date", "seconds", "machine")}]]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -466,6 +710,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-mb", type=int, default=3072, help="address-space limit of each child")
     ap.add_argument("--max-seconds", type=float, default=None, help="stop after this long (the report says how many ran)")
     ap.add_argument("--report", default=str(ROOT / "benchmarks/results/fuzz.json"))
+    ap.add_argument("--kinds", default=",".join(MUTATIONS), help="comma-separated mutation kinds, of: "
+                    + ", ".join(MUTATIONS))
     ap.add_argument("--skip", type=int, default=0,
                     help="continue a stopped run: draw (without running) the seed's first SKIP cases")
     ap.add_argument("--merge", nargs="+", default=None, metavar="REPORT",
@@ -481,6 +727,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(formats) - set(FORMATS))
     if unknown:
         ap.error(f"--formats: unknown {unknown}; expected some of {', '.join(FORMATS)}")
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    if set(kinds) - set(MUTATIONS):
+        ap.error(f"--kinds: unknown {sorted(set(kinds) - set(MUTATIONS))}; expected some of {', '.join(MUTATIONS)}")
     start = time.time()
     load_before = os.getloadavg()
 
@@ -499,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = finish(fuzz(args.n, args.seed, formats, args.timeout, args.memory_mb,
                          log=lambda text: print(text, flush=True), max_seconds=args.max_seconds, checkpoint=finish,
-                         skip=args.skip))
+                         skip=args.skip, kinds=kinds))
     print(json.dumps({"cases": result["cases"], "totals": result["totals"], "bugs": result["bugs"],
                       "seconds_per_case": result["seconds_per_case"]}, indent=1))
     return 1 if result["bugs"] else 0

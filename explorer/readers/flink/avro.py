@@ -147,13 +147,14 @@ class AvroDecoder(Decoder):
             return {name: self._read(f, inp, depth + 1) for name, f in node["fields"]}
         if t == "array":
             out = []
-            while (n := self._count(inp)) > 0:
+            while (n := self._count(inp)) > 0:  # Avro's null takes no bytes
+                inp.check_count(n, "Avro array items", 0 if node["items"].get("type") == "null" else 1)
                 out.extend(self._read(node["items"], inp, depth + 1) for _ in range(n))
             return out
         if t == "map":
             m = {}
             while (n := self._count(inp)) > 0:
-                for _ in range(n):
+                for _ in range(inp.check_count(n, "Avro map entries")):  # a key's length at least
                     k = inp.read_bytes(inp.read_int()).decode("utf-8", "replace")
                     m[k] = self._read(node["values"], inp, depth + 1)
             return m

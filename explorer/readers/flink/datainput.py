@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import struct
 
+from ...format import budget
+
 _INT = struct.Struct(">i")
 _UINT = struct.Struct(">I")
 _LONG = struct.Struct(">q")
@@ -153,13 +155,19 @@ class DataInput:
         than after a long loop or a huge allocation. ``min_bytes`` 0 (values of no bytes) caps the
         count at :data:`MAX_EMPTY_COUNT`."""
         p = self.pos
-        n = self.read_int()
+        return self.check_count(self.read_int(), what, min_bytes, p)
+
+    def check_count(self, n: int, what: str = "entries", min_bytes: int = 1, at: int | None = None) -> int:
+        """``n``, a count of ``what`` read at offset ``at`` (a varint's, say), checked as :meth:`read_count`
+        checks its own, and against the memory budget (a slot each) before anything is allocated for it."""
+        p = self.pos if at is None else at
         if n < 0:
             raise EOFError(f"found a count of {n} {what} at offset {p}; expected 0 or more")
         left = self.end - self.pos
         if (n * min_bytes > left) if min_bytes > 0 else n > MAX_EMPTY_COUNT:
             raise EOFError(f"found a count of {n} {what} at offset {p}, of at least {min_bytes} bytes each; "
                            f"expected at most what the {left} bytes left can hold")
+        budget.check(n * 8, file=f"offset {p}", what=f"a count of {n:,} {what} (a slot each)")
         return n
 
     def read_flink_string(self) -> str | None:

@@ -127,7 +127,7 @@ class JavaStreamParser:
             desc = self.read_class_desc(depth)
             arr: list[Any] = []
             self._new_handle(arr)
-            n = self.inp.read_int()
+            n = self.inp.read_count("Java array elements")  # a byte each at least (a type code, a primitive)
             elem = desc.name[1:2] if desc else "L"
             reader = _PRIMITIVE_READERS.get(elem)
             for _ in range(n):

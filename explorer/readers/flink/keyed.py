@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from struct import error as struct_error
 from typing import Iterator
 
@@ -63,7 +64,8 @@ class KeyedReads(Notes):
             pending: deque = deque()
             try:
                 for op, st in units:
-                    pending.append(pool.submit(lambda o=op, s=st: list(self._with_merged_windows(o, s, query))))
+                    pending.append(pool.submit(copy_context().run,  # the memory budget goes along (format.budget)
+                                              lambda o=op, s=st: list(self._with_merged_windows(o, s, query))))
                     if len(pending) >= self.workers:
                         yield from pending.popleft().result()
                 while pending:

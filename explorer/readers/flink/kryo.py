@@ -138,7 +138,7 @@ def _optional_map(inp: DataInput, what: str) -> list[tuple[str, bytes | None, by
     if header != POJO_MAP_HEADER:
         raise UnknownSnapshot(SNAPSHOT_CLASS, inp.pos)
     out = []
-    for _ in range(inp.read_int()):
+    for _ in range(inp.read_count("POJO fields", 4)):  # a name's length and two flags at least
         name = inp.read_utf()
         parts = []
         for _part in range(2):
@@ -275,6 +275,7 @@ class _Value:
         if n == 1:
             return ""
         units = []
+        self.inp.check_count(n - 1, "string chars")
         for _ in range(n - 1):
             b = inp.read_ubyte()
             top = b >> 4
@@ -382,15 +383,18 @@ class _Value:
             return None if n == 0 else self.inp.read_bytes(n - 1)
         if cls in _PRIMITIVE_ARRAYS:
             n = self.varint()
-            return None if n == 0 else [self.body(_PRIMITIVE_ARRAYS[cls], None) for _ in range(n - 1)]
+            return None if n == 0 else [self.body(_PRIMITIVE_ARRAYS[cls], None)
+                                        for _ in range(self.inp.check_count(n - 1, f"{cls} elements"))]
         if cls == "java.lang.String[]":
             n = self.varint()
-            return None if n == 0 else [self.obj("java.lang.String", None, True) for _ in range(n - 1)]
+            return None if n == 0 else [self.obj("java.lang.String", None, True)
+                                        for _ in range(self.inp.check_count(n - 1, "String[] elements"))]
         if cls.endswith("[]"):  # ObjectArraySerializer: elements of a final component type without their class
             n = self.varint()
             comp = cls[:-2]
             if n == 0:
                 return None
+            self.inp.check_count(n - 1, f"{cls} elements")
             if self.dec.is_final(comp):
                 return [self.obj(comp, None, True) for _ in range(n - 1)]
             return [self.class_and_object() for _ in range(n - 1)]
@@ -499,7 +503,7 @@ class _Value:
                 same, n1 = self.varint_flag()
             if n1 == 0:
                 return None
-            n = n1 - 1
+            n = self.inp.check_count(n1 - 1, f"{cls} elements", 0)  # all null: no bytes each
             if cls in _SORTED_SETS:
                 self.class_and_object()  # the comparator
             if n == 0:
@@ -516,7 +520,7 @@ class _Value:
             return [self.class_and_object() for _ in range(n)]
         if cls in _SORTED_SETS:
             self.class_and_object()
-        n = self.varint()
+        n = self.inp.check_count(self.varint(), f"{cls} elements")  # a null flag or class id each at least
         if elem is not None:
             ecls = _PRIMITIVE_BOX.get(elem.name, elem.name)
             return [self.obj(ecls, elem, True) for _ in range(n)]
@@ -535,6 +539,7 @@ class _Value:
             if cls in _SORTED_MAPS:
                 self.class_and_object()
             n = self.varint()
+        self.inp.check_count(n, f"{cls} entries")
         out = {}
         for _ in range(n):
             k = self.obj(_PRIMITIVE_BOX.get(kt.name, kt.name), kt, True) if kt else self.class_and_object()

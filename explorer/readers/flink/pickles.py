@@ -19,6 +19,7 @@ import struct
 from typing import Any
 
 from ...errors import FlinkFormatError
+from ...format import budget
 from .datainput import DataInput
 from .serializers import PRIMITIVES, Decoder, SnapshotContext, UnknownLayout, register_snapshot_decoder
 
@@ -40,6 +41,49 @@ _MARK = object()
 def looks_like_pickle(data: bytes) -> bool:
     """A protocol 2+ pickle: ``PROTO n`` first, ``STOP`` last."""
     return len(data) >= 3 and data[0] == 0x80 and 2 <= data[1] <= 5 and data[-1:] == b"."
+
+
+#: the limit of :func:`expanded_size` outside a reader call with a memory budget
+UNBUDGETED = 1 << 30
+#: bytes one converted value costs besides its text (measured: the Flink reader's union conversion turns each
+#: tuple into a Python list and Arrow slots, ~80 bytes a node at its peak)
+NODE_BYTES = 64
+
+
+def expanded_size(value: Any, where: str = "pickle") -> int:
+    """Bytes ``value`` takes once converted to Arrow or walked as a tree: every use of a shared object counted
+    (a pickle's memo and DUP share objects, so 72 bytes can stand for 2**34 leaves). Each object is visited
+    once (its size memoized), so this costs the pickle's size, never its expansion; a container holding
+    itself is refused (:class:`PickleRefused`): no conversion would end."""
+    sizes: dict[int, int] = {}
+    keep: list[Any] = []  # keeps what was sized alive, so an id is never reused during the walk
+    active: set[int] = set()
+    todo: list[tuple[Any, bool]] = [(value, False)]
+    while todo:
+        obj, done = todo.pop()
+        if isinstance(obj, (str, bytes)):
+            sizes[id(obj)] = NODE_BYTES + len(obj)
+            keep.append(obj)
+            continue
+        if not isinstance(obj, (list, tuple, dict, set, frozenset)):
+            sizes[id(obj)] = NODE_BYTES + (obj.bit_length() // 8 if isinstance(obj, int) else 0)
+            keep.append(obj)
+            continue
+        items = [x for kv in obj.items() for x in kv] if isinstance(obj, dict) else obj
+        if done:
+            active.discard(id(obj))
+            sizes[id(obj)] = NODE_BYTES + sum(sizes[id(x)] for x in items)
+            keep.append(obj)
+            continue
+        if id(obj) in sizes:
+            continue
+        if id(obj) in active:
+            raise PickleRefused(f"{where}: pickle builds a {type(obj).__name__} that holds itself; expected plain "
+                                "data (a tree, whose converted values end)")
+        active.add(id(obj))
+        todo.append((obj, True))
+        todo.extend((x, False) for x in items if id(x) not in sizes)
+    return sizes[id(value)]
 
 
 def read_pickle(data: bytes, where: str = "pickle", max_depth: int = 10_000) -> Any:
@@ -97,6 +141,9 @@ def read_pickle(data: bytes, where: str = "pickle", max_depth: int = 10_000) -> 
             v = stack[0]
             if v is _MARK:
                 raise PickleRefused(f"{where}: pickle ends with a MARK")
+            budget.check(expanded_size(v, where), file=where, what=f"the value a {n}-byte pickle expands to once "
+                         "converted (shared references counted each time they are used)",
+                         budget=budget.current() or UNBUDGETED)
             return v
         if op == b"\x80":
             take(1)

@@ -39,6 +39,7 @@ import zlib
 from pathlib import Path
 
 from ...errors import SnapshotCorruptError, SnapshotFormatError, VersionGoneError
+from ...format import budget
 from ...format.sst.columns import Unsupported, column_families, read_column_family
 from ...format.sst.instance import read_instance
 from ...format.untrusted import Roots, excerpt, plain_name
@@ -133,13 +134,16 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None], roots: Roots) -> None:
     where = str(f)
     try:
         zf = zipfile.ZipFile(io.BytesIO(verified_bytes(f, roots)))
-        bad = zf.testzip()  # every member against its CRC-32
+        for info in zf.infolist():  # before inflating anything (a 0.3 MB zip can hold 300 MB)
+            budget.check(info.file_size, file=f, what=f"zip member {info.filename!r} (its declared uncompressed size)")
+        bad = zf.testzip()  # every member against its CRC-32 (streamed: zipfile stops at the declared size)
     except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
         raise SnapshotCorruptError(f"{where}: not a readable zip ({exc})") from exc
     if bad is not None:
         raise SnapshotCorruptError(f"{where}: member {bad!r} does not match its CRC-32 (the zip is damaged)")
     try:
-        lines = zf.read("metadata").decode("utf-8").splitlines()
+        with zf.open("metadata") as member:  # capped again as it inflates, whatever the header declared
+            lines = budget.read_capped(member, None, file=f, what="zip member 'metadata'").decode("utf-8").splitlines()
     except KeyError as exc:
         raise SnapshotFormatError(f"{where}: expected a 'metadata' member naming the SST files, found "
                                   f"{zf.namelist()}") from exc
