@@ -226,6 +226,7 @@ def test_decimals_hash_as_spark_hashes_them(value, spark_type, want):
 
 
 def test_a_decimal_key_lookup_reads_only_the_partition_the_key_is_in(monkeypatch):
+    from explorer.readers.spark import keyed as spark_keyed
     from explorer.readers.spark import reader as spark_reader
 
     name = "agg-decimal-key"
@@ -239,8 +240,8 @@ def test_a_decimal_key_lookup_reads_only_the_partition_the_key_is_in(monkeypatch
     types = ["string", "decimal(10,2)"]
     assert r._partition_list(op, st, types, list(where)) == list(where.values())
     read = []
-    real = spark_reader.state_table
-    monkeypatch.setattr(spark_reader, "state_table", lambda *a, **k: read.append(list(a[2])) or real(*a, **k))
+    real = spark_keyed.state_table
+    monkeypatch.setattr(spark_keyed, "state_table", lambda *a, **k: read.append(list(a[2])) or real(*a, **k))
     for key, part in list(where.items())[:: max(1, len(where) // 8)]:
         read.clear()
         got = snap.keyed_state(key=key)

@@ -34,12 +34,12 @@ def _samples() -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _no_jvm(monkeypatch):
-    import explorer.readers.spark.reader as spark_reader
+    import explorer.readers.spark.jvm as spark_jvm
 
     def refuse(*a, **k):
         raise AssertionError("verify started Spark")
 
-    monkeypatch.setattr(spark_reader, "get_spark", refuse)
+    monkeypatch.setattr(spark_jvm, "get_spark", refuse)
 
 
 @pytest.mark.parametrize("name", _samples())

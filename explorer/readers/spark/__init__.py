@@ -1,5 +1,7 @@
-"""Spark Structured Streaming checkpoints: :class:`SparkCheckpointReader` (through Spark's state
-data source) and :mod:`.layout` (what the checkpoint's files say without a JVM)."""
+"""Spark Structured Streaming checkpoints: :class:`SparkCheckpointReader` (``reader``, opened there and
+composed of parts of one role each: ``checkpoint``, ``kinds``, ``buckets``, ``keyed``, ``jvm``,
+``contract``, ``lookup``, ``changes``; the table in ``reader``'s module doc) and :mod:`.layout` (what the
+checkpoint's files say without a JVM)."""
 
 from .reader import SparkCheckpointReader
 from .values import flatten_values
