@@ -46,6 +46,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import SnapshotCorruptError, SnapshotFormatError, UnsafePathError
+from .untrusted import own_file
 from ..storage import as_path
 
 try:  # XXH3-128 of full native checkpoints' files (a declared dependency)
@@ -184,7 +185,7 @@ def referenced_files(meta: dict[str, Any]) -> list[str]:
 
 
 def is_snapshot_folder(folder: Path) -> bool:
-    p = as_path(folder) / METADATA_FILE
+    p = own_file(as_path(folder), METADATA_FILE)  # a _metadata linking outside: refused before its magic is read
     if not p.is_file():
         return False
     with p.open("rb") as f:

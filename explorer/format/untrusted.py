@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import UnsafePathError
 
-__all__ = ["ALLOW_OPTION", "Roots", "excerpt", "plain_name"]
+__all__ = ["ALLOW_OPTION", "Roots", "excerpt", "own_file", "plain_name"]
 
 #: the open option that names extra folders a snapshot's files may be read from
 ALLOW_OPTION = "allow_roots"
@@ -76,6 +76,17 @@ class Roots:
 
     def __repr__(self) -> str:
         return f"Roots({[str(f) for f in self.folders]}, extra={[str(f) for f in self.extra]})"
+
+
+def own_file(folder: Any, name: str) -> Any:
+    """``folder / name`` when it is the folder's own file, before a byte of it is read: a symlink whose target
+    lies outside ``folder`` (a ``_metadata`` linking to another user's file) is :class:`UnsafePathError`,
+    even when only a format's magic bytes would be compared (detection reads those first). Remote paths
+    have no symlinks and come back as they are."""
+    path = folder / name
+    if isinstance(path, Path) and path.is_symlink():
+        Roots([folder]).confine(path)
+    return path
 
 
 def plain_name(name: Any, where: Any, folder: str) -> str:

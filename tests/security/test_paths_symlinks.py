@@ -177,3 +177,38 @@ def test_engine_data_file_linked_inside_is_fine(tmp_path):
     shutil.move(str(f), moved)
     f.symlink_to(moved)
     assert len(explorer.open(snap).keyed_state()) == len(explorer.open(ENGINE).keyed_state())
+
+
+# --- a _metadata linking out is refused before format detection reads its magic bytes ------------
+def _audited_open(snap: Path) -> tuple[BaseException, list[str]]:
+    """``explorer.open(snap)`` in a child process that records every file it opens (sys.addaudithook)."""
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys, explorer\n"
+        "opened = []\n"
+        "sys.addaudithook(lambda ev, args: opened.append(str(args[0])) if ev == 'open' and isinstance(args[0], str) "
+        "else None)\n"
+        f"try:\n    explorer.open({str(snap)!r})\n    err = None\n"
+        "except Exception as exc:\n    err = type(exc).__name__\n"
+        "print(json.dumps({'err': err, 'opened': opened}))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return out["err"], out["opened"]
+
+
+@pytest.mark.parametrize("sample", [ENGINE, ENGINE.parents[1] / "flink" / "heap-canonical-savepoint"],
+                         ids=["engine", "flink"])
+def test_a_metadata_linked_out_is_never_opened(tmp_path, sample):
+    snap = _copy(tmp_path, sample)
+    outside = tmp_path / "elsewhere" / "_metadata"
+    outside.parent.mkdir()
+    shutil.copy(snap / "_metadata", outside)
+    (snap / "_metadata").unlink()
+    (snap / "_metadata").symlink_to(outside)
+    err, opened = _audited_open(snap)
+    assert err == "UnsafePathError"
+    assert not [f for f in opened if str(outside.parent) in str(Path(f).resolve())], opened

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ...errors import FlinkCorruptError, SnapshotError, SnapshotFormatError, SnapshotNotFoundError
 from ...format.checkpoint_dir import METADATA_NAME, newest_complete
+from ...format.untrusted import own_file
 from ...storage import as_path
 from ..base import OPERATOR_COLUMNS, STATE_COLUMNS, SUBTASK_COLUMNS, KeyedStateQuery, SnapshotInfo
 from . import fullformat
@@ -38,15 +39,15 @@ def metadata_file_in(path: Path) -> Path:
     """:func:`find_metadata` of a path already made by ``storage.as_path`` (the reader's own)."""
     if path.is_file():
         if path.name == "_metadata":
-            return path
+            return own_file(path.parent, METADATA_NAME)  # (a link out of its folder: refused unread)
         raise SnapshotNotFoundError(f"{path}: found a file, expected a Flink '_metadata' file or snapshot folder")
     if not path.is_dir():
         raise SnapshotNotFoundError(f"{path}: no such file or folder")
     if (path / "_metadata").is_file():
-        return path / "_metadata"
+        return own_file(path, METADATA_NAME)
     newest = newest_complete(path)
     if newest is not None:
-        return newest / METADATA_NAME
+        return own_file(newest, METADATA_NAME)
     raise SnapshotNotFoundError(
         f"{path}: found no '_metadata' file here or in a chk-N folder; expected a Flink savepoint or checkpoint"
     )

@@ -55,7 +55,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Iterable
 
-from ...errors import SnapshotError, StateExplorerError
+from ...errors import SnapshotError, StateExplorerError, UnsafePathError
 from ...format.untrusted import Roots
 from ...storage import as_path
 from .changelog import ChangelogState
@@ -159,5 +159,7 @@ class FlinkSnapshotReader(SnapshotLayout, KeyedReads, MergedWindows, PyFlinkStat
             f = metadata_file_in(as_path(path))
             with f.open("rb") as fh:
                 return int.from_bytes(fh.read(4), "big") == MAGIC
+        except UnsafePathError:
+            raise  # a _metadata linking out of the snapshot: said, not passed over as "not Flink"
         except (SnapshotError, OSError):
             return False
