@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("explorer.plots",),
     ("explorer.report",),
     ("explorer.snapshot",),
-    ("explorer.spark", "explorer.ipython", "explorer.cli", "explorer"),
+    ("explorer.spark", "explorer.ipython", "explorer.cli", "explorer.kernels", "explorer"),
     ("widgets",),
 ]
 

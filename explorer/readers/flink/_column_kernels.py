@@ -153,3 +153,14 @@ def flink_strings(buf, pos):
     offsets[n] = o
     return data[:o], offsets, ends, hashes, flags
 
+
+
+def warm() -> None:
+    """Load :func:`flink_strings` from numba's cache (compile it if it has none) for the buffers the
+    reader passes: a read-only mapping of a heap savepoint's stream, and a writable buffer of joined
+    RocksDB values (:mod:`explorer.kernels` calls it at install)."""
+    ro = np.zeros(16, dtype=np.uint8)
+    ro.flags.writeable = False
+    pos = np.zeros(0, dtype=np.int64)
+    flink_strings(ro, pos)
+    flink_strings(np.zeros(16, dtype=np.uint8), pos)

@@ -364,3 +364,11 @@ def decode_state(
     if n and not np.array_equal(q, ve):
         raise Fallback("value length mismatch")
     return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)
+
+
+def warm_kernels() -> None:
+    """Load this reader's numba kernels from numba's cache, compiling them if it has none
+    (:mod:`explorer.kernels`, at install)."""
+    from . import _column_kernels
+
+    _column_kernels.warm()
