@@ -23,6 +23,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from .. import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
 from ..errors import SnapshotCorruptError
 
 try:  # hardware CRC-32C; the numba kernel below does without it

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .. import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
+
 _U = np.uint64
 _MASK = np.uint64(0xFFFFFFFF)
 

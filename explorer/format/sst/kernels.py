@@ -23,6 +23,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ... import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
+
 OK = 0
 SHORT_BLOCK = 1  # a block shorter than its 4-byte trailer, or not followed by 8 bytes of the buffer
 RESTARTS = 2  # a restart count that does not fit the block

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ... import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
 from ...format.sst.kernels import varint
 from ...keygroups.kernels import POW31, java_hash_of_units, java_hash_step
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ... import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
+
 OK = 0
 CUT = 1  # the stream ends inside a record or without its end mark
 BAD_SIZE = 2  # a negative key size other than the end mark, or a size past the end
