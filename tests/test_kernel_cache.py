@@ -28,8 +28,9 @@ import explorer
 from explorer.readers.base import KeyedStateQuery
 snap = explorer.open(sys.argv[1])
 rows = sum(p.num_rows for p in snap.reader.keyed_pieces(KeyedStateQuery()))
+numba = "numba" in sys.modules
 from explorer import kernels
-print(json.dumps({"rows": rows, "compiled": kernels.compile_counts(), "loaded": kernels.load_counts()}))
+print(json.dumps({"rows": rows, "numba": numba, "compiled": kernels.compile_counts(), "loaded": kernels.load_counts()}))
 """
 
 
@@ -57,7 +58,10 @@ def test_first_open_after_the_warm_up_compiles_no_kernel(warmed: Path, sample: s
     got = _first_open(FLINK / sample, warmed)
     assert got["rows"] == 29289
     assert got["compiled"] == {}, f"compiled on the first open of {sample}: {got['compiled']}"
-    assert "explorer.readers.flink._column_kernels.flink_strings" in got["loaded"]
+    if sample.startswith("rocksdb"):
+        assert "explorer.format.sst.kernels.merge_runs" in got["loaded"]
+    else:  # its strings decoded in Python (explorer.readers.flink.columnar.PYTHON_STRINGS): numba not even imported
+        assert not got["numba"]
 
 
 def test_a_second_warm_up_compiles_nothing(warmed: Path) -> None:
@@ -68,15 +72,15 @@ def test_a_second_warm_up_compiles_nothing(warmed: Path) -> None:
 def test_a_damaged_cache_is_compiled_again_not_an_error(warmed: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     shutil.copytree(warmed, cache)
-    damaged = sorted(cache.rglob("*flink_strings*.nbi")) + sorted(cache.rglob("*scan_blocks*.nbc"))
+    damaged = sorted(cache.rglob("*merge_runs*.nbi")) + sorted(cache.rglob("*scan_blocks*.nbc"))
     assert damaged
     for f in damaged:
         f.write_bytes(f.read_bytes()[:10])  # cut short, as by a full disk
-    for sample in ("heap-canonical-savepoint", "rocksdb-incremental-checkpoint"):
-        got = _first_open(FLINK / sample, cache)
-        assert got["rows"] == 29289
-    assert got["compiled"], "the damaged entries were compiled again"
-    again = _first_open(FLINK / "heap-canonical-savepoint", cache)  # and written back: loaded from now on
+    rocksdb = FLINK / "rocksdb-incremental-checkpoint"
+    got = _first_open(rocksdb, cache)
+    assert got["rows"] == 29289
+    assert {"explorer.format.sst.kernels.merge_runs", "explorer.format.sst.kernels.scan_blocks"} <= set(got["compiled"])
+    again = _first_open(rocksdb, cache)  # and written back: loaded from now on
     assert again["compiled"] == {}
 
 
@@ -88,13 +92,13 @@ def test_a_stale_cache_is_compiled_again(warmed: Path, tmp_path: Path) -> None:
 
     cache = tmp_path / "cache"
     shutil.copytree(warmed, cache)
-    (index,) = cache.rglob("*flink_strings*.nbi")
+    (index,) = cache.rglob("*merge_runs*.nbi")
     with open(index, "rb") as f:
         version = pickle.load(f)
         stamp, entries = pickle.loads(f.read())  # stamp: the source file's modification time first
     with open(index, "wb") as f:
         pickle.dump(version, f, protocol=-1)
         f.write(pickle.dumps(((stamp[0] - 60.0, *stamp[1:]), entries), protocol=-1))
-    got = _first_open(FLINK / "heap-canonical-savepoint", cache)
+    got = _first_open(FLINK / "rocksdb-incremental-checkpoint", cache)
     assert got["rows"] == 29289
-    assert "explorer.readers.flink._column_kernels.flink_strings" in got["compiled"]
+    assert "explorer.format.sst.kernels.merge_runs" in got["compiled"]
