@@ -47,10 +47,10 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 _SIGN = np.int64(-(1 << 63))
 
 #: strings a process decodes one by one in Python before it first uses the numba kernel of
-#: :func:`_strings`: ~0.3 s of Python at most, what importing numba and loading the kernel from its
-#: cache costs, and far less than compiling it (4-5 CPU-s where ``make venv``'s warm-up has not run,
-#: ``docs/performance.md``); a small snapshot is then read without numba at all
-PYTHON_STRINGS = 1 << 17
+#: :func:`_strings`: ~0.25 CPU-s at most (~4 us a string), less than importing numba and loading the
+#: kernel from its cache (~0.5 CPU-s) and far less than compiling it (4-5 CPU-s where ``make venv``'s
+#: warm-up has not run, ``docs/performance.md``); a small snapshot is then read without numba at all
+PYTHON_STRINGS = 1 << 16
 _python_strings = [PYTHON_STRINGS]  # left of the budget; 0 once the kernel is used
 _python_lock = threading.Lock()
 
