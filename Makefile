@@ -1,7 +1,8 @@
 # State Explorer: two commands set up a fresh machine.
 #   make demo   the main job (example pipelines on the local engine, snapshots under out/)
 #   make test   the whole test suite
-# Both build .venv with pip first when it is missing or stale.
+# Both build .venv with pip first when it is missing or stale, then compile the numba kernels into
+# their cache (python -m explorer.kernels --warm: no first open meets an empty cache, ~20 CPU-s once).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -20,6 +21,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(BIN)/python -m widgets._labextension
+	$(BIN)/python -m explorer.kernels --warm
 	touch $(STAMP)
 
 demo: $(STAMP)

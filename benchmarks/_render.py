@@ -33,6 +33,7 @@ TITLES = {
     "widgets": "Dashboard interaction latency",
     "flink_reader": "Reading real Apache Flink snapshots",
     "spark": "Spark Structured Streaming keyed count",
+    "first_open": "First open in a fresh process, by the state of numba's kernel cache",
 }
 TEXT_FIELDS = ("description", "input", "workload", "peer", "target", "physical_limit", "rate_definition", "notes",
                "command")

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the layers, lowest first: a module may import modules of its own layer or of a lower one
 LAYERS: list[tuple[str, ...]] = [
     ("explorer.errors",),
-    ("explorer.keygroups", "explorer.ranking", "explorer.escape", "explorer.format", "explorer.storage", "explorer.spark_session"),
+    ("explorer.keygroups", "explorer.numba_cache", "explorer.ranking", "explorer.escape", "explorer.format", "explorer.storage", "explorer.spark_session"),
     ("explorer.engine", "explorer.pipelines", "explorer.sample_data", "explorer.spark_engine"),
     ("explorer.readers",),
     ("explorer.stored", "explorer.catalog", "explorer.verification", "explorer.editing",
@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("explorer.plots",),
     ("explorer.report",),
     ("explorer.snapshot",),
-    ("explorer.spark", "explorer.ipython", "explorer.cli", "explorer"),
+    ("explorer.spark", "explorer.ipython", "explorer.cli", "explorer.kernels", "explorer"),
     ("widgets",),
 ]
 

@@ -23,6 +23,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from .. import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
+
 OK = 0
 OVER_BUDGET = -1
 BAD_OFFSETS = -2

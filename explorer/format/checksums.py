@@ -20,7 +20,6 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from ..errors import SnapshotCorruptError
@@ -55,8 +54,7 @@ def _table() -> np.ndarray:
 _TABLE = _table()
 
 
-@numba.njit(cache=True, nogil=True)
-def _crc32c_kernel(data: np.ndarray, table: np.ndarray, crc: np.uint32) -> np.uint32:
+def _crc32c_py(data: np.ndarray, table: np.ndarray, crc: np.uint32) -> np.uint32:
     full = np.uint32(0xFFFFFFFF)
     c = np.uint32(crc) ^ full
     for i in range(data.shape[0]):
@@ -64,12 +62,27 @@ def _crc32c_kernel(data: np.ndarray, table: np.ndarray, crc: np.uint32) -> np.ui
     return c ^ full
 
 
+_compiled: list = []
+
+
+def _crc32c_kernel():  # type: ignore[no-untyped-def]
+    """:func:`_crc32c_py` compiled by numba, imported here on first use: only without google-crc32c, so an
+    ``explorer.open`` that reads no SST file does not import numba for it (~0.3 s)."""
+    if not _compiled:
+        import numba
+
+        from .. import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
+
+        _compiled.append(numba.njit(cache=True, nogil=True)(_crc32c_py))
+    return _compiled[0]
+
+
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     """CRC-32C of ``data``."""
     if google_crc32c is not None:
         return int(google_crc32c.value(bytes(data)))
     arr = np.frombuffer(data, dtype=np.uint8)
-    return int(_crc32c_kernel(arr, _TABLE, np.uint32(0))) & 0xFFFFFFFF
+    return int(_crc32c_kernel()(arr, _TABLE, np.uint32(0))) & 0xFFFFFFFF
 
 
 def mask_crc(crc: int) -> int:

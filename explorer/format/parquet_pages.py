@@ -278,6 +278,8 @@ def _kernel() -> Any:
         if not _compiled:
             import numba
 
+            from .. import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
+
             _compiled.append(numba.njit(cache=True, nogil=True)(_plain_spans_py))
     return _compiled[0]
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .. import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
+
 _U = np.uint64
 _MASK = np.uint64(0xFFFFFFFF)
 
@@ -68,3 +70,15 @@ def java_hashes(off, data, out):
             return 0
         out[i] = java_hash_of_units(data, s, e - s, pow31)
     return 1
+
+
+def warm() -> None:
+    """Load :func:`java_hashes` from numba's cache (compile it if it has none) for the int32 and int64
+    offsets of Arrow string and large-string arrays, read-only as Arrow's buffers are (:mod:`explorer.kernels`)."""
+    data = np.zeros(0, dtype=np.uint8)
+    data.flags.writeable = False
+    out = np.zeros(0, dtype=np.uint32)
+    for dtype in (np.int32, np.int64):
+        off = np.zeros(1, dtype=dtype)
+        off.flags.writeable = False
+        java_hashes(off, data, out)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ... import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
+
 OK = 0
 SHORT_BLOCK = 1  # a block shorter than its 4-byte trailer, or not followed by 8 bytes of the buffer
 RESTARTS = 2  # a restart count that does not fit the block
@@ -496,9 +498,11 @@ def warm() -> None:
     gather_segments(ro, i64, i64, rw, np.zeros(1, dtype=np.int64))
     gather_segments(rw, i64, i64, rw.copy(), np.zeros(1, dtype=np.int64))  # (key rows: a writable buffer)
     scan_blocks(ro, i64, i64, i64.copy())
+    scan_blocks(rw, i64, i64, i64.copy())
     first_key_groups(ro, i64, i64, z, i64.copy())
-    fill_entries(ro, i64, i64, i64, rw, z, np.int64(8), i64, i64.copy(), i64.copy(), i64.copy(),
-                 np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int8))
+    for blocks in (ro, rw):  # (the Flink reader's joined blocks: a writable buffer)
+        fill_entries(blocks, i64, i64, i64, rw.copy(), z, np.int64(8), i64, i64.copy(), i64.copy(), i64.copy(),
+                     np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int8))
     merge_runs(rw, z, np.int64(8), i64, i64.copy(), np.zeros(2, dtype=np.int64))
     visible_entries(rw, z, np.int64(8), i64, i64.copy(), np.zeros(0, dtype=np.uint8), i64.copy(), i64.copy(),
                     i64.copy(), rw.copy(), z)

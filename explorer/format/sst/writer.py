@@ -30,6 +30,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from ... import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
 from ..checksums import rocksdb_block_checksums
 from ..parquet_pages import ByteSpans
 from ..types import encode_varint

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ... import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
 from ...format.sst.kernels import varint
 from ...keygroups.kernels import POW31, java_hash_of_units, java_hash_step
 
@@ -153,3 +154,14 @@ def flink_strings(buf, pos):
     offsets[n] = o
     return data[:o], offsets, ends, hashes, flags
 
+
+
+def warm() -> None:
+    """Load :func:`flink_strings` from numba's cache (compile it if it has none) for the buffers the
+    reader passes: a read-only mapping of a heap savepoint's stream, and a writable buffer of joined
+    RocksDB values (:mod:`explorer.kernels` calls it at install)."""
+    ro = np.zeros(16, dtype=np.uint8)
+    ro.flags.writeable = False
+    pos = np.zeros(0, dtype=np.int64)
+    flink_strings(ro, pos)
+    flink_strings(np.zeros(16, dtype=np.uint8), pos)

@@ -23,6 +23,7 @@ row with ``rows.KeyValueDecoder``: same results, just slower.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +45,24 @@ from .statemeta import StateMeta
 
 _MASK32 = np.uint64(0xFFFFFFFF)
 _SIGN = np.int64(-(1 << 63))
+
+#: strings a process decodes one by one in Python before it first uses the numba kernel of
+#: :func:`_strings`: ~0.25 CPU-s at most (~4 us a string), less than importing numba and loading the
+#: kernel from its cache (~0.5 CPU-s) and far less than compiling it (4-5 CPU-s where ``make venv``'s
+#: warm-up has not run, ``docs/performance.md``); a small snapshot is then read without numba at all
+PYTHON_STRINGS = 1 << 16
+_python_strings = [PYTHON_STRINGS]  # left of the budget; 0 once the kernel is used
+_python_lock = threading.Lock()
+
+
+def _python_first(n: int) -> bool:
+    """Whether ``n`` strings are decoded in Python (taken from the process's budget) rather than by the kernel."""
+    with _python_lock:
+        if n <= _python_strings[0]:
+            _python_strings[0] -= n
+            return True
+        _python_strings[0] = 0
+        return False
 
 
 class Fallback(Exception):
@@ -207,9 +226,11 @@ def read(dec: Decoder, buf: Buf, pos: np.ndarray, want_codes: bool = False) -> t
 def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.ndarray]:
     """``StringValue`` strings: decoded into Arrow buffers by a numba kernel (``_column_kernels``), with
     their Java hash codes; the rare rows it leaves (a lone surrogate, bytes past the buffer) one by one."""
+    n = len(pos)
+    if _python_first(n):
+        return _strings_py(buf, pos, want_codes)
     from . import _column_kernels as kernels
 
-    n = len(pos)
     data, offsets, ends, codes, flags = kernels.flink_strings(buf.np, np.ascontiguousarray(pos, dtype=np.int64))
     big = len(data) >= (1 << 31)
     offs = pa.py_buffer(offsets if big else offsets.astype(np.int32))
@@ -231,6 +252,22 @@ def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.nd
             codes[i] = (java_hash_code(s) & 0xFFFFFFFF) if s is not None else 0
         values = pc.replace_with_mask(values, pa.array(redo), pa.array(repl, type=pa.string()))
     return Column(values, codes if want_codes else None), ends
+
+
+def _strings_py(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.ndarray]:
+    """:func:`_strings` one string at a time, as the kernel's left-over rows are: no numba (see ``PYTHON_STRINGS``)."""
+    n = len(pos)
+    ends = np.empty(n, dtype=np.int64)
+    codes = np.zeros(n, dtype=np.uint32)
+    out = []
+    for i, p in enumerate(pos.tolist()):
+        inp = DataInput(buf.data, int(p))
+        s = inp.read_flink_string()
+        ends[i] = inp.pos
+        out.append(s)
+        if s is not None:
+            codes[i] = java_hash_code(s) & 0xFFFFFFFF
+    return Column(pa.array(out, type=pa.string()), codes if want_codes else None), ends
 
 
 class KeyCache:
@@ -364,3 +401,11 @@ def decode_state(
     if n and not np.array_equal(q, ve):
         raise Fallback("value length mismatch")
     return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)
+
+
+def warm_kernels() -> None:
+    """Load this reader's numba kernels from numba's cache, compiling them if it has none
+    (:mod:`explorer.kernels`, at install)."""
+    from . import _column_kernels
+
+    _column_kernels.warm()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ... import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
+
 OK = 0
 CUT = 1  # the stream ends inside a record or without its end mark
 BAD_SIZE = 2  # a negative key size other than the end mark, or a size past the end
@@ -68,3 +70,13 @@ def fill_records(buf, start, koff, klen, voff, vlen):
         vlen[r] = vs
         if vs > 0:
             i += vs
+
+
+def warm() -> None:
+    """Load this module's kernels from numba's cache (compile them if it has none) for the read-only
+    buffer of a decompressed delta or snapshot file the reader passes (:mod:`explorer.kernels`)."""
+    buf = np.zeros(16, dtype=np.uint8)
+    buf.flags.writeable = False
+    i64 = np.zeros(0, dtype=np.int64)
+    count_records(buf, 0)
+    fill_records(buf, 0, i64, i64.copy(), i64.copy(), i64.copy())
