@@ -58,6 +58,10 @@ class OperatorPlan:
     mappers: dict[str, list[Callable[[dict], Any]]] = field(default_factory=dict)
     #: [state, key, user key, rows changed] of each update(), checked after the write found its rows
     updates: list[list] = field(default_factory=list)
+    #: operator (non-keyed) state name -> what ``set_operator_state`` writes (the format's own spec)
+    operator_states: dict[str, Any] = field(default_factory=dict)
+    #: keyed state name -> what ``bootstrap`` writes (the format's own spec)
+    bootstrapped: dict[str, Any] = field(default_factory=dict)
 
     #: the operator id a uid gives (Flink's hash of it; the engine's operators are identified by uid)
     id_for: Callable[[str], str] = operator_id_for_uid
@@ -196,6 +200,16 @@ class Editor:
         set_one.__name__ = f"set {key!r}"
         plan.mappers.setdefault(name, []).append(set_one)
         return self._record("update", operator=operator, state=state, key=key, value=value, user_key=user_key)
+
+    def set_operator_state(self, uid: str, name: str, values: Any, *, mode: str = "split",
+                           value_type: Any = None, key_type: Any = None) -> Editor:
+        """Replace (or add) one operator state of the operator: ``mode="split"`` (even-split redistribution)
+        or ``"union"`` with ``values`` a list, ``"broadcast"`` with ``values`` a dict. An existing state keeps
+        its declared types and mode; a new one takes ``value_type``/``key_type`` or the values' own type."""
+        plan = self._plan(uid)
+        spec = self._format.operator_state_spec(self.reader, plan, name, values, mode, value_type, key_type)
+        plan.operator_states[name] = spec
+        return self._record("set_operator_state", uid=uid, name=name, values=values, mode=mode)
 
     def with_max_parallelism(self, max_parallelism: int, *, operator: str | None = None) -> Editor:
         """Re-assign every key to its key group under ``max_parallelism`` (every operator, or one); keys whose

@@ -252,8 +252,11 @@ def _write_operator(sp: EngineSavepoint, w: _Out, plan: OperatorPlan) -> dict:
     for sub in op["subtasks"]:
         s = {k: v for k, v in sub.items() if k not in ("states", "timers", "operator_state", "files")}
         s.update(states=[], timers=None, operator_state=None)
-        if sub.get("operator_state"):
-            rel = f"operator/{uid_dir}/{sub['index']}.json"
+        rel = f"operator/{uid_dir}/{sub['index']}.json"
+        if plan.operator_states:
+            if _write_operator_state(sp, w, plan, sub, rel):
+                s["operator_state"] = rel
+        elif sub.get("operator_state"):
             (w.folder / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(resolve(sp.folder, sub["operator_state"]), w.folder / rel)
             w.add(rel)
@@ -324,3 +327,115 @@ def _write_operator(sp: EngineSavepoint, w: _Out, plan: OperatorPlan) -> dict:
     new["subtasks"] = subtasks
     return new
 
+
+
+# -- operator and broadcast state --------------------------------------------------------------------------
+OPERATOR_STATE_MODES = {"split": "SPLIT_DISTRIBUTE", "union": "UNION", "broadcast": "BROADCAST"}
+
+
+def _json_default(o: Any) -> Any:  # as the engine's checkpoint writer stores operator state
+    if isinstance(o, bytes):
+        return {"$bytes": o.hex()}
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} cannot be stored in operator state JSON")
+
+
+def _operator_state_files(sp: EngineSavepoint, op: EngineOperator) -> dict[int, dict]:
+    out = {}
+    for sub in op.meta["subtasks"]:
+        if sub.get("operator_state"):
+            import json
+
+            out[sub["index"]] = json.loads(resolve(sp.folder, sub["operator_state"]).read_text())
+    return out
+
+
+def _declared(values: list, given: Any, what: str, where: str) -> dict:
+    """The type description of new values: ``given`` (a Python type, or a description), else the values' own."""
+    from ..format.types import type_info
+
+    if isinstance(given, dict):
+        return given
+    if given is None:
+        kinds = {type(v) for v in values}
+        if len(kinds) != 1:
+            raise EditError(f"{where}: cannot infer the {what} type from values of types "
+                            f"{sorted(k.__name__ for k in kinds) or 'none'}; pass {what}_type=")
+        given = kinds.pop()
+    try:
+        return type_info(given).describe()
+    except Exception as exc:
+        raise EditError(f"{where}: {given!r} is not a type the engine stores ({exc})") from exc
+
+
+def operator_state_spec(sp: EngineSavepoint, plan: OperatorPlan, name: str, values: Any, mode: str,
+                        value_type: Any = None, key_type: Any = None) -> dict:
+    """Check one ``set_operator_state`` and give what is written: per subtask index the JSON entry."""
+    where = f"{sp.folder}: operator {plan.uid!r}, operator state {name!r}"
+    if mode not in OPERATOR_STATE_MODES:
+        raise EditError(f"{where}: found mode {mode!r}; expected one of {', '.join(OPERATOR_STATE_MODES)}")
+    existing: dict | None = None
+    is_broadcast = False
+    for data in _operator_state_files(sp, plan.source).values():
+        if name in data.get("lists", {}):
+            existing = data["lists"][name]
+        elif name in data.get("broadcast", {}):
+            existing, is_broadcast = data["broadcast"][name], True
+    if existing is not None:
+        was = "broadcast" if is_broadcast else \
+            {v: k for k, v in OPERATOR_STATE_MODES.items()}.get(existing.get("mode"), existing.get("mode"))
+        if was != mode:
+            raise EditError(f"{where}: the savepoint holds it as {was} state; expected mode={was!r} (the job "
+                            "declares its mode: changing it is not an edit of this kind)")
+    p = plan.source.parallelism
+    if mode == "broadcast":
+        if not isinstance(values, dict):
+            raise EditError(f"{where}: broadcast state takes a dict of entries; found {type(values).__name__}")
+        kdesc = existing["key_type"] if existing else _declared(list(values), key_type, "key", where)
+        vdesc = existing["value_type"] if existing else _declared(list(values.values()), value_type, "value", where)
+        kinfo, vinfo = type_from_description(kdesc), type_from_description(vdesc)
+        entries = []
+        for k, v in values.items():
+            k, v = _plain(k), _plain(v)
+            _check_value(kinfo, k, f"{where}, key {k!r}")
+            _check_value(vinfo, v, f"{where}, key {k!r}")
+            entries.append([kinfo.to_arrow(k), vinfo.to_arrow(v)])
+        entry = {"key_type": kdesc, "value_type": vdesc, "entries": entries}
+        return {"kind": "broadcast", "per_subtask": {i: entry for i in range(p)}}  # a copy on every subtask
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise EditError(f"{where}: {mode} list state takes a list of values; found {type(values).__name__}")
+    values = [_plain(v) for v in values]
+    vdesc = existing["value_type"] if existing else _declared(values, value_type, "value", where)
+    vinfo = type_from_description(vdesc)
+    for i, v in enumerate(values):
+        _check_value(vinfo, v, f"{where}, element {i}")
+    items = [vinfo.to_arrow(v) for v in values]
+    # an even split over the subtasks, as a restore at this parallelism deals them (union: each its share,
+    # which a restore joins again)
+    base, extra = divmod(len(items), p)
+    per, pos = {}, 0
+    for i in range(p):
+        n = base + (1 if i < extra else 0)
+        per[i] = {"mode": OPERATOR_STATE_MODES[mode], "value_type": vdesc, "items": items[pos : pos + n]}
+        pos += n
+    return {"kind": "lists", "per_subtask": per}
+
+
+def _write_operator_state(sp: EngineSavepoint, w: _Out, plan: OperatorPlan, sub: dict, rel: str) -> bool:
+    """The subtask's operator-state file with the plan's ``set_operator_state`` applied; False: none to write."""
+    import json
+
+    data = {"lists": {}, "broadcast": {}, "inflight": []}
+    if sub.get("operator_state"):
+        data = json.loads(resolve(sp.folder, sub["operator_state"]).read_text())
+    for name, spec in plan.operator_states.items():
+        data["lists"].pop(name, None)
+        data["broadcast"].pop(name, None)
+        data[spec["kind"]][name] = spec["per_subtask"][sub["index"]]
+    if not (data["lists"] or data["broadcast"] or data.get("inflight")):
+        return False
+    (w.folder / rel).parent.mkdir(parents=True, exist_ok=True)
+    (w.folder / rel).write_text(json.dumps(data, default=_json_default))
+    w.add(rel)
+    return True

@@ -420,3 +420,15 @@ def _stream(d: DataOutput, h: StreamHandle | None) -> None:
         d.write_long(h.size)
     else:  # (copy() made every file a relative one)
         raise EditError(f"cannot write a {h.kind} stream handle ({h.name}) into a savepoint")
+
+
+def operator_state_spec(reader: FlinkSnapshotReader, plan: OperatorPlan, name: str, values: Any, mode: str,
+                        value_type: Any = None, key_type: Any = None) -> Any:
+    """``set_operator_state`` on a Flink savepoint: refused for now, saying what the savepoint holds."""
+    where = f"{reader.metadata_file}: operator {plan.uid or plan.operator_id!r}, operator state {name!r}"
+    held = reader.operator_state()
+    held = held[(held["operator"] == plan.source.display_name) & (held["state"] == name)]
+    what = (f"it holds {len(held)} {held['mode'].iloc[0]} entries (here the source's split state, whose "
+            "serializer is not one the writer encodes)" if len(held) else "it holds no such state")
+    raise EditError(f"{where}: set_operator_state writes the engine's savepoints; Flink operator state is not "
+                    f"written yet ({what})")
