@@ -21,6 +21,7 @@ in-flight records of an unaligned checkpoint (take a savepoint: ``JobClient.trig
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from ..errors import EditError
 from ..format.keyed import SAVEPOINT, decode_keys, encode_keys, rows_to_table, write_parquet_by_key_group
 from ..format.snapshot import file_entry, resolve, verify_snapshot, write_metadata
 from ..format.states import StoredState
-from ..format.types import type_from_description
+from ..format.types import type_from_description, type_info
 from ..keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
 from .flink import hashable_key
 
@@ -291,7 +292,9 @@ def _write_operator(sp: EngineSavepoint, w: _Out, plan: OperatorPlan) -> dict:
                 continue
             st = StoredState.of(desc)
             where = f"operator {plan.uid!r}, state {name!r}"
-            rows = _edit_rows(_read_rows(sp.folder, op, name, st), plan, name, st, where)
+            read = [list(r) for r in plan.bootstrapped[name]["rows"]] if name in plan.bootstrapped else \
+                _read_rows(sp.folder, op, name, st)
+            rows = _edit_rows(read, plan, name, st, where)
             for i, sub_rows in regroup(rows).items():
                 table, kinds = rows_to_table([tuple(r) for r in sub_rows], st.value_info, _user_key_info(st))
                 rel = f"keyed/{uid_dir}/{_safe(name)}/{i}.parquet"
@@ -345,16 +348,12 @@ def _operator_state_files(sp: EngineSavepoint, op: EngineOperator) -> dict[int, 
     out = {}
     for sub in op.meta["subtasks"]:
         if sub.get("operator_state"):
-            import json
-
             out[sub["index"]] = json.loads(resolve(sp.folder, sub["operator_state"]).read_text())
     return out
 
 
 def _declared(values: list, given: Any, what: str, where: str) -> dict:
     """The type description of new values: ``given`` (a Python type, or a description), else the values' own."""
-    from ..format.types import type_info
-
     if isinstance(given, dict):
         return given
     if given is None:
@@ -424,8 +423,6 @@ def operator_state_spec(sp: EngineSavepoint, plan: OperatorPlan, name: str, valu
 
 def _write_operator_state(sp: EngineSavepoint, w: _Out, plan: OperatorPlan, sub: dict, rel: str) -> bool:
     """The subtask's operator-state file with the plan's ``set_operator_state`` applied; False: none to write."""
-    import json
-
     data = {"lists": {}, "broadcast": {}, "inflight": []}
     if sub.get("operator_state"):
         data = json.loads(resolve(sp.folder, sub["operator_state"]).read_text())
@@ -439,3 +436,75 @@ def _write_operator_state(sp: EngineSavepoint, w: _Out, plan: OperatorPlan, sub:
     (w.folder / rel).write_text(json.dumps(data, default=_json_default))
     w.add(rel)
     return True
+
+
+# -- bootstrapping new keyed state -------------------------------------------------------------------------
+BOOTSTRAP_KINDS = {"value": ("key", "value"), "list": ("key", "value"), "map": ("key", "user_key", "value")}
+
+
+def new_operator(sp: EngineSavepoint, uid: str, parallelism: int | None, max_parallelism: int | None) -> EngineOperator:
+    """A keyed operator the savepoint does not have: its parallelism and max parallelism given, else the
+    savepoint's first keyed operator's (a job's operators usually share them)."""
+    keyed = [o for o in sp.operators if o.keyed]
+    p = parallelism or (keyed[0].parallelism if keyed else None)
+    max_p = max_parallelism or (keyed[0].max_parallelism if keyed else None)
+    if not p or not max_p:
+        raise EditError(f"{sp.folder}: no keyed operator to take the new operator {uid!r}'s parallelism from; "
+                        "pass parallelism= and max_parallelism=")
+    if not 0 < p <= max_p:
+        raise EditError(f"{sp.folder}: new operator {uid!r}: expected 0 < parallelism <= max parallelism, found "
+                        f"{p} and {max_p}")
+    subtasks = [{"index": i, "states": [], "timers": None, "operator_state": None, "records_per_key_group": None,
+                 "heavy_hitters": None, "source_positions": None,
+                 "key_group_range": list(key_group_range_for_operator(max_p, p, i))} for i in range(p)]
+    meta = {"uid": uid, "name": uid, "kind": "bootstrapped", "keyed": True, "parallelism": p, "max_parallelism": max_p,
+            "description": {}, "states": [], "subtasks": subtasks}
+    return EngineOperator(uid, uid, max_p, p, True, meta)
+
+
+def bootstrap_spec(sp: EngineSavepoint, plan: OperatorPlan, state: str, frame: Any, kind: str,
+                   value_type: Any = None, user_key_type: Any = None) -> dict:
+    """Check one ``bootstrap`` and give its state description and rows ``[kg, key, ns, user_key, value, ts]``
+    (key groups as ``explorer.keygroups`` computes them under the operator's max parallelism, as Flink)."""
+    where = f"{sp.folder}: operator {plan.uid!r}, state {state!r}"
+    if kind not in BOOTSTRAP_KINDS:
+        raise EditError(f"{where}: found kind {kind!r}; expected one of {', '.join(BOOTSTRAP_KINDS)}")
+    cols = BOOTSTRAP_KINDS[kind]
+    missing = [c for c in cols if c not in getattr(frame, "columns", ())]
+    if missing:
+        raise EditError(f"{where}: the frame has no column {missing}; a {kind} state is bootstrapped from "
+                        f"columns {', '.join(cols)}" + (" (one row per element)" if kind == "list" else ""))
+    if state in [d["name"] for d in plan.source.meta["states"]]:
+        raise EditError(f"{where}: bootstrapped twice; expected one frame per state")
+    keys = [_plain(k) for k in frame["key"].tolist()]
+    values = [_plain(v) for v in frame["value"].tolist()]
+    vdesc = _declared(values, value_type, "value", where)
+    vinfo = type_from_description(vdesc)
+    desc = {"kind": kind, "name": state, "ttl": None, "value_type": vdesc}
+    uks: list = [None] * len(keys)
+    if kind == "map":
+        uks = [_plain(u) for u in frame["user_key"].tolist()]
+        desc["user_key_type"] = _declared(uks, user_key_type, "user_key", where)
+        ukinfo = type_from_description(desc["user_key_type"])
+        for u in uks:
+            _check_value(ukinfo, u, f"{where}, user key {u!r}")
+    for k, v in zip(keys, values):
+        _check_value(vinfo, v, f"{where}, key {k!r}")
+    max_p = plan.source.max_parallelism
+    rows, seen, pos = [], set(), {}
+    for k, u, v in zip(keys, uks, values):
+        hk = hashable_key(k)
+        if kind == "list":
+            u = pos[hk] = pos.get(hk, -1) + 1
+        else:
+            addr = (hk, u)
+            if addr in seen:
+                raise EditError(f"{where}: key {k!r}" + (f", user key {u!r}" if kind == "map" else "") +
+                                " appears twice in the frame; expected one row each")
+            seen.add(addr)
+        try:
+            kg = assign_to_key_group(k, max_p)
+        except Exception as exc:
+            raise EditError(f"{where}: key {k!r}: no key group for it ({exc})") from exc
+        rows.append([kg, k, None, u, v, None])
+    return {"desc": desc, "rows": rows}
