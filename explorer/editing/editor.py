@@ -217,10 +217,8 @@ class Editor:
         """Create keyed state ``state`` of a NEW operator ``uid`` from a DataFrame: columns ``key``, ``value``
         (``kind="value"``; ``"list"``: one row per element, in order) or ``key``, ``user_key``, ``value``
         (``"map"``). Types are the columns' own (or ``value_type``/``user_key_type``); keys go to the key group
-        Flink assigns them. Several calls with one uid give the operator several states."""
-        if self._format is not engine:
-            raise EditError(f"{self.path}: bootstrap writes the engine's savepoints; bootstrapping state in a Flink "
-                            "savepoint (new serializer snapshots) is not written yet")
+        Flink assigns them. Several calls with one uid give the operator several states. In a Flink savepoint:
+        value states of String, Long or Integer (``value_type="Integer"``) values, String or Long keys."""
         new = [p for p in self._plans if not p.dropped and p.uid == uid and p.bootstrapped]
         if new:
             plan = new[0]
@@ -228,13 +226,15 @@ class Editor:
             if any(not p.dropped and uid in p.names() for p in self._plans):
                 raise EditError(f"{self.path}: operator {uid!r} is in the savepoint; bootstrap creates the state of a "
                                 "new operator (edit an existing one's rows with map_values/update)")
-            src = engine.new_operator(self.reader, uid, parallelism, max_parallelism)
-            plan = OperatorPlan(src, uid, uid, src.max_parallelism, uid, id_for=engine.operator_id)
-        spec = engine.bootstrap_spec(self.reader, plan, state, frame, kind, value_type, user_key_type)
+            src = self._format.new_operator(self.reader, uid, parallelism, max_parallelism)
+            plan = OperatorPlan(src, uid, src.operator_id, src.max_parallelism, uid,
+                                id_for=engine.operator_id if self._format is engine else operator_id_for_uid)
+        spec = self._format.bootstrap_spec(self.reader, plan, state, frame, kind, value_type, user_key_type)
         if not new:
             self._plans.append(plan)
         plan.bootstrapped[state] = spec
-        plan.source.meta["states"].append(spec["desc"])
+        if self._format is engine:
+            plan.source.meta["states"].append(spec["desc"])
         return self._record("bootstrap", uid=uid, state=state, rows=len(spec["rows"]), kind=kind)
 
     def with_max_parallelism(self, max_parallelism: int, *, operator: str | None = None) -> Editor:

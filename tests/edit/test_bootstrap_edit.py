@@ -90,5 +90,32 @@ def test_bootstrap_is_refused_where_it_cannot_be_exact(savepoint):
         explorer.edit(savepoint).bootstrap("lookup", "limit", pd.DataFrame({"key": ["a", "a"], "value": [1, 2]}))
     with pytest.raises(EditError, match="value_type"):
         explorer.edit(savepoint).bootstrap("lookup", "limit", pd.DataFrame({"key": ["a", "b"], "value": [1, "x"]}))
-    with pytest.raises(EditError, match="not written yet"):
-        explorer.edit("sample_data/flink/production/plain-rocksdb-canonical-savepoint").bootstrap("new", "s", frame)
+
+
+PLAIN = "sample_data/flink/production/plain-rocksdb-canonical-savepoint"
+
+
+def test_flink_bootstrap_reads_back_and_refuses_what_it_does_not_write(tmp_path):
+    """Value states of String, Long and Integer values (real Flink restores them: test_flink_restore.py)."""
+    limits = pd.DataFrame({"key": ["user-00", "user-x"], "value": [100, -3]})
+    small = pd.DataFrame({"key": [7, 8], "value": [1, 2]})
+    out = (explorer.edit(PLAIN).bootstrap("limits", "limit", limits)
+           .bootstrap("by-id", "count", small, value_type="Integer").write(tmp_path / "out"))
+    snap = explorer.open(out)
+    state = snap.keyed_state(operator="limits")
+    assert dict(zip(state["key"], state["value"])) == {"user-00": 100, "user-x": -3}
+    assert all(kg == assign_to_key_group(k, 128) for k, kg in zip(state["key"], state["key_group"]))
+    ids = snap.keyed_state(operator="by-id")
+    assert dict(zip(ids["key"], ids["value"])) == {7: 1, 8: 2}
+    editor = explorer.edit(PLAIN)
+    with pytest.raises(EditError, match="value state only"):
+        editor.bootstrap("n", "m", pd.DataFrame({"key": ["a"], "user_key": ["b"], "value": [1]}), kind="map")
+    with pytest.raises(EditError, match="String, Long or Integer"):
+        editor.bootstrap("n", "s", pd.DataFrame({"key": ["a"], "value": [1.5]}))
+    with pytest.raises(EditError, match="Integer"):
+        editor.bootstrap("n", "s", pd.DataFrame({"key": ["a"], "value": [2**40]}), value_type="Integer")
+    with pytest.raises(EditError, match="is in the savepoint"):
+        editor.bootstrap("user-activity", "s", limits)
+    editor.bootstrap("n", "s", limits)
+    with pytest.raises(EditError, match="one key type"):
+        editor.bootstrap("n", "t", small)

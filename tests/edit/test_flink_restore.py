@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import explorer
@@ -30,7 +31,8 @@ PLAIN = ROOT / "sample_data" / "flink" / "production" / "plain-rocksdb-canonical
 BACKENDS = ("hashmap", "rocksdb")
 DROPPED_KEYS = ["user-00", "user-07", "user-13"]
 
-#: edit name -> (the edit, the job's uids for user-activity / category-windows ("-": not in the job), what to expect)
+#: edit name -> (the edit, the job's uids for user-activity / category-windows ("-": not in the job) [and for the
+#: bootstrapped operator], what to expect)
 CASES = {
     "drop_operator": (lambda e: e.drop_operator("category-windows"), ("user-activity", "-"),
                       dict(operators={"user-activity"})),
@@ -49,7 +51,19 @@ CASES = {
         .map_values(operator="user-activity", state="amounts", fn=lambda r: r["value"] + r["user_key"])
         .update(operator="user-activity", state="per_category", key="user-00", user_key="books", value=999),
         ("user-activity", "category-windows"), dict(change=lambda op, st, e: _changed(st, e))),
+    # a new operator's value states (Long, String), keyed by user: the job declares it under uid "limits"
+    "bootstrap": (lambda e: e.bootstrap("limits", "limit", pd.DataFrame(BOOT_LIMITS, columns=["key", "value"]))
+                  .bootstrap("limits", "label", pd.DataFrame(BOOT_LABELS, columns=["key", "value"])),
+                  ("user-activity", "category-windows", "limits"), {}),
 }
+
+BOOT_LIMITS = [("user-00", 100), ("user-05", 250), ("user-x", -3), ("user-13", 2**40)]
+BOOT_LABELS = [("user-00", "gold"), ("user-07", 'a "quoted" é ☃\n')]
+
+
+def _bootstrapped() -> list[tuple]:
+    return [entry("limits", st, {"key": k, "value": v}) for st, rows in (("limit", BOOT_LIMITS), ("label", BOOT_LABELS))
+            for k, v in rows]
 
 
 def _changed(state: str, e: dict) -> dict:
@@ -69,10 +83,10 @@ def restored(tmp_path_factory) -> dict[str, list[tuple]]:
         pytest.fail("the Flink restore tests need Java 17 (java, javac) on PATH; they are never skipped", pytrace=False)
     root = tmp_path_factory.mktemp("edited")
     specs = []
-    for name, (edit, (user_uid, windows_uid), _) in CASES.items():
+    for name, (edit, uids, _) in CASES.items():
         out = edit(explorer.edit(PLAIN)).write(root / name)
         for backend in BACKENDS:
-            specs.append(f"{name}-{backend}={out},{backend},{user_uid},{windows_uid}")
+            specs.append(f"{name}-{backend}={out},{backend},{','.join(uids)}")
     proc = subprocess.run([str(ROOT / "tools" / "flink" / "restore_check.sh"), *specs], capture_output=True, text=True,
                           timeout=1500)
     got: dict[str, list[tuple]] = {}
@@ -95,5 +109,7 @@ def restored(tmp_path_factory) -> dict[str, list[tuple]]:
 @pytest.mark.parametrize("name", list(CASES))
 def test_flink_restores_the_edited_savepoint_with_the_edit_applied(restored, name, backend):
     want = expected_entries(PLAIN, **CASES[name][2])
+    if name == "bootstrap":
+        want = sorted(want + _bootstrapped())
     assert len(want) > 100
     assert restored[f"{name}-{backend}"] == want
