@@ -23,7 +23,8 @@ about them.
 
 ``bootstrap`` gives a new operator value states of String, Long or Integer values keyed by String or Long keys:
 a keyed-state header written from scratch (those serializers' snapshots, the void namespace's) and entries
-encoded as those serializers write them.
+encoded as those serializers write them. ``set_operator_state`` gives an operator that holds no operator state
+list (split, union) or broadcast state of those types: per subtask a new operator-state stream and its handle.
 
 Refused, with an error saying why: anything but a canonical savepoint's keyed state (native and
 incremental snapshots, checkpoints with in-flight data, raw keyed state, file-merging segments), master
@@ -365,6 +366,9 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
         for kg in keyed.buckets:
             i = operator_index_for_key_group(max_p, p, kg)
             subtasks.setdefault(i, SubtaskState(i))
+    if plan.operator_states:  # every subtask gets its share (or its copy)
+        for i in range(p):
+            subtasks.setdefault(i, SubtaskState(i))
     d.write_int(len(subtasks))
     for i in sorted(subtasks):
         st = subtasks[i]
@@ -372,12 +376,17 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
             d.write_int(-i - 1)
             continue
         d.write_int(i)
-        for what, oh in (("operator", st.managed_operator), ("raw-operator", st.raw_operator)):
+        managed = st.managed_operator
+        if plan.operator_states:  # (operator_state_spec: the operator held none)
+            data, states = _operator_state_stream(plan, i)
+            managed = OperatorStreamHandle(states, w.file(f"{plan.operator_id}-{i}-operator-new", data))
+        for what, oh in (("operator", managed), ("raw-operator", st.raw_operator)):
             if oh is None:
                 d.write_int(0)
             else:
                 d.write_int(1)
-                _operator_handle(d, oh, w.copy(oh.stream, f"{plan.operator_id}-{i}-{what}"))
+                _operator_handle(d, oh, oh.stream if oh is not st.managed_operator and what == "operator"
+                                 else w.copy(oh.stream, f"{plan.operator_id}-{i}-{what}"))
         if keyed is None:
             d.write_byte(NULL_HANDLE)
         else:
@@ -428,16 +437,89 @@ def _stream(d: DataOutput, h: StreamHandle | None) -> None:
         raise EditError(f"cannot write a {h.kind} stream handle ({h.name}) into a savepoint")
 
 
+_FLINK_MODES = {"split": "SPLIT_DISTRIBUTE", "union": "UNION", "broadcast": "BROADCAST"}
+
+
+def _meta_info(name: str, backend_type: int, mode: str, serializers: list[tuple[str, str]]) -> bytes:
+    """One operator (1) or broadcast (2) state's entry of the operator-state header."""
+    d = DataOutput()
+    d.write_utf(name)
+    d.write_int(backend_type)
+    d.write_int(1)
+    d.write_utf("OPERATOR_STATE_DISTRIBUTION_MODE")
+    d.write_utf(mode)
+    d.write_int(len(serializers))
+    for key, kind in serializers:
+        d.write_utf(key)
+        d.write_bytes(_serializer_snapshot(kind))
+    return bytes(d.buf)
+
+
 def operator_state_spec(reader: FlinkSnapshotReader, plan: OperatorPlan, name: str, values: Any, mode: str,
-                        value_type: Any = None, key_type: Any = None) -> Any:
-    """``set_operator_state`` on a Flink savepoint: refused for now, saying what the savepoint holds."""
+                        value_type: Any = None, key_type: Any = None) -> dict:
+    """Check one ``set_operator_state`` on a Flink savepoint: a state of String, Long or Integer values (and keys)
+    for an operator that holds no operator state yet (merging into existing operator state is not written)."""
     where = f"{reader.metadata_file}: operator {plan.uid or plan.operator_id!r}, operator state {name!r}"
-    held = reader.operator_state()
-    held = held[(held["operator"] == plan.source.display_name) & (held["state"] == name)]
-    what = (f"it holds {len(held)} {held['mode'].iloc[0]} entries (here the source's split state, whose "
-            "serializer is not one the writer encodes)" if len(held) else "it holds no such state")
-    raise EditError(f"{where}: set_operator_state writes the engine's savepoints; Flink operator state is not "
-                    f"written yet ({what})")
+    if mode not in _FLINK_MODES:
+        raise EditError(f"{where}: found mode {mode!r}; expected one of {', '.join(_FLINK_MODES)}")
+    if any(st.managed_operator is not None for st in plan.source.subtasks):
+        held = reader.operator_state()
+        held = held[held["operator"] == plan.source.display_name]
+        what = ", ".join(sorted(set(held["state"]))) or "undecoded state"
+        raise EditError(f"{where}: the operator holds operator state already ({what}); set_operator_state writes "
+                        "Flink operator state only into an operator that holds none yet (here the source's split "
+                        "state has a serializer the writer does not encode)")
+    p = plan.source.parallelism
+    if mode == "broadcast":
+        if not isinstance(values, dict):
+            raise EditError(f"{where}: broadcast state takes a dict of entries; found {type(values).__name__}")
+        kk = _simple_kind(list(values), key_type, "key", where)
+        vk = _simple_kind(list(values.values()), value_type, "value", where)
+        data = DataOutput()
+        data.write_int(len(values))
+        for k, v in values.items():
+            data.write_bytes(encode(_Simple(kk), k, f"{where}, key {k!r}"))
+            data.write_bytes(encode(_Simple(vk), v, f"{where}, key {k!r}"))
+        info = _meta_info(name, 2, "BROADCAST", [("KEY_SERIALIZER", kk), ("VALUE_SERIALIZER", vk)])
+        return {"broadcast": True, "info": info, "mode": "BROADCAST",
+                "per_subtask": {i: [bytes(data.buf)] for i in range(p)}}  # a copy on every subtask
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise EditError(f"{where}: {mode} list state takes a list of values; found {type(values).__name__}")
+    values = list(values)
+    vk = _simple_kind(values, value_type, "value", where)
+    elems = [encode(_Simple(vk), v, f"{where}, element {i}") for i, v in enumerate(values)]
+    base, extra = divmod(len(elems), p)
+    per, pos = {}, 0
+    for i in range(p):  # an even split, in order (union: each its share, which a restore joins again)
+        n = base + (1 if i < extra else 0)
+        per[i] = elems[pos : pos + n]
+        pos += n
+    return {"broadcast": False, "info": _meta_info(name, 1, _FLINK_MODES[mode], [("VALUE_SERIALIZER", vk)]),
+            "mode": _FLINK_MODES[mode], "per_subtask": per}
+
+
+def _operator_state_stream(plan: OperatorPlan, index: int) -> tuple[bytes, dict[str, tuple[str, list[int]]]]:
+    """One subtask's operator-state stream (header, then every element) and the handle's state map."""
+    specs = list(plan.operator_states.items())
+    d = DataOutput()
+    d.write_int(6)  # the operator backend header's version (Flink 1.15 .. 2.x)
+    d.write_byte(0)  # not compressed
+    for broadcast in (False, True):
+        mine = [spec for _, spec in specs if spec["broadcast"] is broadcast]
+        d.write_short(len(mine))
+        for spec in mine:
+            d.write_bytes(spec["info"])
+    states = {}
+    for broadcast in (False, True):
+        for name, spec in specs:
+            if spec["broadcast"] is not broadcast:
+                continue
+            offsets = []
+            for part in spec["per_subtask"][index]:
+                offsets.append(len(d.buf))
+                d.write_bytes(part)
+            states[name] = (spec["mode"], offsets)
+    return bytes(d.buf), states
 
 
 # -- bootstrapping new keyed state (value states of String, Long and Integer) -------------------------------

@@ -101,7 +101,27 @@ def test_broadcast_rules_replaced_restore_in_the_fraud_job(tmp_path):
     assert alerts and all(a.rule_version == 9 and a.amount > 600.0 for a in alerts)  # and applies it
 
 
-def test_flink_operator_state_is_refused_clearly():
-    sp = "sample_data/flink/production/plain-rocksdb-canonical-savepoint"
-    with pytest.raises(EditError, match="not written yet.*source's split state"):
-        explorer.edit(sp).set_operator_state("Source: sequence", "SourceReaderState", [b"x"])
+PLAIN = "sample_data/flink/production/plain-rocksdb-canonical-savepoint"
+
+
+def test_flink_operator_state_reads_back_and_refuses_what_it_does_not_write(tmp_path):
+    """String, Long and Integer operator state of an operator that holds none yet (real Flink restores it:
+    test_flink_restore.py, case bootstrap); the source's split state (a byte[] serializer) is refused."""
+    with pytest.raises(EditError, match="holds operator state already .SourceReaderState"):
+        explorer.edit(PLAIN).set_operator_state("Source: sequence", "SourceReaderState", ["x"])
+    with pytest.raises(EditError, match="String, Long or Integer"):
+        explorer.edit(PLAIN).set_operator_state("user-activity", "f", [1.5])
+    with pytest.raises(EditError, match="dict"):
+        explorer.edit(PLAIN).set_operator_state("user-activity", "b", ["x"], mode="broadcast")
+    out = (explorer.edit(PLAIN)
+           .set_operator_state("user-activity", "names", ["a", "b", "c"])
+           .set_operator_state("user-activity", "rules", {"x": 1}, mode="broadcast", value_type="Integer")
+           .write(tmp_path / "out"))
+    snap = explorer.open(out)
+    got = snap.operator_state()
+    got = got[got["operator"] == "user-activity"]
+    assert sorted(zip(got["subtask"], got["state"], got["mode"], got["user_key"], got["value"])) == [
+        (0, "names", "split", 0, "a"), (0, "names", "split", 1, "b"), (0, "rules", "broadcast", "x", 1),
+        (1, "names", "split", 0, "c"), (1, "rules", "broadcast", "x", 1)]
+    before = explorer.open(PLAIN).keyed_state(operator="user-activity")
+    assert len(snap.keyed_state(operator="user-activity")) == len(before)  # its keyed state untouched

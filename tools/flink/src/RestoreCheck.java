@@ -146,6 +146,20 @@ public class RestoreCheck {
                 String t = tag.value();
                 if (t != null) out(uid, "label", k, "null", null, json(t));
             }
+            // operator state explorer.edit's set_operator_state wrote: key = the subtask, user key = the position
+            int sub = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
+            int i = 0;
+            for (String n : getOperatorStateBackend().getListState(new ListStateDescriptor<>("names", Types.STRING)).get()) {
+                out(uid, "op:names", sub, "null", i++, json(n));
+            }
+            i = 0;
+            for (Long n : getOperatorStateBackend().getUnionListState(new ListStateDescriptor<>("everyone", Types.LONG)).get()) {
+                out(uid, "op:everyone", sub, "null", i++, json(n));
+            }
+            for (Map.Entry<String, Long> e : getOperatorStateBackend().getBroadcastState(
+                    new MapStateDescriptor<>("rules", Types.STRING, Types.LONG)).entries()) {
+                out(uid, "op:rules", sub, "null", e.getKey(), json(e.getValue()));
+            }
         }
 
         @SuppressWarnings("unchecked")
