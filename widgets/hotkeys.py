@@ -28,6 +28,41 @@ from ._errors import ErrorArea
 #: ranking -> column of the per-key loads
 BY = {"traffic": "records", "bytes": "bytes", "entries": "entries"}
 
+#: where the snippets write the edited savepoint (a new folder; the user changes it in the cell)
+EDIT_OUT = "out/edited-savepoint"
+
+
+def _literal(v: Any) -> str:
+    """``v`` as Python source that evaluates to it: repr (which escapes quotes, newlines and the rest of an
+    untrusted key), NumPy scalars as plain Python ones and Tuple/Row keys (shown as dicts) as lists."""
+    if hasattr(v, "item") and not isinstance(v, (list, dict, tuple, str, bytes)):
+        v = v.item()
+    if isinstance(v, dict):
+        return "[" + ", ".join(_literal(x) for x in v.values()) + "]"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_literal(x) for x in v) + "]"
+    return repr(v)
+
+
+def drop_key_code(path: Any, operator: str, key: Any, out: str = EDIT_OUT) -> str:
+    """The editor call that drops one key's state of ``operator`` (every state and timer of the key)."""
+    return ("import explorer\n\n"
+            f"# every state and timer of this key of operator {_literal(operator)}, left out of a new savepoint\n"
+            f"explorer.edit({_literal(str(path))}).drop_keys(operator={_literal(operator)}, keys=[{_literal(key)}])"
+            f".write({_literal(out)})\n")
+
+
+def salt_key_code(path: Any, operator: str, key: Any, n: int, out: str = EDIT_OUT) -> str:
+    """What salting ``key`` into ``n`` sub-keys does to the subtasks, then the edit the salted job restores:
+    the key's state dropped (its sub-keys ``key#0…`` start from empty state)."""
+    p, op, k = _literal(str(path)), _literal(operator), _literal(key)
+    return ("import explorer\n"
+            "from explorer.analysis import salting_whatif\n\n"
+            f"# the job keys by f\"{{key}}#{{i % {n}}}\" for this key: its load spread over {n} sub-keys\n"
+            f"salting_whatif(explorer.open({p}), keys=[{k}], n={n}, operator={op})\n\n"
+            "# the salted job's savepoint: the unsalted key's state dropped (its sub-keys start empty)\n"
+            f"explorer.edit({p}).drop_keys(operator={op}, keys=[{k}]).write({_literal(out)})\n")
+
 
 class HotKeysTab(View):
     """The hottest keys of one operator and what salting the hottest would do to its subtasks."""
@@ -68,6 +103,16 @@ class HotKeysTab(View):
         self.salt_figure.add_bar(x=[], y=[], name="before", marker_color="#B0B0B0")
         self.salt_figure.add_bar(x=[], y=[], name="after salting")
         self.salt_figure.update_xaxes(title_text="subtask", dtick=1)
+        self.key_select = self.own(w.Dropdown(options=[], description="key", layout=w.Layout(width="260px")))
+        self.drop_button = self.own(w.Button(description="Drop this key's state", icon="trash",
+                                             tooltip="a new cell with the editor call that drops this key's state"))
+        self.salt_button = self.own(w.Button(description="Salt it", icon="random",
+                                             tooltip="a new cell with the salting what-if and the edit"))
+        self.snippet_area = self.own(w.HTML())
+        #: the last snippet a button produced (put into a new cell under IPython, else shown to copy)
+        self.snippet = ""
+        self.drop_button.on_click(lambda _: self._offer(self.drop_code()))
+        self.salt_button.on_click(lambda _: self._offer(self.salt_code()))
         t.link((self.operator_select, "value"), (self, "operator"))
         t.link((self.n_slider, "value"), (self, "n"))
         t.link((self.salt_slider, "value"), (self, "salt"))
@@ -81,9 +126,43 @@ class HotKeysTab(View):
             self.stats, self.hot_figure,
             self.own(w.HBox([self.lorenz_figure, self.salt_figure])),
             self.table,
+            self.own(w.HBox([self.key_select, self.drop_button, self.salt_button])),
+            self.snippet_area,
         ]
         if ops:
             self.update()
+
+    # -- snippets -------------------------------------------------------------------------------------------
+    def _key(self) -> Any:
+        i = self.key_select.value
+        if i is None or not len(self.top) or i >= len(self.top):
+            raise ValueError("no key to edit: this operator shows no keys")
+        return self.top["key"].iloc[i]
+
+    def drop_code(self) -> str:
+        """The editor snippet that drops the selected key's state (the hottest by default)."""
+        return drop_key_code(self.data.snapshot.path, self.operator, self._key())
+
+    def salt_code(self) -> str:
+        """The salting what-if for the selected key and the edit a salted job restores from."""
+        return salt_key_code(self.data.snapshot.path, self.operator, self._key(), self.salt)
+
+    def _offer(self, code: str) -> None:
+        """Put ``code`` into a new cell below (IPython's ``set_next_input``; nothing is run), else show it."""
+        self.snippet = code
+        shell = None
+        try:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+        except ImportError:
+            pass
+        where = "in a new cell below" if shell is not None else "here: copy it into a cell"
+        if shell is not None:
+            shell.set_next_input(code)
+        self.snippet_area.value = (f"<div style='font-size:11px;color:#666'>The code is {where} "
+                                   "(nothing has been run):</div>"
+                                   f"<pre style='user-select:all'>{html.escape(code)}</pre>")
 
     @t.validate("n")
     def _check_n(self, proposal: Any) -> int:
@@ -132,6 +211,7 @@ class HotKeysTab(View):
         for fig in (self.hot_figure, self.lorenz_figure, self.salt_figure):
             show_empty(fig, message)
         self.top = self.data.key_stats(self.operator).iloc[0:0]
+        self.key_select.options = []
         self.salted_loads = self.subtask_loads = np.zeros(0)
         self.set_trait("imbalance_before", 1.0)
         self.set_trait("imbalance_after", 1.0)
@@ -164,6 +244,8 @@ class HotKeysTab(View):
         _, no_hottest = hottest_key(values[known], [None] * int(known.sum()), "records" if col == "records" else col)
         top = ks.iloc[top_idx]
         self.top = top.reset_index(drop=True)
+        self.key_select.options = [(f"{i + 1}. {str(k)[:60]}", i) for i, k in enumerate(self.top["key"])]
+        self.key_select.value = 0 if len(self.top) else None
         total = float(loads.sum())
         labels = [plot_text(k) for k in top["key"]]
         unit = "records" if col == "records" else col

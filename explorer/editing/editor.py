@@ -58,6 +58,10 @@ class OperatorPlan:
     mappers: dict[str, list[Callable[[dict], Any]]] = field(default_factory=dict)
     #: [state, key, user key, rows changed] of each update(), checked after the write found its rows
     updates: list[list] = field(default_factory=list)
+    #: operator (non-keyed) state name -> what ``set_operator_state`` writes (the format's own spec)
+    operator_states: dict[str, Any] = field(default_factory=dict)
+    #: keyed state name -> what ``bootstrap`` writes (the format's own spec)
+    bootstrapped: dict[str, Any] = field(default_factory=dict)
 
     #: the operator id a uid gives (Flink's hash of it; the engine's operators are identified by uid)
     id_for: Callable[[str], str] = operator_id_for_uid
@@ -196,6 +200,42 @@ class Editor:
         set_one.__name__ = f"set {key!r}"
         plan.mappers.setdefault(name, []).append(set_one)
         return self._record("update", operator=operator, state=state, key=key, value=value, user_key=user_key)
+
+    def set_operator_state(self, uid: str, name: str, values: Any, *, mode: str = "split",
+                           value_type: Any = None, key_type: Any = None) -> Editor:
+        """Replace (or add) one operator state of the operator: ``mode="split"`` (even-split redistribution)
+        or ``"union"`` with ``values`` a list, ``"broadcast"`` with ``values`` a dict. An existing state keeps
+        its declared types and mode; a new one takes ``value_type``/``key_type`` or the values' own type."""
+        plan = self._plan(uid)
+        spec = self._format.operator_state_spec(self.reader, plan, name, values, mode, value_type, key_type)
+        plan.operator_states[name] = spec
+        return self._record("set_operator_state", uid=uid, name=name, values=values, mode=mode)
+
+    def bootstrap(self, uid: str, state: str, frame: Any, *, kind: str = "value", value_type: Any = None,
+                  user_key_type: Any = None, parallelism: int | None = None,
+                  max_parallelism: int | None = None) -> Editor:
+        """Create keyed state ``state`` of a NEW operator ``uid`` from a DataFrame: columns ``key``, ``value``
+        (``kind="value"``; ``"list"``: one row per element, in order) or ``key``, ``user_key``, ``value``
+        (``"map"``). Types are the columns' own (or ``value_type``/``user_key_type``); keys go to the key group
+        Flink assigns them. Several calls with one uid give the operator several states. In a Flink savepoint:
+        value states of String, Long or Integer (``value_type="Integer"``) values, String or Long keys."""
+        new = [p for p in self._plans if not p.dropped and p.uid == uid and p.bootstrapped]
+        if new:
+            plan = new[0]
+        else:
+            if any(not p.dropped and uid in p.names() for p in self._plans):
+                raise EditError(f"{self.path}: operator {uid!r} is in the savepoint; bootstrap creates the state of a "
+                                "new operator (edit an existing one's rows with map_values/update)")
+            src = self._format.new_operator(self.reader, uid, parallelism, max_parallelism)
+            plan = OperatorPlan(src, uid, src.operator_id, src.max_parallelism, uid,
+                                id_for=engine.operator_id if self._format is engine else operator_id_for_uid)
+        spec = self._format.bootstrap_spec(self.reader, plan, state, frame, kind, value_type, user_key_type)
+        if not new:
+            self._plans.append(plan)
+        plan.bootstrapped[state] = spec
+        if self._format is engine:
+            plan.source.meta["states"].append(spec["desc"])
+        return self._record("bootstrap", uid=uid, state=state, rows=len(spec["rows"]), kind=kind)
 
     def with_max_parallelism(self, max_parallelism: int, *, operator: str | None = None) -> Editor:
         """Re-assign every key to its key group under ``max_parallelism`` (every operator, or one); keys whose

@@ -21,6 +21,7 @@ in-flight records of an unaligned checkpoint (take a savepoint: ``JobClient.trig
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from ..errors import EditError
 from ..format.keyed import SAVEPOINT, decode_keys, encode_keys, rows_to_table, write_parquet_by_key_group
 from ..format.snapshot import file_entry, resolve, verify_snapshot, write_metadata
 from ..format.states import StoredState
-from ..format.types import type_from_description
+from ..format.types import type_from_description, type_info
 from ..keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
 from .flink import hashable_key
 
@@ -252,8 +253,11 @@ def _write_operator(sp: EngineSavepoint, w: _Out, plan: OperatorPlan) -> dict:
     for sub in op["subtasks"]:
         s = {k: v for k, v in sub.items() if k not in ("states", "timers", "operator_state", "files")}
         s.update(states=[], timers=None, operator_state=None)
-        if sub.get("operator_state"):
-            rel = f"operator/{uid_dir}/{sub['index']}.json"
+        rel = f"operator/{uid_dir}/{sub['index']}.json"
+        if plan.operator_states:
+            if _write_operator_state(sp, w, plan, sub, rel):
+                s["operator_state"] = rel
+        elif sub.get("operator_state"):
             (w.folder / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(resolve(sp.folder, sub["operator_state"]), w.folder / rel)
             w.add(rel)
@@ -288,7 +292,9 @@ def _write_operator(sp: EngineSavepoint, w: _Out, plan: OperatorPlan) -> dict:
                 continue
             st = StoredState.of(desc)
             where = f"operator {plan.uid!r}, state {name!r}"
-            rows = _edit_rows(_read_rows(sp.folder, op, name, st), plan, name, st, where)
+            read = [list(r) for r in plan.bootstrapped[name]["rows"]] if name in plan.bootstrapped else \
+                _read_rows(sp.folder, op, name, st)
+            rows = _edit_rows(read, plan, name, st, where)
             for i, sub_rows in regroup(rows).items():
                 table, kinds = rows_to_table([tuple(r) for r in sub_rows], st.value_info, _user_key_info(st))
                 rel = f"keyed/{uid_dir}/{_safe(name)}/{i}.parquet"
@@ -324,3 +330,181 @@ def _write_operator(sp: EngineSavepoint, w: _Out, plan: OperatorPlan) -> dict:
     new["subtasks"] = subtasks
     return new
 
+
+
+# -- operator and broadcast state --------------------------------------------------------------------------
+OPERATOR_STATE_MODES = {"split": "SPLIT_DISTRIBUTE", "union": "UNION", "broadcast": "BROADCAST"}
+
+
+def _json_default(o: Any) -> Any:  # as the engine's checkpoint writer stores operator state
+    if isinstance(o, bytes):
+        return {"$bytes": o.hex()}
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} cannot be stored in operator state JSON")
+
+
+def _operator_state_files(sp: EngineSavepoint, op: EngineOperator) -> dict[int, dict]:
+    out = {}
+    for sub in op.meta["subtasks"]:
+        if sub.get("operator_state"):
+            out[sub["index"]] = json.loads(resolve(sp.folder, sub["operator_state"]).read_text())
+    return out
+
+
+def _declared(values: list, given: Any, what: str, where: str) -> dict:
+    """The type description of new values: ``given`` (a Python type, or a description), else the values' own."""
+    if isinstance(given, dict):
+        return given
+    if given is None:
+        kinds = {type(v) for v in values}
+        if len(kinds) != 1:
+            raise EditError(f"{where}: cannot infer the {what} type from values of types "
+                            f"{sorted(k.__name__ for k in kinds) or 'none'}; pass {what}_type=")
+        given = kinds.pop()
+    try:
+        return type_info(given).describe()
+    except Exception as exc:
+        raise EditError(f"{where}: {given!r} is not a type the engine stores ({exc})") from exc
+
+
+def operator_state_spec(sp: EngineSavepoint, plan: OperatorPlan, name: str, values: Any, mode: str,
+                        value_type: Any = None, key_type: Any = None) -> dict:
+    """Check one ``set_operator_state`` and give what is written: per subtask index the JSON entry."""
+    where = f"{sp.folder}: operator {plan.uid!r}, operator state {name!r}"
+    if mode not in OPERATOR_STATE_MODES:
+        raise EditError(f"{where}: found mode {mode!r}; expected one of {', '.join(OPERATOR_STATE_MODES)}")
+    existing: dict | None = None
+    is_broadcast = False
+    for data in _operator_state_files(sp, plan.source).values():
+        if name in data.get("lists", {}):
+            existing = data["lists"][name]
+        elif name in data.get("broadcast", {}):
+            existing, is_broadcast = data["broadcast"][name], True
+    if existing is not None:
+        was = "broadcast" if is_broadcast else \
+            {v: k for k, v in OPERATOR_STATE_MODES.items()}.get(existing.get("mode"), existing.get("mode"))
+        if was != mode:
+            raise EditError(f"{where}: the savepoint holds it as {was} state; expected mode={was!r} (the job "
+                            "declares its mode: changing it is not an edit of this kind)")
+    p = plan.source.parallelism
+    if mode == "broadcast":
+        if not isinstance(values, dict):
+            raise EditError(f"{where}: broadcast state takes a dict of entries; found {type(values).__name__}")
+        kdesc = existing["key_type"] if existing else _declared(list(values), key_type, "key", where)
+        vdesc = existing["value_type"] if existing else _declared(list(values.values()), value_type, "value", where)
+        kinfo, vinfo = type_from_description(kdesc), type_from_description(vdesc)
+        entries = []
+        for k, v in values.items():
+            k, v = _plain(k), _plain(v)
+            _check_value(kinfo, k, f"{where}, key {k!r}")
+            _check_value(vinfo, v, f"{where}, key {k!r}")
+            entries.append([kinfo.to_arrow(k), vinfo.to_arrow(v)])
+        entry = {"key_type": kdesc, "value_type": vdesc, "entries": entries}
+        return {"kind": "broadcast", "per_subtask": {i: entry for i in range(p)}}  # a copy on every subtask
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise EditError(f"{where}: {mode} list state takes a list of values; found {type(values).__name__}")
+    values = [_plain(v) for v in values]
+    vdesc = existing["value_type"] if existing else _declared(values, value_type, "value", where)
+    vinfo = type_from_description(vdesc)
+    for i, v in enumerate(values):
+        _check_value(vinfo, v, f"{where}, element {i}")
+    items = [vinfo.to_arrow(v) for v in values]
+    # an even split over the subtasks, as a restore at this parallelism deals them (union: each its share,
+    # which a restore joins again)
+    base, extra = divmod(len(items), p)
+    per, pos = {}, 0
+    for i in range(p):
+        n = base + (1 if i < extra else 0)
+        per[i] = {"mode": OPERATOR_STATE_MODES[mode], "value_type": vdesc, "items": items[pos : pos + n]}
+        pos += n
+    return {"kind": "lists", "per_subtask": per}
+
+
+def _write_operator_state(sp: EngineSavepoint, w: _Out, plan: OperatorPlan, sub: dict, rel: str) -> bool:
+    """The subtask's operator-state file with the plan's ``set_operator_state`` applied; False: none to write."""
+    data = {"lists": {}, "broadcast": {}, "inflight": []}
+    if sub.get("operator_state"):
+        data = json.loads(resolve(sp.folder, sub["operator_state"]).read_text())
+    for name, spec in plan.operator_states.items():
+        data["lists"].pop(name, None)
+        data["broadcast"].pop(name, None)
+        data[spec["kind"]][name] = spec["per_subtask"][sub["index"]]
+    if not (data["lists"] or data["broadcast"] or data.get("inflight")):
+        return False
+    (w.folder / rel).parent.mkdir(parents=True, exist_ok=True)
+    (w.folder / rel).write_text(json.dumps(data, default=_json_default))
+    w.add(rel)
+    return True
+
+
+# -- bootstrapping new keyed state -------------------------------------------------------------------------
+BOOTSTRAP_KINDS = {"value": ("key", "value"), "list": ("key", "value"), "map": ("key", "user_key", "value")}
+
+
+def new_operator(sp: EngineSavepoint, uid: str, parallelism: int | None, max_parallelism: int | None) -> EngineOperator:
+    """A keyed operator the savepoint does not have: its parallelism and max parallelism given, else the
+    savepoint's first keyed operator's (a job's operators usually share them)."""
+    keyed = [o for o in sp.operators if o.keyed]
+    p = parallelism or (keyed[0].parallelism if keyed else None)
+    max_p = max_parallelism or (keyed[0].max_parallelism if keyed else None)
+    if not p or not max_p:
+        raise EditError(f"{sp.folder}: no keyed operator to take the new operator {uid!r}'s parallelism from; "
+                        "pass parallelism= and max_parallelism=")
+    if not 0 < p <= max_p:
+        raise EditError(f"{sp.folder}: new operator {uid!r}: expected 0 < parallelism <= max parallelism, found "
+                        f"{p} and {max_p}")
+    subtasks = [{"index": i, "states": [], "timers": None, "operator_state": None, "records_per_key_group": None,
+                 "heavy_hitters": None, "source_positions": None,
+                 "key_group_range": list(key_group_range_for_operator(max_p, p, i))} for i in range(p)]
+    meta = {"uid": uid, "name": uid, "kind": "bootstrapped", "keyed": True, "parallelism": p, "max_parallelism": max_p,
+            "description": {}, "states": [], "subtasks": subtasks}
+    return EngineOperator(uid, uid, max_p, p, True, meta)
+
+
+def bootstrap_spec(sp: EngineSavepoint, plan: OperatorPlan, state: str, frame: Any, kind: str,
+                   value_type: Any = None, user_key_type: Any = None) -> dict:
+    """Check one ``bootstrap`` and give its state description and rows ``[kg, key, ns, user_key, value, ts]``
+    (key groups as ``explorer.keygroups`` computes them under the operator's max parallelism, as Flink)."""
+    where = f"{sp.folder}: operator {plan.uid!r}, state {state!r}"
+    if kind not in BOOTSTRAP_KINDS:
+        raise EditError(f"{where}: found kind {kind!r}; expected one of {', '.join(BOOTSTRAP_KINDS)}")
+    cols = BOOTSTRAP_KINDS[kind]
+    missing = [c for c in cols if c not in getattr(frame, "columns", ())]
+    if missing:
+        raise EditError(f"{where}: the frame has no column {missing}; a {kind} state is bootstrapped from "
+                        f"columns {', '.join(cols)}" + (" (one row per element)" if kind == "list" else ""))
+    if state in [d["name"] for d in plan.source.meta["states"]]:
+        raise EditError(f"{where}: bootstrapped twice; expected one frame per state")
+    keys = [_plain(k) for k in frame["key"].tolist()]
+    values = [_plain(v) for v in frame["value"].tolist()]
+    vdesc = _declared(values, value_type, "value", where)
+    vinfo = type_from_description(vdesc)
+    desc = {"kind": kind, "name": state, "ttl": None, "value_type": vdesc}
+    uks: list = [None] * len(keys)
+    if kind == "map":
+        uks = [_plain(u) for u in frame["user_key"].tolist()]
+        desc["user_key_type"] = _declared(uks, user_key_type, "user_key", where)
+        ukinfo = type_from_description(desc["user_key_type"])
+        for u in uks:
+            _check_value(ukinfo, u, f"{where}, user key {u!r}")
+    for k, v in zip(keys, values):
+        _check_value(vinfo, v, f"{where}, key {k!r}")
+    max_p = plan.source.max_parallelism
+    rows, seen, pos = [], set(), {}
+    for k, u, v in zip(keys, uks, values):
+        hk = hashable_key(k)
+        if kind == "list":
+            u = pos[hk] = pos.get(hk, -1) + 1
+        else:
+            addr = (hk, u)
+            if addr in seen:
+                raise EditError(f"{where}: key {k!r}" + (f", user key {u!r}" if kind == "map" else "") +
+                                " appears twice in the frame; expected one row each")
+            seen.add(addr)
+        try:
+            kg = assign_to_key_group(k, max_p)
+        except Exception as exc:
+            raise EditError(f"{where}: key {k!r}: no key group for it ({exc})") from exc
+        rows.append([kg, k, None, u, v, None])
+    return {"desc": desc, "rows": rows}

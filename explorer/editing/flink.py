@@ -21,6 +21,11 @@ move to other key groups. Values are not re-encoded: a filtered list is its kept
 by the list delimiter. Keys and values are decoded (with the reader's decoders) only where an edit asks
 about them.
 
+``bootstrap`` gives a new operator value states of String, Long or Integer values keyed by String or Long keys:
+a keyed-state header written from scratch (those serializers' snapshots, the void namespace's) and entries
+encoded as those serializers write them. ``set_operator_state`` gives an operator that holds no operator state
+list (split, union) or broadcast state of those types: per subtask a new operator-state stream and its handle.
+
 Refused, with an error saying why: anything but a canonical savepoint's keyed state (native and
 incremental snapshots, checkpoints with in-flight data, raw keyed state, file-merging segments), master
 states (not kept by the reader), and keys whose Java hash State Explorer cannot reproduce when
@@ -49,6 +54,7 @@ from ..readers.flink.metadata import (
     OperatorState,
     SubtaskState,
 )
+from ..readers.flink.operatorid import operator_id_for_uid
 from ..readers.flink.reader import FlinkSnapshotReader
 from ..readers.flink.rows import KeyValueDecoder, RowBuffer, hashable_keys, prefix_bytes
 from ..readers.flink.statemeta import BackendMeta
@@ -349,7 +355,8 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
         d.write_int(-1)
         return
     subtasks = {st.index: st for st in op.subtasks}
-    keyed = _OperatorEntries(reader, plan) if _keyed_subtasks(op) else None
+    keyed = _OperatorEntries(reader, plan) if _keyed_subtasks(op) else \
+        _BootstrapEntries(reader, plan) if plan.bootstrapped else None
     for state, key, user_key, hits in plan.updates:
         if not hits:
             at = f", user key {user_key!r}" if user_key is not None else ""
@@ -359,6 +366,9 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
         for kg in keyed.buckets:
             i = operator_index_for_key_group(max_p, p, kg)
             subtasks.setdefault(i, SubtaskState(i))
+    if plan.operator_states:  # every subtask gets its share (or its copy)
+        for i in range(p):
+            subtasks.setdefault(i, SubtaskState(i))
     d.write_int(len(subtasks))
     for i in sorted(subtasks):
         st = subtasks[i]
@@ -366,12 +376,17 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
             d.write_int(-i - 1)
             continue
         d.write_int(i)
-        for what, oh in (("operator", st.managed_operator), ("raw-operator", st.raw_operator)):
+        managed = st.managed_operator
+        if plan.operator_states:  # (operator_state_spec: the operator held none)
+            data, states = _operator_state_stream(plan, i)
+            managed = OperatorStreamHandle(states, w.file(f"{plan.operator_id}-{i}-operator-new", data))
+        for what, oh in (("operator", managed), ("raw-operator", st.raw_operator)):
             if oh is None:
                 d.write_int(0)
             else:
                 d.write_int(1)
-                _operator_handle(d, oh, w.copy(oh.stream, f"{plan.operator_id}-{i}-{what}"))
+                _operator_handle(d, oh, oh.stream if oh is not st.managed_operator and what == "operator"
+                                 else w.copy(oh.stream, f"{plan.operator_id}-{i}-{what}"))
         if keyed is None:
             d.write_byte(NULL_HANDLE)
         else:
@@ -420,3 +435,237 @@ def _stream(d: DataOutput, h: StreamHandle | None) -> None:
         d.write_long(h.size)
     else:  # (copy() made every file a relative one)
         raise EditError(f"cannot write a {h.kind} stream handle ({h.name}) into a savepoint")
+
+
+_FLINK_MODES = {"split": "SPLIT_DISTRIBUTE", "union": "UNION", "broadcast": "BROADCAST"}
+
+
+def _meta_info(name: str, backend_type: int, mode: str, serializers: list[tuple[str, str]]) -> bytes:
+    """One operator (1) or broadcast (2) state's entry of the operator-state header."""
+    d = DataOutput()
+    d.write_utf(name)
+    d.write_int(backend_type)
+    d.write_int(1)
+    d.write_utf("OPERATOR_STATE_DISTRIBUTION_MODE")
+    d.write_utf(mode)
+    d.write_int(len(serializers))
+    for key, kind in serializers:
+        d.write_utf(key)
+        d.write_bytes(_serializer_snapshot(kind))
+    return bytes(d.buf)
+
+
+def operator_state_spec(reader: FlinkSnapshotReader, plan: OperatorPlan, name: str, values: Any, mode: str,
+                        value_type: Any = None, key_type: Any = None) -> dict:
+    """Check one ``set_operator_state`` on a Flink savepoint: a state of String, Long or Integer values (and keys)
+    for an operator that holds no operator state yet (merging into existing operator state is not written)."""
+    where = f"{reader.metadata_file}: operator {plan.uid or plan.operator_id!r}, operator state {name!r}"
+    if mode not in _FLINK_MODES:
+        raise EditError(f"{where}: found mode {mode!r}; expected one of {', '.join(_FLINK_MODES)}")
+    if any(st.managed_operator is not None for st in plan.source.subtasks):
+        held = reader.operator_state()
+        held = held[held["operator"] == plan.source.display_name]
+        what = ", ".join(sorted(set(held["state"]))) or "undecoded state"
+        raise EditError(f"{where}: the operator holds operator state already ({what}); set_operator_state writes "
+                        "Flink operator state only into an operator that holds none yet (here the source's split "
+                        "state has a serializer the writer does not encode)")
+    p = plan.source.parallelism
+    if mode == "broadcast":
+        if not isinstance(values, dict):
+            raise EditError(f"{where}: broadcast state takes a dict of entries; found {type(values).__name__}")
+        kk = _simple_kind(list(values), key_type, "key", where)
+        vk = _simple_kind(list(values.values()), value_type, "value", where)
+        data = DataOutput()
+        data.write_int(len(values))
+        for k, v in values.items():
+            data.write_bytes(encode(_Simple(kk), k, f"{where}, key {k!r}"))
+            data.write_bytes(encode(_Simple(vk), v, f"{where}, key {k!r}"))
+        info = _meta_info(name, 2, "BROADCAST", [("KEY_SERIALIZER", kk), ("VALUE_SERIALIZER", vk)])
+        return {"broadcast": True, "info": info, "mode": "BROADCAST",
+                "per_subtask": {i: [bytes(data.buf)] for i in range(p)}}  # a copy on every subtask
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise EditError(f"{where}: {mode} list state takes a list of values; found {type(values).__name__}")
+    values = list(values)
+    vk = _simple_kind(values, value_type, "value", where)
+    elems = [encode(_Simple(vk), v, f"{where}, element {i}") for i, v in enumerate(values)]
+    base, extra = divmod(len(elems), p)
+    per, pos = {}, 0
+    for i in range(p):  # an even split, in order (union: each its share, which a restore joins again)
+        n = base + (1 if i < extra else 0)
+        per[i] = elems[pos : pos + n]
+        pos += n
+    return {"broadcast": False, "info": _meta_info(name, 1, _FLINK_MODES[mode], [("VALUE_SERIALIZER", vk)]),
+            "mode": _FLINK_MODES[mode], "per_subtask": per}
+
+
+def _operator_state_stream(plan: OperatorPlan, index: int) -> tuple[bytes, dict[str, tuple[str, list[int]]]]:
+    """One subtask's operator-state stream (header, then every element) and the handle's state map."""
+    specs = list(plan.operator_states.items())
+    d = DataOutput()
+    d.write_int(6)  # the operator backend header's version (Flink 1.15 .. 2.x)
+    d.write_byte(0)  # not compressed
+    for broadcast in (False, True):
+        mine = [spec for _, spec in specs if spec["broadcast"] is broadcast]
+        d.write_short(len(mine))
+        for spec in mine:
+            d.write_bytes(spec["info"])
+    states = {}
+    for broadcast in (False, True):
+        for name, spec in specs:
+            if spec["broadcast"] is not broadcast:
+                continue
+            offsets = []
+            for part in spec["per_subtask"][index]:
+                offsets.append(len(d.buf))
+                d.write_bytes(part)
+            states[name] = (spec["mode"], offsets)
+    return bytes(d.buf), states
+
+
+# -- bootstrapping new keyed state (value states of String, Long and Integer) -------------------------------
+_SIMPLE = {"String": "String", "Long": "Long", "Integer": "Int"}  # the type -> its serializer's class prefix
+_SERIALIZER_SNAPSHOT_FORMAT = 2  # what precedes a snapshot's class name in Flink's headers (as the fixtures hold)
+_SIMPLE_SNAPSHOT_VERSION = 3
+
+
+def _serializer_snapshot(kind: str) -> bytes:
+    """The snapshot of the serializer of ``kind`` (String, Long, Integer) as a keyed-state header holds it."""
+    d = DataOutput()
+    d.write_int(_SERIALIZER_SNAPSHOT_FORMAT)
+    p = _SIMPLE[kind]
+    d.write_utf(f"org.apache.flink.api.common.typeutils.base.{p}Serializer${p}SerializerSnapshot")
+    d.write_int(_SIMPLE_SNAPSHOT_VERSION)
+    return bytes(d.buf)
+
+
+_VOID_NAMESPACE = ("org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot")
+
+
+def _state_entry(name: str, value_kind: str) -> bytes:
+    """One value state's entry of the header: name, type, options, value and namespace serializer snapshots."""
+    d = DataOutput()
+    d.write_utf(name)
+    d.write_int(0)  # a keyed (key/value) state
+    d.write_int(1)
+    d.write_utf("KEYED_STATE_TYPE")
+    d.write_utf("VALUE")
+    d.write_int(2)
+    d.write_utf("VALUE_SERIALIZER")
+    d.write_bytes(_serializer_snapshot(value_kind))
+    d.write_utf("NAMESPACE_SERIALIZER")
+    d.write_int(_SERIALIZER_SNAPSHOT_FORMAT)
+    d.write_utf(_VOID_NAMESPACE)
+    d.write_int(_SIMPLE_SNAPSHOT_VERSION)
+    return bytes(d.buf)
+
+
+class _Simple:
+    """An encoder/decoder pair for ``values.encode`` of one simple type (the reader's decoders, by name)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def describe(self) -> str:
+        return self.kind
+
+    def read(self, inp: DataInput) -> Any:
+        if self.kind == "String":
+            return _read_string(inp)
+        return inp.read_long() if self.kind == "Long" else inp.read_int()
+
+
+def _read_string(inp: DataInput) -> str | None:
+    n = _varint(inp)
+    if n == 0:
+        return None
+    units = [_varint(inp) for _ in range(n - 1)]
+    return b"".join(u.to_bytes(2, "big") for u in units).decode("utf-16-be", "surrogatepass")
+
+
+def _varint(inp: DataInput) -> int:
+    out, shift = 0, 0
+    while True:
+        b = inp.read_byte() & 0xFF
+        out |= (b & 0x7F) << shift
+        if b < 0x80:
+            return out
+        shift += 7
+
+
+def _simple_kind(values: list, given: Any, what: str, where: str) -> str:
+    names = {str: "String", int: "Long", "String": "String", "Long": "Long", "Integer": "Integer"}
+    if given is not None:
+        if given not in names:
+            raise EditError(f"{where}: {what} type {given!r}; a Flink savepoint is bootstrapped with String, Long "
+                            "or Integer (str, int) values")
+        return names[given]
+    kinds = {type(v) for v in values}
+    if len(kinds) != 1 or next(iter(kinds)) not in (str, int) or bool in kinds:
+        raise EditError(f"{where}: {what}s of types {sorted(k.__name__ for k in kinds) or 'none'}; a Flink "
+                        f"savepoint is bootstrapped with String, Long or Integer {what}s (pass {what}_type=)")
+    return names[kinds.pop()]
+
+
+def new_operator(reader: FlinkSnapshotReader, uid: str, parallelism: int | None,
+                 max_parallelism: int | None) -> OperatorState:
+    keyed = [o for o in reader.meta.operators if _keyed_subtasks(o)]
+    p = parallelism or (keyed[0].parallelism if keyed else None)
+    max_p = max_parallelism or (keyed[0].max_parallelism if keyed else None)
+    if not p or not max_p or not 0 < p <= max_p:
+        raise EditError(f"{reader.metadata_file}: new operator {uid!r}: expected 0 < parallelism <= max parallelism "
+                        f"(pass parallelism= and max_parallelism=), found {p} and {max_p}")
+    return OperatorState(uid, uid, operator_id_for_uid(uid), p, max_p)
+
+
+def bootstrap_spec(reader: FlinkSnapshotReader, plan: OperatorPlan, state: str, frame: Any, kind: str,
+                   value_type: Any = None, user_key_type: Any = None) -> dict:
+    """Check one ``bootstrap`` into a Flink savepoint: a value state of String, Long or Integer values keyed by
+    String or Long keys; its header entry and its entries' bytes (key groups as Flink assigns them)."""
+    where = f"{reader.metadata_file}: operator {plan.uid!r}, state {state!r}"
+    if kind != "value":
+        raise EditError(f"{where}: kind {kind!r}; a Flink savepoint is bootstrapped with value state only for now")
+    missing = [c for c in ("key", "value") if c not in getattr(frame, "columns", ())]
+    if missing:
+        raise EditError(f"{where}: the frame has no column {missing}; a value state is bootstrapped from key, value")
+    if state in plan.bootstrapped:
+        raise EditError(f"{where}: bootstrapped twice; expected one frame per state")
+    keys, values = frame["key"].tolist(), frame["value"].tolist()
+    key_kind = _simple_kind(keys, None, "key", where)
+    value_kind = _simple_kind(values, value_type, "value", where)
+    others = {s["key_kind"] for s in plan.bootstrapped.values()}
+    if others and others != {key_kind}:
+        raise EditError(f"{where}: keys are {key_kind}, the operator's other bootstrapped states' {others.pop()}; "
+                        "expected one key type per operator")
+    key_enc, value_enc = _Simple(key_kind), _Simple(value_kind)
+    rows: list[tuple[int, bytes, bytes]] = []
+    seen = set()
+    for k, v in zip(keys, values):
+        if k in seen:
+            raise EditError(f"{where}: key {k!r} appears twice in the frame; expected one row each")
+        seen.add(k)
+        if v is None:
+            raise EditError(f"{where}, key {k!r}: a value None; expected a {value_kind}")
+        kg = assign_to_key_group(k, plan.max_parallelism)
+        rows.append((kg, encode(key_enc, k, f"{where}, key {k!r}") + b"\x00",  # + the void namespace
+                     encode(value_enc, v, f"{where}, key {k!r}")))
+    return {"key_kind": key_kind, "entry": _state_entry(state, value_kind), "rows": rows}
+
+
+class _BootstrapEntries(_OperatorEntries):
+    """The entries of a new operator's bootstrapped states, written as :class:`_OperatorEntries` writes kept ones."""
+
+    def __init__(self, reader: FlinkSnapshotReader, plan: OperatorPlan) -> None:
+        self.reader, self.plan, self.op = reader, plan, plan.source
+        specs = list(plan.bootstrapped.items())
+        d = DataOutput()
+        d.write_int(6)  # the keyed backend header's version (Flink 1.15 .. 2.x)
+        d.write_byte(0)  # not compressed
+        d.write_bytes(_serializer_snapshot(specs[0][1]["key_kind"]))
+        self.header_start = bytes(d.buf)
+        self.states = [(name, spec["entry"]) for name, spec in specs]
+        self.buckets = defaultdict(list)
+        for sid, (name, spec) in enumerate(specs):
+            for kg, key, value in spec["rows"]:
+                if name in plan.dropped_states:
+                    continue
+                self.buckets[kg].append((sid, key, value))

@@ -171,3 +171,64 @@ def test_key_groups_tab_says_how_many_groups_a_subtask_owns():
     assert owns_text(128, 2) == "each subtask owns 64 key groups"
     assert owns_text(128, 3) == "each subtask owns 42–43 key groups"
     assert owns_text(4, 4) == "each subtask owns one key group"
+
+
+def _call_args(code: str, func: str) -> dict:
+    """The keyword arguments (as literals) of the call to ``func`` in ``code``, and its first argument."""
+    import ast
+
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == func:
+            out = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            if node.args and isinstance(node.args[0], ast.Constant):
+                out["_arg"] = node.args[0].value
+            return out
+    raise AssertionError(f"no call to {func} in {code!r}")
+
+
+def test_hot_keys_buttons_offer_editor_snippets_for_the_selected_key(dash):
+    tab = dash.hot_keys_tab
+    hottest = tab.top["key"].iloc[0]
+    assert tab.key_select.value == 0
+    tab.drop_button.click()
+    code = tab.snippet
+    assert _call_args(code, "drop_keys") == {"operator": tab.operator, "keys": [hottest]}
+    assert _call_args(code, "edit") == {"_arg": str(dash.data.snapshot.path)}
+    assert "copy it into a cell" in tab.snippet_area.value  # no IPython here: shown, not run
+    tab.key_select.value = 1
+    tab.salt_button.click()
+    assert _call_args(tab.snippet, "salting_whatif") == {"keys": [tab.top["key"].iloc[1]], "n": tab.salt,
+                                                         "operator": tab.operator}
+    assert _call_args(tab.snippet, "drop_keys")["keys"] == [tab.top["key"].iloc[1]]
+
+
+def test_snippets_escape_untrusted_keys_and_paths():
+    import numpy as np
+    from widgets.hotkeys import drop_key_code, salt_key_code
+
+    key = 'evil"\'\n); import os; os.system("x") #\\'
+    path = "/tmp/it's \"here\"\n"
+    for code in (drop_key_code(path, "op'\n", key), salt_key_code(path, "op'\n", key, 4)):
+        args = _call_args(code, "drop_keys")
+        assert args == {"operator": "op'\n", "keys": [key]}  # the same key, as data
+        assert _call_args(code, "edit") == {"_arg": path}
+        assert "import os" not in code.replace(repr(key), "")  # nothing of the key outside its literal
+    assert _call_args(drop_key_code("p", "o", np.int64(7)), "drop_keys")["keys"] == [7]
+    assert _call_args(drop_key_code("p", "o", {"f0": "a", "f1": 2}), "drop_keys")["keys"] == [["a", 2]]
+
+
+def test_snippet_goes_into_a_new_cell_under_ipython(dash, monkeypatch):
+    import IPython
+
+    class Shell:
+        def __init__(self):
+            self.got = []
+
+        def set_next_input(self, code, replace=False):
+            self.got.append(code)
+
+    shell = Shell()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    tab = dash.hot_keys_tab
+    tab.drop_button.click()
+    assert shell.got == [tab.snippet] and "in a new cell below" in tab.snippet_area.value

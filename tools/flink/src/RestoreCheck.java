@@ -1,7 +1,7 @@
 // Restores savepoints into real Apache Flink jobs and prints every keyed state entry they hold (issue 32:
 // "every edit is checked by a real Flink restore, never only by our own reader").
 //
-//   java -cp <build>:<flink jars> RestoreCheck LABEL=SAVEPOINT,BACKEND,USER_UID,WINDOWS_UID [...]
+//   java -cp <build>:<flink jars> RestoreCheck LABEL=SAVEPOINT,BACKEND,USER_UID,WINDOWS_UID[,BOOTSTRAPPED_UID] [...]
 //
 // Each case restores SAVEPOINT (without allowNonRestoredState) into the "plain" job of ProductionFixtures
 // (same source chain and uids, same state descriptors and types) on BACKEND (hashmap or rocksdb), with
@@ -82,12 +82,18 @@ public class RestoreCheck {
         final String uid;
         final boolean windows;
 
-        Dump(String uid, boolean windows) { this.uid = uid; this.windows = windows; }
+        final boolean bootstrapped;
+
+        Dump(String uid, boolean windows) { this(uid, windows, false); }
+
+        Dump(String uid, boolean windows, boolean bootstrapped) {
+            this.uid = uid; this.windows = windows; this.bootstrapped = bootstrapped;
+        }
 
         @Override
         public void open() throws Exception {
             super.open();
-            if (windows) dumpWindows(); else dumpUser();
+            if (bootstrapped) dumpBootstrapped(); else if (windows) dumpWindows(); else dumpUser();
             dumped.countDown();
         }
 
@@ -121,6 +127,39 @@ public class RestoreCheck {
             InternalTimerService<VoidNamespace> timers = getInternalTimerService("user-timers", VoidNamespaceSerializer.INSTANCE, (Triggerable<String, VoidNamespace>) (Triggerable<?, ?>) this);
             timers.forEachEventTimeTimer((ns, ts) -> out(uid, "_timer_state/event_user-timers", getCurrentKey(), "null", null, json(ts)));
             timers.forEachProcessingTimeTimer((ns, ts) -> out(uid, "_timer_state/processing_user-timers", getCurrentKey(), "null", null, json(ts)));
+        }
+
+        /** The value states explorer.edit's bootstrap writes for a new operator keyed by user: limit (Long), label (String). */
+        @SuppressWarnings("unchecked")
+        void dumpBootstrapped() throws Exception {
+            KeyedStateBackend<String> kb = (KeyedStateBackend<String>) (KeyedStateBackend<?>) getKeyedStateBackend();
+            ValueState<Long> limit = getPartitionedState(new ValueStateDescriptor<>("limit", Types.LONG));
+            ValueState<String> tag = getPartitionedState(new ValueStateDescriptor<>("label", Types.STRING));
+            TreeSet<String> keys = new TreeSet<>();
+            for (String s : new String[] {"limit", "label"}) {
+                try (Stream<String> ks = kb.getKeys(s, VoidNamespace.INSTANCE)) { keys.addAll(ks.collect(Collectors.toList())); }
+            }
+            for (String k : keys) {
+                setCurrentKey(k);
+                Long l = limit.value();
+                if (l != null) out(uid, "limit", k, "null", null, json(l));
+                String t = tag.value();
+                if (t != null) out(uid, "label", k, "null", null, json(t));
+            }
+            // operator state explorer.edit's set_operator_state wrote: key = the subtask, user key = the position
+            int sub = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
+            int i = 0;
+            for (String n : getOperatorStateBackend().getListState(new ListStateDescriptor<>("names", Types.STRING)).get()) {
+                out(uid, "op:names", sub, "null", i++, json(n));
+            }
+            i = 0;
+            for (Long n : getOperatorStateBackend().getUnionListState(new ListStateDescriptor<>("everyone", Types.LONG)).get()) {
+                out(uid, "op:everyone", sub, "null", i++, json(n));
+            }
+            for (Map.Entry<String, Long> e : getOperatorStateBackend().getBroadcastState(
+                    new MapStateDescriptor<>("rules", Types.STRING, Types.LONG)).entries()) {
+                out(uid, "op:rules", sub, "null", e.getKey(), json(e.getValue()));
+            }
         }
 
         @SuppressWarnings("unchecked")
@@ -191,6 +230,11 @@ public class RestoreCheck {
         }
         if (!windowsUid.equals("-")) {
             stream.keyBy(e -> e.category, Types.STRING).transform("category-windows", Types.STRING, new Dump(windowsUid, true)).uid(windowsUid);
+            operators++;
+        }
+        String bootUid = a.length > 4 ? a[4] : "-";
+        if (!bootUid.equals("-")) {  // a new operator whose state explorer.edit bootstrapped
+            stream.keyBy(e -> e.user, Types.STRING).transform("bootstrapped", Types.STRING, new Dump(bootUid, false, true)).uid(bootUid);
             operators++;
         }
         dumped = new CountDownLatch(2 * operators);
