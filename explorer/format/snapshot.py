@@ -18,8 +18,9 @@ version (4 bytes, big-endian), the JSON length (8 bytes, big-endian), the JSON
 (UTF-8), and a CRC-32 of the JSON (4 bytes). A reader refuses an unknown
 magic or version and a CRC mismatch (a torn write). Every data file is listed
 in the JSON with its size and SHA-256, or XXH3-128 (``"xxh3_128"``: the files
-of a full native checkpoint and the Parquet files of a canonical checkpoint,
-hashed at 20+ GB/s instead of ~1.8; savepoints keep SHA-256). Both detect
+of a full native checkpoint, the shared SST files of incremental checkpoints and
+the Parquet files of a canonical checkpoint, hashed at 20+ GB/s instead of ~1.8;
+savepoints keep SHA-256, and so do shared files uploaded before XXH3-128 was used for them). Both detect
 a damaged file alike (a random change escapes a 128-bit hash with probability
 2^-128); neither authenticates a snapshot, whose ``_metadata`` carries only a CRC. All paths in the JSON are relative to
 the snapshot folder and may not leave it, so a snapshot can be moved or
@@ -299,34 +300,44 @@ def verify_file(folder: Path, relative: str, entry: dict[str, Any]) -> Path:
 
 
 class BackgroundVerification:
-    """Checksum checks (SHA-256, XXH3-128) of data files run in a thread (hashlib and xxhash
-    release the GIL on large buffers) while the restore loads them; :meth:`wait` joins it and raises the first
-    mismatch (the same :class:`SnapshotCorruptError` as :func:`verify_file`).
+    """Checksum checks (SHA-256, XXH3-128) of data files run in ``threads`` threads (hashlib and
+    xxhash release the GIL on large buffers) while the restore loads them; :meth:`wait` joins them
+    and raises the first mismatch found (the same :class:`SnapshotCorruptError` as :func:`verify_file`).
 
-    Sizes are checked by the caller before (no read needed); this only hashes. The
-    restore must call :meth:`wait` before any restored state is used, and treat a
-    load error as a verification failure when :meth:`failed` after ``wait``.
+    Sizes are checked by the caller before (no read needed); this only hashes, the largest
+    files first so that the threads finish together. The restore must call :meth:`wait` before
+    any restored state is used, and treat a load error as a verification failure when
+    :meth:`failed` after ``wait``.
     """
 
-    def __init__(self, files: list[tuple[Path, dict[str, Any]]]) -> None:
+    def __init__(self, files: list[tuple[Path, dict[str, Any]]], threads: int = 1) -> None:
         self.files = files
         self.error: SnapshotCorruptError | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="snapshot-verify", daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()
+        self._todo = sorted(files, key=lambda f: int(f[1].get("bytes", 0)))  # popped from the end: largest first
+        n = max(1, min(threads, len(files)))
+        self._threads = [threading.Thread(target=self._run, name=f"snapshot-verify-{i}", daemon=True) for i in range(n)]
+        for t in self._threads:
+            t.start()
 
     def _run(self) -> None:
-        for path, entry in self.files:
-            if self._stop.is_set():
-                return
+        while not self._stop.is_set():
+            with self._lock:
+                if not self._todo or self.error is not None:
+                    return
+                path, entry = self._todo.pop()
             try:
                 check_file_digest(path, entry)
             except SnapshotCorruptError as e:
-                self.error = e
-                return
+                self._fail(e)
             except OSError as e:
-                self.error = SnapshotCorruptError(f"{path}: unreadable while checking its checksum ({e})")
-                return
+                self._fail(SnapshotCorruptError(f"{path}: unreadable while checking its checksum ({e})"))
+
+    def _fail(self, error: SnapshotCorruptError) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = error
 
     @property
     def failed(self) -> bool:
@@ -340,14 +351,16 @@ class BackgroundVerification:
             raise error
 
     def finish(self) -> SnapshotCorruptError | None:
-        """Wait until every file is checked; return the mismatch found, if any."""
-        self._thread.join()
+        """Wait until every file is checked (or a mismatch is found); return the mismatch, if any."""
+        for t in self._threads:
+            t.join()
         return self.error
 
     def cancel(self) -> None:
-        """Stop after the file being hashed (the restore failed for another reason)."""
+        """Stop after the files being hashed (the restore failed for another reason)."""
         self._stop.set()
-        self._thread.join()
+        for t in self._threads:
+            t.join()
 
 
 def _json_default(o: Any) -> Any:

@@ -226,7 +226,7 @@ def run_with_recovery(make_env: Callable[[], Any], job_name: str, crash: CrashIn
     completed yet (as Flink restarts a job started from a savepoint).
 
     Each restart restores the newest complete checkpoint, whose files the restore itself
-    checks (sizes first, SHA-256 while it loads); if one is damaged the restore fails with
+    checks (sizes first, checksums while it loads); if one is damaged the restore fails with
     a :class:`~explorer.errors.SnapshotError`, leaves nothing behind (:func:`.restore.abort_restore`),
     and the next older checkpoint is tried, then ``restore_from``, then a start from scratch.
     So each file is hashed once per restart (checking a checkpoint with

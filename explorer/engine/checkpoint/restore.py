@@ -64,7 +64,7 @@ class RestoredKeyedState:
         self.desc = StoredState.of(desc)
         self.files = files  # (relative path, state metadata)
         self.key_groups = key_groups
-        #: the SHA-256 checks of these files, running while they load (see :func:`restore_runtime`)
+        #: the checksum checks of these files, running while they load (see :func:`restore_runtime`)
         self.verification = verification
 
     def _checked(self, items: Iterator[Any]) -> Iterator[Any]:
@@ -233,13 +233,18 @@ class RestoredChunk:
 def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool = False) -> dict[str, Any]:
     """Load ``folder`` into a built (not yet opened) runtime. Returns the snapshot metadata.
 
-    Every data file's size is checked first, and every file read here (operator state,
-    timers, RocksDB files of an incremental checkpoint) is hashed before use. The
-    canonical keyed-state Parquet files, the bulk of a full snapshot, are loaded
-    when the job registers its states in ``open()``; their SHA-256 checks run in a
-    thread meanwhile (:class:`BackgroundVerification`), and :func:`check_after_open`
-    waits for them: on a mismatch the restore fails with the checksum error
-    and :func:`abort_restore` removes the state built so far.
+    Every data file's size is checked first, and every file is hashed before the job
+    runs. The small files read here (operator state, timers, a native subtask's
+    MANIFEST, CURRENT and OPTIONS) are hashed before use. The bulk of a snapshot is
+    hashed in threads while it loads (:class:`BackgroundVerification`): the canonical
+    keyed-state Parquet files, loaded when the job registers its states in ``open()``,
+    and the SST files of a native (incremental or full native) checkpoint, linked into
+    the new database and opened by RocksDB, which checks each block's checksum as it
+    reads it (as the canonical restore's page CRCs are checked). :func:`check_after_open`
+    waits for the hashes before the job processes a record or takes a checkpoint: on a
+    mismatch the restore fails with the checksum error (also when the damage made the
+    load itself fail first: :class:`~explorer.engine.checkpoint.job.JobClient` awaits
+    the verification's verdict) and :func:`abort_restore` removes the state built so far.
     """
     folder = Path(folder)
     meta = read_metadata(folder)
@@ -247,6 +252,9 @@ def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool 
     deferred = {smeta["file"] for o in meta.get("operators", []) if o.get("keyed")
                 for sub in o.get("subtasks", []) if sub.get("state_format") != NATIVE_FORMAT
                 for smeta in sub.get("states", [])}
+    deferred |= {rel for o in meta.get("operators", []) if o.get("keyed")
+                 for sub in o.get("subtasks", []) if sub.get("state_format") == NATIVE_FORMAT
+                 for name, rel in sub.get("native", {}).get("files", {}).items() if name.endswith(".sst")}
     background: list[tuple[Path, dict]] = []
     now: list[tuple[str, dict]] = []
     for rel, entry in files.items():
@@ -255,30 +263,38 @@ def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool 
         else:
             now.append((rel, entry))
     verify_files(folder, now)
-    verification = BackgroundVerification(background) if background else None
+    verification = None
+    if background:
+        big = sum(int(e.get("bytes", 0)) for _, e in background) >= VERIFY_PARALLEL_BYTES
+        verification = BackgroundVerification(background, _verify_threads(len(background)) if big else 1)
     runtime.restore_verification = verification
     try:
         return _restore_into(runtime, folder, meta, allow_non_restored_state, verification)
-    except BaseException:
-        if verification is not None:
+    except BaseException as e:
+        # an error of the load may come from a damaged file: the caller awaits the verdict
+        # (JobClient reports the checksum error then); interrupted, stop hashing
+        if verification is not None and not isinstance(e, Exception):
             verification.cancel()
         raise
 
 
-#: files verified before a restore are hashed by this many threads when they hold this many bytes or more
+#: files verified before or during a restore are hashed by this many threads when they hold this many bytes or more
 VERIFY_THREADS = 4
 VERIFY_PARALLEL_BYTES = 32 << 20
 
 
+def _verify_threads(n_files: int) -> int:
+    return max(1, min(VERIFY_THREADS, os.cpu_count() or 1, n_files))
+
+
 def verify_files(folder: Path, files: list[tuple[str, dict]]) -> None:
-    """:func:`verify_file` of every ``(relative path, entry)``; large sets (the SST files of an incremental
-    checkpoint) are hashed by a few threads at once (hashlib releases the GIL), the first
+    """:func:`verify_file` of every ``(relative path, entry)``; large sets are hashed by a few threads at once (hashlib releases the GIL), the first
     damaged file in the given order raising its error as the sequential check would."""
     if sum(int(e.get("bytes", 0)) for _, e in files) < VERIFY_PARALLEL_BYTES or len(files) < 2:
         for rel, entry in files:
             verify_file(folder, rel, entry)
         return
-    workers = max(1, min(VERIFY_THREADS, os.cpu_count() or 1, len(files)))
+    workers = _verify_threads(len(files))
     with ThreadPoolExecutor(workers, thread_name_prefix="restore-verify") as pool:
         # the largest first, so that the threads finish together
         order = sorted(range(len(files)), key=lambda i: -int(files[i][1].get("bytes", 0)))
@@ -412,7 +428,7 @@ def _restore_operator_state(folder: Path, old: dict, subtasks: list, registry: d
 
 
 def check_after_open(runtime) -> None:
-    """After ``open()``: every data file checked out (waiting for the background SHA-256
+    """After ``open()``: every data file checked out (waiting for the background checksum
     checks), and every restored state has been claimed by a descriptor."""
     if getattr(runtime, "restored_from", None) is None:
         return

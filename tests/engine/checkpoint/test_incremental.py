@@ -576,3 +576,92 @@ def test_history_reports_state_bytes_and_shared_files_of_incremental_checkpoints
     assert (per["bytes"] > 0).all()
     by_chk = hist.groupby("checkpoint_id")[["checkpoint_bytes", "incremental_bytes"]].first()
     assert by_chk["incremental_bytes"].iloc[-1] < by_chk["checkpoint_bytes"].iloc[-1]  # shared SSTs not counted again
+
+
+# --- issue 31: a restore's SST files hashed beside the load, never restored silently when damaged ------------
+def test_a_flipped_byte_in_a_shared_sst_fails_the_restore_before_any_output_or_checkpoint(tmp_path, monkeypatch):
+    """The shared SST files of an incremental checkpoint carry XXH3-128 and are hashed in threads while
+    RocksDB opens them (off the critical path: the native restore starts before the hashes end); one
+    flipped byte still fails the restore with the checksum error naming the file, before the restored
+    job emits a record or completes a checkpoint, and leaves no state behind."""
+    import threading
+    import time
+
+    from explorer.engine.checkpoint import restore as restore_mod
+    from explorer.format import snapshot as snapshot_mod
+    from explorer.format.snapshot import resolve
+
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out")), "job")
+    try:
+        checkpoint_after(client, 30)
+        folder = checkpoint_after(client, 2)
+    finally:
+        client.close()
+    meta = read_metadata(folder)
+    shared = sorted(rel for rel in meta["files"] if rel.startswith("../shared/") and rel.endswith(".sst"))
+    assert shared and all(set(meta["files"][rel]) == {"bytes", "xxh3_128"} for rel in shared)
+
+    events: list[tuple[str, float]] = []
+    lock = threading.Lock()
+    digest, native = snapshot_mod.check_file_digest, restore_mod.restore_native_subtask
+
+    def slow_digest(path, entry):  # a slow disk: the hashes end well after the database is open
+        time.sleep(0.2)
+        try:
+            digest(path, entry)
+        finally:
+            with lock:
+                events.append(("hashed", time.monotonic()))
+
+    def timed_native(*args, **kwargs):
+        with lock:
+            events.append(("native restore", time.monotonic()))
+        return native(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot_mod, "check_file_digest", slow_digest)
+    monkeypatch.setattr(restore_mod, "restore_native_subtask", timed_native)
+    good = JobClient(make_env(tmp_path / "chk-good", CollectSink("out"), state_dir=tmp_path / "state-good"), "job",
+                     restore_from=folder)
+    good.close()
+    first_restore = min(t for what, t in events if what == "native restore")
+    assert first_restore < max(t for what, t in events if what == "hashed")  # verification beside the restore
+
+    victim = resolve(folder, shared[len(shared) // 2])
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    victim.write_bytes(bytes(data))
+    sink = CollectSink("out")
+    chk = tmp_path / "chk-bad"
+    state = tmp_path / "state-bad"
+    with pytest.raises(SnapshotCorruptError, match="XXH3-128") as err:
+        # checkpoints every 50 records: a job that ran at all would complete one
+        JobClient(make_env(chk, sink, every=50, state_dir=state), "job", restore_from=folder).run()
+    assert str(victim) in str(err.value) and "does not match the recorded" in str(err.value)
+    assert sink.results == []
+    assert not list(chk.glob("chk-*"))
+    assert not [p for p in state.rglob("*") if p.is_file()]
+
+
+def test_shared_files_hashed_with_sha256_before_issue_31_still_restore_and_are_reused(tmp_path, monkeypatch):
+    """Checkpoints taken before XXH3-128 (their shared SST files recorded with SHA-256) restore, and the
+    restored job's next checkpoint references those files with their SHA-256 beside new XXH3-128 ones."""
+    from explorer.engine.checkpoint import incremental as incremental_mod
+
+    monkeypatch.setattr(incremental_mod, "xxhash", None)  # as an older version wrote them
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out")), "job")
+    try:
+        old = checkpoint_after(client, 30)
+    finally:
+        client.close()
+    assert all("sha256" in read_metadata(old)["files"][rel] for rel in shared_of(old))
+    monkeypatch.undo()
+    client = JobClient(make_env(tmp_path / "chk", CollectSink("out"), state_dir=tmp_path / "state-b"), "job",
+                       restore_from=old)
+    try:
+        new = checkpoint_after(client, 3)
+    finally:
+        client.close()
+    files = verify_snapshot(new)["files"]
+    kinds = {next(k for k in ("sha256", "xxh3_128") if k in files[rel]) for rel in shared_of(new)}
+    assert kinds == {"sha256", "xxh3_128"}, kinds
+    assert shared_of(old) & shared_of(new)  # reused, not uploaded again

@@ -276,7 +276,7 @@ class RocksDBStateBackend(KeyedStateBackend):
         self._check_or_write_format()
         self._adopt_existing_states()
         #: SST files of this instance already in a checkpoint's shared area: file name ->
-        #: {"path": "../shared/...", "bytes": n, "sha256": hex}; SSTs are immutable and this
+        #: {"path": "../shared/...", "bytes": n, "xxh3_128": hex} ("sha256" before issue 31); SSTs are immutable and this
         #: instance never reuses a file number, so a name here needs no second upload
         #: (filled by incremental checkpoints and by a restore from one)
         self.uploaded: dict[str, dict[str, Any]] = {}
