@@ -1,0 +1,71 @@
+"""Issue 30, "answers, not non-answers", in the dashboards: what a figure measures is named, and the
+Overview's size figure is never left as empty axes (checked without a browser: what the kernel sends)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ipywidgets as w
+import pytest
+
+from widgets._data import SnapshotData
+from widgets.history import HistoryTab
+from widgets.overview import OverviewTab, facts
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_data"
+FLINK = SAMPLES / "flink" / "heap-canonical-savepoint"
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """Every state update the kernel sends: (model id, the state's keys and values)."""
+    log: list[tuple[str, dict]] = []
+    original = w.Widget._send
+
+    def record(self, msg, buffers=None):
+        if msg.get("method") == "update" and self.comm is not None:
+            log.append((self.model_id, dict(msg.get("state") or {})))
+        return original(self, msg, buffers)
+
+    monkeypatch.setattr(w.Widget, "_send", record)
+    return log
+
+
+def test_the_overview_figure_has_its_data_before_it_is_shown_on_a_flink_savepoint(sent):
+    """The staged Overview drew its size figure after the tab was on screen, put it in the tab, then sent its
+    state: its traces went only as one-off messages, which the page drops while plotly.js loads, so a view
+    drawn in between stayed empty grey axes (-1 B..6 B). The full state must go before the figure is shown."""
+    tab = OverviewTab(SnapshotData.from_any(FLINK), staged=True)
+    try:
+        assert tab.size_figure is None
+        tab.fill()
+        fig = tab.size_figure
+        assert fig is not None and len(fig.data) >= 1 and sum(len(t.x) for t in fig.data) > 0
+        state = fig.get_state()
+        assert state["_widget_data"] and all(len(t["x"]) for t in state["_widget_data"])
+        shown = next(i for i, (mid, st) in enumerate(sent)
+                     if mid == tab.model_id and f"IPY_MODEL_{fig.model_id}" in (st.get("children") or []))
+        data_sent = [i for i, (mid, st) in enumerate(sent) if mid == fig.model_id and st.get("_widget_data")]
+        assert data_sent and data_sent[0] < shown, "the figure was shown before its data was sent"
+    finally:
+        tab.close()
+
+
+def test_overview_and_history_name_what_their_sizes_measure():
+    """History's sizes are the checkpoint's files, Overview's the serialized values: each says which."""
+    data = SnapshotData.from_any(SAMPLES / "url_counts" / "checkpoints")
+    overview, history = OverviewTab(data), HistoryTab(data)
+    try:
+        shown = facts(data)
+        assert "state size (serialized values)" in shown
+        assert "serialized values" in overview.size_figure.layout.title.text
+        assert "serialized" in overview.size_figure.layout.xaxis.title.text
+        assert "files on disk" in history.size_figure.layout.title.text
+        assert "file bytes" in history.size_figure.layout.yaxis.title.text
+        assert "files on disk" in history.delta_figure.layout.yaxis.title.text
+        history.metric = "entries"
+        assert history.size_figure.layout.yaxis.title.text == "entries per checkpoint"
+        assert "files on disk" not in history.size_figure.layout.title.text
+    finally:
+        overview.close()
+        history.close()
