@@ -155,9 +155,10 @@ def key_group_bars(data_frame: pd.DataFrame, *, x: str = "key_group", y: str = "
     for i, (c, g) in enumerate(df.groupby(color, sort=True, observed=True)):
         fig.add_trace(go.Bar(x=plot_categories(g[x]), y=g[y].to_numpy(), name=plot_text(f"{color} {c}"),
                              marker_color=_colour(i)))
-    fig.update_xaxes(title_text=plot_text(x.replace("_", " ")))
+    fig.update_xaxes(title_text=plot_text(x.replace("_", " ")), tickformat=",d", rangemode="tozero",
+                     **({"dtick": 1} if len(df) and df[x].max() <= 16 else {}))  # key group 3, never 2.5
     value_axis(fig, y, df[y], per=x.replace("_", " "))
-    return _layout(fig, title or f"{y} per key group of {op}", height, bargap=0, legend=color)
+    return _layout(fig, title or f"{measure_name(y)} per key group of {op}", height, bargap=0, legend=color)
 
 
 @document
@@ -180,7 +181,7 @@ def subtask_bars(data_frame: pd.DataFrame, *, x: str = "subtask", y: str = "byte
                       annotation_font_color=_colour(i), annotation_bgcolor="rgba(255,255,255,0.8)")
     fig.update_xaxes(title_text=plot_text(x), dtick=1)
     value_axis(fig, y, df[y], per=x)
-    return _layout(fig, title or f"{y} per subtask of {op}", height, barmode="group", legend=color)
+    return _layout(fig, title or f"{measure_name(y)} per subtask of {op}", height, barmode="group", legend=color)
 
 
 @document
@@ -228,7 +229,7 @@ def hot_key_bars(data_frame: pd.DataFrame, *, x: str = "key", y: str = "bytes", 
     fig.update_xaxes(title_text=plot_text(x), categoryorder="array", categoryarray=order,
                      tickangle=-30 if len(order) > 5 or any(len(k) > 12 for k in order) else 0)
     value_axis(fig, y, df[y], per=x)
-    return _layout(fig, title or f"Hottest keys of {op} by {y}", height, legend=color)
+    return _layout(fig, title or f"Hottest keys of {op} by {measure_name(y)}", height, legend=color)
 
 
 @document
@@ -256,7 +257,7 @@ def lorenz_curve(data_frame: pd.DataFrame, *, value: str = "bytes", color: str =
     fig.update_xaxes(title_text="share of keys (smallest first)", range=[0, 1], tickformat=".0%")
     fig.update_yaxes(title_text=plot_text(f"share of {measure_name(value)} (largest keys last)"), range=[0, 1],
                      tickformat=".0%")
-    return _layout(fig, title or f"Lorenz curve of {value} per key", height)
+    return _layout(fig, title or f"Lorenz curve of {measure_name(value)} per key", height)
 
 
 @document
@@ -345,5 +346,6 @@ def diff_waterfall(data_frame: pd.DataFrame, *, value: str = "bytes", by: str = 
     running = list(pd.Series(ys[:-1]).cumsum()) + [ys[-1]]
     value_axis(fig, value, running, per=None, title=f"{measure_name(value)}, from snapshot a to b")
     fig.update_xaxes(title_text=plot_text(f"snapshot a, the change per {'operator/' if len(keys) > 1 else ''}{by}, "
-                                          "snapshot b"))
-    return _layout(fig, title or f"Growth in {value} from a to b", height, showlegend=False)
+                                          "snapshot b"),
+                     tickangle=-30 if len(labels) > 6 or any(len(x) > 14 for x in labels) else 0)
+    return _layout(fig, title or f"Growth in {measure_name(value)} from a to b", height, showlegend=False)

@@ -31,7 +31,8 @@ def test_key_group_bars_one_trace_per_subtask(snap):
     hot_kg = assign_to_key_group("hot-a", 128)
     trace = fig.data[hot_kg * 2 // 128]
     assert trace.y[list(trace.x).index(hot_kg)] >= 8 * 250
-    assert fig.layout.title.text == "bytes per key group of planted"
+    assert fig.layout.title.text == "serialized bytes per key group of planted"
+    assert fig.layout.xaxis.tickformat == ",d"  # key groups are whole numbers
     assert fig.to_plotly_json()["layout"]["bargap"] == 0
 
 
