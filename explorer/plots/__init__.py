@@ -17,9 +17,10 @@ function                    data frame
 ==========================  ================================================
 
 ``PALETTE`` (the one palette: subtask colours, cycled per trace), ``EXPIRED_COLOR``, ``INK`` and
-``GUIDE`` are the colours the figures use (``COLOURS`` all of them), and :func:`legend_above` and
-:func:`value_axis` the look of their legends and value axes (counts as integers, bytes in KB/MB,
-durations, "serialized bytes per subtask"), for dashboards that draw beside them.
+``GUIDE`` are the colours the figures use (``COLOURS`` all of them); :func:`legend_above`,
+:func:`value_axis` and :func:`measure_name` give their legends and value axes their look (counts
+as integers, bytes in KB/MB, durations, "serialized bytes per subtask"), for dashboards that
+draw beside them.
 """
 
 from ._charts import (
@@ -33,6 +34,7 @@ from ._charts import (
     hot_key_bars,
     key_group_bars,
     legend_above,
+    measure_name,
     lorenz_curve,
     rescale_comparison,
     subtask_bars,

@@ -95,11 +95,12 @@ def _layout(fig: go.Figure, title: str, height: int | None, **kw) -> go.Figure:
 
 
 def value_axis(fig: go.Figure, measure: str, values, *, per: str | None, axis: str = "y",
-               title: str | None = None) -> go.Figure:
+               title: str | None = None, hover: bool = True) -> go.Figure:
     """Title an axis by what it counts and per what, and show its ticks and hover as people read them.
 
     Bytes in KB/MB (ticks and hover, powers of 1024), milliseconds as durations, counts as whole numbers
     (never 14.5 entries), starting at 0. ``values`` are the largest values the axis shows (a stack's totals).
+    ``hover=False`` leaves the traces' hover (and their ``customdata``) as they are.
     """
     f = fmt.formatter_for(measure)
     v = pd.to_numeric(pd.Series(list(values), dtype="object"), errors="coerce").dropna()
@@ -113,7 +114,8 @@ def value_axis(fig: go.Figure, measure: str, values, *, per: str | None, axis: s
             len(v) and (v.round() == v).all() and f is fmt.human_value):
         spec.update(tickformat=",d", **({"dtick": 1} if hi - min(lo, 0) <= 5 else {}))
     fig.update_layout({f"{axis[0]}axis{axis[1:]}": spec})  # this axis only (not a second one beside it)
-    _hover(fig, axis, f, name)
+    if hover:
+        _hover(fig, axis, f, name)
     return fig
 
 

@@ -69,3 +69,21 @@ def test_overview_and_history_name_what_their_sizes_measure():
     finally:
         overview.close()
         history.close()
+
+
+def test_key_group_charts_name_their_measure_and_keep_the_legend_off_the_axis_title():
+    from widgets.keygroups import KeyGroupsTab
+
+    tab = KeyGroupsTab(SnapshotData.from_any(FLINK))
+    try:
+        y = tab.key_group_figure.layout.yaxis
+        assert y.title.text == "serialized bytes per key group" and y.tickmode == "array"
+        assert all(t.split()[-1] in ("B", "KB", "MB") for t in y.ticktext)
+        assert tab.subtask_figure.layout.yaxis.title.text == "serialized bytes per subtask"
+        tab.metric = "entries"
+        assert tab.key_group_figure.layout.yaxis.title.text == "entries per key group"
+        assert tab.key_group_figure.layout.yaxis.tickformat == ",d"
+        legend = tab.whatif_figure.layout.legend
+        assert legend.orientation == "h" and legend.y >= 1  # was y=-0.28, on the x axis title
+    finally:
+        tab.close()
