@@ -346,7 +346,7 @@ def diff_waterfall(data_frame: pd.DataFrame, *, value: str = "bytes", by: str = 
                                  customdata=[fmt.formatter_for(value)(v) for v in ys],
                                  hovertemplate="%{x}: %{customdata}<extra></extra>"))
     running = list(pd.Series(ys[:-1]).cumsum()) + [ys[-1]]
-    value_axis(fig, value, running, per=None, title=f"{measure_name(value)}, from snapshot a to b")
+    value_axis(fig, value, running, per=None)
     fig.update_xaxes(title_text=plot_text(f"snapshot a, the change per {'operator/' if len(keys) > 1 else ''}{by}, "
                                           "snapshot b"),
                      tickangle=-30 if len(labels) > 6 or any(len(x) > 14 for x in labels) else 0)

@@ -55,11 +55,18 @@ VIEW_PROBLEMS = r"""(root) => {
         }
         // tick labels of one axis side by side must not run into each other
         for (const axis of p.querySelectorAll('.xaxislayer-above, .yaxislayer-above')) {
-            const ticks = [...axis.querySelectorAll('.xtick text, .ytick text')].map(e => ({r: e.getBoundingClientRect(), t: e.textContent}))
-                .filter(x => x.r.width > 0);
+            const ticks = [...axis.querySelectorAll('.xtick text, .ytick text')].map(e => ({
+                r: e.getBoundingClientRect(), t: e.textContent, h: e.getBBox().height,
+                angle: parseFloat(((e.getAttribute('transform') || '').match(/rotate\(([-\d.]+)/) || [0, 0])[1]),
+            })).filter(x => x.r.width > 0);
             for (let i = 1; i < ticks.length; i++) {
                 const a = ticks[i - 1].r, b = ticks[i].r;
-                const w = Math.min(a.right, b.right) - Math.max(a.left, b.left), h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+                let w = Math.min(a.right, b.right) - Math.max(a.left, b.left), h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+                if (ticks[i].angle) {  // tilted labels are parallel strips: they meet when closer than a line's height
+                    const th = ticks[i].angle * Math.PI / 180;
+                    const dx = (b.left + b.right - a.left - a.right) / 2, dy = (b.top + b.bottom - a.top - a.bottom) / 2;
+                    h = ticks[i].h - Math.abs(dx * Math.sin(th) - dy * Math.cos(th));
+                }
                 if (w > 1 && h > 1) { problems.push(`overlap in ${name}: tick labels "${ticks[i - 1].t.slice(0, 30)}" and "${ticks[i].t.slice(0, 30)}"`); break; }
             }
         }
