@@ -106,13 +106,17 @@ def value_axis(fig: go.Figure, measure: str, values, *, per: str | None, axis: s
     v = pd.to_numeric(pd.Series(list(values), dtype="object"), errors="coerce").dropna()
     lo, hi = (float(v.min()), float(v.max())) if len(v) else (0.0, 0.0)
     name = title or (f"{measure_name(measure)} per {per}" if per else measure_name(measure))
-    spec: dict = dict(title_text=plot_text(name), rangemode="tozero")
+    # every tick setting given each time: a figure updated in place (a dashboard's) keeps none of the last measure's
+    spec: dict = dict(title_text=plot_text(name), rangemode="tozero", tickmode="auto", tickvals=None, ticktext=None,
+                      tickformat=None, dtick=None, tick0=None)
     if f is fmt.human_bytes or f is fmt.human_duration:
         vals, texts = (fmt.byte_ticks if f is fmt.human_bytes else fmt.duration_ticks)(lo, hi)
         spec.update(tickmode="array", tickvals=vals, ticktext=texts)
     elif measure in _COUNTS or f in (fmt.human_count, fmt.human_traffic) or (
             len(v) and (v.round() == v).all() and f is fmt.human_value):
-        spec.update(tickformat=",d", **({"dtick": 1} if hi - min(lo, 0) <= 5 else {}))
+        spec.update(tickformat=",d")
+        if hi - min(lo, 0) <= 5:
+            spec.update(tickmode="linear", tick0=0, dtick=1)
     fig.update_layout({f"{axis[0]}axis{axis[1:]}": spec})  # this axis only (not a second one beside it)
     if hover:
         _hover(fig, axis, f, name)

@@ -87,3 +87,19 @@ def test_key_group_charts_name_their_measure_and_keep_the_legend_off_the_axis_ti
         assert legend.orientation == "h" and legend.y >= 1  # was y=-0.28, on the x axis title
     finally:
         tab.close()
+
+
+def test_a_dashboard_axis_keeps_no_tick_setting_of_the_measure_before():
+    """The Hot keys axis took dtick=1 from a small count and kept it for 2,000 records: a wall of ticks."""
+    import plotly.graph_objects as go
+    from explorer.plots import value_axis
+
+    fig = go.Figure(go.Bar(x=["a", "b"], y=[1, 3]))
+    value_axis(fig, "entries", [1, 3], per="key")
+    assert fig.layout.yaxis.dtick == 1
+    value_axis(fig, "records", [2000, 1300], per="key")
+    assert fig.layout.yaxis.dtick is None and fig.layout.yaxis.tickmode == "auto"
+    value_axis(fig, "bytes", [2000, 1300], per="key")
+    assert fig.layout.yaxis.tickmode == "array" and fig.layout.yaxis.tickformat is None
+    value_axis(fig, "entries", [2000, 1300], per="key")
+    assert fig.layout.yaxis.tickvals is None and fig.layout.yaxis.tickformat == ",d"
