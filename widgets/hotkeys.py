@@ -176,7 +176,7 @@ class HotKeysTab(View):
             bar.marker.color = [subtask_colour(s) for s in top["subtask"]]
             self.hot_figure.layout.title.text = (f"Top {n} keys of {plot_text(self.operator)} by {self.by} "
                                                  "(colour: the subtask holding the key)")
-            value_axis(self.hot_figure, unit, bar.y, per="key", hover=False)  # "serialized bytes per key", in KB
+            value_axis(self.hot_figure, unit, values[top_idx], per="key", hover=False)  # not bar.y: old inside a batch
             self.hot_figure.layout.xaxis.type = "category"
         kv = values[known]
         lc, g, t1 = self._skew(col, kv)

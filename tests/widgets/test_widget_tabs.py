@@ -84,6 +84,7 @@ def test_hot_keys_rank_and_salting(dash):
     assert set(tab.top["key"][:2]) == set(PLANT_HOT_KEYS)
     assert tab.hot_figure.layout.yaxis.title.text == "records (traffic) per key"
     assert tab.hot_figure.layout.yaxis.tickformat == ",d"  # whole records (issue 30)
+    assert tab.hot_figure.layout.yaxis.dtick is None  # not one tick per record: the axis reads the new values
     tab.by_select.value = "bytes"
     assert tab.hot_figure.layout.yaxis.title.text == "serialized bytes per key"
     assert tab.hot_figure.layout.yaxis.ticktext[-1].endswith("B")
