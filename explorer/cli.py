@@ -426,9 +426,10 @@ def cmd_report(args) -> int:
     if output.is_dir() or args.output.endswith(("/", "\\")):  # a folder: the report goes in it, named after the snapshot
         output = output / f"{_report_name(snap.path)}.html"
     out = build_report(snap, output, top=args.top, history_dir=history_dir, parallelisms=args.parallelisms,
-                       plotly_js="inline" if args.self_contained else "shared")
-    shared = "" if args.self_contained else " plus the shared plotly.js beside it"
-    say(f"report written to {out} ({_human_bytes(out.stat().st_size)}{shared})")
+                       plotly_js=args.plotly)
+    how = {"inline": ", self-contained", "file": ", plus the shared plotly.js beside it",
+           "cdn": ", loading plotly.js from its CDN"}[args.plotly]
+    say(f"report written to {out} ({_human_bytes(out.stat().st_size)}{how})")
     return 0
 
 
@@ -568,8 +569,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--top", type=positive_int, default=10, help="how many hot keys to chart")
     rp.add_argument("--parallelisms", type=parallelism_list, default=None,
                     help="comma-separated candidates for the rescale what-if: 2,4,8")
-    rp.add_argument("--self-contained", action="store_true",
-                    help="put plotly.js in the page (one file that opens anywhere) instead of one shared copy beside it")
+    rp.add_argument("--plotly", choices=("inline", "file", "cdn"), default="inline",
+                    help="how the page gets plotly.js: inline (the default: in the page once, one file that opens "
+                         "anywhere offline), file (one shared plotly-*.min.js beside the reports, each report small) "
+                         "or cdn (plotly's CDN: small, needs the network)")
+    rp.add_argument("--self-contained", dest="plotly", action="store_const", const="inline",
+                    help="the same as --plotly=inline (the default)")
     _snapshot_options(rp)
     rp.set_defaults(fn=cmd_report)
     ls = sub.add_parser("ls", help="list the checkpoints and savepoints under a path (local, s3://, gs://, ...)")

@@ -3,8 +3,9 @@
 * :func:`summary_text` is what ``state-explorer inspect`` and ``%explore`` print;
 * :func:`snapshot_html` is ``Snapshot._repr_html_`` (metadata only: cheap on any size);
 * :func:`build_report` writes an HTML page (a summary table, a contents list, the
-  figures) that loads plotly.js once, from one copy shared by the reports of a folder or
-  inlined, and opens without a network connection.
+  figures), self-contained by default: plotly.js is inlined once (not once per figure)
+  and the page opens anywhere without a network connection; on request it loads one
+  copy shared by the reports of a folder, or plotly's CDN.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from plotly.offline import get_plotlyjs
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from . import analysis, plots
 from .format.checkpoint_dir import checkpoint_id
@@ -37,8 +38,12 @@ table.sx th{background:#f5f5f5} .note{color:#a60} .muted{color:#777} .caption{co
 .fig{width:100%;max-width:100%;overflow:hidden}
 """
 
-#: file name of the shared plotly.js a report loads (written once beside the reports)
+#: file name of the shared plotly.js a report loads with ``plotly_js="file"`` (written once beside the reports)
 PLOTLY_FILE = "plotly-{version}.min.js"
+#: where a report made with ``plotly_js="cdn"`` loads plotly.js from (the version plotly.py ships)
+PLOTLY_CDN = "https://cdn.plot.ly/plotly-{version}.min.js"
+#: how a report gets plotly.js: in the page (the default), one file beside it, or plotly's CDN
+PLOTLY_JS = ("inline", "file", "cdn")
 
 
 def human_bytes(n: float | None) -> str:
@@ -259,7 +264,7 @@ def write_plotly(directory: str | Path) -> Path:
 
 
 def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir: str | Path | None = None,
-                 parallelisms: list[int] | None = None, plotly_js: str = "shared") -> Path:
+                 parallelisms: list[int] | None = None, plotly_js: str = "inline") -> Path:
     """Write an HTML report of a snapshot (a Snapshot or a path) to ``output``.
 
     A page with a summary table, a contents list, then per keyed operator its key groups,
@@ -267,13 +272,15 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
     and, when the snapshot sits in a checkpoint directory (or ``history_dir`` is given), the
     checkpoint history and the diff from the previous checkpoint. Works on every format.
 
-    ``plotly_js="shared"`` (the default) writes plotly.js once beside the report
-    (:data:`PLOTLY_FILE`, reused by every report in that folder) and loads it from there,
-    so a report stays small; ``"inline"`` puts it in the page (one file that opens
-    anywhere offline). Either way it is loaded once per page, not once per figure.
+    ``plotly_js="inline"`` (the default) puts plotly.js in the page once (about 4.6 MB): one
+    file that opens anywhere, offline. ``"file"`` writes it once beside the report
+    (:data:`PLOTLY_FILE`, reused by every report in that folder; ``"shared"`` is its old
+    name) so each report stays small; ``"cdn"`` loads it from :data:`PLOTLY_CDN` (small,
+    needs the network). Either way it is loaded once per page, not once per figure.
     """
-    if plotly_js not in ("shared", "inline"):
-        raise ValueError(f"plotly_js: found {plotly_js!r}, expected 'shared' or 'inline'")
+    plotly_js = "file" if plotly_js == "shared" else plotly_js
+    if plotly_js not in PLOTLY_JS:
+        raise ValueError(f"plotly_js: found {plotly_js!r}, expected one of {', '.join(PLOTLY_JS)}")
     snap = source if hasattr(source, "keyed_state") else open_stored(source)
     out = Path(output)
     sections: list[tuple[str, str, list[str]]] = []  # (anchor, title, html parts)
@@ -387,6 +394,9 @@ def build_report(source: Any, output: str | Path, *, top: int = 10, history_dir:
             parts.append(_table(analysis.growth_by_key(d, n=top)))
     if plotly_js == "inline":
         script = f"<script type='text/javascript'>{get_plotlyjs()}</script>"
+    elif plotly_js == "cdn":
+        src = PLOTLY_CDN.format(version=get_plotlyjs_version())
+        script = f"<script type='text/javascript' src='{html.escape(src)}' charset='utf-8'></script>"
     else:
         js = write_plotly(out.parent)
         script = f"<script type='text/javascript' src='{html.escape(js.name)}'></script>"

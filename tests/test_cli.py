@@ -36,7 +36,7 @@ def test_inspect_of_a_missing_path_fails_cleanly(tmp_path, capsys):
 
 def test_report_loads_one_shared_plotly_copy(planted_job, tmp_path, capsys):
     out = tmp_path / "r" / "report.html"
-    assert main(["report", str(planted_job.savepoint), "-o", str(out)]) == 0
+    assert main(["report", str(planted_job.savepoint), "-o", str(out), "--plotly=file"]) == 0
     assert "report written to" in capsys.readouterr().out
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>")
@@ -54,17 +54,35 @@ def test_report_loads_one_shared_plotly_copy(planted_job, tmp_path, capsys):
         assert section in page
     assert "hot-a" in page and "hot-b" in page
     # a second report in the folder reuses the copy
-    assert main(["report", str(planted_job.savepoint), "-o", str(out.parent / "again.html")]) == 0
+    assert main(["report", str(planted_job.savepoint), "-o", str(out.parent / "again.html"), "--plotly", "file"]) == 0
     assert sorted(p.name for p in out.parent.iterdir()) == sorted(["report.html", "again.html", scripts[0]])
 
 
-def test_report_self_contained_inlines_plotly_once(planted_job, tmp_path):
+@pytest.mark.parametrize("flag", [[], ["--self-contained"], ["--plotly=inline"]])
+def test_report_is_self_contained_by_default_plotly_inlined_once(planted_job, tmp_path, capsys, flag):
+    """`report --help` says self-contained: by default the page carries plotly.js (once, not per figure) and
+    nothing is written beside it (issue 30: it wrote a separate plotly file)."""
     out = tmp_path / "report.html"
-    assert main(["report", str(planted_job.savepoint), "-o", str(out), "--self-contained"]) == 0
+    assert main(["report", str(planted_job.savepoint), "-o", str(out), *flag]) == 0
+    assert "self-contained" in capsys.readouterr().out
     page = out.read_text()
     js = get_plotlyjs()
     assert page.count(js[:500]) == 1
     assert page.count("cdn.plot.ly") == js.count("cdn.plot.ly") and "<script src=" not in page
+    assert not re.findall(r"<script[^>]*src=", page)
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
+    assert len(page.encode()) < len(js.encode()) + 1_000_000  # plotly.js once, and the report's own small part
+
+
+def test_report_can_load_plotly_from_its_cdn(planted_job, tmp_path):
+    from plotly.offline import get_plotlyjs_version
+
+    out = tmp_path / "report.html"
+    assert main(["report", str(planted_job.savepoint), "-o", str(out), "--plotly=cdn"]) == 0
+    page = out.read_text()
+    assert re.findall(r"<script[^>]*src='([^']+)'", page) == [
+        f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"]
+    assert len(page.encode()) < 1_000_000 and [p.name for p in tmp_path.iterdir()] == ["report.html"]
 
 
 def _cells(page):
@@ -89,7 +107,8 @@ def test_report_is_a_page_with_summary_contents_and_formatted_numbers(planted_jo
 
 def test_report_of_a_checkpoint_directory_adds_history_and_diff(planted_job, tmp_path):
     out = tmp_path / "report.html"
-    assert main(["report", str(planted_job.checkpoint_dir), "-o", str(out), "--parallelisms", "1,2,4"]) == 0
+    assert main(["report", str(planted_job.checkpoint_dir), "-o", str(out), "--parallelisms", "1,2,4",
+                 "--plotly=file"]) == 0
     page = out.read_text()
     assert "Checkpoint history of" in page and "Diff from chk-" in page
     assert len(re.findall(r"<script[^>]*src='plotly-", page)) == 1

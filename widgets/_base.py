@@ -46,6 +46,7 @@ def figure(height: int = 320, **layout: Any) -> go.FigureWidget:
 def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
     """Make ``target`` show ``source`` (traces and layout), keeping the same widget."""
     height = target.layout.height
+    top = source.layout.margin.t  # room for the legend above the plot (explorer.plots.legend_above)
     with target.batch_update():
         target.data = ()
         target.layout.shapes = ()
@@ -54,7 +55,7 @@ def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
         layout = source.layout.to_plotly_json()
         layout.pop("template", None)  # the target has the dashboards' template; validating one costs seconds
         target.update_layout(layout)
-        target.update_layout(height=height, margin=dict(l=60, r=20, t=50, b=50))
+        target.update_layout(height=height, margin=dict(l=60, r=20, t=max(top or 50, 50), b=50))
 
 
 #: CSS for the views' HTML tables (included with every table: a tab may be shown on its own).

@@ -10,7 +10,7 @@ import ipywidgets as w
 import traitlets as t
 
 from explorer.analysis import checkpoint_summary, history
-from explorer.plots import checkpoint_history
+from explorer.plots import PALETTE, checkpoint_history, legend_above, value_axis
 from explorer.escape import plot_text
 
 from ._base import View, figure, html_table, replace_figure
@@ -19,7 +19,10 @@ from ._errors import ErrorArea
 
 
 #: the duration columns of a history and their colours
-DURATIONS = (("duration_ms", "#EF553B"), ("sync_ms", "#00CC96"), ("async_ms", "#AB63FA"), ("alignment_ms", "#19D3F3"))
+DURATIONS = (("duration_ms", PALETTE[1]), ("sync_ms", PALETTE[2]), ("async_ms", PALETTE[3]), ("alignment_ms", PALETTE[5]))
+
+#: the History tab's sizes are those of the checkpoint's files, the Overview's those of the serialized values
+MEASURE = {"bytes": "bytes (files on disk)", "entries": "entries", "keys": "keys"}
 
 
 class HistoryTab(View):
@@ -62,19 +65,24 @@ class HistoryTab(View):
         x = [plot_text(c) for c in s["checkpoint_id"]]
         with self.delta_figure.batch_update():
             self.delta_figure.add_bar(x=x, y=s["incremental_bytes"].to_numpy(), name="new files (incremental)",
-                                      marker_color="#636EFA")
+                                      marker_color=PALETTE[0])
             self.delta_figure.add_bar(x=x, y=s["delta_bytes"].to_numpy(), name="change in total size",
-                                      marker_color="#FFA15A")
-            self.delta_figure.update_layout(title_text="Bytes each checkpoint added", xaxis_title="checkpoint",
-                                            yaxis_title="bytes", legend=dict(orientation="h", y=-0.3))
+                                      marker_color=PALETTE[4])
+            self.delta_figure.update_layout(title_text="File bytes each checkpoint added", xaxis_title="checkpoint")
+            legend_above(self.delta_figure, width=400)
+            value_axis(self.delta_figure, "delta_bytes", list(s["incremental_bytes"]) + list(s["delta_bytes"]),
+                       per="checkpoint", title="bytes (files on disk) per checkpoint")
         if self.duration_figure is not None:
             with self.duration_figure.batch_update():
                 for col, colour in DURATIONS:
                     if col in s and s[col].notna().any():
                         self.duration_figure.add_scatter(x=x, y=s[col].to_numpy(), mode="lines+markers",
                                                          name=col.replace("_ms", ""), line_color=colour)
-                self.duration_figure.update_layout(title_text="Checkpoint durations", xaxis_title="checkpoint",
-                                                   yaxis_title="milliseconds", legend=dict(orientation="h", y=-0.3))
+                self.duration_figure.update_layout(title_text="Checkpoint durations", xaxis_title="checkpoint")
+                legend_above(self.duration_figure, width=400)
+                value_axis(self.duration_figure, "duration_ms",
+                           [v for c, _ in DURATIONS if c in s for v in s[c]], per="checkpoint",
+                           title="duration per checkpoint")
         self.table.value = html_table(s.drop(columns=["path"]))
 
     def update(self) -> None:
@@ -83,6 +91,5 @@ class HistoryTab(View):
         if metric == "keys" and h["keys"].isna().all():
             raise ValueError("this history has no key counts (history(..., keys=False))")
         fig = checkpoint_history(h.assign(**{metric: h[metric].fillna(0)}), y=metric,
-                                 title=f"State {metric} per checkpoint, stacked by operator / state")
+                                 title=f"State {MEASURE[metric]} per checkpoint, stacked by operator / state")
         replace_figure(self.size_figure, fig)
-        self.size_figure.update_layout(legend=dict(orientation="h", y=-0.25))

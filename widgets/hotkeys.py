@@ -18,6 +18,7 @@ import traitlets as t
 
 from explorer.analysis.hotkeys import gini, hottest_key, lorenz_curve, rank_order, salted_key, top_share
 from explorer.escape import plot_text
+from explorer.plots import measure_name, value_axis
 from explorer.ranking import nth_largest
 from explorer.keygroups import assign_key_groups, operator_indices_for_key_groups
 
@@ -257,7 +258,7 @@ class HotKeysTab(View):
             bar.marker.color = [subtask_colour(s) for s in top["subtask"]]
             self.hot_figure.layout.title.text = (f"Top {n} keys of {plot_text(self.operator)} by {self.by} "
                                                  "(colour: the subtask holding the key)")
-            self.hot_figure.layout.yaxis.title.text = unit
+            value_axis(self.hot_figure, unit, values[top_idx], per="key", hover=False)  # not bar.y: old inside a batch
             self.hot_figure.layout.xaxis.type = "category"
         kv = values[known]
         lc, g, t1 = self._skew(col, kv)
@@ -266,7 +267,7 @@ class HotKeysTab(View):
             self.lorenz_figure.data[1].y = lc["load_share"].to_numpy()
             self.lorenz_figure.data[1].name = f"keys (Gini {g:.2f})"
             self.lorenz_figure.layout.title.text = f"Lorenz curve of {unit} per key"
-            self.lorenz_figure.layout.yaxis.title.text = f"share of {unit}"
+            self.lorenz_figure.layout.yaxis.title.text = f"share of {measure_name(unit)}"
         # salting what-if for the hottest key, on the measure ranked
         after = loads.copy()
         if len(top) and total > 0 and no_hottest is None:

@@ -17,6 +17,7 @@ import traitlets as t
 from explorer.analysis.distribution import METRICS, imbalance_figures
 from explorer.keygroups import operator_indices_for_key_groups
 from explorer.escape import plot_text
+from explorer.plots import INK, PALETTE, legend_above, measure_name, value_axis
 
 from ._base import View, figure, subtask_colour
 from ._data import SnapshotData
@@ -57,20 +58,20 @@ class KeyGroupsTab(View):
         # a stable hook for the browser tests and user CSS (plotly's FigureWidget ignores DOM classes)
         self.parallelism_slider.add_class("sx-parallelism")
         self.subtask_figure = self.own(figure(330, showlegend=False))
-        self.whatif_figure = self.own(figure(330, showlegend=True, legend=dict(orientation="h", y=-0.28),
-                                             margin=dict(l=60, r=20, t=50, b=90)))
+        self.whatif_figure = self.own(figure(330, showlegend=True))
         self.key_group_figure.add_bar(x=[], y=[], name="key groups",
                                       hovertemplate="key group %{x}<br>%{y:,}<br>subtask %{customdata}<extra></extra>")
         self.key_group_figure.update_xaxes(title_text="key group")
         self.subtask_figure.add_bar(x=[], y=[], name="subtasks",
                                     hovertemplate="subtask %{x}<br>%{y:,}<extra></extra>")
         self.subtask_figure.update_xaxes(title_text="subtask", dtick=1)
-        self.whatif_figure.add_scatter(x=[], y=[], mode="lines+markers", name="max / mean", line_color="#636EFA",
+        self.whatif_figure.add_scatter(x=[], y=[], mode="lines+markers", name="max / mean", line_color=PALETTE[0],
                                        marker=dict(size=4))
         self.whatif_figure.add_scatter(x=[], y=[], mode="markers", name="snapshot's parallelism",
-                                       marker=dict(size=13, symbol="star", color="black"))
-        self.whatif_figure.add_scatter(x=[], y=[], mode="markers", name="chosen", marker=dict(size=13, color="#EF553B"))
-        self.whatif_figure.update_xaxes(title_text="parallelism")
+                                       marker=dict(size=13, symbol="star", color=INK))
+        self.whatif_figure.add_scatter(x=[], y=[], mode="markers", name="chosen", marker=dict(size=13, color=PALETTE[1]))
+        legend_above(self.whatif_figure)  # below the plot it sat on the x axis title
+        self.whatif_figure.update_xaxes(title_text="parallelism (subtasks)", tickformat=",d")
         self.whatif_figure.update_yaxes(title_text="heaviest subtask / mean", rangemode="tozero")
         t.link((self.operator_select, "value"), (self, "operator"))
         t.link((self.metric_select, "value"), (self, "metric"))
@@ -158,8 +159,9 @@ class KeyGroupsTab(View):
             bar.customdata = sub
             bar.marker.color = [colours[s] for s in sub]
             self.key_group_figure.layout.title.text = (
-                f"{metric} per key group of {plot_text(self.operator)}: {m} key groups on {p} subtask{'s' * (p != 1)}")
-            self.key_group_figure.layout.yaxis.title.text = metric
+                f"{measure_name(metric)} per key group of {plot_text(self.operator)}: {m} key groups on {p} subtask{'s' * (p != 1)}")
+            value_axis(self.key_group_figure, metric, values, per="key group", hover=False)
+            self.key_group_figure.update_xaxes(tickformat=",d", rangemode="tozero")
         with self.subtask_figure.batch_update():
             bar = self.subtask_figure.data[0]
             bar.x = np.arange(p)
@@ -167,8 +169,8 @@ class KeyGroupsTab(View):
             bar.marker.color = colours
             self.subtask_figure.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, y0=fig["mean"],
                                                       y1=fig["mean"], line=dict(dash="dash", color="gray"))]
-            self.subtask_figure.layout.title.text = f"{metric} per subtask (dashed: mean)"
-            self.subtask_figure.layout.yaxis.title.text = metric
+            self.subtask_figure.layout.title.text = f"{measure_name(metric)} per subtask (dashed: mean)"
+            value_axis(self.subtask_figure, metric, loads, per="subtask", hover=False)
         with self.whatif_figure.batch_update():
             self.whatif_figure.data[2].x = [p]
             self.whatif_figure.data[2].y = [self._ratios[p - 1]]

@@ -12,6 +12,7 @@ from typing import Any
 import ipywidgets as w
 
 from explorer.escape import plot_text
+from explorer.plots import legend_above, value_axis
 from explorer.plots.format import MISSING, human_bytes, human_count, human_duration, human_time
 
 from ._base import View, figure, html_table, loading_html, show_empty, subtask_colour
@@ -47,7 +48,7 @@ def _timing_facts(data: SnapshotData) -> dict[str, str]:
     stored = timings.pop("bytes", None)
     out = {}
     if stored is not None:
-        out["stored size (files)"] = human_bytes(stored)
+        out["stored size (files on disk)"] = human_bytes(stored)
     for k, v in timings.items():
         name = k.removesuffix("_ms").replace("_", " ")
         out[name] = human_duration(v) if k.endswith("_ms") else human_count(v)
@@ -110,10 +111,14 @@ class OverviewTab(View):
         self.fact_values = facts(self.data)
         self.facts.value = _facts_html(self.fact_values)
         self.states_table.value = "<h4>States</h4>" + html_table(self._states())
+        # The figure is drawn and its whole state sent before it is shown. It used to be shown first and
+        # synced after: its traces went as one-off messages, which the page drops while plotly.js is still
+        # loading (this is the dashboard's first figure), and a view drawn before the state sync came
+        # stayed empty grey axes (-1 B..6 B) until the notebook was run again.
         self.size_figure = self.own(figure(320, barmode="stack"))
         self._draw_sizes()
-        self.children = [self.facts, self.size_figure, self.operators_table, self.states_table, self.notes]
         self.sync_figures()
+        self.children = [self.facts, self.size_figure, self.operators_table, self.states_table, self.notes]
 
     def _states(self):
         """The states table, with entries and bytes counted from the data where the metadata has none."""
@@ -143,8 +148,10 @@ class OverviewTab(View):
                 fig.add_bar(y=g["label"].to_numpy(), x=g["size_bytes"].to_numpy(), orientation="h",
                             name=f"subtask {s}", marker_color=subtask_colour(int(s)),
                             hovertemplate="%{y}<br>%{x:,} bytes<extra>subtask " + str(s) + "</extra>")
-            fig.update_layout(title_text="State size per state (serialized bytes, stacked by subtask)",
-                              legend_title_text="subtask", legend_traceorder="normal",
-                              height=max(220, 90 + 40 * sizes["label"].nunique()))
-            fig.update_xaxes(title_text="bytes", tickformat="~s", ticksuffix="B")
+            fig.update_layout(title_text="State size (serialized values) per state, stacked by subtask",
+                              legend_traceorder="normal")
+            legend_above(fig, "subtask")
+            fig.update_layout(height=max(220, fig.layout.margin.t + 60 + 40 * sizes["label"].nunique()))
+            value_axis(fig, "size_bytes", sizes.groupby("label")["size_bytes"].sum(), per="state", axis="x",
+                       title="serialized bytes (values) per state")
             fig.update_yaxes(automargin=True)

@@ -16,21 +16,30 @@ function                    data frame
 :func:`diff_waterfall`      ``diff``
 ==========================  ================================================
 
-``PALETTE`` (subtask colours) and ``EXPIRED_COLOR`` are the colours the figures use, for
-dashboards that draw beside them.
+``PALETTE`` (the one palette: subtask colours, cycled per trace), ``EXPIRED_COLOR``, ``INK`` and
+``GUIDE`` are the colours the figures use (``COLOURS`` all of them); :func:`legend_above`,
+:func:`value_axis` and :func:`measure_name` give their legends and value axes their look (counts
+as integers, bytes in KB/MB, durations, "serialized bytes per subtask"), for dashboards that
+draw beside them.
 """
 
 from ._charts import (
+    COLOURS,
     EXPIRED_COLOR,
+    GUIDE,
+    INK,
     PALETTE,
     checkpoint_history,
     diff_waterfall,
     hot_key_bars,
     key_group_bars,
+    legend_above,
+    measure_name,
     lorenz_curve,
     rescale_comparison,
     subtask_bars,
     ttl_timeline,
+    value_axis,
 )
 
 #: the figure functions (the colours above are public too, for dashboards, but not figures)

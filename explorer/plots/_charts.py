@@ -9,12 +9,26 @@ from ..analysis.hotkeys import gini as _gini
 from ..analysis.hotkeys import lorenz_curve as _lorenz
 from ..errors import AnalysisError
 from ._doc import document
+from . import format as fmt
 from ..escape import plot_categories, plot_text
 
-#: plotly's default qualitative palette, cycled per trace
+#: the one palette of every figure and dashboard (plotly's qualitative palette), cycled per trace
 PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",
            "#FECB52")
+#: what has expired but is still stored
 EXPIRED_COLOR = "#7F7F7F"
+#: marks and reference lines drawn over the data (the current parallelism, incremental bytes)
+INK = "#444444"
+#: guides behind the data (equality line, perfect balance)
+GUIDE = "#C8C8C8"
+#: every colour a figure may use
+COLOURS = frozenset(PALETTE) | {EXPIRED_COLOR, INK, GUIDE}
+
+#: what a measure counts, as its axis title says it ("serialized bytes per subtask")
+MEASURES = {"bytes": "serialized bytes", "size_bytes": "serialized bytes", "entries": "entries", "keys": "keys",
+            "records": "records (traffic)", "incremental_bytes": "new file bytes", "checkpoint_bytes": "file bytes",
+            "delta_bytes": "change in file bytes", "expired_bytes": "expired serialized bytes"}
+_COUNTS = {"entries", "keys", "records", "expired_entries", "cum_entries", "rank"}
 
 
 def _colour(i: int) -> str:
@@ -40,13 +54,89 @@ def _one_operator(df: pd.DataFrame, operator: str | None) -> tuple[pd.DataFrame,
     return df[df["operator"] == operator], operator
 
 
+def measure_name(measure: str) -> str:
+    """What ``measure`` counts, for people (``bytes`` are the state's serialized bytes)."""
+    return MEASURES.get(measure, measure.replace("_", " "))
+
+
+def legend_above(fig: go.Figure, title: str | None = None, width: int = 640) -> go.Figure:
+    """Put the legend in rows above the plot area, under the title, with the top margin they need.
+
+    A legend below the plot sat on the x axis title, one on the right on a second y axis: above the
+    plot, between the title and the data, nothing else is drawn. ``width`` is the narrowest plot area
+    the figure is expected in (the rows are counted for it).
+    """
+    names = [str(t.name or "") for t in fig.data if t.showlegend is not False and t.name]
+    shown = fig.layout.showlegend is not False and len(names) > (0 if fig.layout.showlegend else 1)
+    per_row, rows, used = max(width - 40, 200), 1, 0
+    for n in names:
+        w = 40 + 7 * len(n)
+        if used and used + w > per_row:
+            rows, used = rows + 1, 0
+        used += w
+    legend_title = title if title is not None else (fig.layout.legend.title.text or None)
+    fig.update_layout(
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0,
+                    title_text=None if legend_title is None else plot_text(legend_title),
+                    title_side="left" if legend_title else None),
+        title=dict(yref="container", y=0.985, yanchor="top", x=0.01, xanchor="left", font=dict(size=15)),
+        margin=dict(t=56 + (24 * rows if shown else 0)))
+    return fig
+
+
 def _layout(fig: go.Figure, title: str, height: int | None, **kw) -> go.Figure:
     legend = kw.pop("legend", None)
-    fig.update_layout(title=plot_text(title), template="plotly_white", height=height,
-                      legend_title_text=None if legend is None else plot_text(legend), **kw)
+    fig.update_layout(title_text=plot_text(title), template="plotly_white", height=height, colorway=list(PALETTE),
+                      **kw)
+    legend_above(fig, legend)
     fig.update_xaxes(automargin=True)  # long tick labels and axis titles get room instead of being clipped
     fig.update_yaxes(automargin=True)
     return fig
+
+
+def value_axis(fig: go.Figure, measure: str, values, *, per: str | None, axis: str = "y",
+               title: str | None = None, hover: bool = True) -> go.Figure:
+    """Title an axis by what it counts and per what, and show its ticks and hover as people read them.
+
+    Bytes in KB/MB (ticks and hover, powers of 1024), milliseconds as durations, counts as whole numbers
+    (never 14.5 entries), starting at 0. ``values`` are the largest values the axis shows (a stack's totals).
+    ``hover=False`` leaves the traces' hover (and their ``customdata``) as they are.
+    """
+    f = fmt.formatter_for(measure)
+    v = pd.to_numeric(pd.Series(list(values), dtype="object"), errors="coerce").dropna()
+    lo, hi = (float(v.min()), float(v.max())) if len(v) else (0.0, 0.0)
+    name = title or (f"{measure_name(measure)} per {per}" if per else measure_name(measure))
+    # every tick setting given each time: a figure updated in place (a dashboard's) keeps none of the last measure's
+    spec: dict = dict(title_text=plot_text(name), rangemode="tozero", tickmode="auto", tickvals=None, ticktext=None,
+                      tickformat=None, dtick=None, tick0=None)
+    if f is fmt.human_bytes or f is fmt.human_duration:
+        vals, texts = (fmt.byte_ticks if f is fmt.human_bytes else fmt.duration_ticks)(lo, hi)
+        spec.update(tickmode="array", tickvals=vals, ticktext=texts)
+    elif measure in _COUNTS or f in (fmt.human_count, fmt.human_traffic) or (
+            len(v) and (v.round() == v).all() and f is fmt.human_value):
+        spec.update(tickformat=",d")
+        if hi - min(lo, 0) <= 5:
+            spec.update(tickmode="linear", tick0=0, dtick=1)
+    fig.update_layout({f"{axis[0]}axis{axis[1:]}": spec})  # this axis only (not a second one beside it)
+    if hover:
+        _hover(fig, axis, f, name)
+    return fig
+
+
+def _hover(fig: go.Figure, axis: str, f, name: str) -> None:
+    """Hover on the traces of ``axis`` (``y``, ``y2``, ``x``) shows the value as the axis reads it."""
+    letter = axis[0]
+    for tr in fig.data:
+        horizontal = tr.type == "bar" and tr.orientation == "h"
+        if tr.type not in ("bar", "scatter") or (getattr(tr, f"{letter}axis") or letter) != axis or \
+                horizontal != (letter == "x"):
+            continue
+        vals = getattr(tr, letter)
+        if vals is None:
+            continue
+        other = "y" if letter == "x" else "x"
+        tr.customdata = [f(v) for v in vals]
+        tr.hovertemplate = f"%{{{other}}}<br>{plot_text(name)}: %{{customdata}}<extra>%{{fullData.name}}</extra>"
 
 
 def _floats(col: pd.Series):
@@ -70,12 +160,11 @@ def key_group_bars(data_frame: pd.DataFrame, *, x: str = "key_group", y: str = "
     fig = go.Figure()
     for i, (c, g) in enumerate(df.groupby(color, sort=True, observed=True)):
         fig.add_trace(go.Bar(x=plot_categories(g[x]), y=g[y].to_numpy(), name=plot_text(f"{color} {c}"),
-                             marker_color=_colour(i),
-                             hovertemplate=f"{plot_text(x)} %{{x}}<br>{plot_text(y)} %{{y:,}}"
-                                           f"<extra>{plot_text(f'{color} {c}')}</extra>"))
-    fig.update_xaxes(title_text=plot_text(x.replace("_", " ")))
-    fig.update_yaxes(title_text=plot_text(y))
-    return _layout(fig, title or f"{y} per key group of {op}", height, bargap=0, legend=color)
+                             marker_color=_colour(i)))
+    fig.update_xaxes(title_text=plot_text(x.replace("_", " ")), tickformat=",d", rangemode="tozero",
+                     **({"dtick": 1} if len(df) and df[x].max() <= 16 else {}))  # key group 3, never 2.5
+    value_axis(fig, y, df[y], per=x.replace("_", " "))
+    return _layout(fig, title or f"{measure_name(y)} per key group of {op}", height, bargap=0, legend=color)
 
 
 @document
@@ -92,10 +181,13 @@ def subtask_bars(data_frame: pd.DataFrame, *, x: str = "subtask", y: str = "byte
     for i, (c, g) in enumerate(groups):
         fig.add_trace(go.Bar(x=plot_categories(g[x]), y=_floats(g[y]), name=plot_text(c), marker_color=_colour(i)))
         mean = float(g[y].mean()) if len(g) and g[y].notna().any() else 0.0
-        fig.add_hline(y=mean, line_dash="dash", line_color=_colour(i), annotation_text=plot_text(f"mean {c}"))
+        # each mean's label at its own end of the line: two close means' labels never print on each other
+        fig.add_hline(y=mean, line_dash="dash", line_color=_colour(i), annotation_text=plot_text(f"mean {c}"),
+                      annotation_position="top left" if i % 2 else "top right",
+                      annotation_font_color=_colour(i), annotation_bgcolor="rgba(255,255,255,0.8)")
     fig.update_xaxes(title_text=plot_text(x), dtick=1)
-    fig.update_yaxes(title_text=plot_text(y))
-    return _layout(fig, title or f"{y} per subtask of {op}", height, barmode="group", legend=color)
+    value_axis(fig, y, df[y], per=x)
+    return _layout(fig, title or f"{measure_name(y)} per subtask of {op}", height, barmode="group", legend=color)
 
 
 @document
@@ -118,11 +210,12 @@ def rescale_comparison(data_frame: pd.DataFrame, *, x: str = "parallelism", y: s
         fig.add_trace(go.Scatter(x=g[x].to_numpy(), y=g[y].to_numpy(), mode="lines+markers", name=plot_text(c),
                                  line_color=_colour(i)))
     if "is_current" in df.columns and df["is_current"].any():
-        fig.add_vline(x=int(df.loc[df["is_current"], x].iloc[0]), line_dash="dot", line_color="black",
+        fig.add_vline(x=int(df.loc[df["is_current"], x].iloc[0]), line_dash="dot", line_color=INK,
                       annotation_text="now")
-    fig.add_hline(y=1.0, line_color="lightgray")
-    fig.update_xaxes(title_text=plot_text(x))
-    fig.update_yaxes(title_text=plot_text(y.replace("_", " ")))
+    fig.add_hline(y=1.0, line_color=GUIDE)
+    value_axis(fig, x, df[x], per=None, axis="x", title=f"{x} (subtasks)" if x == "parallelism" else x)
+    fig.update_yaxes(title_text=plot_text("heaviest subtask / mean (1.0 is even)" if y == "max_over_mean"
+                                          else y.replace("_", " ")), rangemode="tozero")
     return _layout(fig, title or f"Rescale what-if for {op} (max parallelism {max_parallelism})", height,
                    legend=color)
 
@@ -141,8 +234,8 @@ def hot_key_bars(data_frame: pd.DataFrame, *, x: str = "key", y: str = "bytes", 
                              marker_color=_colour(i)))
     fig.update_xaxes(title_text=plot_text(x), categoryorder="array", categoryarray=order,
                      tickangle=-30 if len(order) > 5 or any(len(k) > 12 for k in order) else 0)
-    fig.update_yaxes(title_text=plot_text(y))
-    return _layout(fig, title or f"Hottest keys of {op} by {y}", height, legend=color)
+    value_axis(fig, y, df[y], per=x)
+    return _layout(fig, title or f"Hottest keys of {op} by {measure_name(y)}", height, legend=color)
 
 
 @document
@@ -156,7 +249,7 @@ def lorenz_curve(data_frame: pd.DataFrame, *, value: str = "bytes", color: str =
     """
     _need(data_frame, value)
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="equality", line=dict(color="lightgray",
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="equality", line=dict(color=GUIDE,
                                                                                           dash="dash")))
     groups = data_frame.groupby(color, sort=True, observed=True) if color in data_frame.columns else [("keys", data_frame)]
     for i, (c, g) in enumerate(groups):
@@ -168,8 +261,9 @@ def lorenz_curve(data_frame: pd.DataFrame, *, value: str = "bytes", color: str =
         fig.add_trace(go.Scatter(x=lc["key_share"].to_numpy(), y=lc["load_share"].to_numpy(), mode="lines",
                                  name=plot_text(f"{c} (Gini {_gini(known):.2f}{part})"), line_color=_colour(i)))
     fig.update_xaxes(title_text="share of keys (smallest first)", range=[0, 1], tickformat=".0%")
-    fig.update_yaxes(title_text=plot_text(f"share of {value}"), range=[0, 1], tickformat=".0%")
-    return _layout(fig, title or f"Lorenz curve of {value} per key", height)
+    fig.update_yaxes(title_text=plot_text(f"share of {measure_name(value)} (largest keys last)"), range=[0, 1],
+                     tickformat=".0%")
+    return _layout(fig, title or f"Lorenz curve of {measure_name(value)} per key", height)
 
 
 @document
@@ -189,7 +283,8 @@ def ttl_timeline(data_frame: pd.DataFrame, *, x: str = "window_start", y: str = 
                              name="expired, not cleaned", marker_color=EXPIRED_COLOR,
                              text=[plot_text(s) for s in expired[color]], offsetgroup="expired"))
     fig.update_xaxes(title_text="expires (window start)")
-    fig.update_yaxes(title_text=plot_text(y))
+    totals = df.groupby(x, observed=True)[y].sum() if len(df) else []
+    value_axis(fig, y, totals, per="expiry window")
     return _layout(fig, title or f"TTL expiry timeline{f' of {op}' if op else ''}", height, barmode="stack",
                    legend=color)
 
@@ -210,16 +305,19 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
     else:
         fig.add_trace(go.Bar(x=plot_categories(df[x]), y=df[y].to_numpy(), name=plot_text(y), marker_color=_colour(0)))
     per_chk = df.drop_duplicates(x).sort_values(x)
-    if "incremental_bytes" in df.columns:
+    if "incremental_bytes" in df.columns and y == "bytes":  # bytes beside bytes only, never on an entries axis
         fig.add_trace(go.Scatter(x=plot_categories(per_chk[x]), y=per_chk["incremental_bytes"].to_numpy(), mode="markers",
-                                 name="incremental bytes", marker=dict(symbol="diamond", size=10, color="black")))
-    if "duration_ms" in df.columns:
+                                 name="new file bytes (incremental)", marker=dict(symbol="diamond", size=10, color=INK)))
+    if "duration_ms" in df.columns and per_chk["duration_ms"].notna().any():
         fig.add_trace(go.Scatter(x=plot_categories(per_chk[x]), y=per_chk["duration_ms"].to_numpy(), mode="lines+markers",
-                                 name="duration (ms)", yaxis="y2", line=dict(color="#FF6692")))
-        fig.update_layout(yaxis2=dict(title="duration (ms)", overlaying="y", side="right", showgrid=False,
-                                      automargin=True, rangemode="tozero"))
+                                 name="duration", yaxis="y2", line=dict(color=_colour(6))))
+        fig.update_layout(yaxis2=dict(overlaying="y", side="right", showgrid=False, automargin=True))
+        value_axis(fig, "duration_ms", per_chk["duration_ms"], per=None, axis="y2", title="checkpoint duration")
     fig.update_xaxes(title_text="checkpoint", type="category")
-    fig.update_layout(yaxis_title_text=plot_text(y))  # the left axis only: the right one is the duration
+    totals = df.groupby(x, observed=True)[y].sum()
+    if "incremental_bytes" in df.columns and y == "bytes":
+        totals = pd.concat([totals, per_chk["incremental_bytes"]])
+    value_axis(fig, y, totals, per="checkpoint", title="file bytes per checkpoint" if y == "bytes" else None)
     return _layout(fig, title or "Checkpoint history", height, barmode="stack")
 
 
@@ -246,8 +344,14 @@ def diff_waterfall(data_frame: pd.DataFrame, *, value: str = "bytes", by: str = 
     measures.append("total")
     ys.append(int(df[f"{value}_b"].sum()))
     fig = go.Figure(go.Waterfall(x=labels, y=ys, measure=measures, name=plot_text(value),
-                                 increasing=dict(marker=dict(color="#EF553B")),
-                                 decreasing=dict(marker=dict(color="#00CC96")),
-                                 totals=dict(marker=dict(color="#636EFA"))))
-    fig.update_yaxes(title_text=plot_text(value))
-    return _layout(fig, title or f"Growth in {value} from a to b", height, showlegend=False)
+                                 increasing=dict(marker=dict(color=_colour(1))),
+                                 decreasing=dict(marker=dict(color=_colour(2))),
+                                 totals=dict(marker=dict(color=_colour(0))),
+                                 customdata=[fmt.formatter_for(value)(v) for v in ys],
+                                 hovertemplate="%{x}: %{customdata}<extra></extra>"))
+    running = list(pd.Series(ys[:-1]).cumsum()) + [ys[-1]]
+    value_axis(fig, value, running, per=None)
+    fig.update_xaxes(title_text=plot_text(f"snapshot a, the change per {'operator/' if len(keys) > 1 else ''}{by}, "
+                                          "snapshot b"),
+                     tickangle=-30 if len(labels) > 6 or any(len(x) > 14 for x in labels) else 0)
+    return _layout(fig, title or f"Growth in {measure_name(value)} from a to b", height, showlegend=False)

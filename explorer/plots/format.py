@@ -153,3 +153,39 @@ def format_frame(df: pd.DataFrame) -> pd.DataFrame:
         f = formatter_for(str(c), df[c])
         out[c] = [f(v) for v in df[c].tolist()]
     return out
+
+
+_BYTE_UNITS = (("TB", 1024 ** 4), ("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024), ("B", 1))
+_DURATION_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000), ("ms", 1))
+
+
+def _nice_step(span: float, n: int) -> float:
+    """A step of 1, 2, 2.5 or 5 times a power of ten giving about ``n`` intervals over ``span``."""
+    raw = span / max(n, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+
+
+def _ticks(lo: float, hi: float, units: tuple[tuple[str, int], ...], n: int) -> tuple[list[float], list[str]]:
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        lo, hi = 0.0, 1.0
+    top = max(abs(lo), abs(hi), 1.0)
+    name, size = next((u for u in units if top >= u[1]), units[-1])
+    step = max(_nice_step((hi - lo) / size or 1.0, n), 1.0 if size == 1 else 0.0)
+    first, last = math.floor(lo / size / step), math.ceil(hi / size / step)
+    vals = [k * step * size for k in range(first, last + 1)]
+    texts = [f"{round(k * step, 2):,.2f}".rstrip("0").rstrip(".") + f" {name}" for k in range(first, last + 1)]
+    return vals, texts
+
+
+def byte_ticks(lo: float, hi: float, n: int = 5) -> tuple[list[float], list[str]]:
+    """Tick values from ``lo`` (or 0) to past ``hi`` with their labels in one unit: ``0 KB, 2 KB, 4 KB``
+    (powers of 1024, like :func:`human_bytes`), about ``n`` intervals, whole bytes below 1 KB."""
+    return _ticks(lo, hi, _BYTE_UNITS, n)
+
+
+def duration_ticks(lo: float, hi: float, n: int = 5) -> tuple[list[float], list[str]]:
+    """Tick values for milliseconds from ``lo`` (or 0) to past ``hi``, labelled in the largest unit that
+    fits (``0 s, 0.5 s, 1 s``), about ``n`` intervals, whole milliseconds below 1 s."""
+    return _ticks(lo, hi, _DURATION_UNITS, n)

@@ -31,7 +31,8 @@ def test_key_group_bars_one_trace_per_subtask(snap):
     hot_kg = assign_to_key_group("hot-a", 128)
     trace = fig.data[hot_kg * 2 // 128]
     assert trace.y[list(trace.x).index(hot_kg)] >= 8 * 250
-    assert fig.layout.title.text == "bytes per key group of planted"
+    assert fig.layout.title.text == "serialized bytes per key group of planted"
+    assert fig.layout.xaxis.tickformat == ",d"  # key groups are whole numbers
     assert fig.to_plotly_json()["layout"]["bargap"] == 0
 
 
@@ -97,12 +98,14 @@ def test_checkpoint_history(planted_job):
     fig = plots.checkpoint_history(h)
     names = [t.name for t in fig.data]
     assert {"planted/events", "planted/last_seen", "planted/buckets"} <= set(names)
-    assert "duration (ms)" in names and "incremental bytes" in names
+    assert "duration" in names and "new file bytes (incremental)" in names
     events = fig.data[names.index("planted/events")]
     assert list(events.x) == sorted(h["checkpoint_id"].unique())
     layout = fig.to_plotly_json()["layout"]
     assert layout["yaxis2"]["overlaying"] == "y"
-    assert layout["yaxis2"]["title"]["text"] == "duration (ms)" and layout["yaxis"]["title"]["text"] == "bytes"
+    assert layout["yaxis2"]["title"]["text"] == "checkpoint duration"
+    assert layout["yaxis"]["title"]["text"] == "file bytes per checkpoint"
+    assert all(t.endswith(("ms", " s", "min")) for t in layout["yaxis2"]["ticktext"])
 
 
 def test_diff_waterfall(planted_job):
@@ -142,3 +145,125 @@ def test_shared_parameter_docs():
     for name in plots.__all__:
         doc = getattr(plots, name).__doc__
         assert "Parameters\n----------" in doc and "title : str or None" in doc, name
+
+
+# Issue 30, "answers, not non-answers": how every figure reads (structure, not images)
+
+
+def _every_figure(snap, planted_job):
+    a = explorer.open(checkpoints_in(planted_job.checkpoint_dir)[0])
+    h = explorer.history([*checkpoints_in(planted_job.checkpoint_dir), planted_job.savepoint])
+    return {
+        "key_group_bars": plots.key_group_bars(snap.key_group_distribution()),
+        "key_group_bars(entries)": plots.key_group_bars(snap.key_group_distribution(), y="entries"),
+        "subtask_bars": plots.subtask_bars(snap.subtask_distribution()),
+        "subtask_bars(keys)": plots.subtask_bars(snap.subtask_distribution(), y="keys"),
+        "salting": plots.subtask_bars(snap.salting_whatif("hot-a", 4)),
+        "rescale_comparison": plots.rescale_comparison(snap.rescale_whatif([1, 2, 3, 4])),
+        "hot_key_bars": plots.hot_key_bars(snap.hot_keys(5)),
+        "hot_key_bars(records)": plots.hot_key_bars(snap.hot_keys(3, by="traffic"), y="records"),
+        "lorenz_curve": plots.lorenz_curve(key_stats(snap)),
+        "ttl_timeline": plots.ttl_timeline(snap.ttl_expiry()),
+        "checkpoint_history": plots.checkpoint_history(h),
+        "checkpoint_history(entries)": plots.checkpoint_history(h, y="entries"),
+        "diff_waterfall": plots.diff_waterfall(explorer.diff(a, snap)),
+    }
+
+
+@pytest.fixture(scope="module")
+def figures(snap, planted_job):
+    return _every_figure(snap, planted_job)
+
+
+@pytest.fixture(scope="module")
+def every_figure(figures):
+    return {name: f.to_plotly_json() for name, f in figures.items()}
+
+
+def _axes(layout):
+    return {k: v for k, v in layout.items() if k.startswith(("xaxis", "yaxis"))}
+
+
+def test_legends_sit_above_the_plot_clear_of_axis_titles(every_figure):
+    """A legend below the plot (y < 0) was drawn over the x axis title, one at the right over a second axis."""
+    for name, fig in every_figure.items():
+        legend, layout = fig["layout"]["legend"], fig["layout"]
+        assert legend["orientation"] == "h" and legend["y"] >= 1 and legend["yanchor"] == "bottom", name
+        assert layout["margin"]["t"] >= 56 + 24 or len([t for t in fig["data"] if t.get("name")]) <= 1, name
+        assert layout["title"]["yref"] == "container" and layout["title"]["yanchor"] == "top", name
+
+
+def test_count_axes_have_whole_number_ticks(every_figure):
+    """14.5 entries is no count: count axes format ticks as integers from 0, a step of 1 on small ranges."""
+    for name in ("key_group_bars(entries)", "subtask_bars(keys)", "hot_key_bars(records)",
+                 "checkpoint_history(entries)"):
+        y = every_figure[name]["layout"]["yaxis"]
+        assert y["tickformat"] == ",d" and y["rangemode"] == "tozero", name
+    x = every_figure["rescale_comparison"]["layout"]["xaxis"]
+    assert x["tickformat"] == ",d" and x["dtick"] == 1  # parallelisms 1..4, never 2.5
+
+
+def test_byte_axes_and_hover_read_in_kb_and_mb(every_figure, figures):
+    for name in ("key_group_bars", "subtask_bars", "salting", "hot_key_bars", "ttl_timeline", "checkpoint_history",
+                 "diff_waterfall"):
+        fig = every_figure[name]
+        y = fig["layout"]["yaxis"]
+        assert y["tickmode"] == "array" and y["ticktext"][0].endswith("B"), name
+        assert all(t.split()[-1] in ("B", "KB", "MB", "GB") for t in y["ticktext"]), (name, y["ticktext"])
+        tops = [np.nanmax(np.asarray(t.y, dtype="float64")) for t in figures[name].data
+                if t.type != "waterfall" and (t.yaxis or "y") == "y" and t.y is not None and len(t.y)]
+        assert len(y["tickvals"]) >= 2 and y["tickvals"][-1] >= max(tops, default=0), name
+        for t in fig["data"]:
+            if t.get("type") in ("bar", "waterfall") and t.get("yaxis", "y") == "y":
+                assert "%{customdata}" in t["hovertemplate"], name
+                assert all(str(c).endswith("B") for c in t["customdata"]), name
+
+
+def test_every_axis_says_what_it_counts_and_per_what(every_figure):
+    expect = {
+        "key_group_bars": "serialized bytes per key group",
+        "key_group_bars(entries)": "entries per key group",
+        "subtask_bars": "serialized bytes per subtask",
+        "subtask_bars(keys)": "keys per subtask",
+        "hot_key_bars": "serialized bytes per key",
+        "hot_key_bars(records)": "records (traffic) per key",
+        "ttl_timeline": "serialized bytes per expiry window",
+        "checkpoint_history": "file bytes per checkpoint",
+        "checkpoint_history(entries)": "entries per checkpoint",
+        "lorenz_curve": "share of serialized bytes (largest keys last)",
+    }
+    for name, title in expect.items():
+        assert every_figure[name]["layout"]["yaxis"]["title"]["text"] == title, name
+    for name, fig in every_figure.items():
+        for key, axis in _axes(fig["layout"]).items():
+            if axis.get("visible") is not False and key in ("xaxis", "yaxis"):
+                assert (axis.get("title") or {}).get("text"), (name, key)
+
+
+def test_one_palette_across_figures(every_figure):
+    """Every colour a figure draws comes from plots.PALETTE (or the few named greys), none typed in place."""
+    found = set()
+
+    def walk(node, key=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, k)
+        elif isinstance(node, (list, tuple)):
+            for v in node:
+                walk(v, key)
+        elif isinstance(node, str) and key in ("color", "marker_color", "line_color", "bgcolor") and \
+                not node.startswith("rgba"):
+            found.add(node)
+
+    for name, fig in every_figure.items():
+        walk({"data": fig["data"], "shapes": fig["layout"].get("shapes", [])})
+        assert tuple(fig["layout"]["colorway"]) == plots.PALETTE, name
+    assert found and found <= plots.COLOURS, found - plots.COLOURS
+
+
+def test_salting_mean_labels_are_at_opposite_ends(every_figure):
+    """"mean before" and "mean after" printed on top of each other when the means were close."""
+    notes = {a["text"]: a for a in every_figure["salting"]["layout"]["annotations"]}
+    before, after = notes["mean before"], notes["mean after"]
+    assert (before["x"], before["xanchor"]) != (after["x"], after["xanchor"])
+    assert {before["xanchor"], after["xanchor"]} == {"left", "right"}

@@ -3,9 +3,11 @@
 For each format the test right-clicks the snapshot's folder (or its ``_metadata``) in
 JupyterLab's file browser and picks "Open in State Explorer" (the prebuilt extension of
 ``widgets/labextension``), which makes a notebook that runs ``widgets.explore``. It then visits
-every tab of the dashboard and fails on an empty figure (no trace with points and no message),
-a ``None``/``NaN``/``NaT`` in the text, a table wider than its pane that does not scroll, an
-error shown by the dashboard or an error output. A screenshot of every tab is kept under
+every tab of the dashboard and fails on what :mod:`tests.support.browser_checks` finds (an empty
+figure, markup shown as text, a ``None``/``NaN``/``NaT``, labels of a figure drawn over each other,
+a table or figure clipped by a box that does not scroll), a spinner that outlives an error, an
+error shown by the dashboard or an error output (the HTML reports get the same checks in
+tests/ui/test_views_in_browser.py). A screenshot of every tab is kept under
 ``test-artifacts/dashboard-formats/`` (gitignored; the path is printed).
 """
 
@@ -18,6 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.browser_checks import VIEW_PROBLEMS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -45,32 +49,21 @@ PANE = """() => {
 }"""
 
 CHECK = """(pane) => {
-    const problems = [];
-    for (const p of pane.querySelectorAll('.js-plotly-plot')) {
-        const data = p.data || [];
-        const points = data.some(t => t.visible !== false && ['x', 'y', 'values'].some(k => t[k] && t[k].length));
-        const message = ((p.layout && p.layout.annotations) || []).some(a => (a.text || '').trim());
-        if (!points && !message) problems.push('empty figure: ' + (p.querySelector('.gtitle')?.textContent || '(untitled)'));
-    }
-    const text = pane.innerText;
-    for (const w of ['None', 'NaN', 'NaT', 'nan', '<NA>']) {
-        if (new RegExp('(^|[^\\\\w-])' + w + '($|[^\\\\w-])').test(text)) problems.push('null word ' + w);
-    }
-    const right = pane.getBoundingClientRect().right;
+    const problems = (%s)(pane);
     for (const t of pane.querySelectorAll('table')) {
         const scroller = t.closest('.sx-scroll');
-        if (scroller) {
-            const style = getComputedStyle(scroller);
-            if (!['auto', 'scroll'].includes(style.overflowX)) problems.push('table box does not scroll');
-        } else if (t.getBoundingClientRect().right > right + 1) {
-            problems.push('clipped table: ' + t.innerText.slice(0, 60));
+        if (scroller && !['auto', 'scroll'].includes(getComputedStyle(scroller).overflowX)) {
+            problems.push('table box does not scroll');
         }
     }
-    const err = [...pane.closest('.state-explorer-dashboard').querySelectorAll('.widget-html')]
-        .find(h => /Error while/.test(h.innerText));
+    const dash = pane.closest('.state-explorer-dashboard');
+    const err = [...dash.querySelectorAll('.widget-html')].find(h => /Error while/.test(h.innerText));
     if (err) problems.push('dashboard error: ' + err.innerText.slice(0, 300));
+    // a loading line still turning anywhere in the dashboard once it shows an error
+    const spinning = [...dash.querySelectorAll('.sx-loading')].find(e => e.offsetParent !== null);
+    if (err && spinning) problems.push('spinner outlived its error: ' + spinning.innerText.slice(0, 80));
     return problems;
-}"""
+}""" % VIEW_PROBLEMS
 
 
 #: the page's errors since the current test started

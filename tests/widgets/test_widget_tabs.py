@@ -82,8 +82,12 @@ def test_hot_keys_rank_and_salting(dash):
     assert len(tab.hot_figure.data[0].x) == 5
     tab.by_select.value = "traffic"
     assert set(tab.top["key"][:2]) == set(PLANT_HOT_KEYS)
-    assert tab.hot_figure.layout.yaxis.title.text == "records"
+    assert tab.hot_figure.layout.yaxis.title.text == "records (traffic) per key"
+    assert tab.hot_figure.layout.yaxis.tickformat == ",d"  # whole records (issue 30)
+    assert tab.hot_figure.layout.yaxis.dtick is None  # not one tick per record: the axis reads the new values
     tab.by_select.value = "bytes"
+    assert tab.hot_figure.layout.yaxis.title.text == "serialized bytes per key"
+    assert tab.hot_figure.layout.yaxis.ticktext[-1].endswith("B")
     before = tab.salted_loads.copy()
     tab.salt_slider.value = 16
     assert tab.salted_loads.sum() == pytest.approx(tab.subtask_loads.sum())
