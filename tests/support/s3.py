@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import pytest
+
 #: the environment the explorer takes its S3 settings from (explorer.storage.config)
 S3_ENV_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
                "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE",
@@ -84,3 +86,20 @@ def s3_environment(env: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+# --- fixtures, imported by name by the conftest.py of each suite that uses them ---------------------
+@pytest.fixture(scope="session")
+def s3_server():
+    pytest.importorskip("moto.server", reason="moto[server] is a test dependency (pyproject [test])")
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, tmp_path, monkeypatch):
+    """The server reachable through the environment the AWS tools read, and a cache of this test's own."""
+    monkeypatch.setenv("STATE_EXPLORER_CACHE_DIR", str(tmp_path / "cache"))
+    with s3_environment(s3_server.env()):
+        yield s3_server
