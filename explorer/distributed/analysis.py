@@ -217,7 +217,8 @@ def _kg_sums(src: _Source, per_key=None) -> pd.DataFrame:
 
 def _aggregates(src: _Source, lays: dict[str, tuple[int, int]], max_parallelism: int | None,
                 per_key=None) -> dict[str, pd.DataFrame]:
-    """Per keyed operator: every key group ``0..M-1`` with entries, bytes, keys, records (zero filled)."""
+    """Per keyed operator: every key group ``0..M-1`` with entries, bytes, keys (zero filled), records (zero
+    filled; ``<NA>`` in every key group where the snapshot counted none)."""
     sums = _kg_sums(src, per_key)
     records = src.metrics()
     out = {}
@@ -232,12 +233,13 @@ def _aggregates(src: _Source, lays: dict[str, tuple[int, int]], max_parallelism:
             full = np.zeros(m, dtype=np.int64)
             full[kg] = g[col].fillna(0).to_numpy().astype(np.int64)
             frame[col] = full
-        rec = np.zeros(m, dtype=np.int64)
+        rec = pd.array([pd.NA] * m, dtype="Int64")  # unknown, never 0 (as explorer.analysis gives it)
         if records is not None and len(records) and max_parallelism in (None, m):
             r = records[records["operator"] == name]
             if len(r):
-                rec = np.rint(np.bincount(r["key_group"].to_numpy().astype(np.int64),
-                                          weights=r["records"].to_numpy(dtype=np.float64), minlength=m)).astype(np.int64)
+                rec = pd.array(np.rint(np.bincount(r["key_group"].to_numpy().astype(np.int64),
+                                                   weights=r["records"].to_numpy(dtype=np.float64), minlength=m)
+                                       ).astype(np.int64), dtype="Int64")
         frame["records"] = rec
         out[name] = frame
     return out
