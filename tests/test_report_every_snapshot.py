@@ -2,7 +2,8 @@
 
 The snapshots are those :func:`explorer.list` finds (every savepoint folder, ``chk-N``, Flink
 ``_metadata`` and Spark checkpoint); an incomplete ``chk-N`` (no ``_metadata``) is listed as such
-and refused cleanly, which is the answer for it. Spark checkpoints need Spark's JVM for some reads:
+and refused cleanly, which is the answer for it; so is a sample damaged on purpose so that
+no read could be whole (:data:`REFUSED`). Spark checkpoints need Spark's JVM for some reads:
 they run under the ``spark`` marker.
 """
 
@@ -17,10 +18,17 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
 _FOUND = explorer.list(SAMPLES)
 _COMPLETE = _FOUND[_FOUND["complete"]]
 ENGINE_AND_FLINK = sorted(p for p, f in zip(_COMPLETE["path"], _COMPLETE["format"]) if not f.startswith("spark"))
+#: samples damaged on purpose so that nothing can be read without losing keys (sample_data/spark/README)
+REFUSED = {"damaged-missing-partition"}
 SPARK = sorted(p for p, f in zip(_COMPLETE["path"], _COMPLETE["format"]) if f.startswith("spark"))
 
 
 def _both(path: str, tmp_path: Path, capsys) -> None:
+    if Path(path).name in REFUSED:  # damaged on purpose: the answer is a clean refusal naming why
+        assert main(["inspect", path]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("state-explorer: ") and "missing" in err and "Traceback" not in err
+        return
     assert main(["inspect", path]) == 0, capsys.readouterr().err
     assert main(["report", path, "-o", str(tmp_path / "r.html")]) == 0, capsys.readouterr().err
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")

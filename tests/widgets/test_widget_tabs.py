@@ -190,7 +190,10 @@ def _call_args(code: str, func: str) -> dict:
     raise AssertionError(f"no call to {func} in {code!r}")
 
 
-def test_hot_keys_buttons_offer_editor_snippets_for_the_selected_key(dash):
+def test_hot_keys_buttons_offer_editor_snippets_for_the_selected_key(dash, monkeypatch):
+    import IPython
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)  # no shell, whatever earlier tests started
     tab = dash.hot_keys_tab
     hottest = tab.top["key"].iloc[0]
     assert tab.key_select.value == 0
