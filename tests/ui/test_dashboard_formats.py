@@ -104,8 +104,22 @@ def _open_dashboard(page, folder: str, item: str) -> None:
     page.evaluate(f"() => window.jupyterapp.commands.execute('filebrowser:go-to-path', {{path: '{folder}'}})")
     entry = page.locator(f".jp-DirListing-item:has(.jp-DirListing-itemText > span:text-is('{item}'))").first
     entry.wait_for(timeout=60_000)
-    entry.click(button="right")
-    page.locator(".lm-Menu-item:has-text('Open in State Explorer')").first.click(timeout=30_000)
+    # The extension offers the command on a folder once it has checked the folder's listing (two listings for
+    # a checkpoint directory), which starts when the browser lists the folder above: a right-click straight
+    # after navigating may come first and find no entry. Close that menu and right-click again, as a user would.
+    item = page.locator(".lm-Menu-item:has-text('Open in State Explorer')").first
+    deadline = time.monotonic() + 60
+    while True:
+        page.keyboard.press("Escape")
+        entry.click(button="right")
+        try:
+            item.wait_for(state="visible", timeout=3_000)
+            break
+        except Exception:  # noqa: BLE001 - not checked yet: retried until the deadline
+            if time.monotonic() > deadline:
+                page.keyboard.press("Escape")
+                raise
+    item.click(timeout=30_000)
     page.wait_for_function(f"() => ({PANE})() !== null && !({PANE})().querySelector('.sx-loading')",
                            timeout=600_000, polling=500)
 

@@ -130,14 +130,17 @@ const tree = {{ 'ckpts': [{{name: 'chk-1', type: 'directory'}}, {{name: 'chk-7',
                'ckpts/chk-7': [{{name: '_metadata', type: 'file'}}],
                'empty': [{{name: 'chk-3', type: 'directory'}}], 'empty/chk-3': [],
                'plain': [{{name: 'a.csv', type: 'file'}}] }};
-const contents = {{ get: async path => ({{ content: tree[path] }}) }};
+// the server routes '<path>/checkpoints' to its file checkpoints: such a folder cannot be listed
+const contents = {{ get: async path => {{ if (path.endsWith('checkpoints')) throw new Error('a file checkpoints list');
+                                          return {{ content: tree[path] }}; }} }};
 const opens = {{}};
-for (const p of ['ckpts', 'empty', 'plain']) opens[p] = await ext.opensInExplorer(contents, p);
+for (const p of ['ckpts', 'empty', 'plain', 'job/checkpoints']) opens[p] = await ext.opensInExplorer(contents, p);
 console.log(JSON.stringify({{ kinds, opens, newest: ext.checkpointChild(tree['ckpts']),
   file: ext.snapshotOf({{ type: 'file', name: '_metadata', path: 'a/sp/_metadata' }}),
   other: ext.snapshotOf({{ type: 'file', name: 'x.txt', path: 'a/x.txt' }}) }}));
 """)
     got = json.loads(out)
     assert got["kinds"] == {k: v[1] for k, v in cases.items()}
-    assert got["opens"] == {"ckpts": True, "empty": False, "plain": False}  # the newest chk-N must hold _metadata
+    # the newest chk-N must hold _metadata; a folder named checkpoints cannot be listed, so it is offered
+    assert got["opens"] == {"ckpts": True, "empty": False, "plain": False, "job/checkpoints": True}
     assert got["newest"] == "chk-7" and got["file"] == "a/sp" and got["other"] is None

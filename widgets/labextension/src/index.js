@@ -73,7 +73,13 @@ export function checkpointChild(listing) {
 }
 
 // Whether the folder at `path` opens in the explorer: one listing, two for a checkpoint directory.
+// A folder named `checkpoints` (what Flink jobs and the engine's demo call their checkpoint directory)
+// cannot be listed through the contents API: the server routes `<path>/checkpoints` to its own file
+// checkpoints. It is offered unchecked, and the dashboard says so if it does not open.
 export async function opensInExplorer(contents, path) {
+  if (baseName(path) === 'checkpoints') {
+    return true;
+  }
   const listing = (await contents.get(path, { content: true })).content || [];
   const kind = snapshotKind(listing);
   if (kind !== 'checkpoints') {
