@@ -63,24 +63,24 @@ def dispatchers() -> list[Dispatcher]:
     return list(seen.values())
 
 
-def compile_counts() -> dict[str, int]:
-    """Signatures compiled (not found in numba's cache) in this process, per kernel with any."""
+def _per_kernel(stat: str) -> dict[str, int]:
+    """``stat`` (numba's ``cache_misses`` or ``cache_hits``) summed per kernel, for kernels with any."""
     out = {}
     for d in dispatchers():
-        misses = sum(d.stats.cache_misses.values())
-        if misses:
-            out[f"{d.py_func.__module__}.{d.py_func.__qualname__}"] = misses
+        n = sum(getattr(d.stats, stat).values())
+        if n:
+            out[f"{d.py_func.__module__}.{d.py_func.__qualname__}"] = n
     return out
+
+
+def compile_counts() -> dict[str, int]:
+    """Signatures compiled (not found in numba's cache) in this process, per kernel with any."""
+    return _per_kernel("cache_misses")
 
 
 def load_counts() -> dict[str, int]:
     """Signatures loaded from numba's cache in this process, per kernel with any."""
-    out = {}
-    for d in dispatchers():
-        hits = sum(d.stats.cache_hits.values())
-        if hits:
-            out[f"{d.py_func.__module__}.{d.py_func.__qualname__}"] = hits
-    return out
+    return _per_kernel("cache_hits")
 
 
 def warm(verbose: bool = False) -> dict[str, Any]:
