@@ -57,9 +57,10 @@ from ..readers.flink.metadata import (
 from ..readers.flink.operatorid import operator_id_for_uid
 from ..readers.flink.reader import FlinkSnapshotReader
 from ..readers.flink.rows import KeyValueDecoder, RowBuffer, hashable_keys, prefix_bytes
+from ..readers.flink.serializers import TtlValue
 from ..readers.flink.statemeta import BackendMeta
 from .dataoutput import DataOutput
-from .values import encode
+from .values import Touched, encode, last_access_ms
 
 if TYPE_CHECKING:
     from .editor import OperatorPlan
@@ -229,21 +230,33 @@ class _OperatorEntries:
 
     def _mapped(self, dec: KeyValueDecoder, meta, kg: int, key: bytes, value: bytes, fns) -> bytes:
         rows = self._rows(dec, meta, kg, key, value, "map_values/update")
-        if meta.has_ttl:
-            raise EditError(f"{self.where}: state {meta.name!r} has a TTL; changing its values (and their "
-                            "last-access times) is not written yet")
+        ttl = meta.has_ttl
         for row in rows:
             for fn in fns:
-                row["value"] = fn(dict(row))
+                new = fn(dict(row))
+                if isinstance(new, Touched):
+                    if not ttl:
+                        raise EditError(f"{self.where}: state {meta.name!r} has no TTL; last_access= is for states "
+                                        "with a time-to-live")
+                    row["last_access"] = last_access_ms(new.last_access, f"{self.where}, state {meta.name!r}")
+                    new = new.value
+                row["value"] = new
         where = f"{self.where}, state {meta.name!r}, key {rows[0]['key']!r}" if rows else self.where
+
+        def enc(row: dict) -> bytes:  # (a TTL state's value keeps its last access unless an edit set it)
+            v = TtlValue(row["last_access"], row["value"]) if ttl else row["value"]
+            return encode(dec.elem, v, where)
+
         if dec.kind == "list":
-            return b",".join(encode(dec.elem, r["value"], where) for r in rows)
+            if any(r["value"] is None for r in rows):
+                raise EditError(f"{where}: found None as a new list element; to leave elements out use filter()")
+            return b",".join(enc(r) for r in rows)
         new = rows[0]["value"]
         if dec.kind == "map":
-            return b"\x01" if new is None else b"\x00" + encode(dec.elem, new, where)
+            return b"\x01" if new is None else b"\x00" + enc(rows[0])
         if new is None:
             raise EditError(f"{where}: found None as a new value; to leave rows out use filter()")
-        return encode(dec.elem, new, where)
+        return enc(rows[0])
 
     def header(self) -> bytes:
         out = DataOutput()
