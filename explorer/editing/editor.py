@@ -114,7 +114,8 @@ class Editor:
         return self
 
     def _plan(self, operator: str) -> OperatorPlan:
-        found = [p for p in self._plans if not p.dropped and operator in p.names()]
+        # a uid is also found by the operator id Flink derives from it (metadata before Flink 2.0 records no uids)
+        found = [p for p in self._plans if not p.dropped and (operator in p.names() or p.id_for(operator) in p.names())]
         if not found:
             known = sorted(p.uid or p.operator_id for p in self._plans if not p.dropped)
             raise EditError(f"{self.path}: no operator {operator!r} (after the edits so far); expected a uid or "
