@@ -57,7 +57,7 @@ from ..readers.flink.metadata import (
 from ..readers.flink.operatorid import operator_id_for_uid
 from ..readers.flink.reader import FlinkSnapshotReader
 from ..readers.flink.rows import KeyValueDecoder, RowBuffer, hashable_keys, prefix_bytes
-from ..readers.flink.serializers import TtlValue
+from ..readers.flink.serializers import PRIMITIVES, Decoder, TtlValue
 from ..readers.flink.statemeta import BackendMeta
 from .dataoutput import DataOutput
 from .values import Touched, encode, last_access_ms
@@ -572,37 +572,9 @@ def _state_entry(name: str, value_kind: str) -> bytes:
     return bytes(d.buf)
 
 
-class _Simple:
-    """An encoder/decoder pair for ``values.encode`` of one simple type (the reader's decoders, by name)."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-
-    def describe(self) -> str:
-        return self.kind
-
-    def read(self, inp: DataInput) -> Any:
-        if self.kind == "String":
-            return _read_string(inp)
-        return inp.read_long() if self.kind == "Long" else inp.read_int()
-
-
-def _read_string(inp: DataInput) -> str | None:
-    n = _varint(inp)
-    if n == 0:
-        return None
-    units = [_varint(inp) for _ in range(n - 1)]
-    return b"".join(u.to_bytes(2, "big") for u in units).decode("utf-16-be", "surrogatepass")
-
-
-def _varint(inp: DataInput) -> int:
-    out, shift = 0, 0
-    while True:
-        b = inp.read_byte() & 0xFF
-        out |= (b & 0x7F) << shift
-        if b < 0x80:
-            return out
-        shift += 7
+def _Simple(kind: str) -> Decoder:
+    """The reader's decoder of one simple type (String, Long, Integer), which ``values.encode`` writes by."""
+    return PRIMITIVES[{"String": "StringSerializer", "Long": "LongSerializer", "Integer": "IntSerializer"}[kind]]
 
 
 def _simple_kind(values: list, given: Any, what: str, where: str) -> str:

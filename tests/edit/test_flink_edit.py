@@ -227,7 +227,13 @@ def test_values_the_writer_cannot_encode_exactly_are_refused(tmp_path):
             "cannot encode 1152.5 as Long")
     refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="total", fn=lambda r: 2**63),
             "cannot encode")
-    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="stats", fn=lambda r: r["value"]),
-            "cannot encode .* as .*Stats")
-    refused(explorer.edit(HEAP).map_values(operator="user-state", state="last_seen", fn=lambda r: r["value"]), "TTL")
+    # a POJO is written from exactly its recorded fields (a typo is not a new field)
+    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="stats",
+                                            fn=lambda r: {**r["value"], "lastCategroy": "x"}),
+            r"cannot encode .* as POJO .*Stats exactly \(POJO .*Stats is written from a dict of exactly its recorded fields")
+    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="stats", fn=lambda r: {**r["value"], "count": 1.5}),
+            "cannot encode .* as POJO")
+    # a last access is for TTL states only
+    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="total", fn=lambda r: 1, last_access=0),
+            "has no TTL")
     refused(explorer.edit(PLAIN).update(operator="user-activity", state="total", key="nobody", value=1), "no row of key 'nobody'")

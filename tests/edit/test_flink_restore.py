@@ -31,6 +31,7 @@ import pandas as pd
 import pytest
 
 import explorer
+from explorer.compatibility import AS_IS
 
 from .expected import entry, expected_entries
 
@@ -336,3 +337,14 @@ def test_flink_1_20_restores_the_edited_1_20_savepoint(restored_120, name, backe
     assert got[f"{name}-{backend}"] == want
     mine = [k.split() for k in keygroups if k.split()[1] == f"{name}-{backend}"]
     assert mine and all(k[3] == str(V120_CASES[name][3]) and k[5] == "OK" for k in mine)
+
+
+def test_compatible_says_a_state_the_new_job_no_longer_declares_restores(restored, tmp_path):
+    """Flink restored the savepoint into a job version without the state "total" (the "undeclared_state" case, on
+    both backends: it restored, and the job sees its other states); compatible() gives that verdict, with a new-job
+    savepoint that lacks the state."""
+    assert all(restored[f"undeclared_state-{b}"] for b in BACKENDS)
+    new = explorer.edit(PLAIN).drop_state(operator="user-activity", state="total").write(tmp_path / "new")
+    report = explorer.compatible(PLAIN, new)
+    row = report[(report.operator == "user-activity") & (report.state == "total")].iloc[0]
+    assert row.verdict == AS_IS and "does not declare" in row.reason
