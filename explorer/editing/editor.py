@@ -231,7 +231,8 @@ class Editor:
         (``kind="value"``; ``"list"``: one row per element, in order) or ``key``, ``user_key``, ``value``
         (``"map"``). Types are the columns' own (or ``value_type``/``user_key_type``); keys go to the key group
         Flink assigns them. Several calls with one uid give the operator several states. In a Flink savepoint:
-        value states of String, Long or Integer (``value_type="Integer"``) values, String or Long keys."""
+        value, list and map states of String, Long or Integer (``value_type="Integer"``) values and map keys,
+        String or Long keys."""
         new = [p for p in self._plans if not p.dropped and p.uid == uid and p.bootstrapped]
         if new:
             plan = new[0]

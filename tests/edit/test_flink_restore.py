@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from decimal import Decimal
 from pathlib import Path
 
@@ -71,10 +72,16 @@ CASES = {
     # and its operator state: split and union list state, broadcast state
     "bootstrap": (lambda e: e.bootstrap("limits", "limit", pd.DataFrame(BOOT_LIMITS, columns=["key", "value"]))
                   .bootstrap("limits", "label", pd.DataFrame(BOOT_LABELS, columns=["key", "value"]))
+                  .bootstrap("limits", "history", pd.DataFrame(BOOT_HISTORY, columns=["key", "value"]), kind="list",
+                             value_type="Integer")
+                  .bootstrap("limits", "flags", pd.DataFrame(BOOT_FLAGS, columns=["key", "user_key", "value"]), kind="map")
                   .set_operator_state("limits", "names", BOOT_NAMES, mode="split")
                   .set_operator_state("limits", "everyone", BOOT_EVERYONE, mode="union")
                   .set_operator_state("limits", "rules", BOOT_RULES, mode="broadcast"),
                   ("user-activity", "category-windows", "limits"), {}),
+    # a second edit of the bootstrapped savepoint: operator state set next to the states the operators hold (the
+    # split state of the source "sequence", kept byte for byte; "names" replaced, "everyone" and "rules" kept)
+    "operator_state_merge": (lambda e: _second_edit(e), ("user-activity", "category-windows", "limits"), {}),
     # not an edit: the savepoint restored into a job version that no longer declares the state "total"
     # (explorer.compatible's verdict for it is checked against this restore)
     "undeclared_state": (lambda e: e, ("user-activity+without:total", "category-windows"),
@@ -83,6 +90,8 @@ CASES = {
 
 BOOT_LIMITS = [("user-00", 100), ("user-05", 250), ("user-x", -3), ("user-13", 2**40)]
 BOOT_LABELS = [("user-00", "gold"), ("user-07", 'a "quoted" é ☃\n')]
+BOOT_HISTORY = [("user-00", 3), ("user-00", -1), ("user-00", 3), ("user-x", 2**31 - 1)]  # a list per key, in order
+BOOT_FLAGS = [("user-00", "vip", "yes"), ("user-00", "é", 'q"'), ("user-13", "vip", "no")]
 BOOT_NAMES = ["a", 'b"q', "c"]  # split over the job's 2 subtasks: a, b"q | c
 BOOT_EVERYONE = [1, 2, 3, 2**40]  # union: every subtask restores all of them
 BOOT_RULES = {"x": 1, "é": 2}  # broadcast: a copy on every subtask
@@ -93,6 +102,9 @@ def _bootstrapped() -> list[tuple]:
     its operator state, the union's elements as a multiset (their order is Flink's to choose)."""
     keyed = [entry("limits", st, {"key": k, "value": v}) for st, rows in (("limit", BOOT_LIMITS),
                                                                           ("label", BOOT_LABELS)) for k, v in rows]
+    keyed += [entry("limits", "history", {"key": k, "user_key": i, "value": v})
+              for k in ("user-00", "user-x") for i, v in enumerate(v for kk, v in BOOT_HISTORY if kk == k)]
+    keyed += [entry("limits", "flags", {"key": k, "user_key": uk, "value": v}) for k, uk, v in BOOT_FLAGS]
     names = [entry("limits", "op:names", {"key": sub, "user_key": i, "value": v})
              for sub, part in ((0, BOOT_NAMES[:2]), (1, BOOT_NAMES[2:])) for i, v in enumerate(part)]
     union = [entry("limits", "op:everyone", {"key": sub, "user_key": None, "value": v})
@@ -102,8 +114,28 @@ def _bootstrapped() -> list[tuple]:
     return keyed + names + union + rules
 
 
+def _second_edit(e: explorer.Editor) -> explorer.Editor:
+    """The bootstrap case's savepoint, written, then edited again: operator state set where operators hold some."""
+    first = Path(tempfile.mkdtemp(prefix="first-edit-")) / "savepoint"
+    CASES["bootstrap"][0](e).write(first)
+    return (explorer.edit(first).set_operator_state("limits", "names", ["z"], mode="split")
+            .set_operator_state("limits", "extra", MERGED_EXTRA, mode="union")
+            .set_operator_state("sequence", "extra", [7], mode="union"))
+
+
+MERGED_EXTRA = ["e1", "é2", "e3"]
+
+
+def _merged() -> list[tuple]:
+    """What the restored job prints of "limits" after _second_edit."""
+    out = [x for x in _bootstrapped() if x[1] != "op:names"]
+    out.append(entry("limits", "op:names", {"key": 0, "user_key": 0, "value": "z"}))
+    out += [entry("limits", "op:extra", {"key": sub, "user_key": None, "value": v}) for sub in (0, 1) for v in MERGED_EXTRA]
+    return out
+
+
 def _unordered_union(entries: list[tuple]) -> list[tuple]:
-    return sorted(e[:4] + ("null",) + e[5:] if e[1] == "op:everyone" else e for e in entries)
+    return sorted(e[:4] + ("null",) + e[5:] if e[1] in ("op:everyone", "op:extra") else e for e in entries)
 
 
 def _changed(state: str, e: dict) -> dict:
@@ -305,6 +337,8 @@ def test_flink_restores_the_edited_savepoint_with_the_edit_applied(restored, nam
     got = restored[f"{name}-{backend}"]
     if name == "bootstrap":
         want, got = _unordered_union(want + _bootstrapped()), _unordered_union(got)
+    if name == "operator_state_merge":
+        want, got = _unordered_union(want + _merged()), _unordered_union(got)
     assert len(want) > 100
     assert got == want
 

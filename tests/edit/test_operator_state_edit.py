@@ -106,9 +106,12 @@ PLAIN = "sample_data/flink/production/plain-rocksdb-canonical-savepoint"
 
 def test_flink_operator_state_reads_back_and_refuses_what_it_does_not_write(tmp_path):
     """String, Long and Integer operator state of an operator that holds none yet (real Flink restores it:
-    test_flink_restore.py, case bootstrap); the source's split state (a byte[] serializer) is refused."""
-    with pytest.raises(EditError, match="holds operator state already .SourceReaderState"):
-        explorer.edit(PLAIN).set_operator_state("Source: sequence", "SourceReaderState", ["x"])
+    test_flink_restore.py, cases bootstrap and operator_state_merge); a held state keeps its serializer (the
+    source's split state: byte[]) and its mode."""
+    with pytest.raises(EditError, match=r"cannot encode 'x' as byte\[\]"):
+        explorer.edit(PLAIN).set_operator_state("Source: sequence", "SourceReaderState", ["x"]).write(tmp_path / "no")
+    with pytest.raises(EditError, match="holds it with mode SPLIT_DISTRIBUTE; found mode 'union'"):
+        explorer.edit(PLAIN).set_operator_state("Source: sequence", "SourceReaderState", [b"x"], mode="union")
     with pytest.raises(EditError, match="String, Long or Integer"):
         explorer.edit(PLAIN).set_operator_state("user-activity", "f", [1.5])
     with pytest.raises(EditError, match="dict"):

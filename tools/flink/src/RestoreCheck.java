@@ -162,22 +162,30 @@ public class RestoreCheck {
             timers.forEachProcessingTimeTimer((ns, ts) -> out(uid, "_timer_state/processing_user-timers", getCurrentKey(), "null", null, json(ts)));
         }
 
-        /** The value states explorer.edit's bootstrap writes for a new operator keyed by user: limit (Long), label (String). */
+        /** The states explorer.edit's bootstrap writes for a new operator keyed by user: limit (Long), label (String),
+     *  history (List of Integer), flags (Map String to String); and its operator state. */
         @SuppressWarnings("unchecked")
         void dumpBootstrapped() throws Exception {
             KeyedStateBackend<String> kb = (KeyedStateBackend<String>) (KeyedStateBackend<?>) getKeyedStateBackend();
             ValueState<Long> limit = getPartitionedState(new ValueStateDescriptor<>("limit", Types.LONG));
             ValueState<String> tag = getPartitionedState(new ValueStateDescriptor<>("label", Types.STRING));
+            ListState<Integer> history = getPartitionedState(new ListStateDescriptor<>("history", Types.INT));
+            MapState<String, String> flags = getPartitionedState(new MapStateDescriptor<>("flags", Types.STRING, Types.STRING));
             TreeSet<String> keys = new TreeSet<>();
-            for (String s : new String[] {"limit", "label"}) {
+            for (String s : new String[] {"limit", "label", "history", "flags"}) {
                 try (Stream<String> ks = kb.getKeys(s, VoidNamespace.INSTANCE)) { keys.addAll(ks.collect(Collectors.toList())); }
             }
             for (String k : keys) {
                 setCurrentKey(k);
+                keyGroup(uid, k, this);
                 Long l = limit.value();
                 if (l != null) out(uid, "limit", k, "null", null, json(l));
                 String t = tag.value();
                 if (t != null) out(uid, "label", k, "null", null, json(t));
+                int j = 0;
+                Iterable<Integer> hs = history.get();
+                if (hs != null) for (Integer h : hs) out(uid, "history", k, "null", j++, json(h));
+                for (Map.Entry<String, String> e : flags.entries()) out(uid, "flags", k, "null", e.getKey(), json(e.getValue()));
             }
             // operator state explorer.edit's set_operator_state wrote: key = the subtask, user key = the position
             int sub = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
@@ -188,6 +196,10 @@ public class RestoreCheck {
             i = 0;
             for (Long n : getOperatorStateBackend().getUnionListState(new ListStateDescriptor<>("everyone", Types.LONG)).get()) {
                 out(uid, "op:everyone", sub, "null", i++, json(n));
+            }
+            i = 0;
+            for (String n : getOperatorStateBackend().getUnionListState(new ListStateDescriptor<>("extra", Types.STRING)).get()) {
+                out(uid, "op:extra", sub, "null", i++, json(n));  // (set by a second edit, next to the held states)
             }
             for (Map.Entry<String, Long> e : getOperatorStateBackend().getBroadcastState(
                     new MapStateDescriptor<>("rules", Types.STRING, Types.LONG)).entries()) {
