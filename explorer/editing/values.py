@@ -125,12 +125,12 @@ def _java_bytes(n: int) -> bytes:
 
 def _timestamp(v: Any, kind: str, tz: bool) -> pd.Timestamp:
     if v is None or isinstance(v, (bool, int, float, str)):
-        raise _Refused(f"a {kind} is written from a timestamp (not None: nulls only where a null flag is declared)")
+        raise _Refused(f"{kind} values are written from timestamps (not None: nulls only where a null flag is declared)")
     ts = pd.Timestamp(v)
     if tz:
         ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
     elif ts.tzinfo is not None:
-        raise _Refused(f"a {kind} is a local date-time; found a timestamp with a time zone")
+        raise _Refused(f"{kind} values are local date-times; found a timestamp with a time zone")
     return ts
 
 
@@ -312,6 +312,12 @@ def _same(want: Any, got: Any) -> bool:
         return isinstance(got, (list, tuple)) and len(got) == len(want) and all(map(_same, want, got))
     if isinstance(want, (str, bytes)):
         return type(want) is type(got) and want == got
+    if isinstance(want, dt.datetime) and isinstance(got, pd.Timestamp):  # (a naive time given for an instant: UTC)
+        want = pd.Timestamp(want)
+        if want.tzinfo is None and got.tzinfo is not None:
+            want = want.tz_localize("UTC")
+        return want.tzinfo is not None and got.tzinfo is not None and want == got or \
+            want.tzinfo is None and got.tzinfo is None and want == got
     try:
         return bool(want == got) and type(got) is not str
     except (TypeError, ValueError):
