@@ -3,7 +3,8 @@
 What is written is what Flink itself writes for a canonical savepoint (``SavepointFormatType.CANONICAL``),
 so that either state backend restores it:
 
-* ``_metadata`` in the input's version (3 to 7, see ``readers.flink.metadata``): the operators kept, each
+* ``_metadata`` in the input's version (3 to 7, see ``readers.flink.metadata``): its master states (the state of
+  master hooks, opaque) byte for byte, the operators kept, each
   under its (possibly new) operator id, uid and max parallelism, with its coordinator state, every
   subtask's operator state (its bytes copied into a file of the new folder) and a
   ``KeyGroupsSavepointStateHandle`` (type 7) whose stream is a ``RelativeFileStateHandle`` (type 6), so
@@ -33,8 +34,7 @@ its handle, holding the states the subtask held and the edit does not set byte f
 a replaced state encoded by its own declared serializers, a new one of those simple types.
 
 Refused, with an error saying why: anything but a canonical savepoint's keyed state (native and
-incremental snapshots, checkpoints with in-flight data, raw keyed state, file-merging segments), master
-states (not kept by the reader), operator state whose serializer snapshots are not parsed, and keys whose Java hash State Explorer cannot reproduce when
+incremental snapshots, checkpoints with in-flight data, raw keyed state, file-merging segments), operator state whose serializer snapshots are not parsed, and keys whose Java hash State Explorer cannot reproduce when
 ``with_max_parallelism`` must move them.
 """
 
@@ -86,9 +86,6 @@ _COPYABLE_STREAMS = ("bytes", "relative", "file")
 def check_editable(reader: FlinkSnapshotReader) -> None:
     """Refuse, up front, a snapshot this writer cannot write back exactly (see module doc)."""
     meta, where = reader.meta, reader.metadata_file
-    if meta.master_states:
-        raise EditError(f"{where}: found {meta.master_states} master states, which explorer.edit does not carry "
-                        "over; expected none (a canonical savepoint of a DataStream or SQL job)")
     for op in meta.operators:
         streams = [op.coordinator]
         for st in op.subtasks:
@@ -350,7 +347,8 @@ def write_savepoint(reader: FlinkSnapshotReader, plans: list[OperatorPlan], out:
         d.write_int(MAGIC)
         d.write_int(meta.version)
         d.write_long(meta.checkpoint_id)
-        d.write_int(0)  # master states (check_editable: none)
+        d.write_int(meta.master_states)  # master states (a master hook's state), kept byte for byte
+        d.write_bytes(meta.master_states_bytes)
         kept = [p for p in plans if not p.dropped]
         d.write_int(len(kept))
         for plan in kept:
