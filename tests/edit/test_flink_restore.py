@@ -312,6 +312,7 @@ def restored(tmp_path_factory) -> dict[str, list[tuple]]:
     assert all(w == "RESTORED" for w, _ in status.values()), status
     assert keygroups and not [k for k in keygroups if " WRONG " in k]
     out = {label: sorted(entry(e["operator"], e["state"], e) for e in v) for label, v in raw.items()}
+    out["keygroups"] = keygroups
     out["types-last-access"] = {b: {(e["state"], e["key"], e["user_key"]): e["last_access"] for e in raw[f"types-{b}"]
                                     if "last_access" in e} for b in BACKENDS}
     return out | {label: [] for label in status if label not in out}
@@ -352,6 +353,15 @@ def test_flink_restores_edited_pojo_row_collection_time_and_ttl_values(restored,
     assert len(want) > 1000
     assert got == want
     assert restored["types-last-access"][backend] == _types_last_access()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flink_finds_every_moved_key_in_its_own_key_group(restored, backend):
+    """After with_max_parallelism(256) the job runs at max parallelism 256, and every key of both operators lies in
+    the key groups of the subtask that holds it by Flink's KeyGroupRangeAssignment."""
+    mine = [k.split() for k in restored["keygroups"] if k.split()[1] == f"with_max_parallelism-{backend}"]
+    assert {k[2] for k in mine} == {"user-activity", "category-windows"}
+    assert all(k[3] == "256" and k[5] == "OK" for k in mine) and len(mine) > 20
 
 
 def test_a_pojo_with_kryo_fields_is_refused_not_written(tmp_path):

@@ -217,8 +217,10 @@ public class RestoreCheck {
                             getOrCreateKeyedState(new TimeWindow.Serializer(), d);
             List<Tuple2<String, TimeWindow>> kns;
             try (Stream<Tuple2<String, TimeWindow>> s = kb.getKeysAndNamespaces("window-contents")) { kns = s.collect(Collectors.toList()); }
+            TreeSet<String> seen = new TreeSet<>();
             for (Tuple2<String, TimeWindow> kn : kns) {
                 setCurrentKey(kn.f0);
+                if (seen.add(kn.f0)) keyGroup(uid, kn.f0, this);
                 contents.setCurrentNamespace(kn.f1);
                 Long acc = contents.getInternal();
                 if (acc != null) out(uid, "window-contents", kn.f0, window(kn.f1), null, json(acc));
