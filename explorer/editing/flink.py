@@ -73,6 +73,7 @@ from ..readers.flink.serializers import (
     UnknownSnapshot,
     read_top_level_snapshot,
 )
+from ..readers.flink.splits import SOURCE_READER_STATE, decode_split, encode_split
 from ..readers.flink.statemeta import BackendMeta
 from .dataoutput import DataOutput
 from .values import Touched, encode, last_access_ms
@@ -571,6 +572,9 @@ def operator_state_spec(reader: FlinkSnapshotReader, plan: OperatorPlan, name: s
     values = list(values)
     if meta is not None:
         vdec, info = meta[2].get("VALUE_SERIALIZER"), meta[1]
+        if name == SOURCE_READER_STATE:  # splits as the reader shows them: back to their serializer's bytes
+            values = [_split_bytes(v, f"{where}, element {i}") if isinstance(v, dict) else v
+                      for i, v in enumerate(values)]
     else:
         vk = _simple_kind(values, value_type, "value", where)
         vdec, info = _Simple(vk), _meta_info(name, 1, _FLINK_MODES[mode], [("VALUE_SERIALIZER", vk)])
@@ -582,6 +586,19 @@ def operator_state_spec(reader: FlinkSnapshotReader, plan: OperatorPlan, name: s
         per[i] = elems[pos : pos + n]
         pos += n
     return {"broadcast": False, "info": info, "mode": _FLINK_MODES[mode], "per_subtask": per}
+
+
+def _split_bytes(split: dict, where: str) -> bytes:
+    """A source split (a dict as ``operator_state()`` shows it) as its ``SourceReaderState`` element, or EditError."""
+    try:
+        data = encode_split(split)
+    except (ValueError, KeyError, OverflowError) as exc:
+        raise EditError(f"{where}: cannot write the split {split!r} ({exc})") from exc
+    back, why = decode_split(data)
+    want = {**split, "serializer_version": back.get("serializer_version") if isinstance(back, dict) else None}
+    if why or back != want:
+        raise EditError(f"{where}: the split {split!r} would be read back as {back!r}; not written")
+    return data
 
 
 def _operator_state_stream(plan: OperatorPlan, index: int, held: _HeldOperatorState | None

@@ -120,7 +120,18 @@ def _second_edit(e: explorer.Editor) -> explorer.Editor:
     CASES["bootstrap"][0](e).write(first)
     return (explorer.edit(first).set_operator_state("limits", "names", ["z"], mode="split")
             .set_operator_state("limits", "extra", MERGED_EXTRA, mode="union")
-            .set_operator_state("sequence", "extra", [7], mode="union"))
+            .set_operator_state("sequence", "extra", [7], mode="union")
+            .set_operator_state("sequence", "SourceReaderState", [{**_split(), "from": MOVED_TO}]))  # the offset moved
+
+
+MOVED_TO = 1_000_000
+
+
+def _split() -> dict:
+    """The sequence source's one split as the reader shows it (the number it resumes from, "from")."""
+    state = explorer.open(PLAIN).operator_state()
+    (split,) = state[state["state"] == "SourceReaderState"]["value"]
+    return dict(split)
 
 
 MERGED_EXTRA = ["e1", "é2", "e3"]
@@ -276,7 +287,8 @@ V120_CASES = {
 
 
 def _run(specs: list[str], version: str) -> tuple[dict, dict, list[str]]:
-    """One JVM restoring every spec: label -> printed entries (sorted), label -> status, the KEYGROUP lines."""
+    """One JVM restoring every spec: label -> printed entries (sorted), label -> status, the KEYGROUP and FIRST
+    lines."""
     if shutil.which("java") is None or shutil.which("javac") is None:
         pytest.fail("the Flink restore tests need Java 17 (java, javac) on PATH; they are never skipped", pytrace=False)
     env = dict(os.environ, FLINK_VERSION=version)
@@ -291,7 +303,7 @@ def _run(specs: list[str], version: str) -> tuple[dict, dict, list[str]]:
         elif line.startswith(("RESTORED ", "FAILED ")):
             word, label, *why = line.split(" ", 2)
             status[label] = (word, why)
-        elif line.startswith("KEYGROUP "):
+        elif line.startswith(("KEYGROUP ", "FIRST ")):
             keygroups.append(line)
     assert proc.returncode in (0, 3) and len(status) == len(specs), f"exit {proc.returncode}: {status}\n{proc.stderr[-3000:]}"
     return got, status, keygroups
@@ -359,9 +371,19 @@ def test_flink_restores_edited_pojo_row_collection_time_and_ttl_values(restored,
 def test_flink_finds_every_moved_key_in_its_own_key_group(restored, backend):
     """After with_max_parallelism(256) the job runs at max parallelism 256, and every key of both operators lies in
     the key groups of the subtask that holds it by Flink's KeyGroupRangeAssignment."""
-    mine = [k.split() for k in restored["keygroups"] if k.split()[1] == f"with_max_parallelism-{backend}"]
+    mine = [k.split() for k in restored["keygroups"]
+            if k.startswith("KEYGROUP ") and k.split()[1] == f"with_max_parallelism-{backend}"]
     assert {k[2] for k in mine} == {"user-activity", "category-windows"}
     assert all(k[3] == "256" and k[5] == "OK" for k in mine) and len(mine) > 20
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flink_resumes_the_source_from_the_split_offset_the_edit_set(restored, backend):
+    """The sequence source's split moved to MOVED_TO: the restored source emits MOVED_TO first; unedited, it
+    resumes from the split the savepoint holds."""
+    first = {k.split()[1]: int(k.split()[2]) for k in restored["keygroups"] if k.startswith("FIRST ")}
+    assert first[f"operator_state_merge-{backend}"] == MOVED_TO
+    assert first[f"drop_keys-{backend}"] == _split()["from"] != MOVED_TO
 
 
 def test_a_pojo_with_kryo_fields_is_refused_not_written(tmp_path):
@@ -379,7 +401,7 @@ def test_flink_1_20_restores_the_edited_1_20_savepoint(restored_120, name, backe
     want = expected_entries(PLAIN_120, **V120_CASES[name][2])
     assert len(want) > 100
     assert got[f"{name}-{backend}"] == want
-    mine = [k.split() for k in keygroups if k.split()[1] == f"{name}-{backend}"]
+    mine = [k.split() for k in keygroups if k.startswith("KEYGROUP ") and k.split()[1] == f"{name}-{backend}"]
     assert mine and all(k[3] == str(V120_CASES[name][3]) and k[5] == "OK" for k in mine)
 
 

@@ -14,7 +14,8 @@
 // the user-activity operator under USER_UID and the category-windows operator under WINDOWS_UID ("-": the
 // operator is left out of the job). The keyed operators are replaced by ones that, once restored, print
 // every entry of their states and timers as JSON lines "STATE <label> {...}" (schema: tools/flink/README.md),
-// then the job is cancelled. "RESTORED <label>" closes a case that restored, "FAILED <label> <error>" one
+// then the job is cancelled once the source has emitted its first number, printed as "FIRST <label> <n>" (where
+// the restored split resumes). "RESTORED <label>" closes a case that restored, "FAILED <label> <error>" one
 // that did not. USER_UID may end in "+without:STATE" for a job version that no longer declares that keyed state
 // of user-activity (what Flink does with it: compatible()'s rule). No max parallelism is set, so the job takes the savepoint's.
 import java.nio.file.Files;
@@ -61,6 +62,7 @@ import org.apache.flink.util.Collector;
 public class RestoreCheck {
     static volatile CountDownLatch dumped;
     static volatile String label;
+    static final java.util.concurrent.atomic.AtomicBoolean FIRST = new java.util.concurrent.atomic.AtomicBoolean();
 
     static synchronized void out(String uid, String state, Object key, String ns, Object userKey, String value) {
         System.out.println("STATE " + label + " {\"operator\": " + json(uid) + ", \"state\": " + json(state) + ", \"key\": "
@@ -374,7 +376,13 @@ public class RestoreCheck {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(Configuration.fromMap(conf));
         env.setParallelism(2);
         DataStream<ProductionFixtures.Event> stream = env.fromSequence(0, Long.MAX_VALUE).setParallelism(1).uid("sequence").name("sequence")
-                .flatMap((Long i, Collector<ProductionFixtures.Event> o) -> Thread.sleep(20))
+                .flatMap((Long i, Collector<ProductionFixtures.Event> o) -> {
+                    if (FIRST.compareAndSet(false, true)) {  // the number the restored source split resumes from
+                        System.out.println("FIRST " + label + " " + i);
+                        dumped.countDown();
+                    }
+                    Thread.sleep(20);
+                })
                 .returns(TypeInformation.of(ProductionFixtures.Event.class)).setParallelism(1).uid("events").name("events")
                 .assignTimestampsAndWatermarks(WatermarkStrategy.<ProductionFixtures.Event>noWatermarks().withTimestampAssigner((e, t) -> e.ts))
                 .setParallelism(1).uid("timestamps").name("timestamps");
@@ -398,7 +406,8 @@ public class RestoreCheck {
             stream.keyBy(e -> e.user, Types.STRING).transform("bootstrapped", Types.STRING, new Dump(bootUid, false, true)).uid(bootUid);
             operators++;
         }
-        dumped = new CountDownLatch(2 * operators);
+        dumped = new CountDownLatch(2 * operators + 1);  // every dump, and the source's first number
+        FIRST.set(false);
         JobClient client = env.executeAsync("restore-check-" + label);
         long deadline = System.currentTimeMillis() + 180_000;
         while (!dumped.await(200, TimeUnit.MILLISECONDS)) {
