@@ -62,7 +62,7 @@ import org.apache.flink.util.Collector;
 public class RestoreCheck {
     static volatile CountDownLatch dumped;
     static volatile String label;
-    static final java.util.concurrent.atomic.AtomicBoolean FIRST = new java.util.concurrent.atomic.AtomicBoolean();
+    static final java.util.Set<String> FIRST = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     static synchronized void out(String uid, String state, Object key, String ns, Object userKey, String value) {
         System.out.println("STATE " + label + " {\"operator\": " + json(uid) + ", \"state\": " + json(state) + ", \"key\": "
@@ -375,10 +375,13 @@ public class RestoreCheck {
         conf.put("taskmanager.memory.managed.size", "256m");
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(Configuration.fromMap(conf));
         env.setParallelism(2);
+        final String caseLabel = label;
         DataStream<ProductionFixtures.Event> stream = env.fromSequence(0, Long.MAX_VALUE).setParallelism(1).uid("sequence").name("sequence")
                 .flatMap((Long i, Collector<ProductionFixtures.Event> o) -> {
-                    if (FIRST.compareAndSet(false, true)) {  // the number the restored source split resumes from
-                        System.out.println("FIRST " + label + " " + i);
+                    // the number the restored source split resumes from (once per case: a cancelled case's job may
+                    // still emit while the next one runs, under its own label)
+                    if (FIRST.add(caseLabel)) {
+                        System.out.println("FIRST " + caseLabel + " " + i);
                         dumped.countDown();
                     }
                     Thread.sleep(20);
@@ -407,7 +410,6 @@ public class RestoreCheck {
             operators++;
         }
         dumped = new CountDownLatch(2 * operators + 1);  // every dump, and the source's first number
-        FIRST.set(false);
         JobClient client = env.executeAsync("restore-check-" + label);
         long deadline = System.currentTimeMillis() + 180_000;
         while (!dumped.await(200, TimeUnit.MILLISECONDS)) {
