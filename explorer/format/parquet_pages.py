@@ -13,7 +13,9 @@ the values to give each one's start and end in the memory-mapped file
 
 :func:`column_spans` returns None, having read nothing but headers, for any chunk not in
 that shape (compressed, a dictionary page, another encoding, nulls, repetition levels);
-the caller then reads it with Arrow. Bytes that contradict themselves (a page or value
+the caller then reads it with Arrow. :func:`check_page_sizes` reads the same headers of the column
+chunks Arrow is about to decode and checks what each page declares against the memory budget and
+against the footer (whose sizes the row-group check trusted). Bytes that contradict themselves (a page or value
 running past its chunk, a header Thrift cannot parse, a page checksum that does not
 match) raise :class:`~explorer.errors.SnapshotCorruptError` naming the file, the row
 group, the offset, what was found and what was expected.
@@ -22,16 +24,19 @@ group, the offset, what was found and what was expected.
 from __future__ import annotations
 
 import mmap
+import os
 import threading
 import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from ..errors import SnapshotCorruptError
+from . import budget
 
-__all__ = ["ByteSpans", "column_spans", "map_file"]
+__all__ = ["ByteSpans", "check_page_sizes", "column_spans", "map_file"]
 
 # parquet.thrift: PageType, Encoding, CompressionCodec
 _DATA_PAGE, _INDEX_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 1, 2, 3
@@ -356,6 +361,79 @@ def column_spans(data: np.ndarray, column: Any, max_def: int, max_rep: int, wher
             f"{where}: column {column.path_in_schema!r}: the {n} PLAIN values of the page ending at byte {stop} "
             "do not fill it exactly (a length running past the page, or bytes left over)")
     return ByteSpans(data, starts, ends)
+
+
+def _random_access(source: Any) -> tuple[Any, bool]:
+    """``source`` (what ``pq.ParquetFile`` was given) as a pyarrow random-access file, and whether it was
+    opened here: a local path (or a remote one, through its cached copy: ``os.fspath``) memory-mapped, so a
+    column chunk's headers cost no copy; a pyarrow file (a remote one read by range) as it is."""
+    if isinstance(source, pa.NativeFile):
+        return source, False
+    return pa.memory_map(os.fspath(source), "r"), True
+
+
+def check_page_sizes(source: Any, metadata: Any, row_groups: Any, columns: Any = None, where: Any = None) -> None:
+    """The page headers of the column chunks Arrow is about to decode (row groups ``row_groups``, their
+    columns whose top-level name is in ``columns``, all when None), checked before it decodes them.
+
+    Arrow allocates what a page header declares (its uncompressed size) whatever the footer said, and the
+    row-group check (``format/keyed.py``) trusted the footer: so each page's declared uncompressed size is
+    checked against the memory budget (:class:`~explorer.errors.SnapshotTooLargeError`), and the pages of a
+    chunk together against the footer's ``total_uncompressed_size`` for that chunk
+    (:class:`~explorer.errors.SnapshotCorruptError` when they declare more: the footer's sizes, which the
+    budget was checked against, are then what bounds the read). Each chunk is read once, in one piece (a
+    remote file's range is then in the cache for Arrow's own read); only headers are parsed."""
+    where = where if where is not None else source
+    wanted = None if columns is None else set(columns)
+    f, opened = _random_access(source)
+    try:
+        file_size = f.size()
+        for i in row_groups:
+            rg = metadata.row_group(i)
+            for j in range(rg.num_columns):
+                col = rg.column(j)
+                if wanted is None or col.path_in_schema.split(".")[0] in wanted:
+                    _check_chunk(f, file_size, col, f"{where}: row group {i}, column {col.path_in_schema!r}")
+    finally:
+        if opened:
+            f.close()
+
+
+def _check_chunk(f: Any, file_size: int, col: Any, where: str) -> None:
+    start = int(col.dictionary_page_offset) if col.has_dictionary_page and col.dictionary_page_offset else \
+        int(col.data_page_offset)
+    length, declared = int(col.total_compressed_size), int(col.total_uncompressed_size)
+    if length == 0:  # no page at all (an empty row group's chunk, as pyarrow writes it)
+        return
+    if start < 4 or length < 0 or start + length > file_size:
+        raise SnapshotCorruptError(f"{where}: its column chunk at bytes {start}-{start + length} lies outside the "
+                                   f"file of {file_size:,} bytes; expected a chunk inside the file")
+    budget.check(length, file=where, what="the column chunk (compressed, as the footer declares)")
+    data = memoryview(f.read_at(length, start)).cast("B")
+    if len(data) != length:
+        raise SnapshotCorruptError(f"{where}: read {len(data):,} bytes of its {length:,}-byte column chunk")
+    pos, total = 0, 0
+    try:
+        while pos < length:
+            t = _Thrift(data, pos, length)
+            head = _page_header(t)
+            body, size, unc = t.pos, head["compressed"], head["uncompressed"]
+            if size < 0 or unc < 0 or body + size > length:
+                raise _Corrupt(f"a page at byte {start + pos} declares {size:,} bytes compressed and {unc:,} "
+                               f"uncompressed, {length - body:,} bytes are left of its column chunk")
+            budget.check(unc, file=where, what=f"the page at byte {start + pos} (uncompressed, as its header "
+                                               "declares)")
+            total += unc
+            pos = body + size
+    except _Corrupt as exc:
+        raise SnapshotCorruptError(f"{where}: {exc}") from None
+    finally:
+        data.release()
+    if total > declared:
+        raise SnapshotCorruptError(
+            f"{where}: its pages' headers declare {total:,} bytes uncompressed, the footer {declared:,} for the "
+            "whole column chunk; expected pages within what the footer declares (the footer's sizes are what the "
+            "memory budget was checked against)")
 
 
 def warm() -> None:
