@@ -46,7 +46,7 @@ from ...format.untrusted import Roots, excerpt, plain_name
 from .hdfs import records, spark_stream, store_dir
 from .layout import verified_bytes
 
-__all__ = ["ENCODING_VERSION", "changelog_records", "read_rocksdb_store"]
+__all__ = ["ENCODING_VERSION", "changelog_header", "changelog_records", "read_rocksdb_store"]
 
 #: the byte before every key's and value's UnsafeRow in the built-in operators' RocksDB stores
 ENCODING_VERSION = 0
@@ -64,12 +64,9 @@ def _utf(data: bytes, i: int, where: str) -> tuple[str, int]:
     return data[i + 2:i + 2 + n].decode("utf-8", errors="replace"), i + 2 + n
 
 
-def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bool = False, *,
-                      roots: Roots | Path) -> list[tuple[int, str]]:
-    """Apply one changelog file (inside ``roots``) to ``rows``; return its lineage ``[(version, uuid)]`` (empty
-    before version 3). ``keep_deletes``: a deleted key is kept as None instead of dropped."""
-    where = str(f)
-    data = spark_stream(verified_bytes(f, roots), where)
+def changelog_header(data: bytes, where: str) -> tuple[int, int, list[tuple[int, str]]]:
+    """A decompressed changelog's format version, where its records start, and its lineage ``[(version,
+    uuid)]`` (the versions before it back to the last snapshot; empty before changelog version 3)."""
     version, pos = 1, 0
     if len(data) >= 3 and data[2:3] == b"v":
         text, after = _utf(data, 0, where)
@@ -85,6 +82,16 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise SnapshotCorruptError(f"{where}: expected the changelog's lineage as JSON, found {len(text)} "
                                        "characters that are not a list of versions and ids") from exc
+    return version, pos, lineage
+
+
+def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bool = False, *,
+                      roots: Roots | Path) -> list[tuple[int, str]]:
+    """Apply one changelog file (inside ``roots``) to ``rows``; return its lineage ``[(version, uuid)]`` (empty
+    before version 3). ``keep_deletes``: a deleted key is kept as None instead of dropped."""
+    where = str(f)
+    data = spark_stream(verified_bytes(f, roots), where)
+    version, pos, lineage = changelog_header(data, where)
     if version in (1, 3):
         records(data, where, rows, keep_deletes, start=pos)
         return lineage
