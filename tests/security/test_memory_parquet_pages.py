@@ -9,6 +9,7 @@ the budget, a chunk's pages together against the footer.
 
 import shutil
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -121,3 +122,67 @@ def test_dataset_refuses_pages_behind_a_lying_footer(tmp_path):
 def test_dataset_of_honest_files_reads_as_before():
     s = explorer.open(SAMPLE, memory_budget="64MB")
     assert s.dataset(state="session").count_rows() == len(s.keyed_state(state="session")) > 0
+
+
+def _dictionary_bomb(tmp_path, entry=8 << 20):
+    """One 8 MB ``page`` string as the only dictionary entry of its column chunk, referenced by every row
+    (a writer that keeps the dictionary however large it grows): a 4.6 KB file, 1.7 GB once decoded. Every
+    page declares at most 8 MB."""
+    snap = tmp_path / "sp"
+    shutil.copytree(SAMPLE, snap)
+    meta = read_metadata(snap)
+    state = meta["operators"][1]["subtasks"][0]["states"][0]
+    path = snap / state["file"]
+    t = pq.read_table(path)
+    value = t.column("value").combine_chunks()
+    fields = [value.field(i) if value.type.field(i).name != "page" else pa.array(["a" * entry] * len(value))
+              for i in range(value.type.num_fields)]
+    t = t.set_column(t.schema.get_field_index("value"), "value",
+                     pa.StructArray.from_arrays(fields, fields=list(value.type)))
+    path.unlink()
+    pq.write_table(t, path, compression="zstd", dictionary_pagesize_limit=1 << 30)
+    assert path.stat().st_size < 64 << 10
+    meta["files"][state["file"]] = file_entry(snap, path)
+    write_metadata(snap, meta)
+    return snap, state["file"]
+
+
+def test_dictionary_pages_that_expand_past_the_budget_are_refused(tmp_path):
+    """Found while fixing the page check: pages and footer agree (8 MB), but 215 indexes into an 8 MB dictionary
+    entry decode to 1.7 GB: ``hot_keys()`` peaked at 3.2 GiB under 64MB. The dictionary's longest entry times the
+    values that index it is checked first."""
+    snap, rel = _dictionary_bomb(tmp_path)
+    peak, message = peak_of(f"""
+        import explorer
+        s = explorer.open({str(snap)!r}, memory_budget="{BUDGET_MB}MB")
+        result = raised(s.hot_keys)
+    """)
+    assert message.startswith("SnapshotTooLargeError: "), message
+    assert rel in message and "dictionary" in message and "memory_budget=" in message, message
+    assert peak < BUDGET_MB + MARGIN_MB, f"peak {peak:.0f} MiB"
+
+
+def test_a_dictionary_within_the_budget_reads(tmp_path):
+    snap, rel = _dictionary_bomb(tmp_path, entry=1 << 10)
+    s = explorer.open(snap, memory_budget="64MB")
+    pages = s.keyed_state(state="session")["value"].map(lambda v: v["page"])
+    assert (pages == "a" * 1024).sum() == pq.ParquetFile(snap / rel).metadata.num_rows > 0
+
+
+def test_a_dictionary_of_many_entries_is_read_for_its_longest(tmp_path):
+    """The bound without reading the entries (all of the page in one) is over the budget here; the entries read,
+    each index costs at most the longest (1 KiB), which fits."""
+    from explorer.format import budget
+    from explorer.format.parquet_pages import check_page_sizes
+
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"v": [f"{i:04d}" + "x" * 1020 for i in range(2000)] * 8}), path, compression="zstd",
+                   dictionary_pagesize_limit=1 << 30)
+    md = pq.ParquetFile(path).metadata
+    with budget.using(budget.FLOOR):  # 16,000 indexes x 2 MB of entries: 32 GB by the bound; 16 MB read
+        check_page_sizes(path, md, range(md.num_row_groups))
+    with budget.using(budget.FLOOR), pytest.raises(Exception, match="longest entry 1,024 bytes"):
+        pq.write_table(pa.table({"v": [f"{i:04d}" + "x" * 1020 for i in range(2000)] * 10}), path,
+                       compression="zstd", dictionary_pagesize_limit=1 << 30)
+        md = pq.ParquetFile(path).metadata
+        check_page_sizes(path, md, range(md.num_row_groups))
