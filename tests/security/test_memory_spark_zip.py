@@ -92,10 +92,27 @@ def test_a_metadata_member_just_under_the_budget_is_charged_for_its_copies(tmp_p
 
 def test_a_metadata_member_within_the_budget_still_reads(tmp_path):
     """The same padding, small: the SST names of the JSON line are read from the buffer cut in place."""
-    from explorer.readers.spark.rocksdb import _zip_metadata
+    from explorer.readers.spark.rocksdb import zip_metadata
 
     path = tmp_path / "m.zip"
     _padded_zip(path, 1 << 20)
     with zipfile.ZipFile(path) as zf:
-        version, body = _zip_metadata(zf, path)
+        version, body = zip_metadata(zf, path)
     assert version == b"v1" and body.startswith(b'{"sstFiles": [') and body.endswith(b"]}") and len(body) == (1 << 20) - 3
+
+
+def test_verify_charges_the_metadata_member_as_the_reader_does(tmp_path):
+    """``verify`` read the member whole, unbudgeted; it now reports it damaged, naming the budget, before
+    inflating it."""
+    snap = tmp_path / "ckpt"
+    shutil.copytree(SAMPLE, snap)
+    size = (BUDGET_MB - 16) << 20
+    _padded_zip(snap / "state" / "0" / "0" / "6.zip", size)
+    (snap / "state" / "0" / "0" / ".6.zip.crc").unlink(missing_ok=True)
+    peak, result = peak_of(f"""
+        import explorer
+        r = explorer.verify({str(snap)!r}, memory_budget="{BUDGET_MB}MB")
+        result = [(c.file, c.status, c.detail) for c in r.checks if c.file.endswith("6.zip")]
+    """)
+    assert len(result) == 1 and result[0][1] == "damaged" and "memory_budget=" in result[0][2], result
+    assert peak < BUDGET_MB + MARGIN_MB, f"peak {peak:.0f} MiB"

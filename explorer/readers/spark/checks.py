@@ -21,14 +21,15 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ...errors import SnapshotError, UnsafePathError
+from ...errors import SnapshotError, SnapshotTooLargeError, UnsafePathError
+from ...format import budget
 from ...format.sst.file import SstError
 from ...format.untrusted import Roots, plain_name
 from ...storage import StoragePath
 from ..checks import DAMAGED, MISSING, OK, OUTSIDE, FileCheck, check_sst, failed
 from . import layout
 from .hdfs import spark_stream
-from .rocksdb import changelog_header
+from .rocksdb import changelog_header, zip_metadata
 
 __all__ = ["spark_checks"]
 
@@ -208,16 +209,26 @@ def _has_sidecar(f: Path) -> bool:
 def _check_zip(f: Path, rel: str, data: bytes, roots: Roots, detail: str) -> FileCheck:
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
+        for info in zf.infolist():  # (as the reader does: before anything is inflated)
+            budget.check(info.file_size, file=f, what=f"zip member {info.filename!r} (its declared uncompressed size)")
         bad = zf.testzip()
-        meta = zf.read("metadata").decode("utf-8").splitlines() if "metadata" in zf.namelist() else []
-    except (zipfile.BadZipFile, EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
+        version, body = zip_metadata(zf, f) if "metadata" in zf.namelist() else (b"", bytearray())
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
         return FileCheck(rel, DAMAGED, f"not a readable zip ({exc})")
+    except SnapshotTooLargeError as exc:
+        return FileCheck(rel, DAMAGED, str(exc))
     if bad is not None:
         return FileCheck(rel, DAMAGED, f"member {bad!r} does not match its CRC-32")
+    if version not in (b"", b"v1"):
+        return FileCheck(rel, DAMAGED, f"its metadata member's version is {version[:16]!r}; expected 'v1'")
     try:
-        ssts = json.loads(meta[1]).get("sstFiles", []) if len(meta) > 1 else []
-    except (json.JSONDecodeError, AttributeError):
-        return FileCheck(rel, DAMAGED, f"its metadata member ({len(meta)} lines) is not v1 and JSON")
+        ssts = budget.loads(body, file=f, what="zip member 'metadata' (its JSON line)").get("sstFiles", []) \
+            if body else []
+    except SnapshotTooLargeError as exc:
+        return FileCheck(rel, DAMAGED, str(exc))
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return FileCheck(rel, DAMAGED, f"its metadata member ({len(body):,} bytes after its version line) is not "
+                                       "v1 and JSON")
     folder = f.parent / "SSTs"
     for s in ssts:
         name = s.get("dfsSstFileName") if isinstance(s, dict) else None

@@ -46,7 +46,7 @@ from ...format.untrusted import Roots, excerpt, plain_name
 from .hdfs import records, spark_stream, store_dir
 from .layout import verified_bytes
 
-__all__ = ["ENCODING_VERSION", "changelog_header", "changelog_records", "read_rocksdb_store"]
+__all__ = ["ENCODING_VERSION", "changelog_header", "changelog_records", "read_rocksdb_store", "zip_metadata"]
 
 #: the byte before every key's and value's UnsafeRow in the built-in operators' RocksDB stores
 ENCODING_VERSION = 0
@@ -134,7 +134,7 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
         pos += vs
 
 
-def _zip_metadata(zf: zipfile.ZipFile, f: Path) -> tuple[bytes, bytearray]:
+def zip_metadata(zf: zipfile.ZipFile, f: Path) -> tuple[bytes, bytearray]:
     """The ``metadata`` member's first line (its version) and its second (the JSON), with honest accounting: the
     member is inflated into one buffer of its declared size (zipfile stops there; a stream that inflates past it
     fails its CRC-32) and the JSON line is cut out of it in place, so what is held is that buffer, then the
@@ -173,7 +173,7 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None], roots: Roots) -> None:
     if bad is not None:
         raise SnapshotCorruptError(f"{where}: member {bad!r} does not match its CRC-32 (the zip is damaged)")
     try:
-        version, body = _zip_metadata(zf, f)
+        version, body = zip_metadata(zf, f)
     except KeyError as exc:
         raise SnapshotFormatError(f"{where}: expected a 'metadata' member naming the SST files, found "
                                   f"{zf.namelist()}") from exc
