@@ -549,7 +549,8 @@ def _check_dictionary(data: memoryview, dictionary: tuple[int, int, int, int], i
         at += 4 + n
     if at > end:
         raise _Corrupt(f"its dictionary page's entries run {at - end:,} bytes past its end")
-    budget.check(indexed * longest, file=where, what=f"{what}: {indexed:,} of them, the longest entry {longest:,} bytes")
+    budget.check(indexed * longest, file=where,
+                 what=f"{what}: {indexed:,} of them, the longest entry {longest:,} bytes")
 
 
 def warm() -> None:

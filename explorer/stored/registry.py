@@ -150,7 +150,7 @@ def _newest_checkpoint(directory: Any, **options: Any) -> SnapshotReader | None:
 
 def reader_for(path: str | Path, storage_options: dict[str, Any] | None = None,
                cache_dir: str | Path | None = None, cache_max_bytes: int | str | None = None,
-               memory_budget: int | None = None, **options: Any) -> SnapshotReader:
+               memory_budget: int | str | None = None, **options: Any) -> SnapshotReader:
     """The reader of a checkpoint, savepoint or checkpoint directory (its newest complete checkpoint).
 
     ``path``: a local path or a URL of a remote store (``s3://``, ``gs://``, ``hdfs://``,
@@ -158,10 +158,11 @@ def reader_for(path: str | Path, storage_options: dict[str, Any] | None = None,
     cache (``cache_dir``, ``cache_max_bytes``; ``storage_options`` for the filesystem).
     For a checkpoint directory, a newer ``chk-N`` that does not open is never passed over
     silently: the reader's notes and a warning say which one was opened and why.
-    ``memory_budget`` (bytes): current while the snapshot is detected and its metadata read, so a
-    metadata file or JSON too big for it is refused before it is read or parsed (:mod:`explorer.format.budget`).
+    ``memory_budget`` (bytes, or a size such as ``"2GB"``): current while the snapshot is detected and
+    its metadata read, so a metadata file or JSON too big for it is refused before it is read or parsed
+    (:mod:`explorer.format.budget`).
     """
-    with budget.using(memory_budget):
+    with budget.using(None if memory_budget is None else parse_memory_budget(memory_budget)):
         return _reader_for(path, storage_options, cache_dir, cache_max_bytes, **options)
 
 
