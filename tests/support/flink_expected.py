@@ -148,6 +148,8 @@ def match(exp: Any, got: Any) -> bool:
         return got is not None and ("global" in str(got).lower())
     if t == "dataview":  # a SQL accumulator's MapView/ListView placeholder (its entries: a state of their own)
         return isinstance(got, dict) and got.get("data_view") == exp["view"]
+    if t == "stream_record":  # an evicting window's element
+        return isinstance(got, dict) and got.get("timestamp") == exp["timestamp"] and match(exp["value"], got.get("value"))
     if t in ("buffer_entry", "lockable"):
         if not isinstance(got, dict):
             return False

@@ -123,6 +123,25 @@ prod plain-forst-checkpoint plain forst checkpoint
 prod sqlagg-heap-canonical-savepoint sqlagg hashmap canonical
 prod sqlagg-rocksdb-incremental-checkpoint sqlagg rocksdb incremental
 prod sqlagg-rocksdb-native-savepoint sqlagg rocksdb native
+# issue 33: COUNT(DISTINCT) as real jobs run it (INT/BIGINT/FILTERed/nullable distinct columns; mini-batch
+# two-phase with state TTL; distinct-agg split; retracting input), each on RocksDB incremental and native
+for v in plain minibatch split retract; do
+    n="sqldistinct-$v"; [ "$v" = plain ] && n=sqldistinct
+    prod "$n-rocksdb-incremental-checkpoint" sqldistinct rocksdb incremental -Dfixtures.sqlvariant="$v"
+    prod "$n-rocksdb-native-savepoint" sqldistinct rocksdb native -Dfixtures.sqlvariant="$v"
+done
+# issue 33: session windows whose merges make the state window differ from the session (out-of-order events bridging
+# and extending sessions, allowed lateness, late and dropped elements, cleanup), on process, aggregate, evictor and
+# dynamic-gap operators: tools/flink/src/SessionWindows.java
+for s in "sessions-heap-canonical-savepoint hashmap canonical" "sessions-rocksdb-incremental-checkpoint rocksdb incremental"; do
+    set -- $s
+    if wanted "$1"; then
+        echo "== $1" >&2
+        javac -nowarn -d "$PBUILD" -cp "$PCP" "$ROOT/tools/flink/src/SessionWindows.java"
+        java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 $JAVA_OPENS -Dlog4j2.level=ERROR -cp "$PBUILD:$PCP" SessionWindows \
+            "$OUT" "$1" "$2" "$3" >&2
+    fi
+done
 # the async state API (State V2) on ForSt (its backend; the HashMap backend fails this job in 2.3.0)
 prod asyncstate-forst-checkpoint asyncstate forst checkpoint
 prod asyncstate-forst-native-savepoint asyncstate forst native

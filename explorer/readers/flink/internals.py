@@ -23,7 +23,10 @@ Registered with :func:`.serializers.register_snapshot_decoder`. Wire formats:
   ``ExternalSerializer`` (a ``MapView``/``ListView`` or other external type
   inside an accumulator; snapshot: a Java-serialized ``DataType``, parsed as
   data, then the internal serializer): the internal serializer's value;
-  ``RawValueData``: ``int n`` + ``n`` bytes; ``NullSerializer``: one byte, None.
+  ``RawValueData``: ``int n`` + ``n`` bytes; ``NullSerializer``: one byte, None;
+* ``StreamElementSerializer`` (an evicting window's elements): ``byte tag``, for a
+  record with a timestamp (0) ``long timestamp`` + the value, without (1) the value
+  -> ``{"timestamp", "value"}``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .serializers import (
     NESTED_MAGIC,
     Decoder,
     SnapshotContext,
+    UnknownLayout,
     UnknownSnapshot,
     read_composite_header,
     register_snapshot_decoder,
@@ -238,6 +242,35 @@ def _external(inp: DataInput, ctx: SnapshotContext) -> Decoder:
 
 register_snapshot_decoder("org.apache.flink.table.runtime.typeutils.ExternalSerializer$ExternalSerializerSnapshot",
                           _external)
+
+
+class StreamRecordDecoder(Decoder):
+    """An evicting window's element (``StreamElementSerializer``): ``byte tag``, then for a record with a
+    timestamp (tag 0) ``long timestamp`` and the value, for one without (tag 1) the value alone. Watermarks,
+    latency markers and the other stream elements never sit in window state: their tags leave the value raw."""
+
+    def __init__(self, elem: Decoder) -> None:
+        self.elem = elem
+        self.name = f"StreamRecord<{elem.describe()}>"
+
+    def read(self, inp: DataInput):
+        tag = inp.read_byte()
+        if tag == 0:
+            ts = inp.read_long()
+            return {"timestamp": ts, "value": self.elem.read(inp)}
+        if tag == 1:
+            return {"timestamp": None, "value": self.elem.read(inp)}
+        raise UnknownLayout(f"stream element with tag {tag} in {self.name}: only records (tags 0 and 1) are decoded")
+
+    def arrow_type(self):
+        t = self.elem.arrow_type()
+        return None if t is None else pa.struct([("timestamp", pa.int64()), ("value", t)])
+
+
+register_snapshot_decoder(
+    "org.apache.flink.streaming.runtime.streamrecord.StreamElementSerializer$StreamElementSerializerSnapshot",
+    lambda inp, ctx: StreamRecordDecoder(_composite_nested(inp, ctx)[0]),
+)
 
 
 class RawValueDecoder(Decoder):
