@@ -773,6 +773,8 @@ public class ProductionFixtures {
     //              (partial aggregates keyed by a hash bucket of the distinct column)
     //   retract    distinct aggregates fed by a last-row deduplication (updates and retractions): the view's value is
     //              a count per FILTER, an ARRAY<BIGINT>
+    //   window     a window TVF (TUMBLE, 1 minute) with COUNT(DISTINCT): the views' namespace is the window; the
+    //              watermark stays a day behind, so no window fires
     static final String SQLDISTINCT = "INSERT INTO dsink SELECT user_name, COUNT(DISTINCT bucket), COUNT(DISTINCT amount), "
             + "COUNT(DISTINCT category) FILTER (WHERE amount >= 50), "
             + "COUNT(DISTINCT category) FILTER (WHERE amount < 50), SUM(DISTINCT bucket), COUNT(DISTINCT opt) "
@@ -783,6 +785,11 @@ public class ProductionFixtures {
             + "COUNT(DISTINCT user_name) FILTER (WHERE amount >= 50), COUNT(DISTINCT user_name) FILTER (WHERE amount < 50) "
             + "FROM (SELECT user_name, category, amount FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_name, category "
             + "ORDER BY pt DESC) AS rn FROM events) WHERE rn = 1) GROUP BY category";
+
+    static final String SQLDISTINCT_WINDOW = "INSERT INTO wsink SELECT user_name, window_start, window_end, "
+            + "COUNT(DISTINCT category), COUNT(DISTINCT amount), COUNT(*) FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), "
+            + "INTERVAL '1' MINUTE)) GROUP BY user_name, window_start, window_end";
+    static final long SQL_WINDOW = 60_000;
 
     static int bucket(Event e) { return (int) (e.amount % 10); }
     static Integer opt(Event e) { return e.seq % 4 == 0 ? null : (int) (e.amount % 7); }
@@ -814,6 +821,27 @@ public class ProductionFixtures {
                 long n = c.getValue().size();
                 x.entry("GroupAggregate", "accState", "value", "Row(count distinct x3, record count, distinct view)",
                         rowKey(c.getKey()), null, null, row(n, big, small, n, dataView()));
+            }
+            return;
+        }
+        if (variant.equals("window")) {
+            for (Map.Entry<String, List<Event>> u : users.entrySet()) {
+                TreeMap<Long, List<Event>> windows = new TreeMap<>();
+                for (Event e : u.getValue()) windows.computeIfAbsent(e.ts - Math.floorMod(e.ts, SQL_WINDOW) + SQL_WINDOW,
+                        w -> new ArrayList<>()).add(e);
+                for (Map.Entry<Long, List<Event>> w : windows.entrySet()) {
+                    TreeSet<String> cats = new TreeSet<>();
+                    TreeSet<Long> amounts = new TreeSet<>();
+                    for (Event e : w.getValue()) { cats.add(e.category); amounts.add(e.amount); }
+                    // the namespace: the window's end (epoch ms), as the slicing window operator keys its state
+                    for (String c : cats) x.entry("GlobalWindowAggregate", "distinctAcc_0", "map", "MapView<category, Long bitmap>",
+                            rowKey(u.getKey()), w.getKey(), c, 1L);
+                    for (Long a : amounts) x.entry("GlobalWindowAggregate", "distinctAcc_1", "map", "MapView<amount, Long bitmap>",
+                            rowKey(u.getKey()), w.getKey(), a, 1L);
+                    x.entry("GlobalWindowAggregate", "window-aggs", "value", "Row(count distinct x2, count, distinct views)",
+                            rowKey(u.getKey()), w.getKey(), null, row((long) cats.size(), (long) amounts.size(),
+                                    (long) w.getValue().size(), dataView(), dataView()));
+                }
             }
             return;
         }
@@ -1059,12 +1087,16 @@ public class ProductionFixtures {
                 }
                 if (variant.equals("minibatch")) tEnv.getConfig().set("table.exec.state.ttl", "1 h");
                 if (variant.equals("split")) tEnv.getConfig().set("table.optimizer.distinct-agg.split.enabled", "true");
-                DataStream<Row> rows = stream.map(e -> Row.of(e.user, e.category, e.amount, bucket(e), opt(e)))
-                        .returns(Types.ROW_NAMED(new String[] {"user_name", "category", "amount", "bucket", "opt"},
-                                Types.STRING, Types.STRING, Types.LONG, Types.INT, Types.INT))
+                DataStream<Row> rows = stream.map(e -> Row.of(e.user, e.category, e.amount, bucket(e), opt(e), e.ts))
+                        .returns(Types.ROW_NAMED(new String[] {"user_name", "category", "amount", "bucket", "opt", "ts"},
+                                Types.STRING, Types.STRING, Types.LONG, Types.INT, Types.INT, Types.LONG))
                         .setParallelism(1).uid("to-rows").name("to-rows");
                 Schema.Builder schema = Schema.newBuilder();
                 if (variant.equals("retract")) schema.columnByExpression("pt", "PROCTIME()");
+                if (variant.equals("window")) {
+                    schema.columnByExpression("rt", "TO_TIMESTAMP_LTZ(ts, 3)")
+                            .watermark("rt", "rt - INTERVAL '1' DAY");
+                }
                 tEnv.createTemporaryView("events", tEnv.fromDataStream(rows, schema.build()));
                 tEnv.executeSql("CREATE TABLE dsink (user_name STRING, d_int BIGINT, d_bigint BIGINT, d_big BIGINT, "
                         + "d_small BIGINT, s_int INT, d_opt BIGINT, PRIMARY KEY (user_name) NOT ENFORCED) WITH ('connector' = 'blackhole')");
@@ -1073,7 +1105,10 @@ public class ProductionFixtures {
                 tEnv.executeSql("CREATE TABLE rsink (category STRING, n BIGINT, big BIGINT, small BIGINT, PRIMARY KEY (category) "
                         + "NOT ENFORCED) WITH ('connector' = 'blackhole')");
                 StatementSet set = tEnv.createStatementSet();
-                set.addInsertSql(variant.equals("split") ? SQLDISTINCT_SPLIT : variant.equals("retract") ? SQLDISTINCT_RETRACT : SQLDISTINCT);
+                tEnv.executeSql("CREATE TABLE wsink (user_name STRING, ws TIMESTAMP(3), we TIMESTAMP(3), cats BIGINT, amounts BIGINT, "
+                        + "cnt BIGINT) WITH ('connector' = 'blackhole')");
+                set.addInsertSql(variant.equals("split") ? SQLDISTINCT_SPLIT : variant.equals("retract") ? SQLDISTINCT_RETRACT
+                        : variant.equals("window") ? SQLDISTINCT_WINDOW : SQLDISTINCT);
                 System.err.println(set.explain());
                 sqlResult = set.execute();
                 expectedOps = -1;
