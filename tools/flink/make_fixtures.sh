@@ -157,6 +157,9 @@ prod flink-1.20-plain-heap-canonical-savepoint plain hashmap canonical
 prod flink-1.20-types-heap-canonical-savepoint types hashmap canonical      # Kryo 2
 prod flink-1.20-plain-filemerging-rocksdb-incremental-checkpoint plain rocksdb incremental -Dfixtures.filemerging=true
 prod flink-1.20-sqlagg-rocksdb-incremental-checkpoint sqlagg rocksdb incremental
+# issue 33: COUNT(DISTINCT) with TTL and mini-batch two-phase, and fed by retractions (ARRAY<BIGINT> views), on 1.20
+prod flink-1.20-sqldistinct-minibatch-rocksdb-incremental-checkpoint sqldistinct rocksdb incremental -Dfixtures.sqlvariant=minibatch
+prod flink-1.20-sqldistinct-retract-rocksdb-incremental-checkpoint sqldistinct rocksdb incremental -Dfixtures.sqlvariant=retract
 # every release line in between: plain and every value type (Kryo 2). (1.16 and 1.15: the job does not compile
 # against them yet: its CEP pattern uses SimpleCondition.of, new in Flink 1.17)
 for v in 1.19.3 1.18.1; do
