@@ -73,10 +73,12 @@ POJO_MAP_HEADER = 0x4F2C69A3D70
 class UnknownSnapshot(Exception):
     """A serializer snapshot class we cannot parse; ``pos`` is where its content starts."""
 
-    def __init__(self, class_name: str, pos: int) -> None:
+    def __init__(self, class_name: str, pos: int, partial: "Decoder | None" = None) -> None:
         super().__init__(class_name)
         self.class_name = class_name
         self.pos = pos
+        #: what could be decoded around it: a map state's MapDecoder with known keys and raw values
+        self.partial = partial
 
 
 class UnknownLayout(Exception):
@@ -709,7 +711,18 @@ def _read_content(inp: DataInput, cls: str, version: int, options: Mapping[str, 
         return ListDecoder(elem)
     if short == "MapSerializerSnapshot":
         _composite(inp)
-        k, v = _read_nested(inp)
+        magic = inp.read_int()
+        if magic != NESTED_MAGIC:
+            raise FlinkFormatError(f"nested serializer snapshots: found magic {magic:#x}, expected {NESTED_MAGIC:#x}")
+        inp.read_int()  # delegate version
+        n = inp.read_int()
+        if n != 2:
+            raise FlinkFormatError(f"map serializer snapshot: found {n} nested serializers, expected 2 (key, value)")
+        k = read_versioned_snapshot(inp, options)
+        try:
+            v = read_versioned_snapshot(inp, options)
+        except UnknownSnapshot as exc:  # the keys still decode (a RocksDB map entry's user key is in its own bytes)
+            raise UnknownSnapshot(exc.class_name, exc.pos, MapDecoder(k, RawDecoder(exc.class_name))) from exc
         return MapDecoder(k, v)
     if short == "TtlStateFactory$TtlSerializerSnapshot":
         _composite(inp)
