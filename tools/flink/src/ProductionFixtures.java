@@ -773,8 +773,10 @@ public class ProductionFixtures {
     //              (partial aggregates keyed by a hash bucket of the distinct column)
     //   retract    distinct aggregates fed by a last-row deduplication (updates and retractions): the view's value is
     //              a count per FILTER, an ARRAY<BIGINT>
-    //   window     a window TVF (TUMBLE, 1 minute) with COUNT(DISTINCT): the views' namespace is the window; the
-    //              watermark stays a day behind, so no window fires
+    //   types      distinct views keyed by DECIMAL, TIMESTAMP_LTZ, DOUBLE, BOOLEAN and DATE values
+    //   window     a window TVF (TUMBLE, 1 minute) with COUNT(DISTINCT), mini-batch two-phase (Local/Global
+    //              WindowAggregate): the views' namespace is the window's end; the watermark stays a day behind,
+    //              so no window fires
     static final String SQLDISTINCT = "INSERT INTO dsink SELECT user_name, COUNT(DISTINCT bucket), COUNT(DISTINCT amount), "
             + "COUNT(DISTINCT category) FILTER (WHERE amount >= 50), "
             + "COUNT(DISTINCT category) FILTER (WHERE amount < 50), SUM(DISTINCT bucket), COUNT(DISTINCT opt) "
@@ -790,6 +792,9 @@ public class ProductionFixtures {
             + "COUNT(DISTINCT category), COUNT(DISTINCT amount), COUNT(*) FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), "
             + "INTERVAL '1' MINUTE)) GROUP BY user_name, window_start, window_end";
     static final long SQL_WINDOW = 60_000;
+    static final String SQLDISTINCT_TYPES = "INSERT INTO tsink SELECT user_name, COUNT(DISTINCT CAST(amount AS DECIMAL(10, 2))), "
+            + "COUNT(DISTINCT TO_TIMESTAMP_LTZ(ts, 3)), COUNT(DISTINCT CAST(amount AS DOUBLE) / 4), COUNT(DISTINCT amount > 50), "
+            + "COUNT(DISTINCT CAST(TO_TIMESTAMP_LTZ(ts, 3) AS DATE)) FROM events GROUP BY user_name";
 
     static int bucket(Event e) { return (int) (e.amount % 10); }
     static Integer opt(Event e) { return e.seq % 4 == 0 ? null : (int) (e.amount % 7); }
@@ -821,6 +826,36 @@ public class ProductionFixtures {
                 long n = c.getValue().size();
                 x.entry("GroupAggregate", "accState", "value", "Row(count distinct x3, record count, distinct view)",
                         rowKey(c.getKey()), null, null, row(n, big, small, n, dataView()));
+            }
+            return;
+        }
+        if (variant.equals("types")) {
+            for (Map.Entry<String, List<Event>> u : users.entrySet()) {
+                Object key = rowKey(u.getKey());
+                TreeSet<Long> amounts = new TreeSet<>(), times = new TreeSet<>();
+                TreeSet<Boolean> big = new TreeSet<>();
+                TreeSet<String> days = new TreeSet<>();
+                for (Event e : u.getValue()) {
+                    amounts.add(e.amount);
+                    times.add(e.ts);
+                    big.add(e.amount > 50);
+                    days.add(Instant.ofEpochMilli(e.ts).atZone(ZoneOffset.UTC).toLocalDate().toString());  // session zone UTC
+                }
+                String t = "MapView<%s, Long bitmap>";
+                for (Long a : amounts) {
+                    x.entry("GroupAggregate", "distinctAcc_0", "map", String.format(t, "DECIMAL(10, 2)"), key, null,
+                            new BigDecimal(a).setScale(2), 1L);
+                    x.entry("GroupAggregate", "distinctAcc_2", "map", String.format(t, "DOUBLE"), key, null, a / 4.0, 1L);
+                }
+                for (Long ts : times) x.entry("GroupAggregate", "distinctAcc_1", "map", String.format(t, "TIMESTAMP_LTZ(3)"), key,
+                        null, new Expect.Raw("{\"type\": \"timestamp_ltz\", \"value\": \"" + Instant.ofEpochMilli(ts)
+                                + "\", \"epoch_ms\": " + ts + "}"), 1L);
+                for (Boolean b : big) x.entry("GroupAggregate", "distinctAcc_3", "map", String.format(t, "BOOLEAN"), key, null, b, 1L);
+                for (String d : days) x.entry("GroupAggregate", "distinctAcc_4", "map", String.format(t, "DATE"), key, null,
+                        new Expect.Raw("{\"type\": \"local_date\", \"value\": \"" + d + "\"}"), 1L);
+                x.entry("GroupAggregate", "accState", "value", "Row(5 counts, 5 distinct views)", key, null, null,
+                        row((long) amounts.size(), (long) times.size(), (long) amounts.size(), (long) big.size(), (long) days.size(),
+                                dataView(), dataView(), dataView(), dataView(), dataView()));
             }
             return;
         }
@@ -1081,7 +1116,7 @@ public class ProductionFixtures {
             case "sqldistinct": {
                 String variant = System.getProperty("fixtures.sqlvariant", "plain");
                 StreamTableEnvironment tEnv = StreamTableEnvironment.create(env);
-                if (!variant.equals("plain") && !variant.equals("retract")) {
+                if (variant.equals("minibatch") || variant.equals("split") || variant.equals("window")) {
                     tEnv.getConfig().set("table.exec.mini-batch.enabled", "true");
                     tEnv.getConfig().set("table.exec.mini-batch.allow-latency", "200 ms");
                     tEnv.getConfig().set("table.exec.mini-batch.size", "50");
@@ -1107,10 +1142,12 @@ public class ProductionFixtures {
                 tEnv.executeSql("CREATE TABLE rsink (category STRING, n BIGINT, big BIGINT, small BIGINT, PRIMARY KEY (category) "
                         + "NOT ENFORCED) WITH ('connector' = 'blackhole')");
                 StatementSet set = tEnv.createStatementSet();
+                tEnv.executeSql("CREATE TABLE tsink (user_name STRING, a BIGINT, b BIGINT, c BIGINT, d BIGINT, e BIGINT, "
+                        + "PRIMARY KEY (user_name) NOT ENFORCED) WITH ('connector' = 'blackhole')");
                 tEnv.executeSql("CREATE TABLE wsink (user_name STRING, ws TIMESTAMP(3), we TIMESTAMP(3), cats BIGINT, amounts BIGINT, "
                         + "cnt BIGINT) WITH ('connector' = 'blackhole')");
                 set.addInsertSql(variant.equals("split") ? SQLDISTINCT_SPLIT : variant.equals("retract") ? SQLDISTINCT_RETRACT
-                        : variant.equals("window") ? SQLDISTINCT_WINDOW : SQLDISTINCT);
+                        : variant.equals("window") ? SQLDISTINCT_WINDOW : variant.equals("types") ? SQLDISTINCT_TYPES : SQLDISTINCT);
                 System.err.println(set.explain());
                 sqlResult = set.execute();
                 expectedOps = -1;
