@@ -242,6 +242,15 @@ def test_every_keys_merged_sessions_equal_the_jobs_sessions(fixture):
         assert len({w[0] for w in got}) == len({k[0] for k in session_of})  # every key that holds a session
 
 
+def test_flink_1_20_processing_time_deduplicate_is_named_by_its_state():
+    """The last-row deduplication on processing time keeps one state, deduplicate-state: on 1.20 (no names
+    stored) it is named Deduplicate[...] from it, beside the GroupAggregate it feeds."""
+    snap = explorer.open(PRODUCTION / "flink-1.20-sqldistinct-retract-rocksdb-incremental-checkpoint")
+    ops = snap.operators[snap.operators["has_keyed_state"]]
+    assert sorted(o.split("[")[0] for o in ops["operator"]) == ["Deduplicate", "GroupAggregate"]
+    assert ops["name_inferred"].all()
+
+
 def test_operator_names_note_says_what_uids_left_unnamed():
     """Flink 1.x metadata (version 4) stores OperatorIDs only: without uids= the note says to pass them; with
     uids= it names only the operators with state that none of them matched, and with all of them there is none."""
