@@ -73,12 +73,14 @@ POJO_MAP_HEADER = 0x4F2C69A3D70
 class UnknownSnapshot(Exception):
     """A serializer snapshot class we cannot parse; ``pos`` is where its content starts."""
 
-    def __init__(self, class_name: str, pos: int, partial: "Decoder | None" = None) -> None:
+    def __init__(self, class_name: str, pos: int, partial: "Decoder | None" = None, map_keys: bool = False) -> None:
         super().__init__(class_name)
         self.class_name = class_name
         self.pos = pos
         #: what could be decoded around it: a map state's MapDecoder with known keys and raw values
         self.partial = partial
+        #: it is a map's key serializer: the map's keys are raw too
+        self.map_keys = map_keys
 
 
 class UnknownLayout(Exception):
@@ -718,7 +720,10 @@ def _read_content(inp: DataInput, cls: str, version: int, options: Mapping[str, 
         n = inp.read_int()
         if n != 2:
             raise FlinkFormatError(f"map serializer snapshot: found {n} nested serializers, expected 2 (key, value)")
-        k = read_versioned_snapshot(inp, options)
+        try:
+            k = read_versioned_snapshot(inp, options)
+        except UnknownSnapshot as exc:
+            raise UnknownSnapshot(exc.class_name, exc.pos, map_keys=True) from exc
         try:
             v = read_versioned_snapshot(inp, options)
         except UnknownSnapshot as exc:  # the keys still decode (a RocksDB map entry's user key is in its own bytes)
