@@ -195,6 +195,8 @@ def row_field_names(job_type: str) -> list[str] | None:
 
 def name_row_fields(value: Any, names: list[str]) -> Any:
     """A positional row ``{"f0": .., "f1": ..}`` with the declared names; anything else unchanged."""
+    if len(set(names)) < len(names):  # (a description like "Row(count distinct, count, ..)", not names)
+        return value
     if isinstance(value, dict) and list(value) == [f"f{i}" for i in range(len(names))]:
         return {n: value[f"f{i}"] for i, n in enumerate(names)}
     return value

@@ -124,9 +124,9 @@ prod sqlagg-heap-canonical-savepoint sqlagg hashmap canonical
 prod sqlagg-rocksdb-incremental-checkpoint sqlagg rocksdb incremental
 prod sqlagg-rocksdb-native-savepoint sqlagg rocksdb native
 # issue 33: COUNT(DISTINCT) as real jobs run it (INT/BIGINT/FILTERed/nullable distinct columns; mini-batch
-# two-phase with state TTL; distinct-agg split; retracting input; a window TVF; DECIMAL/TIMESTAMP_LTZ/DOUBLE/BOOLEAN/DATE
+# two-phase with state TTL; distinct-agg split; retracting input; a window TVF; a legacy group window; DECIMAL/TIMESTAMP_LTZ/DOUBLE/BOOLEAN/DATE
 # columns), each on RocksDB incremental and native
-for v in plain minibatch split retract window types; do
+for v in plain minibatch split retract window groupwindow types; do
     n="sqldistinct-$v"; [ "$v" = plain ] && n=sqldistinct
     prod "$n-rocksdb-incremental-checkpoint" sqldistinct rocksdb incremental -Dfixtures.sqlvariant="$v"
     prod "$n-rocksdb-native-savepoint" sqldistinct rocksdb native -Dfixtures.sqlvariant="$v"

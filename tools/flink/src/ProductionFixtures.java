@@ -773,6 +773,7 @@ public class ProductionFixtures {
     //              (partial aggregates keyed by a hash bucket of the distinct column)
     //   retract    distinct aggregates fed by a last-row deduplication (updates and retractions): the view's value is
     //              a count per FILTER, an ARRAY<BIGINT>
+    //   groupwindow  the legacy group window (GROUP BY TUMBLE(rt, ..)) with COUNT(DISTINCT): namespace TimeWindow
     //   types      distinct views keyed by DECIMAL, TIMESTAMP_LTZ, DOUBLE, BOOLEAN and DATE values
     //   window     a window TVF (TUMBLE, 1 minute) with COUNT(DISTINCT), mini-batch two-phase (Local/Global
     //              WindowAggregate): the views' namespace is the window's end; the watermark stays a day behind,
@@ -792,6 +793,8 @@ public class ProductionFixtures {
             + "COUNT(DISTINCT category), COUNT(DISTINCT amount), COUNT(*) FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), "
             + "INTERVAL '1' MINUTE)) GROUP BY user_name, window_start, window_end";
     static final long SQL_WINDOW = 60_000;
+    static final String SQLDISTINCT_GROUPWINDOW = "INSERT INTO gsink SELECT user_name, TUMBLE_START(rt, INTERVAL '1' MINUTE), "
+            + "COUNT(DISTINCT category), COUNT(*) FROM events GROUP BY user_name, TUMBLE(rt, INTERVAL '1' MINUTE)";
     static final String SQLDISTINCT_TYPES = "INSERT INTO tsink SELECT user_name, COUNT(DISTINCT CAST(amount AS DECIMAL(10, 2))), "
             + "COUNT(DISTINCT TO_TIMESTAMP_LTZ(ts, 3)), COUNT(DISTINCT CAST(amount AS DOUBLE) / 4), COUNT(DISTINCT amount > 50), "
             + "COUNT(DISTINCT CAST(TO_TIMESTAMP_LTZ(ts, 3) AS DATE)) FROM events GROUP BY user_name";
@@ -826,6 +829,22 @@ public class ProductionFixtures {
                 long n = c.getValue().size();
                 x.entry("GroupAggregate", "accState", "value", "Row(count distinct x3, record count, distinct view)",
                         rowKey(c.getKey()), null, null, row(n, big, small, n, dataView()));
+            }
+            return;
+        }
+        if (variant.equals("groupwindow")) {
+            for (Map.Entry<String, List<Event>> u : users.entrySet()) {
+                TreeMap<Long, List<Event>> windows = new TreeMap<>();
+                for (Event e : u.getValue()) windows.computeIfAbsent(e.ts - Math.floorMod(e.ts, SQL_WINDOW), w -> new ArrayList<>()).add(e);
+                for (Map.Entry<Long, List<Event>> w : windows.entrySet()) {
+                    Object ns = Expect.timeWindow(w.getKey(), w.getKey() + SQL_WINDOW);
+                    TreeSet<String> cats = new TreeSet<>();
+                    for (Event e : w.getValue()) cats.add(e.category);
+                    for (String c : cats) x.entry("GroupWindowAggregate", "distinctAcc_0", "map", "MapView<category, Long bitmap>",
+                            rowKey(u.getKey()), ns, c, 1L);
+                    x.entry("GroupWindowAggregate", "window-aggs", "value", "Row(count distinct, count, distinct view)",
+                            rowKey(u.getKey()), ns, null, row((long) cats.size(), (long) w.getValue().size(), dataView()));
+                }
             }
             return;
         }
@@ -1130,7 +1149,7 @@ public class ProductionFixtures {
                         .setParallelism(1).uid("to-rows").name("to-rows");
                 Schema.Builder schema = Schema.newBuilder();
                 if (variant.equals("retract")) schema.columnByExpression("pt", "PROCTIME()");
-                if (variant.equals("window")) {
+                if (variant.equals("window") || variant.equals("groupwindow")) {
                     schema.columnByExpression("rt", "TO_TIMESTAMP_LTZ(ts, 3)")
                             .watermark("rt", "rt - INTERVAL '1' DAY");
                 }
@@ -1142,12 +1161,15 @@ public class ProductionFixtures {
                 tEnv.executeSql("CREATE TABLE rsink (category STRING, n BIGINT, big BIGINT, small BIGINT, PRIMARY KEY (category) "
                         + "NOT ENFORCED) WITH ('connector' = 'blackhole')");
                 StatementSet set = tEnv.createStatementSet();
+                tEnv.executeSql("CREATE TABLE gsink (user_name STRING, ws TIMESTAMP(3), cats BIGINT, cnt BIGINT) "
+                        + "WITH ('connector' = 'blackhole')");
                 tEnv.executeSql("CREATE TABLE tsink (user_name STRING, a BIGINT, b BIGINT, c BIGINT, d BIGINT, e BIGINT, "
                         + "PRIMARY KEY (user_name) NOT ENFORCED) WITH ('connector' = 'blackhole')");
                 tEnv.executeSql("CREATE TABLE wsink (user_name STRING, ws TIMESTAMP(3), we TIMESTAMP(3), cats BIGINT, amounts BIGINT, "
                         + "cnt BIGINT) WITH ('connector' = 'blackhole')");
                 set.addInsertSql(variant.equals("split") ? SQLDISTINCT_SPLIT : variant.equals("retract") ? SQLDISTINCT_RETRACT
-                        : variant.equals("window") ? SQLDISTINCT_WINDOW : variant.equals("types") ? SQLDISTINCT_TYPES : SQLDISTINCT);
+                        : variant.equals("window") ? SQLDISTINCT_WINDOW : variant.equals("types") ? SQLDISTINCT_TYPES
+                        : variant.equals("groupwindow") ? SQLDISTINCT_GROUPWINDOW : SQLDISTINCT);
                 System.err.println(set.explain());
                 sqlResult = set.execute();
                 expectedOps = -1;
