@@ -131,6 +131,8 @@ for v in plain minibatch split retract window groupwindow types; do
     prod "$n-rocksdb-incremental-checkpoint" sqldistinct rocksdb incremental -Dfixtures.sqlvariant="$v"
     prod "$n-rocksdb-native-savepoint" sqldistinct rocksdb native -Dfixtures.sqlvariant="$v"
 done
+# the same COUNT(DISTINCT) query on ForSt with table.exec.async-state.enabled=true (a 2.x SQL job's async state option)
+prod sqldistinct-async-forst-checkpoint sqldistinct forst checkpoint -Dfixtures.sqlvariant=plain -Dfixtures.asyncsql=true
 # issue 33: session windows whose merges make the state window differ from the session (out-of-order events bridging
 # and extending sessions, allowed lateness, late and dropped elements, cleanup), on process, aggregate, evictor and
 # dynamic-gap operators: tools/flink/src/SessionWindows.java

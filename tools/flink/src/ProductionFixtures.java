@@ -774,6 +774,7 @@ public class ProductionFixtures {
     //   retract    distinct aggregates fed by a last-row deduplication (updates and retractions): the view's value is
     //              a count per FILTER, an ARRAY<BIGINT>
     //   groupwindow  the legacy group window (GROUP BY TUMBLE(rt, ..)) with COUNT(DISTINCT): namespace TimeWindow
+    //   (-Dfixtures.asyncsql=true: table.exec.async-state.enabled, for ForSt)
     //   types      distinct views keyed by DECIMAL, TIMESTAMP_LTZ, DOUBLE, BOOLEAN and DATE values
     //   window     a window TVF (TUMBLE, 1 minute) with COUNT(DISTINCT), mini-batch two-phase (Local/Global
     //              WindowAggregate): the views' namespace is the window's end; the watermark stays a day behind,
@@ -1142,6 +1143,7 @@ public class ProductionFixtures {
                     tEnv.getConfig().set("table.optimizer.agg-phase-strategy", "TWO_PHASE");
                 }
                 if (variant.equals("minibatch")) tEnv.getConfig().set("table.exec.state.ttl", "1 h");
+                if (Boolean.getBoolean("fixtures.asyncsql")) tEnv.getConfig().set("table.exec.async-state.enabled", "true");
                 if (variant.equals("split")) tEnv.getConfig().set("table.optimizer.distinct-agg.split.enabled", "true");
                 DataStream<Row> rows = stream.map(e -> Row.of(e.user, e.category, e.amount, bucket(e), opt(e), e.ts))
                         .returns(Types.ROW_NAMED(new String[] {"user_name", "category", "amount", "bucket", "opt", "ts"},
