@@ -23,6 +23,8 @@ the ones the caller reports, on damaged data only.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .codes import DISORDER, FIRST, GREATER, OK, OLDER, SAME_SEQ
@@ -46,6 +48,18 @@ def _u32(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
 def _varint(buf: np.ndarray, p: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The varint32 at every position (:func:`.kernels.varint` with ``most`` 5): values, positions after,
     and whether it runs past ``end`` or over 5 bytes."""
+    b = buf[np.minimum(p, len(buf) - 1)]
+    value = b.astype(np.int64)
+    after = p + 1
+    bad = p >= end
+    more = np.flatnonzero(b >= 0x80)  # (most are one byte)
+    if len(more):
+        value[more], after[more], bad[more] = _long_varint(buf, p[more], end[more])
+    return value, after, bad
+
+
+def _long_varint(buf: np.ndarray, p: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_varint` of up to 5 bytes each."""
     idx = p[:, None] + _K5
     np.clip(idx, 0, len(buf) - 1, out=idx)
     b = buf[idx].astype(np.int64)
@@ -124,8 +138,24 @@ def _walk_lanes(buf: np.ndarray, blk: np.ndarray, start: np.ndarray, stop: np.nd
     return block, shared, nonshared, vlen[order], kpos[order]
 
 
-def _entries(buf: np.ndarray, bstart: np.ndarray, blen: np.ndarray):  # type: ignore[no-untyped-def]
-    """:func:`_walk_lanes` over restart segments, else over whole blocks; None where the kernel must walk."""
+_last = threading.local()  # the walk scan_blocks made, for fill_entries on the same arrays in the same thread
+
+
+def _entries(buf: np.ndarray, bstart: np.ndarray, blen: np.ndarray, again: bool = False):  # type: ignore[no-untyped-def]
+    """:func:`_walk_lanes` over restart segments, else over whole blocks; None where the kernel must walk.
+    ``again``: the walk of the same three arrays by the last call in this thread, if that was the last
+    one (:func:`fill_entries` after :func:`scan_blocks`, as the kernels are called, walks once)."""
+    last = getattr(_last, "walk", None)
+    _last.walk = None
+    if again and last is not None and last[0] is buf and last[1] is bstart and last[2] is blen:
+        return last[3]
+    got = _walk(buf, bstart, blen)
+    if not again:
+        _last.walk = (buf, bstart, blen, got)
+    return got
+
+
+def _walk(buf: np.ndarray, bstart: np.ndarray, blen: np.ndarray):  # type: ignore[no-untyped-def]
     bstart = np.asarray(bstart, dtype=np.int64)
     blen = np.asarray(blen, dtype=np.int64)
     got = _block_ends(buf, bstart, blen)
@@ -158,7 +188,7 @@ def fill_entries(buf, bstart, blen, bfile, keys, base, width, ulen, vpos, vlen, 
             or len(seq) != n or len(typ) != n or len(rel) != n or len(blen) != len(bstart)
             or len(bfile) != len(bstart)):
         return _kernels().fill_entries(*args)
-    got = _entries(buf, bstart, blen)
+    got = _entries(buf, bstart, blen, again=True)
     if got is None:
         return _kernels().fill_entries(*args)
     block, shared, nonshared, vl, kpos = got
