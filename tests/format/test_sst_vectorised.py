@@ -35,11 +35,11 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch, module, name: str) -> list[int]:  # type: ignore[no-untyped-def]
+def _counting(monkeypatch: pytest.MonkeyPatch, module, name: str) -> list[int]:
     calls = [0]
     f = getattr(module, name)
 
-    def counted(*args):  # type: ignore[no-untyped-def]
+    def counted(*args):
         calls[0] += 1
         return f(*args)
 
@@ -79,7 +79,7 @@ def _block(entries: list[tuple[int, bytes, bytes]], restarts: list[int] | None =
     return body + b"".join(r.to_bytes(4, "little") for r in restarts) + len(restarts).to_bytes(4, "little")
 
 
-def _walk_both(blocks: list[bytes], files: list[int] | None = None):  # type: ignore[no-untyped-def]
+def _walk_both(blocks: list[bytes], files: list[int] | None = None):
     """scan_blocks then fill_entries over ``blocks`` placed as sstvec places them (zero margins around), by the
     kernels and by the NumPy forms; asserts every return value and output array equal; returns the kernels'."""
     m = sstvec._MARGIN
@@ -163,7 +163,7 @@ def test_damaged_blocks_give_the_same_codes():
             codes.ENTRY_OVER} <= seen
 
 
-def _sorted_runs(rng: np.random.Generator, n: int, runs: int, width: int):  # type: ignore[no-untyped-def]
+def _sorted_runs(rng: np.random.Generator, n: int, runs: int, width: int):
     """Key rows (zero past each key), lengths and sequence numbers of ``runs`` runs, each in RocksDB's order,
     with repeated keys (across and within runs) and repeated sequence numbers."""
     pool = [bytes(rng.integers(0, 3, int(rng.integers(0, width + 1)), dtype=np.uint8)) for _ in range(max(1, n // 3))]
@@ -171,7 +171,8 @@ def _sorted_runs(rng: np.random.Generator, n: int, runs: int, width: int):  # ty
     bounds = np.concatenate([[0], starts, [n]]).astype(np.int64)
     keys, seqs = [], []
     for r in range(runs):
-        items = [(pool[int(rng.integers(0, len(pool)))], int(rng.integers(0, 4))) for _ in range(bounds[r + 1] - bounds[r])]
+        items = [(pool[int(rng.integers(0, len(pool)))], int(rng.integers(0, 4)))
+                 for _ in range(bounds[r + 1] - bounds[r])]
         items.sort(key=lambda kv: (kv[0], -kv[1]))
         keys += [k for k, _ in items]
         seqs += [s for _, s in items]
@@ -183,7 +184,7 @@ def _sorted_runs(rng: np.random.Generator, n: int, runs: int, width: int):  # ty
     return buf, m, ulen, np.array(seqs, dtype=np.int64), bounds
 
 
-def _same(a, b) -> None:  # type: ignore[no-untyped-def]
+def _same(a, b) -> None:
     assert len(a) == len(b)
     for x, y in zip(a, b):
         if isinstance(x, np.ndarray):
@@ -252,7 +253,7 @@ def _db(tmp_path, restart_interval: int, compression: str, rounds: int, seed: in
     return [SstFile(p.read_bytes(), p.name) for p in sorted(path.glob("*.sst"))]
 
 
-def _read(files: list[SstFile], walk: str):  # type: ignore[no-untyped-def]
+def _read(files: list[SstFile], walk: str):
     sstvec.WALK = walk
     try:
         entries = sstvec._entries(files)

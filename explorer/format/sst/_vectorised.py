@@ -24,6 +24,7 @@ the ones the caller reports, on damaged data only.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -34,7 +35,7 @@ _SHIFT7 = 7 * _K5
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-def _kernels():  # type: ignore[no-untyped-def]
+def _kernels():
     from . import kernels  # numba: for damaged input only
 
     return kernels
@@ -83,7 +84,7 @@ def _block_ends(buf: np.ndarray, bstart: np.ndarray, blen: np.ndarray) -> tuple[
     return s + limit, nr
 
 
-def _restart_lanes(buf: np.ndarray, bstart: np.ndarray, end: np.ndarray, nr: np.ndarray):  # type: ignore[no-untyped-def]
+def _restart_lanes(buf: np.ndarray, bstart: np.ndarray, end: np.ndarray, nr: np.ndarray) -> tuple | None:
     """``(block, start, stop)`` of every restart segment, or None where a block's restart offsets do not
     start at 0 and rise to its end of entries."""
     blk = np.repeat(np.arange(len(bstart)), nr)
@@ -99,7 +100,8 @@ def _restart_lanes(buf: np.ndarray, bstart: np.ndarray, end: np.ndarray, nr: np.
     return blk, start, stop
 
 
-def _walk_lanes(buf: np.ndarray, blk: np.ndarray, start: np.ndarray, stop: np.ndarray, end: np.ndarray):  # type: ignore[no-untyped-def]
+def _walk_lanes(buf: np.ndarray, blk: np.ndarray, start: np.ndarray, stop: np.ndarray,
+                end: np.ndarray) -> tuple | None:
     """Every entry of the segments ``start..stop`` of blocks ``blk`` (entries checked against their block's
     ``end``), in the kernels' order: ``(block, shared, non-shared, value length, key position)``; None on
     anything the kernels' walk would not pass the same way."""
@@ -139,23 +141,24 @@ def _walk_lanes(buf: np.ndarray, blk: np.ndarray, start: np.ndarray, stop: np.nd
 
 
 _last = threading.local()  # the walk scan_blocks made, for fill_entries on the same arrays in the same thread
+# (held by weak references: a joined buffer maps the SST files, which must go with its last array)
 
 
-def _entries(buf: np.ndarray, bstart: np.ndarray, blen: np.ndarray, again: bool = False):  # type: ignore[no-untyped-def]
+def _entries(buf: np.ndarray, bstart: np.ndarray, blen: np.ndarray, again: bool = False) -> tuple | None:
     """:func:`_walk_lanes` over restart segments, else over whole blocks; None where the kernel must walk.
     ``again``: the walk of the same three arrays by the last call in this thread, if that was the last
     one (:func:`fill_entries` after :func:`scan_blocks`, as the kernels are called, walks once)."""
     last = getattr(_last, "walk", None)
     _last.walk = None
-    if again and last is not None and last[0] is buf and last[1] is bstart and last[2] is blen:
+    if again and last is not None and last[0]() is buf and last[1]() is bstart and last[2]() is blen:
         return last[3]
     got = _walk(buf, bstart, blen)
     if not again:
-        _last.walk = (buf, bstart, blen, got)
+        _last.walk = (weakref.ref(buf), weakref.ref(bstart), weakref.ref(blen), got)
     return got
 
 
-def _walk(buf: np.ndarray, bstart: np.ndarray, blen: np.ndarray):  # type: ignore[no-untyped-def]
+def _walk(buf: np.ndarray, bstart: np.ndarray, blen: np.ndarray) -> tuple | None:
     bstart = np.asarray(bstart, dtype=np.int64)
     blen = np.asarray(blen, dtype=np.int64)
     got = _block_ends(buf, bstart, blen)
@@ -169,7 +172,7 @@ def _walk(buf: np.ndarray, bstart: np.ndarray, blen: np.ndarray):  # type: ignor
     return walked
 
 
-def scan_blocks(buf, bstart, blen, counts):  # type: ignore[no-untyped-def]
+def scan_blocks(buf, bstart, blen, counts):
     """:func:`.kernels.scan_blocks`."""
     got = _entries(buf, bstart, blen)
     if got is None:
@@ -180,7 +183,7 @@ def scan_blocks(buf, bstart, blen, counts):  # type: ignore[no-untyped-def]
     return OK, -1, 0, longest
 
 
-def fill_entries(buf, bstart, blen, bfile, keys, base, width, ulen, vpos, vlen, seq, typ, rel):  # type: ignore[no-untyped-def]
+def fill_entries(buf, bstart, blen, bfile, keys, base, width, ulen, vpos, vlen, seq, typ, rel):
     """:func:`.kernels.fill_entries`."""
     n = len(ulen)
     args = (buf, bstart, blen, bfile, keys, base, width, ulen, vpos, vlen, seq, typ, rel)
@@ -236,7 +239,7 @@ def fill_entries(buf, bstart, blen, bfile, keys, base, width, ulen, vpos, vlen, 
     return OK, -1, 0
 
 
-def _words(keys, base, width, ulen):  # type: ignore[no-untyped-def]
+def _words(keys, base, width, ulen):
     """The ``len(ulen)`` key rows as big-endian words (compared like the bytes), or None where a row holds a
     byte other than zero past its key's last word (the kernels compare only up to the longer key's)."""
     n = len(ulen)
@@ -247,19 +250,19 @@ def _words(keys, base, width, ulen):  # type: ignore[no-untyped-def]
     return words
 
 
-def _rows_ok(keys, base, width, ulen, seq) -> bool:  # type: ignore[no-untyped-def]
+def _rows_ok(keys, base, width, ulen, seq) -> bool:
     n = len(ulen)
     if width < 8 or width % 8 or base < 0 or len(keys) < base + n * width or len(seq) != n:
         return False
     return not (n and ((ulen < 0) | (ulen > width)).any())
 
 
-def _sort_key(words, ulen, seq) -> tuple:  # type: ignore[no-untyped-def]
+def _sort_key(words, ulen, seq) -> tuple:
     """``np.lexsort`` keys: user key bytes ascending (a key before its extensions), then newest first."""
     return (-np.asarray(seq, dtype=np.int64), np.asarray(ulen), *words.T[::-1])
 
 
-def merge_runs(keys, base, width, ulen, seq, run_starts):  # type: ignore[no-untyped-def]
+def merge_runs(keys, base, width, ulen, seq, run_starts):
     """:func:`.kernels.merge_runs`: a stable sort, which is the kernel's pairwise stable merge where each run is
     in order (as :mod:`.columns` checks before it merges); a run out of order goes to the kernel."""
     n = len(ulen)
@@ -283,7 +286,7 @@ def merge_runs(keys, base, width, ulen, seq, run_starts):  # type: ignore[no-unt
     return order, True
 
 
-def visible_entries(keys, base, width, ulen, seq, typ, vpos, vlen, order, out, out_base):  # type: ignore[no-untyped-def]
+def visible_entries(keys, base, width, ulen, seq, typ, vpos, vlen, order, out, out_base):
     """:func:`.kernels.visible_entries`."""
     n = len(order)
     m = len(ulen)
