@@ -6,8 +6,9 @@ against Flink 2.3's jars (``tools/flink/fetch_jars.sh``) and the State Processor
 (``--spa-jar`` or ``FLINK_SPA_JAR``): it is published only on Maven Central. Without it a peer row is written
 as not run, with the reason, never skipped silently.
 
-The fixture jobs' classes (``tools/flink/src/StateFixtures.java``, ``ProductionFixtures.java``) are compiled
-beside the peer programs, so the POJO and Kryo values of the snapshots they made deserialize.
+The fixture jobs' classes (``tools/flink/src/StateFixtures.java``, ``ProductionFixtures.java``,
+``ScaleSavepoints.java``) are compiled beside the peer programs, so the POJO and Kryo values of the
+snapshots they made deserialize.
 
 :func:`run_jvm` times a child JVM from the outside: wall seconds including the JVM's start (what a user
 meets) and CPU seconds of the child, all threads, user and system (``getrusage(RUSAGE_CHILDREN)``), and returns
@@ -31,7 +32,8 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parents[1]
 SPA_SOURCES = ROOT / "benchmarks" / "flink" / "spa"
 JOB_SOURCES = [ROOT / "tools" / "flink" / "src" / name
-               for name in ("StateFixtures.java", "Expect.java", "ProductionFixtures.java", "AsyncStateJob.java")]
+               for name in ("StateFixtures.java", "Expect.java", "ProductionFixtures.java", "AsyncStateJob.java",
+                             "ScaleSavepoints.java")]
 BUILD_ROOT = ROOT / ".cache" / "flink" / "build"
 FLINK_VERSION = "2.3.0"
 ENV_VAR = "FLINK_SPA_JAR"

@@ -1,12 +1,13 @@
 // The peer row of benchmarks/bench_flink_reader.py: Apache Flink's own State Processor API (SavepointReader)
 // reading the same snapshot's keyed state, one record per state entry, counted.
 //
-// Usage: SpaReadBench <snapshot-dir> <fixtures|types> <hashmap|rocksdb> [parallelism]
+// Usage: SpaReadBench <snapshot-dir> <fixtures|types|scale> <hashmap|rocksdb> [parallelism]
 //
 //   fixtures: the StateFixtures job (tools/flink/src/StateFixtures.java; "user-state", "bucket-state",
 //             "user-windows"); StateFixtures' classes (its UserStats POJO) must be on the classpath.
 //   types:    the ProductionFixtures "types" job ("user-types", 25 states of POJOs, Rows, Kryo, java.time...);
 //             the job's jar (bench-types-job.jar) must be on the classpath.
+//   scale:    tools/flink/src/ScaleSavepoints.java ("user-profiles": a POJO, a Long, a map per key).
 //
 // A record per entry, as the explorer makes a row per entry: a value state's value, each element of a list
 // state, each entry of a map state, each registered timer, each window's contents. Every value is read (so
@@ -285,6 +286,15 @@ public class SpaReadBench {
                 new EntryReader<String>(specs, timers, -1), Types.STRING, Types.INT);
     }
 
+    static DataStream<Integer> scale(SavepointReader sp) throws Exception {
+        List<Spec> specs = indexed("user-profiles", List.of(
+                value("profile", TypeInformation.of(job("ScaleSavepoints$Profile"))),
+                value("last_seen", Types.LONG),
+                map("counters", Types.STRING, Types.LONG)));
+        return sp.readKeyedState(OperatorIdentifier.forUid("user-profiles"),
+                new EntryReader<String>(specs, -1, -1), Types.STRING, Types.INT);
+    }
+
     public static void main(String[] args) throws Exception {
         String path = args[0];
         String jobName = args[1];
@@ -303,7 +313,8 @@ public class SpaReadBench {
         env.setParallelism(parallelism);
         SavepointReader sp = SavepointReader.read(env, path,
                 backend.equals("rocksdb") ? new EmbeddedRocksDBStateBackend() : new HashMapStateBackend());
-        DataStream<Integer> entries = jobName.equals("types") ? types(sp) : fixtures(sp);
+        DataStream<Integer> entries =
+                jobName.equals("types") ? types(sp) : jobName.equals("scale") ? scale(sp) : fixtures(sp);
         entries.sinkTo(new CountingSink()).name("count");
         env.execute("spa-read-" + jobName);
 
