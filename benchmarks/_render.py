@@ -34,6 +34,7 @@ TITLES = {
     "flink_reader": "Reading real Apache Flink snapshots",
     "spark": "Spark Structured Streaming keyed count",
     "first_open": "First open in a fresh process, by the state of numba's kernel cache",
+    "edit": "Editing a Flink savepoint: the editor beside the State Processor API",
 }
 TEXT_FIELDS = ("description", "input", "workload", "peer", "target", "physical_limit", "rate_definition", "notes",
                "command")
@@ -513,7 +514,43 @@ def flink_reader_section(res: dict, charts: Path) -> list[str]:
     lines.append("")
     if res.get("target"):
         lines += [f"Target: {fmt(val(res, 'target'))} {get(res, 'target', 'unit', default='')}", ""]
+    peer = []
+    for r in res.get("results", []):
+        spa = r.get("state_processor_api")
+        if not spa:
+            continue
+        if spa.get("status") != "measured":
+            peer.append([r.get("snapshot"), spa.get("status")] + [None] * 6)
+            continue
+        peer.append([r.get("snapshot"), spa.get("rows"), "yes" if spa.get("rows_match") else "**no**",
+                     val(spa, "seconds"), val(spa, "read_seconds_in_jvm"), val(spa, "cpu_seconds"),
+                     val(spa, "explorer_fresh_process_seconds"), spa.get("explorer_speedup_fresh_process")])
+    if peer:
+        lines += ["The State Processor API (Flink's `SavepointReader`, a fresh JVM per row; seconds include the "
+                  "JVM's start, the read alone beside them) against the explorer's first read in a fresh process "
+                  "(import included):", ""]
+        lines += table(["snapshot", "SPA rows", "same rows", "SPA s", "SPA read s", "SPA CPU-s",
+                        "explorer fresh s", "explorer x"], peer) + [""]
     return lines
+
+
+def edit_section(res: dict, charts: Path) -> list[str]:
+    body = []
+    for r in res.get("results", []):
+        ours, spa = r.get("explorer") or {}, r.get("state_processor_api") or {}
+
+        def cells(x: dict) -> list[Any]:
+            if x.get("status") != "measured":
+                return [x.get("status"), None, None]
+            return [val(x, "throughput"), val(x, "throughput_per_cpu_second"),
+                    "yes" if x.get("entries_match") else "**no**"]
+
+        body.append([r.get("keys"), val(r, "size"), r.get("entries_expected_out")] + cells(ours)
+                    + [ours.get("peak_rss_mb")] + cells(spa) + [r.get("explorer_speedup_wall")])
+    lines = table(["keys", "MB", "entries out", "explorer MB/s", "explorer MB per CPU-s", "entries right",
+                   "explorer peak RSS MB", "SPA MB/s", "SPA MB per CPU-s", "SPA entries right", "explorer x (wall)"],
+                  body)
+    return lines + [""]
 
 
 def spark_section(res: dict, charts: Path) -> list[str]:
@@ -588,7 +625,7 @@ def scale_section(res: dict, charts: Path) -> list[str]:
 SECTIONS: dict[str, Callable[[dict, Path], list[str]]] = {
     "engine": engine_section, "peers": peers_section, "checkpoints": checkpoints_section,
     "explorer": explorer_section, "widgets": widgets_section, "flink_reader": flink_reader_section,
-    "spark": spark_section, "scale": scale_section,
+    "spark": spark_section, "edit": edit_section, "scale": scale_section,
 }
 
 
