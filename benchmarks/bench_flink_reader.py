@@ -151,14 +151,14 @@ def _measure(path: Path, repeat: int, workers: int | None, jars: list[Path]) -> 
 
 
 def _spa_peer(path: Path, label: str, size: int, rows: int, fresh: list[dict], cp: str | None,
-              jar_error: str | None) -> dict:
+              jar_error: str | None, heap: str = "4g") -> dict:
     """The State Processor API reading ``path``'s keyed state in a fresh JVM (see the module doc)."""
     if cp is None:
         return {"status": jar_error or _spa.NOT_GIVEN}
     job, backend = SPA_JOBS[label]
     try:
         with _spa.where_written(path):
-            got = _spa.run_jvm(cp, "SpaReadBench", [str(_spa.metadata_dir(path)), job, backend])
+            got = _spa.run_jvm(cp, "SpaReadBench", [str(_spa.metadata_dir(path)), job, backend], heap=heap)
     except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
         return {"status": f"failed: {exc}"}
     explorer_fresh = next((f for f in fresh if f["numba_cache"] == "on disk"), None)
@@ -176,6 +176,7 @@ def _spa_peer(path: Path, label: str, size: int, rows: int, fresh: list[dict], c
         "read_cpu_seconds_in_jvm": {"value": round(got["read_cpu_seconds"], 3), "unit": "s"},
         "jvm_start_seconds": {"value": round(got["jvm_uptime_at_read_start_seconds"], 3), "unit": "s"},
         "parallelism": got["parallelism"],
+        "java_heap": heap,
     }
     if explorer_fresh is not None:  # the explorer's like-for-like figure: a new process, import and first read
         ours = explorer_fresh["import_seconds"]["value"] + explorer_fresh["seconds"]["value"]
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also measure each snapshot with one reader thread (recorded under one_thread)")
     ap.add_argument("--spa-jar", type=Path, default=None,
                     help=f"Flink's State Processor API jar, for the peer rows (default: ${_spa.ENV_VAR})")
+    ap.add_argument("--spa-heap", default="4g", help="-Xmx of the State Processor API's JVM")
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = result_path("flink_reader")
@@ -261,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  first read in a fresh process, numba cache {f['numba_cache']}: {f['seconds']['value']:.2f} s "
                   f"= {f['throughput']['value']:.1f} MB/s (import explorer.readers.flink "
                   f"{f['import_seconds']['value']:.2f} s before it)")
-        peer = results[-1]["state_processor_api"] = _spa_peer(path, label, size, rows, fresh, spa_cp, spa_error)
+        peer = results[-1]["state_processor_api"] = _spa_peer(path, label, size, rows, fresh, spa_cp, spa_error,
+                                                                  args.spa_heap)
         if peer["status"] == "measured":
             print(f"  State Processor API: {peer['rows']} rows ({'the same' if peer['rows_match'] else 'NOT the same'}"
                   f" count) in {peer['seconds']['value']:.2f} s with the JVM's start "
