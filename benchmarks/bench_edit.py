@@ -15,8 +15,8 @@ Each size is measured in the same run:
 * the explorer in a fresh Python process (import included: what a script meets), wall seconds, CPU seconds of
   the process (user + system, ``getrusage`` of children) and its peak RSS; the process is watched and stopped
   if its RSS passes ``--max-rss-gb`` (the editor keeps one operator's kept entries in memory:
-  ``explorer/editing/flink.py``, ``_OperatorEntries``), and a size whose peak, estimated from the
-  largest size done, would pass it is not started: the row says so and why;
+  ``explorer/editing/flink.py``, ``_OperatorEntries``), and a size whose peak, extrapolated from the
+  sizes done (a line through the two largest), would pass it is not started: the row says so and why;
 * the State Processor API in a fresh JVM (``benchmarks/flink/spa/SpaEditBench.java``: ``SavepointReader``
   reads the operator's keyed state leaving the key out, ``SavepointWriter.fromExistingSavepoint(...)
   .removeOperator(uid).withOperator(uid, <its state bootstrapped from the rows left>).write(out)``), wall
@@ -133,6 +133,17 @@ def operator_entries(path: Path) -> tuple[int, int]:
     return rows, hot
 
 
+def _rss_estimate(done: list[tuple[int, float]], size: int) -> float | None:
+    """Peak RSS (MB) of an edit of ``size`` bytes: the line through the two largest edits done (the
+    interpreter's fixed part is its intercept), or in proportion to the one edit done."""
+    if not done:
+        return None
+    if len(done) == 1 or done[-1][0] == done[-2][0]:
+        return done[-1][1] * size / done[-1][0]
+    (s0, m0), (s1, m1) = done[-2], done[-1]
+    return m1 + (m1 - m0) / (s1 - s0) * (size - s1)
+
+
 def _rate(size: int, seconds: float) -> dict:
     return {"value": round(size / 1e6 / seconds, 1), "unit": "MB/s"}
 
@@ -142,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", default="8000000", help="comma-separated key counts of the input savepoints")
     ap.add_argument("--spa-jar", type=Path, default=None,
                     help=f"Flink's State Processor API jar, for the peer (default: ${_spa.ENV_VAR})")
-    ap.add_argument("--max-rss-gb", type=float, default=10.0, help="stop the explorer's process past this RSS")
+    ap.add_argument("--max-rss-gb", type=float, default=8.0,
+                    help="stop the explorer's process past this RSS, and do not start a size estimated past it")
     ap.add_argument("--java-heap", default="8g", help="-Xmx of the State Processor API's JVM")
     ap.add_argument("--build-heap", default="6g", help="-Xmx of the Flink job that builds the inputs")
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/edit.json")
@@ -162,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load_start = os.getloadavg()
     rows_out = []
-    largest_done: tuple[int, float] | None = None  # (input bytes, peak RSS MB) of the largest edit done
+    done: list[tuple[int, float]] = []  # (input bytes, peak RSS MB) of the edits done
     for keys in sizes:
         src, _ = flink_savepoints(keys, "hashmap", CACHE / str(keys), heap=args.build_heap)
         size = _bytes(src)
@@ -177,16 +189,17 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
 
-        estimate = None if largest_done is None else largest_done[1] * size / largest_done[0]
+        estimate = _rss_estimate(done, size)
         if estimate is not None and estimate > args.max_rss_gb * 1024:
-            ours = {"status": f"not run: its peak RSS, estimated from the {largest_done[0] / 1e6:.0f} MB edit "
-                              f"({largest_done[1] / 1024:.1f} GB), would be {estimate / 1024:.1f} GB, past the "
-                              f"{args.max_rss_gb:.0f} GB allowed: the editor holds the operator's kept entries in "
-                              "memory (explorer/editing/flink.py, _OperatorEntries)"}
+            ours = {"status": f"not run: its peak RSS, extrapolated from the edits of "
+                              f"{', '.join(f'{s / 1e6:.0f} MB ({m / 1024:.2f} GB)' for s, m in done)}, would be "
+                              f"{estimate / 1024:.1f} GB, past the {args.max_rss_gb:.0f} GB allowed: the editor holds "
+                              "the operator's kept entries in memory (explorer/editing/flink.py, _OperatorEntries)",
+                    "peak_rss_mb_estimated": round(estimate)}
         else:
             ours = explorer_edit(src, work / "explorer", args.max_rss_gb * 1024)
         if ours["status"] == "measured":
-            largest_done = (size, ours["peak_rss_mb"])
+            done.append((size, ours["peak_rss_mb"]))
             ours["entries_out"] = operator_entries(work / "explorer")[0]
             ours["entries_match"] = ours["entries_out"] == row["entries_expected_out"]
             ours.update(throughput=_rate(size, ours["wall_seconds"]),
