@@ -792,8 +792,29 @@ def headline(results: dict[str, dict]) -> list[str]:
         r = results.get("flink_reader")
         if not r or not r.get("results"):
             return []
-        return ["- **Real Flink snapshots** read at " + "; ".join(
+        out = ["- **Real Flink snapshots** read at " + "; ".join(
             f"{fmt(val(x, 'throughput'))} MB/s ({x['snapshot']}, {fmt(val(x, 'size'))} MB)" for x in r["results"]) + "."]
+        spa = [(x["snapshot"], x["state_processor_api"]) for x in r["results"]
+               if get(x, "state_processor_api", "status") == "measured"]
+        if spa:
+            out[0] = out[0][:-1] + "; Flink's State Processor API in a fresh JVM on the same snapshots, same rows: " + \
+                "; ".join(f"{fmt(val(s, 'seconds'))} s against the explorer's {fmt(val(s, 'explorer_fresh_process_seconds'))} s "
+                          f"in a fresh process ({name})" for name, s in spa) + "."
+        return out
+
+    def edit() -> list[str]:
+        r = results.get("edit")
+        rows = [x for x in (r or {}).get("results", []) if get(x, "explorer", "status") == "measured"]
+        if not rows:
+            return []
+        x = rows[-1]
+        spa = x.get("state_processor_api") or {}
+        peer = (f"; the State Processor API {fmt(val(spa, 'throughput'))} MB/s "
+                f"({fmt(val(spa, 'throughput_per_cpu_second'))} per CPU-s)" if spa.get("status") == "measured" else
+                f"; the State Processor API {spa.get('status', 'not run')}")
+        return [f"- **Editing** a {fmt(val(x, 'size'))} MB Flink savepoint (drop one key): "
+                f"{fmt(val(x['explorer'], 'throughput'))} MB/s ({fmt(val(x['explorer'], 'throughput_per_cpu_second'))} "
+                f"per CPU-s, peak RSS {fmt(x['explorer'].get('peak_rss_mb'))} MB){peer}."]
 
     def spark() -> list[str]:
         r = results.get("spark")
@@ -810,7 +831,7 @@ def headline(results: dict[str, dict]) -> list[str]:
         return [f"- **Dashboard** at {fmt(val(rows, 'keys'))} keys: a control change updates the figures in "
                 f"{fmt(val(rows, 'all changes p50'))} ms p50, {fmt(val(rows, 'all changes p95'))} ms p95."]
 
-    for fn in (engine, peers, checkpoints, explorer, spark_state, flink_reader, spark, widgets):
+    for fn in (engine, peers, checkpoints, explorer, spark_state, flink_reader, edit, spark, widgets):
         add(fn)
     return out
 
