@@ -213,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if spa_cp is None:
             peer = {"status": spa_status}
+            print(f"  State Processor API: {spa_status}", flush=True)
         else:
             try:
                 got = _spa.run_jvm(spa_cp, "SpaEditBench", [str(src), str(work / "spa"), HOT_KEY],
