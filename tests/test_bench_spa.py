@@ -69,3 +69,13 @@ def test_flinks_api_reads_as_many_rows_as_the_explorer():
     cp = _spa.classpath(Path(os.environ[_spa.ENV_VAR]))
     got = _spa.run_jvm(cp, "SpaReadBench", [str(CANONICAL), "fixtures", "hashmap"], heap="1g")
     assert got["rows"] == len(explorer.open(CANONICAL).keyed_state())
+
+
+def test_the_edit_bench_extrapolates_memory_along_its_two_largest_runs():
+    from benchmarks.bench_edit import _rss_estimate
+
+    assert _rss_estimate([], 10) is None
+    assert _rss_estimate([(100, 50.0)], 300) == 150.0  # one run: in proportion
+    # two runs: the line through them (a fixed 100 MB plus 2 MB per MB), not the proportion of the last
+    assert _rss_estimate([(50, 200.0), (100, 300.0)], 400) == 900.0
+    assert _rss_estimate([(10, 1.0), (50, 200.0), (100, 300.0)], 400) == 900.0
