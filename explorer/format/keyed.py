@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import SnapshotFormatError
+from ..errors import SnapshotCorruptError, SnapshotFormatError
 from . import budget
-from .parquet_pages import check_page_sizes
+from .parquet_pages import check_page_sizes, footer_chunks
 from .types import TypeInfo
 
 try:  # XXH3-128 of checkpoints' files (a declared dependency)
@@ -358,11 +358,15 @@ def check_row_groups(path: Any, pf: pq.ParquetFile, ids: Iterable[int], columns:
     each row group and (``together``: they are read at once) their sum; then the page headers of those
     chunks, each page against the budget and all of a chunk's against the footer, since Arrow allocates
     what a page header declares (:func:`explorer.format.parquet_pages.check_page_sizes`)."""
-    md, wanted = pf.metadata, None if columns is None else set(columns)
+    # the footer's chunks as parsed here: pyarrow's RowGroupMetaData.column() aborts the process on some
+    # damaged footers (an uncaught C++ exception), and these bytes' checksum may not be checked yet
+    groups, wanted = footer_chunks(path), None if columns is None else set(columns)
     total, read = 0, []
     for i in ids:
-        rg = md.row_group(i)
-        size = sum(max(0, c.total_uncompressed_size) for c in (rg.column(j) for j in range(rg.num_columns))
+        if not 0 <= i < len(groups):
+            raise SnapshotCorruptError(f"{path}: row group {i} is not in its footer ({len(groups)} row groups)")
+        rg = groups[i]
+        size = sum(max(0, c.total_uncompressed_size) for c in rg.columns
                    if wanted is None or c.path_in_schema.split(".")[0] in wanted)
         if wanted is None:
             size = max(size, rg.total_byte_size)
@@ -372,7 +376,7 @@ def check_row_groups(path: Any, pf: pq.ParquetFile, ids: Iterable[int], columns:
     if together and len(read) > 1:
         budget.check(total, file=path, what=f"row groups {read[0]}..{read[-1]} read together (uncompressed)")
     if budget.current() is not None:
-        check_page_sizes(path, md, read, wanted)
+        check_page_sizes(path, groups, read, wanted)
 
 
 def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups: Iterable[int] | None,

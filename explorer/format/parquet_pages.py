@@ -27,6 +27,7 @@ import mmap
 import os
 import threading
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ import pyarrow as pa
 from ..errors import SnapshotCorruptError
 from . import budget
 
-__all__ = ["ByteSpans", "check_page_sizes", "column_spans", "map_file"]
+__all__ = ["ByteSpans", "Chunk", "RowGroup", "check_page_sizes", "column_spans", "footer_chunks", "map_file"]
 
 # parquet.thrift: PageType, Encoding, CompressionCodec
 _DATA_PAGE, _INDEX_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 1, 2, 3
@@ -369,6 +370,146 @@ def column_spans(data: np.ndarray, column: Any, max_def: int, max_rep: int, wher
     return ByteSpans(data, starts, ends)
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """What the footer says of one column chunk: the fields the size checks read. Parsed here from the
+    footer's Thrift (:func:`footer_chunks`), never through pyarrow's ``RowGroupMetaData.column()``: that
+    accessor validates what it parses (a size-statistics histogram of the wrong length, say) by throwing
+    a C++ exception it does not catch, which aborts the process, on bytes whose checksum is not yet checked."""
+
+    path_in_schema: str
+    physical_type: str
+    compression: str
+    num_values: int
+    total_uncompressed_size: int
+    total_compressed_size: int
+    data_page_offset: int
+    dictionary_page_offset: int | None
+
+    @property
+    def has_dictionary_page(self) -> bool:
+        return self.dictionary_page_offset is not None
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    num_rows: int
+    total_byte_size: int
+    columns: tuple[Chunk, ...]
+
+
+_TYPES = ("BOOLEAN", "INT32", "INT64", "INT96", "FLOAT", "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")
+_CODEC_NAMES = ("UNCOMPRESSED", "SNAPPY", "GZIP", "LZO", "BROTLI", "LZ4", "ZSTD", "LZ4_RAW")
+#: a footer longer than this is refused before it is read (pyarrow's own default limit is 100 MB)
+_FOOTER_MAX = 64 << 20
+
+
+def footer_chunks(source: Any, where: Any = None) -> list[RowGroup]:
+    """The row groups and column chunks the Parquet footer of ``source`` (a path, or a pyarrow file)
+    declares, parsed from its Thrift compact bytes. Bytes that do not parse raise
+    :class:`~explorer.errors.SnapshotCorruptError` naming the file (``where``) and the offset."""
+    where = where if where is not None else source
+    f, opened = _random_access(source)
+    try:
+        size = f.size()
+        tail = f.read_at(8, size - 8) if size >= 12 else b""
+        if len(tail) != 8 or tail[4:] != b"PAR1":
+            raise SnapshotCorruptError(f"{where}: no Parquet footer (the file of {size:,} bytes does not end "
+                                       "with 'PAR1'); expected a Parquet file")
+        n = int.from_bytes(tail[:4], "little")
+        if n <= 0 or n > size - 12 or n > _FOOTER_MAX:
+            raise SnapshotCorruptError(f"{where}: its footer declares {n:,} bytes in a file of {size:,}; expected "
+                                       f"a footer within the file (and under {_FOOTER_MAX:,} bytes)")
+        budget.check(n, file=where, what="the Parquet footer")
+        data = memoryview(f.read_at(n, size - 8 - n)).cast("B")
+    finally:
+        if opened:
+            f.close()
+    try:
+        return _file_metadata(_Thrift(data, 0, len(data)))
+    except _Corrupt as exc:
+        raise SnapshotCorruptError(f"{where}: its Parquet footer does not parse: {exc}") from None
+
+
+def _list(t: _Thrift, ttype: int, read_element) -> list:
+    if ttype != 9:
+        raise _Corrupt(f"a list field of Thrift type {ttype} (expected 9)")
+    h = t.byte()
+    n = h >> 4 if h >> 4 != 15 else t.varint()
+    if n > t.end - t.pos:  # every element takes a byte at least
+        raise _Corrupt(f"a list of {n:,} elements in {t.end - t.pos:,} bytes")
+    return [read_element(t, h & 0x0F) for _ in range(n)]
+
+
+def _file_metadata(t: _Thrift) -> list[RowGroup]:
+    groups: list[RowGroup] = []
+
+    def column_meta(fields: dict) -> Any:
+        def on(fid: int, ttype: int) -> bool:
+            if fid == 1 and ttype == 5:
+                fields["type"] = t.zigzag()
+            elif fid == 3:
+                fields["path"] = ".".join(_list(t, ttype, lambda t, _: _binary(t)))
+            elif fid == 4 and ttype == 5:
+                fields["codec"] = t.zigzag()
+            elif fid in (5, 6, 7, 9, 11) and ttype == 6:
+                fields[fid] = t.zigzag()
+            else:
+                return False
+            return True
+        return on
+
+    def chunk(t: _Thrift, ttype: int) -> Chunk:
+        fields: dict = {}
+
+        def on(fid: int, ttype: int) -> bool:
+            if fid == 3 and ttype == 12:
+                t.struct(column_meta(fields), 2)
+                return True
+            return False
+
+        t.struct(on, 1)
+        if "path" not in fields or 6 not in fields or 7 not in fields or 9 not in fields:
+            raise _Corrupt("a column chunk without its metadata (path, sizes, data page offset)")
+        ptype, codec = fields.get("type", -1), fields.get("codec", -1)
+        return Chunk(fields["path"], _TYPES[ptype] if 0 <= ptype < len(_TYPES) else f"type {ptype}",
+                     _CODEC_NAMES[codec] if 0 <= codec < len(_CODEC_NAMES) else f"codec {codec}",
+                     fields.get(5, 0), fields[6], fields[7], fields[9], fields.get(11))
+
+    def row_group(t: _Thrift, ttype: int) -> RowGroup:
+        fields: dict = {"columns": []}
+
+        def on(fid: int, ttype: int) -> bool:
+            if fid == 1:
+                fields["columns"] = _list(t, ttype, chunk)
+            elif fid in (2, 3) and ttype == 6:
+                fields[fid] = t.zigzag()
+            else:
+                return False
+            return True
+
+        t.struct(on, 1)
+        return RowGroup(fields.get(3, 0), fields.get(2, 0), tuple(fields["columns"]))
+
+    def on_file(fid: int, ttype: int) -> bool:
+        if fid == 4:
+            groups.extend(_list(t, ttype, row_group))
+            return True
+        return False
+
+    t.struct(on_file)
+    return groups
+
+
+def _binary(t: _Thrift) -> str:
+    n = t.varint()
+    if t.pos + n > t.end:
+        raise _Corrupt("a string running past the footer")
+    raw = bytes(t.buf[t.pos:t.pos + n])
+    t.pos += n
+    return raw.decode("utf-8", "replace")
+
+
 def _random_access(source: Any) -> tuple[Any, bool]:
     """``source`` (what ``pq.ParquetFile`` was given) as a pyarrow random-access file, and whether it was
     opened here: a local path (or a remote one, through its cached copy: ``os.fspath``) memory-mapped, so a
@@ -379,7 +520,8 @@ def _random_access(source: Any) -> tuple[Any, bool]:
 
 
 def check_page_sizes(source: Any, metadata: Any, row_groups: Any, columns: Any = None, where: Any = None) -> None:
-    """The page headers of the column chunks Arrow is about to decode (row groups ``row_groups``, their
+    """(``metadata``: the footer as :func:`footer_chunks` gives it, or anything else to have it parsed here.)
+    The page headers of the column chunks Arrow is about to decode (row groups ``row_groups``, their
     columns whose top-level name is in ``columns``, all when None), checked before it decodes them.
 
     Arrow allocates what a page header declares (its uncompressed size) whatever the footer said, and the
@@ -393,8 +535,8 @@ def check_page_sizes(source: Any, metadata: Any, row_groups: Any, columns: Any =
     wanted = None if columns is None else set(columns)
     ident = _identity(source)
     limit = budget.current()
-    todo = [(i, col) for i in row_groups for col in (metadata.row_group(i).column(j)
-                                                     for j in range(metadata.row_group(i).num_columns))
+    groups = metadata if isinstance(metadata, list) else footer_chunks(source, where)
+    todo = [(i, col) for i in row_groups for col in groups[i].columns
             if (wanted is None or col.path_in_schema.split(".")[0] in wanted)
             and (ident is None or (ident, i, col.path_in_schema, limit) not in _PASSED)]
     if not todo:
