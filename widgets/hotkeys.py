@@ -19,6 +19,7 @@ import traitlets as t
 from explorer.analysis.hotkeys import gini, hottest_key, lorenz_curve, rank_order, salted_key, top_share
 from explorer.escape import plot_text
 from explorer.plots import measure_name, value_axis
+from explorer.plots.palette import BASELINE, GUIDE, MUTED, PALETTE
 from explorer.ranking import nth_largest
 from explorer.keygroups import assign_key_groups, operator_indices_for_key_groups
 
@@ -96,12 +97,12 @@ class HotKeysTab(View):
         self.hot_figure.add_bar(x=[], y=[], hovertemplate="%{x}<br>%{y:,}<br>subtask %{customdata}<extra></extra>")
         self.lorenz_figure = self.own(figure(330, showlegend=True, width=460))
         self.lorenz_figure.add_scatter(x=[0, 1], y=[0, 1], mode="lines", name="equality",
-                                       line=dict(color="lightgray", dash="dash"))
-        self.lorenz_figure.add_scatter(x=[], y=[], mode="lines", name="keys", line_color="#636EFA")
+                                       line=dict(color=GUIDE, dash="dash"))
+        self.lorenz_figure.add_scatter(x=[], y=[], mode="lines", name="keys", line_color=PALETTE[0])
         self.lorenz_figure.update_xaxes(title_text="share of keys (smallest first)", range=[0, 1], tickformat=".0%")
         self.lorenz_figure.update_yaxes(range=[0, 1], tickformat=".0%")
         self.salt_figure = self.own(figure(330, showlegend=True, width=600, barmode="group"))
-        self.salt_figure.add_bar(x=[], y=[], name="before", marker_color="#B0B0B0")
+        self.salt_figure.add_bar(x=[], y=[], name="before", marker_color=BASELINE)
         self.salt_figure.add_bar(x=[], y=[], name="after salting")
         self.salt_figure.update_xaxes(title_text="subtask", dtick=1)
         self.key_select = self.own(w.Dropdown(options=[], description="key", layout=w.Layout(width="260px")))
@@ -161,7 +162,7 @@ class HotKeysTab(View):
         where = "in a new cell below" if shell is not None else "here: copy it into a cell"
         if shell is not None:
             shell.set_next_input(code)
-        self.snippet_area.value = (f"<div style='font-size:11px;color:#666'>The code is {where} "
+        self.snippet_area.value = (f"<div style='font-size:11px;color:{MUTED}'>The code is {where} "
                                    "(nothing has been run):</div>"
                                    f"<pre style='user-select:all'>{html.escape(code)}</pre>")
 
@@ -309,7 +310,7 @@ class HotKeysTab(View):
         self.stats.value = (
             f"{len(ks):,} keys · Gini <b>{g:.2f}</b> · top 1 % of keys hold <b>{t1:.0%}</b> · "
             f"{hottest}{counted}"
-            "<div style='font-size:11px;color:#666'>Gini: 0 when every key holds the same, towards 1 when one key "
+            f"<div style='font-size:11px;color:{MUTED}'>Gini: 0 when every key holds the same, towards 1 when one key "
             "holds everything. max/mean: the heaviest subtask's load over the mean subtask load (1.00 is perfect "
             "balance). Salting splits the hottest key into sub-keys <code>key#0…key#n-1</code> spread over their "
             "own key groups.</div>")

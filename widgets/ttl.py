@@ -17,7 +17,7 @@ import pandas as pd
 import traitlets as t
 
 from explorer.analysis.ttl import TIMELINE_COLUMNS
-from explorer.plots import EXPIRED_COLOR, PALETTE
+from explorer.plots.palette import EXPIRED_COLOR, INK, PALETTE, WARNING, WARNING_SURFACE
 from explorer.escape import plot_text
 
 from ._base import View, figure, html_table
@@ -44,7 +44,7 @@ def ttl_hint(data: SnapshotData) -> str:
     names = sorted(set(missing["state"].astype(str)))
     example = ", ".join(f"{n!r}: timedelta(hours=1)" for n in names[:3])
     path = html.escape(repr(str(data.snapshot.path)))
-    return ("<div style='border-left:4px solid #FFA15A;background:#fff6ec;padding:6px 10px;margin:4px 0;"
+    return (f"<div style='border-left:4px solid {WARNING};background:{WARNING_SURFACE};padding:6px 10px;margin:4px 0;"
             f"font-size:13px'><b>{len(names)} state{'s' * (len(names) != 1)} have a TTL whose length the snapshot "
             f"does not store</b> ({html.escape(', '.join(names[:8]))}{', …' if len(names) > 8 else ''}): Flink keeps "
             "each value's last access time but not the TTL itself. Give it to see expiry:<br>"
@@ -227,7 +227,7 @@ class TTLTab(View):
             last.text = [plot_text(f"{o} / {s}") for o, s in zip(gone["operator"], gone["state"])]
             stamp = now.strftime("%Y-%m-%d %H:%M:%S")
             fig.layout.shapes = [dict(type="line", x0=stamp, x1=stamp, yref="paper", y0=0, y1=1,
-                                      line=dict(dash="dot", color="black"))]
+                                      line=dict(dash="dot", color=INK))]
             fig.layout.annotations = [dict(x=stamp, y=1, yref="paper", text="now", showarrow=False, yanchor="bottom")]
             fig.layout.title.text = f"Bytes expiring per {self.freq} after now = {now:%Y-%m-%d %H:%M} UTC"
         self.expired = expired

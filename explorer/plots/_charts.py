@@ -11,18 +11,7 @@ from ..errors import AnalysisError
 from ._doc import document
 from . import format as fmt
 from ..escape import plot_categories, plot_text
-
-#: the one palette of every figure and dashboard (plotly's qualitative palette), cycled per trace
-PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",
-           "#FECB52")
-#: what has expired but is still stored
-EXPIRED_COLOR = "#7F7F7F"
-#: marks and reference lines drawn over the data (the current parallelism, incremental bytes)
-INK = "#444444"
-#: guides behind the data (equality line, perfect balance)
-GUIDE = "#C8C8C8"
-#: every colour a figure may use
-COLOURS = frozenset(PALETTE) | {EXPIRED_COLOR, INK, GUIDE}
+from .palette import EXPIRED_COLOR, GUIDE, INK, PALETTE, VEIL
 
 #: what a measure counts, as its axis title says it ("serialized bytes per subtask")
 MEASURES = {"bytes": "serialized bytes", "size_bytes": "serialized bytes", "entries": "entries", "keys": "keys",
@@ -184,7 +173,7 @@ def subtask_bars(data_frame: pd.DataFrame, *, x: str = "subtask", y: str = "byte
         # each mean's label at its own end of the line: two close means' labels never print on each other
         fig.add_hline(y=mean, line_dash="dash", line_color=_colour(i), annotation_text=plot_text(f"mean {c}"),
                       annotation_position="top left" if i % 2 else "top right",
-                      annotation_font_color=_colour(i), annotation_bgcolor="rgba(255,255,255,0.8)")
+                      annotation_font_color=_colour(i), annotation_bgcolor=VEIL)
     fig.update_xaxes(title_text=plot_text(x), dtick=1)
     value_axis(fig, y, df[y], per=x)
     return _layout(fig, title or f"{measure_name(y)} per subtask of {op}", height, barmode="group", legend=color)
