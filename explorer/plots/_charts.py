@@ -282,9 +282,15 @@ def ttl_timeline(data_frame: pd.DataFrame, *, x: str = "window_start", y: str = 
 def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y: str = "bytes",
                        color: str = "state", title: str | None = None, height: int | None = None) -> go.Figure:
     """State size per checkpoint, stacked by state (a ``history``), with the checkpoint duration as a line
-    on a second axis and the incremental bytes as markers."""
+    on a second axis and the incremental bytes as markers.
+
+    The axis says what ``bytes`` count, as the history frame says it (``attrs["bytes_measure"]``: the
+    files on disk, or a Flink state's serialized values, which are no file's size); the incremental
+    (new file) bytes are drawn beside them only where they are file bytes too.
+    """
     _need(data_frame, x, y)
     df = data_frame
+    counted = df.attrs.get("bytes_measure", "bytes") if y == "bytes" else None
     fig = go.Figure()
     if color in df.columns and df[color].notna().any():
         labels = df["operator"].astype(str) + "/" + df[color].astype(str) if "operator" in df.columns else df[color]
@@ -294,7 +300,8 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
     else:
         fig.add_trace(go.Bar(x=plot_categories(df[x]), y=df[y].to_numpy(), name=plot_text(y), marker_color=_colour(0)))
     per_chk = df.drop_duplicates(x).sort_values(x)
-    if "incremental_bytes" in df.columns and y == "bytes":  # bytes beside bytes only, never on an entries axis
+    files = counted is not None and "file bytes" in counted
+    if "incremental_bytes" in df.columns and files:  # file bytes beside file bytes only (not serialized, entries)
         fig.add_trace(go.Scatter(x=plot_categories(per_chk[x]), y=per_chk["incremental_bytes"].to_numpy(), mode="markers",
                                  name="new file bytes (incremental)", marker=dict(symbol="diamond", size=10, color=INK)))
     if "duration_ms" in df.columns and per_chk["duration_ms"].notna().any():
@@ -304,9 +311,9 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
         value_axis(fig, "duration_ms", per_chk["duration_ms"], per=None, axis="y2", title="checkpoint duration")
     fig.update_xaxes(title_text="checkpoint", type="category")
     totals = df.groupby(x, observed=True)[y].sum()
-    if "incremental_bytes" in df.columns and y == "bytes":
+    if "incremental_bytes" in df.columns and files:
         totals = pd.concat([totals, per_chk["incremental_bytes"]])
-    value_axis(fig, y, totals, per="checkpoint", title="file bytes per checkpoint" if y == "bytes" else None)
+    value_axis(fig, y, totals, per="checkpoint", title=f"{counted} per checkpoint" if counted else None)
     return _layout(fig, title or "Checkpoint history", height, barmode="stack")
 
 

@@ -103,3 +103,69 @@ def test_a_dashboard_axis_keeps_no_tick_setting_of_the_measure_before():
     assert fig.layout.yaxis.tickmode == "array" and fig.layout.yaxis.tickformat is None
     value_axis(fig, "entries", [2000, 1300], per="key")
     assert fig.layout.yaxis.tickvals is None and fig.layout.yaxis.tickformat == ",d"
+
+
+def test_flink_history_names_its_per_state_bytes_serialized_not_file_bytes():
+    """Flink stores no file size per state: its History bars are the values' serialized sizes, and were
+    labelled "file bytes", with the new-file-bytes markers drawn on the same axis as if they were comparable."""
+    from explorer.analysis import history
+
+    flink = SAMPLES / "flink" / "rocksdb-incremental-checkpoint"
+    assert history(flink).attrs["bytes_measure"] == "serialized bytes"
+    assert history(flink, per_state=False).attrs["bytes_measure"] == "file bytes"
+    assert history(SAMPLES / "url_counts" / "checkpoints").attrs["bytes_measure"] == "file bytes"
+    tab = HistoryTab(SnapshotData.from_any(flink))
+    try:
+        fig = tab.size_figure
+        assert fig.layout.yaxis.title.text == "serialized bytes per checkpoint"
+        assert "serialized bytes (values, not files)" in fig.layout.title.text and "files on disk" not in fig.layout.title.text
+        assert not any("new file bytes" in (t.name or "") for t in fig.data)
+        assert fig.layout.yaxis.tickmode == "array" and all(t.split()[-1] in ("B", "KB", "MB") for t in fig.layout.yaxis.ticktext)
+        assert tab.delta_figure.layout.yaxis.title.text == "bytes (files on disk) per checkpoint"  # these are files
+    finally:
+        tab.close()
+
+
+def test_the_ttl_axis_reads_as_bytes_per_window(planted_ttl_heap):
+    """The TTL tab's axis was titled "bytes" with raw ticks (12000, 14000) and hover "12,345 bytes"."""
+    from widgets.ttl import TTLTab
+
+    tab = TTLTab(SnapshotData.from_any(planted_ttl_heap.savepoint))
+    try:
+        y = tab.timeline_figure.layout.yaxis
+        assert y.title.text == "serialized bytes per 1 h window (grey: expired by now)"
+        assert y.tickmode == "array" and y.ticktext and all(t.split()[-1] in ("B", "KB", "MB") for t in y.ticktext)
+        assert any(len(t.y) for t in tab.timeline_figure.data)
+        for trace in tab.timeline_figure.data:
+            assert len(trace.customdata or ()) == len(trace.y)
+            assert all(c.split()[-1] in ("B", "KB", "MB") for c in trace.customdata or ())
+            assert "%{customdata}" in trace.hovertemplate and "%{y:,}" not in trace.hovertemplate
+        tab.freq = "6h"
+        assert tab.timeline_figure.layout.yaxis.title.text.startswith("serialized bytes per 6 h window")
+        assert "serialized bytes expiring per 6 h window" in tab.timeline_figure.layout.title.text.lower()
+        assert " bytes)" not in tab.now_label.value  # "(12,345 bytes)" read as a raw count
+    finally:
+        tab.close()
+
+
+def test_hot_keys_figures_say_what_they_count_per_subtask_and_key():
+    """The salting figure's axis said "bytes per subtask" with raw ticks; the hottest keys' hover "12,345"."""
+    from widgets.hotkeys import HotKeysTab
+
+    tab = HotKeysTab(SnapshotData.from_any(SAMPLES / "url_counts" / "savepoint-heap"))
+    try:
+        tab.by = "bytes"
+        y = tab.salt_figure.layout.yaxis
+        assert y.title.text == "serialized bytes per subtask"
+        assert y.tickmode == "array" and all(t.split()[-1] in ("B", "KB", "MB") for t in y.ticktext)
+        assert all(c.split()[-1] in ("B", "KB", "MB") for tr in tab.salt_figure.data for c in tr.customdata)
+        assert tab.lorenz_figure.layout.title.text == "Lorenz curve of serialized bytes per key"
+        hot = tab.hot_figure.data[0]
+        assert "%{y:,}" not in hot.hovertemplate
+        assert [sub for sub, _ in hot.customdata] == list(tab.top["subtask"])
+        assert all(text.split()[-1] in ("B", "KB", "MB") for _, text in hot.customdata)
+        tab.by = "entries"
+        assert tab.salt_figure.layout.yaxis.title.text == "entries per subtask"
+        assert tab.salt_figure.layout.yaxis.tickformat == ",d"
+    finally:
+        tab.close()

@@ -3,7 +3,7 @@
 Rows, distinct keys and the rows added / removed since the previous batch come
 from reading each batch's state (``batchId=``); bytes come from the store files
 on disk (``<v>.delta|snapshot|changelog|zip``, ``v = batch + 1``, what that batch
-wrote), so they need no JVM. A retained batch whose store files the store's maintenance deleted (a
+wrote: ``attrs["bytes_measure"]`` is ``"new file bytes"``), so they need no JVM. A retained batch whose store files the store's maintenance deleted (a
 RocksDB store keeps versions from its oldest retained snapshot on; the offset log may keep older batches)
 is a row with ``reconstructable`` False and a ``note`` naming the missing files, not an error.
 """
@@ -126,4 +126,5 @@ def spark_history(reader: "SparkCheckpointReader", keys: bool = True, per_state:
                          "removed": None if unknown else sum(r["removed"] for r in batch_rows)})
     out = pd.DataFrame(rows, columns=SPARK_HISTORY_COLUMNS)
     out["created_at"] = pd.to_datetime(out["created_at"], utc=True)
+    out.attrs["bytes_measure"] = "new file bytes"  # what each batch wrote (explorer.analysis.history's doc)
     return out
