@@ -1,8 +1,8 @@
 """One palette (issue 30): no colour is typed anywhere in the figures or widgets but in explorer/plots/palette.py.
 
 The dashboards had their own greys and blues beside the figures' palette ("lightgray", "#B0B0B0",
-"#636EFA" typed again, "black" for TTL's "now", "gray" for a mean). Every string of every module of
-``explorer/plots`` and ``widgets`` (docstrings aside) and the JupyterLab extension's source is read
+"#636EFA" typed again, "black" for TTL's "now", "gray" for a mean), the report its own CSS greys. Every
+string of every module of ``explorer/plots`` and ``widgets`` and of ``explorer/report.py`` (docstrings aside) and the JupyterLab extension's source is read
 and a colour in it fails the test: ``#rgb`` / ``#rrggbb`` / ``#rrggbbaa`` (not ``#rgba``: four digits
 are an issue number, ``#1971``), ``rgb()``, ``rgba()``,
 ``hsl()``, and a CSS colour name given as a whole value (``color="gray"``) or in a style
@@ -71,6 +71,7 @@ def script_colours(path: Path) -> list[tuple[int, str]]:
 
 def _sources() -> list[Path]:
     files = sorted((REPO / "explorer" / "plots").rglob("*.py")) + sorted((REPO / "widgets").glob("*.py"))
+    files.append(REPO / "explorer" / "report.py")  # the HTML report: the same palette as the dashboards
     src = REPO / "widgets" / "labextension" / "src"
     files += sorted(p for p in src.rglob("*") if p.suffix in (".js", ".css"))
     return [p for p in files if p != PALETTE_MODULE]
