@@ -45,7 +45,8 @@ def figure(height: int = 320, **layout: Any) -> go.FigureWidget:
 
 def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
     """Make ``target`` show ``source`` (traces and layout), keeping the same widget."""
-    height = target.layout.height
+    # the taller of the two: a figure whose legend needs rows more keeps its plot's height (legend_above)
+    height = max(target.layout.height or 0, source.layout.height or 0) or None
     top = source.layout.margin.t  # room for the legend above the plot (explorer.plots.legend_above)
     with target.batch_update():
         target.data = ()

@@ -60,7 +60,11 @@ class HistoryTab(View):
         self.update()
         durations = self.duration_figure if self.duration_figure is not None else self.own(w.HTML(
             "<i>No checkpoint durations: this format's checkpoints do not record them.</i>"))
-        self.children = [self.own(w.HTML(f"<b>{len(self.summary)}</b> checkpoints in <code>{html.escape(str(self.directory))}</code>")),
+        n = len(self.summary)
+        # what the history could not tell (a checkpoint half deleted, bytes no state has of its own), said here
+        notes = "".join(f"<br><i>{html.escape(str(note))}</i>" for note in self.history.attrs.get("notes") or [])
+        self.children = [self.own(w.HTML(f"<b>{n}</b> checkpoint{'s' * (n != 1)} in "
+                                         f"<code>{html.escape(str(self.directory))}</code>{notes}")),
                          self.metric_select, self.size_figure,
                          self.own(w.HBox([self.delta_figure, durations])), self.table]
 

@@ -53,7 +53,8 @@ def legend_above(fig: go.Figure, title: str | None = None, width: int = 640) -> 
 
     A legend below the plot sat on the x axis title, one on the right on a second y axis: above the
     plot, between the title and the data, nothing else is drawn. ``width`` is the narrowest plot area
-    the figure is expected in (the rows are counted for it).
+    the figure is expected in (the rows are counted for it). A legend of several rows makes the figure
+    taller, so the plot below it keeps about 240 px.
     """
     names = [str(t.name or "") for t in fig.data if t.showlegend is not False and t.name]
     shown = fig.layout.showlegend is not False and len(names) > (0 if fig.layout.showlegend else 1)
@@ -70,6 +71,11 @@ def legend_above(fig: go.Figure, title: str | None = None, width: int = 640) -> 
                     title_side="left" if legend_title else None),
         title=dict(yref="container", y=0.985, yanchor="top", x=0.01, xanchor="left", font=dict(size=15)),
         margin=dict(t=56 + (24 * rows if shown else 0)))
+    # many rows (a history of ten states with long names): the figure grows, so the legend does not take the
+    # plot's height (it left a strip 80 px high, and plotly put the legend in a scroll box)
+    need = 56 + 24 * rows + 80 + 240 if shown else 0
+    if rows > 1 and (fig.layout.height or 450) < need:
+        fig.update_layout(height=need)
     return fig
 
 

@@ -169,3 +169,39 @@ def test_hot_keys_figures_say_what_they_count_per_subtask_and_key():
         assert tab.salt_figure.layout.yaxis.tickformat == ",d"
     finally:
         tab.close()
+
+
+def test_a_long_legend_leaves_the_history_plot_its_height():
+    """On a Flink job's folder (ten states with long names, one checkpoint) the legend above the History plot
+    took 240 of its 340 px: the bars were a strip 80 px high under a scrolling legend (the dashboard
+    screenshot showed it), and the line above said "1 checkpoints"."""
+    job = SAMPLES / "flink" / "production" / "plain-filemerging-rocksdb-incremental-checkpoint"
+    tab = HistoryTab(SnapshotData.from_any(job))
+    try:
+        layout = tab.size_figure.layout
+        assert len(tab.size_figure.data) >= 8
+        assert layout.height - layout.margin.t - layout.margin.b >= 240
+        assert "<b>1</b> checkpoint in" in tab.children[0].value
+    finally:
+        tab.close()
+
+
+def test_spark_states_sharing_one_store_are_not_each_given_the_whole_store():
+    """A transformWithState operator keeps its states in one store: each state was given the store's bytes,
+    so History stacked 4 x 20 KB = 80 KB over a batch that wrote 20 KB (the dashboard screenshot showed it)."""
+    from explorer.analysis import history
+
+    h = history(SAMPLES / "spark" / "tws-rows")
+    ok = h[h["reconstructable"]]
+    assert ok["state"].nunique() >= 2 and ok["bytes"].isna().all()
+    assert any("one state store" in n for n in h.attrs["notes"])
+    single = history(SAMPLES / "spark" / "agg-hdfs")  # one state, its own store: its bytes are the batch's
+    assert (single["bytes"].dropna() == single.loc[single["bytes"].notna(), "incremental_bytes"]).all()
+    assert single["bytes"].notna().all()
+    tab = HistoryTab(SnapshotData.from_any(SAMPLES / "spark" / "tws-rows"))
+    try:
+        stacked = sum(float(sum(t.y)) for t in tab.size_figure.data if t.type == "bar")
+        assert stacked == 0 and any(t.type == "scatter" and "new file bytes" in t.name for t in tab.size_figure.data)
+        assert "one state store" in tab.children[0].value
+    finally:
+        tab.close()
