@@ -17,7 +17,7 @@ import pandas as pd
 import traitlets as t
 
 from explorer.analysis.ttl import TIMELINE_COLUMNS
-from explorer.plots import value_axis
+from explorer.plots import legend_above, value_axis
 from explorer.plots.format import human_bytes
 from explorer.plots.palette import EXPIRED_COLOR, INK, PALETTE, WARNING, WARNING_SURFACE
 from explorer.escape import plot_text
@@ -110,8 +110,8 @@ class TTLTab(View):
                             hovertemplate="window from %{x}<br>%{customdata} expiring<extra>%{fullData.name}</extra>")
             fig.add_bar(x=[], y=[], name="expired, not cleaned", marker_color=EXPIRED_COLOR,
                         hovertemplate="%{text}<br>%{customdata} expired, still stored<extra></extra>")
-            fig.update_layout(barmode="stack", legend_title_text="state", xaxis_title="expiry time (UTC)",
-                              xaxis_type="date")
+            fig.update_layout(barmode="stack", xaxis_title="expiry time (UTC)", xaxis_type="date")
+            legend_above(fig, "state")  # above the plot, as the other figures' (on the right it narrowed the plot)
 
     def _base_time(self, rows: pd.DataFrame) -> pd.Timestamp:
         created = self.data.snapshot.created_at
@@ -241,7 +241,7 @@ class TTLTab(View):
             # the axis as the other figures': what it counts and per what, KB/MB ticks for the stacks' heights
             stacks = pd.concat([expiring.groupby("window_start")["bytes"].sum(),
                                 gone.groupby("window_end")["bytes"].sum()]) if len(timeline) else []
-            value_axis(fig, "bytes", stacks, per=f"{width} window (grey: expired by now)", hover=False)
+            value_axis(fig, "bytes", stacks, per=f"{width} window", hover=False)  # grey: its legend says
         self.expired = expired
         n = int(expired["expired_entries"].sum()) if len(expired) else 0
         b = int(expired["expired_bytes"].sum()) if len(expired) else 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -58,12 +60,10 @@ def legend_above(fig: go.Figure, title: str | None = None, width: int = 640) -> 
     """
     names = [str(t.name or "") for t in fig.data if t.showlegend is not False and t.name]
     shown = fig.layout.showlegend is not False and len(names) > (0 if fig.layout.showlegend else 1)
-    per_row, rows, used = max(width - 40, 200), 1, 0
-    for n in names:
-        w = 40 + 7 * len(n)
-        if used and used + w > per_row:
-            rows, used = rows + 1, 0
-        used += w
+    # plotly.js lays a legend that does not fit on one row out in a grid of its widest entry (legend/draw.js):
+    # counted as packed entries it was 6 rows where plotly drew 9, and the legend ran into the title
+    per_row, widths = max(width - 40, 200), [40 + 7 * len(n) for n in names]
+    rows = 1 if sum(widths) <= per_row else math.ceil(len(widths) / max(1, per_row // max(widths)))
     legend_title = title if title is not None else (fig.layout.legend.title.text or None)
     fig.update_layout(
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0,

@@ -133,7 +133,9 @@ def test_the_ttl_axis_reads_as_bytes_per_window(planted_ttl_heap):
     tab = TTLTab(SnapshotData.from_any(planted_ttl_heap.savepoint))
     try:
         y = tab.timeline_figure.layout.yaxis
-        assert y.title.text == "serialized bytes per 1 h window (grey: expired by now)"
+        assert y.title.text == "serialized bytes per 1 h window"
+        legend = tab.timeline_figure.layout.legend
+        assert legend.orientation == "h" and legend.y >= 1 and legend.title.text == "state"
         assert y.tickmode == "array" and y.ticktext and all(t.split()[-1] in ("B", "KB", "MB") for t in y.ticktext)
         assert any(len(t.y) for t in tab.timeline_figure.data)
         for trace in tab.timeline_figure.data:
