@@ -100,6 +100,6 @@ class HistoryTab(View):
             raise ValueError("this history has no key counts (history(..., keys=False))")
         counted = h.attrs.get("bytes_measure", "bytes")
         measure = BYTES_MEASURE.get(counted, counted) if metric == "bytes" else metric
-        fig = checkpoint_history(h.assign(**{metric: h[metric].fillna(0)}), y=metric,
+        fig = checkpoint_history(h, y=metric,
                                  title=f"State {measure} per checkpoint, stacked by operator / state")
         replace_figure(self.size_figure, fig)

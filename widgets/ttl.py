@@ -19,7 +19,7 @@ import traitlets as t
 from explorer.analysis.ttl import TIMELINE_COLUMNS
 from explorer.plots import legend_above, value_axis
 from explorer.plots.format import human_bytes
-from explorer.plots.palette import EXPIRED_COLOR, INK, PALETTE, WARNING, WARNING_SURFACE
+from explorer.plots.palette import EXPIRED_COLOR, INK, PALETTE, VEIL, WARNING, WARNING_SURFACE
 from explorer.escape import plot_text
 
 from ._base import View, figure, html_table
@@ -234,7 +234,9 @@ class TTLTab(View):
             stamp = now.strftime("%Y-%m-%d %H:%M:%S")
             fig.layout.shapes = [dict(type="line", x0=stamp, x1=stamp, yref="paper", y0=0, y1=1,
                                       line=dict(dash="dot", color=INK))]
-            fig.layout.annotations = [dict(x=stamp, y=1, yref="paper", text="now", showarrow=False, yanchor="bottom")]
+            # inside the plot, right of its line: above the plot it sat on the legend (the browser test caught it)
+            fig.layout.annotations = [dict(x=stamp, y=1, yref="paper", text="now", showarrow=False, yanchor="top",
+                                           xanchor="left", xshift=4, bgcolor=VEIL)]
             width = FREQ_NAMES[self.freq]
             fig.layout.title.text = (f"Serialized bytes expiring per {width} window after now = "
                                      f"{now:%Y-%m-%d %H:%M} UTC")

@@ -301,6 +301,8 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
     if color in df.columns and df[color].notna().any():
         labels = df["operator"].astype(str) + "/" + df[color].astype(str) if "operator" in df.columns else df[color]
         for i, (c, g) in enumerate(df.assign(_label=labels).groupby("_label", sort=True, observed=True)):
+            if g[y].isna().all():  # nothing known to stack (Spark states sharing one store): no empty legend entry
+                continue
             fig.add_trace(go.Bar(x=plot_categories(g[x]), y=g[y].fillna(0).to_numpy(), name=plot_text(c),
                                  marker_color=_colour(i)))
     else:

@@ -136,6 +136,8 @@ def test_the_ttl_axis_reads_as_bytes_per_window(planted_ttl_heap):
         assert y.title.text == "serialized bytes per 1 h window"
         legend = tab.timeline_figure.layout.legend
         assert legend.orientation == "h" and legend.y >= 1 and legend.title.text == "state"
+        (now,) = tab.timeline_figure.layout.annotations  # inside the plot: above it, it sat on the legend
+        assert now.text == "now" and now.y == 1 and now.yanchor == "top"
         assert y.tickmode == "array" and y.ticktext and all(t.split()[-1] in ("B", "KB", "MB") for t in y.ticktext)
         assert any(len(t.y) for t in tab.timeline_figure.data)
         for trace in tab.timeline_figure.data:
@@ -181,7 +183,7 @@ def test_a_long_legend_leaves_the_history_plot_its_height():
     tab = HistoryTab(SnapshotData.from_any(job))
     try:
         layout = tab.size_figure.layout
-        assert len(tab.size_figure.data) >= 8
+        assert len(tab.size_figure.data) >= 6
         assert layout.height - layout.margin.t - layout.margin.b >= 240
         assert "<b>1</b> checkpoint in" in tab.children[0].value
     finally:
@@ -204,6 +206,9 @@ def test_spark_states_sharing_one_store_are_not_each_given_the_whole_store():
     try:
         stacked = sum(float(sum(t.y)) for t in tab.size_figure.data if t.type == "bar")
         assert stacked == 0 and any(t.type == "scatter" and "new file bytes" in t.name for t in tab.size_figure.data)
+        assert not any(t.type == "bar" for t in tab.size_figure.data)  # no legend entries for bars never drawn
+        tab.metric = "entries"  # entries are per state: stacked
+        assert sum(t.type == "bar" for t in tab.size_figure.data) == ok["state"].nunique()
         assert "one state store" in tab.children[0].value
     finally:
         tab.close()
