@@ -110,6 +110,7 @@ class HotKeysTab(View):
         self.salt_figure.update_xaxes(title_text="subtask", dtick=1)
         self.key_select = self.own(w.Dropdown(options=[], description="key", layout=w.Layout(width="260px")))
         self.drop_button = self.own(w.Button(description="Drop this key's state", icon="trash",
+                                             layout=w.Layout(width="auto"),  # 148 px cut it to "Drop this key's..."
                                              tooltip="a new cell with the editor call that drops this key's state"))
         self.salt_button = self.own(w.Button(description="Salt it", icon="random",
                                              tooltip="a new cell with the salting what-if and the edit"))
@@ -298,10 +299,11 @@ class HotKeysTab(View):
             self.salt_figure.data[0].customdata = [formatter_for(unit)(v) for v in loads]
             self.salt_figure.data[1].customdata = [formatter_for(unit)(v) for v in after]
             self.salt_figure.data[1].marker.color = [subtask_colour(s) for s in range(p)]
+            # no hottest key: the reason in full is in the line above the figures (it ran off the 600 px figure)
             self.salt_figure.layout.title.text = (f"Salting {plot_text(hot_key)} into {self.salt} sub-keys: "
                                                   f"max/mean {self.imbalance_before:.2f} → {self.imbalance_after:.2f}"
                                                   if no_hottest is None else
-                                                  f"No salting what-if: {plot_text(no_hottest)}")
+                                                  f"No salting what-if: {plot_text(no_hottest.split(':')[0])}")
             # what it counts per subtask, in KB/MB or whole records, as the other figures (was "bytes", raw ticks)
             value_axis(self.salt_figure, unit, np.concatenate([loads, after]), per="subtask", hover=False)
         top1 = float(values[top_idx[0]] / total) if len(top_idx) and total else 0.0
