@@ -20,22 +20,24 @@ from plotly.offline import get_plotlyjs, get_plotlyjs_version
 from . import analysis, plots
 from .format.checkpoint_dir import checkpoint_id
 from .plots import format as fmt
+from .plots import palette
 from .escape import terminal_text
 from .storage import as_path
 from .stored import checkpoints_in, open_stored
 
-_CSS = """
-*{box-sizing:border-box}
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem auto;max-width:1200px;
-padding:0 1rem;color:#222}
-h1{font-size:1.6rem} h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #ddd}
-h3{font-size:1.05rem} nav ol{columns:2;font-size:.9rem}
-.tablewrap{max-width:100%;overflow-x:auto;margin:.5rem 0}
-table.sx{border-collapse:collapse;font-size:.85rem}
-table.sx td,table.sx th{border:1px solid #ddd;padding:.2rem .5rem;text-align:left;white-space:nowrap}
-table.sx td.num,table.sx th.num{text-align:right;font-variant-numeric:tabular-nums}
-table.sx th{background:#f5f5f5} .note{color:#a60} .muted{color:#777} .caption{color:#555;font-size:.85rem}
-.fig{width:100%;max-width:100%;overflow:hidden}
+_CSS = f"""
+*{{box-sizing:border-box}}
+body{{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5rem auto;max-width:1200px;
+padding:0 1rem;color:{palette.TEXT}}}
+h1{{font-size:1.6rem}} h2{{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid {palette.GUIDE}}}
+h3{{font-size:1.05rem}} nav ol{{columns:2;font-size:.9rem}}
+.tablewrap{{max-width:100%;overflow-x:auto;margin:.5rem 0}}
+table.sx{{border-collapse:collapse;font-size:.85rem}}
+table.sx td,table.sx th{{border:1px solid {palette.GUIDE};padding:.2rem .5rem;text-align:left;white-space:nowrap}}
+table.sx td.num,table.sx th.num{{text-align:right;font-variant-numeric:tabular-nums}}
+table.sx th{{background:{palette.SURFACE}}} .note{{color:{palette.WARNING_TEXT}}} .muted{{color:{palette.MUTED}}}
+.caption{{color:{palette.MUTED};font-size:.85rem}}
+.fig{{width:100%;max-width:100%;overflow:hidden}}
 """
 
 #: file name of the shared plotly.js a report loads with ``plotly_js="file"`` (written once beside the reports)

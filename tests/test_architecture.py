@@ -57,6 +57,8 @@ LAZY_EDGES = {
     **{("explorer.cli", f"explorer.{m}"): "each command imports what it needs when it runs: `--help`, usage "
        "errors and `ls` start without pandas, numba, plotly or Spark" for m in (
         "analysis", "catalog", "format.snapshot", "pipelines", "plots.format", "report", "snapshot", "spark.demo")},
+    ("explorer.plots", "explorer.plots._charts"): "the figures load plotly on first use (PEP 562): the palette and "
+    "plots.format, which a dashboard's loading line and the CLI take, do not",
     ("explorer.cli", "explorer.verification"): "`state-explorer verify` imports what it needs in its own command",
     ("explorer.cli", "explorer.compatibility"): "`state-explorer compatible` imports what it needs in its own command",
     ("explorer.cli", "explorer.editing"): "`state-explorer edit` imports what it needs in its own command",

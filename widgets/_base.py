@@ -17,7 +17,7 @@ import ipywidgets as w
 import pandas as pd
 import plotly.graph_objects as go
 
-from explorer.plots import PALETTE
+from explorer.plots.palette import GUIDE, MUTED, PALETTE, RULE, SURFACE
 from explorer.plots.format import format_frame
 
 from ._plotly import figure_widget_class
@@ -45,7 +45,8 @@ def figure(height: int = 320, **layout: Any) -> go.FigureWidget:
 
 def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
     """Make ``target`` show ``source`` (traces and layout), keeping the same widget."""
-    height = target.layout.height
+    # the taller of the two: a figure whose legend needs rows more keeps its plot's height (legend_above)
+    height = max(target.layout.height or 0, source.layout.height or 0) or None
     top = source.layout.margin.t  # room for the legend above the plot (explorer.plots.legend_above)
     with target.batch_update():
         target.data = ()
@@ -62,8 +63,8 @@ def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
 #: Tables scroll inside their box instead of being clipped; a header is aligned as its column is.
 TABLE_CSS = ("<style>.sx-scroll{max-height:360px;max-width:100%;overflow:auto;margin:4px 0}"
              ".sx-table{border-collapse:collapse;font-size:12px;white-space:nowrap}"
-             ".sx-table th{background:#f5f5f5;padding:3px 8px;border-bottom:1px solid #ccc;position:sticky;top:0}"
-             ".sx-table td{padding:2px 8px;border-bottom:1px solid #eee}"
+             f".sx-table th{{background:{SURFACE};padding:3px 8px;border-bottom:1px solid {GUIDE};position:sticky;top:0}}"
+             f".sx-table td{{padding:2px 8px;border-bottom:1px solid {RULE}}}"
              ".sx-table .sx-num{text-align:right;font-variant-numeric:tabular-nums}"
              ".sx-table .sx-text{text-align:left}</style>")
 
@@ -86,9 +87,9 @@ def html_table(df: pd.DataFrame, max_rows: int = 20, caption: str | None = None)
     head = "".join(f"<th class='{a}'>{html.escape(c)}</th>" for c, a in zip(cols, align))
     body = "".join("<tr>" + "".join(f"<td class='{a}'>{html.escape(str(v))}</td>" for v, a in zip(row, align))
                    + "</tr>" for row in text.itertuples(index=False, name=None))
-    more = (f"<div style='font-size:11px;color:#666'>first {max_rows:,} of {len(df):,} rows</div>"
+    more = (f"<div style='font-size:11px;color:{MUTED}'>first {max_rows:,} of {len(df):,} rows</div>"
             if len(df) > max_rows else "")
-    cap = f"<div style='font-size:12px;color:#555;margin-top:2px'>{html.escape(caption)}</div>" if caption else ""
+    cap = f"<div style='font-size:12px;color:{MUTED};margin-top:2px'>{html.escape(caption)}</div>" if caption else ""
     return (TABLE_CSS + cap + f"<div class='sx-scroll'><table class='sx-table'><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table></div>" + more)
 
@@ -101,7 +102,7 @@ def show_empty(fig: go.FigureWidget, message: str) -> None:
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
         fig.layout.annotations = [dict(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                                       font=dict(size=14, color="#666"))]
+                                       font=dict(size=14, color=MUTED))]
 
 
 def show_drawn(fig: go.FigureWidget) -> None:

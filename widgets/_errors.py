@@ -17,12 +17,14 @@ from typing import Any, Callable, TypeVar
 
 import ipywidgets as w
 
+from explorer.plots.palette import ERROR, ERROR_SURFACE
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def failed_html(exc: BaseException, where: str) -> str:
     """The line that replaces a loading line when the work it announced failed (no spinner left)."""
-    return ("<div class='sx-failed' style='padding:12px;color:#d62728;font-size:13px'>"
+    return (f"<div class='sx-failed' style='padding:12px;color:{ERROR};font-size:13px'>"
             f"<b>{html.escape(where)} failed</b>: {html.escape(f'{type(exc).__name__}: {exc}')}</div>")
 
 
@@ -40,7 +42,7 @@ class ErrorArea(w.HTML):
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         title = f"{type(exc).__name__}: {exc}"
         self.value = (
-            '<div style="border-left:4px solid #d62728;background:#fdecea;padding:6px 10px;margin:4px 0">'
+            f'<div style="border-left:4px solid {ERROR};background:{ERROR_SURFACE};padding:6px 10px;margin:4px 0">'
             f"<b>Error{' while ' + html.escape(where) if where else ''}</b>: {html.escape(title)}"
             f"<details><summary>traceback</summary><pre style='font-size:11px'>{html.escape(tb)}</pre></details>"
             "</div>"

@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import ipywidgets as w
 
+from explorer.plots.palette import GUIDE, MUTED, PALETTE
+
 from ._errors import ErrorArea
 
 W = TypeVar("W", bound=w.Widget)
@@ -44,9 +46,9 @@ def sync_figure(fig: Any) -> None:
 def loading_html(what: str) -> str:
     """A small spinner and a line saying what is being read or computed."""
     return ("<style>@keyframes sx-spin{to{transform:rotate(360deg)}}</style>"
-            "<div class='sx-loading' style='padding:12px;color:#555;font-size:13px'>"
-            "<span style='display:inline-block;width:12px;height:12px;border:2px solid #ccc;"
-            "border-top-color:#636EFA;border-radius:50%;animation:sx-spin 0.8s linear infinite;"
+            f"<div class='sx-loading' style='padding:12px;color:{MUTED};font-size:13px'>"
+            f"<span style='display:inline-block;width:12px;height:12px;border:2px solid {GUIDE};"
+            f"border-top-color:{PALETTE[0]};border-radius:50%;animation:sx-spin 0.8s linear infinite;"
             f"vertical-align:middle;margin-right:8px'></span>{html.escape(what)}</div>")
 
 

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from explorer.plots.palette import MUTED
+
 from ._errors import ErrorArea, failed_html
 from ._progress import watching
 from ._view import View, loading_html
@@ -136,7 +138,7 @@ class Dashboard(View):
             snap = self._data.snapshot
             what = (f"{snap.format} {snap.kind}{'' if snap.checkpoint_id is None else f' {snap.checkpoint_id}'}")
             path = str(snap.path)
-        return (f"<div style='font-size:16px'><b>State Explorer</b> &nbsp;<span style='color:#555'>"
+        return (f"<div style='font-size:16px'><b>State Explorer</b> &nbsp;<span style='color:{MUTED}'>"
                 f"{html.escape(what)} · <code>{html.escape(path)}</code></span></div>")
 
     def view(self, title: str) -> View:

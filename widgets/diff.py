@@ -63,7 +63,7 @@ class DiffTab(View):
         d = diff(a, b)
         self.result = d
         name_a, name_b = Path(self.a).name, Path(self.b).name
-        fig = diff_waterfall(d, title=f"State bytes from {name_a} to {name_b}: added, removed and changed keys")
+        fig = diff_waterfall(d, title=f"State serialized bytes from {name_a} to {name_b}: added, removed and changed keys")
         replace_figure(self.waterfall, fig)
         self.summary_table.value = html_table(diff_summary(d))
         self.growth_table.value = html_table(growth_by_key(d, 15))

@@ -21,8 +21,12 @@ from ._errors import ErrorArea
 #: the duration columns of a history and their colours
 DURATIONS = (("duration_ms", PALETTE[1]), ("sync_ms", PALETTE[2]), ("async_ms", PALETTE[3]), ("alignment_ms", PALETTE[5]))
 
-#: the History tab's sizes are those of the checkpoint's files, the Overview's those of the serialized values
-MEASURE = {"bytes": "bytes (files on disk)", "entries": "entries", "keys": "keys"}
+#: what the History tab's sizes are, by what the history's ``bytes`` count (its ``attrs["bytes_measure"]``):
+#: the checkpoint's files (the engine's), a Flink state's serialized values (Flink stores no per-state file
+#: sizes: the same measure as the Overview's), the files each Spark batch wrote
+BYTES_MEASURE = {"file bytes": "bytes (files on disk)",
+                 "serialized bytes": "serialized bytes (values, not files)",
+                 "new file bytes": "new file bytes (written by each batch)"}
 
 
 class HistoryTab(View):
@@ -56,7 +60,11 @@ class HistoryTab(View):
         self.update()
         durations = self.duration_figure if self.duration_figure is not None else self.own(w.HTML(
             "<i>No checkpoint durations: this format's checkpoints do not record them.</i>"))
-        self.children = [self.own(w.HTML(f"<b>{len(self.summary)}</b> checkpoints in <code>{html.escape(str(self.directory))}</code>")),
+        n = len(self.summary)
+        # what the history could not tell (a checkpoint half deleted, bytes no state has of its own), said here
+        notes = "".join(f"<br><i>{html.escape(str(note))}</i>" for note in self.history.attrs.get("notes") or [])
+        self.children = [self.own(w.HTML(f"<b>{n}</b> checkpoint{'s' * (n != 1)} in "
+                                         f"<code>{html.escape(str(self.directory))}</code>{notes}")),
                          self.metric_select, self.size_figure,
                          self.own(w.HBox([self.delta_figure, durations])), self.table]
 
@@ -90,6 +98,8 @@ class HistoryTab(View):
         metric = self.metric
         if metric == "keys" and h["keys"].isna().all():
             raise ValueError("this history has no key counts (history(..., keys=False))")
-        fig = checkpoint_history(h.assign(**{metric: h[metric].fillna(0)}), y=metric,
-                                 title=f"State {MEASURE[metric]} per checkpoint, stacked by operator / state")
+        counted = h.attrs.get("bytes_measure", "bytes")
+        measure = BYTES_MEASURE.get(counted, counted) if metric == "bytes" else metric
+        fig = checkpoint_history(h, y=metric,
+                                 title=f"State {measure} per checkpoint, stacked by operator / state")
         replace_figure(self.size_figure, fig)

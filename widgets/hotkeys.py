@@ -19,6 +19,8 @@ import traitlets as t
 from explorer.analysis.hotkeys import gini, hottest_key, lorenz_curve, rank_order, salted_key, top_share
 from explorer.escape import plot_text
 from explorer.plots import measure_name, value_axis
+from explorer.plots.format import formatter_for
+from explorer.plots.palette import BASELINE, GUIDE, MUTED, PALETTE
 from explorer.ranking import nth_largest
 from explorer.keygroups import assign_key_groups, operator_indices_for_key_groups
 
@@ -93,19 +95,22 @@ class HotKeysTab(View):
         self.stats = self.own(w.HTML())
         self.table = self.own(w.HTML())
         self.hot_figure = self.own(figure(330, showlegend=False))
-        self.hot_figure.add_bar(x=[], y=[], hovertemplate="%{x}<br>%{y:,}<br>subtask %{customdata}<extra></extra>")
+        self.hot_figure.add_bar(x=[], y=[], hovertemplate="%{x}<br>%{customdata[1]}<br>subtask %{customdata[0]}"
+                                                          "<extra></extra>")
         self.lorenz_figure = self.own(figure(330, showlegend=True, width=460))
         self.lorenz_figure.add_scatter(x=[0, 1], y=[0, 1], mode="lines", name="equality",
-                                       line=dict(color="lightgray", dash="dash"))
-        self.lorenz_figure.add_scatter(x=[], y=[], mode="lines", name="keys", line_color="#636EFA")
+                                       line=dict(color=GUIDE, dash="dash"))
+        self.lorenz_figure.add_scatter(x=[], y=[], mode="lines", name="keys", line_color=PALETTE[0])
         self.lorenz_figure.update_xaxes(title_text="share of keys (smallest first)", range=[0, 1], tickformat=".0%")
         self.lorenz_figure.update_yaxes(range=[0, 1], tickformat=".0%")
         self.salt_figure = self.own(figure(330, showlegend=True, width=600, barmode="group"))
-        self.salt_figure.add_bar(x=[], y=[], name="before", marker_color="#B0B0B0")
-        self.salt_figure.add_bar(x=[], y=[], name="after salting")
+        shown = "subtask %{x}<br>%{customdata}<extra>%{fullData.name}</extra>"
+        self.salt_figure.add_bar(x=[], y=[], name="before", marker_color=BASELINE, hovertemplate=shown)
+        self.salt_figure.add_bar(x=[], y=[], name="after salting", hovertemplate=shown)
         self.salt_figure.update_xaxes(title_text="subtask", dtick=1)
         self.key_select = self.own(w.Dropdown(options=[], description="key", layout=w.Layout(width="260px")))
         self.drop_button = self.own(w.Button(description="Drop this key's state", icon="trash",
+                                             layout=w.Layout(width="auto"),  # 148 px cut it to "Drop this key's..."
                                              tooltip="a new cell with the editor call that drops this key's state"))
         self.salt_button = self.own(w.Button(description="Salt it", icon="random",
                                              tooltip="a new cell with the salting what-if and the edit"))
@@ -161,7 +166,7 @@ class HotKeysTab(View):
         where = "in a new cell below" if shell is not None else "here: copy it into a cell"
         if shell is not None:
             shell.set_next_input(code)
-        self.snippet_area.value = (f"<div style='font-size:11px;color:#666'>The code is {where} "
+        self.snippet_area.value = (f"<div style='font-size:11px;color:{MUTED}'>The code is {where} "
                                    "(nothing has been run):</div>"
                                    f"<pre style='user-select:all'>{html.escape(code)}</pre>")
 
@@ -254,7 +259,8 @@ class HotKeysTab(View):
             bar = self.hot_figure.data[0]
             bar.x = labels
             bar.y = values[top_idx]
-            bar.customdata = top["subtask"].to_numpy()
+            shown = formatter_for(unit)
+            bar.customdata = [[int(sub), shown(v)] for sub, v in zip(top["subtask"], values[top_idx])]
             bar.marker.color = [subtask_colour(s) for s in top["subtask"]]
             self.hot_figure.layout.title.text = (f"Top {n} keys of {plot_text(self.operator)} by {self.by} "
                                                  "(colour: the subtask holding the key)")
@@ -266,7 +272,7 @@ class HotKeysTab(View):
             self.lorenz_figure.data[1].x = lc["key_share"].to_numpy()
             self.lorenz_figure.data[1].y = lc["load_share"].to_numpy()
             self.lorenz_figure.data[1].name = f"keys (Gini {g:.2f})"
-            self.lorenz_figure.layout.title.text = f"Lorenz curve of {unit} per key"
+            self.lorenz_figure.layout.title.text = f"Lorenz curve of {measure_name(unit)} per key"
             self.lorenz_figure.layout.yaxis.title.text = f"share of {measure_name(unit)}"
         # salting what-if for the hottest key, on the measure ranked
         after = loads.copy()
@@ -290,12 +296,16 @@ class HotKeysTab(View):
             self.salt_figure.data[0].y = loads
             self.salt_figure.data[1].x = np.arange(p)
             self.salt_figure.data[1].y = after
+            self.salt_figure.data[0].customdata = [formatter_for(unit)(v) for v in loads]
+            self.salt_figure.data[1].customdata = [formatter_for(unit)(v) for v in after]
             self.salt_figure.data[1].marker.color = [subtask_colour(s) for s in range(p)]
+            # no hottest key: the reason in full is in the line above the figures (it ran off the 600 px figure)
             self.salt_figure.layout.title.text = (f"Salting {plot_text(hot_key)} into {self.salt} sub-keys: "
                                                   f"max/mean {self.imbalance_before:.2f} → {self.imbalance_after:.2f}"
                                                   if no_hottest is None else
-                                                  f"No salting what-if: {plot_text(no_hottest)}")
-            self.salt_figure.layout.yaxis.title.text = f"{unit} per subtask"
+                                                  f"No salting what-if: {plot_text(no_hottest.split(':')[0])}")
+            # what it counts per subtask, in KB/MB or whole records, as the other figures (was "bytes", raw ticks)
+            value_axis(self.salt_figure, unit, np.concatenate([loads, after]), per="subtask", hover=False)
         top1 = float(values[top_idx[0]] / total) if len(top_idx) and total else 0.0
         counted = ""
         if col == "records" and not known.all():
@@ -309,7 +319,7 @@ class HotKeysTab(View):
         self.stats.value = (
             f"{len(ks):,} keys · Gini <b>{g:.2f}</b> · top 1 % of keys hold <b>{t1:.0%}</b> · "
             f"{hottest}{counted}"
-            "<div style='font-size:11px;color:#666'>Gini: 0 when every key holds the same, towards 1 when one key "
+            f"<div style='font-size:11px;color:{MUTED}'>Gini: 0 when every key holds the same, towards 1 when one key "
             "holds everything. max/mean: the heaviest subtask's load over the mean subtask load (1.00 is perfect "
             "balance). Salting splits the hottest key into sub-keys <code>key#0…key#n-1</code> spread over their "
             "own key groups.</div>")

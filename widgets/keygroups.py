@@ -18,6 +18,7 @@ from explorer.analysis.distribution import METRICS, imbalance_figures
 from explorer.keygroups import operator_indices_for_key_groups
 from explorer.escape import plot_text
 from explorer.plots import INK, PALETTE, legend_above, measure_name, value_axis
+from explorer.plots.palette import GUIDE
 
 from ._base import View, figure, subtask_colour
 from ._data import SnapshotData
@@ -168,7 +169,7 @@ class KeyGroupsTab(View):
             bar.y = loads
             bar.marker.color = colours
             self.subtask_figure.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, y0=fig["mean"],
-                                                      y1=fig["mean"], line=dict(dash="dash", color="gray"))]
+                                                      y1=fig["mean"], line=dict(dash="dash", color=GUIDE))]
             self.subtask_figure.layout.title.text = f"{measure_name(metric)} per subtask (dashed: mean)"
             value_axis(self.subtask_figure, metric, loads, per="subtask", hover=False)
         with self.whatif_figure.batch_update():

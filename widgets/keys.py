@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import traitlets as t
 
 from explorer.plots.format import MISSING, human_bytes, is_missing
+from explorer.plots.palette import PAPER
 
 from ._base import View, html_table, subtask_colour
 from ._data import SnapshotData
@@ -161,7 +162,7 @@ class KeysTab(View):
             return
         kg = int(rows["key_group"].iloc[0])
         subs = sorted(set(int(s) for s in rows["subtask"]))
-        badge = "".join(f"<span style='background:{subtask_colour(s)};color:white;padding:1px 6px;border-radius:3px;"
+        badge = "".join(f"<span style='background:{subtask_colour(s)};color:{PAPER};padding:1px 6px;border-radius:3px;"
                         f"margin-right:4px'>subtask {s}</span>" for s in subs)
         per_state = rows.groupby(["operator", "state", "kind"], sort=True).agg(
             entries=("size_bytes", "size"), bytes=("size_bytes", "sum")).reset_index()

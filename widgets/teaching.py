@@ -29,19 +29,20 @@ import traitlets as t
 
 from explorer.keygroups import assign_to_key_group, check_parallelism, java_hash_code, murmur_hash
 from explorer.keygroups import operator_index_for_key_group
+from explorer.plots.palette import GUIDE, INK, PALETTE, PAPER, QUIET, WAITING
 
 from ._base import TABLE_CSS, TEMPLATE, View, figure, replace_figure, subtask_colour
 from ._errors import ErrorArea
 
 # --- checkpoint step-through ------------------------------------------------------------------
 
-NODE_COLOURS = {"running": "#9DB4D3", "aligning": "#FFA15A", "snapshotted": "#00CC96", "finished": "#D0D0D0"}
+NODE_COLOURS = {"running": WAITING, "aligning": PALETTE[4], "snapshotted": PALETTE[2], "finished": QUIET}
 CHANNEL_STYLES = {
-    "idle": dict(color="#C8C8C8", width=1.5, dash="solid"),
-    "barrier in flight": dict(color="#EF553B", width=3, dash="dash"),
-    "blocked": dict(color="#FFA15A", width=5, dash="solid"),
-    "not blocked": dict(color="#AB63FA", width=3, dash="dot"),
-    "barrier passed": dict(color="#00CC96", width=2.5, dash="solid"),
+    "idle": dict(color=GUIDE, width=1.5, dash="solid"),
+    "barrier in flight": dict(color=PALETTE[1], width=3, dash="dash"),
+    "blocked": dict(color=PALETTE[4], width=5, dash="solid"),
+    "not blocked": dict(color=PALETTE[3], width=3, dash="dot"),
+    "barrier passed": dict(color=PALETTE[2], width=2.5, dash="solid"),
 }
 
 
@@ -268,7 +269,7 @@ class CheckpointStepper(View):
             xs = [self.positions[n][0] for n in self.nodes]
             ys = [self.positions[n][1] for n in self.nodes]
             fig.add_scatter(x=xs, y=ys, mode="markers+text", text=self.nodes, textposition="top center",
-                            marker=dict(size=26, line=dict(width=1.5, color="#444")), hoverinfo="text")
+                            marker=dict(size=26, line=dict(width=1.5, color=INK)), hoverinfo="text")
             fig.update_xaxes(visible=False, range=[-0.5, len(self.tasks) - 0.5])
             fig.update_yaxes(visible=False, range=[min(ys) - 0.7, max(ys) + 0.8])
             fig.update_layout(margin=dict(l=20, r=20, t=50, b=20))
@@ -296,7 +297,7 @@ class CheckpointStepper(View):
                     status = s.channels[c]
                     verb = "buffered" if status == "blocked" else "behind the barrier"
                     annotations.append(dict(x=x0 + 0.65 * (x1 - x0), y=y0 + 0.65 * (y1 - y0), text=f"{n} {verb}",
-                                            showarrow=False, bgcolor="white", font=dict(size=11)))
+                                            showarrow=False, bgcolor=PAPER, font=dict(size=11)))
             nodes = fig.data[len(self.channels)]
             nodes.marker.color = [NODE_COLOURS[s.nodes[n]] for n in self.nodes]
             nodes.text = [f"{n}{' ✓' if s.nodes[n] == 'snapshotted' else ''}" for n in self.nodes]
@@ -404,7 +405,7 @@ class KeyRouting(View):
         fig.add_scatter(x=np.ones(m), y=kg_y, mode="markers+text" if m <= 32 else "markers",
                         text=[str(g) for g in range(m)], textposition="middle right",
                         marker=dict(size=9 if m <= 32 else 5, symbol="square",
-                                    color=[subtask_colour(owner[g]) if g in used else "white" for g in range(m)],
+                                    color=[subtask_colour(owner[g]) if g in used else PAPER for g in range(m)],
                                     line=dict(color=[subtask_colour(owner[g]) for g in range(m)], width=1.5)),
                         hovertext=[f"key group {g} → subtask {owner[g]}" for g in range(m)], hoverinfo="text")
         fig.add_scatter(x=np.full(p, 2), y=sub_y, mode="markers+text", text=[f"subtask {s}" for s in range(p)],

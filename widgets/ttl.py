@@ -17,7 +17,9 @@ import pandas as pd
 import traitlets as t
 
 from explorer.analysis.ttl import TIMELINE_COLUMNS
-from explorer.plots import EXPIRED_COLOR, PALETTE
+from explorer.plots import legend_above, value_axis
+from explorer.plots.format import human_bytes
+from explorer.plots.palette import EXPIRED_COLOR, INK, PALETTE, VEIL, WARNING, WARNING_SURFACE
 from explorer.escape import plot_text
 
 from ._base import View, figure, html_table
@@ -25,6 +27,8 @@ from ._data import SnapshotData
 from ._errors import ErrorArea
 
 FREQS = ("10min", "1h", "6h", "1D")
+#: a window's width as people read it
+FREQ_NAMES = {"10min": "10 min", "1h": "1 h", "6h": "6 h", "1D": "1 day"}
 
 
 def ttl_hint(data: SnapshotData) -> str:
@@ -44,7 +48,7 @@ def ttl_hint(data: SnapshotData) -> str:
     names = sorted(set(missing["state"].astype(str)))
     example = ", ".join(f"{n!r}: timedelta(hours=1)" for n in names[:3])
     path = html.escape(repr(str(data.snapshot.path)))
-    return ("<div style='border-left:4px solid #FFA15A;background:#fff6ec;padding:6px 10px;margin:4px 0;"
+    return (f"<div style='border-left:4px solid {WARNING};background:{WARNING_SURFACE};padding:6px 10px;margin:4px 0;"
             f"font-size:13px'><b>{len(names)} state{'s' * (len(names) != 1)} have a TTL whose length the snapshot "
             f"does not store</b> ({html.escape(', '.join(names[:8]))}{', …' if len(names) > 8 else ''}): Flink keeps "
             "each value's last access time but not the TTL itself. Give it to see expiry:<br>"
@@ -103,11 +107,11 @@ class TTLTab(View):
         with fig.batch_update():
             for i, g in enumerate(self._sorted):
                 fig.add_bar(x=[], y=[], name=plot_text(f"{g['operator']} / {g['state']}"), marker_color=PALETTE[i % len(PALETTE)],
-                            hovertemplate="%{x}<br>%{y:,} bytes<extra>%{fullData.name}</extra>")
+                            hovertemplate="window from %{x}<br>%{customdata} expiring<extra>%{fullData.name}</extra>")
             fig.add_bar(x=[], y=[], name="expired, not cleaned", marker_color=EXPIRED_COLOR,
-                        hovertemplate="%{text}<br>%{y:,} bytes expired<extra></extra>")
-            fig.update_layout(barmode="stack", legend_title_text="state", xaxis_title="expiry time (UTC)",
-                              yaxis_title="bytes", xaxis_type="date")
+                        hovertemplate="%{text}<br>%{customdata} expired, still stored<extra></extra>")
+            fig.update_layout(barmode="stack", xaxis_title="expiry time (UTC)", xaxis_type="date")
+            legend_above(fig, "state")  # above the plot, as the other figures' (on the right it narrowed the plot)
 
     def _base_time(self, rows: pd.DataFrame) -> pd.Timestamp:
         created = self.data.snapshot.created_at
@@ -221,22 +225,32 @@ class TTLTab(View):
                 sel = expiring[(expiring["operator"] == g["operator"]) & (expiring["state"] == g["state"])]
                 fig.data[i].x = sel["window_start"].dt.strftime("%Y-%m-%d %H:%M:%S").tolist()  # ISO: drawn as dates
                 fig.data[i].y = sel["bytes"].to_numpy()
+                fig.data[i].customdata = [human_bytes(b) for b in sel["bytes"]]
             last = fig.data[len(self._sorted)]
             last.x = gone["window_end"].dt.strftime("%Y-%m-%d %H:%M:%S").tolist()
             last.y = gone["bytes"].to_numpy()
+            last.customdata = [human_bytes(b) for b in gone["bytes"]]
             last.text = [plot_text(f"{o} / {s}") for o, s in zip(gone["operator"], gone["state"])]
             stamp = now.strftime("%Y-%m-%d %H:%M:%S")
             fig.layout.shapes = [dict(type="line", x0=stamp, x1=stamp, yref="paper", y0=0, y1=1,
-                                      line=dict(dash="dot", color="black"))]
-            fig.layout.annotations = [dict(x=stamp, y=1, yref="paper", text="now", showarrow=False, yanchor="bottom")]
-            fig.layout.title.text = f"Bytes expiring per {self.freq} after now = {now:%Y-%m-%d %H:%M} UTC"
+                                      line=dict(dash="dot", color=INK))]
+            # inside the plot, right of its line: above the plot it sat on the legend (the browser test caught it)
+            fig.layout.annotations = [dict(x=stamp, y=1, yref="paper", text="now", showarrow=False, yanchor="top",
+                                           xanchor="left", xshift=4, bgcolor=VEIL)]
+            width = FREQ_NAMES[self.freq]
+            fig.layout.title.text = (f"Serialized bytes expiring per {width} window after now = "
+                                     f"{now:%Y-%m-%d %H:%M} UTC")
+            # the axis as the other figures': what it counts and per what, KB/MB ticks for the stacks' heights
+            stacks = pd.concat([expiring.groupby("window_start")["bytes"].sum(),
+                                gone.groupby("window_end")["bytes"].sum()]) if len(timeline) else []
+            value_axis(fig, "bytes", stacks, per=f"{width} window", hover=False)  # grey: its legend says
         self.expired = expired
         n = int(expired["expired_entries"].sum()) if len(expired) else 0
         b = int(expired["expired_bytes"].sum()) if len(expired) else 0
         self.set_trait("expired_entries", n)
         shift = "" if self.offset_hours == 0 else f" ({self.offset_hours:+.1f} h from the snapshot's time)"
         self.now_label.value = (f"now = <b>{html.escape(f'{now:%Y-%m-%d %H:%M:%S} UTC')}</b>{shift}: "
-                                f"<b>{n:,}</b> entries ({b:,} bytes) have expired but are still stored "
+                                f"<b>{n:,}</b> entries ({html.escape(human_bytes(b))} serialized) have expired but are still stored "
                                 "(not yet cleaned up: Flink drops them on access, in a full snapshot or in "
                                 "background cleanup, depending on the cleanup strategy).")
         self.table.value = "<h4>Expired, not cleaned up</h4>" + html_table(

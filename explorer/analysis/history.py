@@ -17,6 +17,12 @@ operator's state handles name. Flink stores no durations (those columns stay
 null) and no per-state file sizes: a state's ``bytes`` is then the sum of its
 entries' ``size_bytes``.
 
+What ``bytes`` counts therefore depends on the format, and the frame says which in
+``attrs["bytes_measure"]``: ``"file bytes"`` (the engine's per-state files; with
+``per_state=False`` the checkpoint's files, every format), ``"serialized bytes"`` (Flink's
+per-state rows: the values' serialized sizes, not files) or ``"new file bytes"`` (Spark's: the
+store files each batch wrote). Figures title their axis with it.
+
 Sync, async and alignment times are those of the slowest subtask (the maximum over
 subtasks, as Flink's checkpoint statistics give them): subtasks snapshot in parallel,
 so their sum is no duration of anything and can exceed the checkpoint's own duration.
@@ -196,7 +202,24 @@ def history(checkpoints: Any, *, keys: bool = True, per_state: bool = True, **op
             if out[c].notna().any() or c != "keys":
                 out[c] = out[c].astype("Int64")
     out.attrs["notes"] = notes
+    measures = {_bytes_measure(s, per_state) for s in snaps if not isinstance(s, _Unreadable)} - {None}
+    out.attrs["bytes_measure"] = measures.pop() if len(measures) == 1 else (
+        "bytes (file or serialized, by checkpoint)" if measures else "bytes")
     return out
+
+
+def _bytes_measure(snap: Any, per_state: bool) -> str | None:
+    """What ``snap``'s rows' ``bytes`` count (see the module doc); None where they are null."""
+    if not per_state:
+        return "file bytes"
+    if not hasattr(snap, "reader"):
+        return None
+    try:
+        if snap.reader.state_bytes() is not None:
+            return "file bytes"
+        return "serialized bytes" if snap.reader.stored_files() is not None else None
+    except _UNREADABLE:  # its files went missing meanwhile: its rows were left out
+        return None
 
 
 def _rows_of(snap: Any, rows: list[dict[str, Any]], prev_digests: dict[str, int] | None, prev_total: int | None,

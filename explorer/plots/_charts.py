@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -11,18 +13,7 @@ from ..errors import AnalysisError
 from ._doc import document
 from . import format as fmt
 from ..escape import plot_categories, plot_text
-
-#: the one palette of every figure and dashboard (plotly's qualitative palette), cycled per trace
-PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",
-           "#FECB52")
-#: what has expired but is still stored
-EXPIRED_COLOR = "#7F7F7F"
-#: marks and reference lines drawn over the data (the current parallelism, incremental bytes)
-INK = "#444444"
-#: guides behind the data (equality line, perfect balance)
-GUIDE = "#C8C8C8"
-#: every colour a figure may use
-COLOURS = frozenset(PALETTE) | {EXPIRED_COLOR, INK, GUIDE}
+from .palette import EXPIRED_COLOR, GUIDE, INK, PALETTE, VEIL
 
 #: what a measure counts, as its axis title says it ("serialized bytes per subtask")
 MEASURES = {"bytes": "serialized bytes", "size_bytes": "serialized bytes", "entries": "entries", "keys": "keys",
@@ -64,16 +55,15 @@ def legend_above(fig: go.Figure, title: str | None = None, width: int = 640) -> 
 
     A legend below the plot sat on the x axis title, one on the right on a second y axis: above the
     plot, between the title and the data, nothing else is drawn. ``width`` is the narrowest plot area
-    the figure is expected in (the rows are counted for it).
+    the figure is expected in (the rows are counted for it). A legend of several rows makes the figure
+    taller, so the plot below it keeps about 240 px.
     """
     names = [str(t.name or "") for t in fig.data if t.showlegend is not False and t.name]
     shown = fig.layout.showlegend is not False and len(names) > (0 if fig.layout.showlegend else 1)
-    per_row, rows, used = max(width - 40, 200), 1, 0
-    for n in names:
-        w = 40 + 7 * len(n)
-        if used and used + w > per_row:
-            rows, used = rows + 1, 0
-        used += w
+    # plotly.js lays a legend that does not fit on one row out in a grid of its widest entry (legend/draw.js):
+    # counted as packed entries it was 6 rows where plotly drew 9, and the legend ran into the title
+    per_row, widths = max(width - 40, 200), [40 + 7 * len(n) for n in names]
+    rows = 1 if sum(widths) <= per_row else math.ceil(len(widths) / max(1, per_row // max(widths)))
     legend_title = title if title is not None else (fig.layout.legend.title.text or None)
     fig.update_layout(
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0,
@@ -81,6 +71,11 @@ def legend_above(fig: go.Figure, title: str | None = None, width: int = 640) -> 
                     title_side="left" if legend_title else None),
         title=dict(yref="container", y=0.985, yanchor="top", x=0.01, xanchor="left", font=dict(size=15)),
         margin=dict(t=56 + (24 * rows if shown else 0)))
+    # many rows (a history of ten states with long names): the figure grows, so the legend does not take the
+    # plot's height (it left a strip 80 px high, and plotly put the legend in a scroll box)
+    need = 56 + 24 * rows + 80 + 240 if shown else 0
+    if rows > 1 and (fig.layout.height or 450) < need:
+        fig.update_layout(height=need)
     return fig
 
 
@@ -184,7 +179,7 @@ def subtask_bars(data_frame: pd.DataFrame, *, x: str = "subtask", y: str = "byte
         # each mean's label at its own end of the line: two close means' labels never print on each other
         fig.add_hline(y=mean, line_dash="dash", line_color=_colour(i), annotation_text=plot_text(f"mean {c}"),
                       annotation_position="top left" if i % 2 else "top right",
-                      annotation_font_color=_colour(i), annotation_bgcolor="rgba(255,255,255,0.8)")
+                      annotation_font_color=_colour(i), annotation_bgcolor=VEIL)
     fig.update_xaxes(title_text=plot_text(x), dtick=1)
     value_axis(fig, y, df[y], per=x)
     return _layout(fig, title or f"{measure_name(y)} per subtask of {op}", height, barmode="group", legend=color)
@@ -293,19 +288,28 @@ def ttl_timeline(data_frame: pd.DataFrame, *, x: str = "window_start", y: str = 
 def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y: str = "bytes",
                        color: str = "state", title: str | None = None, height: int | None = None) -> go.Figure:
     """State size per checkpoint, stacked by state (a ``history``), with the checkpoint duration as a line
-    on a second axis and the incremental bytes as markers."""
+    on a second axis and the incremental bytes as markers.
+
+    The axis says what ``bytes`` count, as the history frame says it (``attrs["bytes_measure"]``: the
+    files on disk, or a Flink state's serialized values, which are no file's size); the incremental
+    (new file) bytes are drawn beside them only where they are file bytes too.
+    """
     _need(data_frame, x, y)
     df = data_frame
+    counted = df.attrs.get("bytes_measure", "bytes") if y == "bytes" else None
     fig = go.Figure()
     if color in df.columns and df[color].notna().any():
         labels = df["operator"].astype(str) + "/" + df[color].astype(str) if "operator" in df.columns else df[color]
         for i, (c, g) in enumerate(df.assign(_label=labels).groupby("_label", sort=True, observed=True)):
+            if g[y].isna().all():  # nothing known to stack (Spark states sharing one store): no empty legend entry
+                continue
             fig.add_trace(go.Bar(x=plot_categories(g[x]), y=g[y].fillna(0).to_numpy(), name=plot_text(c),
                                  marker_color=_colour(i)))
     else:
         fig.add_trace(go.Bar(x=plot_categories(df[x]), y=df[y].to_numpy(), name=plot_text(y), marker_color=_colour(0)))
     per_chk = df.drop_duplicates(x).sort_values(x)
-    if "incremental_bytes" in df.columns and y == "bytes":  # bytes beside bytes only, never on an entries axis
+    files = counted is not None and "file bytes" in counted
+    if "incremental_bytes" in df.columns and files:  # file bytes beside file bytes only (not serialized, entries)
         fig.add_trace(go.Scatter(x=plot_categories(per_chk[x]), y=per_chk["incremental_bytes"].to_numpy(), mode="markers",
                                  name="new file bytes (incremental)", marker=dict(symbol="diamond", size=10, color=INK)))
     if "duration_ms" in df.columns and per_chk["duration_ms"].notna().any():
@@ -315,9 +319,9 @@ def checkpoint_history(data_frame: pd.DataFrame, *, x: str = "checkpoint_id", y:
         value_axis(fig, "duration_ms", per_chk["duration_ms"], per=None, axis="y2", title="checkpoint duration")
     fig.update_xaxes(title_text="checkpoint", type="category")
     totals = df.groupby(x, observed=True)[y].sum()
-    if "incremental_bytes" in df.columns and y == "bytes":
+    if "incremental_bytes" in df.columns and files:
         totals = pd.concat([totals, per_chk["incremental_bytes"]])
-    value_axis(fig, y, totals, per="checkpoint", title="file bytes per checkpoint" if y == "bytes" else None)
+    value_axis(fig, y, totals, per="checkpoint", title=f"{counted} per checkpoint" if counted else None)
     return _layout(fig, title or "Checkpoint history", height, barmode="stack")
 
 

@@ -11,7 +11,9 @@ the dashboards, so the same figure reads the same everywhere:
 * timestamps as UTC to the second;
 * a missing value (None, NaN, NaT, pandas NA) as an en dash ``–``, never ``None`` or ``nan``.
 
-:func:`format_frame` applies these per column by name, for tables.
+:func:`format_frame` applies these per column by name, for tables; in a table of one row per
+``metric`` (``entries``, ``bytes``, ``records``) its ``total``/``mean``/``max``/``min`` per row, in
+that metric's unit.
 """
 
 from __future__ import annotations
@@ -152,7 +154,17 @@ def format_frame(df: pd.DataFrame) -> pd.DataFrame:
     for c in df.columns:
         f = formatter_for(str(c), df[c])
         out[c] = [f(v) for v in df[c].tolist()]
+    if "metric" in df.columns:  # one row per measure (a subtask or rescale table): its figures in its unit
+        per_row = [formatter_for(str(m)) for m in df["metric"].tolist()]
+        for c in _PER_METRIC_COLUMNS:
+            if c in df.columns and pd.api.types.is_numeric_dtype(df[c].dtype):
+                out[c] = [f(v) if f is not human_value else out[c].iloc[i]
+                          for i, (f, v) in enumerate(zip(per_row, df[c].tolist()))]
     return out
+
+
+#: the columns of a table with a ``metric`` column whose figures are in that metric's unit (bytes in KB/MB)
+_PER_METRIC_COLUMNS = ("total", "mean", "max", "min")
 
 
 _BYTE_UNITS = (("TB", 1024 ** 4), ("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024), ("B", 1))

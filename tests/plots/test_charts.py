@@ -267,3 +267,25 @@ def test_salting_mean_labels_are_at_opposite_ends(every_figure):
     before, after = notes["mean before"], notes["mean after"]
     assert (before["x"], before["xanchor"]) != (after["x"], after["xanchor"])
     assert {before["xanchor"], after["xanchor"]} == {"left", "right"}
+
+
+def test_a_legend_that_wraps_is_counted_as_plotly_lays_it_out():
+    """plotly.js puts a legend that does not fit one row in a grid of its widest entry: counted as packed
+    entries, the History legend of a Flink job (9 states) was given 6 rows of room, drew 9, and ran into the
+    title (the dashboard browser test caught it). The figure grows so the plot keeps its height."""
+    import plotly.graph_objects as go
+
+    names = ["user-activity/total", "user-activity/stats", "user-activity/per_category", "user-activity/amounts",
+             "user-activity/_timer_state/processing_user-timers", "user-activity/_timer_state/event_user-timers",
+             "category-windows/window-contents", "category-windows/_timer_state/processing_window-timers",
+             "category-windows/_timer_state/event_window-timers"]
+    fig = go.Figure([go.Bar(x=[1], y=[1], name=n) for n in names])
+    plots.legend_above(fig)
+    widest = 40 + 7 * max(len(n) for n in names)
+    per_row = max(1, (640 - 40) // widest)
+    rows = -(-len(names) // per_row)
+    assert rows == 9 and fig.layout.margin.t == 56 + 24 * rows
+    assert fig.layout.height - fig.layout.margin.t >= 240 + 80
+    short = go.Figure([go.Bar(x=[1], y=[1], name=n) for n in ("a", "b")])
+    plots.legend_above(short)
+    assert short.layout.margin.t == 56 + 24 and short.layout.height is None  # one row: nothing grows

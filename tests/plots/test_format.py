@@ -31,3 +31,15 @@ def test_format_frame_by_column_name():
     assert out.to_dict("list") == {"entries": ["994", MISSING], "bytes": ["2.0 KB", "1 B"],
                                    "ttl_ms": ["1 d", MISSING], "share": ["50.0 %", "25.0 %"],
                                    "records": ["3", "unknown"], "key": ["a", MISSING]}  # traffic: issue 30
+
+
+def test_a_table_of_metrics_shows_each_row_in_its_metric_unit():
+    """The report's subtask table printed a bytes row's total as 6,416 beside an entries row's 802 (issue 30)."""
+    df = pd.DataFrame({"metric": ["entries", "bytes", "records", "keys"], "total": [802, 6416, pd.NA, 802],
+                       "mean": [401.0, 3208.0, pd.NA, 401.0], "max_over_mean": [1.01, 1.01, pd.NA, 1.01]})
+    df["total"] = df["total"].astype("Int64")
+    df["mean"] = df["mean"].astype("Float64")
+    shown = format_frame(df)
+    assert list(shown["total"]) == ["802", "6.3 KB", "unknown", "802"]
+    assert list(shown["mean"]) == ["401", "3.1 KB", "unknown", "401"]
+    assert list(shown["max_over_mean"]) == ["1.01", "1.01", MISSING, "1.01"]

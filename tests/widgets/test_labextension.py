@@ -128,19 +128,41 @@ const listings = {json.dumps(listings)};
 const kinds = Object.fromEntries(Object.entries(listings).map(([k, v]) => [k, ext.snapshotKind(v)]));
 const tree = {{ 'ckpts': [{{name: 'chk-1', type: 'directory'}}, {{name: 'chk-7', type: 'directory'}}],
                'ckpts/chk-7': [{{name: '_metadata', type: 'file'}}],
+               // Flink's <job-id> folder of a running job: chk-6 being written (no _metadata yet), chk-5 retained
+               'job': [{{name: 'chk-5', type: 'directory'}}, {{name: 'chk-6', type: 'directory'}},
+                       {{name: 'shared', type: 'directory'}}, {{name: 'taskowned', type: 'directory'}}],
+               'job/chk-6': [], 'job/chk-5': [{{name: '_metadata', type: 'file'}}],
+               // the newest deleted by the job's retention between the two listings
+               'retained': [{{name: 'chk-2', type: 'directory'}}, {{name: 'chk-3', type: 'directory'}}],
+               'retained/chk-2': [{{name: '_metadata', type: 'file'}}],
+               // only chk-1 complete, behind more in-progress chk-N than are looked into
+               'aborted': [...Array(8).keys()].map(i => ({{name: `chk-${{i + 1}}`, type: 'directory'}})),
+               'aborted/chk-1': [{{name: '_metadata', type: 'file'}}],
                'empty': [{{name: 'chk-3', type: 'directory'}}], 'empty/chk-3': [],
                'plain': [{{name: 'a.csv', type: 'file'}}] }};
+for (let i = 2; i <= 8; i++) tree[`aborted/chk-${{i}}`] = [];
 // the server routes '<path>/checkpoints' to its file checkpoints: such a folder cannot be listed
+const asked = {{}};
 const contents = {{ get: async path => {{ if (path.endsWith('checkpoints')) throw new Error('a file checkpoints list');
+                                          const top = path.split('/')[0]; asked[top] = (asked[top] || 0) + 1;
+                                          if (!(path in tree)) throw new Error('404: ' + path);
                                           return {{ content: tree[path] }}; }} }};
 const opens = {{}};
-for (const p of ['ckpts', 'empty', 'plain', 'job/checkpoints']) opens[p] = await ext.opensInExplorer(contents, p);
-console.log(JSON.stringify({{ kinds, opens, newest: ext.checkpointChild(tree['ckpts']),
+for (const p of ['ckpts', 'job', 'retained', 'aborted', 'empty', 'plain', 'job/checkpoints']) {{
+  opens[p] = await ext.opensInExplorer(contents, p);
+}}
+console.log(JSON.stringify({{ kinds, opens, asked, looks: ext.CHK_LOOKS, newest: ext.checkpointChild(tree['ckpts']),
+  order: ext.checkpointChildren(tree['job']),
   file: ext.snapshotOf({{ type: 'file', name: '_metadata', path: 'a/sp/_metadata' }}),
   other: ext.snapshotOf({{ type: 'file', name: 'x.txt', path: 'a/x.txt' }}) }}));
 """)
     got = json.loads(out)
     assert got["kinds"] == {k: v[1] for k, v in cases.items()}
-    # the newest chk-N must hold _metadata; a folder named checkpoints cannot be listed, so it is offered
-    assert got["opens"] == {"ckpts": True, "empty": False, "plain": False, "job/checkpoints": True}
+    # a chk-N holding _metadata among the newest CHK_LOOKS: a running Flink job's <job-id> folder (its newest
+    # chk-N still being written) is offered; a folder named checkpoints cannot be listed, so it is offered
+    assert got["opens"] == {"ckpts": True, "job": True, "retained": True, "aborted": False, "empty": False,
+                            "plain": False, "job/checkpoints": True}
+    assert got["order"] == ["chk-6", "chk-5"]
+    # cheap: one listing of the folder and at most CHK_LOOKS of its chk-N
+    assert got["asked"]["aborted"] == 1 + got["looks"] and got["asked"]["job"] == 3 and got["asked"]["plain"] == 1
     assert got["newest"] == "chk-7" and got["file"] == "a/sp" and got["other"] is None

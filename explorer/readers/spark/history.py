@@ -3,7 +3,9 @@
 Rows, distinct keys and the rows added / removed since the previous batch come
 from reading each batch's state (``batchId=``); bytes come from the store files
 on disk (``<v>.delta|snapshot|changelog|zip``, ``v = batch + 1``, what that batch
-wrote), so they need no JVM. A retained batch whose store files the store's maintenance deleted (a
+wrote: ``attrs["bytes_measure"]`` is ``"new file bytes"``), so they need no JVM. States that share one store
+(a ``transformWithState`` operator's, column families of one RocksDB store) have no bytes of their own:
+their ``bytes`` are null (``attrs["notes"]`` says so), the store's are the batch's ``incremental_bytes``. A retained batch whose store files the store's maintenance deleted (a
 RocksDB store keeps versions from its oldest retained snapshot on; the offset log may keep older batches)
 is a row with ``reconstructable`` False and a ``note`` naming the missing files, not an error.
 """
@@ -93,15 +95,20 @@ def spark_history(reader: "SparkCheckpointReader", keys: bool = True, per_state:
               else pd.DataFrame(columns=["operator", "state", "key", "user_key", "value"]))
         common = {**common, "reconstructable": True, "note": None}
         batch_rows = []
+        pairs = [(r.operator, r.state) for r in states.itertuples(index=False)]
         for (op, st), g in df.groupby(["operator", "state"], sort=True):
             ids = _row_ids(g)
             before = prev_ids.get((op, st))
             prev_ids[(op, st)] = ids
             op_id = next((i for i, n in op_names.items() if n == op), None)
             store = st if st in layout.JOIN_STORES else "default"
+            shared = sum(1 for o, s in pairs if o == op and (s if s in layout.JOIN_STORES else "default") == store)
             batch_rows.append({
                 **common, "operator": op, "state": st, "ttl_ms": ttl.get((op, st)), "entries": len(g),
-                "bytes": sum(f.size for f in written if f.operator_id == op_id and f.store == store),
+                # the store's files hold every state of the store (a transformWithState operator's column
+                # families): one state's share of them is unknown, not the whole store's bytes again
+                "bytes": (sum(f.size for f in written if f.operator_id == op_id and f.store == store)
+                          if shared <= 1 else None),
                 "keys": int(pd.Series([repr(k) for k in g["key"]]).nunique()) if keys else None,
                 "added": len(ids - before) if before is not None else (None if gap else len(ids)),
                 "removed": len(before - ids) if before is not None else (None if gap else 0),
@@ -126,4 +133,10 @@ def spark_history(reader: "SparkCheckpointReader", keys: bool = True, per_state:
                          "removed": None if unknown else sum(r["removed"] for r in batch_rows)})
     out = pd.DataFrame(rows, columns=SPARK_HISTORY_COLUMNS)
     out["created_at"] = pd.to_datetime(out["created_at"], utc=True)
+    out.attrs["bytes_measure"] = "new file bytes"  # what each batch wrote (explorer.analysis.history's doc)
+    out["bytes"] = out["bytes"].astype("Int64")
+    shared = sorted({f"{o}/{s}" for o, s, b, ok in zip(out["operator"], out["state"], out["bytes"],
+                                                        out["reconstructable"]) if ok and pd.isna(b) and s})
+    out.attrs["notes"] = [f"bytes unknown per state for {', '.join(shared)}: their operator keeps them in one "
+                          "state store, whose files (incremental_bytes) hold them all"] if shared else []
     return out

@@ -9,7 +9,9 @@
 // The command is offered only on what the explorer opens, checked before the menu shows from the
 // file browser's own listings (the contents API, no kernel): a `_metadata` file, and a folder whose
 // listing has what the explorer's readers' `detect` look for (snapshotKind below). Folders are checked
-// when the browser lists them, at most CHECK_LIMIT per listing; one not checked yet gets no entry.
+// when the browser lists them, at most CHECK_LIMIT per listing; a folder right-clicked before its check
+// came back (or never checked: past CHECK_LIMIT, or found "no" before a checkpoint was written into it)
+// is checked then, and the menu shows once that check has answered (a listing or a few, milliseconds).
 //
 // Plain JavaScript (no TypeScript step); built into ../prebuilt by build.sh with
 // @jupyterlab/builder, and the built files are committed and shipped in the wheel.
@@ -45,7 +47,8 @@ export function snapshotOf(item) {
 // 'snapshot': a `_metadata` file (an engine checkpoint or savepoint, a Flink savepoint or checkpoint:
 //   explorer/readers/engine.py, explorer/readers/flink/reader.py);
 // 'spark': a `metadata` file with `offsets/` and `commits/` folders (explorer/readers/spark/reader.py);
-// 'checkpoints': `chk-N` folders, of which the newest must hold a `_metadata` (checkpointChild);
+// 'checkpoints': `chk-N` folders, one of which must hold a `_metadata` (checkpointChildren): the
+//   checkpoint directory of a job, as Flink's `<job-id>` folder beside its `shared/` and `taskowned/`;
 // null: nothing the explorer opens.
 export function snapshotKind(listing) {
   const has = (name, type) => listing.some(i => i.name === name && i.type === type);
@@ -58,21 +61,29 @@ export function snapshotKind(listing) {
   return checkpointChild(listing) === null ? null : 'checkpoints';
 }
 
-// The name of the newest `chk-N` folder of a listing, or null.
-export function checkpointChild(listing) {
-  let best = null;
-  let bestN = -1;
-  for (const i of listing) {
-    const m = /^chk-(\d+)$/.exec(i.name);
-    if (i.type === 'directory' && m && Number(m[1]) > bestN) {
-      best = i.name;
-      bestN = Number(m[1]);
-    }
-  }
-  return best;
+// The names of the `chk-N` folders of a listing, newest (highest N) first.
+export function checkpointChildren(listing) {
+  return listing
+    .map(i => [i, /^chk-(\d+)$/.exec(i.name)])
+    .filter(([i, m]) => i.type === 'directory' && m)
+    .sort((a, b) => Number(b[1][1]) - Number(a[1][1]))
+    .map(([i]) => i.name);
 }
 
-// Whether the folder at `path` opens in the explorer: one listing, two for a checkpoint directory.
+// The name of the newest `chk-N` folder of a listing, or null.
+export function checkpointChild(listing) {
+  const names = checkpointChildren(listing);
+  return names.length ? names[0] : null;
+}
+
+// How many `chk-N` folders of a checkpoint directory are looked into, newest first, for one holding a
+// `_metadata`. The explorer opens the newest complete one and passes over newer ones being written (a
+// running Flink job's newest `chk-N` has no `_metadata` until that checkpoint completes; Flink retains
+// one complete checkpoint by default): the newest alone would miss a running job's folder.
+export const CHK_LOOKS = 5;
+
+// Whether the folder at `path` opens in the explorer: one listing, and for a checkpoint directory one
+// more per `chk-N` looked into (at most CHK_LOOKS, newest first, until one holds a `_metadata`).
 // A folder named `checkpoints` (what Flink jobs and the engine's demo call their checkpoint directory)
 // cannot be listed through the contents API: the server routes `<path>/checkpoints` to its own file
 // checkpoints. It is offered unchecked, and the dashboard says so if it does not open.
@@ -85,8 +96,18 @@ export async function opensInExplorer(contents, path) {
   if (kind !== 'checkpoints') {
     return kind !== null;
   }
-  const newest = (await contents.get(`${path}/${checkpointChild(listing)}`, { content: true })).content || [];
-  return snapshotKind(newest) === 'snapshot';
+  for (const name of checkpointChildren(listing).slice(0, CHK_LOOKS)) {
+    let inside;
+    try {
+      inside = (await contents.get(`${path}/${name}`, { content: true })).content || [];
+    } catch (err) {
+      continue; // deleted by the job's retention since the listing
+    }
+    if (snapshotKind(inside) === 'snapshot') {
+      return true;
+    }
+  }
+  return false;
 }
 
 // At most this many folders of one listing are checked.
@@ -128,19 +149,32 @@ const plugin = {
       const first = browser.selectedItems().next();
       return first && !first.done ? first.value : null;
     };
-    // path -> whether the folder opens in the explorer (checked when a file browser lists it)
+    const contents = app.serviceManager.contents;
+    // path -> whether the folder opens in the explorer, once checked; path -> the check under way
     const opens = new Map();
+    const checking = new Map();
+    const checkFolder = path => {
+      if (!checking.has(path)) {
+        checking.set(path, opensInExplorer(contents, path)
+          .catch(() => false)
+          .then(ok => {
+            opens.set(path, ok);
+            checking.delete(path);
+            return ok;
+          }));
+      }
+      return checking.get(path);
+    };
     const check = model => {
       let n = 0;
       for (const item of model.items()) {
-        if (item.type !== 'directory' || opens.has(item.path) || n++ >= CHECK_LIMIT) {
+        if (item.type !== 'directory' || opens.has(item.path) || checking.has(item.path)) {
           continue;
         }
-        opens.set(item.path, false);
-        opensInExplorer(app.serviceManager.contents, item.path).then(
-          ok => opens.set(item.path, ok),
-          () => opens.set(item.path, false)
-        );
+        if (n++ >= CHECK_LIMIT) {
+          break;
+        }
+        checkFolder(item.path);
       }
     };
     const watch = browser => {
@@ -155,6 +189,40 @@ const plugin = {
       }
       return item.type === 'directory' ? opens.get(item.path) === true : snapshotOf(item) !== null;
     };
+    // A right click on a folder whose answer is not "yes" yet (its check still running, never started, or
+    // "no" from before a checkpoint was written into it): the menu waits for a fresh check. This listener
+    // runs before JupyterLab's own (the capture phase of the window); it holds the event back, checks, and
+    // sends the same right click again, which JupyterLab then opens its menu for, with the answer known.
+    const replayed = new WeakSet();
+    window.addEventListener('contextmenu', event => {
+      if (replayed.has(event) || event.shiftKey || !(event.target instanceof Element) ||
+          !event.target.closest('.jp-DirListing-item[data-isdir]')) {
+        return;
+      }
+      const item = selected();
+      if (!item || item.type !== 'directory' || opens.get(item.path) === true) {
+        return;
+      }
+      event.preventDefault();
+      event.stopPropagation();
+      const target = event.target;
+      const init = {
+        bubbles: true, cancelable: true, composed: true, button: event.button, buttons: event.buttons,
+        clientX: event.clientX, clientY: event.clientY, screenX: event.screenX, screenY: event.screenY,
+        ctrlKey: event.ctrlKey, altKey: event.altKey, metaKey: event.metaKey
+      };
+      if (!checking.has(item.path)) {
+        opens.delete(item.path); // asked again: a "no" may be stale
+      }
+      const replay = () => {
+        if (target.isConnected) {
+          const again = new MouseEvent('contextmenu', init);
+          replayed.add(again);
+          target.dispatchEvent(again);
+        }
+      };
+      checkFolder(item.path).then(replay, replay);
+    }, true);
     app.commands.addCommand(COMMAND, {
       label: 'Open in State Explorer',
       caption: 'Open this checkpoint, savepoint or checkpoint folder in the State Explorer dashboard (a new notebook)',
@@ -165,7 +233,6 @@ const plugin = {
           return null;
         }
         // the notebook goes into the own folder of the user, named after the snapshot; never beside it
-        const contents = app.serviceManager.contents;
         try {
           await contents.get(NOTEBOOKS, { content: false });
         } catch (err) {
