@@ -326,6 +326,8 @@ def decode_state(
     namespaces and sizes always are. ``vbuf``: the buffer ``vs``/``ve`` index,
     if not ``buf`` (which ``ks``/``ke`` index). ``key_cache``: see :class:`KeyCache`.
     """
+    from . import valuecolumns  # (it builds on this module's Buf and Fallback)
+
     vbuf = buf if vbuf is None else vbuf
     want_value = columns is None or "value" in columns
     want_user_key = columns is None or "user_key" in columns
@@ -357,28 +359,36 @@ def decode_state(
     kind = meta.kind
     elem = meta.element_decoder
     if kind == "map":
-        if want_user_key:
-            uk, p = read(meta.user_key_decoder, buf, p)
+        if want_user_key:  # (the row path types map keys by Arrow's inference over their values)
+            ukv, _, p = valuecolumns.values(meta.user_key_decoder, buf, p, ke, infer=True)
+            uk = Column(ukv)
             if n and not np.array_equal(p, ke):
                 raise Fallback("map key length mismatch")
         else:
             uk = Column(pa.nulls(n))
-        if n and _gather(vbuf, vs, 1).any():
-            raise Fallback("null map values")
         if want_value:
-            v, q = read(elem, vbuf, vs + 1)
+            present = _gather(vbuf, vs, 1)[:, 0] == 0 if n else np.ones(0, dtype=bool)
+            values, ttl, q = valuecolumns.values(elem, vbuf, vs + 1, ve, present)
             if n and not np.array_equal(q, ve):
                 raise Fallback("map value length mismatch")
-        else:
-            v = _skip(elem, vbuf, vs + 1, want_ttl)
+            return StateColumns(key, kg, ns, uk.values, values, ttl, ve - vs)
+        if n and _gather(vbuf, vs, 1).any():
+            raise Fallback("null map values")
+        v = _skip(elem, vbuf, vs + 1, want_ttl)
         return StateColumns(key, kg, ns, uk.values, v.values, v.ttl, ve - vs)
     if n and not np.array_equal(p, ke):
         raise Fallback("key length mismatch")
     if kind == "list":
         width = elem.fixed_length if not isinstance(elem, TtlDecoder) else (
             8 + elem.value.fixed_length if elem.value.fixed_length >= 0 else -1)
-        if width < 0:
-            raise Fallback("variable-width list elements")
+        if width < 0 or _column_read(elem) is None:
+            if not want_value:
+                raise Fallback("variable-width list elements, values not wanted")
+            values, ttl, rows, within, sizes = valuecolumns.elements(elem, vbuf, vs, ve)
+            take = pa.array(rows)
+            keycol = Column(key.values.take(take), key.codes[rows] if key.codes is not None else None)
+            return StateColumns(keycol, kg[rows], ns.take(take), pa.array(within, type=pa.int64()),
+                                values, ttl, sizes)
         span = ve - vs + 1
         if n and (span % (width + 1)).any():
             raise Fallback("list length not a multiple of the element width")
@@ -397,10 +407,19 @@ def decode_state(
     if not want_value:
         v = _skip(elem, vbuf, vs, want_ttl)
         return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)
-    v, q = read(elem, vbuf, vs)
+    values, ttl, q = valuecolumns.values(elem, vbuf, vs, ve)
     if n and not np.array_equal(q, ve):
         raise Fallback("value length mismatch")
-    return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)
+    return StateColumns(key, kg, ns, pa.nulls(n), values, ttl, ve - vs)
+
+
+def _column_read(dec: Decoder) -> Decoder | None:
+    """``dec`` (a TTL wrapper's value) if :func:`read` decodes it exactly as the row path types it, else None."""
+    inner = dec.value if isinstance(dec, TtlDecoder) else dec
+    name = _prim_name(inner)
+    if name in _FIXED or name == "BooleanSerializer" or isinstance(inner, TimeWindowDecoder):
+        return inner
+    return None
 
 
 def warm_kernels() -> None:
