@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="reader threads (default: the reader's own, 2)")
     ap.add_argument("--single-thread-too", action="store_true",
                     help="also measure each snapshot with one reader thread (recorded under one_thread)")
+    ap.add_argument("--only", default=None, metavar="TEXT",
+                    help="only the rows whose snapshot label contains TEXT (e.g. value-heavy)")
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = result_path("flink_reader")
@@ -153,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         snapshots = {"heap canonical savepoint": "heap-canonical-savepoint",
                      "rocksdb incremental checkpoint": "rocksdb-incremental-checkpoint",
                      VALUE_HEAVY: "production/types-heap-canonical-savepoint"}
+    if args.only:
+        snapshots = {label: name for label, name in snapshots.items() if args.only in label}
 
     missing = [name for name in snapshots.values() if not (args.dir / name / "EXPECTED.json").is_file()]
     if missing and args.generate and not args.smoke:
@@ -163,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
               "run with --generate (needs Java 17) or tools/flink/make_fixtures.sh --bench", file=sys.stderr)
         return 2
 
+    if not snapshots:
+        print(f"no benchmark row's label contains {args.only!r}", file=sys.stderr)
+        return 2
     read_all(args.dir / next(iter(snapshots.values())), warm_up=True)  # imports outside the timed runs
     for name in ("heap-canonical-savepoint", "rocksdb-incremental-checkpoint"):  # numba kernels loaded too
         read_all(ROOT / "sample_data" / "flink" / name)

@@ -788,14 +788,32 @@ def elements(dec: Decoder, buf: Buf, start: np.ndarray, end: np.ndarray):
     return _guarded(run)
 
 
+#: a list state's waves after which the few entries still going are finished one element at a time
+_TAIL_WAVES, _TAIL_ROWS = 64, 32
+
+
 def _list_state(dec: Decoder, buf: Buf, start, end):
-    n = len(start)
     ttl_wrapped = isinstance(dec, TtlDecoder)
     inner = dec.value if ttl_wrapped else dec
+    width = inner.fixed_length + (8 if ttl_wrapped else 0) if inner.fixed_length >= 0 else -1
+    if width >= 0:
+        return _fixed_list_state(inner, ttl_wrapped, width, buf, start, end)
+    n = len(start)
     cur = start.copy()
     active = np.flatnonzero(end > start)
-    waves, ttls, owners, sizes, j = [], [], [], [], 0
+    waves, ttls, owners, index, sizes, j = [], [], [], [], [], 0
     while len(active):
+        if j >= _TAIL_WAVES and len(active) <= _TAIL_ROWS:
+            tail = _tail(inner, ttl_wrapped, buf, cur, end, active, j)
+            if tail is None:
+                raise Fallback("lists too long for waves")
+            col, ts, own, within, size = tail
+            waves.append(col)
+            ttls.append(ts)
+            owners.append(own)
+            index.append(within)
+            sizes.append(size)
+            break
         if j >= MAX_WAVES:
             raise Fallback("lists too long for waves")
         p, q = cur[active], end[active]
@@ -810,6 +828,7 @@ def _list_state(dec: Decoder, buf: Buf, start, end):
         col, e = decode(inner, buf, p, q)
         waves.append(col)
         owners.append(active)
+        index.append(np.full(len(active), j, dtype=np.int64))
         sizes.append(e - s)
         cur[active] = e
         active = active[e < q]
@@ -819,10 +838,59 @@ def _list_state(dec: Decoder, buf: Buf, start, end):
         empty = np.zeros(0, dtype=np.int64)
         return node, (empty if ttl_wrapped else None), empty, empty, empty
     own = np.concatenate(owners)
-    wave_of = np.concatenate([np.full(len(o), k, dtype=np.int64) for k, o in enumerate(owners)])
+    within = np.concatenate(index)
     counts = np.bincount(own, minlength=n)
     first = np.zeros(n, dtype=np.int64)
     np.cumsum(counts[:-1], out=first[1:])
-    order = np.argsort(first[own] + wave_of, kind="stable")
+    order = np.argsort(first[own] + within, kind="stable")
     ttl = np.concatenate(ttls)[order] if ttl_wrapped else None
-    return _take(_concat(waves), order), ttl, own[order], wave_of[order], np.concatenate(sizes)[order]
+    return _take(_concat(waves), order), ttl, own[order], within[order], np.concatenate(sizes)[order]
+
+
+def _fixed_list_state(inner: Decoder, ttl_wrapped: bool, width: int, buf: Buf, start, end):
+    """Elements of one width: every position at once (each after a ``,``, checked)."""
+    span = end - start + 1
+    if len(span) and (span % (width + 1)).any():
+        raise Fallback("list length not a multiple of the element width")
+    counts = np.where(end > start, span // (width + 1), 0)
+    total = int(counts.sum())
+    budget.check(total * 8, file="a value column", what=f"{total:,} list elements (a slot each)")
+    first = np.cumsum(counts) - counts
+    rows = np.repeat(np.arange(len(start)), counts)
+    within = np.arange(total, dtype=np.int64) - first[rows]
+    epos = start[rows] + within * (width + 1)
+    lim = end[rows]
+    later = within > 0
+    if later.any() and (_num(buf, epos[later] - 1, lim[later], "u1") != 0x2C).any():
+        raise Fallback("a list element delimiter that is not ','")
+    ttl = _num(buf, epos, lim, ">i8") if ttl_wrapped else None
+    node, _ = decode(inner, buf, epos + 8 if ttl_wrapped else epos, lim)
+    return node, ttl, rows, within, np.full(total, width, dtype=np.int64)
+
+
+def _tail(inner: Decoder, ttl_wrapped: bool, buf: Buf, cur, end, active, j: int):
+    """The elements left of a few long lists, one at a time with ``inner``'s own decoder, as a :class:`Leaf`
+    (None where ``inner`` is not a scalar of an Arrow type: the caller falls back)."""
+    t = inner.arrow_type() if _scalar(inner) and not isinstance(inner, NullableDecoder) else None
+    if t is None:
+        return None
+    data = buf.data
+    vals, ts, own, within, size = [], [], [], [], []
+    for r in active.tolist():
+        p, q, k = int(cur[r]), int(end[r]), j
+        while p < q:
+            if k:
+                if data[p] != 0x2C:
+                    raise Fallback("a list element delimiter that is not ','")
+                p += 1
+            inp = DataInput(data, p, q)
+            if ttl_wrapped:
+                ts.append(inp.read_long())
+            vals.append(inner.read(inp))
+            own.append(r)
+            within.append(k)
+            size.append(inp.pos - p)
+            p, k = inp.pos, k + 1
+    as_int = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    return (Leaf(pa.array(vals, type=t)), as_int(ts) if ttl_wrapped else None, as_int(own), as_int(within),
+            as_int(size))
