@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from ...format import budget
 from .columnar import Buf, Fallback
 from .datainput import DataInput
+from .kryo import KryoDecoder
 from .serializers import (
     PRIMITIVES,
     Decoder,
@@ -269,6 +270,13 @@ def decode(dec: Decoder | None, buf: Buf, pos: np.ndarray, lim: np.ndarray):
         return _sequence(dec.elem, buf, pos, lim, nulls=None, negative_is_null=False)
     if isinstance(dec, MapDecoder):
         return _map(dec, buf, pos, lim)
+    if isinstance(dec, KryoDecoder):
+        from . import kryocolumns
+
+        try:
+            return kryocolumns.decode(dec, buf, pos, lim)
+        except kryocolumns.NotColumnar:
+            pass
     return _python(dec, buf, pos, lim)
 
 
@@ -684,8 +692,8 @@ def typed(dec: Decoder, node, t: pa.DataType) -> pa.Array:
     return pa.MapArray.from_arrays(off, keys, vals, type=t, mask=mask)
 
 
-def _elem_of(dec: Decoder) -> Decoder:
-    return dec.elem
+def _elem_of(dec: Decoder | None) -> Decoder | None:
+    return dec.elem if dec is not None else None  # (None: a Kryo collection, always typed by inference)
 
 
 _LOSSLESS = {
