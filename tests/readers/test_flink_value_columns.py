@@ -232,7 +232,15 @@ def _ascii(text: str) -> bytes:
     return text[:-1].encode() + bytes([ord(text[-1]) | 0x80])
 
 
-def test_kryo_values_column_wise_and_value_by_value():
+@pytest.fixture(params=["python", "kernel"])
+def strings_by(request, monkeypatch):
+    """Strings decoded one by one in Python (a process's first few, ``columnar.PYTHON_STRINGS``) or by the kernels."""
+    if request.param == "kernel":
+        monkeypatch.setattr(columnar, "_python_strings", [0])
+    return request.param
+
+
+def test_kryo_values_column_wise_and_value_by_value(strings_by):
     hints = {"p.Thing": {"label": "String", "score": "int", "history": "java.util.ArrayList<String>"}}
     dec = _kryo("p.Thing", hints)
     # class 85 + 2, new (1); history: ArrayList by name (1, name id 0, name), new, Kryo 5 size + 1 with the
@@ -248,6 +256,17 @@ def test_kryo_values_column_wise_and_value_by_value():
     # Optional<String>: present, empty
     opt = KryoDecoder(KryoConfig("java.util.Optional", [("java.util.Optional", False)]), Layouts(), 5)
     _both(opt, [bytes([87, 1]) + b"\x03\x01" + _ascii("xy"), bytes([87, 1]) + b"\x00"])
+
+
+def test_kryo_strings_of_every_encoding(strings_by):
+    # ASCII runs (last byte marked), the length form for one char, empty and null, a non-ASCII one (read by Kryo's
+    # own reader), and one that runs past its entry (the row path's error: the column falls back)
+    dec = _kryo("java.lang.String", {})
+    reg = bytes([87])  # String registered as the state's class (id 85 + 2); each value then a reference marker (new: 1)
+    vals = [reg + b"\x01" + _ascii("hello"), reg + b"\x01" + b"\x82z", reg + b"\x01" + b"\x81", reg + b"\x01" + b"\x80",
+            reg + b"\x01" + b"\x82\xc3\xa9"]
+    assert _both(dec, vals).to_pylist() == ["hello", "z", "", None, "\u00e9"]
+    _falls_back(dec, [reg + b"\x01" + b"abc"])
 
 
 def test_long_list_states_finish_element_by_element():

@@ -327,10 +327,19 @@ class Reader:
         return vc.Seq(off, items, ~null), cur
 
     def strings(self, pos, lim):
-        from . import _column_kernels as kernels
         from . import valuecolumns as vc
+        from .columnar import _python_first
 
         n = len(pos)
+        if _python_first(n):  # a few: one by one, without importing numba (see columnar.PYTHON_STRINGS)
+            vals, ends = [], np.empty(n, dtype=np.int64)
+            for i, (p, e) in enumerate(zip(pos.tolist(), lim.tolist())):
+                inp = DataInput(self.buf.data, p, e)
+                vals.append(_Value(inp, self.dec).string())
+                ends[i] = inp.pos
+            return vc.Leaf(pa.array(vals, type=pa.string())), ends
+        from . import _column_kernels as kernels
+
         data, offsets, ends, flags = kernels.kryo_strings(self.buf.np, np.ascontiguousarray(pos, dtype=np.int64),
                                                          np.ascontiguousarray(lim, dtype=np.int64))
         if len(data) >= 1 << 31:
