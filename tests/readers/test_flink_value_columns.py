@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 
 from explorer.readers.base import KeyedStateQuery
-from explorer.readers.flink import FlinkSnapshotReader, columnar, valuecolumns
+from explorer.readers.flink import FlinkSnapshotReader, buffers, columnar, valuecolumns
 from explorer.readers.flink.columnar import Buf, Fallback
 from explorer.readers.flink.datainput import DataInput
 from explorer.readers.flink.kryo import KryoConfig, KryoDecoder, Layouts
@@ -234,9 +234,9 @@ def _ascii(text: str) -> bytes:
 
 @pytest.fixture(params=["python", "kernel"])
 def strings_by(request, monkeypatch):
-    """Strings decoded one by one in Python (a process's first few, ``columnar.PYTHON_STRINGS``) or by the kernels."""
+    """Strings decoded one by one in Python (a process's first few, ``buffers.PYTHON_STRINGS``) or by the kernels."""
     if request.param == "kernel":
-        monkeypatch.setattr(columnar, "_python_strings", [0])
+        monkeypatch.setattr(buffers, "_python_strings", [0])
     return request.param
 
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .columnar import Buf
+from ...format import budget
+from . import columntree as ct
+from .buffers import Buf, Fallback, python_first
 from .datainput import DataInput
-from .kryo import _LISTS, _PRIMITIVE_BOX, _WRAPPERS, KryoDecoder, _Value
+from .kryo import LIST_CLASSES, PRIMITIVE_BOX, WRAPPER_CLASSES, KryoDecoder, read_string
 
 
 class NotColumnar(Exception):
@@ -91,19 +93,17 @@ class Reader:
     def value(self, pos, lim, jt=None):
         """``writeClassAndObject`` at every position (``jt``: the declared type of a field, whose generic
         arguments a collection's elements use): (column, ends)."""
-        from . import valuecolumns as vc
-
         cid, p = _int(self.buf, pos, lim, True)
         live = cid != 0
         if not live.any():
-            return vc.Leaf(pa.nulls(len(pos))), p
+            return ct.Leaf(pa.nulls(len(pos))), p
         q = p[live]
         cls, q = self._class(cid[live], q, lim[live])
         p[live] = q
         col, e = self.obj(cls, jt, False, q, lim[live])
         ends = p.copy()
         ends[live] = e
-        return vc._spread(col, live), ends
+        return ct.spread(col, live), ends
 
     def _class(self, cids: np.ndarray, pos, lim) -> tuple[str, np.ndarray]:
         """The one class of these values (registered, or named inline the first time in every value), and
@@ -130,10 +130,8 @@ class Reader:
         return reg[0], pos
 
     def obj(self, cls: str, jt, may_be_null: bool, pos, lim):
-        from . import valuecolumns as vc
-
         dec = self.dec
-        if cls in _WRAPPERS or cls in _PRIMITIVE_BOX or dec.is_enum(cls):
+        if cls in WRAPPER_CLASSES or cls in PRIMITIVE_BOX or dec.is_enum(cls):
             if may_be_null:
                 flag, p = _int(self.buf, pos, lim, True)
                 if (flag == 0).any():
@@ -149,11 +147,9 @@ class Reader:
         col, e = self.body(cls, jt, p[new], lim[new])
         ends = p.copy()
         ends[new] = e
-        return vc._spread(col, new), ends
+        return ct.spread(col, new), ends
 
     def body(self, cls: str, jt, pos, lim):
-        from . import valuecolumns as vc
-
         buf, v5 = self.buf, True
         if cls in self.dec.config.custom_defaults:
             raise NotColumnar("a default serializer of the job's own")
@@ -161,31 +157,31 @@ class Reader:
             return self.strings(pos, lim)
         if cls in ("java.lang.Integer", "int"):
             v, e = _int(buf, pos, lim, False)
-            return vc.Leaf(pa.array(v, type=pa.int64())), e
+            return ct.Leaf(pa.array(v, type=pa.int64())), e
         if cls in ("java.lang.Long", "long"):
             v, e = _long(buf, pos, lim, False)
-            return vc.Leaf(pa.array(v, type=pa.int64())), e
+            return ct.Leaf(pa.array(v, type=pa.int64())), e
         if cls in ("java.lang.Boolean", "boolean"):
             _need(pos, lim, 1)
-            return vc.Leaf(pa.array(buf.np[pos] != 0, type=pa.bool_())), pos + 1
+            return ct.Leaf(pa.array(buf.np[pos] != 0, type=pa.bool_())), pos + 1
         if cls in ("java.lang.Byte", "byte"):
             _need(pos, lim, 1)
-            return vc.Leaf(pa.array(buf.np[pos].view(np.int8).astype(np.int64), type=pa.int64())), pos + 1
+            return ct.Leaf(pa.array(buf.np[pos].view(np.int8).astype(np.int64), type=pa.int64())), pos + 1
         if cls in ("java.lang.Short", "short"):
             v, e = _fixed(buf, pos, lim, "i2", v5)
-            return vc.Leaf(pa.array(v.astype(np.int64), type=pa.int64())), e
+            return ct.Leaf(pa.array(v.astype(np.int64), type=pa.int64())), e
         if cls in ("java.lang.Float", "float"):
             v, e = _fixed(buf, pos, lim, "f4", v5)
-            return vc.Leaf(pa.array(v.astype(np.float64), type=pa.float64())), e
+            return ct.Leaf(pa.array(v.astype(np.float64), type=pa.float64())), e
         if cls in ("java.lang.Double", "double"):
             v, e = _fixed(buf, pos, lim, "f8", v5)
-            return vc.Leaf(pa.array(v, type=pa.float64())), e
+            return ct.Leaf(pa.array(v, type=pa.float64())), e
         if cls == "java.util.Optional":
             inner, e = self.value(pos, lim)
             present = _valid(inner)
-            kids = [vc.Leaf(pa.array(present, type=pa.bool_())), inner]
-            return vc.Struct(["present", "value"], kids, [None, None], np.ones(len(pos), dtype=bool)), e
-        if cls in _LISTS:
+            kids = [ct.Leaf(pa.array(present, type=pa.bool_())), inner]
+            return ct.Struct(["present", "value"], kids, [None, None], np.ones(len(pos), dtype=bool)), e
+        if cls in LIST_CLASSES:
             return self.collection(cls, jt, pos, lim)
         if cls == "java.time.LocalDate":
             year, p = _int(buf, pos, lim, True)
@@ -193,10 +189,10 @@ class Reader:
             month = buf.np[p].view(np.int8).astype(np.int64)
             day = buf.np[p + 1].view(np.int8).astype(np.int64)
             try:
-                days = vc._days(year, month, day)
-            except vc.Fallback as exc:
+                days = ct.epoch_days(year, month, day)
+            except Fallback as exc:
                 raise NotColumnar(str(exc)) from exc
-            return vc.Leaf(pa.array(days.astype(np.int32), type=pa.date32())), p + 2
+            return ct.Leaf(pa.array(days.astype(np.int32), type=pa.date32())), p + 2
         if cls == "java.time.LocalDateTime":
             return self.local_datetime(pos, lim)
         if cls.startswith("java.") or cls.endswith("[]"):
@@ -209,14 +205,12 @@ class Reader:
             names = layout.enum_constants
             if len(n) and ((n < 1) | (n > len(names))).any():
                 raise NotColumnar("a null or unknown enum constant")
-            return vc.Leaf(pa.array(list(names), type=pa.string()).take(pa.array(n - 1))), e
+            return ct.Leaf(pa.array(list(names), type=pa.string()).take(pa.array(n - 1))), e
         return self.fields(cls, layout, pos, lim)
 
     def local_datetime(self, pos, lim):
         """Kryo 5's ``LocalDateTime``: a date (varint year, byte month, byte day) and a time whose first negative
         byte (``~value``) ends it: hour, minute, second, then a varint of nanos."""
-        from . import valuecolumns as vc
-
         buf = self.buf
         year, p = _int(buf, pos, lim, True)
         _need(p, lim, 2)
@@ -242,36 +236,32 @@ class Reader:
         if len(h) and not ((h < 24) & (m < 60) & (sec < 60) & (nano >= 0)).all():
             raise NotColumnar("an invalid time")
         try:
-            days = vc._days(year, month, day)
-        except vc.Fallback as exc:
+            days = ct.epoch_days(year, month, day)
+        except Fallback as exc:
             raise NotColumnar(str(exc)) from exc
         secs = days * 86400 + (h * 60 + m) * 60 + sec
-        if len(secs) and (np.abs(secs) > vc._MAX_SECONDS).any():
+        if len(secs) and (np.abs(secs) > ct.MAX_SECONDS).any():
             raise NotColumnar("a LocalDateTime outside the range kept column-wise")
-        return vc.Leaf(pa.array(secs * 1_000_000_000 + nano, type=pa.timestamp("ns"))), p
+        return ct.Leaf(pa.array(secs * 1_000_000_000 + nano, type=pa.timestamp("ns"))), p
 
     def fields(self, cls: str, layout, pos, lim):
-        from . import valuecolumns as vc
-
         names, kids, p = [], [], pos
         for f in self.dec.field_order(cls, layout):
             t = f.type
             if t.is_primitive:
                 col, p = self.body(t.name, t, p, lim)
             elif self.dec.is_final(t.name):
-                col, p = self.obj(_PRIMITIVE_BOX.get(t.name, t.name), t, True, p, lim)
+                col, p = self.obj(PRIMITIVE_BOX.get(t.name, t.name), t, True, p, lim)
             else:
                 col, p = self.value(p, lim, t)
             names.append(f.name)
             kids.append(col)
         if not names or len(set(names)) != len(names):
             raise NotColumnar("a class without fields, or with repeated names")
-        return vc.Struct(names, kids, [None] * len(kids), np.ones(len(pos), dtype=bool)), p
+        return ct.Struct(names, kids, [None] * len(kids), np.ones(len(pos), dtype=bool)), p
 
     def collection(self, cls: str, jt, pos, lim):
         """Kryo 5's ``CollectionSerializer`` with a final element type known from the field's generic type."""
-        from . import valuecolumns as vc
-
         elem = _elem(self.dec, jt)
         if elem is None:
             raise NotColumnar("a collection whose element class is written per element")
@@ -300,13 +290,11 @@ class Reader:
         if len(can_null) and (can_null != can_null[0]).any():
             raise NotColumnar("collections of which only some may hold nulls")
         may_be_null = bool(len(can_null) and can_null[0])
-        ecls = _PRIMITIVE_BOX.get(elem.name, elem.name)
+        ecls = PRIMITIVE_BOX.get(elem.name, elem.name)
         most = int(counts.max()) if len(counts) else 0
-        if most > vc.MAX_WAVES:
+        if most > ct.MAX_WAVES:
             raise NotColumnar("long collections")
         total = int(counts.sum())
-        from ...format import budget
-
         budget.check(total * 8, file="a Kryo column", what=f"{total:,} collection elements (a slot each)")
         cur = p.copy()
         first_at = np.zeros(len(counts), dtype=np.int64)
@@ -319,25 +307,22 @@ class Reader:
             waves.append(col)
             at.append(first_at[rows] + j)
         if waves:
-            items = vc._take(vc._concat(waves), np.argsort(np.concatenate(at), kind="stable"))
+            items = ct.take(ct.concat(waves), np.argsort(np.concatenate(at), kind="stable"))
         else:
-            items = vc.Leaf(pa.nulls(0))
+            items = ct.Leaf(pa.nulls(0))
         off = np.zeros(len(pos) + 1, dtype=np.int64)
         np.cumsum(counts, out=off[1:])
-        return vc.Seq(off, items, ~null), cur
+        return ct.Seq(off, items, ~null), cur
 
     def strings(self, pos, lim):
-        from . import valuecolumns as vc
-        from .columnar import _python_first
-
         n = len(pos)
-        if _python_first(n):  # a few: one by one, without importing numba (see columnar.PYTHON_STRINGS)
+        if python_first(n):  # a few: one by one, without importing numba (see buffers.PYTHON_STRINGS)
             vals, ends = [], np.empty(n, dtype=np.int64)
             for i, (p, e) in enumerate(zip(pos.tolist(), lim.tolist())):
                 inp = DataInput(self.buf.data, p, e)
-                vals.append(_Value(inp, self.dec).string())
+                vals.append(read_string(inp, self.dec))
                 ends[i] = inp.pos
-            return vc.Leaf(pa.array(vals, type=pa.string())), ends
+            return ct.Leaf(pa.array(vals, type=pa.string())), ends
         from . import _column_kernels as kernels
 
         data, offsets, ends, flags = kernels.kryo_strings(self.buf.np, np.ascontiguousarray(pos, dtype=np.int64),
@@ -353,10 +338,10 @@ class Reader:
             vals = arr.to_pylist()
             for i in redo.tolist():
                 inp = DataInput(self.buf.data, int(pos[i]), int(lim[i]))
-                vals[i] = _Value(inp, self.dec).string()
+                vals[i] = read_string(inp, self.dec)
                 ends[i] = inp.pos
             arr = pa.array(vals, type=pa.string())
-        return vc.Leaf(arr), ends
+        return ct.Leaf(arr), ends
 
 
 def _elem(dec: KryoDecoder, jt):
@@ -367,11 +352,9 @@ def _elem(dec: KryoDecoder, jt):
 
 
 def _valid(node) -> np.ndarray:
-    from . import valuecolumns as vc
-
-    if isinstance(node, vc.Leaf):
+    if isinstance(node, ct.Leaf):
         return np.asarray(node.arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    if isinstance(node, vc.Py):
+    if isinstance(node, ct.Py):
         return np.array([v is not None for v in node.values], dtype=bool)
     return node.valid
 

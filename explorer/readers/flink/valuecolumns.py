@@ -22,27 +22,35 @@ The result is what the row-by-row path (``rows.KeyValueDecoder`` then
 ``rows.to_arrow``) makes of the same bytes, value for value and type for type:
 the decoder's Arrow type where it has one (:func:`typed`), else Arrow's own
 inference over the Python values, reproduced column-wise (:func:`lossless`,
-``rows._lossless``' rules). Anything outside what is reproduced exactly (a value
+``rows.to_arrow``'s rules). Anything outside what is reproduced exactly (a value
 that would not decode, run past its entry, a null map key, a duplicate map key,
 a timestamp pandas cannot hold, a count a hostile file could make huge...)
-raises :class:`~.columnar.Fallback` and the state is decoded row by row: the
+raises :class:`~.buffers.Fallback` and the state is decoded row by row: the
 same answer or the same error, only slower. Nothing here executes or unpickles
 anything, and every position is checked against its own entry's end (``lim``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...format import budget
-from .columnar import Buf, Fallback
+from . import kryocolumns
+from .buffers import Buf, Fallback, strings
+from .columntree import MAX_SECONDS as _MAX_SECONDS
+from .columntree import MAX_WAVES, Leaf, Pairs, Py, Seq, Struct
+from .columntree import concat as _concat
+from .columntree import epoch_days as _days
+from .columntree import length as _len
+from .columntree import spread as _spread
+from .columntree import take as _take
 from .datainput import DataInput
 from .kryo import KryoDecoder
+from .rows import infer_array
 from .serializers import (
     PRIMITIVES,
     Decoder,
@@ -58,121 +66,6 @@ from .valuetypes import ArrayDecoder, EitherDecoder, EnumDecoder, RowDecoder, Se
 
 _LONG_MIN = -(1 << 63)
 _INT_MIN = -(1 << 31)
-#: elements per list beyond which waves are not worth it (the row path takes the state)
-MAX_WAVES = 1024
-#: Instant / LocalDateTime seconds kept column-wise: well inside pandas' nanosecond range (years 1677-2262)
-_MAX_SECONDS = 9_000_000_000
-_TS_UTC = pa.timestamp("ns", tz="UTC")
-
-
-# --- decoded columns: a small tree mirroring the decoder ---------------------------------------------
-
-@dataclass
-class Leaf:
-    """Scalar values: an Arrow array (nulls where absent)."""
-
-    arr: pa.Array
-
-
-@dataclass
-class Py:
-    """Values decoded one by one by their own decoder (None where absent)."""
-
-    values: list
-
-
-@dataclass
-class Struct:
-    """Dict values with fixed keys (POJO, Row, tuple, Either, TimeWindow); children null where absent."""
-
-    names: list[str]
-    children: list[Any]
-    decs: list[Decoder]
-    valid: np.ndarray
-
-
-@dataclass
-class Seq:
-    """List values (``offsets``: n + 1, zero length where absent) of ``items``."""
-
-    offsets: np.ndarray
-    items: Any
-    valid: np.ndarray
-
-
-@dataclass
-class Pairs:
-    """Map values: ``keys`` and ``vals`` per entry between ``offsets``."""
-
-    offsets: np.ndarray
-    keys: Any
-    vals: Any
-    valid: np.ndarray
-
-
-def _len(node) -> int:
-    if isinstance(node, Leaf):
-        return len(node.arr)
-    if isinstance(node, Py):
-        return len(node.values)
-    return len(node.valid)
-
-
-def _take(node, idx: np.ndarray):
-    """Rows ``idx`` of ``node``; ``-1``: an absent (null) row."""
-    absent = idx < 0
-    if isinstance(node, Leaf):
-        return Leaf(node.arr.take(pa.array(idx, type=pa.int64(), mask=absent if absent.any() else None)))
-    if isinstance(node, Py):
-        vals = node.values
-        return Py([None if i < 0 else vals[i] for i in idx.tolist()])
-    safe = np.where(absent, 0, idx)
-    valid = node.valid[safe] & ~absent if len(node.valid) else np.zeros(len(idx), dtype=bool)
-    if isinstance(node, Struct):
-        return Struct(node.names, [_take(c, idx) for c in node.children], node.decs, valid)
-    off = node.offsets
-    if len(off) > 1:
-        starts = off[:-1][safe]
-        lengths = np.where(absent, 0, (off[1:] - off[:-1])[safe])
-    else:  # (no rows to take from: every row taken is absent)
-        starts = lengths = np.zeros(len(idx), dtype=np.int64)
-    new = np.zeros(len(idx) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new[1:])
-    item_idx = np.repeat(starts - new[:-1], lengths) + np.arange(new[-1], dtype=np.int64)
-    if isinstance(node, Seq):
-        return Seq(new, _take(node.items, item_idx), valid)
-    return Pairs(new, _take(node.keys, item_idx), _take(node.vals, item_idx), valid)
-
-
-def _concat(nodes: list):
-    first = nodes[0]
-    if len(nodes) == 1:
-        return first
-    if isinstance(first, Leaf):
-        return Leaf(pa.concat_arrays([n.arr for n in nodes]))
-    if isinstance(first, Py):
-        return Py([v for n in nodes for v in n.values])
-    valid = np.concatenate([n.valid for n in nodes])
-    if isinstance(first, Struct):
-        return Struct(first.names, [_concat([n.children[i] for n in nodes]) for i in range(len(first.children))],
-                      first.decs, valid)
-    offs, base = [np.zeros(1, dtype=np.int64)], 0
-    for n in nodes:
-        offs.append(n.offsets[1:] + base)
-        base += int(n.offsets[-1])
-    off = np.concatenate(offs)
-    if isinstance(first, Seq):
-        return Seq(off, _concat([n.items for n in nodes]), valid)
-    return Pairs(off, _concat([n.keys for n in nodes]), _concat([n.vals for n in nodes]), valid)
-
-
-def _spread(node, present: np.ndarray):
-    """``node`` decoded at the present rows only, as a column of all rows (nulls elsewhere)."""
-    if present.all():
-        return node
-    idx = np.full(len(present), -1, dtype=np.int64)
-    idx[present] = np.arange(int(present.sum()), dtype=np.int64)
-    return _take(node, idx)
 
 
 # --- bounded reads ------------------------------------------------------------------------------------
@@ -271,8 +164,6 @@ def decode(dec: Decoder | None, buf: Buf, pos: np.ndarray, lim: np.ndarray):
     if isinstance(dec, MapDecoder):
         return _map(dec, buf, pos, lim)
     if isinstance(dec, KryoDecoder):
-        from . import kryocolumns
-
         try:
             return kryocolumns.decode(dec, buf, pos, lim)
         except kryocolumns.NotColumnar:
@@ -309,16 +200,14 @@ def _chars(units: np.ndarray) -> pa.Array:
 
 
 def _strings(buf: Buf, pos, lim):
-    from .columnar import _strings as strings
-
     _need(pos, lim, 1)
     try:
-        col, ends = strings(buf, pos, False)
+        values, _, ends = strings(buf, pos)
     except (EOFError, IndexError, ValueError) as exc:
         raise Fallback(f"a string the row path reports: {exc}") from exc
     if len(ends) and (ends > lim).any():
         raise Fallback("a string runs past its entry")
-    return Leaf(col.values), ends
+    return Leaf(values), ends
 
 
 def _ranges(buf: Buf, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -384,8 +273,6 @@ def _big_int(buf: Buf, pos, lim):
 def _big_dec(buf: Buf, pos, lim):
     """``BigDecSerializer``: the unscaled value as ``BigIntSerializer``, then (not for null, 0, 1, 10) the scale.
     Values are ``Decimal`` objects (Arrow infers their type from them, as the row path does)."""
-    from decimal import Decimal
-
     v, null, ends, n = _big_int_parts(buf, pos, lim)
     scaled = n >= 4
     scale = np.zeros(len(pos), dtype=np.int64)
@@ -442,18 +329,6 @@ def _sql_timestamp(buf, pos, lim):
     if len(ms) and (np.abs(ms) > _MAX_SECONDS * 1000).any():
         raise Fallback("a timestamp outside the range kept column-wise")
     return _ts((ms // 1000) * 1_000_000_000 + nano, null, "UTC"), pos + 12
-
-
-def _days(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
-    """Days since 1970-01-01 of valid dates (``datetime.date`` would raise for others: the row path's error)."""
-    if len(year) and ((year < 1) | (year > 9999) | (month < 1) | (month > 12) | (day < 1)).any():
-        raise Fallback("an invalid date")
-    months = (year - 1970) * 12 + (month - 1)
-    first = months.astype("datetime64[M]").astype("datetime64[D]")
-    nxt = (months + 1).astype("datetime64[M]").astype("datetime64[D]")
-    if len(day) and (day > (nxt - first).astype(np.int64)).any():
-        raise Fallback("an invalid date")
-    return first.astype(np.int64) + day - 1
 
 
 def _local_date(buf, pos, lim):
@@ -702,13 +577,11 @@ _LOSSLESS = {
 
 
 def lossless(dec: Decoder, node) -> pa.Array:
-    """``node`` as ``rows._lossless`` types the same Python values (one Python type per column here)."""
-    from .rows import _lossless
-
+    """``node`` as ``rows.infer_array`` types the same Python values (one Python type per column here)."""
     while isinstance(dec, NullableDecoder):
         dec = dec.inner
     if isinstance(node, Py):
-        return _lossless(node.values)
+        return infer_array(node.values)
     n = _len(node)
     if isinstance(node, Leaf):
         arr = node.arr
