@@ -9,13 +9,15 @@ types can be decoded for all entries at once instead of entry by entry:
   ``>i8``/``>f8``...;
 * ``StringValue`` strings are decoded into Arrow's buffers (UTF-8 bytes and
   offsets) by a numba kernel (``_column_kernels``), with their Java hash codes;
-* POJOs, tuples and TTL wrappers decode field by field, as long as no field is
-  null (a null shifts the following bytes row by row);
+* keys that are POJOs, tuples and TTL wrappers decode field by field, as long as
+  no field is null (a null shifts the following bytes row by row);
 * lists of fixed-width elements split at every ``width + 1`` bytes.
 
 Java ``hashCode`` values for key-group checks are computed the same way
 (``String.hashCode`` by Horner's rule over UTF-16 units in wrapping uint32
-arithmetic, in the string kernel).
+arithmetic, in the string kernel). Values, map keys and list elements of every
+other type (POJOs with nulls, Rows, collections, java.time, Kryo...) are decoded
+column-wise by :mod:`.valuecolumns`, typed as the row path would type them.
 
 Anything else raises :class:`Fallback`, and the caller decodes that state row by
 row with ``rows.KeyValueDecoder``: same results, just slower.
