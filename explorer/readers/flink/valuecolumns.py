@@ -263,9 +263,19 @@ def _big_int_parts(buf: Buf, pos, lim):
 
 
 def _big_int(buf: Buf, pos, lim):
-    n = _num(buf, pos, lim, ">i4")
+    n = _num(buf, pos, lim, ">i4").astype(np.int64)
     if len(n) and (n > 12).any():  # wider than 64 bits: Python ints (Arrow infers their column as the row path does)
-        return _python(PRIMITIVES["BigIntSerializer"], buf, pos, lim)
+        if (n < 0).any():
+            raise Fallback("a negative BigInteger length")
+        length = np.maximum(n - 4, 0)
+        _need(pos + 4, lim, length)
+        narrow = np.minimum(length, 8)
+        v = _signed_be(buf, pos + 4, narrow).tolist()
+        data = buf.data
+        consts = (None, 0, 1, 10)
+        vals = [consts[k] if k < 4 else (v[i] if k <= 12 else int.from_bytes(data[p + 4 : p + k], "big", signed=True))
+                for i, (k, p) in enumerate(zip(n.tolist(), pos.tolist()))]
+        return Py(vals), pos + 4 + length
     v, null, ends, _ = _big_int_parts(buf, pos, lim)
     return Leaf(pa.array(v, type=pa.int64(), mask=null if null.any() else None)), ends
 
