@@ -34,6 +34,7 @@ TITLES = {
     "flink_reader": "Reading real Apache Flink snapshots",
     "spark": "Spark Structured Streaming keyed count",
     "first_open": "First open in a fresh process, by the state of numba's kernel cache",
+    "edit": "Editing a Flink savepoint: the editor beside the State Processor API",
 }
 TEXT_FIELDS = ("description", "input", "workload", "peer", "target", "physical_limit", "rate_definition", "notes",
                "command")
@@ -513,7 +514,43 @@ def flink_reader_section(res: dict, charts: Path) -> list[str]:
     lines.append("")
     if res.get("target"):
         lines += [f"Target: {fmt(val(res, 'target'))} {get(res, 'target', 'unit', default='')}", ""]
+    peer = []
+    for r in res.get("results", []):
+        spa = r.get("state_processor_api")
+        if not spa:
+            continue
+        if spa.get("status") != "measured":
+            peer.append([r.get("snapshot"), spa.get("status")] + [None] * 6)
+            continue
+        peer.append([r.get("snapshot"), spa.get("rows"), "yes" if spa.get("rows_match") else "**no**",
+                     val(spa, "seconds"), val(spa, "read_seconds_in_jvm"), val(spa, "cpu_seconds"),
+                     val(spa, "explorer_fresh_process_seconds"), spa.get("explorer_speedup_fresh_process")])
+    if peer:
+        lines += ["The State Processor API (Flink's `SavepointReader`, a fresh JVM per row; seconds include the "
+                  "JVM's start, the read alone beside them) against the explorer's first read in a fresh process "
+                  "(import included):", ""]
+        lines += table(["snapshot", "SPA rows", "same rows", "SPA s", "SPA read s", "SPA CPU-s",
+                        "explorer fresh s", "explorer x"], peer) + [""]
     return lines
+
+
+def edit_section(res: dict, charts: Path) -> list[str]:
+    body = []
+    for r in res.get("results", []):
+        ours, spa = r.get("explorer") or {}, r.get("state_processor_api") or {}
+
+        def cells(x: dict) -> list[Any]:
+            if x.get("status") != "measured":
+                return [x.get("status"), None, None]
+            return [val(x, "throughput"), val(x, "throughput_per_cpu_second"),
+                    "yes" if x.get("entries_match") else "**no**"]
+
+        body.append([r.get("keys"), val(r, "size"), r.get("entries_expected_out")] + cells(ours)
+                    + [ours.get("peak_rss_mb")] + cells(spa) + [r.get("explorer_speedup_wall")])
+    lines = table(["keys", "MB", "entries out", "explorer MB/s", "explorer MB per CPU-s", "entries right",
+                   "explorer peak RSS MB", "SPA MB/s", "SPA MB per CPU-s", "SPA entries right", "explorer x (wall)"],
+                  body)
+    return lines + [""]
 
 
 def spark_section(res: dict, charts: Path) -> list[str]:
@@ -588,7 +625,7 @@ def scale_section(res: dict, charts: Path) -> list[str]:
 SECTIONS: dict[str, Callable[[dict, Path], list[str]]] = {
     "engine": engine_section, "peers": peers_section, "checkpoints": checkpoints_section,
     "explorer": explorer_section, "widgets": widgets_section, "flink_reader": flink_reader_section,
-    "spark": spark_section, "scale": scale_section,
+    "spark": spark_section, "edit": edit_section, "scale": scale_section,
 }
 
 
@@ -755,8 +792,29 @@ def headline(results: dict[str, dict]) -> list[str]:
         r = results.get("flink_reader")
         if not r or not r.get("results"):
             return []
-        return ["- **Real Flink snapshots** read at " + "; ".join(
+        out = ["- **Real Flink snapshots** read at " + "; ".join(
             f"{fmt(val(x, 'throughput'))} MB/s ({x['snapshot']}, {fmt(val(x, 'size'))} MB)" for x in r["results"]) + "."]
+        spa = [(x["snapshot"], x["state_processor_api"]) for x in r["results"]
+               if get(x, "state_processor_api", "status") == "measured"]
+        if spa:
+            out[0] = out[0][:-1] + "; Flink's State Processor API in a fresh JVM on the same snapshots, same rows: " + \
+                "; ".join(f"{fmt(val(s, 'seconds'))} s against the explorer's {fmt(val(s, 'explorer_fresh_process_seconds'))} s "
+                          f"in a fresh process ({name})" for name, s in spa) + "."
+        return out
+
+    def edit() -> list[str]:
+        r = results.get("edit")
+        rows = [x for x in (r or {}).get("results", []) if get(x, "explorer", "status") == "measured"]
+        if not rows:
+            return []
+        x = rows[-1]
+        spa = x.get("state_processor_api") or {}
+        peer = (f"; the State Processor API {fmt(val(spa, 'throughput'))} MB/s "
+                f"({fmt(val(spa, 'throughput_per_cpu_second'))} per CPU-s)" if spa.get("status") == "measured" else
+                f"; the State Processor API {spa.get('status', 'not run')}")
+        return [f"- **Editing** a {fmt(val(x, 'size'))} MB Flink savepoint (drop one key): "
+                f"{fmt(val(x['explorer'], 'throughput'))} MB/s ({fmt(val(x['explorer'], 'throughput_per_cpu_second'))} "
+                f"per CPU-s, peak RSS {fmt(x['explorer'].get('peak_rss_mb'))} MB){peer}."]
 
     def spark() -> list[str]:
         r = results.get("spark")
@@ -773,7 +831,7 @@ def headline(results: dict[str, dict]) -> list[str]:
         return [f"- **Dashboard** at {fmt(val(rows, 'keys'))} keys: a control change updates the figures in "
                 f"{fmt(val(rows, 'all changes p50'))} ms p50, {fmt(val(rows, 'all changes p95'))} ms p95."]
 
-    for fn in (engine, peers, checkpoints, explorer, spark_state, flink_reader, spark, widgets):
+    for fn in (engine, peers, checkpoints, explorer, spark_state, flink_reader, edit, spark, widgets):
         add(fn)
     return out
 

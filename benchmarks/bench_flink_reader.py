@@ -32,6 +32,16 @@ the numba cache on disk (the usual case: numba's import and loading the compiled
 kernels count), and with an empty cache (``NUMBA_CACHE_DIR`` a new folder: the
 kernels are compiled first), each after ``import explorer.readers.flink``
 (its time also recorded).
+
+The peer: Apache Flink's own State Processor API (``SavepointReader.readKeyedState`` with a
+``KeyedStateReaderFunction`` emitting one record per state entry: a value, a list element, a map
+entry, a timer; the window operator through ``SavepointReader.window(...).aggregate``), reading the
+same snapshot into the same number of rows, in the same run, in a fresh JVM per row
+(``benchmarks/flink/spa/SpaReadBench.java``, ``benchmarks/_spa.py``). Its headline is what a user meets:
+wall seconds from the JVM's start to its exit and the JVM's CPU seconds (user + system, all threads);
+the read alone inside the JVM (``SavepointReader.read`` to the job's end) is recorded beside it. The
+State Processor API's jar is published only on Maven Central: give it with ``--spa-jar`` or
+``FLINK_SPA_JAR``; without it the peer row says it was not run and why.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import _spa
 from benchmarks._machine import machine, result_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +65,12 @@ SNAPSHOTS = {
     "heap canonical savepoint": "bench-heap-canonical-savepoint",
     "rocksdb incremental checkpoint": "bench-rocksdb-incremental-checkpoint",
     VALUE_HEAVY: "bench-types-heap-canonical-savepoint",
+}
+#: the State Processor API peer: which fixture job made each snapshot, and its state backend
+SPA_JOBS = {
+    "heap canonical savepoint": ("fixtures", "hashmap"),
+    "rocksdb incremental checkpoint": ("fixtures", "rocksdb"),
+    VALUE_HEAVY: ("types", "hashmap"),
 }
 #: the value-heavy snapshot's job classes (its Kryo values decode from them; tools/flink/make_fixtures.sh --bench)
 JOB_JAR = "bench-types-job.jar"
@@ -133,6 +150,41 @@ def _measure(path: Path, repeat: int, workers: int | None, jars: list[Path]) -> 
     return best, best_cpu, rows, extra
 
 
+def _spa_peer(path: Path, label: str, size: int, rows: int, fresh: list[dict], cp: str | None,
+              jar_error: str | None, heap: str = "4g") -> dict:
+    """The State Processor API reading ``path``'s keyed state in a fresh JVM (see the module doc)."""
+    if cp is None:
+        return {"status": jar_error or _spa.NOT_GIVEN}
+    job, backend = SPA_JOBS[label]
+    try:
+        with _spa.where_written(path):
+            got = _spa.run_jvm(cp, "SpaReadBench", [str(_spa.metadata_dir(path)), job, backend], heap=heap)
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        return {"status": f"failed: {exc}"}
+    explorer_fresh = next((f for f in fresh if f["numba_cache"] == "on disk"), None)
+    peer = {
+        "status": "measured",
+        "tool": "Apache Flink State Processor API (SavepointReader.readKeyedState), fresh JVM",
+        "rows": got["rows"],
+        "rows_match": got["rows"] == rows,
+        "rows_per_state": got["per_state"],
+        "seconds": {"value": round(got["wall_seconds"], 3), "unit": "s"},
+        "throughput": {"value": round(size / 1e6 / got["wall_seconds"], 1), "unit": "MB/s"},
+        "cpu_seconds": {"value": round(got["cpu_seconds"], 3), "unit": "s"},
+        "throughput_per_cpu_second": {"value": round(size / 1e6 / got["cpu_seconds"], 1), "unit": "MB/s"},
+        "read_seconds_in_jvm": {"value": round(got["read_seconds"], 3), "unit": "s"},
+        "read_cpu_seconds_in_jvm": {"value": round(got["read_cpu_seconds"], 3), "unit": "s"},
+        "jvm_start_seconds": {"value": round(got["jvm_uptime_at_read_start_seconds"], 3), "unit": "s"},
+        "parallelism": got["parallelism"],
+        "java_heap": heap,
+    }
+    if explorer_fresh is not None:  # the explorer's like-for-like figure: a new process, import and first read
+        ours = explorer_fresh["import_seconds"]["value"] + explorer_fresh["seconds"]["value"]
+        peer["explorer_fresh_process_seconds"] = {"value": round(ours, 3), "unit": "s"}
+        peer["explorer_speedup_fresh_process"] = round(got["wall_seconds"] / ours, 2)
+    return peer
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", type=Path, default=BENCH_DIR, help="where the benchmark snapshots are")
@@ -143,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="reader threads (default: the reader's own, 2)")
     ap.add_argument("--single-thread-too", action="store_true",
                     help="also measure each snapshot with one reader thread (recorded under one_thread)")
+    ap.add_argument("--spa-jar", type=Path, default=None,
+                    help=f"Flink's State Processor API jar, for the peer rows (default: ${_spa.ENV_VAR})")
+    ap.add_argument("--spa-heap", default="4g", help="-Xmx of the State Processor API's JVM")
     ap.add_argument("--only", default=None, metavar="TEXT",
                     help="only the rows whose snapshot label contains TEXT (e.g. value-heavy)")
     args = ap.parse_args(argv)
@@ -173,6 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     read_all(args.dir / next(iter(snapshots.values())), warm_up=True)  # imports outside the timed runs
     for name in ("heap-canonical-savepoint", "rocksdb-incremental-checkpoint"):  # numba kernels loaded too
         read_all(ROOT / "sample_data" / "flink" / name)
+    spa_cp = spa_error = None
+    spa_jar = _spa.spa_jar(args.spa_jar)
+    if spa_jar is not None:
+        try:
+            spa_cp = _spa.classpath(spa_jar)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            spa_error = f"not run: {exc}"
     load_start = round(os.getloadavg()[0], 2)
     results = []
     for label, name in snapshots.items():
@@ -208,6 +270,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  first read in a fresh process, numba cache {f['numba_cache']}: {f['seconds']['value']:.2f} s "
                   f"= {f['throughput']['value']:.1f} MB/s (import explorer.readers.flink "
                   f"{f['import_seconds']['value']:.2f} s before it)")
+        peer = results[-1]["state_processor_api"] = _spa_peer(path, label, size, rows, fresh, spa_cp, spa_error,
+                                                                  args.spa_heap)
+        if peer["status"] == "measured":
+            print(f"  State Processor API: {peer['rows']} rows ({'the same' if peer['rows_match'] else 'NOT the same'}"
+                  f" count) in {peer['seconds']['value']:.2f} s with the JVM's start "
+                  f"({peer['read_seconds_in_jvm']['value']:.2f} s reading), {peer['cpu_seconds']['value']:.2f} CPU-s")
+        else:
+            print(f"  State Processor API: {peer['status']}")
         if args.single_thread_too:
             one, one_cpu, _, _ = _measure(path, args.repeat, 1, jars)
             results[-1]["one_thread"] = {
@@ -229,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_average_1m_at_start": load_start,
             "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         },
+        "state_processor_api_jar": str(spa_jar) if spa_jar else None,
         "workers": args.workers if args.workers is not None else FlinkSnapshotReader.workers,
         "target": {"value": TARGET_MB_S, "unit": "MB/s"},
         "repeat": args.repeat,

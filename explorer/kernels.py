@@ -3,9 +3,10 @@
 numba compiles a kernel the first time it is called with new argument types and, as every
 kernel here is ``cache=True``, writes the machine code beside its source (``__pycache__/*.nbi``
 index and ``*.nbc`` code; under ``NUMBA_CACHE_DIR`` when that is set, or a user cache folder when
-the package folder is not writable). A later process loads it from there. Without that cache the
-first open of a Flink snapshot in a fresh environment compiles for 5-10 CPU-seconds
-(``docs/performance.md``, "First open"); ``make venv`` runs this module once after ``pip install``
+the package folder is not writable). A later process loads it from there. Without that cache a
+process decodes its first Flink strings and walks its first SST blocks in Python and NumPy
+(``readers.flink.columnar.PYTHON_STRINGS``, ``format.sst.columns.NUMPY_BYTES``: a small snapshot
+compiles nothing) and then compiles, 5-10 CPU-seconds (``docs/performance.md``, "First open"); ``make venv`` runs this module once after ``pip install``
 so that no user, CI run or Spark executor built from that environment meets the empty cache.
 
 :func:`warm` calls each kernel module's ``warm()``, which calls every kernel the readers call on

@@ -37,6 +37,7 @@ from .stored import (
     StoredSnapshot,
     checkpoint_directory_of,
     checkpoints_in,
+    parse_memory_budget,
     reader_for,
     retained_checkpoints,
 )
@@ -57,7 +58,8 @@ def open(path: str | Path, memory_budget: int | str | None = None, **options: An
     (same answers) and ``keyed_state()`` asks for a filter, a page or a stream
     (:meth:`~explorer.stored.StoredSnapshot.batches`, ``to_arrow``, ``dataset``).
     """
-    return Snapshot(reader_for(path, **options), memory_budget=memory_budget)
+    limit = parse_memory_budget(memory_budget)  # current while the metadata is read, too
+    return Snapshot(reader_for(path, memory_budget=limit, **options), memory_budget=limit)
 
 
 class Snapshot(StoredSnapshot):

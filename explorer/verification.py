@@ -19,10 +19,11 @@ from typing import Any
 import pandas as pd
 
 from .errors import SnapshotNotFoundError
+from .format import budget
 from .format.checkpoint_dir import checkpoint_folders, has_metadata
 from .readers.checks import OK, STATUSES, FileCheck
 from .storage import FileCache, as_path
-from .stored import READERS, register_optional_readers
+from .stored import READERS, parse_memory_budget, register_optional_readers
 
 __all__ = ["VerifyReport", "verify"]
 
@@ -65,13 +66,22 @@ class VerifyReport:
 
 
 def verify(path: str | Path, storage_options: dict[str, Any] | None = None, cache_dir: str | Path | None = None,
-           cache_max_bytes: int | str | None = None, **options: Any) -> VerifyReport:
+           cache_max_bytes: int | str | None = None, memory_budget: int | str | None = None,
+           **options: Any) -> VerifyReport:
     """Check the snapshot at ``path`` without decoding values (see module doc): a :class:`VerifyReport`.
 
     ``options``: as for :func:`explorer.open` (``allow_roots=`` extra folders files may lie in, a Spark
     checkpoint's ``batch_id=``); options about decoding values are accepted and not needed.
+    ``memory_budget``: as for :func:`explorer.open`, what a declared size may take while it is checked (a
+    metadata file and its JSON, a zip member); a file over it is reported ``damaged``, saying so.
     Raises :class:`~explorer.errors.SnapshotNotFoundError` when ``path`` holds no snapshot of a known format.
     """
+    with budget.using(parse_memory_budget(memory_budget)):
+        return _verify(path, storage_options, cache_dir, cache_max_bytes, **options)
+
+
+def _verify(path: str | Path, storage_options: dict[str, Any] | None, cache_dir: str | Path | None,
+            cache_max_bytes: int | str | None, **options: Any) -> VerifyReport:
     cache = FileCache(cache_dir, cache_max_bytes) if (cache_dir is not None or cache_max_bytes is not None) else None
     p = as_path(path, storage_options, cache)
     if not p.exists():

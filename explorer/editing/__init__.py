@@ -9,6 +9,8 @@ restores). The input is never modified.
 * :mod:`.editor`: the operations, checked and recorded in order (``Editor.steps``);
 * :mod:`.flink`: the canonical savepoint written from the input's bytes, entries copied, not
   re-encoded (what it refuses, and why, is in its module doc);
+* :mod:`.values`: new values encoded by the serializer a Flink state declares (POJOs, Rows, Tuples,
+  collections, java.time, BigDecimal, TTL wrappers), each read back before it is written;
 * :mod:`.engine`: the engine's savepoint, rows re-encoded with the stored declared types;
 * :mod:`.dataoutput`: Java ``DataOutput``, the mirror of the reader's ``DataInput``.
 """

@@ -20,6 +20,7 @@ from ..readers.flink.reader import FlinkSnapshotReader
 from ..format.snapshot import is_snapshot_folder
 from . import engine, flink
 from .flink import hashable_key
+from .values import Touched
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,8 @@ class Editor:
         return self
 
     def _plan(self, operator: str) -> OperatorPlan:
-        found = [p for p in self._plans if not p.dropped and operator in p.names()]
+        # a uid is also found by the operator id Flink derives from it (metadata before Flink 2.0 records no uids)
+        found = [p for p in self._plans if not p.dropped and (operator in p.names() or p.id_for(operator) in p.names())]
         if not found:
             known = sorted(p.uid or p.operator_id for p in self._plans if not p.dropped)
             raise EditError(f"{self.path}: no operator {operator!r} (after the edits so far); expected a uid or "
@@ -173,18 +175,28 @@ class Editor:
         plan.filters.setdefault(self._state(plan, state), []).append(where)
         return self._record("filter", operator=operator, state=state, where=where)
 
-    def map_values(self, *, operator: str, state: str, fn: Callable[[dict], Any]) -> Editor:
-        """Give every row of one state the value ``fn(row)`` (``row`` as for :meth:`filter`); values the
-        writer cannot encode exactly (see ``edit.values``) are refused when written."""
+    def map_values(self, *, operator: str, state: str, fn: Callable[[dict], Any], last_access: Any = None) -> Editor:
+        """Give every row of one state the value ``fn(row)`` (``row`` as for :meth:`filter`, with ``last_access``
+        in epoch ms for a state with a TTL); values the writer cannot encode exactly (see ``editing.values``) are
+        refused when written. A TTL state's rows keep their last-access time, or take ``last_access`` (epoch ms
+        or a timestamp) when given."""
         if not callable(fn):
             raise TypeError(f"map_values(fn=...): found {type(fn).__name__}, expected a function of a row")
         plan = self._plan(operator)
-        plan.mappers.setdefault(self._state(plan, state), []).append(fn)
-        return self._record("map_values", operator=operator, state=state, fn=fn)
+        step = fn
+        if last_access is not None:
+            def step(row: dict, fn=fn) -> Any:
+                return Touched(fn(row), last_access)
+            step.__name__ = getattr(fn, "__name__", "fn")
+        plan.mappers.setdefault(self._state(plan, state), []).append(step)
+        more = {} if last_access is None else {"last_access": last_access}
+        return self._record("map_values", operator=operator, state=state, fn=fn, **more)
 
-    def update(self, *, operator: str, state: str, key: Any, value: Any, user_key: Any = None) -> Editor:
+    def update(self, *, operator: str, state: str, key: Any, value: Any, user_key: Any = None,
+               last_access: Any = None) -> Editor:
         """Set the value of one existing row (a key's value, or one map entry's with ``user_key``); a row the
-        savepoint does not hold is refused when written (adding state is not an edit of this kind)."""
+        savepoint does not hold is refused when written (adding state is not an edit of this kind). A TTL
+        state's row keeps its last-access time, or takes ``last_access`` (epoch ms or a timestamp) when given."""
         plan = self._plan(operator)
         name = self._state(plan, state)
         want_key = hashable_key(key)
@@ -194,12 +206,13 @@ class Editor:
         def set_one(row: dict) -> Any:
             if hashable_key(row["key"]) == want_key and (user_key is None or row["user_key"] == user_key):
                 record[3] += 1
-                return value
+                return value if last_access is None else Touched(value, last_access)
             return row["value"]
 
         set_one.__name__ = f"set {key!r}"
         plan.mappers.setdefault(name, []).append(set_one)
-        return self._record("update", operator=operator, state=state, key=key, value=value, user_key=user_key)
+        more = {} if last_access is None else {"last_access": last_access}
+        return self._record("update", operator=operator, state=state, key=key, value=value, user_key=user_key, **more)
 
     def set_operator_state(self, uid: str, name: str, values: Any, *, mode: str = "split",
                            value_type: Any = None, key_type: Any = None) -> Editor:
@@ -218,7 +231,8 @@ class Editor:
         (``kind="value"``; ``"list"``: one row per element, in order) or ``key``, ``user_key``, ``value``
         (``"map"``). Types are the columns' own (or ``value_type``/``user_key_type``); keys go to the key group
         Flink assigns them. Several calls with one uid give the operator several states. In a Flink savepoint:
-        value states of String, Long or Integer (``value_type="Integer"``) values, String or Long keys."""
+        value, list and map states of String, Long or Integer (``value_type="Integer"``) values and map keys,
+        String or Long keys."""
         new = [p for p in self._plans if not p.dropped and p.uid == uid and p.bootstrapped]
         if new:
             plan = new[0]

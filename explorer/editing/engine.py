@@ -37,6 +37,7 @@ from ..format.states import StoredState
 from ..format.types import type_from_description, type_info
 from ..keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
 from .flink import hashable_key
+from .values import Touched
 
 if TYPE_CHECKING:
     from .editor import EditStep, OperatorPlan
@@ -161,7 +162,11 @@ def _edit_rows(rows: list[list], plan: OperatorPlan, name: str, st: StoredState,
         for r in rows:
             old = r[4]
             for fn in fns:
-                r[4] = _plain(fn(_row_dict(r)))
+                new = fn(_row_dict(r))
+                if isinstance(new, Touched):
+                    raise EditError(f"{where}: last_access= is written into Flink savepoints only; the engine's "
+                                    "savepoint keeps each row's last access")
+                r[4] = _plain(new)
             if r[4] is not old:
                 _check_value(info, r[4], f"{where}, key {r[1]!r}")
     if st.kind == "list" and (plan.filters.get(name) or dropped):  # kept elements renumbered in order

@@ -3,7 +3,8 @@
 What is written is what Flink itself writes for a canonical savepoint (``SavepointFormatType.CANONICAL``),
 so that either state backend restores it:
 
-* ``_metadata`` in the input's version (3 to 7, see ``readers.flink.metadata``): the operators kept, each
+* ``_metadata`` in the input's version (3 to 7, see ``readers.flink.metadata``): its master states (the state of
+  master hooks, opaque) byte for byte, the operators kept, each
   under its (possibly new) operator id, uid and max parallelism, with its coordinator state, every
   subtask's operator state (its bytes copied into a file of the new folder) and a
   ``KeyGroupsSavepointStateHandle`` (type 7) whose stream is a ``RelativeFileStateHandle`` (type 6), so
@@ -21,14 +22,19 @@ move to other key groups. Values are not re-encoded: a filtered list is its kept
 by the list delimiter. Keys and values are decoded (with the reader's decoders) only where an edit asks
 about them.
 
-``bootstrap`` gives a new operator value states of String, Long or Integer values keyed by String or Long keys:
-a keyed-state header written from scratch (those serializers' snapshots, the void namespace's) and entries
-encoded as those serializers write them. ``set_operator_state`` gives an operator that holds no operator state
-list (split, union) or broadcast state of those types: per subtask a new operator-state stream and its handle.
+Changed values (``map_values``, ``update``) are encoded by the serializer the state's header declares
+(``editing.values``: POJOs by their recorded fields, Rows, Tuples, collections, java.time, TTL values keeping or
+setting their last access) and read back before they are written.
+
+``bootstrap`` gives a new operator value, list or map states of String, Long or Integer values (and map keys)
+keyed by String or Long keys: a keyed-state header written from scratch (those serializers' snapshots, List and
+Map serializer snapshots around them, the void namespace's) and entries encoded as those serializers write them.
+``set_operator_state`` sets list (split, union) or broadcast state: per subtask a new operator-state stream and
+its handle, holding the states the subtask held and the edit does not set byte for byte (a source's splits),
+a replaced state encoded by its own declared serializers, a new one of those simple types.
 
 Refused, with an error saying why: anything but a canonical savepoint's keyed state (native and
-incremental snapshots, checkpoints with in-flight data, raw keyed state, file-merging segments), master
-states (not kept by the reader), and keys whose Java hash State Explorer cannot reproduce when
+incremental snapshots, checkpoints with in-flight data, raw keyed state, file-merging segments), operator state whose serializer snapshots are not parsed, and keys whose Java hash State Explorer cannot reproduce when
 ``with_max_parallelism`` must move them.
 """
 
@@ -40,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EditError, FlinkCorruptError
 from ..keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
+from ..readers.flink.compression import unframe
 from ..readers.flink.datainput import DataInput
 from ..readers.flink.fullformat import END_OF_KEY_GROUP, iter_entries
 from ..readers.flink.handles import KeyGroupsHandle, OperatorStreamHandle, StreamHandle
@@ -57,9 +64,19 @@ from ..readers.flink.metadata import (
 from ..readers.flink.operatorid import operator_id_for_uid
 from ..readers.flink.reader import FlinkSnapshotReader
 from ..readers.flink.rows import KeyValueDecoder, RowBuffer, hashable_keys, prefix_bytes
+from ..readers.flink.serializers import (
+    COMPOSITE_MAGIC,
+    NESTED_MAGIC,
+    PRIMITIVES,
+    Decoder,
+    TtlValue,
+    UnknownSnapshot,
+    read_top_level_snapshot,
+)
+from ..readers.flink.splits import SOURCE_READER_STATE, decode_split, encode_split
 from ..readers.flink.statemeta import BackendMeta
 from .dataoutput import DataOutput
-from .values import encode
+from .values import Touched, encode, last_access_ms
 
 if TYPE_CHECKING:
     from .editor import OperatorPlan
@@ -70,9 +87,6 @@ _COPYABLE_STREAMS = ("bytes", "relative", "file")
 def check_editable(reader: FlinkSnapshotReader) -> None:
     """Refuse, up front, a snapshot this writer cannot write back exactly (see module doc)."""
     meta, where = reader.meta, reader.metadata_file
-    if meta.master_states:
-        raise EditError(f"{where}: found {meta.master_states} master states, which explorer.edit does not carry "
-                        "over; expected none (a canonical savepoint of a DataStream or SQL job)")
     for op in meta.operators:
         streams = [op.coordinator]
         for st in op.subtasks:
@@ -229,21 +243,33 @@ class _OperatorEntries:
 
     def _mapped(self, dec: KeyValueDecoder, meta, kg: int, key: bytes, value: bytes, fns) -> bytes:
         rows = self._rows(dec, meta, kg, key, value, "map_values/update")
-        if meta.has_ttl:
-            raise EditError(f"{self.where}: state {meta.name!r} has a TTL; changing its values (and their "
-                            "last-access times) is not written yet")
+        ttl = meta.has_ttl
         for row in rows:
             for fn in fns:
-                row["value"] = fn(dict(row))
+                new = fn(dict(row))
+                if isinstance(new, Touched):
+                    if not ttl:
+                        raise EditError(f"{self.where}: state {meta.name!r} has no TTL; last_access= is for states "
+                                        "with a time-to-live")
+                    row["last_access"] = last_access_ms(new.last_access, f"{self.where}, state {meta.name!r}")
+                    new = new.value
+                row["value"] = new
         where = f"{self.where}, state {meta.name!r}, key {rows[0]['key']!r}" if rows else self.where
+
+        def enc(row: dict) -> bytes:  # (a TTL state's value keeps its last access unless an edit set it)
+            v = TtlValue(row["last_access"], row["value"]) if ttl else row["value"]
+            return encode(dec.elem, v, where)
+
         if dec.kind == "list":
-            return b",".join(encode(dec.elem, r["value"], where) for r in rows)
+            if any(r["value"] is None for r in rows):
+                raise EditError(f"{where}: found None as a new list element; to leave elements out use filter()")
+            return b",".join(enc(r) for r in rows)
         new = rows[0]["value"]
         if dec.kind == "map":
-            return b"\x01" if new is None else b"\x00" + encode(dec.elem, new, where)
+            return b"\x01" if new is None else b"\x00" + enc(rows[0])
         if new is None:
             raise EditError(f"{where}: found None as a new value; to leave rows out use filter()")
-        return encode(dec.elem, new, where)
+        return enc(rows[0])
 
     def header(self) -> bytes:
         out = DataOutput()
@@ -322,7 +348,8 @@ def write_savepoint(reader: FlinkSnapshotReader, plans: list[OperatorPlan], out:
         d.write_int(MAGIC)
         d.write_int(meta.version)
         d.write_long(meta.checkpoint_id)
-        d.write_int(0)  # master states (check_editable: none)
+        d.write_int(meta.master_states)  # master states (a master hook's state), kept byte for byte
+        d.write_bytes(meta.master_states_bytes)
         kept = [p for p in plans if not p.dropped]
         d.write_int(len(kept))
         for plan in kept:
@@ -377,8 +404,9 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
             continue
         d.write_int(i)
         managed = st.managed_operator
-        if plan.operator_states:  # (operator_state_spec: the operator held none)
-            data, states = _operator_state_stream(plan, i)
+        if plan.operator_states:  # the states the subtask holds, kept or replaced, and the new ones
+            held = _held(reader, plan.source, i) if st.managed_operator is not None else None
+            data, states = _operator_state_stream(plan, i, held)
             managed = OperatorStreamHandle(states, w.file(f"{plan.operator_id}-{i}-operator-new", data))
         for what, oh in (("operator", managed), ("raw-operator", st.raw_operator)):
             if oh is None:
@@ -455,63 +483,151 @@ def _meta_info(name: str, backend_type: int, mode: str, serializers: list[tuple[
     return bytes(d.buf)
 
 
+class _HeldOperatorState:
+    """One subtask's operator-state stream as held: the header's version, each state's meta-info bytes (as written)
+    and decoders, and each state's elements (or a broadcast state's payload) as bytes, uncompressed."""
+
+    def __init__(self, reader: FlinkSnapshotReader, op: OperatorState, st: SubtaskState) -> None:
+        h = st.managed_operator
+        where = f"{reader.metadata_file}: operator {op.display_name!r}, subtask {st.index}"
+        data = reader.resolver.read(h.stream) if h.stream is not None else b""
+        inp = DataInput(data)
+        self.metas: dict[str, tuple[bool, bytes, dict[str, Decoder]]] = {}
+        try:
+            version = inp.read_int()
+            if version != 6:
+                raise EditError(f"{where}: found an operator-state header of version {version}; expected 6 "
+                                "(Flink 1.15 to 2.x), the one set_operator_state writes next to held state")
+            compressed = inp.read_bool()
+            for broadcast in (False, True):
+                for _ in range(inp.read_short()):
+                    start = inp.pos
+                    name = inp.read_utf()
+                    inp.read_int()
+                    for _ in range(inp.read_int()):
+                        inp.read_utf()
+                        inp.read_utf()
+                    sers = {}
+                    for _ in range(inp.read_int()):
+                        key = inp.read_utf()
+                        sers[key] = read_top_level_snapshot(inp)
+                    self.metas[name] = (broadcast, bytes(data[start : inp.pos]), sers)
+        except UnknownSnapshot as exc:
+            raise EditError(f"{where}: operator state uses serializer {exc.class_name}, which State Explorer does "
+                            "not parse; its header cannot be rewritten") from exc
+        except EOFError as exc:
+            raise FlinkCorruptError(f"{where}: the operator-state header ends early ({exc})") from exc
+        starts = sorted({o for _, offs in h.states.values() for o in offs})
+        ends = {o: (starts[i + 1] if i + 1 < len(starts) else len(data)) for i, o in enumerate(starts)}
+        self.elements: dict[str, tuple[str, list[bytes]]] = {}
+        for name, (mode, offsets) in h.states.items():
+            if any(not inp.pos <= o <= len(data) for o in offsets):
+                raise FlinkCorruptError(f"{where}: operator state {name!r} has an offset outside the "
+                                        f"{len(data)}-byte stream's data (after its {inp.pos}-byte header)")
+            parts = [unframe(data, o, ends[o]) if compressed else bytes(data[o : ends[o]]) for o in offsets]
+            self.elements[name] = (mode, parts)
+
+
+def _held(reader: FlinkSnapshotReader, op: OperatorState, index: int | None = None) -> _HeldOperatorState | None:
+    """The operator state subtask ``index`` holds (None: the first subtask holding any), or None."""
+    st = next((st for st in op.subtasks if st.managed_operator is not None and index in (None, st.index)), None)
+    return None if st is None else _HeldOperatorState(reader, op, st)
+
+
 def operator_state_spec(reader: FlinkSnapshotReader, plan: OperatorPlan, name: str, values: Any, mode: str,
                         value_type: Any = None, key_type: Any = None) -> dict:
-    """Check one ``set_operator_state`` on a Flink savepoint: a state of String, Long or Integer values (and keys)
-    for an operator that holds no operator state yet (merging into existing operator state is not written)."""
+    """Check one ``set_operator_state`` on a Flink savepoint. A state the operator holds is replaced, keeping its
+    declared serializers and mode (its values encoded by them); a new one is a state of String, Long or Integer
+    values (and keys). The operator's other operator states (a source's splits, say) are kept byte for byte."""
     where = f"{reader.metadata_file}: operator {plan.uid or plan.operator_id!r}, operator state {name!r}"
     if mode not in _FLINK_MODES:
         raise EditError(f"{where}: found mode {mode!r}; expected one of {', '.join(_FLINK_MODES)}")
-    if any(st.managed_operator is not None for st in plan.source.subtasks):
-        held = reader.operator_state()
-        held = held[held["operator"] == plan.source.display_name]
-        what = ", ".join(sorted(set(held["state"]))) or "undecoded state"
-        raise EditError(f"{where}: the operator holds operator state already ({what}); set_operator_state writes "
-                        "Flink operator state only into an operator that holds none yet (here the source's split "
-                        "state has a serializer the writer does not encode)")
+    held = _held(reader, plan.source)
+    meta = held.metas.get(name) if held is not None else None
+    if meta is not None:
+        was = held.elements.get(name, (None,))[0]
+        if was is not None and was != _FLINK_MODES[mode]:
+            raise EditError(f"{where}: the operator holds it with mode {was}; found mode {mode!r} (a state keeps "
+                            "its distribution mode)")
     p = plan.source.parallelism
     if mode == "broadcast":
         if not isinstance(values, dict):
             raise EditError(f"{where}: broadcast state takes a dict of entries; found {type(values).__name__}")
-        kk = _simple_kind(list(values), key_type, "key", where)
-        vk = _simple_kind(list(values.values()), value_type, "value", where)
+        if meta is not None:
+            kdec, vdec, info = meta[2].get("KEY_SERIALIZER"), meta[2].get("VALUE_SERIALIZER"), meta[1]
+        else:
+            kk = _simple_kind(list(values), key_type, "key", where)
+            vk = _simple_kind(list(values.values()), value_type, "value", where)
+            kdec, vdec = _Simple(kk), _Simple(vk)
+            info = _meta_info(name, 2, "BROADCAST", [("KEY_SERIALIZER", kk), ("VALUE_SERIALIZER", vk)])
         data = DataOutput()
         data.write_int(len(values))
         for k, v in values.items():
-            data.write_bytes(encode(_Simple(kk), k, f"{where}, key {k!r}"))
-            data.write_bytes(encode(_Simple(vk), v, f"{where}, key {k!r}"))
-        info = _meta_info(name, 2, "BROADCAST", [("KEY_SERIALIZER", kk), ("VALUE_SERIALIZER", vk)])
+            data.write_bytes(encode(kdec, k, f"{where}, key {k!r}"))
+            data.write_bytes(encode(vdec, v, f"{where}, key {k!r}"))
         return {"broadcast": True, "info": info, "mode": "BROADCAST",
                 "per_subtask": {i: [bytes(data.buf)] for i in range(p)}}  # a copy on every subtask
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
         raise EditError(f"{where}: {mode} list state takes a list of values; found {type(values).__name__}")
     values = list(values)
-    vk = _simple_kind(values, value_type, "value", where)
-    elems = [encode(_Simple(vk), v, f"{where}, element {i}") for i, v in enumerate(values)]
+    if meta is not None:
+        vdec, info = meta[2].get("VALUE_SERIALIZER"), meta[1]
+        if name == SOURCE_READER_STATE:  # splits as the reader shows them: back to their serializer's bytes
+            values = [_split_bytes(v, f"{where}, element {i}") if isinstance(v, dict) else v
+                      for i, v in enumerate(values)]
+    else:
+        vk = _simple_kind(values, value_type, "value", where)
+        vdec, info = _Simple(vk), _meta_info(name, 1, _FLINK_MODES[mode], [("VALUE_SERIALIZER", vk)])
+    elems = [encode(vdec, v, f"{where}, element {i}") for i, v in enumerate(values)]
     base, extra = divmod(len(elems), p)
     per, pos = {}, 0
     for i in range(p):  # an even split, in order (union: each its share, which a restore joins again)
         n = base + (1 if i < extra else 0)
         per[i] = elems[pos : pos + n]
         pos += n
-    return {"broadcast": False, "info": _meta_info(name, 1, _FLINK_MODES[mode], [("VALUE_SERIALIZER", vk)]),
-            "mode": _FLINK_MODES[mode], "per_subtask": per}
+    return {"broadcast": False, "info": info, "mode": _FLINK_MODES[mode], "per_subtask": per}
 
 
-def _operator_state_stream(plan: OperatorPlan, index: int) -> tuple[bytes, dict[str, tuple[str, list[int]]]]:
-    """One subtask's operator-state stream (header, then every element) and the handle's state map."""
-    specs = list(plan.operator_states.items())
+def _split_bytes(split: dict, where: str) -> bytes:
+    """A source split (a dict as ``operator_state()`` shows it) as its ``SourceReaderState`` element, or EditError."""
+    try:
+        data = encode_split(split)
+    except (ValueError, KeyError, OverflowError) as exc:
+        raise EditError(f"{where}: cannot write the split {split!r} ({exc})") from exc
+    back, why = decode_split(data)
+    want = {**split, "serializer_version": back.get("serializer_version") if isinstance(back, dict) else None}
+    if why or back != want:
+        raise EditError(f"{where}: the split {split!r} would be read back as {back!r}; not written")
+    return data
+
+
+def _operator_state_stream(plan: OperatorPlan, index: int, held: _HeldOperatorState | None
+                           ) -> tuple[bytes, dict[str, tuple[str, list[int]]]]:
+    """One subtask's operator-state stream (header, then every element, uncompressed) and the handle's state map:
+    the states the subtask held that the edits do not set, as they were, then the ones the edits set."""
+    specs = dict(plan.operator_states)
+    kept = {} if held is None else {n: m for n, m in held.metas.items() if n not in specs}
     d = DataOutput()
     d.write_int(6)  # the operator backend header's version (Flink 1.15 .. 2.x)
     d.write_byte(0)  # not compressed
     for broadcast in (False, True):
-        mine = [spec for _, spec in specs if spec["broadcast"] is broadcast]
-        d.write_short(len(mine))
-        for spec in mine:
-            d.write_bytes(spec["info"])
+        infos = [m[1] for m in kept.values() if m[0] is broadcast]
+        infos += [spec["info"] for spec in specs.values() if spec["broadcast"] is broadcast]
+        d.write_short(len(infos))
+        for info in infos:
+            d.write_bytes(info)
     states = {}
+    for name in kept:
+        if name not in held.elements:  # registered, without elements on this subtask
+            continue
+        mode, parts = held.elements[name]
+        offsets = []
+        for part in parts:
+            offsets.append(len(d.buf))
+            d.write_bytes(part)
+        states[name] = (mode, offsets)
     for broadcast in (False, True):
-        for name, spec in specs:
+        for name, spec in specs.items():
             if spec["broadcast"] is not broadcast:
                 continue
             offsets = []
@@ -522,36 +638,62 @@ def _operator_state_stream(plan: OperatorPlan, index: int) -> tuple[bytes, dict[
     return bytes(d.buf), states
 
 
-# -- bootstrapping new keyed state (value states of String, Long and Integer) -------------------------------
+# -- bootstrapping new keyed state (value, list and map states of String, Long and Integer) -------------------------------
 _SIMPLE = {"String": "String", "Long": "Long", "Integer": "Int"}  # the type -> its serializer's class prefix
 _SERIALIZER_SNAPSHOT_FORMAT = 2  # what precedes a snapshot's class name in Flink's headers (as the fixtures hold)
 _SIMPLE_SNAPSHOT_VERSION = 3
 
 
-def _serializer_snapshot(kind: str) -> bytes:
-    """The snapshot of the serializer of ``kind`` (String, Long, Integer) as a keyed-state header holds it."""
+def _serializer_snapshot(kind: str, nested: bool = False) -> bytes:
+    """The snapshot of the serializer of ``kind`` (String, Long, Integer) as a keyed-state header holds it (``nested``:
+    inside a composite snapshot, where no format number precedes the class name)."""
     d = DataOutput()
-    d.write_int(_SERIALIZER_SNAPSHOT_FORMAT)
+    if not nested:
+        d.write_int(_SERIALIZER_SNAPSHOT_FORMAT)
     p = _SIMPLE[kind]
     d.write_utf(f"org.apache.flink.api.common.typeutils.base.{p}Serializer${p}SerializerSnapshot")
     d.write_int(_SIMPLE_SNAPSHOT_VERSION)
     return bytes(d.buf)
 
 
+def _composite_snapshot(cls: str, kinds: list[str]) -> bytes:
+    """A ``ListSerializerSnapshot``/``MapSerializerSnapshot`` of simple element types, as Flink writes it: the class
+    and version, the composite magic and outer version 1, the nested-snapshots magic, version 1, count and each."""
+    d = DataOutput()
+    d.write_int(_SERIALIZER_SNAPSHOT_FORMAT)
+    d.write_utf(f"org.apache.flink.api.common.typeutils.base.{cls}")
+    d.write_int(_SIMPLE_SNAPSHOT_VERSION)
+    d.write_int(COMPOSITE_MAGIC)
+    d.write_int(1)
+    d.write_int(NESTED_MAGIC)
+    d.write_int(1)
+    d.write_int(len(kinds))
+    for k in kinds:
+        d.write_bytes(_serializer_snapshot(k, nested=True))
+    return bytes(d.buf)
+
+
 _VOID_NAMESPACE = ("org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot")
+_KEYED_TYPES = {"value": "VALUE", "list": "LIST", "map": "MAP"}
 
 
-def _state_entry(name: str, value_kind: str) -> bytes:
-    """One value state's entry of the header: name, type, options, value and namespace serializer snapshots."""
+def _state_entry(name: str, kind: str, value_kind: str, user_key_kind: str | None = None) -> bytes:
+    """One keyed state's entry of the header: name, type, options, value and namespace serializer snapshots (a list
+    state's value serializer is a ListSerializer of its elements', a map state's a MapSerializer)."""
     d = DataOutput()
     d.write_utf(name)
     d.write_int(0)  # a keyed (key/value) state
     d.write_int(1)
     d.write_utf("KEYED_STATE_TYPE")
-    d.write_utf("VALUE")
+    d.write_utf(_KEYED_TYPES[kind])
     d.write_int(2)
     d.write_utf("VALUE_SERIALIZER")
-    d.write_bytes(_serializer_snapshot(value_kind))
+    if kind == "list":
+        d.write_bytes(_composite_snapshot("ListSerializerSnapshot", [value_kind]))
+    elif kind == "map":
+        d.write_bytes(_composite_snapshot("MapSerializerSnapshot", [user_key_kind, value_kind]))
+    else:
+        d.write_bytes(_serializer_snapshot(value_kind))
     d.write_utf("NAMESPACE_SERIALIZER")
     d.write_int(_SERIALIZER_SNAPSHOT_FORMAT)
     d.write_utf(_VOID_NAMESPACE)
@@ -559,37 +701,9 @@ def _state_entry(name: str, value_kind: str) -> bytes:
     return bytes(d.buf)
 
 
-class _Simple:
-    """An encoder/decoder pair for ``values.encode`` of one simple type (the reader's decoders, by name)."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-
-    def describe(self) -> str:
-        return self.kind
-
-    def read(self, inp: DataInput) -> Any:
-        if self.kind == "String":
-            return _read_string(inp)
-        return inp.read_long() if self.kind == "Long" else inp.read_int()
-
-
-def _read_string(inp: DataInput) -> str | None:
-    n = _varint(inp)
-    if n == 0:
-        return None
-    units = [_varint(inp) for _ in range(n - 1)]
-    return b"".join(u.to_bytes(2, "big") for u in units).decode("utf-16-be", "surrogatepass")
-
-
-def _varint(inp: DataInput) -> int:
-    out, shift = 0, 0
-    while True:
-        b = inp.read_byte() & 0xFF
-        out |= (b & 0x7F) << shift
-        if b < 0x80:
-            return out
-        shift += 7
+def _Simple(kind: str) -> Decoder:
+    """The reader's decoder of one simple type (String, Long, Integer), which ``values.encode`` writes by."""
+    return PRIMITIVES[{"String": "StringSerializer", "Long": "LongSerializer", "Integer": "IntSerializer"}[kind]]
 
 
 def _simple_kind(values: list, given: Any, what: str, where: str) -> str:
@@ -619,36 +733,46 @@ def new_operator(reader: FlinkSnapshotReader, uid: str, parallelism: int | None,
 
 def bootstrap_spec(reader: FlinkSnapshotReader, plan: OperatorPlan, state: str, frame: Any, kind: str,
                    value_type: Any = None, user_key_type: Any = None) -> dict:
-    """Check one ``bootstrap`` into a Flink savepoint: a value state of String, Long or Integer values keyed by
-    String or Long keys; its header entry and its entries' bytes (key groups as Flink assigns them)."""
+    """Check one ``bootstrap`` into a Flink savepoint: a value, list or map state of String, Long or Integer values
+    (and map keys) keyed by String or Long keys; its header entry and its entries' bytes (key groups as Flink
+    assigns them). A list state is one entry per key, its elements (the frame's rows of the key, in order) joined
+    by Flink's list delimiter; a map state one entry per (key, user key), the value behind a not-null flag."""
     where = f"{reader.metadata_file}: operator {plan.uid!r}, state {state!r}"
-    if kind != "value":
-        raise EditError(f"{where}: kind {kind!r}; a Flink savepoint is bootstrapped with value state only for now")
-    missing = [c for c in ("key", "value") if c not in getattr(frame, "columns", ())]
+    if kind not in _KEYED_TYPES:
+        raise EditError(f"{where}: kind {kind!r}; a Flink savepoint is bootstrapped with value, list or map state")
+    columns = ("key", "user_key", "value") if kind == "map" else ("key", "value")
+    missing = [c for c in columns if c not in getattr(frame, "columns", ())]
     if missing:
-        raise EditError(f"{where}: the frame has no column {missing}; a value state is bootstrapped from key, value")
+        raise EditError(f"{where}: the frame has no column {missing}; a {kind} state is bootstrapped from "
+                        f"{', '.join(columns)}")
     if state in plan.bootstrapped:
         raise EditError(f"{where}: bootstrapped twice; expected one frame per state")
     keys, values = frame["key"].tolist(), frame["value"].tolist()
     key_kind = _simple_kind(keys, None, "key", where)
     value_kind = _simple_kind(values, value_type, "value", where)
+    user_keys = frame["user_key"].tolist() if kind == "map" else [None] * len(keys)
+    uk_kind = _simple_kind(user_keys, user_key_type, "user key", where) if kind == "map" else None
     others = {s["key_kind"] for s in plan.bootstrapped.values()}
     if others and others != {key_kind}:
         raise EditError(f"{where}: keys are {key_kind}, the operator's other bootstrapped states' {others.pop()}; "
                         "expected one key type per operator")
     key_enc, value_enc = _Simple(key_kind), _Simple(value_kind)
-    rows: list[tuple[int, bytes, bytes]] = []
-    seen = set()
-    for k, v in zip(keys, values):
-        if k in seen:
-            raise EditError(f"{where}: key {k!r} appears twice in the frame; expected one row each")
-        seen.add(k)
+    entries: dict[Any, list] = {}  # (key, user key) -> [key group, key bytes, [value bytes]]
+    for k, uk, v in zip(keys, user_keys, values):
+        at = f"{where}, key {k!r}" + (f", user key {uk!r}" if kind == "map" else "")
         if v is None:
-            raise EditError(f"{where}, key {k!r}: a value None; expected a {value_kind}")
-        kg = assign_to_key_group(k, plan.max_parallelism)
-        rows.append((kg, encode(key_enc, k, f"{where}, key {k!r}") + b"\x00",  # + the void namespace
-                     encode(value_enc, v, f"{where}, key {k!r}")))
-    return {"key_kind": key_kind, "entry": _state_entry(state, value_kind), "rows": rows}
+            raise EditError(f"{at}: a value None; expected a {value_kind}")
+        one = entries.get((k, uk))
+        if one is not None and kind != "list":
+            raise EditError(f"{at}: appears twice in the frame; expected one row each")
+        if one is None:
+            kbytes = encode(key_enc, k, at) + b"\x00"  # + the void namespace
+            if kind == "map":
+                kbytes += encode(_Simple(uk_kind), uk, at)
+            one = entries[(k, uk)] = [assign_to_key_group(k, plan.max_parallelism), kbytes, []]
+        one[2].append((b"\x00" if kind == "map" else b"") + encode(value_enc, v, at))
+    rows = [(kg, kbytes, b",".join(vals)) for kg, kbytes, vals in entries.values()]
+    return {"key_kind": key_kind, "entry": _state_entry(state, kind, value_kind, uk_kind), "rows": rows}
 
 
 class _BootstrapEntries(_OperatorEntries):

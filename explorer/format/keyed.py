@@ -34,8 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import SnapshotFormatError
+from ..errors import SnapshotCorruptError, SnapshotFormatError
 from . import budget
+from .parquet_pages import check_page_sizes, footer_chunks
 from .types import TypeInfo
 
 try:  # XXH3-128 of checkpoints' files (a declared dependency)
@@ -349,23 +350,33 @@ def _allocate(fd: int, size: int) -> bool:
     return fn is not None and fn(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0
 
 
-def _check_row_groups(path: Path, pf: pq.ParquetFile, ids: Iterable[int], columns: Sequence[str] | None) -> None:
-    """The uncompressed sizes Parquet's footer declares for the row groups ``ids`` (their column chunks of
-    ``columns``), each and together, against the memory budget before any page is read: a 14 KiB file can
-    hold a 300 MiB zstd value (:mod:`explorer.format.budget`)."""
-    md, wanted = pf.metadata, None if columns is None else set(columns)
+def check_row_groups(path: Any, pf: pq.ParquetFile, ids: Iterable[int], columns: Sequence[str] | None,
+                     together: bool = True) -> None:
+    """The row groups ``ids`` of the Parquet file ``path`` (opened as ``pf``; their column chunks of
+    ``columns``) checked against the memory budget before any page is decoded: a 14 KiB file can hold a
+    300 MiB zstd value (:mod:`explorer.format.budget`). First the uncompressed sizes the footer declares,
+    each row group and (``together``: they are read at once) their sum; then the page headers of those
+    chunks, each page against the budget and all of a chunk's against the footer, since Arrow allocates
+    what a page header declares (:func:`explorer.format.parquet_pages.check_page_sizes`)."""
+    # the footer's chunks as parsed here: pyarrow's RowGroupMetaData.column() aborts the process on some
+    # damaged footers (an uncaught C++ exception), and these bytes' checksum may not be checked yet
+    groups, wanted = footer_chunks(path), None if columns is None else set(columns)
     total, read = 0, []
     for i in ids:
-        rg = md.row_group(i)
-        size = sum(max(0, c.total_uncompressed_size) for c in (rg.column(j) for j in range(rg.num_columns))
+        if not 0 <= i < len(groups):
+            raise SnapshotCorruptError(f"{path}: row group {i} is not in its footer ({len(groups)} row groups)")
+        rg = groups[i]
+        size = sum(max(0, c.total_uncompressed_size) for c in rg.columns
                    if wanted is None or c.path_in_schema.split(".")[0] in wanted)
         if wanted is None:
             size = max(size, rg.total_byte_size)
         budget.check(size, file=path, what=f"row group {i} ({rg.num_rows:,} rows, uncompressed)")
         total += size
         read.append(i)
-    if len(read) > 1:
+    if together and len(read) > 1:
         budget.check(total, file=path, what=f"row groups {read[0]}..{read[-1]} read together (uncompressed)")
+    if budget.current() is not None:
+        check_page_sizes(path, groups, read, wanted)
 
 
 def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups: Iterable[int] | None,
@@ -373,7 +384,7 @@ def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups:
     """Read the row groups of ``path`` that hold any of ``key_groups`` (all when None)."""
     pf = pq.ParquetFile(path)
     if key_groups is None:
-        _check_row_groups(path, pf, range(pf.metadata.num_row_groups), columns)
+        check_row_groups(path, pf, range(pf.metadata.num_row_groups), columns)
         return pf.read(columns=list(columns) if columns else None)
     wanted = np.unique(np.fromiter((int(k) for k in key_groups), dtype=np.int64))
     # a row group is wanted when some wanted key group lies in [lo, hi]: the first wanted >= lo is <= hi
@@ -384,7 +395,7 @@ def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups:
     cols = list(columns) if columns else None
     if cols is not None and "key_group" not in cols:
         cols = cols + ["key_group"]
-    _check_row_groups(path, pf, ids, cols)
+    check_row_groups(path, pf, ids, cols)
     t = pf.read_row_groups(ids, columns=cols)
 
     if len(wanted) == int(wanted[-1]) - int(wanted[0]) + 1:  # a range: two comparisons, no hash set

@@ -13,7 +13,9 @@ the values to give each one's start and end in the memory-mapped file
 
 :func:`column_spans` returns None, having read nothing but headers, for any chunk not in
 that shape (compressed, a dictionary page, another encoding, nulls, repetition levels);
-the caller then reads it with Arrow. Bytes that contradict themselves (a page or value
+the caller then reads it with Arrow. :func:`check_page_sizes` reads the same headers of the column
+chunks Arrow is about to decode and checks what each page declares against the memory budget and
+against the footer (whose sizes the row-group check trusted). Bytes that contradict themselves (a page or value
 running past its chunk, a header Thrift cannot parse, a page checksum that does not
 match) raise :class:`~explorer.errors.SnapshotCorruptError` naming the file, the row
 group, the offset, what was found and what was expected.
@@ -22,16 +24,20 @@ group, the offset, what was found and what was expected.
 from __future__ import annotations
 
 import mmap
+import os
 import threading
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from ..errors import SnapshotCorruptError
+from . import budget
 
-__all__ = ["ByteSpans", "column_spans", "map_file"]
+__all__ = ["ByteSpans", "Chunk", "RowGroup", "check_page_sizes", "column_spans", "footer_chunks", "map_file"]
 
 # parquet.thrift: PageType, Encoding, CompressionCodec
 _DATA_PAGE, _INDEX_PAGE, _DICTIONARY_PAGE, _DATA_PAGE_V2 = 0, 1, 2, 3
@@ -200,12 +206,18 @@ def _page_header(t: _Thrift) -> dict[str, int]:
             return True
         return False
 
+    def dictionary(fid: int, ttype: int) -> bool:
+        if ttype == 5 and fid == 1:
+            head["dict_values"] = t.zigzag()
+            return True
+        return False
+
     def page(fid: int, ttype: int) -> bool:
         if ttype == 5 and fid in (1, 2, 3, 4):
             head[("type", "uncompressed", "compressed", "crc")[fid - 1]] = t.zigzag()
             return True
-        if ttype == 12 and fid in (5, 8):
-            t.struct(data_v1 if fid == 5 else data_v2, 1)
+        if ttype == 12 and fid in (5, 7, 8):
+            t.struct({5: data_v1, 7: dictionary, 8: data_v2}[fid], 1)
             return True
         return False
 
@@ -356,6 +368,331 @@ def column_spans(data: np.ndarray, column: Any, max_def: int, max_rep: int, wher
             f"{where}: column {column.path_in_schema!r}: the {n} PLAIN values of the page ending at byte {stop} "
             "do not fill it exactly (a length running past the page, or bytes left over)")
     return ByteSpans(data, starts, ends)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What the footer says of one column chunk: the fields the size checks read. Parsed here from the
+    footer's Thrift (:func:`footer_chunks`), never through pyarrow's ``RowGroupMetaData.column()``: that
+    accessor validates what it parses (a size-statistics histogram of the wrong length, say) by throwing
+    a C++ exception it does not catch, which aborts the process, on bytes whose checksum is not yet checked."""
+
+    path_in_schema: str
+    physical_type: str
+    compression: str
+    num_values: int
+    total_uncompressed_size: int
+    total_compressed_size: int
+    data_page_offset: int
+    dictionary_page_offset: int | None
+
+    @property
+    def has_dictionary_page(self) -> bool:
+        return self.dictionary_page_offset is not None
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    num_rows: int
+    total_byte_size: int
+    columns: tuple[Chunk, ...]
+
+
+_TYPES = ("BOOLEAN", "INT32", "INT64", "INT96", "FLOAT", "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")
+_CODEC_NAMES = ("UNCOMPRESSED", "SNAPPY", "GZIP", "LZO", "BROTLI", "LZ4", "ZSTD", "LZ4_RAW")
+#: a footer longer than this is refused before it is read (pyarrow's own default limit is 100 MB)
+_FOOTER_MAX = 64 << 20
+
+
+def footer_chunks(source: Any, where: Any = None) -> list[RowGroup]:
+    """The row groups and column chunks the Parquet footer of ``source`` (a path, or a pyarrow file)
+    declares, parsed from its Thrift compact bytes. Bytes that do not parse raise
+    :class:`~explorer.errors.SnapshotCorruptError` naming the file (``where``) and the offset."""
+    where = where if where is not None else source
+    f, opened = _random_access(source)
+    try:
+        size = f.size()
+        tail = f.read_at(8, size - 8) if size >= 12 else b""
+        if len(tail) != 8 or tail[4:] != b"PAR1":
+            raise SnapshotCorruptError(f"{where}: no Parquet footer (the file of {size:,} bytes does not end "
+                                       "with 'PAR1'); expected a Parquet file")
+        n = int.from_bytes(tail[:4], "little")
+        if n <= 0 or n > size - 12 or n > _FOOTER_MAX:
+            raise SnapshotCorruptError(f"{where}: its footer declares {n:,} bytes in a file of {size:,}; expected "
+                                       f"a footer within the file (and under {_FOOTER_MAX:,} bytes)")
+        budget.check(n, file=where, what="the Parquet footer")
+        data = memoryview(f.read_at(n, size - 8 - n)).cast("B")
+    finally:
+        if opened:
+            f.close()
+    try:
+        return _file_metadata(_Thrift(data, 0, len(data)))
+    except _Corrupt as exc:
+        raise SnapshotCorruptError(f"{where}: its Parquet footer does not parse: {exc}") from None
+
+
+def _list(t: _Thrift, ttype: int, read_element) -> list:
+    if ttype != 9:
+        raise _Corrupt(f"a list field of Thrift type {ttype} (expected 9)")
+    h = t.byte()
+    n = h >> 4 if h >> 4 != 15 else t.varint()
+    if n > t.end - t.pos:  # every element takes a byte at least
+        raise _Corrupt(f"a list of {n:,} elements in {t.end - t.pos:,} bytes")
+    return [read_element(t, h & 0x0F) for _ in range(n)]
+
+
+def _file_metadata(t: _Thrift) -> list[RowGroup]:
+    groups: list[RowGroup] = []
+
+    def column_meta(fields: dict) -> Any:
+        def on(fid: int, ttype: int) -> bool:
+            if fid == 1 and ttype == 5:
+                fields["type"] = t.zigzag()
+            elif fid == 3:
+                fields["path"] = ".".join(_list(t, ttype, lambda t, _: _binary(t)))
+            elif fid == 4 and ttype == 5:
+                fields["codec"] = t.zigzag()
+            elif fid in (5, 6, 7, 9, 11) and ttype == 6:
+                fields[fid] = t.zigzag()
+            else:
+                return False
+            return True
+        return on
+
+    def chunk(t: _Thrift, ttype: int) -> Chunk:
+        fields: dict = {}
+
+        def on(fid: int, ttype: int) -> bool:
+            if fid == 3 and ttype == 12:
+                t.struct(column_meta(fields), 2)
+                return True
+            return False
+
+        t.struct(on, 1)
+        if "path" not in fields or 6 not in fields or 7 not in fields or 9 not in fields:
+            raise _Corrupt("a column chunk without its metadata (path, sizes, data page offset)")
+        ptype, codec = fields.get("type", -1), fields.get("codec", -1)
+        return Chunk(fields["path"], _TYPES[ptype] if 0 <= ptype < len(_TYPES) else f"type {ptype}",
+                     _CODEC_NAMES[codec] if 0 <= codec < len(_CODEC_NAMES) else f"codec {codec}",
+                     fields.get(5, 0), fields[6], fields[7], fields[9], fields.get(11))
+
+    def row_group(t: _Thrift, ttype: int) -> RowGroup:
+        fields: dict = {"columns": []}
+
+        def on(fid: int, ttype: int) -> bool:
+            if fid == 1:
+                fields["columns"] = _list(t, ttype, chunk)
+            elif fid in (2, 3) and ttype == 6:
+                fields[fid] = t.zigzag()
+            else:
+                return False
+            return True
+
+        t.struct(on, 1)
+        return RowGroup(fields.get(3, 0), fields.get(2, 0), tuple(fields["columns"]))
+
+    def on_file(fid: int, ttype: int) -> bool:
+        if fid == 4:
+            groups.extend(_list(t, ttype, row_group))
+            return True
+        return False
+
+    t.struct(on_file)
+    return groups
+
+
+def _binary(t: _Thrift) -> str:
+    n = t.varint()
+    if t.pos + n > t.end:
+        raise _Corrupt("a string running past the footer")
+    raw = bytes(t.buf[t.pos:t.pos + n])
+    t.pos += n
+    return raw.decode("utf-8", "replace")
+
+
+def _random_access(source: Any) -> tuple[Any, bool]:
+    """``source`` (what ``pq.ParquetFile`` was given) as a pyarrow random-access file, and whether it was
+    opened here: a local path (or a remote one, through its cached copy: ``os.fspath``) memory-mapped, so a
+    column chunk's headers cost no copy; a pyarrow file (a remote one read by range) as it is."""
+    if isinstance(source, pa.NativeFile):
+        return source, False
+    return pa.memory_map(os.fspath(source), "r"), True
+
+
+def check_page_sizes(source: Any, metadata: Any, row_groups: Any, columns: Any = None, where: Any = None) -> None:
+    """(``metadata``: the footer as :func:`footer_chunks` gives it, or anything else to have it parsed here.)
+    The page headers of the column chunks Arrow is about to decode (row groups ``row_groups``, their
+    columns whose top-level name is in ``columns``, all when None), checked before it decodes them.
+
+    Arrow allocates what a page header declares (its uncompressed size) whatever the footer said, and the
+    row-group check (``format/keyed.py``) trusted the footer: so each page's declared uncompressed size is
+    checked against the memory budget (:class:`~explorer.errors.SnapshotTooLargeError`), and the pages of a
+    chunk together against the footer's ``total_uncompressed_size`` for that chunk
+    (:class:`~explorer.errors.SnapshotCorruptError` when they declare more: the footer's sizes, which the
+    budget was checked against, are then what bounds the read). Each chunk is read once, in one piece (a
+    remote file's range is then in the cache for Arrow's own read); only headers are parsed."""
+    where = where if where is not None else source
+    wanted = None if columns is None else set(columns)
+    ident = _identity(source)
+    limit = budget.current()
+    groups = metadata if isinstance(metadata, list) else footer_chunks(source, where)
+    todo = [(i, col) for i in row_groups for col in groups[i].columns
+            if (wanted is None or col.path_in_schema.split(".")[0] in wanted)
+            and (ident is None or (ident, i, col.path_in_schema, limit) not in _PASSED)]
+    if not todo:
+        return
+    f, opened = _random_access(source)
+    try:
+        file_size = f.size()
+        for i, col in todo:
+            _check_chunk(f, file_size, col, f"{where}: row group {i}, column {col.path_in_schema!r}")
+            if ident is not None:
+                with _PASSED_LOCK:
+                    if len(_PASSED) >= _PASSED_MAX:
+                        _PASSED.clear()
+                    _PASSED.add((ident, i, col.path_in_schema, limit))
+    finally:
+        if opened:
+            f.close()
+
+
+#: column chunks whose pages passed under a budget, by (file, size, mtime, row group, column, budget): an
+#: analysis that streams key-group ranges reads a row group once per pass, its headers are checked once
+_PASSED: set[tuple] = set()
+_PASSED_LOCK = threading.Lock()
+_PASSED_MAX = 1 << 16
+
+
+def _identity(source: Any) -> tuple | None:
+    """A local file's path, size and modification time (a file rewritten since is checked again); None for a
+    pyarrow file (a remote one read by range: checked each time)."""
+    if isinstance(source, pa.NativeFile):
+        return None
+    try:
+        st = os.stat(os.fspath(source))
+    except (OSError, TypeError):
+        return None
+    return os.fspath(source), st.st_size, st.st_mtime_ns
+
+
+def _check_chunk(f: Any, file_size: int, col: Any, where: str) -> None:
+    start = int(col.dictionary_page_offset) if col.has_dictionary_page and col.dictionary_page_offset else \
+        int(col.data_page_offset)
+    length, declared = int(col.total_compressed_size), int(col.total_uncompressed_size)
+    if length == 0:  # no page at all (an empty row group's chunk, as pyarrow writes it)
+        return
+    if start < 4 or length < 0 or start + length > file_size:
+        raise SnapshotCorruptError(f"{where}: its column chunk at bytes {start}-{start + length} lies outside the "
+                                   f"file of {file_size:,} bytes; expected a chunk inside the file")
+    budget.check(length, file=where, what="the column chunk (compressed, as the footer declares)")
+    data = memoryview(f.read_at(length, start)).cast("B")
+    if len(data) != length:
+        raise SnapshotCorruptError(f"{where}: read {len(data):,} bytes of its {length:,}-byte column chunk")
+    pos, total, values, indexed, dictionary = 0, 0, 0, 0, None
+    try:
+        while pos < length:
+            t = _Thrift(data, pos, length)
+            head = _page_header(t)
+            body, size, unc = t.pos, head["compressed"], head["uncompressed"]
+            if size < 0 or unc < 0 or body + size > length:
+                raise _Corrupt(f"a page at byte {start + pos} declares {size:,} bytes compressed and {unc:,} "
+                               f"uncompressed, {length - body:,} bytes are left of its column chunk")
+            budget.check(unc, file=where, what=f"the page at byte {start + pos} (uncompressed, as its header "
+                                               "declares)")
+            total += unc
+            if head["type"] == _DICTIONARY_PAGE and dictionary is None:
+                dictionary = (body, size, unc, max(0, head.get("dict_values", 0)))
+            elif head["type"] in (_DATA_PAGE, _DATA_PAGE_V2):
+                n = max(0, head.get("num_values", 0))
+                values += n
+                if head.get("encoding") in _DICTIONARY_ENCODINGS:
+                    indexed += n
+            pos = body + size
+        if total > declared:
+            raise SnapshotCorruptError(
+                f"{where}: its pages' headers declare {total:,} bytes uncompressed, the footer {declared:,} for the "
+                "whole column chunk; expected pages within what the footer declares (the footer's sizes are what "
+                "the memory budget was checked against)")
+        # values decoded from run-length or delta encodings take a slot each, whatever the page's bytes
+        budget.check(values * 8, file=where, what=f"its {values:,} values as decoded (8 bytes each, at least)")
+        if dictionary is not None and indexed and col.physical_type == "BYTE_ARRAY":
+            _check_dictionary(data, dictionary, indexed, col.compression, where)
+    except _Corrupt as exc:
+        raise SnapshotCorruptError(f"{where}: {exc}") from None
+    finally:
+        data.release()
+
+
+def _may_hold_longer(page: bytes, limit: int) -> bool:
+    """Whether some 4 bytes of ``page`` read as a length over ``limit`` that still fits in the page after them:
+    False proves that no entry is longer than ``limit`` without walking the entries (every entry's length
+    prefix is such 4 bytes), which for text is the common case (its bytes read as lengths of hundreds of MB,
+    past the page). Four aligned views, no copy of the page."""
+    end = len(page)
+    for k in range(4):
+        n = (end - k) // 4
+        if n <= 0:
+            continue
+        lengths = np.frombuffer(page, dtype="<u4", offset=k, count=n)
+        cand = np.flatnonzero((lengths > limit) & (lengths <= end - 4 - k))
+        if len(cand) and (lengths[cand].astype(np.int64) <= end - 4 - k - 4 * cand).any():
+            return True
+    return False
+
+
+#: dictionaries of more entries than this are walked by the compiled kernel (a Python walk: ~0.2 us an entry)
+_WALK_IN_PYTHON = 4096
+#: data page encodings whose values are indexes into the chunk's dictionary page
+_DICTIONARY_ENCODINGS = (2, 8)  # PLAIN_DICTIONARY, RLE_DICTIONARY
+#: Parquet's codec names as pyarrow's (LZ4 with Hadoop's framing, LZO: none)
+_CODECS = {"SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli", "ZSTD": "zstd", "LZ4_RAW": "lz4_raw"}
+
+
+def _check_dictionary(data: memoryview, dictionary: tuple[int, int, int, int], indexed: int, codec: str,
+                      where: str) -> None:
+    """``indexed`` values of dictionary-encoded pages decode to a copy of an entry each: at most ``indexed``
+    times the longest entry, which may be far more than any page declares (one 8 MB entry, 215 rows: 1.7 GB
+    out of a 4.6 KB file). First the longest an entry can be (the page less a length prefix for each other
+    entry); only when that bound is over the budget are the entries read (the page decompressed, as Arrow
+    will) for the longest one."""
+    body, size, unc, count = dictionary
+    longest = max(0, unc - 4 * count)
+    what = "its dictionary-encoded values as decoded (each a copy of its dictionary entry)"
+    if indexed * longest <= (budget.current() or 0):
+        return
+    raw = data[body:body + size]
+    if codec == "UNCOMPRESSED":
+        page = bytes(raw)
+    elif codec in _CODECS:
+        try:
+            page = pa.decompress(raw, decompressed_size=unc, codec=_CODECS[codec]).to_pybytes()
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise _Corrupt(f"its dictionary page does not decompress with {codec} ({type(exc).__name__})") from None
+    else:  # (no codec to look inside with: the bound stands)
+        budget.check(indexed * longest, file=where, what=f"{what}, up to {longest:,} bytes each")
+        return
+    limit = (budget.current() or 0) // indexed
+    if count <= _WALK_IN_PYTHON and not _may_hold_longer(page, limit):
+        return  # no entry longer than the budget allows for each index: proven without walking them
+    if count > _WALK_IN_PYTHON:  # the compiled walk (numba loaded once, ~0.8 CPU-s, for dictionaries this big)
+        buf = np.frombuffer(page, dtype=np.uint8)
+        starts, ends = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
+        if _kernel()(buf, np.array([[0, len(page), count, 0]], dtype=np.int64), starts, ends) < 0:
+            longest = int((ends - starts).max())
+            budget.check(indexed * longest, file=where,
+                         what=f"{what}: {indexed:,} of them, the longest entry {longest:,} bytes")
+            return
+    longest, at, end = 0, 0, len(page)  # (or the compiled walk found the entries not filling the page: say where)
+    for _ in range(count):
+        if at + 4 > end:
+            raise _Corrupt(f"its dictionary page ends at byte {at} before its {count:,} entries do")
+        n = int.from_bytes(page[at:at + 4], "little")
+        longest = max(longest, n)
+        at += 4 + n
+    if at > end:
+        raise _Corrupt(f"its dictionary page's entries run {at - end:,} bytes past its end")
+    budget.check(indexed * longest, file=where,
+                 what=f"{what}: {indexed:,} of them, the longest entry {longest:,} bytes")
 
 
 def warm() -> None:

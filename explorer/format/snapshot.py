@@ -47,6 +47,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import SnapshotCorruptError, SnapshotFormatError, UnsafePathError
+from . import budget
 from .untrusted import own_file
 from ..storage import as_path
 
@@ -98,6 +99,8 @@ def read_metadata(folder: Path) -> dict[str, Any]:
         raise UnsafePathError(f"{path}: a symlink to {real}, outside the snapshot folder; expected the snapshot's "
                               "own _metadata")
     try:
+        if budget.current() is not None:  # its size before its bytes: the file is read whole
+            budget.check(path.stat().st_size, file=path, what="the snapshot's _metadata (its file size)")
         data = path.read_bytes()
     except FileNotFoundError as exc:
         raise SnapshotFormatError(f"{path}: no such file; expected the _metadata of a State Explorer snapshot") from exc
@@ -120,8 +123,8 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     (crc,) = struct.unpack_from(">I", data, end)
     if zlib.crc32(body) != crc:
         raise SnapshotCorruptError(f"{path}: metadata checksum mismatch (found {zlib.crc32(body):#010x}, expected {crc:#010x})")
-    try:
-        meta = json.loads(body)
+    try:  # counted before parsed: ten million entries are refused, not built then refused
+        meta = budget.loads(body, file=path, what="its metadata JSON")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a matching CRC makes this unlikely
         raise SnapshotCorruptError(f"{path}: metadata is not valid JSON ({exc})") from exc
     if not isinstance(meta, dict):

@@ -3,7 +3,8 @@
 Resolve, then confine: a path a snapshot names (in its metadata, an archive, a folder's
 listing, a symlink) is resolved (every symlink followed) and opened only when the result
 lies inside one of the folders the format allows (:class:`Roots`); a folder beyond those
-only when the user names it (``allow_roots=[...]``, a trusted argument). A file name that
+only when the user names it (``allow_roots=[...]``, a trusted argument; beside a snapshot on a
+remote store, a URL of that store). A file name that
 must be a plain name (an SST file in Spark's ``SSTs/`` folder) is checked by
 :func:`plain_name`. Error messages quote no more of a file than :func:`excerpt` gives:
 a few bytes, escaped, with the length of the rest.
@@ -16,7 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnsafePathError
+from ..errors import StorageError, UnsafePathError
+from ..storage import StoragePath, beside, is_remote_url
 
 __all__ = ["ALLOW_OPTION", "Roots", "excerpt", "own_file", "plain_name"]
 
@@ -27,6 +29,18 @@ ALLOW_OPTION = "allow_roots"
 def _real(p: Any) -> Any:
     """``p`` with every symlink resolved (a :class:`~explorer.storage.StoragePath`: ``..`` taken out)."""
     return p.resolve() if hasattr(p, "store") else Path(p).resolve()
+
+
+def _extra_root(root: Any, like: Any) -> Any:
+    """A folder the user allowed, as the snapshot's paths are: a URL beside a snapshot on a remote store is a
+    folder of that store (its filesystem and credentials), not a local path named ``s3:/...``."""
+    if like is None or not is_remote_url(root):
+        return root
+    out = beside(root, like)
+    if out is None:
+        raise StorageError(f"{ALLOW_OPTION}={root!r}: not a folder of the store the snapshot {like} is on; expected "
+                           "a URL of the same store (its files are read with the snapshot's own settings)")
+    return out
 
 
 def _inside(path: Any, root: Any) -> bool:
@@ -45,7 +59,8 @@ class Roots:
     def __init__(self, folders: Iterable[Any], extra: Iterable[Any] | None = None,
                  what: str = "the snapshot folder") -> None:
         self.folders = [_real(f) for f in folders]
-        self.extra = [_real(f) for f in (extra or ())]
+        remote = next((f for f in self.folders if isinstance(f, StoragePath)), None)
+        self.extra = [_real(_extra_root(f, remote)) for f in (extra or ())]
         self.what = what
 
     @classmethod

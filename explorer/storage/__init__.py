@@ -25,7 +25,7 @@ from .cache import FileCache, parse_size
 from .config import aws_settings, s3_options
 from .remote import FetchStats, RangedFile, Store, StoragePath, fetch_stats, reset_fetch_stats, storage_error
 
-__all__ = ["FetchStats", "FileCache", "RangedFile", "Store", "StoragePath", "as_path", "aws_settings",
+__all__ = ["FetchStats", "FileCache", "RangedFile", "Store", "StoragePath", "as_path", "aws_settings", "beside",
            "fetch_stats", "is_remote", "is_remote_url", "parse_size", "reset_fetch_stats", "s3_options",
            "storage_error"]
 
@@ -80,6 +80,11 @@ def as_path(path: Any, storage_options: Mapping[str, Any] | None = None,
         raise
     except Exception as exc:  # noqa: BLE001 - a filesystem that cannot be made: name the URL
         raise storage_error(exc, path, "connecting to") from exc
+    return StoragePath(store, _key_of(path, u, scheme))
+
+
+def _key_of(path: str, u, scheme: str) -> str:
+    """The key a store of ``scheme`` names the URL ``path`` (parsed as ``u``) by."""
     key = unquote(u.path)
     if scheme in ("s3", "s3a", "s3n", "gs", "gcs"):
         if not u.netloc:
@@ -90,7 +95,27 @@ def as_path(path: Any, storage_options: Mapping[str, Any] | None = None,
         if not container:
             raise StorageError(f"{path}: found no container; expected {scheme}://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH")
         key = container + key
-    return StoragePath(store, key)
+    return key
+
+
+#: the store kind of each scheme, as the first part of a store's id (``Store.store_id``)
+_STORE_KIND = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs", "hdfs": "hdfs", "viewfs": "hdfs",
+               "abfs": "abfs", "abfss": "abfs"}
+
+
+def beside(url: str, like: StoragePath) -> StoragePath | None:
+    """The folder ``url`` names, on the store of ``like`` (its filesystem, credentials and cache: what the user
+    opened the snapshot with), or None when ``url`` is not a URL of that kind of store (a local path; a ``gs://``
+    folder beside an ``s3://`` snapshot). What ``allow_roots=`` URLs are compared with a remote snapshot's
+    files as."""
+    u = urlparse(url) if isinstance(url, str) else None
+    scheme = u.scheme.lower() if u is not None else ""
+    if scheme not in REMOTE_SCHEMES or not like.store.store_id.startswith(_STORE_KIND[scheme] + "|"):
+        return None
+    out = StoragePath(like.store, _key_of(url, u, scheme))
+    if scheme in ("hdfs", "viewfs", "abfs", "abfss") and str(out).split("/")[2] != str(like).split("/")[2]:
+        return None  # another cluster or account: not this store
+    return out
 
 
 def _open_store(scheme: str, u, opts: dict[str, Any], cache: FileCache | None) -> Store:

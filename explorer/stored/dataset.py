@@ -11,15 +11,25 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import AnalysisError
+from ..format import budget
+from ..format.keyed import check_row_groups
 
 __all__ = ["parquet_dataset"]
 
 
-def parquet_dataset(path: Path, files: list[dict[str, Any]]):
+def parquet_dataset(path: Path, files: list[dict[str, Any]], memory_budget: int | None = None):
     """A FileSystemDataset over the state files ``files`` (``file, operator, state, subtask,
-    key_group_start, key_group_end`` each) with those as partition fields and guarantees."""
+    key_group_start, key_group_end`` each) with those as partition fields and guarantees.
+
+    ``memory_budget``: every row group of every file is checked against it first, as every other read
+    of engine Parquet is (``format.keyed.check_row_groups``: the footer's sizes, then the page headers):
+    a scan decodes one row group at a time, so each is checked alone, not their sum."""
     if not files:
         raise AnalysisError(f"{path}: no Parquet state file matches; expected an operator and state it holds")
+    with budget.using(memory_budget):
+        for f in files:
+            pf = pq.ParquetFile(f["file"])
+            check_row_groups(f["file"], pf, range(pf.metadata.num_row_groups), None, together=False)
     schemas = {}
     for f in files:
         schemas.setdefault((f["operator"], f["state"]), pq.read_schema(f["file"]))

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import SnapshotError, SnapshotNotFoundError
+from ..format import budget
 from ..format.checkpoint_dir import METADATA_NAME, checkpoint_folders, has_metadata
 from ..readers.base import SnapshotReader, convert_failure
 from ..readers.engine import EngineSnapshotReader
 from ..storage import FileCache, StoragePath, as_path
+from .memory import parse_memory_budget
 from .snapshot import StoredSnapshot
 
 __all__ = ["READERS", "checkpoint_directory_of", "checkpoints_in", "open_stored", "reader_for", "register", "register_optional_readers",
@@ -148,7 +150,7 @@ def _newest_checkpoint(directory: Any, **options: Any) -> SnapshotReader | None:
 
 def reader_for(path: str | Path, storage_options: dict[str, Any] | None = None,
                cache_dir: str | Path | None = None, cache_max_bytes: int | str | None = None,
-               **options: Any) -> SnapshotReader:
+               memory_budget: int | str | None = None, **options: Any) -> SnapshotReader:
     """The reader of a checkpoint, savepoint or checkpoint directory (its newest complete checkpoint).
 
     ``path``: a local path or a URL of a remote store (``s3://``, ``gs://``, ``hdfs://``,
@@ -156,7 +158,16 @@ def reader_for(path: str | Path, storage_options: dict[str, Any] | None = None,
     cache (``cache_dir``, ``cache_max_bytes``; ``storage_options`` for the filesystem).
     For a checkpoint directory, a newer ``chk-N`` that does not open is never passed over
     silently: the reader's notes and a warning say which one was opened and why.
+    ``memory_budget`` (bytes, or a size such as ``"2GB"``): current while the snapshot is detected and
+    its metadata read, so a metadata file or JSON too big for it is refused before it is read or parsed
+    (:mod:`explorer.format.budget`).
     """
+    with budget.using(None if memory_budget is None else parse_memory_budget(memory_budget)):
+        return _reader_for(path, storage_options, cache_dir, cache_max_bytes, **options)
+
+
+def _reader_for(path: str | Path, storage_options: dict[str, Any] | None, cache_dir: str | Path | None,
+                cache_max_bytes: int | str | None, **options: Any) -> SnapshotReader:
     cache = FileCache(cache_dir, cache_max_bytes) if (cache_dir is not None or cache_max_bytes is not None) else None
     p = as_path(path, storage_options, cache)
     if not p.exists():
@@ -186,4 +197,5 @@ def reader_for(path: str | Path, storage_options: dict[str, Any] | None = None,
 def open_stored(path: str | Path, memory_budget: int | str | None = None, **options: Any) -> StoredSnapshot:
     """A :class:`StoredSnapshot` of what :func:`reader_for` finds at ``path`` (``explorer.open``
     gives the same as an :class:`explorer.snapshot.Snapshot`)."""
-    return StoredSnapshot(reader_for(path, **options), memory_budget=memory_budget)
+    limit = parse_memory_budget(memory_budget)
+    return StoredSnapshot(reader_for(path, memory_budget=limit, **options), memory_budget=limit)

@@ -263,7 +263,7 @@ class StoredSnapshot:
         """
         found = self.reader.parquet_files(self.query(operator, state))
         if found is not None:
-            return parquet_dataset(self.path, found)
+            return parquet_dataset(self.path, found, self.memory_budget)
         return ds.dataset(self.to_arrow(operator=operator, state=state))
 
     def _key_query(self, q: KeyedStateQuery, key: Any) -> KeyedStateQuery:

@@ -96,7 +96,7 @@ PLAIN = "sample_data/flink/production/plain-rocksdb-canonical-savepoint"
 
 
 def test_flink_bootstrap_reads_back_and_refuses_what_it_does_not_write(tmp_path):
-    """Value states of String, Long and Integer values (real Flink restores them: test_flink_restore.py)."""
+    """Value, list and map states of String, Long and Integer values (real Flink restores them: test_flink_restore.py)."""
     limits = pd.DataFrame({"key": ["user-00", "user-x"], "value": [100, -3]})
     small = pd.DataFrame({"key": [7, 8], "value": [1, 2]})
     out = (explorer.edit(PLAIN).bootstrap("limits", "limit", limits)
@@ -107,9 +107,20 @@ def test_flink_bootstrap_reads_back_and_refuses_what_it_does_not_write(tmp_path)
     assert all(kg == assign_to_key_group(k, 128) for k, kg in zip(state["key"], state["key_group"]))
     ids = snap.keyed_state(operator="by-id")
     assert dict(zip(ids["key"], ids["value"])) == {7: 1, 8: 2}
+    lists = pd.DataFrame({"key": ["a", "b", "a"], "value": ["x", "y", "z"]})
+    maps = pd.DataFrame({"key": ["a", "a"], "user_key": [1, 2], "value": ["p", "q"]})
+    out = (explorer.edit(PLAIN).bootstrap("more", "seen", lists, kind="list").bootstrap("more", "tags", maps, kind="map")
+           .write(tmp_path / "lists"))
+    more = explorer.open(out).keyed_state(operator="more")
+    assert sorted(zip(more["state"], more["key"], more["user_key"], more["value"])) == [
+        ("seen", "a", 0, "x"), ("seen", "a", 1, "z"), ("seen", "b", 0, "y"), ("tags", "a", 1, "p"), ("tags", "a", 2, "q")]
     editor = explorer.edit(PLAIN)
-    with pytest.raises(EditError, match="value state only"):
-        editor.bootstrap("n", "m", pd.DataFrame({"key": ["a"], "user_key": ["b"], "value": [1]}), kind="map")
+    with pytest.raises(EditError, match="value, list or map state"):
+        editor.bootstrap("n", "m", pd.DataFrame({"key": ["a"], "value": [1]}), kind="reducing")
+    with pytest.raises(EditError, match="no column \\['user_key'\\]"):
+        editor.bootstrap("n", "m", pd.DataFrame({"key": ["a"], "value": [1]}), kind="map")
+    with pytest.raises(EditError, match="appears twice"):
+        editor.bootstrap("n", "m", pd.DataFrame({"key": ["a", "a"], "user_key": ["b", "b"], "value": [1, 2]}), kind="map")
     with pytest.raises(EditError, match="String, Long or Integer"):
         editor.bootstrap("n", "s", pd.DataFrame({"key": ["a"], "value": [1.5]}))
     with pytest.raises(EditError, match="Integer"):

@@ -131,3 +131,66 @@ def test_flink_1_17_to_2_3_types_job():
 def test_mixed_kinds_refused(v1):
     with pytest.raises(StateExplorerError, match="expected two of the same kind"):
         explorer.compatible(v1, FLINK + "plain-rocksdb-canonical-savepoint")
+
+
+# -- Avro schema changes: Avro's reader/writer resolution (what Flink's AvroSerializerSnapshot checks) ---------
+_USER = {"type": "record", "name": "User", "namespace": "shop", "fields": [
+    {"name": "id", "type": "string"}, {"name": "visits", "type": "int"},
+    {"name": "tier", "type": {"type": "enum", "name": "Tier", "symbols": ["BRONZE", "GOLD"]}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "note", "type": ["null", "string"], "default": None}]}
+
+
+def _with(**changes):
+    import copy
+    schema = copy.deepcopy(_USER)
+    fields = {f["name"]: f for f in schema["fields"]}
+    for name, field in changes.items():
+        if field is None:
+            schema["fields"].remove(fields[name])
+        elif name in fields:
+            fields[name].update(field)
+        else:
+            schema["fields"].append({"name": name, **field})
+    return schema
+
+
+AVRO_CASES = {  # the new (reader) schema, given the old (writer) _USER: the verdict
+    "the same": (_USER, AS_IS),
+    "field added with a default": (_with(score={"type": "long", "default": 0}), MIGRATION),
+    "field removed": (_with(tags=None), MIGRATION),
+    "int promoted to long": (_with(visits={"type": "long"}), MIGRATION),
+    "int promoted to double": (_with(visits={"type": "double"}), MIGRATION),
+    "string read as bytes": (_with(id={"type": "bytes"}), MIGRATION),
+    "enum symbol added": (_with(tier={"type": {"type": "enum", "name": "Tier", "symbols": ["BRONZE", "SILVER", "GOLD"]}}),
+                          MIGRATION),
+    "a type widened into a union": (_with(visits={"type": ["null", "int"]}), MIGRATION),
+    "a field renamed with an alias": (_with(visits=None, count={"type": "int", "aliases": ["visits"]}), MIGRATION),
+    "field added without a default": (_with(score={"type": "long"}), FAIL),
+    "long narrowed to int": (_with(visits={"type": "long"}), "reverse"),
+    "incompatible type": (_with(visits={"type": "string"}), FAIL),
+    "enum symbol removed": (_with(tier={"type": {"type": "enum", "name": "Tier", "symbols": ["GOLD"]}}), FAIL),
+    "union branch the reader lacks": (_with(note={"type": "string", "default": ""}), FAIL),
+    "record renamed": ({**_USER, "name": "Customer"}, FAIL),
+}
+
+
+@pytest.mark.parametrize("name", list(AVRO_CASES))
+def test_flink_avro_schema_change_by_avros_resolution_rules(name):
+    from explorer.compatibility import _flink_evolve
+    from explorer.readers.flink.avro import AvroDecoder, AvroSchema
+
+    new, want = AVRO_CASES[name]
+    old = _USER
+    if want == "reverse":  # written as long, read as int: not a promotion
+        old, new, want = new, _USER, FAIL
+    changes: list[str] = []
+    problem = _flink_evolve(AvroDecoder(AvroSchema(old)), AvroDecoder(AvroSchema(new)), "value", changes)
+    got = FAIL if problem else MIGRATION if changes else AS_IS
+    assert got == want, (problem, changes)
+    if want == FAIL:
+        assert "cannot read the old one" in problem
+    if name == "field added without a default":
+        assert "value.score" in problem and "without a default" in problem
+    if name == "incompatible type":
+        assert "value.visits: int cannot be read as string" in problem

@@ -227,7 +227,32 @@ def test_values_the_writer_cannot_encode_exactly_are_refused(tmp_path):
             "cannot encode 1152.5 as Long")
     refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="total", fn=lambda r: 2**63),
             "cannot encode")
-    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="stats", fn=lambda r: r["value"]),
-            "cannot encode .* as .*Stats")
-    refused(explorer.edit(HEAP).map_values(operator="user-state", state="last_seen", fn=lambda r: r["value"]), "TTL")
+    # a POJO is written from exactly its recorded fields (a typo is not a new field)
+    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="stats",
+                                            fn=lambda r: {**r["value"], "lastCategroy": "x"}),
+            r"cannot encode .* as POJO .*Stats exactly \(POJO .*Stats is written from a dict of exactly its recorded fields")
+    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="stats", fn=lambda r: {**r["value"], "count": 1.5}),
+            "cannot encode .* as POJO")
+    # a last access is for TTL states only
+    refused(explorer.edit(PLAIN).map_values(operator="user-activity", state="total", fn=lambda r: 1, last_access=0),
+            "has no TTL")
     refused(explorer.edit(PLAIN).update(operator="user-activity", state="total", key="nobody", value=1), "no row of key 'nobody'")
+
+
+def test_master_states_are_kept_byte_for_byte(tmp_path):
+    """A savepoint with a master hook's state (opaque to State Explorer): an edited copy carries it unchanged."""
+    import shutil
+    import struct
+
+    src = tmp_path / "with-master"
+    shutil.copytree(PLAIN, src)
+    data = (src / "_metadata").read_bytes()
+    assert data[16:20] == b"\x00\x00\x00\x00"  # magic, version, checkpoint id, then no master states
+    name = "pravega-reader-group".encode()
+    content = struct.pack(">iH", 1, len(name)) + name + struct.pack(">i", 5) + b"\x01\x02\xff\x00\x7f"
+    master = struct.pack(">ii", 0xC96B1696 - 2**32, len(content)) + content
+    (src / "_metadata").write_bytes(data[:16] + struct.pack(">i", 1) + master + data[20:])
+    out = explorer.edit(src).drop_keys(operator="user-activity", keys=["user-00"]).write(tmp_path / "out")
+    written = (out / "_metadata").read_bytes()
+    assert written[16:20 + len(master)] == struct.pack(">i", 1) + master
+    assert explorer.open(out).reader.meta.master_states == 1

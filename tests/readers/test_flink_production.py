@@ -207,6 +207,50 @@ def test_session_window_state_shows_the_real_session_bounds(fixture):
     assert all(set(ns) == {"start", "end"} for ns in timers["namespace"])  # timers are on the real windows already
 
 
+SESSION_FIXTURES = sorted(p.name for p in PRODUCTION.iterdir() if p.name.startswith("sessions-"))
+
+
+@pytest.mark.parametrize("fixture", SESSION_FIXTURES)
+def test_every_keys_merged_sessions_equal_the_jobs_sessions(fixture):
+    """Sessions merged by out-of-order events (two existing sessions bridged, a session extended backwards), late
+    elements within the allowed lateness, sessions cleaned up: for each of the four session operators (process,
+    aggregate, evictor, dynamic gap), the merged windows the reader puts on each row of window-contents are, key
+    by key, the sessions of the job's own replay through Flink's MergingWindowSet, with as many rows each."""
+    exp = _expected(fixture)
+    snap, _ = _open(fixture)
+    for op, stats in exp["model"]["entries"]:  # the job's replay says what happened, e.g. "existing sessions bridged 7, ..."
+        counts = dict((" ".join(part.split()[:-1]), int(part.split()[-1])) for part in stats.split(", "))
+        assert all(n > 0 for n in counts.values()), (op, stats)
+    for op in ("session-process", "session-aggregate", "session-evictor", "session-dynamic"):
+        states = exp["operators"][op]["states"]
+        session_of = {}
+        for e in states["merging-window-set"]["entries"]:
+            actual, state_window = e["value"]["fields"]
+            session_of[(e["key"], state_window["start"], state_window["end"])] = (actual["start"], actual["end"])
+        assert any(a != k[1:] for k, a in session_of.items()), op  # some state windows differ from their session
+        want: dict = {}
+        for e in states["window-contents"]["entries"]:
+            ns = e["namespace"]
+            w = (e["key"], *session_of[(e["key"], ns["start"], ns["end"])])
+            want[w] = want.get(w, 0) + 1
+        df = snap.keyed_state(operator=op, state="window-contents")
+        got: dict = {}
+        for key, ns in zip(df["key"], df["namespace"]):
+            w = (key, ns["window_start"], ns["window_end"])
+            got[w] = got.get(w, 0) + 1
+        assert got == want, op
+        assert len({w[0] for w in got}) == len({k[0] for k in session_of})  # every key that holds a session
+
+
+def test_flink_1_20_processing_time_deduplicate_is_named_by_its_state():
+    """The last-row deduplication on processing time keeps one state, deduplicate-state: on 1.20 (no names
+    stored) it is named Deduplicate[...] from it, beside the GroupAggregate it feeds."""
+    snap = explorer.open(PRODUCTION / "flink-1.20-sqldistinct-retract-rocksdb-incremental-checkpoint")
+    ops = snap.operators[snap.operators["has_keyed_state"]]
+    assert sorted(o.split("[")[0] for o in ops["operator"]) == ["Deduplicate", "GroupAggregate"]
+    assert ops["name_inferred"].all()
+
+
 def test_operator_names_note_says_what_uids_left_unnamed():
     """Flink 1.x metadata (version 4) stores OperatorIDs only: without uids= the note says to pass them; with
     uids= it names only the operators with state that none of them matched, and with all of them there is none."""

@@ -77,3 +77,50 @@ def test_raw_bytes_are_noted(path, options):
                 example = next(v for v in df[col] if _has_bytes(v))
                 unnoted.append(f"{row.operator}/{row.state}: {col} {str(example)[:80]} (declared {declared!r})")
     assert not unnoted, "raw bytes without a note naming their state:\n" + "\n".join(unnoted)
+
+
+@pytest.mark.parametrize("fixture", ["sqldistinct-retract-rocksdb-native-savepoint",
+                                     "sqldistinct-retract-rocksdb-incremental-checkpoint"])
+def test_a_map_whose_values_do_not_decode_keeps_its_keys(monkeypatch, fixture):
+    """A map state whose value serializer is unknown: the values are raw bytes with a note, the user keys (their
+    own bytes in a RocksDB entry) still decode. Real COUNT(DISTINCT) views whose ARRAY<BIGINT> values are made
+    unknown again by taking their decoder away (before it existed, the keys were raw too: b'\\x00\\x00\\x00\\x07user-00')."""
+    from explorer.readers.flink import serializers
+    from explorer.readers.flink.serializers import UnknownSnapshot
+
+    cls = "org.apache.flink.table.runtime.typeutils.ArrayDataSerializer$ArrayDataSerializerSnapshot"
+
+    def unknown(inp, ctx):
+        raise UnknownSnapshot(cls, inp.pos)
+
+    monkeypatch.setitem(serializers.SNAPSHOT_DECODERS, cls, unknown)
+    path = Path(__file__).resolve().parents[2] / "sample_data" / "flink" / "production" / fixture
+    want = {(e["key"]["fields"][0], e["user_key"]["fields"][0])
+            for e in json.loads((path / "EXPECTED.json").read_text())["operators"]["GroupAggregate"]["states"]
+            ["distinctAcc_0"]["entries"]}
+    snap = explorer.open(path)
+    op = next(o for o in snap.states["operator"] if o.startswith("GroupAggregate"))
+    df = snap.keyed_state(operator=op, state="distinctAcc_0")
+    assert set(zip(df["key"], df["user_key"])) == want
+    assert all(isinstance(v, bytes) for v in df["value"])
+    assert any("'distinctAcc_0'" in n and "map keys are decoded" in n for n in snap.notes)
+
+
+def test_a_map_whose_keys_do_not_decode_says_its_keys_are_raw(monkeypatch):
+    """A DECIMAL COUNT(DISTINCT) view (real fixture) with its key decoder taken away: keys and values raw, and the
+    note says the keys are raw too, not only the values."""
+    from explorer.readers.flink import serializers
+    from explorer.readers.flink.serializers import UnknownSnapshot
+
+    cls = "org.apache.flink.table.runtime.typeutils.DecimalDataSerializer$DecimalSerializerSnapshot"
+
+    def unknown(inp, ctx):
+        raise UnknownSnapshot(cls, inp.pos)
+
+    monkeypatch.setitem(serializers.SNAPSHOT_DECODERS, cls, unknown)
+    path = Path(__file__).resolve().parents[2] / "sample_data" / "flink" / "production" / "sqldistinct-types-rocksdb-native-savepoint"
+    snap = explorer.open(path)
+    op = next(o for o in snap.states["operator"] if o.startswith("GroupAggregate"))
+    df = snap.keyed_state(operator=op, state="distinctAcc_0")
+    assert len(df) > 0 and all(isinstance(v, bytes) for v in df["user_key"])
+    assert any("'distinctAcc_0'" in n and "map keys" in n for n in snap.notes)

@@ -148,6 +148,8 @@ def match(exp: Any, got: Any) -> bool:
         return got is not None and ("global" in str(got).lower())
     if t == "dataview":  # a SQL accumulator's MapView/ListView placeholder (its entries: a state of their own)
         return isinstance(got, dict) and got.get("data_view") == exp["view"]
+    if t == "stream_record":  # an evicting window's element
+        return isinstance(got, dict) and got.get("timestamp") == exp["timestamp"] and match(exp["value"], got.get("value"))
     if t in ("buffer_entry", "lockable"):
         if not isinstance(got, dict):
             return False
@@ -193,6 +195,8 @@ def row_field_names(job_type: str) -> list[str] | None:
 
 def name_row_fields(value: Any, names: list[str]) -> Any:
     """A positional row ``{"f0": .., "f1": ..}`` with the declared names; anything else unchanged."""
+    if len(set(names)) < len(names):  # (a description like "Row(count distinct, count, ..)", not names)
+        return value
     if isinstance(value, dict) and list(value) == [f"f{i}" for i in range(len(names))]:
         return {n: value[f"f{i}"] for i, n in enumerate(names)}
     return value

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
 import subprocess
 import sys
@@ -113,3 +114,37 @@ def test_reports_of_several_seeds_merge():
     assert m["cases"] == 5 and m["totals"] == {"ok-same": 1, "clean-error": 3, "crash": 1} and m["bugs"] == 1
     assert m["examples"]["crash"] == [{"format": "y", "seed": 2}]
     assert m["seconds_per_case"]["value"] == round((0.5 * 2 + 1.0 * 3) / 5, 4)
+
+
+def test_a_case_that_computes_past_its_cpu_seconds_is_a_hang(tmp_path, monkeypatch):
+    # the timeout counts the child's CPU seconds (RLIMIT_CPU), so a run at low priority on a busy
+    # machine is not a hang, and a child that spins is one, named by its CPU seconds
+    def spin(*args, **kwargs):
+        while True:
+            pass
+
+    monkeypatch.setattr(fuzz, "read_all", spin)
+    target = fuzz.Target(name="t", root=tmp_path, files=[])
+    status, detail = fuzz.run_child(target, tmp_path / "x", timeout=1, memory_mb=3072, roots=None)
+    assert status == "hang" and "CPU seconds" in detail
+
+
+def test_the_fuzz_waits_while_a_timing_run_holds_the_benchmark_lock(tmp_path):
+    import fcntl
+    import threading
+    import time
+
+    lock = tmp_path / "bench.lock"
+    assert fuzz.wait_for_quiet(str(lock)) == 0.0  # no lock file: nothing is timed
+    lock.touch()
+    assert fuzz.wait_for_quiet(str(lock)) < 0.5
+    fd = os.open(lock, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as `flock /tmp/bench.lock <benchmark>` holds it
+    threading.Timer(1.5, lambda: fcntl.flock(fd, fcntl.LOCK_UN)).start()
+    try:
+        t0 = time.monotonic()
+        waited = fuzz.wait_for_quiet(str(lock))
+        assert waited >= 1.0 and time.monotonic() - t0 >= 1.0
+    finally:
+        time.sleep(0.6)
+        os.close(fd)

@@ -123,6 +123,28 @@ prod plain-forst-checkpoint plain forst checkpoint
 prod sqlagg-heap-canonical-savepoint sqlagg hashmap canonical
 prod sqlagg-rocksdb-incremental-checkpoint sqlagg rocksdb incremental
 prod sqlagg-rocksdb-native-savepoint sqlagg rocksdb native
+# issue 33: COUNT(DISTINCT) as real jobs run it (INT/BIGINT/FILTERed/nullable distinct columns; mini-batch
+# two-phase with state TTL; distinct-agg split; retracting input; a window TVF; a legacy group window; DECIMAL/TIMESTAMP_LTZ/DOUBLE/BOOLEAN/DATE
+# columns), each on RocksDB incremental and native
+for v in plain minibatch split retract window groupwindow types; do
+    n="sqldistinct-$v"; [ "$v" = plain ] && n=sqldistinct
+    prod "$n-rocksdb-incremental-checkpoint" sqldistinct rocksdb incremental -Dfixtures.sqlvariant="$v"
+    prod "$n-rocksdb-native-savepoint" sqldistinct rocksdb native -Dfixtures.sqlvariant="$v"
+done
+# the same COUNT(DISTINCT) query on ForSt with table.exec.async-state.enabled=true (a 2.x SQL job's async state option)
+prod sqldistinct-async-forst-checkpoint sqldistinct forst checkpoint -Dfixtures.sqlvariant=plain -Dfixtures.asyncsql=true
+# issue 33: session windows whose merges make the state window differ from the session (out-of-order events bridging
+# and extending sessions, allowed lateness, late and dropped elements, cleanup), on process, aggregate, evictor and
+# dynamic-gap operators: tools/flink/src/SessionWindows.java
+for s in "sessions-heap-canonical-savepoint hashmap canonical" "sessions-rocksdb-incremental-checkpoint rocksdb incremental"; do
+    set -- $s
+    if wanted "$1"; then
+        echo "== $1" >&2
+        javac -nowarn -d "$PBUILD" -cp "$PCP" "$ROOT/tools/flink/src/SessionWindows.java"
+        java -Xmx"${JAVA_HEAP:-1g}" -XX:ActiveProcessorCount=2 $JAVA_OPENS -Dlog4j2.level=ERROR -cp "$PBUILD:$PCP" SessionWindows \
+            "$OUT" "$1" "$2" "$3" >&2
+    fi
+done
 # the async state API (State V2) on ForSt (its backend; the HashMap backend fails this job in 2.3.0)
 prod asyncstate-forst-checkpoint asyncstate forst checkpoint
 prod asyncstate-forst-native-savepoint asyncstate forst native
@@ -138,6 +160,9 @@ prod flink-1.20-plain-heap-canonical-savepoint plain hashmap canonical
 prod flink-1.20-types-heap-canonical-savepoint types hashmap canonical      # Kryo 2
 prod flink-1.20-plain-filemerging-rocksdb-incremental-checkpoint plain rocksdb incremental -Dfixtures.filemerging=true
 prod flink-1.20-sqlagg-rocksdb-incremental-checkpoint sqlagg rocksdb incremental
+# issue 33: COUNT(DISTINCT) with TTL and mini-batch two-phase, and fed by retractions (ARRAY<BIGINT> views), on 1.20
+prod flink-1.20-sqldistinct-minibatch-rocksdb-incremental-checkpoint sqldistinct rocksdb incremental -Dfixtures.sqlvariant=minibatch
+prod flink-1.20-sqldistinct-retract-rocksdb-incremental-checkpoint sqldistinct rocksdb incremental -Dfixtures.sqlvariant=retract
 # every release line in between: plain and every value type (Kryo 2). (1.16 and 1.15: the job does not compile
 # against them yet: its CEP pattern uses SimpleCondition.of, new in Flink 1.17)
 for v in 1.19.3 1.18.1; do

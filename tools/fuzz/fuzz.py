@@ -111,6 +111,11 @@ MARGIN_MB = 512
 BOMB_BYTES = 384 << 20
 #: written over a name by ``markup-name``; rendered raw, it would be a tag and a colour change
 MARKUP = b"<sx-x>\x1b[31m"
+#: a child is a hang past ``timeout`` CPU seconds, or past this many times ``timeout`` of wall time
+WALL_FACTOR = 10
+#: the lock timing runs hold (``flock /tmp/bench.lock <benchmark>``): a run started with ``--yield-to``
+#: starts no case while another process holds it, so a benchmark measures a quiet machine
+BENCH_LOCK = "/tmp/bench.lock"
 
 SST_MAGIC = (0x88E241B785F4CFF7).to_bytes(8, "little")
 
@@ -385,6 +390,33 @@ def _rss_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
+def wait_for_quiet(lock: str | None, log=None) -> float:
+    """Wait while another process holds ``lock`` (a timing run under ``flock``); return the seconds waited.
+    The lock is only tried (and let go at once), never held across a case: a benchmark that starts
+    meanwhile meets at most the rest of one case."""
+    if not lock:
+        return 0.0
+    import fcntl
+
+    waited, t0 = False, time.monotonic()
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:  # no lock file: nobody is timing anything
+            return 0.0
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return time.monotonic() - t0
+        except BlockingIOError:
+            if not waited and log:
+                log(f"waiting: {lock} is held (a timing run)")
+            waited = True
+        finally:
+            os.close(fd)
+        time.sleep(1.0)
+
+
 def run_child(target: Target, file: Path, timeout: float, memory_mb: int, kind: str = "bitflip",
               roots: list[str] | None = None) -> tuple[str, str]:
     """Read the (damaged) snapshot in a forked child; return (status, detail) from the child.
@@ -410,6 +442,10 @@ def run_child(target: Target, file: Path, timeout: float, memory_mb: int, kind: 
         try:
             limit = memory_mb << 20
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            # the timeout counts the child's CPU seconds, not the wall clock: a run at low priority on a
+            # busy machine (`nice`) waits for a core without hanging (SIGXCPU at the soft limit)
+            cpu_limit = max(1, int(timeout))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit, cpu_limit + 5))
             from explorer.errors import StateExplorerError
 
             outside: list[str] = []
@@ -460,16 +496,18 @@ def run_child(target: Target, file: Path, timeout: float, memory_mb: int, kind: 
             finally:
                 os._exit(0)
     os.close(w)
-    deadline = time.monotonic() + timeout
+    # the child's CPU limit is the timeout; the wall clock only catches a child that waits without
+    # computing (a lock, a read that never returns), with room for a busy machine
+    deadline = time.monotonic() + WALL_FACTOR * timeout
     while True:
-        done, st = os.waitpid(pid, os.WNOHANG)
+        done, st, usage = os.wait4(pid, os.WNOHANG)
         if done:
             break
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             os.close(r)
-            return "hang", f"no answer within {timeout} s"
+            return "hang", f"no answer within {WALL_FACTOR * timeout:.0f} s of wall time"
         time.sleep(0.005)
     chunks = []
     while True:
@@ -479,6 +517,9 @@ def run_child(target: Target, file: Path, timeout: float, memory_mb: int, kind: 
         chunks.append(b)
     os.close(r)
     if os.WIFSIGNALED(st):
+        used = usage.ru_utime + usage.ru_stime
+        if os.WTERMSIG(st) in (signal.SIGXCPU, signal.SIGKILL) and used >= 0.9 * max(1, int(timeout)):
+            return "hang", f"ran past {timeout:.0f} CPU seconds"  # the soft, then the hard CPU limit
         return "crash", f"signal {os.WTERMSIG(st)}"
     try:
         return tuple(json.loads(b"".join(chunks)))  # type: ignore[return-value]
@@ -545,11 +586,12 @@ def _totals(counts: dict[str, dict[str, int]]) -> dict[str, int]:
 
 def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
          log=print, max_seconds: float | None = None, checkpoint=None, skip: int = 0,
-         kinds: tuple[str, ...] = MUTATIONS) -> dict:
+         kinds: tuple[str, ...] = MUTATIONS, yield_to: str | None = None) -> dict:
     """Run up to ``n`` cases (fewer if ``max_seconds`` runs out); ``checkpoint(result)`` is
     called with the report so far every 500 cases, so that a run stopped early leaves its figures.
     ``skip``: draw the first ``skip`` cases of the seed without running them, so that a stopped
-    run can be continued. A case depends only on the seed and its number while the snapshots are
+    run can be continued. ``yield_to``: a lock file (:data:`BENCH_LOCK`) whose holder, a timing run,
+    this run waits for between cases (:func:`wait_for_quiet`). A case depends only on the seed and its number while the snapshots are
     the same; the engine checkpoints made afresh for each run may differ (file counts and sizes),
     so a continued run then draws cases of the same kinds, not always the same ones."""
     rng = random.Random(seed)
@@ -558,6 +600,7 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
     seconds: dict[str, float] = {f: 0.0 for f in formats}
     cpu: dict[str, float] = {f: 0.0 for f in formats}  # CPU seconds of parent and child: comparable under load
     examples: dict[str, list[dict]] = {}
+    paused = 0.0  # seconds spent waiting for timing runs (yield_to)
     import explorer.snapshot  # noqa: F401 - imported once here, so that each forked child starts warm
     import tqdm
 
@@ -569,6 +612,7 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
         return {"cases": done - skip, "first_case": skip, "seed": seed, "counts": counts, "totals": totals,
                 "by_kind": by_kind, "examples": examples,
                 "bugs": sum(totals.get(k, 0) for k in BUG_OUTCOMES),
+                "paused_seconds": round(paused, 1),
                 "seconds_per_case": {"value": round(sum(seconds.values()) / max(done - skip, 1), 4), "unit": "s",
                                      "by_format": {f: round(seconds[f] / cases[f], 4) for f in formats if cases[f]}},
                 "cpu_seconds_per_case": {"value": round(sum(cpu.values()) / max(done - skip, 1), 4), "unit": "CPU s",
@@ -595,6 +639,8 @@ def fuzz(n: int, seed: int, formats: list[str], timeout: float, memory_mb: int,
             if max_seconds is not None and time.monotonic() - t0 > max_seconds:
                 break
             t = rng.choices(targets, weights)[0]
+            if i >= skip:
+                paused += wait_for_quiet(yield_to, log)
             c0, u0 = time.monotonic(), _cpu_seconds()
             file = rng.choice(t.files)
             kind = rng.choice(kinds)
@@ -698,7 +744,21 @@ def merge(reports: list[dict]) -> dict:
                                      "by_format": {f: round(fcpu[f] / sum(counts[f].values()), 4)
                                                    for f in counts if sum(counts[f].values())}},
             "runs": [run for r in reports for run in r.get("runs") or [{k: r.get(k) for k in (
-                "command", "seed", "first_case", "cases", "date", "seconds", "machine")}]]}
+                "command", "seed", "first_case", "cases", "date", "seconds", "machine", "commit", "bugs")}]]}
+
+
+def _commit() -> str | None:
+    """The repository's commit the run tested (a dirty tree is marked), so that merged runs say which code they ran."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -706,7 +766,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=1000, help="number of damaged cases")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated, of: " + ", ".join(FORMATS))
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help=f"CPU seconds per case (and {WALL_FACTOR}x that of wall time)")
+    ap.add_argument("--yield-to", nargs="?", const=BENCH_LOCK, default=None, metavar="LOCK",
+                    help=f"start no case while another process holds LOCK (default {BENCH_LOCK}: "
+                         "timing runs hold it with flock), so the fuzz can run beside benchmarks")
     ap.add_argument("--memory-mb", type=int, default=3072, help="address-space limit of each child")
     ap.add_argument("--max-seconds", type=float, default=None, help="stop after this long (the report says how many ran)")
     ap.add_argument("--report", default=str(ROOT / "benchmarks/results/fuzz.json"))
@@ -739,6 +803,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+            "commit": _commit(),
             "seconds": round(time.time() - start, 1),
         })
         if args.report:
@@ -748,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = finish(fuzz(args.n, args.seed, formats, args.timeout, args.memory_mb,
                          log=lambda text: print(text, flush=True), max_seconds=args.max_seconds, checkpoint=finish,
-                         skip=args.skip, kinds=kinds))
+                         skip=args.skip, kinds=kinds, yield_to=args.yield_to))
     print(json.dumps({"cases": result["cases"], "totals": result["totals"], "bugs": result["bugs"],
                       "seconds_per_case": result["seconds_per_case"]}, indent=1))
     return 1 if result["bugs"] else 0

@@ -881,6 +881,12 @@ def fixtures() -> list[Fixture]:
         Fixture("agg-rocksdb-zstd", "the aggregation on RocksDB, changelog on, changelogs compressed with zstd",
                 ev, _q(AGG_QUERY), agg_expected,
                 conf={"spark.sql.streaming.stateStore.compression.codec": "zstd"}),
+        Fixture("agg-hdfs-snappy", "the aggregation on the HDFS-backed store with the snappy codec",
+                ev, _q(AGG_QUERY), agg_expected, provider="hdfs", changelog=None,
+                conf={"spark.sql.streaming.stateStore.compression.codec": "snappy"}),
+        Fixture("agg-rocksdb-snappy", "the aggregation on RocksDB, changelog on, changelogs compressed with snappy",
+                ev, _q(AGG_QUERY), agg_expected,
+                conf={"spark.sql.streaming.stateStore.compression.codec": "snappy"}),
         Fixture("agg-decimal-key", "groupBy(user, price decimal(10,2)).agg(count, sum, avg of decimal(12,2)): "
                 "decimal keys (longs) and decimal(22,2) buffers (bytes); HDFS-backed",
                 price_inputs(), _q(DECIMAL_QUERY), decimal_expected, provider="hdfs", changelog=None),

@@ -126,7 +126,7 @@ class RestoredKeyedState:
         for its value column: those values' bytes in place in the mapped file
         (:func:`explorer.format.parquet_pages.column_spans`); None when that column is not stored
         so (compressed, a dictionary, nulls: a savepoint's files)."""
-        from ...format.parquet_pages import column_spans, map_file  # numba: loaded where used
+        from ...format.parquet_pages import column_spans, footer_chunks, map_file  # numba: loaded where used
 
         pf = pq.ParquetFile(path, memory_map=True)
         md = pf.metadata
@@ -138,7 +138,12 @@ class RestoredKeyedState:
             data = mapped.get(path)
             if data is None:
                 data = mapped[path] = map_file(path)
-        spans = column_spans(data, md.row_group(i).column(j), col.max_definition_level, col.max_repetition_level,
+        # the chunk as the footer's Thrift is parsed here, not pyarrow's RowGroupMetaData.column(): that
+        # aborts the process on some damaged footers, before this file's checksum is checked
+        groups = footer_chunks(path)
+        if i >= len(groups) or j >= len(groups[i].columns):
+            return None  # (Arrow's own read says what is wrong)
+        spans = column_spans(data, groups[i].columns[j], col.max_definition_level, col.max_repetition_level,
                              f"{path}: row group {i}")
         if spans is None:
             return None

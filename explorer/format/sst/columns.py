@@ -47,6 +47,8 @@ import numpy as np
 import pyarrow as pa
 
 from .. import snappy as snappy_format
+from . import _vectorised
+from .codes import DISORDER, HASH_INDEX, OLDER, SAME_SEQ
 from .instance import combine
 from .file import TYPE_MERGE, TYPE_VALUE, SstError, SstFile
 
@@ -56,6 +58,35 @@ _MARGIN = 128  # zero bytes around the joined blocks
 
 class Unsupported(Exception):
     """These SST files need the entry-by-entry reader."""
+
+
+#: which implementation walks and merges the blocks: None (numba's kernels where numba's cache holds them
+#: or the process has walked :data:`NUMPY_BYTES` already, else their NumPy forms), "numba" or "numpy" (tests)
+WALK: str | None = None
+#: bytes (data blocks walked, key rows merged) a process gives the NumPy forms (:mod:`._vectorised`) of kernels
+#: numba's cache does not hold, before it compiles them: ~0.5 CPU-s of NumPy at most, against 4-5 CPU-s
+#: of compiling (issue 31: a first open after install without ``make venv``'s warm-up compiles nothing)
+NUMPY_BYTES = 1 << 25
+_numpy_left: list[int | None] = [None]  # what is left of NUMPY_BYTES (None: not started)
+_numpy_lock = threading.Lock()
+
+
+def _implementation(kernel: str, size: int, args: tuple) -> Any:
+    """The module whose ``kernel`` walks ``args`` (``size`` bytes): :mod:`.kernels` (numba) where that kernel is
+    compiled or in numba's cache for these argument types (:func:`explorer.numba_cache.cached`, one small file
+    read) or the process's :data:`NUMPY_BYTES` are spent; else :mod:`._vectorised`, the same results without
+    compiling."""
+    if WALK == "numpy":
+        return _vectorised
+    from . import kernels  # numba: loaded where used
+    from ... import numba_cache
+
+    if WALK == "numba" or numba_cache.cached(getattr(kernels, kernel), args):
+        return kernels
+    with _numpy_lock:
+        left = NUMPY_BYTES if _numpy_left[0] is None else _numpy_left[0]
+        _numpy_left[0] = left - size if size <= left else 0
+        return _vectorised if size <= left else kernels
 
 
 def pooled_empty(n: int, dtype: Any = np.uint8) -> np.ndarray:
@@ -440,9 +471,7 @@ _MESSAGES = {
 
 def _walk_error(code: int, block: int, at: int, files: list[SstFile], bfile: np.ndarray, boff: np.ndarray,
                 blen: np.ndarray) -> Exception:
-    from . import kernels
-
-    if code == kernels.HASH_INDEX:
+    if code == HASH_INDEX:
         return Unsupported("data block hash index")
     name = files[int(bfile[block])].name
     return SstError(f"{name}: the data block at offset {int(boff[block])} ({int(blen[block])} bytes decompressed) "
@@ -456,7 +485,7 @@ def _entries(files: list[SstFile]):
     the joined blocks; entry ``i``'s user key as row ``keys[_MARGIN + i * width :][:width]``
     (zero past the key, after :data:`_MARGIN` zero bytes); its length, its value's
     start and length in ``joined``, sequence number, type and relation to the
-    previous entry of its file (``kernels.FIRST`` ...); where each file's
+    previous entry of its file (``codes.FIRST`` ...); where each file's
     entries start, then their count.
     """
     deferred: list = []
@@ -484,9 +513,8 @@ def _verify(deferred: list) -> None:
 def _walk(files: list[SstFile], joined: np.ndarray, base: np.ndarray, blen: np.ndarray, bfile: np.ndarray,
           boff: np.ndarray):
     """:func:`_entries` of the joined blocks."""
-    from . import kernels
-
     counts = np.zeros(len(base), dtype=np.int64)
+    kernels = _implementation("scan_blocks", int(blen.sum()), (joined, base, blen, counts))
     code, block, at, longest = kernels.scan_blocks(joined, base, blen, counts)
     if code:
         raise _walk_error(code, block, at, files, bfile, boff, blen)
@@ -499,6 +527,7 @@ def _walk(files: list[SstFile], joined: np.ndarray, base: np.ndarray, blen: np.n
     ulen, vpos, vlen, seq = (np.empty(n, dtype=np.int64) for _ in range(4))
     typ = np.empty(n, dtype=np.uint8)
     rel = np.empty(n, dtype=np.int8)
+    # (the scan's implementation: NumPy for both, or numba for both, as the warm-up caches them together)
     code, block, at = kernels.fill_entries(joined, base, blen, bfile, keys, _MARGIN, width, ulen, vpos, vlen, seq,
                                            typ, rel)
     if code:
@@ -680,34 +709,33 @@ def _mapped_plain(files: list[SstFile], lazy: bool = False) -> tuple | None:
 def _resolve(files: list[SstFile], types: tuple[int, ...] | None, joined, keys, width, ulen, vpos, vlen, seq, typ,
              rel, runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """:func:`read_column_family` of walked entries (:func:`_walk`)."""
-    from . import kernels
-
     n = len(ulen)
     strict = types is not None
     if strict and n and not np.isin(typ, np.array(types, dtype=np.uint8)).all():
         bad = int(typ[~np.isin(typ, np.array(types, dtype=np.uint8))][0])
         raise Unsupported(f"an entry of type {bad} (expected one of {list(types)})")
-    if n and (rel == kernels.DISORDER).any():
-        i = int(np.flatnonzero(rel == kernels.DISORDER)[0])
+    if n and (rel == DISORDER).any():
+        i = int(np.flatnonzero(rel == DISORDER)[0])
         f = int(np.searchsorted(runs, i, side="right")) - 1
         raise Unsupported(f"{files[f].name}: entry {i - int(runs[f])} is out of RocksDB's bytewise key order")
     merged = 0
-    if int((np.diff(runs) > 0).sum()) <= 1 and not (rel == kernels.OLDER).any() \
-            and not (rel == kernels.SAME_SEQ).any() and (typ == TYPE_VALUE).all():
+    if int((np.diff(runs) > 0).sum()) <= 1 and not (rel == OLDER).any() \
+            and not (rel == SAME_SEQ).any() and (typ == TYPE_VALUE).all():
         # one file of values (or one with entries), one version per key: in key order and all visible;
         # the rows are the output
         ks = _MARGIN + np.arange(n, dtype=np.int64) * width
         return joined, keys, ks, ks + ulen, vpos, vpos + vlen, merged
     ok = True
     if len(files) > 1:
-        order, ok = kernels.merge_runs(keys, _MARGIN, width, ulen, seq, runs)
+        args = (keys, _MARGIN, width, ulen, seq, runs)
+        order, ok = _implementation("merge_runs", n * width, args).merge_runs(*args)
     else:
         order = np.arange(n, dtype=np.int64)
     kbuf = np.empty(_MARGIN + n * width, dtype=np.uint8)  # the visible keys' rows, in output order
     kbuf[:_MARGIN] = 0  # (columnar may read the bytes before a row)
     if ok:
-        keep, vs, ve, first, last, tie, ok = kernels.visible_entries(keys, _MARGIN, width, ulen, seq, typ, vpos,
-                                                                     vlen, order, kbuf, _MARGIN)
+        args = (keys, _MARGIN, width, ulen, seq, typ, vpos, vlen, order, kbuf, _MARGIN)
+        keep, vs, ve, first, last, tie, ok = _implementation("visible_entries", n * width, args).visible_entries(*args)
     if not ok:
         raise RuntimeError("explorer.format.sst.columns: the merge kernels were given arrays that do not fit together")
     if strict and tie:  # which of the two is newer is not known here

@@ -39,6 +39,7 @@ class AvroSchema:
 
     def __init__(self, schema: Any) -> None:
         self.named: dict[str, dict] = {}
+        self.source = json.dumps(schema, sort_keys=True)  # (two schemas are the same when this is)
         self.root = self._norm(schema, None)
 
     def _norm(self, s: Any, ns: str | None) -> Any:
@@ -57,12 +58,15 @@ class AvroSchema:
             space = s.get("namespace", ns)
             full = name if "." in name or not space else f"{space}.{name}"
             node: dict[str, Any] = {"type": t, "name": full, "logical": s.get("logicalType"),
-                                    "scale": s.get("scale", 0)}
+                                    "scale": s.get("scale", 0), "aliases": list(s.get("aliases", ())),
+                                    "default": s.get("default")}
             self.named[full] = node
             self.named.setdefault(name, node)
             if t in ("record", "error"):
                 inner_ns = full.rsplit(".", 1)[0] if "." in full else None
                 node["fields"] = [(f["name"], self._norm(f["type"], inner_ns)) for f in s["fields"]]
+                node["defaults"] = {f["name"] for f in s["fields"] if "default" in f}
+                node["field_aliases"] = {a: f["name"] for f in s["fields"] for a in f.get("aliases", ())}
             elif t == "enum":
                 node["symbols"] = list(s["symbols"])
             else:
@@ -161,6 +165,89 @@ class AvroDecoder(Decoder):
         raise UnknownLayout(f"Avro type {t!r} is not one State Explorer reads")
 
 
+# -- schema resolution (Avro's SchemaCompatibility: can a reader schema read what a writer schema wrote) -------
+_PROMOTIONS = {"int": ("long", "float", "double"), "long": ("float", "double"), "float": ("double",),
+               "string": ("bytes",), "bytes": ("string",)}
+
+
+def avro_resolution(writer: AvroSchema, reader: AvroSchema) -> str | None:
+    """None when ``reader`` reads every value ``writer`` wrote by Avro's resolution rules (the check Flink's
+    ``AvroSerializerSnapshot`` makes on restore), else the first reason it cannot: a record field the reader adds
+    needs a default (fields the writer had and the reader drops are skipped); primitives promote int -> long ->
+    float -> double and string <-> bytes; every enum symbol written must be the reader's (or it has a default);
+    fixed sizes and record, enum and fixed names (or the reader's aliases) must match; every branch of a written
+    union must resolve against the reader's type (or one of its union's branches)."""
+    return _resolve(writer, writer.root, reader, reader.root, "value", set())
+
+
+def _deref(schema: AvroSchema, node: dict) -> dict | None:
+    seen = 0
+    while node is not None and node["type"] == "ref" and seen <= MAX_DEPTH:
+        node = schema.named.get(node["name"]) or schema.named.get(node["short"])
+        seen += 1
+    return node
+
+
+def _label(node: dict) -> str:
+    return node.get("name") or node["type"]
+
+
+def _names_match(w: dict, r: dict) -> bool:
+    short = w["name"].rsplit(".", 1)[-1]
+    return short == r["name"].rsplit(".", 1)[-1] or w["name"] in r["aliases"] or short in r["aliases"]
+
+
+def _resolve(ws: AvroSchema, w: dict, rs: AvroSchema, r: dict, where: str, seen: set) -> str | None:
+    w, r = _deref(ws, w), _deref(rs, r)
+    if w is None or r is None:
+        return f"{where}: a named type the schema does not define"
+    wt, rt = w["type"], r["type"]
+    if wt == "union":
+        for i, b in enumerate(w["branches"]):
+            problem = _resolve(ws, b, rs, r, f"{where} (branch {i} of the old union)", seen)
+            if problem:
+                return problem
+        return None
+    if rt == "union":
+        if any(_resolve(ws, w, rs, b, where, seen) is None for b in r["branches"]):
+            return None
+        return f"{where}: the new union has no branch that reads the old {_label(w)}"
+    if wt in _PRIMITIVES and rt in _PRIMITIVES:
+        return None if wt == rt or rt in _PROMOTIONS.get(wt, ()) else f"{where}: {wt} cannot be read as {rt}"
+    records = ("record", "error")
+    if wt != rt and not (wt in records and rt in records):
+        return f"{where}: {_label(w)} ({wt}) cannot be read as {_label(r)} ({rt})"
+    if wt in ("record", "error", "enum", "fixed") and not _names_match(w, r):
+        return f"{where}: {wt} {w['name']} cannot be read as {r['name']} (names differ, no alias)"
+    if wt in records:
+        if (w["name"], r["name"]) in seen:  # a recursive type: assumed to resolve while it is being resolved
+            return None
+        seen.add((w["name"], r["name"]))
+        written = dict(w["fields"])
+        for name, f in r["fields"]:
+            old = name if name in written else next((a for a, n in r["field_aliases"].items()
+                                                     if n == name and a in written), None)
+            if old is not None:
+                problem = _resolve(ws, written[old], rs, f, f"{where}.{name}", seen)
+                if problem:
+                    return problem
+            elif name not in r["defaults"]:
+                return f"{where}.{name}: a field the new schema adds without a default"
+        return None
+    if wt == "enum":
+        missing = [x for x in w["symbols"] if x not in r["symbols"]]
+        if missing and r.get("default") is None:
+            return f"{where}: enum {r['name']} lacks the old symbols {missing} and has no default"
+        return None
+    if wt == "fixed":
+        return None if w["size"] == r["size"] else f"{where}: fixed {r['name']} of {w['size']} bytes read as {r['size']}"
+    if wt == "array":
+        return _resolve(ws, w["items"], rs, r["items"], f"{where}[]", seen)
+    if wt == "map":
+        return _resolve(ws, w["values"], rs, r["values"], f"{where}{{}}", seen)
+    return f"{where}: Avro type {wt!r} is not one State Explorer resolves"
+
+
 def read_avro_snapshot(inp: DataInput, version: int, class_name: str = SNAPSHOT_CLASSES[0]) -> AvroDecoder:
     if version not in (1, 2):
         raise UnknownSnapshot(class_name, inp.pos)
@@ -181,5 +268,5 @@ def _factory(inp: DataInput, ctx: SnapshotContext) -> Decoder:
 for _cls in SNAPSHOT_CLASSES:
     register_snapshot_decoder(_cls, _factory)
 
-__all__ = ["AvroDecoder", "AvroSchema", "SNAPSHOT_CLASSES", "read_avro_snapshot"]
+__all__ = ["AvroDecoder", "AvroSchema", "SNAPSHOT_CLASSES", "avro_resolution", "read_avro_snapshot"]
 

@@ -182,7 +182,8 @@ class HandleResolver:
             f"{self.metadata_file}: state file {handle.name!r} is outside the snapshot folder "
             f"{self.job_dir}; expected a path under chk-N/, shared/ or taskowned/. A folder kept elsewhere "
             f"(the changelog's dstl/, Flink's state.changelog.dstl.dfs.base-path) is read when named: "
-            f"open with {ALLOW_OPTION}=['<the local folder holding {Path(raw).parent.name or raw}/>']"
+            f"open with {ALLOW_OPTION}=['<the folder holding {Path(raw).parent.name or raw}/>']" + (
+                " (a URL of the snapshot's store)" if isinstance(self.exclusive_dir, StoragePath) else "")
         )
 
     def _in_allowed_root(self, raw: str, parts: tuple[str, ...]) -> Path | None:

@@ -23,13 +23,24 @@ Registered with :func:`.serializers.register_snapshot_decoder`. Wire formats:
   ``ExternalSerializer`` (a ``MapView``/``ListView`` or other external type
   inside an accumulator; snapshot: a Java-serialized ``DataType``, parsed as
   data, then the internal serializer): the internal serializer's value;
-  ``RawValueData``: ``int n`` + ``n`` bytes; ``NullSerializer``: one byte, None.
+  ``RawValueData``: ``int n`` + ``n`` bytes; ``NullSerializer``: one byte, None;
+* SQL ``DecimalData`` (snapshot: ``int precision``, ``int scale``): the unscaled ``long``
+  when precision <= 18, else ``int n`` + ``n`` big-endian bytes -> ``Decimal``; an
+  ``ExternalSerializer`` of ``DATE``/``TIME`` (internally ``int``) -> ``date``/``time``;
+* ``StreamElementSerializer`` (an evicting window's elements): ``byte tag``, for a
+  record with a timestamp (0) ``long timestamp`` + the value, without (1) the value
+  -> ``{"timestamp", "value"}``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
+
 import pandas as pd
 import pyarrow as pa
+
+from ...errors import FlinkFormatError
 
 from .datainput import DataInput
 from .javaser import parse_java_object
@@ -37,9 +48,11 @@ from .serializers import (
     NESTED_MAGIC,
     Decoder,
     SnapshotContext,
+    UnknownLayout,
     UnknownSnapshot,
     read_composite_header,
     register_snapshot_decoder,
+    sql_field_type,
     timestamp_from_epoch,
 )
 
@@ -205,17 +218,62 @@ register_snapshot_decoder(
 )
 
 
-class ExternalDecoder(Decoder):
-    """An external data type over an internal serializer: values are the internal serializer's."""
+class DecimalDataDecoder(Decoder):
+    """SQL ``DECIMAL(p, s)`` (``DecimalDataSerializer``; snapshot: ``int precision``, ``int scale``): the unscaled
+    value as a ``long`` when ``p <= 18``, else ``int n`` + ``n`` big-endian two's-complement bytes -> ``Decimal``."""
 
-    def __init__(self, inner: Decoder, data_type: str) -> None:
-        self.inner = inner
-        self.name = f"External<{data_type}>" if data_type else inner.describe()
+    def __init__(self, precision: int, scale: int) -> None:
+        if not 0 < precision <= 38 or not 0 <= scale <= precision:
+            raise FlinkFormatError(f"DECIMAL serializer snapshot: found precision {precision} and scale {scale}, "
+                                   "expected 0 < precision <= 38 and 0 <= scale <= precision")
+        self.precision, self.scale = precision, scale
+        self.compact = precision <= 18
+        self.fixed_length = 8 if self.compact else -1
+        self.name = f"DECIMAL({precision}, {scale})"
 
     def read(self, inp: DataInput):
-        return self.inner.read(inp)
+        if self.compact:
+            unscaled = inp.read_long()
+        else:
+            n = inp.read_int()
+            if not 0 < n <= 17:  # (38 digits fit 16 bytes)
+                raise FlinkFormatError(f"{self.name}: found {n} bytes of unscaled value, expected 1 to 17")
+            unscaled = int.from_bytes(inp.read_bytes(n), "big", signed=True)
+        return Decimal(unscaled).scaleb(-self.scale)
+
+
+register_snapshot_decoder(
+    "org.apache.flink.table.runtime.typeutils.DecimalDataSerializer$DecimalSerializerSnapshot",
+    lambda inp, ctx: DecimalDataDecoder(inp.read_int(), inp.read_int()),
+)
+
+_EPOCH_DAY = dt.date(1970, 1, 1)
+
+
+class ExternalDecoder(Decoder):
+    """An external data type over an internal serializer: values are the internal serializer's, except that
+    ``DATE`` (internally ``int`` days since the epoch) and ``TIME`` (``int`` milliseconds of the day) are shown
+    as ``datetime.date`` / ``datetime.time``, as they are in a row."""
+
+    def __init__(self, inner: Decoder, data_type: str, logical: str = "") -> None:
+        self.inner = inner
+        self.logical = logical
+        shown = logical if logical in ("DATE", "TIME") else data_type
+        self.name = f"External<{shown}>" if shown else inner.describe()
+
+    def read(self, inp: DataInput):
+        v = self.inner.read(inp)
+        if self.logical == "DATE" and isinstance(v, int):
+            return _EPOCH_DAY + dt.timedelta(days=v)
+        if self.logical == "TIME" and isinstance(v, int):
+            return dt.time(v // 3_600_000, v // 60_000 % 60, v // 1000 % 60, v % 1000 * 1000)
+        return v
 
     def arrow_type(self):
+        if self.logical == "DATE":
+            return pa.date32()
+        if self.logical == "TIME":
+            return pa.time64("us")
         return self.inner.arrow_type()
 
 
@@ -227,17 +285,47 @@ def _external(inp: DataInput, ctx: SnapshotContext) -> Decoder:
         conv = obj.get("conversionClass")
         if isinstance(conv, dict):
             data_type = str(conv.get("@class_object") or "").rsplit(".", 1)[-1]
+    logical = sql_field_type(obj.get("logicalType")) if isinstance(obj, dict) else ""
     # a few flag bytes may follow the data type before the nested snapshots
     for skip in range(0, 9):
         if int.from_bytes(bytes(inp.buf[inp.pos + skip : inp.pos + skip + 4]), "big") == NESTED_MAGIC:
             inp.skip(skip)
             (inner,) = ctx.read_nested(inp)
-            return ExternalDecoder(inner, data_type)
+            return ExternalDecoder(inner, data_type, logical if isinstance(logical, str) else "")
     raise UnknownSnapshot(ctx.class_name, inp.pos)
 
 
 register_snapshot_decoder("org.apache.flink.table.runtime.typeutils.ExternalSerializer$ExternalSerializerSnapshot",
                           _external)
+
+
+class StreamRecordDecoder(Decoder):
+    """An evicting window's element (``StreamElementSerializer``): ``byte tag``, then for a record with a
+    timestamp (tag 0) ``long timestamp`` and the value, for one without (tag 1) the value alone. Watermarks,
+    latency markers and the other stream elements never sit in window state: their tags leave the value raw."""
+
+    def __init__(self, elem: Decoder) -> None:
+        self.elem = elem
+        self.name = f"StreamRecord<{elem.describe()}>"
+
+    def read(self, inp: DataInput):
+        tag = inp.read_byte()
+        if tag == 0:
+            ts = inp.read_long()
+            return {"timestamp": ts, "value": self.elem.read(inp)}
+        if tag == 1:
+            return {"timestamp": None, "value": self.elem.read(inp)}
+        raise UnknownLayout(f"stream element with tag {tag} in {self.name}: only records (tags 0 and 1) are decoded")
+
+    def arrow_type(self):
+        t = self.elem.arrow_type()
+        return None if t is None else pa.struct([("timestamp", pa.int64()), ("value", t)])
+
+
+register_snapshot_decoder(
+    "org.apache.flink.streaming.runtime.streamrecord.StreamElementSerializer$StreamElementSerializerSnapshot",
+    lambda inp, ctx: StreamRecordDecoder(_composite_nested(inp, ctx)[0]),
+)
 
 
 class RawValueDecoder(Decoder):

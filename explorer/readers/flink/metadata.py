@@ -117,6 +117,8 @@ class CheckpointMetadata:
     properties: dict[str, Any] | None
     #: the checkpoint properties as stored (Java serialization), for writers that keep them unchanged
     properties_bytes: bytes | None = None
+    #: the master states as stored (each magic, length, payload; opaque hook state), for writers that keep them
+    master_states_bytes: bytes = b""
 
     @property
     def is_savepoint(self) -> bool | None:
@@ -169,10 +171,12 @@ class _MetadataParser:
             n_master = inp.read_int()
             if n_master < 0:
                 raise SnapshotCorruptError(f"{self.path}: found {n_master} master states, expected >= 0")
+            masters_at = inp.pos
             for _ in range(n_master):
                 if inp.read_int() != MASTER_STATE_MAGIC:
                     raise self.fail("master state magic number 0xc96b1696 not found")
                 inp.skip(inp.read_int())
+            masters = bytes(inp.buf[masters_at : inp.pos])
             n_ops = inp.read_int()
             if n_ops < 0 or n_ops > 1_000_000:
                 raise self.fail(f"implausible operator count {n_ops}")
@@ -192,7 +196,8 @@ class _MetadataParser:
             raise SnapshotCorruptError(
                 f"{self.path}: found a string that is not UTF-8 before byte {inp.pos} ({exc}); damaged metadata?"
             ) from exc
-        return CheckpointMetadata(self.path, version, checkpoint_id, n_master, operators, properties, properties_bytes)
+        return CheckpointMetadata(self.path, version, checkpoint_id, n_master, operators, properties, properties_bytes,
+                                  masters)
 
     def operator(self) -> OperatorState:
         inp = self.inp

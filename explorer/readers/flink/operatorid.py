@@ -80,6 +80,7 @@ SQL_OPERATOR_STATES: tuple[tuple[str, frozenset[str]], ...] = (
     ("IntervalJoin", frozenset({"IntervalJoinLeftCache", "IntervalJoinRightCache"})),
     ("Rank", frozenset({"data-state-with-append"})),
     ("Deduplicate", frozenset({"already-emitted-state-boolean", "waiting-to-emit-on-timer"})),
+    ("Deduplicate", frozenset({"deduplicate-state"})),  # (keep last row on processing time)
 )
 
 
@@ -88,5 +89,5 @@ def infer_operator_name(operator_id: str, state_names: Iterable[str]) -> str | N
     have no uids to pass), from its keyed states: ``GroupAggregate[92d5105c]`` (the planner's kind and the
     head of the OperatorID, so that several operators of one kind stay apart), or None."""
     names = set(state_names)
-    hits = [op for op, need in SQL_OPERATOR_STATES if need <= names]
+    hits = sorted({op for op, need in SQL_OPERATOR_STATES if need <= names})
     return f"{hits[0]}[{operator_id[:8]}]" if len(hits) == 1 else None

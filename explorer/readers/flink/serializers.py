@@ -73,10 +73,14 @@ POJO_MAP_HEADER = 0x4F2C69A3D70
 class UnknownSnapshot(Exception):
     """A serializer snapshot class we cannot parse; ``pos`` is where its content starts."""
 
-    def __init__(self, class_name: str, pos: int) -> None:
+    def __init__(self, class_name: str, pos: int, partial: "Decoder | None" = None, map_keys: bool = False) -> None:
         super().__init__(class_name)
         self.class_name = class_name
         self.pos = pos
+        #: what could be decoded around it: a map state's MapDecoder with known keys and raw values
+        self.partial = partial
+        #: it is a map's key serializer: the map's keys are raw too
+        self.map_keys = map_keys
 
 
 class UnknownLayout(Exception):
@@ -367,6 +371,7 @@ class SqlField:
     raw_serializer: str | None = None  # RAW: its serializer's class
     precision: int | None = None
     scale: int | None = None
+    elem: Any = None  # ARRAY: its element type (a type name or a SqlField)
 
     def __str__(self) -> str:
         if self.row is not None:
@@ -375,6 +380,8 @@ class SqlField:
             return f"RAW<{_short(self.raw_class or '?')}>"
         if self.type == "DECIMAL":
             return f"DECIMAL({self.precision}, {self.scale})"
+        if self.type == "ARRAY":
+            return f"ARRAY<{self.elem}>"
         return self.type
 
 
@@ -404,6 +411,8 @@ def sql_field_type(obj: Any) -> "str | SqlField":
         clazz, ser = obj.get("clazz"), obj.get("serializer")
         return SqlField("RAW", raw_class=clazz.get("@class_object") if isinstance(clazz, dict) else None,
                         raw_serializer=ser.get("@class") if isinstance(ser, dict) else None)
+    if t == "ArrayType":
+        return SqlField("ARRAY", elem=sql_field_type(obj.get("elementType")))
     if t == "DecimalType":
         p, sc = obj.get("precision"), obj.get("scale")
         return SqlField("DECIMAL", precision=p if isinstance(p, int) else None, scale=sc if isinstance(sc, int) else None)
@@ -498,7 +507,59 @@ class RowDataDecoder(Decoder):
             else:
                 unscaled = int.from_bytes(_var_bytes(slot, row), "big", signed=True)
             return Decimal(unscaled).scaleb(-f.scale)
+        if f.type == "ARRAY" and f.elem is not None:
+            return decode_binary_array(_var_bytes(slot, row), f.elem, self.name)
         raise UnknownLayout(f"SQL field of type {f} in {self.name} is not decoded by State Explorer")
+
+
+_ARRAY_ELEMENT_SIZES = {"BOOLEAN": 1, "TINYINT": 1, "SMALLINT": 2, "INT": 4, "FLOAT": 4, "DATE": 4, "TIME": 4}
+_ARRAY_FIXED = {"BOOLEAN": "<?", "TINYINT": "<b", "SMALLINT": "<h", "INT": "<i", "FLOAT": "<f", "BIGINT": "<q",
+                "DOUBLE": "<d"}
+
+
+def decode_binary_array(buf: bytes, elem: Any, where: str) -> list:
+    """A ``BinaryArrayData``: ``int n`` (little-endian), a null bit set of ``((n + 31) // 32) * 4`` bytes (bit
+    ``i`` for element ``i``), then ``n`` elements of the type's width (1 BOOLEAN/TINYINT, 2 SMALLINT, 4 INT,
+    FLOAT, DATE, TIME, else 8); a string or binary element is an 8-byte slot as in a binary row, its offset
+    counted from the array's start. An element type not decoded here leaves the value raw, with a note."""
+    if len(buf) < 4:
+        raise FlinkFormatError(f"{where}: found a binary array of {len(buf)} bytes, expected at least 4 (its length)")
+    n = struct.unpack_from("<i", buf)[0]
+    t = elem.type if isinstance(elem, SqlField) else elem
+    width = _ARRAY_ELEMENT_SIZES.get(t, 8)
+    start = 4 + ((n + 31) // 32) * 4
+    if n < 0 or start + n * width > len(buf):
+        raise FlinkFormatError(f"{where}: found a binary array of {n} elements in {len(buf)} bytes, expected "
+                               f"{start + max(n, 0) * width} bytes or more")
+    if t not in _ARRAY_FIXED and t not in ("STRING", "CHAR", "BYTES", "BINARY", "DATE"):
+        raise UnknownLayout(f"array elements of type {elem} in {where} are not decoded by State Explorer")
+    out: list[Any] = []
+    for i in range(n):
+        if buf[4 + (i >> 3)] & (1 << (i & 7)):
+            out.append(None)
+            continue
+        off = start + i * width
+        if t in _ARRAY_FIXED:
+            out.append(struct.unpack_from(_ARRAY_FIXED[t], buf, off)[0])
+        elif t == "DATE":
+            out.append(_EPOCH_DAY + dt.timedelta(days=struct.unpack_from("<i", buf, off)[0]))
+        else:
+            raw = _var_bytes(buf[off : off + 8], buf)
+            out.append(raw.decode("utf-8", "replace") if t in ("STRING", "CHAR") else bytes(raw))
+    return out
+
+
+class ArrayDataDecoder(Decoder):
+    """Flink SQL's ``ArrayData`` (``ArrayDataSerializer``): ``int length`` + a binary array
+    (:func:`decode_binary_array`). The element type is the Java-serialized ``LogicalType`` of the snapshot.
+    (COUNT(DISTINCT ..) FILTER over updating input keeps one count per FILTER as an ARRAY<BIGINT>.)"""
+
+    def __init__(self, elem: Any) -> None:
+        self.elem = elem
+        self.name = f"ARRAY<{elem}>"
+
+    def read(self, inp: DataInput):
+        return decode_binary_array(inp.read_bytes(inp.read_int()), self.elem, self.name)
 
 
 def _var_bytes(slot: bytes, row: bytes) -> bytes:
@@ -652,7 +713,21 @@ def _read_content(inp: DataInput, cls: str, version: int, options: Mapping[str, 
         return ListDecoder(elem)
     if short == "MapSerializerSnapshot":
         _composite(inp)
-        k, v = _read_nested(inp)
+        magic = inp.read_int()
+        if magic != NESTED_MAGIC:
+            raise FlinkFormatError(f"nested serializer snapshots: found magic {magic:#x}, expected {NESTED_MAGIC:#x}")
+        inp.read_int()  # delegate version
+        n = inp.read_int()
+        if n != 2:
+            raise FlinkFormatError(f"map serializer snapshot: found {n} nested serializers, expected 2 (key, value)")
+        try:
+            k = read_versioned_snapshot(inp, options)
+        except UnknownSnapshot as exc:
+            raise UnknownSnapshot(exc.class_name, exc.pos, map_keys=True) from exc
+        try:
+            v = read_versioned_snapshot(inp, options)
+        except UnknownSnapshot as exc:  # the keys still decode (a RocksDB map entry's user key is in its own bytes)
+            raise UnknownSnapshot(exc.class_name, exc.pos, MapDecoder(k, RawDecoder(exc.class_name))) from exc
         return MapDecoder(k, v)
     if short == "TtlStateFactory$TtlSerializerSnapshot":
         _composite(inp)
@@ -674,6 +749,11 @@ def _read_content(inp: DataInput, cls: str, version: int, options: Mapping[str, 
         return NullableDecoder(inner)
     if short == "PojoSerializerSnapshot" and version >= 2:
         return _read_pojo(inp, options)
+    if short == "ArrayDataSerializer$ArrayDataSerializerSnapshot":
+        # the element's LogicalType, then its TypeSerializer, both Java-serialized (parsed as data)
+        elem = sql_field_type(parse_java_object(inp))
+        parse_java_object(inp)
+        return ArrayDataDecoder(elem)
     if short == "RowDataSerializer$RowDataSerializerSnapshot":
         n = inp.read_int()
         types, precisions = [], []

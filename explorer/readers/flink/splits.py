@@ -79,3 +79,37 @@ def decode_split(element: bytes) -> tuple[Any, str | None]:
     return element, (f"split serializer version {version}, {n} bytes: "
                      + ("fits more than one known split layout" if found else "no known split layout")
                      + " (known: NumberSequenceSplit v1, KafkaPartitionSplit v0); left raw")
+
+
+def _utf(s: str) -> bytes:
+    data = s.encode("utf-8")  # (modified UTF-8 equals UTF-8 for text without NUL or supplementary characters)
+    if "\x00" in s or any(ord(c) > 0xFFFF for c in s) or len(data) > 0xFFFF:
+        raise ValueError(f"{s!r:.40}: a split id or topic with NUL, a supplementary character, or over 65535 bytes")
+    return len(data).to_bytes(2, "big") + data
+
+
+def _long(v: Any) -> bytes:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{v!r}: expected an int")
+    return v.to_bytes(8, "big", signed=True)
+
+
+def encode_split(split: dict[str, Any]) -> bytes:
+    """A split as :func:`decode_split` shows it, written back behind its serializer version (the layouts of the
+    module doc); ``ValueError`` for another split type or a field that does not fit. The caller checks that
+    :func:`decode_split` reads the bytes back as ``split``."""
+    kind = split.get("split_type")
+    if kind == "NumberSequenceSplit":
+        version, body = 1, _utf(split["split_id"]) + _long(split["from"]) + _long(split["to"])
+    elif kind == "KafkaPartitionSplit":
+        stop = split.get("stopping_offset")
+        partition = split["partition"]
+        if isinstance(partition, bool) or not isinstance(partition, int) or not -(1 << 31) <= partition < 1 << 31:
+            raise ValueError(f"partition {partition!r}: expected an int")
+        version, body = 0, (_utf(split["topic"]) + partition.to_bytes(4, "big", signed=True)
+                            + _long(split["starting_offset"]) + _long(_NO_STOPPING_OFFSET if stop is None else stop))
+    else:
+        raise ValueError(f"split type {kind!r}: State Explorer writes NumberSequenceSplit and KafkaPartitionSplit")
+    if split.get("serializer_version", version) != version:
+        raise ValueError(f"{kind}: serializer version {split['serializer_version']}, the layout known is {version}")
+    return version.to_bytes(4, "big") + len(body).to_bytes(4, "big") + body

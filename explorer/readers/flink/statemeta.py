@@ -195,10 +195,12 @@ def read_backend_meta(
                     j += 1
                     continue
                 except UnknownSnapshot as exc:
-                    meta.serializers[key] = RawDecoder(exc.class_name)
+                    meta.serializers[key] = exc.partial or RawDecoder(exc.class_name)
                     notes.append(
                         f"{where}: state {name!r} uses serializer {exc.class_name}, which State Explorer "
                         "cannot decode; its values are returned as raw bytes"
+                        + (" (its map keys are decoded)" if exc.partial is not None else "")
+                        + (" and so are its map keys (the map's key serializer)" if exc.map_keys else "")
                     )
                     where_next = _resync(inp, start, n_ser - j - 1 > 0, i + 1 < n_states, end_hint)
                     if where_next is None:

@@ -2,7 +2,8 @@
 
 For the newest committed batch (or ``batch_id``): ``metadata`` and the batch's offset and commit logs are
 there; every operator has all its partition folders; every store partition has the files of its state version (``batch + 1``) back to the newest full
-snapshot (``.snapshot``/``.zip``; checkpoint format v2: the ids ``commits/`` gives); every file the batch
+snapshot (``.snapshot``/``.zip``; checkpoint format v2: the ids ``commits/`` gives, then a changelog's lineage
+back to its snapshot, each file of it there and checked); every file the batch
 needs (:func:`.layout.batch_files`) resolves inside the checkpoint and matches its Hadoop ``.crc`` and Spark
 4's ``.crc`` files; an lz4 stream's blocks their XXH32; a zip's members their CRC-32, and the SST files its
 metadata names are plain names in ``SSTs/``, there, of the recorded size, with good footers and block
@@ -20,13 +21,15 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ...errors import SnapshotError, UnsafePathError
+from ...errors import SnapshotError, SnapshotTooLargeError, UnsafePathError
+from ...format import budget
 from ...format.sst.file import SstError
 from ...format.untrusted import Roots, plain_name
 from ...storage import StoragePath
 from ..checks import DAMAGED, MISSING, OK, OUTSIDE, FileCheck, check_sst, failed
 from . import layout
 from .hdfs import spark_stream
+from .rocksdb import changelog_header, zip_metadata
 
 __all__ = ["spark_checks"]
 
@@ -66,9 +69,11 @@ def spark_checks(path: Any, allow_roots: Any = None, batch_id: int | None = None
         if rel not in rels:
             out.append(FileCheck(rel, MISSING, f"needed to read batch {batch}, not there"))
     out += _missing_partitions(root, roots, batch)
-    out += _missing_store_files(root, roots, rels, batch)
+    lineage: list[str] = []
+    out += _missing_store_files(root, roots, rels, batch, lineage)
     outside = {c.file for c in out if c.status == OUTSIDE}
-    for rel in layout.batch_files(rels, batch):
+    needed = layout.batch_files(rels, batch)
+    for rel in needed + sorted(set(lineage) - set(needed)):
         if rel.endswith(".crc") or rel in outside:
             continue  # (a checksum file is checked with the file it belongs to)
         out.append(_check_file(root, roots, rel))
@@ -109,8 +114,10 @@ def _uuids(root: Path, roots: Roots, batch: int) -> dict[str, list[list[str]]] |
     return ids if isinstance(ids, dict) else None
 
 
-def _missing_store_files(root: Path, roots: Roots, rels: list[str], batch: int) -> list[FileCheck]:
-    """Per store folder, the files of version ``batch + 1`` back to its newest full snapshot that are not there."""
+def _missing_store_files(root: Path, roots: Roots, rels: list[str], batch: int, lineage: list[str]) -> list[FileCheck]:
+    """Per store folder, the files of version ``batch + 1`` back to its newest full snapshot that are not there
+    (checkpoint format v2: back along the changelog's lineage, whose files are added to ``lineage`` to be
+    checked too)."""
     version = batch + 1
     uuids = _uuids(root, roots, batch)
     folders: dict[str, dict[tuple[int, str | None], set[str]]] = {}
@@ -132,6 +139,10 @@ def _missing_store_files(root: Path, roots: Roots, rels: list[str], batch: int) 
                 out.append(FileCheck(f"{folder}/{version}_{want[0]}.zip", MISSING,
                                      f"commits/{batch} names id {want[0]} for version {version}; neither its .zip "
                                      "nor its .changelog is there"))
+                continue
+            uuid = next((u for u in want or () if (version, u) in files), None)
+            if uuid is not None and "zip" not in files[(version, uuid)]:
+                out += _lineage(root, roots, folder, files, version, uuid, lineage)
             continue
         start = max((v for (v, _), ks in files.items() if full in ks and v <= version), default=0)
         for v in range(start + 1, version + 1):
@@ -139,6 +150,35 @@ def _missing_store_files(root: Path, roots: Roots, rels: list[str], batch: int) 
                 out.append(FileCheck(f"{folder}/{v}.{step}", MISSING,
                                      f"version {version} (batch {batch}) needs it after "
                                      f"{f'{start}.{full}' if start else 'the start'}, not there"))
+    return out
+
+
+def _lineage(root: Path, roots: Roots, folder: str, files: dict[tuple[int, str | None], set[str]], version: int,
+             uuid: str, needed: list[str]) -> list[FileCheck]:
+    """Format v2: version ``version`` of the store in ``folder`` is the changelog ``<version>_<uuid>.changelog``
+    replayed over its lineage (the versions and ids its header names, back to the last snapshot), as the reader
+    reads it: each of those files is there, and goes into ``needed`` to be checked like the batch's own."""
+    name = f"{version}_{uuid}.changelog"
+    try:
+        data = spark_stream(layout.verified_bytes(root / folder / name, roots), f"{folder}/{name}")
+        _, _, chain = changelog_header(data, f"{folder}/{name}")
+    except SnapshotError:
+        return []  # (the changelog's own check says why)
+    chain = chain + [(version, uuid)]
+    base = next((i for i in range(len(chain) - 1, -1, -1) if "zip" in files.get(chain[i], set())), None)
+    out = []
+    if base is None and chain[0][0] != 1:
+        v, u = chain[0]
+        out.append(FileCheck(f"{folder}/{v}_{u}.zip", MISSING, f"the lineage of {name} starts at version {v}, "
+                                                               "whose snapshot is not there"))
+    if base is not None:
+        needed.append(f"{folder}/{chain[base][0]}_{chain[base][1]}.zip")
+    for v, u in chain[(base + 1 if base is not None else 0):-1]:
+        if "changelog" in files.get((v, u), set()):
+            needed.append(f"{folder}/{v}_{u}.changelog")
+        else:
+            out.append(FileCheck(f"{folder}/{v}_{u}.changelog", MISSING, f"in the lineage of {name} (version "
+                                                                         f"{version} replays it), not there"))
     return out
 
 
@@ -169,16 +209,26 @@ def _has_sidecar(f: Path) -> bool:
 def _check_zip(f: Path, rel: str, data: bytes, roots: Roots, detail: str) -> FileCheck:
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
+        for info in zf.infolist():  # (as the reader does: before anything is inflated)
+            budget.check(info.file_size, file=f, what=f"zip member {info.filename!r} (its declared uncompressed size)")
         bad = zf.testzip()
-        meta = zf.read("metadata").decode("utf-8").splitlines() if "metadata" in zf.namelist() else []
-    except (zipfile.BadZipFile, EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
+        version, body = zip_metadata(zf, f) if "metadata" in zf.namelist() else (b"", bytearray())
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
         return FileCheck(rel, DAMAGED, f"not a readable zip ({exc})")
+    except SnapshotTooLargeError as exc:
+        return FileCheck(rel, DAMAGED, str(exc))
     if bad is not None:
         return FileCheck(rel, DAMAGED, f"member {bad!r} does not match its CRC-32")
+    if version not in (b"", b"v1"):
+        return FileCheck(rel, DAMAGED, f"its metadata member's version is {version[:16]!r}; expected 'v1'")
     try:
-        ssts = json.loads(meta[1]).get("sstFiles", []) if len(meta) > 1 else []
-    except (json.JSONDecodeError, AttributeError):
-        return FileCheck(rel, DAMAGED, f"its metadata member ({len(meta)} lines) is not v1 and JSON")
+        ssts = budget.loads(body, file=f, what="zip member 'metadata' (its JSON line)").get("sstFiles", []) \
+            if body else []
+    except SnapshotTooLargeError as exc:
+        return FileCheck(rel, DAMAGED, str(exc))
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return FileCheck(rel, DAMAGED, f"its metadata member ({len(body):,} bytes after its version line) is not "
+                                       "v1 and JSON")
     folder = f.parent / "SSTs"
     for s in ssts:
         name = s.get("dfsSstFileName") if isinstance(s, dict) else None

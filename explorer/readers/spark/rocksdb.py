@@ -46,7 +46,7 @@ from ...format.untrusted import Roots, excerpt, plain_name
 from .hdfs import records, spark_stream, store_dir
 from .layout import verified_bytes
 
-__all__ = ["ENCODING_VERSION", "changelog_records", "read_rocksdb_store"]
+__all__ = ["ENCODING_VERSION", "changelog_header", "changelog_records", "read_rocksdb_store", "zip_metadata"]
 
 #: the byte before every key's and value's UnsafeRow in the built-in operators' RocksDB stores
 ENCODING_VERSION = 0
@@ -64,12 +64,9 @@ def _utf(data: bytes, i: int, where: str) -> tuple[str, int]:
     return data[i + 2:i + 2 + n].decode("utf-8", errors="replace"), i + 2 + n
 
 
-def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bool = False, *,
-                      roots: Roots | Path) -> list[tuple[int, str]]:
-    """Apply one changelog file (inside ``roots``) to ``rows``; return its lineage ``[(version, uuid)]`` (empty
-    before version 3). ``keep_deletes``: a deleted key is kept as None instead of dropped."""
-    where = str(f)
-    data = spark_stream(verified_bytes(f, roots), where)
+def changelog_header(data: bytes, where: str) -> tuple[int, int, list[tuple[int, str]]]:
+    """A decompressed changelog's format version, where its records start, and its lineage ``[(version,
+    uuid)]`` (the versions before it back to the last snapshot; empty before changelog version 3)."""
     version, pos = 1, 0
     if len(data) >= 3 and data[2:3] == b"v":
         text, after = _utf(data, 0, where)
@@ -85,6 +82,16 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise SnapshotCorruptError(f"{where}: expected the changelog's lineage as JSON, found {len(text)} "
                                        "characters that are not a list of versions and ids") from exc
+    return version, pos, lineage
+
+
+def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bool = False, *,
+                      roots: Roots | Path) -> list[tuple[int, str]]:
+    """Apply one changelog file (inside ``roots``) to ``rows``; return its lineage ``[(version, uuid)]`` (empty
+    before version 3). ``keep_deletes``: a deleted key is kept as None instead of dropped."""
+    where = str(f)
+    data = spark_stream(verified_bytes(f, roots), where)
+    version, pos, lineage = changelog_header(data, where)
     if version in (1, 3):
         records(data, where, rows, keep_deletes, start=pos)
         return lineage
@@ -127,6 +134,30 @@ def changelog_records(f: Path, rows: dict[bytes, bytes | None], keep_deletes: bo
         pos += vs
 
 
+def zip_metadata(zf: zipfile.ZipFile, f: Path) -> tuple[bytes, bytearray]:
+    """The ``metadata`` member's first line (its version) and its second (the JSON), with honest accounting: the
+    member is inflated into one buffer of its declared size (zipfile stops there; a stream that inflates past it
+    fails its CRC-32) and the JSON line is cut out of it in place, so what is held is that buffer, then the
+    text :func:`~explorer.format.budget.loads` decodes from it (counted before parsing). Both are charged before
+    anything is inflated: a member just under the budget once took three times its size as lines and strings."""
+    size = zf.getinfo("metadata").file_size
+    budget.check(2 * size, file=f, what=f"zip member 'metadata' ({size:,} bytes, held and decoded once read)")
+    buf = bytearray(size)
+    view, got = memoryview(buf), 0
+    with zf.open("metadata") as member:
+        while got < size and (n := member.readinto(view[got:got + budget.CHUNK])):
+            got += n
+    view.release()
+    del buf[got:]
+    first = buf.find(b"\n")
+    version = bytes(buf[:first if first >= 0 else len(buf)]).rstrip(b"\r")
+    del buf[:first + 1 if first >= 0 else len(buf)]  # (in place: no copy of the rest)
+    second = buf.find(b"\n")
+    if second >= 0:
+        del buf[second:]
+    return version, buf
+
+
 def _zip_rows(f: Path, rows: dict[bytes, bytes | None], roots: Roots) -> None:
     """The visible rows of one RocksDB checkpoint zip and the SST files it names (plain file names in the
     store's ``SSTs/`` folder, resolved inside ``roots``: a name with a separator, ``..``, a NUL or an absolute
@@ -142,18 +173,17 @@ def _zip_rows(f: Path, rows: dict[bytes, bytes | None], roots: Roots) -> None:
     if bad is not None:
         raise SnapshotCorruptError(f"{where}: member {bad!r} does not match its CRC-32 (the zip is damaged)")
     try:
-        with zf.open("metadata") as member:  # capped again as it inflates, whatever the header declared
-            lines = budget.read_capped(member, None, file=f, what="zip member 'metadata'").decode("utf-8").splitlines()
+        version, body = zip_metadata(zf, f)
     except KeyError as exc:
         raise SnapshotFormatError(f"{where}: expected a 'metadata' member naming the SST files, found "
                                   f"{zf.namelist()}") from exc
-    if not lines or lines[0] != "v1":
-        raise SnapshotFormatError(f"{where}: metadata version {excerpt(lines[0] if lines else '')} is unknown "
-                                  "(known: 'v1')")
+    if version != b"v1":
+        raise SnapshotFormatError(f"{where}: metadata version {excerpt(version)} is unknown (known: 'v1')")
     try:
-        meta = json.loads(lines[1])
+        meta = budget.loads(body, file=f, what="zip member 'metadata' (its JSON line)")
+        del body
         names = [s["dfsSstFileName"] for s in meta.get("sstFiles", [])]
-    except (IndexError, json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise SnapshotFormatError(f"{where}: expected the checkpoint's metadata JSON on its second line") from exc
     if meta.get("columnFamilyMapping"):
         raise SnapshotFormatError(

@@ -3,7 +3,7 @@
 // be there, see Expect.java and tools/flink/README.md).
 //
 // Usage: ProductionFixtures <out-root> <name> <job> <hashmap|rocksdb|forst> <canonical|native|checkpoint|incremental>
-//   job: plain | types | windows | joins | sql | sqlagg | asyncstate (AsyncStateJob.java, Flink 2.x only)
+//   job: plain | types | windows | joins | sql | sqlagg | sqldistinct | asyncstate (AsyncStateJob.java, Flink 2.x only)
 //   -Dfixtures.changelog=true      changelog state backend (filesystem changelog storage inside the job dir)
 //   -Dfixtures.filemerging=true    file-merging checkpoints (Flink 1.20+)
 //
@@ -762,6 +762,203 @@ public class ProductionFixtures {
         }
     }
 
+    // ------------------------------------------------------------------ COUNT(DISTINCT) variants (issue 33) ---
+    // -Dfixtures.sqlvariant=plain|minibatch|split|retract: the variants of COUNT(DISTINCT ...) real jobs run.
+    //   plain      one GroupAggregate: distinct on INT and BIGINT columns, two FILTERed distinct aggregates sharing
+    //              one view (bitmap value), COUNT and SUM DISTINCT sharing one view, and a nullable INT column (its
+    //              NULL key in a state of its own). (COUNT(DISTINCT a, b) is refused by the 2.3 planner: "We now only
+    //              support the count of one field.")
+    //   minibatch  the same query with mini-batch, two-phase (Local/GlobalGroupAggregate) and table.exec.state.ttl
+    //   split      COUNT(DISTINCT amount), SUM(amount) with mini-batch, two-phase and distinct-agg split
+    //              (partial aggregates keyed by a hash bucket of the distinct column)
+    //   retract    distinct aggregates fed by a last-row deduplication (updates and retractions): the view's value is
+    //              a count per FILTER, an ARRAY<BIGINT>
+    //   groupwindow  the legacy group window (GROUP BY TUMBLE(rt, ..)) with COUNT(DISTINCT): namespace TimeWindow
+    //   (-Dfixtures.asyncsql=true: table.exec.async-state.enabled, for ForSt)
+    //   types      distinct views keyed by DECIMAL, TIMESTAMP_LTZ, DOUBLE, BOOLEAN and DATE values
+    //   window     a window TVF (TUMBLE, 1 minute) with COUNT(DISTINCT), mini-batch two-phase (Local/Global
+    //              WindowAggregate): the views' namespace is the window's end; the watermark stays a day behind,
+    //              so no window fires
+    static final String SQLDISTINCT = "INSERT INTO dsink SELECT user_name, COUNT(DISTINCT bucket), COUNT(DISTINCT amount), "
+            + "COUNT(DISTINCT category) FILTER (WHERE amount >= 50), "
+            + "COUNT(DISTINCT category) FILTER (WHERE amount < 50), SUM(DISTINCT bucket), COUNT(DISTINCT opt) "
+            + "FROM events GROUP BY user_name";
+    static final String SQLDISTINCT_SPLIT = "INSERT INTO ssink SELECT user_name, COUNT(DISTINCT amount), SUM(amount) "
+            + "FROM events GROUP BY user_name";
+    static final String SQLDISTINCT_RETRACT = "INSERT INTO rsink SELECT category, COUNT(DISTINCT user_name), "
+            + "COUNT(DISTINCT user_name) FILTER (WHERE amount >= 50), COUNT(DISTINCT user_name) FILTER (WHERE amount < 50) "
+            + "FROM (SELECT user_name, category, amount FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_name, category "
+            + "ORDER BY pt DESC) AS rn FROM events) WHERE rn = 1) GROUP BY category";
+
+    static final String SQLDISTINCT_WINDOW = "INSERT INTO wsink SELECT user_name, window_start, window_end, "
+            + "COUNT(DISTINCT category), COUNT(DISTINCT amount), COUNT(*) FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rt), "
+            + "INTERVAL '1' MINUTE)) GROUP BY user_name, window_start, window_end";
+    static final long SQL_WINDOW = 60_000;
+    static final String SQLDISTINCT_GROUPWINDOW = "INSERT INTO gsink SELECT user_name, TUMBLE_START(rt, INTERVAL '1' MINUTE), "
+            + "COUNT(DISTINCT category), COUNT(*) FROM events GROUP BY user_name, TUMBLE(rt, INTERVAL '1' MINUTE)";
+    static final String SQLDISTINCT_TYPES = "INSERT INTO tsink SELECT user_name, COUNT(DISTINCT CAST(amount AS DECIMAL(10, 2))), "
+            + "COUNT(DISTINCT TO_TIMESTAMP_LTZ(ts, 3)), COUNT(DISTINCT CAST(amount AS DOUBLE) / 4), COUNT(DISTINCT amount > 50), "
+            + "COUNT(DISTINCT CAST(TO_TIMESTAMP_LTZ(ts, 3) AS DATE)) FROM events GROUP BY user_name";
+
+    static int bucket(Event e) { return (int) (e.amount % 10); }
+    static Integer opt(Event e) { return e.seq % 4 == 0 ? null : (int) (e.amount % 7); }
+
+    static Object dataView() { return new Expect.Raw("{\"type\": \"dataview\", \"view\": \"MapView\"}"); }
+
+    static Object row(Object... fields) {  // an accumulator row: fields already Java values or Raw
+        StringBuilder b = new StringBuilder("{\"type\": \"row\", \"kind\": \"+I\", \"fields\": [");
+        for (int i = 0; i < fields.length; i++) b.append(i > 0 ? ", " : "").append(Expect.enc(fields[i]));
+        return new Expect.Raw(b.append("]}").toString());
+    }
+
+    static void expectSqlDistinct(Expect x, String variant) {
+        Map<String, List<Event>> users = byUser(events());
+        if (variant.equals("retract")) {
+            // the last event of each (user, category) survives the deduplication; each user counts once per category
+            Map<String, TreeMap<String, Event>> last = new TreeMap<>();
+            for (Event e : events()) last.computeIfAbsent(e.category, c -> new TreeMap<>()).put(e.user, e);
+            for (Map.Entry<String, TreeMap<String, Event>> c : last.entrySet()) {
+                long big = 0, small = 0;
+                for (Map.Entry<String, Event> u : c.getValue().entrySet()) {
+                    boolean isBig = u.getValue().amount >= 50;
+                    big += isBig ? 1 : 0;
+                    small += isBig ? 0 : 1;
+                    // one count per aggregate sharing the view: COUNT, COUNT FILTER big, COUNT FILTER small
+                    x.entry("GroupAggregate", "distinctAcc_0", "map", "MapView<user_name, ARRAY<BIGINT> counts>",
+                            rowKey(c.getKey()), null, rowKey(u.getKey()), Arrays.asList(1L, isBig ? 1L : 0L, isBig ? 0L : 1L));
+                }
+                long n = c.getValue().size();
+                x.entry("GroupAggregate", "accState", "value", "Row(count distinct x3, record count, distinct view)",
+                        rowKey(c.getKey()), null, null, row(n, big, small, n, dataView()));
+            }
+            return;
+        }
+        if (variant.equals("groupwindow")) {
+            for (Map.Entry<String, List<Event>> u : users.entrySet()) {
+                TreeMap<Long, List<Event>> windows = new TreeMap<>();
+                for (Event e : u.getValue()) windows.computeIfAbsent(e.ts - Math.floorMod(e.ts, SQL_WINDOW), w -> new ArrayList<>()).add(e);
+                for (Map.Entry<Long, List<Event>> w : windows.entrySet()) {
+                    Object ns = Expect.timeWindow(w.getKey(), w.getKey() + SQL_WINDOW);
+                    TreeSet<String> cats = new TreeSet<>();
+                    for (Event e : w.getValue()) cats.add(e.category);
+                    for (String c : cats) x.entry("GroupWindowAggregate", "distinctAcc_0", "map", "MapView<category, Long bitmap>",
+                            rowKey(u.getKey()), ns, c, 1L);
+                    x.entry("GroupWindowAggregate", "window-aggs", "value", "Row(count distinct, count, distinct view)",
+                            rowKey(u.getKey()), ns, null, row((long) cats.size(), (long) w.getValue().size(), dataView()));
+                }
+            }
+            return;
+        }
+        if (variant.equals("types")) {
+            for (Map.Entry<String, List<Event>> u : users.entrySet()) {
+                Object key = rowKey(u.getKey());
+                TreeSet<Long> amounts = new TreeSet<>(), times = new TreeSet<>();
+                TreeSet<Boolean> big = new TreeSet<>();
+                TreeSet<String> days = new TreeSet<>();
+                for (Event e : u.getValue()) {
+                    amounts.add(e.amount);
+                    times.add(e.ts);
+                    big.add(e.amount > 50);
+                    days.add(Instant.ofEpochMilli(e.ts).atZone(ZoneOffset.UTC).toLocalDate().toString());  // session zone UTC
+                }
+                String t = "MapView<%s, Long bitmap>";
+                for (Long a : amounts) {
+                    x.entry("GroupAggregate", "distinctAcc_0", "map", String.format(t, "DECIMAL(10, 2)"), key, null,
+                            new BigDecimal(a).setScale(2), 1L);
+                    x.entry("GroupAggregate", "distinctAcc_2", "map", String.format(t, "DOUBLE"), key, null, a / 4.0, 1L);
+                }
+                for (Long ts : times) x.entry("GroupAggregate", "distinctAcc_1", "map", String.format(t, "TIMESTAMP_LTZ(3)"), key,
+                        null, new Expect.Raw("{\"type\": \"timestamp_ltz\", \"value\": \"" + Instant.ofEpochMilli(ts)
+                                + "\", \"epoch_ms\": " + ts + "}"), 1L);
+                for (Boolean b : big) x.entry("GroupAggregate", "distinctAcc_3", "map", String.format(t, "BOOLEAN"), key, null, b, 1L);
+                for (String d : days) x.entry("GroupAggregate", "distinctAcc_4", "map", String.format(t, "DATE"), key, null,
+                        new Expect.Raw("{\"type\": \"local_date\", \"value\": \"" + d + "\"}"), 1L);
+                x.entry("GroupAggregate", "accState", "value", "Row(5 counts, 5 distinct views)", key, null, null,
+                        row((long) amounts.size(), (long) times.size(), (long) amounts.size(), (long) big.size(), (long) days.size(),
+                                dataView(), dataView(), dataView(), dataView(), dataView()));
+            }
+            return;
+        }
+        if (variant.equals("window")) {
+            for (Map.Entry<String, List<Event>> u : users.entrySet()) {
+                TreeMap<Long, List<Event>> windows = new TreeMap<>();
+                for (Event e : u.getValue()) windows.computeIfAbsent(e.ts - Math.floorMod(e.ts, SQL_WINDOW) + SQL_WINDOW,
+                        w -> new ArrayList<>()).add(e);
+                for (Map.Entry<Long, List<Event>> w : windows.entrySet()) {
+                    TreeSet<String> cats = new TreeSet<>();
+                    TreeSet<Long> amounts = new TreeSet<>();
+                    for (Event e : w.getValue()) { cats.add(e.category); amounts.add(e.amount); }
+                    // the namespace: the window's end (epoch ms), as the slicing window operator keys its state
+                    for (String c : cats) x.entry("GlobalWindowAggregate", "distinctAcc_0", "map", "MapView<category, Long bitmap>",
+                            rowKey(u.getKey()), w.getKey(), c, 1L);
+                    for (Long a : amounts) x.entry("GlobalWindowAggregate", "distinctAcc_1", "map", "MapView<amount, Long bitmap>",
+                            rowKey(u.getKey()), w.getKey(), a, 1L);
+                    x.entry("GlobalWindowAggregate", "window-aggs", "value", "Row(count distinct x2, count, distinct views)",
+                            rowKey(u.getKey()), w.getKey(), null, row((long) cats.size(), (long) amounts.size(),
+                                    (long) w.getValue().size(), dataView(), dataView()));
+                }
+            }
+            return;
+        }
+        if (variant.equals("split")) {
+            // the partial aggregate's accumulators live in the mini-batch only: its state is the distinct view, keyed
+            // by (user, bucket); the final aggregate keeps (SUM0 of the partial counts, SUM of the partial sums)
+            String partial = "IncrementalGroupAggregate", fin = "GlobalGroupAggregate";
+            for (Map.Entry<String, List<Event>> u : users.entrySet()) {
+                TreeMap<Integer, TreeSet<Long>> buckets = new TreeMap<>();
+                long sum = 0;
+                for (Event e : u.getValue()) {
+                    int b = Long.hashCode(e.amount) % 1024;  // the planner's MOD(HASH_CODE(amount), 1024)
+                    buckets.computeIfAbsent(b, z -> new TreeSet<>()).add(e.amount);
+                    sum += e.amount;
+                }
+                for (Map.Entry<Integer, TreeSet<Long>> b : buckets.entrySet()) {
+                    Object pk = rowKey(u.getKey(), b.getKey());
+                    for (Long a : b.getValue()) {
+                        x.entry(partial, "distinctAcc_0", "map", "MapView<amount, Long bitmap>", pk, null, a, 1L);
+                    }
+                }
+                long distinct = 0;
+                for (TreeSet<Long> s : buckets.values()) distinct += s.size();
+                x.entry(fin, "accState", "value", "Row(sum0 of partial counts, sum of partial sums)",
+                        rowKey(u.getKey()), null, null, row(distinct, sum));
+            }
+            return;
+        }
+        // (Flink 1.x metadata stores no operator names: the reader names the operator from its states, GroupAggregate)
+        boolean named = !org.apache.flink.runtime.util.EnvironmentInformation.getVersion().startsWith("1.");
+        String op = variant.equals("minibatch") && named ? "GlobalGroupAggregate" : "GroupAggregate";
+        for (Map.Entry<String, List<Event>> u : users.entrySet()) {
+            Object key = rowKey(u.getKey());
+            TreeSet<Integer> b = new TreeSet<>();
+            TreeSet<Long> amounts = new TreeSet<>();
+            TreeMap<String, Long> catBits = new TreeMap<>();
+            TreeSet<Integer> opts = new TreeSet<>();
+            boolean optNull = false;
+            for (Event e : u.getValue()) {
+                b.add(bucket(e));
+                amounts.add(e.amount);
+                catBits.merge(e.category, e.amount >= 50 ? 1L : 2L, (p, q) -> p | q);  // bit i: FILTER of aggregate i
+                if (opt(e) == null) optNull = true; else opts.add(opt(e));
+            }
+            String type = "MapView<%s, Long bitmap of the aggregates that saw it>";
+            for (Integer v : b) x.entry(op, "distinctAcc_0", "map", String.format(type, "INT bucket"), key, null, v, 3L);
+            for (Long v : amounts) x.entry(op, "distinctAcc_1", "map", String.format(type, "BIGINT amount"), key, null, v, 1L);
+            for (Map.Entry<String, Long> c : catBits.entrySet()) {
+                x.entry(op, "distinctAcc_2", "map", String.format(type, "STRING category"), key, null, c.getKey(), c.getValue());
+            }
+            for (Integer v : opts) x.entry(op, "distinctAcc_3", "map", String.format(type, "INT opt"), key, null, v, 1L);
+            if (optNull) x.entry(op, "distinctAcc_3_null_state", "value", "Long bitmap of the NULL key", key, null, null, 1L);
+            long big = catBits.values().stream().filter(v -> (v & 1) != 0).count();
+            long small = catBits.values().stream().filter(v -> (v & 2) != 0).count();
+            int bsum = 0;
+            for (Integer v : b) bsum += v;
+            x.entry(op, "accState", "value", "Row(6 aggregate accumulators, 4 distinct views)", key, null, null,
+                    row((long) b.size(), (long) amounts.size(), big, small, bsum, (long) opts.size(),
+                            dataView(), dataView(), dataView(), dataView()));
+        }
+    }
+
     // ------------------------------------------------------------------ driver ------------------------------
     public static void main(String[] args) {
         try {
@@ -934,6 +1131,52 @@ public class ProductionFixtures {
                 sqlResult = set.execute();
                 expectedOps = -1;
                 expectSqlAgg(x);
+                break;
+            }
+            case "sqldistinct": {
+                String variant = System.getProperty("fixtures.sqlvariant", "plain");
+                StreamTableEnvironment tEnv = StreamTableEnvironment.create(env);
+                if (variant.equals("minibatch") || variant.equals("split") || variant.equals("window")) {
+                    tEnv.getConfig().set("table.exec.mini-batch.enabled", "true");
+                    tEnv.getConfig().set("table.exec.mini-batch.allow-latency", "200 ms");
+                    tEnv.getConfig().set("table.exec.mini-batch.size", "50");
+                    tEnv.getConfig().set("table.optimizer.agg-phase-strategy", "TWO_PHASE");
+                }
+                if (variant.equals("minibatch")) tEnv.getConfig().set("table.exec.state.ttl", "1 h");
+                if (Boolean.getBoolean("fixtures.asyncsql")) tEnv.getConfig().set("table.exec.async-state.enabled", "true");
+                if (variant.equals("split")) tEnv.getConfig().set("table.optimizer.distinct-agg.split.enabled", "true");
+                DataStream<Row> rows = stream.map(e -> Row.of(e.user, e.category, e.amount, bucket(e), opt(e), e.ts))
+                        .returns(Types.ROW_NAMED(new String[] {"user_name", "category", "amount", "bucket", "opt", "ts"},
+                                Types.STRING, Types.STRING, Types.LONG, Types.INT, Types.INT, Types.LONG))
+                        .setParallelism(1).uid("to-rows").name("to-rows");
+                Schema.Builder schema = Schema.newBuilder();
+                if (variant.equals("retract")) schema.columnByExpression("pt", "PROCTIME()");
+                if (variant.equals("window") || variant.equals("groupwindow")) {
+                    schema.columnByExpression("rt", "TO_TIMESTAMP_LTZ(ts, 3)")
+                            .watermark("rt", "rt - INTERVAL '1' DAY");
+                }
+                tEnv.createTemporaryView("events", tEnv.fromDataStream(rows, schema.build()));
+                tEnv.executeSql("CREATE TABLE dsink (user_name STRING, d_int BIGINT, d_bigint BIGINT, d_big BIGINT, "
+                        + "d_small BIGINT, s_int INT, d_opt BIGINT, PRIMARY KEY (user_name) NOT ENFORCED) WITH ('connector' = 'blackhole')");
+                tEnv.executeSql("CREATE TABLE ssink (user_name STRING, d BIGINT, s BIGINT, PRIMARY KEY (user_name) NOT ENFORCED) "
+                        + "WITH ('connector' = 'blackhole')");
+                tEnv.executeSql("CREATE TABLE rsink (category STRING, n BIGINT, big BIGINT, small BIGINT, PRIMARY KEY (category) "
+                        + "NOT ENFORCED) WITH ('connector' = 'blackhole')");
+                StatementSet set = tEnv.createStatementSet();
+                tEnv.executeSql("CREATE TABLE gsink (user_name STRING, ws TIMESTAMP(3), cats BIGINT, cnt BIGINT) "
+                        + "WITH ('connector' = 'blackhole')");
+                tEnv.executeSql("CREATE TABLE tsink (user_name STRING, a BIGINT, b BIGINT, c BIGINT, d BIGINT, e BIGINT, "
+                        + "PRIMARY KEY (user_name) NOT ENFORCED) WITH ('connector' = 'blackhole')");
+                tEnv.executeSql("CREATE TABLE wsink (user_name STRING, ws TIMESTAMP(3), we TIMESTAMP(3), cats BIGINT, amounts BIGINT, "
+                        + "cnt BIGINT) WITH ('connector' = 'blackhole')");
+                set.addInsertSql(variant.equals("split") ? SQLDISTINCT_SPLIT : variant.equals("retract") ? SQLDISTINCT_RETRACT
+                        : variant.equals("window") ? SQLDISTINCT_WINDOW : variant.equals("types") ? SQLDISTINCT_TYPES
+                        : variant.equals("groupwindow") ? SQLDISTINCT_GROUPWINDOW : SQLDISTINCT);
+                System.err.println(set.explain());
+                sqlResult = set.execute();
+                expectedOps = -1;
+                expectSqlDistinct(x, variant);
+                x.put("sql_variant", variant);
                 break;
             }
             case "asyncstate": {  // Flink 2.x only: the class is compiled only against 2.x

@@ -2,14 +2,22 @@
 // "every edit is checked by a real Flink restore, never only by our own reader").
 //
 //   java -cp <build>:<flink jars> RestoreCheck LABEL=SAVEPOINT,BACKEND,USER_UID,WINDOWS_UID[,BOOTSTRAPPED_UID] [...]
+//   java -cp <build>:<flink jars> RestoreCheck LABEL=SAVEPOINT,BACKEND,job:types,TYPES_UID [...]
+//
+// The second form restores into the "types" job of ProductionFixtures (POJOs, Rows, Tuples, collections,
+// java.time, BigDecimal, TTL states; every state declared as TypesFunction declares it) and prints every entry
+// with Expect.enc, the encoding EXPECTED.json holds; a TTL state's entries carry "last_access" (read from the
+// state under the TTL wrapper, so nothing is hidden as expired).
 //
 // Each case restores SAVEPOINT (without allowNonRestoredState) into the "plain" job of ProductionFixtures
 // (same source chain and uids, same state descriptors and types) on BACKEND (hashmap or rocksdb), with
 // the user-activity operator under USER_UID and the category-windows operator under WINDOWS_UID ("-": the
 // operator is left out of the job). The keyed operators are replaced by ones that, once restored, print
 // every entry of their states and timers as JSON lines "STATE <label> {...}" (schema: tools/flink/README.md),
-// then the job is cancelled. "RESTORED <label>" closes a case that restored, "FAILED <label> <error>" one
-// that did not. No max parallelism is set, so the job takes the savepoint's.
+// then the job is cancelled once the source has emitted its first number, printed as "FIRST <label> <n>" (where
+// the restored split resumes). "RESTORED <label>" closes a case that restored, "FAILED <label> <error>" one
+// that did not. USER_UID may end in "+without:STATE" for a job version that no longer declares that keyed state
+// of user-activity (what Flink does with it: compatible()'s rule). No max parallelism is set, so the job takes the savepoint's.
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashMap;
@@ -54,10 +62,29 @@ import org.apache.flink.util.Collector;
 public class RestoreCheck {
     static volatile CountDownLatch dumped;
     static volatile String label;
+    static final java.util.Set<String> FIRST = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     static synchronized void out(String uid, String state, Object key, String ns, Object userKey, String value) {
         System.out.println("STATE " + label + " {\"operator\": " + json(uid) + ", \"state\": " + json(state) + ", \"key\": "
                 + json(key) + ", \"namespace\": " + ns + ", \"user_key\": " + json(userKey) + ", \"value\": " + value + "}");
+    }
+
+    static synchronized void outTtl(String uid, String state, Object key, Object userKey, String value, long lastAccess) {
+        System.out.println("STATE " + label + " {\"operator\": " + json(uid) + ", \"state\": " + json(state) + ", \"key\": "
+                + json(key) + ", \"namespace\": null, \"user_key\": " + Expect.enc(userKey) + ", \"value\": " + value
+                + ", \"last_access\": " + lastAccess + "}");
+    }
+
+    /** Checks, by Flink's own KeyGroupRangeAssignment, that key k belongs to this subtask's key groups (a key moved
+     *  to a wrong key group would be found by getKeys but not by its lookup): prints "KEYGROUP label uid maxP kg
+     *  OK|WRONG key" once per key. */
+    static synchronized void keyGroup(String uid, Object key, AbstractStreamOperator<?> op) {
+        int maxP = op.getRuntimeContext().getTaskInfo().getMaxNumberOfParallelSubtasks();
+        int kg = org.apache.flink.runtime.state.KeyGroupRangeAssignment.assignToKeyGroup(key, maxP);
+        org.apache.flink.api.common.TaskInfo task = op.getRuntimeContext().getTaskInfo();
+        boolean mine = org.apache.flink.runtime.state.KeyGroupRangeAssignment.computeKeyGroupRangeForOperatorIndex(
+                maxP, task.getNumberOfParallelSubtasks(), task.getIndexOfThisSubtask()).contains(kg);
+        System.out.println("KEYGROUP " + label + " " + uid + " " + maxP + " " + kg + " " + (mine ? "OK " : "WRONG ") + json(key));
     }
 
     static String json(Object o) {
@@ -83,11 +110,14 @@ public class RestoreCheck {
         final boolean windows;
 
         final boolean bootstrapped;
+        final List<String> without;
 
         Dump(String uid, boolean windows) { this(uid, windows, false); }
 
         Dump(String uid, boolean windows, boolean bootstrapped) {
-            this.uid = uid; this.windows = windows; this.bootstrapped = bootstrapped;
+            String[] parts = uid.split("\\+without:", 2);
+            this.uid = parts[0]; this.windows = windows; this.bootstrapped = bootstrapped;
+            this.without = parts.length > 1 ? List.of(parts[1].split(":")) : List.of();
         }
 
         @Override
@@ -105,13 +135,18 @@ public class RestoreCheck {
             ListState<Long> amounts = getPartitionedState(new ListStateDescriptor<>("amounts", Types.LONG));
             MapState<String, Long> perCat = getPartitionedState(
                     new MapStateDescriptor<>("per_category", Types.STRING, Types.LONG));
-            ReducingState<Long> total = getPartitionedState(new ReducingStateDescriptor<>("total", Long::sum, Types.LONG));
+            // "USER_UID+without:total": a new job version that no longer declares the reducing state "total"
+            boolean withTotal = !without.contains("total");
+            ReducingState<Long> total = withTotal
+                    ? getPartitionedState(new ReducingStateDescriptor<>("total", Long::sum, Types.LONG)) : null;
             TreeSet<String> keys = new TreeSet<>();
-            for (String s : new String[] {"stats", "amounts", "per_category", "total"}) {
+            for (String s : withTotal ? new String[] {"stats", "amounts", "per_category", "total"}
+                                      : new String[] {"stats", "amounts", "per_category"}) {
                 try (Stream<String> ks = kb.getKeys(s, VoidNamespace.INSTANCE)) { keys.addAll(ks.collect(Collectors.toList())); }
             }
             for (String k : keys) {
                 setCurrentKey(k);
+                keyGroup(uid, k, this);
                 ProductionFixtures.Stats st = stats.value();
                 if (st != null) {
                     out(uid, "stats", k, "null", null, "{\"type\": \"pojo\", \"class\": \"ProductionFixtures$Stats\", \"fields\": "
@@ -121,7 +156,7 @@ public class RestoreCheck {
                 Iterable<Long> as = amounts.get();
                 if (as != null) for (Long a : as) out(uid, "amounts", k, "null", i++, json(a));
                 for (Map.Entry<String, Long> e : perCat.entries()) out(uid, "per_category", k, "null", e.getKey(), json(e.getValue()));
-                Long t = total.get();
+                Long t = withTotal ? total.get() : null;
                 if (t != null) out(uid, "total", k, "null", null, json(t));
             }
             InternalTimerService<VoidNamespace> timers = getInternalTimerService("user-timers", VoidNamespaceSerializer.INSTANCE, (Triggerable<String, VoidNamespace>) (Triggerable<?, ?>) this);
@@ -129,22 +164,30 @@ public class RestoreCheck {
             timers.forEachProcessingTimeTimer((ns, ts) -> out(uid, "_timer_state/processing_user-timers", getCurrentKey(), "null", null, json(ts)));
         }
 
-        /** The value states explorer.edit's bootstrap writes for a new operator keyed by user: limit (Long), label (String). */
+        /** The states explorer.edit's bootstrap writes for a new operator keyed by user: limit (Long), label (String),
+     *  history (List of Integer), flags (Map String to String); and its operator state. */
         @SuppressWarnings("unchecked")
         void dumpBootstrapped() throws Exception {
             KeyedStateBackend<String> kb = (KeyedStateBackend<String>) (KeyedStateBackend<?>) getKeyedStateBackend();
             ValueState<Long> limit = getPartitionedState(new ValueStateDescriptor<>("limit", Types.LONG));
             ValueState<String> tag = getPartitionedState(new ValueStateDescriptor<>("label", Types.STRING));
+            ListState<Integer> history = getPartitionedState(new ListStateDescriptor<>("history", Types.INT));
+            MapState<String, String> flags = getPartitionedState(new MapStateDescriptor<>("flags", Types.STRING, Types.STRING));
             TreeSet<String> keys = new TreeSet<>();
-            for (String s : new String[] {"limit", "label"}) {
+            for (String s : new String[] {"limit", "label", "history", "flags"}) {
                 try (Stream<String> ks = kb.getKeys(s, VoidNamespace.INSTANCE)) { keys.addAll(ks.collect(Collectors.toList())); }
             }
             for (String k : keys) {
                 setCurrentKey(k);
+                keyGroup(uid, k, this);
                 Long l = limit.value();
                 if (l != null) out(uid, "limit", k, "null", null, json(l));
                 String t = tag.value();
                 if (t != null) out(uid, "label", k, "null", null, json(t));
+                int j = 0;
+                Iterable<Integer> hs = history.get();
+                if (hs != null) for (Integer h : hs) out(uid, "history", k, "null", j++, json(h));
+                for (Map.Entry<String, String> e : flags.entries()) out(uid, "flags", k, "null", e.getKey(), json(e.getValue()));
             }
             // operator state explorer.edit's set_operator_state wrote: key = the subtask, user key = the position
             int sub = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
@@ -155,6 +198,10 @@ public class RestoreCheck {
             i = 0;
             for (Long n : getOperatorStateBackend().getUnionListState(new ListStateDescriptor<>("everyone", Types.LONG)).get()) {
                 out(uid, "op:everyone", sub, "null", i++, json(n));
+            }
+            i = 0;
+            for (String n : getOperatorStateBackend().getUnionListState(new ListStateDescriptor<>("extra", Types.STRING)).get()) {
+                out(uid, "op:extra", sub, "null", i++, json(n));  // (set by a second edit, next to the held states)
             }
             for (Map.Entry<String, Long> e : getOperatorStateBackend().getBroadcastState(
                     new MapStateDescriptor<>("rules", Types.STRING, Types.LONG)).entries()) {
@@ -172,8 +219,10 @@ public class RestoreCheck {
                             getOrCreateKeyedState(new TimeWindow.Serializer(), d);
             List<Tuple2<String, TimeWindow>> kns;
             try (Stream<Tuple2<String, TimeWindow>> s = kb.getKeysAndNamespaces("window-contents")) { kns = s.collect(Collectors.toList()); }
+            TreeSet<String> seen = new TreeSet<>();
             for (Tuple2<String, TimeWindow> kn : kns) {
                 setCurrentKey(kn.f0);
+                if (seen.add(kn.f0)) keyGroup(uid, kn.f0, this);
                 contents.setCurrentNamespace(kn.f1);
                 Long acc = contents.getInternal();
                 if (acc != null) out(uid, "window-contents", kn.f0, window(kn.f1), null, json(acc));
@@ -181,6 +230,114 @@ public class RestoreCheck {
             InternalTimerService<TimeWindow> timers = getInternalTimerService("window-timers", new TimeWindow.Serializer(), (Triggerable<String, TimeWindow>) (Triggerable<?, ?>) this);
             timers.forEachEventTimeTimer((w, ts) -> out(uid, "_timer_state/event_window-timers", getCurrentKey(), window(w), null, json(ts)));
             timers.forEachProcessingTimeTimer((w, ts) -> out(uid, "_timer_state/processing_window-timers", getCurrentKey(), window(w), null, json(ts)));
+        }
+
+        @Override public void processElement(StreamRecord<ProductionFixtures.Event> element) {}
+        @Override public void onEventTime(InternalTimer<String, Object> timer) {}
+        @Override public void onProcessingTime(InternalTimer<String, Object> timer) {}
+    }
+
+    /** Prints the restored state of the types job's operator (TypesFunction's states, its timers) in open(). */
+    public static class TypesDump extends AbstractStreamOperator<String>
+            implements OneInputStreamOperator<ProductionFixtures.Event, String>, Triggerable<String, Object> {
+        final String uid;
+
+        TypesDump(String uid) { this.uid = uid; }
+
+        @SuppressWarnings({"unchecked", "rawtypes"})
+        <S> S state(org.apache.flink.api.common.state.StateDescriptor d) throws Exception {
+            return (S) getPartitionedState(d);
+        }
+
+        /** The state under its TTL wrapper (AbstractTtlDecorator.original): values with their last access. */
+        static Object original(Object ttlState) throws Exception {
+            java.lang.reflect.Field f = Class.forName("org.apache.flink.runtime.state.ttl.AbstractTtlDecorator")
+                    .getDeclaredField("original");
+            f.setAccessible(true);
+            return f.get(ttlState);
+        }
+
+        static org.apache.flink.api.common.state.StateTtlConfig longTtl() {
+            return ProductionFixtures.ttl(java.time.Duration.ofDays(36500));  // (a TTL's length may change on restore)
+        }
+
+        @Override
+        @SuppressWarnings({"unchecked", "rawtypes"})
+        public void open() throws Exception {
+            super.open();
+            KeyedStateBackend<String> kb = (KeyedStateBackend<String>) (KeyedStateBackend<?>) getKeyedStateBackend();
+            Object[][] values = {
+                    {"profile", TypeInformation.of(ProductionFixtures.Profile.class)},
+                    {"basket", TypeInformation.of(ProductionFixtures.Basket.class)},
+                    {"tier", TypeInformation.of(ProductionFixtures.Tier.class)},
+                    {"first_seen", Types.INSTANT}, {"last_local", Types.LOCAL_DATE_TIME}, {"day", Types.LOCAL_DATE},
+                    {"legacy_date", TypeInformation.of(java.util.Date.class)}, {"sql_ts", Types.SQL_TIMESTAMP},
+                    {"spend", Types.BIG_DEC}, {"big", Types.BIG_INT},
+                    {"row", Types.ROW_NAMED(new String[] {"city", "visits", "score"}, Types.STRING, Types.LONG, Types.DOUBLE)},
+                    {"maybe", TypeInformation.of(new org.apache.flink.api.common.typeinfo.TypeHint<java.util.Optional<String>>() {})},
+                    {"either", TypeInformation.of(new org.apache.flink.api.common.typeinfo.TypeHint<org.apache.flink.types.Either<String, Long>>() {})},
+                    {"long_array", Types.PRIMITIVE_ARRAY(Types.LONG)}, {"names_array", Types.OBJECT_ARRAY(Types.STRING)},
+                    {"bytes", Types.PRIMITIVE_ARRAY(Types.BYTE)}, {"list_value", Types.LIST(Types.LONG)},
+                    {"map_value", Types.MAP(Types.STRING, Types.LONG)},
+                    {"kryo", TypeInformation.of(ProductionFixtures.LegacyThing.class)},
+                    {"tuple", Types.TUPLE(Types.INT, Types.BOOLEAN, Types.CHAR)},
+            };
+            Map<String, ValueState> vs = new java.util.LinkedHashMap<>();
+            for (Object[] v : values) vs.put((String) v[0], state(new ValueStateDescriptor((String) v[0], (TypeInformation) v[1])));
+            ValueStateDescriptor<Long> tvd = new ValueStateDescriptor<>("ttl_value", Types.LONG);
+            tvd.enableTimeToLive(longTtl());
+            ListStateDescriptor<String> tld = new ListStateDescriptor<>("ttl_list", Types.STRING);
+            tld.enableTimeToLive(longTtl());
+            MapStateDescriptor<String, Long> tmd = new MapStateDescriptor<>("ttl_map", Types.STRING, Types.LONG);
+            tmd.enableTimeToLive(longTtl());
+            ValueState<org.apache.flink.runtime.state.ttl.TtlValue<Long>> ttlValue = (ValueState) original(state(tvd));
+            ListState<org.apache.flink.runtime.state.ttl.TtlValue<String>> ttlList = (ListState) original(state(tld));
+            MapState<String, org.apache.flink.runtime.state.ttl.TtlValue<Long>> ttlMap = (MapState) original(state(tmd));
+            MapState<java.time.LocalDate, Long> byDay = state(new MapStateDescriptor<>("by_day", Types.LOCAL_DATE, Types.LONG));
+            ListState<java.time.Instant> visitTimes = state(new ListStateDescriptor<>("visit_times", Types.INSTANT));
+            TreeSet<String> keys = new TreeSet<>();
+            List<String> names = new java.util.ArrayList<>(vs.keySet());
+            names.addAll(List.of("ttl_value", "ttl_list", "ttl_map", "by_day", "visit_times"));
+            for (String s : names) {
+                try (Stream<String> ks = kb.getKeys(s, VoidNamespace.INSTANCE)) { keys.addAll(ks.collect(Collectors.toList())); }
+            }
+            for (String k : keys) {
+                setCurrentKey(k);
+                keyGroup(uid, k, this);
+                for (Map.Entry<String, ValueState> e : vs.entrySet()) {
+                    Object v = e.getValue().value();
+                    if (v instanceof org.apache.flink.types.Row && ((org.apache.flink.types.Row) v).getFieldNames(false) == null) {
+                        // a restored Row is positional: named as the job's type names its fields (as EXPECTED shows it)
+                        org.apache.flink.types.Row r = (org.apache.flink.types.Row) v, named = org.apache.flink.types.Row.withNames(r.getKind());
+                        String[] fieldNames = {"city", "visits", "score"};
+                        for (int i = 0; i < fieldNames.length; i++) named.setField(fieldNames[i], r.getField(i));
+                        v = named;
+                    }
+                    if (v != null) out(uid, e.getKey(), k, "null", null, Expect.enc(v));
+                }
+                org.apache.flink.runtime.state.ttl.TtlValue<Long> tv = ttlValue.value();
+                if (tv != null) outTtl(uid, "ttl_value", k, null, Expect.enc(tv.getUserValue()), tv.getLastAccessTimestamp());
+                int i = 0;
+                Iterable<org.apache.flink.runtime.state.ttl.TtlValue<String>> tl = ttlList.get();
+                if (tl != null) for (org.apache.flink.runtime.state.ttl.TtlValue<String> t : tl) {
+                    outTtl(uid, "ttl_list", k, i++, Expect.enc(t.getUserValue()), t.getLastAccessTimestamp());
+                }
+                for (Map.Entry<String, org.apache.flink.runtime.state.ttl.TtlValue<Long>> e : ttlMap.entries()) {
+                    outTtl(uid, "ttl_map", k, e.getKey(), Expect.enc(e.getValue().getUserValue()), e.getValue().getLastAccessTimestamp());
+                }
+                for (Map.Entry<java.time.LocalDate, Long> e : byDay.entries()) {
+                    System.out.println("STATE " + label + " {\"operator\": " + json(uid) + ", \"state\": \"by_day\", \"key\": "
+                            + json(k) + ", \"namespace\": null, \"user_key\": " + Expect.enc(e.getKey()) + ", \"value\": "
+                            + Expect.enc(e.getValue()) + "}");
+                }
+                i = 0;
+                Iterable<java.time.Instant> times = visitTimes.get();
+                if (times != null) for (java.time.Instant t : times) out(uid, "visit_times", k, "null", i++, Expect.enc(t));
+            }
+            InternalTimerService<VoidNamespace> timers = getInternalTimerService("user-timers", VoidNamespaceSerializer.INSTANCE, (Triggerable<String, VoidNamespace>) (Triggerable<?, ?>) this);
+            timers.forEachEventTimeTimer((ns, ts) -> out(uid, "_timer_state/event_user-timers", getCurrentKey(), "null", null, json(ts)));
+            timers.forEachProcessingTimeTimer((ns, ts) -> out(uid, "_timer_state/processing_user-timers", getCurrentKey(), "null", null, json(ts)));
+            dumped.countDown();
         }
 
         @Override public void processElement(StreamRecord<ProductionFixtures.Event> element) {}
@@ -218,14 +375,29 @@ public class RestoreCheck {
         conf.put("taskmanager.memory.managed.size", "256m");
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(Configuration.fromMap(conf));
         env.setParallelism(2);
+        final String caseLabel = label;
         DataStream<ProductionFixtures.Event> stream = env.fromSequence(0, Long.MAX_VALUE).setParallelism(1).uid("sequence").name("sequence")
-                .flatMap((Long i, Collector<ProductionFixtures.Event> o) -> Thread.sleep(20))
+                .flatMap((Long i, Collector<ProductionFixtures.Event> o) -> {
+                    // the number the restored source split resumes from (once per case: a cancelled case's job may
+                    // still emit while the next one runs, under its own label)
+                    if (FIRST.add(caseLabel)) {
+                        System.out.println("FIRST " + caseLabel + " " + i);
+                        dumped.countDown();
+                    }
+                    Thread.sleep(20);
+                })
                 .returns(TypeInformation.of(ProductionFixtures.Event.class)).setParallelism(1).uid("events").name("events")
                 .assignTimestampsAndWatermarks(WatermarkStrategy.<ProductionFixtures.Event>noWatermarks().withTimestampAssigner((e, t) -> e.ts))
                 .setParallelism(1).uid("timestamps").name("timestamps");
         int operators = 0;
+        if (userUid.equals("job:types")) {  // the types job: its one keyed operator under uid WINDOWS_UID's place
+            stream.keyBy(e -> e.user, Types.STRING).transform("user-types", Types.STRING, new TypesDump(windowsUid)).uid(windowsUid);
+            operators++;
+            userUid = windowsUid = "-";
+        }
         if (!userUid.equals("-")) {
-            stream.keyBy(e -> e.user, Types.STRING).transform("user-activity", Types.STRING, new Dump(userUid, false)).uid(userUid);
+            stream.keyBy(e -> e.user, Types.STRING).transform("user-activity", Types.STRING, new Dump(userUid, false))
+                    .uid(userUid.split("\\+", 2)[0]);
             operators++;
         }
         if (!windowsUid.equals("-")) {
@@ -237,7 +409,7 @@ public class RestoreCheck {
             stream.keyBy(e -> e.user, Types.STRING).transform("bootstrapped", Types.STRING, new Dump(bootUid, false, true)).uid(bootUid);
             operators++;
         }
-        dumped = new CountDownLatch(2 * operators);
+        dumped = new CountDownLatch(2 * operators + 1);  // every dump, and the source's first number
         JobClient client = env.executeAsync("restore-check-" + label);
         long deadline = System.currentTimeMillis() + 180_000;
         while (!dumped.await(200, TimeUnit.MILLISECONDS)) {
