@@ -198,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spa-jar", type=Path, default=None,
                     help=f"Flink's State Processor API jar, for the peer rows (default: ${_spa.ENV_VAR})")
     ap.add_argument("--spa-heap", default="4g", help="-Xmx of the State Processor API's JVM")
+    ap.add_argument("--only", default=None, metavar="TEXT",
+                    help="only the rows whose snapshot label contains TEXT (e.g. value-heavy)")
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = result_path("flink_reader")
@@ -208,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         snapshots = {"heap canonical savepoint": "heap-canonical-savepoint",
                      "rocksdb incremental checkpoint": "rocksdb-incremental-checkpoint",
                      VALUE_HEAVY: "production/types-heap-canonical-savepoint"}
+    if args.only:
+        snapshots = {label: name for label, name in snapshots.items() if args.only in label}
 
     missing = [name for name in snapshots.values() if not (args.dir / name / "EXPECTED.json").is_file()]
     if missing and args.generate and not args.smoke:
@@ -218,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
               "run with --generate (needs Java 17) or tools/flink/make_fixtures.sh --bench", file=sys.stderr)
         return 2
 
+    if not snapshots:
+        print(f"no benchmark row's label contains {args.only!r}", file=sys.stderr)
+        return 2
     read_all(args.dir / next(iter(snapshots.values())), warm_up=True)  # imports outside the timed runs
     for name in ("heap-canonical-savepoint", "rocksdb-incremental-checkpoint"):  # numba kernels loaded too
         read_all(ROOT / "sample_data" / "flink" / name)

@@ -73,7 +73,7 @@ def test_first_open_after_the_warm_up_compiles_no_kernel(warmed: Path, sample: s
     assert got["compiled"] == {}, f"compiled on the first open of {sample}: {got['compiled']}"
     if sample.startswith("rocksdb"):
         assert "explorer.format.sst.kernels.merge_runs" in got["loaded"]
-    else:  # its strings decoded in Python (explorer.readers.flink.columnar.PYTHON_STRINGS): numba not even imported
+    else:  # its strings decoded in Python (explorer.readers.flink.buffers.PYTHON_STRINGS): numba not even imported
         assert not got["numba"]
 
 

@@ -1,5 +1,5 @@
 """The Flink reader's first strings of a process are decoded in Python, not by the numba kernel
-(``explorer.readers.flink.columnar.PYTHON_STRINGS``: no compile on a small first open, issue 31);
+(``explorer.readers.flink.buffers.PYTHON_STRINGS``: no compile on a small first open, issue 31);
 both paths give the same pieces, byte for byte."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from explorer.readers.base import KeyedStateQuery
-from explorer.readers.flink import FlinkSnapshotReader, columnar
+from explorer.readers.flink import FlinkSnapshotReader, buffers
 
 FLINK = Path(__file__).resolve().parents[2] / "sample_data" / "flink"
 
 
 def _pieces(path: Path, budget: int, monkeypatch: pytest.MonkeyPatch) -> list:
-    monkeypatch.setattr(columnar, "_python_strings", [budget])
+    monkeypatch.setattr(buffers, "_python_strings", [budget])
     return list(FlinkSnapshotReader(path).keyed_pieces(KeyedStateQuery()))
 
 
@@ -32,7 +32,7 @@ def test_python_and_kernel_strings_read_the_same(sample: str, monkeypatch: pytes
 
 
 def test_the_budget_is_spent_then_the_kernel_takes_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(columnar, "_python_strings", [10])
-    assert columnar._python_first(4)
-    assert not columnar._python_first(7)  # more than is left: the kernel, from now on
-    assert not columnar._python_first(1)
+    monkeypatch.setattr(buffers, "_python_strings", [10])
+    assert buffers.python_first(4)
+    assert not buffers.python_first(7)  # more than is left: the kernel, from now on
+    assert not buffers.python_first(1)

@@ -1,4 +1,4 @@
-"""numba kernels of :mod:`.columnar`: Flink ``StringValue`` strings into Arrow buffers.
+"""numba kernels of :mod:`.columnar`: Flink ``StringValue`` strings and Kryo strings into Arrow buffers.
 
 Imported lazily (inside functions): ``import explorer`` does not pay for numba.
 The kernels take and return NumPy arrays only, release the GIL (the reader's
@@ -155,9 +155,95 @@ def flink_strings(buf, pos):
     return data[:o], offsets, ends, hashes, flags
 
 
+@_jit
+def kryo_strings(buf, pos, lim):
+    """The Kryo string at every position of ``buf`` (none read at or past its ``lim``), as Arrow string buffers.
+
+    Kryo writes a string as an ASCII run whose last byte has bit 7 set, or (bit 7 of the first byte set) its
+    length ``chars + 1`` in 6 + 7k bits (0: null, 1: empty) then each UTF-16 unit as 1 to 3 bytes. Returns
+    ``(data, offsets, ends, flags)`` like :func:`flink_strings` (no hashes); :data:`REDO` for a string with a
+    unit of 0x80 or more, one that runs past its limit, or a length over 5 bytes: the caller reads those.
+    """
+    n = len(pos)
+    total = np.int64(0)
+    for i in range(n):
+        total += max(lim[i] - pos[i], 0)
+    data = np.empty(max(np.int64(64), total), dtype=np.uint8)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    flags = np.zeros(n, dtype=np.uint8)
+    o = np.int64(0)
+    for i in range(n):
+        offsets[i] = o
+        p = pos[i]
+        e = min(lim[i], len(buf))
+        ends[i] = p
+        if p < 0 or p >= e:
+            flags[i] = REDO
+            continue
+        b = buf[_U(p)]
+        if b < 0x80:  # an ASCII run, its last byte marked
+            q = p
+            while q < e and buf[_U(q)] < 0x80:
+                q += 1
+            if q >= e:
+                flags[i] = REDO
+                continue
+            for k in range(p, q):
+                data[_U(o)] = buf[_U(k)]
+                o += 1
+            data[_U(o)] = buf[_U(q)] & 0x7F
+            o += 1
+            ends[i] = q + 1
+            continue
+        count = np.int64(b & 0x3F)
+        q = p + 1
+        ok = True
+        if b & 0x40:
+            shift = 6
+            for _ in range(4):
+                if q >= e:
+                    ok = False
+                    break
+                c = np.int64(buf[_U(q)])
+                q += 1
+                count |= (c & 0x7F) << shift
+                shift += 7
+                if c < 0x80:
+                    break
+            else:
+                if buf[_U(q - 1)] >= 0x80:
+                    ok = False  # (more length bytes than the row path reads: it reports)
+        if not ok:
+            flags[i] = REDO
+            continue
+        if count == 0:
+            flags[i] = NULL
+            ends[i] = q
+            continue
+        count -= 1
+        if count > e - q:
+            flags[i] = REDO
+            continue
+        start = o
+        for k in range(count):
+            c = buf[_U(q + k)]
+            if c >= 0x80:
+                ok = False
+                break
+            data[_U(o)] = c
+            o += 1
+        if not ok:
+            flags[i] = REDO
+            o = start
+            continue
+        ends[i] = q + count
+    offsets[n] = o
+    return data[:o], offsets, ends, flags
+
 
 def warm() -> None:
-    """Load :func:`flink_strings` from numba's cache (compile it if it has none) for the buffers the
+    """Load :func:`flink_strings` and :func:`kryo_strings` from numba's cache (compile it if it has none) for the buffers the
     reader passes: a read-only mapping of a heap savepoint's stream, and a writable buffer of joined
     RocksDB values (:mod:`explorer.kernels` calls it at install)."""
     ro = np.zeros(16, dtype=np.uint8)
@@ -165,3 +251,5 @@ def warm() -> None:
     pos = np.zeros(0, dtype=np.int64)
     flink_strings(ro, pos)
     flink_strings(np.zeros(16, dtype=np.uint8), pos)
+    kryo_strings(ro, pos, pos)
+    kryo_strings(np.zeros(16, dtype=np.uint8), pos, pos)

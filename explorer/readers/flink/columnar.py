@@ -9,13 +9,15 @@ types can be decoded for all entries at once instead of entry by entry:
   ``>i8``/``>f8``...;
 * ``StringValue`` strings are decoded into Arrow's buffers (UTF-8 bytes and
   offsets) by a numba kernel (``_column_kernels``), with their Java hash codes;
-* POJOs, tuples and TTL wrappers decode field by field, as long as no field is
-  null (a null shifts the following bytes row by row);
+* keys that are POJOs, tuples and TTL wrappers decode field by field, as long as
+  no field is null (a null shifts the following bytes row by row);
 * lists of fixed-width elements split at every ``width + 1`` bytes.
 
 Java ``hashCode`` values for key-group checks are computed the same way
 (``String.hashCode`` by Horner's rule over UTF-16 units in wrapping uint32
-arithmetic, in the string kernel).
+arithmetic, in the string kernel). Values, map keys and list elements of every
+other type (POJOs with nulls, Rows, collections, java.time, Kryo...) are decoded
+column-wise by :mod:`.valuecolumns`, typed as the row path would type them.
 
 Anything else raises :class:`Fallback`, and the caller decodes that state row by
 row with ``rows.KeyValueDecoder``: same results, just slower.
@@ -23,15 +25,13 @@ row with ``rows.KeyValueDecoder``: same results, just slower.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ...keygroups import java_hash_code
-from .datainput import DataInput
+from . import valuecolumns
+from .buffers import Buf, Fallback, strings
 from .serializers import (
     PRIMITIVES,
     Decoder,
@@ -45,65 +45,6 @@ from .statemeta import StateMeta
 
 _MASK32 = np.uint64(0xFFFFFFFF)
 _SIGN = np.int64(-(1 << 63))
-
-#: strings a process decodes one by one in Python before it first uses the numba kernel of
-#: :func:`_strings`: ~0.25 CPU-s at most (~4 us a string), less than importing numba and loading the
-#: kernel from its cache (~0.5 CPU-s) and far less than compiling it (4-5 CPU-s where ``make venv``'s
-#: warm-up has not run, ``docs/performance.md``); a small snapshot is then read without numba at all
-PYTHON_STRINGS = 1 << 16
-_python_strings = [PYTHON_STRINGS]  # left of the budget; 0 once the kernel is used
-_python_lock = threading.Lock()
-
-
-def _python_first(n: int) -> bool:
-    """Whether ``n`` strings are decoded in Python (taken from the process's budget) rather than by the kernel."""
-    with _python_lock:
-        if n <= _python_strings[0]:
-            _python_strings[0] -= n
-            return True
-        _python_strings[0] = 0
-        return False
-
-
-class Fallback(Exception):
-    """This state cannot be decoded column-wise; decode it row by row."""
-
-
-class Buf:
-    """A byte buffer viewed as NumPy."""
-
-    def __init__(self, data: bytes | np.ndarray) -> None:
-        """``data``: bytes, or a uint8 NumPy array (used in place; ``data`` is then a memoryview of it)."""
-        if isinstance(data, np.ndarray):
-            self.np = data.view(np.uint8).reshape(-1)
-            self.data = memoryview(self.np)
-        else:
-            self.data = data
-            self.np = np.frombuffer(data, dtype=np.uint8)
-        self._windows: dict[int | str, np.ndarray] = {}
-
-    def windows(self, width: int) -> np.ndarray:
-        """A zero-copy view of ``width``-byte rows, one starting at every byte: row ``i`` is ``buf[i : i + width]``.
-
-        A 1-D array of ``width``-byte void items (fancy indexing copies each row
-        with one memcpy; a 2-D ``(len, width)`` strided view is several times slower).
-        """
-        w = self._windows.get(width)
-        if w is None:
-            n = max(len(self.np) - width + 1, 0)
-            w = np.ndarray((n,), dtype=np.dtype((np.void, width)), buffer=self.np, strides=(1,))
-            self._windows[width] = w
-        return w
-
-    def numbers(self, dtype: str) -> np.ndarray:
-        """A zero-copy view of ``dtype`` numbers (such as ``>i8``), one starting at every byte."""
-        w = self._windows.get(dtype)
-        if w is None:
-            size = np.dtype(dtype).itemsize
-            w = np.ndarray((max(len(self.np) - size + 1, 0),), dtype=dtype, buffer=self.np, strides=(1,))
-            self._windows[dtype] = w
-        return w
-
 
 def _check(buf: Buf, pos: np.ndarray, width: int) -> None:
     if len(pos) and (pos.min() < 0 or pos.max() + width > len(buf.np)):
@@ -224,50 +165,9 @@ def read(dec: Decoder, buf: Buf, pos: np.ndarray, want_codes: bool = False) -> t
 
 
 def _strings(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.ndarray]:
-    """``StringValue`` strings: decoded into Arrow buffers by a numba kernel (``_column_kernels``), with
-    their Java hash codes; the rare rows it leaves (a lone surrogate, bytes past the buffer) one by one."""
-    n = len(pos)
-    if _python_first(n):
-        return _strings_py(buf, pos, want_codes)
-    from . import _column_kernels as kernels
-
-    data, offsets, ends, codes, flags = kernels.flink_strings(buf.np, np.ascontiguousarray(pos, dtype=np.int64))
-    big = len(data) >= (1 << 31)
-    offs = pa.py_buffer(offsets if big else offsets.astype(np.int32))
-    null = flags == kernels.NULL
-    nulls = int(np.count_nonzero(null))
-    bitmap = pa.py_buffer(np.packbits(~null, bitorder="little")) if nulls else None
-    values = (pa.LargeStringArray if big else pa.StringArray).from_buffers(n, offs, pa.py_buffer(data), bitmap, nulls)
-    if big:
-        values = values.cast(pa.string())
-    redo = flags == kernels.REDO
-    idx = np.flatnonzero(redo)
-    if len(idx):
-        repl = []
-        for i in idx.tolist():
-            inp = DataInput(buf.data, int(pos[i]))
-            s = inp.read_flink_string()
-            ends[i] = inp.pos
-            repl.append(s)
-            codes[i] = (java_hash_code(s) & 0xFFFFFFFF) if s is not None else 0
-        values = pc.replace_with_mask(values, pa.array(redo), pa.array(repl, type=pa.string()))
-    return Column(values, codes if want_codes else None), ends
-
-
-def _strings_py(buf: Buf, pos: np.ndarray, want_codes: bool) -> tuple[Column, np.ndarray]:
-    """:func:`_strings` one string at a time, as the kernel's left-over rows are: no numba (see ``PYTHON_STRINGS``)."""
-    n = len(pos)
-    ends = np.empty(n, dtype=np.int64)
-    codes = np.zeros(n, dtype=np.uint32)
-    out = []
-    for i, p in enumerate(pos.tolist()):
-        inp = DataInput(buf.data, int(p))
-        s = inp.read_flink_string()
-        ends[i] = inp.pos
-        out.append(s)
-        if s is not None:
-            codes[i] = java_hash_code(s) & 0xFFFFFFFF
-    return Column(pa.array(out, type=pa.string()), codes if want_codes else None), ends
+    """``StringValue`` strings with their Java hash codes (:func:`.buffers.strings`)."""
+    values, codes, ends = strings(buf, pos, want_codes)
+    return Column(values, codes), ends
 
 
 class KeyCache:
@@ -357,28 +257,36 @@ def decode_state(
     kind = meta.kind
     elem = meta.element_decoder
     if kind == "map":
-        if want_user_key:
-            uk, p = read(meta.user_key_decoder, buf, p)
+        if want_user_key:  # (the row path types map keys by Arrow's inference over their values)
+            ukv, _, p = valuecolumns.values(meta.user_key_decoder, buf, p, ke, infer=True)
+            uk = Column(ukv)
             if n and not np.array_equal(p, ke):
                 raise Fallback("map key length mismatch")
         else:
             uk = Column(pa.nulls(n))
-        if n and _gather(vbuf, vs, 1).any():
-            raise Fallback("null map values")
         if want_value:
-            v, q = read(elem, vbuf, vs + 1)
+            present = _gather(vbuf, vs, 1)[:, 0] == 0 if n else np.ones(0, dtype=bool)
+            values, ttl, q = valuecolumns.values(elem, vbuf, vs + 1, ve, present)
             if n and not np.array_equal(q, ve):
                 raise Fallback("map value length mismatch")
-        else:
-            v = _skip(elem, vbuf, vs + 1, want_ttl)
+            return StateColumns(key, kg, ns, uk.values, values, ttl, ve - vs)
+        if n and _gather(vbuf, vs, 1).any():
+            raise Fallback("null map values")
+        v = _skip(elem, vbuf, vs + 1, want_ttl)
         return StateColumns(key, kg, ns, uk.values, v.values, v.ttl, ve - vs)
     if n and not np.array_equal(p, ke):
         raise Fallback("key length mismatch")
     if kind == "list":
         width = elem.fixed_length if not isinstance(elem, TtlDecoder) else (
             8 + elem.value.fixed_length if elem.value.fixed_length >= 0 else -1)
-        if width < 0:
-            raise Fallback("variable-width list elements")
+        if width < 0 or _column_read(elem) is None:
+            if not want_value:
+                raise Fallback("variable-width list elements, values not wanted")
+            values, ttl, rows, within, sizes = valuecolumns.elements(elem, vbuf, vs, ve)
+            take = pa.array(rows)
+            keycol = Column(key.values.take(take), key.codes[rows] if key.codes is not None else None)
+            return StateColumns(keycol, kg[rows], ns.take(take), pa.array(within, type=pa.int64()),
+                                values, ttl, sizes)
         span = ve - vs + 1
         if n and (span % (width + 1)).any():
             raise Fallback("list length not a multiple of the element width")
@@ -397,10 +305,19 @@ def decode_state(
     if not want_value:
         v = _skip(elem, vbuf, vs, want_ttl)
         return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)
-    v, q = read(elem, vbuf, vs)
+    values, ttl, q = valuecolumns.values(elem, vbuf, vs, ve)
     if n and not np.array_equal(q, ve):
         raise Fallback("value length mismatch")
-    return StateColumns(key, kg, ns, pa.nulls(n), v.values, v.ttl, ve - vs)
+    return StateColumns(key, kg, ns, pa.nulls(n), values, ttl, ve - vs)
+
+
+def _column_read(dec: Decoder) -> Decoder | None:
+    """``dec`` (a TTL wrapper's value) if :func:`read` decodes it exactly as the row path types it, else None."""
+    inner = dec.value if isinstance(dec, TtlDecoder) else dec
+    name = _prim_name(inner)
+    if name in _FIXED or name == "BooleanSerializer" or isinstance(inner, TimeWindowDecoder):
+        return inner
+    return None
 
 
 def warm_kernels() -> None:

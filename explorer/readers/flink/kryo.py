@@ -657,6 +657,15 @@ class KryoDecoder(Decoder):
         self.read(inp)
 
 
+#: the JDK list classes Kryo's CollectionSerializer writes; the boxes of Java's primitives; the boxed classes
+LIST_CLASSES, PRIMITIVE_BOX, WRAPPER_CLASSES = _LISTS, _PRIMITIVE_BOX, _WRAPPERS
+
+
+def read_string(inp: DataInput, dec: "KryoDecoder") -> str | None:
+    """One Kryo string, as a value of ``dec`` reads it (:mod:`.kryocolumns` reads the rare ones so)."""
+    return _Value(inp, dec).string()
+
+
 def kryo_version_for(options: Mapping[str, Any]) -> int:
     """Kryo 5 from Flink 2.0 on (metadata version 5+), Kryo 2 before; ``kryo_version=`` wins."""
     v = options.get("kryo_version")
@@ -674,5 +683,5 @@ def _factory(inp: DataInput, ctx: SnapshotContext) -> Decoder:
 
 register_snapshot_decoder(SNAPSHOT_CLASS, _factory)
 
-__all__ = ["KryoConfig", "KryoDecoder", "Layouts", "SNAPSHOT_CLASS", "kryo_version_for", "parse_type_descriptor",
-           "read_kryo_snapshot"]
+__all__ = ["LIST_CLASSES", "PRIMITIVE_BOX", "SNAPSHOT_CLASS", "WRAPPER_CLASSES", "KryoConfig", "KryoDecoder",
+           "Layouts", "kryo_version_for", "parse_type_descriptor", "read_kryo_snapshot", "read_string"]

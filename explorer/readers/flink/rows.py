@@ -206,6 +206,12 @@ def to_arrow(values: list[Any], type: pa.DataType | None = None, note: Callable[
         return pa.array([None if v is None else repr(v) for v in values], type=pa.string())
 
 
+def infer_array(values: list[Any]) -> pa.Array:
+    """The Arrow array :func:`to_arrow` makes of ``values`` when no type is given (for the column-wise decoders,
+    which reproduce it; a Python type no Arrow type holds raises)."""
+    return _lossless(values)
+
+
 _NONE = type(None)
 _AS_IS = (str, bytes, bool, float)  # Arrow's inference keeps these exactly
 
