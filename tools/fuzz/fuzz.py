@@ -82,6 +82,10 @@ FORMATS: dict[str, str] = {
     "flink-rocksdb-native": "sample_data/flink/rocksdb-native-savepoint",
     "flink-rocksdb-incremental": "sample_data/flink/rocksdb-incremental-checkpoint",
     "flink-sql": "sample_data/flink/sql-groupby-savepoint",
+    # value-heavy state (POJOs, Rows, collections, java.time, Kryo 5), decoded column-wise by numba
+    # kernels over many values at once (readers/flink/valuecolumns.py, kryocolumns.py)
+    "flink-types-heap": "sample_data/flink/production/types-heap-canonical-savepoint",
+    "flink-types-rocksdb": "sample_data/flink/production/types-rocksdb-native-savepoint",
     # written by the engine at the start of each run (see make_engine_incremental): native SST
     # files under shared/, referenced by several chk-N
     "engine-rocksdb-incremental": GENERATED,
