@@ -50,6 +50,8 @@ class OperatorPlan:
     operator_id: str
     max_parallelism: int
     name: str | None = None
+    #: the parallelism the savepoint declares for the operator after the edit (None: the input's)
+    parallelism: int | None = None
     dropped: bool = False
     dropped_states: set[str] = field(default_factory=set)
     dropped_keys: list[frozenset] = field(default_factory=list)
@@ -258,13 +260,36 @@ class Editor:
             raise TypeError(f"with_max_parallelism: found {max_parallelism!r}, expected an int")
         plans = [self._plan(operator)] if operator is not None else [p for p in self._plans if not p.dropped]
         for p in plans:
-            if not 0 < p.source.parallelism <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+            par = p.parallelism or p.source.parallelism
+            if not 0 < par <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
                 raise EditError(f"{self.path}: operator {p.uid or p.operator_id!r} runs at parallelism "
-                                f"{p.source.parallelism}; expected {p.source.parallelism} <= max parallelism <= "
+                                f"{par}; expected {par} <= max parallelism <= "
                                 f"{UPPER_BOUND_MAX_PARALLELISM}, found {max_parallelism}")
         for p in plans:
             p.max_parallelism = max_parallelism
         return self._record("with_max_parallelism", max_parallelism=max_parallelism, operator=operator)
+
+    def with_parallelism(self, parallelism: int, *, operator: str | None = None) -> Editor:
+        """Write the operator's state (every operator, or one) split for ``parallelism`` subtasks: each subtask's
+        handle holds the key groups Flink's ``KeyGroupRangeAssignment`` gives it at that parallelism, and
+        the operator (non-keyed) state of subtasks past it goes to subtask ``index % parallelism``, as a
+        restore at that parallelism redistributes it. Flink (and the engine) rescale on restore anyway: this
+        is for a savepoint read or edited again, or a job whose parallelism is taken from the savepoint."""
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int):
+            raise TypeError(f"with_parallelism: found {parallelism!r}, expected an int")
+        plans = [self._plan(operator)] if operator is not None else [p for p in self._plans if not p.dropped]
+        for p in plans:
+            if not 0 < parallelism <= p.max_parallelism:
+                raise EditError(f"{self.path}: operator {p.uid or p.operator_id!r} has max parallelism "
+                                f"{p.max_parallelism}; expected 0 < parallelism <= {p.max_parallelism}, found "
+                                f"{parallelism}")
+        for p in plans:
+            if p.operator_states and (p.parallelism or p.source.parallelism) != parallelism:
+                raise EditError(f"{self.path}: operator {p.uid or p.operator_id!r}: set_operator_state() was given "
+                                "for the old parallelism; call with_parallelism() first, then set_operator_state()")
+        for p in plans:
+            p.parallelism = parallelism
+        return self._record("with_parallelism", parallelism=parallelism, operator=operator)
 
     # -- writing ------------------------------------------------------------------------------------------
     def write(self, out_path: str | Path) -> Path:

@@ -249,13 +249,29 @@ def _write_operator(sp: EngineSavepoint, w: _Out, plan: OperatorPlan) -> dict:
     src: EngineOperator = plan.source
     op = src.meta
     uid_dir = _safe(plan.uid)
-    max_p, p = plan.max_parallelism, src.parallelism
+    max_p, p = plan.max_parallelism, plan.parallelism or src.parallelism
     moved = max_p != src.max_parallelism
+    rescaled = p != src.parallelism
     new = {k: v for k, v in op.items() if k != "subtasks"}
-    new.update(uid=plan.uid, name=plan.name if plan.name is not None else plan.uid, max_parallelism=max_p)
+    new.update(uid=plan.uid, name=plan.name if plan.name is not None else plan.uid, max_parallelism=max_p,
+               parallelism=p)
     dropped_keys = frozenset().union(*plan.dropped_keys) if plan.dropped_keys else frozenset()
     subtasks = []
-    for sub in op["subtasks"]:
+    sources = op["subtasks"]
+    if rescaled:
+        if any(sub.get("source_positions") for sub in sources):
+            raise EditError(f"{sp.folder}: operator {plan.uid!r} is a source with a position per subtask; "
+                            f"with_parallelism({p}) would have to split them: restore at that parallelism instead")
+        if any(sub.get("operator_state") for sub in sources) and not plan.operator_states:
+            raise EditError(f"{sp.folder}: operator {plan.uid!r} holds operator state; with_parallelism({p}) "
+                            "rewrites keyed state only: give its operator state for the new parallelism with "
+                            "set_operator_state(), or restore at that parallelism (the engine redistributes it)")
+        template = sources[0] if sources else {}
+        # the subtasks at the new parallelism; heavy hitters and per-key-group records were counted per old
+        # subtask, so they are not carried over (unknown, not a wrong count)
+        sources = [{**{k: v for k, v in template.items() if k not in ("heavy_hitters", "operator_state")},
+                    "index": i, "sync_ms": None, "async_ms": None, "alignment_ms": None} for i in range(p)]
+    for sub in sources:
         s = {k: v for k, v in sub.items() if k not in ("states", "timers", "operator_state", "files")}
         s.update(states=[], timers=None, operator_state=None)
         rel = f"operator/{uid_dir}/{sub['index']}.json"
@@ -270,7 +286,7 @@ def _write_operator(sp: EngineSavepoint, w: _Out, plan: OperatorPlan) -> dict:
         if src.keyed:
             rng = key_group_range_for_operator(max_p, p, sub["index"])
             s["key_group_range"] = [rng.start, rng.end]
-            if moved:
+            if moved or rescaled:
                 s["records_per_key_group"] = None
             hh = sub.get("heavy_hitters")
             if hh and dropped_keys:
@@ -392,7 +408,7 @@ def operator_state_spec(sp: EngineSavepoint, plan: OperatorPlan, name: str, valu
         if was != mode:
             raise EditError(f"{where}: the savepoint holds it as {was} state; expected mode={was!r} (the job "
                             "declares its mode: changing it is not an edit of this kind)")
-    p = plan.source.parallelism
+    p = plan.parallelism or plan.source.parallelism
     if mode == "broadcast":
         if not isinstance(values, dict):
             raise EditError(f"{where}: broadcast state takes a dict of entries; found {type(values).__name__}")

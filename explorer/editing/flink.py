@@ -368,7 +368,7 @@ def write_savepoint(reader: FlinkSnapshotReader, plans: list[OperatorPlan], out:
 
 def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan: OperatorPlan) -> None:
     op, version = plan.source, reader.meta.version
-    p, max_p = op.parallelism, plan.max_parallelism
+    p, max_p = plan.parallelism or op.parallelism, plan.max_parallelism
     if version >= 5:
         d.write_utf(plan.name or "")
         d.write_utf(plan.uid or "")
@@ -382,6 +382,21 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
         d.write_int(-1)
         return
     subtasks = {st.index: st for st in op.subtasks}
+    #: subtask -> the operator state handles of subtasks past a new, lower parallelism it takes (index % p):
+    #: Flink redistributes list state over all handles on restore, and a subtask may hold several
+    folded: dict[int, list[SubtaskState]] = {}
+    if p != op.parallelism:
+        where = f"{reader.metadata_file}: operator {plan.uid or plan.operator_id!r}"
+        if any(st.finished for st in op.subtasks):
+            raise EditError(f"{where}: has finished subtasks; with_parallelism({p}) cannot split a finished operator")
+        if plan.operator_states and any(st.managed_operator is not None for st in op.subtasks if st.index >= p):
+            raise EditError(f"{where}: set_operator_state() beside operator state held past parallelism {p}; "
+                            "expected one or the other")
+        for i in [i for i in subtasks if i >= p]:
+            st = subtasks.pop(i)
+            if st.managed_operator is not None or st.raw_operator is not None:
+                folded.setdefault(i % p, []).append(st)
+                subtasks.setdefault(i % p, SubtaskState(i % p))
     keyed = _OperatorEntries(reader, plan) if _keyed_subtasks(op) else \
         _BootstrapEntries(reader, plan) if plan.bootstrapped else None
     for state, key, user_key, hits in plan.updates:
@@ -409,12 +424,14 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
             data, states = _operator_state_stream(plan, i, held)
             managed = OperatorStreamHandle(states, w.file(f"{plan.operator_id}-{i}-operator-new", data))
         for what, oh in (("operator", managed), ("raw-operator", st.raw_operator)):
-            if oh is None:
-                d.write_int(0)
-            else:
-                d.write_int(1)
+            more = [(f.index, h) for f in folded.get(i, ())
+                    if (h := (f.managed_operator if what == "operator" else f.raw_operator)) is not None]
+            d.write_int((oh is not None) + len(more))
+            if oh is not None:
                 _operator_handle(d, oh, oh.stream if oh is not st.managed_operator and what == "operator"
                                  else w.copy(oh.stream, f"{plan.operator_id}-{i}-{what}"))
+            for j, h in more:  # a subtask past the new parallelism: its handle beside this one's
+                _operator_handle(d, h, w.copy(h.stream, f"{plan.operator_id}-{j}-{what}"))
         if keyed is None:
             d.write_byte(NULL_HANDLE)
         else:
@@ -549,7 +566,7 @@ def operator_state_spec(reader: FlinkSnapshotReader, plan: OperatorPlan, name: s
         if was is not None and was != _FLINK_MODES[mode]:
             raise EditError(f"{where}: the operator holds it with mode {was}; found mode {mode!r} (a state keeps "
                             "its distribution mode)")
-    p = plan.source.parallelism
+    p = plan.parallelism or plan.source.parallelism
     if mode == "broadcast":
         if not isinstance(values, dict):
             raise EditError(f"{where}: broadcast state takes a dict of entries; found {type(values).__name__}")

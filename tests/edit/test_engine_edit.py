@@ -143,3 +143,38 @@ def test_refusals(savepoint, tmp_path):
                                         value=1).write(tmp_path / "b")
     with pytest.raises(EditError):
         explorer.edit(savepoint).with_max_parallelism(1)
+
+
+def test_with_parallelism_splits_keyed_state_for_the_new_subtasks_and_restores(savepoint, lines, tmp_path):
+    from explorer.keygroups import operator_index_for_key_group
+
+    pos = position(savepoint)
+    before = explorer.open(savepoint).keyed_state()
+    out = explorer.edit(savepoint).with_parallelism(3, operator="url-count").with_parallelism(
+        3, operator="url-stats").write(tmp_path / "p3")
+    meta = verify_snapshot(out)
+    keyed = [o for o in meta["operators"] if o["keyed"]]
+    assert {o["parallelism"] for o in keyed} == {3} and all(len(o["subtasks"]) == 3 for o in keyed)
+    after = explorer.open(out).keyed_state()
+    cols = ["operator", "state", "key", "user_key", "value", "key_group"]
+    assert sorted(map(repr, after[cols].itertuples(index=False))) == sorted(map(repr, before[cols].itertuples(index=False)))
+    # each row sits in the subtask whose key-group range holds its key group at parallelism 3
+    assert all(operator_index_for_key_group(128, 3, int(kg)) == int(st)
+               for kg, st in zip(after.key_group, after.subtask))
+    env = StreamEnvironment(parallelism=3, max_parallelism=128)
+    url_counts.build(env, lines)
+    client = env.execute_async("url_counts", restore_from=out)
+    client.run()
+    assert client.finished
+    state = client.result().state()
+    total = urls(lines)
+    for op in ("url-count", "url-stats"):
+        assert counts(state, op) == dict(total)  # every key's count continued from the savepoint
+    assert pos < len(lines)
+
+
+def test_with_parallelism_refuses_what_it_cannot_split(savepoint, tmp_path):
+    with pytest.raises(EditError, match="expected 0 < parallelism <= 128, found 129"):
+        explorer.edit(savepoint).with_parallelism(129, operator="url-count")
+    with pytest.raises(TypeError):
+        explorer.edit(savepoint).with_parallelism("3")
