@@ -11,7 +11,8 @@
     state-explorer list                             the example pipelines
     state-explorer compatible OLD NEW               will the new job version restore OLD? (per operator and state)
     state-explorer edit PATH -o OUT [--drop-key OP=KEY] [--drop-operator UID] [--rename-operator OLD=NEW]
-                   [--max-parallelism N]            write an edited savepoint (explorer.edit)
+                   [--max-parallelism N] [--parallelism P]
+                                                    write an edited savepoint (explorer.edit)
 
 PATH is a savepoint or checkpoint folder, a checkpoint directory, or a Flink ``_metadata``
 file. Options are checked by argparse: a bad value is a usage error, never a traceback.
@@ -505,8 +506,11 @@ def cmd_edit(args) -> int:
         editor.drop_operator(uid)
     if args.max_parallelism is not None:
         editor.with_max_parallelism(args.max_parallelism)
+    if args.parallelism is not None:
+        editor.with_parallelism(args.parallelism)
     if not editor.steps:
-        raise UsageError("no edit given; expected --drop-key, --drop-operator, --rename-operator or --max-parallelism")
+        raise UsageError("no edit given; expected --drop-key, --drop-operator, --rename-operator, --max-parallelism "
+                         "or --parallelism")
     out = editor.write(args.output)
     for step in editor.steps:
         say(f"  {step}")
@@ -604,6 +608,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give an operator a new uid (repeatable; applied first, so other options name NEW)")
     e.add_argument("--max-parallelism", type=positive_int, default=None, metavar="N",
                    help="move every key to its key group under max parallelism N")
+    e.add_argument("--parallelism", type=positive_int, default=None, metavar="P",
+                   help="split the keyed state for P subtasks (operator state past P beside subtask index %% P)")
     e.set_defaults(fn=cmd_edit, subparser=e)
     return ap
 

@@ -270,14 +270,18 @@ class Editor:
         return self._record("with_max_parallelism", max_parallelism=max_parallelism, operator=operator)
 
     def with_parallelism(self, parallelism: int, *, operator: str | None = None) -> Editor:
-        """Write the operator's state (every operator, or one) split for ``parallelism`` subtasks: each subtask's
+        """Write the operator's state (every keyed operator, or the one named) split for ``parallelism``
+        subtasks: each subtask's
         handle holds the key groups Flink's ``KeyGroupRangeAssignment`` gives it at that parallelism, and
         the operator (non-keyed) state of subtasks past it goes to subtask ``index % parallelism``, as a
         restore at that parallelism redistributes it. Flink (and the engine) rescale on restore anyway: this
         is for a savepoint read or edited again, or a job whose parallelism is taken from the savepoint."""
         if isinstance(parallelism, bool) or not isinstance(parallelism, int):
             raise TypeError(f"with_parallelism: found {parallelism!r}, expected an int")
-        plans = [self._plan(operator)] if operator is not None else [p for p in self._plans if not p.dropped]
+        # without operator=: the keyed operators, whose state is split by key group (a source's positions or
+        # splits stay as they are unless it is named)
+        plans = [self._plan(operator)] if operator is not None else \
+            [p for p in self._plans if not p.dropped and (self._states(p) or p.bootstrapped)]
         for p in plans:
             if not 0 < parallelism <= p.max_parallelism:
                 raise EditError(f"{self.path}: operator {p.uid or p.operator_id!r} has max parallelism "

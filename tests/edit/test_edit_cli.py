@@ -49,3 +49,14 @@ def test_edit_usage_errors(savepoint, tmp_path, capsys):
     assert "no operator 'nope'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["edit", str(savepoint), "-o", str(tmp_path / "x"), "--drop-key", "nokey"])
+
+
+def test_edit_parallelism_splits_the_keyed_state(savepoint, tmp_path, capsys):
+    import explorer
+
+    out = tmp_path / "p3"
+    assert main(["edit", str(savepoint), "-o", str(out), "--parallelism", "3"]) == 0
+    assert "with_parallelism(parallelism=3" in capsys.readouterr().out
+    after = explorer.open(out).keyed_state()
+    assert sorted(after.subtask.unique()) == [0, 1, 2]
+    assert len(after) == len(explorer.open(savepoint).keyed_state())

@@ -58,7 +58,8 @@ CASES = {
     "with_max_parallelism": (lambda e: e.with_max_parallelism(256), ("user-activity", "category-windows"), {}),
     # the state split for 1 subtask (the source's split state of subtask 1 beside subtask 0's) and for 3
     "with_parallelism_1": (lambda e: e.with_parallelism(1), ("user-activity", "category-windows"), {}),
-    "with_parallelism_3": (lambda e: e.with_parallelism(3), ("user-activity", "category-windows"), {}),
+    "with_parallelism_3": (lambda e: e.with_parallelism(3).with_parallelism(3, operator="sequence"),
+                           ("user-activity", "category-windows"), {}),
     "drop_state_and_filter": (
         lambda e: e.drop_state(operator="user-activity", state="total")
         .filter(operator="user-activity", state="per_category", where=lambda r: r["user_key"] != "books"),
