@@ -162,20 +162,59 @@ class _OperatorEntries:
         op, p = self.op, self.op.parallelism
         self.streaming = plan.max_parallelism == op.max_parallelism and all(
             _covers(st, key_group_range_for_operator(op.max_parallelism, p, st.index)) for st, _, _ in self.inputs.values())
+        #: the new key groups held in :attr:`buckets` (first, last); passes: the ranges held one after the other
+        self.loaded: tuple[int, int] = (-1, -1)
+        self.passes: list[tuple[int, int]] = []
         if not self.streaming:
-            held = sum(self._stream_size(st) for st, _, _ in self.inputs.values())
-            budget.check(held * HELD_BYTES_PER_BYTE, file=self.where,
-                         what=f"its keyed state moved to the key groups of max parallelism {plan.max_parallelism} "
-                              f"(every entry of the operator held at once: {held:,} bytes of state at "
-                              f"{HELD_BYTES_PER_BYTE} bytes of memory each)")
-            for st, header, out_ids in self.inputs.values():
-                data, spans = reader.resolver.read_key_groups(st.managed_keyed.stream, st.managed_keyed.offsets,
-                                                              st.managed_keyed.start, header.end, None)
-                decoders: dict[int, KeyValueDecoder] = {}
-                for span in spans:
-                    for new_kg, sid, key, value in self._kept(st, header, out_ids, data, span, decoders):
-                        self.buckets[new_kg].append((sid, key, value))
-                del data
+            self._plan_passes()
+            self._load(self.passes[0])
+        self.nonempty = set(self.buckets) if len(self.passes) <= 1 else self.nonempty
+
+    def _plan_passes(self) -> None:
+        """The ranges of new key groups to hold one after the other: all at once when the operator's state fits the
+        budget, else as many as the budget admits at a time, from a first pass that measures each new key group
+        (and refuses one that alone does not fit)."""
+        new_p = self.plan.max_parallelism
+        held = sum(self._stream_size(st) for st, _, _ in self.inputs.values())
+        limit = budget.current()
+        if limit is None or held * HELD_BYTES_PER_BYTE <= limit:
+            self.passes = [(0, new_p - 1)]
+            return
+        sizes: dict[int, int] = defaultdict(int)
+        for index in self.inputs:
+            for _, entries in self._chunks(index):
+                for new_kg, _, key, value in entries:
+                    sizes[new_kg] += len(key) + len(value) + 8
+        self.nonempty = set(sizes)
+        cap = max(limit // HELD_BYTES_PER_BYTE - READ_CHUNK, 1)
+        first, acc = 0, 0
+        for kg in sorted(sizes):
+            budget.check(sizes[kg] * HELD_BYTES_PER_BYTE, file=self.where,
+                         what=f"key group {kg} of max parallelism {new_p} ({sizes[kg]:,} bytes of state gathered from "
+                              f"the old key groups, held at {HELD_BYTES_PER_BYTE} bytes of memory each while written)")
+            if acc and acc + sizes[kg] > cap:
+                self.passes.append((first, kg - 1))
+                first, acc = kg, 0
+            acc += sizes[kg]
+        self.passes.append((first, new_p - 1))
+
+    def _load(self, wanted: tuple[int, int]) -> None:
+        """Hold the kept entries whose new key group is in ``wanted`` (a range), bucketed by it, reading every
+        subtask's stream a chunk of key groups at a time."""
+        self.buckets = defaultdict(list)
+        for index in self.inputs:
+            for _, entries in self._chunks(index, wanted):
+                for new_kg, sid, key, value in entries:
+                    self.buckets[new_kg].append((sid, key, value))
+        self.loaded = wanted
+
+    def _held(self, first_kg: int, last_kg: int):
+        """(key group, its kept entries) of the new key groups ``first_kg``..``last_kg`` (ascending, as subtasks are
+        written), from the pass holding each."""
+        for kg in range(first_kg, last_kg + 1):
+            if kg > self.loaded[1]:
+                self._load(next(r for r in self.passes if r[0] <= kg <= r[1]))
+            yield kg, self.buckets.get(kg, ())
 
     def _header(self, st: SubtaskState) -> None:
         """One subtask's keyed-state header: its states joined to the operator's (in order), its state ids mapped."""
@@ -205,9 +244,10 @@ class _OperatorEntries:
         return h.size if h.size >= 0 else self.reader.resolver.local_path(h).stat().st_size
 
     def _kept(self, st: SubtaskState, header: BackendMeta, out_ids: dict[int, int], data: bytes,
-              span: tuple[int, int, int], decoders: dict[int, KeyValueDecoder]):
+              span: tuple[int, int, int], decoders: dict[int, KeyValueDecoder], wanted: tuple[int, int] | None = None):
         """(new key group, output state id, key without its key-group prefix, value) of each entry of one key group
-        that the edits keep, in the stream's order, values filtered and mapped."""
+        that the edits keep, in the stream's order, values filtered and mapped (``wanted``: only entries whose new
+        key group is in that range, left out before the filters and functions see them)."""
         plan = self.plan
         old_p, new_p = self.op.max_parallelism, plan.max_parallelism
         prefix = prefix_bytes(old_p)
@@ -233,6 +273,8 @@ class _OperatorEntries:
                     continue
                 if new_p != old_p:
                     new_kg = self._new_key_group(header, k, kg, old_p, new_p)
+            if wanted is not None and not wanted[0] <= new_kg <= wanted[1]:
+                continue
             preds = plan.filters.get(meta.name)
             if preds:
                 value = self._filtered(dec, meta, kg, key, value, preds)
@@ -244,8 +286,9 @@ class _OperatorEntries:
             self.entries_out += 1
             yield new_kg, out_ids[sid], key[prefix:], value
 
-    def _streamed(self, index: int, first_kg: int, last_kg: int):
-        """(key group, its kept entries) of subtask ``index``'s key groups, read a chunk of key groups at a time."""
+    def _chunks(self, index: int, wanted: tuple[int, int] | None = None):
+        """(key group, its kept entries as :meth:`_kept` gives them) of input subtask ``index``'s key groups, read a
+        chunk of key groups at a time."""
         if index not in self.inputs:
             return
         st, header, out_ids = self.inputs[index]
@@ -266,11 +309,7 @@ class _OperatorEntries:
             data, got = self.reader.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end,
                                                             frozenset(s[0] for s in batch))
             for span_in in got:
-                kg = span_in[0]
-                if not first_kg <= kg <= last_kg:
-                    continue
-                yield kg, [(sid, key, value) for _, sid, key, value in
-                           self._kept(st, header, out_ids, data, span_in, decoders)]
+                yield span_in[0], list(self._kept(st, header, out_ids, data, span_in, decoders, wanted))
             del data
             batch = []
 
@@ -361,10 +400,10 @@ class _OperatorEntries:
         file ``name`` a key group at a time; its handle and offsets."""
         offsets = [0] * (last_kg - first_kg + 1)
         prefix = prefix_bytes(self.plan.max_parallelism)
-        if self.streaming:
-            groups = self._streamed(index, first_kg, last_kg)
+        if self.streaming:  # (each key group in its own subtask: _covers)
+            groups = ((kg, [e[1:] for e in entries]) for kg, entries in self._chunks(index))
         else:
-            groups = ((kg, self.buckets.get(kg, ())) for kg in range(first_kg, last_kg + 1))
+            groups = self._held(first_kg, last_kg)
         with w.open(name) as fh:
             fh.write(self.header())
             for kg, entries in groups:
@@ -483,7 +522,7 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
     keyed = _OperatorEntries(reader, plan) if _keyed_subtasks(op) else \
         _BootstrapEntries(reader, plan) if plan.bootstrapped else None
     if keyed is not None:  # a subtask that had no state may own key groups now
-        for kg in keyed.buckets:
+        for kg in keyed.nonempty:
             i = operator_index_for_key_group(max_p, p, kg)
             subtasks.setdefault(i, SubtaskState(i))
     if plan.operator_states:  # every subtask gets its share (or its copy)
@@ -885,9 +924,10 @@ class _BootstrapEntries(_OperatorEntries):
         self.header_start = bytes(d.buf)
         self.states = [(name, spec["entry"]) for name, spec in specs]
         self.buckets = defaultdict(list)
-        self.streaming = False
+        self.streaming, self.passes, self.loaded = False, [(0, plan.max_parallelism - 1)], (0, plan.max_parallelism - 1)
         for sid, (name, spec) in enumerate(specs):
             for kg, key, value in spec["rows"]:
                 if name in plan.dropped_states:
                     continue
                 self.buckets[kg].append((sid, key, value))
+        self.nonempty = set(self.buckets)

@@ -291,8 +291,23 @@ def test_what_a_write_must_hold_is_checked_against_the_memory_budget_first(tmp_p
         explorer.edit(PLAIN, memory_budget="16MB").drop_keys(operator="user-activity", keys=["user-00"]).write(
             tmp_path / "a")
     assert not (tmp_path / "a").exists()
-    with pytest.raises(SnapshotTooLargeError, match=r"max parallelism 256 \(every entry of the operator held"):
+    with pytest.raises(SnapshotTooLargeError, match=r"key group \d+ of (subtask \d|max parallelism 256)"):
         explorer.edit(PLAIN, memory_budget="16MB").with_max_parallelism(256).write(tmp_path / "b")
     assert not (tmp_path / "b").exists()
     monkeypatch.setattr(flink, "HELD_BYTES_PER_BYTE", 6)
     explorer.edit(PLAIN, memory_budget="16MB").with_max_parallelism(256).write(tmp_path / "c")  # admitted
+
+
+@pytest.mark.parametrize("max_parallelism", [256, 4096])
+def test_keys_moved_to_a_new_max_parallelism_are_held_a_budget_at_a_time(max_parallelism, tmp_path, monkeypatch):
+    from explorer.editing import flink
+    from explorer.format import budget
+
+    whole = _digest(explorer.edit(HEAP).with_max_parallelism(max_parallelism).write(tmp_path / "whole"))
+    monkeypatch.setattr(budget, "FLOOR", 1)  # (budgets of kilobytes, as the fixture is small)
+    monkeypatch.setattr(flink, "READ_CHUNK", 1)
+    loads, load = [], flink._OperatorEntries._load
+    monkeypatch.setattr(flink._OperatorEntries, "_load", lambda self, r: (loads.append((self.op.uid, r)), load(self, r)))
+    out = explorer.edit(HEAP, memory_budget=400_000).with_max_parallelism(max_parallelism).write(tmp_path / "out")
+    assert len([r for uid, r in loads if uid == "user-state"]) > 2  # several passes, each within the budget
+    assert _digest(out) == whole
