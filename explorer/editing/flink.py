@@ -22,6 +22,16 @@ move to other key groups. Values are not re-encoded: a filtered list is its kept
 by the list delimiter. Keys and values are decoded (with the reader's decoders) only where an edit asks
 about them.
 
+Memory: an operator's entries stream from the input to the written file, one subtask's key groups read a few
+megabytes at a time (by range) and each key group's kept entries held only while it is written, so a write holds
+about its largest key group, whatever the operator's size. A new max parallelism gathers keys from any old key
+group into a new one, so its entries are held, bucketed by new key group: all at once when the operator fits the
+memory budget (``explorer.edit(..., memory_budget=)``), else in consecutive ranges of new key groups that each fit,
+one reading of the input per range after a first one that measures every new key group (``filter`` and
+``map_values`` functions then see each row twice). What is held is checked against the budget before it is read,
+at :data:`HELD_BYTES_PER_BYTE` bytes of memory per byte of state; a key group that alone does not fit is refused
+with a ``SnapshotTooLargeError`` naming the ``memory_budget=`` that admits it.
+
 Changed values (``map_values``, ``update``) are encoded by the serializer the state's header declares
 (``editing.values``: POJOs by their recorded fields, Rows, Tuples, collections, java.time, TTL values keeping or
 setting their last access) and read back before they are written.
