@@ -143,3 +143,10 @@ def test_refusals(savepoint, tmp_path):
                                         value=1).write(tmp_path / "b")
     with pytest.raises(EditError):
         explorer.edit(savepoint).with_max_parallelism(1)
+
+
+def test_memory_budget_is_an_open_option_of_the_engine_editor_too(savepoint, tmp_path):
+    editor = explorer.edit(savepoint, memory_budget="1GB")  # (explorer.open's option; the engine takes no other)
+    assert editor.memory_budget == 1 << 30
+    out = editor.write(tmp_path / "out")
+    assert len(explorer.open(out).keyed_state()) == len(explorer.open(savepoint).keyed_state())
