@@ -17,7 +17,9 @@ from ..keygroups import UPPER_BOUND_MAX_PARALLELISM
 from ..readers.flink.metadata import OperatorState
 from ..readers.flink.operatorid import operator_id_for_uid
 from ..readers.flink.reader import FlinkSnapshotReader
+from ..format import budget
 from ..format.snapshot import is_snapshot_folder
+from ..stored.memory import parse_memory_budget
 from . import engine, flink
 from .flink import hashable_key
 from .values import Touched
@@ -85,6 +87,9 @@ class Editor:
     def __init__(self, path: str | Path, **open_options: Any) -> None:
         self.path = Path(path)
         self.steps: list[EditStep] = []
+        #: what :meth:`write` may hold at once, in bytes (``memory_budget=`` as for ``explorer.open``: bytes or a size
+        #: such as ``"2GB"``; default half the memory available)
+        self.memory_budget = parse_memory_budget(open_options.pop("memory_budget", None))
         if is_snapshot_folder(self.path):  # the engine's own format (explorer.format.snapshot)
             self._format: Any = engine
             self.reader: Any = engine.EngineSavepoint(path, **open_options)
@@ -93,6 +98,7 @@ class Editor:
         else:
             self._format = flink
             self.reader = FlinkSnapshotReader(path, **open_options)
+            self.reader.memory_budget = self.memory_budget
             flink.check_editable(self.reader)
             operators = self.reader.meta.operators
         self._plans = [OperatorPlan(op, op.uid, op.operator_id, op.max_parallelism, op.name,
@@ -297,8 +303,12 @@ class Editor:
 
     # -- writing ------------------------------------------------------------------------------------------
     def write(self, out_path: str | Path) -> Path:
-        """Write the edited savepoint into ``out_path`` (new, or an empty folder); the input is not touched."""
-        if self._format is engine:
-            return engine.write_savepoint(self.reader, self._plans, Path(out_path), steps=self.steps)
-        return flink.write_savepoint(self.reader, self._plans, Path(out_path))
+        """Write the edited savepoint into ``out_path`` (new, or an empty folder); the input is not touched. What
+        the write must hold at once is checked against ``memory_budget`` before it is read (a Flink operator's
+        entries stream a key group at a time unless the edit moves keys to a new max parallelism): a
+        :class:`~explorer.errors.SnapshotTooLargeError` says which ``memory_budget=`` would admit it."""
+        with budget.using(self.memory_budget):
+            if self._format is engine:
+                return engine.write_savepoint(self.reader, self._plans, Path(out_path), steps=self.steps)
+            return flink.write_savepoint(self.reader, self._plans, Path(out_path))
 

@@ -22,6 +22,16 @@ move to other key groups. Values are not re-encoded: a filtered list is its kept
 by the list delimiter. Keys and values are decoded (with the reader's decoders) only where an edit asks
 about them.
 
+Memory: an operator's entries stream from the input to the written file, one subtask's key groups read a few
+megabytes at a time (by range) and each key group's kept entries held only while it is written, so a write holds
+about its largest key group, whatever the operator's size. A new max parallelism gathers keys from any old key
+group into a new one, so its entries are held, bucketed by new key group: all at once when the operator fits the
+memory budget (``explorer.edit(..., memory_budget=)``), else in consecutive ranges of new key groups that each fit,
+one reading of the input per range after a first one that measures every new key group (``filter`` and
+``map_values`` functions then see each row twice). What is held is checked against the budget before it is read,
+at :data:`HELD_BYTES_PER_BYTE` bytes of memory per byte of state; a key group that alone does not fit is refused
+with a ``SnapshotTooLargeError`` naming the ``memory_budget=`` that admits it.
+
 Changed values (``map_values``, ``update``) are encoded by the serializer the state's header declares
 (``editing.values``: POJOs by their recorded fields, Rows, Tuples, collections, java.time, TTL values keeping or
 setting their last access) and read back before they are written.
@@ -45,10 +55,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EditError, FlinkCorruptError
+from ..format import budget
 from ..keygroups import assign_to_key_group, key_group_range_for_operator, operator_index_for_key_group
 from ..readers.flink.compression import unframe
 from ..readers.flink.datainput import DataInput
-from ..readers.flink.fullformat import END_OF_KEY_GROUP, iter_entries
+from ..readers.flink.fullformat import END_OF_KEY_GROUP, iter_entries, key_group_spans
 from ..readers.flink.handles import KeyGroupsHandle, OperatorStreamHandle, StreamHandle
 from ..readers.flink.metadata import (
     BYTE_STREAM,
@@ -128,8 +139,24 @@ def hashable_key(k: Any) -> Any:
     return k
 
 
+#: bytes of memory one byte of keyed state takes once its entries are held as Python objects (key and value bytes
+#: objects, a tuple each, the lists of a key group): the edit benchmark measured 5.4 bytes of peak RSS per byte of a
+#: 991 MB savepoint while whole operators were held (issue 32); what a write must hold is checked at this rate
+HELD_BYTES_PER_BYTE = 6
+#: key groups of one subtask are read together up to this many bytes (a larger key group is read alone, whole)
+READ_CHUNK = 8 << 20
+
+
 class _OperatorEntries:
-    """The kept entries of one operator, bucketed by their (new) key group, and the header they need."""
+    """The kept entries of one operator, and the header they need, written one subtask's keyed stream at a time.
+
+    When the edit keeps every key in its key group (no new max parallelism) and each subtask's handle covers the key
+    groups Flink assigns that subtask, entries stream: a subtask's key groups are read a few megabytes at a time, each
+    key group's kept entries go to the written file, and only they are held (:meth:`write_stream`), so memory is
+    bounded by the largest key group, not the operator. Moving keys to other key groups takes every entry of the
+    operator at once (a key group of the new max parallelism gathers keys from any old one): then they are held,
+    bucketed by their new key group, once the budget admits them. Either way what is held is checked against the
+    memory budget (:data:`HELD_BYTES_PER_BYTE` per byte of state) before it is read."""
 
     def __init__(self, reader: FlinkSnapshotReader, plan: OperatorPlan) -> None:
         self.reader, self.plan, self.op = reader, plan, plan.source
@@ -138,65 +165,163 @@ class _OperatorEntries:
         self.states: list[tuple[str, bytes]] = []  # (name, the state's entry in the header)
         self.buckets: dict[int, list[tuple[int, bytes, bytes]]] = defaultdict(list)
         self.entries_in = self.entries_out = 0
+        #: subtask index -> (subtask, its header, input state id -> output state id)
+        self.inputs: dict[int, tuple[SubtaskState, BackendMeta, dict[int, int]]] = {}
         for st in _keyed_subtasks(self.op):
-            self._subtask(st)
+            self._header(st)
+        op, p = self.op, self.op.parallelism
+        self.streaming = plan.max_parallelism == op.max_parallelism and all(
+            _covers(st, key_group_range_for_operator(op.max_parallelism, p, st.index)) for st, _, _ in self.inputs.values())
+        #: the new key groups held in :attr:`buckets` (first, last); passes: the ranges held one after the other
+        self.loaded: tuple[int, int] = (-1, -1)
+        self.passes: list[tuple[int, int]] = []
+        if not self.streaming:
+            self._plan_passes()
+            self._load(self.passes[0])
+        self.nonempty = set(self.buckets) if len(self.passes) <= 1 else self.nonempty
 
-    def _subtask(self, st: SubtaskState) -> None:
-        op, plan = self.op, self.plan
+    def _plan_passes(self) -> None:
+        """The ranges of new key groups to hold one after the other: all at once when the operator's state fits the
+        budget, else as many as the budget admits at a time, from a first pass that measures each new key group
+        (and refuses one that alone does not fit)."""
+        new_p = self.plan.max_parallelism
+        held = sum(self._stream_size(st) for st, _, _ in self.inputs.values())
+        limit = budget.current()
+        if limit is None or held * HELD_BYTES_PER_BYTE <= limit:
+            self.passes = [(0, new_p - 1)]
+            return
+        sizes: dict[int, int] = defaultdict(int)
+        for index in self.inputs:
+            for _, entries in self._chunks(index):
+                for new_kg, _, key, value in entries:
+                    sizes[new_kg] += len(key) + len(value) + 8
+        self.nonempty = set(sizes)
+        cap = max(limit // HELD_BYTES_PER_BYTE - READ_CHUNK, 1)
+        first, acc = 0, 0
+        for kg in sorted(sizes):
+            budget.check(sizes[kg] * HELD_BYTES_PER_BYTE, file=self.where,
+                         what=f"key group {kg} of max parallelism {new_p} ({sizes[kg]:,} bytes of state gathered from "
+                              f"the old key groups, held at {HELD_BYTES_PER_BYTE} bytes of memory each while written)")
+            if acc and acc + sizes[kg] > cap:
+                self.passes.append((first, kg - 1))
+                first, acc = kg, 0
+            acc += sizes[kg]
+        self.passes.append((first, new_p - 1))
+
+    def _load(self, wanted: tuple[int, int]) -> None:
+        """Hold the kept entries whose new key group is in ``wanted`` (a range), bucketed by it, reading every
+        subtask's stream a chunk of key groups at a time."""
+        self.buckets = defaultdict(list)
+        for index in self.inputs:
+            for _, entries in self._chunks(index, wanted):
+                for new_kg, sid, key, value in entries:
+                    self.buckets[new_kg].append((sid, key, value))
+        self.loaded = wanted
+
+    def _held(self, first_kg: int, last_kg: int):
+        """(key group, its kept entries) of the new key groups ``first_kg``..``last_kg`` (ascending, as subtasks are
+        written), from the pass holding each."""
+        for kg in range(first_kg, last_kg + 1):
+            if kg > self.loaded[1]:
+                self._load(next(r for r in self.passes if r[0] <= kg <= r[1]))
+            yield kg, self.buckets.get(kg, ())
+
+    def _header(self, st: SubtaskState) -> None:
+        """One subtask's keyed-state header: its states joined to the operator's (in order), its state ids mapped."""
         h = st.managed_keyed
-        header = self.reader.keyed_header(op, st)
+        header = self.reader.keyed_header(self.op, st)
         if h.stream is None or header.states_at is None or header.version < 2:
             raise EditError(f"{self.where}, subtask {st.index}: found a keyed-state header of version "
                             f"{header.version} without a stream or state list; expected version 2 or later")
-        data, spans = self.reader.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end, None)
-        raw = bytes(data[: header.end])
+        raw = self.reader.resolver.read(h.stream, header.end)  # (the header is never compressed)
         if not self.header_start:  # version, "not compressed", the key serializer's snapshot
             self.header_start = raw[:4] + b"\x00" + raw[5 : header.states_at]
         out_ids = {}
+        known = [n for n, _ in self.states]
         for s in header.states:
-            if s.name in plan.dropped_states:
+            if s.name in self.plan.dropped_states:
                 continue
-            known = [n for n, _ in self.states]
             if s.name not in known:
                 self.states.append((s.name, raw[s.span[0] : s.span[1]]))
                 known.append(s.name)
             out_ids[s.state_id] = known.index(s.name)
-        old_p, new_p = op.max_parallelism, plan.max_parallelism
+        self.inputs[st.index] = (st, header, out_ids)
+
+    def _stream_size(self, st: SubtaskState) -> int:
+        h = st.managed_keyed.stream
+        if h.kind == "bytes":
+            return len(h.data or b"")
+        return h.size if h.size >= 0 else self.reader.resolver.local_path(h).stat().st_size
+
+    def _kept(self, st: SubtaskState, header: BackendMeta, out_ids: dict[int, int], data: bytes,
+              span: tuple[int, int, int], decoders: dict[int, KeyValueDecoder], wanted: tuple[int, int] | None = None):
+        """(new key group, output state id, key without its key-group prefix, value) of each entry of one key group
+        that the edits keep, in the stream's order, values filtered and mapped (``wanted``: only entries whose new
+        key group is in that range, left out before the filters and functions see them)."""
+        plan = self.plan
+        old_p, new_p = self.op.max_parallelism, plan.max_parallelism
         prefix = prefix_bytes(old_p)
-        decoders: dict[int, KeyValueDecoder] = {}
-        for span in spans:
-            kg = span[0]
-            for sid, key, value in iter_entries(data, span, header.compressed):
-                self.entries_in += 1
-                if sid >= len(header.states):
-                    raise FlinkCorruptError(f"{self.where}, subtask {st.index}, key group {kg}: found state id {sid}, "
-                                            f"expected one of the header's {len(header.states)}")
-                if sid not in out_ids:
+        kg = span[0]
+        for sid, key, value in iter_entries(data, span, header.compressed):
+            self.entries_in += 1
+            if sid >= len(header.states):
+                raise FlinkCorruptError(f"{self.where}, subtask {st.index}, key group {kg}: found state id {sid}, "
+                                        f"expected one of the header's {len(header.states)}")
+            if sid not in out_ids:
+                continue
+            if int.from_bytes(key[:prefix], "big") != kg:
+                raise FlinkCorruptError(f"{self.where}, key group {kg}: an entry's key starts with key group "
+                                        f"{int.from_bytes(key[:prefix], 'big')}; expected {kg}")
+            meta = header.states[sid]
+            dec = decoders.get(sid)
+            if dec is None:
+                dec = decoders[sid] = KeyValueDecoder(meta, header.key_decoder, old_p)
+            new_kg = kg
+            if plan.dropped_keys or new_p != old_p:
+                k = _key_of(dec, key)
+                if any(hashable_key(k) in keys for keys in plan.dropped_keys):
                     continue
-                if int.from_bytes(key[:prefix], "big") != kg:
-                    raise FlinkCorruptError(f"{self.where}, key group {kg}: an entry's key starts with key group "
-                                            f"{int.from_bytes(key[:prefix], 'big')}; expected {kg}")
-                meta = header.states[sid]
-                dec = decoders.get(sid)
-                if dec is None:
-                    dec = decoders[sid] = KeyValueDecoder(meta, header.key_decoder, old_p)
-                new_kg = kg
-                if plan.dropped_keys or new_p != old_p:
-                    k = _key_of(dec, key)
-                    if any(hashable_key(k) in keys for keys in plan.dropped_keys):
-                        continue
-                    if new_p != old_p:
-                        new_kg = self._new_key_group(header, k, kg, old_p, new_p)
-                preds = plan.filters.get(meta.name)
-                if preds:
-                    value = self._filtered(dec, meta, kg, key, value, preds)
-                    if value is None:
-                        continue
-                fns = plan.mappers.get(meta.name)
-                if fns:
-                    value = self._mapped(dec, meta, kg, key, value, fns)
-                self.buckets[new_kg].append((out_ids[sid], key[prefix:], value))
-                self.entries_out += 1
+                if new_p != old_p:
+                    new_kg = self._new_key_group(header, k, kg, old_p, new_p)
+            if wanted is not None and not wanted[0] <= new_kg <= wanted[1]:
+                continue
+            preds = plan.filters.get(meta.name)
+            if preds:
+                value = self._filtered(dec, meta, kg, key, value, preds)
+                if value is None:
+                    continue
+            fns = plan.mappers.get(meta.name)
+            if fns:
+                value = self._mapped(dec, meta, kg, key, value, fns)
+            self.entries_out += 1
+            yield new_kg, out_ids[sid], key[prefix:], value
+
+    def _chunks(self, index: int, wanted: tuple[int, int] | None = None):
+        """(key group, its kept entries as :meth:`_kept` gives them) of input subtask ``index``'s key groups, read a
+        chunk of key groups at a time."""
+        if index not in self.inputs:
+            return
+        st, header, out_ids = self.inputs[index]
+        h = st.managed_keyed
+        spans = key_group_spans(h.offsets, h.start, header.end, self._stream_size(st))
+        decoders: dict[int, KeyValueDecoder] = {}
+        batch: list[tuple[int, int, int]] = []
+        for i, span in enumerate(spans):
+            batch.append(span)
+            size = sum(e - b for _, b, e in batch)
+            if i + 1 < len(spans) and size + spans[i + 1][2] - spans[i + 1][1] <= READ_CHUNK:
+                continue
+            biggest = max(batch, key=lambda s: s[2] - s[1])
+            budget.check(size + (biggest[2] - biggest[1]) * HELD_BYTES_PER_BYTE, file=self.where,
+                         what=f"key group {biggest[0]} of subtask {index} ({biggest[2] - biggest[1]:,} bytes of "
+                              f"state, held as entries at {HELD_BYTES_PER_BYTE} bytes of memory each while it is "
+                              f"written, beside the {size:,} bytes read with it)")
+            data, got = self.reader.resolver.read_key_groups(h.stream, h.offsets, h.start, header.end,
+                                                            frozenset(s[0] for s in batch))
+            for span_in in got:
+                yield span_in[0], list(self._kept(st, header, out_ids, data, span_in, decoders, wanted))
+            del data
+            batch = []
 
     def _new_key_group(self, header: BackendMeta, key: Any, kg: int, old_p: int, new_p: int) -> int:
         hk = hashable_keys(header.key_decoder, [key])
@@ -279,30 +404,45 @@ class _OperatorEntries:
             out.write_bytes(raw)
         return bytes(out.buf)
 
-    def stream(self, first_kg: int, last_kg: int) -> tuple[bytes, list[int]]:
-        """The full-snapshot stream of one subtask owning key groups ``first_kg``..``last_kg``, and its offsets."""
-        out = DataOutput()
-        out.write_bytes(self.header())
+    def write_stream(self, w: _Writer, name: str, index: int, first_kg: int, last_kg: int
+                     ) -> tuple[StreamHandle, list[int]]:
+        """The full-snapshot stream of subtask ``index``, owning key groups ``first_kg``..``last_kg``, written into
+        file ``name`` a key group at a time; its handle and offsets."""
         offsets = [0] * (last_kg - first_kg + 1)
         prefix = prefix_bytes(self.plan.max_parallelism)
-        for kg in range(first_kg, last_kg + 1):
-            entries = sorted(self.buckets.get(kg, ()), key=lambda e: e[0])  # (stable: each state's order kept)
-            if not entries:
-                continue
-            offsets[kg - first_kg] = len(out.buf)
-            out.write_short(entries[0][0])
-            for i, (sid, key, value) in enumerate(entries):
-                nxt = entries[i + 1][0] if i + 1 < len(entries) else END_OF_KEY_GROUP
-                full = bytearray(kg.to_bytes(prefix, "big") + key)
-                if nxt != sid:
-                    full[0] |= 0x80  # the state's last entry in this key group: a state id follows
-                out.write_int(len(full))
-                out.write_bytes(full)
-                out.write_int(len(value))
-                out.write_bytes(value)
-                if nxt != sid:
-                    out.write_short(nxt)
-        return bytes(out.buf), offsets
+        if self.streaming:  # (each key group in its own subtask: _covers)
+            groups = ((kg, [e[1:] for e in entries]) for kg, entries in self._chunks(index))
+        else:
+            groups = self._held(first_kg, last_kg)
+        with w.open(name) as fh:
+            fh.write(self.header())
+            for kg, entries in groups:
+                entries = sorted(entries, key=lambda e: e[0])  # (stable: each state's order kept)
+                if not entries:
+                    continue
+                offsets[kg - first_kg] = fh.tell()
+                out = DataOutput()
+                out.write_short(entries[0][0])
+                for i, (sid, key, value) in enumerate(entries):
+                    nxt = entries[i + 1][0] if i + 1 < len(entries) else END_OF_KEY_GROUP
+                    full = bytearray(kg.to_bytes(prefix, "big") + key)
+                    if nxt != sid:
+                        full[0] |= 0x80  # the state's last entry in this key group: a state id follows
+                    out.write_int(len(full))
+                    out.write_bytes(full)
+                    out.write_int(len(value))
+                    out.write_bytes(value)
+                    if nxt != sid:
+                        out.write_short(nxt)
+                fh.write(out.buf)
+            size = fh.tell()
+        return StreamHandle("relative", name, size), offsets
+
+
+def _covers(st: SubtaskState, rng) -> bool:
+    """Whether the subtask's key-groups handle holds exactly the key groups Flink assigns the subtask."""
+    h = st.managed_keyed
+    return h.start == rng.start and len(h.offsets) == rng.end - rng.start + 1
 
 
 def _key_of(dec: KeyValueDecoder, key: bytes) -> Any:
@@ -325,6 +465,13 @@ class _Writer:
             self.written.append(path)
             fh.write(data)
         return StreamHandle("relative", name, len(data))
+
+    def open(self, name: str):
+        """A new file ``name`` to write into (a file object), removed with the others on a failure."""
+        path = self.out / name
+        fh = path.open("xb")  # never over a file that is there
+        self.written.append(path)
+        return fh
 
     def copy(self, h: StreamHandle | None, name: str) -> StreamHandle | None:
         if h is None or h.kind == "bytes":
@@ -399,13 +546,8 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
                 subtasks.setdefault(i % p, SubtaskState(i % p))
     keyed = _OperatorEntries(reader, plan) if _keyed_subtasks(op) else \
         _BootstrapEntries(reader, plan) if plan.bootstrapped else None
-    for state, key, user_key, hits in plan.updates:
-        if not hits:
-            at = f", user key {user_key!r}" if user_key is not None else ""
-            raise EditError(f"{reader.metadata_file}: operator {plan.uid or plan.operator_id!r}, state {state!r} "
-                            f"has no row of key {key!r}{at} to update (adding state is not an edit of this kind)")
     if keyed is not None:  # a subtask that had no state may own key groups now
-        for kg in keyed.buckets:
+        for kg in keyed.nonempty:
             i = operator_index_for_key_group(max_p, p, kg)
             subtasks.setdefault(i, SubtaskState(i))
     if plan.operator_states:  # every subtask gets its share (or its copy)
@@ -436,8 +578,7 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
             d.write_byte(NULL_HANDLE)
         else:
             rng = key_group_range_for_operator(max_p, p, i)
-            data, offsets = keyed.stream(rng.start, rng.end)
-            h = w.file(f"{plan.operator_id}-{i}-keyed", data)
+            h, offsets = keyed.write_stream(w, f"{plan.operator_id}-{i}-keyed", i, rng.start, rng.end)
             d.write_byte(SAVEPOINT_KEY_GROUPS)
             d.write_int(rng.start)
             d.write_int(len(offsets))
@@ -449,6 +590,11 @@ def _write_operator(d: DataOutput, w: _Writer, reader: FlinkSnapshotReader, plan
         d.write_int(0)  # result subpartition state
         if version >= 7:
             d.write_byte(0)  # no reference checkpoint id
+    for state, key, user_key, hits in plan.updates:  # (counted while the keyed streams were written)
+        if not hits:
+            at = f", user key {user_key!r}" if user_key is not None else ""
+            raise EditError(f"{reader.metadata_file}: operator {plan.uid or plan.operator_id!r}, state {state!r} "
+                            f"has no row of key {key!r}{at} to update (adding state is not an edit of this kind)")
 
 
 def _operator_handle(d: DataOutput, oh: OperatorStreamHandle, stream: StreamHandle | None) -> None:
@@ -805,8 +951,10 @@ class _BootstrapEntries(_OperatorEntries):
         self.header_start = bytes(d.buf)
         self.states = [(name, spec["entry"]) for name, spec in specs]
         self.buckets = defaultdict(list)
+        self.streaming, self.passes, self.loaded = False, [(0, plan.max_parallelism - 1)], (0, plan.max_parallelism - 1)
         for sid, (name, spec) in enumerate(specs):
             for kg, key, value in spec["rows"]:
                 if name in plan.dropped_states:
                     continue
                 self.buckets[kg].append((sid, key, value))
+        self.nonempty = set(self.buckets)

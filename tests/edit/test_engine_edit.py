@@ -178,3 +178,10 @@ def test_with_parallelism_refuses_what_it_cannot_split(savepoint, tmp_path):
         explorer.edit(savepoint).with_parallelism(129, operator="url-count")
     with pytest.raises(TypeError):
         explorer.edit(savepoint).with_parallelism("3")
+
+
+def test_memory_budget_is_an_open_option_of_the_engine_editor_too(savepoint, tmp_path):
+    editor = explorer.edit(savepoint, memory_budget="1GB")  # (explorer.open's option; the engine takes no other)
+    assert editor.memory_budget == 1 << 30
+    out = editor.write(tmp_path / "out")
+    assert len(explorer.open(out).keyed_state()) == len(explorer.open(savepoint).keyed_state())

@@ -149,7 +149,8 @@ def test_a_failed_write_removes_only_what_it_created(tmp_path, monkeypatch):
 
     out = tmp_path / "empty"
     out.mkdir()
-    monkeypatch.setattr(flink._OperatorEntries, "stream", boom)
+    # (the header is written into a keyed stream's file once it is open: a stream written in part is removed too)
+    monkeypatch.setattr(flink._OperatorEntries, "header", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         explorer.edit(PLAIN).write(out)
     assert out.is_dir() and not list(out.iterdir())  # (the folder was the user's: kept, empty)
@@ -256,3 +257,57 @@ def test_master_states_are_kept_byte_for_byte(tmp_path):
     written = (out / "_metadata").read_bytes()
     assert written[16:20 + len(master)] == struct.pack(">i", 1) + master
     assert explorer.open(out).reader.meta.master_states == 1
+
+
+@pytest.mark.parametrize("src", [PLAIN, COMPRESSED], ids=lambda p: p.name)
+def test_a_write_streams_key_groups_and_writes_what_holding_the_operator_wrote(src, tmp_path, monkeypatch):
+    from explorer.editing import flink
+    from explorer.readers.flink.handles import HandleResolver
+
+    op = "user-activity" if src == PLAIN else "user-state"
+    keys = sorted(set(_open(src).keyed_state(operator=op)["key"]))[:3]
+    with monkeypatch.context() as m:  # every operator's entries held at once, as a new max parallelism holds them
+        m.setattr(flink, "_covers", lambda st, rng: False)
+        held = explorer.edit(src).drop_keys(operator=op, keys=keys).write(tmp_path / "held")
+    asked, read = [], HandleResolver.read_key_groups
+
+    def spy(self, handle, offsets, first_kg, header_end, key_groups, head=None):
+        asked.append(key_groups)
+        return read(self, handle, offsets, first_kg, header_end, key_groups, head)
+
+    monkeypatch.setattr(HandleResolver, "read_key_groups", spy)
+    monkeypatch.setattr(flink, "READ_CHUNK", 1)  # every key group read alone
+    out = explorer.edit(src, memory_budget="64MB").drop_keys(operator=op, keys=keys).write(tmp_path / "out")
+    assert asked and all(k is not None and len(k) == 1 for k in asked)  # never a whole stream at once
+    assert _digest(out) == _digest(held)
+
+
+def test_what_a_write_must_hold_is_checked_against_the_memory_budget_first(tmp_path, monkeypatch):
+    from explorer.editing import flink
+    from explorer.errors import SnapshotTooLargeError
+
+    monkeypatch.setattr(flink, "HELD_BYTES_PER_BYTE", 1 << 20)  # a key group of 17 bytes is past a 16 MB budget
+    with pytest.raises(SnapshotTooLargeError, match=r"key group \d+ of subtask \d.*memory_budget='\d+[MG]B'"):
+        explorer.edit(PLAIN, memory_budget="16MB").drop_keys(operator="user-activity", keys=["user-00"]).write(
+            tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(SnapshotTooLargeError, match=r"key group \d+ of (subtask \d|max parallelism 256)"):
+        explorer.edit(PLAIN, memory_budget="16MB").with_max_parallelism(256).write(tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    monkeypatch.setattr(flink, "HELD_BYTES_PER_BYTE", 6)
+    explorer.edit(PLAIN, memory_budget="16MB").with_max_parallelism(256).write(tmp_path / "c")  # admitted
+
+
+@pytest.mark.parametrize("max_parallelism", [256, 4096])
+def test_keys_moved_to_a_new_max_parallelism_are_held_a_budget_at_a_time(max_parallelism, tmp_path, monkeypatch):
+    from explorer.editing import flink
+    from explorer.format import budget
+
+    whole = _digest(explorer.edit(HEAP).with_max_parallelism(max_parallelism).write(tmp_path / "whole"))
+    monkeypatch.setattr(budget, "FLOOR", 1)  # (budgets of kilobytes, as the fixture is small)
+    monkeypatch.setattr(flink, "READ_CHUNK", 1)
+    loads, load = [], flink._OperatorEntries._load
+    monkeypatch.setattr(flink._OperatorEntries, "_load", lambda self, r: (loads.append((self.op.uid, r)), load(self, r)))
+    out = explorer.edit(HEAP, memory_budget=400_000).with_max_parallelism(max_parallelism).write(tmp_path / "out")
+    assert len([r for uid, r in loads if uid == "user-state"]) > 2  # several passes, each within the budget
+    assert _digest(out) == whole
