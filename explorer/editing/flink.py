@@ -170,7 +170,8 @@ class _OperatorEntries:
         for st in _keyed_subtasks(self.op):
             self._header(st)
         op, p = self.op, self.op.parallelism
-        self.streaming = plan.max_parallelism == op.max_parallelism and all(
+        # (a new parallelism gives the written subtasks other key-group ranges than the read ones: held, by range)
+        self.streaming = plan.max_parallelism == op.max_parallelism and (plan.parallelism or p) == p and all(
             _covers(st, key_group_range_for_operator(op.max_parallelism, p, st.index)) for st, _, _ in self.inputs.values())
         #: the new key groups held in :attr:`buckets` (first, last); passes: the ranges held one after the other
         self.loaded: tuple[int, int] = (-1, -1)
