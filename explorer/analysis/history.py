@@ -251,6 +251,12 @@ def _rows_of(snap: Any, rows: list[dict[str, Any]], prev_digests: dict[str, int]
     sbytes = _state_bytes(snap)
     counted = _entry_figures(snap) if "entries" not in snap.states else {}
     nkeys = _keys_per_state(snap) if keys else {}
+    if not len(snap.states):  # no keyed state (a source's splits only): the checkpoint still has its row
+        rows.append({**common, "operator": None, "state": None, "ttl_ms": None, "entries": 0, "bytes": None,
+                     "keys": 0 if keys else None,
+                     "operator_bytes": sum(op_bytes.values()) if op_bytes else None,
+                     "note": "no keyed state: operator state only" if op_bytes else "no keyed state"})
+        return digests, total
     for r in snap.states.itertuples(index=False):
         rows.append({**common, "operator": r.operator, "state": r.state,
                      "ttl_ms": None if pd.isna(r.ttl_ms) else int(r.ttl_ms),
