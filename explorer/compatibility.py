@@ -139,8 +139,11 @@ def _flink(old: Path, new: Path) -> list[tuple]:
                                             for st in o.subtasks) or o.coordinator is not None
         if n is None:
             if has_state:
+                # checked by a real restore ("compat_missing_uid"): Flink refuses it, "IllegalStateException:
+                # Failed to rollback to checkpoint/savepoint ... Cannot map checkpoint/savepoint state for operator"
                 rows.append((label, None, FAIL, f"the new job has no operator with uid {label!r} (operator id "
-                                                f"{o.operator_id}): restore with --allowNonRestoredState to drop its "
+                                                f"{o.operator_id}), so Flink cannot map its state and refuses the "
+                                                "restore: restore with --allowNonRestoredState to drop its "
                                                 "state, or rename it (explorer.edit(...).rename_operator)"))
             else:
                 rows.append((label, None, AS_IS, "the new job has no such operator, and it holds no state"))
@@ -189,6 +192,12 @@ def _flink_state(s: Any, n: Any) -> tuple[str, str]:
             return FAIL, f"namespace type changed from {a.describe()} to {b.describe()}"
     problem = _flink_evolve(s.value_decoder, n.value_decoder, "value", changes)
     if problem:
+        if "snapshot missing" not in problem:
+            # checked by real restores (tests/edit/test_flink_restore.py, "compat_type_change"): Flink 2.3 fails
+            # with "StateMigrationException: ... the new state serializer (StringSerializer) must not be
+            # incompatible with the old state serializer (LongSerializer)", on HashMap and RocksDB
+            problem += (": the new state serializer is incompatible with the old one, Flink fails the restore "
+                        "(StateMigrationException)")
         return FAIL, problem
     return (MIGRATION, "; ".join(changes)) if changes else (AS_IS, "the same serializers")
 
