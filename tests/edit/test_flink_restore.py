@@ -13,6 +13,9 @@ written by ``tools/flink/src/ProductionFixtures.java``) is edited here, then res
 (same uids and state descriptors; ``tools/flink/src/RestoreCheck.java``) on the HashMap and the RocksDB
 backend without ``allowNonRestoredState``; the restored job prints every entry of every keyed state and
 timer, which must equal the job's own EXPECTED.json with the edit applied. One JVM runs every restore.
+``COMPAT_CASES`` run in it too: job versions that take their own savepoint (``explorer.compatible``'s new side)
+and into which the savepoint is restored, some failing (StateMigrationException, an unmapped uid); compatible()'s
+verdict must agree with each real outcome.
 Marked ``flink``: needs Java 17 and Flink's jars (fetched from PyPI into .cache/flink); runs in CI, never
 skipped (``make flink-restore-check`` runs these alone).
 """
