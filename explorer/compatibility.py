@@ -15,7 +15,8 @@ answer is one row per operator and state of either:
   ``allow_non_restored_state`` / ``--allowNonRestoredState``), and for the engine a changed max
   parallelism (``explorer.edit(...).with_max_parallelism`` rewrites the savepoint for it).
 
-Flink's verdicts for a changed value type (StateMigrationException), a missing uid and an undeclared state
+Flink's verdicts for a changed value type (StateMigrationException), a missing uid, a POJO gaining a field
+(migrated) and an undeclared state
 are checked against real Flink 2.3 restores (``tests/edit/test_flink_restore.py``,
 ``test_compatible_agrees_with_the_real_flink_restore``). The engine's rules are those of its restore (``explorer/engine/checkpoint/migration.py`` and
 ``restore.py``); Flink's are read from the serializer snapshots the reader parses

@@ -36,7 +36,7 @@ import pandas as pd
 import pytest
 
 import explorer
-from explorer.compatibility import AS_IS, FAIL
+from explorer.compatibility import AS_IS, FAIL, MIGRATION
 
 from .expected import entry, expected_entries
 
@@ -118,6 +118,12 @@ COMPAT_CASES = {
                            r"^java\.lang\.IllegalStateException: Failed to rollback to checkpoint/savepoint .*"
                            r"Cannot map checkpoint/savepoint state for operator 65e1ebeeeb7ae973112c72d729725419 "
                            r"to the new program.*allowNonRestoredState"),
+    # the Stats POJO of "stats" gains a field (tools/flink/src/stats-v2, the version's user jar): Flink migrates
+    # the values on restore; the restored job sees them as the old job wrote them
+    "compat_pojo_field_added": (("user-activity+without:stats-v2", "category-windows"),
+                                ("compat_pojo_field_added", BACKENDS),
+                                ("user-activity", "stats", MIGRATION, r"value\.tier added \(Flink's POJO serializer migrates"),
+                                None),
     # the state "total" no longer declared: restores (CASES' "undeclared_state" restores, both backends)
     "compat_undeclared_state": (("user-activity+without:total", "category-windows"), ("undeclared_state", BACKENDS),
                                 ("user-activity", "total", AS_IS, r"does not declare this state: Flink restores it"),
@@ -478,5 +484,8 @@ def test_compatible_agrees_with_the_real_flink_restore(restored, name):
         assert word == ("FAILED" if len(fails) else "RESTORED"), (b, word, why, fails.to_dict("records"))
         if flink is not None:
             assert re.search(flink, why[0]), why
+        if name == "compat_pojo_field_added":  # the migrated values are the ones the old job wrote
+            want = expected_entries(PLAIN, keep=lambda op, st, e: st == "stats" or op == "category-windows")
+            assert len(want) > 20 and restored[f"{restore}-{b}"] == want
     # the failure compatible() names is the only one (nothing else in the new version would fail)
     assert list(zip(fails.operator, fails.state)) == ([(operator, state)] if verdict == FAIL else [])

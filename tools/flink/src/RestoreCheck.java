@@ -133,6 +133,10 @@ public class RestoreCheck {
         @SuppressWarnings("unchecked")
         void dumpUser() throws Exception {
             KeyedStateBackend<String> kb = (KeyedStateBackend<String>) (KeyedStateBackend<?>) getKeyedStateBackend();
+            if (without.contains("stats-v2")) {  // the next Stats (a field added), from the user jar: printed by reflection
+                dumpStatsV2(kb);
+                return;
+            }
             ValueState<ProductionFixtures.Stats> stats = getPartitionedState(
                     new ValueStateDescriptor<>("stats", ProductionFixtures.Stats.class));
             ListState<Long> amounts = getPartitionedState(new ListStateDescriptor<>("amounts", Types.LONG));
@@ -171,6 +175,27 @@ public class RestoreCheck {
             InternalTimerService<VoidNamespace> timers = getInternalTimerService("user-timers", VoidNamespaceSerializer.INSTANCE, (Triggerable<String, VoidNamespace>) (Triggerable<?, ?>) this);
             timers.forEachEventTimeTimer((ns, ts) -> out(uid, "_timer_state/event_user-timers", getCurrentKey(), "null", null, json(ts)));
             timers.forEachProcessingTimeTimer((ns, ts) -> out(uid, "_timer_state/processing_user-timers", getCurrentKey(), "null", null, json(ts)));
+        }
+
+        /** "+without:stats-v2": a job version whose Stats POJO gained a field (tools/flink/src/stats-v2, shipped as the
+         *  user jar, which Flink's child-first class loader prefers): declares only "stats", with that class, and
+         *  prints its values as the plain job does (the savepoint's other states are restored unused). */
+        @SuppressWarnings({"unchecked", "rawtypes"})
+        void dumpStatsV2(KeyedStateBackend<String> kb) throws Exception {
+            Class<?> cls = Class.forName("ProductionFixtures$Stats", true, getRuntimeContext().getUserCodeClassLoader());
+            if (cls == ProductionFixtures.Stats.class) throw new IllegalStateException("stats-v2: the user jar's Stats was not loaded");
+            ValueState<Object> stats = (ValueState<Object>) getPartitionedState(new ValueStateDescriptor("stats", (Class) cls));
+            TreeSet<String> keys = new TreeSet<>();
+            try (Stream<String> ks = kb.getKeys("stats", VoidNamespace.INSTANCE)) { keys.addAll(ks.collect(Collectors.toList())); }
+            for (String k : keys) {
+                setCurrentKey(k);
+                Object st = stats.value();
+                if (st == null) continue;
+                if (cls.getField("tier").get(st) != null) throw new IllegalStateException("stats-v2: the added field is not null");
+                out(uid, "stats", k, "null", null, "{\"type\": \"pojo\", \"class\": \"ProductionFixtures$Stats\", \"fields\": "
+                        + "{\"count\": " + cls.getField("count").get(st) + ", \"lastCategory\": " + json(cls.getField("lastCategory").get(st))
+                        + ", \"total\": " + cls.getField("total").get(st) + "}}");
+            }
         }
 
         /** The states explorer.edit's bootstrap writes for a new operator keyed by user: limit (Long), label (String),
@@ -384,6 +409,10 @@ public class RestoreCheck {
         Map<String, String> conf = new HashMap<>();
         conf.put("state.backend.type", backend);
         conf.put("state.backend", backend);
+        if (userUid.contains("+without:stats-v2")) {  // the job version's own classes: its next Stats
+            conf.put("pipeline.jars", Path.of(System.getProperty("restorecheck.statsV2")).toUri().toString());
+            conf.put("classloader.resolve-order", "child-first");
+        }
         if (saveTo == null) {
             conf.put("execution.state-recovery.path", savepoint);
             conf.put("execution.savepoint.path", savepoint);
