@@ -18,7 +18,8 @@
 // the restored split resumes). "RESTORED <label>" closes a case that restored, "FAILED <label> <exception class>:
 // <message>" (the innermost cause) one that did not. USER_UID may end in "+without:STATE" for a job version that
 // no longer declares that keyed state of user-activity (what Flink does with it: compatible()'s rule), or in
-// "+without:long-total" for one that declares "total" with String instead of Long values. SAVEPOINT "new:DIR"
+// "+without:long-total" for one that declares "total" with String instead of Long values, or in "+without:stats-v2"
+// for one whose Stats POJO gained a field (src/stats-v2, shipped as the job's user jar; only "stats" declared). SAVEPOINT "new:DIR"
 // restores nothing: the job version is started empty and stopped with a canonical savepoint under DIR, printed
 // as "SAVED <label> <path>" (the new side explorer.compatible is given; tests/edit/test_flink_restore.py). No max parallelism is set, so the job takes the savepoint's.
 import java.nio.file.Files;
