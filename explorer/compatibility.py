@@ -15,7 +15,10 @@ answer is one row per operator and state of either:
   ``allow_non_restored_state`` / ``--allowNonRestoredState``), and for the engine a changed max
   parallelism (``explorer.edit(...).with_max_parallelism`` rewrites the savepoint for it).
 
-The engine's rules are those of its restore (``explorer/engine/checkpoint/migration.py`` and
+Flink's verdicts for a changed value type (StateMigrationException), a missing uid, a POJO gaining a field
+(migrated) and an undeclared state
+are checked against real Flink 2.3 restores (``tests/edit/test_flink_restore.py``,
+``test_compatible_agrees_with_the_real_flink_restore``). The engine's rules are those of its restore (``explorer/engine/checkpoint/migration.py`` and
 ``restore.py``); Flink's are read from the serializer snapshots the reader parses
 (``readers/flink/statemeta.py``), which name a POJO's fields and an Avro schema.
 """
@@ -139,8 +142,11 @@ def _flink(old: Path, new: Path) -> list[tuple]:
                                             for st in o.subtasks) or o.coordinator is not None
         if n is None:
             if has_state:
+                # checked by a real restore ("compat_missing_uid"): Flink refuses it, "IllegalStateException:
+                # Failed to rollback to checkpoint/savepoint ... Cannot map checkpoint/savepoint state for operator"
                 rows.append((label, None, FAIL, f"the new job has no operator with uid {label!r} (operator id "
-                                                f"{o.operator_id}): restore with --allowNonRestoredState to drop its "
+                                                f"{o.operator_id}), so Flink cannot map its state and refuses the "
+                                                "restore: restore with --allowNonRestoredState to drop its "
                                                 "state, or rename it (explorer.edit(...).rename_operator)"))
             else:
                 rows.append((label, None, AS_IS, "the new job has no such operator, and it holds no state"))
@@ -189,6 +195,12 @@ def _flink_state(s: Any, n: Any) -> tuple[str, str]:
             return FAIL, f"namespace type changed from {a.describe()} to {b.describe()}"
     problem = _flink_evolve(s.value_decoder, n.value_decoder, "value", changes)
     if problem:
+        if "snapshot missing" not in problem:
+            # checked by real restores (tests/edit/test_flink_restore.py, "compat_type_change"): Flink 2.3 fails
+            # with "StateMigrationException: ... the new state serializer (StringSerializer) must not be
+            # incompatible with the old state serializer (LongSerializer)", on HashMap and RocksDB
+            problem += (": the new state serializer is incompatible with the old one, Flink fails the restore "
+                        "(StateMigrationException)")
         return FAIL, problem
     return (MIGRATION, "; ".join(changes)) if changes else (AS_IS, "the same serializers")
 

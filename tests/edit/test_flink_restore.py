@@ -13,6 +13,9 @@ written by ``tools/flink/src/ProductionFixtures.java``) is edited here, then res
 (same uids and state descriptors; ``tools/flink/src/RestoreCheck.java``) on the HashMap and the RocksDB
 backend without ``allowNonRestoredState``; the restored job prints every entry of every keyed state and
 timer, which must equal the job's own EXPECTED.json with the edit applied. One JVM runs every restore.
+``COMPAT_CASES`` run in it too: job versions that take their own savepoint (``explorer.compatible``'s new side)
+and into which the savepoint is restored, some failing (StateMigrationException, an unmapped uid); compatible()'s
+verdict must agree with each real outcome.
 Marked ``flink``: needs Java 17 and Flink's jars (fetched from PyPI into .cache/flink); runs in CI, never
 skipped (``make flink-restore-check`` runs these alone).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -32,7 +36,7 @@ import pandas as pd
 import pytest
 
 import explorer
-from explorer.compatibility import AS_IS
+from explorer.compatibility import AS_IS, FAIL, MIGRATION
 
 from .expected import entry, expected_entries
 
@@ -90,6 +94,40 @@ CASES = {
     # (explorer.compatible's verdict for it is checked against this restore)
     "undeclared_state": (lambda e: e, ("user-activity+without:total", "category-windows"),
                          dict(keep=lambda op, st, e: st != "total")),
+}
+
+#: explorer.compatible against real restores (RestoreCheck, Flink 2.3): name -> the new job version's uids for
+#: user-activity / category-windows (RestoreCheck's job variants), the cases whose restores of PLAIN into that
+#: version give Flink's outcome (label prefix, backends), and the row compatible() must give (operator, state,
+#: verdict, reason pattern) with the pattern of Flink's FAILED line (None: it restores). The new job version also
+#: takes its own canonical savepoint ("SAVED"), which is compatible()'s ``new`` side.
+COMPAT_CASES = {
+    # ValueState-like "total" declared with String instead of Long values: an incompatible serializer
+    "compat_type_change": (("user-activity+without:long-total", "category-windows"), ("compat_type_change", BACKENDS),
+                           ("user-activity", "total", FAIL,
+                            r"value: type changed from Long to String: the new state serializer is incompatible.*"
+                            r"StateMigrationException"),
+                           r"^org\.apache\.flink\.util\.StateMigrationException: .*new state serializer "
+                           r"\(org\.apache\.flink\.api\.common\.typeutils\.base\.StringSerializer@\w+\) must not be "
+                           r"incompatible with the old state serializer \(org\.apache\.flink\.api\.common\.typeutils"
+                           r"\.base\.LongSerializer@\w+\)"),
+    # user-activity's uid renamed in the new job (the savepoint not edited), no allowNonRestoredState; refused
+    # before any task runs, so on one backend
+    "compat_missing_uid": (("user-activity-v2", "category-windows"), ("compat_missing_uid", ("hashmap",)),
+                           ("user-activity", None, FAIL, r"Flink cannot map its state.*--allowNonRestoredState"),
+                           r"^java\.lang\.IllegalStateException: Failed to rollback to checkpoint/savepoint .*"
+                           r"Cannot map checkpoint/savepoint state for operator 65e1ebeeeb7ae973112c72d729725419 "
+                           r"to the new program.*allowNonRestoredState"),
+    # the Stats POJO of "stats" gains a field (tools/flink/src/stats-v2, the version's user jar): Flink migrates
+    # the values on restore; the restored job sees them as the old job wrote them
+    "compat_pojo_field_added": (("user-activity+without:stats-v2", "category-windows"),
+                                ("compat_pojo_field_added", BACKENDS),
+                                ("user-activity", "stats", MIGRATION, r"value\.tier added \(Flink's POJO serializer migrates"),
+                                None),
+    # the state "total" no longer declared: restores (CASES' "undeclared_state" restores, both backends)
+    "compat_undeclared_state": (("user-activity+without:total", "category-windows"), ("undeclared_state", BACKENDS),
+                                ("user-activity", "total", AS_IS, r"does not declare this state: Flink restores it"),
+                                None),
 }
 
 BOOT_LIMITS = [("user-00", 100), ("user-05", 250), ("user-x", -3), ("user-13", 2**40)]
@@ -304,7 +342,7 @@ def _run(specs: list[str], version: str) -> tuple[dict, dict, list[str]]:
         if line.startswith("STATE "):
             _, label, rest = line.split(" ", 2)
             got.setdefault(label, []).append(json.loads(rest))
-        elif line.startswith(("RESTORED ", "FAILED ")):
+        elif line.startswith(("RESTORED ", "FAILED ", "SAVED ")):
             word, label, *why = line.split(" ", 2)
             status[label] = (word, why)
         elif line.startswith(("KEYGROUP ", "FIRST ")):
@@ -324,13 +362,21 @@ def restored(tmp_path_factory) -> dict[str, list[tuple]]:
             specs.append(f"{name}-{backend}={out},{backend},{','.join(uids)}")
     types_out = types_edit(explorer.edit(TYPES)).write(root / "types")
     specs += [f"types-{b}={types_out},{b},job:types,user-types" for b in BACKENDS]
+    compat = set()  # the compat cases' labels: their restores may fail (the outcome compatible() is checked against)
+    for name, (uids, (restore, backends), _, _) in COMPAT_CASES.items():
+        specs.append(f"{name}-new=new:{root / (name + '-new')},hashmap,{','.join(uids)}")
+        compat.add(f"{name}-new")
+        if restore not in CASES:
+            specs += [f"{restore}-{b}={PLAIN},{b},{','.join(uids)}" for b in backends]
+            compat |= {f"{restore}-{b}" for b in backends}
     raw, status, keygroups = _run(specs, "2.3.0")
-    assert all(w == "RESTORED" for w, _ in status.values()), status
+    assert all(w == "RESTORED" for label, (w, _) in status.items() if label not in compat), status
     assert keygroups and not [k for k in keygroups if " WRONG " in k]
     out = {label: sorted(entry(e["operator"], e["state"], e) for e in v) for label, v in raw.items()}
     out["keygroups"] = keygroups
     out["types-last-access"] = {b: {(e["state"], e["key"], e["user_key"]): e["last_access"] for e in raw[f"types-{b}"]
                                     if "last_access" in e} for b in BACKENDS}
+    out["status"] = status
     return out | {label: [] for label in status if label not in out}
 
 
@@ -418,3 +464,28 @@ def test_compatible_says_a_state_the_new_job_no_longer_declares_restores(restore
     report = explorer.compatible(PLAIN, new)
     row = report[(report.operator == "user-activity") & (report.state == "total")].iloc[0]
     assert row.verdict == AS_IS and "does not declare" in row.reason
+
+
+@pytest.mark.parametrize("name", list(COMPAT_CASES))
+def test_compatible_agrees_with_the_real_flink_restore(restored, name):
+    """Per case: the new job version (a RestoreCheck variant) took its own canonical savepoint, and PLAIN was
+    restored into it without allowNonRestoredState on each backend. compatible(PLAIN, that savepoint) gives the
+    case's row, and says "will fail" somewhere exactly when Flink's restore FAILED (with the exception expected)."""
+    _, (restore, backends), (operator, state, verdict, reason), flink = COMPAT_CASES[name]
+    word, why = restored["status"][f"{name}-new"]
+    assert word == "SAVED", (word, why)
+    report = explorer.compatible(PLAIN, why[0].removeprefix("file:"))
+    rows = report[(report.operator == operator) & (report.state.isna() if state is None else report.state == state)]
+    assert len(rows) == 1, report
+    assert rows.iloc[0].verdict == verdict and re.search(reason, rows.iloc[0].reason), rows.iloc[0].reason
+    fails = report[report.verdict == FAIL]
+    for b in backends:
+        word, why = restored["status"][f"{restore}-{b}"]
+        assert word == ("FAILED" if len(fails) else "RESTORED"), (b, word, why, fails.to_dict("records"))
+        if flink is not None:
+            assert re.search(flink, why[0]), why
+        if name == "compat_pojo_field_added":  # the migrated values are the ones the old job wrote
+            want = expected_entries(PLAIN, keep=lambda op, st, e: st == "stats" or op == "category-windows")
+            assert len(want) > 20 and restored[f"{restore}-{b}"] == want
+    # the failure compatible() names is the only one (nothing else in the new version would fail)
+    assert list(zip(fails.operator, fails.state)) == ([(operator, state)] if verdict == FAIL else [])

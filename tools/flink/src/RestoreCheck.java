@@ -15,9 +15,13 @@
 // operator is left out of the job). The keyed operators are replaced by ones that, once restored, print
 // every entry of their states and timers as JSON lines "STATE <label> {...}" (schema: tools/flink/README.md),
 // then the job is cancelled once the source has emitted its first number, printed as "FIRST <label> <n>" (where
-// the restored split resumes). "RESTORED <label>" closes a case that restored, "FAILED <label> <error>" one
-// that did not. USER_UID may end in "+without:STATE" for a job version that no longer declares that keyed state
-// of user-activity (what Flink does with it: compatible()'s rule). No max parallelism is set, so the job takes the savepoint's.
+// the restored split resumes). "RESTORED <label>" closes a case that restored, "FAILED <label> <exception class>:
+// <message>" (the innermost cause) one that did not. USER_UID may end in "+without:STATE" for a job version that
+// no longer declares that keyed state of user-activity (what Flink does with it: compatible()'s rule), or in
+// "+without:long-total" for one that declares "total" with String instead of Long values, or in "+without:stats-v2"
+// for one whose Stats POJO gained a field (src/stats-v2, shipped as the job's user jar; only "stats" declared). SAVEPOINT "new:DIR"
+// restores nothing: the job version is started empty and stopped with a canonical savepoint under DIR, printed
+// as "SAVED <label> <path>" (the new side explorer.compatible is given; tests/edit/test_flink_restore.py). No max parallelism is set, so the job takes the savepoint's.
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashMap;
@@ -130,6 +134,10 @@ public class RestoreCheck {
         @SuppressWarnings("unchecked")
         void dumpUser() throws Exception {
             KeyedStateBackend<String> kb = (KeyedStateBackend<String>) (KeyedStateBackend<?>) getKeyedStateBackend();
+            if (without.contains("stats-v2")) {  // the next Stats (a field added), from the user jar: printed by reflection
+                dumpStatsV2(kb);
+                return;
+            }
             ValueState<ProductionFixtures.Stats> stats = getPartitionedState(
                     new ValueStateDescriptor<>("stats", ProductionFixtures.Stats.class));
             ListState<Long> amounts = getPartitionedState(new ListStateDescriptor<>("amounts", Types.LONG));
@@ -137,6 +145,12 @@ public class RestoreCheck {
                     new MapStateDescriptor<>("per_category", Types.STRING, Types.LONG));
             // "USER_UID+without:total": a new job version that no longer declares the reducing state "total"
             boolean withTotal = !without.contains("total");
+            // "USER_UID+without:long-total": a new job version that declares "total" with String values instead of
+            // Long ones (an incompatible serializer: Flink refuses the restore with a StateMigrationException)
+            if (without.contains("long-total")) {
+                withTotal = false;
+                getPartitionedState(new ReducingStateDescriptor<>("total", (String x, String y) -> x + y, Types.STRING));
+            }
             ReducingState<Long> total = withTotal
                     ? getPartitionedState(new ReducingStateDescriptor<>("total", Long::sum, Types.LONG)) : null;
             TreeSet<String> keys = new TreeSet<>();
@@ -162,6 +176,27 @@ public class RestoreCheck {
             InternalTimerService<VoidNamespace> timers = getInternalTimerService("user-timers", VoidNamespaceSerializer.INSTANCE, (Triggerable<String, VoidNamespace>) (Triggerable<?, ?>) this);
             timers.forEachEventTimeTimer((ns, ts) -> out(uid, "_timer_state/event_user-timers", getCurrentKey(), "null", null, json(ts)));
             timers.forEachProcessingTimeTimer((ns, ts) -> out(uid, "_timer_state/processing_user-timers", getCurrentKey(), "null", null, json(ts)));
+        }
+
+        /** "+without:stats-v2": a job version whose Stats POJO gained a field (tools/flink/src/stats-v2, shipped as the
+         *  user jar, which Flink's child-first class loader prefers): declares only "stats", with that class, and
+         *  prints its values as the plain job does (the savepoint's other states are restored unused). */
+        @SuppressWarnings({"unchecked", "rawtypes"})
+        void dumpStatsV2(KeyedStateBackend<String> kb) throws Exception {
+            Class<?> cls = Class.forName("ProductionFixtures$Stats", true, getRuntimeContext().getUserCodeClassLoader());
+            if (cls == ProductionFixtures.Stats.class) throw new IllegalStateException("stats-v2: the user jar's Stats was not loaded");
+            ValueState<Object> stats = (ValueState<Object>) getPartitionedState(new ValueStateDescriptor("stats", (Class) cls));
+            TreeSet<String> keys = new TreeSet<>();
+            try (Stream<String> ks = kb.getKeys("stats", VoidNamespace.INSTANCE)) { keys.addAll(ks.collect(Collectors.toList())); }
+            for (String k : keys) {
+                setCurrentKey(k);
+                Object st = stats.value();
+                if (st == null) continue;
+                if (cls.getField("tier").get(st) != null) throw new IllegalStateException("stats-v2: the added field is not null");
+                out(uid, "stats", k, "null", null, "{\"type\": \"pojo\", \"class\": \"ProductionFixtures$Stats\", \"fields\": "
+                        + "{\"count\": " + cls.getField("count").get(st) + ", \"lastCategory\": " + json(cls.getField("lastCategory").get(st))
+                        + ", \"total\": " + cls.getField("total").get(st) + "}}");
+            }
         }
 
         /** The states explorer.edit's bootstrap writes for a new operator keyed by user: limit (Long), label (String),
@@ -356,17 +391,33 @@ public class RestoreCheck {
         System.exit(failed == 0 ? 0 : 3);  // (the mini cluster's threads would keep the JVM up)
     }
 
+    /** "<class of the innermost cause>: <its message>", on one line: what a FAILED line reports. */
+    static String rootCause(Throwable t) {
+        while (t.getCause() != null && t.getCause() != t) t = t.getCause();
+        return t.toString().replace('\n', ' ');
+    }
+
     static boolean run(String spec) throws Exception {
         String[] lv = spec.split("=", 2);
         String[] a = lv[1].split(",");
         label = lv[0];
         String savepoint = a[0], backend = a[1], userUid = a[2], windowsUid = a[3];
+        // SAVEPOINT "new:DIR": no restore; the job starts empty and, once its operators have declared their states,
+        // is stopped with a canonical savepoint under DIR ("SAVED <label> <path>"): the new job version's own
+        // savepoint, which explorer.compatible compares with the old one
+        String saveTo = savepoint.startsWith("new:") ? savepoint.substring(4) : null;
         Path work = Files.createTempDirectory("restore-check");
         Map<String, String> conf = new HashMap<>();
         conf.put("state.backend.type", backend);
         conf.put("state.backend", backend);
-        conf.put("execution.state-recovery.path", savepoint);
-        conf.put("execution.savepoint.path", savepoint);
+        if (userUid.contains("+without:stats-v2")) {  // the job version's own classes: its next Stats
+            conf.put("pipeline.jars", Path.of(System.getProperty("restorecheck.statsV2")).toUri().toString());
+            conf.put("classloader.resolve-order", "child-first");
+        }
+        if (saveTo == null) {
+            conf.put("execution.state-recovery.path", savepoint);
+            conf.put("execution.savepoint.path", savepoint);
+        }
         conf.put("execution.state-recovery.ignore-unclaimed-state", "false");
         conf.put("execution.checkpointing.dir", work.resolve("checkpoints").toUri().toString());
         conf.put("taskmanager.numberOfTaskSlots", "8");
@@ -410,19 +461,41 @@ public class RestoreCheck {
             operators++;
         }
         dumped = new CountDownLatch(2 * operators + 1);  // every dump, and the source's first number
-        JobClient client = env.executeAsync("restore-check-" + label);
+        JobClient client;
+        try {
+            client = env.executeAsync("restore-check-" + label);
+        } catch (Exception e) {  // a restore refused at submission: the outcome of this case, not of the run
+            System.out.println("FAILED " + label + " " + rootCause(e));
+            return false;
+        }
         long deadline = System.currentTimeMillis() + 180_000;
         while (!dumped.await(200, TimeUnit.MILLISECONDS)) {
             if (client.getJobExecutionResult().isDone() || System.currentTimeMillis() > deadline) {
                 String why = "timed out";
                 try { client.getJobExecutionResult().get(1, TimeUnit.SECONDS); } catch (Exception e) {
-                    Throwable c = e;
-                    while (c.getCause() != null) c = c.getCause();
-                    why = c.toString().replace('\n', ' ');
+                    why = rootCause(e);
                 }
                 System.out.println("FAILED " + label + " " + why);
                 try { client.cancel().get(30, TimeUnit.SECONDS); } catch (Exception ignored) {}
                 return false;
+            }
+        }
+        if (saveTo != null) {
+            // (open() has run, but a task only counts as running for a savepoint a moment later: retried)
+            for (int attempt = 1; ; attempt++) {
+                try {
+                    String path = client.stopWithSavepoint(false, saveTo,
+                            org.apache.flink.core.execution.SavepointFormatType.CANONICAL).get(120, TimeUnit.SECONDS);
+                    System.out.println("SAVED " + label + " " + path);
+                    return true;
+                } catch (Exception e) {
+                    if (attempt == 20 || client.getJobExecutionResult().isDone()) {
+                        System.out.println("FAILED " + label + " " + rootCause(e));
+                        try { client.cancel().get(30, TimeUnit.SECONDS); } catch (Exception ignored) {}
+                        return false;
+                    }
+                    Thread.sleep(250);
+                }
             }
         }
         System.out.println("RESTORED " + label);
