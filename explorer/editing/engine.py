@@ -31,7 +31,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import EditError
-from ..format.keyed import SAVEPOINT, decode_keys, encode_keys, rows_to_table, write_parquet_by_key_group
+from ..format.keyed import (SAVEPOINT, decode_keys, encode_keys, read_parquet_key_groups, rows_to_table,
+                            write_parquet_by_key_group)
 from ..format.snapshot import file_entry, resolve, verify_snapshot, write_metadata
 from ..format.states import StoredState
 from ..format.types import type_from_description, type_info
@@ -110,6 +111,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _read_checked(path: Path) -> Any:
+    """A whole Parquet file of the savepoint, its row groups' declared sizes and page headers checked against the
+    write's memory budget before a page is decoded (a small file can hold a value that inflates to gigabytes: the
+    same checks as the readers', :func:`explorer.format.keyed.check_row_groups`)."""
+    return read_parquet_key_groups(path, [], None)
+
+
 def _read_rows(folder: Path, op: dict, name: str, st: StoredState) -> list[list]:
     """Every row of one state of one operator: ``[kg, key, ns, user_key, value, last_access]``."""
     uk_info = _user_key_info(st)
@@ -118,7 +126,7 @@ def _read_rows(folder: Path, op: dict, name: str, st: StoredState) -> list[list]
         for s in sub.get("states", ()):
             if s["name"] != name:
                 continue
-            t = pq.read_table(resolve(folder, s["file"]))
+            t = _read_checked(resolve(folder, s["file"]))
             if not t.num_rows:
                 continue
             keys = decode_keys(t.column("key"), s["key_kind"])
@@ -138,7 +146,7 @@ def _read_timers(folder: Path, op: dict) -> list[tuple]:
         tm = sub.get("timers")
         if not tm:
             continue
-        t = pq.read_table(resolve(folder, tm["file"]))
+        t = _read_checked(resolve(folder, tm["file"]))
         keys = decode_keys(t.column("key"), tm["key_kind"])
         nss = decode_keys(t.column("namespace"), tm["namespace_kind"])
         out.extend(zip(t.column("key_group").to_pylist(), keys, nss, t.column("timestamp").to_pylist(),
