@@ -27,7 +27,7 @@ import mmap
 import os
 import threading
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -385,6 +385,8 @@ class Chunk:
     total_compressed_size: int
     data_page_offset: int
     dictionary_page_offset: int | None
+    #: a FIXED_LEN_BYTE_ARRAY column's width in bytes, from the footer's schema (0 for other types)
+    type_length: int = 0
 
     @property
     def has_dictionary_page(self) -> bool:
@@ -491,13 +493,38 @@ def _file_metadata(t: _Thrift) -> list[RowGroup]:
         t.struct(on, 1)
         return RowGroup(fields.get(3, 0), fields.get(2, 0), tuple(fields["columns"]))
 
+    def schema_element(t: _Thrift, ttype: int) -> tuple[int, int, int]:
+        fields: dict = {}
+
+        def on(fid: int, ttype: int) -> bool:
+            if fid in (1, 2, 5) and ttype == 5:
+                fields[fid] = t.zigzag()
+                return True
+            return False
+
+        t.struct(on, 1)
+        return fields.get(1, -1), fields.get(2, 0), fields.get(5, 0)
+
+    schema: list[tuple[int, int, int]] = []
+
     def on_file(fid: int, ttype: int) -> bool:
+        if fid == 2:
+            schema.extend(_list(t, ttype, schema_element))
+            return True
         if fid == 4:
             groups.extend(_list(t, ttype, row_group))
             return True
         return False
 
     t.struct(on_file)
+    # the leaves of the schema (its elements without children, the root aside), in order, are the columns:
+    # a fixed-length byte array's width bounds what its values decode to (see _check_chunk)
+    widths = [length if ptype == 7 else 0 for ptype, length, children in schema[1:] if children <= 0]
+    if any(widths):
+        groups = [RowGroup(g.num_rows, g.total_byte_size,
+                           tuple(replace(c, type_length=max(0, widths[j])) if j < len(widths) and
+                                 c.physical_type == "FIXED_LEN_BYTE_ARRAY" else c for j, c in enumerate(g.columns)))
+                  for g in groups]
     return groups
 
 
@@ -615,6 +642,9 @@ def _check_chunk(f: Any, file_size: int, col: Any, where: str) -> None:
                 "the memory budget was checked against)")
         # values decoded from run-length or delta encodings take a slot each, whatever the page's bytes
         budget.check(values * 8, file=where, what=f"its {values:,} values as decoded (8 bytes each, at least)")
+        if col.type_length > 8:  # fixed-length values decode to their width each, dictionary-encoded or not
+            budget.check(values * col.type_length, file=where,
+                         what=f"its {values:,} values as decoded ({col.type_length:,} bytes each, the column's width)")
         if dictionary is not None and indexed and col.physical_type == "BYTE_ARRAY":
             _check_dictionary(data, dictionary, indexed, col.compression, where)
     except _Corrupt as exc:

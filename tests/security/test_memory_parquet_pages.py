@@ -186,3 +186,31 @@ def test_a_dictionary_of_many_entries_is_read_for_its_longest(tmp_path):
                        compression="zstd", dictionary_pagesize_limit=1 << 30)
         md = pq.ParquetFile(path).metadata
         check_page_sizes(path, md, range(md.num_row_groups))
+
+
+def test_fixed_length_values_are_bounded_by_their_width(tmp_path):
+    """Left by session 12 (threat model): a FIXED_LEN_BYTE_ARRAY column's dictionary-encoded values were bounded
+    by a slot each (8 bytes), and a byte-array dictionary's entries by its page; a fixed-length value decodes to
+    its full width. 2,000 indexes into one 1 MiB entry: a ~1 MB file, 2 GB once decoded. The width now comes
+    from the footer's schema and bounds every value of the column."""
+    from explorer.errors import SnapshotTooLargeError
+    from explorer.format import budget
+    from explorer.format.parquet_pages import check_page_sizes, footer_chunks
+
+    width, rows = 1 << 20, 2000
+    path = tmp_path / "flba.parquet"
+    column = pa.array([b"\x01" * width] * rows, pa.binary(width))
+    pq.write_table(pa.table({"k": pa.array(range(rows)), "v": column}), path, compression="zstd",
+                   dictionary_pagesize_limit=1 << 30)
+    assert path.stat().st_size < 2 << 20
+    chunks = {c.path_in_schema: c for c in footer_chunks(path)[0].columns}
+    assert (chunks["v"].physical_type, chunks["v"].type_length, chunks["k"].type_length) == \
+        ("FIXED_LEN_BYTE_ARRAY", width, 0)
+    md = pq.ParquetFile(path).metadata
+    with budget.using(64 << 20), pytest.raises(SnapshotTooLargeError, match="1,048,576 bytes each") as info:
+        check_page_sizes(path, md, range(md.num_row_groups))
+    assert str(path) in str(info.value) and "'v'" in str(info.value)
+    with budget.using(64 << 20):  # the other column, of integers, reads
+        check_page_sizes(path, md, range(md.num_row_groups), columns=["k"])
+    with budget.using(4 << 30):  # a budget that holds the values admits them
+        check_page_sizes(path, md, range(md.num_row_groups))
