@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import io
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -234,21 +233,13 @@ class KeyGroupParquetWriter:
     """
 
     def __init__(self, path: Path, schema: pa.Schema, target_rows: int = ROW_GROUP_TARGET,
-                 profile: ParquetProfile = SAVEPOINT, size_hint: int = 0,
-                 spare: Callable[[int], Path | None] | None = None) -> None:
+                 profile: ParquetProfile = SAVEPOINT, size_hint: int = 0) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.profile = profile
         self.path = path
+        self._file = _NativeFile(path, size_hint)
+        self._writer = pq.ParquetWriter(self._file.sink, schema, **profile.writer_options(schema))
         self._digest: dict[str, str] | None = None
-        # ``spare(size_hint)``: a file of the caller's it no longer needs (a dropped checkpoint's), or None
-        reused = spare(size_hint) if spare is not None and size_hint > 0 else None
-        self._file: _NativeFile | _OverwrittenFile
-        if reused is not None and _take_over(reused, path):
-            self._file = _OverwrittenFile(path, profile.new_hash())
-            self._writer = pq.ParquetWriter(self._file, schema, **profile.writer_options(schema))
-        else:
-            self._file = _NativeFile(path, size_hint)
-            self._writer = pq.ParquetWriter(self._file.sink, schema, **profile.writer_options(schema))
         self.schema = schema
         self._target = target_rows
         self._pending: pa.Table = schema.empty_table()
@@ -290,11 +281,7 @@ class KeyGroupParquetWriter:
             self._writer.write_table(self.schema.empty_table())
         self._writer.close()
         self._file.close()
-        if isinstance(self._file, _OverwrittenFile):  # hashed as it was written
-            h = self._file.hash
-            self._digest = {"sha256" if h.name == "sha256" else "xxh3_128": h.hexdigest()}
-        else:
-            self._digest = hash_written(self.path, self.profile)
+        self._digest = hash_written(self.path, self.profile)
         return self.groups
 
     @property
@@ -348,64 +335,6 @@ class _NativeFile:
         self.sink.close()
         if self._allocated:
             os.truncate(self.path, size)  # (gives back the blocks past the end)
-
-
-def _take_over(spare: Path, path: Path) -> bool:
-    """Rename ``spare`` (a file the caller handed over) to ``path``; whether that was done (if not, the
-    spare is removed and ``path`` is written as a new file)."""
-    try:
-        os.replace(spare, path)
-        return True
-    except OSError:
-        try:
-            os.unlink(spare)
-        except OSError:
-            pass
-        return False
-
-
-class _OverwrittenFile(io.RawIOBase):
-    """An existing file written over from its start and cut to what was written when closed, hashing
-    what goes through it (``hash``: a hashlib-like object).
-
-    Used for a file that replaces one a dropped checkpoint no longer needs (RocksDB recycles its
-    write-ahead logs, PostgreSQL its WAL segments, for the same reason): its pages are in the page
-    cache and its blocks allocated, so writing is a copy into them, where a new file's every page is
-    taken from the free memory first (1 GB on this project's 2-core VM: 0.4 CPU-s written over against
-    0.5-2.4 CPU-s new, the new pages often faulted in by the hypervisor first). Arrow hands a Python
-    file each page as a new ``bytes``; those copies are the price of writing at an offset of an existing
-    file (Arrow's native sinks truncate it)."""
-
-    def __init__(self, path: Path, hash) -> None:
-        super().__init__()
-        self.path = path
-        self.hash = hash
-        self._fd = os.open(path, os.O_WRONLY)
-        self._pos = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        self.hash.update(data)
-        view = memoryview(data).cast("B")
-        done = 0
-        while done < len(view):
-            done += os.write(self._fd, view[done:])
-        self._pos += done
-        return done
-
-    def tell(self) -> int:
-        return self._pos
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            try:
-                os.ftruncate(self._fd, self._pos)  # (the old file's bytes past the end go)
-            finally:
-                os.close(self._fd)
-                self._fd = -1
-        super().close()
 
 
 _FALLOC_FL_KEEP_SIZE = 1

@@ -208,7 +208,7 @@ def _safe(name: str) -> str:
 
 
 def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tuple] | None = None,
-                  savepoint: bool = True, spare: Callable[[int], Path | None] | None = None) -> dict[str, Any]:
+                  savepoint: bool = True) -> dict[str, Any]:
     """Write one subtask's capture under ``folder``; return its metadata fragment.
 
     ``upload`` writes a native capture (``cap.native``) and returns its
@@ -216,8 +216,6 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
     A savepoint's Parquet files are written with :data:`explorer.format.keyed.SAVEPOINT`
     (zstd, SHA-256), a checkpoint's with :data:`~explorer.format.keyed.CHECKPOINT`
     (uncompressed, XXH3-128): the same columns and row groups, read and verified alike.
-    ``spare(size)``, if given, hands over a file a dropped checkpoint left for a large one to be
-    written over (:meth:`.storage.CheckpointStorage.take_spare`), or None.
     """
     profile = SAVEPOINT if savepoint else CHECKPOINT
     t0 = time.perf_counter()
@@ -239,7 +237,7 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
                 table, kinds = columns_to_table(value_info=sc.value_info, user_key=sc.user_key, **sc.columns.columns())
                 groups, rows = write_parquet_by_key_group(table, path, profile=profile), table.num_rows
             elif sc.rows is None:
-                groups, rows, kinds, digest = _write_view_state(cap.view, sc, path, profile, spare)
+                groups, rows, kinds, digest = _write_view_state(cap.view, sc, path, profile)
             else:
                 table, kinds = rows_to_table(sc.rows, sc.value_info, sc.user_key)
                 groups, rows = write_parquet_by_key_group(table, path, profile=profile), table.num_rows
@@ -304,16 +302,14 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
 READ_SST_FILES = True
 
 
-def _write_view_state(view: PinnedView, sc: StateCapture, path: Path, profile: ParquetProfile = SAVEPOINT,
-                      spare: Callable[[int], Path | None] | None = None):
+def _write_view_state(view: PinnedView, sc: StateCapture, path: Path, profile: ParquetProfile = SAVEPOINT):
     """One state read from a pinned view and written to ``path`` batch by batch (the asynchronous
     half of a RocksDB full snapshot): its row groups, row count, kinds and checksum entry (or None)."""
     if READ_SST_FILES:
         files = view.sst_files(sc.descriptor["name"])
         if files is not None:
             got = sst_view.write_view_state_sst(files, sc.descriptor, view.prefix_bytes, view.key_group_range,
-                                                sc.value_info, sc.user_key, path, expire=sc.expire, profile=profile,
-                                                spare=spare)
+                                                sc.value_info, sc.user_key, path, expire=sc.expire, profile=profile)
             if got is not None:
                 return got
     cf = view.column_family(sc.descriptor["name"])

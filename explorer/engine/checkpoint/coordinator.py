@@ -275,7 +275,7 @@ class CheckpointCoordinator:
                     raise
             return write_capture(cap, pc.folder,
                                  upload=lambda nc: upload_native(nc, pc.folder, self.storage, pc.id, cap.uid, cap.index),
-                                 savepoint=pc.savepoint, spare=None if pc.savepoint else self.storage.take_spare)
+                                 savepoint=pc.savepoint)
 
         if self._pool is not None:
             pc.acks[subtask.name] = self._pool.submit(job)
@@ -483,7 +483,6 @@ class CheckpointCoordinator:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         self._discard_finished(wait=True)
-        self.storage.close()  # (the files kept to be written over)
 
 
 def _backend_name(rt) -> str:

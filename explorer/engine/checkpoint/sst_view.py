@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import mmap
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -210,11 +210,10 @@ def _flat(parts: list[tuple]):
 
 def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", prefix_bytes: int, key_group_range: tuple[int, int],
                          value_info: Any, user_key: Any, path: Path, expire: tuple[int, int] | None = None,
-                         profile: ParquetProfile = SAVEPOINT, spare: Callable[[int], Path | None] | None = None):
+                         profile: ParquetProfile = SAVEPOINT):
     """:func:`explorer.format.rocksdb.native.write_native_table` of one state from its SST ``files``:
     ``(row groups, rows, kinds, checksum entry)``, or None where this path does not apply (the file at
-    ``path`` then is not written, or only partly: the caller writes it again, the rocksdict way).
-    ``spare``: see :class:`explorer.format.keyed.KeyGroupParquetWriter`."""
+    ``path`` then is not written, or only partly: the caller writes it again, the rocksdict way)."""
 
     state = StoredState.of(desc)
     if not supported(state.kind, value_info, user_key):
@@ -253,7 +252,7 @@ def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", pref
                       "snapshot-decode", "snapshot-walk")
     pieces = (p for p in decoded if p is not None)
     try:
-        return write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile, size_hint, spare)
+        return write_decoded(path, pieces, lambda: rows_to_table([], value_info, user_key), profile, size_hint)
     except _Fallback:
         return None
     finally:

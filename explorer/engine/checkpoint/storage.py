@@ -10,21 +10,11 @@ flight (:meth:`CheckpointStorage.hold` / :meth:`release`): its ``_metadata``
 does not exist yet, so without the hold :meth:`retain` running for an older
 checkpoint would delete a file the newer one has just uploaded or decided to
 reuse (Flink's ``SharedStateRegistry`` plays this part).
-
-When retention drops a checkpoint, its large canonical Parquet files are not
-deleted but moved to ``.recycle/`` (at most :data:`RECYCLE_FILES`), and the
-next canonical checkpoint writes over one of them instead of creating a new
-file (:meth:`CheckpointStorage.take_spare`), as RocksDB recycles its
-write-ahead logs and PostgreSQL its WAL segments: the file's pages are in the
-page cache and its blocks allocated. :meth:`CheckpointStorage.close` deletes
-what is left there.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
 import threading
 from collections import Counter
 from pathlib import Path
@@ -32,14 +22,6 @@ from pathlib import Path
 from ...errors import SnapshotError
 from ...format.checkpoint_dir import checkpoint_folders, folder_name
 from ...format.snapshot import METADATA_FILE, is_snapshot_folder, read_metadata, verify_snapshot
-
-
-#: the folder of a checkpoint directory holding files of dropped checkpoints kept to be written over
-RECYCLE_DIR = ".recycle"
-#: a dropped checkpoint's Parquet files of at least this size are kept to be written over
-RECYCLE_MIN_BYTES = 16 << 20
-#: at most this many such files are kept (the largest)
-RECYCLE_FILES = 2
 
 
 class CheckpointStorage:
@@ -50,62 +32,6 @@ class CheckpointStorage:
         self._lock = threading.Lock()
         self._held: Counter[str] = Counter()  # shared path (relative to shared/) -> in-flight holders
         self._holders: dict[int, list[str]] = {}
-        self._spares: list[tuple[int, Path]] = []  # (bytes, path) in .recycle/, smallest first
-        self._spare_seq = 0
-        self.close()  # spares a storage of this directory left behind (a process that died) go
-
-    # --- files of dropped checkpoints, written over by new ones -------------------------------
-    def _recycle(self, folder: Path) -> None:
-        """Move the large canonical Parquet files of ``folder`` (a complete checkpoint retention
-        drops) to ``.recycle/``, keeping the :data:`RECYCLE_FILES` largest spares. Files with other
-        links (a copy made with hard links) are left to be deleted with the folder."""
-        found = []
-        for p in (folder / "keyed").rglob("*.parquet") if (folder / "keyed").is_dir() else ():
-            try:
-                st = p.lstat()
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size >= RECYCLE_MIN_BYTES:
-                found.append((st.st_size, p))
-        if not found:
-            return
-        spares = self.directory / RECYCLE_DIR
-        with self._lock:
-            spares.mkdir(exist_ok=True)
-            for size, p in sorted(found, reverse=True)[:RECYCLE_FILES]:
-                self._spare_seq += 1
-                target = spares / f"{self._spare_seq:08d}.spare"
-                try:
-                    os.replace(p, target)
-                except OSError:
-                    continue
-                self._spares.append((size, target))
-            self._spares.sort(key=lambda s: s[0])
-            while len(self._spares) > RECYCLE_FILES:
-                _, gone = self._spares.pop(0)
-                gone.unlink(missing_ok=True)
-
-    def take_spare(self, size: int) -> Path | None:
-        """The largest file kept from a dropped checkpoint, for a new file of about ``size`` bytes to be
-        written over (the caller renames it and owns it then), or None (none kept, or ``size`` too
-        small to be worth it). Safe to call from writing threads."""
-        if size < RECYCLE_MIN_BYTES:
-            return None
-        with self._lock:
-            return self._spares.pop()[1] if self._spares else None
-
-    def close(self) -> None:
-        """Delete the files kept to be written over (and their folder)."""
-        with self._lock:
-            self._spares.clear()
-            folder = self.directory / RECYCLE_DIR
-            if folder.is_dir():
-                for p in folder.glob("*.spare"):
-                    p.unlink(missing_ok=True)
-                try:
-                    folder.rmdir()
-                except OSError:
-                    pass
 
     # --- shared files held by checkpoints in flight ------------------------------------------
     def hold(self, checkpoint_id: int, shared_rel: str) -> bool:
@@ -165,8 +91,6 @@ class CheckpointStorage:
             if cid in keep or cid in in_flight:
                 continue
             if cid in done or cid < newest_kept:
-                if cid in done:
-                    self._recycle(self.folder_for(cid))
                 shutil.rmtree(self.folder_for(cid), ignore_errors=True)
                 removed.append(cid)
         self._collect_shared(keep)

@@ -206,23 +206,21 @@ def write_native_table(cf, desc: "StoredState | dict[str, Any]", prefix_bytes: i
 
 
 def write_decoded(path: Path, pieces: Iterable[tuple[Any, dict[str, str]]], empty: Callable[[], tuple[Any, dict]],
-                  profile: ParquetProfile = SAVEPOINT, size_hint: int = 0,
-                  spare: Callable[[int], Path | None] | None = None
+                  profile: ParquetProfile = SAVEPOINT, size_hint: int = 0
                   ) -> tuple[list[list[int]], int, dict[str, str], dict[str, str] | None] | None:
     """Write decoded ``(table, kinds)`` pieces of one state to ``path`` as they come, as one
     key-group Parquet file: ``(row groups, rows, kinds, checksum entry)``. None, with the file
     aborted, when a piece's kinds or schema differ from the first's (the caller takes the
     row path, which reports or reconciles it); without pieces, ``empty()`` written whole
-    (checksum None: the caller hashes the file). ``size_hint``: about the file's size, if known;
-    ``spare``: where a file to write over may be had (both: see
-    :class:`explorer.format.keyed.KeyGroupParquetWriter`)."""
+    (checksum None: the caller hashes the file). ``size_hint``: about the file's size, if known
+    (see :class:`explorer.format.keyed.KeyGroupParquetWriter`)."""
 
     writer: KeyGroupParquetWriter | None = None
     kinds: dict[str, str] | None = None
     try:
         for table, k in pieces:
             if writer is None:
-                writer = KeyGroupParquetWriter(path, table.schema, profile=profile, size_hint=size_hint, spare=spare)
+                writer = KeyGroupParquetWriter(path, table.schema, profile=profile, size_hint=size_hint)
                 kinds = k
             elif k != kinds or table.schema != writer.schema:
                 writer.abort()
