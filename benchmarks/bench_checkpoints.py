@@ -75,6 +75,8 @@ Run::
     python -m benchmarks.bench_checkpoints            # 10 MB, 100 MB, 1 GB, ours and Flink's (minutes, ~8 GB of disk)
     python -m benchmarks.bench_checkpoints --smoke    # 1 MB, 10 MB, ours only
     python -m benchmarks.bench_checkpoints --no-flink # ours only
+    python -m benchmarks.bench_checkpoints --sizes 1000 --busy --out benchmarks/results/checkpoints_busy.json
+                                                      # the same with one core kept busy (a shell loop at nice 0)
 
 Writes ``benchmarks/results/checkpoints.json`` (``--out``). Targets: every row
 at or better than Flink's in the same run; an incremental checkpoint at 1 GB
@@ -486,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="run Apache Flink's checkpoints beside ours (default: on, off with --smoke)")
     ap.add_argument("--flink-rounds", type=int, default=3, help="churn rounds of Flink's incremental job")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "checkpoints.json")
+    ap.add_argument("--busy", action="store_true", help="keep one core busy for the whole run (a shell loop at "
+                    "nice 0, ours and Flink's alike): the figures of a busy machine")
     args = ap.parse_args(argv)
     sizes = args.sizes or ([1, 10] if args.smoke else [10, 100, 1000])
     work = Path(tempfile.mkdtemp(prefix="bench-checkpoints-", dir=args.work))
@@ -499,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     flink: dict[str, Any] | None = None
     with_flink = args.flink if args.flink is not None else not args.smoke
     load_at_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    import subprocess
+
+    burner = subprocess.Popen(["sh", "-c", "while :; do :; done"]) if args.busy else None
     try:
         disk = disk_bandwidth(work, args.disk_mb or (200 if args.smoke else 500))
         print(f"disk: {disk['page_cache']['value']} MB/s (page cache), {disk['with_fsync']['value']} MB/s (fsync)")
@@ -521,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
         if with_flink:
             flink = run_flink(sizes, args.value_bytes, max(2, args.flink_rounds), work)
     finally:
+        if burner is not None:
+            burner.kill()
+            burner.wait()
         shutil.rmtree(work, ignore_errors=True)
     if flink is not None:
         flink["ratios_ours_over_flink"] = flink_ratios(results, flink)
@@ -532,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
                        "checkpoints taken by the job's coordinator on the same state; recovery = JobClient(restore_from=...) "
                        "including checksum verification of every file",
         "command": "python -m benchmarks.bench_checkpoints" + (" --smoke" if args.smoke else "")
-                   + (f" --sizes {' '.join(map(str, sizes))}" if args.sizes else "") + ("" if with_flink else " --no-flink"),
+                   + (f" --sizes {' '.join(map(str, sizes))}" if args.sizes else "") + ("" if with_flink else " --no-flink")
+                   + (" --busy" if args.busy else ""),
         "peer": "full checkpoints of the same state; Apache Flink's full and incremental "
                 "checkpoints and recovery of the same state (RocksDB backend) when measured (see 'flink')",
         "target": "every row at or better than Apache Flink's in the same run (issue 20); incremental at least "
@@ -540,7 +551,9 @@ def main(argv: list[str] | None = None) -> int:
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                     "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-                    "load_average_at_start": load_at_start},
+                    "load_average_at_start": load_at_start,
+                    "background": "one core kept busy by a shell loop at nice 0 for the whole run (--busy)"
+                                  if args.busy else None},
         "disk_sequential_write": disk,
         "sizes": results,
         "flink": flink,
