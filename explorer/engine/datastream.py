@@ -272,15 +272,18 @@ class StreamEnvironment:
         return self
 
     def execute(self, job_name: str = "job", max_rounds: int | None = None, restore_from: str | Path | None = None,
-                allow_non_restored_state: bool = False) -> JobResult:
+                allow_non_restored_state: bool = False, memory_budget: int | str | None = None) -> JobResult:
         """Run the job to the end of its (bounded) input and return the result.
 
         ``restore_from`` names a checkpoint or savepoint folder to start from (at this
-        environment's parallelism, which may differ from the snapshot's).
+        environment's parallelism, which may differ from the snapshot's). A snapshot is untrusted
+        input: what its Parquet files declare is checked against ``memory_budget`` (bytes or
+        ``"2GB"``; default half the available memory) before it is decoded.
         """
         if self.checkpoint_config is not None or restore_from is not None:
             return run_with_checkpoints(self, job_name, max_rounds=max_rounds, restore_from=restore_from,
-                                        allow_non_restored_state=allow_non_restored_state)
+                                        allow_non_restored_state=allow_non_restored_state,
+                                        memory_budget=memory_budget)
         runtime = self.build_runtime(job_name)
         runtime.open()
         try:
@@ -290,10 +293,12 @@ class StreamEnvironment:
         return JobResult(runtime)
 
     def execute_async(self, job_name: str = "job", restore_from: str | Path | None = None,
-                      allow_non_restored_state: bool = False):
+                      allow_non_restored_state: bool = False, memory_budget: int | str | None = None):
         """Start the job and return a :class:`~explorer.engine.checkpoint.job.JobClient` to drive it
-        (``run``, ``trigger_checkpoint``, ``trigger_savepoint``, ``stop_with_savepoint``)."""
-        return JobClient(self, job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state)
+        (``run``, ``trigger_checkpoint``, ``trigger_savepoint``, ``stop_with_savepoint``); ``restore_from`` and
+        ``memory_budget`` as for :meth:`execute`."""
+        return JobClient(self, job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state,
+                         memory_budget=memory_budget)
 
 
 class DataStream:

@@ -16,13 +16,15 @@ the ``memory_budget=`` that would admit it; nothing was allocated, so it is not 
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import IO, Iterator
 
 from ..errors import SnapshotCorruptError, SnapshotTooLargeError
 
-__all__ = ["check", "check_count", "current", "json_cost", "loads", "read_capped", "suggestion", "using"]
+__all__ = ["available_memory", "check", "check_count", "current", "default_memory_budget", "json_cost", "loads",
+           "read_capped", "suggestion", "using"]
 
 _BUDGET: ContextVar[int | None] = ContextVar("explorer_memory_budget", default=None)
 _MB = 1 << 20
@@ -117,3 +119,23 @@ def loads(body: bytes | bytearray, *, file: object, what: str):
     pass through to the caller, who names what was expected)."""
     check(json_cost(body), file=file, what=f"{what} once parsed (counted from its {len(body):,} bytes before parsing)")
     return json.loads(body)
+
+
+def available_memory() -> int:
+    """Bytes of memory available to this process now (``MemAvailable`` of Linux; else the physical memory)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # not Linux
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - no way to tell
+        return 4 << 30
+
+
+def default_memory_budget() -> int:
+    """Half the memory available when the snapshot is opened, at least 256 MB."""
+    return max(256 * _MB, available_memory() // 2)

@@ -359,7 +359,7 @@ def _allocate(fd: int, size: int) -> bool:
 
 
 def check_row_groups(path: Any, pf: pq.ParquetFile, ids: Iterable[int], columns: Sequence[str] | None,
-                     together: bool = True) -> None:
+                     together: bool = True, groups: list | None = None) -> None:
     """The row groups ``ids`` of the Parquet file ``path`` (opened as ``pf``; their column chunks of
     ``columns``) checked against the memory budget before any page is decoded: a 14 KiB file can hold a
     300 MiB zstd value (:mod:`explorer.format.budget`). First the uncompressed sizes the footer declares,
@@ -368,7 +368,8 @@ def check_row_groups(path: Any, pf: pq.ParquetFile, ids: Iterable[int], columns:
     what a page header declares (:func:`explorer.format.parquet_pages.check_page_sizes`)."""
     # the footer's chunks as parsed here: pyarrow's RowGroupMetaData.column() aborts the process on some
     # damaged footers (an uncaught C++ exception), and these bytes' checksum may not be checked yet
-    groups, wanted = footer_chunks(path), None if columns is None else set(columns)
+    groups = groups if groups is not None else footer_chunks(path)  # (``groups``: that parse, done before)
+    wanted = None if columns is None else set(columns)
     total, read = 0, []
     for i in ids:
         if not 0 <= i < len(groups):

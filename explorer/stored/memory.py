@@ -7,8 +7,7 @@ exceed its budget, and the analyses stream over key-group ranges past it
 
 from __future__ import annotations
 
-import os
-
+from ..format.budget import available_memory, default_memory_budget
 from ..storage.sizes import parse_size
 
 __all__ = ["ANALYSIS_BYTES_PER_ROW", "FRAME_BYTES_PER_ROW", "MB", "available_memory", "default_memory_budget",
@@ -24,26 +23,6 @@ FRAME_BYTES_PER_ROW = 440
 ANALYSIS_BYTES_PER_ROW = 320
 #: one mebibyte
 MB = 1 << 20
-
-
-def available_memory() -> int:
-    """Bytes of memory available to this process now (``MemAvailable`` of Linux; else the physical memory)."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # not Linux
-        pass
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - no way to tell
-        return 4 << 30
-
-
-def default_memory_budget() -> int:
-    """Half the memory available when the snapshot is opened, at least 256 MB."""
-    return max(256 * MB, available_memory() // 2)
 
 
 def parse_memory_budget(budget: int | str | None) -> int:

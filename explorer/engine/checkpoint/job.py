@@ -59,6 +59,7 @@ class JobClient:
         restore_from: str | Path | None = None,
         allow_non_restored_state: bool = False,
         crash: CrashInjector | None = None,
+        memory_budget: int | str | None = None,
     ) -> None:
         self.env = env
         self.crash = crash
@@ -74,7 +75,8 @@ class JobClient:
         self.restored_meta = None
         try:
             if restore_from is not None:
-                self.restored_meta = restore_runtime(self.runtime, restore_from, allow_non_restored_state)
+                self.restored_meta = restore_runtime(self.runtime, restore_from, allow_non_restored_state,
+                                                     memory_budget=memory_budget)
             self.coordinator = CheckpointCoordinator(self.runtime, cfg, self.storage, crash)
             if self.restored_meta is not None:
                 self.coordinator.next_id = max(self.coordinator.next_id, self.restored_meta["checkpoint_id"] + 1)
@@ -204,8 +206,9 @@ def _cleanup_failed_start(runtime, restored: bool) -> None:
 
 
 def run_with_checkpoints(env, job_name: str, max_rounds: int | None = None, restore_from=None,
-                         allow_non_restored_state: bool = False) -> JobResult:
-    client = JobClient(env, job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state)
+                         allow_non_restored_state: bool = False, memory_budget: int | str | None = None) -> JobResult:
+    client = JobClient(env, job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state,
+                       memory_budget=memory_budget)
     try:
         client.run(max_rounds=max_rounds)
     finally:

@@ -38,7 +38,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ...errors import RestoreError, StateMigrationError
-from ...format.keyed import decode_keys, read_parquet_key_groups
+from ...format import budget
+from ...format.keyed import check_row_groups, decode_keys, read_parquet_key_groups
 from ...format.parquet_pages import ByteSpans
 from ...format.rocksdb.encode import encode_batch, splits
 from ...format.prefetch import map_ahead
@@ -46,6 +47,7 @@ from ...format.records import decode_record
 from ...format.snapshot import BackgroundVerification, check_file_size, read_metadata, resolve, verify_file
 from ...format.states import StoredState
 from ...format.types import TypeInfo, type_from_description
+from ...storage.sizes import parse_size
 from ..backends.rocksdb import RocksDBStateBackend, remove_created_dirs
 from ..channels import Batch
 from ..operator_state import OperatorStateMode, redistribute_list
@@ -61,6 +63,9 @@ class RestoredKeyedState:
     def __init__(self, folder: Path, desc: "StoredState | dict", files: list[tuple[str, dict]], key_groups: range,
                  verification: BackgroundVerification | None = None) -> None:
         self.folder = folder
+        #: what one read of a row group may allocate: the restore's ``memory_budget`` (see :func:`restore_runtime`)
+        self.memory_budget = budget.current()
+        self._footers: dict[Path, list] = {}
         self.desc = StoredState.of(desc)
         self.files = files  # (relative path, state metadata)
         self.key_groups = key_groups
@@ -106,9 +111,26 @@ class RestoredKeyedState:
         """Row group ``i`` of ``path``, cut to the wanted key groups. The file is memory-mapped (its
         page-cache pages read in place: no buffer of fresh memory per row group); each call opens it
         (a footer read), so that threads read row groups side by side."""
-        t = pq.ParquetFile(path, memory_map=True).read_row_group(i)
+        pf = pq.ParquetFile(path, memory_map=True)
+        self._check(path, pf, i)
+        t = pf.read_row_group(i)
         keep = self._wanted(t, smeta, i)
         return t if keep is None else t.filter(keep)
+
+    def _footer(self, path: Path) -> list:
+        groups = self._footers.get(path)
+        if groups is None:
+            from ...format.parquet_pages import footer_chunks
+
+            groups = self._footers[path] = footer_chunks(path)
+        return groups
+
+    def _check(self, path: Path, pf: pq.ParquetFile, i: int) -> None:
+        """Row group ``i``'s declared sizes and page headers against the restore's memory budget, before Arrow
+        decodes it: a snapshot is untrusted input, and a small file can hold a value that inflates to gigabytes
+        (the readers' check, :func:`explorer.format.keyed.check_row_groups`)."""
+        with budget.using(self.memory_budget):
+            check_row_groups(path, pf, [i], None, groups=self._footer(path))
 
     def _wanted(self, t: pa.Table, smeta: dict, i: int) -> Any:
         """Which rows of row group ``i`` (read as ``t``) are of the wanted key groups: None for all of them
@@ -126,7 +148,7 @@ class RestoredKeyedState:
         for its value column: those values' bytes in place in the mapped file
         (:func:`explorer.format.parquet_pages.column_spans`); None when that column is not stored
         so (compressed, a dictionary, nulls: a savepoint's files)."""
-        from ...format.parquet_pages import column_spans, footer_chunks, map_file  # numba: loaded where used
+        from ...format.parquet_pages import column_spans, map_file  # numba: loaded where used
 
         pf = pq.ParquetFile(path, memory_map=True)
         md = pf.metadata
@@ -140,13 +162,14 @@ class RestoredKeyedState:
                 data = mapped[path] = map_file(path)
         # the chunk as the footer's Thrift is parsed here, not pyarrow's RowGroupMetaData.column(): that
         # aborts the process on some damaged footers, before this file's checksum is checked
-        groups = footer_chunks(path)
+        groups = self._footer(path)
         if i >= len(groups) or j >= len(groups[i].columns):
             return None  # (Arrow's own read says what is wrong)
         spans = column_spans(data, groups[i].columns[j], col.max_definition_level, col.max_repetition_level,
                              f"{path}: row group {i}")
         if spans is None:
             return None
+        self._check(path, pf, i)
         t = pf.read_row_group(i, columns=[n for n in pf.schema_arrow.names if n != "value"])
         if len(spans) != t.num_rows:
             return None
@@ -235,8 +258,14 @@ class RestoredChunk:
         return self._rows()
 
 
-def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool = False) -> dict[str, Any]:
+def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool = False,
+                    memory_budget: int | str | None = None) -> dict[str, Any]:
     """Load ``folder`` into a built (not yet opened) runtime. Returns the snapshot metadata.
+
+    A snapshot is untrusted input: each Parquet row group's declared sizes and page headers are checked
+    against ``memory_budget`` (bytes or a size such as ``"2GB"``; default half the available memory, as
+    ``explorer.open``) before it is decoded, here and when the job loads its keyed state, with a
+    :class:`~explorer.errors.SnapshotTooLargeError` naming the file when one is over it.
 
     Every data file's size is checked first, and every file is hashed before the job
     runs. The small files read here (operator state, timers, a native subtask's
@@ -251,7 +280,13 @@ def restore_runtime(runtime, folder: str | Path, allow_non_restored_state: bool 
     load itself fail first: :class:`~explorer.engine.checkpoint.job.JobClient` awaits
     the verification's verdict) and :func:`abort_restore` removes the state built so far.
     """
-    folder = Path(folder)
+    limit = (budget.default_memory_budget() if memory_budget is None
+             else parse_size(memory_budget, what="memory_budget", error=ValueError))
+    with budget.using(limit):  # (the keyed states restored below keep it for the job's open())
+        return _restore_runtime(runtime, Path(folder), allow_non_restored_state)
+
+
+def _restore_runtime(runtime, folder: Path, allow_non_restored_state: bool) -> dict[str, Any]:
     meta = read_metadata(folder)
     files = meta.get("files", {})
     deferred = {smeta["file"] for o in meta.get("operators", []) if o.get("keyed")
