@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..keygroups import string_buffers
-from ..readers.base import KeyedStateQuery, constant_values
+from ..readers.base import KeyedStateQuery, constant_values, piece_value
 from ._keys import KeyValues, factorize_keys
 
 #: columns the cached frame holds
@@ -208,16 +208,30 @@ def arrow_hash(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return h.astype(np.uint64, copy=False)
 
 
+def _read_pieces(snap: Any) -> list[pa.Table]:
+    """The non-empty pieces of the analysis columns, the one-value columns (operator, state, kind) given by
+    value where the reader can (not built row by row), the entries too where the reader reads them cheaply
+    (:attr:`~explorer.readers.base.SnapshotReader.entries_with_keys`)."""
+    light = CACHED_COLUMNS - _PER_PIECE | (_ENTRY_COLUMNS if snap.reader.entries_with_keys else frozenset())
+    pieces = [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(light)))) if p.num_rows]
+    if all(piece_value(p, c) is not None for p in pieces for c in _PER_PIECE):
+        return pieces
+    # a reader that neither holds nor gives them: ask for the columns
+    return [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS))))
+            if p.num_rows]
+
+
+_PER_PIECE = frozenset({"operator", "state", "kind"})
+
+
 def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]], np.ndarray | None]:
-    pieces = [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS))))
-              if p.num_rows]
+    pieces = _read_pieces(snap)
     names: dict[str, list[Any]] = {"operator": [], "state": [], "kind": []}
     spans = []
     lo = 0
     for p in pieces:
         for c in names:
-            col = p.column(c)
-            names[c].append(col[0].as_py() if len(col) else None)
+            names[c].append(piece_value(p, c))
         spans.append((names["operator"][-1], names["state"][-1], lo, lo + p.num_rows))
         lo += p.num_rows
     lengths = [p.num_rows for p in pieces]

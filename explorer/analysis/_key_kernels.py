@@ -22,7 +22,7 @@ from .. import numba_cache  # noqa: F401 - a damaged numba cache file is a miss,
 
 BAD_OFFSETS = -2
 #: rows per bucket aimed at: a bucket's table (twice its rows, 12 bytes a slot) stays near the CPU's caches
-BUCKET_ROWS = 1 << 18
+BUCKET_ROWS = 1 << 14
 
 _jit = numba.njit(cache=True, nogil=True)
 

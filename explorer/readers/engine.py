@@ -30,6 +30,7 @@ from ..keygroups import operator_indices_for_key_groups
 from ..storage import StoragePath
 from .checks import engine_checks
 from .base import (
+    CONTRACT_COLUMNS,
     TUPLE_COLUMNS,
     TIMESTAMP,
     KeyedStateQuery,
@@ -43,6 +44,7 @@ class EngineSnapshotReader(SnapshotReader):
     """One checkpoint (``chk-N``) or savepoint folder written by the engine."""
 
     format_name = "engine"
+    entries_with_keys = True
 
     def __init__(self, path: str | Path, verify: bool = True) -> None:
         super().__init__(path)
@@ -246,7 +248,7 @@ class EngineSnapshotReader(SnapshotReader):
                     if not query.wants_state(s["name"]):
                         continue
                     with self._reading(s["file"], ranged=kgs is not None) as f:
-                        t = read_parquet_key_groups(f, s["row_groups"], kgs)
+                        t = read_parquet_key_groups(f, s["row_groups"], kgs, _parquet_columns(query))
                     if t.num_rows:
                         yield self._piece(o, s["name"], self._kind(o, s["name"]), t, s, maxp, p, query)
                 tm = sub.get("timers")
@@ -310,21 +312,25 @@ class EngineSnapshotReader(SnapshotReader):
     def _piece(self, o, state, kind, t: pa.Table, smeta, maxp, p, query) -> pa.Table:
         kg = t.column("key_group").to_numpy()
         subtask = operator_indices_for_key_groups(maxp, p, kg).astype(np.int32)
-        la = t.column("last_access")
+        def col(name: str) -> pa.ChunkedArray | None:  # None: a column the query did not ask for (not read)
+            return t.column(name) if name in t.column_names else None
+
+        la = col("last_access")
         ttl = self._ttl_ms(o, state)
-        expires = pc.add(la, ttl) if ttl is not None else None
-        value = t.column("value")
-        sizes = value_sizes(value)
+        expires = pc.add(la, ttl) if ttl is not None and la is not None else None
+        value = col("value")
+        ns = col("namespace")
         return _mark_tuples(make_piece({
             "operator": o["name"], "state": state, "kind": kind,
             "key": self._keys(t.column("key"), smeta["key_kind"]),
             "key_group": t.column("key_group"), "subtask": subtask,
-            "namespace": self._keys(t.column("namespace"), smeta["namespace_kind"]),
-            "user_key": t.column("user_key"), "value": value,
-            "last_access": la.cast(pa.timestamp("ms")).cast(TIMESTAMP) if la.null_count < len(la) else None,
+            "namespace": None if ns is None else self._keys(ns, smeta["namespace_kind"]),
+            "user_key": col("user_key"), "value": value,
+            "last_access": la.cast(pa.timestamp("ms")).cast(TIMESTAMP) if la is not None and la.null_count < len(la)
+            else None,
             "expires_at": expires.cast(pa.timestamp("ms")).cast(TIMESTAMP) if expires is not None else None,
-            "size_bytes": sizes,
-        }, leave_out=_left_out(query)), smeta)
+            "size_bytes": value_sizes(value) if value is not None else None,
+        }, _asked(query), leave_out=_left_out(query)), smeta)
 
     def _timer_piece(self, o, name, t: pa.Table, tmeta, maxp, p, query) -> pa.Table:
         kg = t.column("key_group").to_numpy()
@@ -335,7 +341,7 @@ class EngineSnapshotReader(SnapshotReader):
             "key": self._keys(t.column("key"), tmeta["key_kind"]), "key_group": t.column("key_group"),
             "subtask": subtask, "namespace": self._keys(t.column("namespace"), tmeta["namespace_kind"]),
             "value": t.column("timestamp"), "size_bytes": np.full(t.num_rows, 8, dtype=np.int64),
-        }, leave_out=_left_out(query)), tmeta)
+        }, _asked(query), leave_out=_left_out(query)), tmeta)
 
     def operator_state(self) -> pd.DataFrame:
         rows = []
@@ -419,9 +425,32 @@ class EngineSnapshotReader(SnapshotReader):
         """Every listed file checked: ``_metadata``'s CRC, each file inside the snapshot, its size and digest."""
         return engine_checks(path)  # normalised at the door (explorer.verify)
 
+#: the Parquet columns of a state file each contract column is computed from (the rest are what they are named)
+_FROM_PARQUET = {"size_bytes": ("value",), "expires_at": ("last_access",), "value": ("value",),
+                 "last_access": ("last_access",), "namespace": ("namespace",), "user_key": ("user_key",),
+                 "key": ("key",), "key_group": ("key_group",)}
+
+
+def _parquet_columns(query: KeyedStateQuery) -> list[str] | None:
+    """The columns of a state file that ``query`` needs read (None: all): a query for the analysis columns
+    reads neither the namespaces and user keys nor, without sizes or values, the values; the pieces then
+    hold only the columns asked for."""
+    if query.columns is None:
+        return None
+    cols = {"key_group", "key"}
+    for c in query.columns:
+        cols.update(_FROM_PARQUET.get(c, ()))
+    return [c for c in ("key_group", "key", "namespace", "user_key", "value", "last_access") if c in cols]
+
+
+def _asked(query: KeyedStateQuery) -> list[str] | None:
+    """The contract columns a piece for ``query`` holds (None: all)."""
+    return None if query.columns is None else [c for c in CONTRACT_COLUMNS if c in query.columns]
+
+
 def _left_out(query: KeyedStateQuery) -> list[str]:
     """The one-value columns (operator, state, kind) ``query`` does not ask for: not built, only their values
-    given (every other column is read whatever was asked: the analyses hash the entries they are handed)."""
+    given (the others it does not ask for are not read: :func:`_parquet_columns`)."""
     return [] if query.columns is None else [c for c in ("operator", "state", "kind") if c not in query.columns]
 
 
