@@ -63,10 +63,12 @@ def encode_strings(off, data, h, bits, codes, first):
         biggest = max(biggest, count[b + 1])
         count[b + 1] += count[b]
     order = np.empty(n, np.int64)
+    hs = np.empty(n, np.uint64)  # the hashes in bucket order: a bucket's pass reads them in sequence
     at = count[:nb].copy()
     for i in range(n):  # stable: a bucket's rows in row order
         b = np.int64(h[i] >> shift) if bits > 0 else 0
         order[at[b]] = i
+        hs[at[b]] = h[i]
         at[b] += 1
     cap = 16
     while cap < 2 * biggest:
@@ -82,30 +84,31 @@ def encode_strings(off, data, h, bits, codes, first):
             size <<= 1
         mask = np.uint64(size - 1)
         slot_code[:size] = -1
-        prev = -1
+        prev, prev_code = -1, -1
+        prev_hash = np.uint64(0)
         for q in range(lo, hi):
             i = order[q]
-            hi_ = h[i]
-            if prev >= 0 and h[prev] == hi_ and _same(off, data, prev, i):  # runs of one key (a list's entries)
-                codes[i] = codes[prev]
+            hq = hs[q]
+            if prev >= 0 and prev_hash == hq and _same(off, data, prev, i):  # runs of one key (a list's entries)
+                codes[i] = prev_code
                 prev = i
                 continue
-            slot = hi_ & mask
+            slot = hq & mask
             while True:
                 c = slot_code[slot]
                 if c < 0:
                     slot_code[slot] = k
-                    slot_hash[slot] = hi_
+                    slot_hash[slot] = hq
                     first[k] = i
-                    codes[i] = k
                     is_first[i] = True
+                    c = k
                     k += 1
                     break
-                if slot_hash[slot] == hi_ and _same(off, data, first[c], i):
-                    codes[i] = c
+                if slot_hash[slot] == hq and _same(off, data, first[c], i):
                     break
                 slot = (slot + np.uint64(1)) & mask
-            prev = i
+            codes[i] = c
+            prev, prev_code, prev_hash = i, c, hq
     # renumber in the order of first rows (Arrow's numbering)
     renum = np.empty(k, np.int64)
     r = 0

@@ -351,16 +351,18 @@ def _allocate(fd: int, size: int) -> bool:
 
 
 def check_row_groups(path: Any, pf: pq.ParquetFile, ids: Iterable[int], columns: Sequence[str] | None,
-                     together: bool = True) -> None:
+                     together: bool = True, footer: list[Any] | None = None) -> None:
     """The row groups ``ids`` of the Parquet file ``path`` (opened as ``pf``; their column chunks of
     ``columns``) checked against the memory budget before any page is decoded: a 14 KiB file can hold a
     300 MiB zstd value (:mod:`explorer.format.budget`). First the uncompressed sizes the footer declares,
     each row group and (``together``: they are read at once) their sum; then the page headers of those
     chunks, each page against the budget and all of a chunk's against the footer, since Arrow allocates
-    what a page header declares (:func:`explorer.format.parquet_pages.check_page_sizes`)."""
+    what a page header declares (:func:`explorer.format.parquet_pages.check_page_sizes`). ``footer``: the
+    file's :func:`~explorer.format.parquet_pages.footer_chunks` parsed before (a reader reading one file range
+    by range parses it once)."""
     # the footer's chunks as parsed here: pyarrow's RowGroupMetaData.column() aborts the process on some
     # damaged footers (an uncaught C++ exception), and these bytes' checksum may not be checked yet
-    groups, wanted = footer_chunks(path), None if columns is None else set(columns)
+    groups, wanted = footer if footer is not None else footer_chunks(path), None if columns is None else set(columns)
     total, read = 0, []
     for i in ids:
         if not 0 <= i < len(groups):
@@ -380,11 +382,12 @@ def check_row_groups(path: Any, pf: pq.ParquetFile, ids: Iterable[int], columns:
 
 
 def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups: Iterable[int] | None,
-                            columns: Sequence[str] | None = None) -> pa.Table:
-    """Read the row groups of ``path`` that hold any of ``key_groups`` (all when None)."""
+                            columns: Sequence[str] | None = None, footer: list[Any] | None = None) -> pa.Table:
+    """Read the row groups of ``path`` that hold any of ``key_groups`` (all when None); ``footer``: see
+    :func:`check_row_groups`."""
     pf = pq.ParquetFile(path)
     if key_groups is None:
-        check_row_groups(path, pf, range(pf.metadata.num_row_groups), columns)
+        check_row_groups(path, pf, range(pf.metadata.num_row_groups), columns, footer=footer)
         return pf.read(columns=list(columns) if columns else None)
     wanted = np.unique(np.fromiter((int(k) for k in key_groups), dtype=np.int64))
     # a row group is wanted when some wanted key group lies in [lo, hi]: the first wanted >= lo is <= hi
@@ -395,7 +398,7 @@ def read_parquet_key_groups(path: Path, row_groups: list[list[int]], key_groups:
     cols = list(columns) if columns else None
     if cols is not None and "key_group" not in cols:
         cols = cols + ["key_group"]
-    check_row_groups(path, pf, ids, cols)
+    check_row_groups(path, pf, ids, cols, footer=footer)
     t = pf.read_row_groups(ids, columns=cols)
 
     if len(wanted) == int(wanted[-1]) - int(wanted[0]) + 1:  # a range: two comparisons, no hash set

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.keyed import read_parquet_key_groups, rows_to_table
+from ..format.parquet_pages import footer_chunks
 from ..format.rocksdb.native import NATIVE_FORMAT, NativeFiles
 from ..format.types import describe_type, type_from_description
 from ..format.sizes import value_sizes
@@ -64,6 +65,9 @@ class EngineSnapshotReader(SnapshotReader):
                     "(an unlisted file is never read)")
         #: files whose SHA-256 has been checked by this reader
         self._verified: set[str] = set()
+        #: listed file -> its Parquet footer's row groups as parsed for the page checks (a file read range by
+        #: range is parsed once; its bytes are those whose digest was checked)
+        self._footers: dict[str, list] = {}
         if verify:
             for rel, entry in self._files.items():
                 check_file_size(self.path, rel, entry)  # cheap; the digests are checked as files are read
@@ -248,19 +252,26 @@ class EngineSnapshotReader(SnapshotReader):
                     if not query.wants_state(s["name"]):
                         continue
                     with self._reading(s["file"], ranged=kgs is not None) as f:
-                        t = read_parquet_key_groups(f, s["row_groups"], kgs, _parquet_columns(query))
+                        t = read_parquet_key_groups(f, s["row_groups"], kgs, _parquet_columns(query),
+                                                    footer=self._footer(s["file"], f))
                     if t.num_rows:
                         yield self._piece(o, s["name"], self._kind(o, s["name"]), t, s, maxp, p, query)
                 tm = sub.get("timers")
                 if tm and (query.states is None or {"event_timers", "processing_timers"} & set(query.states)):
                     with self._reading(tm["file"], ranged=kgs is not None) as f:
-                        t = read_parquet_key_groups(f, tm["row_groups"], kgs)
+                        t = read_parquet_key_groups(f, tm["row_groups"], kgs, footer=self._footer(tm["file"], f))
                     for dom, name in (("event_time", "event_timers"), ("processing_time", "processing_timers")):
                         if not query.wants_state(name):
                             continue
                         part = t.filter(pc.equal(t.column("domain"), dom))
                         if part.num_rows:
                             yield self._timer_piece(o, name, part, tm, maxp, p, query)
+
+    def _footer(self, rel: str, f: Any) -> list:
+        """The footer of the listed file ``rel`` (open as ``f``), parsed on its first read."""
+        if rel not in self._footers:
+            self._footers[rel] = footer_chunks(f)
+        return self._footers[rel]
 
     def _files_for(self, query: KeyedStateQuery) -> list[str]:
         """The listed files :meth:`keyed_pieces` reads for ``query`` (all its key groups), in reading order."""
