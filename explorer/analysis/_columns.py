@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from ..keygroups import string_buffers
 from ..readers.base import KeyedStateQuery, constant_values, piece_value
 from ._keys import KeyValues, factorize_keys
+from ._ranges import RangeReader
 
 #: columns the cached frame holds
 CACHED_COLUMNS = frozenset({"operator", "state", "kind", "key", "key_group", "subtask", "size_bytes", "last_access",
@@ -212,13 +213,23 @@ def _read_pieces(snap: Any) -> list[pa.Table]:
     """The non-empty pieces of the analysis columns, the one-value columns (operator, state, kind) given by
     value where the reader can (not built row by row), the entries too where the reader reads them cheaply
     (:attr:`~explorer.readers.base.SnapshotReader.entries_with_keys`)."""
-    light = CACHED_COLUMNS - _PER_PIECE | (_ENTRY_COLUMNS if snap.reader.entries_with_keys else frozenset())
+    wanted = _wanted_columns(snap)
+    light = wanted - _PER_PIECE | (_ENTRY_COLUMNS if snap.reader.entries_with_keys else frozenset())
     pieces = [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(light)))) if p.num_rows]
     if all(piece_value(p, c) is not None for p in pieces for c in _PER_PIECE):
         return pieces
     # a reader that neither holds nor gives them: ask for the columns
-    return [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS))))
-            if p.num_rows]
+    return [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(wanted)))) if p.num_rows]
+
+
+def _wanted_columns(snap: Any) -> frozenset:
+    """The analysis columns to load for ``snap``: all of :data:`CACHED_COLUMNS`, or those a range view's
+    one analysis uses (:attr:`._ranges.RangeReader.analysis_columns`; key, key group and the one-value
+    columns always)."""
+    only = snap.reader.analysis_columns if isinstance(snap.reader, RangeReader) else None
+    if only is None:
+        return CACHED_COLUMNS
+    return frozenset(only) & CACHED_COLUMNS | {"key", "key_group"} | _PER_PIECE
 
 
 _PER_PIECE = frozenset({"operator", "state", "kind"})
@@ -241,7 +252,8 @@ def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]], np.
                       for p in pieces for c in entry_columns):
         # the reader handed over the entries anyway: hash them now rather than read the files again for a diff
         hashes = np.concatenate([_entry_hashes(p) for p in pieces])
-    numeric = ["key_group", "subtask", "size_bytes", "last_access", "expires_at"]
+    loaded = _wanted_columns(snap)
+    numeric = [c for c in ("key_group", "subtask", "size_bytes", "last_access", "expires_at") if c in loaded]
     if pieces:
         table = pa.concat_tables([p.select(numeric) for p in pieces], promote_options="permissive")
         df = table.to_pandas(split_blocks=True)
