@@ -28,6 +28,10 @@ Source = Union[StoredSnapshot, pd.DataFrame]
 #: the columns most analyses need (never ``value``: it is the costly one to load)
 LOAD_COLUMNS = ("operator", "state", "kind", "key", "key_group", "subtask", "size_bytes")
 
+#: what a streamed per-key pass (key groups, hot keys) loads of each range: no subtask (it follows from the key
+#: group at whichever parallelism is asked)
+KEY_PASS_COLUMNS = ("operator", "state", "kind", "key", "key_group", "size_bytes")
+
 TIMER_KINDS = ("event_timer", "processing_timer")
 
 
@@ -266,6 +270,8 @@ def per_key_codes(df: pd.DataFrame, subtasks: bool = True) -> KeyTable:
     size = len(op_names) * k
     entries = np.bincount(combined, minlength=size)
     present = np.flatnonzero(entries)
+    # every code has rows (a range's own keys, one operator): the per-code arrays are the per-key ones
+    every = slice(None) if len(present) == size else present
     nbytes = np.bincount(combined, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=size)
     kg = rows["key_group"].to_numpy()
     kg_of = np.zeros(size, dtype=kg.dtype if kg.dtype.kind == "i" else np.int64)
@@ -274,16 +280,16 @@ def per_key_codes(df: pd.DataFrame, subtasks: bool = True) -> KeyTable:
         sub = rows["subtask"].to_numpy()
         sub_of = np.zeros(size, dtype=sub.dtype if sub.dtype.kind == "i" else np.int64)
         sub_of[combined] = sub
-        sub_present = sub_of[present].astype(np.int64)
+        sub_present = sub_of[every].astype(np.int64)
     else:
         sub_present = np.zeros(len(present), dtype=np.int64)
     if op_codes is None:
         op, key = np.zeros(len(present), dtype=np.int32), present
     else:
         op, key = (present // k).astype(np.int32), present % k
-    return KeyTable(op=op, op_names=op_names, key=key, key_group=kg_of[present].astype(np.int64),
-                    subtask=sub_present, entries=entries[present].astype(np.int64),
-                    bytes=np.rint(nbytes[present]).astype(np.int64), values=kv)
+    return KeyTable(op=op, op_names=op_names, key=key, key_group=kg_of[every].astype(np.int64, copy=False),
+                    subtask=sub_present, entries=entries[every].astype(np.int64, copy=False),
+                    bytes=np.rint(nbytes[every]).astype(np.int64), values=kv)
 
 
 def per_key(df: pd.DataFrame) -> pd.DataFrame:

@@ -321,8 +321,10 @@ class EngineSnapshotReader(SnapshotReader):
         return column
 
     def _piece(self, o, state, kind, t: pa.Table, smeta, maxp, p, query) -> pa.Table:
-        kg = t.column("key_group").to_numpy()
-        subtask = operator_indices_for_key_groups(maxp, p, kg).astype(np.int32)
+        subtask = None  # not asked: the owner of each row's key group is not worked out
+        if query.columns is None or "subtask" in query.columns:
+            subtask = operator_indices_for_key_groups(maxp, p, t.column("key_group").to_numpy()).astype(np.int32)
+
         def col(name: str) -> pa.ChunkedArray | None:  # None: a column the query did not ask for (not read)
             return t.column(name) if name in t.column_names else None
 
