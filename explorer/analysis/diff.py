@@ -391,7 +391,12 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
 def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     from . import _diff_kernels as kernels
 
-    fa, fb = cached_frame(a, operator, state), cached_frame(b, operator, state)
+    if a is not b and not a.analysis_cache.loaded and not b.analysis_cache.loaded:
+        # both sides read and numbered at once (Arrow's reads and the key kernel release the GIL); each
+        # thread's reads run under its reader's budget (:func:`explorer.readers.base._guard_iter`)
+        fa, fb = _both(lambda: cached_frame(a, operator, state), lambda: cached_frame(b, operator, state))
+    else:
+        fa, fb = cached_frame(a, operator, state), cached_frame(b, operator, state)
     kva, kvb = fa.attrs["key_values"], fb.attrs["key_values"]
     pa_, pb_ = positions(a, operator, state), positions(b, operator, state)
     ha, hb = row_hashes(a), row_hashes(b)
