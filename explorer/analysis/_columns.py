@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from ..keygroups import string_buffers
 from ..readers.base import KeyedStateQuery, constant_values, piece_value
-from ._keys import KeyValues, factorize_keys
+from ._keys import Deferred, KeyValues, factorize_keys
 from ._ranges import RangeReader
 
 #: columns the cached frame holds
@@ -327,10 +327,11 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
 KERNEL_ROWS = 1 << 18
 
 
-def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarray, pa.Array] | None:
+def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarray, Any] | None:
     """``dictionary_encode``'s codes and dictionary of string or binary keys without nulls, from the numba
-    kernel :func:`._key_kernels.encode_strings` (a tenth of Arrow's time on millions of keys); None where
-    the Arrow path stays (other types, nulls, few rows, offsets the kernel refuses)."""
+    kernel :func:`._key_kernels.encode_strings` (a tenth of Arrow's time on millions of keys); the dictionary
+    :class:`._keys.Deferred` (gathered when a key is first looked at). None where the Arrow path stays
+    (other types, nulls, few rows, offsets the kernel refuses)."""
     n = sum(len(c) for c in chunks)
     if n < KERNEL_ROWS or not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
                                or pa.types.is_large_binary(t)) or any(c.null_count for c in chunks):
@@ -351,4 +352,5 @@ def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarra
     k = _key_kernels.encode_strings(off, data, h, min(bits, 30), codes, first)
     if k < 0:
         return None
-    return codes, arr.take(pa.array(first[:k]))
+    rows = first[:k].copy()  # (the rest of ``first`` is not kept with the deferred dictionary)
+    return codes, Deferred(k, lambda: arr.take(pa.array(rows)))
