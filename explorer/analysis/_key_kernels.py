@@ -120,3 +120,25 @@ def encode_strings(off, data, h, bits, codes, first):
     for i in range(n):
         codes[i] = renum[codes[i]]
     return k
+
+
+@_jit
+def per_key_sums(codes, key_group, size, n_codes, entries, nbytes, kg_of):
+    """Per code ``0..n_codes-1``: rows (``entries``), summed ``size`` (``nbytes``) and the key group of its
+    last row (``kg_of``), in one pass (what three ``np.bincount`` and a scatter give). False, with
+    nothing read out of bounds, for a code outside ``0..n_codes-1`` or arrays of unequal lengths."""
+    n = len(codes)
+    if len(key_group) != n or len(size) != n or len(entries) != n_codes or len(nbytes) != n_codes \
+            or len(kg_of) != n_codes:
+        return False
+    entries[:] = 0
+    nbytes[:] = 0
+    kg_of[:] = 0
+    for i in range(n):
+        c = codes[i]
+        if c < 0 or c >= n_codes:
+            return False
+        entries[c] += 1
+        nbytes[c] += size[i]
+        kg_of[c] = key_group[i]
+    return True

@@ -174,14 +174,18 @@ def test_a_bad_budget_is_refused(bad, generated):
 
 
 def test_ranges_numbered_by_the_key_kernel_answer_alike(generated, monkeypatch):
-    """The numba key numbering (taken from 2**18 rows of a range; here from any) changes no answer."""
+    """The numba key numbering and per-key sums (taken from 2**18 rows of a range; here from any) change no
+    answer."""
     from explorer.analysis import _columns
 
     whole, other = explorer.open(generated[0]), explorer.open(generated[1])
     want = {name: f(whole) for name, f in ANALYSES.items() if name in ("key_group_distribution", "imbalance")}
     want["hot_keys"] = whole.hot_keys(10, by="bytes")
     want["diff"] = explorer.diff(whole, other, unchanged=False)
+    from explorer.analysis import _common
+
     monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    monkeypatch.setattr(_common, "KERNEL_ROWS", 0)
     budget = budget_for(generated[0], 5)
     snap, snap_b = explorer.open(generated[0], memory_budget=budget), explorer.open(generated[1], memory_budget=budget)
     assert _ranges.needs_ranges(snap)
