@@ -252,8 +252,12 @@ class EngineSnapshotReader(SnapshotReader):
                     if not query.wants_state(s["name"]):
                         continue
                     with self._reading(s["file"], ranged=kgs is not None) as f:
-                        t = read_parquet_key_groups(f, s["row_groups"], kgs, _parquet_columns(query),
-                                                    footer=self._footer(s["file"], f))
+                        cols = _parquet_columns(query)
+                        t = read_parquet_key_groups(f, s["row_groups"], kgs, cols, footer=self._footer(s["file"], f))
+                        missing = [c for c in cols or _STATE_COLUMNS if c not in t.column_names]
+                        if missing:  # (Arrow reads the columns a file has of those asked, silently)
+                            raise SnapshotCorruptError(f"{resolve(self.path, s['file'])}: a state file without the "
+                                                       f"columns {missing}; expected {list(_STATE_COLUMNS)}")
                     if t.num_rows:
                         yield self._piece(o, s["name"], self._kind(o, s["name"]), t, s, maxp, p, query)
                 tm = sub.get("timers")
@@ -444,6 +448,10 @@ _FROM_PARQUET = {"size_bytes": ("value",), "expires_at": ("last_access",), "valu
                  "key": ("key",), "key_group": ("key_group",)}
 
 
+#: the columns of a state file (:mod:`explorer.format.keyed`)
+_STATE_COLUMNS = ("key_group", "key", "namespace", "user_key", "value", "last_access")
+
+
 def _parquet_columns(query: KeyedStateQuery) -> list[str] | None:
     """The columns of a state file that ``query`` needs read (None: all): a query for the analysis columns
     reads neither the namespaces and user keys nor, without sizes or values, the values; the pieces then
@@ -453,7 +461,7 @@ def _parquet_columns(query: KeyedStateQuery) -> list[str] | None:
     cols = {"key_group", "key"}
     for c in query.columns:
         cols.update(_FROM_PARQUET.get(c, ()))
-    return [c for c in ("key_group", "key", "namespace", "user_key", "value", "last_access") if c in cols]
+    return [c for c in _STATE_COLUMNS if c in cols]
 
 
 def _asked(query: KeyedStateQuery) -> list[str] | None:

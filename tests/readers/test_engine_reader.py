@@ -159,3 +159,23 @@ def test_the_reader_reads_only_the_columns_asked(tmp_path):
         assert p.column_names == ["key", "key_group", "size_bytes"]
         assert p.column("size_bytes").equals(f.column("size_bytes"))
         assert piece_value(p, "state") == f.column("state")[0].as_py()
+
+
+def test_a_state_file_without_an_asked_column_is_reported_not_read_as_nulls(tmp_path):
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from explorer.errors import SnapshotCorruptError
+    from explorer.format.snapshot import file_entry, read_metadata, write_metadata
+
+    folder = tmp_path / "sp"
+    shutil.copytree("sample_data/fraud/savepoint-heap", folder)
+    meta = read_metadata(folder)
+    rel = next(r for r in sorted(meta["files"]) if r.startswith("keyed/") and r.endswith(".parquet"))
+    pq.write_table(pq.read_table(folder / rel).drop_columns(["value"]), folder / rel)
+    meta["files"][rel] = file_entry(folder, folder / rel)
+    write_metadata(folder, meta)
+    snap = explorer.open(folder)
+    with pytest.raises(SnapshotCorruptError, match="without the columns"):
+        snap.key_group_distribution()
