@@ -83,6 +83,12 @@ def _files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if p.is_file() and p.name not in _NOT_SNAPSHOT)
 
 
+def _is_flink(path: Path) -> bool:
+    """A Flink snapshot: a ``_metadata`` and no engine ``keyed/`` folder (an engine savepoint has a ``_metadata``
+    too: its raw read decodes its Parquet, it has no key-group streams to scan)."""
+    return (Path(path) / "_metadata").exists() and not (Path(path) / "keyed").is_dir()
+
+
 def _flink_scan(path: Path) -> dict[str, int]:
     """Every entry of a Flink snapshot's key-group streams found without decoding a value: each subtask's
     stream read a few key groups at a time (by range, as the analyses do) and walked with the reader's
@@ -117,7 +123,7 @@ def child(task: str, path: str, other: str | None, budget: str) -> dict[str, Any
 
         rows = nbytes = 0
         for p in [path] + ([other] if other else []):
-            if (Path(p) / "_metadata").exists():  # Flink: the files' bytes, read in 16 MiB pieces (no decoding)
+            if _is_flink(Path(p)):  # Flink: the files' bytes, read in 16 MiB pieces (no decoding)
                 for f in _files(Path(p)):
                     nbytes += f.stat().st_size
                     with open(f, "rb") as fh:
@@ -193,7 +199,7 @@ def _snapshot_figures(name: str, path: Path, other: Any, keys: int | None, budge
     entry["rows"] = raw.get("rows")
     print(f"  {name}: raw read {raw.get('seconds')} s, {raw.get('rows')} rows, peak {raw.get('peak_rss_mb')} MB",
           flush=True)
-    flink = (path / "_metadata").exists()
+    flink = _is_flink(path)
     if flink:
         entry["raw_scan"] = _run_child("raw_scan", path, None, budget)
         entry["rows"] = entry["raw_scan"].get("rows")

@@ -26,8 +26,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..readers.base import KeyedStateQuery, constant_values
-from ._keys import KeyValues, factorize_keys
+from ..keygroups import string_buffers
+from ..readers.base import KeyedStateQuery, constant_values, piece_value
+from ._keys import Deferred, KeyValues, factorize_keys
+from ._ranges import RangeReader
 
 #: columns the cached frame holds
 CACHED_COLUMNS = frozenset({"operator", "state", "kind", "key", "key_group", "subtask", "size_bytes", "last_access",
@@ -207,16 +209,40 @@ def arrow_hash(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return h.astype(np.uint64, copy=False)
 
 
+def _read_pieces(snap: Any) -> list[pa.Table]:
+    """The non-empty pieces of the analysis columns, the one-value columns (operator, state, kind) given by
+    value where the reader can (not built row by row), the entries too where the reader reads them cheaply
+    (:attr:`~explorer.readers.base.SnapshotReader.entries_with_keys`)."""
+    wanted = _wanted_columns(snap)
+    light = wanted - _PER_PIECE | (_ENTRY_COLUMNS if snap.reader.entries_with_keys else frozenset())
+    pieces = [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(light)))) if p.num_rows]
+    if all(piece_value(p, c) is not None for p in pieces for c in _PER_PIECE):
+        return pieces
+    # a reader that neither holds nor gives them: ask for the columns
+    return [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(wanted)))) if p.num_rows]
+
+
+def _wanted_columns(snap: Any) -> frozenset:
+    """The analysis columns to load for ``snap``: all of :data:`CACHED_COLUMNS`, or those a range view's
+    one analysis uses (:attr:`._ranges.RangeReader.analysis_columns`; key, key group and the one-value
+    columns always)."""
+    only = snap.reader.analysis_columns if isinstance(snap.reader, RangeReader) else None
+    if only is None:
+        return CACHED_COLUMNS
+    return frozenset(only) & CACHED_COLUMNS | {"key", "key_group"} | _PER_PIECE
+
+
+_PER_PIECE = frozenset({"operator", "state", "kind"})
+
+
 def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]], np.ndarray | None]:
-    pieces = [p for p in snap.reader.keyed_pieces(KeyedStateQuery(columns=tuple(sorted(CACHED_COLUMNS))))
-              if p.num_rows]
+    pieces = _read_pieces(snap)
     names: dict[str, list[Any]] = {"operator": [], "state": [], "kind": []}
     spans = []
     lo = 0
     for p in pieces:
         for c in names:
-            col = p.column(c)
-            names[c].append(col[0].as_py() if len(col) else None)
+            names[c].append(piece_value(p, c))
         spans.append((names["operator"][-1], names["state"][-1], lo, lo + p.num_rows))
         lo += p.num_rows
     lengths = [p.num_rows for p in pieces]
@@ -226,7 +252,8 @@ def _load(snap: Any) -> tuple[pd.DataFrame, list[tuple[str, str, int, int]], np.
                       for p in pieces for c in entry_columns):
         # the reader handed over the entries anyway: hash them now rather than read the files again for a diff
         hashes = np.concatenate([_entry_hashes(p) for p in pieces])
-    numeric = ["key_group", "subtask", "size_bytes", "last_access", "expires_at"]
+    loaded = _wanted_columns(snap)
+    numeric = [c for c in ("key_group", "subtask", "size_bytes", "last_access", "expires_at") if c in loaded]
     if pieces:
         table = pa.concat_tables([p.select(numeric) for p in pieces], promote_options="permissive")
         df = table.to_pandas(split_blocks=True)
@@ -263,17 +290,23 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
         by_type.setdefault(str(c.type), []).append(i)
     out = [None] * len(columns)
     segments: list[Any] = []
+    seg: Any
     offset = 0
     for _, idx in by_type.items():
         chunks = [ch for i in idx for ch in columns[i].chunks]
+        numbered = _numbered_strings(chunks, columns[idx[0]].type)
         try:
-            # a null key (impossible in Flink, but what damaged bytes can decode to) is a dictionary
-            # entry of its own: a masked index would become a negative code no count could index
-            enc = pc.dictionary_encode(pa.chunked_array(chunks, type=columns[idx[0]].type), null_encoding="encode")
-            dictionary = enc.chunk(0).dictionary if enc.num_chunks else pa.array([], type=columns[idx[0]].type)
-            codes_all = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-                                        for c in enc.chunks]) if enc.num_chunks else np.zeros(0, np.int64)
-            seg: Any = dictionary
+            if numbered is not None:
+                codes_all, seg = numbered
+            else:
+                # a null key (impossible in Flink, but what damaged bytes can decode to) is a dictionary
+                # entry of its own: a masked index would become a negative code no count could index
+                enc = pc.dictionary_encode(pa.chunked_array(chunks, type=columns[idx[0]].type),
+                                           null_encoding="encode")
+                dictionary = enc.chunk(0).dictionary if enc.num_chunks else pa.array([], type=columns[idx[0]].type)
+                codes_all = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+                                            for c in enc.chunks]) if enc.num_chunks else np.zeros(0, np.int64)
+                seg = dictionary
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
             values = pd.Series(pa.chunked_array(chunks).to_pylist(), dtype=object)
             values = values.map(lambda v: tuple(v) if isinstance(v, list) else v)
@@ -287,3 +320,37 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
         offset += len(seg)
     codes = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
     return codes, KeyValues(segments)
+
+
+#: rows of one key type from which :func:`_numbered_strings` numbers string keys with its kernel (fewer: Arrow's
+#: ``dictionary_encode``, which needs no compiled kernel and is as quick on small ranges)
+KERNEL_ROWS = 1 << 18
+
+
+def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarray, Any] | None:
+    """``dictionary_encode``'s codes and dictionary of string or binary keys without nulls, from the numba
+    kernel :func:`._key_kernels.encode_strings` (a tenth of Arrow's time on millions of keys); the dictionary
+    :class:`._keys.Deferred` (gathered when a key is first looked at). None where the Arrow path stays
+    (other types, nulls, few rows, offsets the kernel refuses)."""
+    n = sum(len(c) for c in chunks)
+    if n < KERNEL_ROWS or not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                               or pa.types.is_large_binary(t)) or any(c.null_count for c in chunks):
+        return None
+    from . import _diff_kernels, _key_kernels  # numba: loaded by the first large range, not by import explorer
+
+    try:
+        arr = pa.concat_arrays(chunks) if len(chunks) != 1 else chunks[0]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # e.g. more than 2 GiB of string data
+        return None
+    off, data = string_buffers(arr)
+    h = np.empty(n, dtype=np.uint64)
+    if not _diff_kernels.hash_strings(off, data, h):
+        return None
+    codes = np.empty(n, dtype=np.int64)
+    first = np.empty(n, dtype=np.int64)
+    bits = max(0, int(np.ceil(np.log2(max(1, n / _key_kernels.BUCKET_ROWS)))))
+    k = _key_kernels.encode_strings(off, data, h, min(bits, 30), codes, first)
+    if k < 0:
+        return None
+    rows = first[:k].copy()  # (the rest of ``first`` is not kept with the deferred dictionary)
+    return codes, Deferred(k, lambda: arr.take(pa.array(rows)))

@@ -28,6 +28,10 @@ Source = Union[StoredSnapshot, pd.DataFrame]
 #: the columns most analyses need (never ``value``: it is the costly one to load)
 LOAD_COLUMNS = ("operator", "state", "kind", "key", "key_group", "subtask", "size_bytes")
 
+#: what a streamed per-key pass (key groups, hot keys) loads of each range: no subtask (it follows from the key
+#: group at whichever parallelism is asked)
+KEY_PASS_COLUMNS = ("operator", "state", "kind", "key", "key_group", "size_bytes")
+
 TIMER_KINDS = ("event_timer", "processing_timer")
 
 
@@ -264,26 +268,51 @@ def per_key_codes(df: pd.DataFrame, subtasks: bool = True) -> KeyTable:
             op_codes = None
     combined = codes if op_codes is None else op_codes.astype(np.int64) * k + codes
     size = len(op_names) * k
-    entries = np.bincount(combined, minlength=size)
-    present = np.flatnonzero(entries)
-    nbytes = np.bincount(combined, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=size)
     kg = rows["key_group"].to_numpy()
-    kg_of = np.zeros(size, dtype=kg.dtype if kg.dtype.kind == "i" else np.int64)
-    kg_of[combined] = kg
+    sums = _summed(combined, kg, rows["size_bytes"].to_numpy(), size)
+    if sums is not None:  # millions of integer rows: one pass of a kernel
+        entries, nbytes, kg_of = sums
+    else:
+        entries = np.bincount(combined, minlength=size)
+        nbytes = np.bincount(combined, weights=rows["size_bytes"].to_numpy(dtype=np.float64), minlength=size)
+        kg_of = np.zeros(size, dtype=kg.dtype if kg.dtype.kind == "i" else np.int64)
+        kg_of[combined] = kg
+    present = np.flatnonzero(entries)
+    # every code has rows (a range's own keys, one operator): the per-code arrays are the per-key ones
+    every = slice(None) if len(present) == size else present
     if subtasks:
         sub = rows["subtask"].to_numpy()
         sub_of = np.zeros(size, dtype=sub.dtype if sub.dtype.kind == "i" else np.int64)
         sub_of[combined] = sub
-        sub_present = sub_of[present].astype(np.int64)
+        sub_present = sub_of[every].astype(np.int64)
     else:
         sub_present = np.zeros(len(present), dtype=np.int64)
     if op_codes is None:
         op, key = np.zeros(len(present), dtype=np.int32), present
     else:
         op, key = (present // k).astype(np.int32), present % k
-    return KeyTable(op=op, op_names=op_names, key=key, key_group=kg_of[present].astype(np.int64),
-                    subtask=sub_present, entries=entries[present].astype(np.int64),
-                    bytes=np.rint(nbytes[present]).astype(np.int64), values=kv)
+    return KeyTable(op=op, op_names=op_names, key=key, key_group=kg_of[every].astype(np.int64, copy=False),
+                    subtask=sub_present, entries=entries[every].astype(np.int64, copy=False),
+                    bytes=(nbytes[every] if nbytes.dtype == np.int64 else np.rint(nbytes[every])).astype(np.int64),
+                    values=kv)
+
+
+#: rows from which :func:`per_key_codes` sums with the kernel :func:`._key_kernels.per_key_sums`
+KERNEL_ROWS = 1 << 18
+
+
+def _summed(codes: np.ndarray, kg: np.ndarray, size: np.ndarray, n_codes: int) -> tuple | None:
+    """Rows, summed sizes (int64) and key group per code from the kernel, for integer columns of
+    :data:`KERNEL_ROWS` rows or more; None otherwise (the NumPy form)."""
+    if len(codes) < KERNEL_ROWS or kg.dtype.kind != "i" or size.dtype.kind != "i" or codes.dtype != np.int64:
+        return None
+    from . import _key_kernels  # numba: loaded by the first large range, not by import explorer
+
+    entries, nbytes = np.empty(n_codes, np.int64), np.empty(n_codes, np.int64)
+    kg_of = np.empty(n_codes, dtype=kg.dtype)
+    if not _key_kernels.per_key_sums(codes, kg, size.astype(np.int64, copy=False), n_codes, entries, nbytes, kg_of):
+        return None
+    return entries, nbytes, kg_of
 
 
 def per_key(df: pd.DataFrame) -> pd.DataFrame:

@@ -20,16 +20,44 @@ from ..keygroups import key_groups_for
 from ._hashing import splitmix64, string_hash64
 
 
+class Deferred:
+    """A segment of ``n`` keys built by ``build()`` when first used: a range whose question never looks at a
+    key (a key-group distribution) does not gather its dictionary."""
+
+    __slots__ = ("n", "build")
+
+    def __init__(self, n: int, build: Any) -> None:
+        self.n, self.build = int(n), build
+
+    def __len__(self) -> int:
+        return self.n
+
+
 class KeyValues:
-    """Codes 0..n-1 and the keys they stand for (Arrow arrays, or a NumPy object array)."""
+    """Codes 0..n-1 and the keys they stand for (Arrow arrays, or a NumPy object array; a :class:`Deferred`
+    one is built on first use)."""
 
     def __init__(self, segments: Sequence[Any]) -> None:
-        self.segments = list(segments)
-        self.offsets = np.cumsum([0] + [len(s) for s in self.segments])
+        self._segments = list(segments)
+        self.offsets = np.cumsum([0] + [len(s) for s in self._segments])
         self._key_groups: dict[Any, Any] = {}
         self._codes: dict[tuple, np.ndarray] = {}
         #: key joins with other snapshots' keys (:func:`explorer.analysis.diff.diff`), by their id
         self.joins: dict[int, tuple[Any, Any]] = {}
+
+    @property
+    def segments(self) -> list[Any]:
+        if any(isinstance(seg, Deferred) for seg in self._segments):
+            built = []
+            for i, seg in enumerate(self._segments):
+                if isinstance(seg, Deferred):
+                    want = len(seg)
+                    seg = seg.build()
+                    if len(seg) != want:  # pragma: no cover - a kernel that numbered keys wrongly
+                        raise RuntimeError(f"key segment {i} built {len(seg)} keys, expected {want}")
+                built.append(seg)
+            self._segments = built
+        return self._segments
 
     @classmethod
     def from_objects(cls, uniques: np.ndarray) -> "KeyValues":

@@ -44,8 +44,15 @@ class RangeReader:
     pieces, per-key-group traffic (``metrics``) and the heavy-hitter sketch are the range's.
     """
 
-    def __init__(self, base: Any, lo: int, hi: int, key_groups: Sequence[int] | None = None) -> None:
+    def __init__(self, base: Any, lo: int, hi: int, key_groups: Sequence[int] | None = None,
+                 entries: bool = False, columns: Iterable[str] | None = None) -> None:
         self.base = base
+        #: whether the analyses of the range want the entries hashed as the range loads (a diff's ranges);
+        #: the others' ranges read the analysis columns only
+        self.entries_with_keys = bool(entries and base.entries_with_keys)
+        #: the analysis columns the range's analyses use (None: all of them, :data:`._columns.CACHED_COLUMNS`);
+        #: a range view serves one pass of one analysis, so it loads no more
+        self.analysis_columns = None if columns is None else frozenset(columns)
         self.lo, self.hi = int(lo), int(hi)
         #: the key groups of the range (all of ``lo..hi`` unless a sparse set was asked)
         self.key_groups = frozenset(range(self.lo, self.hi + 1)) if key_groups is None else frozenset(key_groups)
@@ -194,10 +201,13 @@ def plan(snaps: Sequence[Any], operator: Any = None, state: Any = None,
     return out
 
 
-def view(snap: StoredSnapshot, lo: int, hi: int, key_groups: Iterable[int] | None = None) -> StoredSnapshot:
-    """A range view of ``snap``: a StoredSnapshot that reads key groups ``lo..hi`` only."""
-    return type(snap)(RangeReader(snap.reader, lo, hi, None if key_groups is None else list(key_groups)),
-                      memory_budget=snap.memory_budget)
+def view(snap: StoredSnapshot, lo: int, hi: int, key_groups: Iterable[int] | None = None,
+         entries: bool = False, columns: Iterable[str] | None = None) -> StoredSnapshot:
+    """A range view of ``snap``: a StoredSnapshot that reads key groups ``lo..hi`` only (``entries``: whose
+    loading hashes the entries too, where the reader reads them cheaply: a diff's; ``columns``: the analysis
+    columns it loads, None for all)."""
+    return type(snap)(RangeReader(snap.reader, lo, hi, None if key_groups is None else list(key_groups), entries,
+                                  columns), memory_budget=snap.memory_budget)
 
 
 @dataclass
@@ -207,15 +217,19 @@ class Pass:
     snaps: tuple
     ranges: list[tuple[int, int]]
     what: str
+    entries: bool = False
+    columns: Any = None
 
     def __iter__(self) -> Iterator[tuple]:
         show = len(self.ranges) > 1
         with tqdm(total=len(self.ranges), unit="range", desc=self.what, disable=not show) as bar:
             for lo, hi in self.ranges:
-                yield tuple(view(s, lo, hi) for s in self.snaps)
+                yield tuple(view(s, lo, hi, entries=self.entries, columns=self.columns) for s in self.snaps)
                 bar.update(1)
 
 
-def ranges(what: str, *snaps: Any, operator: Any = None, state: Any = None) -> Pass:
-    """The range views of ``snaps`` to stream ``what`` over (one tuple of views per range)."""
-    return Pass(tuple(snaps), plan(snaps, operator, state), what)
+def ranges(what: str, *snaps: Any, operator: Any = None, state: Any = None, entries: bool = False,
+           columns: Iterable[str] | None = None) -> Pass:
+    """The range views of ``snaps`` to stream ``what`` over (one tuple of views per range; ``entries`` and
+    ``columns``: see :func:`view`)."""
+    return Pass(tuple(snaps), plan(snaps, operator, state), what, entries, columns)

@@ -391,7 +391,12 @@ def _diff_snapshots(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
 def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     from . import _diff_kernels as kernels
 
-    fa, fb = cached_frame(a, operator, state), cached_frame(b, operator, state)
+    if a is not b and not a.analysis_cache.loaded and not b.analysis_cache.loaded:
+        # both sides read and numbered at once (Arrow's reads and the key kernel release the GIL); each
+        # thread's reads run under its reader's budget (:func:`explorer.readers.base._guard_iter`)
+        fa, fb = _both(lambda: cached_frame(a, operator, state), lambda: cached_frame(b, operator, state))
+    else:
+        fa, fb = cached_frame(a, operator, state), cached_frame(b, operator, state)
     kva, kvb = fa.attrs["key_values"], fb.attrs["key_values"]
     pa_, pb_ = positions(a, operator, state), positions(b, operator, state)
     ha, hb = row_hashes(a), row_hashes(b)
@@ -653,7 +658,7 @@ def _diff_streamed(a: Any, b: Any, operator, state, unchanged: bool) -> pd.DataF
     (a key lies in the same key group of both when the max parallelism is the same), the answers joined.
     Rows of equal ``bytes_delta`` come in key-group order."""
     parts, empty = [], None
-    for va, vb in _ranges.ranges("diff", a, b, operator=operator, state=state):
+    for va, vb in _ranges.ranges("diff", a, b, operator=operator, state=state, entries=True):
         d = diff(va, vb, operator=operator, state=state, unchanged=unchanged)
         if len(d):
             parts.append(d)

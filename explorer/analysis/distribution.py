@@ -33,8 +33,8 @@ from ..errors import AnalysisError
 from ..keygroups import check_parallelism, operator_indices_for_key_groups
 from . import _ranges
 from ._columns import filter_key, memo, state_rows
-from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
-                      per_key_codes)
+from ._common import (KEY_PASS_COLUMNS, LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts,
+                      partitioner, per_key_codes)
 from ._keys import key_codes
 
 #: the load metrics every distribution carries
@@ -129,7 +129,7 @@ def _streamed(source: Source, operator, state, max_parallelism: int | None = Non
     def build() -> dict[str, pd.DataFrame]:
         acc: dict[str, pd.DataFrame] = {}
         for (v,) in _ranges.ranges("key groups" if rehash_to is None else f"key groups at M={rehash_to}", source,
-                                   operator=operator, state=state):
+                                   operator=operator, state=state, columns=KEY_PASS_COLUMNS):
             if rehash_to is None:
                 part = key_group_aggregates(v, operator=operator, state=state, max_parallelism=max_parallelism)
                 by_op = {str(n): g for n, g in part.groupby("operator", sort=False, observed=True)}

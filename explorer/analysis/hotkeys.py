@@ -45,8 +45,8 @@ from ..keygroups import key_groups_for, operator_indices_for_key_groups
 from ..ranking import nth_largest
 from . import _ranges
 from ._columns import filter_key, memo
-from ._common import (LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts, partitioner,
-                      per_key_codes)
+from ._common import (KEY_PASS_COLUMNS, LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts,
+                      partitioner, per_key_codes)
 from .distribution import overload
 
 BY = {"auto": "auto", "bytes": "bytes", "entries": "entries", "traffic": "records"}
@@ -373,7 +373,7 @@ def _key_pass(source: Source, n: int, operator, state, parallelism, max_parallel
     loads and value histograms (kept on the Snapshot)."""
     def build() -> dict[str, _OperatorPass]:
         out: dict[str, _OperatorPass] = {}
-        for (v,) in _ranges.ranges("keys", source, operator=operator, state=state):
+        for (v,) in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS):
             df = frame(v, LOAD_COLUMNS, operator, state)
             lays = layouts(v, df, operator, parallelism, max_parallelism)
             hh = _snapshot_sketch(v)

@@ -478,6 +478,10 @@ class SnapshotReader(ABC):
     #: whether :meth:`keyed_pieces` of a query with ``keys`` (from :meth:`key_query`) yields only the rows of
     #: those keys; False: the caller filters the rows it gets by key (the default)
     filters_keys: bool = False
+    #: whether reading the entries (``namespace, user_key, value``) with the analysis columns costs little more
+    #: (their Parquet columns beside the keys: the engine's); the analyses then hash them as they load, rather
+    #: than read the state again for a diff. False: they are read when a diff asks (the default)
+    entries_with_keys: bool = False
 
     def key_query(self, query: KeyedStateQuery, key: Any) -> KeyedStateQuery | None:
         """The query that reads the rows of ``key`` (``keyed_state(key=...)``), for a format that places

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.keyed import read_parquet_key_groups, rows_to_table
+from ..format.parquet_pages import footer_chunks
 from ..format.rocksdb.native import NATIVE_FORMAT, NativeFiles
 from ..format.types import describe_type, type_from_description
 from ..format.sizes import value_sizes
@@ -30,6 +31,7 @@ from ..keygroups import operator_indices_for_key_groups
 from ..storage import StoragePath
 from .checks import engine_checks
 from .base import (
+    CONTRACT_COLUMNS,
     TUPLE_COLUMNS,
     TIMESTAMP,
     KeyedStateQuery,
@@ -43,6 +45,7 @@ class EngineSnapshotReader(SnapshotReader):
     """One checkpoint (``chk-N``) or savepoint folder written by the engine."""
 
     format_name = "engine"
+    entries_with_keys = True
 
     def __init__(self, path: str | Path, verify: bool = True) -> None:
         super().__init__(path)
@@ -62,6 +65,9 @@ class EngineSnapshotReader(SnapshotReader):
                     "(an unlisted file is never read)")
         #: files whose SHA-256 has been checked by this reader
         self._verified: set[str] = set()
+        #: listed file -> its Parquet footer's row groups as parsed for the page checks (a file read range by
+        #: range is parsed once; its bytes are those whose digest was checked)
+        self._footers: dict[str, list] = {}
         if verify:
             for rel, entry in self._files.items():
                 check_file_size(self.path, rel, entry)  # cheap; the digests are checked as files are read
@@ -246,19 +252,30 @@ class EngineSnapshotReader(SnapshotReader):
                     if not query.wants_state(s["name"]):
                         continue
                     with self._reading(s["file"], ranged=kgs is not None) as f:
-                        t = read_parquet_key_groups(f, s["row_groups"], kgs)
+                        cols = _parquet_columns(query)
+                        t = read_parquet_key_groups(f, s["row_groups"], kgs, cols, footer=self._footer(s["file"], f))
+                        missing = [c for c in cols or _STATE_COLUMNS if c not in t.column_names]
+                        if missing:  # (Arrow reads the columns a file has of those asked, silently)
+                            raise SnapshotCorruptError(f"{resolve(self.path, s['file'])}: a state file without the "
+                                                       f"columns {missing}; expected {list(_STATE_COLUMNS)}")
                     if t.num_rows:
                         yield self._piece(o, s["name"], self._kind(o, s["name"]), t, s, maxp, p, query)
                 tm = sub.get("timers")
                 if tm and (query.states is None or {"event_timers", "processing_timers"} & set(query.states)):
                     with self._reading(tm["file"], ranged=kgs is not None) as f:
-                        t = read_parquet_key_groups(f, tm["row_groups"], kgs)
+                        t = read_parquet_key_groups(f, tm["row_groups"], kgs, footer=self._footer(tm["file"], f))
                     for dom, name in (("event_time", "event_timers"), ("processing_time", "processing_timers")):
                         if not query.wants_state(name):
                             continue
                         part = t.filter(pc.equal(t.column("domain"), dom))
                         if part.num_rows:
                             yield self._timer_piece(o, name, part, tm, maxp, p, query)
+
+    def _footer(self, rel: str, f: Any) -> list:
+        """The footer of the listed file ``rel`` (open as ``f``), parsed on its first read."""
+        if rel not in self._footers:
+            self._footers[rel] = footer_chunks(f)
+        return self._footers[rel]
 
     def _files_for(self, query: KeyedStateQuery) -> list[str]:
         """The listed files :meth:`keyed_pieces` reads for ``query`` (all its key groups), in reading order."""
@@ -308,23 +325,29 @@ class EngineSnapshotReader(SnapshotReader):
         return column
 
     def _piece(self, o, state, kind, t: pa.Table, smeta, maxp, p, query) -> pa.Table:
-        kg = t.column("key_group").to_numpy()
-        subtask = operator_indices_for_key_groups(maxp, p, kg).astype(np.int32)
-        la = t.column("last_access")
+        subtask = None  # not asked: the owner of each row's key group is not worked out
+        if query.columns is None or "subtask" in query.columns:
+            subtask = operator_indices_for_key_groups(maxp, p, t.column("key_group").to_numpy()).astype(np.int32)
+
+        def col(name: str) -> pa.ChunkedArray | None:  # None: a column the query did not ask for (not read)
+            return t.column(name) if name in t.column_names else None
+
+        la = col("last_access")
         ttl = self._ttl_ms(o, state)
-        expires = pc.add(la, ttl) if ttl is not None else None
-        value = t.column("value")
-        sizes = value_sizes(value)
+        expires = pc.add(la, ttl) if ttl is not None and la is not None else None
+        value = col("value")
+        ns = col("namespace")
         return _mark_tuples(make_piece({
             "operator": o["name"], "state": state, "kind": kind,
             "key": self._keys(t.column("key"), smeta["key_kind"]),
             "key_group": t.column("key_group"), "subtask": subtask,
-            "namespace": self._keys(t.column("namespace"), smeta["namespace_kind"]),
-            "user_key": t.column("user_key"), "value": value,
-            "last_access": la.cast(pa.timestamp("ms")).cast(TIMESTAMP) if la.null_count < len(la) else None,
+            "namespace": None if ns is None else self._keys(ns, smeta["namespace_kind"]),
+            "user_key": col("user_key"), "value": value,
+            "last_access": la.cast(pa.timestamp("ms")).cast(TIMESTAMP) if la is not None and la.null_count < len(la)
+            else None,
             "expires_at": expires.cast(pa.timestamp("ms")).cast(TIMESTAMP) if expires is not None else None,
-            "size_bytes": sizes,
-        }, leave_out=_left_out(query)), smeta)
+            "size_bytes": value_sizes(value) if value is not None else None,
+        }, _asked(query), leave_out=_left_out(query)), smeta)
 
     def _timer_piece(self, o, name, t: pa.Table, tmeta, maxp, p, query) -> pa.Table:
         kg = t.column("key_group").to_numpy()
@@ -335,7 +358,7 @@ class EngineSnapshotReader(SnapshotReader):
             "key": self._keys(t.column("key"), tmeta["key_kind"]), "key_group": t.column("key_group"),
             "subtask": subtask, "namespace": self._keys(t.column("namespace"), tmeta["namespace_kind"]),
             "value": t.column("timestamp"), "size_bytes": np.full(t.num_rows, 8, dtype=np.int64),
-        }, leave_out=_left_out(query)), tmeta)
+        }, _asked(query), leave_out=_left_out(query)), tmeta)
 
     def operator_state(self) -> pd.DataFrame:
         rows = []
@@ -419,9 +442,36 @@ class EngineSnapshotReader(SnapshotReader):
         """Every listed file checked: ``_metadata``'s CRC, each file inside the snapshot, its size and digest."""
         return engine_checks(path)  # normalised at the door (explorer.verify)
 
+#: the Parquet columns of a state file each contract column is computed from (the rest are what they are named)
+_FROM_PARQUET = {"size_bytes": ("value",), "expires_at": ("last_access",), "value": ("value",),
+                 "last_access": ("last_access",), "namespace": ("namespace",), "user_key": ("user_key",),
+                 "key": ("key",), "key_group": ("key_group",)}
+
+
+#: the columns of a state file (:mod:`explorer.format.keyed`)
+_STATE_COLUMNS = ("key_group", "key", "namespace", "user_key", "value", "last_access")
+
+
+def _parquet_columns(query: KeyedStateQuery) -> list[str] | None:
+    """The columns of a state file that ``query`` needs read (None: all): a query for the analysis columns
+    reads neither the namespaces and user keys nor, without sizes or values, the values; the pieces then
+    hold only the columns asked for."""
+    if query.columns is None:
+        return None
+    cols = {"key_group", "key"}
+    for c in query.columns:
+        cols.update(_FROM_PARQUET.get(c, ()))
+    return [c for c in _STATE_COLUMNS if c in cols]
+
+
+def _asked(query: KeyedStateQuery) -> list[str] | None:
+    """The contract columns a piece for ``query`` holds (None: all)."""
+    return None if query.columns is None else [c for c in CONTRACT_COLUMNS if c in query.columns]
+
+
 def _left_out(query: KeyedStateQuery) -> list[str]:
     """The one-value columns (operator, state, kind) ``query`` does not ask for: not built, only their values
-    given (every other column is read whatever was asked: the analyses hash the entries they are handed)."""
+    given (the others it does not ask for are not read: :func:`_parquet_columns`)."""
     return [] if query.columns is None else [c for c in ("operator", "state", "kind") if c not in query.columns]
 
 

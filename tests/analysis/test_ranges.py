@@ -171,3 +171,41 @@ def test_the_budget_only_streams_what_does_not_fit(generated):
 def test_a_bad_budget_is_refused(bad, generated):
     with pytest.raises(ValueError, match="memory_budget"):
         explorer.open(generated[0], memory_budget=bad)
+
+
+def test_ranges_numbered_by_the_key_kernel_answer_alike(generated, monkeypatch):
+    """The numba key numbering and per-key sums (taken from 2**18 rows of a range; here from any) change no
+    answer."""
+    from explorer.analysis import _columns
+
+    whole, other = explorer.open(generated[0]), explorer.open(generated[1])
+    want = {name: f(whole) for name, f in ANALYSES.items() if name in ("key_group_distribution", "imbalance")}
+    want["hot_keys"] = whole.hot_keys(10, by="bytes")
+    want["diff"] = explorer.diff(whole, other, unchanged=False)
+    from explorer.analysis import _common
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    monkeypatch.setattr(_common, "KERNEL_ROWS", 0)
+    budget = budget_for(generated[0], 5)
+    snap, snap_b = explorer.open(generated[0], memory_budget=budget), explorer.open(generated[1], memory_budget=budget)
+    assert _ranges.needs_ranges(snap)
+    _same(snap.key_group_distribution(), want["key_group_distribution"])
+    _same(snap.imbalance(), want["imbalance"])
+    _same(snap.hot_keys(10, by="bytes"), want["hot_keys"])
+    _same(_by_key(explorer.diff(snap, snap_b, unchanged=False)), _by_key(want["diff"]))
+
+
+def test_a_key_pass_range_loads_its_columns_and_a_diff_range_its_entries(generated):
+    from explorer.analysis._columns import cached_frame
+    from explorer.analysis._common import KEY_PASS_COLUMNS
+
+    snap = explorer.open(generated[0])
+    v = _ranges.view(snap, 10, 19, columns=KEY_PASS_COLUMNS)
+    df = cached_frame(v)
+    assert {"last_access", "expires_at", "subtask"}.isdisjoint(df.columns)
+    assert v.analysis_cache.row_hashes is None  # no entries read for a question that does not need them
+    full = cached_frame(_ranges.view(snap, 10, 19))
+    assert (df["size_bytes"].to_numpy() == full["size_bytes"].to_numpy()).all()
+    d = _ranges.view(snap, 10, 19, entries=True)
+    cached_frame(d)
+    assert d.analysis_cache.row_hashes is not None  # the diff's ranges hash the entries as they load

@@ -144,3 +144,38 @@ def test_tuple_keys_come_back_as_tuples_and_analyses_work(tmp_path):
         assert kg == assign_to_key_group(key, 64)
     top = snap.hot_keys(3, by="entries")
     assert len(top) == 3
+
+
+def test_the_reader_reads_only_the_columns_asked(tmp_path):
+    """A query's columns are what its pieces hold: the values are read for sizes only when asked, and
+    the one-value columns come by value."""
+    from explorer.readers.base import KeyedStateQuery, piece_value
+
+    snap = explorer.open("sample_data/fraud/savepoint-heap")
+    full = list(snap.reader.keyed_pieces(KeyedStateQuery()))
+    light = list(snap.reader.keyed_pieces(KeyedStateQuery(columns=("key", "key_group", "size_bytes"))))
+    assert len(full) == len(light)
+    for f, p in zip(full, light):
+        assert p.column_names == ["key", "key_group", "size_bytes"]
+        assert p.column("size_bytes").equals(f.column("size_bytes"))
+        assert piece_value(p, "state") == f.column("state")[0].as_py()
+
+
+def test_a_state_file_without_an_asked_column_is_reported_not_read_as_nulls(tmp_path):
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from explorer.errors import SnapshotCorruptError
+    from explorer.format.snapshot import file_entry, read_metadata, write_metadata
+
+    folder = tmp_path / "sp"
+    shutil.copytree("sample_data/fraud/savepoint-heap", folder)
+    meta = read_metadata(folder)
+    rel = next(r for r in sorted(meta["files"]) if r.startswith("keyed/") and r.endswith(".parquet"))
+    pq.write_table(pq.read_table(folder / rel).drop_columns(["value"]), folder / rel)
+    meta["files"][rel] = file_entry(folder, folder / rel)
+    write_metadata(folder, meta)
+    snap = explorer.open(folder)
+    with pytest.raises(SnapshotCorruptError, match="without the columns"):
+        snap.key_group_distribution()

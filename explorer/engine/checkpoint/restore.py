@@ -130,7 +130,7 @@ class RestoredKeyedState:
         decodes it: a snapshot is untrusted input, and a small file can hold a value that inflates to gigabytes
         (the readers' check, :func:`explorer.format.keyed.check_row_groups`)."""
         with budget.using(self.memory_budget):
-            check_row_groups(path, pf, [i], None, groups=self._footer(path))
+            check_row_groups(path, pf, [i], None, footer=self._footer(path))
 
     def _wanted(self, t: pa.Table, smeta: dict, i: int) -> Any:
         """Which rows of row group ``i`` (read as ``t``) are of the wanted key groups: None for all of them

@@ -1,0 +1,75 @@
+"""The numba key numbering gives Arrow's dictionary_encode codes and dictionary, bucket by bucket."""
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from explorer.analysis import _columns
+from explorer.analysis._key_kernels import BAD_OFFSETS, encode_strings
+
+
+def _arrow(chunks, t):
+    enc = pc.dictionary_encode(pa.chunked_array(chunks, type=t))
+    codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64) for c in enc.chunks])
+    return codes, enc.chunk(0).dictionary
+
+
+def _keys(seed: int, n: int, distinct: int) -> list[str]:
+    rnd = random.Random(seed)
+    pool = ["".join(chr(rnd.randrange(32, 127)) for _ in range(rnd.randrange(0, 30))) for _ in range(distinct)]
+    pool += ["", "a", "user-000000001", "straße", "x" * 300]
+    return [pool[rnd.randrange(len(pool))] for _ in range(n)]
+
+
+@pytest.mark.parametrize("t", [pa.string(), pa.large_string(), pa.binary(), pa.large_binary()])
+@pytest.mark.parametrize("distinct", [1, 50, 5000])
+def test_codes_and_dictionary_equal_arrows(monkeypatch, t, distinct):
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    keys = _keys(distinct, 20_000, distinct)
+    # runs of one key (a list state's entries), a sliced chunk, repeats across chunks
+    keys[100:140] = [keys[100]] * 40
+    chunks = [pa.array(keys[:7000], type=t), pa.array(keys, type=t).slice(7000, 9000), pa.array(keys[16000:], type=t)]
+    got = _columns._numbered_strings(chunks, t)
+    assert got is not None
+    codes, dictionary = _arrow(chunks, t)
+    assert np.array_equal(got[0], codes)
+    assert len(got[1]) == len(dictionary) and got[1].build().equals(dictionary)
+
+
+def test_many_buckets_and_one_bucket_give_the_same_codes():
+    arr = pa.array(_keys(3, 50_000, 30_000))
+    from explorer.analysis._diff_kernels import hash_strings
+    from explorer.keygroups import string_buffers
+
+    off, data = string_buffers(arr)
+    h = np.empty(len(arr), np.uint64)
+    assert hash_strings(off, data, h)
+    out = []
+    for bits in (0, 3, 10):
+        codes, first = np.empty(len(arr), np.int64), np.empty(len(arr), np.int64)
+        k = encode_strings(off, data, h, bits, codes, first)
+        out.append((k, codes.copy(), first[:k].copy()))
+    assert all(o[0] == out[0][0] and (o[1] == out[0][1]).all() and (o[2] == out[0][2]).all() for o in out)
+    want, _ = _arrow([arr], arr.type)
+    assert (out[0][1] == want).all()
+
+
+def test_offsets_outside_the_data_are_refused_unread():
+    off = np.array([0, 3, 99], dtype=np.int32)
+    data = np.zeros(10, np.uint8)
+    h = np.zeros(2, np.uint64)
+    assert encode_strings(off, data, h, 0, np.empty(2, np.int64), np.empty(2, np.int64)) == BAD_OFFSETS
+
+
+def test_nulls_few_rows_and_other_types_stay_on_arrows_path(monkeypatch):
+    assert _columns._numbered_strings([pa.array(["a", "b"])], pa.string()) is None  # few rows
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    assert _columns._numbered_strings([pa.array(["a", None])], pa.string()) is None
+    assert _columns._numbered_strings([pa.array([1, 2])], pa.int64()) is None
+    codes, kv = _columns._encode_keys([pa.chunked_array([pa.array(["b", "a", "b"])]), pa.chunked_array([pa.array([5, 6])]),
+                                       pa.chunked_array([pa.array(["a", "c"])])])
+    assert codes.tolist() == [0, 1, 0, 3, 4, 1, 2]
+    assert list(kv.take(codes)) == ["b", "a", "b", 5, 6, "a", "c"]
