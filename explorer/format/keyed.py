@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import io
 import os
 import sys
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ import pyarrow.parquet as pq
 from ..errors import SnapshotCorruptError, SnapshotFormatError
 from . import budget
 from .parquet_pages import check_page_sizes, footer_chunks
+from .snapshot import sha256_file, xxh3_128_file
 from .types import TypeInfo
 
 try:  # XXH3-128 of checkpoints' files (a declared dependency)
@@ -54,19 +54,22 @@ class ParquetProfile:
     ``checksum`` names the file entry's digest in ``_metadata`` (``"sha256"`` or ``"xxh3_128"``,
     both checked by :func:`explorer.format.snapshot.check_file_digest`); ``value_dictionary``
     and ``value_statistics`` say whether the ``value`` column gets Parquet's dictionary
-    encoding and min/max statistics (the other columns always do).
+    encoding and min/max statistics (the other columns always get statistics), ``key_dictionary``
+    whether the ``key`` column gets dictionary encoding (a reader decodes either encoding).
     """
 
     compression: str
     checksum: str
     value_dictionary: bool = True
     value_statistics: bool = True
+    key_dictionary: bool = True
 
     def writer_options(self, schema: pa.Schema) -> dict[str, Any]:
         opts: dict[str, Any] = {"compression": self.compression}
         others = [n for n in schema.names if n != "value"]
-        if not self.value_dictionary and "value" in schema.names:
-            opts["use_dictionary"] = others
+        plain = {n for n, on in (("value", self.value_dictionary), ("key", self.key_dictionary)) if not on}
+        if plain & set(schema.names):
+            opts["use_dictionary"] = [n for n in schema.names if n not in plain]
         if not self.value_statistics and "value" in schema.names:
             opts["write_statistics"] = others
         return opts
@@ -80,9 +83,11 @@ class ParquetProfile:
 #: savepoints, the portable archive: zstd, SHA-256 (as every snapshot before checkpoints had their own profile)
 SAVEPOINT = ParquetProfile("zstd", "sha256")
 #: full canonical checkpoints, written to be restored soon: uncompressed (Flink's full snapshots are too unless
-#: snapshot compression is switched on), no dictionary or statistics for values, XXH3-128 (20+ GB/s, the
-#: native full checkpoint's checksum) instead of SHA-256 (~1.8 GB/s); the same columns and row groups
-CHECKPOINT = ParquetProfile("none", "xxh3_128", value_dictionary=False, value_statistics=False)
+#: snapshot compression is switched on), no dictionary or statistics for values, no dictionary for keys (keys
+#: are mostly distinct: Arrow filled a dictionary page of each row group and then fell back to plain, 2-3 % of
+#: a 1 GB checkpoint's CPU on the writer's thread), XXH3-128 (20+ GB/s, the native full checkpoint's
+#: checksum) instead of SHA-256 (~1.8 GB/s); the same columns and row groups
+CHECKPOINT = ParquetProfile("none", "xxh3_128", value_dictionary=False, value_statistics=False, key_dictionary=False)
 
 
 _KINDS = {bool: "bool", int: "int", float: "float", str: "str", tuple: "tuple"}
@@ -231,8 +236,10 @@ class KeyGroupParquetWriter:
                  profile: ParquetProfile = SAVEPOINT, size_hint: int = 0) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.profile = profile
-        self._file = _HashingFile(path, profile.new_hash(), size_hint)
-        self._writer = pq.ParquetWriter(self._file, schema, **profile.writer_options(schema))
+        self.path = path
+        self._file = _NativeFile(path, size_hint)
+        self._writer = pq.ParquetWriter(self._file.sink, schema, **profile.writer_options(schema))
+        self._digest: dict[str, str] | None = None
         self.schema = schema
         self._target = target_rows
         self._pending: pa.Table = schema.empty_table()
@@ -274,15 +281,16 @@ class KeyGroupParquetWriter:
             self._writer.write_table(self.schema.empty_table())
         self._writer.close()
         self._file.close()
+        self._digest = hash_written(self.path, self.profile)
         return self.groups
 
     @property
     def checksum(self) -> dict[str, str]:
-        """The file's digest as its ``_metadata`` entry records it (after :meth:`close`), computed as it
-        was written: ``{"xxh3_128": hex}`` for the checkpoint profile (when xxhash is installed), else
-        ``{"sha256": hex}``."""
-        h = self._file.hash
-        return {"sha256" if h.name == "sha256" else "xxh3_128": h.hexdigest()}
+        """The file's digest as its ``_metadata`` entry records it (after :meth:`close`):
+        ``{"xxh3_128": hex}`` for the checkpoint profile (when xxhash is installed), else ``{"sha256": hex}``."""
+        if self._digest is None:
+            raise ValueError(f"{self.path}: the checksum of a Parquet file is known once it is closed")
+        return self._digest
 
     def abort(self) -> None:
         """Close without writing what is left (the caller replaces the file)."""
@@ -290,43 +298,43 @@ class KeyGroupParquetWriter:
         self._file.close()
 
 
-class _HashingFile(io.RawIOBase):
-    """A file opened for writing that hashes what goes through it (with ``hash``, a hashlib-like object).
+def hash_written(path: Path, profile: ParquetProfile) -> dict[str, str]:
+    """The digest of a file just written with ``profile``, as its ``_metadata`` entry records it.
+
+    Hashed from the file once it is closed, not as the bytes go to it: the writer then writes to a
+    native Arrow sink (:class:`_NativeFile`), whereas a Python file object makes Arrow copy every
+    page into a new ``bytes`` and take the GIL for it (1 GB: a second copy of the data and ~500
+    allocations on the writer's thread); the file, in the page cache, is hashed from its mapped
+    pages (XXH3-128: ~50 ms a GB)."""
+    if profile.checksum == "xxh3_128" and xxhash is not None:
+        return {"xxh3_128": xxh3_128_file(path)}
+    return {"sha256": sha256_file(path)}
+
+
+class _NativeFile:
+    """A file opened for writing as an Arrow native sink (``sink``: C++ writes, no Python call per page).
 
     ``size_hint``: about the bytes that will be written (0: unknown). The file system then allocates
     them at once (Linux ``fallocate``, the file's size unchanged), not page by page as they are
     written (ext4: 0.15 s instead of 0.21 s of the writer's CPU for 1 GB); what is not written is
     given back when the file is closed."""
 
-    def __init__(self, path: Path, hash, size_hint: int = 0) -> None:
-        super().__init__()
-        self._f = open(path, "wb")
-        self.hash = hash
-        self._allocated = size_hint > 0 and _allocate(self._f.fileno(), size_hint)
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        self.hash.update(data)
-        return self._f.write(data)
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def flush(self) -> None:
-        if not self._f.closed:
-            self._f.flush()
+    def __init__(self, path: Path, size_hint: int = 0) -> None:
+        self.path = path
+        self.sink = pa.OSFile(str(path), mode="wb")
+        try:
+            self._allocated = size_hint > 0 and _allocate(self.sink.fileno(), size_hint)
+        except BaseException:
+            self.sink.close()
+            raise
 
     def close(self) -> None:
-        if not self._f.closed:
-            try:
-                if self._allocated:
-                    self._f.flush()
-                    os.ftruncate(self._f.fileno(), self._f.tell())  # (gives back the blocks past the end)
-            finally:
-                self._f.close()
-        super().close()
+        if self.sink.closed:
+            return
+        size = self.sink.tell()
+        self.sink.close()
+        if self._allocated:
+            os.truncate(self.path, size)  # (gives back the blocks past the end)
 
 
 _FALLOC_FL_KEEP_SIZE = 1
