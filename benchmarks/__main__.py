@@ -45,8 +45,14 @@ def has_smoke(mod) -> bool:
 
 
 def load_results(results_dir: Path) -> dict[str, dict]:
+    """Every benchmark's JSON in ``results_dir``, in the order of :func:`available`, then the runs kept beside
+    them under names of their own (``peers_10m``, ``checkpoints_busy``: a benchmark run with other options)."""
     results = {}
-    for name in available():
+    names = available()
+    # (fuzz.json is not a timing run: its counts and bug examples are summarised in docs/damaged-input.md)
+    extra = sorted(p.stem for p in results_dir.glob("*.json")
+                   if not p.stem.startswith("_") and p.stem not in names and p.stem != "fuzz")
+    for name in names + extra:
         p = results_dir / f"{name}.json"
         if p.is_file():
             try:
