@@ -120,8 +120,8 @@ from ..storage.sizes import parse_size
 from ..stored import ANALYSIS_BYTES_PER_ROW, StoredSnapshot, reader_for
 
 __all__ = ["AGGREGATE_SCHEMA", "DIFF_SCHEMA", "NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "aggregate_partition",
-           "check_read", "diff_rows", "from_json", "raise_state_error", "rank_hot_keys", "read_state", "register",
-           "to_json"]
+           "check_read", "diff_rows", "from_json", "merge_pieces", "raise_state_error", "rank_hot_keys", "read_state",
+           "register", "to_json"]
 
 #: the format name ``spark.read.format(...)`` takes
 NAME = "state-explorer"
@@ -577,6 +577,25 @@ def aggregate_partition(pieces: Iterable[pa.Table], operator: str, aggregate: st
                      "keys": pa.array(cols["keys"], pa.int64())})
 
 
+def merge_pieces(tables: list[pa.Table], top: int) -> pa.Table:
+    """One partition's ``aggregate=hot_keys`` rows from its pieces' (:func:`aggregate_partition` of each, disjoint
+    key groups): the key-group and listed-key rows as they are, and each ranking's top candidates chosen again
+    over all the pieces' candidates by the same rule (a piece's candidates hold its top ``top`` in the final
+    order, so theirs together hold the partition's)."""
+    t = pa.concat_tables(tables)
+    row = t.column("row")
+    is_top = pc.starts_with(row, "top:")
+    out = [t.filter(pc.invert(is_top))]
+    for name in sorted(set(row.filter(is_top).to_pylist())):
+        c = t.filter(pc.equal(row, name))
+        entries = _numpy(c.column("entries"), np.int64)
+        metric = entries if name == "top:entries" else _numpy(c.column("bytes"), np.int64)
+        keys = c.column("key").to_pylist()
+        chosen = _top_codes(np.arange(c.num_rows), metric, entries, top, lambda codes: [keys[i] for i in codes])
+        out.append(c.take(pa.array(np.sort(chosen), pa.int64())))
+    return pa.concat_tables(out)
+
+
 def _top_codes(held: np.ndarray, metric: np.ndarray, entries: np.ndarray, n: int, texts) -> np.ndarray:
     """The partition's candidates for the ``n`` top keys by ``metric`` (codes among ``held``): every key above
     the ``n``-th's (metric, entries), and the keys tied with it (past :data:`_TIE_ROWS` of them, the first in
@@ -885,7 +904,15 @@ class StateReader(DataSourceReader):
         reader = None
         try:
             reader = _cached_reader(partition.path, partition.fmt, partition.kwargs)
-            for lo, hi, only in partition.ranges():  # one piece of the range at a time (memory_budget)
+            ranges = partition.ranges()
+            if _aggregate_option(self.options) == "hot_keys" and len(ranges) > 1:
+                # the pieces' top candidates chosen again over the partition: the driver ranks no more than before
+                tables = [pa.Table.from_batches(list(self._read_range(partition, reader, lo, hi, only)),
+                                                schema=self.arrow_schema) for lo, hi, only in ranges]
+                yield from merge_pieces(tables, _int_option(self.options, "top", 10)).to_batches(
+                    max_chunksize=BATCH_ROWS)
+                return
+            for lo, hi, only in ranges:  # one piece of the range at a time (memory_budget)
                 yield from self._read_range(partition, reader, lo, hi, only)
         except StateExplorerError as exc:
             raise _with_partition(exc, partition) from exc
