@@ -54,6 +54,15 @@ Options (all strings in Spark; :func:`read_state` takes Python values and conver
     bytes as it takes (whole key groups: the engine's bytes per key group from its row groups,
     Flink's exact from the offsets); with ``splits``, the larger count wins. RocksDB instances and
     changelogs, read whole per subtask, are cut by ``splits`` only
+``memory_budget``
+    what one partition's task may hold at once (bytes, or a size such as ``"256MB"``; default
+    :data:`TASK_MEMORY_BUDGET`; ``"0"``: no limit): a partition whose key groups are read by range
+    reads, aggregates or diffs them in pieces of whole key groups whose rows (of both snapshots for
+    ``aggregate=diff``), at :data:`~explorer.stored.ANALYSIS_BYTES_PER_ROW` each, fit it, one piece
+    after the other (the one-machine analyses' key-group ranges, inside a task). A partition's
+    aggregates are then the pieces' (disjoint key groups: the sums and top keys merge the same way
+    as the partitions'). Partitions stay as ``partition_bytes`` plans them: the budget bounds a task's
+    memory, not the number of tasks
 ``aggregate``
     ``key_groups`` or ``hot_keys``: each partition aggregates what it read and sends only the
     aggregates (:data:`AGGREGATE_SCHEMA`), for :mod:`explorer.distributed.analysis`. Every entry of a key
@@ -107,11 +116,12 @@ from ..ranking import nth_largest
 from ..readers.base import CONTRACT_COLUMNS, KeyedStateQuery, convert_failure
 from ..readers.spark import SparkCheckpointReader
 from ..storage import as_path
-from ..stored import StoredSnapshot, reader_for
+from ..storage.sizes import parse_size
+from ..stored import ANALYSIS_BYTES_PER_ROW, StoredSnapshot, reader_for
 
 __all__ = ["AGGREGATE_SCHEMA", "DIFF_SCHEMA", "NAME", "SPARK_SCHEMA", "StateExplorerDataSource", "aggregate_partition",
-           "check_read", "diff_rows", "from_json", "raise_state_error", "rank_hot_keys", "read_state", "register",
-           "to_json"]
+           "check_read", "diff_rows", "from_json", "merge_pieces", "raise_state_error", "rank_hot_keys", "read_state",
+           "register", "to_json"]
 
 #: the format name ``spark.read.format(...)`` takes
 NAME = "state-explorer"
@@ -137,8 +147,8 @@ SPARK_SCHEMA = ", ".join(f"{c} {SPARK_TYPES[c]}" for c in CONTRACT_COLUMNS)
 #: the columns whose type differs from state to state: JSON text unless a schema says otherwise
 JSON_COLUMNS = ("key", "namespace", "user_key", "value")
 
-_SOURCE_OPTIONS = ("path", "operator", "state", "key_groups", "columns", "splits", "partition_bytes", "aggregate",
-                   "top", "by", "keys", "other", "diff_keys")
+_SOURCE_OPTIONS = ("path", "operator", "state", "key_groups", "columns", "splits", "partition_bytes", "memory_budget",
+                   "aggregate", "top", "by", "keys", "other", "diff_keys")
 _READER_OPTIONS = {
     "engine": ("verify",),
     "flink": ("ttl", "jars", "uids", "type_hints", "kryo_version", "pyflink"),
@@ -153,6 +163,10 @@ PARTITION_BYTES = 64 << 20
 #: state bytes of both snapshots together per partition of ``aggregate=diff`` (its default ``partition_bytes``):
 #: a partition holds both sides' rows of its range at once, about 2 M rows of an engine snapshot here
 DIFF_PARTITION_BYTES = 16 << 20
+#: what one partition's task holds at once (``memory_budget``): its key groups are read in pieces whose rows fit
+#: it. Two tasks run at once on ``local[2]``; measured on 100 M keys (``bench_scale --part spark``), a 64 MiB
+#: partition read whole peaked at 1.8-2.0 GB in its Python worker
+TASK_MEMORY_BUDGET = 256 << 20
 #: Flink handles whose key groups are read by range (key-group offsets into one stream)
 _SEEKING_FLINK_HANDLES = ("key-groups", "savepoint-key-groups")
 
@@ -262,10 +276,25 @@ def _int_option(options: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _budget_option(options: Mapping[str, str]) -> int:
+    """``memory_budget`` in bytes (0: no limit)."""
+    text = options.get("memory_budget")
+    if text is None or str(text).strip() == "":
+        return TASK_MEMORY_BUDGET
+    if str(text).strip() == "0":
+        return 0
+    try:
+        return parse_size(str(text).strip(), what="memory_budget", error=ReaderError)
+    except ReaderError as exc:
+        raise ReaderError(f"option {exc} of the {NAME} data source (what one partition's task holds at once; "
+                          "'0' for no limit)") from exc
+
+
 def _source_options(options: Mapping[str, str]) -> None:
     """Refuse bad values of the data source's own options (on the driver, before Spark plans the read)."""
     for name, default in (("splits", 1), ("partition_bytes", PARTITION_BYTES), ("top", 10)):
         _int_option(options, name, default)
+    _budget_option(options)
     _aggregate_option(options)
     keys = (options.get("diff_keys") or "changes").strip().lower()
     if keys not in DIFF_KEYS:
@@ -548,6 +577,25 @@ def aggregate_partition(pieces: Iterable[pa.Table], operator: str, aggregate: st
                      "keys": pa.array(cols["keys"], pa.int64())})
 
 
+def merge_pieces(tables: list[pa.Table], top: int) -> pa.Table:
+    """One partition's ``aggregate=hot_keys`` rows from its pieces' (:func:`aggregate_partition` of each, disjoint
+    key groups): the key-group and listed-key rows as they are, and each ranking's top candidates chosen again
+    over all the pieces' candidates by the same rule (a piece's candidates hold its top ``top`` in the final
+    order, so theirs together hold the partition's)."""
+    t = pa.concat_tables(tables)
+    row = t.column("row")
+    is_top = pc.starts_with(row, "top:")
+    out = [t.filter(pc.invert(is_top))]
+    for name in sorted(set(row.filter(is_top).to_pylist())):
+        c = t.filter(pc.equal(row, name))
+        entries = _numpy(c.column("entries"), np.int64)
+        metric = entries if name == "top:entries" else _numpy(c.column("bytes"), np.int64)
+        keys = c.column("key").to_pylist()
+        chosen = _top_codes(np.arange(c.num_rows), metric, entries, top, lambda codes: [keys[i] for i in codes])
+        out.append(c.take(pa.array(np.sort(chosen), pa.int64())))
+    return pa.concat_tables(out)
+
+
 def _top_codes(held: np.ndarray, metric: np.ndarray, entries: np.ndarray, n: int, texts) -> np.ndarray:
     """The partition's candidates for the ``n`` top keys by ``metric`` (codes among ``held``): every key above
     the ``n``-th's (metric, entries), and the keys tied with it (past :data:`_TIE_ROWS` of them, the first in
@@ -594,13 +642,25 @@ class StatePartition(InputPartition):
 
     def __init__(self, path: str, fmt: str, kwargs: dict[str, Any], operator: str, subtask: int,
                  key_groups: tuple[int, int], states: tuple[str, ...] | None,
-                 only: tuple[int, ...] | None, other: tuple[str, str, dict[str, Any]] | None = None) -> None:
+                 only: tuple[int, ...] | None, other: tuple[str, str, dict[str, Any]] | None = None,
+                 pieces: tuple[tuple[int, int], ...] | None = None) -> None:
         super().__init__((operator, subtask, key_groups))
         self.path, self.fmt, self.kwargs = path, fmt, kwargs
         self.operator, self.subtask, self.key_groups = operator, subtask, key_groups
         self.states, self.only = states, only
         #: ``aggregate=diff``: the second snapshot's (path, format, reader options), read over the same range
         self.other = other
+        #: the key-group ranges the task reads one after the other (``memory_budget``); None: all at once
+        self.pieces = pieces
+
+    def ranges(self) -> list[tuple[int, int, tuple[int, ...] | None]]:
+        """``(lo, hi, only)`` of each piece read in turn (``only``: the asked key groups in it, or None)."""
+        out = []
+        for lo, hi in self.pieces or (self.key_groups,):
+            only = None if self.only is None else tuple(k for k in self.only if lo <= k <= hi)
+            if only is None or only:
+                out.append((lo, hi, only))
+        return out
 
     def __repr__(self) -> str:
         return (f"StatePartition({self.operator!r}, subtask={self.subtask}, key_groups={self.key_groups[0]}.."
@@ -706,6 +766,35 @@ class _Side:
         out = self._bytes[operator]
         return np.pad(out, (0, max(0, m - len(out))))[:m]
 
+    def rows_per_key_group(self, operator: str, states: Iterable[str] | None, m: int) -> np.ndarray:
+        """The rows of the operator's ``states`` (None: all) per key group ``0..m-1`` as the reader's metadata
+        tells (engine: its row groups; Flink: an upper estimate from the key-group offsets), else from the
+        bytes (:data:`~explorer.analysis._ranges.ROWS_PER_FILE_BYTE`, an over-count)."""
+        query = KeyedStateQuery(operators=frozenset([operator]),
+                                states=None if states is None else frozenset(states))
+        rows = self.reader.key_group_rows(query)
+        if rows is None:
+            rows = self.bytes_per_key_group(operator, m) / 12
+        rows = np.asarray(rows, dtype=np.float64)
+        return np.pad(rows, (0, max(0, m - len(rows))))[:m]
+
+
+def _pieces(lo: int, hi: int, rows: np.ndarray, budget: int) -> tuple[tuple[int, int], ...] | None:
+    """``lo..hi`` cut into ranges of whole key groups whose ``rows`` (per key group) at
+    :data:`~explorer.stored.ANALYSIS_BYTES_PER_ROW` each fit ``budget`` (a key group above it alone; empty key
+    groups join their neighbours); None when the whole range fits (or no budget)."""
+    if budget <= 0 or float(rows[lo: hi + 1].sum()) * ANALYSIS_BYTES_PER_ROW <= budget:
+        return None
+    cap = budget / ANALYSIS_BYTES_PER_ROW
+    out, start, acc = [], lo, 0.0
+    for kg in range(lo, hi + 1):
+        if acc and acc + rows[kg] > cap:
+            out.append((start, kg - 1))
+            start, acc = kg, 0.0
+        acc += rows[kg]
+    out.append((start, hi))
+    return tuple(out)
+
 
 def _same_key_groups(a: _Side, b: _Side) -> None:
     """Refuse a diff by key-group ranges of two snapshots whose common operators differ in max parallelism."""
@@ -775,6 +864,7 @@ class StateReader(DataSourceReader):
         agg = _aggregate_option(self.options)
         per_part = _int_option(self.options, "partition_bytes", DIFF_PARTITION_BYTES if agg == "diff"
                                else PARTITION_BYTES)
+        budget = _budget_option(self.options)
         other = _Side.of(self.options["other"], kwargs) if agg == "diff" else None
         sides = [side] if other is None else [side, other]
         if operators is not None:
@@ -795,57 +885,76 @@ class StateReader(DataSourceReader):
                 if per_part and seeks:
                     weights = sum(s.bytes_per_key_group(name, hi + 1) for s in sides)
                     cuts = max(cuts, -(-int(round(float(weights[lo: hi + 1].sum()))) // per_part))  # sized by bytes
+                rows = None
+                if budget and seeks:  # read by range: a task reads its range in pieces that fit the budget
+                    rows = sum(s.rows_per_key_group(name, states, hi + 1) for s in sides)
+                    if only is not None:
+                        rows = np.where(np.isin(np.arange(len(rows)), list(only)), rows, 0.0)
                 for a, b in _cut(lo, hi, weights, cuts):
                     if only is not None and not any(a <= k <= b for k in only):
                         continue
                     part_only = None if only is None else tuple(sorted(k for k in only if a <= k <= b))
                     out.append(StatePartition(side.path, side.fmt, side.kwargs, name, subtask, (a, b),
                                               None if states is None else tuple(states), part_only,
-                                              None if other is None else (other.path, other.fmt, other.kwargs)))
+                                              None if other is None else (other.path, other.fmt, other.kwargs),
+                                              pieces=None if rows is None else _pieces(a, b, rows, budget)))
         return out
 
     def read(self, partition: StatePartition) -> Iterator[pa.RecordBatch]:
         reader = None
         try:
             reader = _cached_reader(partition.path, partition.fmt, partition.kwargs)
-            lo, hi = partition.key_groups
-            groups = frozenset(partition.only) if partition.only is not None else frozenset(range(lo, hi + 1))
-            agg = _aggregate_option(self.options)
-            if agg == "diff":
-                table = self._diff(partition, reader)
-                yield from table.cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
+            ranges = partition.ranges()
+            if _aggregate_option(self.options) == "hot_keys" and len(ranges) > 1:
+                # the pieces' top candidates chosen again over the partition: the driver ranks no more than before
+                tables = [pa.Table.from_batches(list(self._read_range(partition, reader, lo, hi, only)),
+                                                schema=self.arrow_schema) for lo, hi, only in ranges]
+                yield from merge_pieces(tables, _int_option(self.options, "top", 10)).to_batches(
+                    max_chunksize=BATCH_ROWS)
                 return
-            columns = _AGGREGATE_READ if agg else tuple(self.arrow_schema.names)  # a reader may skip the values
-            query = KeyedStateQuery(operators=frozenset([partition.operator]),
-                                    states=None if partition.states is None else frozenset(partition.states),
-                                    key_groups=groups,
-                                    columns=None if set(CONTRACT_COLUMNS) <= set(columns) else columns)
-            if agg:
-                table = aggregate_partition(reader.keyed_pieces(query), partition.operator, agg,
-                                            top=_int_option(self.options, "top", 10),
-                                            by=_names(self.options.get("by")) or ["bytes"],
-                                            keys=_names(self.options.get("keys")))
-                yield from table.cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
-                return
-            for piece in reader.keyed_pieces(query):
-                if not piece.num_rows:
-                    continue
-                table = _spark_piece(piece, self.arrow_schema)
-                yield from table.to_batches(max_chunksize=BATCH_ROWS)
+            for lo, hi, only in ranges:  # one piece of the range at a time (memory_budget)
+                yield from self._read_range(partition, reader, lo, hi, only)
         except StateExplorerError as exc:
             raise _with_partition(exc, partition) from exc
         except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
             err = convert_failure(exc, partition.path, getattr(reader, "current_file", None))
             raise _with_partition(err, partition) from exc
 
+    def _read_range(self, partition: StatePartition, reader: Any, lo: int, hi: int,
+                    only: tuple[int, ...] | None) -> Iterator[pa.RecordBatch]:
+        """The batches of key groups ``lo..hi`` (``only``: these of them) of the partition: its rows, or what
+        ``aggregate=`` makes of them."""
+        groups = frozenset(only) if only is not None else frozenset(range(lo, hi + 1))
+        agg = _aggregate_option(self.options)
+        if agg == "diff":
+            table = self._diff(partition, reader, lo, hi, only)
+            yield from table.cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
+            return
+        columns = _AGGREGATE_READ if agg else tuple(self.arrow_schema.names)  # a reader may skip the values
+        query = KeyedStateQuery(operators=frozenset([partition.operator]),
+                                states=None if partition.states is None else frozenset(partition.states),
+                                key_groups=groups,
+                                columns=None if set(CONTRACT_COLUMNS) <= set(columns) else columns)
+        if agg:
+            table = aggregate_partition(reader.keyed_pieces(query), partition.operator, agg,
+                                        top=_int_option(self.options, "top", 10),
+                                        by=_names(self.options.get("by")) or ["bytes"],
+                                        keys=_names(self.options.get("keys")))
+            yield from table.cast(self.arrow_schema).to_batches(max_chunksize=BATCH_ROWS)
+            return
+        for piece in reader.keyed_pieces(query):
+            if not piece.num_rows:
+                continue
+            table = _spark_piece(piece, self.arrow_schema)
+            yield from table.to_batches(max_chunksize=BATCH_ROWS)
 
-    def _diff(self, partition: StatePartition, reader: Any) -> pa.Table:
-        """``aggregate=diff``: the local diff of the partition's key-group range of both snapshots
+    def _diff(self, partition: StatePartition, reader: Any, lo: int, hi: int,
+              only: tuple[int, ...] | None) -> pa.Table:
+        """``aggregate=diff``: the local diff of key groups ``lo..hi`` of both snapshots
         (:func:`explorer.analysis.diff.diff_key_groups`), as :func:`diff_rows`."""
         a = _cached_stored(partition.path, partition.fmt, partition.kwargs, reader)
         b = _cached_stored(*partition.other)
-        lo, hi = partition.key_groups
-        d = diff_key_groups(a, b, lo, hi, partition.only, operator=partition.operator, state=partition.states,
+        d = diff_key_groups(a, b, lo, hi, only, operator=partition.operator, state=partition.states,
                             unchanged=True)
         return diff_rows(d, (self.options.get("diff_keys") or "changes").strip().lower())
 

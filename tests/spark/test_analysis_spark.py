@@ -134,3 +134,43 @@ def test_diff_of_another_max_parallelism_joins_the_keys(spark):
     d = local.diff(explorer.open(a), explorer.open(b))
     got = on_spark.diff_summary(a, b, spark=spark)
     pd.testing.assert_frame_equal(got, _sorted(local.diff_summary(d), ["operator", "state"]), check_dtype=False)
+
+
+@pytest.mark.parametrize("a,b", [
+    ("sample_data/url_counts/checkpoints/chk-2", "sample_data/url_counts/checkpoints/chk-5"),  # engine row groups
+    (FLINK_HEAP, "sample_data/flink/heap-checkpoint-compressed"),  # Flink key-group offsets
+])
+def test_a_task_reads_its_range_in_pieces_within_its_memory_budget(spark, a, b):
+    """memory_budget: a partition reads, aggregates and diffs its key groups piece by piece (a tiny budget here:
+    a few key groups per piece, or one); the pieces tile its range, and every answer stays the local one."""
+    from pathlib import Path
+
+    from explorer.distributed.datasource import StateExplorerDataSource
+    from explorer.errors import ReaderError
+    from explorer.spark import read_state
+
+    tiny = "64KB"
+    schema = read_state(spark, a).schema
+    parts = StateExplorerDataSource({"path": str(Path(a).absolute()), "memory_budget": tiny}).reader(schema).partitions()
+    assert any(p.pieces is not None and len(p.pieces) > 1 for p in parts)
+    for p in parts:
+        pieces = p.pieces or (p.key_groups,)
+        assert pieces[0][0] == p.key_groups[0] and pieces[-1][1] == p.key_groups[1]
+        assert all(x[1] + 1 == y[0] for x, y in zip(pieces, pieces[1:]))
+    whole = StateExplorerDataSource({"path": str(Path(a).absolute())}).reader(schema).partitions()
+    assert [p.key_groups for p in whole] == [p.key_groups for p in parts]  # the budget cuts tasks, not partitions
+    assert all(p.pieces is None for p in whole)  # the default budget holds these small snapshots whole
+    snap = explorer.open(a)
+    assert read_state(spark, a, memory_budget=tiny).count() == len(snap.keyed_state())
+    pd.testing.assert_frame_equal(on_spark.key_group_distribution(a, spark=spark, memory_budget=tiny),
+                                  local.key_group_distribution(snap), check_dtype=False)
+    for by in ("bytes", "entries"):
+        pd.testing.assert_frame_equal(on_spark.hot_keys(a, n=7, by=by, spark=spark, memory_budget=tiny),
+                                      local.hot_keys(snap, n=7, by=by), check_dtype=False)
+    d = local.diff(snap, explorer.open(b))
+    got = on_spark.diff_summary(a, b, spark=spark, memory_budget=tiny)
+    pd.testing.assert_frame_equal(got, _sorted(local.diff_summary(d), ["operator", "state"]), check_dtype=False)
+    changes = on_spark.diff(a, b, unchanged=False, spark=spark, memory_budget=tiny).toPandas()
+    assert _diff_rows(changes, True) == _diff_rows(d[d["status"] != "unchanged"], False)
+    with pytest.raises(ReaderError, match="memory_budget='lots'"):
+        read_state(spark, a, memory_budget="lots")

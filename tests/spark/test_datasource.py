@@ -246,3 +246,30 @@ def test_diff_aggregate_options_are_checked(spark):
         read_state(spark, flink, aggregate="diff", other="sample_data/flink/maxp1000-heap-canonical-savepoint")
     with pytest.raises(ReaderError, match="expected aggregate='diff' with it"):
         read_state(spark, flink, other=flink)
+
+
+def test_a_partitions_pieces_merge_to_the_same_top_candidates(monkeypatch):
+    """Without Spark: a partition read in pieces (memory_budget) sends its key-group rows as they are and its top
+    candidates chosen again over the pieces' (a piece's ties sent whole would otherwise reach the driver once per
+    piece): the final ranking is the one of the whole partition."""
+    from explorer.distributed import datasource as ds
+
+    keys = [f"k{i:03d}" for i in range(60)]
+    sizes = [100] * 60
+    sizes[7], sizes[41] = 500, 300
+    kgs = [i % 6 for i in range(60)]
+    whole = ds.aggregate_partition([_piece(keys, kgs, sizes)], "op", "hot_keys", top=3, by=["bytes", "entries"])
+    pieces = [ds.aggregate_partition([_piece([k for k, g in zip(keys, kgs) if g in part],
+                                             [g for g in kgs if g in part],
+                                             [b for b, g in zip(sizes, kgs) if g in part])],
+                                     "op", "hot_keys", top=3, by=["bytes", "entries"]) for part in ((0, 1), (2, 3), (4, 5))]
+    monkeypatch.setattr(ds, "_TIE_ROWS", 8)  # the pieces' 18-19 tied keys each sent whole, the partition's 58 cut
+    merged = ds.merge_pieces(pieces, top=3).to_pandas()
+    assert (merged["row"] == "key_group").sum() == 6
+    for by in ("bytes", "entries"):
+        rows = merged[merged["row"] == f"top:{by}"]
+        assert len(rows) == 3
+        cols = ["operator", "key", "key_group", "entries", "bytes"]
+        w = whole.to_pandas()
+        assert ds.rank_hot_keys(rows[cols], by, 3)["key"].tolist() == \
+            ds.rank_hot_keys(w[w["row"] == f"top:{by}"][cols], by, 3)["key"].tolist()
