@@ -417,6 +417,15 @@ class ColumnarValueTable(StateTable):
         for s, kg, v in zip(order.tolist(), self._kg[order].tolist(), self.values[order].tolist()):
             yield (kg, keys[s], None, None, v, None)
 
+    def snapshot_columns(self) -> ColumnSnapshot:
+        """The rows copied column-wise at the barrier: the live slots in :meth:`rows`' order, their
+        key groups and values copied out of the arrays (plain numbers: the copy is the snapshot),
+        the keys as references. No tuple per row, as :meth:`rows` would make in the synchronous phase."""
+        order = self._order()
+        keys = self._keys
+        return ColumnSnapshot(StateKind.VALUE, False, self._kg[order].tolist(), list(map(keys.__getitem__, order.tolist())),
+                              [None] * len(order), None, self.values[order].tolist())
+
     def entries_per_key_group(self) -> dict[int, int]:
         n = self._n
         kg = self._kg[:n][self._live[:n]]
