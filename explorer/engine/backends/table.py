@@ -63,6 +63,10 @@ class ColumnSnapshot:
 class StateTable(ABC):
     """Storage of one keyed state in one backend."""
 
+    #: what a checkpoint writer keeps of this table between checkpoints to reuse (an
+    #: optimisation only: :class:`explorer.engine.checkpoint.list_reuse.ListReuse`), or None
+    snapshot_reuse: Any = None
+
     def __init__(self, descriptor: StateDescriptor, key_groups: KeyGroupRange) -> None:
         self.descriptor = descriptor
         self.kind: StateKind = descriptor.kind

@@ -41,6 +41,7 @@ from ..operators import KeyedOperatorBase, SourceOperator
 from ..state import StateKind
 from ..ttl import is_expired
 from . import sst_view
+from .list_reuse import ListReuse
 
 
 @dataclass
@@ -51,6 +52,7 @@ class StateCapture:
     user_key: Any
     expire: tuple[int, int] | None = None  # (ttl_ms, now_ms): drop expired rows when reading the view
     columns: ColumnSnapshot | None = None  # the rows copied column-wise (a heap table): written instead of rows
+    reuse: ListReuse | None = None  # the long lists of ``columns`` converted at the table's last checkpoint
 
 
 class PinnedView:
@@ -160,11 +162,14 @@ def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = 
             desc = table.descriptor
             ttl = getattr(desc, "ttl", None)
             expire = (ttl.ttl_ms, now_ms) if ttl is not None and ttl.cleanup.full_snapshot else None
-            columns = None
+            columns = reuse = None
             if cap.view is not None:
                 rows = None
             elif expire is None and (columns := table.snapshot_columns()) is not None:
                 rows = None  # references copied column-wise; the columns are built when written
+                if table.snapshot_reuse is None and ListReuse.applies(table):
+                    table.snapshot_reuse = ListReuse(desc.value_info)
+                reuse = table.snapshot_reuse
             else:
                 rows = list(table.rows())
                 if expire is not None:
@@ -175,7 +180,7 @@ def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = 
                 uk = "index"
             else:
                 uk = None
-            cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk, expire, columns))
+            cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk, expire, columns, reuse))
         for domain, q in (("event_time", op.event_timers), ("processing_time", op.processing_timers)):
             for t in q:
                 cap.timers.append((t.key_group, t.key, t.namespace, t.timestamp, domain))
@@ -234,7 +239,10 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
             path = folder / rel
             digest = None
             if sc.columns is not None:
-                table, kinds = columns_to_table(value_info=sc.value_info, user_key=sc.user_key, **sc.columns.columns())
+                cols = sc.columns.columns()
+                if sc.reuse is not None:
+                    cols["values"] = sc.reuse.values(sc.columns)
+                table, kinds = columns_to_table(value_info=sc.value_info, user_key=sc.user_key, **cols)
                 groups, rows = write_parquet_by_key_group(table, path, profile=profile), table.num_rows
             elif sc.rows is None:
                 groups, rows, kinds, digest = _write_view_state(cap.view, sc, path, profile)
