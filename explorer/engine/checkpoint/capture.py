@@ -163,12 +163,12 @@ def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = 
             ttl = getattr(desc, "ttl", None)
             expire = (ttl.ttl_ms, now_ms) if ttl is not None and ttl.cleanup.full_snapshot else None
             columns = reuse = None
+            if cap.view is None and expire is None and table.snapshot_reuse is None and ListReuse.applies(table):
+                table.snapshot_reuse = ListReuse(table)  # from now on taken copy-on-write
             if cap.view is not None:
                 rows = None
             elif expire is None and (columns := table.snapshot_columns()) is not None:
                 rows = None  # references copied column-wise; the columns are built when written
-                if table.snapshot_reuse is None and ListReuse.applies(table):
-                    table.snapshot_reuse = ListReuse(desc.value_info)
                 reuse = table.snapshot_reuse
             else:
                 rows = list(table.rows())
@@ -239,9 +239,7 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
             path = folder / rel
             digest = None
             if sc.columns is not None:
-                cols = sc.columns.columns()
-                if sc.reuse is not None:
-                    cols["values"] = sc.reuse.values(sc.columns)
+                cols = sc.columns.columns(None if sc.reuse is None else sc.reuse.values(sc.columns))
                 table, kinds = columns_to_table(value_info=sc.value_info, user_key=sc.user_key, **cols)
                 groups, rows = write_parquet_by_key_group(table, path, profile=profile), table.num_rows
             elif sc.rows is None:

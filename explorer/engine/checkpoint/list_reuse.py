@@ -1,110 +1,137 @@
-"""Long lists of a heap list state converted once, not at every checkpoint.
+"""A heap list state checkpointed copy-on-write, its long lists converted once.
 
 A heap checkpoint writes the whole state each time (a full snapshot, as Flink's
-HashMap backend does), and most of its asynchronous part is turning the
-elements into Arrow values: reading each element's fields from wherever the
-object lies in memory. A list state that only grows (a session's events, a
-window's elements) holds, at each checkpoint, the same element objects as at the
-one before plus a few new ones at the end; when its type is immutable
-(:attr:`~explorer.format.types.TypeInfo.immutable`: numbers, strings, frozen
-dataclasses of those), the same object converts to the same Arrow value, so
-what was converted for it before is reused.
+HashMap backend does). Its cost was touching every element twice a checkpoint:
+the synchronous phase copied a reference to each (CPython writes to every object
+it references: a cache miss per element, the elements lying all over memory), and
+the asynchronous one read each element's fields again to make Arrow values. A
+list state that only grows (a session's events, a window's elements) holds, at
+each checkpoint, the same element objects as at the one before plus a few new
+ones at its end.
 
-:class:`ListReuse` keeps, per address of a long list (``MIN_ELEMENTS`` or more),
-the element objects it converted last time and their Arrow values. At the next
-checkpoint an address whose list still starts with *the very same objects*
-(checked by identity, element by element, never by equality) has only its new
-tail converted; anything else (a list replaced, cleared, reordered, shortened,
-an element swapped) is converted whole, as before. The table written is the same
-either way. What it keeps is replaced by each checkpoint's own (lists gone since
-are forgotten), so it holds at most one checkpoint's long lists, and it is only
-an optimisation: a restored or a new table starts without it.
+So, as Flink's copy-on-write state maps do, the synchronous phase takes each list
+by reference with its length (:meth:`HeapStateTable.snapshot_columns
+<explorer.engine.backends.heap.HeapStateTable.snapshot_columns>` once this table
+has a :class:`ListReuse`): the table only ever appends to a list it holds, and
+hands out a copy of one while a snapshot may still read it, so a snapshot's
+elements are the first ``n`` of each list, untouched. And when the state's type is
+immutable (:attr:`~explorer.format.types.TypeInfo.immutable`: numbers, strings,
+frozen dataclasses of those), the same object converts to the same Arrow value:
+per list of ``MIN_ELEMENTS`` or more, :class:`ListReuse` keeps the list object,
+how many of its elements it converted and their Arrow values, and the next
+checkpoint converts only that list's new tail. A list that left the table in
+between (:meth:`ListReuse.forget`, called by the table's ``pop_many``, the only way
+out) or is another object (replaced, cleared) is converted whole. The table
+written is the same either way.
+
+What is kept is replaced by each checkpoint's own (lists gone since are
+forgotten), so it holds at most one checkpoint's long lists, and it is an
+optimisation only: a restored or a new table starts without it.
 """
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import is_
+import threading
+from itertools import chain
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from ...format.types import TypeInfo
+from ..backends.heap import HeapStateTable
 from ..backends.table import ColumnSnapshot, StateTable
 from ..descriptors import StateKind
 
 __all__ = ["MIN_ELEMENTS", "ListReuse"]
 
-#: lists shorter than this are converted at every checkpoint (their count is bounded by the
-#: elements over this; what reuse saves on them would go to Python work per address)
+#: lists shorter than this are converted at every checkpoint (what reuse would save on them
+#: goes to Python work and an Arrow piece per list)
 MIN_ELEMENTS = 256
 
 
 class ListReuse:
     """What one heap list state's last checkpoint converted for its long lists (see the module doc)."""
 
-    __slots__ = ("value_info", "_kept")
+    __slots__ = ("table", "_kept", "_stale", "_lock", "_writing")
 
-    def __init__(self, value_info: TypeInfo) -> None:
-        self.value_info = value_info
-        #: (key_group, key, namespace) -> (the element objects converted, their Arrow values)
-        self._kept: dict[tuple[Any, Any, Any], tuple[list[Any], pa.Array]] = {}
+    def __init__(self, table: HeapStateTable) -> None:
+        self.table = table
+        #: (key_group, key, namespace) -> (the list, how many of its elements were converted, their values)
+        self._kept: dict[tuple[Any, Any, Any], tuple[list[Any], int, pa.Array]] = {}
+        #: ids of lists handed out by the table since the last conversion (their reuse is off)
+        self._stale: set[int] = set()
+        self._lock = threading.Lock()
+        self._writing = threading.Lock()  # one conversion at a time (concurrent checkpoints)
 
     @staticmethod
     def applies(table: StateTable) -> bool:
-        """Whether ``table``'s snapshots can reuse conversions: list state of an immutable type,
-        without TTL (its elements are (value, last access) pairs made anew on access)."""
-        return table.kind is StateKind.LIST and not table.has_ttl and table.descriptor.value_info.immutable
+        """Whether ``table``'s snapshots can reuse conversions: a heap list state of an immutable
+        type, without TTL (its elements are (value, last access) pairs made anew on access)."""
+        return (isinstance(table, HeapStateTable) and table.kind is StateKind.LIST and not table.has_ttl
+                and table.descriptor.value_info.immutable)
 
-    def values(self, snap: ColumnSnapshot) -> pa.Array | list[Any]:
-        """The Arrow values of ``snap``'s elements, in order: what ``value_info.to_arrow_array``
-        of them makes (the elements themselves when no list is long: converted as before).
+    def forget(self, lists: list[list[Any]]) -> None:
+        """These lists left the table (the caller may change them): never reuse what was converted of them."""
+        if lists:
+            with self._lock:
+                self._stale.update(map(id, lists))
 
-        Runs in the asynchronous phase; the reuse kept is replaced by this snapshot's in one
-        assignment, so two writes at once (concurrent checkpoints) each see a whole one."""
-        counts = np.asarray(snap.counts, dtype=np.int64)
-        entries = snap.entries
-        long_ = np.flatnonzero(counts >= MIN_ELEMENTS)
+    def values(self, snap: ColumnSnapshot) -> pa.Array:
+        """The Arrow values of ``snap``'s elements in order: what ``value_info.to_arrow_array``
+        of them makes. Runs in the asynchronous phase; releases ``snap``'s lists when done."""
+        try:
+            with self._writing:
+                return self._values(snap)
+        finally:
+            if snap.lists is not None:
+                self.table.release_snapshot(snap)
+
+    def _values(self, snap: ColumnSnapshot) -> pa.Array:
+        info = self.table.descriptor.value_info
+        if snap.lists is None:  # taken by reference per element (no reuse kept for it)
+            return info.to_arrow_array(snap.entries)
+        with self._lock:
+            stale, self._stale = self._stale, set()
+        lists, counts = snap.lists, snap.counts
         kept = self._kept
-        if not len(long_):
-            if kept:
-                self._kept = {}
-            return entries
-        ends = np.cumsum(counts)
-        starts = (ends - counts)[long_].tolist()
-        lens = counts[long_].tolist()
-        idx = long_.tolist()
+        c = np.asarray(counts, dtype=np.int64)
+        long_ = np.flatnonzero(c >= MIN_ELEMENTS).tolist()
         kgs, keys, nss = snap.key_groups, snap.keys, snap.namespaces
-        # the elements to convert now: everything but the reused heads, in order
-        fresh: list[Any] = []
-        plan: list[tuple[int, int, pa.Array | None, int]] = []  # per long list: fresh from, to, reused head, its length
-        pos = 0
-        for i, s, n in zip(idx, starts, lens):
-            fresh += entries[pos:s]
+        # per long list, the head converted before that is still its head (the same list object,
+        # not handed out since, at least as long): reused; every other element is converted now
+        heads: list[tuple[int, int, pa.Array | None]] = []  # (address, converted before, their values)
+        skip = [0] * len(lists)
+        for i in long_:
+            lst = lists[i]
             old = kept.get((kgs[i], keys[i], nss[i]))
-            m = 0
-            head = None
-            if old is not None and len(old[0]) <= n and all(map(is_, entries[s:s + len(old[0])], old[0])):
-                m, head = len(old[0]), old[1]
-            a = len(fresh)
-            fresh += entries[s + m:s + n]
-            plan.append((a, len(fresh), head, m))
-            pos = s + n
-        fresh += entries[pos:]
-        converted = self.value_info.to_arrow_array(fresh)
+            if old is not None and old[0] is lst and old[1] <= counts[i] and id(lst) not in stale:
+                skip[i] = old[1]
+                heads.append((i, old[1], old[2]))
+            else:
+                heads.append((i, 0, None))
+        fresh_counts = c - np.asarray(skip, dtype=np.int64)
+        fresh = list(chain.from_iterable(map(list.__getitem__, lists, map(slice, skip, counts))))
+        converted = info.to_arrow_array(fresh)
+        ends = np.cumsum(fresh_counts).tolist()
         pieces: list[pa.Array] = []
-        new_kept: dict[tuple[Any, Any, Any], tuple[list[Any], pa.Array]] = {}
+        new_kept: dict[tuple[Any, Any, Any], tuple[list[Any], int, pa.Array]] = {}
         done = 0
-        for (a, b, head, m), i, s, n in zip(plan, idx, starts, lens):
-            tail = converted.slice(a, b - a)
-            if a > done:
-                pieces.append(converted.slice(done, a - done))
-            whole = tail if head is None else pa.concat_arrays([head, tail])
-            pieces.append(whole)
-            new_kept[(kgs[i], keys[i], nss[i])] = (entries[s:s + n], whole)
-            done = b
+        for i, m, head in heads:
+            n_fresh = int(fresh_counts[i])
+            at = ends[i] - n_fresh  # where this list's new elements start among the converted
+            tail = converted.slice(at, n_fresh)
+            if head is not None:
+                if at > done:
+                    pieces.append(converted.slice(done, at - done))
+                pieces.append(head)
+                done = at
+                whole = pa.concat_arrays([head, tail])
+            else:
+                whole = pa.concat_arrays([tail])  # its own buffers, not the whole conversion's
+            new_kept[(kgs[i], keys[i], nss[i])] = (lists[i], int(counts[i]), whole)
+        self._kept = new_kept
+        if not pieces:
+            return converted
         if done < len(converted):
             pieces.append(converted.slice(done))
-        self._kept = new_kept
-        return pa.concat_arrays(pieces) if pieces else converted
+        return pa.concat_arrays(pieces)
