@@ -363,6 +363,9 @@ class ColumnarValueTable(StateTable):
         self.values = np.zeros(1024, dtype=self.dtype)
         self._live = np.zeros(1024, dtype=bool)
         self._n = 0
+        #: the live slots in rows' order with their key groups, keys and namespaces, for snapshots,
+        #: while no key is added (``_n``, the first item) or removed (then it is dropped)
+        self._layout: tuple[int, np.ndarray, list, list, list] | None = None
         #: per key dictionary of a columnar source: the slot of each dictionary value (-1: not known yet)
         self._dict_slots: dict[int, tuple[Any, np.ndarray]] = {}
 
@@ -441,6 +444,7 @@ class ColumnarValueTable(StateTable):
         if s is not None:
             self._live[s] = False
             self._keys[s] = None
+            self._layout = None
             self._dict_slots.clear()  # remembered slots may point at this one
 
     def map_get(self, key_group, key, namespace, user_key):
@@ -473,10 +477,14 @@ class ColumnarValueTable(StateTable):
         """The rows copied column-wise at the barrier: the live slots in :meth:`rows`' order, their
         key groups and values copied out of the arrays (plain numbers: the copy is the snapshot),
         the keys as references. No tuple per row, as :meth:`rows` would make in the synchronous phase."""
-        order = self._order()
-        keys = self._keys
-        return ColumnSnapshot(StateKind.VALUE, False, self._kg[order].tolist(), list(map(keys.__getitem__, order.tolist())),
-                              [None] * len(order), None, self.values[order].tolist())
+        layout = self._layout
+        if layout is None or layout[0] != self._n:  # keys added or removed since the last one
+            order = self._order()
+            keys = self._keys
+            layout = self._layout = (self._n, order, self._kg[order].tolist(),
+                                     list(map(keys.__getitem__, order.tolist())), [None] * len(order))
+        _, order, kgs, keys, nss = layout  # shared by the snapshots of one layout, which never change them
+        return ColumnSnapshot(StateKind.VALUE, False, kgs, keys, nss, None, self.values[order].tolist())
 
     def entries_per_key_group(self) -> dict[int, int]:
         n = self._n

@@ -153,3 +153,21 @@ def test_columnar_value_table_snapshot_makes_the_rows_table(dtype):
     t.remove(*next(iter(list(t.addresses())[1:2])))
     again, _ = columns_to_table(value_info=desc.value_info, user_key=None, **snap.columns())
     assert again.equals(got)
+
+
+def test_columnar_value_table_snapshots_follow_added_and_removed_keys():
+    """Snapshots between which keys are only updated share their layout; one taken after a key
+    was added or removed has its own, and each makes its own rows' table."""
+    desc = ValueStateDescriptor("count", int)
+    t = ColumnarValueTable(desc, KeyGroupRange(0, 7), "int64")
+    for i in range(20):
+        t.put(i % 8, f"k{i}", None, i)
+    tables = [_same(t, desc.value_info, None)]
+    t.put(3, "k3", None, 99)  # an update only
+    tables.append(_same(t, desc.value_info, None))
+    t.put(2, "new", None, 5)  # a key added
+    tables.append(_same(t, desc.value_info, None))
+    t.remove(3, "k3", None)  # a key removed
+    tables.append(_same(t, desc.value_info, None))
+    assert [x.num_rows for x in tables] == [20, 20, 21, 20]
+    assert tables[1].column("value").to_pylist()[tables[1].column("key").to_pylist().index("k3")] == 99
