@@ -39,6 +39,7 @@ from ..backends.rocksdb import StagingDir
 from ..backends.table import ColumnSnapshot
 from ..operators import KeyedOperatorBase, SourceOperator
 from ..state import StateKind
+from ..timers import TimerSnapshot
 from ..ttl import is_expired
 from . import sst_view
 from .list_reuse import ListReuse
@@ -119,6 +120,7 @@ class SubtaskCapture:
     key_group_range: tuple[int, int] | None
     states: list[StateCapture] = field(default_factory=list)
     timers: list[tuple] = field(default_factory=list)
+    timer_snapshots: list[tuple[str, TimerSnapshot]] = field(default_factory=list)  # listed into ``timers`` when written
     operator_lists: dict[str, dict[str, Any]] = field(default_factory=dict)
     broadcast: dict[str, dict[str, Any]] = field(default_factory=dict)
     records_per_key_group: list[int] | None = None
@@ -181,9 +183,9 @@ def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = 
             else:
                 uk = None
             cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk, expire, columns, reuse))
-        for domain, q in (("event_time", op.event_timers), ("processing_time", op.processing_timers)):
-            for t in q:
-                cap.timers.append((t.key_group, t.key, t.namespace, t.timestamp, domain))
+        # the queues' buckets copied; the timers are listed in order when written
+        cap.timer_snapshots = [("event_time", op.event_timers.snapshot()),
+                               ("processing_time", op.processing_timers.snapshot())]
         cap.records_per_key_group = op.metrics.records.tolist()
         cap.heavy_hitters = op.sketch.to_json()
     store = op.operator_state
@@ -255,6 +257,9 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
     finally:
         if cap.view is not None:
             cap.view.release()
+    for domain, snap in cap.timer_snapshots:
+        cap.timers += [(t.key_group, t.key, t.namespace, t.timestamp, domain) for t in snap]
+    cap.timer_snapshots = []
     timers_meta = None
     if cap.timers:
         kgs, keys, nss, tss, doms = zip(*sorted(cap.timers, key=lambda r: (r[0], r[3])))
