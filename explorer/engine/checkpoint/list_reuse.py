@@ -1,4 +1,4 @@
-"""A heap list state checkpointed copy-on-write, its long lists converted once.
+"""A heap list state checkpointed copy-on-write, its lists converted once.
 
 A heap checkpoint writes the whole state each time (a full snapshot, as Flink's
 HashMap backend does). Its cost was touching every element twice a checkpoint:
@@ -17,15 +17,16 @@ hands out a copy of one while a snapshot may still read it, so a snapshot's
 elements are the first ``n`` of each list, untouched. And when the state's type is
 immutable (:attr:`~explorer.format.types.TypeInfo.immutable`: numbers, strings,
 frozen dataclasses of those), the same object converts to the same Arrow value:
-per list of ``MIN_ELEMENTS`` or more, :class:`ListReuse` keeps the list object,
-how many of its elements it converted and their Arrow values, and the next
-checkpoint converts only that list's new tail. A list that left the table in
+per list, :class:`ListReuse` keeps the list object and how many of its elements
+it converted, with the last checkpoint's Arrow values, and the next checkpoint
+converts only each list's new tail (the rest is taken from those values, one
+Arrow ``take`` for the whole state). A list that left the table in
 between (:meth:`ListReuse.forget`, called by the table's ``pop_many``, the only way
 out) or is another object (replaced, cleared) is converted whole. The table
 written is the same either way.
 
 What is kept is replaced by each checkpoint's own (lists gone since are
-forgotten), so it holds at most one checkpoint's long lists, and it is an
+forgotten), so it holds at most one checkpoint's lists and values, and it is an
 optimisation only: a restored or a new table starts without it.
 """
 
@@ -42,22 +43,20 @@ from ..backends.heap import HeapStateTable
 from ..backends.table import ColumnSnapshot, StateTable
 from ..descriptors import StateKind
 
-__all__ = ["MIN_ELEMENTS", "ListReuse"]
-
-#: lists shorter than this are converted at every checkpoint (what reuse would save on them
-#: goes to Python work and an Arrow piece per list)
-MIN_ELEMENTS = 256
+__all__ = ["ListReuse"]
 
 
 class ListReuse:
-    """What one heap list state's last checkpoint converted for its long lists (see the module doc)."""
+    """What one heap list state's last checkpoint converted for its lists (see the module doc)."""
 
-    __slots__ = ("table", "_kept", "_stale", "_lock", "_writing")
+    __slots__ = ("table", "_kept", "_kept_values", "_stale", "_lock", "_writing")
 
     def __init__(self, table: HeapStateTable) -> None:
         self.table = table
-        #: (key_group, key, namespace) -> (the list, how many of its elements were converted, their values)
-        self._kept: dict[tuple[Any, Any, Any], tuple[list[Any], int, pa.Array]] = {}
+        #: (key_group, key, namespace) -> (the list, where its values start in ``_kept_values``,
+        #: how many of its elements they are): what the last conversion made
+        self._kept: dict[tuple[Any, Any, Any], tuple[list[Any], int, int]] = {}
+        self._kept_values: pa.Array | None = None
         #: ids of lists handed out by the table since the last conversion (their reuse is off)
         self._stale: set[int] = set()
         self._lock = threading.Lock()
@@ -93,45 +92,36 @@ class ListReuse:
         with self._lock:
             stale, self._stale = self._stale, set()
         lists, counts = snap.lists, snap.counts
-        kept = self._kept
-        c = np.asarray(counts, dtype=np.int64)
-        long_ = np.flatnonzero(c >= MIN_ELEMENTS).tolist()
         kgs, keys, nss = snap.key_groups, snap.keys, snap.namespaces
-        # per long list, the head converted before that is still its head (the same list object,
-        # not handed out since, at least as long): reused; every other element is converted now
-        heads: list[tuple[int, int, pa.Array | None]] = []  # (address, converted before, their values)
-        skip = [0] * len(lists)
-        for i in long_:
-            lst = lists[i]
-            old = kept.get((kgs[i], keys[i], nss[i]))
-            if old is not None and old[0] is lst and old[1] <= counts[i] and id(lst) not in stale:
-                skip[i] = old[1]
-                heads.append((i, old[1], old[2]))
-            else:
-                heads.append((i, 0, None))
-        fresh_counts = c - np.asarray(skip, dtype=np.int64)
+        n_addr = len(lists)
+        # per list, the head converted last time that is still its head (the same list object,
+        # not handed out since, at least as long): where those values are, and how many
+        skip = [0] * n_addr
+        src = [0] * n_addr
+        kept, kept_values = self._kept, self._kept_values
+        if kept:
+            get = kept.get
+            for i, addr in enumerate(zip(kgs, keys, nss)):
+                old = get(addr)
+                if old is not None and old[0] is lists[i] and old[2] <= counts[i] and id(old[0]) not in stale:
+                    skip[i], src[i] = old[2], old[1]
         fresh = list(chain.from_iterable(map(list.__getitem__, lists, map(slice, skip, counts))))
         converted = info.to_arrow_array(fresh)
-        ends = np.cumsum(fresh_counts).tolist()
-        pieces: list[pa.Array] = []
-        new_kept: dict[tuple[Any, Any, Any], tuple[list[Any], int, pa.Array]] = {}
-        done = 0
-        for i, m, head in heads:
-            n_fresh = int(fresh_counts[i])
-            at = ends[i] - n_fresh  # where this list's new elements start among the converted
-            tail = converted.slice(at, n_fresh)
-            if head is not None:
-                if at > done:
-                    pieces.append(converted.slice(done, at - done))
-                pieces.append(head)
-                done = at
-                whole = pa.concat_arrays([head, tail])
-            else:
-                whole = pa.concat_arrays([tail])  # its own buffers, not the whole conversion's
-            new_kept[(kgs[i], keys[i], nss[i])] = (lists[i], int(counts[i]), whole)
-        self._kept = new_kept
-        if not pieces:
-            return converted
-        if done < len(converted):
-            pieces.append(converted.slice(done))
-        return pa.concat_arrays(pieces)
+        c = np.asarray(counts, dtype=np.int64)
+        starts = np.cumsum(c) - c
+        if any(skip):
+            # row r, the p-th element of list a: reused value src[a] + p while p < skip[a], else
+            # the converted one (the converted follow the reused values in one array)
+            sk = np.asarray(skip, dtype=np.int64)
+            fresh_c = c - sk
+            fresh_starts = np.cumsum(fresh_c) - fresh_c
+            addr = np.repeat(np.arange(n_addr, dtype=np.int64), c)
+            p = np.arange(int(c.sum()), dtype=np.int64) - starts[addr]
+            idx = np.where(p < sk[addr], np.asarray(src, dtype=np.int64)[addr] + p,
+                           len(kept_values) + fresh_starts[addr] + p - sk[addr])
+            values = pa.concat_arrays([kept_values, converted]).take(pa.array(idx))
+        else:
+            values = converted
+        self._kept = dict(zip(zip(kgs, keys, nss), zip(lists, starts.tolist(), counts)))
+        self._kept_values = values
+        return values

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import pytest
 
 from explorer.engine.backends.heap import HeapStateTable
-from explorer.engine.checkpoint import list_reuse
 from explorer.engine.checkpoint.list_reuse import ListReuse
 from explorer.engine.state import ListStateDescriptor, ValueStateDescriptor
 from explorer.engine.ttl import StateTtlConfig
@@ -37,11 +36,6 @@ def _rows_table(t: HeapStateTable):
 def _write(snap, reuse: ListReuse):
     return columns_to_table(value_info=reuse.table.descriptor.value_info, user_key="index",
                             **snap.columns(reuse.values(snap)))[0]
-
-
-@pytest.fixture(autouse=True)
-def _small_lists(monkeypatch):
-    monkeypatch.setattr(list_reuse, "MIN_ELEMENTS", 8)
 
 
 def _mutate(t: HeapStateTable, r: random.Random, keys: list[str], popped: list) -> None:
@@ -85,7 +79,7 @@ def test_reuse_makes_the_rows_table_checkpoint_after_checkpoint(seed):
         while waiting and (drain or len(waiting) > 2 or r.random() < 0.6):  # written later, sometimes out of order
             snap, want = waiting.pop(r.randrange(len(waiting)) if r.random() < 0.2 else 0)
             assert _write(snap, reuse).equals(want)
-    assert reuse._kept  # long lists were kept and reused
+    assert reuse._kept  # lists were kept and reused
 
 
 def test_a_snapshot_holds_the_lists_copy_on_write():
@@ -118,7 +112,7 @@ def test_reuse_reads_only_new_elements_of_a_growing_list(monkeypatch):
     reuse.values(t.snapshot_columns())
     t.append(1, "bot", None, [Ev("bot", 100 + i, "view") for i in range(5)])
     got = reuse.values(t.snapshot_columns())
-    assert seen == [101, 6]  # the second checkpoint converted the short list and the 5 new events
+    assert seen == [101, 5]  # the second checkpoint converted the 5 new events only
     assert got.equals(_rows_table(t).column("value").combine_chunks())
 
 
