@@ -68,6 +68,32 @@ _new = tuple.__new__  # a Timer from its fields without NamedTuple's Python-leve
 _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
 
+class TimerSnapshot:
+    """A :class:`TimerQueue`'s live timers at one moment (:meth:`TimerQueue.snapshot`), iterated
+    in firing order."""
+
+    __slots__ = ("_cur", "_buckets")
+
+    def __init__(self, cur: tuple[int, list[tuple[tuple[Any, Any], int]]] | None, buckets: dict[int, Any]) -> None:
+        self._cur, self._buckets = cur, buckets
+
+    def __iter__(self) -> Iterator[Timer]:
+        pending: dict[int, list[tuple[tuple[Any, Any], int]]] = {}
+        if self._cur is not None:
+            pending[self._cur[0]] = list(self._cur[1])
+        for ts, b in self._buckets.items():
+            items = [((b[0], b[1]), b[2])] if type(b) is tuple else b.items()
+            if ts in pending:
+                pending[ts].extend(items)
+            else:
+                pending[ts] = items
+        new = tuple.__new__
+        out: list[Timer] = []
+        for ts in sorted(pending):
+            out += [new(Timer, (ts, key, ns, kg)) for (key, ns), kg in pending[ts]]
+        return iter(out)
+
+
 class TimerQueue:
     """A deduplicated priority queue of timers of one time domain.
 
@@ -394,21 +420,20 @@ class TimerQueue:
 
     def __iter__(self) -> Iterator[Timer]:
         """Live timers in firing order (as they are when iteration starts)."""
-        pending: dict[int, list[tuple[tuple[Any, Any], int]]] = {}
+        return iter(self.snapshot())
+
+    def snapshot(self) -> "TimerSnapshot":
+        """The live timers as they are now, for a checkpoint's synchronous phase: the buckets
+        copied (a bucket of several timers is a dict the queue changes in place), no timer made
+        or put in order; iterating the snapshot later gives what iterating the queue now would."""
+        cur = None
         if self._cur_live:
             live = self._cur_live
-            pending[self._cur_ts] = [(i, live[i]) for i in reversed(self._cur) if i in live]
-        for ts, b in self._buckets.items():
-            items = [((b[0], b[1]), b[2])] if type(b) is tuple else b.items()
-            if ts in pending:
-                pending[ts].extend(items)
-            else:
-                pending[ts] = items
-        new = tuple.__new__
-        out: list[Timer] = []
-        for ts in sorted(pending):
-            out += [new(Timer, (ts, key, ns, kg)) for (key, ns), kg in pending[ts]]
-        return iter(out)
+            cur = (self._cur_ts, [(i, live[i]) for i in reversed(self._cur) if i in live])
+        buckets = self._buckets.copy()
+        for ts in [ts for ts, b in buckets.items() if type(b) is not tuple]:
+            buckets[ts] = buckets[ts].copy()
+        return TimerSnapshot(cur, buckets)
 
     def clear(self) -> None:
         self._buckets.clear()

@@ -148,7 +148,8 @@ def columns_to_table(
 
     ``key_groups``, ``keys`` and ``namespaces`` name each address once, ``counts`` says how many
     rows it has (None: one each); ``values`` and ``last_access`` (None: no TTL) hold one item
-    per row, address by address. User keys are the rows' positions within their address for
+    per row, address by address (``values`` may be converted already: an Arrow array of
+    ``value_info.arrow_type``). User keys are the rows' positions within their address for
     ``user_key == "index"`` (list state), ``user_keys`` (one per row) for a map-key type, null
     for value state.
     """
@@ -187,7 +188,7 @@ def columns_to_table(
         "key": key_col,
         "namespace": ns_col,
         "user_key": uk_col,
-        "value": value_info.to_arrow_array(values),
+        "value": values if isinstance(values, pa.Array) else value_info.to_arrow_array(values),
         "last_access": pa.nulls(total, pa.int64()) if last_access is None else pa.array(last_access, type=pa.int64()),
     }
     table = pa.table(columns)

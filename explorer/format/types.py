@@ -88,6 +88,10 @@ class TypeInfo:
     exact: type | None = None
     arrow_type: pa.DataType
     nullable: bool = False
+    #: whether a valid value cannot change once made (a number, a string, a frozen dataclass of
+    #: such): the same object always converts to the same Arrow value, so a writer may reuse what
+    #: it converted before for the very same objects
+    immutable: bool = False
 
     def describe(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -143,6 +147,7 @@ def _bad(where: str, expected: str, value: Any) -> SerializationError:
 class _Int(TypeInfo):
     name = "int"
     exact = int
+    immutable = True
     arrow_type = pa.int64()
 
     def describe(self):
@@ -162,6 +167,7 @@ class _Int(TypeInfo):
 class _Float(TypeInfo):
     name = "float"
     exact = float
+    immutable = True
     arrow_type = pa.float64()
 
     def describe(self):
@@ -181,6 +187,7 @@ class _Float(TypeInfo):
 class _Bool(TypeInfo):
     name = "bool"
     exact = bool
+    immutable = True
     arrow_type = pa.bool_()
 
     def describe(self):
@@ -200,6 +207,7 @@ class _Bool(TypeInfo):
 class _Str(TypeInfo):
     name = "str"
     exact = str
+    immutable = True
     arrow_type = pa.string()
 
     def describe(self):
@@ -232,6 +240,7 @@ class _Str(TypeInfo):
 class _Bytes(TypeInfo):
     name = "bytes"
     exact = bytes
+    immutable = True
     arrow_type = pa.binary()
 
     def describe(self):
@@ -255,6 +264,7 @@ class _Optional(TypeInfo):
 
     def __init__(self, inner: TypeInfo) -> None:
         self.inner = inner
+        self.immutable = inner.immutable
         self.name = f"Optional[{inner.name}]"
         self.arrow_type = inner.arrow_type
 
@@ -368,6 +378,7 @@ class _Dict(TypeInfo):
 class _Tuple(TypeInfo):
     def __init__(self, fields: list[TypeInfo]) -> None:
         self.fields = fields
+        self.immutable = all(f.immutable for f in fields)
         self.name = "tuple[" + ", ".join(f.name for f in fields) + "]"
         self.arrow_type = pa.struct([pa.field(f"f{i}", f.arrow_type, nullable=f.nullable) for i, f in enumerate(fields)])
 
@@ -406,6 +417,8 @@ class _Struct(TypeInfo):
         self.fields = fields  # (name, type, default-or-MISSING)
         self.cls = cls
         self.exact = cls
+        params = getattr(cls, "__dataclass_params__", None)  # a dataclass's own flags (frozen=True)
+        self.immutable = bool(params is not None and params.frozen and all(t.immutable for _, t, _ in fields))
         self.name = name
         self.arrow_type = pa.struct([pa.field(n, t.arrow_type, nullable=t.nullable) for n, t, _ in fields])
         self._prepare()

@@ -187,3 +187,25 @@ def test_deleting_many_at_once_is_deleting_each_in_turn(seed):
         now = round_ * 10_000 + rng.randrange(0, 3000)
         assert bulk.pop_all_due(now) == single.pop_all_due(now)
         live = [(t, k) for t, k in live if t > now]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_snapshot_lists_the_timers_as_they_were_when_taken(seed):
+    """A checkpoint takes the queue's snapshot at the barrier and lists it later: registrations
+    (into buckets of several timers too), deletions and firings in between do not reach it."""
+    r = random.Random(seed)
+    q = TimerQueue()
+    for _ in range(300):
+        q.register(r.randrange(40), f"k{r.randrange(30)}", r.choice([None, "w"]), r.randrange(8))
+    q.pop_all_due_columns(5)
+    want = list(q)
+    snap = q.snapshot()
+    for _ in range(300):
+        ts, k = r.randrange(60), f"k{r.randrange(30)}"
+        if r.random() < 0.5:
+            q.register(ts, k, None, r.randrange(8))
+        else:
+            q.delete(ts, k, None)
+    q.pop_all_due_columns(20)
+    assert list(snap) == want
+    assert list(q.snapshot()) == list(q)

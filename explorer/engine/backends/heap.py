@@ -7,6 +7,7 @@ they are serialized (never pickled) only when a snapshot is written.
 
 from __future__ import annotations
 
+import weakref
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any, Iterator
@@ -21,10 +22,21 @@ from .table import ColumnSnapshot
 
 
 class HeapStateTable(StateTable):
+    """One state's entries, per key group a dict of namespace -> {key: entry}.
+
+    A list state's stored lists are changed in place only by appending (``append``,
+    ``append_many``); everything else stores a new list. A list leaves the table only
+    through :meth:`pop_many`, which hands out a copy while a copy-on-write snapshot
+    (:meth:`snapshot_columns` with ``snapshot_reuse`` set) may still read it, so such a
+    snapshot's elements are the first ``n`` of each list, unchanged until it is written.
+    """
+
     def __init__(self, descriptor: StateDescriptor, key_groups: KeyGroupRange) -> None:
         super().__init__(descriptor, key_groups)
         self._start = key_groups.start
         self._groups: list[dict[Any, dict[Any, Any]]] = [{} for _ in range(len(key_groups))]
+        #: copy-on-write snapshots not yet written (see :meth:`release_snapshot`)
+        self._pins: weakref.WeakSet[ColumnSnapshot] = weakref.WeakSet()
 
     def _ns_map(self, kg: int, ns: Any, create: bool) -> dict[Any, Any] | None:
         g = self._groups[kg - self._start]
@@ -118,6 +130,16 @@ class HeapStateTable(StateTable):
                     del grp[namespace]
 
     def pop_many(self, key_groups, keys, namespace=None):
+        out = self._pop_many(key_groups, keys, namespace)
+        if self.kind is StateKind.LIST:
+            reuse = self.snapshot_reuse
+            if reuse is not None:  # these lists are the caller's now: no conversion of theirs is reused
+                reuse.forget([e for e in out if e is not None])
+            if self._pins:  # a snapshot may still read them: the caller gets copies
+                out = [None if e is None else list(e) for e in out]
+        return out
+
+    def _pop_many(self, key_groups, keys, namespace=None):
         groups, start = self._groups, self._start
         out = []
         maps = self._ns_maps(len(keys), namespace)
@@ -241,11 +263,17 @@ class HeapStateTable(StateTable):
 
     def snapshot_columns(self) -> ColumnSnapshot | None:
         """The rows of a value or list state copied column-wise (references only: per address its
-        key group, key and namespace, per element a reference; no tuple per row). None for map state."""
+        key group, key and namespace, per element a reference; no tuple per row). None for map state.
+
+        With ``snapshot_reuse`` set (a list state whose checkpoints reuse conversions), the lists
+        are taken copy-on-write instead: per address the list and its length, no element touched;
+        the snapshot holds them until :meth:`release_snapshot` (see the class doc)."""
         kind = self.kind
         if kind is StateKind.MAP:
             return None
         is_list = kind is StateKind.LIST
+        if is_list and self.snapshot_reuse is not None and not self.has_ttl:
+            return self._snapshot_lists()
         kgs: list[int] = []
         keys: list[Any] = []
         nss: list[Any] = []
@@ -268,6 +296,30 @@ class HeapStateTable(StateTable):
                 else:
                     entries += m.values()
         return ColumnSnapshot(kind, self.has_ttl, kgs, keys, nss, counts, entries)
+
+    def _snapshot_lists(self) -> ColumnSnapshot:
+        kgs: list[int] = []
+        keys: list[Any] = []
+        nss: list[Any] = []
+        lists: list[list[Any]] = []
+        start = self._start
+        for i, g in enumerate(self._groups):
+            if not g:
+                continue
+            kg = start + i
+            for ns, m in g.items():
+                n = len(m)
+                kgs += [kg] * n
+                nss += [ns] * n
+                keys += m
+                lists += m.values()
+        snap = ColumnSnapshot(StateKind.LIST, False, kgs, keys, nss, list(map(len, lists)), None, lists)
+        self._pins.add(snap)
+        return snap
+
+    def release_snapshot(self, snap: ColumnSnapshot) -> None:
+        """A copy-on-write snapshot is written: its lists may be handed out as they are again."""
+        self._pins.discard(snap)
 
     def entries_per_key_group(self) -> dict[int, int]:
         out = {}
@@ -311,6 +363,9 @@ class ColumnarValueTable(StateTable):
         self.values = np.zeros(1024, dtype=self.dtype)
         self._live = np.zeros(1024, dtype=bool)
         self._n = 0
+        #: the live slots in rows' order with their key groups, keys and namespaces, for snapshots,
+        #: while no key is added (``_n``, the first item) or removed (then it is dropped)
+        self._layout: tuple[int, np.ndarray, list, list, list] | None = None
         #: per key dictionary of a columnar source: the slot of each dictionary value (-1: not known yet)
         self._dict_slots: dict[int, tuple[Any, np.ndarray]] = {}
 
@@ -389,6 +444,7 @@ class ColumnarValueTable(StateTable):
         if s is not None:
             self._live[s] = False
             self._keys[s] = None
+            self._layout = None
             self._dict_slots.clear()  # remembered slots may point at this one
 
     def map_get(self, key_group, key, namespace, user_key):
@@ -416,6 +472,19 @@ class ColumnarValueTable(StateTable):
         keys = self._keys
         for s, kg, v in zip(order.tolist(), self._kg[order].tolist(), self.values[order].tolist()):
             yield (kg, keys[s], None, None, v, None)
+
+    def snapshot_columns(self) -> ColumnSnapshot:
+        """The rows copied column-wise at the barrier: the live slots in :meth:`rows`' order, their
+        key groups and values copied out of the arrays (plain numbers: the copy is the snapshot),
+        the keys as references. No tuple per row, as :meth:`rows` would make in the synchronous phase."""
+        layout = self._layout
+        if layout is None or layout[0] != self._n:  # keys added or removed since the last one
+            order = self._order()
+            keys = self._keys
+            layout = self._layout = (self._n, order, self._kg[order].tolist(),
+                                     list(map(keys.__getitem__, order.tolist())), [None] * len(order))
+        _, order, kgs, keys, nss = layout  # shared by the snapshots of one layout, which never change them
+        return ColumnSnapshot(StateKind.VALUE, False, kgs, keys, nss, None, self.values[order].tolist())
 
     def entries_per_key_group(self) -> dict[int, int]:
         n = self._n

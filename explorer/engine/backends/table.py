@@ -38,16 +38,32 @@ class ColumnSnapshot:
     it into columns (:meth:`columns`) is the part left to the asynchronous phase.
     """
 
-    __slots__ = ("kind", "ttl", "key_groups", "keys", "namespaces", "counts", "entries")
+    __slots__ = ("kind", "ttl", "key_groups", "keys", "namespaces", "counts", "entries", "lists", "__weakref__")
 
     def __init__(self, kind: StateKind, ttl: bool, key_groups: list[int], keys: list[Any], namespaces: list[Any],
-                 counts: list[int] | None, entries: list[Any]) -> None:
+                 counts: list[int] | None, entries: list[Any] | None, lists: list[list[Any]] | None = None) -> None:
         self.kind, self.ttl = kind, ttl
         self.key_groups, self.keys, self.namespaces, self.counts, self.entries = key_groups, keys, namespaces, counts, entries
+        #: list state taken copy-on-write (``entries`` None): per address the table's own list,
+        #: whose first ``counts[i]`` elements are the snapshot's (the table only appends to a list
+        #: it holds, and hands out a copy of one while a snapshot holds it); read with :meth:`elements`
+        self.lists = lists
 
-    def columns(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`explorer.format.keyed.columns_to_table` (without the types)."""
-        kgs, keys, nss, counts, entries = self.key_groups, self.keys, self.namespaces, self.counts, self.entries
+    def elements(self) -> list[Any]:
+        """``entries`` of a list state, also when taken copy-on-write (then copied out now)."""
+        if self.entries is not None:
+            return self.entries
+        return [e for lst, n in zip(self.lists, self.counts) for e in lst[:n]]
+
+    def columns(self, values: Any = None) -> dict[str, Any]:
+        """Keyword arguments for :func:`explorer.format.keyed.columns_to_table` (without the types);
+        ``values``: the elements of a list state without TTL converted already (an Arrow array)."""
+        if values is not None:
+            if self.kind is not StateKind.LIST or self.ttl:
+                raise ValueError(f"converted values are for list state without TTL, not {self.kind.value} state")
+            return {"key_groups": self.key_groups, "keys": self.keys, "namespaces": self.namespaces,
+                    "counts": self.counts, "values": values, "last_access": None}
+        kgs, keys, nss, counts, entries = self.key_groups, self.keys, self.namespaces, self.counts, self.elements()
         if self.kind is not StateKind.LIST and any(map(is_, entries, repeat(None))):  # rows skip empty values
             keep = [i for i, e in enumerate(entries) if e is not None]
             kgs, keys, nss = [kgs[i] for i in keep], [keys[i] for i in keep], [nss[i] for i in keep]
@@ -62,6 +78,10 @@ class ColumnSnapshot:
 
 class StateTable(ABC):
     """Storage of one keyed state in one backend."""
+
+    #: what a checkpoint writer keeps of this table between checkpoints to reuse (an
+    #: optimisation only: :class:`explorer.engine.checkpoint.list_reuse.ListReuse`), or None
+    snapshot_reuse: Any = None
 
     def __init__(self, descriptor: StateDescriptor, key_groups: KeyGroupRange) -> None:
         self.descriptor = descriptor

@@ -39,8 +39,10 @@ from ..backends.rocksdb import StagingDir
 from ..backends.table import ColumnSnapshot
 from ..operators import KeyedOperatorBase, SourceOperator
 from ..state import StateKind
+from ..timers import TimerSnapshot
 from ..ttl import is_expired
 from . import sst_view
+from .list_reuse import ListReuse
 
 
 @dataclass
@@ -51,6 +53,7 @@ class StateCapture:
     user_key: Any
     expire: tuple[int, int] | None = None  # (ttl_ms, now_ms): drop expired rows when reading the view
     columns: ColumnSnapshot | None = None  # the rows copied column-wise (a heap table): written instead of rows
+    reuse: ListReuse | None = None  # the long lists of ``columns`` converted at the table's last checkpoint
 
 
 class PinnedView:
@@ -117,6 +120,7 @@ class SubtaskCapture:
     key_group_range: tuple[int, int] | None
     states: list[StateCapture] = field(default_factory=list)
     timers: list[tuple] = field(default_factory=list)
+    timer_snapshots: list[tuple[str, TimerSnapshot]] = field(default_factory=list)  # listed into ``timers`` when written
     operator_lists: dict[str, dict[str, Any]] = field(default_factory=dict)
     broadcast: dict[str, dict[str, Any]] = field(default_factory=dict)
     records_per_key_group: list[int] | None = None
@@ -160,11 +164,14 @@ def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = 
             desc = table.descriptor
             ttl = getattr(desc, "ttl", None)
             expire = (ttl.ttl_ms, now_ms) if ttl is not None and ttl.cleanup.full_snapshot else None
-            columns = None
+            columns = reuse = None
+            if cap.view is None and expire is None and table.snapshot_reuse is None and ListReuse.applies(table):
+                table.snapshot_reuse = ListReuse(table)  # from now on taken copy-on-write
             if cap.view is not None:
                 rows = None
             elif expire is None and (columns := table.snapshot_columns()) is not None:
                 rows = None  # references copied column-wise; the columns are built when written
+                reuse = table.snapshot_reuse
             else:
                 rows = list(table.rows())
                 if expire is not None:
@@ -175,10 +182,10 @@ def capture_subtask(subtask, now_ms: int, native: Callable[[Any], Any] | None = 
                 uk = "index"
             else:
                 uk = None
-            cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk, expire, columns))
-        for domain, q in (("event_time", op.event_timers), ("processing_time", op.processing_timers)):
-            for t in q:
-                cap.timers.append((t.key_group, t.key, t.namespace, t.timestamp, domain))
+            cap.states.append(StateCapture(desc.describe(), rows, desc.value_info, uk, expire, columns, reuse))
+        # the queues' buckets copied; the timers are listed in order when written
+        cap.timer_snapshots = [("event_time", op.event_timers.snapshot()),
+                               ("processing_time", op.processing_timers.snapshot())]
         cap.records_per_key_group = op.metrics.records.tolist()
         cap.heavy_hitters = op.sketch.to_json()
     store = op.operator_state
@@ -234,7 +241,8 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
             path = folder / rel
             digest = None
             if sc.columns is not None:
-                table, kinds = columns_to_table(value_info=sc.value_info, user_key=sc.user_key, **sc.columns.columns())
+                cols = sc.columns.columns(None if sc.reuse is None else sc.reuse.values(sc.columns))
+                table, kinds = columns_to_table(value_info=sc.value_info, user_key=sc.user_key, **cols)
                 groups, rows = write_parquet_by_key_group(table, path, profile=profile), table.num_rows
             elif sc.rows is None:
                 groups, rows, kinds, digest = _write_view_state(cap.view, sc, path, profile)
@@ -249,6 +257,9 @@ def write_capture(cap: SubtaskCapture, folder: Path, upload: Callable[[Any], tup
     finally:
         if cap.view is not None:
             cap.view.release()
+    for domain, snap in cap.timer_snapshots:
+        cap.timers += [(t.key_group, t.key, t.namespace, t.timestamp, domain) for t in snap]
+    cap.timer_snapshots = []
     timers_meta = None
     if cap.timers:
         kgs, keys, nss, tss, doms = zip(*sorted(cap.timers, key=lambda r: (r[0], r[3])))
