@@ -274,34 +274,26 @@ class HeapStateTable(StateTable):
         is_list = kind is StateKind.LIST
         if is_list and self.snapshot_reuse is not None and not self.has_ttl:
             return self._snapshot_lists()
-        kgs: list[int] = []
-        keys: list[Any] = []
-        nss: list[Any] = []
         counts: list[int] | None = [] if is_list else None
         entries: list[Any] = []
-        start = self._start
-        for i, g in enumerate(self._groups):
-            if not g:
-                continue
-            kg = start + i
-            for ns, m in g.items():
-                n = len(m)
-                kgs += [kg] * n
-                nss += [ns] * n
-                keys += m
-                if is_list:
-                    vals = m.values()
-                    counts += map(len, vals)  # type: ignore[operator]
-                    entries += chain.from_iterable(vals)
-                else:
-                    entries += m.values()
+
+        def each(m: dict) -> None:
+            if counts is not None:
+                vals = m.values()
+                counts.extend(map(len, vals))
+                entries.extend(chain.from_iterable(vals))
+            else:
+                entries.extend(m.values())
+
+        kgs, keys, nss = self._columns_of_maps(each)
         return ColumnSnapshot(kind, self.has_ttl, kgs, keys, nss, counts, entries)
 
-    def _snapshot_lists(self) -> ColumnSnapshot:
+    def _columns_of_maps(self, each: Any) -> tuple[list[int], list[Any], list[Any]]:
+        """The key group, key and namespace of every entry, in table order, each (namespace's) map of entries
+        also given to ``each``."""
         kgs: list[int] = []
         keys: list[Any] = []
         nss: list[Any] = []
-        lists: list[list[Any]] = []
         start = self._start
         for i, g in enumerate(self._groups):
             if not g:
@@ -312,7 +304,12 @@ class HeapStateTable(StateTable):
                 kgs += [kg] * n
                 nss += [ns] * n
                 keys += m
-                lists += m.values()
+                each(m)
+        return kgs, keys, nss
+
+    def _snapshot_lists(self) -> ColumnSnapshot:
+        lists: list[list[Any]] = []
+        kgs, keys, nss = self._columns_of_maps(lambda m: lists.extend(m.values()))
         snap = ColumnSnapshot(StateKind.LIST, False, kgs, keys, nss, list(map(len, lists)), None, lists)
         self._pins.add(snap)
         return snap
