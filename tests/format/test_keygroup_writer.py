@@ -60,3 +60,46 @@ def test_a_size_hint_leaves_the_file_as_written(tmp_path, hint):
     assert path.read_bytes() == (tmp_path / "whole.parquet").read_bytes()
     assert w.checksum == {"xxh3_128": xxh3_128_file(path)}
     assert path.stat().st_blocks * 512 < path.stat().st_size + (1 << 20)  # not the 64 MB asked for
+
+
+@pytest.mark.parametrize("profile_name", ["SAVEPOINT", "CHECKPOINT"])
+@pytest.mark.parametrize("read", [7, 1 << 20])
+def test_digest_computed_while_writing_is_the_files(tmp_path, monkeypatch, profile_name, read):
+    """The digest hashed behind the writer (a thread reading back each row group as it is written, in
+    reads of ``FOLLOW_READ`` bytes) is the digest of the closed file on disk, for either profile; off, the
+    closed file is hashed whole, to the same entry."""
+    from explorer.format import keyed
+    from explorer.format.snapshot import xxh3_128_file
+
+    profile = getattr(keyed, profile_name)
+    monkeypatch.setattr(keyed, "FOLLOW_READ", read)
+    table = _table(np.sort(np.random.default_rng(5).integers(0, 30, 3000)).tolist())
+    got = {}
+    for follow in (True, False):
+        monkeypatch.setattr(keyed, "FOLLOW_DIGEST", follow)
+        path = tmp_path / f"{follow}.parquet"
+        w = KeyGroupParquetWriter(path, table.schema, target_rows=100, profile=profile, size_hint=1 << 16)
+        assert (w._follow is not None) == follow
+        for a in range(0, table.num_rows, 450):
+            w.write(table.slice(a, 450))
+        w.close()
+        on_disk = ({"xxh3_128": xxh3_128_file(path)} if profile.checksum == "xxh3_128"
+                   else {"sha256": sha256_file(path)})
+        assert w.checksum == on_disk
+        got[follow] = w.checksum
+    assert got[True] == got[False]
+
+
+def test_abort_stops_the_following_digest(tmp_path):
+    import threading
+
+    from explorer.format.keyed import CHECKPOINT
+
+    table = _table(np.sort(np.random.default_rng(6).integers(0, 30, 2000)).tolist())
+    before = {t for t in threading.enumerate() if t.name == "snapshot-digest"}
+    w = KeyGroupParquetWriter(tmp_path / "a.parquet", table.schema, target_rows=100, profile=CHECKPOINT)
+    w.write(table)
+    w.abort()
+    assert {t for t in threading.enumerate() if t.name == "snapshot-digest"} == before
+    with pytest.raises(ValueError):
+        w.checksum

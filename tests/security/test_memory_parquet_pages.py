@@ -214,3 +214,41 @@ def test_fixed_length_values_are_bounded_by_their_width(tmp_path):
         check_page_sizes(path, md, range(md.num_row_groups), columns=["k"])
     with budget.using(4 << 30):  # a budget that holds the values admits them
         check_page_sizes(path, md, range(md.num_row_groups))
+
+
+def test_a_local_file_is_checked_in_place_and_a_lying_footer_still_refused(tmp_path, monkeypatch):
+    """A local file's column chunks are checked from its memory map in place (``read_buffer``: no copy of each
+    chunk, which ``read_at`` makes even of a memory map); the same lying footer is still corrupt that way (and a page
+    over the budget still refused: the tests above open the snapshot by its path, so through this path too)."""
+    from explorer.format.parquet_pages import check_page_sizes, footer_chunks
+
+    mapping = pa.memory_map
+
+    class InPlace:
+        """The memory map, without ``read_at`` (which copies)."""
+
+        def __init__(self, *args):
+            self._m = mapping(*args)
+
+        def __getattr__(self, name):
+            if name == "read_at":
+                raise AssertionError("read_at copies the column chunk; a local file is read in place")
+            return getattr(self._m, name)
+
+    from explorer.format import budget
+
+    honest = tmp_path / "honest.parquet"
+    pq.write_table(pa.table({"k": [f"k{i % 7}" for i in range(5000)], "v": [bytes([i % 251]) * 300 for i in range(5000)]}),
+                   honest, row_group_size=1000, data_page_size=4096, use_dictionary=["k"])
+    groups = footer_chunks(honest)
+    with budget.using(64 << 20), monkeypatch.context() as m:
+        m.setattr(pa, "memory_map", InPlace)
+        check_page_sizes(honest, groups, range(len(groups)))  # every chunk's headers parsed, the dictionary's too
+    snap, rel = _bomb(tmp_path)
+    path = snap / rel
+    _lying_footer(snap, rel)
+    groups = footer_chunks(path)
+    with budget.using(2 << 30), monkeypatch.context() as m:
+        m.setattr(pa, "memory_map", InPlace)
+        with pytest.raises(SnapshotCorruptError, match="pages' headers declare .* the footer 4,096"):
+            check_page_sizes(path, groups, range(len(groups)))
