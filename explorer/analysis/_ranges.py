@@ -20,6 +20,7 @@ estimated rows, else from the bytes on disk, so that a range's rows times
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -212,24 +213,64 @@ def view(snap: StoredSnapshot, lo: int, hi: int, key_groups: Iterable[int] | Non
 
 @dataclass
 class Pass:
-    """One pass over the ranges of one or more snapshots, with a progress bar."""
+    """One pass over the ranges of one or more snapshots, with a progress bar.
+
+    ``ahead``: the next range's views are loaded (their analysis columns read and numbered,
+    :func:`._columns._cache`) on background threads, one per snapshot, while the caller works on
+    the current range's: the reads, the key kernel and the entry hashes release the GIL, so the
+    second core works while the caller merges. Two ranges are then in memory at a time, so
+    :func:`ranges` plans them at half the budget."""
 
     snaps: tuple
     ranges: list[tuple[int, int]]
     what: str
     entries: bool = False
     columns: Any = None
+    ahead: bool = False
+
+    def _views(self, lo: int, hi: int) -> tuple:
+        return tuple(view(s, lo, hi, entries=self.entries, columns=self.columns) for s in self.snaps)
 
     def __iter__(self) -> Iterator[tuple]:
         show = len(self.ranges) > 1
         with tqdm(total=len(self.ranges), unit="range", desc=self.what, disable=not show) as bar:
-            for lo, hi in self.ranges:
-                yield tuple(view(s, lo, hi, entries=self.entries, columns=self.columns) for s in self.snaps)
-                bar.update(1)
+            if not self.ahead or len(self.ranges) < 2:
+                for lo, hi in self.ranges:
+                    yield self._views(lo, hi)
+                    bar.update(1)
+                return
+            from ._columns import _cache  # (imports this module)
+
+            pool = ThreadPoolExecutor(len(self.snaps), thread_name_prefix="range-ahead")
+            pending: list = []
+            try:
+                def submit(i: int) -> tuple:
+                    views = self._views(*self.ranges[i])
+                    return views, [pool.submit(_cache, v) for v in views]
+
+                nxt = submit(0)
+                for i in range(len(self.ranges)):
+                    views, pending = nxt
+                    for f in pending:
+                        f.result()  # (a read's error raised here, as the caller's own load would)
+                    pending = []
+                    if i + 1 < len(self.ranges):
+                        nxt = submit(i + 1)
+                        pending = nxt[1]
+                    yield views
+                    del views
+                    bar.update(1)
+            finally:
+                for f in pending:  # (a caller that stopped early: the range loading is dropped once read)
+                    f.cancel()
+                pool.shutdown(wait=True)
 
 
 def ranges(what: str, *snaps: Any, operator: Any = None, state: Any = None, entries: bool = False,
-           columns: Iterable[str] | None = None) -> Pass:
+           columns: Iterable[str] | None = None, ahead: bool = False) -> Pass:
     """The range views of ``snaps`` to stream ``what`` over (one tuple of views per range; ``entries`` and
-    ``columns``: see :func:`view`)."""
-    return Pass(tuple(snaps), plan(snaps, operator, state), what, entries, columns)
+    ``columns``: see :func:`view`; ``ahead``: see :class:`Pass`)."""
+    planned = plan(snaps, operator, state)
+    if ahead and len(planned) > 1:  # two ranges in memory at a time: each within half the budget
+        planned = plan(snaps, operator, state, budget=min(s.memory_budget for s in snaps) // 2)
+    return Pass(tuple(snaps), planned, what, entries, columns, ahead)

@@ -129,7 +129,7 @@ def _streamed(source: Source, operator, state, max_parallelism: int | None = Non
     def build() -> dict[str, pd.DataFrame]:
         acc: dict[str, pd.DataFrame] = {}
         for (v,) in _ranges.ranges("key groups" if rehash_to is None else f"key groups at M={rehash_to}", source,
-                                   operator=operator, state=state, columns=KEY_PASS_COLUMNS):
+                                   operator=operator, state=state, columns=KEY_PASS_COLUMNS, ahead=True):
             if rehash_to is None:
                 part = key_group_aggregates(v, operator=operator, state=state, max_parallelism=max_parallelism)
                 by_op = {str(n): g for n, g in part.groupby("operator", sort=False, observed=True)}

@@ -373,7 +373,8 @@ def _key_pass(source: Source, n: int, operator, state, parallelism, max_parallel
     loads and value histograms (kept on the Snapshot)."""
     def build() -> dict[str, _OperatorPass]:
         out: dict[str, _OperatorPass] = {}
-        for (v,) in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS):
+        for (v,) in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS,
+                                   ahead=True):
             df = frame(v, LOAD_COLUMNS, operator, state)
             lays = layouts(v, df, operator, parallelism, max_parallelism)
             hh = _snapshot_sketch(v)

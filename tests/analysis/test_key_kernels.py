@@ -73,3 +73,25 @@ def test_nulls_few_rows_and_other_types_stay_on_arrows_path(monkeypatch):
                                        pa.chunked_array([pa.array(["a", "c"])])])
     assert codes.tolist() == [0, 1, 0, 3, 4, 1, 2]
     assert list(kv.take(codes)) == ["b", "a", "b", 5, 6, "a", "c"]
+
+
+@pytest.mark.parametrize("t", [pa.binary(), pa.large_string()])
+def test_keys_told_apart_by_length_and_bytes_past_the_first_sixteen(monkeypatch, t):
+    """Keys of 16 bytes or fewer are compared by their packed first 16 bytes and length, longer ones byte by
+    byte past those: zero bytes, equal prefixes, lengths 7-9 and 15-17, a tail differing at its last byte."""
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    base = [b"", b"\x00", b"\x00\x00", b"ab", b"ab\x00", b"ab\x00\x00", b"user-000000001", b"user-000000001\x00",
+            b"x" * 7, b"x" * 8, b"x" * 9, b"x" * 15, b"x" * 16, b"x" * 17, b"x" * 16 + b"\x00", b"x" * 16 + b"y",
+            b"y" * 40, b"y" * 39 + b"z", b"0123456789abcdef", b"0123456789abcdeg", b"\xff" * 16, b"\xff" * 8]
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        base = [b for b in base if b != b"\xff" * 16 and b != b"\xff" * 8]
+    rnd = random.Random(7)
+    keys = [base[rnd.randrange(len(base))] for _ in range(5000)]
+    keys[10:30] = [keys[10]] * 20  # a run
+    arr = pa.array([k if pa.types.is_binary(t) else k.decode() for k in keys], type=t)
+    got = _columns._numbered_strings([arr], t)
+    assert got is not None
+    codes, dictionary = _arrow([arr], t)
+    assert np.array_equal(got[0], codes)
+    assert got[1].build().equals(dictionary)
+    assert len(dictionary) == len(base)
