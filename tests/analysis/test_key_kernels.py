@@ -95,3 +95,29 @@ def test_keys_told_apart_by_length_and_bytes_past_the_first_sixteen(monkeypatch,
     assert np.array_equal(got[0], codes)
     assert got[1].build().equals(dictionary)
     assert len(dictionary) == len(base)
+
+
+def test_few_keys_taken_and_looked_up_in_the_source_as_in_the_gathered_dictionary(monkeypatch):
+    """A kernel-numbered range's dictionary is not gathered to take a few keys or find a few keys' codes: the
+    answers are those of the gathered dictionary (first of repeated keys asked, absent keys -1, keys of
+    another type through the dictionary)."""
+    from explorer.analysis._keys import Deferred, KeyValues
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    keys = _keys(11, 20_000, 3000)
+    arr = pa.array(keys)
+    codes, seg = _columns._numbered_strings([arr], pa.string())
+    assert isinstance(seg, Deferred) and seg.source is not None
+    lazy, built = KeyValues([seg]), KeyValues([seg.build()])
+    pick = np.array([0, 5, len(seg) - 1, 5, 17, 2999 % len(seg)], dtype=np.int64)
+    assert list(lazy.take(pick)) == list(built.take(pick))
+    assert isinstance(lazy._segments[0], Deferred)  # not gathered
+    asked = [keys[0], keys[19_999], "no such key", keys[0], keys[123], "", "user-000000001"]
+    assert lazy.codes_of(asked).tolist() == built.codes_of(asked).tolist()
+    assert isinstance(lazy._segments[0], Deferred)
+    found = lazy.codes_of(asked)
+    assert found[0] == codes[0] and found[1] == codes[19_999] and found[2] == -1
+    assert list(lazy.take(found[found >= 0])) == [k for k, c in zip(asked, found) if c >= 0]
+    with pytest.raises(IndexError):
+        lazy.take(np.array([len(seg)]))
+    assert lazy.codes_of([5, "a"]).tolist() == built.codes_of([5, "a"]).tolist()  # (not strings: gathered)
