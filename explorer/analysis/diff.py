@@ -658,7 +658,7 @@ def _diff_streamed(a: Any, b: Any, operator, state, unchanged: bool) -> pd.DataF
     (a key lies in the same key group of both when the max parallelism is the same), the answers joined.
     Rows of equal ``bytes_delta`` come in key-group order."""
     parts, empty = [], None
-    for va, vb in _ranges.ranges("diff", a, b, operator=operator, state=state, entries=True, ahead=True):
+    for va, vb in _ranges.ranges("diff", a, b, operator=operator, state=state, entries=True):
         d = diff(va, vb, operator=operator, state=state, unchanged=unchanged)
         if len(d):
             parts.append(d)

@@ -387,8 +387,13 @@ def _key_pass(source: Source, n: int, operator, state, parallelism, max_parallel
     loads and value histograms (kept on the Snapshot)."""
     def build() -> dict[str, _OperatorPass]:
         out: dict[str, _OperatorPass] = {}
+        def prepare(v: Any) -> None:  # the range's key table, built on the thread that loaded it (kept on v)
+            df = frame(v, LOAD_COLUMNS, operator, state)
+            _key_stats(df, layouts(v, df, operator, parallelism, max_parallelism), _snapshot_sketch(v), v, operator,
+                       state)
+
         for (v,) in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS,
-                                   ahead=True):
+                                   ahead=True, prepare=prepare):
             df = frame(v, LOAD_COLUMNS, operator, state)
             lays = layouts(v, df, operator, parallelism, max_parallelism)
             hh = _snapshot_sketch(v)

@@ -260,3 +260,36 @@ def test_a_pass_ahead_raises_a_ranges_read_error_and_may_stop_early(generated, m
             pass
     with pytest.raises(SnapshotCorruptError, match="damaged range"):
         snap.key_group_distribution()
+
+
+def test_a_pass_mapped_two_ranges_at_a_time_answers_in_range_order(generated, monkeypatch):
+    """``map`` with ``ahead``: ``fn`` of each range on two threads, answers in range order, a range's error
+    raised in its turn; ``prepare`` runs on the loading thread before the view is handed over."""
+    from explorer.analysis import _columns
+    from explorer.errors import SnapshotCorruptError
+
+    snap = explorer.open(generated[0], memory_budget=budget_for(generated[0], 6))
+    p = _ranges.ranges("keys", snap, ahead=True)
+    got = list(p.map(lambda v: (v.reader.lo, v.reader.hi, len(v.keyed_state()))))
+    assert [(lo, hi) for lo, hi, _ in got] == p.ranges
+    assert sum(n for _, _, n in got) == len(explorer.open(generated[0]).keyed_state())
+    seen = []
+    prepared = _ranges.ranges("keys", snap, ahead=True,
+                              prepare=lambda v: seen.append((v.reader.lo, v.analysis_cache.loaded)))
+    for (v,) in prepared:
+        assert (v.reader.lo, True) in seen
+    assert sorted(seen) == [(lo, True) for lo, _ in prepared.ranges]
+    bad_lo = p.ranges[3][0]
+    real = _columns._load
+
+    def load(s):
+        if s.reader.lo == bad_lo:
+            raise SnapshotCorruptError("damaged range")
+        return real(s)
+
+    monkeypatch.setattr(_columns, "_load", load)
+    done = []
+    with pytest.raises(SnapshotCorruptError, match="damaged range"):
+        for lo in _ranges.ranges("keys", snap, ahead=True).map(lambda v: (_columns._cache(v), v.reader.lo)[1]):
+            done.append(lo)
+    assert done == [lo for lo, _ in p.ranges[:3]]
