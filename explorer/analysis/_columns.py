@@ -353,4 +353,4 @@ def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarra
     if k < 0:
         return None
     rows = first[:k].copy()  # (the rest of ``first`` is not kept with the deferred dictionary)
-    return codes, Deferred(k, lambda: arr.take(pa.array(rows)))
+    return codes, Deferred(k, lambda: arr.take(pa.array(rows)), source=arr, rows=rows)

@@ -22,12 +22,18 @@ from ._hashing import splitmix64, string_hash64
 
 class Deferred:
     """A segment of ``n`` keys built by ``build()`` when first used: a range whose question never looks at a
-    key (a key-group distribution) does not gather its dictionary."""
+    key (a key-group distribution) does not gather its dictionary.
 
-    __slots__ = ("n", "build")
+    With ``source`` (an Arrow array) and ``rows`` (rising positions in it), the segment is
+    ``source.take(rows)``: a few keys are then taken and looked up in ``source`` itself
+    (:meth:`KeyValues.take`, :meth:`KeyValues.codes_of`), so that a question looking at a few keys
+    (a range's top keys, its sketch's keys) does not gather millions."""
 
-    def __init__(self, n: int, build: Any) -> None:
+    __slots__ = ("n", "build", "source", "rows")
+
+    def __init__(self, n: int, build: Any, source: Any = None, rows: np.ndarray | None = None) -> None:
         self.n, self.build = int(n), build
+        self.source, self.rows = source, rows
 
     def __len__(self) -> int:
         return self.n
@@ -73,9 +79,18 @@ class KeyValues:
     def __copy__(self) -> "KeyValues":
         return self
 
+    def _in_source(self, i: int) -> Any:
+        """Segment ``i`` when it is a :class:`Deferred` not built yet that can be read in its source, else None."""
+        seg = self._segments[i]
+        return seg if isinstance(seg, Deferred) and seg.source is not None and seg.rows is not None else None
+
     def take(self, codes: np.ndarray | Sequence[int]) -> np.ndarray:
         """The keys of ``codes`` as Python objects (only these are materialised)."""
         codes = np.asarray(codes, dtype=np.int64)
+        if len(self._segments) == 1 and (d := self._in_source(0)) is not None and pa.types.is_string(d.source.type):
+            if len(codes) and (codes.min() < 0 or codes.max() >= d.n):
+                raise IndexError(f"key codes outside 0..{d.n - 1}")
+            return d.source.take(pa.array(d.rows[codes])).to_numpy(zero_copy_only=False)
         if len(self.segments) == 1 and not isinstance(self.segments[0], np.ndarray) and \
                 pa.types.is_string(self.segments[0].type):  # one Arrow segment of strings: no masks, no copies
             return self.segments[0].take(pa.array(codes)).to_numpy(zero_copy_only=False)
@@ -108,6 +123,8 @@ class KeyValues:
 
     def _codes_of(self, keys: list[Any]) -> np.ndarray:
         out = np.full(len(keys), -1, dtype=np.int64)
+        if len(self._segments) == 1 and (d := self._in_source(0)) is not None and _codes_in_source(d, keys, out):
+            return out
         for off, seg in zip(self.offsets[:-1], self.segments):
             if isinstance(seg, np.ndarray):
                 if _codes_of_strings(seg, keys, off, out):
@@ -169,6 +186,27 @@ class KeyValues:
             parts = [key_groups_for(seg, max_parallelism, scheme) for seg in self.segments]
             self._key_groups[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         return self._key_groups[k]
+
+
+def _codes_in_source(d: Deferred, keys: list[Any], out: np.ndarray) -> bool:
+    """:meth:`KeyValues._codes_of` of the one segment ``d`` (``d.source.take(d.rows)``, not built) found in
+    ``d.source``: the rows equal to a key, of which the key's first row (one of ``d.rows``) is its code, as
+    the key's position in the gathered dictionary would be. False (nothing done) when the keys do not
+    convert to the source's type."""
+    try:
+        probe = pa.array(keys, type=d.source.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return False
+    where = pc.index_in(d.source, value_set=probe)
+    valid = where.is_valid().to_numpy(zero_copy_only=False)
+    hit = np.flatnonzero(valid)
+    which = where.filter(where.is_valid()).to_numpy(zero_copy_only=False)
+    pos = np.searchsorted(d.rows, hit)
+    first = pos < len(d.rows)
+    first[first] = d.rows[pos[first]] == hit[first]  # a key's first row: the row its code was given at
+    for code, j in zip(pos[first], which[first]):
+        out[int(j)] = int(code)
+    return True
 
 
 def _key_hash64(segments: list[Any]) -> np.ndarray | None:

@@ -20,6 +20,7 @@ estimated rows, else from the bytes on disk, so that a range's rows times
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -212,24 +213,108 @@ def view(snap: StoredSnapshot, lo: int, hi: int, key_groups: Iterable[int] | Non
 
 @dataclass
 class Pass:
-    """One pass over the ranges of one or more snapshots, with a progress bar."""
+    """One pass over the ranges of one or more snapshots, with a progress bar.
+
+    ``ahead``: the next range's views are loaded (their analysis columns read and numbered,
+    :func:`._columns._cache`) on background threads, one per snapshot, while the caller works on
+    the current range's: the reads, the key kernel and the entry hashes release the GIL, so the
+    second core works while the caller merges. Two ranges are then in memory at a time, so
+    :func:`ranges` plans them at half the budget."""
 
     snaps: tuple
     ranges: list[tuple[int, int]]
     what: str
     entries: bool = False
     columns: Any = None
+    ahead: bool = False
+    #: ``ahead`` only: ``prepare(*views)`` run on the background thread once the next range's views are loaded
+    #: (what the caller will ask of them first, kept on the views; its result is dropped)
+    prepare: Any = None
+
+    def _views(self, lo: int, hi: int) -> tuple:
+        return tuple(view(s, lo, hi, entries=self.entries, columns=self.columns) for s in self.snaps)
 
     def __iter__(self) -> Iterator[tuple]:
         show = len(self.ranges) > 1
         with tqdm(total=len(self.ranges), unit="range", desc=self.what, disable=not show) as bar:
-            for lo, hi in self.ranges:
-                yield tuple(view(s, lo, hi, entries=self.entries, columns=self.columns) for s in self.snaps)
-                bar.update(1)
+            if not self.ahead or len(self.ranges) < 2:
+                for lo, hi in self.ranges:
+                    yield self._views(lo, hi)
+                    bar.update(1)
+                return
+            from ._columns import _cache  # (imports this module)
+
+            pool = ThreadPoolExecutor(len(self.snaps), thread_name_prefix="range-ahead")
+            pending: list = []
+            try:
+                def load(v: Any) -> None:
+                    _cache(v)
+
+                def submit(i: int) -> tuple:
+                    views = self._views(*self.ranges[i])
+                    futures = [pool.submit(load, v) for v in views]
+                    if self.prepare is not None:  # after the loads, on the thread of the first
+                        futures[0] = pool.submit(lambda f=list(futures), v=views: (
+                            [x.result() for x in f], self.prepare(*v)))
+                    return views, futures
+
+                nxt = submit(0)
+                for i in range(len(self.ranges)):
+                    views, pending = nxt
+                    for f in pending:
+                        f.result()  # (a read's error raised here, as the caller's own load would)
+                    pending = []
+                    if i + 1 < len(self.ranges):
+                        nxt = submit(i + 1)
+                        pending = nxt[1]
+                    yield views
+                    del views
+                    bar.update(1)
+            finally:
+                for f in pending:  # (a caller that stopped early: the range loading is dropped once read)
+                    f.cancel()
+                pool.shutdown(wait=True)
+
+
+    def map(self, fn: Any) -> Iterator[Any]:
+        """``fn(*views)`` of each range, in range order. ``ahead``: on two background threads, two ranges at a
+        time (each planned within half the budget; ``fn``'s answer is to be small beside its range: a range is
+        dropped once ``fn`` returns), so the two cores work on two ranges; the caller only merges. An error of
+        ``fn`` or of a read is raised here, in range order."""
+        if not self.ahead or len(self.ranges) < 2:
+            for views in self:
+                yield fn(*views)
+            return
+        show = len(self.ranges) > 1
+        with tqdm(total=len(self.ranges), unit="range", desc=self.what, disable=not show) as bar:
+            pool = ThreadPoolExecutor(2, thread_name_prefix="range-map")
+            queue: list = []
+            try:
+                def task(lo: int, hi: int) -> Any:
+                    return fn(*self._views(lo, hi))
+
+                nxt = 0
+                while nxt < len(self.ranges) and len(queue) < 2:
+                    queue.append(pool.submit(task, *self.ranges[nxt]))
+                    nxt += 1
+                while queue:
+                    out = queue.pop(0).result()
+                    if nxt < len(self.ranges):
+                        queue.append(pool.submit(task, *self.ranges[nxt]))
+                        nxt += 1
+                    yield out
+                    bar.update(1)
+            finally:
+                for f in queue:
+                    f.cancel()
+                pool.shutdown(wait=True)
 
 
 def ranges(what: str, *snaps: Any, operator: Any = None, state: Any = None, entries: bool = False,
-           columns: Iterable[str] | None = None) -> Pass:
+           columns: Iterable[str] | None = None, ahead: bool = False, prepare: Any = None) -> Pass:
     """The range views of ``snaps`` to stream ``what`` over (one tuple of views per range; ``entries`` and
-    ``columns``: see :func:`view`)."""
-    return Pass(tuple(snaps), plan(snaps, operator, state), what, entries, columns)
+    ``columns``: see :func:`view`; ``ahead``, ``prepare``: see :class:`Pass`)."""
+    planned = plan(snaps, operator, state)
+    if ahead and len(planned) > 1:  # two ranges in memory at a time: each within half the budget
+        planned = plan(snaps, operator, state, budget=min(s.memory_budget for s in snaps) // 2)
+    return Pass(tuple(snaps), planned, what, entries, columns, ahead, prepare)

@@ -24,7 +24,7 @@ formats whose metadata does not carry them (Apache Flink, Spark).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -126,22 +126,26 @@ def _streamed(source: Source, operator, state, max_parallelism: int | None = Non
     """Per operator, :func:`key_group_aggregates` summed over the key-group ranges of ``source``
     (:mod:`._ranges`); with ``rehash_to`` the keys re-hashed into that many key groups (no records).
     Kept on the Snapshot."""
+    def per_range(v: Any) -> dict[str, pd.DataFrame]:
+        if rehash_to is None:
+            part = key_group_aggregates(v, operator=operator, state=state, max_parallelism=max_parallelism)
+            return {str(n): g for n, g in part.groupby("operator", sort=False, observed=True)}
+        df = frame(v, LOAD_COLUMNS, operator, state)
+        lays = layouts(v, df, operator)
+        scheme = partitioner(v)
+        by_op = {}
+        for name, lay in lays.items():
+            kt = _keys_of(v, df, operator, state).of_operator(name)
+            by_op[name] = _aggregate(kt, lay, None, key_groups=kt.values.key_groups(rehash_to, scheme)[kt.key],
+                                     max_parallelism=rehash_to)
+        return by_op
+
     def build() -> dict[str, pd.DataFrame]:
         acc: dict[str, pd.DataFrame] = {}
-        for (v,) in _ranges.ranges("key groups" if rehash_to is None else f"key groups at M={rehash_to}", source,
-                                   operator=operator, state=state, columns=KEY_PASS_COLUMNS):
-            if rehash_to is None:
-                part = key_group_aggregates(v, operator=operator, state=state, max_parallelism=max_parallelism)
-                by_op = {str(n): g for n, g in part.groupby("operator", sort=False, observed=True)}
-            else:
-                df = frame(v, LOAD_COLUMNS, operator, state)
-                lays = layouts(v, df, operator)
-                scheme = partitioner(v)
-                by_op = {}
-                for name, lay in lays.items():
-                    kt = _keys_of(v, df, operator, state).of_operator(name)
-                    by_op[name] = _aggregate(kt, lay, None, key_groups=kt.values.key_groups(rehash_to, scheme)[kt.key],
-                                             max_parallelism=rehash_to)
+        # two ranges at a time on two threads (the reads and the key kernel release the GIL); merged in order
+        what = "key groups" if rehash_to is None else f"key groups at M={rehash_to}"
+        for by_op in _ranges.ranges(what, source, operator=operator, state=state, columns=KEY_PASS_COLUMNS,
+                                    ahead=True).map(per_range):
             for name, g in by_op.items():
                 g = g.reset_index(drop=True)
                 if name not in acc:
@@ -150,7 +154,6 @@ def _streamed(source: Source, operator, state, max_parallelism: int | None = Non
                     cur = acc[name]
                     for metric in METRICS:
                         cur[metric] = cur[metric].reset_index(drop=True) + g[metric].reset_index(drop=True)
-            del v
         return acc
 
     return source.analysis_cache.memo(("streamed_kg_aggregates", filter_key(operator, state), max_parallelism,

@@ -349,6 +349,20 @@ def _rank_of(values: np.ndarray) -> np.ndarray:
 
 # --- hot keys, skew and salting streamed over key-group ranges (a Snapshot over its memory budget) ----------
 
+def _value_counts(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(v, return_counts=True)`` of integers: counted with ``np.bincount`` when they are
+    non-negative and their largest is not far above their number (entries and bytes of the keys of a
+    range: a count per value instead of a sort of millions), sorted otherwise."""
+    if len(v) and v.dtype.kind in "iu":
+        lo, hi = int(v.min()), int(v.max())
+        if lo >= 0 and hi <= 4 * len(v) + 1024:
+            counts = np.bincount(v, minlength=0)
+            vals = np.flatnonzero(counts)
+            return vals.astype(v.dtype, copy=False), counts[vals].astype(np.int64)
+    vals, counts = np.unique(v, return_counts=True)
+    return vals, counts.astype(np.int64, copy=False)
+
+
 @dataclasses.dataclass
 class _OperatorPass:
     """What one pass over the key-group ranges gathers of one operator (sums exact range by range)."""
@@ -360,7 +374,7 @@ class _OperatorPass:
     known: bool = False  # some key held in state has a traffic count
 
     def add_hist(self, metric: str, v: np.ndarray) -> None:
-        vals, counts = np.unique(v, return_counts=True)
+        vals, counts = _value_counts(v)
         if metric in self.hist:
             pv, pc_ = self.hist[metric]
             vals, inv = np.unique(np.concatenate([pv, vals]), return_inverse=True)
@@ -373,7 +387,13 @@ def _key_pass(source: Source, n: int, operator, state, parallelism, max_parallel
     loads and value histograms (kept on the Snapshot)."""
     def build() -> dict[str, _OperatorPass]:
         out: dict[str, _OperatorPass] = {}
-        for (v,) in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS):
+        def prepare(v: Any) -> None:  # the range's key table, built on the thread that loaded it (kept on v)
+            df = frame(v, LOAD_COLUMNS, operator, state)
+            _key_stats(df, layouts(v, df, operator, parallelism, max_parallelism), _snapshot_sketch(v), v, operator,
+                       state)
+
+        for (v,) in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS,
+                                   ahead=True, prepare=prepare):
             df = frame(v, LOAD_COLUMNS, operator, state)
             lays = layouts(v, df, operator, parallelism, max_parallelism)
             hh = _snapshot_sketch(v)

@@ -73,3 +73,51 @@ def test_nulls_few_rows_and_other_types_stay_on_arrows_path(monkeypatch):
                                        pa.chunked_array([pa.array(["a", "c"])])])
     assert codes.tolist() == [0, 1, 0, 3, 4, 1, 2]
     assert list(kv.take(codes)) == ["b", "a", "b", 5, 6, "a", "c"]
+
+
+@pytest.mark.parametrize("t", [pa.binary(), pa.large_string()])
+def test_keys_told_apart_by_length_and_bytes_past_the_first_sixteen(monkeypatch, t):
+    """Keys of 16 bytes or fewer are compared by their packed first 16 bytes and length, longer ones byte by
+    byte past those: zero bytes, equal prefixes, lengths 7-9 and 15-17, a tail differing at its last byte."""
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    base = [b"", b"\x00", b"\x00\x00", b"ab", b"ab\x00", b"ab\x00\x00", b"user-000000001", b"user-000000001\x00",
+            b"x" * 7, b"x" * 8, b"x" * 9, b"x" * 15, b"x" * 16, b"x" * 17, b"x" * 16 + b"\x00", b"x" * 16 + b"y",
+            b"y" * 40, b"y" * 39 + b"z", b"0123456789abcdef", b"0123456789abcdeg", b"\xff" * 16, b"\xff" * 8]
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        base = [b for b in base if b != b"\xff" * 16 and b != b"\xff" * 8]
+    rnd = random.Random(7)
+    keys = [base[rnd.randrange(len(base))] for _ in range(5000)]
+    keys[10:30] = [keys[10]] * 20  # a run
+    arr = pa.array([k if pa.types.is_binary(t) else k.decode() for k in keys], type=t)
+    got = _columns._numbered_strings([arr], t)
+    assert got is not None
+    codes, dictionary = _arrow([arr], t)
+    assert np.array_equal(got[0], codes)
+    assert got[1].build().equals(dictionary)
+    assert len(dictionary) == len(base)
+
+
+def test_few_keys_taken_and_looked_up_in_the_source_as_in_the_gathered_dictionary(monkeypatch):
+    """A kernel-numbered range's dictionary is not gathered to take a few keys or find a few keys' codes: the
+    answers are those of the gathered dictionary (first of repeated keys asked, absent keys -1, keys of
+    another type through the dictionary)."""
+    from explorer.analysis._keys import Deferred, KeyValues
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    keys = _keys(11, 20_000, 3000)
+    arr = pa.array(keys)
+    codes, seg = _columns._numbered_strings([arr], pa.string())
+    assert isinstance(seg, Deferred) and seg.source is not None
+    lazy, built = KeyValues([seg]), KeyValues([seg.build()])
+    pick = np.array([0, 5, len(seg) - 1, 5, 17, 2999 % len(seg)], dtype=np.int64)
+    assert list(lazy.take(pick)) == list(built.take(pick))
+    assert isinstance(lazy._segments[0], Deferred)  # not gathered
+    asked = [keys[0], keys[19_999], "no such key", keys[0], keys[123], "", "user-000000001"]
+    assert lazy.codes_of(asked).tolist() == built.codes_of(asked).tolist()
+    assert isinstance(lazy._segments[0], Deferred)
+    found = lazy.codes_of(asked)
+    assert found[0] == codes[0] and found[1] == codes[19_999] and found[2] == -1
+    assert list(lazy.take(found[found >= 0])) == [k for k, c in zip(asked, found) if c >= 0]
+    with pytest.raises(IndexError):
+        lazy.take(np.array([len(seg)]))
+    assert lazy.codes_of([5, "a"]).tolist() == built.codes_of([5, "a"]).tolist()  # (not strings: gathered)

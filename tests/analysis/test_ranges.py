@@ -209,3 +209,87 @@ def test_a_key_pass_range_loads_its_columns_and_a_diff_range_its_entries(generat
     d = _ranges.view(snap, 10, 19, entries=True)
     cached_frame(d)
     assert d.analysis_cache.row_hashes is not None  # the diff's ranges hash the entries as they load
+
+
+def test_a_pass_ahead_plans_at_half_the_budget_and_hands_over_loaded_views(generated):
+    """``ahead``: two ranges in memory at a time, so each within half the budget; every view handed over has its
+    columns loaded already (on a background thread), the same rows as a view loaded in place."""
+    from explorer.analysis._columns import cached_frame
+    from explorer.analysis._common import KEY_PASS_COLUMNS
+
+    budget = budget_for(generated[0], 4)
+    snap = explorer.open(generated[0], memory_budget=budget)
+    plain = _ranges.ranges("keys", snap, columns=KEY_PASS_COLUMNS)
+    ahead = _ranges.ranges("keys", snap, columns=KEY_PASS_COLUMNS, ahead=True)
+    assert ahead.ranges == _ranges.plan([snap], budget=budget // 2) and len(ahead.ranges) > len(plain.ranges)
+    rows = _ranges.rows_per_key_group(snap)
+    seen = []
+    for (v,) in ahead:
+        assert v.analysis_cache.loaded
+        lo, hi = v.reader.lo, v.reader.hi
+        assert lo == hi or rows[lo: hi + 1].sum() * ANALYSIS_BYTES_PER_ROW <= budget // 2
+        mine = cached_frame(_ranges.view(snap, lo, hi, columns=KEY_PASS_COLUMNS))
+        _same(cached_frame(v), mine)
+        seen.append((lo, hi))
+    assert seen == ahead.ranges
+
+
+def test_a_pass_ahead_raises_a_ranges_read_error_and_may_stop_early(generated, monkeypatch):
+    from explorer.analysis import _columns
+    from explorer.errors import SnapshotCorruptError
+
+    snap = explorer.open(generated[0], memory_budget=budget_for(generated[0], 6))
+    p = _ranges.ranges("keys", snap, ahead=True)
+    assert len(p.ranges) > 3
+    got = next(iter(p))  # stopping after the first range: the second's load is waited for, not leaked
+    assert got[0].analysis_cache.loaded
+    it = iter(p)
+    next(it)
+    it.close()
+    bad_lo = p.ranges[2][0]
+    real = _columns._load
+
+    def load(s):
+        if s.reader.lo == bad_lo:
+            raise SnapshotCorruptError("damaged range")
+        return real(s)
+
+    monkeypatch.setattr(_columns, "_load", load)
+    with pytest.raises(SnapshotCorruptError, match="damaged range"):
+        for _ in _ranges.ranges("keys", snap, ahead=True):
+            pass
+    with pytest.raises(SnapshotCorruptError, match="damaged range"):
+        snap.key_group_distribution()
+
+
+def test_a_pass_mapped_two_ranges_at_a_time_answers_in_range_order(generated, monkeypatch):
+    """``map`` with ``ahead``: ``fn`` of each range on two threads, answers in range order, a range's error
+    raised in its turn; ``prepare`` runs on the loading thread before the view is handed over."""
+    from explorer.analysis import _columns
+    from explorer.errors import SnapshotCorruptError
+
+    snap = explorer.open(generated[0], memory_budget=budget_for(generated[0], 6))
+    p = _ranges.ranges("keys", snap, ahead=True)
+    got = list(p.map(lambda v: (v.reader.lo, v.reader.hi, len(v.keyed_state()))))
+    assert [(lo, hi) for lo, hi, _ in got] == p.ranges
+    assert sum(n for _, _, n in got) == len(explorer.open(generated[0]).keyed_state())
+    seen = []
+    prepared = _ranges.ranges("keys", snap, ahead=True,
+                              prepare=lambda v: seen.append((v.reader.lo, v.analysis_cache.loaded)))
+    for (v,) in prepared:
+        assert (v.reader.lo, True) in seen
+    assert sorted(seen) == [(lo, True) for lo, _ in prepared.ranges]
+    bad_lo = p.ranges[3][0]
+    real = _columns._load
+
+    def load(s):
+        if s.reader.lo == bad_lo:
+            raise SnapshotCorruptError("damaged range")
+        return real(s)
+
+    monkeypatch.setattr(_columns, "_load", load)
+    done = []
+    with pytest.raises(SnapshotCorruptError, match="damaged range"):
+        for lo in _ranges.ranges("keys", snap, ahead=True).map(lambda v: (_columns._cache(v), v.reader.lo)[1]):
+            done.append(lo)
+    assert done == [lo for lo, _ in p.ranges[:3]]
