@@ -37,8 +37,11 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..analysis import keyed_operators, subtask_loads
+from ..analysis.diff import KEY_STRINGS
 from ..analysis.hotkeys import rank_hot_key_rows
 from ..analysis.ttl import TIMELINE_COLUMNS, timeline_frame
 from ..errors import AnalysisError
@@ -47,7 +50,7 @@ from ..spark_session import get_spark
 from ..stored import StoredSnapshot, open_stored
 from .datasource import check_read, from_json, raise_state_error, rank_hot_keys, read_state, to_json
 
-__all__ = ["diff", "diff_summary", "expired_not_cleaned", "growth_by_key", "hot_keys", "key_group_aggregates",
+__all__ = ["collect_diff", "diff", "diff_summary", "expired_not_cleaned", "growth_by_key", "hot_keys", "key_group_aggregates",
            "key_group_distribution", "state_sizes", "subtask_distribution", "ttl_expiry"]
 
 TIMER_KINDS = ("event_timer", "processing_timer")
@@ -644,6 +647,97 @@ def diff(a: Any, b: Any, *, operator: str | Iterable[str] | None = None, state: 
     if not unchanged:
         out = out.where(F.col("status") != "unchanged")
     return out
+
+
+#: the columns :func:`collect_diff` brings to the driver (the deltas are computed there; ``status`` as its
+#: position in :data:`STATUSES`, a byte)
+_DIFF_WIRE = ("operator", "state", "key", "status", "entries_a", "entries_b", "bytes_a", "bytes_b")
+
+
+def collect_diff(d) -> pd.DataFrame:
+    """The rows of a :func:`diff` DataFrame ``d`` on the driver, as :func:`explorer.analysis.diff` returns them on
+    one machine: its columns and dtypes (``operator``, ``state`` str objects, ``key`` the Arrow-backed
+    :data:`~explorer.analysis.diff.KEY_STRINGS` when every key is a str, else Python values decoded from the JSON
+    text; ``status`` a Categorical of :data:`STATUSES`; the counts int64), sorted by operator, state and falling
+    ``bytes_delta`` (ties in the partitions' order).
+
+    Collected as Arrow batches (``toArrow``), not Rows, with less on the wire than ``d.toPandas()`` (the status as
+    a byte, the deltas computed here), and built column by column from them: operator, state and status held once
+    per distinct value, the keys' text kept in Arrow. On 100 M keys with 2 M changed rows the driver's peak fell
+    from ~970 MB (``toPandas()``, a Python object per string cell) to what ``benchmarks/results/scale.json``'s
+    Spark section records."""
+    from pyspark.sql import functions as F
+
+    code = F.when(F.col("status") == STATUSES[0], 0)
+    for i, s in enumerate(STATUSES[1:-1], start=1):
+        code = code.when(F.col("status") == s, i)
+    code = code.otherwise(len(STATUSES) - 1).cast("byte")
+    wire = d.select(*[code.alias(c) if c == "status" else F.col(c).cast("long") if c.startswith(("entries", "bytes"))
+                      else F.col(c) for c in _DIFF_WIRE])
+    try:
+        held = [wire.toArrow()]
+    except Exception as exc:  # noqa: BLE001 - Spark's wrapping of an executor's StateExplorerError
+        raise_state_error(exc)
+        raise
+    return diff_frame(held)
+
+
+def diff_frame(held: list) -> pd.DataFrame:
+    """The local diff's frame (:func:`collect_diff`) from ``held``: a one-element list of the Arrow table of
+    :data:`_DIFF_WIRE` columns (taken out of the list, so that its buffers go once their columns are converted)."""
+    table: pa.Table = held.pop()
+    n = table.num_rows
+    ints = ("entries_a", "entries_b", "bytes_a", "bytes_b")
+    if not n:
+        del table
+        out = pd.DataFrame({c: pd.Series(dtype=object) for c in ("operator", "state", "key")})
+        out["status"] = pd.Categorical([], categories=list(STATUSES))
+        for c in ("entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"):
+            out[c] = pd.Series(dtype=np.int64)
+        return out[DIFF_COLUMNS]
+    names, codes = {}, {}
+    for c in ("operator", "state"):
+        enc = pc.dictionary_encode(table[c]).combine_chunks()
+        # the distinct names (a few), their rank in sorted order, and each row's code
+        names[c] = np.array(enc.dictionary.to_pylist(), dtype=object)
+        rank = np.empty(len(names[c]), dtype=np.int64)
+        rank[np.argsort(names[c], kind="stable")] = np.arange(len(names[c]))
+        codes[c] = rank[enc.indices.to_numpy(zero_copy_only=False)]
+        names[c] = np.sort(names[c], kind="stable")
+    status = table["status"].to_numpy().astype(np.int8, copy=False)
+    ba, bb = (table[c].to_numpy() for c in ("bytes_a", "bytes_b"))
+    order = np.lexsort((ba - bb, codes["state"], codes["operator"]))  # stable: ties keep the partitions' order
+    del ba, bb
+    keys = table["key"].take(pa.array(order))
+    counts = {c: table[c].to_numpy()[order] for c in ints}
+    del table
+    cols: dict[str, Any] = {"operator": names["operator"][codes.pop("operator")[order]],
+                            "state": names["state"][codes.pop("state")[order]]}
+    cols["key"] = _keys_from_json(keys)
+    del keys
+    cols["status"] = pd.Categorical.from_codes(status[order], categories=list(STATUSES))
+    del status, order
+    for what in ("entries", "bytes"):
+        cols[f"{what}_a"], cols[f"{what}_b"] = counts.pop(f"{what}_a"), counts.pop(f"{what}_b")
+        cols[f"{what}_delta"] = cols[f"{what}_b"] - cols[f"{what}_a"]
+    # one frame of these arrays as they are (copy=False: no block of int64 columns copied together)
+    return pd.DataFrame({c: cols.pop(c) for c in DIFF_COLUMNS}, copy=False)
+
+
+def _keys_from_json(texts: pa.ChunkedArray):
+    """Keys from the data source's JSON text: :data:`KEY_STRINGS` when every one is a JSON string (no escapes:
+    the quotes cut off in Arrow), else :func:`from_json` of each (lists as tuples), as KEY_STRINGS when all are
+    str."""
+    texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
+    plain = r'^"[^"\\\x00-\x1f]*"$'  # a JSON string without escapes
+    if texts.null_count == 0 and len(texts) and pc.all(pc.match_substring_regex(texts, plain)).as_py():
+        bare = pc.utf8_slice_codeunits(texts, 1, -1).cast(pa.large_string())
+        return KEY_STRINGS.construct_array_type()(pa.chunked_array([bare]))
+    values = np.empty(len(texts), dtype=object)
+    values[:] = [from_json(t) for t in texts.to_pylist()]
+    if len(values) and pd.api.types.infer_dtype(values, skipna=False) == "string":
+        return pd.array(values, dtype=KEY_STRINGS)
+    return values
 
 
 _SUMMARY_COLUMNS = ["operator", "state", "keys_added", "keys_removed", "keys_changed", "keys_unchanged", "entries_a",
