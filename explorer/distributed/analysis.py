@@ -661,11 +661,11 @@ def collect_diff(d) -> pd.DataFrame:
     text; ``status`` a Categorical of :data:`STATUSES`; the counts int64), sorted by operator, state and falling
     ``bytes_delta`` (ties in the partitions' order).
 
-    Collected as Arrow batches (``toArrow``), not Rows, with less on the wire than ``d.toPandas()`` (the status as
-    a byte, the deltas computed here), and built column by column from them: operator, state and status held once
-    per distinct value, the keys' text kept in Arrow. On 100 M keys with 2 M changed rows the driver's peak fell
-    from ~970 MB (``toPandas()``, a Python object per string cell) to what ``benchmarks/results/scale.json``'s
-    Spark section records."""
+    Collected as Arrow batches, not Rows, with less on the wire than ``d.toPandas()`` (the status as a byte, the
+    deltas computed here), each batch made compact as it arrives (:func:`_arrow_batches`: operator and state as
+    codes, the keys' text in Arrow, the counts in NumPy) and the frame built column by column from them: a
+    Python object per string cell (``toPandas()``) peaked at ~970 MB on the driver for 2 M changed rows of
+    100 M keys (``benchmarks/results/scale.json``'s Spark section has the figures)."""
     from pyspark.sql import functions as F
 
     code = F.when(F.col("status") == STATUSES[0], 0)
@@ -674,68 +674,152 @@ def collect_diff(d) -> pd.DataFrame:
     code = code.otherwise(len(STATUSES) - 1).cast("byte")
     wire = d.select(*[code.alias(c) if c == "status" else F.col(c).cast("long") if c.startswith(("entries", "bytes"))
                       else F.col(c) for c in _DIFF_WIRE])
+    compact = _Compact()
     try:
-        held = [wire.toArrow()]
+        for _ in _arrow_batches(wire, compact.add):
+            pass
     except Exception as exc:  # noqa: BLE001 - Spark's wrapping of an executor's StateExplorerError
         raise_state_error(exc)
         raise
-    return diff_frame(held)
+    return compact.frame()
 
 
-def diff_frame(held: list) -> pd.DataFrame:
-    """The local diff's frame (:func:`collect_diff`) from ``held``: a one-element list of the Arrow table of
-    :data:`_DIFF_WIRE` columns (taken out of the list, so that its buffers go once their columns are converted)."""
-    table: pa.Table = held.pop()
-    n = table.num_rows
-    ints = ("entries_a", "entries_b", "bytes_a", "bytes_b")
-    if not n:
-        del table
-        out = pd.DataFrame({c: pd.Series(dtype=object) for c in ("operator", "state", "key")})
-        out["status"] = pd.Categorical([], categories=list(STATUSES))
-        for c in ("entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"):
-            out[c] = pd.Series(dtype=np.int64)
-        return out[DIFF_COLUMNS]
-    names, codes = {}, {}
-    for c in ("operator", "state"):
-        enc = pc.dictionary_encode(table[c]).combine_chunks()
-        # the distinct names (a few), their rank in sorted order, and each row's code
-        names[c] = np.array(enc.dictionary.to_pylist(), dtype=object)
-        rank = np.empty(len(names[c]), dtype=np.int64)
-        rank[np.argsort(names[c], kind="stable")] = np.arange(len(names[c]))
-        codes[c] = rank[enc.indices.to_numpy(zero_copy_only=False)]
-        names[c] = np.sort(names[c], kind="stable")
-    status = table["status"].to_numpy().astype(np.int8, copy=False)
-    ba, bb = (table[c].to_numpy() for c in ("bytes_a", "bytes_b"))
-    order = np.lexsort((ba - bb, codes["state"], codes["operator"]))  # stable: ties keep the partitions' order
-    del ba, bb
-    keys = table["key"].take(pa.array(order))
-    counts = {c: table[c].to_numpy()[order] for c in ints}
-    del table
-    cols: dict[str, Any] = {"operator": names["operator"][codes.pop("operator")[order]],
-                            "state": names["state"][codes.pop("state")[order]]}
-    cols["key"] = _keys_from_json(keys)
-    del keys
-    cols["status"] = pd.Categorical.from_codes(status[order], categories=list(STATUSES))
-    del status, order
-    for what in ("entries", "bytes"):
-        cols[f"{what}_a"], cols[f"{what}_b"] = counts.pop(f"{what}_a"), counts.pop(f"{what}_b")
-        cols[f"{what}_delta"] = cols[f"{what}_b"] - cols[f"{what}_a"]
-    # one frame of these arrays as they are (copy=False: no block of int64 columns copied together)
-    return pd.DataFrame({c: cols.pop(c) for c in DIFF_COLUMNS}, copy=False)
+def _arrow_batches(df, fn):
+    """``fn`` of each Arrow record batch of ``df`` as it reaches the driver, yielded in the partitions' order.
+
+    What ``df.toArrow()`` does (the JVM's ``collectAsArrowToPython``, batches sent in the order the tasks end,
+    then their order), except that a batch is handed to ``fn`` when it arrives instead of all batches being held
+    until the last one: ``fn`` keeps what it needs of it and the batch's buffer goes. Through pyspark's internals
+    (3.5 to 4.x); where they differ, ``toArrow()``'s batches."""
+    try:
+        from pyspark.errors.exceptions.captured import unwrap_spark_exception
+        from pyspark.serializers import UTF8Deserializer, read_int
+        from pyspark.sql.pandas.serializers import ArrowCollectSerializer, ArrowStreamSerializer
+        from pyspark.traceback_utils import SCCallSiteSync
+        from pyspark.util import _load_from_socket
+    except ImportError:
+        yield from (fn(b) for b in df.toArrow().to_batches())
+        return
+
+    class Arriving(ArrowCollectSerializer):
+        def load_stream(self, stream):
+            parts = [fn(b) for b in ArrowStreamSerializer.load_stream(self, stream)]
+            num = read_int(stream)
+            if num == -1:  # the JVM's error message follows (server.getResult() raises the exception itself)
+                raise RuntimeError(f"collecting the rows failed in Spark: {UTF8Deserializer().loads(stream)}")
+            for _ in range(num):
+                i = read_int(stream)
+                part, parts[i] = parts[i], None
+                yield part
+
+    with SCCallSiteSync(df._sc):
+        port, secret, server = df._jdf.collectAsArrowToPython()
+    try:
+        with _load_from_socket((port, secret), Arriving()) as stream:
+            yield from stream
+    finally:
+        with unwrap_spark_exception():
+            server.getResult()  # the JVM's exception, if a task failed
 
 
-def _keys_from_json(texts: pa.ChunkedArray):
-    """Keys from the data source's JSON text: :data:`KEY_STRINGS` when every one is a JSON string (no escapes:
-    the quotes cut off in Arrow), else :func:`from_json` of each (lists as tuples), as KEY_STRINGS when all are
-    str."""
-    texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
+class _Compact:
+    """The columns of :data:`_DIFF_WIRE` batches (:func:`collect_diff`), made compact batch by batch: operator and
+    state as codes into the names met, status as its byte, the keys as Arrow strings when plain JSON strings,
+    else Python values, the counts as NumPy int64 (copies: nothing keeps the batch's buffer)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, dict[str, int]] = {"operator": {}, "state": {}}
+        self.cols: dict[str, list] = {c: [] for c in _DIFF_WIRE}
+        self.pending = 0  # batches added since the last _gather
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        for c in ("operator", "state"):
+            enc = pc.dictionary_encode(batch.column(c))
+            seen = self.names[c]
+            remap = np.array([seen.setdefault(v, len(seen)) for v in enc.dictionary.to_pylist()], dtype=np.int32)
+            self.cols[c].append(remap[enc.indices.to_numpy(zero_copy_only=False)])
+        self.cols["key"].append(_keys_from_json(batch.column("key"), arrow=True))
+        for c in ("status", "entries_a", "entries_b", "bytes_a", "bytes_b"):
+            self.cols[c].append(np.array(batch.column(c).to_numpy(zero_copy_only=False), copy=True))
+        self.pending += 1
+        if self.pending == self.GATHER:
+            self._gather()
+
+    #: batches (Spark's ``maxRecordsPerBatch`` rows each, 10,000 by default) whose NumPy pieces are gathered into one
+    #: array: the small pieces' memory is reused by the next batches' instead of staying in the C heap beside the
+    #: frame's columns (2 M rows: the driver's peak 524 MB with the pieces kept, the frame itself 166 MB)
+    GATHER = 64
+
+    def _gather(self) -> None:
+        k, self.pending = self.pending, 0
+        for c, parts in self.cols.items():
+            if k > 1 and c != "key":
+                parts[-k:] = [np.concatenate(parts[-k:])]
+
+    def frame(self) -> pd.DataFrame:
+        self._gather()
+        cols, n = self.cols, sum(len(x) for x in self.cols["status"])
+        if not n:
+            out = pd.DataFrame({c: pd.Series(dtype=object) for c in ("operator", "state", "key")})
+            out["status"] = pd.Categorical([], categories=list(STATUSES))
+            for c in ("entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"):
+                out[c] = pd.Series(dtype=np.int64)
+            return out[DIFF_COLUMNS]
+        built: dict[str, Any] = {}
+        rank = {}
+        for c in ("operator", "state"):
+            names = np.array(sorted(self.names[c]), dtype=object)  # by name: codes in sorted order
+            to_sorted = np.empty(len(self.names[c]), dtype=np.int32)
+            to_sorted[list(self.names[c].values())] = np.searchsorted(names, list(self.names[c]))
+            rank[c] = (names, to_sorted[np.concatenate(cols.pop(c))])
+        nbytes = {c: np.concatenate(cols.pop(c)) for c in ("bytes_a", "bytes_b")}
+        # by operator, state and falling growth (a - b ascending); stable: ties keep the partitions' order
+        order = np.lexsort((nbytes["bytes_a"] - nbytes["bytes_b"], rank["state"][1], rank["operator"][1]))
+        for c in ("operator", "state"):
+            names, codes = rank.pop(c)
+            built[c] = names[codes[order]]
+        keys = cols.pop("key")
+        if all(isinstance(k, pa.Array) for k in keys):
+            built["key"] = KEY_STRINGS.construct_array_type()(pa.chunked_array(keys).take(pa.array(order)))
+        else:
+            values = np.concatenate([k.to_numpy(zero_copy_only=False) if isinstance(k, pa.Array) else k for k in keys])
+            values = values[order]
+            strings = pd.api.types.infer_dtype(values, skipna=False) == "string"
+            built["key"] = pd.array(values, dtype=KEY_STRINGS) if strings else values
+        del keys
+        built["status"] = pd.Categorical.from_codes(np.concatenate(cols.pop("status"))[order].astype(np.int8),
+                                                    categories=list(STATUSES))
+        for what in ("entries", "bytes"):
+            for side in ("a", "b"):
+                c = f"{what}_{side}"
+                built[c] = (nbytes.pop(c) if what == "bytes" else np.concatenate(cols.pop(c)))[order]
+            built[f"{what}_delta"] = built[f"{what}_b"] - built[f"{what}_a"]
+        # one frame of these arrays as they are (copy=False: no block of int64 columns copied together)
+        return pd.DataFrame({c: built.pop(c) for c in DIFF_COLUMNS}, copy=False)
+
+
+def diff_frame(parts: Iterable[pa.Table | pa.RecordBatch]) -> pd.DataFrame:
+    """:func:`collect_diff`'s frame from Arrow tables or batches of :data:`_DIFF_WIRE` columns."""
+    compact = _Compact()
+    for part in parts:
+        for batch in (part.to_batches() if isinstance(part, pa.Table) else [part]):
+            compact.add(batch)
+    return compact.frame()
+
+
+def _keys_from_json(texts: pa.Array, arrow: bool = False):
+    """Keys from the data source's JSON text: Arrow strings (``arrow``) or else :data:`KEY_STRINGS` when every one
+    is a JSON string without escapes (the quotes cut off in Arrow), else :func:`from_json` of each (lists as
+    tuples): an object array (``arrow``), or KEY_STRINGS when all are str."""
     plain = r'^"[^"\\\x00-\x1f]*"$'  # a JSON string without escapes
     if texts.null_count == 0 and len(texts) and pc.all(pc.match_substring_regex(texts, plain)).as_py():
-        bare = pc.utf8_slice_codeunits(texts, 1, -1).cast(pa.large_string())
-        return KEY_STRINGS.construct_array_type()(pa.chunked_array([bare]))
+        bare = pc.utf8_slice_codeunits(texts, 1, -1).cast(pa.large_string())  # a new buffer
+        return bare if arrow else KEY_STRINGS.construct_array_type()(pa.chunked_array([bare]))
     values = np.empty(len(texts), dtype=object)
     values[:] = [from_json(t) for t in texts.to_pylist()]
-    if len(values) and pd.api.types.infer_dtype(values, skipna=False) == "string":
+    if not arrow and len(values) and pd.api.types.infer_dtype(values, skipna=False) == "string":
         return pd.array(values, dtype=KEY_STRINGS)
     return values
 
