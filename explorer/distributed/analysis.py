@@ -48,7 +48,7 @@ from ..errors import AnalysisError
 from ..keygroups import check_parallelism, key_groups_for, operator_indices_for_key_groups
 from ..spark_session import get_spark
 from ..stored import StoredSnapshot, open_stored
-from .datasource import check_read, from_json, raise_state_error, rank_hot_keys, read_state, to_json
+from .datasource import check_read, from_json, raise_state_error, rank_hot_keys, read_state, release_memory, to_json
 
 __all__ = ["collect_diff", "diff", "diff_summary", "expired_not_cleaned", "growth_by_key", "hot_keys", "key_group_aggregates",
            "key_group_distribution", "state_sizes", "subtask_distribution", "ttl_expiry"]
@@ -760,6 +760,7 @@ class _Compact:
 
     def frame(self) -> pd.DataFrame:
         self._gather()
+        release_memory()  # the batches' and small pieces' pages: the frame's columns are new, large allocations
         cols, n = self.cols, sum(len(x) for x in self.cols["status"])
         if not n:
             out = pd.DataFrame({c: pd.Series(dtype=object) for c in ("operator", "state", "key")})
@@ -789,6 +790,7 @@ class _Compact:
             strings = pd.api.types.infer_dtype(values, skipna=False) == "string"
             built["key"] = pd.array(values, dtype=KEY_STRINGS) if strings else values
         del keys
+        release_memory()
         built["status"] = pd.Categorical.from_codes(np.concatenate(cols.pop("status"))[order].astype(np.int8),
                                                     categories=list(STATUSES))
         for what in ("entries", "bytes"):
