@@ -25,7 +25,8 @@ the data source's JSON text of the key).
 Answers equal the local ones column for column; rows come sorted by operator and state (the
 local analyses keep the order of the snapshot's pieces). :func:`diff` returns the per-key
 comparison as a Spark DataFrame (it has a row per key; ``.cache()`` it to ask it several
-questions); :func:`diff_summary` and :func:`growth_by_key` bring back its aggregates. For two snapshot paths
+questions); :func:`diff_summary` and :func:`growth_by_key` bring back its aggregates, :func:`collect_diff` its rows
+as the local diff's pandas frame (same columns and dtypes). For two snapshot paths
 of the same max parallelism the diff runs range by range in the partitions (``aggregate=diff`` of the data
 source: no join across the cluster), and ``diff_summary(path_a, path_b)`` brings back counts only.
 """
