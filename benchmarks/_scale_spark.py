@@ -19,8 +19,9 @@ Timed in this (fresh) process, in this order (what a user meets), for each snaps
   and handed to the JVM, nothing aggregated (the analyses below do not pay this: their partitions aggregate);
 * ``key_group_distribution``, ``hot_keys`` (by bytes, n=20), and with a second snapshot ``diff``
   (``diff_summary(a, b)``: each partition diffs one key-group range of both snapshots and sends its counts per
-  status) and ``diff_changes`` (``diff(a, b, unchanged=False)`` brought to the driver with ``toPandas()``: a
-  row per changed, added or removed key, what ``explorer.diff(a, b, unchanged=False)`` returns on one machine):
+  status) and ``diff_changes`` (``collect_diff(diff(a, b, unchanged=False))``: a row per changed, added or removed
+  key brought to the driver as Arrow batches and made the frame ``explorer.diff(a, b, unchanged=False)`` returns
+  on one machine; ``--to-pandas`` also times ``diff(...).toPandas()``, what it replaced, as ``diff_changes_to_pandas``):
   each question from the paths, as :mod:`explorer.distributed.analysis` answers it, the snapshots read again each time.
 
 Each figure: wall seconds, CPU seconds of this process and all its descendants (the JVM, the Python
@@ -168,7 +169,7 @@ def _local_entry(local: dict | None, path: Path) -> dict | None:
 
 
 def measure(spark, name: str, path: Path, other: Path | None, keys: int | None, n: int = 20,
-            local: dict | None = None, source_read: bool = False) -> dict[str, Any]:
+            local: dict | None = None, source_read: bool = False, to_pandas: bool = False) -> dict[str, Any]:
     """The figures of one snapshot (and its diff with ``other``) on Spark."""
     from explorer.distributed import analysis
     from explorer.spark import read_state
@@ -206,13 +207,16 @@ def measure(spark, name: str, path: Path, other: Path | None, keys: int | None, 
                          "statuses": statuses}
         print(f"  diff (summary): {fig['seconds']} s {statuses}", flush=True)
 
-        def changes():
-            d = analysis.diff(path, other, unchanged=False, spark=spark).toPandas()
-            return {"rows": len(d), "statuses": {str(k): int(v) for k, v in d["status"].value_counts().items()}}
+        def changes(to_pandas: bool = False):
+            d = analysis.diff(path, other, unchanged=False, spark=spark)
+            d = d.toPandas() if to_pandas else analysis.collect_diff(d)
+            return {"rows": len(d), "statuses": {str(k): int(v) for k, v in d["status"].value_counts().items() if v},
+                    "dtypes": {c: str(t) for c, t in d.dtypes.items()}}
 
-        fig, got = _timed(changes)
-        entry["diff_changes"] = {**fig, "keys": found, **got}
-        print(f"  diff (changed rows to the driver): {fig['seconds']} s {got}", flush=True)
+        for label, pandas_ in (("diff_changes", False), ("diff_changes_to_pandas", True))[:2 if to_pandas else 1]:
+            fig, got = _timed(lambda: changes(pandas_))
+            entry[label] = {**fig, "keys": found, **got}
+            print(f"  {label} (changed rows to the driver): {fig['seconds']} s {got}", flush=True)
     mine = _local_entry(local, path)
     if mine is not None:
         tasks = mine.get("tasks", {})
@@ -238,7 +242,7 @@ def measure(spark, name: str, path: Path, other: Path | None, keys: int | None, 
 
 def run(snapshot_path: str | Path | None, results: dict, diff_with: str | Path | None = None, n: int = 20,
         master: str = MASTER, flink: list | tuple = (), local: dict | None = None, previous: dict | None = None,
-        source_read: bool = False, name: str = "engine savepoint (canonical Parquet)",
+        source_read: bool = False, name: str = "engine savepoint (canonical Parquet)", to_pandas: bool = False,
         save: Any = lambda out: None) -> dict:
     """Measure the Spark path on ``snapshot_path`` (and its diff with ``diff_with``) and on the ``flink`` snapshots
     (``(name, path, other, keys)`` each) into ``results["spark"]["snapshots"]``; the entries of ``previous`` (the
@@ -277,7 +281,8 @@ def run(snapshot_path: str | Path | None, results: dict, diff_with: str | Path |
     out["snapshots"] = kept
     results["spark"] = out
     for label, path, other, keys in todo:
-        out["snapshots"].append(measure(spark, label, path, other, keys, n=n, local=local, source_read=source_read))
+        out["snapshots"].append(measure(spark, label, path, other, keys, n=n, local=local, source_read=source_read,
+                                        to_pandas=to_pandas))
         save(out)
     out["machine_after"] = machine()
     return out
@@ -293,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", default=MASTER)
     ap.add_argument("--out", default=None, help="JSON file (default benchmarks/results/scale_spark.json)")
     ap.add_argument("--source-read", action="store_true", help="also time the data source's read alone")
+    ap.add_argument("--to-pandas", action="store_true",
+                    help="also bring the diff's changed rows with toPandas() (what collect_diff replaced)")
     args = ap.parse_args(argv)
     path, other = args.path, args.diff_with
     built = None
@@ -307,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     if path is None:
         ap.error("give a snapshot PATH or --build N")
     results: dict[str, Any] = {}
-    out = run(path, results, diff_with=other, n=args.n, master=args.master, source_read=args.source_read)
+    out = run(path, results, diff_with=other, n=args.n, master=args.master, source_read=args.source_read,
+              to_pandas=args.to_pandas)
     if built:
         out["built"] = built
     target = Path(args.out) if args.out else result_path("scale_spark")

@@ -25,7 +25,8 @@ the data source's JSON text of the key).
 Answers equal the local ones column for column; rows come sorted by operator and state (the
 local analyses keep the order of the snapshot's pieces). :func:`diff` returns the per-key
 comparison as a Spark DataFrame (it has a row per key; ``.cache()`` it to ask it several
-questions); :func:`diff_summary` and :func:`growth_by_key` bring back its aggregates. For two snapshot paths
+questions); :func:`diff_summary` and :func:`growth_by_key` bring back its aggregates, :func:`collect_diff` its rows
+as the local diff's pandas frame (same columns and dtypes). For two snapshot paths
 of the same max parallelism the diff runs range by range in the partitions (``aggregate=diff`` of the data
 source: no join across the cluster), and ``diff_summary(path_a, path_b)`` brings back counts only.
 """
@@ -37,17 +38,20 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..analysis import keyed_operators, subtask_loads
+from ..analysis.diff import KEY_STRINGS
 from ..analysis.hotkeys import rank_hot_key_rows
 from ..analysis.ttl import TIMELINE_COLUMNS, timeline_frame
 from ..errors import AnalysisError
 from ..keygroups import check_parallelism, key_groups_for, operator_indices_for_key_groups
 from ..spark_session import get_spark
 from ..stored import StoredSnapshot, open_stored
-from .datasource import check_read, from_json, raise_state_error, rank_hot_keys, read_state, to_json
+from .datasource import check_read, from_json, raise_state_error, rank_hot_keys, read_state, release_memory, to_json
 
-__all__ = ["diff", "diff_summary", "expired_not_cleaned", "growth_by_key", "hot_keys", "key_group_aggregates",
+__all__ = ["collect_diff", "diff", "diff_summary", "expired_not_cleaned", "growth_by_key", "hot_keys", "key_group_aggregates",
            "key_group_distribution", "state_sizes", "subtask_distribution", "ttl_expiry"]
 
 TIMER_KINDS = ("event_timer", "processing_timer")
@@ -644,6 +648,183 @@ def diff(a: Any, b: Any, *, operator: str | Iterable[str] | None = None, state: 
     if not unchanged:
         out = out.where(F.col("status") != "unchanged")
     return out
+
+
+#: the columns :func:`collect_diff` brings to the driver (the deltas are computed there; ``status`` as its
+#: position in :data:`STATUSES`, a byte)
+_DIFF_WIRE = ("operator", "state", "key", "status", "entries_a", "entries_b", "bytes_a", "bytes_b")
+
+
+def collect_diff(d) -> pd.DataFrame:
+    """The rows of a :func:`diff` DataFrame ``d`` on the driver, as :func:`explorer.analysis.diff` returns them on
+    one machine: its columns and dtypes (``operator``, ``state`` str objects, ``key`` the Arrow-backed
+    :data:`~explorer.analysis.diff.KEY_STRINGS` when every key is a str, else Python values decoded from the JSON
+    text; ``status`` a Categorical of :data:`STATUSES`; the counts int64), sorted by operator, state and falling
+    ``bytes_delta`` (ties in the partitions' order).
+
+    Collected as Arrow batches, not Rows, with less on the wire than ``d.toPandas()`` (the status as a byte, the
+    deltas computed here), each batch made compact as it arrives (:func:`_arrow_batches`: operator and state as
+    codes, the keys' text in Arrow, the counts in NumPy) and the frame built column by column from them: a
+    Python object per string cell (``toPandas()``) peaked at ~970 MB on the driver for 2 M changed rows of
+    100 M keys (``benchmarks/results/scale.json``'s Spark section has the figures)."""
+    from pyspark.sql import functions as F
+
+    code = F.when(F.col("status") == STATUSES[0], 0)
+    for i, s in enumerate(STATUSES[1:-1], start=1):
+        code = code.when(F.col("status") == s, i)
+    code = code.otherwise(len(STATUSES) - 1).cast("byte")
+    wire = d.select(*[code.alias(c) if c == "status" else F.col(c).cast("long") if c.startswith(("entries", "bytes"))
+                      else F.col(c) for c in _DIFF_WIRE])
+    compact = _Compact()
+    try:
+        for _ in _arrow_batches(wire, compact.add):
+            pass
+    except Exception as exc:  # noqa: BLE001 - Spark's wrapping of an executor's StateExplorerError
+        raise_state_error(exc)
+        raise
+    return compact.frame()
+
+
+def _arrow_batches(df, fn):
+    """``fn`` of each Arrow record batch of ``df`` as it reaches the driver, yielded in the partitions' order.
+
+    What ``df.toArrow()`` does (the JVM's ``collectAsArrowToPython``, batches sent in the order the tasks end,
+    then their order), except that a batch is handed to ``fn`` when it arrives instead of all batches being held
+    until the last one: ``fn`` keeps what it needs of it and the batch's buffer goes. Through pyspark's internals
+    (3.5 to 4.x); where they differ, ``toArrow()``'s batches."""
+    try:
+        from pyspark.errors.exceptions.captured import unwrap_spark_exception
+        from pyspark.serializers import UTF8Deserializer, read_int
+        from pyspark.sql.pandas.serializers import ArrowCollectSerializer, ArrowStreamSerializer
+        from pyspark.traceback_utils import SCCallSiteSync
+        from pyspark.util import _load_from_socket
+    except ImportError:
+        yield from (fn(b) for b in df.toArrow().to_batches())
+        return
+
+    class Arriving(ArrowCollectSerializer):
+        def load_stream(self, stream):
+            parts = [fn(b) for b in ArrowStreamSerializer.load_stream(self, stream)]
+            num = read_int(stream)
+            if num == -1:  # the JVM's error message follows (server.getResult() raises the exception itself)
+                raise RuntimeError(f"collecting the rows failed in Spark: {UTF8Deserializer().loads(stream)}")
+            for _ in range(num):
+                i = read_int(stream)
+                part, parts[i] = parts[i], None
+                yield part
+
+    with SCCallSiteSync(df._sc):
+        port, secret, server = df._jdf.collectAsArrowToPython()
+    try:
+        with _load_from_socket((port, secret), Arriving()) as stream:
+            yield from stream
+    finally:
+        with unwrap_spark_exception():
+            server.getResult()  # the JVM's exception, if a task failed
+
+
+class _Compact:
+    """The columns of :data:`_DIFF_WIRE` batches (:func:`collect_diff`), made compact batch by batch: operator and
+    state as codes into the names met, status as its byte, the keys as Arrow strings when plain JSON strings,
+    else Python values, the counts as NumPy int64 (copies: nothing keeps the batch's buffer)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, dict[str, int]] = {"operator": {}, "state": {}}
+        self.cols: dict[str, list] = {c: [] for c in _DIFF_WIRE}
+        self.pending = 0  # batches added since the last _gather
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        for c in ("operator", "state"):
+            enc = pc.dictionary_encode(batch.column(c))
+            seen = self.names[c]
+            remap = np.array([seen.setdefault(v, len(seen)) for v in enc.dictionary.to_pylist()], dtype=np.int32)
+            self.cols[c].append(remap[enc.indices.to_numpy(zero_copy_only=False)])
+        self.cols["key"].append(_keys_from_json(batch.column("key"), arrow=True))
+        for c in ("status", "entries_a", "entries_b", "bytes_a", "bytes_b"):
+            self.cols[c].append(np.array(batch.column(c).to_numpy(zero_copy_only=False), copy=True))
+        self.pending += 1
+        if self.pending == self.GATHER:
+            self._gather()
+
+    #: batches (Spark's ``maxRecordsPerBatch`` rows each, 10,000 by default) whose NumPy pieces are gathered into one
+    #: array: the small pieces' memory is reused by the next batches' instead of staying in the C heap beside the
+    #: frame's columns (2 M rows: the driver's peak 524 MB with the pieces kept, the frame itself 166 MB)
+    GATHER = 64
+
+    def _gather(self) -> None:
+        k, self.pending = self.pending, 0
+        for c, parts in self.cols.items():
+            if k > 1 and c != "key":
+                parts[-k:] = [np.concatenate(parts[-k:])]
+
+    def frame(self) -> pd.DataFrame:
+        self._gather()
+        release_memory()  # the batches' and small pieces' pages: the frame's columns are new, large allocations
+        cols, n = self.cols, sum(len(x) for x in self.cols["status"])
+        if not n:
+            out = pd.DataFrame({c: pd.Series(dtype=object) for c in ("operator", "state", "key")})
+            out["status"] = pd.Categorical([], categories=list(STATUSES))
+            for c in ("entries_a", "entries_b", "entries_delta", "bytes_a", "bytes_b", "bytes_delta"):
+                out[c] = pd.Series(dtype=np.int64)
+            return out[DIFF_COLUMNS]
+        built: dict[str, Any] = {}
+        rank = {}
+        for c in ("operator", "state"):
+            names = np.array(sorted(self.names[c]), dtype=object)  # by name: codes in sorted order
+            to_sorted = np.empty(len(self.names[c]), dtype=np.int32)
+            to_sorted[list(self.names[c].values())] = np.searchsorted(names, list(self.names[c]))
+            rank[c] = (names, to_sorted[np.concatenate(cols.pop(c))])
+        nbytes = {c: np.concatenate(cols.pop(c)) for c in ("bytes_a", "bytes_b")}
+        # by operator, state and falling growth (a - b ascending); stable: ties keep the partitions' order
+        order = np.lexsort((nbytes["bytes_a"] - nbytes["bytes_b"], rank["state"][1], rank["operator"][1]))
+        for c in ("operator", "state"):
+            names, codes = rank.pop(c)
+            built[c] = names[codes[order]]
+        keys = cols.pop("key")
+        if all(isinstance(k, pa.Array) for k in keys):
+            built["key"] = KEY_STRINGS.construct_array_type()(pa.chunked_array(keys).take(pa.array(order)))
+        else:
+            values = np.concatenate([k.to_numpy(zero_copy_only=False) if isinstance(k, pa.Array) else k for k in keys])
+            values = values[order]
+            strings = pd.api.types.infer_dtype(values, skipna=False) == "string"
+            built["key"] = pd.array(values, dtype=KEY_STRINGS) if strings else values
+        del keys
+        release_memory()
+        built["status"] = pd.Categorical.from_codes(np.concatenate(cols.pop("status"))[order].astype(np.int8),
+                                                    categories=list(STATUSES))
+        for what in ("entries", "bytes"):
+            for side in ("a", "b"):
+                c = f"{what}_{side}"
+                built[c] = (nbytes.pop(c) if what == "bytes" else np.concatenate(cols.pop(c)))[order]
+            built[f"{what}_delta"] = built[f"{what}_b"] - built[f"{what}_a"]
+        # one frame of these arrays as they are (copy=False: no block of int64 columns copied together)
+        return pd.DataFrame({c: built.pop(c) for c in DIFF_COLUMNS}, copy=False)
+
+
+def diff_frame(parts: Iterable[pa.Table | pa.RecordBatch]) -> pd.DataFrame:
+    """:func:`collect_diff`'s frame from Arrow tables or batches of :data:`_DIFF_WIRE` columns."""
+    compact = _Compact()
+    for part in parts:
+        for batch in (part.to_batches() if isinstance(part, pa.Table) else [part]):
+            compact.add(batch)
+    return compact.frame()
+
+
+def _keys_from_json(texts: pa.Array, arrow: bool = False):
+    """Keys from the data source's JSON text: Arrow strings (``arrow``) or else :data:`KEY_STRINGS` when every one
+    is a JSON string without escapes (the quotes cut off in Arrow), else :func:`from_json` of each (lists as
+    tuples): an object array (``arrow``), or KEY_STRINGS when all are str."""
+    plain = r'^"[^"\\\x00-\x1f]*"$'  # a JSON string without escapes
+    if texts.null_count == 0 and len(texts) and pc.all(pc.match_substring_regex(texts, plain)).as_py():
+        bare = pc.utf8_slice_codeunits(texts, 1, -1).cast(pa.large_string())  # a new buffer
+        return bare if arrow else KEY_STRINGS.construct_array_type()(pa.chunked_array([bare]))
+    values = np.empty(len(texts), dtype=object)
+    values[:] = [from_json(t) for t in texts.to_pylist()]
+    if not arrow and len(values) and pd.api.types.infer_dtype(values, skipna=False) == "string":
+        return pd.array(values, dtype=KEY_STRINGS)
+    return values
 
 
 _SUMMARY_COLUMNS = ["operator", "state", "keys_added", "keys_removed", "keys_changed", "keys_unchanged", "entries_a",

@@ -97,8 +97,10 @@ same class and message on the driver.
 from __future__ import annotations
 
 import json
+import ctypes
 import math
 import re
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -841,6 +843,21 @@ def _cut(lo: int, hi: int, weights: np.ndarray | None, parts: int) -> list[tuple
     return [(a, b - 1) for a, b in zip(starts, starts[1:] + [hi + 1])]
 
 
+def release_memory() -> None:
+    """Give the pages a finished partition freed back to the system (Arrow's pool, the C heap's free top and
+    holes): Spark keeps a Python worker alive between tasks, and it would otherwise hold its largest task's peak
+    while idle (100 M keys, a diff's task: ~480 of its ~550 MB), which counts against the machine's memory."""
+    try:
+        pa.default_memory_pool().release_unused()
+    except Exception:  # noqa: BLE001 - best effort: an allocator without it
+        pass
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+            pass
+
+
 class StateReader(DataSourceReader):
     """Plans the partitions (on the driver's planner) and reads one (on an executor)."""
 
@@ -919,6 +936,8 @@ class StateReader(DataSourceReader):
         except Exception as exc:  # noqa: BLE001 - the boundary: everything below becomes the tree
             err = convert_failure(exc, partition.path, getattr(reader, "current_file", None))
             raise _with_partition(err, partition) from exc
+        finally:
+            release_memory()
 
     def _read_range(self, partition: StatePartition, reader: Any, lo: int, hi: int,
                     only: tuple[int, ...] | None) -> Iterator[pa.RecordBatch]:

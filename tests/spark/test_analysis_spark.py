@@ -128,6 +128,55 @@ def test_diff_by_key_group_ranges_equals_the_local_diff(spark, a, b):
     assert _diff_rows(changes, True) == _diff_rows(d[d["status"] != "unchanged"], False)
 
 
+def _by_key(df: pd.DataFrame) -> pd.DataFrame:
+    """A diff's rows in one order whatever its keys' types (by operator, state and the key's JSON text)."""
+    from explorer.distributed.datasource import to_json
+
+    order = pd.DataFrame({"operator": df["operator"], "state": df["state"], "k": [to_json(k) for k in df["key"]]})
+    return df.iloc[order.sort_values(["operator", "state", "k"], kind="stable").index].reset_index(drop=True)
+
+
+@pytest.mark.parametrize("a,b,unchanged", [
+    ("sample_data/url_counts/checkpoints/chk-2", "sample_data/url_counts/checkpoints/chk-5", False),  # str keys
+    (FLINK_HEAP, "sample_data/flink/heap-checkpoint-compressed", True),  # int and str keys: objects
+    (FLINK_HEAP, "sample_data/flink/maxp1000-heap-canonical-savepoint", True),  # the keys joined in Spark
+])
+def test_collected_diff_is_the_local_diff(spark, a, b, unchanged):
+    """collect_diff: the Spark diff on the driver is the local diff's frame: the same columns and dtypes (status
+    a Categorical, str keys Arrow-backed, others Python values), the same rows, sorted as the local one is."""
+    d = local.diff(explorer.open(a), explorer.open(b), unchanged=unchanged)
+    got = on_spark.collect_diff(on_spark.diff(a, b, unchanged=unchanged, spark=spark))
+    assert len(got) and len(got) == len(d)
+    assert list(got.columns) == list(d.columns)
+    assert got.dtypes.to_dict() == d.dtypes.to_dict()
+    pd.testing.assert_frame_equal(_by_key(got), _by_key(d))
+    resorted = got.sort_values(["operator", "state", "bytes_delta"], ascending=[True, True, False], kind="stable")
+    assert resorted.index.tolist() == list(range(len(got)))
+
+
+def test_collected_diff_keys_and_empty_diff():
+    """Keys that are not plain JSON strings come back as Python values (escapes undone, lists as tuples); no
+    changed key gives an empty frame of the local diff's columns."""
+    import pyarrow as pa
+
+    from explorer.analysis.diff import KEY_STRINGS
+
+    def table(keys):
+        n = len(keys)
+        return pa.table({"operator": ["op"] * n, "state": ["s"] * n, "key": keys,
+                         "status": pa.array([2] * n, pa.int8()),
+                         **{c: pa.array(range(n), pa.int64()) for c in ("entries_a", "entries_b", "bytes_a", "bytes_b")}})
+
+    got = on_spark.diff_frame([table(['"a\\"b"', '"x"'])])
+    assert got["key"].dtype == KEY_STRINGS and got["key"].tolist() == ['a"b', "x"]
+    got = on_spark.diff_frame([table(['[1,"x"]', "7"])])
+    assert got["key"].dtype == object and got["key"].tolist() == [(1, "x"), 7]
+    assert got["status"].tolist() == ["changed", "changed"] and got["entries_delta"].tolist() == [0, 0]
+    empty = on_spark.diff_frame([table([]).cast(table(["1"]).schema)])
+    assert list(empty.columns) == on_spark.DIFF_COLUMNS and not len(empty)
+    assert str(empty["status"].dtype) == "category" and empty["bytes_delta"].dtype == np.int64
+
+
 def test_diff_of_another_max_parallelism_joins_the_keys(spark):
     """A key's key group differs between the sides: no range-by-range diff, the keys are joined in Spark."""
     a, b = FLINK_HEAP, "sample_data/flink/maxp1000-heap-canonical-savepoint"
