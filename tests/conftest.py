@@ -19,6 +19,11 @@ _SPREAD = {"tests/notebooks/test_notebooks.py"}
 _FIRST = ["browser", "spark", "tests/edit/test_flink_restore.py"]
 
 
+# KNOWN GAP (found at the end of the session, not fixed): xdist 3.8 marks a group by rewriting item._nodeid, which
+# pytest 9.2 no longer reads, and a worker has dist == "no" (it is told by config.option.loadgroup), so these
+# groups and this order are not in effect: make test schedules the tests one by one over the two workers (that
+# is what passed, 4,527 tests, under -n 2). Each worker then starts its own SparkSession, JupyterLab and Flink
+# restore JVM where it meets their tests.
 def _distributed(config) -> bool:
     return getattr(config.option, "dist", "no") == "loadgroup"
 
