@@ -27,8 +27,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/state-explorer demo --out out
 
+# Two workers (CI's machine has two cores); tests/conftest.py keeps each module, and the tests sharing a
+# SparkSession, a JupyterLab or a planted job, in one worker, the longest groups handed out first.
+TEST_WORKERS ?= 2
 test: $(STAMP) browser-deps
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The browser tests drive Debian's chromium (a test tool's own browser download does not work here).
 browser-deps:
