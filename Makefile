@@ -27,11 +27,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/state-explorer demo --out out
 
-# Two workers (CI's machine has two cores); tests/conftest.py keeps each module, and the tests sharing a
-# SparkSession, a JupyterLab or a planted job, in one worker, the longest groups handed out first.
+# Two workers (CI's machine has two cores). --dist loadfile keeps each test file in one worker, so a file's
+# module fixtures (a Flink restore JVM, a planted job) are built once; each worker starts its own SparkSession
+# and JupyterLab where it first meets their tests.
 TEST_WORKERS ?= 2
 test: $(STAMP) browser-deps
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The browser tests drive Debian's chromium (a test tool's own browser download does not work here).
 browser-deps:
