@@ -374,7 +374,9 @@ class _OperatorPass:
     known: bool = False  # some key held in state has a traffic count
 
     def add_hist(self, metric: str, v: np.ndarray) -> None:
-        vals, counts = _value_counts(v)
+        self.merge_hist(metric, *_value_counts(v))
+
+    def merge_hist(self, metric: str, vals: np.ndarray, counts: np.ndarray) -> None:
         if metric in self.hist:
             pv, pc_ = self.hist[metric]
             vals, inv = np.unique(np.concatenate([pv, vals]), return_inverse=True)
@@ -382,45 +384,60 @@ class _OperatorPass:
         self.hist[metric] = (vals, counts)
 
 
+def _range_summary(v: Any, n: int, operator, state, parallelism, max_parallelism) -> dict[str, dict]:
+    """What the pass keeps of one range, per operator: keys, whether traffic is known, per-subtask loads, each
+    measure's top ``n`` rows and value counts (small beside the range: computed on the thread that loaded it)."""
+    df = frame(v, LOAD_COLUMNS, operator, state)
+    lays = layouts(v, df, operator, parallelism, max_parallelism)
+    hh = _snapshot_sketch(v)
+    kt = _key_stats(df, lays, hh, v, operator, state)
+    scheme = partitioner(v)
+    out: dict[str, dict] = {}
+    for name, lay in lays.items():
+        g = kt.of_operator(name)
+        loads = {metric: g.subtask_loads(metric, lay.parallelism) for metric in ("entries", "bytes", "keys", "records")}
+        tops, hist = {}, {}
+        for metric, sort_by in (("entries", "entries"), ("bytes", "bytes"), ("records", "records"),
+                                ("records_held", "records")):
+            top = g.to_frame(_top(g, sort_by, n))
+            if metric == "records":
+                top = _with_sketch_only_keys(top, g, hh, lay, scheme)
+            tops[metric] = top
+            if metric == "records_held":
+                continue
+            known = g.records_known if metric == "records" else None
+            values = g.column(metric).astype(np.int64)
+            hist[metric] = _value_counts(values if known is None else values[known])
+        out[name] = {"keys": len(g), "known": bool(g.records_known is not None and g.records_known.any()),
+                     "loads": loads, "tops": tops, "hist": hist}
+    return out
+
+
 def _key_pass(source: Source, n: int, operator, state, parallelism, max_parallelism) -> dict[str, _OperatorPass]:
     """One pass over the ranges of ``source``: per operator the top ``n`` keys of each measure, per-subtask
-    loads and value histograms (kept on the Snapshot)."""
+    loads and value histograms (kept on the Snapshot). Two ranges at a time on two threads (each range's
+    summary, :func:`_range_summary`, built on the thread that loaded it), merged here in range order."""
     def build() -> dict[str, _OperatorPass]:
         out: dict[str, _OperatorPass] = {}
-        def prepare(v: Any) -> None:  # the range's key table, built on the thread that loaded it (kept on v)
-            df = frame(v, LOAD_COLUMNS, operator, state)
-            _key_stats(df, layouts(v, df, operator, parallelism, max_parallelism), _snapshot_sketch(v), v, operator,
-                       state)
 
-        for (v,) in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS,
-                                   ahead=True, prepare=prepare):
-            df = frame(v, LOAD_COLUMNS, operator, state)
-            lays = layouts(v, df, operator, parallelism, max_parallelism)
-            hh = _snapshot_sketch(v)
-            kt = _key_stats(df, lays, hh, v, operator, state)
-            scheme = partitioner(v)
-            for name, lay in lays.items():
-                g = kt.of_operator(name)
+        def per_range(v: Any) -> dict[str, dict]:
+            return _range_summary(v, n, operator, state, parallelism, max_parallelism)
+
+        for summary in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS,
+                                      ahead=True).map(per_range):
+            for name, part in summary.items():
                 acc = out.setdefault(name, _OperatorPass())
-                acc.keys += len(g)
-                acc.known = acc.known or bool(g.records_known is not None and g.records_known.any())
-                for metric in ("entries", "bytes", "keys", "records"):
-                    part = g.subtask_loads(metric, lay.parallelism)
-                    acc.loads[metric] = acc.loads.get(metric, 0) + part
-                for metric, sort_by in (("entries", "entries"), ("bytes", "bytes"), ("records", "records"),
-                                        ("records_held", "records")):
-                    top = g.to_frame(_top(g, sort_by, n))
-                    if metric == "records":
-                        top = _with_sketch_only_keys(top, g, hh, lay, scheme)
+                acc.keys += part["keys"]
+                acc.known = acc.known or part["known"]
+                for metric, loads in part["loads"].items():
+                    acc.loads[metric] = acc.loads.get(metric, 0) + loads
+                for metric, top in part["tops"].items():
+                    sort_by = "entries" if metric == "entries" else "bytes" if metric == "bytes" else "records"
                     prev = acc.tops.get(metric)
                     both = top if prev is None or not len(prev) else pd.concat([prev, top], ignore_index=True)
                     acc.tops[metric] = _ranked(both, sort_by).head(n)
-                    if metric == "records_held":
-                        continue
-                    known = g.records_known if metric == "records" else None
-                    values = g.column(metric).astype(np.int64)
-                    acc.add_hist(metric, values if known is None else values[known])
-            del v, df, kt
+                for metric, (vals, counts) in part["hist"].items():
+                    acc.merge_hist(metric, vals, counts)
         return out
 
     key = ("streamed_keys", filter_key(operator, state), n, parallelism, max_parallelism)
