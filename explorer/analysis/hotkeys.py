@@ -39,14 +39,17 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import AnalysisError
 from ..keygroups import key_groups_for, operator_indices_for_key_groups
 from ..ranking import nth_largest
 from . import _ranges
 from ._columns import filter_key, memo
-from ._common import (KEY_PASS_COLUMNS, LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts,
-                      partitioner, per_key_codes)
+from ._common import (KEY_PASS_COLUMNS, LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot,
+                      layouts, partitioner, per_key_codes)
+from ._keys import Deferred
 from .distribution import overload
 
 BY = {"auto": "auto", "bytes": "bytes", "entries": "entries", "traffic": "records"}
@@ -73,7 +76,7 @@ def _metric_of(kt: KeyTable, metric: str) -> str:
 
 def _rank_values(kt: KeyTable, metric: str) -> np.ndarray:
     """The values ranked: for traffic, -1 where the count is unknown."""
-    v = kt.column(metric).astype(np.int64)
+    v = kt.column(metric).astype(np.int64, copy=False)  # (read only)
     if metric == "records" and kt.records_known is not None:
         v = np.where(kt.records_known, v, -1)
     return v
@@ -187,11 +190,16 @@ def _top_rows(kt: KeyTable, metric: str, n: int) -> np.ndarray:
     v = _rank_values(kt, metric)
     if n <= 0 or not len(v):
         return np.zeros(0, dtype=np.int64)
-    candidates = np.flatnonzero(v >= 0) if metric == "records" else np.arange(len(v))
-    if len(candidates) > n:
-        cv = v[candidates]
+    candidates = np.flatnonzero(v >= 0) if metric == "records" else None  # None: every row (no copy of v)
+    if (len(v) if candidates is None else len(candidates)) > n:
+        cv = v if candidates is None else v[candidates]
         cut = nth_largest(cv, n)
-        above, at = candidates[cv > cut], candidates[cv == cut]
+        if candidates is None:
+            above, at = np.flatnonzero(cv > cut), np.flatnonzero(cv == cut)
+        else:
+            above, at = candidates[cv > cut], candidates[cv == cut]
+    elif candidates is None:
+        above, at = np.arange(len(v)), np.zeros(0, dtype=np.int64)
     else:
         above, at = candidates, np.zeros(0, dtype=np.int64)
     need = n - len(above)
@@ -206,7 +214,32 @@ def _key_order(kt: KeyTable, rows: np.ndarray) -> np.ndarray:
     """Positions that sort ``rows`` by their key's text (by snapshot position past ``_TIES_BY_TEXT``)."""
     if len(rows) > _TIES_BY_TEXT:
         return np.argsort(kt.key[rows], kind="stable")
+    text = _string_keys(kt.values, kt.key[rows]) if len(rows) > 64 else None
+    if text is not None:  # str keys (key_order sorts them by their text): sorted by Arrow, no str objects made
+        return pc.sort_indices(text).to_numpy().astype(np.int64, copy=False)
     return key_order(list(kt.values.take(kt.key[rows])))
+
+
+def _string_keys(values: Any, codes: np.ndarray) -> pa.Array | None:
+    """The keys of ``codes`` as an Arrow string array where ``values`` is one segment of strings, else None.
+
+    Distinct keys, compared as UTF-8 bytes: the order of their Python ``str`` (code point order), which is
+    what :func:`key_order` sorts str keys by."""
+    segs = getattr(values, "_segments", None)
+    if segs is None or len(segs) != 1:
+        return None
+    seg = segs[0]
+    if isinstance(seg, Deferred):
+        if seg.source is None or seg.rows is None or not _is_text(seg.source.type) or seg.source.null_count:
+            return None
+        return seg.source.take(pa.array(seg.rows[codes]))
+    if isinstance(seg, (pa.Array, pa.ChunkedArray)) and _is_text(seg.type) and not seg.null_count:
+        return seg.take(pa.array(codes))
+    return None
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def key_order(keys: Sequence[Any]) -> np.ndarray:
