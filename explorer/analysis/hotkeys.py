@@ -47,7 +47,7 @@ from ..keygroups import key_groups_for, operator_indices_for_key_groups
 from ..ranking import nth_largest
 from . import _ranges
 from ._columns import filter_key, memo
-from ._common import (KEY_PASS_COLUMNS, LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot,
+from ._common import (KERNEL_ROWS, KEY_PASS_COLUMNS, LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot,
                       layouts, partitioner, per_key_codes)
 from ._keys import Deferred
 from .distribution import overload
@@ -417,6 +417,20 @@ class _OperatorPass:
         self.hist[metric] = (vals, counts)
 
 
+def _kernel_loads(g: KeyTable, p: int) -> None:
+    """Puts the four per-subtask loads of a large table on it (:meth:`KeyTable.subtask_loads`'s memo) from
+    one pass of :func:`._hot_kernels.subtask_sums`; small tables and other dtypes keep the bincounts."""
+    cols = (g.subtask, g.entries, g.bytes, g.records)
+    if len(g) < KERNEL_ROWS or any(c is None or c.dtype.kind != "i" for c in cols):
+        return
+    from . import _hot_kernels  # numba: loaded by the first large range, not by import explorer
+
+    out = np.empty((4, p), dtype=np.float64)
+    if _hot_kernels.subtask_sums(*cols, p, out):
+        for i, metric in enumerate(("entries", "bytes", "keys", "records")):
+            g.memo.setdefault(("loads", metric, p), out[i].copy())
+
+
 def _range_summary(v: Any, n: int, operator, state, parallelism, max_parallelism) -> dict[str, dict]:
     """What the pass keeps of one range, per operator: keys, whether traffic is known, per-subtask loads, each
     measure's top ``n`` rows and value counts (small beside the range: computed on the thread that loaded it)."""
@@ -428,6 +442,7 @@ def _range_summary(v: Any, n: int, operator, state, parallelism, max_parallelism
     out: dict[str, dict] = {}
     for name, lay in lays.items():
         g = kt.of_operator(name)
+        _kernel_loads(g, lay.parallelism)
         loads = {metric: g.subtask_loads(metric, lay.parallelism) for metric in ("entries", "bytes", "keys", "records")}
         tops, hist = {}, {}
         for metric, sort_by in (("entries", "entries"), ("bytes", "bytes"), ("records", "records"),

@@ -66,3 +66,37 @@ def test_top_rows_equal_the_straightforward_ranking(seed, n, metric, deferred):
     kt, words = _table(rng, 500, deferred)
     assert np.array_equal(_top_rows(kt, metric, n), _naive_top(kt, words, metric, n))
 
+
+@pytest.mark.parametrize("seed", range(3))
+def test_subtask_sums_kernel_equals_the_bincounts(seed):
+    from explorer.analysis import _hot_kernels
+
+    rng = np.random.default_rng(seed)
+    k, p = 300_000, 7
+    subtask = rng.integers(0, p - 1, k)  # the last subtask holds nothing
+    entries, nbytes, records = rng.integers(1, 30, k), rng.integers(0, 10**12, k), rng.integers(0, 900, k)
+    out = np.empty((4, p))
+    assert _hot_kernels.subtask_sums(subtask, entries, nbytes, records, p, out)
+    for row, w in zip(out, (entries, nbytes, None, records)):
+        want = np.bincount(subtask, weights=None if w is None else w.astype(np.float64), minlength=p)
+        assert np.array_equal(row, want.astype(np.float64))
+    subtask[5] = p
+    assert not _hot_kernels.subtask_sums(subtask, entries, nbytes, records, p, out)
+
+
+def test_a_range_summary_has_the_loads_of_the_bincounts():
+    from explorer.analysis._common import KERNEL_ROWS
+    from explorer.analysis.hotkeys import _kernel_loads
+
+    rng = np.random.default_rng(9)
+    kt, _ = _table(rng, 50, False)
+    k = KERNEL_ROWS + 5
+    big = KeyTable(op=np.zeros(k, dtype=np.int32), op_names=["op"], key=np.arange(k), key_group=np.zeros(k, np.int64),
+                   subtask=rng.integers(0, 4, k), entries=rng.integers(1, 9, k), bytes=rng.integers(0, 999, k),
+                   values=kt.values, records=rng.integers(0, 50, k), records_error=np.zeros(k, np.int64),
+                   records_known=np.ones(k, bool))
+    _kernel_loads(big, 4)
+    assert ("loads", "bytes", 4) in big.memo
+    for metric in ("entries", "bytes", "keys", "records"):
+        w = None if metric == "keys" else big.column(metric).astype(np.float64)
+        assert np.array_equal(big.subtask_loads(metric, 4), np.bincount(big.subtask, weights=w, minlength=4))
