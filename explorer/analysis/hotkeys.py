@@ -39,14 +39,17 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import AnalysisError
 from ..keygroups import key_groups_for, operator_indices_for_key_groups
 from ..ranking import nth_largest
 from . import _ranges
 from ._columns import filter_key, memo
-from ._common import (KEY_PASS_COLUMNS, LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot, layouts,
-                      partitioner, per_key_codes)
+from ._common import (KERNEL_ROWS, KEY_PASS_COLUMNS, LOAD_COLUMNS, KeyTable, Layout, Source, frame, is_snapshot,
+                      layouts, partitioner, per_key_codes)
+from ._keys import Deferred
 from .distribution import overload
 
 BY = {"auto": "auto", "bytes": "bytes", "entries": "entries", "traffic": "records"}
@@ -73,7 +76,7 @@ def _metric_of(kt: KeyTable, metric: str) -> str:
 
 def _rank_values(kt: KeyTable, metric: str) -> np.ndarray:
     """The values ranked: for traffic, -1 where the count is unknown."""
-    v = kt.column(metric).astype(np.int64)
+    v = kt.column(metric).astype(np.int64, copy=False)  # (read only)
     if metric == "records" and kt.records_known is not None:
         v = np.where(kt.records_known, v, -1)
     return v
@@ -187,11 +190,16 @@ def _top_rows(kt: KeyTable, metric: str, n: int) -> np.ndarray:
     v = _rank_values(kt, metric)
     if n <= 0 or not len(v):
         return np.zeros(0, dtype=np.int64)
-    candidates = np.flatnonzero(v >= 0) if metric == "records" else np.arange(len(v))
-    if len(candidates) > n:
-        cv = v[candidates]
+    candidates = np.flatnonzero(v >= 0) if metric == "records" else None  # None: every row (no copy of v)
+    if (len(v) if candidates is None else len(candidates)) > n:
+        cv = v if candidates is None else v[candidates]
         cut = nth_largest(cv, n)
-        above, at = candidates[cv > cut], candidates[cv == cut]
+        if candidates is None:
+            above, at = np.flatnonzero(cv > cut), np.flatnonzero(cv == cut)
+        else:
+            above, at = candidates[cv > cut], candidates[cv == cut]
+    elif candidates is None:
+        above, at = np.arange(len(v)), np.zeros(0, dtype=np.int64)
     else:
         above, at = candidates, np.zeros(0, dtype=np.int64)
     need = n - len(above)
@@ -206,7 +214,32 @@ def _key_order(kt: KeyTable, rows: np.ndarray) -> np.ndarray:
     """Positions that sort ``rows`` by their key's text (by snapshot position past ``_TIES_BY_TEXT``)."""
     if len(rows) > _TIES_BY_TEXT:
         return np.argsort(kt.key[rows], kind="stable")
+    text = _string_keys(kt.values, kt.key[rows]) if len(rows) > 64 else None
+    if text is not None:  # str keys (key_order sorts them by their text): sorted by Arrow, no str objects made
+        return pc.sort_indices(text).to_numpy().astype(np.int64, copy=False)
     return key_order(list(kt.values.take(kt.key[rows])))
+
+
+def _string_keys(values: Any, codes: np.ndarray) -> pa.Array | None:
+    """The keys of ``codes`` as an Arrow string array where ``values`` is one segment of strings, else None.
+
+    Distinct keys, compared as UTF-8 bytes: the order of their Python ``str`` (code point order), which is
+    what :func:`key_order` sorts str keys by."""
+    segs = getattr(values, "_segments", None)
+    if segs is None or len(segs) != 1:
+        return None
+    seg = segs[0]
+    if isinstance(seg, Deferred):
+        if seg.source is None or seg.rows is None or not _is_text(seg.source.type) or seg.source.null_count:
+            return None
+        return seg.source.take(pa.array(seg.rows[codes]))
+    if isinstance(seg, (pa.Array, pa.ChunkedArray)) and _is_text(seg.type) and not seg.null_count:
+        return seg.take(pa.array(codes))
+    return None
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def key_order(keys: Sequence[Any]) -> np.ndarray:
@@ -374,7 +407,9 @@ class _OperatorPass:
     known: bool = False  # some key held in state has a traffic count
 
     def add_hist(self, metric: str, v: np.ndarray) -> None:
-        vals, counts = _value_counts(v)
+        self.merge_hist(metric, *_value_counts(v))
+
+    def merge_hist(self, metric: str, vals: np.ndarray, counts: np.ndarray) -> None:
         if metric in self.hist:
             pv, pc_ = self.hist[metric]
             vals, inv = np.unique(np.concatenate([pv, vals]), return_inverse=True)
@@ -382,45 +417,75 @@ class _OperatorPass:
         self.hist[metric] = (vals, counts)
 
 
+def _kernel_loads(g: KeyTable, p: int) -> None:
+    """Puts the four per-subtask loads of a large table on it (:meth:`KeyTable.subtask_loads`'s memo) from
+    one pass of :func:`._hot_kernels.subtask_sums`; small tables and other dtypes keep the bincounts."""
+    cols = (g.subtask, g.entries, g.bytes, g.records)
+    if len(g) < KERNEL_ROWS or any(c is None or c.dtype.kind != "i" for c in cols):
+        return
+    from . import _hot_kernels  # numba: loaded by the first large range, not by import explorer
+
+    out = np.empty((4, p), dtype=np.float64)
+    if _hot_kernels.subtask_sums(*cols, p, out):
+        for i, metric in enumerate(("entries", "bytes", "keys", "records")):
+            g.memo.setdefault(("loads", metric, p), out[i].copy())
+
+
+def _range_summary(v: Any, n: int, operator, state, parallelism, max_parallelism) -> dict[str, dict]:
+    """What the pass keeps of one range, per operator: keys, whether traffic is known, per-subtask loads, each
+    measure's top ``n`` rows and value counts (small beside the range: computed on the thread that loaded it)."""
+    df = frame(v, LOAD_COLUMNS, operator, state)
+    lays = layouts(v, df, operator, parallelism, max_parallelism)
+    hh = _snapshot_sketch(v)
+    kt = _key_stats(df, lays, hh, v, operator, state)
+    scheme = partitioner(v)
+    out: dict[str, dict] = {}
+    for name, lay in lays.items():
+        g = kt.of_operator(name)
+        _kernel_loads(g, lay.parallelism)
+        loads = {metric: g.subtask_loads(metric, lay.parallelism) for metric in ("entries", "bytes", "keys", "records")}
+        tops, hist = {}, {}
+        for metric, sort_by in (("entries", "entries"), ("bytes", "bytes"), ("records", "records"),
+                                ("records_held", "records")):
+            top = g.to_frame(_top(g, sort_by, n))
+            if metric == "records":
+                top = _with_sketch_only_keys(top, g, hh, lay, scheme)
+            tops[metric] = top
+            if metric == "records_held":
+                continue
+            known = g.records_known if metric == "records" else None
+            values = g.column(metric).astype(np.int64)
+            hist[metric] = _value_counts(values if known is None else values[known])
+        out[name] = {"keys": len(g), "known": bool(g.records_known is not None and g.records_known.any()),
+                     "loads": loads, "tops": tops, "hist": hist}
+    return out
+
+
 def _key_pass(source: Source, n: int, operator, state, parallelism, max_parallelism) -> dict[str, _OperatorPass]:
     """One pass over the ranges of ``source``: per operator the top ``n`` keys of each measure, per-subtask
-    loads and value histograms (kept on the Snapshot)."""
+    loads and value histograms (kept on the Snapshot). Two ranges at a time on two threads (each range's
+    summary, :func:`_range_summary`, built on the thread that loaded it), merged here in range order."""
     def build() -> dict[str, _OperatorPass]:
         out: dict[str, _OperatorPass] = {}
-        def prepare(v: Any) -> None:  # the range's key table, built on the thread that loaded it (kept on v)
-            df = frame(v, LOAD_COLUMNS, operator, state)
-            _key_stats(df, layouts(v, df, operator, parallelism, max_parallelism), _snapshot_sketch(v), v, operator,
-                       state)
 
-        for (v,) in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS,
-                                   ahead=True, prepare=prepare):
-            df = frame(v, LOAD_COLUMNS, operator, state)
-            lays = layouts(v, df, operator, parallelism, max_parallelism)
-            hh = _snapshot_sketch(v)
-            kt = _key_stats(df, lays, hh, v, operator, state)
-            scheme = partitioner(v)
-            for name, lay in lays.items():
-                g = kt.of_operator(name)
+        def per_range(v: Any) -> dict[str, dict]:
+            return _range_summary(v, n, operator, state, parallelism, max_parallelism)
+
+        for summary in _ranges.ranges("keys", source, operator=operator, state=state, columns=KEY_PASS_COLUMNS,
+                                      ahead=True).map(per_range):
+            for name, part in summary.items():
                 acc = out.setdefault(name, _OperatorPass())
-                acc.keys += len(g)
-                acc.known = acc.known or bool(g.records_known is not None and g.records_known.any())
-                for metric in ("entries", "bytes", "keys", "records"):
-                    part = g.subtask_loads(metric, lay.parallelism)
-                    acc.loads[metric] = acc.loads.get(metric, 0) + part
-                for metric, sort_by in (("entries", "entries"), ("bytes", "bytes"), ("records", "records"),
-                                        ("records_held", "records")):
-                    top = g.to_frame(_top(g, sort_by, n))
-                    if metric == "records":
-                        top = _with_sketch_only_keys(top, g, hh, lay, scheme)
+                acc.keys += part["keys"]
+                acc.known = acc.known or part["known"]
+                for metric, loads in part["loads"].items():
+                    acc.loads[metric] = acc.loads.get(metric, 0) + loads
+                for metric, top in part["tops"].items():
+                    sort_by = "entries" if metric == "entries" else "bytes" if metric == "bytes" else "records"
                     prev = acc.tops.get(metric)
                     both = top if prev is None or not len(prev) else pd.concat([prev, top], ignore_index=True)
                     acc.tops[metric] = _ranked(both, sort_by).head(n)
-                    if metric == "records_held":
-                        continue
-                    known = g.records_known if metric == "records" else None
-                    values = g.column(metric).astype(np.int64)
-                    acc.add_hist(metric, values if known is None else values[known])
-            del v, df, kt
+                for metric, (vals, counts) in part["hist"].items():
+                    acc.merge_hist(metric, vals, counts)
         return out
 
     key = ("streamed_keys", filter_key(operator, state), n, parallelism, max_parallelism)
