@@ -121,3 +121,34 @@ def test_few_keys_taken_and_looked_up_in_the_source_as_in_the_gathered_dictionar
     with pytest.raises(IndexError):
         lazy.take(np.array([len(seg)]))
     assert lazy.codes_of([5, "a"]).tolist() == built.codes_of([5, "a"]).tolist()  # (not strings: gathered)
+
+
+@pytest.mark.parametrize("width", [14, 16, 17])
+@pytest.mark.parametrize("hashes", ["constant", "top_bits_only", "real"])
+def test_equal_length_keys_whose_hashes_collide_get_arrows_codes(width, hashes):
+    """Equal-length keys (short ones compared as packed words and length, longer byte by byte) under hashes that
+    collide entirely or share their bucket prefix and table slot: still one code per distinct key, Arrow's."""
+    from explorer.analysis._diff_kernels import hash_strings
+    from explorer.keygroups import string_buffers
+
+    rnd = random.Random(width)
+    pool = [f"user-{rnd.randrange(10**9):09d}".ljust(width, "z")[:width] for _ in range(700)]
+    pool += ["a" * (width - 1) + "b", "a" * (width - 1) + "c", "b" + "a" * (width - 1), "\x00" * width,
+             "\x00" * (width - 1) + "\x01"]
+    keys = [pool[rnd.randrange(len(pool))] for _ in range(6000)]
+    keys[50:80] = [keys[50]] * 30
+    arr = pa.array(keys)
+    off, data = string_buffers(arr)
+    h = np.empty(len(arr), np.uint64)
+    assert hash_strings(off, data, h)
+    if hashes == "constant":
+        h[:] = np.uint64(0xDEADBEEF) << np.uint64(32)
+    elif hashes == "top_bits_only":  # buckets differ, every slot within a bucket the same
+        h &= np.uint64(0xF000000000000000)
+    want, dictionary = _arrow([arr], arr.type)
+    for bits in (0, 2, 4):
+        codes, first = np.empty(len(arr), np.int64), np.empty(len(arr), np.int64)
+        k = encode_strings(off, data, h, bits, codes, first)
+        assert k == len(dictionary) == len(set(keys))
+        assert np.array_equal(codes, want)
+        assert arr.take(pa.array(first[:k])).equals(dictionary)
