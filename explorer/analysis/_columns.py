@@ -290,6 +290,7 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
         by_type.setdefault(str(c.type), []).append(i)
     out = [None] * len(columns)
     segments: list[Any] = []
+    hashes = None  # the one segment's key hashes, when the kernel numbered it (they come with its rows)
     seg: Any
     offset = 0
     for _, idx in by_type.items():
@@ -297,7 +298,7 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
         numbered = _numbered_strings(chunks, columns[idx[0]].type)
         try:
             if numbered is not None:
-                codes_all, seg = numbered
+                codes_all, seg, hashes = numbered
             else:
                 # a null key (impossible in Flink, but what damaged bytes can decode to) is a dictionary
                 # entry of its own: a masked index would become a negative code no count could index
@@ -319,7 +320,10 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
         segments.append(seg)
         offset += len(seg)
     codes = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-    return codes, KeyValues(segments)
+    kv = KeyValues(segments)
+    if len(segments) == 1 and hashes is not None:
+        kv.keep_hash64(hashes)
+    return codes, kv
 
 
 #: rows of one key type from which :func:`_numbered_strings` numbers string keys with its kernel (fewer: Arrow's
@@ -327,11 +331,12 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
 KERNEL_ROWS = 1 << 18
 
 
-def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarray, Any] | None:
+def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarray, Any, np.ndarray] | None:
     """``dictionary_encode``'s codes and dictionary of string or binary keys without nulls, from the numba
     kernel :func:`._key_kernels.encode_strings` (a tenth of Arrow's time on millions of keys); the dictionary
     :class:`._keys.Deferred` (gathered when a key is first looked at). None where the Arrow path stays
-    (other types, nulls, few rows, offsets the kernel refuses)."""
+    (other types, nulls, few rows, offsets the kernel refuses). Third: each dictionary key's 64-bit hash
+    (:func:`._hashing.string_hash64`'s, taken from its first row), which a diff joins on without hashing again."""
     n = sum(len(c) for c in chunks)
     if n < KERNEL_ROWS or not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
                                or pa.types.is_large_binary(t)) or any(c.null_count for c in chunks):
@@ -353,4 +358,4 @@ def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarra
     if k < 0:
         return None
     rows = first[:k].copy()  # (the rest of ``first`` is not kept with the deferred dictionary)
-    return codes, Deferred(k, lambda: arr.take(pa.array(rows)), source=arr, rows=rows)
+    return codes, Deferred(k, lambda: arr.take(pa.array(rows)), source=arr, rows=rows), h[rows]
