@@ -419,7 +419,8 @@ def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     if not names:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
     row_kind = np.zeros(0, dtype=np.int32 if max(len(codes_b), len(kvb)) < 2**31 - 1 else np.int64)
-    orders = [kernels.b_order(sb[0], sb[4], tr, k, row_kind) for sb in sides_b]
+    # b's keys of each state in joint order (a kernel without the GIL): two states side by side
+    orders = _on_both(lambda sb: kernels.b_order(sb[0], sb[4], tr, k, row_kind), sides_b)
     parts = []  # per state: its halves (a's rows, b's order) merged side by side on two threads
     for (op, st), sa, sb, ob in zip(names, sides_a, sides_b, orders):
         if len(ob) != sum(int(hi - lo) for lo, hi in sb[4]):
