@@ -189,7 +189,7 @@ def arrow_hash(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     nulls = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
     if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t) or pa.types.is_floating(t):
         filled = col.fill_null(pa.scalar(0, t) if not pa.types.is_boolean(t) else False) if nulls is not None else col
-        h = pd.util.hash_array(filled.to_numpy(zero_copy_only=False))
+        h = _hash_numbers(filled.to_numpy(zero_copy_only=False))
     elif pa.types.is_struct(t):
         h = np.zeros(n, dtype=np.uint64)
         with np.errstate(over="ignore"):
@@ -207,6 +207,27 @@ def arrow_hash(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if nulls is not None:
         h = np.where(nulls, _NULL, h)
     return h.astype(np.uint64, copy=False)
+
+
+def _hash_numbers(vals: np.ndarray) -> np.ndarray:
+    """:func:`pandas.util.hash_array` of a NumPy array of numbers, booleans or times; from
+    :data:`KERNEL_ROWS` values its finalizer runs as one numba pass (:func:`._diff_kernels.pandas_mix`,
+    the same values), numba being loaded by then for the keys anyway."""
+    dt = vals.dtype
+    if len(vals) < KERNEL_ROWS or dt.kind not in "biufmM" or dt.itemsize > 8:
+        return pd.util.hash_array(vals)
+    if dt.kind == "b":
+        u = vals.astype(np.uint64)
+    elif dt.kind in "mM":
+        u = vals.view(np.int64).view(np.uint64)
+    else:
+        u = vals.view(f"u{dt.itemsize}")
+        u = u if dt.itemsize == 8 else u.astype(np.uint64)
+    from . import _diff_kernels
+
+    out = np.empty(len(vals), dtype=np.uint64)
+    _diff_kernels.pandas_mix(np.ascontiguousarray(u), out)
+    return out
 
 
 def _read_pieces(snap: Any) -> list[pa.Table]:
