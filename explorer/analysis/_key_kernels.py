@@ -47,15 +47,11 @@ def encode_strings(off, data, h, bits, codes, first):
     n = len(h)
     if len(off) != n + 1 or len(codes) != n or len(first) != n or bits < 0 or bits > 30:
         return BAD_OFFSETS
-    longest = 0
     for i in range(n):
         if off[i] < 0 or off[i + 1] < off[i] or off[i + 1] > len(data):
             return BAD_OFFSETS
-        longest = max(longest, off[i + 1] - off[i])
     if n == 0:
         return 0
-    if longest <= 16:
-        return _encode_short(off, data, h, bits, codes, first)
     nb = 1 << bits
     shift = np.uint64(64 - bits) if bits > 0 else np.uint64(0)
     count = np.zeros(nb + 1, np.int64)
@@ -114,110 +110,6 @@ def encode_strings(off, data, h, bits, codes, first):
             codes[i] = c
             prev, prev_code, prev_hash = i, c, hq
     # renumber in the order of first rows (Arrow's numbering)
-    renum = np.empty(k, np.int64)
-    r = 0
-    for i in range(n):
-        if is_first[i]:
-            renum[codes[i]] = r
-            first[r] = i
-            r += 1
-    for i in range(n):
-        codes[i] = renum[codes[i]]
-    return k
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _packed(off, data, i):
-    """Key ``i`` (16 bytes or fewer) as two little-endian words, zero-padded: with its length, exact."""
-    s, e = off[i], off[i + 1]
-    w0 = np.uint64(0)
-    w1 = np.uint64(0)
-    for x in range(min(e - s, 8)):
-        w0 |= np.uint64(data[s + x]) << np.uint64(8 * x)
-    for x in range(8, e - s):
-        w1 |= np.uint64(data[s + x]) << np.uint64(8 * (x - 8))
-    return w0, w1
-
-
-@_jit
-def _encode_short(off, data, h, bits, codes, first):
-    """:func:`encode_strings` of keys of 16 bytes or fewer (offsets checked by the caller): each key is
-    copied as two words and its length next to its hash when the rows are cut into buckets (reading
-    the keys in row order), so a bucket's pass compares keys in its own arrays and its table, never
-    going back to the key bytes spread over the data buffer (a cache miss each)."""
-    n = len(h)
-    nb = 1 << bits
-    shift = np.uint64(64 - bits) if bits > 0 else np.uint64(0)
-    count = np.zeros(nb + 1, np.int64)
-    for i in range(n):
-        b = np.int64(h[i] >> shift) if bits > 0 else 0
-        count[b + 1] += 1
-    biggest = 0
-    for b in range(nb):
-        biggest = max(biggest, count[b + 1])
-        count[b + 1] += count[b]
-    order = np.empty(n, np.int64)
-    hs = np.empty(n, np.uint64)
-    w0s = np.empty(n, np.uint64)
-    w1s = np.empty(n, np.uint64)
-    lens = np.empty(n, np.uint8)
-    at = count[:nb].copy()
-    for i in range(n):  # stable: a bucket's rows in row order
-        b = np.int64(h[i] >> shift) if bits > 0 else 0
-        q = at[b]
-        order[q] = i
-        hs[q] = h[i]
-        w0, w1 = _packed(off, data, i)
-        w0s[q] = w0
-        w1s[q] = w1
-        lens[q] = off[i + 1] - off[i]
-        at[b] += 1
-    cap = 16
-    while cap < 2 * biggest:
-        cap <<= 1
-    slot_code = np.empty(cap, np.int64)
-    slot_hash = np.empty(cap, np.uint64)
-    slot_w0 = np.empty(cap, np.uint64)
-    slot_w1 = np.empty(cap, np.uint64)
-    slot_len = np.empty(cap, np.uint8)
-    is_first = np.zeros(n, np.bool_)
-    k = 0
-    for b in range(nb):
-        lo, hi = count[b], count[b + 1]
-        size = 16
-        while size < 2 * (hi - lo):
-            size <<= 1
-        mask = np.uint64(size - 1)
-        slot_code[:size] = -1
-        prev_code = -1
-        p0 = np.uint64(0)
-        p1 = np.uint64(0)
-        plen = 0
-        for q in range(lo, hi):
-            i = order[q]
-            hq, a0, a1, ln = hs[q], w0s[q], w1s[q], lens[q]
-            if prev_code >= 0 and a0 == p0 and a1 == p1 and ln == plen:  # runs of one key (a list's entries)
-                codes[i] = prev_code
-                continue
-            slot = hq & mask
-            while True:
-                c = slot_code[slot]
-                if c < 0:
-                    slot_code[slot] = k
-                    slot_hash[slot] = hq
-                    slot_w0[slot] = a0
-                    slot_w1[slot] = a1
-                    slot_len[slot] = ln
-                    first[k] = i
-                    is_first[i] = True
-                    c = k
-                    k += 1
-                    break
-                if slot_hash[slot] == hq and slot_w0[slot] == a0 and slot_w1[slot] == a1 and slot_len[slot] == ln:
-                    break
-                slot = (slot + np.uint64(1)) & mask
-            codes[i] = c
-            prev_code, p0, p1, plen = c, a0, a1, ln
     renum = np.empty(k, np.int64)
     r = 0
     for i in range(n):
