@@ -189,7 +189,7 @@ def arrow_hash(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     nulls = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
     if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t) or pa.types.is_floating(t):
         filled = col.fill_null(pa.scalar(0, t) if not pa.types.is_boolean(t) else False) if nulls is not None else col
-        h = pd.util.hash_array(filled.to_numpy(zero_copy_only=False))
+        h = _hash_numbers(filled.to_numpy(zero_copy_only=False))
     elif pa.types.is_struct(t):
         h = np.zeros(n, dtype=np.uint64)
         with np.errstate(over="ignore"):
@@ -207,6 +207,27 @@ def arrow_hash(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if nulls is not None:
         h = np.where(nulls, _NULL, h)
     return h.astype(np.uint64, copy=False)
+
+
+def _hash_numbers(vals: np.ndarray) -> np.ndarray:
+    """:func:`pandas.util.hash_array` of a NumPy array of numbers, booleans or times; from
+    :data:`KERNEL_ROWS` values its finalizer runs as one numba pass (:func:`._diff_kernels.pandas_mix`,
+    the same values), numba being loaded by then for the keys anyway."""
+    dt = vals.dtype
+    if len(vals) < KERNEL_ROWS or dt.kind not in "biufmM" or dt.itemsize > 8:
+        return pd.util.hash_array(vals)
+    if dt.kind == "b":
+        u = vals.astype(np.uint64)
+    elif dt.kind in "mM":
+        u = vals.view(np.int64).view(np.uint64)
+    else:
+        u = vals.view(f"u{dt.itemsize}")
+        u = u if dt.itemsize == 8 else u.astype(np.uint64)
+    from . import _diff_kernels
+
+    out = np.empty(len(vals), dtype=np.uint64)
+    _diff_kernels.pandas_mix(np.ascontiguousarray(u), out)
+    return out
 
 
 def _read_pieces(snap: Any) -> list[pa.Table]:
@@ -290,6 +311,7 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
         by_type.setdefault(str(c.type), []).append(i)
     out = [None] * len(columns)
     segments: list[Any] = []
+    hashes = None  # the one segment's key hashes, when the kernel numbered it (they come with its rows)
     seg: Any
     offset = 0
     for _, idx in by_type.items():
@@ -297,7 +319,7 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
         numbered = _numbered_strings(chunks, columns[idx[0]].type)
         try:
             if numbered is not None:
-                codes_all, seg = numbered
+                codes_all, seg, hashes = numbered
             else:
                 # a null key (impossible in Flink, but what damaged bytes can decode to) is a dictionary
                 # entry of its own: a masked index would become a negative code no count could index
@@ -319,7 +341,10 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
         segments.append(seg)
         offset += len(seg)
     codes = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-    return codes, KeyValues(segments)
+    kv = KeyValues(segments)
+    if len(segments) == 1 and hashes is not None:
+        kv.keep_hash64(hashes)
+    return codes, kv
 
 
 #: rows of one key type from which :func:`_numbered_strings` numbers string keys with its kernel (fewer: Arrow's
@@ -327,11 +352,12 @@ def _encode_keys(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, KeyValues]
 KERNEL_ROWS = 1 << 18
 
 
-def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarray, Any] | None:
+def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarray, Any, np.ndarray] | None:
     """``dictionary_encode``'s codes and dictionary of string or binary keys without nulls, from the numba
     kernel :func:`._key_kernels.encode_strings` (a tenth of Arrow's time on millions of keys); the dictionary
     :class:`._keys.Deferred` (gathered when a key is first looked at). None where the Arrow path stays
-    (other types, nulls, few rows, offsets the kernel refuses)."""
+    (other types, nulls, few rows, offsets the kernel refuses). Third: each dictionary key's 64-bit hash
+    (:func:`._hashing.string_hash64`'s, taken from its first row), which a diff joins on without hashing again."""
     n = sum(len(c) for c in chunks)
     if n < KERNEL_ROWS or not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
                                or pa.types.is_large_binary(t)) or any(c.null_count for c in chunks):
@@ -353,4 +379,4 @@ def _numbered_strings(chunks: list[pa.Array], t: pa.DataType) -> tuple[np.ndarra
     if k < 0:
         return None
     rows = first[:k].copy()  # (the rest of ``first`` is not kept with the deferred dictionary)
-    return codes, Deferred(k, lambda: arr.take(pa.array(rows)), source=arr, rows=rows)
+    return codes, Deferred(k, lambda: arr.take(pa.array(rows)), source=arr, rows=rows), h[rows]

@@ -165,6 +165,12 @@ class KeyValues:
             self._key_groups["hash64"] = _key_hash64(self.segments)
         return self._key_groups["hash64"]
 
+    def keep_hash64(self, hashes: np.ndarray) -> None:
+        """Keep ``hashes`` as :meth:`hash64` (they must be what it computes: the key numbering's, per code)."""
+        if len(hashes) != len(self):
+            raise ValueError(f"{len(hashes)} key hashes for {len(self)} keys")
+        self._key_groups["hash64"] = hashes
+
     def forget(self) -> None:
         """Forget the key groups, hashes, code look-ups and joins computed so far."""
         self._key_groups.clear()

@@ -394,7 +394,8 @@ def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     if a is not b and not a.analysis_cache.loaded and not b.analysis_cache.loaded:
         # both sides read and numbered at once (Arrow's reads and the key kernel release the GIL); each
         # thread's reads run under its reader's budget (:func:`explorer.readers.base._guard_iter`)
-        fa, fb = _both(lambda: cached_frame(a, operator, state), lambda: cached_frame(b, operator, state))
+        fa, fb = _both(lambda: _gathered(cached_frame(a, operator, state)),
+                       lambda: _gathered(cached_frame(b, operator, state)))
     else:
         fa, fb = cached_frame(a, operator, state), cached_frame(b, operator, state)
     kva, kvb = fa.attrs["key_values"], fb.attrs["key_values"]
@@ -418,7 +419,8 @@ def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     if not names:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in DIFF_COLUMNS})
     row_kind = np.zeros(0, dtype=np.int32 if max(len(codes_b), len(kvb)) < 2**31 - 1 else np.int64)
-    orders = [kernels.b_order(sb[0], sb[4], tr, k, row_kind) for sb in sides_b]
+    # b's keys of each state in joint order (a kernel without the GIL): two states side by side
+    orders = _on_both(lambda sb: kernels.b_order(sb[0], sb[4], tr, k, row_kind), sides_b)
     parts = []  # per state: its halves (a's rows, b's order) merged side by side on two threads
     for (op, st), sa, sb, ob in zip(names, sides_a, sides_b, orders):
         if len(ob) != sum(int(hi - lo) for lo, hi in sb[4]):
@@ -474,6 +476,15 @@ def _diff_snapshots_of(a, b, operator, state, unchanged: bool) -> pd.DataFrame:
     out, keys = _both(frame, lambda: _keys_of(joint, kva, kvb, new_from_b))
     out.insert(2, "key", keys)
     return out
+
+
+def _gathered(f: pd.DataFrame) -> pd.DataFrame:
+    """``f`` with its key dictionary gathered (a :class:`._keys.Deferred` one built), which the join reads:
+    on the loading thread, side by side with the other side's load, rather than later on the main one."""
+    kv = f.attrs.get("key_values")
+    if isinstance(kv, KeyValues):
+        kv.segments
+    return f
 
 
 _HALF_KEYS = 1 << 20

@@ -707,7 +707,8 @@ def _check_dictionary(data: memoryview, dictionary: tuple[int, int, int, int], i
         page = bytes(raw)
     elif codec in _CODECS:
         try:
-            page = pa.decompress(raw, decompressed_size=unc, codec=_CODECS[codec]).to_pybytes()
+            # a view of Arrow's buffer, not a copy of it into a bytes object (the walk only reads it)
+            page = memoryview(pa.decompress(raw, decompressed_size=unc, codec=_CODECS[codec]))
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise _Corrupt(f"its dictionary page does not decompress with {codec} ({type(exc).__name__})") from None
     else:  # (no codec to look inside with: the bound stands)

@@ -106,7 +106,7 @@ def test_few_keys_taken_and_looked_up_in_the_source_as_in_the_gathered_dictionar
     monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
     keys = _keys(11, 20_000, 3000)
     arr = pa.array(keys)
-    codes, seg = _columns._numbered_strings([arr], pa.string())
+    codes, seg, _ = _columns._numbered_strings([arr], pa.string())
     assert isinstance(seg, Deferred) and seg.source is not None
     lazy, built = KeyValues([seg]), KeyValues([seg.build()])
     pick = np.array([0, 5, len(seg) - 1, 5, 17, 2999 % len(seg)], dtype=np.int64)
@@ -121,3 +121,52 @@ def test_few_keys_taken_and_looked_up_in_the_source_as_in_the_gathered_dictionar
     with pytest.raises(IndexError):
         lazy.take(np.array([len(seg)]))
     assert lazy.codes_of([5, "a"]).tolist() == built.codes_of([5, "a"]).tolist()  # (not strings: gathered)
+
+
+@pytest.mark.parametrize("width", [14, 16, 17])
+@pytest.mark.parametrize("hashes", ["constant", "top_bits_only", "real"])
+def test_equal_length_keys_whose_hashes_collide_get_arrows_codes(width, hashes):
+    """Equal-length keys (short ones compared as packed words and length, longer byte by byte) under hashes that
+    collide entirely or share their bucket prefix and table slot: still one code per distinct key, Arrow's."""
+    from explorer.analysis._diff_kernels import hash_strings
+    from explorer.keygroups import string_buffers
+
+    rnd = random.Random(width)
+    pool = [f"user-{rnd.randrange(10**9):09d}".ljust(width, "z")[:width] for _ in range(700)]
+    pool += ["a" * (width - 1) + "b", "a" * (width - 1) + "c", "b" + "a" * (width - 1), "\x00" * width,
+             "\x00" * (width - 1) + "\x01"]
+    keys = [pool[rnd.randrange(len(pool))] for _ in range(6000)]
+    keys[50:80] = [keys[50]] * 30
+    arr = pa.array(keys)
+    off, data = string_buffers(arr)
+    h = np.empty(len(arr), np.uint64)
+    assert hash_strings(off, data, h)
+    if hashes == "constant":
+        h[:] = np.uint64(0xDEADBEEF) << np.uint64(32)
+    elif hashes == "top_bits_only":  # buckets differ, every slot within a bucket the same
+        h &= np.uint64(0xF000000000000000)
+    want, dictionary = _arrow([arr], arr.type)
+    for bits in (0, 2, 4):
+        codes, first = np.empty(len(arr), np.int64), np.empty(len(arr), np.int64)
+        k = encode_strings(off, data, h, bits, codes, first)
+        assert k == len(dictionary) == len(set(keys))
+        assert np.array_equal(codes, want)
+        assert arr.take(pa.array(first[:k])).equals(dictionary)
+
+
+@pytest.mark.parametrize("t", [pa.string(), pa.large_string(), pa.binary(), pa.large_binary()])
+def test_key_hashes_carried_from_the_numbering_equal_the_dictionarys_own(monkeypatch, t):
+    """The diff joins on the hashes the numbering computed per row (taken at each key's first row): they must be
+    string_hash64 of the gathered dictionary, key for key, short keys and long, in one chunk or several."""
+    from explorer.analysis._hashing import string_hash64
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    keys = _keys(5, 12_000, 900)
+    chunks = [pa.array(keys[:5000], type=t), pa.array(keys[5000:], type=t)]
+    codes, kv = _columns._encode_keys([pa.chunked_array(chunks)])
+    assert kv.has_hash64()
+    carried = kv.hash64().copy()
+    kv.forget()
+    assert not kv.has_hash64()
+    assert np.array_equal(carried, string_hash64(kv.segments[0]))
+    assert np.array_equal(carried, kv.hash64())
