@@ -46,6 +46,11 @@ def _cache(snap: Any) -> Any:
     return cache
 
 
+def load(snap: Any) -> Any:
+    """:func:`_cache` by a public name, for :class:`._ranges.Pass` iterated ahead (``load=``)."""
+    return _cache(snap)
+
+
 def filter_key(operator: Any, state: Any) -> tuple:
     """Which operators and states rows were taken from, as part of a key of :func:`memo`."""
     def norm(x: Any) -> Any:

@@ -215,8 +215,8 @@ def view(snap: StoredSnapshot, lo: int, hi: int, key_groups: Iterable[int] | Non
 class Pass:
     """One pass over the ranges of one or more snapshots, with a progress bar.
 
-    ``ahead``: the next range's views are loaded (their analysis columns read and numbered,
-    :func:`._columns._cache`) on background threads, one per snapshot, while the caller works on
+    ``ahead``: the next range's views are loaded (their analysis columns read and numbered by ``load``,
+    :func:`._columns.load`, given by the caller: that module imports this one) on background threads, one per snapshot, while the caller works on
     the current range's: the reads, the key kernel and the entry hashes release the GIL, so the
     second core works while the caller merges. Two ranges are then in memory at a time, so
     :func:`ranges` plans them at half the budget."""
@@ -230,6 +230,8 @@ class Pass:
     #: ``ahead`` only: ``prepare(*views)`` run on the background thread once the next range's views are loaded
     #: (what the caller will ask of them first, kept on the views; its result is dropped)
     prepare: Any = None
+    #: ``ahead`` only, when iterated (``map``'s ``fn`` loads its own views): ``load(view)`` reads a view's columns
+    load: Any = None
 
     def _views(self, lo: int, hi: int) -> tuple:
         return tuple(view(s, lo, hi, entries=self.entries, columns=self.columns) for s in self.snaps)
@@ -242,13 +244,15 @@ class Pass:
                     yield self._views(lo, hi)
                     bar.update(1)
                 return
-            from ._columns import _cache  # (imports this module)
+            if self.load is None:
+                raise TypeError("a Pass iterated ahead needs load= (explorer.analysis._columns.load)")
+            load_view = self.load
 
             pool = ThreadPoolExecutor(len(self.snaps), thread_name_prefix="range-ahead")
             pending: list = []
             try:
                 def load(v: Any) -> None:
-                    _cache(v)
+                    load_view(v)
 
                 def submit(i: int) -> tuple:
                     views = self._views(*self.ranges[i])
@@ -311,10 +315,11 @@ class Pass:
 
 
 def ranges(what: str, *snaps: Any, operator: Any = None, state: Any = None, entries: bool = False,
-           columns: Iterable[str] | None = None, ahead: bool = False, prepare: Any = None) -> Pass:
+           columns: Iterable[str] | None = None, ahead: bool = False, prepare: Any = None,
+           load: Any = None) -> Pass:
     """The range views of ``snaps`` to stream ``what`` over (one tuple of views per range; ``entries`` and
-    ``columns``: see :func:`view`; ``ahead``, ``prepare``: see :class:`Pass`)."""
+    ``columns``: see :func:`view`; ``ahead``, ``prepare``, ``load``: see :class:`Pass`)."""
     planned = plan(snaps, operator, state)
     if ahead and len(planned) > 1:  # two ranges in memory at a time: each within half the budget
         planned = plan(snaps, operator, state, budget=min(s.memory_budget for s in snaps) // 2)
-    return Pass(tuple(snaps), planned, what, entries, columns, ahead, prepare)
+    return Pass(tuple(snaps), planned, what, entries, columns, ahead, prepare, load)

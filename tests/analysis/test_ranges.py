@@ -19,7 +19,7 @@ from pandas.testing import assert_frame_equal
 
 import explorer
 from explorer import analysis
-from explorer.analysis import _ranges
+from explorer.analysis import _columns, _ranges
 from explorer.keygroups import key_groups_for
 from explorer.stored import ANALYSIS_BYTES_PER_ROW
 
@@ -176,7 +176,6 @@ def test_a_bad_budget_is_refused(bad, generated):
 def test_ranges_numbered_by_the_key_kernel_answer_alike(generated, monkeypatch):
     """The numba key numbering and per-key sums (taken from 2**18 rows of a range; here from any) change no
     answer."""
-    from explorer.analysis import _columns
 
     whole, other = explorer.open(generated[0]), explorer.open(generated[1])
     want = {name: f(whole) for name, f in ANALYSES.items() if name in ("key_group_distribution", "imbalance")}
@@ -220,7 +219,7 @@ def test_a_pass_ahead_plans_at_half_the_budget_and_hands_over_loaded_views(gener
     budget = budget_for(generated[0], 4)
     snap = explorer.open(generated[0], memory_budget=budget)
     plain = _ranges.ranges("keys", snap, columns=KEY_PASS_COLUMNS)
-    ahead = _ranges.ranges("keys", snap, columns=KEY_PASS_COLUMNS, ahead=True)
+    ahead = _ranges.ranges("keys", snap, columns=KEY_PASS_COLUMNS, ahead=True, load=_columns.load)
     assert ahead.ranges == _ranges.plan([snap], budget=budget // 2) and len(ahead.ranges) > len(plain.ranges)
     rows = _ranges.rows_per_key_group(snap)
     seen = []
@@ -235,11 +234,10 @@ def test_a_pass_ahead_plans_at_half_the_budget_and_hands_over_loaded_views(gener
 
 
 def test_a_pass_ahead_raises_a_ranges_read_error_and_may_stop_early(generated, monkeypatch):
-    from explorer.analysis import _columns
     from explorer.errors import SnapshotCorruptError
 
     snap = explorer.open(generated[0], memory_budget=budget_for(generated[0], 6))
-    p = _ranges.ranges("keys", snap, ahead=True)
+    p = _ranges.ranges("keys", snap, ahead=True, load=_columns.load)
     assert len(p.ranges) > 3
     got = next(iter(p))  # stopping after the first range: the second's load is waited for, not leaked
     assert got[0].analysis_cache.loaded
@@ -256,7 +254,7 @@ def test_a_pass_ahead_raises_a_ranges_read_error_and_may_stop_early(generated, m
 
     monkeypatch.setattr(_columns, "_load", load)
     with pytest.raises(SnapshotCorruptError, match="damaged range"):
-        for _ in _ranges.ranges("keys", snap, ahead=True):
+        for _ in _ranges.ranges("keys", snap, ahead=True, load=_columns.load):
             pass
     with pytest.raises(SnapshotCorruptError, match="damaged range"):
         snap.key_group_distribution()
@@ -265,16 +263,15 @@ def test_a_pass_ahead_raises_a_ranges_read_error_and_may_stop_early(generated, m
 def test_a_pass_mapped_two_ranges_at_a_time_answers_in_range_order(generated, monkeypatch):
     """``map`` with ``ahead``: ``fn`` of each range on two threads, answers in range order, a range's error
     raised in its turn; ``prepare`` runs on the loading thread before the view is handed over."""
-    from explorer.analysis import _columns
     from explorer.errors import SnapshotCorruptError
 
     snap = explorer.open(generated[0], memory_budget=budget_for(generated[0], 6))
-    p = _ranges.ranges("keys", snap, ahead=True)
+    p = _ranges.ranges("keys", snap, ahead=True, load=_columns.load)
     got = list(p.map(lambda v: (v.reader.lo, v.reader.hi, len(v.keyed_state()))))
     assert [(lo, hi) for lo, hi, _ in got] == p.ranges
     assert sum(n for _, _, n in got) == len(explorer.open(generated[0]).keyed_state())
     seen = []
-    prepared = _ranges.ranges("keys", snap, ahead=True,
+    prepared = _ranges.ranges("keys", snap, ahead=True, load=_columns.load,
                               prepare=lambda v: seen.append((v.reader.lo, v.analysis_cache.loaded)))
     for (v,) in prepared:
         assert (v.reader.lo, True) in seen
