@@ -233,6 +233,20 @@ def test_a_pass_ahead_plans_at_half_the_budget_and_hands_over_loaded_views(gener
     assert seen == ahead.ranges
 
 
+def _damage_range(monkeypatch, bad_lo: int) -> None:
+    """Loading the range that starts at key group ``bad_lo`` raises, as a damaged file would."""
+    from explorer.errors import SnapshotCorruptError
+
+    real = _columns._load
+
+    def load(s):
+        if s.reader.lo == bad_lo:
+            raise SnapshotCorruptError("damaged range")
+        return real(s)
+
+    monkeypatch.setattr(_columns, "_load", load)
+
+
 def test_a_pass_ahead_raises_a_ranges_read_error_and_may_stop_early(generated, monkeypatch):
     from explorer.errors import SnapshotCorruptError
 
@@ -244,15 +258,7 @@ def test_a_pass_ahead_raises_a_ranges_read_error_and_may_stop_early(generated, m
     it = iter(p)
     next(it)
     it.close()
-    bad_lo = p.ranges[2][0]
-    real = _columns._load
-
-    def load(s):
-        if s.reader.lo == bad_lo:
-            raise SnapshotCorruptError("damaged range")
-        return real(s)
-
-    monkeypatch.setattr(_columns, "_load", load)
+    _damage_range(monkeypatch, p.ranges[2][0])
     with pytest.raises(SnapshotCorruptError, match="damaged range"):
         for _ in _ranges.ranges("keys", snap, ahead=True, load=_columns.load):
             pass
@@ -276,15 +282,7 @@ def test_a_pass_mapped_two_ranges_at_a_time_answers_in_range_order(generated, mo
     for (v,) in prepared:
         assert (v.reader.lo, True) in seen
     assert sorted(seen) == [(lo, True) for lo, _ in prepared.ranges]
-    bad_lo = p.ranges[3][0]
-    real = _columns._load
-
-    def load(s):
-        if s.reader.lo == bad_lo:
-            raise SnapshotCorruptError("damaged range")
-        return real(s)
-
-    monkeypatch.setattr(_columns, "_load", load)
+    _damage_range(monkeypatch, p.ranges[3][0])
     done = []
     with pytest.raises(SnapshotCorruptError, match="damaged range"):
         for lo in _ranges.ranges("keys", snap, ahead=True).map(lambda v: (_columns._cache(v), v.reader.lo)[1]):
