@@ -551,12 +551,12 @@ def gather_strings(joint, na, off_a, data_a, off_b, data_b, new_from_b):
 @_jit
 def pandas_mix(vals, out):
     """``out``: :func:`pandas.util.hash_array` of numbers already turned into uint64 ``vals`` (its
-    finalizer: xor-shifts 30, 27, 31 and two multiplies), in one pass instead of five NumPy ones."""
+    finalizer: SplitMix64's without its first add, as :func:`._hashing.splitmix64`), in one pass instead of five NumPy ones."""
     for i in range(len(vals)):
         x = vals[i]
         x ^= x >> np.uint64(30)
-        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x *= _M2
         x ^= x >> np.uint64(27)
-        x *= np.uint64(0x94D049BB133111EB)
+        x *= _M3
         x ^= x >> np.uint64(31)
         out[i] = x
