@@ -36,7 +36,8 @@ rewrites a level), so its cost varies by round: the median, the mean and
 every round are reported.
 
 Measured per checkpoint: wall-clock duration of ``trigger_checkpoint`` (trigger
-to ``_metadata`` renamed), the sync and async phases summed over subtasks from
+to ``_metadata`` renamed), the process's CPU seconds over it (``cpu``: every
+thread's, the figure other processes' load does not inflate), the sync and async phases summed over subtasks from
 the checkpoint's own metadata, its total size (every file it names, shared ones
 included) and the bytes it actually wrote. Recovery: a new job restoring the
 last full, full canonical and incremental checkpoint (``JobClient(restore_from=...)``:
@@ -164,16 +165,16 @@ def checkpoint(client: JobClient, kind: str) -> dict[str, Any]:
     co = client.coordinator
     co.config = dataclasses.replace(co.config, incremental=kind != "canonical")
     gc.collect()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s()
     folder = client.trigger_checkpoint(full=kind == "full")
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     meta = read_metadata(folder)
     t = meta["timing"]
     assert meta["incremental"] == (kind == "incremental"), (folder, meta["incremental"])
     native = any(s.get("state_format") for o in meta["operators"] for s in o["subtasks"])
     assert native == (kind != "canonical"), (folder, kind)
-    return {"path": folder, "duration_s": wall, "sync_s": t["sync_ms"] / 1000, "async_s": t["async_ms"] / 1000,
-            "bytes": t["bytes"], "bytes_written": t["bytes_written"]}
+    return {"path": folder, "duration_s": wall, "cpu_s": cpu, "sync_s": t["sync_ms"] / 1000,
+            "async_s": t["async_ms"] / 1000, "bytes": t["bytes"], "bytes_written": t["bytes_written"]}
 
 
 def _cpu_s() -> float:
@@ -320,12 +321,14 @@ def run_size(size_mb: int, value_bytes: int, rounds: int, work: Path, seed: int)
     }
     for kind, runs in (("full", fulls), ("full_canonical", canons), ("incremental", incs)):
         result[kind] = {"checkpoints": len(runs)}
-        for f, unit in (("duration_s", "s"), ("sync_s", "s"), ("async_s", "s"), ("bytes", "B"), ("bytes_written", "B")):
+        for f, unit in (("duration_s", "s"), ("cpu_s", "CPU-s"), ("sync_s", "s"), ("async_s", "s"), ("bytes", "B"),
+                        ("bytes_written", "B")):
             xs = [r[f] for r in runs]
             name = f.removesuffix("_s")
-            result[kind][name] = _v(statistics.median(xs), unit, 4 if unit == "s" else 0)
-            result[kind][name + "_mean"] = _v(statistics.fmean(xs), unit, 4 if unit == "s" else 0)
-            result[kind][name + "_each"] = {"value": [round(x, 4) if unit == "s" else int(x) for x in xs], "unit": unit}
+            nd = 4 if unit in ("s", "CPU-s") else 0
+            result[kind][name] = _v(statistics.median(xs), unit, nd)
+            result[kind][name + "_mean"] = _v(statistics.fmean(xs), unit, nd)
+            result[kind][name + "_each"] = {"value": [round(x, nd) if nd else int(x) for x in xs], "unit": unit}
     fd, idur = result["full"]["duration"]["value"], result["incremental"]["duration"]["value"]
     result["speedup_full_over_incremental"] = {
         "median": _v(fd / idur, "x", 1),

@@ -7,9 +7,9 @@ memtables flushed, the WAL off). Iterating it with rocksdict makes a Python
 :mod:`explorer.format.sst.columns` (data blocks mapped side by side, versions of a
 key resolved by sequence number, deletions hiding their keys) one key-group range
 at a time (:data:`CHUNK_BYTES` of blocks each, chosen from the files' index
-blocks): the next range's blocks are checksum-verified and walked in one thread
-while the batches of this one are decoded in another and Parquet-encoded, hashed
-and written in the caller's (1 GB: the first batch is written ~0.15 s in, not
+blocks): the next ranges' blocks are checksum-verified and walked, :data:`WALK_THREADS`
+ranges at once, while the batches of this one are decoded in another thread and
+Parquet-encoded, hashed and written in the caller's (1 GB: the first batch is written ~0.15 s in, not
 after the whole 0.4 s walk). The entries are cut into the same batches of
 :data:`explorer.format.rocksdb.native.TABLE_BATCH` raw entries as the rocksdict
 path, counted from the first entry (a batch may span two ranges), and decoded by
@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ...format.keyed import SAVEPOINT, ParquetProfile, rows_to_table
-from ...format.prefetch import map_fed
+from ...format.prefetch import map_ahead, map_fed
 from ...format.rocksdb.columns import decode_flat, supported
 from ...format.rocksdb.native import TABLE_BATCH, decoded_rows, write_decoded
 from ...format.states import StoredState
@@ -89,6 +89,9 @@ CHUNK_BYTES = 64 << 20
 #: threads decoding batches while the current one is written (one keeps up with the writer: 1 GB, 25 ms a
 #: batch against 33 ms; a second only adds to what the writer's thread shares two cores with)
 DECODE_THREADS = 1
+#: key-group ranges verified and walked at once, each by a thread of its own (numba and xxhash: mostly outside
+#: the GIL)
+WALK_THREADS = 2
 
 
 def _rows(got: tuple, prefix_bytes: int, first: int, last: int):
@@ -138,14 +141,28 @@ def _ranges(bounds: tuple | None, blocks: ColumnFamilyBlocks, first: int, last: 
 
 
 def _chunks(blocks: ColumnFamilyBlocks, prefix_bytes: int, first: int, last: int) -> Iterator[tuple]:
-    """:func:`_rows` of each key-group range of :func:`_ranges`, in order."""
+    """:func:`_rows` of each key-group range of :func:`_ranges`, in order, :data:`WALK_THREADS` ranges
+    verified and walked at once."""
     try:
         bounds = blocks.key_group_bounds(prefix_bytes)
-        for lo, hi in _ranges(bounds, blocks, first, last):
+        ranges = _ranges(bounds, blocks, first, last)
+    except (SstError, Unsupported, ValueError, IndexError) as exc:
+        raise _Fallback(str(exc)) from exc
+
+    def walk(r: tuple[int, int]) -> tuple:
+        lo, hi = r
+        try:
             sel = np.arange(len(blocks)) if bounds is None else blocks.blocks_of(bounds, lo, hi)
             blocks.verify(sel)  # (their checksums: before anything is read from them)
-            got = blocks.read(sel, types=_TYPES)
-            yield _rows(got, prefix_bytes, lo, hi)
+            return _rows(blocks.read(sel, types=_TYPES), prefix_bytes, lo, hi)
+        except (SstError, Unsupported, ValueError, IndexError) as exc:
+            raise _Fallback(str(exc)) from exc
+
+    if WALK_THREADS > 1 and len(ranges) > 1:
+        yield from map_ahead(walk, ranges, WALK_THREADS, "snapshot-walk")
+    else:
+        yield from map(walk, ranges)
+    try:
         blocks.verify()  # the blocks of no range too: every checksum of the files
     except (SstError, Unsupported, ValueError, IndexError) as exc:
         raise _Fallback(str(exc)) from exc
@@ -239,7 +256,7 @@ def write_view_state_sst(files: list, desc: "StoredState | dict[str, Any]", pref
             got = rows_to_table(rows, value_info, user_key)
         return got
 
-    # The next key-group range is verified and walked in one thread (numba, outside the GIL), the
+    # The next key-group ranges are verified and walked by WALK_THREADS threads (numba, outside the GIL), the
     # batches of this one decoded in another (NumPy, numba, Arrow: mostly outside the GIL), while the
     # current batch is Parquet-encoded, hashed and written (also outside the GIL). A damaged block or
     # anything not read here (see the module's notes) ends in None, the file aborted; so do kinds or

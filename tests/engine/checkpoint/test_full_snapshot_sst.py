@@ -183,11 +183,14 @@ def test_a_key_group_range_reads_like_rocksdict(make_backend, monkeypatch, tmp_p
         view.release()
 
 
+@pytest.mark.parametrize("walkers", [1, 3])
 @pytest.mark.parametrize("max_parallelism,profile", [(128, SAVEPOINT), (300, SAVEPOINT), (128, CHECKPOINT)])
 def test_key_group_ranges_read_one_after_another_give_the_same_file(make_backend, monkeypatch, tmp_path,
-                                                                     max_parallelism, profile):
-    """Read a key-group range at a time (the next walked while this one is written), with batches that
-    span two ranges: the same file as rocksdict's, for the whole range and for a part of it."""
+                                                                     max_parallelism, profile, walkers):
+    """Read a key-group range at a time (the next ones walked, by ``walkers`` threads at once, while this
+    one is written), with batches that span two ranges: the same file as rocksdict's, for the whole range
+    and for a part of it."""
+    monkeypatch.setattr(sst_view, "WALK_THREADS", walkers)
     monkeypatch.setattr(native, "TABLE_BATCH", 97)
     monkeypatch.setattr(sst_view, "TABLE_BATCH", 97)
     monkeypatch.setattr(sst_view, "CHUNK_BYTES", 1)  # as many ranges as the blocks' key groups allow
