@@ -627,26 +627,12 @@ def _check_chunk(f: Any, file_size: int, col: Any, where: str, mapped: bool = Fa
     data = _chunk_bytes(f, start, length, mapped)
     if len(data) != length:
         raise SnapshotCorruptError(f"{where}: read {len(data):,} bytes of its {length:,}-byte column chunk")
-    pos, total, values, indexed, dictionary = 0, 0, 0, 0, None
     try:
-        while pos < length:
-            t = _Thrift(data, pos, length)
-            head = _page_header(t)
-            body, size, unc = t.pos, head["compressed"], head["uncompressed"]
-            if size < 0 or unc < 0 or body + size > length:
-                raise _Corrupt(f"a page at byte {start + pos} declares {size:,} bytes compressed and {unc:,} "
-                               f"uncompressed, {length - body:,} bytes are left of its column chunk")
-            budget.check(unc, file=where, what=f"the page at byte {start + pos} (uncompressed, as its header "
-                                               "declares)")
-            total += unc
-            if head["type"] == _DICTIONARY_PAGE and dictionary is None:
-                dictionary = (body, size, unc, max(0, head.get("dict_values", 0)))
-            elif head["type"] in (_DATA_PAGE, _DATA_PAGE_V2):
-                n = max(0, head.get("num_values", 0))
-                values += n
-                if head.get("encoding") in _DICTIONARY_ENCODINGS:
-                    indexed += n
-            pos = body + size
+        walk = _walker()
+        pages = None if walk is None else _pages_compiled(walk, data, start, where)
+        if pages is None:  # (the compiled walk left this chunk to the reference parser, or is not used yet)
+            pages = _pages_python(data, start, where)
+        total, values, indexed, dictionary = pages
         if total > declared:
             raise SnapshotCorruptError(
                 f"{where}: its pages' headers declare {total:,} bytes uncompressed, the footer {declared:,} for the "
@@ -663,6 +649,131 @@ def _check_chunk(f: Any, file_size: int, col: Any, where: str, mapped: bool = Fa
         raise SnapshotCorruptError(f"{where}: {exc}") from None
     finally:
         data.release()
+
+
+def _page_budget(unc: int, start: int, pos: int, where: str) -> None:
+    budget.check(unc, file=where, what=f"the page at byte {start + pos} (uncompressed, as its header declares)")
+
+
+def _walk_python(data: Any, start: int) -> Any:
+    """The pages of a column chunk (``data``, at byte ``start`` of its file) one after the other as the Python
+    parser reads their headers: ``(header position, body position, the header's fields)`` each, raising
+    :class:`_Corrupt` at the first header that does not parse or page that does not fit the chunk. The reference
+    of the compiled walk (:mod:`._page_kernels`)."""
+    length = len(data)
+    pos = 0
+    while pos < length:
+        t = _Thrift(data, pos, length)
+        head = _page_header(t)
+        body, size, unc = t.pos, head["compressed"], head["uncompressed"]
+        if size < 0 or unc < 0 or body + size > length:
+            raise _Corrupt(f"a page at byte {start + pos} declares {size:,} bytes compressed and {unc:,} "
+                           f"uncompressed, {length - body:,} bytes are left of its column chunk")
+        yield pos, body, head
+        pos = body + size
+
+
+def _pages_python(data: memoryview, start: int, where: str) -> tuple[int, int, int, tuple | None]:
+    """The pages of a column chunk (``data``, at byte ``start`` of its file) walked with the Python parser, each
+    checked against the budget as it is read: ``(bytes uncompressed, values, values dictionary-indexed, the first
+    dictionary page's (body, size, uncompressed, entries) or None)``."""
+    total, values, indexed, dictionary, pages = 0, 0, 0, None, 0
+    for pos, body, head in _walk_python(data, start):
+        size, unc = head["compressed"], head["uncompressed"]
+        _page_budget(unc, start, pos, where)
+        total += unc
+        if head["type"] == _DICTIONARY_PAGE and dictionary is None:
+            dictionary = (body, size, unc, max(0, head.get("dict_values", 0)))
+        elif head["type"] in (_DATA_PAGE, _DATA_PAGE_V2):
+            n = max(0, head.get("num_values", 0))
+            values += n
+            if head.get("encoding") in _DICTIONARY_ENCODINGS:
+                indexed += n
+        pages += 1
+    with _walk_lock:
+        _python_pages[0] += pages
+    return total, values, indexed, dictionary
+
+
+def _pages_compiled(walk: Any, data: memoryview, start: int, where: str) -> tuple[int, int, int, tuple | None] | None:
+    """:func:`_pages_python`'s answer from the compiled walk (:mod:`._page_kernels`, one call for the chunk's
+    headers), the same pages checked the same way; None when the walk leaves the chunk to the Python parser (a
+    header it refuses, or anything the two might read apart: the Python parser then raises or reads it)."""
+    rows = _headers(walk, data, 0, len(data))
+    if rows is None:
+        return None
+    unc = rows[:, walk.UNCOMPRESSED]
+    limit = budget.current()
+    if limit is not None and len(unc) and int(unc.max()) > limit:
+        i = int(np.argmax(unc > limit))  # the first page over it, as the Python walk meets it
+        _page_budget(int(unc[i]), start, int(rows[i, walk.HEADER]), where)
+    kind = rows[:, walk.TYPE]
+    dictionary = None
+    dicts = np.flatnonzero(kind == _DICTIONARY_PAGE)
+    if len(dicts):
+        r = rows[dicts[0]]
+        dictionary = (int(r[walk.BODY]), int(r[walk.COMPRESSED]), int(r[walk.UNCOMPRESSED]),
+                      max(0, int(r[walk.DICT_VALUES])))  # (ABSENT is negative: the Python walk's default 0)
+    counts = np.where((kind == _DATA_PAGE) | (kind == _DATA_PAGE_V2), np.maximum(rows[:, walk.NUM_VALUES], 0), 0)
+    encoding = rows[:, walk.ENCODING]
+    indexed = int(counts[(encoding == _DICTIONARY_ENCODINGS[0]) | (encoding == _DICTIONARY_ENCODINGS[1])].sum())
+    return int(unc.sum()), int(counts.sum()), indexed, dictionary
+
+
+def _headers(walk: Any, data: Any, pos: int, end: int) -> np.ndarray | None:
+    """The page headers of ``data[pos:end]`` by the compiled walk, one row each (:mod:`._page_kernels`' columns),
+    or None when it leaves them to the Python parser."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if buf.flags.writeable:  # (one signature compiled and cached: the read-only bytes of a map or an Arrow buffer)
+        buf = buf.view()
+        buf.flags.writeable = False
+    out = np.empty((64, walk.COLUMNS), dtype=np.int64)
+    parts = []
+    while True:
+        status, n, pos = walk.page_headers(buf, pos, end, out)
+        if status == walk.DEFER:
+            return None
+        if status == walk.OK:
+            return out[:n] if not parts else np.concatenate(parts + [out[:n]])
+        parts.append(out[:n])
+        out = np.empty((2 * len(out), walk.COLUMNS), dtype=np.int64)
+
+
+#: which parser walks the page headers :func:`check_page_sizes` reads: None (the compiled walk of
+#: :mod:`._page_kernels` once the process has walked :data:`PYTHON_PAGES` pages with the Python parser and numba's
+#: cache holds the kernel, or has walked :data:`COMPILE_PAGES`; the Python parser before), "numba" or "python" (tests)
+WALK: str | None = None
+#: pages a process walks with the Python parser before it loads numba and the kernel (~0.6 CPU-s, against ~10 us a
+#: page in Python): a small snapshot is checked without numba
+PYTHON_PAGES = 1 << 12
+#: pages a process walks with the Python parser before it compiles the kernel where numba's cache lacks it
+#: (~2 CPU-s of compiling, ``make venv`` compiles it ahead: :mod:`explorer.kernels`)
+COMPILE_PAGES = 1 << 17
+_python_pages = [0]
+_kernel_cached: list[bool] = []
+_walk_lock = threading.Lock()
+
+
+def _walker() -> Any:
+    """The compiled walk's module (:mod:`._page_kernels`) when it is to walk the next chunk, else None (see :data:`WALK`)."""
+    if WALK == "python":
+        return None
+    seen = _python_pages[0]
+    if WALK != "numba" and seen < PYTHON_PAGES:
+        return None
+    from . import _page_kernels  # numba: loaded where used
+
+    if WALK == "numba" or seen >= COMPILE_PAGES:
+        return _page_kernels
+    if not _kernel_cached:
+        from .. import numba_cache
+
+        ro = np.frombuffer(b"\0", dtype=np.uint8)
+        args = (ro, 0, 1, np.empty((1, _page_kernels.COLUMNS), dtype=np.int64))
+        with _walk_lock:
+            if not _kernel_cached:
+                _kernel_cached.append(numba_cache.cached(_page_kernels.page_headers, args))
+    return _page_kernels if _kernel_cached[0] else None
 
 
 def _may_hold_longer(page: bytes, limit: int) -> bool:
@@ -739,6 +850,10 @@ def _check_dictionary(data: memoryview, dictionary: tuple[int, int, int, int], i
 
 
 def warm() -> None:
-    """Load the kernel here from numba's cache (for a background warm-up)."""
+    """Load the kernels here from numba's cache (for a background warm-up; compiled where it lacks them): the
+    values' walk and the page headers' (:mod:`._page_kernels`)."""
+    from . import _page_kernels  # numba: loaded where used
+
+    _page_kernels.warm()
     buf = np.frombuffer(bytes([1, 0, 0, 0, 7]), dtype=np.uint8)  # read-only, as a mapped file
     _kernel()(buf, np.array([[0, 5, 1, 0]], dtype=np.int64), np.empty(1, np.int64), np.empty(1, np.int64))
