@@ -1,4 +1,5 @@
-"""The numba kernel of :mod:`.parquet_pages`: a column chunk's page headers walked in one call.
+"""The numba kernels of :mod:`.parquet_pages`: a column chunk's page headers walked in one call, and the longest
+entry of a dictionary page.
 
 Imported lazily (inside functions): ``import explorer`` does not pay for numba. The kernel reads the same
 Thrift compact-protocol fields as the Python parser of :mod:`.parquet_pages` (``_Thrift``,
@@ -256,8 +257,30 @@ def page_headers(buf, pos, end, out):
     return OK, n, pos
 
 
+@_jit
+def longest_entry(buf, count):
+    """The longest of the ``count`` PLAIN byte arrays (a 4-byte little-endian length, then the bytes) that fill ``buf``
+    (a dictionary page, decompressed) exactly; -1 when they do not (an entry running past the end, or bytes left
+    over: the caller's Python walk says which)."""
+    p = 0
+    stop = len(buf)
+    longest = 0
+    for _ in range(count):
+        if p + 4 > stop:
+            return -1
+        n = np.int64(buf[p]) | (np.int64(buf[p + 1]) << 8) | (np.int64(buf[p + 2]) << 16) | (np.int64(buf[p + 3]) << 24)
+        p += 4
+        if n > stop - p:
+            return -1
+        if n > longest:
+            longest = n
+        p += n
+    return longest if p == stop else -1
+
+
 def warm() -> None:
     """Load the kernel from numba's cache (compiling it where the cache lacks it) for the buffers the reads pass:
     read-only bytes (a memory map's or a pyarrow buffer's)."""
     buf = np.frombuffer(bytes([0x15, 0x00, 0x15, 0x02, 0x15, 0x02, 0x00, 0x07]), dtype=np.uint8)
     page_headers(buf, 0, len(buf), np.empty((4, COLUMNS), dtype=np.int64))
+    longest_entry(buf[1:], 1)

@@ -723,10 +723,7 @@ def _pages_compiled(walk: Any, data: memoryview, start: int, where: str) -> tupl
 def _headers(walk: Any, data: Any, pos: int, end: int) -> np.ndarray | None:
     """The page headers of ``data[pos:end]`` by the compiled walk, one row each (:mod:`._page_kernels`' columns),
     or None when it leaves them to the Python parser."""
-    buf = np.frombuffer(data, dtype=np.uint8)
-    if buf.flags.writeable:  # (one signature compiled and cached: the read-only bytes of a map or an Arrow buffer)
-        buf = buf.view()
-        buf.flags.writeable = False
+    buf = _read_only(data)
     out = np.empty((64, walk.COLUMNS), dtype=np.int64)
     parts = []
     while True:
@@ -737,6 +734,16 @@ def _headers(walk: Any, data: Any, pos: int, end: int) -> np.ndarray | None:
             return out[:n] if not parts else np.concatenate(parts + [out[:n]])
         parts.append(out[:n])
         out = np.empty((2 * len(out), walk.COLUMNS), dtype=np.int64)
+
+
+def _read_only(data: Any) -> np.ndarray:
+    """``data``'s bytes as a read-only uint8 array (no copy): the one signature of the kernels compiled and cached
+    (a map's or an Arrow buffer's bytes are read-only)."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if buf.flags.writeable:
+        buf = buf.view()
+        buf.flags.writeable = False
+    return buf
 
 
 #: which parser walks the page headers :func:`check_page_sizes` reads: None (the compiled walk of
@@ -828,11 +835,11 @@ def _check_dictionary(data: memoryview, dictionary: tuple[int, int, int, int], i
     limit = (budget.current() or 0) // indexed
     if count <= _WALK_IN_PYTHON and not _may_hold_longer(page, limit):
         return  # no entry longer than the budget allows for each index: proven without walking them
-    if count > _WALK_IN_PYTHON:  # the compiled walk (numba loaded once, ~0.8 CPU-s, for dictionaries this big)
-        buf = np.frombuffer(page, dtype=np.uint8)
-        starts, ends = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
-        if _kernel()(buf, np.array([[0, len(page), count, 0]], dtype=np.int64), starts, ends) < 0:
-            longest = int((ends - starts).max())
+    if count > _WALK_IN_PYTHON:  # the compiled walk (numba loaded once, ~0.5 CPU-s, for dictionaries this big)
+        from . import _page_kernels  # numba: loaded where used
+
+        longest = _page_kernels.longest_entry(_read_only(page), count)
+        if longest >= 0:
             budget.check(indexed * longest, file=where,
                          what=f"{what}: {indexed:,} of them, the longest entry {longest:,} bytes")
             return

@@ -269,3 +269,44 @@ def test_the_default_walk_turns_compiled_after_a_small_snapshot(monkeypatch, tmp
     assert parquet_pages._walker() is None
     monkeypatch.setattr(parquet_pages, "_python_pages", [parquet_pages.COMPILE_PAGES])
     assert parquet_pages._walker() is K
+
+
+def _longest_python(page: bytes, count: int):
+    at, longest = 0, 0
+    for _ in range(count):
+        if at + 4 > len(page):
+            return -1
+        n = int.from_bytes(page[at:at + 4], "little")
+        longest = max(longest, n)
+        at += 4 + n
+    return longest if at == len(page) else -1
+
+
+def test_the_longest_dictionary_entry_as_the_python_walk_finds_it():
+    rng = random.Random(3)
+    for _ in range(400):
+        entries = [bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 5, 40, 300]))) for _ in range(rng.randrange(1, 60))]
+        page = bytearray(b"".join(len(e).to_bytes(4, "little") + e for e in entries))
+        count = len(entries) + rng.choice([0, 0, 0, -1, 1])
+        if rng.random() < 0.3 and page:
+            page[rng.randrange(len(page))] = rng.randrange(256)
+        if rng.random() < 0.2:
+            page = page[:rng.randrange(len(page) + 1)]
+        page = bytes(page)
+        assert K.longest_entry(np.frombuffer(page, np.uint8), max(count, 0)) == _longest_python(page, max(count, 0))
+
+
+@pytest.mark.parametrize("longest", [100, 3000])
+def test_a_dictionary_of_more_entries_than_the_python_walk_takes(tmp_path, longest):
+    """More than 4,096 entries: the compiled walk finds the longest; 20,000 indexes of 3,000-byte entries (60 MB)
+    are over a 16 MB budget, of 100-byte ones (2 MB) within it (the page bound alone, ~60 MB of entries, is not)."""
+    path = tmp_path / "d.parquet"
+    values = [f"{i:05d}" + "x" * (rng_len - 5) for i, rng_len in zip(range(5000), [longest] + [60] * 4999)] * 4
+    pq.write_table(pa.table({"v": values}), path, compression="zstd", dictionary_pagesize_limit=1 << 30)
+    md = footer_chunks(path)
+    with budget.using(budget.FLOOR):
+        if longest == 100:
+            check_page_sizes(path, md, range(len(md)))
+        else:
+            with pytest.raises(Exception, match=f"longest entry {longest:,} bytes"):
+                check_page_sizes(path, md, range(len(md)))
