@@ -857,10 +857,17 @@ def _check_dictionary(data: memoryview, dictionary: tuple[int, int, int, int], i
 
 
 def warm() -> None:
-    """Load the kernels here from numba's cache (for a background warm-up; compiled where it lacks them): the
-    values' walk and the page headers' (:mod:`._page_kernels`)."""
+    """Load the values' kernel here from numba's cache (for a background warm-up when a RocksDB backend opens: a
+    restore's direct route). The page headers' kernels (:mod:`._page_kernels`) are not loaded here: a restore's
+    checks walk their first pages in Python (:data:`PYTHON_PAGES`), and loading more kernels beside the restore
+    only holds numba's lock longer; :func:`warm_headers` compiles them at install."""
+    buf = np.frombuffer(bytes([1, 0, 0, 0, 7]), dtype=np.uint8)  # read-only, as a mapped file
+    _kernel()(buf, np.array([[0, 5, 1, 0]], dtype=np.int64), np.empty(1, np.int64), np.empty(1, np.int64))
+
+
+def warm_headers() -> None:
+    """Compile (or load) the page headers' kernels (:mod:`._page_kernels`) into numba's cache: ``python -m
+    explorer.kernels --warm``."""
     from . import _page_kernels  # numba: loaded where used
 
     _page_kernels.warm()
-    buf = np.frombuffer(bytes([1, 0, 0, 0, 7]), dtype=np.uint8)  # read-only, as a mapped file
-    _kernel()(buf, np.array([[0, 5, 1, 0]], dtype=np.int64), np.empty(1, np.int64), np.empty(1, np.int64))

@@ -267,7 +267,9 @@ def test_the_default_walk_turns_compiled_after_a_small_snapshot(monkeypatch, tmp
     monkeypatch.setattr(parquet_pages, "WALK", None)
     monkeypatch.setattr(parquet_pages, "_python_pages", [0])
     assert parquet_pages._walker() is None
-    monkeypatch.setattr(parquet_pages, "_python_pages", [parquet_pages.COMPILE_PAGES])
+    monkeypatch.setattr(parquet_pages, "_python_pages", [parquet_pages.PYTHON_PAGES])
+    monkeypatch.setattr(parquet_pages, "_kernel_cached", [])
+    parquet_pages.warm_headers()  # (what ``python -m explorer.kernels --warm`` runs at install)
     assert parquet_pages._walker() is K
 
 
