@@ -33,6 +33,12 @@ OK, FULL, DEFER = 0, 1, 2
 (HEADER, BODY, TYPE, UNCOMPRESSED, COMPRESSED, CRC, NUM_VALUES, ENCODING, DEF_ENCODING, REP_ENCODING, NUM_NULLS,
  NUM_ROWS, DEF_BYTES, REP_BYTES, IS_COMPRESSED, DICT_VALUES) = range(16)
 COLUMNS = 16
+#: what :func:`page_headers` adds up in ``sums`` over the pages it reads, as ``parquet_pages._pages_python`` does:
+#: their uncompressed bytes, the largest page's, the data pages' values (none below 0) and those of them indexing a
+#: dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY), then the first dictionary page (found, body, size, uncompressed,
+#: entries: none below 0)
+(S_BYTES, S_LARGEST, S_VALUES, S_INDEXED, S_DICTIONARY, S_DICT_BODY, S_DICT_SIZE, S_DICT_BYTES, S_DICT_ENTRIES) = range(9)
+SUMS = 9
 #: the Python parser's field names of columns TYPE.. (``_page_header``'s dictionary keys)
 NAMES = ("type", "uncompressed", "compressed", "crc", "num_values", "encoding", "def_encoding", "rep_encoding",
          "num_nulls", "num_rows", "def_bytes", "rep_bytes", "is_compressed", "dict_values")
@@ -150,9 +156,10 @@ def _skip(buf, pos, end, ttype, depth, stack, sp):
 
 
 @_jit
-def page_headers(buf, pos, end, out):
+def page_headers(buf, pos, end, out, sums):
     """The page headers of ``buf[pos:end]`` (a column chunk, or its pages from ``pos``), one row of ``out`` each,
-    each page's body skipped by its compressed size. ``(status, pages, pos)``: :data:`OK` with every page in the
+    each page's body skipped by its compressed size, and added up in ``sums`` (:data:`SUMS` zeros before the first
+    call; see :data:`S_BYTES`). ``(status, pages, pos)``: :data:`OK` with every page in the
     range, :data:`FULL` when ``out`` filled first (``pos``: the next header), :data:`DEFER` when the Python parser
     must judge the chunk (a header it refuses, a value past 32 bits, a page running past ``end``, a negative
     size)."""
@@ -253,6 +260,22 @@ def page_headers(buf, pos, end, out):
         if size < 0 or out[n, UNCOMPRESSED] < 0 or size > end - body:
             return DEFER, n, pos
         pos = body + size
+        unc = out[n, UNCOMPRESSED]
+        sums[S_BYTES] += unc
+        if unc > sums[S_LARGEST]:
+            sums[S_LARGEST] = unc
+        kind = out[n, TYPE]
+        if kind == 2 and sums[S_DICTIONARY] == 0:
+            sums[S_DICTIONARY] = 1
+            sums[S_DICT_BODY] = body
+            sums[S_DICT_SIZE] = size
+            sums[S_DICT_BYTES] = unc
+            sums[S_DICT_ENTRIES] = max(0, out[n, DICT_VALUES])  # (ABSENT is below 0)
+        elif kind == 0 or kind == 3:
+            values = max(0, out[n, NUM_VALUES])
+            sums[S_VALUES] += values
+            if out[n, ENCODING] == 2 or out[n, ENCODING] == 8:
+                sums[S_INDEXED] += values
         n += 1
     return OK, n, pos
 
@@ -282,5 +305,5 @@ def warm() -> None:
     """Load the kernel from numba's cache (compiling it where the cache lacks it) for the buffers the reads pass:
     read-only bytes (a memory map's or a pyarrow buffer's)."""
     buf = np.frombuffer(bytes([0x15, 0x00, 0x15, 0x02, 0x15, 0x02, 0x00, 0x07]), dtype=np.uint8)
-    page_headers(buf, 0, len(buf), np.empty((4, COLUMNS), dtype=np.int64))
+    page_headers(buf, 0, len(buf), np.empty((4, COLUMNS), dtype=np.int64), np.zeros(SUMS, dtype=np.int64))
     longest_entry(buf[1:], 1)

@@ -697,37 +697,30 @@ def _pages_python(data: memoryview, start: int, where: str) -> tuple[int, int, i
 
 def _pages_compiled(walk: Any, data: memoryview, start: int, where: str) -> tuple[int, int, int, tuple | None] | None:
     """:func:`_pages_python`'s answer from the compiled walk (:mod:`._page_kernels`, one call for the chunk's
-    headers), the same pages checked the same way; None when the walk leaves the chunk to the Python parser (a
-    header it refuses, or anything the two might read apart: the Python parser then raises or reads it)."""
-    rows = _headers(walk, data, 0, len(data))
+    headers, which adds them up as the Python walk does), the same pages checked the same way; None when the walk
+    leaves the chunk to the Python parser (a header it refuses, or anything the two might read apart: the Python
+    parser then raises or reads it)."""
+    sums = np.zeros(walk.SUMS, dtype=np.int64)
+    rows = _headers(walk, data, 0, len(data), sums)
     if rows is None:
         return None
-    unc = rows[:, walk.UNCOMPRESSED]
+    total, largest, values, indexed, found, body, size, unc, entries = sums.tolist()
     limit = budget.current()
-    if limit is not None and len(unc) and int(unc.max()) > limit:
-        i = int(np.argmax(unc > limit))  # the first page over it, as the Python walk meets it
-        _page_budget(int(unc[i]), start, int(rows[i, walk.HEADER]), where)
-    kind = rows[:, walk.TYPE]
-    dictionary = None
-    dicts = np.flatnonzero(kind == _DICTIONARY_PAGE)
-    if len(dicts):
-        r = rows[dicts[0]]
-        dictionary = (int(r[walk.BODY]), int(r[walk.COMPRESSED]), int(r[walk.UNCOMPRESSED]),
-                      max(0, int(r[walk.DICT_VALUES])))  # (ABSENT is negative: the Python walk's default 0)
-    counts = np.where((kind == _DATA_PAGE) | (kind == _DATA_PAGE_V2), np.maximum(rows[:, walk.NUM_VALUES], 0), 0)
-    encoding = rows[:, walk.ENCODING]
-    indexed = int(counts[(encoding == _DICTIONARY_ENCODINGS[0]) | (encoding == _DICTIONARY_ENCODINGS[1])].sum())
-    return int(unc.sum()), int(counts.sum()), indexed, dictionary
+    if limit is not None and largest > limit:
+        over = rows[:, walk.UNCOMPRESSED] > limit
+        i = int(np.argmax(over))  # the first page over it, as the Python walk meets it
+        _page_budget(int(rows[i, walk.UNCOMPRESSED]), start, int(rows[i, walk.HEADER]), where)
+    return total, values, indexed, (body, size, unc, entries) if found else None
 
 
-def _headers(walk: Any, data: Any, pos: int, end: int) -> np.ndarray | None:
-    """The page headers of ``data[pos:end]`` by the compiled walk, one row each (:mod:`._page_kernels`' columns),
-    or None when it leaves them to the Python parser."""
+def _headers(walk: Any, data: Any, pos: int, end: int, sums: np.ndarray) -> np.ndarray | None:
+    """The page headers of ``data[pos:end]`` by the compiled walk, one row each (:mod:`._page_kernels`' columns;
+    added up in ``sums``), or None when it leaves them to the Python parser."""
     buf = _read_only(data)
     out = np.empty((64, walk.COLUMNS), dtype=np.int64)
     parts = []
     while True:
-        status, n, pos = walk.page_headers(buf, pos, end, out)
+        status, n, pos = walk.page_headers(buf, pos, end, out, sums)
         if status == walk.DEFER:
             return None
         if status == walk.OK:
@@ -776,7 +769,7 @@ def _walker() -> Any:
         from .. import numba_cache
 
         ro = np.frombuffer(b"\0", dtype=np.uint8)
-        args = (ro, 0, 1, np.empty((1, _page_kernels.COLUMNS), dtype=np.int64))
+        args = (ro, 0, 1, np.empty((1, _page_kernels.COLUMNS), dtype=np.int64), np.zeros(_page_kernels.SUMS, np.int64))
         with _walk_lock:
             if not _kernel_cached:
                 _kernel_cached.append(numba_cache.cached(_page_kernels.page_headers, args))

@@ -19,7 +19,9 @@ import pytest
 from explorer.errors import StateExplorerError
 from explorer.format import _page_kernels as K
 from explorer.format import budget, parquet_pages
-from explorer.format.parquet_pages import _Corrupt, _headers, _walk_python, check_page_sizes, footer_chunks
+from explorer.format.parquet_pages import (
+    _Corrupt, _headers, _pages_python, _walk_python, check_page_sizes, footer_chunks,
+)
 from tests.security.test_memory_parquet_pages import _dictionary_bomb, _lying_footer
 from tests.security.test_memory_engine_parquet import _bomb
 
@@ -81,11 +83,19 @@ def _python(data: bytes):
 
 
 def _compiled(data: bytes):
-    rows = _headers(K, data, 0, len(data))
+    sums = np.zeros(K.SUMS, dtype=np.int64)
+    rows = _headers(K, data, 0, len(data), sums)
     if rows is None:
         return None
-    return [(int(r[K.HEADER]), int(r[K.BODY]),
-             {name: int(r[K.TYPE + j]) for j, name in enumerate(K.NAMES) if r[K.TYPE + j] != K.ABSENT}) for r in rows]
+    pages = [(int(r[K.HEADER]), int(r[K.BODY]),
+              {name: int(r[K.TYPE + j]) for j, name in enumerate(K.NAMES) if r[K.TYPE + j] != K.ABSENT}) for r in rows]
+    # what the page check adds up, against _pages_python's own sums of the same pages
+    want = _pages_python(np.frombuffer(data, np.uint8), 0, "x")
+    got = sums.tolist()
+    assert (got[K.S_BYTES], got[K.S_VALUES], got[K.S_INDEXED]) == want[:3]
+    assert (tuple(got[K.S_DICT_BODY:]) if got[K.S_DICTIONARY] else None) == want[3]
+    assert got[K.S_LARGEST] == max([head["uncompressed"] for _, _, head in pages], default=0)
+    return pages
 
 
 def _agree(data: bytes) -> str:
@@ -121,7 +131,7 @@ def test_many_pages_fill_the_output_again_and_again():
     f = pq.ParquetFile(path)
     col = f.metadata.row_group(0).column(0)
     data = sink.getvalue().to_pybytes()[col.data_page_offset:col.data_page_offset + col.total_compressed_size]
-    rows = _headers(K, data, 0, len(data))
+    rows = _headers(K, data, 0, len(data), np.zeros(K.SUMS, dtype=np.int64))
     assert len(rows) > 1000 and _agree(data) == "read"
 
 
@@ -193,6 +203,14 @@ def test_nesting_at_and_around_the_limit(depth):
     _agree(_header(b"\x1c" * depth + b"\x11" + b"\x00" * depth))  # a boolean field innermost
     _agree(_header(b"\x19\x1c" * depth + b"\x00" * depth))  # lists of one struct
     _agree(_header(b"\x1b\x01\x3c\x00" * depth + b"\x00" * depth))  # maps of a byte to a struct
+
+
+def test_the_first_of_two_dictionary_pages_counts():
+    def page(entries: int) -> bytes:  # a dictionary page header (type 2, field 7: its entries), 4 bytes of body
+        return bytes([0x15, 0x04, 0x15, 0x08, 0x15, 0x08, 0x4c, 0x15, entries * 2, 0x00, 0x00]) + b"\0" * 4
+
+    assert _agree(page(3) + page(5)) == "read"
+    assert _compiled(page(3) + page(5))[1][2]["dict_values"] == 5
 
 
 def test_a_missing_required_field_is_left_to_the_python_parser():
