@@ -15,7 +15,9 @@ the values to give each one's start and end in the memory-mapped file
 that shape (compressed, a dictionary page, another encoding, nulls, repetition levels);
 the caller then reads it with Arrow. :func:`check_page_sizes` reads the same headers of the column
 chunks Arrow is about to decode and checks what each page declares against the memory budget and
-against the footer (whose sizes the row-group check trusted). Bytes that contradict themselves (a page or value
+against the footer (whose sizes the row-group check trusted); past a process's first pages it walks them with
+one numba call per chunk (:mod:`._page_kernels`), which hands back to the Python parser here, the reference, every
+chunk it would not read exactly alike (so every refusal is this parser's). Bytes that contradict themselves (a page or value
 running past its chunk, a header Thrift cannot parse, a page checksum that does not
 match) raise :class:`~explorer.errors.SnapshotCorruptError` naming the file, the row
 group, the offset, what was found and what was expected.
