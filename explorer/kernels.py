@@ -34,6 +34,7 @@ from typing import Any
 import numba
 from numba.core.dispatcher import Dispatcher
 
+from .format import parquet_pages
 from .format.sst import kernels as sst_kernels
 from .format.sst import writer as sst_writer
 from .keygroups import kernels as keygroup_kernels
@@ -47,6 +48,7 @@ WARM_UPS = (
     ("explorer.readers.spark (state store files)", spark_kernels.warm),
     ("explorer.keygroups (Java string hashes)", keygroup_kernels.warm),
     ("explorer.format.sst.writer (canonical checkpoints, restores)", sst_writer.warm_kernels),
+    ("explorer.format.parquet_pages (engine Parquet page headers)", parquet_pages.warm_headers),
 )
 
 

@@ -15,7 +15,9 @@ the values to give each one's start and end in the memory-mapped file
 that shape (compressed, a dictionary page, another encoding, nulls, repetition levels);
 the caller then reads it with Arrow. :func:`check_page_sizes` reads the same headers of the column
 chunks Arrow is about to decode and checks what each page declares against the memory budget and
-against the footer (whose sizes the row-group check trusted). Bytes that contradict themselves (a page or value
+against the footer (whose sizes the row-group check trusted); past a process's first pages it walks them with
+one numba call per chunk (:mod:`._page_kernels`), which hands back to the Python parser here, the reference, every
+chunk it would not read exactly alike (so every refusal is this parser's). Bytes that contradict themselves (a page or value
 running past its chunk, a header Thrift cannot parse, a page checksum that does not
 match) raise :class:`~explorer.errors.SnapshotCorruptError` naming the file, the row
 group, the offset, what was found and what was expected.
@@ -627,26 +629,12 @@ def _check_chunk(f: Any, file_size: int, col: Any, where: str, mapped: bool = Fa
     data = _chunk_bytes(f, start, length, mapped)
     if len(data) != length:
         raise SnapshotCorruptError(f"{where}: read {len(data):,} bytes of its {length:,}-byte column chunk")
-    pos, total, values, indexed, dictionary = 0, 0, 0, 0, None
     try:
-        while pos < length:
-            t = _Thrift(data, pos, length)
-            head = _page_header(t)
-            body, size, unc = t.pos, head["compressed"], head["uncompressed"]
-            if size < 0 or unc < 0 or body + size > length:
-                raise _Corrupt(f"a page at byte {start + pos} declares {size:,} bytes compressed and {unc:,} "
-                               f"uncompressed, {length - body:,} bytes are left of its column chunk")
-            budget.check(unc, file=where, what=f"the page at byte {start + pos} (uncompressed, as its header "
-                                               "declares)")
-            total += unc
-            if head["type"] == _DICTIONARY_PAGE and dictionary is None:
-                dictionary = (body, size, unc, max(0, head.get("dict_values", 0)))
-            elif head["type"] in (_DATA_PAGE, _DATA_PAGE_V2):
-                n = max(0, head.get("num_values", 0))
-                values += n
-                if head.get("encoding") in _DICTIONARY_ENCODINGS:
-                    indexed += n
-            pos = body + size
+        walk = _walker()
+        pages = None if walk is None else _pages_compiled(walk, data, start, where)
+        if pages is None:  # (the compiled walk left this chunk to the reference parser, or is not used yet)
+            pages = _pages_python(data, start, where)
+        total, values, indexed, dictionary = pages
         if total > declared:
             raise SnapshotCorruptError(
                 f"{where}: its pages' headers declare {total:,} bytes uncompressed, the footer {declared:,} for the "
@@ -663,6 +651,131 @@ def _check_chunk(f: Any, file_size: int, col: Any, where: str, mapped: bool = Fa
         raise SnapshotCorruptError(f"{where}: {exc}") from None
     finally:
         data.release()
+
+
+def _page_budget(unc: int, start: int, pos: int, where: str) -> None:
+    budget.check(unc, file=where, what=f"the page at byte {start + pos} (uncompressed, as its header declares)")
+
+
+def _walk_python(data: Any, start: int) -> Any:
+    """The pages of a column chunk (``data``, at byte ``start`` of its file) one after the other as the Python
+    parser reads their headers: ``(header position, body position, the header's fields)`` each, raising
+    :class:`_Corrupt` at the first header that does not parse or page that does not fit the chunk. The reference
+    of the compiled walk (:mod:`._page_kernels`)."""
+    length = len(data)
+    pos = 0
+    while pos < length:
+        t = _Thrift(data, pos, length)
+        head = _page_header(t)
+        body, size, unc = t.pos, head["compressed"], head["uncompressed"]
+        if size < 0 or unc < 0 or body + size > length:
+            raise _Corrupt(f"a page at byte {start + pos} declares {size:,} bytes compressed and {unc:,} "
+                           f"uncompressed, {length - body:,} bytes are left of its column chunk")
+        yield pos, body, head
+        pos = body + size
+
+
+def _pages_python(data: memoryview, start: int, where: str) -> tuple[int, int, int, tuple | None]:
+    """The pages of a column chunk (``data``, at byte ``start`` of its file) walked with the Python parser, each
+    checked against the budget as it is read: ``(bytes uncompressed, values, values dictionary-indexed, the first
+    dictionary page's (body, size, uncompressed, entries) or None)``."""
+    total, values, indexed, dictionary, pages = 0, 0, 0, None, 0
+    for pos, body, head in _walk_python(data, start):
+        size, unc = head["compressed"], head["uncompressed"]
+        _page_budget(unc, start, pos, where)
+        total += unc
+        if head["type"] == _DICTIONARY_PAGE and dictionary is None:
+            dictionary = (body, size, unc, max(0, head.get("dict_values", 0)))
+        elif head["type"] in (_DATA_PAGE, _DATA_PAGE_V2):
+            n = max(0, head.get("num_values", 0))
+            values += n
+            if head.get("encoding") in _DICTIONARY_ENCODINGS:
+                indexed += n
+        pages += 1
+    with _walk_lock:
+        _python_pages[0] += pages
+    return total, values, indexed, dictionary
+
+
+def _pages_compiled(walk: Any, data: memoryview, start: int, where: str) -> tuple[int, int, int, tuple | None] | None:
+    """:func:`_pages_python`'s answer from the compiled walk (:mod:`._page_kernels`, one call for the chunk's
+    headers, which adds them up as the Python walk does), the same pages checked the same way; None when the walk
+    leaves the chunk to the Python parser (a header it refuses, or anything the two might read apart: the Python
+    parser then raises or reads it)."""
+    sums = np.zeros(walk.SUMS, dtype=np.int64)
+    rows = _headers(walk, data, 0, len(data), sums)
+    if rows is None:
+        return None
+    total, largest, values, indexed, found, body, size, unc, entries = sums.tolist()
+    limit = budget.current()
+    if limit is not None and largest > limit:
+        over = rows[:, walk.UNCOMPRESSED] > limit
+        i = int(np.argmax(over))  # the first page over it, as the Python walk meets it
+        _page_budget(int(rows[i, walk.UNCOMPRESSED]), start, int(rows[i, walk.HEADER]), where)
+    return total, values, indexed, (body, size, unc, entries) if found else None
+
+
+def _headers(walk: Any, data: Any, pos: int, end: int, sums: np.ndarray) -> np.ndarray | None:
+    """The page headers of ``data[pos:end]`` by the compiled walk, one row each (:mod:`._page_kernels`' columns;
+    added up in ``sums``), or None when it leaves them to the Python parser."""
+    buf = _read_only(data)
+    out = np.empty((64, walk.COLUMNS), dtype=np.int64)
+    parts = []
+    while True:
+        status, n, pos = walk.page_headers(buf, pos, end, out, sums)
+        if status == walk.DEFER:
+            return None
+        if status == walk.OK:
+            return out[:n] if not parts else np.concatenate(parts + [out[:n]])
+        parts.append(out[:n])
+        out = np.empty((2 * len(out), walk.COLUMNS), dtype=np.int64)
+
+
+def _read_only(data: Any) -> np.ndarray:
+    """``data``'s bytes as a read-only uint8 array (no copy): the one signature of the kernels compiled and cached
+    (a map's or an Arrow buffer's bytes are read-only)."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if buf.flags.writeable:
+        buf = buf.view()
+        buf.flags.writeable = False
+    return buf
+
+
+#: which parser walks the page headers :func:`check_page_sizes` reads: None (the compiled walk of
+#: :mod:`._page_kernels` once the process has walked :data:`PYTHON_PAGES` pages with the Python parser and numba's
+#: cache holds the kernel, or has walked :data:`COMPILE_PAGES`; the Python parser before), "numba" or "python" (tests)
+WALK: str | None = None
+#: pages a process walks with the Python parser before it loads numba and the kernel (~0.6 CPU-s, against ~10 us a
+#: page in Python): a small snapshot is checked without numba
+PYTHON_PAGES = 1 << 12
+#: pages a process walks with the Python parser before it compiles the kernel where numba's cache lacks it
+#: (~2 CPU-s of compiling, ``make venv`` compiles it ahead: :mod:`explorer.kernels`)
+COMPILE_PAGES = 1 << 17
+_python_pages = [0]
+_kernel_cached: list[bool] = []
+_walk_lock = threading.Lock()
+
+
+def _walker() -> Any:
+    """The compiled walk's module (:mod:`._page_kernels`) when it is to walk the next chunk, else None (see :data:`WALK`)."""
+    if WALK == "python":
+        return None
+    seen = _python_pages[0]
+    if WALK != "numba" and seen < PYTHON_PAGES:
+        return None
+    from . import _page_kernels  # numba: loaded where used
+
+    if WALK == "numba" or seen >= COMPILE_PAGES:
+        return _page_kernels
+    if not _kernel_cached:
+        from .. import numba_cache
+
+        ro = np.frombuffer(b"\0", dtype=np.uint8)
+        args = (ro, 0, 1, np.empty((1, _page_kernels.COLUMNS), dtype=np.int64), np.zeros(_page_kernels.SUMS, np.int64))
+        with _walk_lock:
+            if not _kernel_cached:
+                _kernel_cached.append(numba_cache.cached(_page_kernels.page_headers, args))
+    return _page_kernels if _kernel_cached[0] else None
 
 
 def _may_hold_longer(page: bytes, limit: int) -> bool:
@@ -717,11 +830,11 @@ def _check_dictionary(data: memoryview, dictionary: tuple[int, int, int, int], i
     limit = (budget.current() or 0) // indexed
     if count <= _WALK_IN_PYTHON and not _may_hold_longer(page, limit):
         return  # no entry longer than the budget allows for each index: proven without walking them
-    if count > _WALK_IN_PYTHON:  # the compiled walk (numba loaded once, ~0.8 CPU-s, for dictionaries this big)
-        buf = np.frombuffer(page, dtype=np.uint8)
-        starts, ends = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
-        if _kernel()(buf, np.array([[0, len(page), count, 0]], dtype=np.int64), starts, ends) < 0:
-            longest = int((ends - starts).max())
+    if count > _WALK_IN_PYTHON:  # the compiled walk (numba loaded once, ~0.5 CPU-s, for dictionaries this big)
+        from . import _page_kernels  # numba: loaded where used
+
+        longest = _page_kernels.longest_entry(_read_only(page), count)
+        if longest >= 0:
             budget.check(indexed * longest, file=where,
                          what=f"{what}: {indexed:,} of them, the longest entry {longest:,} bytes")
             return
@@ -739,6 +852,17 @@ def _check_dictionary(data: memoryview, dictionary: tuple[int, int, int, int], i
 
 
 def warm() -> None:
-    """Load the kernel here from numba's cache (for a background warm-up)."""
+    """Load the values' kernel here from numba's cache (for a background warm-up when a RocksDB backend opens: a
+    restore's direct route). The page headers' kernels (:mod:`._page_kernels`) are not loaded here: a restore's
+    checks walk their first pages in Python (:data:`PYTHON_PAGES`), and loading more kernels beside the restore
+    only holds numba's lock longer; :func:`warm_headers` compiles them at install."""
     buf = np.frombuffer(bytes([1, 0, 0, 0, 7]), dtype=np.uint8)  # read-only, as a mapped file
     _kernel()(buf, np.array([[0, 5, 1, 0]], dtype=np.int64), np.empty(1, np.int64), np.empty(1, np.int64))
+
+
+def warm_headers() -> None:
+    """Compile (or load) the page headers' kernels (:mod:`._page_kernels`) into numba's cache: ``python -m
+    explorer.kernels --warm``."""
+    from . import _page_kernels  # numba: loaded where used
+
+    _page_kernels.warm()
