@@ -316,3 +316,17 @@ def test_ranges_of_sorted_files_numbered_by_the_merge_answer_as_the_hash_table(g
     want = answers()
     for g, w in zip(got, want):
         _same(g, w)
+
+
+def test_a_streamed_diffs_ranges_read_no_last_access_expiry_or_subtask(generated, monkeypatch):
+    """A diff looks at keys, key groups, sizes and the entries: its ranges load no more (same answer: the
+    streamed diff tests above)."""
+    budget = budget_for(generated[0], 5)
+    snap, snap_b = (explorer.open(p, memory_budget=budget) for p in generated)
+    seen = []
+    load = _columns._load
+    monkeypatch.setattr(_columns, "_load", lambda s: seen.append(load(s)) or seen[-1])
+    explorer.diff(snap, snap_b, unchanged=False)
+    assert len(seen) > 2
+    for df, _, hashes in seen:
+        assert {"last_access", "expires_at", "subtask"}.isdisjoint(df.columns) and hashes is not None
