@@ -304,3 +304,31 @@ def test_order_of_keys_is_bytes_then_length():
             k = number_sorted(off, data, np.zeros(2, np.int64), np.array([0, 2]), np.empty(2, np.int64),
                               np.empty(2, np.int64))
             assert (k == 2) is sortedness and (k < 0) is not sortedness
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_few_keys_found_by_their_kept_hashes_as_in_the_gathered_dictionary(monkeypatch, collide):
+    """A numbered range keeps its keys' hashes: a sketch's few keys are found through them (each confirmed by
+    its value), with the gathered dictionary's answers: repeated and absent keys, empty and non-ASCII keys,
+    keys of another type; hashes that all collide cost comparisons, not wrong codes."""
+    from explorer.analysis import _keys as keys_module
+    from explorer.analysis._keys import KeyValues
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    keys = _keys(13, 20_000, 3000) + ["", "straße", "ключ"]
+    codes, kv = _columns._encode_keys([pa.chunked_array([pa.array(keys)])])
+    assert kv.has_hash64()
+    if collide:  # every key and every key asked: one hash
+        kv._key_groups["hash64"] = np.zeros(len(kv), dtype=np.uint64)
+        monkeypatch.setattr(keys_module, "string_hash64", lambda a: np.zeros(len(a), dtype=np.uint64))
+    built = KeyValues([kv._segments[0].build()])
+    used = []
+    by_hash = keys_module._codes_by_hash
+    monkeypatch.setattr(keys_module, "_codes_by_hash", lambda *a: used.append(by_hash(*a)) or used[-1])
+    asked = [keys[0], keys[19_999], "no such key", keys[0], "", "straße", "ключ", keys[77], "user-000000001"]
+    got = kv.codes_of(asked)
+    assert used == [True]
+    assert got.tolist() == built.codes_of(asked).tolist()
+    assert got[2] == -1 and got[0] == codes[0] and got[3] == -1  # (asked twice: found the first time)
+    assert list(kv.take(got[got >= 0])) == [k for k, c in zip(asked, got) if c >= 0]
+    assert kv.codes_of([5, "a"]).tolist() == built.codes_of([5, "a"]).tolist()  # another type: not by hash
