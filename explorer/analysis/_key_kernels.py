@@ -348,8 +348,19 @@ def number_sorted(off, data, kg, starts, codes, first):
             heap[0] = heap[hn]
         if hn > 1:
             _sift_down(heap, hn, off, data, kg, heads, cur)
-    # 3. codes in order of first row (Arrow's numbering), first[c] the first row of code c (over the run
-    # heads, which are read no more)
+    # 3. codes in order of first row (Arrow's numbering), first[c] the first row of code c. When the first
+    # piece holds every key (a value state beside list states of some keys), its runs are the codes in that
+    # order already and their heads the first rows: only the other pieces' rows are renumbered
+    whole = k == run_at[1]
+    for r in range(run_at[1]):
+        if not whole:
+            break
+        whole = run_code[r] == r
+    if whole:
+        for i in range(starts[1], n):
+            codes[i] = run_code[codes[i]]
+        return k
+    # else over the run heads, which are read no more
     renum = np.full(k, -1, np.int64)
     q = 0
     for i in range(n):

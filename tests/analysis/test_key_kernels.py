@@ -174,7 +174,7 @@ def test_key_hashes_carried_from_the_numbering_equal_the_dictionarys_own(monkeyp
 
 # --- pieces sorted by key group and key: numbered by a merge (number_sorted), checked, never trusted ---------
 
-def _sorted_pieces(seed: int, n_pieces: int, rows: int, t: pa.DataType, runs: bool = True):
+def _sorted_pieces(seed: int, n_pieces: int, rows: int, t: pa.DataType, runs: bool = True, first_all: bool = False):
     """Pieces each sorted by (key group, key bytes): keys from a shared pool (some in one piece only), each
     key in its one key group, list-like runs of one key, empty and non-ASCII keys."""
     rnd = random.Random(seed)
@@ -183,7 +183,7 @@ def _sorted_pieces(seed: int, n_pieces: int, rows: int, t: pa.DataType, runs: bo
     group = {k: rnd.randrange(7) for k in pool}
     pieces = []
     for p in range(n_pieces):
-        mine = [k for k in pool if rnd.random() < (0.9 if p == 0 else 0.3)]
+        mine = [k for k in pool if (p == 0 and first_all) or rnd.random() < (0.9 if p == 0 else 0.3)]
         rows_ = []
         for k in mine:
             rows_ += [k] * (rnd.randrange(1, 5) if runs and rnd.random() < 0.3 else 1)
@@ -208,17 +208,18 @@ def _both_ways(columns, kg):
 
 @pytest.mark.parametrize("t", [pa.string(), pa.large_string(), pa.binary()])
 @pytest.mark.parametrize("n_pieces", [1, 2, 5])
-def test_sorted_pieces_merged_give_the_hash_tables_codes_rows_and_hashes(monkeypatch, t, n_pieces):
+@pytest.mark.parametrize("first_all", [False, True])
+def test_sorted_pieces_merged_give_the_hash_tables_codes_rows_and_hashes(monkeypatch, t, n_pieces, first_all):
     """Pieces sorted by (key group, key bytes), keys shared between pieces or in one only, runs of one key,
-    empty and non-ASCII keys, a key and the same key plus a zero byte: the merge gives the hash table's codes
-    (Arrow's numbering), first rows and key hashes."""
+    empty and non-ASCII keys, a key and the same key plus a zero byte, the first piece holding every key or
+    not: the merge gives the hash table's codes (Arrow's numbering), first rows and key hashes."""
     from explorer.analysis import _key_kernels
 
     monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
     calls = []
     merge = _key_kernels.number_sorted
     monkeypatch.setattr(_key_kernels, "number_sorted", lambda *a: calls.append(merge(*a)) or calls[-1])
-    columns, kg, _ = _sorted_pieces(n_pieces, n_pieces, 3000, t)
+    columns, kg, _ = _sorted_pieces(n_pieces, n_pieces, 3000, t, first_all=first_all)
     (c1, r1, h1, s1), (c2, r2, h2, s2) = _both_ways(columns, kg)
     assert calls and calls[0] > 0  # the merge numbered them
     want, dictionary = _arrow([c for col in columns for c in col.chunks], t)
