@@ -364,8 +364,8 @@ def _encode_keys(columns: list[pa.ChunkedArray], key_groups: np.ndarray | None =
 KERNEL_ROWS = 1 << 18
 
 
-def _numbered_strings(chunks: list[pa.Array], t: pa.DataType,
-                      in_order: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, Any, np.ndarray] | None:
+def _numbered_strings(chunks: list[pa.Array], t: pa.DataType, in_order: tuple[np.ndarray, np.ndarray] | None = None
+                      ) -> tuple[np.ndarray, Any, np.ndarray] | None:
     """``dictionary_encode``'s codes and dictionary of string or binary keys without nulls, from the numba
     kernel :func:`._key_kernels.encode_strings` (a tenth of Arrow's time on millions of keys); the dictionary
     :class:`._keys.Deferred` (gathered when a key is first looked at). None where the Arrow path stays
