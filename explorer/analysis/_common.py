@@ -291,10 +291,10 @@ def per_key_codes(df: pd.DataFrame, subtasks: bool = True) -> KeyTable:
         op, key = np.zeros(len(present), dtype=np.int32), present
     else:
         op, key = (present // k).astype(np.int32), present % k
+    byt = nbytes[every] if nbytes.dtype == np.int64 else np.rint(nbytes[every])
     return KeyTable(op=op, op_names=op_names, key=key, key_group=kg_of[every].astype(np.int64, copy=False),
                     subtask=sub_present, entries=entries[every].astype(np.int64, copy=False),
-                    bytes=(nbytes[every] if nbytes.dtype == np.int64 else np.rint(nbytes[every])).astype(np.int64),
-                    values=kv)
+                    bytes=byt.astype(np.int64, copy=False), values=kv)
 
 
 #: rows from which :func:`per_key_codes` sums with the kernel :func:`._key_kernels.per_key_sums`

@@ -9,6 +9,10 @@ through an open-addressing table of its own size (one that stays in cache), and 
 match is confirmed byte by byte (a collision costs a probe, never a wrong code). The codes
 are then renumbered in the order of each key's first row, which is Arrow's order.
 
+Pieces already sorted by key group and key bytes (the engine's RocksDB savepoints, generated ones) are
+numbered without a hash table by :func:`number_sorted`, their order checked as they are read (see the
+section below).
+
 Imported lazily, like :mod:`._diff_kernels`: ``import explorer`` does not pay for numba.
 Offsets are checked before any byte is read; bad ones are :data:`BAD_OFFSETS`, not a read.
 """
@@ -17,6 +21,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from .. import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
 
@@ -141,4 +148,278 @@ def per_key_sums(codes, key_group, size, n_codes, entries, nbytes, kg_of):
         entries[c] += 1
         nbytes[c] += size[i]
         kg_of[c] = key_group[i]
+    return True
+
+
+# --- keys already sorted: numbered by a merge, no hash table --------------------------------------------------
+#
+# A canonical savepoint's files are sorted by key group (the format's one promise); the engine's RocksDB
+# backend also writes each key group's keys in byte order (its key codec is order-preserving), and a
+# generated savepoint may too. Where every piece of a range is so sorted, equal keys are neighbours
+# within a piece, and a piece's keys are numbered by comparing each row with the one before it; the
+# pieces (states, subtasks) are then merged by (key group, key bytes) to give one code per key across
+# them. Nothing of the order is assumed: each piece's order is checked as it is read (UNSORTED, and the
+# caller numbers the range with :func:`encode_strings`), and a key found in two key groups (which the
+# merge would number twice) is caught by :func:`distinct_hashes` on the keys' hashes.
+
+#: :func:`number_sorted`: a piece's rows are not in (key group, key bytes) order
+UNSORTED = -3
+
+
+@intrinsic
+def _word_be(typingctx, data, at):
+    """The 8 bytes of the uint8 array ``data`` at byte ``at`` (uint64) as one big-endian word, so that two
+    words compare as their bytes do, in one unaligned load. Callers check ``at + 8 <= len(data)`` first."""
+    sig = types.uint64(data, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(array.data, [args[1]])
+        return builder.bswap(builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1))
+
+    return sig, codegen
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _order(off, data, i, j):
+    """-1, 0 or 1 as key ``i`` sorts before, equal to or after key ``j``: bytes compared as unsigned, a
+    key that is a prefix of the other first (the order of UTF-8 strings as Python's ``str`` compares
+    them). Offsets are checked by the callers."""
+    a, b = np.uint64(off[i]), np.uint64(off[j])
+    la, lb = np.uint64(off[i + 1]) - a, np.uint64(off[j + 1]) - b
+    m = min(la, lb)
+    eight = np.uint64(8)
+    x = np.uint64(0)
+    while x + eight <= m:
+        wa, wb = _word_be(data, a + x), _word_be(data, b + x)
+        if wa != wb:
+            return -1 if wa < wb else 1
+        x += eight
+    if x < m:
+        if m >= eight:  # the last word overlaps the one before: its bytes before ``x`` are equal
+            wa, wb = _word_be(data, a + m - eight), _word_be(data, b + m - eight)
+            if wa != wb:
+                return -1 if wa < wb else 1
+        else:
+            while x < m:
+                ca, cb = data[a + x], data[b + x]
+                if ca != cb:
+                    return -1 if ca < cb else 1
+                x += np.uint64(1)
+    return -1 if la < lb else (1 if la > lb else 0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _before(off, data, kg, i, j):
+    """:func:`_order` of rows ``i`` and ``j`` by (key group, key bytes)."""
+    if kg[i] != kg[j]:
+        return -1 if kg[i] < kg[j] else 1
+    return _order(off, data, i, j)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _head_less(off, data, kg, heads, cur, p, q):
+    """Whether piece ``p``'s current key sorts before piece ``q``'s (ties: the lower piece first)."""
+    r = _before(off, data, kg, heads[cur[p]], heads[cur[q]])
+    return r < 0 or (r == 0 and p < q)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _sift_down(heap, hn, off, data, kg, heads, cur):
+    at = 0
+    while True:
+        c = 2 * at + 1
+        if c >= hn:
+            return
+        if c + 1 < hn and _head_less(off, data, kg, heads, cur, heap[c + 1], heap[c]):
+            c += 1
+        if not _head_less(off, data, kg, heads, cur, heap[c], heap[at]):
+            return
+        heap[c], heap[at] = heap[at], heap[c]
+        at = c
+
+
+@_jit
+def number_sorted(off, data, kg, starts, codes, first):
+    """:func:`encode_strings`' ``codes`` and ``first`` for rows whose pieces (rows ``starts[p]..starts[p + 1]``)
+    are each sorted by key group ``kg`` then key bytes, without a hash table: equal keys of a piece are
+    neighbours, and the pieces are merged by (key group, key). Returns the number of distinct
+    (key group, key) pairs (the number of keys when no key lies in two key groups, which the caller
+    checks), :data:`UNSORTED` when a piece is out of that order (``codes`` and ``first`` then
+    unspecified), or :data:`BAD_OFFSETS` (nothing read) for offsets that do not rise within ``data``."""
+    n = len(codes)
+    n_pieces = len(starts) - 1
+    if len(off) != n + 1 or len(kg) != n or len(first) != n or n_pieces < 1 or starts[0] != 0 \
+            or starts[n_pieces] != n:
+        return BAD_OFFSETS
+    for p in range(n_pieces):
+        if starts[p + 1] < starts[p]:
+            return BAD_OFFSETS
+    for i in range(n):
+        if off[i] < 0 or off[i + 1] < off[i] or off[i + 1] > len(data):
+            return BAD_OFFSETS
+    if n == 0:
+        return 0
+    # 1. each piece's runs of one (key group, key), its order checked row by row; codes[i]: the row's run
+    heads = first  # heads[r]: the first row of run r (runs numbered piece after piece, in row order)
+    run_at = np.empty(n_pieces + 1, np.int64)
+    runs = 0
+    for p in range(n_pieces):
+        run_at[p] = runs
+        for i in range(starts[p], starts[p + 1]):
+            if i > starts[p]:
+                r = _before(off, data, kg, i - 1, i)
+                if r > 0:
+                    return UNSORTED
+                if r == 0:
+                    codes[i] = runs - 1
+                    continue
+            heads[runs] = i
+            codes[i] = runs
+            runs += 1
+    run_at[n_pieces] = runs
+    if n_pieces == 1:  # one piece: its runs are its keys, numbered in order of first row already
+        return runs
+    # 2. the pieces' runs merged by (key group, key): run_code[r], equal keys of two pieces one code. The
+    # piece first in order takes its runs up to the next piece's key at once (found by galloping): a
+    # small piece (a list state of a few keys) costs its own keys' comparisons, not the large one's.
+    run_code = np.empty(runs, np.int64)
+    cur = run_at[:n_pieces].copy()
+    heap = np.empty(n_pieces, np.int64)
+    hn = 0
+    for p in range(n_pieces):
+        if run_at[p] < run_at[p + 1]:
+            heap[hn] = p
+            at = hn
+            hn += 1
+            while at > 0:
+                up = (at - 1) // 2
+                if not _head_less(off, data, kg, heads, cur, heap[at], heap[up]):
+                    break
+                heap[at], heap[up] = heap[up], heap[at]
+                at = up
+    k = 0
+    last = -1  # the row of the last key numbered
+    while hn > 0:
+        p = heap[0]
+        r = cur[p]
+        row = heads[r]
+        if last < 0 or kg[last] != kg[row] or _order(off, data, last, row) != 0:
+            k += 1
+        run_code[r] = k - 1
+        last = row
+        end = run_at[p + 1]
+        r += 1
+        if hn == 1:  # the last piece: the rest of its runs are keys of their own
+            while r < end:
+                run_code[r] = k
+                k += 1
+                r += 1
+            last = heads[end - 1]
+        elif r < end:
+            nxt = heap[1] if hn == 2 or _head_less(off, data, kg, heads, cur, heap[1], heap[2]) else heap[2]
+            t = heads[cur[nxt]]
+            # runs r.. of p before t: gallop, then halve (a piece's runs rise strictly)
+            lo, step = r, 1  # runs lo.. before t unless found otherwise; hi: the first run not before t
+            hi = end
+            while lo < end:
+                probe = min(lo + step - 1, end - 1)
+                if _before(off, data, kg, heads[probe], t) < 0:
+                    lo = probe + 1
+                    step *= 2
+                else:
+                    hi = probe
+                    break
+            while lo < hi:  # runs before lo are before t, run hi is not (or hi == end)
+                mid = (lo + hi) // 2
+                if _before(off, data, kg, heads[mid], t) < 0:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            while r < lo:
+                run_code[r] = k
+                k += 1
+                r += 1
+            if r > cur[p] + 1:
+                last = heads[r - 1]
+        cur[p] = r
+        if r == end:
+            hn -= 1
+            heap[0] = heap[hn]
+        if hn > 1:
+            _sift_down(heap, hn, off, data, kg, heads, cur)
+    # 3. codes in order of first row (Arrow's numbering), first[c] the first row of code c. When the first
+    # piece holds every key (a value state beside list states of some keys), its runs are the codes in that
+    # order already and their heads the first rows: only the other pieces' rows are renumbered
+    whole = k == run_at[1]
+    for r in range(run_at[1]):
+        if not whole:
+            break
+        whole = run_code[r] == r
+    if whole:
+        for i in range(starts[1], n):
+            codes[i] = run_code[codes[i]]
+        return k
+    # else over the run heads, which are read no more
+    renum = np.full(k, -1, np.int64)
+    q = 0
+    for i in range(n):
+        c = run_code[codes[i]]
+        m = renum[c]
+        if m < 0:
+            m = q
+            renum[c] = q
+            first[q] = i
+            q += 1
+        codes[i] = m
+    return k
+
+
+@_jit
+def distinct_hashes(h, bits):
+    """Whether the hashes ``h`` are all different (each bucket of the top ``bits`` bits through a table of its
+    own size, as :func:`encode_strings`): the check that :func:`number_sorted`'s keys, distinct per key
+    group, are distinct keys. A duplicate, or a 64-bit collision of two keys, is False."""
+    n = len(h)
+    if n < 2:
+        return True
+    if bits < 0 or bits > 30:
+        bits = 0
+    nb = 1 << bits
+    shift = np.uint64(64 - bits) if bits > 0 else np.uint64(0)
+    count = np.zeros(nb + 1, np.int64)
+    for i in range(n):
+        b = np.int64(h[i] >> shift) if bits > 0 else 0
+        count[b + 1] += 1
+    biggest = 0
+    for b in range(nb):
+        biggest = max(biggest, count[b + 1])
+        count[b + 1] += count[b]
+    hs = np.empty(n, np.uint64)
+    at = count[:nb].copy()
+    for i in range(n):
+        b = np.int64(h[i] >> shift) if bits > 0 else 0
+        hs[at[b]] = h[i]
+        at[b] += 1
+    cap = 16
+    while cap < 2 * biggest:
+        cap <<= 1
+    used = np.empty(cap, np.bool_)
+    slot_hash = np.empty(cap, np.uint64)
+    for b in range(nb):
+        lo, hi = count[b], count[b + 1]
+        size = 16
+        while size < 2 * (hi - lo):
+            size <<= 1
+        mask = np.uint64(size - 1)
+        used[:size] = False
+        for q in range(lo, hi):
+            hq = hs[q]
+            slot = hq & mask
+            while used[slot]:
+                if slot_hash[slot] == hq:
+                    return False
+                slot = (slot + np.uint64(1)) & mask
+            used[slot] = True
+            slot_hash[slot] = hq
     return True

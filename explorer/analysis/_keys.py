@@ -123,8 +123,10 @@ class KeyValues:
 
     def _codes_of(self, keys: list[Any]) -> np.ndarray:
         out = np.full(len(keys), -1, dtype=np.int64)
-        if len(self._segments) == 1 and (d := self._in_source(0)) is not None and _codes_in_source(d, keys, out):
-            return out
+        if len(self._segments) == 1 and (d := self._in_source(0)) is not None:
+            hashes = self._key_groups.get("hash64")
+            if hashes is not None and _codes_by_hash(d, hashes, keys, out) or _codes_in_source(d, keys, out):
+                return out
         for off, seg in zip(self.offsets[:-1], self.segments):
             if isinstance(seg, np.ndarray):
                 if _codes_of_strings(seg, keys, off, out):
@@ -212,6 +214,42 @@ def _codes_in_source(d: Deferred, keys: list[Any], out: np.ndarray) -> bool:
     first[first] = d.rows[pos[first]] == hit[first]  # a key's first row: the row its code was given at
     for code, j in zip(pos[first], which[first]):
         out[int(j)] = int(code)
+    return True
+
+
+#: :func:`_codes_by_hash` asks for at most this many keys (a sketch's keys); more go through Arrow's look-up
+_BY_HASH_KEYS = 4096
+
+
+def _codes_by_hash(d: Deferred, hashes: np.ndarray, keys: list[Any], out: np.ndarray) -> bool:
+    """:func:`_codes_in_source` of a few keys from the keys' 64-bit hashes the numbering kept (``hashes``, one per
+    code, :func:`._hashing.string_hash64`'s): the codes whose hash is one of the keys' (a 16-bit filter, then the
+    hashes), each confirmed by its key's value, so a collision costs a comparison, never a wrong code; a key
+    asked twice is found the first time, as :func:`_codes_in_source` finds it. False
+    (nothing done) where the keys do not convert to the source's type, are many, or hold a null."""
+    t = d.source.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)) or len(keys) > _BY_HASH_KEYS or len(hashes) != d.n:
+        return False
+    try:
+        probe = pa.array(keys, type=t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return False
+    if probe.null_count:
+        return False
+    ph = string_hash64(probe)
+    seen = np.zeros(1 << 16, dtype=bool)
+    seen[(ph & np.uint64(0xFFFF)).astype(np.intp)] = True
+    cand = np.flatnonzero(seen[(hashes & np.uint64(0xFFFF)).astype(np.intp)])
+    cand = cand[np.isin(hashes[cand], ph)]
+    code_of = {}
+    for c, v in zip(cand.tolist(), d.source.take(pa.array(d.rows[cand])).to_pylist()):
+        code_of.setdefault(v, c)
+    asked = set()
+    for j, v in enumerate(probe.to_pylist()):  # a key asked twice: found the first time (as Arrow's index_in)
+        if v not in asked:
+            asked.add(v)
+            out[j] = code_of.get(v, -1)
     return True
 
 

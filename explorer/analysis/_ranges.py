@@ -20,6 +20,7 @@ estimated rows, else from the bytes on disk, so that a range's rows times
 from __future__ import annotations
 
 import os
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,19 +102,10 @@ class RangeReader:
         return m[np.isin(kg, np.fromiter(self.key_groups, dtype=np.int64))].reset_index(drop=True)
 
     def heavy_hitters(self) -> pd.DataFrame:
-        hh = self.base.heavy_hitters()
+        hh, kg = _sketch_key_groups(self.base)
         if not len(hh):
-            return hh
-        ops = self.base.operators()
-        maxp = dict(zip(ops["operator"], ops["max_parallelism"]))
-        scheme = "spark" if str(self.base.info().format).startswith("spark") else "flink"
-        keep = np.zeros(len(hh), dtype=bool)
-        wanted = np.fromiter(self.key_groups, dtype=np.int64)
-        for name, idx in hh.groupby("operator", sort=False, observed=True).indices.items():
-            if name not in maxp:
-                continue
-            kg = key_groups_for(list(hh["key"].to_numpy()[idx]), int(maxp[name]), scheme)
-            keep[idx] = np.isin(np.asarray(kg, dtype=np.int64), wanted)
+            return hh.copy()  # (the kept frame is never handed out)
+        keep = np.isin(kg, np.fromiter(self.key_groups, dtype=np.int64))
         return hh[keep].reset_index(drop=True)
 
     def operator_state(self) -> pd.DataFrame:
@@ -121,6 +113,36 @@ class RangeReader:
 
     def timings(self) -> dict[str, Any]:
         return self.base.timings()
+
+
+#: per base reader: its heavy-hitter sketch and each sketch key's key group (-1: an operator without one), which
+#: every range view filters (the keys hashed once, not once per range); snapshots on disk do not change
+_SKETCHES: "weakref.WeakKeyDictionary[Any, tuple[pd.DataFrame, np.ndarray]]" = weakref.WeakKeyDictionary()
+
+
+def _sketch_key_groups(base: Any) -> tuple[pd.DataFrame, np.ndarray]:
+    """``base.heavy_hitters()`` and the key group of each of its keys (kept per reader, :data:`_SKETCHES`)."""
+    try:
+        kept = _SKETCHES.get(base)
+    except TypeError:  # a reader that cannot be weakly referenced: worked out every time
+        kept = None
+    if kept is not None:
+        return kept
+    hh = base.heavy_hitters()
+    kg = np.full(len(hh), -1, dtype=np.int64)
+    if len(hh):
+        ops = base.operators()
+        maxp = dict(zip(ops["operator"], ops["max_parallelism"]))
+        scheme = "spark" if str(base.info().format).startswith("spark") else "flink"
+        for name, idx in hh.groupby("operator", sort=False, observed=True).indices.items():
+            if name in maxp:
+                kg[idx] = np.asarray(key_groups_for(list(hh["key"].to_numpy()[idx]), int(maxp[name]), scheme),
+                                     dtype=np.int64)
+    try:
+        _SKETCHES[base] = (hh, kg)
+    except TypeError:
+        pass
+    return hh, kg
 
 
 def key_group_rows(reader: Any, query: KeyedStateQuery) -> np.ndarray | None:

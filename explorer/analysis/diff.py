@@ -35,7 +35,7 @@ from ..keygroups import string_buffers
 from ..stored import open_stored
 from . import _ranges
 from ._columns import cached_frame, positions, row_hashes, state_rows
-from ._common import Source, frame, is_snapshot
+from ._common import KEY_PASS_COLUMNS, Source, frame, is_snapshot
 from ._keys import KeyValues, factorize_keys, first_occurrences
 
 DIFF_COLUMNS = ["operator", "state", "key", "status", "entries_a", "entries_b", "entries_delta", "bytes_a",
@@ -669,7 +669,10 @@ def _diff_streamed(a: Any, b: Any, operator, state, unchanged: bool) -> pd.DataF
     (a key lies in the same key group of both when the max parallelism is the same), the answers joined.
     Rows of equal ``bytes_delta`` come in key-group order."""
     parts, empty = [], None
-    for va, vb in _ranges.ranges("diff", a, b, operator=operator, state=state, entries=True):
+    # each range reads what the diff uses (keys, key groups, sizes and the entries it hashes): no last-access
+    # times, expiry or subtasks, which a diff does not look at
+    for va, vb in _ranges.ranges("diff", a, b, operator=operator, state=state, entries=True,
+                                 columns=KEY_PASS_COLUMNS):
         d = diff(va, vb, operator=operator, state=state, unchanged=unchanged)
         if len(d):
             parts.append(d)

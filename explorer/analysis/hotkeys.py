@@ -454,7 +454,7 @@ def _range_summary(v: Any, n: int, operator, state, parallelism, max_parallelism
             if metric == "records_held":
                 continue
             known = g.records_known if metric == "records" else None
-            values = g.column(metric).astype(np.int64)
+            values = g.column(metric).astype(np.int64, copy=False)  # (read only: no copy of a range's keys)
             hist[metric] = _value_counts(values if known is None else values[known])
         out[name] = {"keys": len(g), "known": bool(g.records_known is not None and g.records_known.any()),
                      "loads": loads, "tops": tops, "hist": hist}

@@ -170,3 +170,166 @@ def test_key_hashes_carried_from_the_numbering_equal_the_dictionarys_own(monkeyp
     assert not kv.has_hash64()
     assert np.array_equal(carried, string_hash64(kv.segments[0]))
     assert np.array_equal(carried, kv.hash64())
+
+
+# --- pieces sorted by key group and key: numbered by a merge (number_sorted), checked, never trusted ---------
+
+def _sorted_pieces(seed: int, n_pieces: int, rows: int, t: pa.DataType, runs: bool = True, first_all: bool = False):
+    """Pieces each sorted by (key group, key bytes): keys from a shared pool (some in one piece only), each
+    key in its one key group, list-like runs of one key, empty and non-ASCII keys."""
+    rnd = random.Random(seed)
+    pool = sorted({"".join(chr(rnd.choice([rnd.randrange(32, 127), rnd.randrange(0xA0, 0x3000)]))
+                           for _ in range(rnd.randrange(0, 20))) for _ in range(rows)} | {"", "a", "a\x00", "ab"})
+    group = {k: rnd.randrange(7) for k in pool}
+    pieces = []
+    for p in range(n_pieces):
+        mine = [k for k in pool if (p == 0 and first_all) or rnd.random() < (0.9 if p == 0 else 0.3)]
+        rows_ = []
+        for k in mine:
+            rows_ += [k] * (rnd.randrange(1, 5) if runs and rnd.random() < 0.3 else 1)
+        rows_.sort(key=lambda k: (group[k], k.encode()))
+        pieces.append(rows_)
+    enc = (lambda k: k.encode()) if pa.types.is_binary(t) or pa.types.is_large_binary(t) else (lambda k: k)
+    columns = [pa.chunked_array([pa.array([enc(k) for k in rows_], type=t)], type=t) for rows_ in pieces]
+    kg = np.array([group[k] for rows_ in pieces for k in rows_], dtype=np.int32)
+    return columns, kg, group
+
+
+def _both_ways(columns, kg):
+    """(codes, rows, hashes) numbered with the key groups (the merge, when it applies) and without (the hash
+    table)."""
+    out = []
+    for groups in (kg, None):
+        codes, kv = _columns._encode_keys(columns, groups)
+        seg = kv._segments[0]
+        out.append((codes, seg.rows, kv.hash64() if kv.has_hash64() else None, seg))
+    return out
+
+
+@pytest.mark.parametrize("t", [pa.string(), pa.large_string(), pa.binary()])
+@pytest.mark.parametrize("n_pieces", [1, 2, 5])
+@pytest.mark.parametrize("first_all", [False, True])
+def test_sorted_pieces_merged_give_the_hash_tables_codes_rows_and_hashes(monkeypatch, t, n_pieces, first_all):
+    """Pieces sorted by (key group, key bytes), keys shared between pieces or in one only, runs of one key,
+    empty and non-ASCII keys, a key and the same key plus a zero byte, the first piece holding every key or
+    not: the merge gives the hash table's codes (Arrow's numbering), first rows and key hashes."""
+    from explorer.analysis import _key_kernels
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    calls = []
+    merge = _key_kernels.number_sorted
+    monkeypatch.setattr(_key_kernels, "number_sorted", lambda *a: calls.append(merge(*a)) or calls[-1])
+    columns, kg, _ = _sorted_pieces(n_pieces, n_pieces, 3000, t, first_all=first_all)
+    (c1, r1, h1, s1), (c2, r2, h2, s2) = _both_ways(columns, kg)
+    assert calls and calls[0] > 0  # the merge numbered them
+    want, dictionary = _arrow([c for col in columns for c in col.chunks], t)
+    assert np.array_equal(c1, want) and np.array_equal(c2, want)
+    assert np.array_equal(r1, r2) and np.array_equal(h1, h2)
+    assert s1.build().equals(dictionary)
+
+
+def test_pieces_out_of_order_are_numbered_by_the_hash_table(monkeypatch):
+    """A piece whose keys fall within a key group, or whose key groups fall: UNSORTED, and the hash table's
+    codes (the same answer)."""
+    from explorer.analysis import _key_kernels
+    from explorer.keygroups import string_buffers
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    columns, kg, _ = _sorted_pieces(3, 2, 2000, pa.string())
+    n0 = len(columns[0])
+    for damage in ("key", "group"):
+        cols, groups = list(columns), kg.copy()
+        keys = cols[0].to_pylist()
+        if damage == "key":  # two neighbours of one key group swapped
+            i = next(i for i in range(n0 - 1) if groups[i] == groups[i + 1] and keys[i] != keys[i + 1])
+            keys[i], keys[i + 1] = keys[i + 1], keys[i]
+            cols[0] = pa.chunked_array([pa.array(keys)])
+        else:  # the last row's key group before the first's
+            groups[n0 - 1] = -1
+        off, data = string_buffers(pa.concat_arrays([c for col in cols for c in col.chunks]))
+        starts = np.array([0, n0, len(groups)], dtype=np.int64)
+        n = len(groups)
+        assert _key_kernels.number_sorted(off, data, groups, starts, np.empty(n, np.int64),
+                                          np.empty(n, np.int64)) == _key_kernels.UNSORTED
+        (c1, r1, h1, _), (c2, r2, h2, _) = _both_ways(cols, groups)
+        want, _ = _arrow([c for col in cols for c in col.chunks], pa.string())
+        assert np.array_equal(c1, want) and np.array_equal(r1, r2) and np.array_equal(h1, h2)
+
+
+def test_a_key_in_two_key_groups_is_one_code_as_in_the_hash_table(monkeypatch):
+    """Damaged files can put one key in two key groups: the merge numbers it twice (one per key group), the
+    repeated hash sends the range to the hash table, which gives it one code, as before."""
+    from explorer.analysis import _key_kernels
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    keys = ["a", "b", "c", "a", "d"]  # "a" in key groups 1 and 2, each group sorted
+    groups = np.array([1, 1, 1, 2, 2], dtype=np.int64)
+    cols = [pa.chunked_array([pa.array(keys)])]
+    from explorer.keygroups import string_buffers
+
+    off, data = string_buffers(pa.array(keys))
+    codes, first = np.empty(5, np.int64), np.empty(5, np.int64)
+    assert _key_kernels.number_sorted(off, data, groups, np.array([0, 5]), codes, first) == 5  # (two "a")
+    (c1, r1, h1, _), (c2, _, _, _) = _both_ways(cols, groups)
+    assert c1.tolist() == c2.tolist() == [0, 1, 2, 0, 3]
+    assert not _key_kernels.distinct_hashes(np.array([5, 9, 5], dtype=np.uint64), 0)
+    assert _key_kernels.distinct_hashes(np.arange(100_000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15), 3)
+
+
+def test_number_sorted_refuses_bad_offsets_and_bounds_unread():
+    from explorer.analysis._key_kernels import number_sorted
+
+    data = np.zeros(10, np.uint8)
+    kg = np.zeros(2, np.int64)
+    out = (np.empty(2, np.int64), np.empty(2, np.int64))
+    assert number_sorted(np.array([0, 3, 99], np.int32), data, kg, np.array([0, 2]), *out) == BAD_OFFSETS
+    assert number_sorted(np.array([0, 3, 4], np.int32), data, kg, np.array([0, 3]), *out) == BAD_OFFSETS
+    assert number_sorted(np.array([0, 3, 4], np.int32), data, kg, np.array([0, 2, 1, 2]), *out) == BAD_OFFSETS
+    assert number_sorted(np.array([0, 3, 4], np.int32), data, kg[:1], np.array([0, 2]), *out) == BAD_OFFSETS
+
+
+def test_order_of_keys_is_bytes_then_length():
+    """The merge's comparison: bytes as unsigned (UTF-8's order is the code points'), a prefix first, words
+    of 8 and the overlapping last word, a difference at any byte."""
+    from explorer.analysis._key_kernels import number_sorted
+    from explorer.keygroups import string_buffers
+
+    words = sorted({b"", b"\x00", b"\x00\x01", b"a", b"a\x00", b"a\xff", b"ab", b"abcdefg", b"abcdefgh",
+                    b"abcdefgh\x00", b"abcdefghi", b"abcdefgi", b"abcdefghijklmnop", b"abcdefghijklmnoq",
+                    b"abcdefghijklmnopq", b"b", b"\x7f" * 9, b"\x80", b"\xff" * 7, b"\xff" * 8, b"\xff" * 17})
+    rnd = random.Random(1)
+    for _ in range(200):
+        i, j = sorted(rnd.sample(range(len(words)), 2))
+        for pair, sortedness in (([words[i], words[j]], True), ([words[j], words[i]], False)):
+            off, data = string_buffers(pa.array(pair, type=pa.binary()))
+            k = number_sorted(off, data, np.zeros(2, np.int64), np.array([0, 2]), np.empty(2, np.int64),
+                              np.empty(2, np.int64))
+            assert (k == 2) is sortedness and (k < 0) is not sortedness
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_few_keys_found_by_their_kept_hashes_as_in_the_gathered_dictionary(monkeypatch, collide):
+    """A numbered range keeps its keys' hashes: a sketch's few keys are found through them (each confirmed by
+    its value), with the gathered dictionary's answers: repeated and absent keys, empty and non-ASCII keys,
+    keys of another type; hashes that all collide cost comparisons, not wrong codes."""
+    from explorer.analysis import _keys as keys_module
+    from explorer.analysis._keys import KeyValues
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    keys = _keys(13, 20_000, 3000) + ["", "straße", "ключ"]
+    codes, kv = _columns._encode_keys([pa.chunked_array([pa.array(keys)])])
+    assert kv.has_hash64()
+    if collide:  # every key and every key asked: one hash
+        kv._key_groups["hash64"] = np.zeros(len(kv), dtype=np.uint64)
+        monkeypatch.setattr(keys_module, "string_hash64", lambda a: np.zeros(len(a), dtype=np.uint64))
+    built = KeyValues([kv._segments[0].build()])
+    used = []
+    by_hash = keys_module._codes_by_hash
+    monkeypatch.setattr(keys_module, "_codes_by_hash", lambda *a: used.append(by_hash(*a)) or used[-1])
+    asked = [keys[0], keys[19_999], "no such key", keys[0], "", "straße", "ключ", keys[77], "user-000000001"]
+    got = kv.codes_of(asked)
+    assert used == [True]
+    assert got.tolist() == built.codes_of(asked).tolist()
+    assert got[2] == -1 and got[0] == codes[0] and got[3] == -1  # (asked twice: found the first time)
+    assert list(kv.take(got[got >= 0])) == [k for k, c in zip(asked, got) if c >= 0]
+    assert kv.codes_of([5, "a"]).tolist() == built.codes_of([5, "a"]).tolist()  # another type: not by hash

@@ -288,3 +288,45 @@ def test_a_pass_mapped_two_ranges_at_a_time_answers_in_range_order(generated, mo
         for lo in _ranges.ranges("keys", snap, ahead=True).map(lambda v: (_columns._cache(v), v.reader.lo)[1]):
             done.append(lo)
     assert done == [lo for lo, _ in p.ranges[:3]]
+
+
+def test_ranges_of_sorted_files_numbered_by_the_merge_answer_as_the_hash_table(generated, monkeypatch):
+    """The generated savepoints' files are sorted by key group and key: their ranges' keys are numbered by a
+    merge (:func:`explorer.analysis._key_kernels.number_sorted`, checked as it goes). Hot keys (ties at the
+    cut ordered by key text), by traffic too, and the streamed diff's whole frame (keys on one side only,
+    changed values) are those of the hash table's numbering."""
+    from explorer.analysis import _common, _key_kernels
+
+    monkeypatch.setattr(_columns, "KERNEL_ROWS", 0)
+    monkeypatch.setattr(_common, "KERNEL_ROWS", 0)
+    budget = budget_for(generated[0], 5)
+
+    def answers():
+        snap, snap_b = (explorer.open(p, memory_budget=budget) for p in generated)
+        assert _ranges.needs_ranges(snap)
+        return (snap.hot_keys(10, by="bytes"), snap.hot_keys(10, by="traffic"), snap.hot_keys(25, by="entries"),
+                explorer.diff(snap, snap_b, unchanged=True))
+
+    merged = []
+    merge = _key_kernels.number_sorted
+    monkeypatch.setattr(_key_kernels, "number_sorted", lambda *a: merged.append(merge(*a)) or merged[-1])
+    got = answers()
+    assert merged and min(merged) > 0  # every range was numbered by the merge
+    monkeypatch.setattr(_columns, "_numbered_in_order", lambda *a: (-1, None))
+    want = answers()
+    for g, w in zip(got, want):
+        _same(g, w)
+
+
+def test_a_streamed_diffs_ranges_read_no_last_access_expiry_or_subtask(generated, monkeypatch):
+    """A diff looks at keys, key groups, sizes and the entries: its ranges load no more (same answer: the
+    streamed diff tests above)."""
+    budget = budget_for(generated[0], 5)
+    snap, snap_b = (explorer.open(p, memory_budget=budget) for p in generated)
+    seen = []
+    load = _columns._load
+    monkeypatch.setattr(_columns, "_load", lambda s: seen.append(load(s)) or seen[-1])
+    explorer.diff(snap, snap_b, unchanged=False)
+    assert len(seen) > 2
+    for df, _, hashes in seen:
+        assert {"last_access", "expires_at", "subtask"}.isdisjoint(df.columns) and hashes is not None
