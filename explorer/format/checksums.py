@@ -17,8 +17,10 @@ per-file, per-offset modifier (:func:`rocksdb_context_modifier`).
 
 from __future__ import annotations
 
+import ctypes
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +37,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 _CASTAGNOLI = 0x82F63B78  # the reflected CRC-32C polynomial
 _MASK_DELTA = 0xA282EAD8
-_XXH3_LAST_BYTE_PRIME = 0x6B9083D9
+#: what RocksDB's XXH3 block checksum mixes the block's compression type byte with
+XXH3_LAST_BYTE_PRIME = 0x6B9083D9
+_XXH3_LAST_BYTE_PRIME = XXH3_LAST_BYTE_PRIME
 
 #: RocksDB's checksum types (the first byte of an SST footer)
 CHECKSUM_NAMES = {0: "none", 1: "CRC32C", 2: "xxHash", 3: "xxHash64", 4: "XXH3"}
@@ -132,6 +136,26 @@ def rocksdb_block_checksums(checksum_type: int, data, offsets: np.ndarray, sizes
     digests = np.fromiter((h(mv[o:e]) for o, e in zip(offsets.tolist(), ends)), dtype=np.uint64, count=len(ends))
     last = np.frombuffer(data, dtype=np.uint8)[offsets + sizes].astype(np.uint64)
     return ((digests ^ (last * _XXH3_LAST_BYTE_PRIME)) & 0xFFFFFFFF).astype(np.uint32)
+
+
+_xxh3_c: list[Any] = []
+
+
+def xxh3_c_function() -> Any:
+    """xxhash's C ``XXH3_64bits(const void*, size_t) -> uint64`` (seed 0) as a ctypes function, for a
+    numba kernel to call outside the GIL (the ``xxhash`` package's extension exports it); None when
+    xxhash or that symbol is missing."""
+    if not _xxh3_c:
+        fn = None
+        if xxhash is not None:
+            try:
+                fn = ctypes.CDLL(xxhash._xxhash.__file__).XXH3_64bits
+                fn.restype = ctypes.c_uint64
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            except (AttributeError, OSError):  # another build of xxhash: the Python path
+                fn = None
+        _xxh3_c.append(fn)
+    return _xxh3_c[0]
 
 
 def rocksdb_context_modifier(base_context_checksum: int, offset: int) -> int:

@@ -149,6 +149,32 @@ def test_direct_and_buffered_writes_give_the_same_file(tmp_path, monkeypatch):
     assert (tmp_path / "direct.sst").read_bytes() == (tmp_path / "buffered.sst").read_bytes()
 
 
+def test_block_checksums_of_the_kernel_and_of_python_give_the_same_file(tmp_path, monkeypatch):
+    """The block trailers written by the kernel calling xxhash's C XXH3 (outside the GIL) are the bytes
+    of the Python path's (a call per block); blocks of every size (empty values to several blocks long,
+    the index block) included, and RocksDB reads the file (each block's checksum checked)."""
+    from explorer.format.sst import writer
+
+    assert writer.xxh3_c_function() is not None  # xxhash, a dependency, exports XXH3_64bits
+    keys, values = _entries(11, 3000)
+    k, v = pa.array(keys, pa.binary()), pa.array(values, pa.binary())
+    write_sst(tmp_path / "kernel.sst", k, v)
+    monkeypatch.setattr(writer, "BLOCK_SUMS_IN_KERNEL", False)
+    write_sst(tmp_path / "python.sst", k, v)
+    assert (tmp_path / "kernel.sst").read_bytes() == (tmp_path / "python.sst").read_bytes()
+    f = SstFile((tmp_path / "kernel.sst").read_bytes(), "kernel.sst")
+    off, size = sstvec._handle_arrays(f)
+    f.verify_blocks(off, size)
+    db = rocksdict.Rdict(str(tmp_path / "db"), rocksdict.Options(raw_mode=True))
+    try:
+        opts = rocksdict.IngestExternalFileOptions()
+        opts.set_move_files(True)
+        db.ingest_external_file([str(tmp_path / "kernel.sst")], opts)
+        assert list(db.keys()) == keys and list(db.values()) == values
+    finally:
+        db.close()
+
+
 def test_a_reused_buffer_gives_the_same_files(tmp_path):
     import threading
 
@@ -196,6 +222,7 @@ names = ("gather_segments", "scan_blocks", "fill_entries", "merge_runs", "visibl
 def sigs():
     out = {n: len(getattr(kernels, n).signatures) for n in names}
     out.update(data_blocks=len(writer._data_blocks.signatures), index_block=len(writer._index_block.signatures),
+               block_trailers=len(writer._block_trailers.signatures),
                plain_spans=len(parquet_pages._kernel().signatures))
     return out
 writer.warm_kernels()

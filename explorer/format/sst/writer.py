@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from ... import numba_cache  # noqa: F401 - a damaged numba cache file is a miss, not an error
-from ..checksums import rocksdb_block_checksums
+from ..checksums import XXH3_LAST_BYTE_PRIME, rocksdb_block_checksums, xxh3_c_function
 from ..parquet_pages import ByteSpans
 from ..types import encode_varint
 from .columns import pooled_empty
@@ -47,6 +47,10 @@ FORMAT_VERSION = 2
 CHECKSUM_XXH3 = 4
 
 _jit = numba.njit(cache=True, nogil=True)
+
+#: block checksums computed by :func:`_block_trailers` (xxhash's C function called from a kernel, outside
+#: the GIL); off, or without xxhash's exported ``XXH3_64bits``: :func:`rocksdb_block_checksums` (a Python call per block)
+BLOCK_SUMS_IN_KERNEL = True
 
 
 @_jit
@@ -66,6 +70,23 @@ def _put_u32(out, p, v):
     out[p + 2] = (v >> 16) & 0xFF
     out[p + 3] = (v >> 24) & 0xFF
     return p + 4
+
+
+@_jit
+def _block_trailers(xxh3, out, offsets, sizes):
+    """Each block's checksum, RocksDB's XXH3 one (the low 32 bits of the block's 64-bit XXH3, seed 0,
+    mixed with the compression type byte after it: :func:`explorer.format.checksums.rocksdb_block_checksum`),
+    written little-endian after that byte in ``out``; ``xxh3`` is xxhash's C ``XXH3_64bits`` (ctypes,
+    :func:`explorer.format.checksums.xxh3_c_function`: a pointer passed in, not compiled into the cached code)."""
+    base = out.ctypes.data
+    prime = np.uint64(XXH3_LAST_BYTE_PRIME)
+    mask = np.uint64(0xFFFFFFFF)
+    for i in range(len(offsets)):
+        o = offsets[i]
+        end = o + sizes[i]
+        d = np.uint64(xxh3(base + o, sizes[i]))
+        v = (d ^ (np.uint64(out[end]) * prime)) & mask
+        _put_u32(out, end + 1, np.int64(v))
 
 
 @_jit
@@ -256,10 +277,14 @@ def write_sst(path: Path, keys: pa.Array, values: "pa.Array | tuple[pa.Array, pa
     pos += 5
     offsets = np.append(boff, ix_off)
     sizes = np.append(bsize, ix_size)
-    sums = rocksdb_block_checksums(CHECKSUM_XXH3, out, offsets, sizes)
-    trailer = offsets + sizes + 1
-    for b in range(4):
-        out[trailer + b] = (sums >> np.uint32(8 * b)).astype(np.uint8)
+    xxh3 = xxh3_c_function() if BLOCK_SUMS_IN_KERNEL else None
+    if xxh3 is not None:  # one call outside the GIL, not a Python call (and a GIL hand-over) per block
+        _block_trailers(xxh3, out, offsets, sizes)
+    else:
+        sums = rocksdb_block_checksums(CHECKSUM_XXH3, out, offsets, sizes)
+        trailer = offsets + sizes + 1
+        for b in range(4):
+            out[trailer + b] = (sums >> np.uint32(8 * b)).astype(np.uint8)
 
     def prop_int(v: int) -> bytes:
         return _varint(v)
@@ -374,3 +399,6 @@ def warm_kernels() -> None:
         _data_blocks(u8, z, u8, z, vdata, z[:0], z[:0], u8.copy(), np.int64(BLOCK_SIZE), np.int64(RESTART_INTERVAL),
                      i64, i64.copy(), i64.copy())
     _index_block(u8, np.zeros(1, dtype=np.int64), i64, i64.copy(), i64.copy(), np.int64(0), u8.copy(), np.int64(0))
+    xxh3 = xxh3_c_function() if BLOCK_SUMS_IN_KERNEL else None
+    if xxh3 is not None:
+        _block_trailers(xxh3, u8.copy(), i64, i64.copy())
