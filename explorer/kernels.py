@@ -34,6 +34,7 @@ from typing import Any
 import numba
 from numba.core.dispatcher import Dispatcher
 
+from . import analysis
 from .format import parquet_pages
 from .format.sst import kernels as sst_kernels
 from .format.sst import writer as sst_writer
@@ -49,6 +50,7 @@ WARM_UPS = (
     ("explorer.keygroups (Java string hashes)", keygroup_kernels.warm),
     ("explorer.format.sst.writer (canonical checkpoints, restores)", sst_writer.warm_kernels),
     ("explorer.format.parquet_pages (engine Parquet page headers)", parquet_pages.warm_headers),
+    ("explorer.analysis (key numbering, diff, hot keys' loads)", analysis.warm_kernels),
 )
 
 
