@@ -99,8 +99,10 @@ import json, sys
 import explorer
 from explorer import kernels
 from explorer.analysis import _columns, _common, hotkeys
+diff = sys.modules["explorer.analysis.diff"]  # (explorer.analysis.diff is also the function's name)
 # the kernel paths from the first row (a range takes them from 2**18 rows): the same kernels and signatures
 _columns.KERNEL_ROWS = _common.KERNEL_ROWS = hotkeys.KERNEL_ROWS = 0
+diff._SLICE_KEYS = 1 << 10  # the key join cut into slices of key groups, half on each thread (from 2**17 keys)
 base, variant, heap = sys.argv[1:4]
 from explorer.analysis import _ranges
 from explorer.stored import ANALYSIS_BYTES_PER_ROW

@@ -576,7 +576,9 @@ def warm() -> None:
         data.flags.writeable = not readonly
         tr = np.full(2, -1, dtype=np.int64)
         found = np.zeros(2, dtype=bool)
-        join_slices(u64, u64, off, data, off, data, np.array([[0, 2, 0, 2]], dtype=np.int64), tr, found, 1 << 16)
+        slices = np.array([[0, 1, 0, 1], [1, 1, 1, 1], [1, 2, 1, 2], [2, 2, 2, 2]], dtype=np.int64)
+        for some in (slices, slices[0::2]):  # (the slices; or every other one, a strided view, per thread)
+            join_slices(u64, u64, off, data, off, data, some, tr, found, 1 << 16)
         join_rows(u64, u64, off, data, off, data, np.arange(2), np.arange(2), tr.copy(), found.copy(), 1 << 16)
         if readonly:  # (integer keys: joined, never hashed or gathered as strings)
             continue
