@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FLINK = ROOT / "sample_data" / "flink"
 
-pytestmark = pytest.mark.slow  # the warm-up compiles every kernel: ~20 CPU-seconds
+pytestmark = pytest.mark.slow  # the warm-up compiles every kernel: ~50 CPU-seconds
 
 _FIRST_OPEN = """
 import hashlib, json, sys
