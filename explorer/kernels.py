@@ -6,13 +6,15 @@ index and ``*.nbc`` code; under ``NUMBA_CACHE_DIR`` when that is set, or a user 
 the package folder is not writable). A later process loads it from there. Without that cache a
 process decodes its first Flink strings and walks its first SST blocks in Python and NumPy
 (``readers.flink.columnar.PYTHON_STRINGS``, ``format.sst.columns.NUMPY_BYTES``: a small snapshot
-compiles nothing) and then compiles, 5-10 CPU-seconds (``docs/performance.md``, "First open"); ``make venv`` runs this module once after ``pip install``
+compiles nothing) and then compiles, 5-10 CPU-seconds, and a first diff ~15 more (``docs/performance.md``, "First open"); ``make venv`` runs this module once after ``pip install``
 so that no user, CI run or Spark executor built from that environment meets the empty cache.
 
 :func:`warm` calls each kernel module's ``warm()``, which calls every kernel the readers call on
 tiny arrays of the types the readers pass (read-only or writable buffers alike: numba compiles
 each combination apart), so the cache holds exactly the signatures the first open asks for
-(``tests/test_kernel_cache.py`` checks that a fresh process then compiles nothing).
+(``tests/test_kernel_cache.py`` checks that a fresh process then compiles nothing); and the
+analyses' kernels (:func:`explorer.analysis.warm_kernels`: a large range's key numbering and
+per-key sums, the diff, hot keys' loads), so that a first diff or hot keys compiles nothing either.
 
 What makes numba compile again (safely: it recompiles and rewrites the cache, never loads stale
 code for a changed kernel file): a kernel's source file changing size or modification time (a
@@ -34,6 +36,7 @@ from typing import Any
 import numba
 from numba.core.dispatcher import Dispatcher
 
+from . import analysis
 from .format import parquet_pages
 from .format.sst import kernels as sst_kernels
 from .format.sst import writer as sst_writer
@@ -49,6 +52,7 @@ WARM_UPS = (
     ("explorer.keygroups (Java string hashes)", keygroup_kernels.warm),
     ("explorer.format.sst.writer (canonical checkpoints, restores)", sst_writer.warm_kernels),
     ("explorer.format.parquet_pages (engine Parquet page headers)", parquet_pages.warm_headers),
+    ("explorer.analysis (key numbering, diff, hot keys' loads)", analysis.warm_kernels),
 )
 
 

@@ -2,7 +2,7 @@
 nothing for numba to compile on the first open of a Flink heap savepoint or RocksDB checkpoint in a
 fresh process; without it (an empty cache) the first open compiles nothing either, running the NumPy
 forms of the SST kernels, and gives the same pieces; a damaged cache is compiled again, not an error
-(issue 31).
+(issue 31). Nor on a first diff, hot keys or key-group distribution through the analyses' kernels.
 
 Counted, not timed: numba's per-kernel cache misses (``explorer.kernels.compile_counts``) in a child
 process whose ``NUMBA_CACHE_DIR`` is a folder only the warm-up has written, or an empty one.
@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FLINK = ROOT / "sample_data" / "flink"
 
-pytestmark = pytest.mark.slow  # the warm-up compiles every kernel: ~20 CPU-seconds
+pytestmark = pytest.mark.slow  # the warm-up compiles every kernel: ~50 CPU-seconds
 
 _FIRST_OPEN = """
 import hashlib, json, sys
@@ -92,6 +92,49 @@ def test_first_open_with_an_empty_cache_compiles_nothing_and_reads_the_same(warm
     if sample.startswith("rocksdb"):
         assert "explorer.format.sst.kernels.merge_runs" in kernels["loaded"]
     assert got["digest"] == kernels["digest"]
+
+
+_ANALYSES = """
+import json, sys
+import explorer
+from explorer import kernels
+from explorer.analysis import _columns, _common, hotkeys
+diff = sys.modules["explorer.analysis.diff"]  # (explorer.analysis.diff is also the function's name)
+# the kernel paths from the first row (a range takes them from 2**18 rows): the same kernels and signatures
+_columns.KERNEL_ROWS = _common.KERNEL_ROWS = hotkeys.KERNEL_ROWS = 0
+diff._SLICE_KEYS = 1 << 10  # the key join cut into slices of key groups, half on each thread (from 2**17 keys)
+base, variant, heap = sys.argv[1:4]
+from explorer.analysis import _ranges
+from explorer.stored import ANALYSIS_BYTES_PER_ROW
+rows = float(_ranges.rows_per_key_group(explorer.open(base)).sum())
+streamed = {"memory_budget": int(rows * ANALYSIS_BYTES_PER_ROW / 4)}  # about 4 key-group ranges
+# keys sorted per piece (number_sorted), and not (encode_strings); whole, and range by range (hot keys' loads)
+for a, b, kw in ((base, variant, {}), (base, variant, streamed), (heap, heap, {})):
+    snap, other = explorer.open(a, **kw), explorer.open(b, **kw)
+    snap.key_group_distribution()
+    snap.hot_keys(10, by="bytes")
+    for unchanged in (False, True):
+        explorer.diff(snap, other, unchanged=unchanged)
+ours = lambda counts: {k: v for k, v in counts.items() if k.startswith("explorer.analysis.")}
+print(json.dumps({"compiled": ours(kernels.compile_counts()), "loaded": ours(kernels.load_counts())}))
+"""
+
+
+def test_a_first_diff_and_hot_keys_after_the_warm_up_compile_no_analysis_kernel(warmed: Path, tmp_path: Path) -> None:
+    """The analyses' kernels (key numbering, per-key sums, the diff's join and merge, hot keys' loads) on a
+    generated engine savepoint and its variant, and on a heap savepoint: all loaded from the warm-up's cache."""
+    from benchmarks._scale_inputs import engine_savepoint
+
+    base = engine_savepoint(20_000, cache=tmp_path, progress=False)
+    variant = engine_savepoint(20_000, variant=True, cache=tmp_path, progress=False)
+    cache = tmp_path / "cache"
+    shutil.copytree(warmed, cache)  # (the module's cache stays as the warm-up left it)
+    out = _run(["-c", _ANALYSES, str(base), str(variant), str(FLINK / "heap-canonical-savepoint")], cache)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["compiled"] == {}, f"compiled on a first diff after the warm-up: {got['compiled']}"
+    for kernel in ("_key_kernels.number_sorted", "_key_kernels.encode_strings", "_key_kernels.per_key_sums",
+                   "_diff_kernels.join_slices", "_diff_kernels.merge_state", "_hot_kernels.subtask_sums"):
+        assert f"explorer.analysis.{kernel}" in got["loaded"], kernel  # the kernel paths were taken
 
 
 def test_a_second_warm_up_compiles_nothing(warmed: Path) -> None:

@@ -44,6 +44,17 @@ from .hotkeys import (gini, hot_keys, hottest_key, key_order, key_skew, key_stat
                       salting_measure, salting_whatif, top_share)
 from .ttl import expired_not_cleaned, missing_ttls, ttl_expiry, ttl_hint, ttl_summary, unbounded_growth
 
+
+def warm_kernels() -> None:
+    """Compile (or load from numba's cache) the analyses' kernels for every signature the analyses pass
+    them: the key numbering and per-key sums of a large range, the diff, the hot keys' per-subtask loads
+    (``python -m explorer.kernels --warm``, at install). Not an analysis: left out of ``__all__``."""
+    from . import _diff_kernels, _hot_kernels, _key_kernels  # numba: not loaded by import explorer.analysis
+
+    _key_kernels.warm()
+    _diff_kernels.warm()
+    _hot_kernels.warm()
+
 __all__ = [
     "LOAD_COLUMNS",
     "OVERLOAD_CAPTION",

@@ -560,3 +560,44 @@ def pandas_mix(vals, out):
         x *= _M3
         x ^= x >> np.uint64(31)
         out[i] = x
+
+
+def warm() -> None:
+    """Compile (or load from numba's cache) every signature the diff and the key numbering pass these
+    kernels, on tiny arrays of the same types (:func:`explorer.kernels.warm`, at install): string keys'
+    offsets int32 (Arrow ``string``, ``binary``) or int64 (``large_string``; integer keys as 8-byte words,
+    their bytes a read-only Arrow buffer), entry sizes int64 or float64, b's rows int32 or int64."""
+    i64 = np.zeros(0, dtype=np.int64)
+    u64 = np.zeros(2, dtype=np.uint64)
+    spans = np.zeros((1, 2), dtype=np.int64)
+    for off_type, readonly in ((np.int32, False), (np.int64, False), (np.int64, True)):
+        off = np.array([0, 1, 2], dtype=off_type)
+        data = np.zeros(2, dtype=np.uint8)
+        data.flags.writeable = not readonly
+        tr = np.full(2, -1, dtype=np.int64)
+        found = np.zeros(2, dtype=bool)
+        slices = np.array([[0, 1, 0, 1], [1, 1, 1, 1], [1, 2, 1, 2], [2, 2, 2, 2]], dtype=np.int64)
+        for some in (slices, slices[0::2]):  # (the slices; or every other one, a strided view, per thread)
+            join_slices(u64, u64, off, data, off, data, some, tr, found, 1 << 16)
+        join_rows(u64, u64, off, data, off, data, np.arange(2), np.arange(2), tr.copy(), found.copy(), 1 << 16)
+        if readonly:  # (integer keys: joined, never hashed or gathered as strings)
+            continue
+        hash_strings(off, data, u64.copy())
+        for off_b, data_b in ((off, data), (np.zeros(1, np.int64), np.zeros(0, np.uint8))):  # (no b segment)
+            gather_strings(np.zeros(1, dtype=np.int64), 2, off, data, off_b, data_b, i64)
+    codes = np.zeros(2, dtype=np.int64)
+    rising(codes, spans, 1)
+    for size in (np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.float64)):
+        side_sums(codes, u64, size, spans, 1, size[:0])
+    for row_kind in (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)):
+        b_order(codes, spans, np.zeros(1, dtype=np.int64), 1, row_kind)
+    block, status, joint = np.zeros((6, 0), dtype=np.int64), np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.int64)
+    nonzero = np.zeros((0, 6), dtype=np.int64)
+    merge_state(codes, i64, codes, u64, spans, codes, i64, codes, u64, i64, codes, True, False, 0, 0, block, status,
+                joint, nonzero)
+    first_at_least(i64, codes, codes, 0)
+    place_nonzero(nonzero, 0, 0, block, status, joint)
+    ro = np.zeros(1, dtype=np.uint64)
+    ro.flags.writeable = False  # (a zero-copy view of an Arrow column)
+    for vals in (ro, np.zeros(1, dtype=np.uint64)):
+        pandas_mix(vals, np.empty(1, dtype=np.uint64))

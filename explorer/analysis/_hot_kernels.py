@@ -30,3 +30,10 @@ def subtask_sums(subtask, entries, nbytes, records, parallelism, out):
         out[2, s] += 1.0
         out[3, s] += np.float64(records[i])
     return True
+
+
+def warm() -> None:
+    """Compile (or load from numba's cache) the signatures the hot-key pass passes :func:`subtask_sums`
+    (:func:`explorer.kernels.warm`, at install): int64 columns of a :class:`._common.KeyTable`."""
+    m = np.zeros(1, dtype=np.int64)
+    subtask_sums(m, m, m, m, 1, np.empty((4, 1), dtype=np.float64))

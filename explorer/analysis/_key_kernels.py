@@ -423,3 +423,21 @@ def distinct_hashes(h, bits):
             used[slot] = True
             slot_hash[slot] = hq
     return True
+
+
+def warm() -> None:
+    """Compile (or load from numba's cache) every signature the key numbering and per-key sums pass these
+    kernels (:func:`explorer.kernels.warm`, at install): offsets int32 (Arrow ``string``) or int64
+    (``large_string``), key groups int32 or int64 (other integer widths are widened to int64)."""
+    h = np.zeros(2, dtype=np.uint64)
+    data = np.zeros(2, dtype=np.uint8)
+    for off_type in (np.int32, np.int64):
+        off = np.array([0, 1, 2], dtype=off_type)
+        encode_strings(off, data, h, 0, np.empty(2, np.int64), np.empty(2, np.int64))
+    off = np.array([0, 1, 2], dtype=np.int32)  # (pieces sorted by key: the engine's RocksDB savepoints' strings)
+    for kg_type in (np.int32, np.int64):
+        kg = np.zeros(2, dtype=kg_type)
+        number_sorted(off, data, kg, np.array([0, 2], dtype=np.int64), np.empty(2, np.int64), np.empty(2, np.int64))
+        per_key_sums(np.zeros(2, np.int64), kg, np.ones(2, np.int64), 1, np.empty(1, np.int64), np.empty(1, np.int64),
+                     np.empty(1, kg_type))
+    distinct_hashes(h, 0)
