@@ -45,6 +45,35 @@ def _same(off, data, i, j):
     return True
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _buckets(h, bits, with_rows):
+    """The hashes ``h`` cut into ``1 << bits`` buckets by their top ``bits`` bits (``0 <= bits <= 30``):
+    ``count`` (bucket ``b``'s rows are ``count[b]:count[b + 1]`` of the bucket order), the largest
+    bucket's size, the rows in bucket order (stable: a bucket's rows in row order; empty unless
+    ``with_rows``) and their hashes in that order, which a bucket's pass reads in sequence."""
+    n = len(h)
+    nb = 1 << bits
+    shift = np.uint64(64 - bits) if bits > 0 else np.uint64(0)
+    count = np.zeros(nb + 1, np.int64)
+    for i in range(n):
+        b = np.int64(h[i] >> shift) if bits > 0 else 0
+        count[b + 1] += 1
+    biggest = 0
+    for b in range(nb):
+        biggest = max(biggest, count[b + 1])
+        count[b + 1] += count[b]
+    order = np.empty(n if with_rows else 0, np.int64)
+    hs = np.empty(n, np.uint64)
+    at = count[:nb].copy()
+    for i in range(n):
+        b = np.int64(h[i] >> shift) if bits > 0 else 0
+        if with_rows:
+            order[at[b]] = i
+        hs[at[b]] = h[i]
+        at[b] += 1
+    return count, biggest, order, hs
+
+
 @_jit
 def encode_strings(off, data, h, bits, codes, first):
     """``codes[i]``: the number of key ``i`` (bytes ``data[off[i]:off[i + 1]]``, hash ``h[i]``) in the
@@ -60,23 +89,7 @@ def encode_strings(off, data, h, bits, codes, first):
     if n == 0:
         return 0
     nb = 1 << bits
-    shift = np.uint64(64 - bits) if bits > 0 else np.uint64(0)
-    count = np.zeros(nb + 1, np.int64)
-    for i in range(n):
-        b = np.int64(h[i] >> shift) if bits > 0 else 0
-        count[b + 1] += 1
-    biggest = 0
-    for b in range(nb):
-        biggest = max(biggest, count[b + 1])
-        count[b + 1] += count[b]
-    order = np.empty(n, np.int64)
-    hs = np.empty(n, np.uint64)  # the hashes in bucket order: a bucket's pass reads them in sequence
-    at = count[:nb].copy()
-    for i in range(n):  # stable: a bucket's rows in row order
-        b = np.int64(h[i] >> shift) if bits > 0 else 0
-        order[at[b]] = i
-        hs[at[b]] = h[i]
-        at[b] += 1
+    count, biggest, order, hs = _buckets(h, bits, True)
     cap = 16
     while cap < 2 * biggest:
         cap <<= 1
@@ -386,21 +399,7 @@ def distinct_hashes(h, bits):
     if bits < 0 or bits > 30:
         bits = 0
     nb = 1 << bits
-    shift = np.uint64(64 - bits) if bits > 0 else np.uint64(0)
-    count = np.zeros(nb + 1, np.int64)
-    for i in range(n):
-        b = np.int64(h[i] >> shift) if bits > 0 else 0
-        count[b + 1] += 1
-    biggest = 0
-    for b in range(nb):
-        biggest = max(biggest, count[b + 1])
-        count[b + 1] += count[b]
-    hs = np.empty(n, np.uint64)
-    at = count[:nb].copy()
-    for i in range(n):
-        b = np.int64(h[i] >> shift) if bits > 0 else 0
-        hs[at[b]] = h[i]
-        at[b] += 1
+    count, biggest, _, hs = _buckets(h, bits, False)
     cap = 16
     while cap < 2 * biggest:
         cap <<= 1
