@@ -46,6 +46,25 @@ def _same(off, data, i, j):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _offsets_rise(off, data, n):
+    """Whether the ``n + 1`` offsets ``off`` start at or past 0, never fall and end within ``data``: checked
+    before any key byte is read."""
+    for i in range(n):
+        if off[i] < 0 or off[i + 1] < off[i] or off[i + 1] > len(data):
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _table_size(rows):
+    """Slots of an open-addressing table for ``rows`` keys: a power of two, at least 16 and twice the rows."""
+    size = 16
+    while size < 2 * rows:
+        size <<= 1
+    return size
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _buckets(h, bits, with_rows):
     """The hashes ``h`` cut into ``1 << bits`` buckets by their top ``bits`` bits (``0 <= bits <= 30``):
     ``count`` (bucket ``b``'s rows are ``count[b]:count[b + 1]`` of the bucket order), the largest
@@ -83,25 +102,20 @@ def encode_strings(off, data, h, bits, codes, first):
     n = len(h)
     if len(off) != n + 1 or len(codes) != n or len(first) != n or bits < 0 or bits > 30:
         return BAD_OFFSETS
-    for i in range(n):
-        if off[i] < 0 or off[i + 1] < off[i] or off[i + 1] > len(data):
-            return BAD_OFFSETS
+    if not _offsets_rise(off, data, n):
+        return BAD_OFFSETS
     if n == 0:
         return 0
     nb = 1 << bits
     count, biggest, order, hs = _buckets(h, bits, True)
-    cap = 16
-    while cap < 2 * biggest:
-        cap <<= 1
+    cap = _table_size(biggest)
     slot_code = np.empty(cap, np.int64)
     slot_hash = np.empty(cap, np.uint64)
     is_first = np.zeros(n, np.bool_)
     k = 0
     for b in range(nb):
         lo, hi = count[b], count[b + 1]
-        size = 16
-        while size < 2 * (hi - lo):
-            size <<= 1
+        size = _table_size(hi - lo)
         mask = np.uint64(size - 1)
         slot_code[:size] = -1
         prev, prev_code = -1, -1
@@ -268,9 +282,8 @@ def number_sorted(off, data, kg, starts, codes, first):
     for p in range(n_pieces):
         if starts[p + 1] < starts[p]:
             return BAD_OFFSETS
-    for i in range(n):
-        if off[i] < 0 or off[i + 1] < off[i] or off[i + 1] > len(data):
-            return BAD_OFFSETS
+    if not _offsets_rise(off, data, n):
+        return BAD_OFFSETS
     if n == 0:
         return 0
     # 1. each piece's runs of one (key group, key), its order checked row by row; codes[i]: the row's run
@@ -400,16 +413,12 @@ def distinct_hashes(h, bits):
         bits = 0
     nb = 1 << bits
     count, biggest, _, hs = _buckets(h, bits, False)
-    cap = 16
-    while cap < 2 * biggest:
-        cap <<= 1
+    cap = _table_size(biggest)
     used = np.empty(cap, np.bool_)
     slot_hash = np.empty(cap, np.uint64)
     for b in range(nb):
         lo, hi = count[b], count[b + 1]
-        size = 16
-        while size < 2 * (hi - lo):
-            size <<= 1
+        size = _table_size(hi - lo)
         mask = np.uint64(size - 1)
         used[:size] = False
         for q in range(lo, hi):
