@@ -39,7 +39,6 @@ _CASTAGNOLI = 0x82F63B78  # the reflected CRC-32C polynomial
 _MASK_DELTA = 0xA282EAD8
 #: what RocksDB's XXH3 block checksum mixes the block's compression type byte with
 XXH3_LAST_BYTE_PRIME = 0x6B9083D9
-_XXH3_LAST_BYTE_PRIME = XXH3_LAST_BYTE_PRIME
 
 #: RocksDB's checksum types (the first byte of an SST footer)
 CHECKSUM_NAMES = {0: "none", 1: "CRC32C", 2: "xxHash", 3: "xxHash64", 4: "XXH3"}
@@ -119,7 +118,7 @@ def rocksdb_block_checksum(checksum_type: int, data: bytes | memoryview) -> int:
             return 0
         mv = memoryview(data)
         v = xxhash.xxh3_64_intdigest(bytes(mv[:-1])) & 0xFFFFFFFF
-        return v ^ ((mv[-1] * _XXH3_LAST_BYTE_PRIME) & 0xFFFFFFFF)
+        return v ^ ((mv[-1] * XXH3_LAST_BYTE_PRIME) & 0xFFFFFFFF)
     raise ValueError(f"RocksDB checksum type {checksum_type} is unknown; expected 1 to 4")
 
 
@@ -135,7 +134,7 @@ def rocksdb_block_checksums(checksum_type: int, data, offsets: np.ndarray, sizes
     ends = (offsets + sizes).tolist()
     digests = np.fromiter((h(mv[o:e]) for o, e in zip(offsets.tolist(), ends)), dtype=np.uint64, count=len(ends))
     last = np.frombuffer(data, dtype=np.uint8)[offsets + sizes].astype(np.uint64)
-    return ((digests ^ (last * _XXH3_LAST_BYTE_PRIME)) & 0xFFFFFFFF).astype(np.uint32)
+    return ((digests ^ (last * XXH3_LAST_BYTE_PRIME)) & 0xFFFFFFFF).astype(np.uint32)
 
 
 _xxh3_c: list[Any] = []
